@@ -1,0 +1,37 @@
+# memwal-jobs. The README's two commands: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= .demo
+
+.PHONY: install test demo bench proto lint clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[spark,airflow,test]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/memwal/pb/*.proto
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
+
+demo: $(STAMP)
+	@rm -rf $(DEMO_DIR)
+	$(VENV)/bin/memwal demo-data $(DEMO_DIR)/table
+	$(VENV)/bin/memwal status $(DEMO_DIR)/table
+
+bench: $(STAMP)
+	$(PY) -m bench.run --out bench-results
+
+clean:
+	rm -rf $(DEMO_DIR) bench-results

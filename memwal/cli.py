@@ -1,0 +1,75 @@
+"""The operator CLI: ``memwal status|merge|catchup|snapshot|gc|verify|backfill|scan|demo-data``.
+
+The contract (DESIGN.md section 5) is what automation depends on: exit code 0 done,
+1 failed, 2 bad usage or bad input, 3 lost lease or fenced; logs on stderr, the ``--json``
+document alone on stdout. Each command lives in ``memwal/commands/<name>.py`` as a thin
+shell over the core's plan/execute calls; this module only parses, dispatches and maps
+errors to exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from memwal.commands import COMMAND_MODULES
+from memwal.commands.common import EXIT_FAILED, Parser, parse_storage_options
+from memwal.errors import MemWalError
+
+log = logging.getLogger("memwal")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="memwal",
+        description="Background maintenance of Lance tables with a MemWAL: merge flushed generations, "
+        "catch indexes up, refresh the shard snapshot, collect garbage.",
+        epilog="Exit codes: 0 done, 1 failed, 2 bad usage or input, 3 lost lease or fenced. "
+        "Logs go to stderr; with --json the result document alone goes to stdout.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        module = importlib.import_module(f"memwal.commands.{module_name}")
+        p = module.add_parser(sub)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def configure_logging(debug: bool) -> None:
+    """Our logs go to stderr whatever the host process configured for the root logger."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("memwal", "jobs", "airflow_plugins"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.DEBUG if debug else logging.INFO)
+        logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.debug)
+    try:
+        args.storage_options = parse_storage_options(args.storage_option)
+        return args.run(args)
+    except MemWalError as exc:
+        if args.debug:
+            log.exception("failed")
+        print(f"memwal: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("memwal: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, not a trace
+        if args.debug:
+            log.exception("failed")
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"memwal: error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,8 @@
+"""One module per CLI command, each with ``add_parser(subparsers)`` and ``run(args) -> int``."""
+
+COMMAND_MODULES = [
+    "status",
+    "merge",
+    "verify",
+    "demo_data",
+]

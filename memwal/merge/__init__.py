@@ -1,0 +1,19 @@
+"""The merger: flushed generations into the base table, in order, with atomic progress.
+
+``plan_merge`` is pure (the dry run); ``execute_merge`` takes the plan, an engine that
+computes the net change set, and the merge lease.
+"""
+
+from memwal.merge.execute import MergeResult, ShardMergeResult, execute_merge, run_merge
+from memwal.merge.plan import GenerationRef, MergePlan, ShardMergePlan, plan_merge
+
+__all__ = [
+    "GenerationRef",
+    "MergePlan",
+    "MergeResult",
+    "ShardMergePlan",
+    "ShardMergeResult",
+    "execute_merge",
+    "plan_merge",
+    "run_merge",
+]

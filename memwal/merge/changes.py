@@ -1,0 +1,227 @@
+"""The net change set of a merge batch: each key's newest version, split into upserts and deletes.
+
+Newest means highest generation, then highest row address (spec: "LSM Tree Merging
+Read"); a newest version with ``_tombstone = true`` deletes the key. Both engines produce
+a :class:`NetChanges`; the local engine builds it here with pyarrow, hash-partitioning the
+input through temporary Arrow IPC files when it is larger than one partition, so memory
+stays bounded by the partition size rather than by the change set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import lance
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal.errors import BadInputError, MemWalError
+from memwal.merge.plan import GenerationRef, MergePlan
+
+log = logging.getLogger(__name__)
+
+TOMBSTONE = "_tombstone"
+ROWADDR = "_rowaddr"
+GEN = "__gen"
+SHARD = "__shard"
+ORD = "__ord"
+INTERNAL = (TOMBSTONE, ROWADDR, GEN, SHARD, ORD)
+
+
+@dataclass
+class NetChanges:
+    """What one merge batch does to the base table, however an engine computed it.
+
+    ``delete_keys`` holds only key columns (small); upserts are streamed from wherever the
+    engine left them (temporary files, a staging dataset) through ``open_upserts``.
+    """
+
+    schema: pa.Schema
+    primary_key: list[str]
+    delete_keys: pa.Table
+    open_upserts: Callable[[], pa.RecordBatchReader]
+    rows_upserted: Counter = field(default_factory=Counter)
+    rows_deleted: Counter = field(default_factory=Counter)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def num_upserts(self) -> int:
+        return sum(self.rows_upserted.values())
+
+    @property
+    def num_deletes(self) -> int:
+        return self.delete_keys.num_rows
+
+    def upsert_reader(self) -> pa.RecordBatchReader:
+        return self.open_upserts()
+
+    def close(self) -> None:
+        """Remove whatever the engine staged; safe to call twice."""
+        while self.cleanups:
+            self.cleanups.pop()()
+
+
+def empty_keys(schema: pa.Schema, primary_key: list[str]) -> pa.Table:
+    return pa.table({k: pa.array([], schema.field(k).type) for k in primary_key})
+
+
+def conform(batch: pa.RecordBatch | pa.Table, schema: pa.Schema, where: str) -> pa.Table:
+    """Give a generation's rows the base table's schema (plus our internal columns).
+
+    A generation written before a column was added lacks it: fill nulls. A generation
+    with a column the base table lacks cannot be merged without losing it: refuse.
+    """
+    t = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    names = set(schema.names)
+    extra = [c for c in t.column_names if c not in names and c not in INTERNAL]
+    if extra:
+        raise BadInputError(
+            f"{where}: column(s) {', '.join(extra)} are not in the base table schema; "
+            "add them to the base table before merging"
+        )
+    cols, fields = [], []
+    for f in schema:
+        if f.name in t.column_names:
+            col = t.column(f.name)
+            if not col.type.equals(f.type):
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise BadInputError(
+                        f"{where}: column {f.name} has type {col.type}, base table has {f.type}"
+                    ) from exc
+        else:
+            col = pa.nulls(t.num_rows, f.type)
+        cols.append(col)
+        fields.append(f)
+    for name in INTERNAL:
+        if name in t.column_names:
+            cols.append(t.column(name))
+            fields.append(pa.field(name, t.schema.field(name).type))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def read_generation(
+    ref: GenerationRef,
+    schema: pa.Schema,
+    storage_options: dict | None,
+    batch_size: int = 65536,
+    fragment_ids: list[int] | None = None,
+) -> Iterator[pa.Table]:
+    """Rows of one generation (or some of its fragments) tagged with row address, generation, shard."""
+    try:
+        ds = lance.dataset(ref.uri, storage_options=storage_options or None)
+    except (ValueError, OSError) as exc:
+        raise MemWalError(f"shard {ref.shard_id}: cannot open generation {ref.generation} at {ref.uri}: {exc}") from exc
+    if TOMBSTONE not in ds.schema.names:
+        raise BadInputError(f"{ref.uri}: generation has no {TOMBSTONE} column; not a MemWAL generation")
+    fragments = [ds.get_fragment(i) for i in fragment_ids] if fragment_ids is not None else None
+    for batch in ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments).to_batches():
+        t = conform(batch, schema, ref.uri)
+        t = t.append_column(GEN, pa.array(np.full(t.num_rows, ref.generation, dtype=np.int64)))
+        t = t.append_column(SHARD, pa.array([ref.shard_id] * t.num_rows, pa.string()).dictionary_encode())
+        yield t
+
+
+def dedupe(t: pa.Table, primary_key: list[str]) -> pa.Table:
+    """Keep each key's newest row: highest generation, then highest row address.
+
+    Keys are disjoint across shards (spec), so a key seen in two shards is a broken
+    sharding invariant: refuse rather than pick one silently.
+    """
+    if t.num_rows == 0:
+        return t
+    t = t.sort_by([(GEN, "ascending"), (ROWADDR, "ascending")])
+    t = t.append_column(ORD, pa.array(np.arange(t.num_rows, dtype=np.int64)))
+    t = t.append_column("__shard_s", t.column(SHARD).cast(pa.string()))
+    g = t.group_by(primary_key, use_threads=True).aggregate([(ORD, "max"), ("__shard_s", "count_distinct")])
+    bad = g.filter(pc.greater(g.column("__shard_s_count_distinct"), 1))
+    if bad.num_rows:
+        key = {k: bad.column(k)[0].as_py() for k in primary_key}
+        raise MemWalError(f"primary key {key} was written to more than one shard; the sharding invariant is broken")
+    return t.take(g.column(f"{ORD}_max")).drop_columns(["__shard_s"])
+
+
+def _partition_of(t: pa.Table, primary_key: list[str], partitions: int) -> np.ndarray:
+    frame = t.select(primary_key).to_pandas()
+    h = pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    return (h % np.uint64(partitions)).astype(np.int64)
+
+
+def local_net_changes(
+    plan: MergePlan,
+    schema: pa.Schema,
+    storage_options: dict | None = None,
+    *,
+    partition_rows: int = 2_000_000,
+    tempdir: str | None = None,
+) -> NetChanges:
+    """Compute the net change set in-process, partitioned so memory stays bounded."""
+    pk = plan.primary_key
+    partitions = max(1, -(-plan.total_rows // partition_rows))
+    upsert_tables: list[pa.Table] = []
+    upsert_files: list[str] = []
+
+    def open_upserts() -> pa.RecordBatchReader:
+        def batches() -> Iterator[pa.RecordBatch]:
+            for t in upsert_tables:
+                yield from t.to_batches()
+            for path in upsert_files:
+                with pa.memory_map(path) as src:
+                    yield from pa.ipc.open_file(src).read_all().to_batches()
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    net = NetChanges(schema=schema, primary_key=pk, delete_keys=empty_keys(schema, pk), open_upserts=open_upserts)
+    delete_parts: list[pa.Table] = []
+
+    def account(part: pa.Table) -> pa.Table:
+        tomb = part.column(TOMBSTONE)
+        dels = part.filter(tomb)
+        ups = part.filter(pc.invert(tomb))
+        net.rows_deleted.update(dels.column(SHARD).cast(pa.string()).to_pylist())
+        net.rows_upserted.update(ups.column(SHARD).cast(pa.string()).to_pylist())
+        delete_parts.append(dels.select(pk))
+        return ups.select(schema.names).cast(schema)
+
+    if partitions == 1:
+        frames = [t for ref in plan.generations for t in read_generation(ref, schema, storage_options)]
+        if frames:
+            upsert_tables.append(account(dedupe(pa.concat_tables(frames, promote_options="permissive"), pk)))
+    else:
+        workdir = tempfile.mkdtemp(prefix="memwal-merge-", dir=tempdir)
+        net.cleanups.append(lambda: shutil.rmtree(workdir, ignore_errors=True))
+        writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+        try:
+            for ref in plan.generations:
+                for t in read_generation(ref, schema, storage_options):
+                    t = t.set_column(t.schema.get_field_index(SHARD), SHARD, t.column(SHARD).cast(pa.string()))
+                    pid = _partition_of(t, pk, partitions)
+                    for p in np.unique(pid):
+                        if p not in writers:
+                            writers[p] = pa.ipc.new_file(os.path.join(workdir, f"in-{p}.arrow"), t.schema)
+                        writers[p].write_table(t.filter(pa.array(pid == p)))
+        finally:
+            for w in writers.values():
+                w.close()
+        for p in sorted(writers):
+            path = os.path.join(workdir, f"in-{p}.arrow")
+            with pa.memory_map(path) as src:
+                part = pa.ipc.open_file(src).read_all()
+            os.unlink(path)
+            out = os.path.join(workdir, f"up-{p}.arrow")
+            with pa.ipc.new_file(out, schema) as w:
+                w.write_table(account(dedupe(part, pk)))
+            upsert_files.append(out)
+        log.info("net change set built in %d partitions", partitions)
+    if delete_parts:
+        net.delete_keys = pa.concat_tables(delete_parts)
+    return net

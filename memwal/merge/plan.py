@@ -1,0 +1,197 @@
+"""Plan a merge: per shard, the generations above its merge progress, ascending, no gap.
+
+Lance checks only that recorded progress grows; it does not check gaps (DESIGN.md
+section 4), so skipping a generation would silently lose its rows. The plan therefore
+stops a shard at the first generation that is missing from its manifest or from storage,
+and says why; other shards still merge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from memwal.paths import UnsafePathError
+from memwal.shard_manifests import ShardState, all_shard_manifests
+from memwal.table import Table
+from memwal.table_manifest import TableManifest
+
+
+@dataclass(frozen=True)
+class GenerationRef:
+    shard_id: str
+    generation: int
+    path: str
+    key: str
+    uri: str
+    rows: int
+    bytes: int
+
+
+@dataclass
+class ShardMergePlan:
+    shard_id: str
+    compacted_generation: int
+    generations: list[GenerationRef]
+
+    @property
+    def from_generation(self) -> int:
+        return self.generations[0].generation
+
+    @property
+    def to_generation(self) -> int:
+        return self.generations[-1].generation
+
+
+@dataclass
+class BlockedShard:
+    shard_id: str
+    generation: int
+    reason: str
+
+
+@dataclass
+class MergePlan:
+    table: str
+    read_version: int
+    primary_key: list[str]
+    shards: list[ShardMergePlan] = field(default_factory=list)
+    blocked: list[BlockedShard] = field(default_factory=list)
+
+    @property
+    def generations(self) -> list[GenerationRef]:
+        return [g for s in self.shards for g in s.generations]
+
+    @property
+    def total_rows(self) -> int:
+        return sum(g.rows for g in self.generations)
+
+    def is_empty(self) -> bool:
+        return not self.shards
+
+    def to_json(self) -> dict:
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "primary_key": self.primary_key,
+            "shards": [
+                {
+                    "shard_id": s.shard_id,
+                    "compacted_generation": s.compacted_generation,
+                    "from_generation": s.from_generation,
+                    "to_generation": s.to_generation,
+                    "generations": [asdict(g) for g in s.generations],
+                }
+                for s in self.shards
+            ],
+            "blocked": [asdict(b) for b in self.blocked],
+        }
+
+
+def primary_key_of(table: Table) -> list[str]:
+    from memwal.errors import BadInputError
+
+    schema = table.dataset().schema
+    pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
+    if not pk:
+        raise BadInputError(f"{table.uri}: the base table has no unenforced primary key; nothing can be merged")
+    return pk
+
+
+def _generation_present(table: Table, key: str) -> bool:
+    """A generation is readable when its Lance manifest directory holds a manifest."""
+    return any(o.key.endswith(".manifest") for o in table.store.list(f"{key}/_versions/", recursive=False))
+
+
+def plan_shard(
+    table: Table,
+    state: ShardState,
+    compacted: int,
+    *,
+    max_generations: int | None,
+) -> tuple[list[GenerationRef], BlockedShard | None]:
+    listed = {g.generation: g for g in state.flushed}
+    refs: list[GenerationRef] = []
+    g = compacted + 1
+    while g in listed or g < state.current_generation:
+        if max_generations is not None and len(refs) >= max_generations:
+            break
+        fg = listed.get(g)
+        if fg is None:
+            if g >= state.current_generation:
+                break
+            return refs, BlockedShard(state.shard_id, g, "gap: generation is not in the shard manifest")
+        try:
+            key = state.generation_key(fg)
+        except UnsafePathError as exc:
+            return refs, BlockedShard(state.shard_id, g, f"unsafe-path: {exc}")
+        if not _generation_present(table, key):
+            return refs, BlockedShard(
+                state.shard_id, g, f"missing: generation directory {fg.path} is missing or unreadable"
+            )
+        refs.append(
+            GenerationRef(
+                state.shard_id, g, fg.path, key, table.store.uri_for(key), fg.physical_rows, fg.in_memory_bytes
+            )
+        )
+        g += 1
+    return refs, None
+
+
+def plan_merge(
+    table: Table,
+    *,
+    shards: list[str] | None = None,
+    max_generations: int | None = None,
+    max_rows: int | None = None,
+    max_bytes: int | None = None,
+    manifest: TableManifest | None = None,
+) -> MergePlan:
+    """Pure: reads manifests, returns what a merge would do. Nothing is written."""
+    manifest = manifest or table.require_mem_wal()
+    states = all_shard_manifests(table.store)
+    if shards:
+        from memwal.errors import BadInputError
+
+        unknown = sorted(set(shards) - set(states))
+        if unknown:
+            raise BadInputError(f"{table.uri}: no such shard: {', '.join(unknown)}")
+    plan = MergePlan(table=table.uri, read_version=manifest.version, primary_key=primary_key_of(table))
+    per_shard: list[tuple[str, int, list[GenerationRef]]] = []
+    for shard_id, state in states.items():
+        if shards and shard_id not in shards:
+            continue
+        compacted = manifest.compacted_generation(shard_id)
+        refs, blocked = plan_shard(table, state, compacted, max_generations=max_generations)
+        if blocked:
+            plan.blocked.append(blocked)
+        per_shard.append((shard_id, compacted, refs))
+    # Budgets: take generations round-robin across shards (oldest first in each shard) so a
+    # huge backlog in one shard cannot starve the others; every batch stays gap-free.
+    taken: dict[str, list[GenerationRef]] = {sid: [] for sid, _, _ in per_shard}
+    rows = size = 0
+    depth = 0
+    while True:
+        progressed = False
+        for sid, _, refs in per_shard:
+            if depth >= len(refs):
+                continue
+            ref = refs[depth]
+            over_rows = max_rows is not None and rows > 0 and rows + ref.rows > max_rows
+            over_bytes = max_bytes is not None and size > 0 and size + ref.bytes > max_bytes
+            if over_rows or over_bytes:
+                continue
+            if len(taken[sid]) != depth:  # an earlier generation of this shard was skipped
+                continue
+            taken[sid].append(ref)
+            rows += ref.rows
+            size += ref.bytes
+            progressed = True
+        depth += 1
+        if not progressed and all(depth >= len(refs) for _, _, refs in per_shard):
+            break
+        if not progressed and (max_rows is not None or max_bytes is not None):
+            break
+    for sid, compacted, _ in per_shard:
+        if taken[sid]:
+            plan.shards.append(ShardMergePlan(sid, compacted, taken[sid]))
+    return plan

@@ -1,0 +1,94 @@
+"""Names of MemWAL objects on storage (spec: "WAL Storage Layout", "Shard Manifest Storage Layout").
+
+WAL entries and shard manifest versions are named by the bit-reversed 64-bit binary string of
+their number so that sequential writes spread over S3's key space; generation directories are
+``<8 hex>_gen_<g>`` so that a failed flush's retry can use a fresh directory.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+MEM_WAL_DIR = "_mem_wal"
+JOBS_DIR = f"{MEM_WAL_DIR}/_jobs"
+STAGING_DIR = f"{MEM_WAL_DIR}/_staging"
+MEM_WAL_INDEX_NAME = "__lance_mem_wal"
+MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"
+U64_MAX = (1 << 64) - 1
+
+_BITREV_RE = re.compile(r"^[01]{64}$")
+_GEN_DIR_RE = re.compile(r"^([0-9a-f]{8})_gen_([1-9][0-9]*)$")
+
+
+def bitrev64(n: int) -> str:
+    """The 64-character binary string of ``n`` with bit order reversed (1 -> '1000...0')."""
+    if not 0 <= n <= U64_MAX:
+        raise ValueError(f"{n} is not a u64")
+    return format(n, "064b")[::-1]
+
+
+def parse_bitrev64(name: str) -> int:
+    """Inverse of :func:`bitrev64`; raises ValueError for anything that is not 64 binary digits."""
+    if not _BITREV_RE.match(name):
+        raise ValueError(f"not a bit-reversed u64 name: {name!r}")
+    return int(name[::-1], 2)
+
+
+def shard_dir(shard_id: str) -> str:
+    return f"{MEM_WAL_DIR}/{shard_id}"
+
+
+def manifest_key(shard_id: str, version: int) -> str:
+    return f"{shard_dir(shard_id)}/manifest/{bitrev64(version)}.binpb"
+
+
+def version_hint_key(shard_id: str) -> str:
+    return f"{shard_dir(shard_id)}/manifest/version_hint.json"
+
+
+def wal_key(shard_id: str, position: int) -> str:
+    return f"{shard_dir(shard_id)}/wal/{bitrev64(position)}.arrow"
+
+
+def parse_wal_name(name: str) -> int | None:
+    """The WAL position of a file name under ``wal/``, or None for a foreign file."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or ext not in ("arrow", "lance"):
+        return None
+    try:
+        return parse_bitrev64(stem)
+    except ValueError:
+        return None
+
+
+def parse_generation_dir(name: str) -> int | None:
+    """The generation number of a ``<8 hex>_gen_<g>`` directory name, or None."""
+    m = _GEN_DIR_RE.match(name)
+    return int(m.group(2)) if m else None
+
+
+def is_shard_dir_name(name: str) -> bool:
+    """Shard directories are UUIDs; our own folders start with '_' and are never shards."""
+    if name.startswith("_"):
+        return False
+    try:
+        uuid.UUID(name)
+    except ValueError:
+        return False
+    return True
+
+
+def shard_uuid_str(raw: bytes) -> str:
+    """A shard id as Lance prints it, from the 16 bytes of the protobuf UUID message."""
+    return str(uuid.UUID(bytes=bytes(raw)))
+
+
+def shard_uuid_bytes(shard_id: str) -> bytes:
+    return uuid.UUID(shard_id).bytes
+
+
+def table_manifest_key(version: int, *, v2_naming: bool) -> str:
+    """Lance names manifests ``u64::MAX - version`` (V2 scheme) or ``version`` (older tables)."""
+    name = U64_MAX - version if v2_naming else version
+    return f"_versions/{name}.manifest"

@@ -1,0 +1,177 @@
+"""`memwal status`: the state of every shard against the base table's progress.
+
+This is what an operator looks at first (how far behind is the merger? are indexes caught
+up?) and what the lag sensor polls, so it reads only manifests: never generation data.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from memwal.naming import MEM_WAL_INDEX_NAME
+from memwal.shard_manifests import ShardState, all_shard_manifests
+from memwal.table import Table
+from memwal.table_manifest import TableManifest
+
+
+@dataclass
+class UnmergedGeneration:
+    generation: int
+    path: str
+    rows: int
+    bytes: int
+
+
+@dataclass
+class ShardStatus:
+    shard_id: str
+    status: str
+    writer_epoch: int
+    manifest_version: int
+    current_generation: int
+    flushed_generations: list[int]
+    compacted_generation: int
+    unmerged_generations: list[int]
+    unmerged: list[UnmergedGeneration]
+    unmerged_rows: int
+    unmerged_bytes: int
+    oldest_unmerged_age_seconds: float | None
+    index_catchup: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TableStatus:
+    table: str
+    version: int
+    maintained_indexes: list[str]
+    shards: list[ShardStatus]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @property
+    def unmerged_generations(self) -> int:
+        return sum(len(s.unmerged_generations) for s in self.shards)
+
+    @property
+    def unmerged_bytes(self) -> int:
+        return sum(s.unmerged_bytes for s in self.shards)
+
+    @property
+    def oldest_unmerged_age_seconds(self) -> float | None:
+        ages = [s.oldest_unmerged_age_seconds for s in self.shards if s.oldest_unmerged_age_seconds is not None]
+        return max(ages) if ages else None
+
+
+def maintained_indexes(manifest: TableManifest) -> list[str]:
+    """The indexes the MemWAL index asks to keep caught up (every user index when it says all)."""
+    details = manifest.mem_wal
+    if details is None:
+        return []
+    if details.HasField("maintain_all_indexes") and details.maintain_all_indexes:
+        return sorted({i.name for i in manifest.user_indices()})
+    return list(details.maintained_indexes)
+
+
+def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:
+    """Age of a generation from the time its Lance manifest was written."""
+    times = [o.mtime for o in table.store.list(f"{path_key}/_versions/", recursive=False)]
+    return now - min(times) if times else None
+
+
+def shard_status(
+    table: Table, manifest: TableManifest, state: ShardState, indexes: list[str], now: float
+) -> ShardStatus:
+    compacted = manifest.compacted_generation(state.shard_id)
+    flushed = state.flushed
+    unmerged = [g for g in flushed if g.generation > compacted]
+    age = None
+    if unmerged:
+        age = _generation_age(table, state, state.generation_key(unmerged[0]), now)
+    return ShardStatus(
+        shard_id=state.shard_id,
+        status=state.status,
+        writer_epoch=state.writer_epoch,
+        manifest_version=state.version,
+        current_generation=state.current_generation,
+        flushed_generations=[g.generation for g in flushed],
+        compacted_generation=compacted,
+        unmerged_generations=[g.generation for g in unmerged],
+        unmerged=[UnmergedGeneration(g.generation, g.path, g.physical_rows, g.in_memory_bytes) for g in unmerged],
+        unmerged_rows=sum(g.physical_rows for g in unmerged),
+        unmerged_bytes=sum(g.in_memory_bytes for g in unmerged),
+        oldest_unmerged_age_seconds=age,
+        index_catchup={name: manifest.index_catchup.get(name, {}).get(state.shard_id, 0) for name in indexes},
+    )
+
+
+def table_status(table: Table, *, now: float | None = None) -> TableStatus:
+    now = time.time() if now is None else now
+    manifest = table.require_mem_wal()
+    indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
+    shards = [shard_status(table, manifest, s, indexes, now) for s in all_shard_manifests(table.store).values()]
+    return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards)
+
+
+def render_status(st: TableStatus) -> str:
+    """A readable table for a person at a terminal."""
+    lines = [f"table {st.table}  version {st.version}  maintained indexes: {', '.join(st.maintained_indexes) or '-'}"]
+    header = [
+        "shard",
+        "status",
+        "epoch",
+        "cur gen",
+        "flushed",
+        "merged",
+        "unmerged",
+        "rows",
+        "bytes",
+        "oldest",
+        "catch-up",
+    ]
+    rows = [header]
+    for s in st.shards:
+        flushed = _span(s.flushed_generations)
+        catchup = " ".join(f"{k}={v}" for k, v in s.index_catchup.items()) or "-"
+        age = "-" if s.oldest_unmerged_age_seconds is None else f"{s.oldest_unmerged_age_seconds:.0f}s"
+        rows.append(
+            [
+                s.shard_id[:8],
+                s.status,
+                str(s.writer_epoch),
+                str(s.current_generation),
+                flushed,
+                str(s.compacted_generation),
+                str(len(s.unmerged_generations)),
+                str(s.unmerged_rows),
+                _human_bytes(s.unmerged_bytes),
+                age,
+                catchup,
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    lines.append(
+        f"{len(st.shards)} shards, {st.unmerged_generations} unmerged generations, "
+        f"{_human_bytes(st.unmerged_bytes)} unmerged"
+    )
+    return "\n".join(lines)
+
+
+def _span(gens: list[int]) -> str:
+    if not gens:
+        return "-"
+    if gens == list(range(gens[0], gens[-1] + 1)):
+        return f"{gens[0]}..{gens[-1]}" if len(gens) > 1 else str(gens[0])
+    return ",".join(map(str, gens))
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{n}B"
