@@ -14,3 +14,5 @@ __version__ = "0.1.0"
 # loads this package first; a user's own LANCE_LOG still wins.
 LANCE_LOG_FILTER = "warn,lance::index=off,lance::dataset::write::insert=error"
 os.environ.setdefault("LANCE_LOG", LANCE_LOG_FILTER)
+# We read index statistics for counts only; the centroids are not needed (and Lance warns).
+os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")

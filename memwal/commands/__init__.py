@@ -3,6 +3,8 @@
 COMMAND_MODULES = [
     "status",
     "merge",
+    "catchup",
+    "gc",
     "verify",
     "demo_data",
 ]

@@ -19,46 +19,26 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def merge_engine(name: str):
-    """The engine by name; Spark is imported only when asked for (the core has no Spark)."""
-    if name == "spark":
-        from jobs.spark_engine import SparkMergeEngine
-
-        return SparkMergeEngine.from_active_or_local()
-    from memwal.merge.execute import LocalEngine
-
-    return LocalEngine()
-
-
 def run(args: argparse.Namespace) -> int:
-    from memwal.lease import Lease
-    from memwal.merge import plan_merge, run_merge
+    from memwal.actions import run_action
 
-    table = open_table_arg(args)
-    budget = dict(
-        shards=args.shard or None,
+    doc = run_action(
+        "merge",
+        open_table_arg(args),
+        engine=args.engine,
+        dry_run=args.dry_run,
+        shards=args.shard,
         max_generations=args.max_generations,
         max_rows=args.max_rows,
         max_bytes=args.max_bytes,
     )
-    # Plan before taking the lease: bad input (a corrupt manifest, an unknown shard) fails
-    # here with nothing written, not even a lease object. The run re-plans under the lease.
-    plan = plan_merge(table, **budget)
-    if args.dry_run:
-        doc = {"dry_run": True, **plan.to_json()}
-        emit(args, doc, lambda: render_plan(doc))
-        return EXIT_FAILED if plan.blocked else EXIT_OK
-    engine = merge_engine(args.engine)
-    with Lease(table.store, "merge") as lease:
-        result = run_merge(table, engine=engine, lease=lease, **budget)
-    doc = result.to_json()
-    emit(args, doc, lambda: render_result(doc))
-    for b in result.blocked:
+    emit(args, doc, lambda: render_plan(doc) if args.dry_run else render_result(doc))
+    for b in doc["blocked"]:
         print(
             f"memwal: error: shard {b['shard_id']} stopped at generation {b['generation']}: {b['reason']}",
             file=sys.stderr,
         )
-    return EXIT_FAILED if result.blocked else EXIT_OK
+    return EXIT_FAILED if doc["blocked"] else EXIT_OK
 
 
 def render_plan(doc: dict) -> str:

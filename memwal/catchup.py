@@ -1,0 +1,193 @@
+"""Index catch-up: bring base-table indexes up to the merged generations.
+
+Lance records catch-up itself: when an index commit covers every fragment live at its
+read version, Lance writes ``index_catchup[index] = compacted_sstables`` of that version
+(DESIGN.md section 4). So the job's work is to decide, per maintained index, whether to
+optimise incrementally (add the unindexed fragments as a delta) or to retrain (too many
+deltas, or too large an unindexed fraction, like Zeppelin's retrain threshold), run it,
+and read back that Lance recorded the catch-up. GC waits for that record (gate b).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from memwal.errors import BadInputError, MemWalError
+from memwal.status import maintained_indexes
+from memwal.table import Table
+from memwal.table_manifest import TableManifest
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
+
+log = logging.getLogger(__name__)
+
+NONE, OPTIMIZE, RETRAIN = "none", "optimize", "retrain"
+
+
+@dataclass
+class CatchupThresholds:
+    """When an incremental optimisation is no longer good enough and a rebuild is due."""
+
+    max_deltas: int = 8
+    max_unindexed_fraction: float = 0.5
+
+
+@dataclass
+class IndexPlan:
+    index_name: str
+    action: str
+    reason: str
+    lag: dict[str, int]  # shard -> compacted - caught up (0 when caught up)
+    caught_up: dict[str, int]
+    num_deltas: int
+    indexed_rows: int
+    unindexed_rows: int
+    unindexed_fragments: int
+    index_type: str = ""
+
+    @property
+    def is_vector(self) -> bool:
+        return self.index_type.upper().startswith(("IVF", "HNSW", "FLAT"))
+
+
+@dataclass
+class CatchupPlan:
+    table: str
+    read_version: int
+    compacted: dict[str, int]
+    indexes: list[IndexPlan] = field(default_factory=list)
+
+    def work(self) -> list[IndexPlan]:
+        return [i for i in self.indexes if i.action != NONE]
+
+    def to_json(self) -> dict:
+        return {"table": self.table, "read_version": self.read_version, "compacted": self.compacted,
+                "indexes": [asdict(i) for i in self.indexes]}
+
+
+@dataclass
+class IndexResult:
+    index_name: str
+    action: str
+    caught_up: dict[str, int]
+    recorded: bool
+
+
+@dataclass
+class CatchupResult:
+    table: str
+    version: int | None
+    indexes: list[IndexResult] = field(default_factory=list)
+    engine: str = "local"
+
+    @property
+    def all_recorded(self) -> bool:
+        return all(i.recorded for i in self.indexes)
+
+    def to_json(self) -> dict:
+        return {"table": self.table, "version": self.version, "engine": self.engine,
+                "all_recorded": self.all_recorded, "indexes": [asdict(i) for i in self.indexes]}
+
+
+def _index_stats(ds, name: str) -> dict:
+    try:
+        return ds.stats.index_stats(name)
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise BadInputError(f"index {name!r}: cannot read its statistics: {exc}") from exc
+
+
+def plan_catchup(table: Table, *, indexes: list[str] | None = None,
+                 thresholds: CatchupThresholds | None = None, manifest: TableManifest | None = None) -> CatchupPlan:
+    """Pure: which maintained indexes lag, by how much, and what would bring them up."""
+    thresholds = thresholds or CatchupThresholds()
+    manifest = manifest or table.require_mem_wal()
+    maintained = maintained_indexes(manifest)
+    existing = {i.name for i in manifest.user_indices()}
+    names = maintained if not indexes else indexes
+    unknown = sorted(set(names) - existing)
+    if unknown:
+        raise BadInputError(f"{table.uri}: no such index on the base table: {', '.join(unknown)}")
+    ds = table.dataset(manifest.version)
+    plan = CatchupPlan(table=table.uri, read_version=manifest.version, compacted=dict(manifest.compacted))
+    for name in names:
+        stats = _index_stats(ds, name)
+        recorded = manifest.index_catchup.get(name, {})
+        caught = {s: recorded.get(s, 0) for s in manifest.compacted}
+        lag = {s: max(0, g - caught[s]) for s, g in manifest.compacted.items()}
+        indexed = int(stats.get("num_indexed_rows", 0))
+        unindexed = int(stats.get("num_unindexed_rows", 0))
+        deltas = len(stats.get("num_indexed_rows_per_delta", []) or []) or int(stats.get("num_indices", 1))
+        total = indexed + unindexed
+        fraction = unindexed / total if total else 0.0
+        if not any(lag.values()) and unindexed == 0:
+            action, reason = NONE, "caught up"
+        elif deltas >= thresholds.max_deltas:
+            action, reason = RETRAIN, f"{deltas} deltas >= {thresholds.max_deltas}"
+        elif fraction > thresholds.max_unindexed_fraction:
+            action, reason = RETRAIN, f"{fraction:.0%} of rows unindexed > {thresholds.max_unindexed_fraction:.0%}"
+        else:
+            action = OPTIMIZE
+            reason = f"{unindexed} unindexed rows, lag {max(lag.values(), default=0)} generations"
+        plan.indexes.append(IndexPlan(name, action, reason, lag, caught, deltas, indexed, unindexed,
+                                      int(stats.get("num_unindexed_fragments", 0)), str(stats.get("index_type", ""))))
+    return plan
+
+
+ALL_DELTAS = 1 << 30
+
+
+class LocalCatchupEngine:
+    """Lance's own optimize_indices, in-process: one commit per kind of work.
+
+    Incremental: the unindexed fragments become part of the newest delta. Rebuild: a
+    vector index is retrained (new centroids for drifted data); a scalar index has no
+    training, so its rebuild is merging every delta into one.
+    """
+
+    name = "local"
+
+    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan]) -> None:
+        groups = [
+            ([i.index_name for i in work if i.action == OPTIMIZE], {"num_indices_to_merge": 1}),
+            ([i.index_name for i in work if i.action == RETRAIN and i.is_vector], {"retrain": True}),
+            ([i.index_name for i in work if i.action == RETRAIN and not i.is_vector],
+             {"num_indices_to_merge": ALL_DELTAS}),
+        ]
+        for names, options in groups:
+            if names:
+                table.dataset().optimize.optimize_indices(index_names=names, **options)
+
+
+def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Lease | None = None) -> CatchupResult:
+    engine = engine or LocalCatchupEngine()
+    work = plan.work()
+    result = CatchupResult(table=table.uri, version=None, engine=engine.name)
+    if work:
+        if lease:
+            lease.check()
+        engine.run(table, plan, work)
+    after = table.manifest()
+    if work:
+        result.version = after.version
+    for ip in plan.indexes:
+        caught = {s: after.index_catchup.get(ip.index_name, {}).get(s, 0) for s in after.compacted}
+        # Read back what Lance recorded: every shard at least at the progress we planned against.
+        recorded = all(caught.get(s, 0) >= g for s, g in plan.compacted.items())
+        result.indexes.append(IndexResult(ip.index_name, ip.action, caught, recorded))
+        if ip.action != NONE and not recorded:
+            log.warning("index %s: Lance did not record catch-up to %s (recorded %s)", ip.index_name,
+                        plan.compacted, caught)
+    return result
+
+
+def run_catchup(table: Table, *, engine=None, lease: Lease | None = None, indexes: list[str] | None = None,
+                thresholds: CatchupThresholds | None = None) -> CatchupResult:
+    plan = plan_catchup(table, indexes=indexes, thresholds=thresholds)
+    result = execute_catchup(table, plan, engine, lease=lease)
+    if not result.all_recorded:
+        missing = [i.index_name for i in result.indexes if not i.recorded]
+        raise MemWalError(f"{table.uri}: indexes {', '.join(missing)} ran but Lance did not record their catch-up")
+    return result

@@ -1,0 +1,286 @@
+"""Garbage collection: every gate blocks on its own, crashes converge, readers keep working."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from lance.mem_wal import LsmScanner
+
+from memwal.catchup import run_catchup
+from memwal.demo_data import shard_ids_for
+from memwal.gc import LocalGcEngine, plan_gc, run_gc
+from memwal.merge import run_merge
+from memwal.naming import manifest_key, version_hint_key
+from memwal.read import lsm_scan, shard_snapshots
+from memwal.shard_manifests import all_shard_manifests, list_generation_dirs, list_wal_entries
+from memwal.table import open_table
+from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.s3server import s3_server  # noqa: F401
+
+
+def expire_all(table) -> None:
+    """Keep only the latest version (Lance's cleanup keeps tags)."""
+    from datetime import timedelta
+
+    table.dataset().cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
+
+
+def ready_table(make_table, *, merged: int | None = None, catchup: bool = True, expire: bool = True):
+    table, model = make_table()
+    run_merge(table, max_generations=merged)
+    if catchup:
+        run_catchup(table)
+    if expire:
+        expire_all(table)
+    return table, model
+
+
+def reasons(result) -> set[str]:
+    return {b["reason"] for b in result.to_json()["blocked"]} if hasattr(result, "to_json") else set()
+
+
+def gen_dirs(table) -> dict[str, set[int]]:
+    return {s: set(list_generation_dirs(table.store, s).values()) for s in shard_ids_for(SMALL)}
+
+
+def files(root) -> set[str]:
+    return {str(p) for p in Path(root).rglob("*") if p.is_file()}
+
+
+def rewrite_shard_manifest(table, shard_id, edit) -> None:
+    """Commit a new shard manifest version the way the spec says any updater must."""
+    st = all_shard_manifests(table.store)[shard_id]
+    msg = type(st.manifest)()
+    msg.CopyFrom(st.manifest)
+    msg.version = st.version + 1
+    edit(msg)
+    table.store.put_if_absent(manifest_key(shard_id, msg.version), msg.SerializeToString())
+    table.store.put(version_hint_key(shard_id), json.dumps({"version": msg.version}).encode())
+
+
+def test_everything_passes_then_merged_generations_and_their_wal_go(make_table):
+    table, model = ready_table(make_table, merged=2)
+    wal_before = {s: len(list_wal_entries(table.store, s)) for s in shard_ids_for(SMALL)}
+    result = run_gc(table, grace_seconds=0)
+    assert {(d["shard_id"], d["generation"]) for d in result.deleted} == {
+        (s, g) for s in shard_ids_for(SMALL) for g in (1, 2)}
+    assert gen_dirs(table) == {s: {3, 4} for s in shard_ids_for(SMALL)}
+    assert result.wal_entries_deleted > 0 and result.bytes_freed > 0
+    for s in shard_ids_for(SMALL):
+        assert len(list_wal_entries(table.store, s)) < wal_before[s]
+    assert {b["reason"] for b in result.blocked} == {"not-merged"}
+    assert {b["generation"] for b in result.blocked} == {3, 4}
+    # every deletion names the gates that allowed it
+    d = result.deleted[0]
+    assert d["gates"]["merged_generation"] == 2 and d["gates"]["index_catchup"] == {"id_idx": 2, "vec_idx": 2}
+    assert lsm_rows(table) == model.sorted_rows()
+    run_merge(table)
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_not_merged_blocks(make_table):
+    table, _ = make_table()
+    result = run_gc(table, grace_seconds=0)
+    assert result.deleted == [] and {b["reason"] for b in result.blocked} == {"not-merged"}
+
+
+def test_index_not_caught_up_blocks(make_table):
+    table, _ = ready_table(make_table, catchup=False)
+    result = run_gc(table, grace_seconds=0)
+    assert result.deleted == []
+    assert {b["reason"] for b in result.blocked} == {"index-not-caught-up:id_idx"}
+    assert all("index-not-caught-up:vec_idx" in b["reasons"] for b in result.blocked)
+
+
+def test_retained_tagged_version_blocks_and_names_the_tag(make_table):
+    table, model = make_table()
+    before_merge = table.dataset().version
+    table.dataset().tags.create("audit-2026", before_merge)
+    run_merge(table)
+    run_catchup(table)
+    expire_all(table)
+    result = run_gc(table, grace_seconds=0)
+    assert result.deleted == []
+    assert {b["reason"] for b in result.blocked} == {f"retained-version:{before_merge} (tag audit-2026)"}
+    # time travel to the tagged version still reads its rows
+    assert table.dataset(before_merge).count_rows() == SMALL.base_rows
+    table.dataset().tags.delete("audit-2026")
+    expire_all(table)
+    assert len(run_gc(table, grace_seconds=0).deleted) == 12
+
+
+def test_old_versions_block_until_expired(make_table):
+    table, _ = ready_table(make_table, expire=False)
+    result = run_gc(table, grace_seconds=0)
+    assert result.deleted == [] and all(b["reason"].startswith("retained-version:1") for b in result.blocked)
+    result = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
+    assert result.expired_versions["old_versions"] > 0
+    assert len(result.deleted) == 12
+
+
+def test_branch_versions_are_retained(make_table):
+    table, _ = make_table()
+    table.dataset().create_branch("experiment", table.dataset().version)
+    run_merge(table)
+    run_catchup(table)
+    expire_all(table)
+    result = run_gc(table, grace_seconds=0)
+    assert result.deleted == []
+    assert all("(branch experiment" in b["reason"] for b in result.blocked)
+
+
+def test_grace_period_blocks_recent_merges(make_table):
+    table, _ = ready_table(make_table)
+    result = run_gc(table)  # default 600 s
+    assert result.deleted == [] and {b["reason"] for b in result.blocked} == {"grace-period"}
+    later = time.time() + 601
+    assert len(run_gc(table, now=later).deleted) == 12
+
+
+def test_reader_that_listed_generations_before_the_merge_keeps_working(make_table):
+    table, model = make_table()
+    ds_before = table.dataset()
+    snaps_before = shard_snapshots(table)  # lists every generation: nothing merged yet
+    run_merge(table)
+    run_catchup(table)
+    expire_all(table)
+    run_gc(table)  # default grace: nothing goes
+    old_reader = LsmScanner.from_snapshots(ds_before, snaps_before).to_table()
+    assert sorted(old_reader.to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
+    run_gc(table, grace_seconds=0)  # past the grace period the old listing is stale...
+    with pytest.raises(Exception, match="not found|Not found"):
+        LsmScanner.from_snapshots(ds_before, snaps_before).to_table()
+    assert lsm_rows(table) == model.sorted_rows()  # ...while a fresh reader is fine
+
+
+def test_unsafe_manifest_path_is_refused_and_nothing_outside_is_touched(make_table, tmp_path):
+    table, _ = ready_table(make_table)
+    victim = shard_ids_for(SMALL)[0]
+    outside = Path(table.uri, "_mem_wal", "precious_gen_1")
+    outside.mkdir()
+    (outside / "keep.txt").write_text("must survive")
+    rewrite_shard_manifest(table, victim, lambda m: setattr(m.sstables[0], "path", "../precious_gen_1"))
+    result = run_gc(table, grace_seconds=0)
+    assert {"shard_id": victim, "generation": 1, "reason": "unsafe-path"}.items() <= next(
+        b for b in result.blocked if b["shard_id"] == victim and b["generation"] == 1).items()
+    assert (outside / "keep.txt").read_text() == "must survive"
+    assert len(result.deleted) == 11
+
+
+def test_wal_past_replay_position_is_kept(make_table):
+    table, _ = ready_table(make_table)
+    victim = shard_ids_for(SMALL)[0]
+    rewrite_shard_manifest(table, victim, lambda m: setattr(m, "replay_after_wal_entry_position", 0))
+    result = run_gc(table, grace_seconds=0)
+    wal_blocks = [b for b in result.blocked if b["reason"] == "wal-needed-for-replay"]
+    assert wal_blocks and {b["shard_id"] for b in wal_blocks} == {victim}
+    assert len(list_wal_entries(table.store, victim)) == len(wal_blocks)
+    assert gen_dirs(table)[victim] == set()  # the generations themselves could go
+
+
+def test_dry_run_deletes_nothing_and_shows_exactly_what_would_go(make_table):
+    table, _ = ready_table(make_table, merged=3)
+    before = files(table.uri)
+    dry = run_gc(table, grace_seconds=0, dry_run=True)
+    assert files(table.uri) == before
+    real = run_gc(table, grace_seconds=0)
+    key = lambda d: (d["shard_id"], d["generation"])  # noqa: E731
+    assert sorted(map(key, dry.deleted)) == sorted(map(key, real.deleted))
+    assert dry.wal_entries_deleted == real.wal_entries_deleted
+
+
+def test_crash_mid_gc_then_rerun_finishes(make_table):
+    table, model = ready_table(make_table)
+
+    class Crash(Exception):
+        pass
+
+    class CrashingEngine(LocalGcEngine):
+        """The real engine, stopped after two generations (as a killed process would be)."""
+
+        def delete_prefixes(self, table, prefixes, lease):
+            super().delete_prefixes(table, prefixes[:2], lease)
+            raise Crash()
+
+    with pytest.raises(Crash):
+        run_gc(table, grace_seconds=0, engine=CrashingEngine())
+    assert lsm_rows(table) == model.sorted_rows()
+    result = run_gc(table, grace_seconds=0)
+    assert len(result.deleted) == 10
+    assert gen_dirs(table) == {s: set() for s in shard_ids_for(SMALL)}
+    assert run_gc(table, grace_seconds=0).deleted == []
+    assert lsm_rows(table) == model.sorted_rows()
+
+
+def test_partially_deleted_generation_is_finished_on_rerun(make_table):
+    table, _ = ready_table(make_table)
+    shard = shard_ids_for(SMALL)[0]
+    st = all_shard_manifests(table.store)[shard]
+    gen = Path(table.uri, st.generation_key(st.generation(1)))
+    shutil.rmtree(gen / "_versions")  # a crash right after the manifests went
+    assert gen.exists()
+    run_gc(table, grace_seconds=0)
+    assert not gen.exists()
+
+
+def test_orphans_are_reported_and_removed_only_when_asked(make_table):
+    table, _ = ready_table(make_table)
+    shard = shard_ids_for(SMALL)[0]
+    st = all_shard_manifests(table.store)[shard]
+    src = Path(table.uri, st.generation_key(st.generation(4)))
+    orphan = src.with_name("deadbeef_gen_4")  # a failed flush's retry left this behind
+    shutil.copytree(src, orphan)
+    staging = Path(table.uri, "_mem_wal", "_staging", "merge-crashed")
+    staging.mkdir(parents=True)
+    (staging / "part.lance").write_bytes(b"x" * 10)
+    old = time.time() - 7200
+    for p in [*orphan.rglob("*"), *staging.rglob("*")]:
+        os.utime(p, (old, old))
+    fresh = src.with_name("cafebabe_gen_5")  # a flush in progress: too young to touch
+    shutil.copytree(src, fresh)
+    result = run_gc(table, grace_seconds=0)
+    kinds = {(o["kind"], o["path"]) for o in result.orphans}
+    assert kinds == {("generation", "deadbeef_gen_4"), ("staging", "merge-crashed")}
+    assert orphan.exists() and staging.exists()
+    result = run_gc(table, grace_seconds=0, orphans=True)
+    assert result.orphans_deleted == 2
+    assert not orphan.exists() and not staging.exists() and fresh.exists()
+
+
+def test_audit_record_is_written(make_table):
+    table, _ = ready_table(make_table)
+    result = run_gc(table, grace_seconds=0, audit=True)
+    doc = json.loads(table.store.get(result.audit_key))
+    assert doc["bytes_freed"] == result.bytes_freed and len(doc["deleted"]) == 12
+
+
+def test_full_cycle_on_s3(s3_server, tmp_path):  # noqa: F811
+    from memwal.demo_data import create_base_table, write_generations
+
+    uri, opts = s3_server.new_table("cycle")
+    _, model = create_base_table(uri, SMALL, opts)
+    write_generations(uri, SMALL, model, storage_options=opts)
+    table = open_table(uri, opts)
+    assert sorted(lsm_scan(table).to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
+    run_merge(table)
+    assert table_rows(table) == model.sorted_rows()
+    run_catchup(table)
+    assert table_rows(table) == model.sorted_rows()
+    result = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
+    assert len(result.deleted) == 12 and result.wal_entries_deleted > 0
+    assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
+    assert table_rows(table) == model.sorted_rows()
+    assert sorted(lsm_scan(table).to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
+
+
+def test_plan_is_pure(make_table):
+    table, _ = ready_table(make_table)
+    before = files(table.uri)
+    plan = plan_gc(table, grace_seconds=0)
+    assert len(plan.generations) == 12
+    assert files(table.uri) == before

@@ -1,0 +1,70 @@
+"""Catch-up and GC through the Spark engines (local mode), and their spark-submit entry points."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jobs.spark_catchup import SparkCatchupEngine
+from jobs.spark_gc import SparkGcEngine
+from memwal.catchup import CatchupThresholds, plan_catchup, run_catchup
+from memwal.demo_data import shard_ids_for
+from memwal.gc import run_gc
+from memwal.merge import run_merge
+from memwal.shard_manifests import list_generation_dirs
+from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.test_gc import expire_all
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark):
+    table, model = make_table()
+    run_merge(table)
+    retrain = CatchupThresholds(max_unindexed_fraction=0.0)
+    plan = plan_catchup(table, indexes=["id_idx"], thresholds=retrain)
+    assert plan.indexes[0].action == "retrain" and not plan.indexes[0].is_vector
+    fragments = len(table.dataset().get_fragments())
+    assert fragments >= 2
+    result = run_catchup(table, engine=SparkCatchupEngine(spark, fragments_per_task=1), indexes=["id_idx"],
+                         thresholds=retrain)
+    assert result.all_recorded and result.engine == "spark"
+    stats = table.dataset().stats.index_stats("id_idx")
+    assert stats["num_unindexed_rows"] == 0
+    assert len(stats["num_indexed_rows_per_delta"]) == fragments  # one segment per fragment group
+    assert table.manifest().index_catchup["id_idx"] == table.manifest().compacted
+    hits = table.dataset().to_table(filter="id = 5")
+    assert hits.num_rows == (1 if 5 in model.rows else 0)
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_spark_gc_spreads_shards_over_executors(make_table, spark):
+    table, model = make_table()
+    run_merge(table)
+    run_catchup(table)
+    expire_all(table)
+    result = run_gc(table, grace_seconds=0, engine=SparkGcEngine(spark))
+    assert result.engine == "spark" and len(result.deleted) == 12 and result.wal_entries_deleted > 0
+    assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
+    assert lsm_rows(table) == model.sorted_rows()
+
+
+def test_spark_submit_catchup_and_gc(make_table, tmp_path):
+    table, model = make_table()
+    run_merge(table)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    submit = str(Path(sys.executable).parent / "spark-submit")
+    docs = {}
+    for job, extra in (("catchup", []), ("gc", ["--grace-seconds", "0", "--expire-versions", "0"])):
+        out = tmp_path / f"{job}.json"
+        proc = subprocess.run([submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                               str(ROOT / f"jobs/{job}.py"), table.uri, *extra, "--result-file", str(out)],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        docs[job] = json.loads(out.read_text())
+    assert docs["catchup"]["all_recorded"] is True and docs["catchup"]["engine"] == "spark"
+    assert len(docs["gc"]["deleted"]) == 12 and docs["gc"]["engine"] == "spark"
+    assert table_rows(table) == model.sorted_rows()
