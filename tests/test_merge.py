@@ -228,3 +228,26 @@ def test_copy_of_table_merges_identically(make_table, tmp_path):
     for _ in range(4):
         run_merge(other, max_generations=1)
     assert table_rows(table) == table_rows(other) == model.sorted_rows()
+
+
+def test_a_merge_that_loses_its_lease_stops_before_its_next_side_effect(make_table):
+    """An expired lease is taken over; the old holder's next check fails (exit code 3)
+    and nothing it had not committed reaches the table."""
+    from memwal.errors import LeaseLostError
+
+    table, model = make_table()
+    base_before = table_rows(table)
+    clock = {"now": 1000.0}
+    mine = Lease(table.store, "merge", holder="slow-merger", ttl_seconds=60, clock=lambda: clock["now"]).acquire()
+
+    def stall(step):
+        if step == "after-read":
+            clock["now"] += 120  # the merger stalls past its TTL...
+            Lease(table.store, "merge", holder="new-merger", clock=lambda: clock["now"]).acquire()  # ...and is replaced
+
+    with pytest.raises(LeaseLostError) as err:
+        run_merge(table, lease=mine, on_step=stall)
+    assert err.value.exit_code == 3
+    assert progress(table) == {}
+    assert table_rows(table) == base_before
+    assert lsm_rows(table) == model.sorted_rows()
