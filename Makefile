@@ -25,10 +25,20 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
 
+SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(VENV)/bin/spark-submit \
+	--master local[2] --conf spark.ui.enabled=false \
+	--driver-java-options -Dlog4j2.configurationFile=$(abspath jobs/log4j2.properties)
+
+# The demo: a table written by pylance's ShardWriter, then the whole maintenance cycle as a
+# Spark job in local mode. GC runs with no grace period and expires old versions because
+# nothing else reads the demo table; production keeps the defaults (600 s, keep versions).
 demo: $(STAMP)
 	@rm -rf $(DEMO_DIR)
 	$(VENV)/bin/memwal demo-data $(DEMO_DIR)/table
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
+	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table --grace-seconds 0 --expire-versions 0
+	$(VENV)/bin/memwal status $(DEMO_DIR)/table
+	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
 
 bench: $(STAMP)
 	$(PY) -m bench.run --out bench-results

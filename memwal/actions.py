@@ -16,6 +16,11 @@ from memwal.table import Table, open_table
 
 ACTIONS = ("merge", "catchup", "snapshot", "gc")
 
+# How long a merge or a snapshot refresh waits for the merge lease before giving up with
+# LeaseHeldError (exit 3): long enough to sit out the other's short hold, short enough
+# that a stuck holder is reported rather than waited on forever.
+MERGE_LEASE_WAIT_SECONDS = 30.0
+
 ActionFn = Callable[..., dict[str, Any]]
 _REGISTRY: dict[str, ActionFn] = {}
 
@@ -62,7 +67,7 @@ def merge_action(
     if dry_run:
         return {"dry_run": True, **plan.to_json()}
     eng = merge_engine(engine)
-    with Lease(table.store, "merge") as lease:
+    with Lease(table.store, "merge").acquire_waiting(MERGE_LEASE_WAIT_SECONDS) as lease:
         return run_merge(table, engine=eng, lease=lease, **budget).to_json()
 
 
@@ -157,7 +162,6 @@ def run_action(
     return _REGISTRY[name](t, **options)
 
 
-
 def snapshot_reader(name: str):
     """The manifest reader of the snapshot refresh by engine name (Spark imported only when asked for)."""
     if name == "spark":
@@ -180,5 +184,9 @@ def snapshot_action(table: Table, *, engine: str = "local", dry_run: bool = Fals
     plan = plan_snapshot(table, reader=snapshot_reader(engine))
     if dry_run:
         return {"dry_run": True, **plan.to_json()}
+    # The refresh replaces the MemWAL index entry, which can erase progress committed
+    # concurrently (hazard H1). It also holds the merge lease, so memwal-jobs' own mergers
+    # never commit during a refresh; its detect-and-repair covers every other writer.
     with Lease(table.store, "snapshot") as lease:
-        return execute_snapshot(table, plan, lease=lease).to_json()
+        with Lease(table.store, "merge").acquire_waiting(MERGE_LEASE_WAIT_SECONDS):
+            return execute_snapshot(table, plan, lease=lease).to_json()

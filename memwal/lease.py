@@ -278,6 +278,23 @@ class Lease:
 
     # -- release
 
+    def acquire_waiting(self, timeout_seconds: float, *, poll_seconds: float = 1.0,
+                        sleep: Callable[[float], None] = time.sleep) -> Lease:
+        """Take the lease, waiting up to ``timeout_seconds`` for a live holder to finish.
+
+        For jobs that only need the lease briefly (a snapshot refresh serialising with
+        mergers), waiting is kinder than failing; past the timeout the holder's
+        LeaseHeldError propagates (exit code 3).
+        """
+        deadline = self.clock() + timeout_seconds
+        while True:
+            try:
+                return self.acquire()
+            except LeaseHeldError:
+                if self.clock() + poll_seconds > deadline:
+                    raise
+                sleep(poll_seconds)
+
     def release(self) -> None:
         """Give the lease up: CAS-write ``expires_at=0`` keeping the token (tokens stay monotonic).
 
@@ -309,8 +326,9 @@ class Lease:
     # -- context manager
 
     def __enter__(self) -> Lease:
-        """Acquire, so a ``with`` block runs only while holding the lease."""
-        return self.acquire()
+        """Acquire (unless already held, e.g. by ``acquire_waiting``), so a ``with`` block
+        runs only while holding the lease."""
+        return self if self.held else self.acquire()
 
     def __exit__(
         self,

@@ -244,3 +244,24 @@ def test_bad_kind_refused(kind: str, tmp_path: Path) -> None:
 def test_bad_ttl_refused(tmp_path: Path) -> None:
     with pytest.raises(BadInputError):
         Lease(open_store(str(tmp_path)), "merge", ttl_seconds=0)
+
+
+def test_acquire_waiting_sits_out_a_short_hold_and_gives_up_on_a_long_one(store: Store, clock: FakeClock) -> None:
+    holder = Lease(store, "merge", holder="snapshot-refresh", ttl_seconds=60, clock=clock).acquire()
+    waits: list[float] = []
+
+    def sleep_then_release(seconds: float) -> None:
+        waits.append(seconds)
+        clock.advance(seconds)
+        if len(waits) == 3:
+            holder.release()
+
+    waiter = Lease(store, "merge", holder="merger", clock=clock)
+    with waiter.acquire_waiting(30, poll_seconds=1, sleep=sleep_then_release) as lease:
+        assert lease is waiter and lease.held and len(waits) == 3
+        token = lease.token
+    assert _stored(store, "merge").token == token  # entering the with block did not re-acquire
+
+    Lease(store, "merge", holder="stuck", ttl_seconds=600, clock=clock).acquire()
+    with pytest.raises(LeaseHeldError, match="stuck"):
+        Lease(store, "merge", holder="merger", clock=clock).acquire_waiting(5, poll_seconds=1, sleep=clock.advance)

@@ -5,6 +5,8 @@ COMMAND_MODULES = [
     "merge",
     "catchup",
     "gc",
+    "snapshot",
+    "scan",
     "verify",
     "demo_data",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from memwal.errors import BadInputError
 from memwal.paths import UnsafePathError
 from memwal.shard_manifests import ShardState, all_shard_manifests
 from memwal.table import Table
@@ -88,8 +89,6 @@ class MergePlan:
 
 
 def primary_key_of(table: Table) -> list[str]:
-    from memwal.errors import BadInputError
-
     schema = table.dataset().schema
     pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
     if not pk:
@@ -150,8 +149,6 @@ def plan_merge(
     manifest = manifest or table.require_mem_wal()
     states = all_shard_manifests(table.store)
     if shards:
-        from memwal.errors import BadInputError
-
         unknown = sorted(set(shards) - set(states))
         if unknown:
             raise BadInputError(f"{table.uri}: no such shard: {', '.join(unknown)}")
@@ -166,31 +163,24 @@ def plan_merge(
             plan.blocked.append(blocked)
         per_shard.append((shard_id, compacted, refs))
     # Budgets: take generations round-robin across shards (oldest first in each shard) so a
-    # huge backlog in one shard cannot starve the others; every batch stays gap-free.
+    # huge backlog in one shard cannot starve the others. A shard stops at its first
+    # generation that does not fit, so every batch stays gap-free; the first generation of
+    # a run is always taken so that a single oversized generation still makes progress.
     taken: dict[str, list[GenerationRef]] = {sid: [] for sid, _, _ in per_shard}
     rows = size = 0
-    depth = 0
-    while True:
-        progressed = False
+    for depth in range(max((len(refs) for _, _, refs in per_shard), default=0)):
         for sid, _, refs in per_shard:
-            if depth >= len(refs):
+            if depth >= len(refs) or len(taken[sid]) != depth:
                 continue
             ref = refs[depth]
-            over_rows = max_rows is not None and rows > 0 and rows + ref.rows > max_rows
-            over_bytes = max_bytes is not None and size > 0 and size + ref.bytes > max_bytes
-            if over_rows or over_bytes:
+            first = rows == 0 and size == 0
+            if not first and max_rows is not None and rows + ref.rows > max_rows:
                 continue
-            if len(taken[sid]) != depth:  # an earlier generation of this shard was skipped
+            if not first and max_bytes is not None and size + ref.bytes > max_bytes:
                 continue
             taken[sid].append(ref)
             rows += ref.rows
             size += ref.bytes
-            progressed = True
-        depth += 1
-        if not progressed and all(depth >= len(refs) for _, _, refs in per_shard):
-            break
-        if not progressed and (max_rows is not None or max_bytes is not None):
-            break
     for sid, compacted, _ in per_shard:
         if taken[sid]:
             plan.shards.append(ShardMergePlan(sid, compacted, taken[sid]))
