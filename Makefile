@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[spark,airflow,test]"
+	@# The build leaves an egg-info beside the sources; with the repo root on sys.path
+	@# (pytest) Airflow would then see memwal-jobs twice and register its plugin twice.
+	@rm -rf memwal_jobs.egg-info
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         table = open_table(args.table, parse_storage_options(args.storage_option))
         for job in jobs:
-            options = {"grace_seconds": args.grace_seconds, "expire_versions": args.expire_versions} if job == "gc" else {}
+            options = (
+                {"grace_seconds": args.grace_seconds, "expire_versions": args.expire_versions} if job == "gc" else {}
+            )
             results[job] = run_action(job, table, engine="spark", **options)
             print(f"memwal {job}: {summary(job, results[job])}", file=sys.stderr)
             if results[job].get("blocked") and job == "merge":
@@ -67,8 +69,10 @@ def summary(job: str, doc: dict) -> str:
     if job == "catchup":
         return f"version {doc['version']}, " + ", ".join(f"{i['index_name']}={i['action']}" for i in doc["indexes"])
     if job == "gc":
-        return (f"{len(doc['deleted'])} generations and {doc['wal_entries_deleted']} WAL entries deleted, "
-                f"{doc['bytes_freed']} bytes freed, {len(doc['blocked'])} blocked")
+        return (
+            f"{len(doc['deleted'])} generations and {doc['wal_entries_deleted']} WAL entries deleted, "
+            f"{doc['bytes_freed']} bytes freed, {len(doc['blocked'])} blocked"
+        )
     return json.dumps({k: v for k, v in doc.items() if not isinstance(v, (list, dict))}, default=str)
 
 

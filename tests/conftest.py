@@ -9,6 +9,23 @@ import pytest
 from memwal.demo_data import Model, Workload, create_base_table, write_generations
 from memwal.table import Table, open_table
 
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """``memwal.cli.main`` configures our loggers for a process (own stderr handler, no
+    propagation); tests that call it in-process must not leave that to later tests."""
+    import logging
+
+    names = ("memwal", "jobs", "airflow_plugins")
+    saved = {
+        n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names
+    }
+    yield
+    for n, (handlers, level, propagate) in saved.items():
+        logger = logging.getLogger(n)
+        logger.handlers[:], logger.level, logger.propagate = handlers, level, propagate
+
+
 SMALL = Workload(base_rows=300, shards=3, generations=4, rows_per_generation=40, seed=1)
 
 
@@ -44,6 +61,11 @@ def spark():
     """One local-mode Spark session for the whole run (startup costs seconds)."""
     from jobs.spark_engine import local_session
 
+    import logging
+
+    # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
+    # after pytest closed the streams its handlers write to.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = local_session("memwal-tests")
     session.sparkContext.setLogLevel("ERROR")
     yield session

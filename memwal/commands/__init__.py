@@ -8,5 +8,6 @@ COMMAND_MODULES = [
     "snapshot",
     "scan",
     "verify",
+    "backfill",
     "demo_data",
 ]

@@ -1,0 +1,187 @@
+"""``MemWalHook``: a MemWAL table from an Airflow connection of type ``memwal``.
+
+The connection holds the table URI and its storage options (Lance's key names, the same
+ones ``memwal --storage-option`` takes):
+
+- ``host``: the table URI (``s3://bucket/prefix/table`` or a local path); ``extra.table``
+  works too (URIs do not always survive the connection-URI syntax).
+- ``extra.storage_options``: a JSON object of storage options.
+- ``login`` / ``password`` (optional): the object store's access key id and secret, kept
+  in Airflow's encrypted password field and shown masked by the UI; they become
+  ``aws_access_key_id`` / ``aws_secret_access_key`` unless the extras set those.
+
+Credentials never reach logs or rendered templates: every credential-like storage option
+is registered with Airflow's secrets masker as soon as it is read, storage options are
+never template fields, and operators pass them to Spark only as masked arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow.sdk import Asset, BaseHook
+
+from airflow_plugins.provider import CONN_TYPE
+
+# Substrings of storage-option keys whose values are credentials (Lance / object_store key names).
+SENSITIVE_KEY_PARTS = (
+    "secret",
+    "password",
+    "token",
+    "key",  # aws_access_key_id, azure_storage_account_key, google_service_account_key, sas_key ...
+    "credential",
+)
+
+MERGED_ASSET_GROUP = "asset"  # the group Airflow gives assets created through an alias
+
+
+def is_sensitive_option(key: str) -> bool:
+    k = key.lower()
+    return any(part in k for part in SENSITIVE_KEY_PARTS)
+
+
+def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
+    """Register every credential-like storage option value with Airflow's secrets masker."""
+    if not storage_options:
+        return
+    from airflow.sdk.log import mask_secret
+
+    for key, value in storage_options.items():
+        text = str(value)
+        # flags such as bucket_key_enabled=true are not secrets (and masking "true" would garble every log)
+        if text and is_sensitive_option(str(key)) and text.lower() not in ("true", "false") and not text.isdigit():
+            mask_secret(text)
+
+
+def redacted(storage_options: dict[str, Any] | None) -> dict[str, str]:
+    """Storage options safe to print: credential values replaced by ``***``."""
+    return {k: ("***" if is_sensitive_option(k) else str(v)) for k, v in (storage_options or {}).items()}
+
+
+def table_asset(table_uri: str) -> Asset:
+    """The Airflow Asset that stands for "merged data of this MemWAL table".
+
+    An event is emitted on it (through an ``AssetAlias``, see ``MemWalMergeOperator``)
+    each time a merge commits, so downstream DAGs can use ``schedule=[table_asset(uri)]``.
+    The URI keeps the table's location under a ``memwal+`` scheme (``memwal+s3://b/p``,
+    ``memwal+file:///data/t``) so it never collides with an asset for the raw files.
+    """
+    uri = table_uri.rstrip("/") or table_uri
+    if "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        asset_uri = f"memwal+{scheme.lower()}://{rest}"
+    else:
+        import os
+
+        asset_uri = f"memwal+file://{os.path.abspath(uri)}"
+    return Asset(name=f"memwal:{uri}", uri=asset_uri, group=MERGED_ASSET_GROUP)
+
+
+def _coerce_storage_options(value: Any, where: str) -> dict[str, str]:
+    if value in (None, ""):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: storage_options is not a JSON object") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: storage_options must be an object of KEY: VALUE")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+class MemWalHook(BaseHook):
+    """A MemWAL table resolved from a ``memwal`` connection, explicit arguments, or both.
+
+    :param memwal_conn_id: connection of type ``memwal`` (optional when ``table`` is given).
+    :param table: table URI; overrides the connection's.
+    :param storage_options: storage options; override the connection's key by key.
+    """
+
+    conn_name_attr = "memwal_conn_id"
+    default_conn_name = "memwal_default"
+    conn_type = CONN_TYPE
+    hook_name = "MemWAL table"
+
+    def __init__(
+        self,
+        memwal_conn_id: str | None = None,
+        *,
+        table: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.memwal_conn_id = memwal_conn_id
+        self._table = table
+        self._storage_options = dict(storage_options or {})
+        self._resolved: tuple[str, dict[str, str]] | None = None
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden-fields": ["schema", "port"],
+            "relabeling": {"host": "Table URI", "login": "Access key id", "password": "Secret access key"},
+            "placeholders": {
+                "host": "s3://bucket/prefix/table or /path/to/table",
+                "extra": '{"storage_options": {"aws_region": "us-east-1"}}',
+            },
+        }
+
+    # -- resolution ---------------------------------------------------------------
+    @staticmethod
+    def from_connection(conn: Any) -> tuple[str | None, dict[str, str]]:
+        """Table URI and storage options held by a connection object."""
+        extra = conn.extra_dejson or {}
+        uri = extra.get("table") or conn.host or None
+        options = _coerce_storage_options(extra.get("storage_options"), f"connection {conn.conn_id!r}")
+        if conn.login and "aws_access_key_id" not in options:
+            options["aws_access_key_id"] = conn.login
+        if conn.password and "aws_secret_access_key" not in options:
+            options["aws_secret_access_key"] = conn.password
+        return uri, options
+
+    def resolve(self) -> tuple[str, dict[str, str]]:
+        """``(table_uri, storage_options)``, with every credential registered for masking."""
+        if self._resolved is None:
+            uri, options = None, {}
+            if self.memwal_conn_id:
+                uri, options = self.from_connection(self.get_connection(self.memwal_conn_id))
+            options.update({str(k): str(v) for k, v in self._storage_options.items()})
+            uri = self._table or uri
+            if not uri:
+                raise ValueError(
+                    "no MemWAL table: give `table` or a memwal connection whose host (or extra.table) is the table URI"
+                )
+            mask_storage_options(options)
+            self._resolved = (uri, options)
+        return self._resolved
+
+    @property
+    def table_uri(self) -> str:
+        return self.resolve()[0]
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return dict(self.resolve()[1])
+
+    def get_conn(self):
+        """The opened ``memwal.table.Table`` (validated: a Lance table with a MemWAL index)."""
+        from memwal.table import open_table
+
+        uri, options = self.resolve()
+        return open_table(uri, options)
+
+    def status(self):
+        """``memwal.status.table_status`` of the table (manifests only, never generation data)."""
+        from memwal.status import table_status
+
+        return table_status(self.get_conn())
+
+    def test_connection(self) -> tuple[bool, str]:
+        try:
+            st = self.status()
+        except Exception as exc:  # noqa: BLE001 - reported to the UI, not raised
+            return False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return True, f"{st.table}: version {st.version}, {len(st.shards)} shards, {st.unmerged_generations} unmerged"

@@ -1,0 +1,41 @@
+"""``MemWalPlugin``: registered through the ``airflow.plugins`` entry point.
+
+Airflow 3 imports operators, sensors and hooks as ordinary modules (they are listed in
+the provider metadata, ``airflow_plugins.provider``); the plugin adds Jinja macros so DAG
+authors can name a table's merged-data Asset and redact storage options in templates:
+
+    {{ macros.memwal.asset_uri("s3://bucket/events") }}
+"""
+
+from __future__ import annotations
+
+try:  # the Task SDK's class when present; Airflow checks plugins by class name either way
+    from airflow.sdk.plugins_manager import AirflowPlugin
+except ImportError:  # pragma: no cover - older layouts
+    from airflow.plugins_manager import AirflowPlugin
+
+
+def asset_uri(table: str) -> str:
+    """URI of the Asset that receives an event each time a merge of ``table`` commits."""
+    from airflow_plugins.hooks import table_asset
+
+    return table_asset(table).uri
+
+
+def asset_name(table: str) -> str:
+    """Name of that Asset."""
+    from airflow_plugins.hooks import table_asset
+
+    return table_asset(table).name
+
+
+def redact_storage_options(storage_options: dict) -> dict:
+    """Storage options with credential values replaced by ``***`` (safe to render)."""
+    from airflow_plugins.hooks import redacted
+
+    return redacted(storage_options)
+
+
+class MemWalPlugin(AirflowPlugin):
+    name = "memwal"
+    macros = [asset_uri, asset_name, redact_storage_options]

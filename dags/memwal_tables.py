@@ -1,0 +1,259 @@
+"""One maintenance DAG per MemWAL table, generated from the config file named by ``MEMWAL_CONFIG``.
+
+For each table ``<name>`` of the config (YAML or JSON; see ``memwal_tables.example.yaml``):
+
+- ``memwal_<name>``: on the table's schedule, merge, then index catch-up, then snapshot
+  refresh, then GC (the table's GC policy); ``max_active_runs=1``, retries with
+  exponential backoff (a held lease is retried, bad input is not). Each merge that commits
+  emits an event on the table's Asset (``airflow_plugins.hooks.table_asset``) through the
+  alias ``memwal-merged:<name>``, so downstream DAGs with ``schedule=[table_asset(uri)]``
+  run on fresh data.
+- ``memwal_<name>_lag`` (unless ``lag: false``): every few minutes a ``MergeLagSensor``
+  waits (deferrable by default) for the merge lag to reach a threshold and then triggers
+  an early run of ``memwal_<name>`` and waits for it, so early runs never pile up.
+
+Without ``MEMWAL_CONFIG`` this file defines no DAG. A config error is raised at import, so
+Airflow shows it as an import error of this file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG
+
+from airflow_plugins.operators import OPERATORS
+from airflow_plugins.sensors import MergeLagSensor
+
+CONFIG_ENV = "MEMWAL_CONFIG"
+JOBS = ("merge", "catchup", "snapshot", "gc")
+START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
+
+DEFAULTS: dict[str, Any] = {
+    "schedule": "@hourly",
+    "engine": "local",
+    "jobs": list(JOBS),
+    "retries": 3,
+    "retry_delay_seconds": 60,
+    "retry_backoff": 2.0,
+    "max_retry_delay_seconds": 1800,
+    "execution_timeout_seconds": None,
+    "spark": {"conn_id": "spark_default", "conf": {}, "env": {}, "submit": {}},
+    "merge": {},
+    "catchup": {},
+    "gc": {},
+    "lag": {
+        "schedule": "*/5 * * * *",
+        "max_unmerged_generations": 64,
+        "max_unmerged_bytes": None,
+        "max_oldest_age_seconds": None,
+        "poke_interval": 30,
+        "timeout_seconds": 240,
+        "deferrable": True,
+    },
+    "tags": [],
+}
+TABLE_KEYS = {"name", "table", "conn_id", "storage_options", *DEFAULTS}
+JOB_OPTIONS = {
+    "merge": {"shards", "max_generations", "max_rows", "max_bytes"},
+    "catchup": {"indexes", "max_deltas", "max_unindexed_fraction"},
+    "gc": {"grace_seconds", "expire_versions", "orphans", "orphan_age_seconds", "audit"},
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Read the YAML or JSON config file (JSON is read by the YAML parser too)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{CONFIG_ENV}={path}: cannot read the config: {exc}") from exc
+    try:
+        if path.endswith(".json"):
+            doc = json.loads(text)
+        else:
+            import yaml
+
+            doc = yaml.safe_load(text)
+    except Exception as exc:  # noqa: BLE001 - a parse error of any kind is a config error
+        raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("tables"), list):
+        raise ConfigError(f"{path}: expected a mapping with a `tables` list")
+    return doc
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in (override or {}).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def table_name(uri: str) -> str:
+    base = uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+    return re.sub(r"\.lance$", "", base)
+
+
+def table_specs(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each table's settings: built-in defaults, then the config's ``defaults``, then the table's own."""
+    defaults = _merge(DEFAULTS, config.get("defaults") or {})
+    specs, seen = [], set()
+    for i, entry in enumerate(config["tables"]):
+        where = f"tables[{i}]"
+        if isinstance(entry, str):
+            entry = {"table": entry}
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a mapping or a table URI")
+        unknown = sorted(set(entry) - TABLE_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}")
+        spec = _merge(defaults, entry)
+        if not spec.get("table"):
+            raise ConfigError(f"{where}: `table` (the table URI) is required")
+        spec["name"] = str(spec.get("name") or table_name(spec["table"]))
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", spec["name"]):
+            raise ConfigError(f"{where}: name {spec['name']!r} may only have letters, digits, _ . -")
+        if spec["name"] in seen:
+            raise ConfigError(f"{where}: two tables named {spec['name']!r} (set `name`)")
+        seen.add(spec["name"])
+        if spec["engine"] not in ("local", "spark"):
+            raise ConfigError(f"{where}: engine must be local or spark, not {spec['engine']!r}")
+        bad_jobs = [j for j in spec["jobs"] if j not in JOBS]
+        if bad_jobs or not spec["jobs"]:
+            raise ConfigError(f"{where}: jobs must be a non-empty subset of {', '.join(JOBS)}")
+        for job, allowed in JOB_OPTIONS.items():
+            extra = sorted(set(spec.get(job) or {}) - allowed)
+            if extra:
+                raise ConfigError(f"{where}: unknown {job} options {', '.join(extra)}")
+        if not isinstance(spec.get("storage_options") or {}, dict):
+            raise ConfigError(f"{where}: storage_options must be a mapping")
+        specs.append(spec)
+    return specs
+
+
+def _default_args(spec: dict[str, Any]) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "owner": "memwal",
+        "retries": int(spec["retries"]),
+        "retry_delay": timedelta(seconds=float(spec["retry_delay_seconds"])),
+        "retry_exponential_backoff": float(spec["retry_backoff"] or 0),
+        "max_retry_delay": timedelta(seconds=float(spec["max_retry_delay_seconds"])),
+    }
+    if spec.get("execution_timeout_seconds"):
+        args["execution_timeout"] = timedelta(seconds=float(spec["execution_timeout_seconds"]))
+    return args
+
+
+def _table_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "table": spec["table"],
+        "memwal_conn_id": spec.get("conn_id"),
+        "storage_options": dict(spec.get("storage_options") or {}),
+    }
+
+
+def build_table_dags(spec: dict[str, Any]) -> list[DAG]:
+    name = spec["name"]
+    main_id = f"memwal_{name}"
+    spark = spec["spark"] or {}
+    common = {
+        **_table_kwargs(spec),
+        "engine": spec["engine"],
+        "spark_conn_id": spark.get("conn_id") or "spark_default",
+        "spark_conf": spark.get("conf") or {},
+        "spark_env": spark.get("env") or {},
+        "spark_submit_kwargs": spark.get("submit") or {},
+    }
+    tags = ["memwal", *spec.get("tags", [])]
+    dags = []
+    with DAG(
+        dag_id=main_id,
+        description=f"MemWAL maintenance of {spec['table']}",
+        schedule=spec["schedule"],
+        start_date=START_DATE,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(spec),
+        tags=tags,
+        doc_md=f"Maintenance of `{spec['table']}`: {' → '.join(spec['jobs'])}. Generated by `memwal_tables.py`.",
+    ) as main:
+        previous = None
+        for job in JOBS:
+            if job not in spec["jobs"]:
+                continue
+            options = dict(spec.get(job) or {})
+            if job == "merge":
+                options["asset_alias"] = f"memwal-merged:{name}"
+            task = OPERATORS[job](task_id=job, **common, **options)
+            if previous is not None:
+                previous >> task
+            previous = task
+    dags.append(main)
+
+    lag = spec.get("lag")
+    if lag:
+        from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+        thresholds = {
+            k: lag.get(k) for k in ("max_unmerged_generations", "max_unmerged_bytes", "max_oldest_age_seconds")
+        }
+        if all(v is None for v in thresholds.values()):
+            raise ConfigError(f"table {name}: lag needs at least one threshold (or `lag: false`)")
+        deferrable = bool(lag.get("deferrable", True))
+        with DAG(
+            dag_id=f"{main_id}_lag",
+            description=f"early merges of {spec['table']} when its merge lag passes a threshold",
+            schedule=lag["schedule"],
+            start_date=START_DATE,
+            catchup=False,
+            max_active_runs=1,
+            default_args={"owner": "memwal", "retries": 0},
+            tags=[*tags, "memwal-lag"],
+        ) as lag_dag:
+            sensor = MergeLagSensor(
+                task_id="wait_for_lag",
+                **_table_kwargs(spec),
+                **thresholds,
+                poke_interval=float(lag["poke_interval"]),
+                timeout=float(lag["timeout_seconds"]),
+                mode="poke" if deferrable else "reschedule",
+                deferrable=deferrable,
+                soft_fail=True,  # no lag within this window: skipped, not failed
+            )
+            trigger = TriggerDagRunOperator(
+                task_id="trigger_early_merge",
+                trigger_dag_id=main_id,
+                conf={"reason": "merge lag"},
+                wait_for_completion=True,  # one early run at a time: nothing piles up behind max_active_runs
+                poke_interval=int(lag["poke_interval"]),
+                allowed_states=["success"],
+                failed_states=["failed"],
+                deferrable=deferrable,
+            )
+            sensor >> trigger
+        dags.append(lag_dag)
+    return dags
+
+
+def build_dags(config: dict[str, Any]) -> dict[str, DAG]:
+    out: dict[str, DAG] = {}
+    for spec in table_specs(config):
+        for d in build_table_dags(spec):
+            out[d.dag_id] = d
+    return out
+
+
+if os.environ.get(CONFIG_ENV):
+    globals().update(build_dags(load_config(os.environ[CONFIG_ENV])))

@@ -1,0 +1,317 @@
+"""Backfills: the maintenance jobs over many tables, resumable.
+
+``run_backfill(tables, jobs, ...)`` runs, for each table, the chosen jobs in the canonical
+order (merge, catchup, snapshot, gc) through ``memwal.actions.run_action``, the same call
+as the CLI and the Airflow operators. Tables run concurrently (``concurrency`` threads);
+a table's jobs run one after the other, and the first failure stops that table (its later
+jobs are reported as not run) without stopping the others.
+
+Resumability: every finished (table, job) pair is recorded in a JSON state file as soon
+as it finishes; a rerun skips recorded pairs unless ``restart``. A failed job is never
+recorded, so a rerun retries it (and the jobs after it).
+
+No Airflow, no Spark import here: the CLI (``memwal backfill``) adds progress and output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memwal.errors import BadInputError, MemWalError
+
+JOB_ORDER = ("merge", "catchup", "snapshot", "gc")
+DEFAULT_STATE_FILE = os.path.join(".memwal-backfill", "state.json")
+STATE_FORMAT = 1
+
+# statuses of one (table, job)
+DONE, SKIPPED, FAILED, NOT_RUN = "done", "skipped", "failed", "not-run"
+
+
+def parse_jobs(text: str | Sequence[str] | None) -> list[str]:
+    """``"merge,gc"`` -> ``["merge", "gc"]`` in canonical order; unknown names are bad input."""
+    if text is None:
+        return list(JOB_ORDER)
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names = {s.strip() for s in items if s.strip()}
+    unknown = sorted(names - set(JOB_ORDER))
+    if unknown:
+        raise BadInputError(f"unknown job {', '.join(unknown)}: expected some of {','.join(JOB_ORDER)}")
+    if not names:
+        raise BadInputError("no job given")
+    return [j for j in JOB_ORDER if j in names]
+
+
+def read_tables_file(path: str) -> list[str]:
+    """One table URI per line; blank lines and ``#`` comments are ignored; ``-`` is stdin."""
+    try:
+        if path == "-":
+            import sys
+
+            text = sys.stdin.read()
+        else:
+            with open(path) as f:
+                text = f.read()
+    except OSError as exc:
+        raise BadInputError(f"--tables-file {path}: {exc.strerror or exc}") from exc
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            out.append(line)
+    return out
+
+
+def table_key(uri: str) -> str:
+    """The identity of a table in the state file: URIs as given, local paths made absolute."""
+    uri = uri.strip()
+    if "://" in uri:
+        return uri.rstrip("/")
+    return os.path.abspath(uri)
+
+
+def unique_tables(tables: Sequence[str]) -> list[str]:
+    seen, out = set(), []
+    for t in tables:
+        key = table_key(t)
+        if key not in seen:
+            seen.add(key)
+            out.append(t.strip())
+    return out
+
+
+class BackfillState:
+    """Finished (table, job) pairs, persisted atomically after every change."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self.finished: dict[str, dict[str, dict[str, Any]]] = {}
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+                if doc.get("format") != STATE_FORMAT or not isinstance(doc.get("finished"), dict):
+                    raise ValueError("not a memwal backfill state file")
+                self.finished = doc["finished"]
+            except (OSError, ValueError, AttributeError) as exc:
+                raise BadInputError(f"state file {path}: unreadable ({exc}); fix it or pass --restart") from exc
+
+    def is_done(self, table: str, job: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self.finished.get(table_key(table), {}).get(job)
+
+    def mark_done(self, table: str, job: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            self.finished.setdefault(table_key(table), {})[job] = record
+            self._save()
+
+    def forget(self, tables: Sequence[str]) -> None:
+        with self._lock:
+            for t in tables:
+                self.finished.pop(table_key(t), None)
+            self._save()
+
+    def _save(self) -> None:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".state-", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": STATE_FORMAT, "finished": self.finished}, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+@dataclass
+class JobRun:
+    table: str
+    job: str
+    status: str
+    seconds: float = 0.0
+    summary: str = ""
+    error: str | None = None
+    exit_code: int | None = None
+    result: dict[str, Any] | None = None
+
+
+@dataclass
+class TableRun:
+    table: str
+    jobs: list[JobRun] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(j.status == FAILED for j in self.jobs)
+
+    @property
+    def error(self) -> str | None:
+        return next((f"{j.job}: {j.error}" for j in self.jobs if j.status == FAILED), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "status": "failed" if self.failed else "ok",
+            "error": self.error,
+            "jobs": [asdict(j) for j in self.jobs],
+        }
+
+
+@dataclass
+class BackfillReport:
+    jobs: list[str]
+    tables: list[TableRun]
+    state_file: str
+    seconds: float = 0.0
+
+    @property
+    def failed_tables(self) -> list[TableRun]:
+        return [t for t in self.tables if t.failed]
+
+    def counts(self) -> dict[str, int]:
+        out = {DONE: 0, SKIPPED: 0, FAILED: 0, NOT_RUN: 0}
+        for t in self.tables:
+            for j in t.jobs:
+                out[j.status] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "state_file": self.state_file,
+            "seconds": round(self.seconds, 3),
+            "summary": {"tables": len(self.tables), "tables_failed": len(self.failed_tables), **self.counts()},
+            "failed_tables": [t.table for t in self.failed_tables],
+            "tables": [t.to_json() for t in self.tables],
+        }
+
+
+def summarize(job: str, doc: dict[str, Any]) -> str:
+    """One short phrase for a job's result document (the summary table's cell)."""
+    if job == "merge":
+        if doc.get("version") is None:
+            return "nothing to merge"
+        gens = sum(s["to_generation"] - s["from_generation"] + 1 for s in doc.get("shards", []))
+        return f"v{doc['version']}: {gens} generations"
+    if job == "catchup":
+        if not doc.get("indexes"):
+            return "no index to catch up"
+        state = "recorded" if doc.get("all_recorded") else "not all recorded"
+        return f"v{doc['version']}: {len(doc['indexes'])} indexes {state}" if doc.get("version") else state
+    if job == "snapshot":
+        return f"v{doc['version']}" if doc.get("version") is not None else "unchanged"
+    if job == "gc":
+        return f"{len(doc.get('deleted', []))} deleted, {len(doc.get('blocked', []))} blocked"
+    return "done"
+
+
+def _merge_gap(doc: dict[str, Any]) -> str | None:
+    blocked = doc.get("blocked") or []
+    if not blocked:
+        return None
+    return "; ".join(f"shard {b['shard_id']} stopped at generation {b['generation']}: {b['reason']}" for b in blocked)
+
+
+Runner = Callable[..., dict[str, Any]]
+Progress = Callable[[str, JobRun], None]
+
+
+def _run_job(
+    runner: Runner, table: str, job: str, storage_options: dict[str, str], engine: str, options: dict[str, Any]
+) -> JobRun:
+    started = time.monotonic()
+    run = JobRun(table=table, job=job, status=DONE)
+    try:
+        doc = runner(job, table, storage_options, engine=engine, dry_run=False, **options)
+        run.result = json.loads(json.dumps(doc, default=str))
+        gap = _merge_gap(doc) if job == "merge" else None
+        if gap:
+            run.status, run.error, run.exit_code = FAILED, gap, 1
+        else:
+            run.summary = summarize(job, doc)
+    except MemWalError as exc:
+        run.status, run.error, run.exit_code = FAILED, str(exc).strip() or type(exc).__name__, exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
+        text = (str(exc).strip().splitlines() or [""])[0]
+        run.status, run.error, run.exit_code = FAILED, f"{type(exc).__name__}: {text}".rstrip(": "), 1
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def run_backfill(
+    tables: Sequence[str],
+    jobs: Sequence[str],
+    *,
+    storage_options: dict[str, str] | None = None,
+    engine: str = "local",
+    concurrency: int = 1,
+    state: BackfillState | None = None,
+    restart: bool = False,
+    job_options: dict[str, dict[str, Any]] | None = None,
+    progress: Progress | None = None,
+    runner: Runner | None = None,
+) -> BackfillReport:
+    """Run ``jobs`` over ``tables``; see the module docstring. ``progress(event, job_run)``
+    is called with ``"start"`` and ``"end"`` from worker threads."""
+    if runner is None:
+        from memwal.actions import run_action as runner
+    if concurrency < 1:
+        raise BadInputError("--concurrency must be at least 1")
+    tables = unique_tables(tables)
+    if not tables:
+        raise BadInputError("no table given")
+    jobs = parse_jobs(list(jobs))
+    state = state or BackfillState(DEFAULT_STATE_FILE)
+    if restart:
+        state.forget(tables)
+    options = job_options or {}
+    notify = progress or (lambda event, run: None)
+    started = time.monotonic()
+
+    def one_table(table: str) -> TableRun:
+        out = TableRun(table=table)
+        stopped_by: str | None = None
+        for job in jobs:
+            if stopped_by:
+                run = JobRun(table, job, NOT_RUN, error=f"not run: {stopped_by} failed")
+                out.jobs.append(run)
+                notify("end", run)
+                continue
+            record = state.is_done(table, job)
+            if record is not None:
+                earlier = record.get("summary") or ""
+                summary = f"finished earlier ({earlier})" if earlier else "finished earlier"
+                run = JobRun(table, job, SKIPPED, summary=summary)
+                out.jobs.append(run)
+                notify("end", run)
+                continue
+            notify("start", JobRun(table, job, "running"))
+            run = _run_job(runner, table, job, dict(storage_options or {}), engine, options.get(job, {}))
+            if run.status == DONE:
+                state.mark_done(
+                    table,
+                    job,
+                    {"finished_at": time.time(), "summary": run.summary, "version": (run.result or {}).get("version")},
+                )
+            else:
+                stopped_by = job
+            out.jobs.append(run)
+            notify("end", run)
+        return out
+
+    if concurrency == 1 or len(tables) == 1:
+        results = [one_table(t) for t in tables]
+    else:
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(tables)), thread_name_prefix="backfill") as pool:
+            results = list(pool.map(one_table, tables))
+    return BackfillReport(jobs=jobs, tables=results, state_file=state.path, seconds=time.monotonic() - started)

@@ -1,0 +1,230 @@
+"""``memwal backfill (TABLE... | --tables-file F) [--jobs merge,catchup,snapshot,gc] [--concurrency N] [--json]``.
+
+Runs the chosen jobs over many tables (``memwal.backfill``): progress bars on a terminal
+(plain lines when stderr is not one), then a summary table, or the JSON document with
+``--json``. Resumable: finished (table, job) pairs are recorded in ``--state-file`` and
+skipped by a rerun unless ``--restart``. Exit 1 when any table failed, naming each on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from typing import Any
+
+from memwal.backfill import (
+    DEFAULT_STATE_FILE,
+    DONE,
+    FAILED,
+    JOB_ORDER,
+    NOT_RUN,
+    SKIPPED,
+    BackfillReport,
+    BackfillState,
+    JobRun,
+    parse_jobs,
+    read_tables_file,
+    run_backfill,
+    unique_tables,
+)
+from memwal.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_engine,
+    common_options,
+    emit,
+    non_negative_float,
+    positive_int,
+)
+from memwal.errors import BadInputError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    help_text = "run maintenance jobs over many tables, resumably"
+    p = sub.add_parser("backfill", parents=[common_options()], help=help_text, description=help_text)
+    p.add_argument("tables", metavar="TABLE", nargs="*", help="table URIs (local paths or s3://bucket/prefix)")
+    p.add_argument("--tables-file", metavar="F", help="file with one table URI per line (# comments; - for stdin)")
+    p.add_argument(
+        "--jobs",
+        default=",".join(JOB_ORDER),
+        metavar="LIST",
+        help="comma-separated jobs, run in the order merge, catchup, snapshot, gc (default: all)",
+    )
+    p.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="tables processed at once")
+    p.add_argument(
+        "--state-file",
+        default=DEFAULT_STATE_FILE,
+        metavar="PATH",
+        help=f"where finished (table, job) pairs are recorded (default {DEFAULT_STATE_FILE})",
+    )
+    p.add_argument("--restart", action="store_true", help="forget the recorded progress of these tables first")
+    p.add_argument(
+        "--grace-seconds",
+        type=non_negative_float,
+        metavar="S",
+        help="gc reader grace period after the merge commit (default 600)",
+    )
+    add_engine(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    tables = list(args.tables)
+    if args.tables_file:
+        tables += read_tables_file(args.tables_file)
+    tables = unique_tables(tables)
+    if not tables:
+        raise BadInputError("no table given: pass TABLE arguments or --tables-file")
+    jobs = parse_jobs(args.jobs)
+    state = BackfillState(args.state_file) if not args.restart else _fresh_state(args.state_file)
+    job_options: dict[str, dict[str, Any]] = {}
+    if args.grace_seconds is not None:
+        job_options["gc"] = {"grace_seconds": args.grace_seconds}
+    if not args.debug:  # per-job lease/commit logs would drown the progress display
+        for name in ("memwal", "jobs"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+    display = RichProgress(len(tables) * len(jobs)) if sys.stderr.isatty() else PlainProgress(len(tables) * len(jobs))
+    with display:
+        report = run_backfill(
+            tables,
+            jobs,
+            storage_options=args.storage_options,
+            engine=args.engine,
+            concurrency=args.concurrency,
+            state=state,
+            restart=args.restart,
+            job_options=job_options,
+            progress=display.update,
+        )
+    emit(args, report.to_json(), lambda: render(report))
+    for t in report.failed_tables:
+        print(f"memwal: error: backfill of {t.table} failed: {t.error}", file=sys.stderr)
+    if report.failed_tables:
+        names = ", ".join(t.table for t in report.failed_tables)
+        print(
+            f"memwal: error: {len(report.failed_tables)} of {len(report.tables)} tables failed: {names}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _fresh_state(path: str) -> BackfillState:
+    """``--restart`` must work even over an unreadable state file (it is what the error suggests)."""
+    try:
+        return BackfillState(path)
+    except BadInputError:
+        import os
+
+        os.replace(path, path + ".corrupt")
+        return BackfillState(path)
+
+
+# -- progress ---------------------------------------------------------------------------
+class PlainProgress:
+    """One line per finished job on stderr (logs, CI, pipes)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.count = total, 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, event: str, run: JobRun) -> None:
+        if event != "end":
+            return
+        with self._lock:
+            self.count += 1
+            detail = run.error if run.status in (FAILED, NOT_RUN) else run.summary
+            took = f" in {run.seconds:.1f}s" if run.status in (DONE, FAILED) else ""
+            print(
+                f"memwal backfill: [{self.count}/{self.total}] {run.table} {run.job}: {run.status}{took}"
+                + (f" ({detail})" if detail else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+class RichProgress:
+    """An overall bar plus one spinner line per running job, on a terminal."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(file=sys.stderr),
+            transient=False,
+        )
+        self.overall = self.progress.add_task("backfill", total=total)
+        self.running: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> RichProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self, event: str, run: JobRun) -> None:
+        with self._lock:
+            key = (run.table, run.job)
+            if event == "start":
+                self.running[key] = self.progress.add_task(f"  {run.table} {run.job}", total=None)
+                return
+            task = self.running.pop(key, None)
+            if task is not None:
+                self.progress.remove_task(task)
+            if run.status == FAILED:
+                self.progress.console.print(f"[red]failed[/red] {run.table} {run.job}: {run.error}")
+            self.progress.advance(self.overall)
+
+
+# -- summary ----------------------------------------------------------------------------
+_CELL = {DONE: "done", SKIPPED: "skipped", FAILED: "FAILED", NOT_RUN: "not run"}
+
+
+def render(report: BackfillReport) -> str:
+    header = ["table", *report.jobs, "time"]
+    rows = [header]
+    for t in report.tables:
+        by_job = {j.job: j for j in t.jobs}
+        cells = [t.table]
+        for job in report.jobs:
+            j = by_job.get(job)
+            if j is None:
+                cells.append("-")
+                continue
+            cell = _CELL.get(j.status, j.status)
+            if j.status == DONE and j.summary:
+                cell += f" ({j.summary})"
+            cells.append(cell)
+        cells.append(f"{sum(j.seconds for j in t.jobs):.1f}s")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    c = report.counts()
+    failed = report.failed_tables
+    lines.append(
+        f"{len(report.tables) - len(failed)} of {len(report.tables)} tables ok; jobs: {c[DONE]} done, "
+        f"{c[SKIPPED]} skipped (finished earlier), {c[FAILED]} failed, {c[NOT_RUN]} not run; "
+        f"{report.seconds:.1f}s; state {report.state_file}"
+    )
+    for t in failed:
+        lines.append(f"FAILED {t.table}: {t.error}")
+    if c[SKIPPED]:
+        lines.append("(a rerun skips finished jobs; --restart runs them again)")
+    return "\n".join(lines)

@@ -1,0 +1,541 @@
+"""The Airflow integration against real tables: DAG files, `airflow dags test`, operators
+(local and Spark engines), sensors in poke and deferrable mode, the trigger, the hook,
+secrets masking and the plugin/provider registration."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+# Airflow reads its configuration at first import: keep it away from ~/airflow.
+_IN_PROCESS_HOME = tempfile.mkdtemp(prefix="memwal-airflow-home-")
+atexit.register(shutil.rmtree, _IN_PROCESS_HOME, True)
+os.environ.setdefault("AIRFLOW_HOME", _IN_PROCESS_HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+from airflow.sdk import AssetAlias  # noqa: E402
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred  # noqa: E402
+from airflow.sdk.execution_time.context import OutletEventAccessors  # noqa: E402
+
+from airflow_plugins.hooks import MemWalHook, table_asset  # noqa: E402
+from airflow_plugins.operators import (  # noqa: E402
+    MemWalCatchupOperator,
+    MemWalGcOperator,
+    MemWalMergeOperator,
+    MemWalSnapshotOperator,
+)
+from airflow_plugins.sensors import MergedGenerationSensor, MergeLagSensor  # noqa: E402
+from airflow_plugins.triggers import MemWalStatusTrigger  # noqa: E402
+from memwal.catchup import run_catchup  # noqa: E402
+from memwal.demo_data import shard_ids_for  # noqa: E402
+from memwal.lease import Lease  # noqa: E402
+from memwal.merge import run_merge  # noqa: E402
+from memwal.shard_manifests import all_shard_manifests, list_generation_dirs  # noqa: E402
+from tests.conftest import SMALL, table_rows  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DAGS = ROOT / "dags"
+VENV_BIN = Path(sys.executable).parent
+SECRET = "memwal-test-secret-0123456789"
+
+
+class FakeTI:
+    def __init__(self) -> None:
+        self.xcom: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.xcom[key] = value
+
+
+def context() -> dict:
+    return {"ti": FakeTI(), "outlet_events": OutletEventAccessors(), "params": {}}
+
+
+def alias_events(ctx: dict, name: str = "memwal-merged") -> list:
+    return ctx["outlet_events"][AssetAlias(name)].asset_alias_events
+
+
+def progress(table) -> dict[str, int]:
+    return dict(table.manifest().compacted)
+
+
+# -- a real Airflow home with a migrated SQLite metadata database ---------------------------
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = dict(os.environ)
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    env.pop("MEMWAL_CONFIG", None)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(f"airflow db migrate took {time.monotonic() - started:.1f}s")
+    return env, home
+
+
+def airflow_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def db_rows(home: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(home / "airflow.db") as db:
+        return db.execute(sql).fetchall()
+
+
+def xcom_value(home: Path, dag_id: str, task_id: str):
+    rows = db_rows(
+        home, f"select value from xcom where dag_id='{dag_id}' and task_id='{task_id}' and key='return_value'"
+    )
+    assert len(rows) == 1
+    value = json.loads(rows[0][0])
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def test_airflow_dags_test_memwal_maintenance_merges_and_catches_up(airflow_env, make_table):
+    env, home = airflow_env
+    table, model = make_table()
+    before = {s: set(list_generation_dirs(table.store, s).values()) for s in shard_ids_for(SMALL)}
+    conf = {"table": table.uri, "storage_options": {"aws_secret_access_key": SECRET}, "engine": "local"}
+    proc = airflow_cli(env, "dags", "test", "memwal_maintenance", "-c", json.dumps(conf))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "state=success" in out
+
+    # merged, caught up, snapshot refreshed
+    m = table.manifest()
+    assert m.compacted == {s: 4 for s in shard_ids_for(SMALL)}
+    assert m.index_catchup == {"id_idx": m.compacted, "vec_idx": m.compacted}
+    assert table_rows(table) == model.sorted_rows()
+    assert m.mem_wal.snapshot_ts_millis > 0
+
+    # GC ran with the default 600 s grace: nothing deleted, and the grace period is why
+    gc = xcom_value(home, "memwal_maintenance", "gc")
+    assert gc["deleted"] == [] and gc["wal_entries_deleted"] == 0
+    assert len(gc["blocked"]) == 12
+    assert all("grace-period" in (b.get("reasons") or [b["reason"]]) for b in gc["blocked"])
+    assert {s: set(list_generation_dirs(table.store, s).values()) for s in shard_ids_for(SMALL)} == before
+
+    # every task's JSON result went to XCom; the merge emitted one Asset event (via the alias)
+    merge = xcom_value(home, "memwal_maintenance", "merge")
+    assert merge["version"] is not None and merge["blocked"] == []
+    assert xcom_value(home, "memwal_maintenance", "catchup")["all_recorded"] is True
+    asset = table_asset(table.uri)
+    events = db_rows(
+        home,
+        "select e.extra from asset_event e join asset a on a.id = e.asset_id "
+        f"where a.uri = '{asset.uri}' and a.name = '{asset.name}'",
+    )
+    assert len(events) == 1 and json.loads(events[0][0])["version"] == merge["version"]
+
+    # the credential never reached the logs, the rendered templates or the serialized DAG
+    assert SECRET not in out
+    for sql in ("select rendered_fields from rendered_task_instance_fields", "select data from serialized_dag"):
+        assert all(SECRET not in str(r) for r in db_rows(home, sql))
+
+
+def test_config_generated_dag_runs_with_its_gc_policy(airflow_env, make_table, tmp_path):
+    env, home = airflow_env
+    table, model = make_table(name="events")
+    config = tmp_path / "memwal.yaml"
+    config.write_text(
+        f"tables:\n  - table: {table.uri}\n    schedule: null\n    lag: false\n"
+        "    gc: {grace_seconds: 0, expire_versions: 0}\n"
+    )
+    proc = airflow_cli({**env, "MEMWAL_CONFIG": str(config)}, "dags", "test", "memwal_events")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert table_rows(table) == model.sorted_rows()
+    # grace 0 and expired versions: GC deleted every merged, caught-up generation
+    assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
+    events = db_rows(
+        home,
+        "select a.uri from asset_event e join asset a on a.id = e.asset_id where e.source_dag_id = 'memwal_events'",
+    )
+    assert events == [(table_asset(table.uri).uri,)]
+
+
+# -- DAG files -----------------------------------------------------------------------------
+def dagbag():
+    from airflow.models import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_dag_files_import_without_config(monkeypatch):
+    monkeypatch.delenv("MEMWAL_CONFIG", raising=False)
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert sorted(bag.dag_ids) == ["memwal_maintenance"]
+    dag = bag.dags["memwal_maintenance"]
+    assert [t.task_id for t in dag.topological_sort()] == ["merge", "catchup", "snapshot", "gc"]
+    assert all("storage_options" not in t.template_fields for t in dag.tasks)
+
+
+def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
+    config = tmp_path / "memwal.yaml"
+    config.write_text(
+        "defaults:\n  engine: spark\n  spark: {conf: {spark.executor.memory: 2g}}\n"
+        "  gc: {grace_seconds: 900}\n"
+        "tables:\n"
+        "  - {name: events, table: s3://lake/events, conn_id: memwal_lake, schedule: '15 * * * *'}\n"
+        "  - table: /data/users.lance\n    storage_options: {aws_region: us-east-1}\n    engine: local\n"
+        "    jobs: [merge, gc]\n    lag: {max_unmerged_bytes: 1000, max_unmerged_generations: null}\n"
+    )
+    monkeypatch.setenv("MEMWAL_CONFIG", str(config))
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert sorted(bag.dag_ids) == [
+        "memwal_events",
+        "memwal_events_lag",
+        "memwal_maintenance",
+        "memwal_users",
+        "memwal_users_lag",
+    ]
+    events = bag.dags["memwal_events"]
+    assert events.max_active_runs == 1
+    assert [t.task_id for t in events.topological_sort()] == ["merge", "catchup", "snapshot", "gc"]
+    merge = events.get_task("merge")
+    assert merge.engine == "spark" and merge.spark_conf == {"spark.executor.memory": "2g"}
+    assert merge.retries == 3 and merge.retry_exponential_backoff == 2.0
+    assert AssetAlias("memwal-merged:events") in merge.outlets
+    assert events.get_task("gc").grace_seconds == 900
+    users = bag.dags["memwal_users"]
+    assert [t.task_id for t in users.topological_sort()] == ["merge", "gc"]
+    assert users.get_task("merge").engine == "local"
+    lag = bag.dags["memwal_users_lag"]
+    sensor = lag.get_task("wait_for_lag")
+    assert isinstance(sensor, MergeLagSensor) and sensor.deferrable and sensor.soft_fail
+    assert sensor.max_unmerged_bytes == 1000 and sensor.max_unmerged_generations is None
+    assert lag.get_task("trigger_early_merge").trigger_dag_id == "memwal_users"
+    assert lag.max_active_runs == 1
+
+    config.write_text("tables:\n  - table: s3://a/t\n    engine: flink\n")
+    bad = dagbag()
+    assert any("engine must be local or spark" in e for e in bad.import_errors.values())
+
+
+# -- operators ----------------------------------------------------------------------------
+def test_operators_local_engine_full_cycle_and_asset_only_on_commit(make_table, monkeypatch):
+    table, model = make_table()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MEMWAL_T",
+        json.dumps(
+            {"conn_type": "memwal", "host": table.uri, "extra": {"storage_options": {"aws_session_token": SECRET}}}
+        ),
+    )
+    ctx = context()
+    doc = MemWalMergeOperator(task_id="merge", memwal_conn_id="memwal_t", max_generations=3).execute(ctx)
+    assert doc["version"] == table.manifest().version and progress(table) == {s: 3 for s in shard_ids_for(SMALL)}
+    assert json.loads(json.dumps(doc)) == doc  # XCom-able
+    (event,) = alias_events(ctx)
+    assert event.dest_asset_key.uri == table_asset(table.uri).uri and event.extra["version"] == doc["version"]
+
+    doc = MemWalMergeOperator(task_id="merge", table=table.uri).execute(ctx)
+    assert {s["from_generation"] for s in doc["shards"]} == {4} and len(alias_events(ctx)) == 2
+    nothing = MemWalMergeOperator(task_id="merge", table=table.uri).execute(ctx)
+    assert nothing["version"] is None and len(alias_events(ctx)) == 2  # nothing merged: no event
+    plan = MemWalMergeOperator(task_id="merge", table=table.uri, dry_run=True).execute(ctx)
+    assert plan["dry_run"] is True and len(alias_events(ctx)) == 2
+
+    catchup = MemWalCatchupOperator(task_id="catchup", table=table.uri).execute(ctx)
+    assert catchup["all_recorded"] is True
+    snap = MemWalSnapshotOperator(task_id="snapshot", table=table.uri).execute(ctx)
+    assert snap["version"] == table.manifest().version
+    gc = MemWalGcOperator(task_id="gc", table=table.uri, grace_seconds=0, expire_versions=0).execute(ctx)
+    assert len(gc["deleted"]) == 12 and gc["blocked"] == []
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_operator_failures_are_one_clear_line(make_table, tmp_path):
+    with pytest.raises(AirflowFailException, match="bad input: .*no Lance table"):
+        MemWalMergeOperator(task_id="m", table=str(tmp_path / "nope")).execute(context())
+    with pytest.raises(AirflowFailException, match="unknown engine 'flink'"):
+        MemWalGcOperator(task_id="g", table=str(tmp_path / "nope"), engine="flink").execute(context())
+
+    table, model = make_table()
+    # (the catch-up lease: a merge would first wait up to 30 s for a live merge lease holder)
+    with Lease(table.store, "catchup"):
+        with pytest.raises(AirflowException, match="memwal catchup .*: another job holds the lease") as held:
+            MemWalCatchupOperator(task_id="c", table=table.uri).execute(context())
+    assert not isinstance(held.value, AirflowFailException)  # retried by Airflow
+
+    victim = shard_ids_for(SMALL)[0]
+    st = all_shard_manifests(table.store)[victim]
+    gen2 = Path(table.uri, st.generation_key(st.generation(2)))
+    gen2.rename(gen2.with_name("moved-away"))
+    ctx = context()
+    with pytest.raises(AirflowException, match=f"gap: shard {victim} stopped at generation 2: missing"):
+        MemWalMergeOperator(task_id="m", table=table.uri).execute(ctx)
+    partial = ctx["ti"].xcom["return_value"]
+    assert partial["blocked"][0]["shard_id"] == victim and partial["version"] is not None
+    assert progress(table)[victim] == 1
+
+
+def test_merge_operator_spark_engine_through_spark_submit(make_table, monkeypatch):
+    table, model = make_table()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # spark-submit
+    ctx = context()
+    op = MemWalMergeOperator(
+        task_id="merge",
+        table=table.uri,
+        engine="spark",
+        max_generations=3,
+        spark_conn_id="spark_local",
+        spark_conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
+        spark_env={"PYSPARK_PYTHON": sys.executable},
+        storage_options={"aws_session_token": SECRET},
+    )
+    doc = op.execute(ctx)
+    assert doc["engine"] == "spark" and doc["version"] == table.manifest().version
+    assert {(s["from_generation"], s["to_generation"]) for s in doc["shards"]} == {(1, 3)}
+    assert progress(table) == {s: 3 for s in shard_ids_for(SMALL)}
+    assert len(alias_events(ctx)) == 1
+    run_merge(table)
+    assert table_rows(table) == model.sorted_rows()
+
+
+# -- sensors and the trigger ----------------------------------------------------------------
+def test_sensors_poke(make_table):
+    table, _ = make_table()
+    shard = shard_ids_for(SMALL)[0]
+    fired = MergeLagSensor(task_id="lag", table=table.uri, max_unmerged_generations=12).poke({})
+    assert fired and fired.xcom_value["unmerged_generations"] == 12 and fired.xcom_value["reasons"]
+    assert not MergeLagSensor(task_id="lag", table=table.uri, max_unmerged_generations=13).poke({})
+    assert MergeLagSensor(task_id="lag", table=table.uri, max_unmerged_bytes=1).poke({})
+    assert MergeLagSensor(task_id="lag", table=table.uri, max_oldest_age_seconds=0).poke({})
+    assert not MergeLagSensor(task_id="lag", table=table.uri, max_oldest_age_seconds=3600).poke({})
+
+    merged = MergedGenerationSensor(task_id="m", table=table.uri, shard_id=shard, generation="3")
+    indexed = MergedGenerationSensor(task_id="m", table=table.uri, shard_id=shard, generation=3, indexes=["id_idx"])
+    assert not merged.poke({})
+    run_merge(table, max_generations=3)
+    done = merged.poke({})
+    assert done and done.xcom_value["merged_generation"] == 3
+    assert not MergedGenerationSensor(task_id="m", table=table.uri, shard_id=shard, generation=4).poke({})
+    assert not indexed.poke({})
+    run_catchup(table)
+    assert indexed.poke({}).xcom_value["index_catchup"] == {"id_idx": 3}
+    assert not MergeLagSensor(task_id="lag", table=table.uri, max_unmerged_generations=4).poke({})
+
+    with pytest.raises(AirflowFailException, match="no shard 'nope'"):
+        MergedGenerationSensor(task_id="m", table=table.uri, shard_id="nope", generation=1).poke({})
+    with pytest.raises(ValueError, match="at least one threshold"):
+        MergeLagSensor(task_id="lag", table=table.uri)
+
+
+async def first_event(trigger: MemWalStatusTrigger, timeout: float = 60):
+    gen = trigger.run()
+    try:
+        return await asyncio.wait_for(gen.__anext__(), timeout)
+    finally:
+        await gen.aclose()
+
+
+def test_deferrable_sensor_defers_and_its_trigger_fires_after_a_merge(make_table, monkeypatch):
+    table, _ = make_table()
+    shard = shard_ids_for(SMALL)[1]
+    monkeypatch.setenv("AIRFLOW_CONN_MEMWAL_D", json.dumps({"conn_type": "memwal", "host": table.uri}))
+    sensor = MergedGenerationSensor(
+        task_id="durable",
+        memwal_conn_id="memwal_d",
+        shard_id=shard,
+        generation=2,
+        deferrable=True,
+        poke_interval=0.2,
+        timeout=120,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    assert deferred.value.method_name == "execute_complete"
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, MemWalStatusTrigger)
+
+    # what the triggerer does: rebuild from the serialized form, then run it
+    path, kwargs = trigger.serialize()
+    module, name = path.rsplit(".", 1)
+    rebuilt = getattr(__import__(module, fromlist=[name]), name)(**kwargs)
+    assert kwargs["storage_options"] == {} and kwargs["memwal_conn_id"] == "memwal_d"
+
+    merger = threading.Timer(1.0, lambda: run_merge(table, max_generations=2))
+    merger.start()
+    started = time.monotonic()
+    event = asyncio.run(first_event(rebuilt))
+    merger.join()
+    assert time.monotonic() - started >= 0.9  # it waited for the merge
+    assert event.payload["status"] == "success" and event.payload["result"]["merged_generation"] == 2
+    assert sensor.execute_complete({}, event.payload)["shard_id"] == shard
+
+    # already true: no deferral at all; errors come back as events and fail the sensor
+    lag = MergeLagSensor(task_id="lag", table=table.uri, max_unmerged_generations=1, deferrable=True)
+    assert lag.execute({})["unmerged_generations"] == 6
+    lag_event = asyncio.run(
+        first_event(MemWalStatusTrigger(condition=lag.condition(), table=table.uri, poke_interval=0.1))
+    )
+    assert lag_event.payload["result"]["unmerged_generations"] == 6
+    bad = asyncio.run(first_event(MemWalStatusTrigger(condition=lag.condition(), table=table.uri + "-nope")))
+    assert bad.payload["status"] == "error" and "no Lance table" in bad.payload["message"]
+    with pytest.raises(AirflowException, match="no Lance table"):
+        lag.execute_complete({}, bad.payload)
+
+
+# -- hook, secrets, registration ---------------------------------------------------------------
+def test_hook_connection_and_masking(make_table, monkeypatch):
+    from airflow.sdk._shared.secrets_masker import redact
+
+    table, _ = make_table()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MEMWAL_H",
+        json.dumps(
+            {
+                "conn_type": "memwal",
+                "host": table.uri,
+                "login": "AKIAEXAMPLEKEY",
+                "password": "pw-1a2b3c4d5e6f",
+                "extra": {"storage_options": {"aws_region": "us-east-1", "aws_session_token": "tok-9f8e7d6c5b4a"}},
+            }
+        ),
+    )
+    hook = MemWalHook("memwal_h", storage_options={"allow_http": "true"})
+    uri, options = hook.resolve()
+    assert uri == table.uri
+    assert options == {
+        "aws_region": "us-east-1",
+        "aws_session_token": "tok-9f8e7d6c5b4a",
+        "allow_http": "true",
+        "aws_access_key_id": "AKIAEXAMPLEKEY",
+        "aws_secret_access_key": "pw-1a2b3c4d5e6f",
+    }
+    assert redact("token tok-9f8e7d6c5b4a and pw-1a2b3c4d5e6f") == "token *** and ***"
+    assert "us-east-1" in redact("region us-east-1")  # not a credential
+    ok, message = hook.test_connection()
+    assert ok and "3 shards" in message
+    assert MemWalHook(table="/nope").test_connection()[0] is False
+    assert MemWalHook.get_ui_field_behaviour()["relabeling"]["host"] == "Table URI"
+
+
+def test_registered_as_plugin_and_provider(airflow_env):
+    from importlib.metadata import entry_points
+
+    import airflow
+    import jsonschema
+
+    (plugin_ep,) = [e for e in entry_points(group="airflow.plugins") if e.name == "memwal"]
+    plugin = plugin_ep.load()
+    assert plugin.__name__ == "MemWalPlugin" and plugin.name == "memwal"
+    assert plugin.macros[0]("s3://lake/events") == "memwal+s3://lake/events"
+    (provider_ep,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_plugins")]
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(provider_ep.load()(), schema)
+
+    # what an installed Airflow sees (a subprocess: the repository root is not on its sys.path)
+    env, _ = airflow_env
+    plugins = json.loads(airflow_cli(env, "plugins", "-o", "json").stdout)
+    (memwal,) = [p for p in plugins if p["name"] == "memwal"]
+    assert memwal["source"].startswith("memwal-jobs==") and "airflow_plugins.plugin.asset_uri" in memwal["macros"]
+    hooks = json.loads(airflow_cli(env, "providers", "hooks", "-o", "json").stdout)
+    (hook,) = [h for h in hooks if h["connection_type"] == "memwal"]
+    assert hook["class"] == "airflow_plugins.hooks.MemWalHook" and hook["package_name"] == "memwal-jobs"
+
+
+def test_operator_options_are_the_cli_flags_of_the_spark_jobs():
+    from airflow_plugins.operators import cli_args
+    from memwal.cli import build_parser
+
+    ops = [
+        MemWalMergeOperator(task_id="m", table="t", shards=["a", "b"], max_generations=2, max_rows=9, max_bytes=7),
+        MemWalCatchupOperator(task_id="c", table="t", indexes=["id_idx"], max_deltas=3, max_unindexed_fraction=0.2),
+        MemWalSnapshotOperator(task_id="s", table="t"),
+        MemWalGcOperator(
+            task_id="g", table="t", grace_seconds=5, expire_versions=6, orphans=True, orphan_age_seconds=7, audit=True
+        ),
+    ]
+    parser = build_parser()
+    for op in ops:
+        args = vars(parser.parse_args([op.action, "T", *cli_args(op.action_options()), "--engine", "spark"]))
+        for name, value in op.action_options().items():
+            cli_name = {"shards": "shard", "indexes": "index", "audit": "audit_log"}.get(name, name)
+            assert args[cli_name] == value, (op.action, name)
+
+
+class FakeSparkSubmit:
+    """Stands in for SparkSubmitHook: writes a result file and/or fails like spark-submit does."""
+
+    def __init__(self, code: int, doc: dict | None, errors: list[str]) -> None:
+        self.code, self.doc, self.errors = code, doc, errors
+
+    def __call__(self, **kwargs):
+        self.kwargs = kwargs
+        self.memwal_errors = list(self.errors)
+        return self
+
+    def submit(self, application: str) -> None:
+        self.application = application
+        args = self.kwargs["application_args"]
+        if self.doc is not None:
+            Path(args[args.index("--result-file") + 1]).write_text(json.dumps(self.doc))
+        if self.code:
+            raise AirflowException(f"Cannot execute: spark-submit {' '.join(args)}. Error code is: {self.code}.")
+
+
+@pytest.mark.parametrize(
+    ("code", "doc", "errors", "exc", "message"),
+    [
+        (2, None, ["/t: no Lance table here"], AirflowFailException, "bad input: /t: no Lance table here"),
+        (3, None, ["lease merge is held by h:1"], AirflowException, "lost or contended lease: lease merge is held"),
+        (
+            1,
+            {
+                "table": "/t",
+                "version": 7,
+                "shards": [],
+                "engine": "spark",
+                "blocked": [{"shard_id": "s1", "generation": 2, "reason": "missing: x"}],
+            },
+            [],
+            AirflowException,
+            "gap: shard s1 stopped at generation 2: missing: x",
+        ),
+        (1, None, ["RuntimeError: boom"], AirflowException, "exit code 1: RuntimeError: boom"),
+    ],
+)
+def test_spark_engine_failures_map_to_clear_task_failures(monkeypatch, code, doc, errors, exc, message):
+    import airflow_plugins.operators as operators
+
+    fake = FakeSparkSubmit(code, doc, errors)
+    monkeypatch.setattr(operators, "_spark_submit_hook_class", lambda: fake)
+    op = MemWalMergeOperator(
+        task_id="m",
+        table="/t",
+        engine="spark",
+        max_generations=2,
+        storage_options={"aws_secret_access_key": SECRET},
+        spark_conf={"spark.x": "1"},
+    )
+    with pytest.raises(exc, match=message) as raised:
+        op.execute(context())
+    assert exc is AirflowFailException or not isinstance(raised.value, AirflowFailException)
+    assert SECRET not in str(raised.value)  # the provider's message (with the command line) is not passed on
+    assert fake.application.endswith("jobs/merge.py") and fake.kwargs["conf"] == {"spark.x": "1"}
+    args = fake.kwargs["application_args"]
+    assert args[:3] == ["/t", "--max-generations", "2"]
+    assert ["--storage-option", f"aws_secret_access_key={SECRET}"] == args[3:5]

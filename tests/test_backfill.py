@@ -1,0 +1,176 @@
+"""``memwal backfill``: many tables, one failing; JSON and human output; resumable reruns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memwal import cli
+from memwal.actions import run_action
+from memwal.backfill import BackfillState, parse_jobs, run_backfill
+from memwal.demo_data import shard_ids_for
+from memwal.errors import BadInputError, LeaseHeldError
+from memwal.shard_manifests import all_shard_manifests
+from tests.conftest import SMALL, table_rows
+
+
+def backfill(*args: str, cwd: Path, rc: int | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "memwal.cli", "backfill", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+    if rc is not None:
+        assert proc.returncode == rc, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def statuses(doc: dict) -> dict[str, dict[str, str]]:
+    return {t["table"]: {j["job"]: j["status"] for j in t["jobs"]} for t in doc["tables"]}
+
+
+ALL_DONE = {"merge": "done", "catchup": "done", "snapshot": "done", "gc": "done"}
+ALL_SKIPPED = {"merge": "skipped", "catchup": "skipped", "snapshot": "skipped", "gc": "skipped"}
+BAD_RUN = {"merge": "failed", "catchup": "not-run", "snapshot": "not-run", "gc": "not-run"}
+
+
+def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
+    built = [make_table(name=f"t{i}") for i in range(3)]
+    uris = [t.uri for t, _ in built]
+    bad = str(tmp_path / "not-a-table")
+    tables_file = tmp_path / "tables.txt"
+    tables_file.write_text(f"# two from the file\n{uris[2]}\n\n{bad}  # broken\n{uris[0]}\n")
+
+    first = backfill(
+        uris[0], uris[1], "--tables-file", str(tables_file), "--concurrency", "2", "--json", cwd=tmp_path, rc=1
+    )
+    doc = json.loads(first.stdout)
+    assert statuses(doc) == {uris[0]: ALL_DONE, uris[1]: ALL_DONE, uris[2]: ALL_DONE, bad: BAD_RUN}
+    assert doc["failed_tables"] == [bad]
+    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 12, "skipped": 0, "failed": 1, "not-run": 3}
+    (bad_doc,) = [t for t in doc["tables"] if t["table"] == bad]
+    assert bad_doc["jobs"][0]["exit_code"] == 2 and "no Lance table" in bad_doc["error"]
+    assert f"backfill of {bad} failed: merge:" in first.stderr
+    assert f"1 of 4 tables failed: {bad}" in first.stderr
+    assert "[16/16]" in first.stderr  # plain progress lines: stderr is not a terminal here
+    state_file = tmp_path / ".memwal-backfill" / "state.json"
+    assert doc["state_file"] == ".memwal-backfill/state.json" and state_file.exists()
+
+    for table, model in built:  # merged, caught up, snapshot refreshed; GC kept them (grace period)
+        m = table.manifest()
+        assert m.compacted == {s: 4 for s in shard_ids_for(SMALL)}
+        assert m.index_catchup == {"id_idx": m.compacted, "vec_idx": m.compacted}
+        assert table_rows(table) == model.sorted_rows()
+
+    # a rerun skips everything finished and retries only the failure (never recorded)
+    second = json.loads(backfill(*uris, bad, "--json", cwd=tmp_path, rc=1).stdout)
+    assert statuses(second) == {uris[0]: ALL_SKIPPED, uris[1]: ALL_SKIPPED, uris[2]: ALL_SKIPPED, bad: BAD_RUN}
+    assert second["summary"]["skipped"] == 12 and second["summary"]["failed"] == 1
+    versions = [t.manifest().version for t, _ in built]
+    assert versions == [t.manifest().version for t, _ in built]  # nothing ran again
+
+    # --restart forgets the progress of the named tables (only those); --jobs picks jobs
+    third = json.loads(
+        backfill(
+            uris[1], "--jobs", "gc,merge", "--restart", "--grace-seconds", "0", "--json", cwd=tmp_path, rc=0
+        ).stdout
+    )
+    assert third["jobs"] == ["merge", "gc"]
+    assert statuses(third) == {uris[1]: {"merge": "done", "gc": "done"}}
+    assert third["tables"][0]["jobs"][0]["result"]["version"] is None  # nothing left to merge
+    recorded = json.loads(state_file.read_text())["finished"]
+    assert set(recorded[uris[1]]) == {"merge", "gc"} and set(recorded[uris[0]]) == set(ALL_DONE)
+    assert bad not in recorded
+
+
+def test_human_summary_table(make_table, tmp_path):
+    table, _ = make_table(name="only")
+    bad = str(tmp_path / "missing")
+    proc = backfill(
+        table.uri, bad, "--jobs", "merge,catchup", "--state-file", str(tmp_path / "s.json"), cwd=tmp_path, rc=1
+    )
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["table", "merge", "catchup", "time"]
+    assert lines[1].startswith(table.uri) and "done (v" in lines[1]
+    assert lines[2].startswith(bad) and "FAILED" in lines[2] and "not run" in lines[2]
+    assert "1 of 2 tables ok; jobs: 2 done, 0 skipped (finished earlier), 1 failed, 1 not run" in proc.stdout
+    assert f"FAILED {bad}: merge:" in proc.stdout
+    assert f"memwal: error: 1 of 2 tables failed: {bad}" in proc.stderr
+
+
+def test_failed_job_is_not_recorded_and_a_rerun_resumes_from_it(make_table, tmp_path):
+    table, model = make_table()
+    calls: list[str] = []
+    fail_catchup = {"once": True}
+
+    def flaky(job, uri, storage_options, **options):
+        calls.append(job)
+        if job == "catchup" and fail_catchup.pop("once", False):
+            raise LeaseHeldError("another catchup holds the lease")
+        return run_action(job, uri, storage_options, **options)
+
+    state = BackfillState(str(tmp_path / "state.json"))
+    first = run_backfill([table.uri], ["merge", "catchup", "snapshot", "gc"], state=state, runner=flaky)
+    assert [(j.job, j.status) for j in first.tables[0].jobs] == [
+        ("merge", "done"),
+        ("catchup", "failed"),
+        ("snapshot", "not-run"),
+        ("gc", "not-run"),
+    ]
+    assert first.tables[0].jobs[1].exit_code == 3 and first.failed_tables
+    assert set(BackfillState(state.path).finished[table.uri]) == {"merge"}
+
+    calls.clear()
+    second = run_backfill(
+        [table.uri], ["gc", "snapshot", "catchup", "merge"], state=BackfillState(state.path), runner=flaky
+    )
+    assert calls == ["catchup", "snapshot", "gc"]
+    assert [j.status for j in second.tables[0].jobs] == ["skipped", "done", "done", "done"]
+    assert not second.failed_tables
+    assert table.manifest().index_catchup["id_idx"] == table.manifest().compacted
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_a_merge_gap_fails_that_table_only(make_table, tmp_path):
+    good, _ = make_table(name="good")
+    gappy, _ = make_table(name="gappy")
+    victim = shard_ids_for(SMALL)[0]
+    st = all_shard_manifests(gappy.store)[victim]
+    gen2 = Path(gappy.uri, st.generation_key(st.generation(2)))
+    gen2.rename(gen2.with_name("moved-away"))
+    report = run_backfill(
+        [good.uri, gappy.uri], ["merge", "catchup"], concurrency=2, state=BackfillState(str(tmp_path / "s.json"))
+    )
+    assert [t.table for t in report.failed_tables] == [gappy.uri]
+    (failed,) = report.failed_tables
+    assert f"shard {victim} stopped at generation 2: missing" in failed.error
+    assert failed.jobs[0].result["version"] is not None  # the other shards merged
+    assert [j.status for j in report.tables[0].jobs] == ["done", "done"]
+
+
+def test_bad_usage_exits_2(tmp_path, capsys):
+    assert cli.main(["backfill", "--state-file", str(tmp_path / "s.json")]) == 2
+    assert "no table given" in capsys.readouterr().err
+    assert cli.main(["backfill", "t", "--jobs", "merge,compact", "--state-file", str(tmp_path / "s.json")]) == 2
+    assert "unknown job compact" in capsys.readouterr().err
+    (tmp_path / "s.json").write_text("{not json")
+    assert cli.main(["backfill", "t", "--state-file", str(tmp_path / "s.json")]) == 2
+    assert "unreadable" in capsys.readouterr().err
+    with pytest.raises(BadInputError):
+        parse_jobs("")
+    assert parse_jobs("gc, merge") == ["merge", "gc"]
+
+
+def test_rich_progress_on_a_terminal(make_table, tmp_path, capsys, monkeypatch):
+    table, _ = make_table()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    rc = cli.main(
+        ["backfill", table.uri, str(tmp_path / "nope"), "--jobs", "merge", "--state-file", str(tmp_path / "s.json")]
+    )
+    out = capsys.readouterr()
+    assert rc == 1
+    assert "failed" in out.err and str(tmp_path / "nope") in out.err
+    assert "memwal backfill: [" not in out.err  # the rich display, not the plain lines
+    assert "done (v" in out.out
