@@ -21,10 +21,12 @@ from collections.abc import Iterator
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from memwal.errors import MemWalError
 from memwal.merge.changes import (
     GEN,
     ROWADDR,
@@ -91,9 +93,8 @@ class SparkMergeEngine:
         run_id = uuid.uuid4().hex[:12]
         staging_key = f"{STAGING_DIR}/merge-{run_id}"
         staging_uri = table.store.uri_for(staging_key)
-        staged_schema = pa.schema(
-            [*schema, pa.field(TOMBSTONE, pa.bool_(), False), pa.field(STAGED_SHARD, pa.string())]
-        )
+        staged_schema = pa.schema([*schema, pa.field(TOMBSTONE, pa.bool_(), False), pa.field(STAGED_SHARD, pa.int32())])
+        shard_ids = plan.shard_ids
 
         tasks = _fragment_tasks(plan, options)
         read_schema = spark_safe(
@@ -103,7 +104,7 @@ class SparkMergeEngine:
                     pa.field(TOMBSTONE, pa.bool_()),
                     pa.field(ROWADDR, pa.int64()),
                     pa.field(GEN, pa.int64()),
-                    pa.field(SHARD, pa.string()),
+                    pa.field(SHARD, pa.int32()),
                 ]
             )
         )
@@ -115,8 +116,8 @@ class SparkMergeEngine:
             for b in batches:
                 for task in b.to_pylist():
                     ref = GenerationRef(**json.loads(task["ref"]))
-                    for t in read_generation(ref, base, options, fragment_ids=[task["fragment_id"]]):
-                        t = t.set_column(t.schema.get_field_index(SHARD), SHARD, t.column(SHARD).cast(pa.string()))
+                    code = shard_ids.index(ref.shard_id)
+                    for t in read_generation(ref, base, options, code, fragment_ids=[task["fragment_id"]]):
                         t = t.set_column(t.schema.get_field_index(ROWADDR), ROWADDR, t.column(ROWADDR).cast(pa.int64()))
                         yield from t.cast(read_schema).to_batches()
 
@@ -125,9 +126,12 @@ class SparkMergeEngine:
             min(n_tasks, self.partitions or n_tasks)
         )
         rows: DataFrame = df_tasks.mapInArrow(read_fn, spark_read_schema)
-        newest = Window.partitionBy(*pk).orderBy(F.col(GEN).desc(), F.col(ROWADDR).desc())
+        by_key = Window.partitionBy(*pk)
+        newest = by_key.orderBy(F.col(GEN).desc(), F.col(ROWADDR).desc())
         net_df = (
             rows.withColumn("__rank", F.row_number().over(newest))
+            # keys are disjoint across shards (spec): write_fn refuses a key seen in two
+            .withColumn("__shards", F.max(SHARD).over(by_key) - F.min(SHARD).over(by_key))
             .where(F.col("__rank") == 1)
             .drop("__rank", GEN, ROWADDR)
             .withColumnRenamed(SHARD, STAGED_SHARD)
@@ -139,10 +143,16 @@ class SparkMergeEngine:
             counts: Counter = Counter()
             collected = []
             for b in batches:
-                t = pa.Table.from_batches([b]).select(target.names).cast(target)
-                tomb = t.column(TOMBSTONE).to_pylist()
-                for shard, dead in zip(t.column(STAGED_SHARD).to_pylist(), tomb, strict=True):
-                    counts[(shard, bool(dead))] += 1
+                t = pa.Table.from_batches([b])
+                spread = t.filter(pc.greater(t.column("__shards"), 0))
+                if spread.num_rows:
+                    key = {k: spread.column(k)[0].as_py() for k in pk}
+                    raise MemWalError(
+                        f"primary key {key} was written to more than one shard; the sharding invariant is broken"
+                    )
+                t = t.select(target.names).cast(target)
+                for row in t.group_by([STAGED_SHARD, TOMBSTONE]).aggregate([([], "count_all")]).to_pylist():
+                    counts[(row[STAGED_SHARD], row[TOMBSTONE])] += row["count_all"]
                 collected.append(t)
             frags = []
             if collected:
@@ -157,7 +167,14 @@ class SparkMergeEngine:
                 }
             )
 
-        out = net_df.mapInArrow(write_fn, "fragments string, counts string").collect()
+        try:
+            out = net_df.mapInArrow(write_fn, "fragments string, counts string").collect()
+        except Exception as exc:  # a PythonException from an executor: keep our message, drop the JVM trace
+            text = str(exc)
+            if "sharding invariant is broken" in text:
+                line = next(x for x in text.splitlines() if "sharding invariant is broken" in x)
+                raise MemWalError(line.split("MemWalError: ", 1)[-1].strip()) from None
+            raise
 
         fragments = [
             lance.fragment.FragmentMetadata.from_json(json.dumps(f)) for r in out for f in json.loads(r["fragments"])
@@ -177,8 +194,8 @@ class SparkMergeEngine:
             open_upserts=lambda: _staged_upserts(staged, schema),
             cleanups=[cleanup],
         )
-        for shard, dead, n in counts:
-            (net.rows_deleted if dead else net.rows_upserted)[shard] += n
+        for code, dead, n in counts:
+            (net.rows_deleted if dead else net.rows_upserted)[shard_ids[code]] += n
         if net.rows_deleted:
             net.delete_keys = staged.to_table(columns=pk, filter=f"{TOMBSTONE} = true").cast(
                 pa.schema([schema.field(k) for k in pk])

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from memwal.demo_data import Workload, create_base_table, shard_ids_for
-from memwal.errors import BadInputError, LeaseHeldError
+from memwal.errors import BadInputError, LeaseHeldError, MemWalError
 from memwal.lease import Lease
 from memwal.merge import execute_merge, plan_merge, run_merge
 from memwal.merge.execute import LocalEngine, StaleProgressError
@@ -251,3 +251,23 @@ def test_a_merge_that_loses_its_lease_stops_before_its_next_side_effect(make_tab
     assert progress(table) == {}
     assert table_rows(table) == base_before
     assert lsm_rows(table) == model.sorted_rows()
+
+
+def write_key_to_wrong_shard(table) -> int:
+    """Put a key that another shard already holds unmerged: a broken sharding invariant."""
+    a, b = shard_ids_for(SMALL)[:2]
+    st_b = all_shard_manifests(table.store)[b]
+    key = lance.dataset(table.store.uri_for(st_b.generation_key(st_b.flushed[0]))).to_table(columns=["id"])["id"][0]
+    ds = table.dataset()
+    row = ds.to_table(limit=1)
+    with ds.mem_wal_writer(a) as w:
+        w.put(row.set_column(0, "id", pa.array([key.as_py()], pa.int64())))
+    return key.as_py()
+
+
+def test_a_key_in_two_shards_is_refused(make_table):
+    table, _ = make_table()
+    key = write_key_to_wrong_shard(table)
+    with pytest.raises(MemWalError, match=f"'id': {key}.*more than one shard"):
+        run_merge(table)
+    assert progress(table) == {}

@@ -64,3 +64,16 @@ def test_spark_submit_entry_point(make_table, tmp_path):
     assert set(table.manifest().compacted.values()) == {2}
     run_merge(table)
     assert table_rows(table) == model.sorted_rows()
+
+
+def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark):
+    import pytest
+
+    from memwal.errors import MemWalError
+    from tests.test_merge import write_key_to_wrong_shard
+
+    table, _ = make_table()
+    key = write_key_to_wrong_shard(table)
+    with pytest.raises(MemWalError, match=f"'id': {key}.*more than one shard"):
+        run_merge(table, engine=SparkMergeEngine(spark, partitions=2))
+    assert table.manifest().compacted == {}

@@ -13,13 +13,8 @@ from typing import Any
 import pytest
 
 from memwal.errors import BadInputError, MemWalError, NotFoundError, PreconditionFailedError
-from memwal.storage import (
-    TEMP_MARKER,
-    LocalStore,
-    S3Store,
-    Store,
-    open_store,
-)
+from memwal.s3_store import S3Store
+from memwal.storage import TEMP_MARKER, LocalStore, Store, open_store
 from tests.s3server import S3Server, s3_server  # noqa: F401
 
 # --------------------------------------------------------------------------- fixtures

@@ -113,10 +113,13 @@ def read_generation(
     ref: GenerationRef,
     schema: pa.Schema,
     storage_options: dict | None,
+    shard_code: int,
     batch_size: int = 65536,
     fragment_ids: list[int] | None = None,
 ) -> Iterator[pa.Table]:
-    """Rows of one generation (or some of its fragments) tagged with row address, generation, shard."""
+    """Rows of one generation (or some of its fragments) tagged with row address, generation
+    and ``shard_code``, the shard's position in :meth:`MergePlan.shard_ids` (a small integer
+    is far cheaper to carry through sorts and group-bys than the shard's UUID string)."""
     try:
         ds = lance.dataset(ref.uri, storage_options=storage_options or None)
     except (ValueError, OSError) as exc:
@@ -127,7 +130,7 @@ def read_generation(
     for batch in ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments).to_batches():
         t = conform(batch, schema, ref.uri)
         t = t.append_column(GEN, pa.array(np.full(t.num_rows, ref.generation, dtype=np.int64)))
-        t = t.append_column(SHARD, pa.array([ref.shard_id] * t.num_rows, pa.string()).dictionary_encode())
+        t = t.append_column(SHARD, pa.array(np.full(t.num_rows, shard_code, dtype=np.int32)))
         yield t
 
 
@@ -141,13 +144,20 @@ def dedupe(t: pa.Table, primary_key: list[str]) -> pa.Table:
         return t
     t = t.sort_by([(GEN, "ascending"), (ROWADDR, "ascending")])
     t = t.append_column(ORD, pa.array(np.arange(t.num_rows, dtype=np.int64)))
-    t = t.append_column("__shard_s", t.column(SHARD).cast(pa.string()))
-    g = t.group_by(primary_key, use_threads=True).aggregate([(ORD, "max"), ("__shard_s", "count_distinct")])
-    bad = g.filter(pc.greater(g.column("__shard_s_count_distinct"), 1))
+    g = t.group_by(primary_key, use_threads=True).aggregate([(ORD, "max"), (SHARD, "min"), (SHARD, "max")])
+    bad = g.filter(pc.not_equal(g.column(f"{SHARD}_min"), g.column(f"{SHARD}_max")))
     if bad.num_rows:
         key = {k: bad.column(k)[0].as_py() for k in primary_key}
         raise MemWalError(f"primary key {key} was written to more than one shard; the sharding invariant is broken")
-    return t.take(g.column(f"{ORD}_max")).drop_columns(["__shard_s"])
+    return t.take(g.column(f"{ORD}_max"))
+
+
+def count_by_shard(codes: pa.Array | pa.ChunkedArray, shard_ids: list[str]) -> Counter:
+    """Rows per shard id from a column of shard codes."""
+    out: Counter = Counter()
+    for item in pc.value_counts(codes).to_pylist():
+        out[shard_ids[item["values"]]] += item["counts"]
+    return out
 
 
 def _partition_of(t: pa.Table, primary_key: list[str], partitions: int) -> np.ndarray:
@@ -166,6 +176,8 @@ def local_net_changes(
 ) -> NetChanges:
     """Compute the net change set in-process, partitioned so memory stays bounded."""
     pk = plan.primary_key
+    shard_ids = plan.shard_ids
+    code_of = {sid: i for i, sid in enumerate(shard_ids)}
     partitions = max(1, -(-plan.total_rows // partition_rows))
     upsert_tables: list[pa.Table] = []
     upsert_files: list[str] = []
@@ -187,13 +199,15 @@ def local_net_changes(
         tomb = part.column(TOMBSTONE)
         dels = part.filter(tomb)
         ups = part.filter(pc.invert(tomb))
-        net.rows_deleted.update(dels.column(SHARD).cast(pa.string()).to_pylist())
-        net.rows_upserted.update(ups.column(SHARD).cast(pa.string()).to_pylist())
+        net.rows_deleted.update(count_by_shard(dels.column(SHARD), shard_ids))
+        net.rows_upserted.update(count_by_shard(ups.column(SHARD), shard_ids))
         delete_parts.append(dels.select(pk))
         return ups.select(schema.names).cast(schema)
 
     if partitions == 1:
-        frames = [t for ref in plan.generations for t in read_generation(ref, schema, storage_options)]
+        frames = [
+            t for ref in plan.generations for t in read_generation(ref, schema, storage_options, code_of[ref.shard_id])
+        ]
         if frames:
             upsert_tables.append(account(dedupe(pa.concat_tables(frames, promote_options="permissive"), pk)))
     else:
@@ -202,8 +216,7 @@ def local_net_changes(
         writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
         try:
             for ref in plan.generations:
-                for t in read_generation(ref, schema, storage_options):
-                    t = t.set_column(t.schema.get_field_index(SHARD), SHARD, t.column(SHARD).cast(pa.string()))
+                for t in read_generation(ref, schema, storage_options, code_of[ref.shard_id]):
                     pid = _partition_of(t, pk, partitions)
                     for p in np.unique(pid):
                         if p not in writers:

@@ -63,6 +63,11 @@ class MergePlan:
         return [g for s in self.shards for g in s.generations]
 
     @property
+    def shard_ids(self) -> list[str]:
+        """The batch's shards in plan order; engines tag rows with positions in this list."""
+        return [s.shard_id for s in self.shards]
+
+    @property
     def total_rows(self) -> int:
         return sum(g.rows for g in self.generations)
 

@@ -1,0 +1,69 @@
+"""The benchmark harness runs end to end at a tiny size and writes the documented JSON and chart.
+
+No timing assertions: performance is measured by ``make bench`` as ratios, never asserted
+in tests. This only checks that the harness works and its document has the expected shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_smoke_writes_json_and_chart(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--out", str(out), "--smoke", "--workdir", str(tmp_path / "work")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "bench.json").read_text())
+    assert (out / "bench.png").stat().st_size > 0
+
+    for key in ("mode", "machine", "table", "contenders", "ratios", "targets", "growth", "identical", "ok"):
+        assert key in doc, key
+    assert doc["mode"] == "smoke" and doc["ok"] and doc["identical"] and doc["matches_lsm_view"]
+    assert doc["machine"]["cores"] > 0 and doc["machine"]["pylance"]
+
+    table = doc["table"]
+    for key in ("base_rows", "change_rows", "generations", "put_rows", "tombstone_rows", "shards"):
+        assert table[key] > 0, key
+    assert "indexes" in table and table["indexes_decision"]
+
+    assert {"loop", "ours", "floor"} <= set(doc["contenders"])
+    for name, c in doc["contenders"].items():
+        assert c["whole_seconds"] > 0 and c["inner_seconds"] > 0, name
+        assert c["identical"] is True, name
+        assert c["runs"] and all(r["whole_seconds"] > 0 for r in c["runs"]), name
+    # the hand-written loop commits once or twice per generation; ours and the floor at most twice
+    assert doc["contenders"]["loop"]["commits"] >= table["generations"]
+    assert doc["contenders"]["ours"]["commits"] <= 2 and doc["contenders"]["floor"]["commits"] <= 2
+
+    for key in ("loop_over_ours", "ours_over_floor", "loop_over_ours_inner", "ours_over_floor_inner"):
+        assert doc["ratios"][key] > 0, key
+    targets = doc["targets"]
+    assert targets["loop_over_ours_min"] == 6 and targets["ours_over_floor_max"] == 1.5
+    assert isinstance(targets["met"], bool)
+
+    for key in ("change_rows", "base_rows"):
+        points = doc["growth"][key]
+        assert len(points) >= 2, key
+        assert len({p[key] for p in points}) == len(points), key
+        for p in points:
+            assert p["identical"] is True
+            for c in ("ours", "floor"):
+                assert p[c]["whole_seconds"] > 0 and p[c]["inner_seconds"] > 0
+
+    assert set(doc["profile"]) >= {"ours", "floor"}
+    assert doc["profile"]["ours"]["functions"]
+    assert "snapshot_refresh" in doc
