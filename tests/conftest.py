@@ -59,9 +59,9 @@ def lsm_rows(table: Table) -> list[dict]:
 @pytest.fixture(scope="session")
 def spark():
     """One local-mode Spark session for the whole run (startup costs seconds)."""
-    from jobs.spark_engine import local_session
-
     import logging
+
+    from jobs.spark_engine import local_session
 
     # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
     # after pytest closed the streams its handlers write to.
