@@ -70,3 +70,20 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def commit_shard_manifest(table: Table, shard_id: str, edit: Callable) -> None:
+    """Commit the next shard manifest version, edited, the way the spec says any updater
+    must (put-if-absent, then the best-effort hint): how tests craft manifest states."""
+    import json
+
+    from memwal.naming import manifest_key, version_hint_key
+    from memwal.shard_manifests import all_shard_manifests
+
+    st = all_shard_manifests(table.store)[shard_id]
+    msg = type(st.manifest)()
+    msg.CopyFrom(st.manifest)
+    msg.version = st.version + 1
+    edit(msg)
+    table.store.put_if_absent(manifest_key(shard_id, msg.version), msg.SerializeToString())
+    table.store.put(version_hint_key(shard_id), json.dumps({"version": msg.version}).encode())

@@ -15,11 +15,10 @@ from memwal.catchup import run_catchup
 from memwal.demo_data import shard_ids_for
 from memwal.gc import LocalGcEngine, plan_gc, run_gc
 from memwal.merge import run_merge
-from memwal.naming import manifest_key, version_hint_key
 from memwal.read import lsm_scan, shard_snapshots
 from memwal.shard_manifests import all_shard_manifests, list_generation_dirs, list_wal_entries
 from memwal.table import open_table
-from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
 from tests.s3server import s3_server  # noqa: F401
 
 
@@ -50,17 +49,6 @@ def gen_dirs(table) -> dict[str, set[int]]:
 
 def files(root) -> set[str]:
     return {str(p) for p in Path(root).rglob("*") if p.is_file()}
-
-
-def rewrite_shard_manifest(table, shard_id, edit) -> None:
-    """Commit a new shard manifest version the way the spec says any updater must."""
-    st = all_shard_manifests(table.store)[shard_id]
-    msg = type(st.manifest)()
-    msg.CopyFrom(st.manifest)
-    msg.version = st.version + 1
-    edit(msg)
-    table.store.put_if_absent(manifest_key(shard_id, msg.version), msg.SerializeToString())
-    table.store.put(version_hint_key(shard_id), json.dumps({"version": msg.version}).encode())
 
 
 def test_everything_passes_then_merged_generations_and_their_wal_go(make_table):
@@ -164,7 +152,7 @@ def test_unsafe_manifest_path_is_refused_and_nothing_outside_is_touched(make_tab
     outside = Path(table.uri, "_mem_wal", "precious_gen_1")
     outside.mkdir()
     (outside / "keep.txt").write_text("must survive")
-    rewrite_shard_manifest(table, victim, lambda m: setattr(m.sstables[0], "path", "../precious_gen_1"))
+    commit_shard_manifest(table, victim, lambda m: setattr(m.sstables[0], "path", "../precious_gen_1"))
     result = run_gc(table, grace_seconds=0)
     assert {"shard_id": victim, "generation": 1, "reason": "unsafe-path"}.items() <= next(
         b for b in result.blocked if b["shard_id"] == victim and b["generation"] == 1).items()
@@ -175,7 +163,7 @@ def test_unsafe_manifest_path_is_refused_and_nothing_outside_is_touched(make_tab
 def test_wal_past_replay_position_is_kept(make_table):
     table, _ = ready_table(make_table)
     victim = shard_ids_for(SMALL)[0]
-    rewrite_shard_manifest(table, victim, lambda m: setattr(m, "replay_after_wal_entry_position", 0))
+    commit_shard_manifest(table, victim, lambda m: setattr(m, "replay_after_wal_entry_position", 0))
     result = run_gc(table, grace_seconds=0)
     wal_blocks = [b for b in result.blocked if b["reason"] == "wal-needed-for-replay"]
     assert wal_blocks and {b["shard_id"] for b in wal_blocks} == {victim}

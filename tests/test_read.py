@@ -11,11 +11,10 @@ import pyarrow as pa
 
 from memwal.demo_data import bucket_of, shard_ids_for, write_generations
 from memwal.merge import run_merge
-from memwal.naming import manifest_key, version_hint_key
 from memwal.read import lsm_scan, plan_read, shard_snapshots
 from memwal.shard_manifests import all_shard_manifests
 from memwal.snapshot import run_snapshot
-from tests.conftest import SMALL, table_rows
+from tests.conftest import SMALL, commit_shard_manifest, table_rows
 
 
 def rows(t: pa.Table) -> list[dict]:
@@ -33,16 +32,6 @@ def delete_merged_generations(table) -> int:
 
     run_catchup(table)
     return len(run_gc(table, grace_seconds=0, expire_versions_seconds=0).deleted)
-
-
-def bump_shard_manifest(table, shard_id, edit) -> None:
-    st = all_shard_manifests(table.store)[shard_id]
-    msg = type(st.manifest)()
-    msg.CopyFrom(st.manifest)
-    msg.version = st.version + 1
-    edit(msg)
-    table.store.put_if_absent(manifest_key(shard_id, msg.version), msg.SerializeToString())
-    table.store.put(version_hint_key(shard_id), json.dumps({"version": msg.version}).encode())
 
 
 def test_scans_equal_the_model_before_and_after_merge_and_gc(make_table):
@@ -161,7 +150,7 @@ def test_snapshot_naming_a_missing_generation_falls_back_to_the_manifest(make_ta
             if s.generation == 3:
                 s.path = dst_name
 
-    bump_shard_manifest(table, victim, edit)
+    commit_shard_manifest(table, victim, edit)
     plan = plan_read(table)
     assert [f["shard_id"] for f in plan.fallbacks] == [victim]
     assert "generation 3" in plan.fallbacks[0]["reason"] and "missing" in plan.fallbacks[0]["reason"]
