@@ -68,6 +68,11 @@ def summary(job: str, doc: dict) -> str:
         return f"version {doc['version']}, {len(doc['shards'])} shards merged, {len(doc['blocked'])} blocked"
     if job == "catchup":
         return f"version {doc['version']}, " + ", ".join(f"{i['index_name']}={i['action']}" for i in doc["indexes"])
+    if job == "snapshot":
+        return (
+            f"version {doc['version']}, {doc['num_shards']} shards stored {doc['storage']}, "
+            f"{doc['repairs']} progress repairs"
+        )
     if job == "gc":
         return (
             f"{len(doc['deleted'])} generations and {doc['wal_entries_deleted']} WAL entries deleted, "

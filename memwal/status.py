@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from memwal.naming import MEM_WAL_INDEX_NAME
-from memwal.shard_manifests import ShardState, all_shard_manifests
+from memwal.shard_manifests import ShardState, all_shard_manifests, list_generation_dirs
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
 
@@ -31,6 +31,7 @@ class ShardStatus:
     manifest_version: int
     current_generation: int
     flushed_generations: list[int]
+    collected_generations: list[int]
     compacted_generation: int
     unmerged_generations: list[int]
     unmerged: list[UnmergedGeneration]
@@ -85,6 +86,8 @@ def shard_status(
 ) -> ShardStatus:
     compacted = manifest.compacted_generation(state.shard_id)
     flushed = state.flushed
+    # The writer never drops a generation from its manifest; GC removes the directory.
+    on_disk = set(list_generation_dirs(table.store, state.shard_id))
     unmerged = [g for g in flushed if g.generation > compacted]
     age = None
     if unmerged:
@@ -96,6 +99,7 @@ def shard_status(
         manifest_version=state.version,
         current_generation=state.current_generation,
         flushed_generations=[g.generation for g in flushed],
+        collected_generations=[g.generation for g in flushed if g.path not in on_disk],
         compacted_generation=compacted,
         unmerged_generations=[g.generation for g in unmerged],
         unmerged=[UnmergedGeneration(g.generation, g.path, g.physical_rows, g.in_memory_bytes) for g in unmerged],
@@ -123,6 +127,7 @@ def render_status(st: TableStatus) -> str:
         "epoch",
         "cur gen",
         "flushed",
+        "collected",
         "merged",
         "unmerged",
         "rows",
@@ -142,6 +147,7 @@ def render_status(st: TableStatus) -> str:
                 str(s.writer_epoch),
                 str(s.current_generation),
                 flushed,
+                _span(s.collected_generations),
                 str(s.compacted_generation),
                 str(len(s.unmerged_generations)),
                 str(s.unmerged_rows),

@@ -35,6 +35,7 @@ def test_status_json_contract(make_table):
     assert len(doc["shards"]) == 3
     for s in doc["shards"]:
         assert s["flushed_generations"] == [1, 2, 3, 4]
+        assert s["collected_generations"] == []
         assert s["compacted_generation"] == 0
         assert s["unmerged_generations"] == [1, 2, 3, 4]
         assert s["current_generation"] == 5

@@ -17,6 +17,7 @@ from memwal.gc import LocalGcEngine, plan_gc, run_gc
 from memwal.merge import run_merge
 from memwal.read import lsm_scan, shard_snapshots
 from memwal.shard_manifests import all_shard_manifests, list_generation_dirs, list_wal_entries
+from memwal.status import table_status
 from memwal.table import open_table
 from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
 from tests.s3server import s3_server  # noqa: F401
@@ -63,6 +64,8 @@ def test_everything_passes_then_merged_generations_and_their_wal_go(make_table):
         assert len(list_wal_entries(table.store, s)) < wal_before[s]
     assert {b["reason"] for b in result.blocked} == {"not-merged"}
     assert {b["generation"] for b in result.blocked} == {3, 4}
+    shards = table_status(table).shards
+    assert all(s.collected_generations == [1, 2] and s.flushed_generations == [1, 2, 3, 4] for s in shards)
     # every deletion names the gates that allowed it
     d = result.deleted[0]
     assert d["gates"]["merged_generation"] == 2 and d["gates"]["index_catchup"] == {"id_idx": 2, "vec_idx": 2}
