@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memwal.actions import ACTIONS as JOB_ORDER
 from memwal.errors import BadInputError, MemWalError
 
-JOB_ORDER = ("merge", "catchup", "snapshot", "gc")
 DEFAULT_STATE_FILE = os.path.join(".memwal-backfill", "state.json")
 STATE_FORMAT = 1
 
