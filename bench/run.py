@@ -248,7 +248,7 @@ HOTSPOTS = [
     # (label, file suffix, function)
     ("ours: plan_merge", "memwal/merge/plan.py", "plan_merge"),
     ("ours: all_shard_manifests", "memwal/shard_manifests.py", "all_shard_manifests"),
-    ("ours: _generation_present", "memwal/merge/plan.py", "_generation_present"),
+    ("ours: generation_readable", "memwal/shard_manifests.py", "generation_readable"),
     ("ours: local_net_changes", "memwal/merge/changes.py", "local_net_changes"),
     ("ours: read_generation", "memwal/merge/changes.py", "read_generation"),
     ("ours: conform", "memwal/merge/changes.py", "conform"),

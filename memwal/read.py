@@ -49,7 +49,7 @@ from lance.mem_wal import LsmScanner, ShardSnapshot
 from memwal.errors import BadInputError
 from memwal.naming import manifest_key
 from memwal.paths import generation_key
-from memwal.shard_manifests import ShardState, latest_shard_manifest, list_shard_ids
+from memwal.shard_manifests import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
 from memwal.sharding import (
     evaluate_sharding_spec,
     field_names_from_lance_schema,
@@ -152,17 +152,9 @@ def _unmerged(view: ShardView, manifest: TableManifest, include_merged: bool) ->
     return [(g, p) for g, p in sorted(view.flushed) if include_merged or g > compacted]
 
 
-def _generation_present(table: Table, shard_id: str, path: str) -> bool:
-    """One HEAD of the bloom filter every flushed generation has; a listing confirms an absence."""
-    key = generation_key(shard_id, path)
-    if table.store.exists(f"{key}/bloom_filter.bin"):
-        return True
-    return next(iter(table.store.list(f"{key}/", recursive=True)), None) is not None
-
-
 def _stale_reason(table: Table, view: ShardView, manifest: TableManifest, include_merged: bool) -> str | None:
     for g, p in _unmerged(view, manifest, include_merged):
-        if not _generation_present(table, view.shard_id, p):
+        if not generation_readable(table.store, generation_key(view.shard_id, p)):
             return f"generation {g} ({p}) listed by the snapshot is missing"
     if table.store.exists(manifest_key(view.shard_id, view.version + 1)):
         return f"shard manifest has a version newer than the snapshot's {view.version}"

@@ -223,6 +223,15 @@ def read_wal_entry_meta(store: Store, shard_id: str, position: int, *, probe_byt
     raise BadInputError(f"{where}: not an Arrow IPC stream")
 
 
+def generation_readable(store: Store, key: str) -> bool:
+    """Whether a generation directory can be opened by Lance: it holds a table manifest.
+
+    GC deletes a generation's manifests first, so a directory with data files but no
+    manifest is half collected and must count as missing to every reader and planner.
+    """
+    return any(o.key.endswith(".manifest") for o in store.list(f"{key}/_versions/", recursive=False))
+
+
 def list_generation_dirs(store: Store, shard_id: str) -> dict[str, int]:
     """Generation directories present on storage (name -> generation), listed or not."""
     out = {}

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from memwal.merge.plan import primary_key_of
 from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
-from memwal.shard_manifests import all_shard_manifests
+from memwal.shard_manifests import all_shard_manifests, generation_readable
 from memwal.table import Table
 
 
@@ -89,9 +89,7 @@ def verify_table(table: Table) -> VerifyResult:
             except UnsafePathError as exc:
                 res.problems.append(Problem("paths-inside-shard", str(exc), shard_id))
                 continue
-            if g.generation > compacted and not any(
-                o.key.endswith(".manifest") for o in table.store.list(f"{key}/_versions/", recursive=False)
-            ):
+            if g.generation > compacted and not generation_readable(table.store, key):
                 res.problems.append(
                     Problem(
                         "generations-present", f"unmerged generation {g.generation} ({g.path}) is missing", shard_id

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from memwal.errors import BadInputError
 from memwal.paths import UnsafePathError
-from memwal.shard_manifests import ShardState, all_shard_manifests
+from memwal.shard_manifests import ShardState, all_shard_manifests, generation_readable
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
 
@@ -101,11 +101,6 @@ def primary_key_of(table: Table) -> list[str]:
     return pk
 
 
-def _generation_present(table: Table, key: str) -> bool:
-    """A generation is readable when its Lance manifest directory holds a manifest."""
-    return any(o.key.endswith(".manifest") for o in table.store.list(f"{key}/_versions/", recursive=False))
-
-
 def plan_shard(
     table: Table,
     state: ShardState,
@@ -128,7 +123,7 @@ def plan_shard(
             key = state.generation_key(fg)
         except UnsafePathError as exc:
             return refs, BlockedShard(state.shard_id, g, f"unsafe-path: {exc}")
-        if not _generation_present(table, key):
+        if not generation_readable(table.store, key):
             return refs, BlockedShard(
                 state.shard_id, g, f"missing: generation directory {fg.path} is missing or unreadable"
             )
