@@ -8,6 +8,7 @@ document the CLI prints with ``--json``. Keeping this the one entry point means 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -21,8 +22,34 @@ ACTIONS = ("merge", "catchup", "snapshot", "gc")
 # that a stuck holder is reported rather than waited on forever.
 MERGE_LEASE_WAIT_SECONDS = 30.0
 
+# Each action's engines: (module, class) for "local" and "spark". Spark classes are built
+# with ``from_active_or_local()`` (the session spark-submit made, or a local one), and
+# their modules load only when asked for: the core imports no Spark.
+ENGINES: dict[str, dict[str, tuple[str, str]]] = {
+    "merge": {"local": ("memwal.merge.execute", "LocalEngine"), "spark": ("jobs.spark_engine", "SparkMergeEngine")},
+    "catchup": {
+        "local": ("memwal.catchup", "LocalCatchupEngine"),
+        "spark": ("jobs.spark_catchup", "SparkCatchupEngine"),
+    },
+    "gc": {"local": ("memwal.gc", "LocalGcEngine"), "spark": ("jobs.spark_gc", "SparkGcEngine")},
+    "snapshot": {
+        "local": ("memwal.snapshot", "LocalManifestReader"),
+        "spark": ("jobs.spark_snapshot", "SparkManifestReader"),
+    },
+}
+
 ActionFn = Callable[..., dict[str, Any]]
 _REGISTRY: dict[str, ActionFn] = {}
+
+
+def engine_for(action_name: str, engine: str):
+    """The engine object of an action by engine name (``local`` or ``spark``)."""
+    choices = ENGINES[action_name]
+    if engine not in choices:
+        raise BadInputError(f"unknown engine {engine!r}: expected {' or '.join(choices)}")
+    module, cls = choices[engine]
+    factory = getattr(importlib.import_module(module), cls)
+    return factory.from_active_or_local() if engine == "spark" else factory()
 
 
 def action(name: str) -> Callable[[ActionFn], ActionFn]:
@@ -31,19 +58,6 @@ def action(name: str) -> Callable[[ActionFn], ActionFn]:
         return fn
 
     return register
-
-
-def merge_engine(name: str):
-    """The merge engine by name; Spark is imported only when asked for (the core has no Spark)."""
-    if name == "spark":
-        from jobs.spark_engine import SparkMergeEngine
-
-        return SparkMergeEngine.from_active_or_local()
-    if name != "local":
-        raise BadInputError(f"unknown engine {name!r}: expected local or spark")
-    from memwal.merge.execute import LocalEngine
-
-    return LocalEngine()
 
 
 @action("merge")
@@ -66,7 +80,7 @@ def merge_action(
     plan = plan_merge(table, **budget)
     if dry_run:
         return {"dry_run": True, **plan.to_json()}
-    eng = merge_engine(engine)
+    eng = engine_for("merge", engine)
     with Lease(table.store, "merge").acquire_waiting(MERGE_LEASE_WAIT_SECONDS) as lease:
         return run_merge(table, engine=eng, lease=lease, **budget).to_json()
 
@@ -93,20 +107,8 @@ def catchup_action(
     if dry_run:
         return {"dry_run": True, **plan.to_json()}
     with Lease(table.store, "catchup") as lease:
-        return run_catchup(table, engine=catchup_engine(engine), lease=lease, indexes=indexes,
+        return run_catchup(table, engine=engine_for("catchup", engine), lease=lease, indexes=indexes,
                            thresholds=thresholds).to_json()
-
-
-def catchup_engine(name: str):
-    if name == "spark":
-        from jobs.spark_catchup import SparkCatchupEngine
-
-        return SparkCatchupEngine.from_active_or_local()
-    if name != "local":
-        raise BadInputError(f"unknown engine {name!r}: expected local or spark")
-    from memwal.catchup import LocalCatchupEngine
-
-    return LocalCatchupEngine()
 
 
 @action("gc")
@@ -128,24 +130,12 @@ def gc_action(
         grace_seconds=DEFAULT_GRACE_SECONDS if grace_seconds is None else grace_seconds,
         orphan_age_seconds=DEFAULT_ORPHAN_AGE_SECONDS if orphan_age_seconds is None else orphan_age_seconds,
     )
-    plan_gc(table, **options)  # validate (and fail on bad input) before writing anything
     if dry_run:
         return run_gc(table, dry_run=True, **options).to_json()
+    plan_gc(table, **options)  # fail on bad input before writing anything, even a lease
     with Lease(table.store, "gc") as lease:
-        return run_gc(table, engine=gc_engine(engine), lease=lease, expire_versions_seconds=expire_versions,
+        return run_gc(table, engine=engine_for("gc", engine), lease=lease, expire_versions_seconds=expire_versions,
                       orphans=orphans, audit=audit, **options).to_json()
-
-
-def gc_engine(name: str):
-    if name == "spark":
-        from jobs.spark_gc import SparkGcEngine
-
-        return SparkGcEngine.from_active_or_local()
-    if name != "local":
-        raise BadInputError(f"unknown engine {name!r}: expected local or spark")
-    from memwal.gc import LocalGcEngine
-
-    return LocalGcEngine()
 
 
 def run_action(
@@ -162,26 +152,13 @@ def run_action(
     return _REGISTRY[name](t, **options)
 
 
-def snapshot_reader(name: str):
-    """The manifest reader of the snapshot refresh by engine name (Spark imported only when asked for)."""
-    if name == "spark":
-        from jobs.spark_snapshot import SparkManifestReader
-
-        return SparkManifestReader.from_active_or_local()
-    if name != "local":
-        raise BadInputError(f"unknown engine {name!r}: expected local or spark")
-    from memwal.snapshot import LocalManifestReader
-
-    return LocalManifestReader()
-
-
 @action("snapshot")
 def snapshot_action(table: Table, *, engine: str = "local", dry_run: bool = False) -> dict[str, Any]:
     from memwal.lease import Lease
     from memwal.snapshot import execute_snapshot, plan_snapshot
 
     # Plan before the lease: bad input (a corrupt shard manifest) fails with nothing written.
-    plan = plan_snapshot(table, reader=snapshot_reader(engine))
+    plan = plan_snapshot(table, reader=engine_for("snapshot", engine))
     if dry_run:
         return {"dry_run": True, **plan.to_json()}
     # The refresh replaces the MemWAL index entry, which can erase progress committed

@@ -33,6 +33,7 @@ from memwal.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, STAGING_DIR, shard_dir
 from memwal.paths import UnsafePathError, generation_key
 from memwal.retained import RetainedVersion, retained_versions
 from memwal.shard_manifests import (
+    ShardState,
     all_shard_manifests,
     list_generation_dirs,
     list_manifest_versions,
@@ -206,7 +207,8 @@ def plan_gc(
                   retained_versions=len(versions))
     for shard_id, state in all_shard_manifests(table.store).items():
         compacted = latest.compacted_generation(shard_id)
-        present = {g: name for name, g in list_generation_dirs(table.store, shard_id).items()}
+        dirs = list_generation_dirs(table.store, shard_id)
+        present = {g: name for name, g in dirs.items()}
         deletable: set[int] = set()
         for fg in state.flushed:
             g = fg.generation
@@ -224,12 +226,14 @@ def plan_gc(
             if present.get(g) == key.rsplit("/", 1)[-1]:
                 plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, evidence))
         _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
-        _plan_generation_orphans(table.store, shard_id, state.version, now, orphan_age_seconds, plan)
+        _plan_generation_orphans(table.store, state, dirs, now, orphan_age_seconds, plan)
     _plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
     return plan
 
 
 def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int], plan: GcPlan) -> None:
+    if not deletable:
+        return  # no WAL entry can go: skip reading every entry's schema
     for entry in list_wal_entries(store, shard_id):
         meta = read_wal_entry_meta(store, shard_id, entry.position)
         if meta.generation not in deletable:
@@ -246,17 +250,16 @@ def _newest_mtime(store: Store, prefix: str) -> float | None:
     return max(times) if times else None
 
 
-def _plan_generation_orphans(store: Store, shard_id: str, latest_version: int, now: float, min_age: float,
+def _plan_generation_orphans(store: Store, state: ShardState, dirs: dict[str, int], now: float, min_age: float,
                              plan: GcPlan) -> None:
     """Generation directories no manifest version ever listed (e.g. a failed flush's retry)."""
-    listed: set[str] = set()
-    for v in list_manifest_versions(store, shard_id):
-        if v > latest_version:
-            continue
-        listed |= {s.path for s in read_shard_manifest(store, shard_id, v).manifest.sstables}
-    for name, _g in list_generation_dirs(store, shard_id).items():
-        if name in listed:
-            continue
+    shard_id = state.shard_id
+    unlisted = set(dirs) - {s.path for s in state.manifest.sstables}
+    if unlisted:  # the usual case is none: only then are older manifest versions read
+        for v in list_manifest_versions(store, shard_id):
+            if v < state.version:
+                unlisted -= {s.path for s in read_shard_manifest(store, shard_id, v).manifest.sstables}
+    for name in sorted(unlisted):
         key = f"{shard_dir(shard_id)}/{name}"
         newest = _newest_mtime(store, f"{key}/")
         if newest is not None and now - newest >= min_age:
