@@ -12,7 +12,8 @@ ones ``memwal --storage-option`` takes):
 
 Credentials never reach logs or rendered templates: every credential-like storage option
 is registered with Airflow's secrets masker as soon as it is read, storage options are
-never template fields, and operators pass them to Spark only as masked arguments.
+never template fields, and operators hand them to spark-submit only in a 0600 file in a
+private directory (``--storage-options-file``), never as command-line arguments.
 """
 
 from __future__ import annotations
@@ -23,26 +24,16 @@ from typing import Any
 from airflow.sdk import Asset, BaseHook
 
 from airflow_plugins.provider import CONN_TYPE
-
-# Substrings of storage-option keys whose values are credentials (Lance / object_store key names).
-SENSITIVE_KEY_PARTS = (
-    "secret",
-    "password",
-    "token",
-    "key",  # aws_access_key_id, azure_storage_account_key, google_service_account_key, sas_key ...
-    "credential",
-)
+from memwal.secret_options import is_secret_key, redact_options
 
 MERGED_ASSET_GROUP = "asset"  # the group Airflow gives assets created through an alias
 
 
-def is_sensitive_option(key: str) -> bool:
-    k = key.lower()
-    return any(part in k for part in SENSITIVE_KEY_PARTS)
-
-
 def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
-    """Register every credential-like storage option value with Airflow's secrets masker."""
+    """Register every credential-like storage option value with Airflow's secrets masker.
+
+    Which keys are credentials is ``memwal.secret_options.is_secret_key``: one rule for the
+    CLI, the Spark jobs and Airflow."""
     if not storage_options:
         return
     from airflow.sdk.log import mask_secret
@@ -50,13 +41,13 @@ def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
     for key, value in storage_options.items():
         text = str(value)
         # flags such as bucket_key_enabled=true are not secrets (and masking "true" would garble every log)
-        if text and is_sensitive_option(str(key)) and text.lower() not in ("true", "false") and not text.isdigit():
+        if text and is_secret_key(str(key)) and text.lower() not in ("true", "false") and not text.isdigit():
             mask_secret(text)
 
 
 def redacted(storage_options: dict[str, Any] | None) -> dict[str, str]:
     """Storage options safe to print: credential values replaced by ``***``."""
-    return {k: ("***" if is_sensitive_option(k) else str(v)) for k, v in (storage_options or {}).items()}
+    return redact_options(storage_options)
 
 
 def table_asset(table_uri: str) -> Asset:

@@ -3,7 +3,10 @@
 Each operator is a thin shell over the same plan/execute as the ``memwal`` CLI:
 
 - ``engine="local"`` calls ``memwal.actions.run_action`` in the task process;
-- ``engine="spark"`` runs ``spark-submit jobs/<action>.py TABLE [options] --result-file F``
+- ``engine="spark"`` runs ``spark-submit jobs/<action>.py TABLE [options]
+  --storage-options-file O --result-file F`` (``O``: the storage options in a 0600 file in
+  a private directory, removed when the job ends; in cluster deploy mode the driver cannot
+  read it, so credentials must then come from the cluster)
   through the Spark provider's ``SparkSubmitHook`` (master, queue, deploy mode... from a
   ``spark`` connection; ``spark_conf``, ``spark_env`` and any other ``SparkSubmitHook``
   argument through ``spark_submit_kwargs``) and reads the JSON result from ``F``.
@@ -33,6 +36,7 @@ from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_plugins.hooks import MemWalHook, redacted, table_asset
+from memwal.secret_options import storage_options_file
 
 ENGINES = ("local", "spark")
 DEFAULT_MERGED_ALIAS = "memwal-merged"
@@ -222,14 +226,12 @@ class MemWalActionOperator(BaseOperator):
         env = dict(self.spark_env)
         if "PYSPARK_DRIVER_PYTHON" not in env and "PYSPARK_DRIVER_PYTHON" not in os.environ:
             env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # client mode: the driver runs on this worker
-        with tempfile.TemporaryDirectory(prefix=f"memwal-{self.action}-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix=f"memwal-{self.action}-") as tmp,
+            storage_options_file(storage_options, prefix=f"memwal-{self.action}-options-") as options_file,
+        ):
             result_file = os.path.join(tmp, "result.json")
-            args = [uri, *cli_args(self.action_options())]
-            if self.dry_run:
-                args.append("--dry-run")
-            for key, value in storage_options.items():
-                args += ["--storage-option", f"{key}={value}"]
-            args += ["--result-file", result_file]
+            args = self.application_args(uri, options_file if storage_options else None, result_file)
             hook = _spark_submit_hook_class()(
                 conf=self.spark_conf,
                 conn_id=self.spark_conn_id,
@@ -260,6 +262,17 @@ class MemWalActionOperator(BaseOperator):
         if failure is not None and not self._reports_failure(doc):
             raise AirflowException(failure)
         return doc
+
+    def application_args(self, uri: str, options_file: str | None, result_file: str) -> list[str]:
+        """The arguments of ``jobs/<action>.py``: the storage options only as the path of their
+        0600 file, because spark-submit, its JVM and the Python driver all show their command
+        lines to every local user (``ps``, ``/proc/<pid>/cmdline``)."""
+        args = [uri, *cli_args(self.action_options())]
+        if self.dry_run:
+            args.append("--dry-run")
+        if options_file:
+            args += ["--storage-options-file", options_file]
+        return [*args, "--result-file", result_file]
 
     def _reports_failure(self, doc: dict[str, Any]) -> bool:
         """Whether the result document itself explains an exit code 1 (check_result raises then)."""

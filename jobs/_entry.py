@@ -2,7 +2,11 @@
 
 Each job file is ``spark-submit jobs/<action>.py TABLE [options]``: it takes the session
 spark-submit configured (cluster or local) and runs the same CLI command with the Spark
-engine, so flags, JSON output and exit codes are those of ``memwal`` (DESIGN.md section 5).
+engine, so flags, JSON output and exit codes are those of ``memwal``.
+
+Credentials never belong in these arguments: spark-submit, its JVM and the Python driver
+all carry them in their command lines, which every local user can read. Launchers pass
+``--storage-options-file PATH`` (a 0600 JSON file, see ``memwal.secret_options``) instead.
 """
 
 from __future__ import annotations
@@ -12,12 +16,26 @@ import sys
 from collections.abc import Sequence
 
 
+def warn_secret_arguments(args: list[str]) -> None:
+    """Say so when credentials came on the command line (they are already visible in ``ps``)."""
+    from memwal.secret_options import secret_keys_on_argv
+
+    keys = secret_keys_on_argv(args)
+    if keys:
+        print(
+            f"memwal: warning: storage option(s) {', '.join(keys)} given on the command line, readable by every "
+            "local user: pass them in --storage-options-file PATH (mode 0600) instead",
+            file=sys.stderr,
+        )
+
+
 def run(action: str, argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from memwal.cli import main
 
     args = list(sys.argv[1:] if argv is None else argv)
+    warn_secret_arguments(args)
     spark = SparkSession.builder.appName(f"memwal-{action}").getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
     try:

@@ -18,18 +18,22 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from pyspark.sql import SparkSession
 
+    from jobs._entry import warn_secret_arguments
+    from memwal import validate
     from memwal.actions import ACTIONS, run_action
     from memwal.cli import configure_logging
-    from memwal.commands.common import parse_storage_options
+    from memwal.commands.common import non_negative_float, parse_storage_options
     from memwal.errors import MemWalError
+    from memwal.secret_options import with_options_file
     from memwal.table import open_table
 
     p = argparse.ArgumentParser(prog="maintenance.py", description=__doc__.split("\n\n")[0])
     p.add_argument("table")
     p.add_argument("--jobs", default=",".join(ACTIONS), help="comma-separated, in order (default: all four)")
     p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--grace-seconds", type=float, default=None)
-    p.add_argument("--expire-versions", type=float, default=None)
+    p.add_argument("--storage-options-file", metavar="PATH", help="JSON object of storage options (mode 0600)")
+    p.add_argument("--grace-seconds", type=non_negative_float, default=None)
+    p.add_argument("--expire-versions", type=non_negative_float, default=None)
     p.add_argument("--result-file", help="write the per-job JSON results here")
     args = p.parse_args(argv)
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
@@ -37,12 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown job(s): {', '.join(unknown)}")
     configure_logging(False)
+    warn_secret_arguments(list(sys.argv[1:] if argv is None else argv))
+    try:  # bad options are bad input: refuse them before starting Spark
+        storage_options = with_options_file(args.storage_options_file, parse_storage_options(args.storage_option))
+        validate.storage_options(storage_options)
+    except MemWalError as exc:
+        print(f"memwal: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     spark = SparkSession.builder.appName("memwal-maintenance").getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
     results: dict[str, dict] = {}
     code = 0
     try:
-        table = open_table(args.table, parse_storage_options(args.storage_option))
+        table = open_table(args.table, storage_options)
         for job in jobs:
             options = (
                 {"grace_seconds": args.grace_seconds, "expire_versions": args.expire_versions} if job == "gc" else {}

@@ -1,8 +1,11 @@
 """The Spark GC engine: deletions spread over executors, one task per shard.
 
 The plan (every gate, every reason) is made on the driver by the core; executors only
-delete the validated prefixes and keys they are handed, with the same manifests-first
-order as the local engine. The driver checks the lease before handing work out.
+delete the validated prefixes and keys they are handed, through the very functions the
+local engine uses (``delete_prefix``, ``delete_objects``): the same manifests-first order,
+the same allowed-prefix rule and the same deletion-time refusal of any path that crosses a
+symbolic link, reported back to the driver. The driver checks the lease before handing
+work out.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from jobs.spark_engine import local_session
-from memwal.gc import delete_prefix
+from memwal.gc import PrefixOutcome, delete_objects, delete_prefix
 from memwal.storage import Store, open_store
 from memwal.table import Table
 
@@ -49,18 +52,20 @@ class SparkGcEngine:
         items = sorted(groups.items())
         return dict(self.spark.sparkContext.parallelize(items, len(items)).flatMap(task).collect())
 
-    def delete_prefixes(self, table: Table, prefixes: list[str], lease) -> list[tuple[int, int]]:
+    def delete_prefixes(self, table: Table, prefixes: list[str], lease) -> list[PrefixOutcome]:
         if lease:
             lease.check()
         done = self._per_shard(table, prefixes, lambda store, ps: [delete_prefix(store, p) for p in ps])
         return [done[p] for p in prefixes]
 
-    def delete_keys(self, table: Table, keys: list[str], lease) -> None:
+    def delete_keys(self, table: Table, keys: list[str], lease) -> list[str]:
+        """Delete single objects (WAL entries) per shard; returns the keys refused as unsafe."""
         if lease:
             lease.check()
 
-        def delete_batch(store: Store, batch: list[str]) -> list[int]:
-            store.delete_many(batch)
-            return [1] * len(batch)
+        def delete_batch(store: Store, batch: list[str]) -> list[bool]:
+            refused = set(delete_objects(store, batch))
+            return [k in refused for k in batch]
 
-        self._per_shard(table, keys, delete_batch)
+        done = self._per_shard(table, keys, delete_batch)
+        return [k for k in keys if done.get(k)]

@@ -49,24 +49,104 @@ def parse_jobs(text: str | Sequence[str] | None) -> list[str]:
     return [j for j in JOB_ORDER if j in names]
 
 
-def read_tables_file(path: str) -> list[str]:
-    """One table URI per line; blank lines and ``#`` comments are ignored; ``-`` is stdin."""
-    try:
-        if path == "-":
-            import sys
+# A tables file lists table URIs; 16 MiB is some 200,000 of them. A bigger "list" is a mistake
+# (a data file, /dev/zero) and must not be read into memory whole.
+MAX_TABLES_FILE_BYTES = 16 << 20
+MAX_URI_CHARS = 4096
 
-            text = sys.stdin.read()
-        else:
-            with open(path) as f:
-                text = f.read()
-    except OSError as exc:
-        raise BadInputError(f"--tables-file {path}: {exc.strerror or exc}") from exc
+
+def read_tables_file(path: str) -> list[str]:
+    """One table URI per line; blank lines and ``#`` comments are ignored; ``-`` is stdin.
+
+    The whole file is read and checked before any job runs, so a bad list is bad input
+    with nothing written: a missing file, a directory or device, a binary or non-UTF-8
+    file, an empty list and a line that is not a table URI are each one error naming the
+    file (and the line).
+    """
+    where = f"--tables-file {path}"
+    text = _decode_tables_file(_read_tables_bytes(path, where), where)
     out = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            out.append(line)
+    for number, line in enumerate(text.split("\n"), 1):
+        uri = line.split("#", 1)[0].strip()
+        if not uri:
+            continue
+        problem = table_uri_problem(uri)
+        if problem:
+            raise BadInputError(f"{where} line {number}: {problem}")
+        out.append(uri)
+    if not out:
+        raise BadInputError(f"{where}: no table URI in it (only blank lines and # comments)")
     return out
+
+
+def _read_tables_bytes(path: str, where: str) -> bytes:
+    """The file's bytes, refusing what is not a regular file before opening it (a FIFO would block)."""
+    import stat
+    import sys
+
+    if path == "-":
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read(MAX_TABLES_FILE_BYTES + 1) if stream else sys.stdin.read().encode()
+    else:
+        try:
+            st = os.stat(path)
+            if stat.S_ISDIR(st.st_mode):
+                raise BadInputError(f"{where}: is a directory, not a file of table URIs")
+            if not stat.S_ISREG(st.st_mode):
+                raise BadInputError(f"{where}: not a regular file")
+            with open(path, "rb") as f:
+                data = f.read(MAX_TABLES_FILE_BYTES + 1)
+        except OSError as exc:
+            raise BadInputError(f"{where}: {exc.strerror or 'cannot read'}") from None
+    if len(data) > MAX_TABLES_FILE_BYTES:
+        raise BadInputError(f"{where}: larger than {MAX_TABLES_FILE_BYTES >> 20} MiB, not a list of table URIs")
+    if not data.strip():
+        raise BadInputError(f"{where}: the file is empty (or only whitespace)")
+    return data
+
+
+def _decode_tables_file(data: bytes, where: str) -> str:
+    """UTF-8 text (a BOM is fine, Windows line ends too); binary content names its first bad line."""
+    if b"\x00" in data:
+        line = data[: data.index(b"\x00")].count(b"\n") + 1
+        raise BadInputError(f"{where} line {line}: binary content (NUL byte), not a text file of table URIs")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise BadInputError(f"{where} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+    return text.replace("\r\n", "\n")
+
+
+def table_uri_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot name a table (checked without any I/O), or None.
+
+    The rule every command applies (``memwal.storage.check_table_uri``), after what a
+    line of a file can add: control characters, absurd lengths, and credentials in a
+    ``scheme://user:secret@host`` part, which are refused without being echoed.
+    """
+    if len(uri) > MAX_URI_CHARS:
+        return f"table URI longer than {MAX_URI_CHARS} characters"
+    if any(ord(c) < 32 or ord(c) == 127 for c in uri):
+        return f"control character in table URI {_shown_uri(uri)}"
+    head, sep, rest = uri.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        return f"invalid table URI {_shown_uri(uri)}: credentials in a URI (pass them with --storage-options-file)"
+    from memwal.storage import check_table_uri
+
+    try:
+        check_table_uri(uri)
+    except BadInputError as exc:
+        return str(exc)
+    return None
+
+
+def _shown_uri(uri: str) -> str:
+    """A URI as quoted in an error: at most 120 characters, credentials in ``user:pass@`` hidden."""
+    head, sep, rest = uri.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        uri = f"{head}://***@{rest.split('@', 1)[1]}"
+    return repr(uri if len(uri) <= 120 else uri[:117] + "...")
 
 
 def table_key(uri: str) -> str:

@@ -1,4 +1,4 @@
-"""The operator CLI: ``memwal status|merge|catchup|snapshot|gc|verify|backfill|scan|demo-data``.
+"""The operator CLI: ``memwal status|merge|catchup|snapshot|gc|verify|lease|backfill|scan|demo-data``.
 
 The contract (DESIGN.md section 5) is what automation depends on: exit code 0 done,
 1 failed, 2 bad usage or bad input, 3 lost lease or fenced; logs on stderr, the ``--json``
@@ -15,9 +15,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from memwal import validate
 from memwal.commands import COMMAND_MODULES
-from memwal.commands.common import EXIT_FAILED, Parser, parse_storage_options
+from memwal.commands.common import EXIT_FAILED, Parser, check_result_file, parse_storage_options
 from memwal.errors import MemWalError
+from memwal.secret_options import with_options_file
+from memwal.table import first_line
 
 log = logging.getLogger("memwal")
 
@@ -53,7 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.debug)
     try:
-        args.storage_options = parse_storage_options(args.storage_option)
+        pairs = parse_storage_options(args.storage_option)
+        args.storage_options = with_options_file(getattr(args, "storage_options_file", None), pairs)
+        # Everything the user typed is checked before the command touches the table.
+        validate.storage_options(args.storage_options)
+        check_result_file(getattr(args, "result_file", None))
         return args.run(args)
     except MemWalError as exc:
         if args.debug:
@@ -66,8 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, not a trace
         if args.debug:
             log.exception("failed")
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"memwal: error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)", file=sys.stderr)
+        # One line naming what failed, never an exception class name (the object is in
+        # the message of every error we raise; Lance's Rust locations are dropped).
+        target = getattr(args, "table", None) or getattr(args, "dir", None)
+        where = f"{target}: " if isinstance(target, str) and target not in str(exc) else ""
+        print(
+            f"memwal: error: {where}{first_line(exc, target if isinstance(target, str) else None)} "
+            "(rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
 
 

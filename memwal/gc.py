@@ -13,6 +13,11 @@ A generation g of shard s is deleted only when all of these hold (DESIGN.md sect
 (e) ``wal-needed-for-replay``: a WAL entry goes only when its generation is deletable and
     it is not past the shard manifest's ``replay_after_wal_entry_position``;
 and ``unsafe-path``: the manifest path resolves inside ``_mem_wal/<shard>/`` (invariant 5).
+An unlisted generation directory (an orphan) passes the same gates (``orphan-<gate>``), so
+one above the merged generation is never deleted; a shard whose latest manifest cannot be
+established keeps everything (``shard-manifest-gap`` / ``-unreadable`` / ``-missing``).
+A run reads and validates everything before its first write, and re-checks progress and
+catch-up against the latest table version right before it deletes.
 
 Deletion order makes a crash harmless: per generation, its Lance manifests go first
 (the dataset stops being openable as a whole), then its other files, then the WAL
@@ -25,20 +30,25 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
 
-from memwal.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, STAGING_DIR, shard_dir
-from memwal.paths import UnsafePathError, generation_key
+from memwal.errors import BadInputError, MemWalError, NotFoundError
+from memwal.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME, STAGING_DIR, parse_generation_dir, shard_dir
+from memwal.paths import LinkedPathError, UnsafePathError, check_deletable, generation_key, shard_of_key
 from memwal.retained import RetainedVersion, retained_versions
 from memwal.shard_manifests import (
+    UNREADABLE,
+    ShardManifestError,
     ShardState,
-    all_shard_manifests,
     list_generation_dirs,
     list_manifest_versions,
     list_wal_entries,
     read_shard_manifest,
+    read_shard_manifests,
     read_wal_entry_meta,
 )
 from memwal.status import maintained_indexes
@@ -52,6 +62,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 600.0
 DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
+#: Reason of whatever a symbolic link in the table (or a manifest path leaving its shard) holds.
+UNSAFE_PATH = "unsafe-path"
+#: Plans retried when a listed object vanished before it was read (a concurrent GC).
+PLAN_ATTEMPTS = 5
 
 
 @dataclass
@@ -101,6 +115,7 @@ class GcPlan:
     blocked: list[Blocked] = field(default_factory=list)
     orphans: list[Orphan] = field(default_factory=list)
     retained_versions: int = 0
+    broken_shards: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -115,6 +130,7 @@ class GcPlan:
             "would_delete_wal_entries": [asdict(w) for w in self.wal_entries],
             "blocked": [_blocked_json(b) for b in self.blocked],
             "orphans": [asdict(o) for o in self.orphans],
+            "broken_shards": self.broken_shards,
         }
 
 
@@ -141,6 +157,7 @@ class GcResult:
     expired_versions: dict | None = None
     audit_key: str | None = None
     engine: str = "local"
+    broken_shards: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -205,11 +222,16 @@ def plan_gc(
     versions = retained_versions(table)
     plan = GcPlan(table=table.uri, read_version=latest.version, planned_at=now, grace_seconds=grace_seconds,
                   retained_versions=len(versions))
-    for shard_id, state in all_shard_manifests(table.store).items():
+    found = read_shard_manifests(table.store)
+    for err in found.broken.values():
+        _plan_broken_shard(table.store, err, plan)
+    for shard_id, state in found.states.items():
         compacted = latest.compacted_generation(shard_id)
         dirs = list_generation_dirs(table.store, shard_id)
         present = {g: name for name, g in dirs.items()}
         deletable: set[int] = set()
+        gates = partial(_gates, shard_id, compacted=compacted, catchup=latest.index_catchup, indexes=indexes,
+                        versions=versions, now=now, grace_seconds=grace_seconds)
         for fg in state.flushed:
             g = fg.generation
             try:
@@ -217,8 +239,7 @@ def plan_gc(
             except UnsafePathError as exc:
                 plan.blocked.append(Blocked(shard_id, g, "unsafe-path", ["unsafe-path", str(exc)]))
                 continue
-            reasons, evidence = _gates(shard_id, g, compacted=compacted, catchup=latest.index_catchup,
-                                       indexes=indexes, versions=versions, now=now, grace_seconds=grace_seconds)
+            reasons, evidence = gates(g)
             if reasons:
                 plan.blocked.append(Blocked(shard_id, g, reasons[0], reasons))
                 continue
@@ -226,9 +247,21 @@ def plan_gc(
             if present.get(g) == key.rsplit("/", 1)[-1]:
                 plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, evidence))
         _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
-        _plan_generation_orphans(table.store, state, dirs, now, orphan_age_seconds, plan)
+        _plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
     _plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
+    _plan_unsafe_links(table.store, plan)  # path safety (A)
     return plan
+
+
+def _plan_broken_shard(store: Store, err: ShardManifestError, plan: GcPlan) -> None:
+    """A shard whose latest manifest is unknown keeps everything: its generations, WAL and orphans.
+
+    Without the latest manifest nothing tells which generations are listed or replayable,
+    so each generation directory on storage is reported as blocked by the shard's problem.
+    """
+    plan.broken_shards.append({"shard_id": err.shard_id, "reason": err.reason, "detail": str(err)})
+    for g in sorted(set(list_generation_dirs(store, err.shard_id).values())):
+        plan.blocked.append(Blocked(err.shard_id, g, err.reason, [err.reason, str(err)]))
 
 
 def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int], plan: GcPlan) -> None:
@@ -250,16 +283,33 @@ def _newest_mtime(store: Store, prefix: str) -> float | None:
     return max(times) if times else None
 
 
-def _plan_generation_orphans(store: Store, state: ShardState, dirs: dict[str, int], now: float, min_age: float,
+def _plan_generation_orphans(store: Store, state: ShardState, dirs: dict[str, int],
+                             gates: Callable[[int], tuple[list[str], dict]], now: float, min_age: float,
                              plan: GcPlan) -> None:
-    """Generation directories no manifest version ever listed (e.g. a failed flush's retry)."""
+    """Generation directories no manifest version ever listed (e.g. a failed flush's retry).
+
+    A directory whose generation is above the shard's merged generation is never one: it
+    may hold the only copy of rows a manifest we cannot see (or a writer mid-flush) lists,
+    so it is kept and reported (``orphan-not-merged``), whatever the manifests say. The
+    other gates apply too (``orphan-<gate>``): "unlisted" is only as true as the manifests
+    we read, and a reader may hold a listing that named the directory.
+    """
     shard_id = state.shard_id
     unlisted = set(dirs) - {s.path for s in state.manifest.sstables}
     if unlisted:  # the usual case is none: only then are older manifest versions read
-        for v in list_manifest_versions(store, shard_id):
-            if v < state.version:
-                unlisted -= {s.path for s in read_shard_manifest(store, shard_id, v).manifest.sstables}
+        try:
+            for v in list_manifest_versions(store, shard_id):
+                if v < state.version:
+                    unlisted -= {s.path for s in read_shard_manifest(store, shard_id, v).manifest.sstables}
+        except MemWalError as exc:  # an older version we cannot read may list any of them
+            for name in sorted(unlisted):
+                plan.blocked.append(Blocked(shard_id, dirs[name], UNREADABLE, [UNREADABLE, f"{name}: {exc}"]))
+            return
     for name in sorted(unlisted):
+        reasons = [f"orphan-{r}" for r in gates(dirs[name])[0]]
+        if reasons:
+            plan.blocked.append(Blocked(shard_id, dirs[name], reasons[0], [*reasons, name]))
+            continue
         key = f"{shard_dir(shard_id)}/{name}"
         newest = _newest_mtime(store, f"{key}/")
         if newest is not None and now - newest >= min_age:
@@ -275,29 +325,118 @@ def _plan_staging_orphans(store: Store, now: float, min_age: float, plan: GcPlan
             plan.orphans.append(Orphan("staging", None, name, key, now - newest))
 
 
+def _plan_unsafe_links(store: Store, plan: GcPlan) -> None:
+    """Report every symbolic link under ``_mem_wal/`` as ``unsafe-path`` and keep what it could redirect.
+
+    Links are never followed (the store skips them in listings), but a deletion planned
+    next to one is held too: a link at or inside a generation directory holds that
+    generation and its WAL entries; anywhere else in a shard (the shard directory itself,
+    ``wal/``, ``manifest/``) every deletion in the shard; under ``_staging/`` that staging
+    directory; ``_mem_wal`` itself everything.
+    """
+    for link in store.list_links(f"{MEM_WAL_DIR}/"):
+        scope, shard_id, generation = _link_scope(link)
+        plan.blocked.append(Blocked(shard_id, generation, UNSAFE_PATH, [UNSAFE_PATH, _link_detail(link)]))
+        held = {(g.shard_id, g.generation) for g in plan.generations if _under(g.key, scope)}
+        if generation:  # the linked directory is not listed as one, but its WAL entries may be planned
+            held.add((shard_id, generation))
+        plan.generations = [g for g in plan.generations if (g.shard_id, g.generation) not in held]
+        plan.wal_entries = [w for w in plan.wal_entries
+                            if not _under(w.key, scope) and (w.shard_id, w.generation) not in held]
+        plan.orphans = [o for o in plan.orphans if not _under(o.key, scope) and not _under(scope, o.key)]
+
+
+def _link_scope(link: str) -> tuple[str, str | None, int]:
+    """(key prefix whose deletions a link holds, its shard or None, its generation or 0)."""
+    parts = link.split("/")
+    shard_id = shard_of_key(link + "/x")  # the link may be the shard directory itself
+    if shard_id is None:
+        depth = 3 if len(parts) > 2 and f"{parts[0]}/{parts[1]}" == STAGING_DIR else 2
+        return "/".join(parts[:depth]), None, 0
+    generation = parse_generation_dir(parts[2]) if len(parts) > 2 else None
+    if generation is None:
+        return shard_dir(shard_id), shard_id, 0
+    return "/".join(parts[:3]), shard_id, generation
+
+
+def _under(key: str, prefix: str) -> bool:
+    """Whether ``key`` is ``prefix`` or lies below it."""
+    return key == prefix or key.startswith(prefix + "/")
+
+
+def _link_detail(key: str) -> str:
+    """The explanation carried in a blocked entry's ``reasons`` for a link found in the table."""
+    return f"{key}: symbolic link, never followed"
+
+
 def _check_under(key: str, prefix: str) -> None:
     """Belt and braces for invariant 5: every key we delete lies under the planned prefix."""
     if not key.startswith(prefix.rstrip("/") + "/"):
-        raise UnsafePathError(prefix.split("/")[1] if "/" in prefix else "?", key, f"not under {prefix}")
+        raise UnsafePathError(shard_of_key(prefix + "/x"), key, f"not under {prefix}")
 
 
-def delete_prefix(store: Store, prefix: str) -> tuple[int, int]:
-    """Delete everything under a generation (or staging) directory: manifests first."""
+class PrefixOutcome(NamedTuple):
+    """What deleting one directory did (picklable: Spark executors return it)."""
+
+    objects: int  # objects deleted
+    bytes: int  # bytes freed
+    unsafe: list[str]  # keys refused: links found, or paths that crossed one at deletion time
+
+
+def delete_objects(store: Store, keys: list[str]) -> list[str]:
+    """The one way GC deletes objects, for every engine and store; returns the keys refused.
+
+    Every key must be one of ours (:func:`check_deletable`; otherwise UnsafePathError and
+    nothing of the batch is deleted). The store then checks each key when it deletes it:
+    a local store refuses a key whose path crosses a symbolic link (an object store has
+    none) and still deletes the others.
+    """
+    for key in keys:
+        check_deletable(key)
+    if not keys:
+        return []
+    try:
+        store.delete_many(keys)
+    except LinkedPathError as exc:
+        log.warning("gc refused %d path(s) crossing a symbolic link or a non-directory, first: %s",
+                    len(exc.refused), exc)
+        return list(exc.refused)
+    return []
+
+
+def delete_prefix(store: Store, prefix: str) -> PrefixOutcome:
+    """Delete everything under a generation (or staging) directory: manifests first.
+
+    Checked now, at execution, not only when planned: a link at or anywhere under the
+    directory refuses the whole directory (nothing in it is deleted, the links are
+    reported), and a link swapped in after this check is refused per key by the store.
+    If a manifest is refused the data files stay too, so the directory is never left
+    half-deleted because of a link.
+    """
+    check_deletable(prefix)
+    links = store.list_links(f"{prefix}/")
+    if links:
+        return PrefixOutcome(0, 0, links)
     objs = list(store.list(f"{prefix}/"))
     for o in objs:
         _check_under(o.key, prefix)
-    manifests = [o for o in objs if "/_versions/" in o.key]
-    rest = [o for o in objs if "/_versions/" not in o.key]
-    for batch in (manifests, rest):
-        if batch:
-            store.delete_many([o.key for o in batch])
-    return len(objs), sum(o.size for o in objs)
+    deleted = freed = 0
+    for batch in ([o for o in objs if "/_versions/" in o.key], [o for o in objs if "/_versions/" not in o.key]):
+        refused = set(delete_objects(store, [o.key for o in batch]))
+        gone = [o for o in batch if o.key not in refused]
+        deleted += len(gone)
+        freed += sum(o.size for o in gone)
+        if refused:
+            return PrefixOutcome(deleted, freed, sorted(refused))
+    return PrefixOutcome(deleted, freed, [])
 
 
 class LocalGcEngine:
+    """Deletes in-process, through the same :func:`delete_prefix` / :func:`delete_objects` as Spark."""
+
     name = "local"
 
-    def delete_prefixes(self, table: Table, prefixes: list[str], lease: Lease | None) -> list[tuple[int, int]]:
+    def delete_prefixes(self, table: Table, prefixes: list[str], lease: Lease | None) -> list[PrefixOutcome]:
         out = []
         for prefix in prefixes:
             if lease:
@@ -305,37 +444,65 @@ class LocalGcEngine:
             out.append(delete_prefix(table.store, prefix))
         return out
 
-    def delete_keys(self, table: Table, keys: list[str], lease: Lease | None) -> None:
+    def delete_keys(self, table: Table, keys: list[str], lease: Lease | None) -> list[str]:
+        """Delete single objects (WAL entries); returns the keys refused as unsafe."""
         if lease:
             lease.check()
-        if keys:
-            table.store.delete_many(keys)
+        return delete_objects(table.store, keys)
+
+
+def _report_unsafe(result: GcResult, shard_id: str | None, generation: int, keys: list[str]) -> None:
+    """Add an ``unsafe-path`` blocked entry for keys refused at execution (once per entry)."""
+    entry = {"shard_id": shard_id, "generation": generation, "reason": UNSAFE_PATH,
+             "reasons": [UNSAFE_PATH] + [f"{k}: crosses a symbolic link or a non-directory, never followed"
+                                         for k in keys]}
+    if entry not in result.blocked:
+        result.blocked.append(entry)
 
 
 def execute_gc(table: Table, plan: GcPlan, engine=None, *, lease: Lease | None = None,
                orphans: bool = False) -> GcResult:
+    """Delete what the plan allows; a path refused as unsafe now is reported, not deleted through.
+
+    A generation refused at execution keeps its WAL entries too (they go only with it).
+    """
     engine = engine or LocalGcEngine()
+    for key in [g.key for g in plan.generations] + [o.key for o in plan.orphans]:
+        check_deletable(key)  # the whole plan is ours before anything is deleted
     result = GcResult(table=table.uri, dry_run=False, engine=engine.name,
                       blocked=[_blocked_json(b) for b in plan.blocked],
                       orphans=[asdict(o) for o in plan.orphans])
+    held: set[tuple[str, int]] = set()
     stats = engine.delete_prefixes(table, [g.key for g in plan.generations], lease)
-    for g, (n, size) in zip(plan.generations, stats, strict=True):
-        result.deleted.append({"shard_id": g.shard_id, "generation": g.generation, "path": g.path,
-                               "objects": n, "bytes": size, "gates": g.gates})
+    for g, (n, size, unsafe) in zip(plan.generations, stats, strict=True):
         result.objects_deleted += n
         result.bytes_freed += size
-    wal_keys = [w.key for w in plan.wal_entries]
-    for w in plan.wal_entries:
+        if unsafe:
+            held.add((g.shard_id, g.generation))
+            _report_unsafe(result, g.shard_id, g.generation, unsafe)
+            continue
+        result.deleted.append({"shard_id": g.shard_id, "generation": g.generation, "path": g.path,
+                               "objects": n, "bytes": size, "gates": g.gates})
+    wal = [w for w in plan.wal_entries if (w.shard_id, w.generation) not in held]
+    for w in wal:
         _check_under(w.key, f"{shard_dir(w.shard_id)}/wal")
-    engine.delete_keys(table, wal_keys, lease)
-    result.bytes_freed += sum(w.size for w in plan.wal_entries)
-    result.wal_entries_deleted = len(wal_keys)
-    result.objects_deleted += len(wal_keys)
+    refused = set(engine.delete_keys(table, [w.key for w in wal], lease) or [])
+    done = [w for w in wal if w.key not in refused]
+    for w in wal:
+        if w.key in refused:
+            _report_unsafe(result, w.shard_id, w.generation, [w.key])
+    result.bytes_freed += sum(w.size for w in done)
+    result.wal_entries_deleted = len(done)
+    result.objects_deleted += len(done)
     if orphans and plan.orphans:
         ostats = engine.delete_prefixes(table, [o.key for o in plan.orphans], lease)
-        result.orphans_deleted = len(plan.orphans)
-        result.objects_deleted += sum(n for n, _ in ostats)
-        result.bytes_freed += sum(size for _, size in ostats)
+        for o, (n, size, unsafe) in zip(plan.orphans, ostats, strict=True):
+            result.objects_deleted += n
+            result.bytes_freed += size
+            if unsafe:
+                _report_unsafe(result, o.shard_id, parse_generation_dir(o.path) or 0, unsafe)
+            else:
+                result.orphans_deleted += 1
     return result
 
 
@@ -356,6 +523,81 @@ def write_audit(table: Table, result: GcResult) -> str:
     return key
 
 
+def check_audit_destination(store: Store) -> None:
+    """Refuse, before anything is written, an audit folder that cannot hold the record.
+
+    The record is written after the deletions; finding out only then would leave a run
+    that deleted data without its record.
+    """
+    for key in (JOBS_DIR, f"{JOBS_DIR}/audit"):
+        if store.head(key) is not None:
+            raise BadInputError(f"{store.uri_for(key)} is a file, not a folder: the GC audit record cannot go there")
+
+
+def plan_gc_settled(table: Table, **options) -> GcPlan:
+    """:func:`plan_gc`, planned again when a listed object vanished before it was read.
+
+    A concurrent GC deletes WAL entries and generations between our listing and our read:
+    that is a lost race, not bad input, so we list again (what it deleted is then absent).
+    """
+    last: NotFoundError | None = None
+    for attempt in range(PLAN_ATTEMPTS):
+        try:
+            return plan_gc(table, **options)
+        except NotFoundError as exc:
+            last = exc
+            log.info("gc %s: %s vanished while planning (attempt %d): planning again", table.uri, exc, attempt + 1)
+    raise MemWalError(f"{table.uri}: objects kept vanishing while GC planned (a concurrent GC?): {last}")
+
+
+def prepare_gc(table: Table, *, audit: bool = False, **options) -> GcPlan:
+    """Everything a GC run reads, checked before its first write (lease, expiry, deletion, audit)."""
+    if audit:
+        check_audit_destination(table.store)
+    return plan_gc_settled(table, **options)
+
+
+def recheck_gc_plan(table: Table, plan: GcPlan) -> GcPlan:
+    """Right before deleting, re-read the latest table version once and drop what it no longer allows.
+
+    Merge progress and catch-up only grow in normal operation, but a table restored to an
+    older version, or a commit that drops catch-up records (Lance's own compaction does),
+    lowers them after the plan was made: generations above the new values are needed again.
+    """
+    latest = table.require_mem_wal()
+    indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
+
+    def lost(shard_id: str, g: int, *, catchup: bool = True) -> str | None:
+        if g > latest.compacted_generation(shard_id):
+            return "not-merged"
+        for name in indexes if catchup else []:
+            if g > latest.index_catchup.get(name, {}).get(shard_id, 0):
+                return f"index-not-caught-up:{name}"
+        return None
+
+    out = replace(plan, generations=[], wal_entries=[], orphans=[], blocked=list(plan.blocked))
+
+    def keep(shard_id: str, g: int, item, into: list, *, catchup: bool = True, wal: int | None = None) -> None:
+        why = lost(shard_id, g, catchup=catchup)
+        if why is None:
+            into.append(item)
+        else:
+            reason = f"changed-since-plan:{why}"
+            out.blocked.append(Blocked(shard_id, g, reason, [reason], wal_position=wal))
+
+    for d in plan.generations:
+        keep(d.shard_id, d.generation, d, out.generations)
+    for w in plan.wal_entries:
+        keep(w.shard_id, w.generation, w, out.wal_entries, wal=w.position)
+    for o in plan.orphans:
+        g = parse_generation_dir(o.path) if o.kind == "generation" else None
+        if g is None or o.shard_id is None:
+            out.orphans.append(o)
+        else:
+            keep(o.shard_id, g, o, out.orphans, catchup=False)
+    return out
+
+
 def run_gc(
     table: Table,
     *,
@@ -368,25 +610,45 @@ def run_gc(
     dry_run: bool = False,
     audit: bool = False,
     now: float | None = None,
+    plan: GcPlan | None = None,
 ) -> GcResult:
-    expired = None
-    if expire_versions_seconds is not None and not dry_run:
-        if lease:
-            lease.check()
-        expired = expire_versions(table, expire_versions_seconds)
-    plan = plan_gc(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds, now=now)
+    """Plan (or take ``plan``), then expire versions, delete and write the audit record.
+
+    Every input is read and validated before the first write: a corrupt WAL entry or an
+    unusable audit folder fails with nothing written. Version expiry can only remove
+    holders of the retained-version gate, but it can also remove the version that first
+    merged a generation, which moves the grace period's evidence later; so the run plans
+    again after expiry and deletes on that plan (possibly less than the first, never
+    more than what the table allows). The plan is checked against the latest table
+    version once more right before deleting.
+    """
+    options = dict(grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds, now=now)
+    if plan is None:
+        plan = prepare_gc(table, audit=audit and not dry_run, **options)
+    elif audit and not dry_run:
+        check_audit_destination(table.store)
     if dry_run:
         result = GcResult(table=table.uri, dry_run=True, blocked=[_blocked_json(b) for b in plan.blocked],
-                          orphans=[asdict(o) for o in plan.orphans])
+                          orphans=[asdict(o) for o in plan.orphans], broken_shards=plan.broken_shards)
         result.deleted = [{"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
                           for g in plan.generations]
         result.wal_entries_deleted = len(plan.wal_entries)
         return result
+    expired = None
+    if expire_versions_seconds is not None:
+        if lease:
+            lease.check()
+        expired = expire_versions(table, expire_versions_seconds)
+        try:
+            plan = plan_gc_settled(table, **options)
+        except BadInputError as exc:  # versions were expired already: no longer "nothing written"
+            raise MemWalError(str(exc)) from exc
+    plan = recheck_gc_plan(table, plan)
     result = execute_gc(table, plan, engine, lease=lease, orphans=orphans)
     result.expired_versions = expired
+    result.broken_shards = plan.broken_shards
     if audit:
         result.audit_key = write_audit(table, result)
     log.info("gc %s: %d generations, %d WAL entries, %d bytes freed, %d blocked", table.uri, len(result.deleted),
              result.wal_entries_deleted, result.bytes_freed, len(result.blocked))
     return result
-

@@ -10,18 +10,31 @@ and raises :class:`LeaseLostError` so the job stops before doing anything more.
 
 Expiry compares ``expires_at`` with the local clock, so the clocks of the machines
 running jobs must roughly agree (well within the TTL).
+
+A holder is named ``host:pid:random``. A live lease whose holder is on this host and
+whose process is gone (``os.kill(pid, 0)`` says no such process) is taken over at once
+instead of blocking every run of its kind for the rest of the TTL: a job killed with
+SIGKILL never released it. A holder on another host is never presumed dead.
+
+A lease object whose timestamps are not finite, negative, or beyond the year 9999 (e.g.
+``expires_at`` 1e18, ``inf``, ``nan``) is treated as corrupt, not as expired: no job
+wrote it, so guessing could hand one lease to two holders. It is refused with
+BadInputError (exit code 2) naming the object; ``memwal lease TABLE --break KIND --yes``
+clears it. A lease path that is a folder is refused the same way, at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
 import re
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -35,6 +48,7 @@ from memwal.errors import (
     PreconditionFailedError,
 )
 from memwal.storage import Store
+from memwal.validate import lease_ttl as _check_ttl
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +59,13 @@ _KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 #: How many read/CAS rounds acquire() tries before calling the lease contended.
 _ACQUIRE_ROUNDS = 8
+
+#: Default lease TTL (seconds): the CLI's ``--lease-ttl`` default.
+DEFAULT_TTL_SECONDS = 300.0
+
+#: Latest timestamp a lease record may hold (9999-12-31T23:59:59Z): past it, datetime
+#: cannot even format it, and no job ever wrote one.
+MAX_TIMESTAMP = 253402300799.0
 
 
 def lease_key(kind: str) -> str:
@@ -60,8 +81,54 @@ def default_holder() -> str:
 
 
 def _fmt_time(ts: float) -> str:
-    """A UTC timestamp for messages (expiries must be readable by an operator)."""
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+    """A UTC timestamp for messages (expiries must be readable by an operator).
+
+    Never raises: a message about a strange lease must not fail on its strange value.
+    """
+    try:
+        return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return repr(ts)
+
+
+@contextlib.contextmanager
+def _store_errors(uri: str) -> Iterator[None]:
+    """A store failure on a lease object (permissions, a full disk, a folder in the way)
+    becomes one MemWalError naming the object, never a raw OSError."""
+    try:
+        yield
+    except OSError as exc:
+        raise MemWalError(f"cannot read or write lease object {uri}: {exc.strerror or exc}") from exc
+
+
+def parse_holder(holder: str) -> tuple[str, int] | None:
+    """``(host, pid)`` of a ``host:pid:random`` holder name, None for any other name."""
+    host, sep, rest = holder.partition(":")
+    pid, sep2, _ = rest.partition(":")
+    if not (sep and sep2 and host and pid.isdigit()):
+        return None
+    return host, int(pid)
+
+
+def holder_is_dead(holder: str) -> bool:
+    """Whether a holder is a process of THIS host that no longer exists.
+
+    Only a definite "no such process" counts: a process of another user (PermissionError)
+    is alive, another host's process is unknowable, and our own pid is alive by definition.
+    """
+    parsed = parse_holder(holder)
+    if parsed is None or parsed[0] != socket.gethostname():
+        return False
+    pid = parsed[1]
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, OSError):
+        return False
+    return False
 
 
 @dataclass
@@ -90,10 +157,17 @@ class LeaseRecord:
                 acquired_at=float(obj["acquired_at"]),
                 expires_at=float(obj["expires_at"]),
             )
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise BadInputError(f"corrupt lease object {where}: {exc}") from exc
         if isinstance(obj["token"], bool) or rec.token < 0:
             raise BadInputError(f"corrupt lease object {where}: bad token {obj['token']!r}")
+        for name in ("acquired_at", "expires_at"):
+            value = getattr(rec, name)
+            if not (math.isfinite(value) and 0 <= value <= MAX_TIMESTAMP):
+                raise BadInputError(
+                    f"corrupt lease object {where}: {name} {obj[name]!r} is not a sane timestamp "
+                    f"(clear it with: memwal lease TABLE --break {rec.kind} --yes)"
+                )
         return rec
 
     def live(self, now: float) -> bool:
@@ -114,12 +188,11 @@ class Lease:
         kind: str,
         *,
         holder: str | None = None,
-        ttl_seconds: float = 300.0,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Describe the lease; nothing is read or written until :meth:`acquire`."""
-        if not ttl_seconds > 0:
-            raise BadInputError(f"lease TTL must be positive, got {ttl_seconds!r}")
+        ttl_seconds = _check_ttl("lease TTL", ttl_seconds)
         self.store = store
         self.kind = kind
         self.key = lease_key(kind)
@@ -165,20 +238,28 @@ class Lease:
         lease is live.  Every write is conditional, so of racing acquirers one wins and
         the others see its live lease.
         """
+        with _store_errors(self.uri):
+            return self._acquire()
+
+    def _acquire(self) -> Lease:
+        """acquire() without the translation of store errors."""
         for _ in range(_ACQUIRE_ROUNDS):
             now = self.clock()
             try:
                 data, etag = self.store.get_with_etag(self.key)
             except NotFoundError:
+                self._refuse_folder()
                 rec = LeaseRecord(self.kind, self.holder, 1, now, now + self.ttl_seconds)
                 try:
                     new_etag = self.store.put_if_absent(self.key, rec.to_json())
                 except PreconditionFailedError:
+                    self._refuse_folder()
                     continue  # someone created it first: look at theirs
                 self._took(rec, new_etag)
                 return self
             current = LeaseRecord.from_json(data, where=self.uri)
-            if current.live(now) and current.holder != self.holder:
+            dead = current.live(now) and current.holder != self.holder and holder_is_dead(current.holder)
+            if current.live(now) and current.holder != self.holder and not dead:
                 raise LeaseHeldError(
                     f"{self.kind} lease on {self.store.root} is held by {current.holder} "
                     f"(token {current.token}) until {_fmt_time(current.expires_at)} "
@@ -191,7 +272,16 @@ class Lease:
                 new_etag = self.store.put_if_match(self.key, rec.to_json(), etag)
             except PreconditionFailedError:
                 continue  # it changed under us: re-read
-            if current.live(now):
+            if dead:
+                log.warning(
+                    "took over the %s lease of dead holder %s (token %d, would have expired %s): "
+                    "its process is gone from this host",
+                    self.kind,
+                    current.holder,
+                    current.token,
+                    _fmt_time(current.expires_at),
+                )
+            elif current.live(now):
                 log.warning("re-acquired own live %s lease (token %d)", self.kind, rec.token)
             elif current.expires_at > 0:
                 log.warning(
@@ -208,15 +298,37 @@ class Lease:
             f"gave up after {_ACQUIRE_ROUNDS} conditional-write races"
         )
 
+    def _refuse_folder(self) -> None:
+        """BadInputError if the lease path is a folder: no write can ever create the lease
+        there, and retrying would only report a live holder that does not exist."""
+        folder, _, name = self.key.rpartition("/")
+        if name in self.store.list_dirs(folder + "/"):
+            raise BadInputError(f"lease object {self.uri} is a folder, not a lease: move it away and rerun")
+
+    def inspect(self) -> LeaseRecord | None:
+        """The stored record (None if there is none), read and validated without writing.
+
+        Jobs call it for every lease they will need before taking the first, so a corrupt
+        lease or a folder in its place fails the job with nothing written at all.
+        """
+        try:
+            with _store_errors(self.uri):
+                data = self.store.get(self.key)
+        except NotFoundError:
+            self._refuse_folder()
+            return None
+        return LeaseRecord.from_json(data, where=self.uri)
+
     def _took(self, rec: LeaseRecord, etag: str) -> None:
         """Remember a won acquisition (record, ETag for the next CAS, token)."""
         self._record, self._etag, self.token, self._held = rec, etag, rec.token, True
         log.info(
-            "acquired %s lease on %s: holder %s, token %d, expires %s",
+            "acquired %s lease on %s: holder %s, token %d, ttl %gs, expires %s",
             self.kind,
             self.store.root,
             rec.holder,
             rec.token,
+            self.ttl_seconds,
             _fmt_time(rec.expires_at),
         )
 
@@ -236,6 +348,11 @@ class Lease:
         token or holder) or has expired.  A renewal is a CAS on the ETag just read, so a
         concurrent takeover makes it fail, which is also LeaseLostError.
         """
+        with _store_errors(self.uri):
+            self._check()
+
+    def _check(self) -> None:
+        """check() without the translation of store errors."""
         if not self._held:
             raise self._lost("not held (never acquired, released or already lost)")
         now = self.clock()
@@ -270,7 +387,8 @@ class Lease:
         assert self._record is not None and self._etag is not None
         rec = LeaseRecord(self.kind, self.holder, self.token, self._record.acquired_at, now + self.ttl_seconds)
         try:
-            etag = self.store.put_if_match(self.key, rec.to_json(), self._etag)
+            with _store_errors(self.uri):
+                etag = self.store.put_if_match(self.key, rec.to_json(), self._etag)
         except PreconditionFailedError:
             raise self._lost("the lease object changed under a renewal") from None
         self._record, self._etag = rec, etag
@@ -320,7 +438,7 @@ class Lease:
             self._etag = self.store.put_if_match(self.key, rec.to_json(), etag)
             self._record = rec
             log.info("released %s lease (token %d)", self.kind, self.token)
-        except MemWalError as exc:
+        except (MemWalError, OSError) as exc:
             log.warning("could not release %s lease (token %d): %s", self.kind, self.token, exc)
 
     # -- context manager
@@ -338,3 +456,123 @@ class Lease:
     ) -> None:
         """Release on every exit; never masks the block's own exception."""
         self.release()
+
+
+# -- operator view: list and break ------------------------------------------------------
+
+#: States of a stored lease, as ``memwal lease`` reports them.
+LIVE, EXPIRED, RELEASED, DEAD_HOLDER, CORRUPT = "live", "expired", "released", "dead-holder", "corrupt"
+
+
+@dataclass
+class LeaseInfo:
+    """One stored lease as an operator sees it (``memwal lease TABLE --json``)."""
+
+    kind: str
+    uri: str
+    state: str
+    holder: str | None = None
+    token: int | None = None
+    acquired_at: float | None = None
+    expires_at: float | None = None
+    expires: str | None = None
+    problem: str | None = None
+
+    def to_json(self) -> dict:
+        """The JSON form (all fields)."""
+        return asdict(self)
+
+
+def lease_state(rec: LeaseRecord, now: float) -> str:
+    """live, expired, released (expiry 0) or dead-holder (live, but its local process is gone)."""
+    if rec.expires_at == 0:
+        return RELEASED
+    if not rec.live(now):
+        return EXPIRED
+    return DEAD_HOLDER if holder_is_dead(rec.holder) else LIVE
+
+
+def describe_lease(store: Store, kind: str, now: float | None = None) -> LeaseInfo | None:
+    """The stored lease of one kind (None if there is none); a corrupt one is reported, not raised."""
+    now = time.time() if now is None else now
+    lease = Lease(store, kind)
+    try:
+        rec = lease.inspect()
+    except BadInputError as exc:
+        return LeaseInfo(kind=kind, uri=lease.uri, state=CORRUPT, problem=str(exc))
+    if rec is None:
+        return None
+    return LeaseInfo(
+        kind=kind,
+        uri=lease.uri,
+        state=lease_state(rec, now),
+        holder=rec.holder,
+        token=rec.token,
+        acquired_at=rec.acquired_at,
+        expires_at=rec.expires_at,
+        expires=_fmt_time(rec.expires_at) if rec.expires_at else None,
+    )
+
+
+def list_leases(store: Store, now: float | None = None) -> list[LeaseInfo]:
+    """Every lease stored on a table (objects, and folders squatting a lease path), by kind."""
+    kinds = {o.key.rsplit("/", 1)[-1][: -len(".json")] for o in store.list(LEASE_PREFIX, recursive=False)
+             if o.key.endswith(".json")}
+    kinds |= {d[: -len(".json")] for d in store.list_dirs(LEASE_PREFIX) if d.endswith(".json")}
+    out = []
+    for kind in sorted(kinds):
+        if not _KIND_RE.match(kind):
+            continue  # not ours: no job can take a lease of that name
+        info = describe_lease(store, kind, now)
+        if info is not None:
+            out.append(info)
+    return out
+
+
+def break_lease(store: Store, kind: str, *, breaker: str | None = None) -> LeaseRecord:
+    """Clear a stuck lease: CAS-write it released (expiry 0) keeping its token.
+
+    The next acquisition then takes token+1, so tokens stay monotonic and the old
+    holder, if it still runs, finds its lease expired at its next check and stops. A
+    corrupt record's token is kept when readable; otherwise the token becomes the current
+    time in milliseconds, above any token real acquisitions (one per job run) reach.
+    """
+    lease = Lease(store, kind)
+    try:
+        data, etag = store.get_with_etag(lease.key)
+    except NotFoundError:
+        lease._refuse_folder()
+        raise BadInputError(f"no {kind} lease on {store.root} ({lease.uri} does not exist)") from None
+    try:
+        old = LeaseRecord.from_json(data, where=lease.uri)
+        holder, token, acquired = old.holder, old.token, old.acquired_at
+    except BadInputError:
+        holder, token, acquired = _salvage(data)
+    rec = LeaseRecord(kind, holder, token, acquired, 0.0)
+    try:
+        store.put_if_match(lease.key, rec.to_json(), etag)
+    except PreconditionFailedError:
+        raise LeaseHeldError(
+            f"{kind} lease on {store.root} changed while breaking it: look again with memwal lease"
+        ) from None
+    log.warning(
+        "broke the %s lease on %s (holder %s, token %d) by %s", kind, store.root, holder, token,
+        breaker or default_holder(),
+    )
+    return rec
+
+
+def _salvage(data: bytes) -> tuple[str, int, float]:
+    """Holder, token and acquisition time of a corrupt record, as far as they can be read."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        obj = {}
+    obj = obj if isinstance(obj, dict) else {}
+    holder = str(obj.get("holder", "unknown"))
+    token = obj.get("token")
+    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+        token = int(time.time() * 1000)
+    acquired = obj.get("acquired_at")
+    ok = isinstance(acquired, int | float) and not isinstance(acquired, bool) and math.isfinite(acquired)
+    return holder, token, float(acquired) if ok and 0 <= acquired <= MAX_TIMESTAMP else 0.0

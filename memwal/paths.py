@@ -14,12 +14,63 @@ from memwal.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
 
 
 class UnsafePathError(MemWalError):
-    """A manifest named a path outside its shard directory."""
+    """A path that must not be used: outside its shard directory, or crossing a link."""
 
-    def __init__(self, shard_id: str, path: str, why: str) -> None:
-        super().__init__(f"shard {shard_id}: refusing path {path!r}: {why}")
+    def __init__(self, shard_id: str | None, path: str, why: str) -> None:
+        where = f"shard {shard_id}: " if shard_id else ""
+        super().__init__(f"{where}refusing path {path!r}: {why}")
         self.shard_id = shard_id
         self.path = path
+
+
+class LinkedPathError(UnsafePathError):
+    """A path crosses a symbolic link (or a non-directory) inside the table: refused, never followed.
+
+    The table's tree is data as much as its manifests are: a link planted in it, or swapped
+    in after a check, must not redirect a read, a write or a delete to files outside the
+    table. ``refused`` lists every key an operation refused (a batch delete goes on with the
+    safe keys, then raises this naming all the others).
+    """
+
+    def __init__(self, key: str, where: str, *, link: bool) -> None:
+        why = f"{where} is a symbolic link (never followed)" if link else f"{where} is not a directory"
+        super().__init__(shard_of_key(key), key, why)
+        self.where = where  # full path of the offending component
+        self.link = link
+        self.refused: list[str] = [key]
+
+
+def shard_of_key(key: str) -> str | None:
+    """The shard a store key lies in (``_mem_wal/<shard>/...``), or None."""
+    parts = key.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == MEM_WAL_DIR and is_shard_dir_name(parts[1]) else None
+
+
+#: Our own folders under ``_mem_wal/`` whose contents GC may delete (crashed-merge staging, job records).
+DELETABLE_OWN_DIRS = ("_staging", "_jobs")
+
+
+def check_deletable(key: str) -> str:
+    """Refuse to delete anything but our own objects; returns ``key``.
+
+    GC deletes only under a shard directory (``_mem_wal/<shard-uuid>/``) or our own
+    ``_mem_wal/_staging/`` and ``_mem_wal/_jobs/``: never the base table's files, never the
+    folders themselves, whatever a plan, a listing or a manifest says.
+    """
+    parts = key.split("/")
+    ok = (
+        len(parts) >= 3
+        and parts[0] == MEM_WAL_DIR
+        and (is_shard_dir_name(parts[1]) or parts[1] in DELETABLE_OWN_DIRS)
+        and all(p not in ("", ".", "..") for p in parts)
+    )
+    if not ok:
+        raise UnsafePathError(
+            shard_of_key(key), key,
+            f"deletions are allowed only under {MEM_WAL_DIR}/<shard-uuid>/, "
+            + ", ".join(f"{MEM_WAL_DIR}/{d}/" for d in DELETABLE_OWN_DIRS),
+        )
+    return key
 
 
 def generation_key(shard_id: str, path: str) -> str:

@@ -6,8 +6,10 @@ generation is missing: DESIGN.md section 4).
 
 Where shard state comes from (``source``):
 
-* ``"manifests"``: every shard's latest manifest (authoritative, one hint read, probes and
-  a manifest read per shard).
+* ``"manifests"``: every shard's latest manifest (authoritative, one listing of its
+  ``manifest/`` and a manifest read per shard). A shard whose latest manifest is unknown
+  (a gap in its versions, an unreadable latest version) fails the read, naming the shard:
+  reading an older state would silently miss its newest rows.
 * ``"index"``: the shard snapshot published in the MemWAL index by ``memwal snapshot``
   (memwal.snapshot), one read for all shards. The spec allows a stale snapshot to cost
   freshness only, but pylance's reader does not skip a missing generation, and a shard
@@ -37,6 +39,7 @@ those generations only when the filter constrains a prunable field.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,9 +47,11 @@ from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
 from memwal.errors import BadInputError
+from memwal.merge_ops import MergeOps, from_config
 from memwal.naming import manifest_key
 from memwal.paths import generation_key
 from memwal.shard_manifests import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
@@ -99,6 +104,8 @@ class ReadPlan:
     shards: list[dict[str, Any]] = field(default_factory=list)
     fallbacks: list[dict[str, Any]] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
+    #: (shard_id, generation, path) of every generation the snapshots list, in order.
+    generations: list[tuple[str, int, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -338,6 +345,7 @@ def plan_read(
         for g, p in gens:
             generation_key(sid, p)  # refuse unsafe paths before a reader opens them (invariant 5)
             snap = snap.with_sstable(g, p)
+            plan.generations.append((sid, g, p))
         plan.snapshots.append(snap)
     return plan
 
@@ -372,9 +380,20 @@ def lsm_scan(
     source: str = "manifests",
     manifest: TableManifest | None = None,
 ) -> pa.Table:
-    """The rows a reader sees: base table merged with unmerged generations by primary key."""
+    """The rows a reader sees: base table merged with unmerged generations by primary key.
+
+    A table with merge operators is folded here (pylance's ``LsmScanner`` is last write
+    wins and would return wrong values for folding columns); ``snapshots`` must then be
+    left to this function, which needs the generations' paths.
+    """
     manifest = manifest or table.require_mem_wal()
     ds = table.dataset(manifest.version)
+    ops = from_config(ds.config())
+    if ops.active:
+        if snapshots is not None:
+            raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, not snapshots")
+        plan = plan_read(table, source=source, filter=filter, manifest=manifest)
+        return folded_scan(table, ds, plan, ops, columns=columns, filter=filter, limit=limit)
     if snapshots is None:
         snapshots = plan_read(table, source=source, filter=filter, manifest=manifest).snapshots
     scanner = LsmScanner.from_snapshots(ds, snapshots)
@@ -385,3 +404,57 @@ def lsm_scan(
     if limit is not None:
         scanner = scanner.limit(limit)
     return scanner.to_table()
+
+
+def folded_scan(
+    table: Table,
+    ds: lance.LanceDataset,
+    plan: ReadPlan,
+    ops: MergeOps,
+    *,
+    columns: list[str] | None = None,
+    filter: str | None = None,
+    limit: int | None = None,
+) -> pa.Table:
+    """Base rows folded with the plan's generations by the table's merge operators.
+
+    The same fold as the merger (:func:`memwal.merge.changes.fold_changes`), so a read
+    before a merge equals the base table after it. The filter applies to folded values,
+    through Lance's own SQL on a scratch copy, so it means what it means everywhere else.
+    """
+    import shutil
+    import tempfile
+
+    from memwal.merge.changes import SHARD, TOMBSTONE, fold_changes, read_generation
+    from memwal.merge.operands import OperandsIncompleteError, wal_keys_by_generation
+    from memwal.merge.plan import GenerationRef
+
+    pk = _primary_key(ds.schema)
+    base = ds.to_table()
+    code_of = {sid: i for i, sid in enumerate(sorted({sid for sid, _, _ in plan.generations}))}
+    wanted: dict[str, set[int]] = {}
+    for sid, g, _ in plan.generations:
+        wanted.setdefault(sid, set()).add(g)
+    wal = {sid: wal_keys_by_generation(table.store, sid, gens) for sid, gens in wanted.items()}
+    frames = []
+    for sid, g, path in plan.generations:
+        if not wal[sid][g]:
+            raise OperandsIncompleteError(f"shard {sid} generation {g}: no WAL entry is left to fold its operands from")
+        key = generation_key(sid, path)
+        ref = GenerationRef(sid, g, path, key, table.store.uri_for(key), 0, 0, table.uri, wal[sid][g])
+        frames += list(read_generation(ref, ds.schema, table.storage_options, code_of[sid]))
+    rows = base
+    if frames:
+        changes = fold_changes(pa.concat_tables(frames, promote_options="permissive"), pk, ops, base)
+        untouched = base.join(changes.select(pk), pk, join_type="left anti")
+        live = changes.filter(pc.invert(changes.column(TOMBSTONE))).drop_columns([TOMBSTONE, SHARD])
+        rows = pa.concat_tables([t.select(base.column_names).cast(base.schema) for t in (untouched, live)])
+    if filter is None:
+        rows = rows.select(columns) if columns else rows
+        return rows.slice(0, limit) if limit is not None else rows
+    scratch = tempfile.mkdtemp(prefix="memwal-fold-")
+    try:
+        folded = lance.write_dataset(rows, os.path.join(scratch, "rows.lance"))
+        return folded.to_table(columns=columns, filter=filter, limit=limit)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -334,6 +334,9 @@ class S3Store(Store):
             raise self._map_error(what, uri, exc) from exc
         except _TRANSIENT_EXC as exc:
             raise MemWalError(f"S3 {what} {uri} failed after {self._options.max_attempts} attempts: {exc}") from exc
+        except botocore.exceptions.NoCredentialsError as exc:  # bad input: nothing was sent
+            raise BadInputError(f"S3 {what} {uri}: no credentials found (set aws_access_key_id and "
+                                "aws_secret_access_key, or the AWS environment)") from exc
         except botocore.exceptions.BotoCoreError as exc:
             raise MemWalError(f"S3 {what} {uri} failed: {exc}") from exc
 

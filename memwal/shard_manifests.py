@@ -1,30 +1,32 @@
 """Read shard state: manifests, WAL entry metadata and generation directories.
 
 The shard manifest is authoritative for its shard (spec: "Shard Manifest"). We find the
-latest version the way the spec prescribes: start at ``version_hint.json`` (or 1) and probe
-upwards with HEAD requests until a version is missing, because the hint is written
-best-effort and may lag behind.
+latest version by listing ``manifest/`` rather than by the spec's hint-and-probe: the hint
+is best-effort (it may lag, lead or be garbage) and a probe stops silently at a gap or at a
+version that is not a readable file, which would make a stale version look like the latest.
+A shard whose latest version cannot be established is *broken* (:class:`ShardManifestError`)
+and every caller stops that shard, never guesses.
 """
 
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass
 
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from memwal.errors import BadInputError, NotFoundError
+from memwal.errors import BadInputError, MemWalError
 from memwal.naming import (
     MEM_WAL_DIR,
+    bitrev64,
     is_shard_dir_name,
     manifest_key,
+    parse_bitrev64,
     parse_generation_dir,
     parse_wal_name,
     shard_dir,
     shard_uuid_str,
-    version_hint_key,
     wal_key,
 )
 from memwal.paths import generation_key
@@ -106,7 +108,11 @@ def decode_shard_manifest(data: bytes, *, shard_id: str, version: int, where: st
         raise BadInputError(
             f"{where}: corrupt shard manifest: it says version {manifest.version}, its name says {version}"
         )
-    if manifest.HasField("shard_id") and shard_uuid_str(manifest.shard_id.uuid) != shard_id:
+    if not manifest.HasField("shard_id"):
+        # Writers always store it, and as the last field they set: a manifest cut short at
+        # a field boundary still decodes, so its absence is how truncation shows.
+        raise BadInputError(f"{where}: corrupt shard manifest: no shard id (truncated?)")
+    if shard_uuid_str(manifest.shard_id.uuid) != shard_id:
         raise BadInputError(f"{where}: shard manifest belongs to shard {shard_uuid_str(manifest.shard_id.uuid)}")
     return ShardState(shard_id=shard_id, version=version, manifest=manifest, mtime=mtime)
 
@@ -120,57 +126,127 @@ def read_shard_manifest(store: Store, shard_id: str, version: int) -> ShardState
     )
 
 
-def _version_hint(store: Store, shard_id: str) -> int:
-    key = version_hint_key(shard_id)
+class ShardManifestError(MemWalError):
+    """A shard whose latest manifest cannot be established: exit code 1, naming the shard.
+
+    Callers that work per shard (status, merge, gc, verify) stop only that shard and report
+    it; callers that need every shard (snapshot, reads) let it propagate. Never guess the
+    latest version of such a shard: an older one lists fewer generations, and anything
+    planned from it (notably orphan cleanup) would treat newer generations as unlisted.
+    """
+
+    def __init__(self, shard_id: str, reason: str, detail: str) -> None:
+        super().__init__(f"shard {shard_id}: {detail}")
+        self.shard_id = shard_id
+        self.reason = reason  # a stable code: shard-manifest-gap, -unreadable or -missing
+        self.detail = detail
+
+
+GAP = "shard-manifest-gap"
+UNREADABLE = "shard-manifest-unreadable"
+MISSING = "shard-manifest-missing"
+
+
+def _parse_version_name(name: str) -> int | None:
+    """The version of a ``<bitrev64>.binpb`` name under ``manifest/``, or None for another name."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or ext != "binpb":
+        return None
     try:
-        raw = store.get(key)
-    except NotFoundError:
-        return 1
-    try:
-        hint = int(json.loads(raw)["version"])
-    except (ValueError, KeyError, TypeError):
-        # The hint is best-effort by design; a garbled one only costs probes.
-        return 1
-    return max(hint, 1)
+        return parse_bitrev64(stem)
+    except ValueError:
+        return None
+
+
+def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]:
+    """Manifest versions stored as files, and versions whose name is a directory (never valid)."""
+    prefix = f"{shard_dir(shard_id)}/manifest/"
+    files = [_parse_version_name(o.key.rsplit("/", 1)[-1]) for o in store.list(prefix, recursive=False)]
+    dirs = [_parse_version_name(d) for d in store.list_dirs(prefix)]
+    return sorted(v for v in files if v is not None), sorted(v for v in dirs if v is not None)
 
 
 def latest_shard_version(store: Store, shard_id: str) -> int:
-    """Latest manifest version (0 when the shard has none), per the spec's hint-and-probe rule."""
-    start = _version_hint(store, shard_id)
-    if not store.exists(manifest_key(shard_id, start)):
-        # A hint ahead of reality (or a missing v1): fall back to listing, which is exact.
-        versions = list_manifest_versions(store, shard_id)
-        return max(versions) if versions else 0
-    v = start
-    while store.exists(manifest_key(shard_id, v + 1)):
-        v += 1
-    return v
+    """Latest manifest version by listing ``manifest/`` (0 when the shard has none).
+
+    ``version_hint.json`` is not read: it is written best-effort after the manifest, so it
+    can lag, lead or be garbage, and a probe that starts from it stops at the first gap.
+    A listing is exact, and it also shows what a probe cannot: a gap between the lowest
+    and highest version, or a version that is not a file. Either raises
+    :class:`ShardManifestError`, because the latest state is then unknown.
+    """
+    files, dirs = _listed_versions(store, shard_id)
+    listed = sorted(set(files) | set(dirs))
+    if not listed:
+        return 0
+    where = store.uri_for(f"{shard_dir(shard_id)}/manifest/")
+    if dirs:
+        raise ShardManifestError(
+            shard_id, UNREADABLE, f"manifest version {dirs[-1]} is not a file: {where}{bitrev64(dirs[-1])}.binpb"
+        )
+    missing = sorted(set(range(listed[0], listed[-1] + 1)) - set(listed))
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise ShardManifestError(
+            shard_id,
+            GAP,
+            f"manifest versions {listed[0]}..{listed[-1]} lack {shown}, so the latest state is unknown: {where}",
+        )
+    return listed[-1]
 
 
 def list_manifest_versions(store: Store, shard_id: str) -> list[int]:
-    out = []
-    for obj in store.list(f"{shard_dir(shard_id)}/manifest/", recursive=False):
-        name = obj.key.rsplit("/", 1)[-1]
-        if name.endswith(".binpb"):
-            pos = parse_wal_name(name.replace(".binpb", ".arrow"))
-            if pos is not None:
-                out.append(pos)
-    return sorted(out)
+    """Every manifest version stored as a file, ascending (no gap check: see latest_shard_version)."""
+    return _listed_versions(store, shard_id)[0]
 
 
 def latest_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
+    """The decoded latest manifest, None for a shard without any; ShardManifestError if broken."""
     v = latest_shard_version(store, shard_id)
-    return read_shard_manifest(store, shard_id, v) if v else None
+    if not v:
+        if list_generation_dirs(store, shard_id) or any(True for _ in store.list(f"{shard_dir(shard_id)}/wal/")):
+            where = store.uri_for(f"{shard_dir(shard_id)}/manifest/")
+            raise ShardManifestError(shard_id, MISSING, f"generations or WAL entries but no manifest: {where}")
+        return None
+    try:
+        return read_shard_manifest(store, shard_id, v)
+    except (MemWalError, OSError) as exc:  # corrupt, foreign, or gone since the listing
+        raise ShardManifestError(shard_id, UNREADABLE, f"latest manifest version {v} is unreadable: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ShardManifests:
+    """Every shard's latest manifest, and the shards whose latest manifest is unknown."""
+
+    states: dict[str, ShardState]
+    broken: dict[str, ShardManifestError]
+
+
+def read_shard_manifests(store: Store) -> ShardManifests:
+    """Latest manifest of every shard, collecting broken shards instead of failing on them."""
+    states: dict[str, ShardState] = {}
+    broken: dict[str, ShardManifestError] = {}
+    for shard_id in list_shard_ids(store):
+        try:
+            state = latest_shard_manifest(store, shard_id)
+        except ShardManifestError as exc:
+            broken[shard_id] = exc
+            continue
+        if state is not None:
+            states[shard_id] = state
+    return ShardManifests(states, broken)
 
 
 def all_shard_manifests(store: Store) -> dict[str, ShardState]:
-    """Latest manifest of every shard that has one."""
-    out = {}
-    for shard_id in list_shard_ids(store):
-        state = latest_shard_manifest(store, shard_id)
-        if state is not None:
-            out[shard_id] = state
-    return out
+    """Latest manifest of every shard that has one; raises the first ShardManifestError.
+
+    For callers that need every shard. Callers that can stop one shard and go on use
+    :func:`read_shard_manifests`.
+    """
+    found = read_shard_manifests(store)
+    if found.broken:
+        raise next(iter(found.broken.values()))
+    return found.states
 
 
 @dataclass(frozen=True)
@@ -193,8 +269,14 @@ def list_wal_entries(store: Store, shard_id: str) -> list[WalEntry]:
 @dataclass(frozen=True)
 class WalEntryMeta:
     position: int
-    generation: int
+    #: None for a fence sentinel: the empty entry a new writer epoch writes to claim the
+    #: next position (``fence_sentinel: true``, no generation). It belongs to no generation.
+    generation: int | None
     writer_epoch: int
+
+    @property
+    def is_fence_sentinel(self) -> bool:
+        return self.generation is None
 
 
 def read_wal_entry_meta(store: Store, shard_id: str, position: int, *, probe_bytes: int = 64 * 1024) -> WalEntryMeta:
@@ -217,6 +299,8 @@ def read_wal_entry_meta(store: Store, shard_id: str, position: int, *, probe_byt
             continue
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         try:
+            if meta.get("fence_sentinel") == "true" and "generation" not in meta:
+                return WalEntryMeta(position, None, int(meta["writer_epoch"]))
             return WalEntryMeta(position, int(meta["generation"]), int(meta["writer_epoch"]))
         except (KeyError, ValueError) as exc:
             raise BadInputError(f"{where}: WAL entry schema lacks generation/writer_epoch metadata") from exc
@@ -230,6 +314,15 @@ def generation_readable(store: Store, key: str) -> bool:
     manifest is half collected and must count as missing to every reader and planner.
     """
     return any(o.key.endswith(".manifest") for o in store.list(f"{key}/_versions/", recursive=False))
+
+
+def generation_links(store: Store, key: str) -> list[str]:
+    """Symbolic links on the way to a generation directory or inside it (keys, sorted).
+
+    Lance follows links when it opens a dataset, so a generation reached through one could
+    feed files from outside the table into a merge: such a generation is unsafe, not read.
+    """
+    return store.list_links(f"{key}/")
 
 
 def list_generation_dirs(store: Store, shard_id: str) -> dict[str, int]:

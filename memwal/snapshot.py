@@ -475,7 +475,14 @@ class ManifestReader(Protocol):
 
 
 def read_rows_from_store(store: Store, shard_ids: Iterable[str], columns: list[FieldColumn]) -> list[ShardRow]:
-    """Sequential reads (the unit of work of a thread or a Spark task)."""
+    """Sequential reads (the unit of work of a thread or a Spark task).
+
+    A shard whose latest manifest is unknown raises ShardManifestError (exit 1, naming the
+    shard) and the refresh publishes nothing: leaving the shard out, or publishing an older
+    state of it, would hide its newest generations from readers that trust the snapshot.
+    Refusing loses nothing: the previous snapshot stays, and readers already read a shard
+    from its manifests when the snapshot is behind it.
+    """
     out = []
     for sid in shard_ids:
         state = latest_shard_manifest(store, sid)
@@ -910,7 +917,11 @@ def commit_mem_wal_details(
             apply_slots(details, desired_after(fixes, read))
         round_uuid = first_uuid if attempt == 1 else str(uuidlib.uuid4())
         files = update(details, round_uuid, attempt > 1)
-        if lease:
+        if lease and attempt == 1:
+            # Only our first commit needs the lease. Every later round repairs what that
+            # commit erased (values others committed, restored by their maximum), which
+            # must happen even if we stalled past the lease meanwhile: stopping here would
+            # leave the progress erased until the next refresh.
             lease.check()
         journal.add(latest.version, round_uuid)
         step("before-commit")
@@ -1005,7 +1016,7 @@ def execute_snapshot(
             return None
         details.ClearField("inline_snapshots")
         key = snapshot_file_key(index_uuid)
-        if lease:
+        if lease and not is_repair:
             lease.check()
         table.store.put(key, data)  # a fresh UUID per round: the spec's path of the entry we write
         written.append(key)

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from memwal.naming import MEM_WAL_INDEX_NAME
-from memwal.shard_manifests import ShardState, all_shard_manifests, list_generation_dirs
+from memwal.shard_manifests import ShardManifestError, ShardState, list_generation_dirs, read_shard_manifests
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
 
@@ -39,6 +39,7 @@ class ShardStatus:
     unmerged_bytes: int
     oldest_unmerged_age_seconds: float | None
     index_catchup: dict[str, int] = field(default_factory=dict)
+    problem: str | None = None  # set for a broken shard: why its manifest state is unknown
 
 
 @dataclass
@@ -50,6 +51,11 @@ class TableStatus:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @property
+    def broken(self) -> list[ShardStatus]:
+        """Shards whose latest manifest could not be established (see ``problem``)."""
+        return [s for s in self.shards if s.problem is not None]
 
     @property
     def unmerged_generations(self) -> int:
@@ -110,11 +116,43 @@ def shard_status(
     )
 
 
+def broken_shard_status(
+    table: Table, manifest: TableManifest, err: ShardManifestError, indexes: list[str]
+) -> ShardStatus:
+    """A shard whose manifest is unknown: what storage and the table still tell about it.
+
+    Its unmerged generations are the directories on storage above the merge progress, so a
+    lag check still sees them; rows and sizes are unknown without the manifest.
+    """
+    compacted = manifest.compacted_generation(err.shard_id)
+    on_disk = sorted(set(list_generation_dirs(table.store, err.shard_id).values()))
+    return ShardStatus(
+        shard_id=err.shard_id,
+        status="broken",
+        writer_epoch=0,
+        manifest_version=0,
+        current_generation=0,
+        flushed_generations=[],
+        collected_generations=[],
+        compacted_generation=compacted,
+        unmerged_generations=[g for g in on_disk if g > compacted],
+        unmerged=[],
+        unmerged_rows=0,
+        unmerged_bytes=0,
+        oldest_unmerged_age_seconds=None,
+        index_catchup={name: manifest.index_catchup.get(name, {}).get(err.shard_id, 0) for name in indexes},
+        problem=f"{err.reason}: {err}",
+    )
+
+
 def table_status(table: Table, *, now: float | None = None) -> TableStatus:
     now = time.time() if now is None else now
     manifest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
-    shards = [shard_status(table, manifest, s, indexes, now) for s in all_shard_manifests(table.store).values()]
+    found = read_shard_manifests(table.store)
+    shards = [shard_status(table, manifest, s, indexes, now) for s in found.states.values()]
+    shards += [broken_shard_status(table, manifest, e, indexes) for e in found.broken.values()]
+    shards.sort(key=lambda s: s.shard_id)
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards)
 
 
@@ -163,6 +201,7 @@ def render_status(st: TableStatus) -> str:
         f"{len(st.shards)} shards, {st.unmerged_generations} unmerged generations, "
         f"{_human_bytes(st.unmerged_bytes)} unmerged"
     )
+    lines += [f"BROKEN {s.problem}" for s in st.broken]
     return "\n".join(lines)
 
 

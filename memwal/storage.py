@@ -15,6 +15,7 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import stat
 import uuid
 from collections.abc import Iterable, Iterator
@@ -28,6 +29,7 @@ from memwal.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
+from memwal.paths import LinkedPathError
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,9 @@ T = TypeVar("T")
 #: Temporary files written by :class:`LocalStore` carry this marker in their name, so
 #: listings can skip them (a crashed writer may leave one behind).
 TEMP_MARKER = ".memwal-tmp-"
+
+#: How every directory below a store root is opened: never through a symbolic link.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,14 @@ class Store(abc.ABC):
         Like S3 CommonPrefixes with delimiter ``/``: finds shards and generations.
         """
 
+    def list_links(self, prefix: str) -> list[str]:
+        """Keys of symbolic links at or under ``prefix`` (sorted), including a linked component
+        of ``prefix`` itself: listings skip links and never follow them, this reports them.
+
+        Object stores have no links, so the default is none; :class:`LocalStore` overrides it.
+        """
+        return []
+
     @abc.abstractmethod
     def delete_many(self, keys: Iterable[str]) -> int:
         """Delete objects in batches; a missing key is not an error (GC reruns converge).
@@ -186,6 +199,14 @@ class LocalStore(Store):
     ETags are ``<mtime_ns>-<size>-<inode>``.  Every write gives the new file an mtime
     strictly greater than the file it replaces, so an ETag is never reused for the same
     key (no ABA), even on file systems with coarse timestamps that recycle inodes.
+
+    Links: what lies under the root is data, not trust.  Every path below the root is
+    opened one component at a time from its parent's descriptor with ``O_NOFOLLOW``
+    (``openat``/``unlinkat``/``fstatat``), so no listing, read, write or delete follows a
+    symbolic link, and a link swapped in after a check cannot redirect the call that acts
+    on it.  Listings skip links (:meth:`list_links` reports them); reads, writes and
+    deletes through one raise :class:`~memwal.paths.LinkedPathError`.  Only the root path
+    the store was opened with is trusted as given.
     """
 
     def __init__(self, uri: str) -> None:
@@ -199,11 +220,15 @@ class LocalStore(Store):
         if not path:
             raise BadInputError(f"invalid local table path {uri!r}")
         self._base = os.path.abspath(os.path.expanduser(path))
+        # The trusted root and the components below it that must be opened link-safely
+        # (a child store's prefix is table data like any key).
+        self._trusted = self._base
+        self._sub: tuple[str, ...] = ()
 
     # -- helpers
 
     def _path(self, key: str, *, allow_empty: bool = False) -> str:
-        """Absolute path of a (validated) key."""
+        """Absolute path of a (validated) key, for messages and for handing paths to Lance."""
         k = _clean_key(key, allow_empty=allow_empty)
         return os.path.join(self._base, *k.split("/")) if k else self._base
 
@@ -216,69 +241,114 @@ class LocalStore(Store):
         """ObjectInfo from a stat result (one place builds ETags for head and list)."""
         return ObjectInfo(key=key, size=st.st_size, etag=self._etag(st), mtime=st.st_mtime)
 
-    def _write_temp(self, path: str, data: bytes) -> str:
-        """Write ``data`` to a new temporary file next to ``path``; returns its path.
+    def _refusal(self, key: str, walk: tuple[str, ...], i: int, parent_fd: int) -> LinkedPathError:
+        """The error for component ``walk[i]`` (in ``parent_fd``) being a link or not a directory.
 
-        The temporary file is in the same directory so rename/link stay atomic.  It is
-        fsynced so that a rename never exposes an empty file after a crash.
+        ``O_DIRECTORY|O_NOFOLLOW`` fails on a link with ENOTDIR as on a file (ELOOP only
+        without O_DIRECTORY), so the component is lstat-ed to tell which it is.
         """
-        directory = os.path.dirname(path)
-        # Truncated base name: the temporary name must stay within NAME_MAX.
-        base = os.path.basename(path)[:100]
-        tmp = os.path.join(directory, f".{base}{TEMP_MARKER}{uuid.uuid4().hex}")
-        for attempt in range(5):
-            os.makedirs(directory, exist_ok=True)
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                break
-            except FileNotFoundError:
-                # A concurrent delete_many pruned the (empty) directory: recreate it.
-                if attempt == 4:
+        return LinkedPathError(key, os.path.join(self._trusted, *walk[: i + 1]), link=_is_link(parent_fd, walk[i]))
+
+    def _component_key(self, exc: LinkedPathError) -> str:
+        """The store key of a refused component ("" when it is above this store's root)."""
+        rel = os.path.relpath(exc.where, self._base)
+        return "" if rel == "." or rel.startswith("..") else rel.replace(os.sep, "/")
+
+    def _open_dir(self, parts: Iterable[str], *, key: str, create: bool = False) -> int | None:
+        """Descriptor of the directory ``parts`` below the root, opened without following links.
+
+        None if a component is missing (``create`` makes them).  LinkedPathError if one is a
+        link or not a directory.  The caller closes the descriptor.
+        """
+        walk = self._sub + tuple(parts)
+        if create:
+            os.makedirs(self._trusted, exist_ok=True)
+        try:
+            fd = os.open(self._trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            for i, name in enumerate(walk):
+                try:
+                    nxt = self._open_child_dir(fd, name, create)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise self._refusal(key, walk, i, fd) from None
                     raise
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                os.close(fd)
+                fd = nxt
+                if fd < 0:
+                    return None
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if fd >= 0:
+                os.close(fd)
             raise
-        return tmp
+        return fd
 
     @staticmethod
-    def _bump_mtime(tmp: str, previous: os.stat_result | None) -> None:
-        """Make the new file's mtime strictly greater than the one it replaces (no ETag reuse)."""
-        if previous is None:
-            return
-        st = os.stat(tmp)
-        if st.st_mtime_ns <= previous.st_mtime_ns:
-            ns = previous.st_mtime_ns + 1
-            os.utime(tmp, ns=(ns, ns))
-
-    @contextlib.contextmanager
-    def _dir_lock(self, directory: str) -> Iterator[None]:
-        """Exclusive flock on a directory: serialises writers of keys in it.
-
-        flock locks belong to the open file description, so each call opening its own
-        descriptor excludes other threads of this process as well as other processes.
-        """
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    def _open_child_dir(fd: int, name: str, create: bool) -> int:
+        """openat(name, O_DIRECTORY|O_NOFOLLOW), making it first if asked; -1 if missing."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing the last descriptor releases the lock
+            return os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            if not create:
+                return -1
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o777, dir_fd=fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=fd)
+
+    def _open_parent(self, key: str, *, create: bool = False) -> tuple[int | None, str]:
+        """(descriptor of the directory holding ``key``, last component); see :meth:`_open_dir`."""
+        parts = key.split("/")
+        return self._open_dir(parts[:-1], key=key, create=create), parts[-1]
 
     @staticmethod
-    def _stat_file(path: str) -> os.stat_result | None:
-        """stat() of a regular file, None if absent or not a file."""
+    def _lstat_regular(dfd: int, name: str) -> os.stat_result | None:
+        """lstat of ``name`` in ``dfd`` if it is a regular file, else None (links are not objects)."""
         try:
-            st = os.stat(path)
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
             return None
         return st if stat.S_ISREG(st.st_mode) else None
+
+    def _refuse_if_link(self, dfd: int, key: str) -> None:
+        """Refuse to replace or read a key that is itself a symbolic link."""
+        try:
+            st = os.stat(key.rsplit("/", 1)[-1], dir_fd=dfd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise LinkedPathError(key, self._path(key), link=True)
+
+    def _open_file(self, key: str) -> int | None:
+        """Read descriptor of a regular file at ``key``, None if absent or not a file.
+
+        O_NONBLOCK keeps a FIFO planted in the table from hanging the job; it does not
+        change reads of a regular file.
+        """
+        k = _clean_key(key)
+        try:
+            dfd, name = self._open_parent(k)
+        except LinkedPathError as exc:
+            if exc.link:
+                raise
+            return None
+        if dfd is None:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LinkedPathError(k, self._path(k), link=True) from None
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENXIO, errno.EISDIR):
+                return None
+            raise
+        finally:
+            os.close(dfd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return fd
 
     def _not_found(self, key: str) -> NotFoundError:
         """The error for a missing object, naming its full path."""
@@ -292,173 +362,319 @@ class LocalStore(Store):
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         """Read an object and the ETag of exactly those bytes (fstat of the open file)."""
-        path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                return f.read(), self._etag(st)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise self._not_found(key) from None
+        fd = self._open_file(key)
+        if fd is None:
+            raise self._not_found(key)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            return f.read(), self._etag(st)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Read ``length`` bytes from ``start`` (negative: from the end) to read trailers cheaply."""
         if length < 0:
             raise ValueError("length must be >= 0")
-        path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                offset = max(size + start, 0) if start < 0 else start
-                if offset >= size or length == 0:
-                    return b""
-                f.seek(offset)
-                return f.read(length)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise self._not_found(key) from None
+        fd = self._open_file(key)
+        if fd is None:
+            raise self._not_found(key)
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            offset = max(size + start, 0) if start < 0 else start
+            if offset >= size or length == 0:
+                return b""
+            f.seek(offset)
+            return f.read(length)
 
     def head(self, key: str) -> ObjectInfo | None:
-        """Size, ETag and mtime of an object, or None if it does not exist."""
+        """Size, ETag and mtime of a regular file; None if absent, a directory or a link."""
         k = _clean_key(key)
-        st = self._stat_file(self._path(k))
+        try:
+            dfd, name = self._open_parent(k)
+        except LinkedPathError:
+            return None  # nothing is an object through a link (list_links reports it)
+        if dfd is None:
+            return None
+        try:
+            st = self._lstat_regular(dfd, name)
+        finally:
+            os.close(dfd)
         return None if st is None else self._info(k, st)
 
     # -- writes
 
-    def put(self, key: str, data: bytes) -> str:
-        """Write atomically via a temporary file and rename; returns the new ETag."""
-        path = self._path(key)
-        tmp = self._write_temp(path, data)
+    def _write_temp(self, key: str, data: bytes) -> tuple[int, str, str]:
+        """Write ``data`` to a new temporary file in ``key``'s directory.
+
+        Returns (directory descriptor, temporary name, final name): renames and links then
+        happen inside that very directory, whatever is swapped in on the path meanwhile.
+        The file is fsynced so that a rename never exposes an empty file after a crash.
+        """
+        # Truncated base name: the temporary name must stay within NAME_MAX.
+        tmp = f".{key.rsplit('/', 1)[-1][:100]}{TEMP_MARKER}{uuid.uuid4().hex}"
+        for attempt in range(5):
+            dfd, name = self._parent_for_write(key)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                             dir_fd=dfd)
+                break
+            except FileNotFoundError:
+                # A concurrent delete_many pruned the (empty) directory: recreate it.
+                os.close(dfd)
+                if attempt == 4:
+                    raise
+            except BaseException:
+                os.close(dfd)
+                raise
         try:
-            with self._dir_lock(os.path.dirname(path)):
-                self._bump_mtime(tmp, self._stat_file(path))
-                os.replace(tmp, path)
-                return self._etag(os.stat(path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dfd)
+            os.close(dfd)
             raise
+        return dfd, tmp, name
+
+    def _parent_for_write(self, key: str) -> tuple[int, str]:
+        """The (created) directory of ``key``: a link on the way is refused, a file is bad input."""
+        try:
+            dfd, name = self._open_parent(key, create=True)
+        except LinkedPathError as exc:
+            if exc.link:
+                raise
+            raise BadInputError(f"cannot write {self.uri_for(key)}: {exc.where} is not a directory") from None
+        if dfd is None:  # the root vanished between makedirs and open
+            raise self._not_found("/".join(key.split("/")[:-1]) or key)
+        return dfd, name
+
+    @staticmethod
+    def _bump_mtime(dfd: int, tmp: str, previous: os.stat_result | None) -> None:
+        """Make the new file's mtime strictly greater than the one it replaces (no ETag reuse)."""
+        if previous is None:
+            return
+        st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
+        if st.st_mtime_ns <= previous.st_mtime_ns:
+            ns = previous.st_mtime_ns + 1
+            os.utime(tmp, ns=(ns, ns), dir_fd=dfd, follow_symlinks=False)
+
+    def _replace_locked(self, key: str, data: bytes, etag: str | None) -> str:
+        """Rename a complete temporary file over ``key`` under the directory's flock.
+
+        With ``etag`` it is a compare-and-swap.  flock locks belong to the open file
+        description, and every call opens its own directory descriptor, so other threads
+        of this process are excluded as well as other processes.
+        """
+        k = _clean_key(key)
+        dfd, tmp, name = self._write_temp(k, data)
+        try:
+            fcntl.flock(dfd, fcntl.LOCK_EX)
+            self._refuse_if_link(dfd, k)
+            current = self._lstat_regular(dfd, name)
+            if etag is not None:
+                if current is None:
+                    raise PreconditionFailedError(f"conditional write failed, object is gone: {self.uri_for(k)}")
+                if self._etag(current) != etag:
+                    raise PreconditionFailedError(f"conditional write failed, object changed: {self.uri_for(k)}")
+            self._bump_mtime(dfd, tmp, current)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return self._etag(os.stat(name, dir_fd=dfd, follow_symlinks=False))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        finally:
+            os.close(dfd)  # closing the last descriptor releases the lock
+
+    def put(self, key: str, data: bytes) -> str:
+        """Write atomically via a temporary file and rename; returns the new ETag."""
+        return self._replace_locked(key, data, None)
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         """Create only if absent: ``link()`` of a complete temporary file fails if the name exists."""
-        path = self._path(key)
-        tmp = self._write_temp(path, data)
+        k = _clean_key(key)
+        dfd, tmp, name = self._write_temp(k, data)
         try:
             try:
-                os.link(tmp, path)
+                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileExistsError:
-                raise PreconditionFailedError(f"object already exists: {self.uri_for(key)}") from None
-            return self._etag(os.stat(tmp))  # same inode as the new object
+                self._refuse_if_link(dfd, k)
+                raise PreconditionFailedError(f"object already exists: {self.uri_for(k)}") from None
+            return self._etag(os.stat(tmp, dir_fd=dfd, follow_symlinks=False))  # same inode as the new object
         finally:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dfd)
+            os.close(dfd)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Compare-and-swap under the directory's flock: rename only if the ETag still matches."""
-        path = self._path(key)
-        tmp = self._write_temp(path, data)
-        try:
-            with self._dir_lock(os.path.dirname(path)):
-                current = self._stat_file(path)
-                if current is None:
-                    raise PreconditionFailedError(f"conditional write failed, object is gone: {self.uri_for(key)}")
-                if self._etag(current) != etag:
-                    raise PreconditionFailedError(f"conditional write failed, object changed: {self.uri_for(key)}")
-                self._bump_mtime(tmp, current)
-                os.replace(tmp, path)
-                return self._etag(os.stat(path))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        return self._replace_locked(key, data, etag)
 
     # -- listing
 
-    def _walk(self, directory: str, rel: str, name_prefix: str, recursive: bool) -> Iterator[ObjectInfo]:
-        """Depth-first walk yielding files in lexicographic order of their full keys.
+    def _scan(self, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str]) -> Iterator[ObjectInfo]:
+        """Depth-first walk of an open directory yielding regular files in key order.
 
-        Directories sort as ``name + "/"``, which makes depth-first order equal the order
-        S3 lists keys in.
+        Directories sort as ``name + "/"``, which makes depth-first order equal the order S3
+        lists keys in.  Entries are lstat-ed and subdirectories opened with O_NOFOLLOW, so a
+        link is never descended into or reported as an object: it is appended to ``links``.
         """
-        try:
-            with os.scandir(directory) as it:
-                entries = [e for e in it if e.name.startswith(name_prefix)]
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        keyed: list[tuple[str, os.DirEntry[str], bool]] = []
-        for e in entries:
+        found: list[tuple[str, str, os.stat_result]] = []
+        with os.scandir(fd) as it:
+            for e in it:
+                if not e.name.startswith(name_prefix):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted while listing
+                if stat.S_ISLNK(st.st_mode):
+                    links.append(rel + e.name)
+                elif stat.S_ISDIR(st.st_mode):
+                    found.append((e.name + "/", e.name, st))
+                elif TEMP_MARKER not in e.name:
+                    found.append((e.name, e.name, st))
+        found.sort(key=lambda t: t[0])
+        for sort_key, name, st in found:
+            key = rel + name
+            if not sort_key.endswith("/"):
+                if stat.S_ISREG(st.st_mode):
+                    yield self._info(key, st)
+                continue
+            if not recursive:
+                continue
             try:
-                is_dir = e.is_dir(follow_symlinks=True)
-            except OSError:
-                continue
-            if not is_dir and TEMP_MARKER in e.name:
-                continue
-            keyed.append((e.name + "/" if is_dir else e.name, e, is_dir))
-        keyed.sort(key=lambda t: t[0])
-        for _, e, is_dir in keyed:
-            key = rel + e.name
-            if is_dir:
-                if recursive:
-                    yield from self._walk(e.path, key + "/", "", True)
-                continue
-            try:
-                st = e.stat(follow_symlinks=True)
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
-                continue  # deleted while listing
-            if stat.S_ISREG(st.st_mode):
-                yield self._info(key, st)
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link or a file meanwhile
+                    if _is_link(fd, name):
+                        links.append(key)
+                    continue
+                raise
+            try:
+                yield from self._scan(sub, key + "/", "", True, links)
+            finally:
+                os.close(sub)
 
-    def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
-        """Objects under ``prefix`` in key order, skipping our temporary files."""
+    def _listing(self, prefix: str, recursive: bool, links: list[str]) -> Iterator[ObjectInfo]:
+        """Objects under a (string) prefix; links met on the way, the prefix's own included, go to ``links``."""
         p = _clean_prefix(prefix)
         dir_part, _, name_prefix = p.rpartition("/")
-        directory = self._path(dir_part, allow_empty=True)
-        rel = dir_part + "/" if dir_part else ""
-        yield from self._walk(directory, rel, name_prefix, recursive)
+        try:
+            fd = self._open_dir(dir_part.split("/") if dir_part else [], key=dir_part or ".")
+        except LinkedPathError as exc:
+            if exc.link:
+                links.append(self._component_key(exc))
+            return
+        if fd is None:
+            return
+        try:
+            yield from self._scan(fd, dir_part + "/" if dir_part else "", name_prefix, recursive, links)
+        finally:
+            os.close(fd)
+
+    def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
+        yield from self._listing(prefix, recursive, [])
+
+    def list_links(self, prefix: str) -> list[str]:
+        """Symbolic links at or under ``prefix`` (sorted keys), found without following any."""
+        links: list[str] = []
+        for _ in self._listing(prefix, True, links):
+            pass
+        return sorted(set(links))
 
     def list_dirs(self, prefix: str) -> list[str]:
-        """Immediate subdirectory names under ``prefix`` (os.scandir), sorted."""
-        directory = self._path(_dir_prefix(prefix), allow_empty=True)
+        """Immediate subdirectory names under ``prefix``, sorted; links to directories are not listed."""
+        p = _dir_prefix(prefix).rstrip("/")
         try:
-            with os.scandir(directory) as it:
-                return sorted(e.name for e in it if e.is_dir(follow_symlinks=True))
-        except (FileNotFoundError, NotADirectoryError):
+            fd = self._open_dir(p.split("/") if p else [], key=p or ".")
+        except LinkedPathError:
             return []
+        if fd is None:
+            return []
+        try:
+            with os.scandir(fd) as it:
+                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+        finally:
+            os.close(fd)
 
     # -- deletes
 
     def delete_many(self, keys: Iterable[str]) -> int:
         """Unlink files (missing ones are fine), then prune directories left empty.
 
-        Pruning keeps local listings like S3's, where a "directory" exists only while
-        objects are under it (an emptied generation must not show up in list_dirs).
+        Each key is checked when it is deleted, not before: its directory is opened
+        component by component with O_NOFOLLOW and only a regular file is unlinked, so a
+        link on the way (planted, or swapped in after the caller listed the key) refuses
+        that key and nothing is deleted through it.  The other keys still go; then
+        LinkedPathError names the refused ones.  Pruning keeps local listings like S3's,
+        where a "directory" exists only while objects are under it.
         """
         count = 0
         parents: set[str] = set()
+        refused: list[LinkedPathError] = []
         for key in keys:
             count += 1
-            path = self._path(key)
+            k = _clean_key(key)
             try:
-                os.unlink(path)
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                continue
-            except PermissionError as exc:
-                if os.path.isdir(path):  # EPERM on some systems for unlink(dir)
-                    continue
-                raise MemWalError(f"cannot delete {path}: {exc}") from exc
-            parents.add(os.path.dirname(path))
-        for parent in sorted(parents, key=len, reverse=True):
-            self._prune(parent)
+                if self._unlink_file(k):
+                    parents.add(k.rpartition("/")[0])
+            except LinkedPathError as exc:
+                refused.append(exc)
+        for parent in sorted(parents, key=lambda p: p.count("/"), reverse=True):
+            if parent:
+                self._prune(parent)
+        if refused:
+            first = refused[0]
+            first.refused = [e.path for e in refused]
+            raise first
         return count
 
-    def _prune(self, directory: str) -> None:
-        """Remove ``directory`` and its ancestors while empty, never the store root."""
-        while directory != self._base and directory.startswith(self._base + os.sep):
+    def _unlink_file(self, key: str) -> bool:
+        """unlinkat() of a regular file reached without following links; False if absent."""
+        dfd, name = self._open_parent(key)
+        if dfd is None:
+            return False
+        try:
             try:
-                os.rmdir(directory)
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:  # not empty (or busy): stop climbing
-                    return
-            directory = os.path.dirname(directory)
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            if stat.S_ISDIR(st.st_mode):
+                return False  # a "directory" is not an object
+            if not stat.S_ISREG(st.st_mode):
+                raise LinkedPathError(key, self._path(key), link=stat.S_ISLNK(st.st_mode))
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                return False
+            except PermissionError as exc:
+                raise MemWalError(f"cannot delete {self.uri_for(key)}: {exc}") from exc
+            return True
+        finally:
+            os.close(dfd)
+
+    def _prune(self, directory: str) -> None:
+        """Remove ``directory`` and its ancestors while empty (rmdirat, never through a link), never the root."""
+        parts = directory.split("/")
+        while parts:
+            try:
+                dfd = self._open_dir(parts[:-1], key="/".join(parts))
+            except LinkedPathError:
+                return
+            if dfd is not None:
+                try:
+                    os.rmdir(parts[-1], dir_fd=dfd)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    return  # not empty, busy, or not a directory (a link): stop climbing
+                finally:
+                    os.close(dfd)
+            parts = parts[:-1]
 
     # -- naming
 
@@ -467,29 +683,82 @@ class LocalStore(Store):
         return self._path(key, allow_empty=True)
 
     def child(self, prefix: str) -> LocalStore:
-        """A store rooted at ``root/prefix``."""
+        """A store rooted at ``root/prefix``: the prefix is opened link-safely like any key."""
         p = _clean_key(prefix, allow_empty=True)
         if not p:
             return LocalStore(self.root)
-        return LocalStore(self.root.rstrip("/") + "/" + p)
+        store = LocalStore(self.root.rstrip("/") + "/" + p)
+        store._trusted, store._sub = self._trusted, self._sub + tuple(p.split("/"))
+        return store
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in the directory ``dir_fd`` is a symbolic link (lstat; False if gone)."""
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------- factory
 
 
-def open_store(uri: str, storage_options: dict[str, str] | None = None) -> Store:
-    """The store for a table URI: ``s3://`` (with Lance-style options) or a local path.
+def check_table_uri(uri: object) -> str:
+    """Validate a table URI before anything is read or written; returns it stripped.
 
-    Storage options are ignored for local paths.  Other schemes are refused.
+    Accepted: a local path, ``file:///path`` (or ``file://localhost/path``) and
+    ``s3://bucket[/prefix]``. Everything else is refused here, once, for every command:
+    ``s3a://`` (Hadoop's name: Lance would open another store than ours), an empty or
+    malformed bucket, a prefix with empty, ``.`` or ``..`` components (``s3://b//t`` is a
+    different key than ``s3://b/t`` on S3 but the same directory locally), query strings
+    and fragments (they would silently be dropped).
     """
     if not isinstance(uri, str) or not uri.strip():
-        raise BadInputError(f"invalid table URI {uri!r}")
+        raise BadInputError(f"invalid table URI {uri!r}: empty")
     uri = uri.strip()
-    scheme = urlparse(uri).scheme.lower()
-    if scheme in ("s3", "s3a"):
+    if "\x00" in uri:
+        raise BadInputError(f"invalid table URI {uri!r}: contains a NUL byte")
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    if "://" not in uri and scheme not in _URL_SCHEMES:
+        return uri  # a local path (relative paths, and colons in names, are fine)
+    if scheme not in ("file", "s3") or "://" not in uri:
+        raise BadInputError(
+            f"unsupported table URI scheme {scheme!r} in {uri!r}: use a local path, file:///path or s3://bucket/prefix"
+        )
+    if parsed.query or parsed.fragment or parsed.params:
+        raise BadInputError(f"invalid table URI {uri!r}: query strings and fragments are not allowed")
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
+            raise BadInputError(f"invalid table URI {uri!r}: expected file:///absolute/path")
+        return uri
+    if not parsed.netloc:
+        raise BadInputError(f"invalid table URI {uri!r}: no bucket (expected s3://bucket/prefix)")
+    parts = parsed.path.rstrip("/").split("/")[1:]
+    if parsed.path.startswith("//") or any(part in ("", ".", "..") for part in parts):
+        raise BadInputError(f"invalid table URI {uri!r}: empty, '.' or '..' component in the prefix")
+    if not _S3_BUCKET_RE.match(parsed.netloc):
+        raise BadInputError(f"invalid table URI {uri!r}: bad bucket name {parsed.netloc!r}")
+    return uri
+
+
+#: S3 bucket names: 3-63 of lower-case letters, digits, dots and hyphens (plus the
+#: upper case and underscores of legacy us-east-1 buckets), starting and ending alphanumeric.
+_S3_BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")
+
+#: Schemes that mean a URL even when written without ``//`` (``s3:/b/t`` is a typo, not a path).
+_URL_SCHEMES = frozenset({"s3", "s3a", "s3n", "file", "gs", "gcs", "az", "abfs", "abfss", "hdfs", "http", "https"})
+
+
+def open_store(uri: str, storage_options: dict[str, str] | None = None) -> Store:
+    """The store for a table URI (validated by :func:`check_table_uri`): ``s3://`` with
+    Lance-style options, or a local path.
+
+    Storage options are ignored for local paths.
+    """
+    uri = check_table_uri(uri)
+    if urlparse(uri).scheme.lower() == "s3":
         from memwal.s3_store import S3Store  # boto3 loads only for S3 tables
 
         return S3Store(uri, storage_options)
-    if scheme in ("", "file"):
-        return LocalStore(uri)
-    raise BadInputError(f"unsupported table URI scheme {scheme!r} in {uri!r}: use a local path or s3://")
+    return LocalStore(uri)

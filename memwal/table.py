@@ -7,13 +7,16 @@ so a user passes ``--storage-option`` once for everything.
 from __future__ import annotations
 
 import logging
+import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import lance
 
+from memwal import validate
 from memwal.errors import BadInputError, NotFoundError
-from memwal.storage import Store, open_store
+from memwal.storage import LocalStore, Store, check_table_uri, open_store
 from memwal.table_manifest import TableManifest, read_table_manifest
 
 log = logging.getLogger(__name__)
@@ -33,7 +36,7 @@ class Table:
         try:
             return lance.dataset(self.uri, version=version, storage_options=self.storage_options or None)
         except (ValueError, OSError, RuntimeError) as exc:
-            raise BadInputError(f"{self.uri}: cannot open the Lance table: {first_line(exc)}") from exc
+            raise BadInputError(f"{self.uri}: cannot open the Lance table: {first_line(exc, self.uri)}") from exc
 
     def manifest(self, version: int | None = None) -> TableManifest:
         return read_table_manifest(self.store, version)
@@ -49,17 +52,64 @@ class Table:
 
 
 def open_table(uri: str, storage_options: dict[str, str] | None = None) -> Table:
-    """Open and validate a MemWAL table; every problem is a one-line BadInputError."""
+    """Open and validate a MemWAL table; every problem is a one-line BadInputError.
+
+    Validation comes first and writes nothing: the URI (one rule for every command), the
+    storage option keys, and our own folders (``_mem_wal`` and ``_mem_wal/_jobs`` must
+    not be files, or the first lease write would fail half-way).
+    """
     if not uri:
         raise BadInputError("no table given")
-    table = Table(uri.rstrip("/") if uri != "/" else uri, dict(storage_options or {}))
+    uri = check_table_uri(uri)
+    options = validate.storage_options(storage_options)
+    table = Table(uri.rstrip("/") if uri != "/" else uri, options)
     try:
         table.require_mem_wal()
     except NotFoundError as exc:
         raise BadInputError(f"{uri}: no Lance table here ({exc})") from exc
+    check_own_folders(table.store)
     return table
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+#: Folders the jobs write into (leases, audit records, staging): each must be a folder.
+OWN_FOLDERS = ("_mem_wal", "_mem_wal/_jobs", "_mem_wal/_jobs/leases")
+
+
+def check_own_folders(store: Store) -> None:
+    """Refuse a table where one of our folders is a file (BadInputError naming it).
+
+    Only local tables can have this problem: on S3 an object ``_mem_wal`` and keys under
+    ``_mem_wal/`` coexist, so no request is spent there.
+    """
+    if not isinstance(store, LocalStore):
+        return
+    for key in OWN_FOLDERS:
+        if store.head(key) is not None:
+            raise BadInputError(f"{store.uri_for(key)} is a file, expected a folder: move it away and rerun")
+
+
+# Rust source locations Lance appends to its messages ("..., /home/x/lance/src/a.rs:12:5").
+_RUST_LOCATION = re.compile(r",?\s*(/[\w.-]+)+\.rs:\d+:\d+")
+# Error class prefixes Lance and Arrow put in messages ("LanceError(IO): ").
+_ERROR_PREFIX = re.compile(r"\b(LanceError|ArrowError|DataFusionError)(\(\w+\))?: ")
+
+
+def first_line(exc: BaseException, uri: str | None = None) -> str:
+    """The first line of an error, for one-line messages: Lance's Rust source locations
+    and error class prefixes dropped, and (given the table ``uri``) the leading ``/`` that
+    object_store strips from local paths put back, so the message names the real path."""
+    text = str(exc).strip()
+    text = text.splitlines()[0] if text else "unexpected failure"
+    text = _ERROR_PREFIX.sub("", _RUST_LOCATION.sub("", text)).strip()
+    if uri and os.path.isabs(local := _local_path(uri)):
+        bare = local.strip("/")
+        if bare:
+            text = re.sub(r"(?<![\w/.-])" + re.escape(bare), "/" + bare, text)
+    return text or "unexpected failure"
+
+
+def _local_path(uri: str) -> str:
+    """The file system path of a local table URI ("" for other stores)."""
+    if uri.startswith("file://"):
+        return uri[len("file://localhost") :] if uri.startswith("file://localhost/") else uri[len("file://") :]
+    return "" if "://" in uri else os.path.abspath(uri)

@@ -3,21 +3,31 @@
 Checks: no duplicate primary keys in the base table; per shard, no generation gap above
 the merge progress and progress never above what was flushed; every generation path in
 every manifest resolves inside its shard directory; every listed unmerged generation is
-present. The LSM view comparison is the reader's-eye check used around operations.
+present and readable. The LSM view comparison is the reader's-eye check used around
+operations.
+
+A checker must never crash on what it checks: a missing, broken or unsafe generation, an
+unreadable base table or an LSM view Lance cannot read is a finding (exit code 1), each
+naming the object by its full path.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal.errors import MemWalError
 from memwal.merge.plan import primary_key_of
 from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
-from memwal.shard_manifests import all_shard_manifests, generation_readable
-from memwal.table import Table
+from memwal.shard_manifests import generation_readable, read_shard_manifests
+from memwal.table import Table, first_line
+
+#: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).
+_READ_ERRORS = (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException)
 
 
 @dataclass
@@ -52,7 +62,11 @@ def verify_table(table: Table) -> VerifyResult:
     pk = primary_key_of(table)
 
     res.checks.append("unique-primary-key")
-    keys = table.dataset(manifest.version).to_table(columns=pk)
+    try:
+        keys = table.dataset(manifest.version).to_table(columns=pk)
+    except _READ_ERRORS as exc:
+        res.problems.append(Problem("unique-primary-key", f"base table unreadable: {first_line(exc, table.uri)}"))
+        keys = pa.table({k: pa.array([], pa.int64()) for k in pk})
     res.base_rows = keys.num_rows
     dup = keys.group_by(pk).aggregate([([], "count_all")])
     dup = dup.filter(pc.greater(dup.column("count_all"), 1))
@@ -60,10 +74,15 @@ def verify_table(table: Table) -> VerifyResult:
         example = {k: dup.column(k)[0].as_py() for k in pk}
         res.problems.append(Problem("unique-primary-key", f"{dup.num_rows} keys appear more than once, e.g. {example}"))
 
-    res.checks += ["no-generation-gap", "progress-not-above-flushed", "paths-inside-shard", "generations-present"]
-    states = all_shard_manifests(table.store)
+    res.checks += ["shard-manifest-readable", "no-generation-gap", "progress-not-above-flushed",
+                   "paths-inside-shard", "generations-present"]
+    found = read_shard_manifests(table.store)
+    unmerged: list[tuple[str, int, str]] = []  # (shard, generation, key) of present unmerged generations
+    states = found.states
+    for shard_id, err in found.broken.items():
+        res.problems.append(Problem("shard-manifest-readable", f"{err.reason}: {err.detail}", shard_id))
     for shard_id in manifest.compacted:
-        if shard_id not in states:
+        if shard_id not in states and shard_id not in found.broken:
             res.problems.append(
                 Problem("progress-not-above-flushed", "progress recorded for a shard with no manifest", shard_id)
             )
@@ -89,16 +108,43 @@ def verify_table(table: Table) -> VerifyResult:
             except UnsafePathError as exc:
                 res.problems.append(Problem("paths-inside-shard", str(exc), shard_id))
                 continue
-            if g.generation > compacted and not generation_readable(table.store, key):
+            if g.generation <= compacted:
+                continue
+            if not generation_readable(table.store, key):
                 res.problems.append(
                     Problem(
-                        "generations-present", f"unmerged generation {g.generation} ({g.path}) is missing", shard_id
+                        "generations-present",
+                        f"unmerged generation {g.generation} ({table.store.uri_for(key)}) is missing",
+                        shard_id,
                     )
                 )
-    if not any(p.check == "paths-inside-shard" for p in res.problems):
+            else:
+                unmerged.append((shard_id, g.generation, key))
+    # The reader would fail on what is already reported: that is not a second finding.
+    blocking = ("paths-inside-shard", "shard-manifest-readable", "generations-present")
+    if not any(p.check in blocking for p in res.problems):
         res.checks.append("lsm-view-readable")
-        res.lsm_rows = lsm_scan(table, columns=pk).num_rows
+        try:
+            res.lsm_rows = lsm_scan(table, columns=pk).num_rows
+        except _READ_ERRORS as exc:
+            detail = f"the LSM view cannot be read: {first_line(exc, table.uri)}"
+            res.problems.append(Problem("lsm-view-readable", detail))
+            res.problems += _broken_generations(table, pk, unmerged)
     return res
+
+
+def _broken_generations(table: Table, pk: list[str], unmerged: list[tuple[str, int, str]]) -> list[Problem]:
+    """Which present unmerged generations Lance cannot read (only looked for once the LSM
+    view failed: reading every generation whole on every verify would be slow)."""
+    found = []
+    for shard_id, generation, key in unmerged:
+        uri = table.store.uri_for(key)
+        try:
+            lance.dataset(uri, storage_options=table.storage_options or None).to_table(columns=pk)
+        except _READ_ERRORS as exc:
+            detail = f"unmerged generation {generation} ({uri}) is unreadable: {first_line(exc, table.uri)}"
+            found.append(Problem("generations-readable", detail, shard_id))
+    return found
 
 
 def lsm_view(table: Table) -> pa.Table:

@@ -491,6 +491,9 @@ class FakeSparkSubmit:
     def submit(self, application: str) -> None:
         self.application = application
         args = self.kwargs["application_args"]
+        if "--storage-options-file" in args:  # what the job would read, as it is while the job runs
+            path = args[args.index("--storage-options-file") + 1]
+            self.options_file = (path, os.stat(path).st_mode & 0o777, json.loads(Path(path).read_text()))
         if self.doc is not None:
             Path(args[args.index("--result-file") + 1]).write_text(json.dumps(self.doc))
         if self.code:
@@ -538,4 +541,8 @@ def test_spark_engine_failures_map_to_clear_task_failures(monkeypatch, code, doc
     assert fake.application.endswith("jobs/merge.py") and fake.kwargs["conf"] == {"spark.x": "1"}
     args = fake.kwargs["application_args"]
     assert args[:3] == ["/t", "--max-generations", "2"]
-    assert ["--storage-option", f"aws_secret_access_key={SECRET}"] == args[3:5]
+    assert not any(SECRET in a for a in args)  # spark-submit's command line is readable by every local user
+    assert args[3] == "--storage-options-file"
+    path, mode, options = fake.options_file
+    assert path == args[4] and mode == 0o600 and options == {"aws_secret_access_key": SECRET}
+    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))  # removed, failed run or not

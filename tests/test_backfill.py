@@ -31,9 +31,9 @@ def statuses(doc: dict) -> dict[str, dict[str, str]]:
     return {t["table"]: {j["job"]: j["status"] for j in t["jobs"]} for t in doc["tables"]}
 
 
-ALL_DONE = {"merge": "done", "catchup": "done", "snapshot": "done", "gc": "done"}
-ALL_SKIPPED = {"merge": "skipped", "catchup": "skipped", "snapshot": "skipped", "gc": "skipped"}
-BAD_RUN = {"merge": "failed", "catchup": "not-run", "snapshot": "not-run", "gc": "not-run"}
+ALL_DONE = {"merge": "done", "catchup": "done", "compact": "done", "snapshot": "done", "gc": "done"}
+ALL_SKIPPED = {"merge": "skipped", "catchup": "skipped", "compact": "skipped", "snapshot": "skipped", "gc": "skipped"}
+BAD_RUN = {"merge": "failed", "catchup": "not-run", "compact": "not-run", "snapshot": "not-run", "gc": "not-run"}
 
 
 def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
@@ -49,12 +49,12 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
     doc = json.loads(first.stdout)
     assert statuses(doc) == {uris[0]: ALL_DONE, uris[1]: ALL_DONE, uris[2]: ALL_DONE, bad: BAD_RUN}
     assert doc["failed_tables"] == [bad]
-    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 12, "skipped": 0, "failed": 1, "not-run": 3}
+    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 15, "skipped": 0, "failed": 1, "not-run": 4}
     (bad_doc,) = [t for t in doc["tables"] if t["table"] == bad]
     assert bad_doc["jobs"][0]["exit_code"] == 2 and "no Lance table" in bad_doc["error"]
     assert f"backfill of {bad} failed: merge:" in first.stderr
     assert f"1 of 4 tables failed: {bad}" in first.stderr
-    assert "[16/16]" in first.stderr  # plain progress lines: stderr is not a terminal here
+    assert "[20/20]" in first.stderr  # plain progress lines: stderr is not a terminal here
     state_file = tmp_path / ".memwal-backfill" / "state.json"
     assert doc["state_file"] == ".memwal-backfill/state.json" and state_file.exists()
 
@@ -67,7 +67,7 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
     # a rerun skips everything finished and retries only the failure (never recorded)
     second = json.loads(backfill(*uris, bad, "--json", cwd=tmp_path, rc=1).stdout)
     assert statuses(second) == {uris[0]: ALL_SKIPPED, uris[1]: ALL_SKIPPED, uris[2]: ALL_SKIPPED, bad: BAD_RUN}
-    assert second["summary"]["skipped"] == 12 and second["summary"]["failed"] == 1
+    assert second["summary"]["skipped"] == 15 and second["summary"]["failed"] == 1
     versions = [t.manifest().version for t, _ in built]
     assert versions == [t.manifest().version for t, _ in built]  # nothing ran again
 
@@ -153,8 +153,8 @@ def test_a_merge_gap_fails_that_table_only(make_table, tmp_path):
 def test_bad_usage_exits_2(tmp_path, capsys):
     assert cli.main(["backfill", "--state-file", str(tmp_path / "s.json")]) == 2
     assert "no table given" in capsys.readouterr().err
-    assert cli.main(["backfill", "t", "--jobs", "merge,compact", "--state-file", str(tmp_path / "s.json")]) == 2
-    assert "unknown job compact" in capsys.readouterr().err
+    assert cli.main(["backfill", "t", "--jobs", "merge,compress", "--state-file", str(tmp_path / "s.json")]) == 2
+    assert "unknown job compress" in capsys.readouterr().err
     (tmp_path / "s.json").write_text("{not json")
     assert cli.main(["backfill", "t", "--state-file", str(tmp_path / "s.json")]) == 2
     assert "unreadable" in capsys.readouterr().err

@@ -108,14 +108,16 @@ def test_table_without_mem_wal_index_is_bad_input(tmp_path):
     assert snapshot_files(uri) == before
 
 
-def test_corrupt_shard_manifest_is_bad_input_and_nothing_is_written(make_table):
+def test_corrupt_shard_manifest_stops_that_shard_only(make_table):
     table, _ = make_table()
     shard_id, st = next(iter(all_shard_manifests(table.store).items()))
     Path(table.uri, manifest_key(shard_id, st.version)).write_bytes(b"\x0a\xff\xff")
     before = snapshot_files(table.uri)
-    _one_line_error(memwal("merge", table.uri, check_rc=2), "corrupt shard manifest", shard_id)
-    _one_line_error(memwal("status", table.uri, check_rc=2), "corrupt shard manifest")
+    _one_line_error(memwal("status", table.uri, check_rc=1), "corrupt shard manifest", shard_id)
     assert snapshot_files(table.uri) == before
+    _one_line_error(memwal("merge", table.uri, check_rc=1), "corrupt shard manifest", shard_id)
+    compacted = table.manifest().compacted
+    assert shard_id not in compacted and len(compacted) == 2  # the other shards merged
 
 
 def test_truncated_table_manifest_is_bad_input(make_table):

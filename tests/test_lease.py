@@ -265,3 +265,92 @@ def test_acquire_waiting_sits_out_a_short_hold_and_gives_up_on_a_long_one(store:
     Lease(store, "merge", holder="stuck", ttl_seconds=600, clock=clock).acquire()
     with pytest.raises(LeaseHeldError, match="stuck"):
         Lease(store, "merge", holder="merger", clock=clock).acquire_waiting(5, poll_seconds=1, sleep=clock.advance)
+
+
+# --------------------------------------------------------------------------- dead holders, TTL
+
+
+def _exited_pid() -> int:
+    """The pid of a process that has exited and been reaped (no such process any more)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_lease_of_dead_local_process_is_taken_over_at_once(
+    store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    import socket
+
+    dead = f"{socket.gethostname()}:{_exited_pid()}:beef"
+    a = Lease(store, "merge", holder=dead, ttl_seconds=300, clock=clock).acquire()
+    with caplog.at_level(logging.WARNING, logger="memwal.lease"):
+        b = Lease(store, "merge", holder="host-b:2:bb", ttl_seconds=300, clock=clock).acquire()
+    assert b.token == a.token + 1 == 2
+    assert any("dead holder" in r.getMessage() and dead in r.getMessage() for r in caplog.records)
+    with pytest.raises(LeaseLostError):
+        a.check()  # had it survived somehow, it is fenced
+
+
+def test_live_local_and_remote_holders_are_not_presumed_dead(store: Store, clock: FakeClock) -> None:
+    import os
+    import socket
+
+    here = socket.gethostname()
+    Lease(store, "gc", holder=f"{here}:{os.getpid()}:self", ttl_seconds=300, clock=clock).acquire()
+    with pytest.raises(LeaseHeldError, match=f"{os.getpid()}:self"):
+        Lease(store, "gc", holder="B", clock=clock).acquire()
+    # A dead pid on another host means nothing here: that host's pid table is not ours.
+    Lease(store, "catchup", holder=f"not-{here}:{_exited_pid()}:x", ttl_seconds=300, clock=clock).acquire()
+    with pytest.raises(LeaseHeldError):
+        Lease(store, "catchup", holder="B", clock=clock).acquire()
+
+
+@pytest.mark.parametrize("expires", [1e18, float("inf"), float("nan"), -1.0])
+def test_absurd_expiry_is_a_corrupt_lease_not_an_os_error(store: Store, clock: FakeClock, expires: float) -> None:
+    rec = {"kind": "merge", "holder": "x:1:y", "token": 4, "acquired_at": clock.now, "expires_at": expires}
+    store.put(lease_key("merge"), json.dumps(rec).encode())
+    lease = Lease(store, "merge", holder="A", clock=clock)
+    with pytest.raises(BadInputError, match="expires_at") as ei:
+        lease.acquire()
+    assert lease.uri in str(ei.value) and ei.value.exit_code == 2
+    assert json.loads(store.get(lease_key("merge"))) == json.loads(json.dumps(rec))  # nothing written
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("nan"), float("inf"), 1e300])
+def test_bad_ttls_refused(tmp_path: Path, ttl: float) -> None:
+    with pytest.raises(BadInputError, match="TTL"):
+        Lease(open_store(str(tmp_path)), "merge", ttl_seconds=ttl)
+
+
+def test_ttl_sets_the_expiry(store: Store, clock: FakeClock) -> None:
+    with Lease(store, "merge", holder="A", ttl_seconds=1234.5, clock=clock):
+        rec = _stored(store, "merge")
+        assert rec.expires_at - rec.acquired_at == 1234.5
+
+
+def test_action_lease_ttl_reaches_every_lease(make_table: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from memwal.actions import run_action
+
+    table, _ = make_table()
+    with caplog.at_level(logging.INFO, logger="memwal.lease"):
+        run_action("snapshot", table, lease_ttl=4321)
+        run_action("gc", table, lease_ttl=987)
+    acquired = [r.getMessage() for r in caplog.records if r.getMessage().startswith("acquired")]
+    assert len(acquired) == 3, acquired  # snapshot takes its own lease and the merge lease
+    assert all("ttl 4321s" in m for m in acquired[:2]) and "ttl 987s" in acquired[2]
+
+
+def test_break_keeps_the_token_and_fences_the_holder(store: Store, clock: FakeClock) -> None:
+    from memwal.lease import break_lease, list_leases
+
+    a = Lease(store, "merge", holder="stuck:1:a", ttl_seconds=300, clock=clock).acquire()
+    assert [(i.kind, i.state, i.token) for i in list_leases(store, now=clock.now)] == [("merge", "live", 1)]
+    rec = break_lease(store, "merge")
+    assert (rec.token, rec.expires_at) == (1, 0.0)
+    with pytest.raises(LeaseLostError):
+        a.check()
+    assert Lease(store, "merge", holder="B", clock=clock).acquire().token == 2

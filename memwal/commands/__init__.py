@@ -4,10 +4,13 @@ COMMAND_MODULES = [
     "status",
     "merge",
     "catchup",
+    "compact",
     "gc",
     "snapshot",
     "scan",
     "verify",
+    "lease",
+    "merge_ops",
     "backfill",
     "demo_data",
 ]

@@ -27,6 +27,7 @@ from memwal.backfill import (
     parse_jobs,
     read_tables_file,
     run_backfill,
+    table_uri_problem,
     unique_tables,
 )
 from memwal.commands.common import (
@@ -72,6 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     tables = list(args.tables)
+    for uri in tables:  # the same check as the lines of --tables-file, before anything is written
+        problem = table_uri_problem(uri.strip()) if uri.strip() else "empty table argument"
+        if problem:
+            raise BadInputError(problem)
     if args.tables_file:
         tables += read_tables_file(args.tables_file)
     tables = unique_tables(tables)

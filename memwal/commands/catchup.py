@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from memwal.commands.common import EXIT_OK, add_engine, emit, open_table_arg, positive_int, table_command
+from memwal.commands.common import (
+    EXIT_OK,
+    add_engine,
+    add_lease_ttl,
+    emit,
+    fraction,
+    open_table_arg,
+    positive_int,
+    table_command,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -13,9 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="only these indexes (default: the MemWAL index's maintained indexes)")
     p.add_argument("--max-deltas", type=positive_int, metavar="N",
                    help="retrain an index that has N or more deltas (default 8)")
-    p.add_argument("--max-unindexed-fraction", type=float, metavar="F",
+    p.add_argument("--max-unindexed-fraction", type=fraction, metavar="F",
                    help="retrain when more than F of the rows are unindexed (default 0.5)")
     add_engine(p)
+    add_lease_ttl(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     return p
 
@@ -25,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     doc = run_action("catchup", open_table_arg(args), engine=args.engine, dry_run=args.dry_run,
                      indexes=args.index or None, max_deltas=args.max_deltas,
-                     max_unindexed_fraction=args.max_unindexed_fraction)
+                     max_unindexed_fraction=args.max_unindexed_fraction, lease_ttl=args.lease_ttl)
     emit(args, doc, lambda: render(doc))
     return EXIT_OK
 

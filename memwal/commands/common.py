@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memwal import validate
 from memwal.errors import BadInputError
+from memwal.secret_options import redact_pair
 from memwal.table import Table, open_table
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE = 0, 1, 2, 3
@@ -28,7 +31,7 @@ def parse_storage_options(pairs: Sequence[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise BadInputError(f"--storage-option {pair!r}: expected KEY=VALUE")
+            raise BadInputError(f"--storage-option {redact_pair(pair)!r}: expected KEY=VALUE")
         out[key.strip()] = value
     return out
 
@@ -41,6 +44,11 @@ def common_options(*, json_flag: bool = True) -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         default=[],
         help="Lance storage option (repeatable), e.g. aws_endpoint=http://127.0.0.1:9000",
+    )
+    p.add_argument(  # credentials stay off the command line, which every local user can read
+        "--storage-options-file",
+        metavar="PATH",
+        help="JSON object of storage options (keep it mode 0600); --storage-option overrides its keys",
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     if json_flag:
@@ -68,24 +76,55 @@ def add_engine(p: argparse.ArgumentParser) -> None:
     )
 
 
-def positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return n
+def _converter(check: Callable[[str, Any], Any], doc: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` from a :mod:`memwal.validate` check (the one rule for each kind
+    of value, shared with the Python API); argparse names the option in its message."""
+
+    def convert(text: str) -> Any:
+        try:
+            return check("value", text)
+        except BadInputError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("value: ")) from None
+
+    convert.__name__ = check.__name__
+    convert.__doc__ = doc
+    return convert
 
 
-def non_negative_float(text: str) -> float:
-    try:
-        n = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return n
+positive_int = _converter(validate.positive_int, "A count: 1 to 2**63-1.")
+#: Seconds: finite, >= 0, at most 100 years (NaN, inf and 1e300 are refused).
+non_negative_float = _converter(validate.duration, "Seconds: finite, >= 0, at most 100 years.")
+duration_seconds = non_negative_float
+fraction = _converter(validate.fraction, "A fraction in [0, 1].")
+lease_ttl_seconds = _converter(validate.lease_ttl, "A lease TTL: positive seconds, at most 100 years.")
+
+
+def add_lease_ttl(p: argparse.ArgumentParser) -> None:
+    """``--lease-ttl SECONDS``: every job command takes it (a killed job blocks its kind this long)."""
+    from memwal.actions import DEFAULT_LEASE_TTL
+
+    p.add_argument(
+        "--lease-ttl",
+        type=lease_ttl_seconds,
+        default=DEFAULT_LEASE_TTL,
+        metavar="SECONDS",
+        help=f"lease time-to-live, renewed while the job runs (default {DEFAULT_LEASE_TTL:.0f})",
+    )
+
+
+def check_result_file(path: str | None) -> None:
+    """Refuse a ``--result-file`` that could not be written, before the job changes anything
+    (a result lost after a committed merge is worse than a job that never started)."""
+    if not path:
+        return
+    full = os.path.abspath(path)
+    folder = os.path.dirname(full)
+    if os.path.isdir(full):
+        raise BadInputError(f"--result-file {path}: is a folder")
+    if not os.path.isdir(folder):
+        raise BadInputError(f"--result-file {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(full) and not os.access(full, os.W_OK)):
+        raise BadInputError(f"--result-file {path}: not writable")
 
 
 def open_table_arg(args: argparse.Namespace) -> Table:

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from memwal.commands.common import EXIT_OK, add_engine, emit, non_negative_float, open_table_arg, table_command
+from memwal.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_engine,
+    add_lease_ttl,
+    emit,
+    non_negative_float,
+    open_table_arg,
+    table_command,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -20,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--audit-log", action="store_true",
                    help="also write the audit record under _mem_wal/_jobs/audit/ in the table's store")
     add_engine(p)
+    add_lease_ttl(p)
     p.add_argument("--dry-run", action="store_true", help="show exactly what would go and what is blocked")
     return p
 
@@ -29,9 +40,17 @@ def run(args: argparse.Namespace) -> int:
 
     doc = run_action("gc", open_table_arg(args), engine=args.engine, dry_run=args.dry_run,
                      grace_seconds=args.grace_seconds, expire_versions=args.expire_versions,
-                     orphans=args.orphans, orphan_age_seconds=args.orphan_age_seconds, audit=args.audit_log)
+                     orphans=args.orphans, orphan_age_seconds=args.orphan_age_seconds, audit=args.audit_log,
+                     lease_ttl=args.lease_ttl)
     emit(args, doc, lambda: render(doc))
-    return EXIT_OK
+    for b in doc.get("broken_shards", []):  # other shards were collected; this one was left whole
+        print(f"memwal: error: {b['detail']} (nothing in it was collected)", file=sys.stderr)
+    unsafe = [", ".join(b.get("reasons", [])[1:]) or f"shard {b['shard_id']} generation {b['generation']}"
+              for b in doc["blocked"] if b["reason"] == "unsafe-path"]
+    if unsafe:  # a link planted in the table (or a manifest path leaving its shard) needs an operator
+        print(f"memwal: error: unsafe paths refused, nothing deleted through them: {'; '.join(unsafe)}",
+              file=sys.stderr)
+    return EXIT_FAILED if doc.get("broken_shards") or unsafe else EXIT_OK
 
 
 def render(doc: dict) -> str:

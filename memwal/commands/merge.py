@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from memwal.commands.common import EXIT_FAILED, EXIT_OK, add_engine, emit, open_table_arg, positive_int, table_command
+from memwal.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_engine,
+    add_lease_ttl,
+    emit,
+    open_table_arg,
+    positive_int,
+    table_command,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -15,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--max-rows", type=positive_int, metavar="N", help="stop adding generations past N change rows")
     p.add_argument("--max-bytes", type=positive_int, metavar="N", help="stop adding generations past N bytes")
     add_engine(p)
+    add_lease_ttl(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     return p
 
@@ -31,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         max_generations=args.max_generations,
         max_rows=args.max_rows,
         max_bytes=args.max_bytes,
+        lease_ttl=args.lease_ttl,
     )
     emit(args, doc, lambda: render_plan(doc) if args.dry_run else render_result(doc))
     for b in doc["blocked"]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from memwal.commands.common import EXIT_OK, add_engine, emit, open_table_arg, table_command
+from memwal.commands.common import EXIT_OK, add_engine, add_lease_ttl, emit, open_table_arg, table_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = table_command(sub, "snapshot", "publish every shard's state in the MemWAL index (the shard snapshot)")
     add_engine(p)
+    add_lease_ttl(p)
     p.add_argument("--dry-run", action="store_true", help="print what the snapshot would hold, change nothing")
     return p
 
@@ -17,7 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from memwal.actions import run_action
 
-    doc = run_action("snapshot", open_table_arg(args), engine=args.engine, dry_run=args.dry_run)
+    doc = run_action(
+        "snapshot", open_table_arg(args), engine=args.engine, dry_run=args.dry_run, lease_ttl=args.lease_ttl
+    )
     emit(args, doc, lambda: render_plan(doc) if args.dry_run else render_result(doc))
     return EXIT_OK
 

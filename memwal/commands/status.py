@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from memwal.commands.common import EXIT_OK, emit, open_table_arg, table_command
+from memwal.commands.common import EXIT_FAILED, EXIT_OK, emit, open_table_arg, table_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -16,4 +17,6 @@ def run(args: argparse.Namespace) -> int:
 
     st = table_status(open_table_arg(args))
     emit(args, st.to_json(), lambda: render_status(st))
-    return EXIT_OK
+    for s in st.broken:  # shown above too; a broken shard's state is unknown: that is a failure
+        print(f"memwal: error: {s.problem}", file=sys.stderr)
+    return EXIT_FAILED if st.broken else EXIT_OK

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.plan import GenerationRef, MergePlan
+from memwal.merge_ops import MergeOps, fold
 
 log = logging.getLogger(__name__)
 
@@ -126,30 +127,84 @@ def read_generation(
         raise MemWalError(f"shard {ref.shard_id}: cannot open generation {ref.generation} at {ref.uri}: {exc}") from exc
     if TOMBSTONE not in ds.schema.names:
         raise BadInputError(f"{ref.uri}: generation has no {TOMBSTONE} column; not a MemWAL generation")
+    if ref.wal_keys:
+        yield _tag(conform(_operands(ref, ds, schema, storage_options), schema, ref.uri), ref, shard_code)
+        return
     fragments = [ds.get_fragment(i) for i in fragment_ids] if fragment_ids is not None else None
     for batch in ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments).to_batches():
-        t = conform(batch, schema, ref.uri)
-        t = t.append_column(GEN, pa.array(np.full(t.num_rows, ref.generation, dtype=np.int64)))
-        t = t.append_column(SHARD, pa.array(np.full(t.num_rows, shard_code, dtype=np.int32)))
-        yield t
+        yield _tag(conform(batch, schema, ref.uri), ref, shard_code)
+
+
+def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
+    """A generation's rows with its generation number and the shard's code."""
+    t = t.append_column(GEN, pa.array(np.full(t.num_rows, ref.generation, dtype=np.int64)))
+    return t.append_column(SHARD, pa.array(np.full(t.num_rows, shard_code, dtype=np.int32)))
+
+
+def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, storage_options: dict | None) -> pa.Table:
+    """Every operand of a generation from its WAL entries, checked against the flushed rows."""
+    from memwal.merge.operands import check_complete, read_operands
+
+    pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
+    operands = read_operands(ref.table_uri, storage_options, ref.wal_keys)
+    check_complete(operands, ds.to_table(columns=[*pk, TOMBSTONE]), pk,
+                   f"shard {ref.shard_id} generation {ref.generation}")
+    return operands
+
+
+def _refuse_cross_shard(g: pa.Table, primary_key: list[str]) -> None:
+    """Keys are disjoint across shards (spec), so a key seen in two shards is a broken
+    sharding invariant: refuse rather than pick one silently. ``g`` is a group-by with
+    the min and max shard code per key."""
+    bad = g.filter(pc.not_equal(g.column(f"{SHARD}_min"), g.column(f"{SHARD}_max")))
+    if bad.num_rows:
+        key = {k: bad.column(k)[0].as_py() for k in primary_key}
+        raise MemWalError(f"primary key {key} was written to more than one shard; the sharding invariant is broken")
 
 
 def dedupe(t: pa.Table, primary_key: list[str]) -> pa.Table:
-    """Keep each key's newest row: highest generation, then highest row address.
-
-    Keys are disjoint across shards (spec), so a key seen in two shards is a broken
-    sharding invariant: refuse rather than pick one silently.
-    """
+    """Keep each key's newest row: highest generation, then highest row address."""
     if t.num_rows == 0:
         return t
     t = t.sort_by([(GEN, "ascending"), (ROWADDR, "ascending")])
     t = t.append_column(ORD, pa.array(np.arange(t.num_rows, dtype=np.int64)))
     g = t.group_by(primary_key, use_threads=True).aggregate([(ORD, "max"), (SHARD, "min"), (SHARD, "max")])
-    bad = g.filter(pc.not_equal(g.column(f"{SHARD}_min"), g.column(f"{SHARD}_max")))
-    if bad.num_rows:
-        key = {k: bad.column(k)[0].as_py() for k in primary_key}
-        raise MemWalError(f"primary key {key} was written to more than one shard; the sharding invariant is broken")
+    _refuse_cross_shard(g, primary_key)
     return t.take(g.column(f"{ORD}_max"))
+
+
+def base_rows_for_fold(table_uri: str, version: int, storage_options: dict | None, primary_key: list[str],
+                       ops: MergeOps) -> pa.Table:
+    """The base table's keys and folding columns at the plan's read version (generation 0
+    of every fold). Only the columns whose merged value depends on the old one are read."""
+    ds = lance.dataset(table_uri, version=version, storage_options=storage_options or None)
+    return ds.to_table(columns=[*primary_key, *ops.folding_columns()])
+
+
+def fold_changes(t: pa.Table, primary_key: list[str], ops: MergeOps, base: pa.Table) -> pa.Table:
+    """The merge-operator counterpart of :func:`dedupe`: one row per key of ``t``, folded
+    over the base row (when the key has one) and every version in LSM order; a key whose
+    last version is a tombstone comes back as a tombstone row (key columns only)."""
+    if t.num_rows == 0:
+        return t
+    g = t.group_by(primary_key, use_threads=True).aggregate([(SHARD, "min"), (SHARD, "max")])
+    _refuse_cross_shard(g, primary_key)
+    old = base.join(g.select(primary_key), primary_key, join_type="left semi")
+    prefix = {TOMBSTONE: pa.array(np.zeros(old.num_rows, dtype=bool)),
+              ROWADDR: pa.array(np.zeros(old.num_rows, dtype=np.uint64)),
+              GEN: pa.array(np.zeros(old.num_rows, dtype=np.int64)),
+              SHARD: pa.array(np.full(old.num_rows, -1, dtype=np.int32))}
+    cols = [old.column(c) if c in old.column_names else prefix.get(c, pa.nulls(old.num_rows, t.schema.field(c).type))
+            for c in t.column_names]
+    old = pa.Table.from_arrays([c.cast(t.schema.field(n).type) for c, n in zip(cols, t.column_names, strict=True)],
+                               schema=t.schema)
+    both = pa.concat_tables([old, t])
+    upserts, deleted = fold(both, primary_key, ops, order=[GEN, ROWADDR], tombstone=TOMBSTONE, carry=[SHARD])
+    upserts = upserts.append_column(TOMBSTONE, pa.array(np.zeros(upserts.num_rows, dtype=bool)))
+    gone = {c: deleted.column(c) if c in deleted.column_names
+            else pa.nulls(deleted.num_rows, upserts.schema.field(c).type) for c in upserts.column_names}
+    gone[TOMBSTONE] = pa.array(np.ones(deleted.num_rows, dtype=bool))
+    return pa.concat_tables([upserts, pa.table(gone, schema=upserts.schema)])
 
 
 def count_by_shard(codes: pa.Array | pa.ChunkedArray, shard_ids: list[str]) -> Counter:
@@ -158,6 +213,16 @@ def count_by_shard(codes: pa.Array | pa.ChunkedArray, shard_ids: list[str]) -> C
     for item in pc.value_counts(codes).to_pylist():
         out[shard_ids[item["values"]]] += item["counts"]
     return out
+
+
+def reducer(plan: MergePlan, storage_options: dict | None) -> Callable[[pa.Table], pa.Table]:
+    """Each key's net version: the newest row (last write wins), or the fold of every
+    version onto the base row when the table declares merge operators."""
+    ops = MergeOps(plan.merge_ops)
+    if not ops.active:
+        return lambda t: dedupe(t, plan.primary_key)
+    base = base_rows_for_fold(plan.table, plan.read_version, storage_options, plan.primary_key, ops)
+    return lambda t: fold_changes(t, plan.primary_key, ops, base)
 
 
 def _partition_of(t: pa.Table, primary_key: list[str], partitions: int) -> np.ndarray:
@@ -194,6 +259,7 @@ def local_net_changes(
 
     net = NetChanges(schema=schema, primary_key=pk, delete_keys=empty_keys(schema, pk), open_upserts=open_upserts)
     delete_parts: list[pa.Table] = []
+    reduce = reducer(plan, storage_options)
 
     def account(part: pa.Table) -> pa.Table:
         tomb = part.column(TOMBSTONE)
@@ -209,7 +275,7 @@ def local_net_changes(
             t for ref in plan.generations for t in read_generation(ref, schema, storage_options, code_of[ref.shard_id])
         ]
         if frames:
-            upsert_tables.append(account(dedupe(pa.concat_tables(frames, promote_options="permissive"), pk)))
+            upsert_tables.append(account(reduce(pa.concat_tables(frames, promote_options="permissive"))))
     else:
         workdir = tempfile.mkdtemp(prefix="memwal-merge-", dir=tempdir)
         net.cleanups.append(lambda: shutil.rmtree(workdir, ignore_errors=True))
@@ -232,7 +298,7 @@ def local_net_changes(
             os.unlink(path)
             out = os.path.join(workdir, f"up-{p}.arrow")
             with pa.ipc.new_file(out, schema) as w:
-                w.write_table(account(dedupe(part, pk)))
+                w.write_table(account(reduce(part)))
             upsert_files.append(out)
         log.info("net change set built in %d partitions", partitions)
     if delete_parts:

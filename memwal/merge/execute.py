@@ -2,11 +2,47 @@
 
 Pass 1 deletes the keys whose newest version is a tombstone, with no marker. Pass 2
 upserts every other key and records ``mark_sstables_as_compacted`` for every shard in the
-batch, through ``execute()`` (hazard H2: the uncommitted path drops the marker). When a
-batch has only deletes, the delete pass carries the marker. A crash between passes leaves
-progress untouched; the rerun recomputes the same net change set, whose deletes are
-idempotent and whose upserts are disjoint from them, so it converges to the same table
-(invariant 2).
+batch, through ``execute()`` (the uncommitted path drops the marker). When a batch has
+only deletes, the delete pass is the marked pass. A crash between passes leaves progress
+untouched; the rerun recomputes the same net change set, whose deletes are idempotent and
+whose upserts are disjoint from them, so it converges to the same table (invariant 2).
+
+Fencing. A lease check is not a fence: a merger can stall past its lease TTL after its
+last check and commit later, while a merger that took the lease over has merged newer
+generations. Every commit must therefore be harmless when its author lost the lease.
+
+* The marked pass is fenced by Lance: a marker not greater than the recorded generation
+  fails the whole commit ("Stale SSTable compaction").
+* The unmarked delete pass is bound to the plan's read version V: it is built with
+  ``execute_uncommitted()`` on the table as of V (so it removes only rows that existed at
+  V) and committed with ``read_version=V``, so Lance resolves it against whatever was
+  committed since, instead of re-applying the delete to the latest table. Observed with
+  pylance 14.0.2 when another merge committed after V:
+
+  - it updated the rows the pass deletes (re-put keys): Lance rejects the pass
+    (``CommitConflictError``, retryable); the newer rows survive.
+  - it deleted those rows: rejected the same way; the rows stay deleted, as wanted.
+  - it inserted rows with those keys (absent at V): the pass commits but deletes nothing
+    of them, because it only names rows that existed at V; the new rows survive.
+  - it touched other rows only: in a fragment the pass also touches, rejected; elsewhere
+    the pass commits. Either is harmless: a merge that left our keys alone merged no
+    generation mentioning them (keys are disjoint across shards, and a merge covering our
+    generations would have deleted or re-put those rows), so deleting them is still what
+    the log says.
+
+  A rejected pass re-plans (:func:`run_merge`); a committed one is harmless, and the
+  marked pass then decides: a newer merge makes its marker stale.
+* ``_guard_progress`` runs right before each commit and still adds one case that neither
+  fence catches: a takeover merger with a smaller budget that merged only a *prefix* of
+  our generations (recorded progress below our marker, so Lance accepts our marker) and
+  re-inserted a key our batch deletes. The bound delete does not see that row (it did not
+  exist at V) and the marked upsert would leave it in place. The guard refuses once the
+  recorded progress of a shard has moved since planning. What remains is a stall between
+  the guard's read and Lance's commit, with such a prefix merger in that instant. Folding
+  the deletes into the marked commit (``when_not_matched_by_source_delete``) would not
+  close it: Lance rebases a merge_insert over a concurrent insert-only commit without
+  re-running its join (observed), so that window merely moves inside Lance, at the price
+  of a full-table scan per merge.
 """
 
 from __future__ import annotations
@@ -18,12 +54,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import lance
+import pyarrow as pa
+from lance.commit import CommitConflictError
 from lance.mem_wal import CompactedSsTable
 
 from memwal.errors import MemWalError
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
+from memwal.merge import intents
 from memwal.merge.changes import NetChanges, local_net_changes
 from memwal.merge.plan import MergePlan, plan_merge
 from memwal.table import Table, first_line
@@ -82,6 +122,8 @@ class StaleProgressError(MemWalError):
     """Another merger recorded progress for a shard of this batch first."""
 
 
+# Message fragments of conflicts, kept for callers that match text (compaction's plain
+# OSError "Retryable commit conflict"); merges use :func:`is_merge_conflict`.
 _RETRYABLE = (
     "Stale SSTable compaction",
     "commit conflict",
@@ -91,57 +133,106 @@ _RETRYABLE = (
     "conflicting transaction",
 )
 
+#: pylance 14 raises a plain OSError (no type of its own) for a stale progress marker.
+STALE_MARKER = "Stale SSTable compaction"
+
 
 def _is_retryable(exc: BaseException) -> bool:
     text = str(exc)
     return any(s.lower() in text.lower() for s in _RETRYABLE)
 
 
+def is_merge_conflict(exc: BaseException) -> bool:
+    """Whether a failed merge commit lost a race, so re-planning may succeed.
+
+    By type where Lance has one (``CommitConflictError``: the bound delete pass was
+    preempted; we never retry that transaction, we build a new one from a new plan, so
+    even a non-retryable conflict is worth a re-plan) or where we raise one
+    (:class:`StaleProgressError`); by message only for the stale marker, for which
+    pylance raises a plain OSError.
+    """
+    if isinstance(exc, CommitConflictError | StaleProgressError):
+        return True
+    return isinstance(exc, OSError) and STALE_MARKER in str(exc)
+
+
 def _markers(plan: MergePlan) -> list[CompactedSsTable]:
     return [CompactedSsTable(s.shard_id, s.to_generation) for s in plan.shards]
+
+
+def _before_commit(table: Table, plan: MergePlan, lease: Lease | None, step: Step, name: str) -> None:
+    """The last checks before a commit: the lease, then progress; then the test hook.
+
+    The hook runs after both checks, so a test that stalls there proves what the commit
+    itself does when its author lost the lease (the fence), not what the checks catch.
+    """
+    if lease:
+        lease.check()
+    _guard_progress(table, plan)
+    step(name)
+
+
+def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table) -> int:
+    """Delete the rows of ``keys`` that existed at the plan's read version, committed
+    against that version (no marker). Returns the new table version.
+
+    Raises ``CommitConflictError`` when a commit since then touched those rows.
+    """
+    ds = table.dataset(plan.read_version)
+    txn, _stats = ds.merge_insert(plan.primary_key).when_matched_delete().execute_uncommitted(keys)
+    done = lance.LanceDataset.commit(
+        ds.uri, txn, read_version=plan.read_version, storage_options=table.storage_options or None
+    )
+    return done.version
+
+
+def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
+    """The pass carrying the progress marker, through ``execute()`` (the uncommitted path
+    drops the marker): upserts, or the deletes when the batch has no upsert. Lance
+    rejects it when another merger recorded progress at or above ours. Returns the new
+    table version."""
+    builder = table.dataset().merge_insert(plan.primary_key)
+    if net.num_upserts:
+        builder = builder.when_matched_update_all().when_not_matched_insert_all()
+        data = net.upsert_reader()
+    else:
+        builder = builder.when_matched_delete()
+        data = net.delete_keys
+    builder.mark_sstables_as_compacted(_markers(plan)).execute(data)
+    return table.dataset().version
 
 
 def commit_net_changes(
     table: Table, plan: MergePlan, net: NetChanges, *, lease: Lease | None, on_step: Step | None = None
 ) -> tuple[int, int]:
-    """The delete pass (no marker) then the marked upsert pass. Returns (version, commits)."""
+    """The bound delete pass (no marker) then the marked pass. Returns (version, commits)."""
     step = on_step or (lambda _name: None)
-    pk = plan.primary_key
-    markers = _markers(plan)
     commits = 0
-    ds = table.dataset()
-    _guard_progress(table, plan)
-    if net.num_deletes:
-        if lease:
-            lease.check()
-        builder = ds.merge_insert(pk).when_matched_delete()
-        if net.num_upserts == 0:
-            builder = builder.mark_sstables_as_compacted(markers)
-        builder.execute(net.delete_keys)
+    # Written before the lease check that precedes our first commit (memwal.merge.intents).
+    intent = intents.write_intent(table.store, {s.shard_id: s.to_generation for s in plan.shards},
+                                  plan.read_version, lease.holder if lease else "no-lease")
+    if net.num_deletes and net.num_upserts:
+        _before_commit(table, plan, lease, step, "before-delete-commit")
+        bound_delete_pass(table, plan, net.delete_keys)
         commits += 1
         step("after-delete-pass")
-        if net.num_upserts == 0:
-            return table.dataset().version, commits
-        ds = table.dataset()
-    if lease:
-        lease.check()
-    (
-        ds.merge_insert(pk)
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .mark_sstables_as_compacted(markers)
-        .execute(net.upsert_reader())
-    )
+    _before_commit(table, plan, lease, step, "before-marked-commit")
+    version = marked_pass(table, plan, net)
     commits += 1
-    step("after-upsert-commit")
-    return table.dataset().version, commits
+    intents.finish(table.store, intent, table.manifest())
+    if net.num_upserts:
+        step("after-upsert-commit")
+    else:
+        step("after-delete-pass")
+    return version, commits
 
 
 def _guard_progress(table: Table, plan: MergePlan) -> None:
     """Refuse to commit when another merger moved a shard of this batch since planning.
 
-    The delete pass carries no marker, so Lance cannot reject it as stale; re-checking the
-    latest progress first keeps a lease-less race from deleting rows a newer merge wrote.
+    Lance rejects a marker only when it is not above the recorded one; a merger that
+    merged a prefix of our generations records less, and its re-inserted rows are
+    invisible to our bound delete. Reading the latest progress first catches it.
     """
     latest = table.manifest()
     for s in plan.shards:
@@ -198,18 +289,29 @@ def run_merge(
     max_attempts: int = 6,
     on_step: Step | None = None,
 ) -> MergeResult:
-    """Plan and execute, re-planning after a conflict (what is merged is skipped)."""
+    """Plan and execute, re-planning after a conflict (what is merged is skipped).
+
+    With a lease, it is checked after every conflict before re-planning, and once more
+    before reporting: a conflict is often the work of a merger that took our lease over,
+    and a run that lost its lease must end with LeaseLostError (exit 3), even when the
+    re-plan finds nothing left to merge, never with a success.
+    """
     engine = engine or LocalEngine()
     for attempt in range(1, max_attempts + 1):
         plan = plan_merge(table, shards=shards, max_generations=max_generations, max_rows=max_rows, max_bytes=max_bytes)
         try:
             result = execute_merge(table, plan, engine, lease=lease, on_step=on_step)
-            result.attempts = attempt
-            return result
         except (OSError, RuntimeError, MemWalError) as exc:
-            if not _is_retryable(exc) or attempt == max_attempts:
+            if not is_merge_conflict(exc) or attempt == max_attempts:
                 raise
+            if lease:
+                lease.check()
             delay = min(5.0, 0.2 * 2 ** (attempt - 1)) * (0.5 + random.random())
             log.warning("merge attempt %d conflicted (%s); re-planning in %.1fs", attempt, first_line(exc), delay)
             time.sleep(delay)
+            continue
+        if lease:
+            lease.check()
+        result.attempts = attempt
+        return result
     raise AssertionError("unreachable")

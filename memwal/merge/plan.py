@@ -8,11 +8,15 @@ and says why; other shards still merge.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from memwal.errors import BadInputError
+from memwal.merge import intents
+from memwal.merge.inputs import check_generations
+from memwal.merge.operands import wal_keys_by_generation
+from memwal.merge_ops import MergeOps, table_merge_ops
 from memwal.paths import UnsafePathError
-from memwal.shard_manifests import ShardState, all_shard_manifests, generation_readable
+from memwal.shard_manifests import ShardState, generation_links, generation_readable, read_shard_manifests
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
 
@@ -26,6 +30,10 @@ class GenerationRef:
     uri: str
     rows: int
     bytes: int
+    #: With merge operators: the table's URI and this generation's WAL entries, which
+    #: hold every operand (the flushed generation keeps only each key's newest row).
+    table_uri: str = ""
+    wal_keys: tuple[str, ...] = ()
 
 
 @dataclass
@@ -57,6 +65,8 @@ class MergePlan:
     primary_key: list[str]
     shards: list[ShardMergePlan] = field(default_factory=list)
     blocked: list[BlockedShard] = field(default_factory=list)
+    #: Column -> merge operator at the read version (empty: last write wins).
+    merge_ops: dict[str, str] = field(default_factory=dict)
 
     @property
     def generations(self) -> list[GenerationRef]:
@@ -90,6 +100,7 @@ class MergePlan:
                 for s in self.shards
             ],
             "blocked": [asdict(b) for b in self.blocked],
+            "merge_ops": self.merge_ops,
         }
 
 
@@ -123,6 +134,10 @@ def plan_shard(
             key = state.generation_key(fg)
         except UnsafePathError as exc:
             return refs, BlockedShard(state.shard_id, g, f"unsafe-path: {exc}")
+        links = generation_links(table.store, key)
+        if links:
+            why = f"unsafe-path: {', '.join(links)}: symbolic link, never followed"
+            return refs, BlockedShard(state.shard_id, g, why)
         if not generation_readable(table.store, key):
             return refs, BlockedShard(
                 state.shard_id, g, f"missing: generation directory {fg.path} is missing or unreadable"
@@ -147,18 +162,27 @@ def plan_merge(
 ) -> MergePlan:
     """Pure: reads manifests, returns what a merge would do. Nothing is written."""
     manifest = manifest or table.require_mem_wal()
-    states = all_shard_manifests(table.store)
+    found = read_shard_manifests(table.store)
+    states = found.states
     if shards:
-        unknown = sorted(set(shards) - set(states))
+        unknown = sorted(set(shards) - set(states) - set(found.broken))
         if unknown:
             raise BadInputError(f"{table.uri}: no such shard: {', '.join(unknown)}")
-    plan = MergePlan(table=table.uri, read_version=manifest.version, primary_key=primary_key_of(table))
+    plan = MergePlan(table=table.uri, read_version=manifest.version, primary_key=primary_key_of(table),
+                     merge_ops=table_merge_ops(table, manifest.version).to_dict())
+    for shard_id, err in found.broken.items():
+        # Its latest manifest is unknown, so is what to merge next: stop it, merge the others.
+        if not shards or shard_id in shards:
+            nxt = manifest.compacted_generation(shard_id) + 1
+            plan.blocked.append(BlockedShard(shard_id, nxt, f"{err.reason}: {err.detail}"))
+    floor = intents.floors(table.store, manifest)
     per_shard: list[tuple[str, int, list[GenerationRef]]] = []
     for shard_id, state in states.items():
         if shards and shard_id not in shards:
             continue
         compacted = manifest.compacted_generation(shard_id)
-        refs, blocked = plan_shard(table, state, compacted, max_generations=max_generations)
+        budget = None if shard_id in floor else max_generations
+        refs, blocked = plan_shard(table, state, compacted, max_generations=budget)
         if blocked:
             plan.blocked.append(blocked)
         per_shard.append((shard_id, compacted, refs))
@@ -181,7 +205,44 @@ def plan_merge(
             taken[sid].append(ref)
             rows += ref.rows
             size += ref.bytes
-    for sid, compacted, _ in per_shard:
+    for sid, compacted, refs in per_shard:
+        if sid in floor:
+            # An unfinished merge may have committed up to floor[sid]: merging less than
+            # that could let its marker land above ours (see memwal.merge.intents).
+            needed = [r for r in refs if r.generation <= floor[sid]]
+            if not needed or needed[-1].generation < floor[sid]:
+                taken[sid] = []
+                plan.blocked.append(BlockedShard(
+                    sid, compacted + 1, f"pending-merge-intent: an unfinished merge reaches generation {floor[sid]}, "
+                    "which this shard's generations do not reach"))
+            elif len(taken[sid]) < len(needed):
+                taken[sid] = needed
         if taken[sid]:
             plan.shards.append(ShardMergePlan(sid, compacted, taken[sid]))
+    if MergeOps(plan.merge_ops).active:
+        attach_operands(table, plan)
+    # Bad input must fail here, before a merge writes anything (not even its lease).
+    check_generations(plan, table.dataset(plan.read_version).schema, table.storage_options)
     return plan
+
+
+def attach_operands(table: Table, plan: MergePlan) -> None:
+    """Point each planned generation at its WAL entries (tables with merge operators).
+
+    A shard stops at its first generation without WAL entries: folding it from the
+    flushed rows alone would drop the operands the MemTable collapsed.
+    """
+    kept: list[ShardMergePlan] = []
+    for s in plan.shards:
+        wal = wal_keys_by_generation(table.store, s.shard_id, {g.generation for g in s.generations})
+        refs = []
+        for ref in s.generations:
+            if not wal[ref.generation]:
+                plan.blocked.append(BlockedShard(s.shard_id, ref.generation,
+                                                 "operands-missing: no WAL entry of this generation is left, "
+                                                 "and its merge operators need every operand"))
+                break
+            refs.append(replace(ref, table_uri=table.uri, wal_keys=wal[ref.generation]))
+        if refs:
+            kept.append(ShardMergePlan(s.shard_id, s.compacted_generation, refs))
+    plan.shards = kept

@@ -1,0 +1,65 @@
+"""Every operand of a generation, for tables with merge operators, read from its WAL entries.
+
+pylance 14's MemTable keeps one version per key: a flushed generation holds only the newest
+row of each key written during that generation (observed: puts of 10, 11 and 12 to one key
+flush as 12). Last write wins does not mind; a ``sum`` column does, because the 10 and the
+11 are operands too. The shard's WAL keeps every put and delete in write order, each entry
+naming its generation in its schema metadata, so a folding merge or read takes the
+generation's rows from there: its WAL entries in position order, rows in file order.
+
+That is only right if the WAL entries are all there. Reduced last-write-wins, they must
+give exactly the generation's rows (same keys, same tombstones); otherwise the generation
+is refused rather than folded from a partial history (:class:`OperandsIncompleteError`).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+
+from memwal.errors import MemWalError
+from memwal.shard_manifests import list_wal_entries, read_wal_entry_meta
+from memwal.storage import Store, open_store
+
+TOMBSTONE = "_tombstone"
+
+
+class OperandsIncompleteError(MemWalError):
+    """A generation's WAL entries are missing or do not reproduce it: folding it would lose operands."""
+
+
+def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -> dict[int, tuple[str, ...]]:
+    """Store keys of the WAL entries of each wanted generation, in position order."""
+    out: dict[int, list[str]] = {g: [] for g in generations}
+    for entry in list_wal_entries(store, shard_id):
+        meta = read_wal_entry_meta(store, shard_id, entry.position)
+        if meta.generation in out:
+            out[meta.generation].append(entry.key)
+    return {g: tuple(keys) for g, keys in out.items()}
+
+
+def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...]) -> pa.Table:
+    """The rows of WAL entries in order, with a ``_rowaddr`` giving that order."""
+    store = open_store(table_uri, storage_options)
+    tables = [pa.ipc.open_stream(io.BytesIO(store.get(key))).read_all() for key in wal_keys]
+    rows = pa.concat_tables([t.replace_schema_metadata(None) for t in tables], promote_options="permissive")
+    return rows.append_column("_rowaddr", pa.array(np.arange(rows.num_rows, dtype=np.uint64)))
+
+
+def check_complete(operands: pa.Table, flushed: pa.Table, primary_key: list[str], where: str) -> None:
+    """Refuse operands that do not reduce (last write wins) to the flushed generation."""
+
+    def newest(t: pa.Table) -> set[tuple]:
+        t = t.append_column("__i", pa.array(np.arange(t.num_rows)))
+        last = t.group_by(primary_key).aggregate([("__i", "max")]).column("__i_max")
+        kept = t.take(last)
+        cols = [kept.column(k).to_pylist() for k in [*primary_key, TOMBSTONE]]
+        return set(zip(*cols, strict=True))
+
+    if operands.num_rows < flushed.num_rows or newest(operands) != newest(flushed.select([*primary_key, TOMBSTONE])):
+        raise OperandsIncompleteError(
+            f"{where}: its WAL entries do not reproduce it, so the operands of its merge operators are incomplete; "
+            "it cannot be folded (merge with no operators, or restore the WAL entries)"
+        )

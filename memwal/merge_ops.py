@@ -1,0 +1,252 @@
+"""Merge operators: columns that fold (sum, max, partial update) instead of being replaced.
+
+A table declares an operator per column in its Lance config, ``memwal.merge-op.<column>``
+(an UpdateConfig commit keeps the MemWAL index details). A column without a key is
+``replace``: a table with no such key merges last-write-wins, exactly as before.
+
+Folding is per key in LSM order: the base row first (generation 0), then generations
+ascending, then row address. A tombstone clears the key; a put on an absent key takes the
+row as it is; a put on a present key combines column by column:
+
+=================================================  ==========================================
+``replace``                                        the new value, null included
+``sum``, ``min``, ``max``, ``bool_or``, ``bool_and``  combined ignoring nulls; null if both null
+``last_non_null``                                  the new value unless it is null
+``first_non_null``                                 the old value unless it is null
+=================================================  ==========================================
+
+Every operator is associative, so a sequence folds to the same value in any grouping: the
+fold of a batch is one ordered group-by (pyarrow keeps input order with one thread), and
+folding the base row in is the same operation with the base row in front. The merger and
+the reader both call :func:`fold`, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal.errors import BadInputError
+
+CONFIG_PREFIX = "memwal.merge-op."
+
+#: Each operator's ordered hash aggregation (pyarrow) and its options.
+_AGGREGATES: dict[str, tuple[str, pc.FunctionOptions | None]] = {
+    "replace": ("last", pc.ScalarAggregateOptions(skip_nulls=False)),
+    "sum": ("sum", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+    "min": ("min", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+    "max": ("max", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+    "bool_or": ("any", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+    "bool_and": ("all", pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)),
+    "last_non_null": ("last", pc.ScalarAggregateOptions(skip_nulls=True)),
+    "first_non_null": ("first", pc.ScalarAggregateOptions(skip_nulls=True)),
+}
+OPERATORS = tuple(_AGGREGATES)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def _orderable(t: pa.DataType) -> bool:
+    return (
+        _numeric(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_temporal(t)
+    )
+
+
+#: Which column types each operator accepts (None: any type).
+_ACCEPTS = {
+    "sum": (_numeric, "numeric"),
+    "min": (_orderable, "numeric, string or temporal"),
+    "max": (_orderable, "numeric, string or temporal"),
+    "bool_or": (pa.types.is_boolean, "boolean"),
+    "bool_and": (pa.types.is_boolean, "boolean"),
+}
+
+
+@dataclass(frozen=True)
+class MergeOps:
+    """The operators of a table's columns; only non-``replace`` columns are stored."""
+
+    ops: Mapping[str, str]
+
+    @property
+    def active(self) -> bool:
+        """Whether any column folds (otherwise merges are plain last-write-wins)."""
+        return any(op != "replace" for op in self.ops.values())
+
+    def op(self, column: str) -> str:
+        return self.ops.get(column, "replace")
+
+    def folding_columns(self) -> list[str]:
+        """Columns whose merged value depends on the base row's value."""
+        return [c for c, op in self.ops.items() if op != "replace"]
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(sorted(self.ops.items()))
+
+
+NO_OPS = MergeOps({})
+
+
+def from_config(config: Mapping[str, str]) -> MergeOps:
+    """The operators recorded in a Lance table config (``ds.config()``)."""
+    ops = {k[len(CONFIG_PREFIX):]: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)}
+    for column, op in ops.items():
+        if op not in _AGGREGATES:
+            raise BadInputError(f"table config {CONFIG_PREFIX}{column}: unknown merge operator {op!r}")
+    return MergeOps({c: op for c, op in ops.items() if op != "replace"})
+
+
+def validate(ops: Mapping[str, str], schema: pa.Schema, primary_key: list[str]) -> None:
+    """Refuse an operator the column cannot take (exit 2), naming the column."""
+    for column, op in ops.items():
+        if op not in _AGGREGATES:
+            known = ", ".join(OPERATORS)
+            raise BadInputError(f"column {column}: unknown merge operator {op!r} (expected one of {known})")
+        if column not in schema.names:
+            raise BadInputError(f"column {column}: not in the table schema")
+        if column in primary_key and op != "replace":
+            raise BadInputError(f"column {column}: a primary-key column cannot have a merge operator")
+        check = _ACCEPTS.get(op)
+        ctype = schema.field(column).type
+        if check and not check[0](ctype):
+            raise BadInputError(f"column {column}: merge operator {op} needs a {check[1]} column, not {ctype}")
+
+
+def _key_boundaries(t: pa.Table, primary_key: list[str]) -> np.ndarray:
+    """Boolean array: row i starts a new key (rows sorted by key)."""
+    n = t.num_rows
+    starts = np.zeros(n, dtype=bool)
+    if n == 0:
+        return starts
+    starts[0] = True
+    for k in primary_key:
+        col = t.column(k).combine_chunks()
+        starts[1:] |= pc.not_equal(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    return starts
+
+
+def fold(
+    t: pa.Table,
+    primary_key: list[str],
+    ops: MergeOps,
+    *,
+    order: list[str],
+    tombstone: str,
+    carry: list[str] = (),
+) -> tuple[pa.Table, pa.Table]:
+    """Fold rows per key in ``order`` (ascending); returns ``(upserts, deleted_keys)``.
+
+    ``t`` holds every version of the keys it covers, with a boolean ``tombstone`` column;
+    a key whose last version is a tombstone is deleted, any other key becomes one row
+    folding every put after its last tombstone. ``carry`` columns (e.g. the shard code)
+    take their last value, in the upserts and in the deleted keys. Upserts keep
+    ``t``'s non-internal columns in ``t``'s order.
+    """
+    if t.num_rows == 0:
+        return t, t.select([*primary_key, *carry])
+    t = t.sort_by([(k, "ascending") for k in primary_key] + [(c, "ascending") for c in order])
+    starts = _key_boundaries(t, primary_key)
+    group = np.cumsum(starts) - 1
+    tomb = t.column(tombstone).combine_chunks().fill_null(False).to_numpy(zero_copy_only=False)
+    seen = np.cumsum(tomb)  # tombstones up to and including each row
+    before_group = (seen - tomb)[starts]  # tombstones before each group's first row
+    total = np.add.reduceat(tomb.astype(np.int64), np.flatnonzero(starts))
+    within = seen - before_group[group]  # tombstones in this key up to this row
+    ends = np.r_[np.flatnonzero(starts)[1:] - 1, t.num_rows - 1]
+    deleted = tomb[ends]
+    live = (within == total[group]) & ~tomb & ~deleted[group]
+    deleted_keys = t.take(pa.array(ends[deleted])).select([*primary_key, *carry])
+    segment = t.filter(pa.array(live))
+    value_columns = [c for c in segment.column_names
+                     if c not in primary_key and c not in order and c != tombstone]
+    aggs = []
+    for c in value_columns:
+        name, options = _AGGREGATES["replace" if c in carry else ops.op(c)]
+        aggs.append((c, name, options))
+    grouped = segment.group_by(primary_key, use_threads=False).aggregate(aggs)
+    renamed = _rename(grouped, aggs)
+    columns = [c for c in t.column_names if c in primary_key or c in value_columns]
+    return renamed.select(columns).cast(t.select(columns).schema), deleted_keys
+
+
+def _rename(grouped: pa.Table, aggs: list[tuple]) -> pa.Table:
+    """group_by names outputs ``<column>_<function>``: give the columns their names back."""
+    names = {f"{c}_{name}": c for c, name, _ in aggs}
+    return grouped.rename_columns([names.get(n, n) for n in grouped.column_names])
+
+
+def table_merge_ops(table, version: int | None = None) -> MergeOps:
+    """The operators a table declares at ``version`` (latest by default)."""
+    return from_config(table.dataset(version).config())
+
+
+@dataclass
+class MergeOpsChange:
+    """What ``memwal merge-ops`` did (or, with nothing to change, shows)."""
+
+    table: str
+    version: int | None
+    merge_ops: dict[str, str]
+    changed: dict[str, str | None]
+    unmerged_generations: int
+
+    def to_dict(self) -> dict:
+        return {"table": self.table, "version": self.version, "merge_ops": self.merge_ops,
+                "changed": self.changed, "unmerged_generations": self.unmerged_generations}
+
+
+def change_merge_ops(table, *, set_ops: Mapping[str, str] | None = None, unset: list[str] | None = None,
+                     force: bool = False, lease_ttl: float = 300.0) -> MergeOpsChange:
+    """Validate then commit a change of operators (one UpdateConfig commit), under the merge lease.
+
+    A change alters the meaning of rows not merged yet (a counter's deltas would be
+    replaced, or replaced values summed), so it is refused while generations are pending
+    unless ``force``. The merge lease keeps memwal's own mergers from folding a batch
+    under the old operators and committing it after the change.
+    """
+    from memwal.lease import Lease
+    from memwal.merge.plan import primary_key_of
+    from memwal.status import table_status
+
+    set_ops, unset = dict(set_ops or {}), list(unset or [])
+    ds = table.dataset()
+    current = from_config(ds.config())
+    both = set(set_ops) & set(unset)
+    if both:
+        raise BadInputError(f"column {sorted(both)[0]}: both set and unset")
+    validate(set_ops, ds.schema, primary_key_of(table))
+    for column in unset:
+        if column not in ds.schema.names and column not in current.ops:
+            raise BadInputError(f"column {column}: not in the table schema")
+    changed: dict[str, str | None] = {c: op for c, op in set_ops.items() if current.op(c) != op}
+    changed.update({c: None for c in unset if c in current.ops})
+    status = table_status(table)
+    pending = status.unmerged_generations
+    if not changed:
+        return MergeOpsChange(table.uri, None, current.to_dict(), {}, pending)
+    if pending and not force:
+        raise BadInputError(
+            f"{table.uri}: {pending} unmerged generations would change meaning under the new merge operators; "
+            "merge them first or pass --force"
+        )
+    with Lease(table.store, "merge", ttl_seconds=lease_ttl) as lease:
+        lease.check()
+        ds = table.dataset()
+        values = {f"{CONFIG_PREFIX}{c}": op for c, op in changed.items() if op is not None and op != "replace"}
+        drops = [f"{CONFIG_PREFIX}{c}" for c, op in changed.items() if op is None or op == "replace"]
+        if values:
+            ds.update_config(values)
+        if drops:
+            ds = table.dataset()
+            ds.delete_config_keys(drops)
+        after = table.dataset()
+    return MergeOpsChange(table.uri, after.version, from_config(after.config()).to_dict(), changed, pending)

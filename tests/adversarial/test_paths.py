@@ -1,0 +1,441 @@
+"""Path safety is a property of the store: no walk, read, write or delete follows a symlink.
+
+Every hostile case plants a symbolic link in a merged table (statically, or swapped in after
+GC planned) that points outside it, and asserts: the outside folder is byte-for-byte the
+same afterwards (``tree_digest`` never follows links), the link itself is still in place,
+the reason is reported as ``unsafe-path`` and the CLI exits 1 naming the link. Generations
+not behind a link are still collected, so a planted link cannot be used to stop GC for
+everything either. Merge refuses a generation reached through a link (exit 1 naming it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import lance
+import pytest
+
+from memwal.demo_data import Workload, create_base_table, shard_ids_for, write_generations
+from memwal.errors import NotFoundError
+from memwal.gc import delete_objects, execute_gc, plan_gc
+from memwal.naming import parse_generation_dir
+from memwal.paths import LinkedPathError, UnsafePathError
+from memwal.storage import LocalStore, open_store
+from memwal.table import open_table
+from tests.adversarial.conftest import assert_one_line_error, run_cli, tree_digest
+from tests.s3server import s3_server  # noqa: F401
+
+W = Workload(base_rows=200, shards=2, generations=3, rows_per_generation=20, indexes=False, seed=3)
+S0, S1 = shard_ids_for(W)
+GC = ("gc", "--json", "--grace-seconds", "0", "--expire-versions", "0")
+ORPHANS = ("--orphans", "--orphan-age-seconds", "0")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _build(root: Path, *, merged: bool) -> str:
+    uri = str(root / "table")
+    _, model = create_base_table(uri, W)
+    write_generations(uri, W, model)
+    if merged:
+        run = run_cli("merge", uri)
+        assert run.rc == 0, run.stderr
+        # Old versions expired once here, so the tests' --expire-versions 0 changes no base file.
+        lance.dataset(uri).cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
+    return uri
+
+
+@pytest.fixture(scope="module")
+def merged_template(tmp_path_factory) -> str:
+    return _build(tmp_path_factory.mktemp("merged"), merged=True)
+
+
+@pytest.fixture(scope="module")
+def unmerged_template(tmp_path_factory) -> str:
+    return _build(tmp_path_factory.mktemp("unmerged"), merged=False)
+
+
+def _copy(template: str, tmp_path: Path) -> Path:
+    dst = tmp_path / "table"
+    shutil.copytree(template, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture
+def table(merged_template, tmp_path) -> Path:
+    """A fresh copy of a merged table whose every generation passes every GC gate."""
+    return _copy(merged_template, tmp_path)
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    """A folder outside the table that a planted link points into."""
+    out = tmp_path / "outside"
+    out.mkdir()
+    (out / "precious.txt").write_text("must survive")
+    return out
+
+
+def shard(t: Path, s: str) -> Path:
+    return t / "_mem_wal" / s
+
+
+def gen(t: Path, s: str, g: int) -> Path:
+    (d,) = [p for p in shard(t, s).iterdir() if parse_generation_dir(p.name) == g]
+    return d
+
+
+def gen_dirs(t: Path, s: str) -> set[int]:
+    """Generations whose directory is really there (a link is not one)."""
+    return {g for p in shard(t, s).iterdir() if (g := parse_generation_dir(p.name)) and not p.is_symlink()}
+
+
+def swap_out(path: Path, outside: Path, *, relative: bool = False) -> Path:
+    """Move ``path`` outside the table and leave a symbolic link to it in its place."""
+    target = outside / f"moved-{path.name}"
+    shutil.move(str(path), str(target))
+    path.symlink_to(os.path.relpath(target, path.parent) if relative else target)
+    return path
+
+
+def link_to(path: Path, target: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+    return path
+
+
+def file_out(path: Path, outside: Path) -> Path:
+    """Replace a file by a link to a copy of it outside the table."""
+    target = outside / f"copy-{path.name}"
+    shutil.copy(path, target)
+    path.unlink()
+    return link_to(path, target)
+
+
+def outside_dir(outside: Path, name: str) -> Path:
+    d = outside / name
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "data.lance").write_bytes(b"outside bytes")
+    (d / "top.bin").write_bytes(b"more outside bytes")
+    return d
+
+
+def key_of(t: Path, p: Path) -> str:
+    return p.relative_to(t).as_posix()
+
+
+def latest_manifest(t: Path, s: str) -> Path:
+    return max((shard(t, s) / "manifest").glob("*.binpb"), key=lambda p: p.name[::-1])
+
+
+# --------------------------------------------------------------------------- GC: planted links
+
+
+@dataclass
+class Case:
+    name: str
+    plant: Callable[[Path, Path], Path]  # (table, outside) -> the link planted
+    blocked: tuple[str | None, int] | None  # the unsafe-path entry expected; None: the run stops first
+    args: tuple[str, ...] = ()
+    other_shard_collected: bool = True
+    one_error_line: bool = True  # a broken shard manifest adds its own line
+
+
+def _staging_inner(t: Path, o: Path) -> Path:
+    crashed = t / "_mem_wal" / "_staging" / "crashed"
+    crashed.mkdir(parents=True)
+    (crashed / "part-0.lance").write_bytes(b"staged")
+    return link_to(crashed / "evil", o / "precious.txt")
+
+
+def _orphan_inner(t: Path, o: Path) -> Path:
+    orphan = shard(t, S0) / "deadbeef_gen_1"
+    (orphan / "data").mkdir(parents=True)
+    (orphan / "data" / "x.lance").write_bytes(b"orphan data")
+    return link_to(orphan / "data" / "evil.lance", o / "precious.txt")
+
+
+def _wal_file(t: Path, o: Path) -> Path:
+    return file_out(sorted((shard(t, S0) / "wal").iterdir())[0], o)
+
+
+def _gen_file(t: Path, o: Path) -> Path:
+    return file_out(next((gen(t, S0, 1) / "data").iterdir()), o)
+
+
+def _gen_to_table_root(t: Path, o: Path) -> Path:
+    g = gen(t, S0, 1)
+    shutil.move(str(g), str(o / "moved-gen"))
+    g.symlink_to("../../..")  # the table root itself: deleting through it would delete the base table
+    return g
+
+
+def _gen_dangling(t: Path, o: Path) -> Path:
+    g = gen(t, S0, 3)
+    shutil.move(str(g), str(o / "moved-gen"))
+    return link_to(g, o / "nowhere")
+
+
+CASES = [
+    Case("generation-dir", lambda t, o: swap_out(gen(t, S0, 1), o), (S0, 1)),
+    Case("generation-dir-relative-link", lambda t, o: swap_out(gen(t, S0, 2), o, relative=True), (S0, 2)),
+    Case("generation-dir-to-table-root", _gen_to_table_root, (S0, 1)),
+    Case("generation-dir-dangling", _gen_dangling, (S0, 3)),
+    Case("generation-_versions", lambda t, o: swap_out(gen(t, S0, 1) / "_versions", o), (S0, 1)),
+    Case("generation-data-dir", lambda t, o: swap_out(gen(t, S0, 2) / "data", o), (S0, 2)),
+    Case("generation-_pk_index", lambda t, o: swap_out(gen(t, S0, 1) / "_pk_index", o), (S0, 1)),
+    Case("generation-file", _gen_file, (S0, 1)),
+    Case("unlisted-deadbeef_gen_99", lambda t, o: link_to(shard(t, S0) / "deadbeef_gen_99", outside_dir(o, "g99")),
+         (S0, 99), ORPHANS),
+    Case("unlisted-deadbeef_gen_1", lambda t, o: link_to(shard(t, S0) / "deadbeef_gen_1", outside_dir(o, "g1")),
+         (S0, 1), ORPHANS),
+    Case("orphan-with-inner-link", _orphan_inner, (S0, 1), ORPHANS),
+    Case("wal-dir", lambda t, o: swap_out(shard(t, S0) / "wal", o), (S0, 0)),
+    Case("wal-file", _wal_file, (S0, 0)),
+    Case("shard-dir", lambda t, o: swap_out(shard(t, S0), o), (S0, 0)),
+    Case("manifest-dir", lambda t, o: swap_out(shard(t, S0) / "manifest", o), (S0, 0), one_error_line=False),
+    Case("manifest-file", lambda t, o: file_out(latest_manifest(t, S0), o), (S0, 0), one_error_line=False),
+    Case("_staging/evil", lambda t, o: link_to(t / "_mem_wal" / "_staging" / "evil", outside_dir(o, "evil")),
+         (None, 0), ORPHANS),
+    Case("_staging", lambda t, o: link_to(t / "_mem_wal" / "_staging", outside_dir(o, "staging")), (None, 0), ORPHANS),
+    Case("_staging-inner-link", _staging_inner, (None, 0), ORPHANS),
+    Case("_jobs", lambda t, o: swap_out(t / "_mem_wal" / "_jobs", o), None, other_shard_collected=False),
+    Case("_mem_wal", lambda t, o: swap_out(t / "_mem_wal", o), None, other_shard_collected=False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_gc_never_deletes_through_a_planted_link(case: Case, table: Path, outside: Path) -> None:
+    link = case.plant(table, outside)
+    target = os.readlink(link)
+    watched = {p: tree_digest(str(p)) for p in (outside, table / "data", table / "_versions")}
+
+    run = run_cli(*GC, *case.args, str(table))
+
+    link_key = key_of(table, link)
+    if case.one_error_line:
+        assert_one_line_error(run, 1, link_key)
+    else:
+        assert run.rc == 1 and "Traceback" not in run.stderr, run.stderr
+        assert any(link_key in line for line in run.error_lines), run.stderr
+    for p, digest in watched.items():
+        assert tree_digest(str(p)) == digest, f"{p} changed"
+    assert os.path.islink(link) and os.readlink(link) == target  # the link itself is left in place
+    if case.blocked is None:
+        assert "symbolic link" in run.error_lines[0]
+        return
+    doc = json.loads(run.stdout)
+    shard_id, generation = case.blocked
+    unsafe = [b for b in doc["blocked"] if b["reason"] == "unsafe-path"]
+    assert any(b["shard_id"] == shard_id and b["generation"] == generation and link_key in " ".join(b["reasons"])
+               for b in unsafe), unsafe
+    assert not any(f"{d['shard_id']}/{d['path']}" in link_key for d in doc["deleted"])
+    if ORPHANS[0] in case.args:
+        assert doc["orphans_deleted"] == 0
+    if case.other_shard_collected:
+        assert gen_dirs(table, S1) == set()  # what no link touches is still collected
+        assert {d["generation"] for d in doc["deleted"] if d["shard_id"] == S1} == {1, 2, 3}
+
+
+def test_generation_link_holds_its_wal_entries_and_nothing_else(table: Path, outside: Path) -> None:
+    """A generation held by a link keeps its WAL entries (they may go only with it); its shard's
+    other generations still go."""
+    plan = plan_gc(open_table(str(table)), grace_seconds=0)
+    gen1_wal = {w.key for w in plan.wal_entries if w.shard_id == S0 and w.generation == 1}
+    assert gen1_wal
+    swap_out(gen(table, S0, 1), outside)
+    run = run_cli(*GC, str(table))
+    assert_one_line_error(run, 1, key_of(table, gen(table, S0, 1)))
+    assert all((table / k).is_file() for k in gen1_wal)
+    assert gen_dirs(table, S0) == set() and gen(table, S0, 1).is_symlink()
+    assert {(d["shard_id"], d["generation"]) for d in json.loads(run.stdout)["deleted"]} == {
+        (S0, 2), (S0, 3), (S1, 1), (S1, 2), (S1, 3)}
+
+
+def test_dry_run_reports_the_link_and_exits_1(table: Path, outside: Path) -> None:
+    link = swap_out(shard(table, S0) / "wal", outside)
+    with_digest = tree_digest(str(table))
+    run = run_cli("gc", "--json", "--dry-run", "--grace-seconds", "0", str(table))
+    assert_one_line_error(run, 1, key_of(table, link))
+    assert tree_digest(str(table)) == with_digest
+    assert {"shard_id": S0, "generation": 0, "reason": "unsafe-path"}.items() <= next(
+        b for b in json.loads(run.stdout)["blocked"] if b["reason"] == "unsafe-path").items()
+
+
+# --------------------------------------------------------------------------- GC: swapped in after planning
+
+
+@dataclass
+class Swap:
+    name: str
+    swap: Callable[[Path, Path], Path]
+    held: tuple[str, int] | None  # a (shard, generation) that must not be reported deleted
+    orphans: bool = False
+
+
+def _plan_staging(t: Path) -> None:
+    crashed = t / "_mem_wal" / "_staging" / "crashed"
+    crashed.mkdir(parents=True)
+    (crashed / "part-0.lance").write_bytes(b"staged")
+
+
+SWAPS = [
+    Swap("generation-dir", lambda t, o: swap_out(gen(t, S0, 1), o), (S0, 1)),
+    Swap("generation-_versions", lambda t, o: swap_out(gen(t, S0, 2) / "_versions", o), (S0, 2)),
+    Swap("generation-data-dir", lambda t, o: swap_out(gen(t, S0, 3) / "data", o), (S0, 3)),
+    Swap("wal-dir", lambda t, o: swap_out(shard(t, S0) / "wal", o), None),
+    Swap("shard-dir", lambda t, o: swap_out(shard(t, S0), o), (S0, 1)),
+    Swap("_mem_wal", lambda t, o: swap_out(t / "_mem_wal", o), (S1, 1)),
+    Swap("staging-orphan", lambda t, o: swap_out(t / "_mem_wal" / "_staging" / "crashed", o), None, orphans=True),
+]
+
+
+@pytest.mark.parametrize("case", SWAPS, ids=[s.name for s in SWAPS])
+def test_link_swapped_in_after_planning_is_refused_at_deletion(case: Swap, table: Path, outside: Path) -> None:
+    if case.orphans:
+        _plan_staging(table)
+    t = open_table(str(table))
+    plan = plan_gc(t, grace_seconds=0, orphan_age_seconds=0)
+    assert not [b for b in plan.blocked if b.reason == "unsafe-path"]
+    assert plan.generations and (plan.orphans or not case.orphans)
+    link = case.swap(table, outside)
+    target = os.readlink(link)
+    before = tree_digest(str(outside))
+
+    result = execute_gc(t, plan, orphans=case.orphans)
+
+    assert tree_digest(str(outside)) == before  # byte-for-byte: nothing deleted through the link
+    assert os.path.islink(link) and os.readlink(link) == target
+    unsafe = [b for b in result.blocked if b["reason"] == "unsafe-path"]
+    assert unsafe, result.blocked
+    if case.held:
+        assert case.held not in {(d["shard_id"], d["generation"]) for d in result.deleted}
+        assert any((b["shard_id"], b["generation"]) == case.held for b in unsafe), unsafe
+    if case.orphans:
+        assert result.orphans_deleted == 0
+
+
+def test_store_refuses_keys_whose_directory_became_a_link_after_listing(table: Path, outside: Path) -> None:
+    """The window between listing a generation and unlinking its files: checked per key, at deletion."""
+    store = open_store(str(table))
+    g = gen(table, S0, 1)
+    keys = [o.key for o in store.list(f"{key_of(table, g)}/")]
+    assert keys
+    swap_out(g, outside)
+    before = tree_digest(str(outside))
+    with pytest.raises(LinkedPathError) as err:
+        store.delete_many(keys)
+    assert sorted(err.value.refused) == sorted(keys)
+    assert "symbolic link" in str(err.value) and key_of(table, g) in str(err.value)
+    assert tree_digest(str(outside)) == before and g.is_symlink()
+
+
+# --------------------------------------------------------------------------- merge
+
+
+MERGE_CASES = {
+    "generation-dir": lambda t, o: swap_out(gen(t, S0, 1), o),
+    "generation-dir-relative": lambda t, o: swap_out(gen(t, S0, 1), o, relative=True),
+    "generation-_versions": lambda t, o: swap_out(gen(t, S0, 1) / "_versions", o),
+    "generation-data-file": _gen_file,
+}
+
+
+@pytest.mark.parametrize("name", list(MERGE_CASES))
+def test_merge_refuses_a_generation_reached_through_a_link(name: str, unmerged_template, tmp_path,
+                                                           outside: Path) -> None:
+    t = _copy(unmerged_template, tmp_path)
+    link = MERGE_CASES[name](t, outside)
+    before = tree_digest(str(outside))
+    run = run_cli("merge", "--json", str(t))
+    assert_one_line_error(run, 1, S0, "unsafe-path", key_of(t, link))
+    doc = json.loads(run.stdout)
+    assert [(b["shard_id"], b["generation"]) for b in doc["blocked"]] == [(S0, 1)]
+    assert [s["shard_id"] for s in doc["shards"]] == [S1]  # the other shard still merged
+    assert tree_digest(str(outside)) == before and os.path.islink(link)
+
+
+def test_merge_stops_a_shard_at_the_first_linked_generation(unmerged_template, tmp_path, outside: Path) -> None:
+    t = _copy(unmerged_template, tmp_path)
+    swap_out(gen(t, S0, 2), outside)
+    run = run_cli("merge", "--json", str(t))
+    assert_one_line_error(run, 1, S0, "unsafe-path")
+    doc = json.loads(run.stdout)
+    assert {s["shard_id"]: (s["from_generation"], s["to_generation"]) for s in doc["shards"]} == {
+        S0: (1, 1), S1: (1, 3)}
+    assert doc["blocked"][0]["generation"] == 2
+
+
+# --------------------------------------------------------------------------- the store itself
+
+
+def test_local_store_lists_reads_and_writes_nothing_through_links(tmp_path: Path, outside: Path) -> None:
+    root = tmp_path / "t"
+    (root / "a" / "real").mkdir(parents=True)
+    (root / "a" / "real" / "f").write_bytes(b"inside")
+    link_to(root / "a" / "dlink", outside_dir(outside, "d"))
+    link_to(root / "a" / "flink", outside / "precious.txt")
+    before = tree_digest(str(outside))
+    store = LocalStore(str(root))
+    assert [o.key for o in store.list("a/")] == ["a/real/f"]
+    assert [o.key for o in store.list("a/dlink/")] == []
+    assert store.list_dirs("a/") == ["real"]
+    assert store.list_dirs("a/dlink/") == []
+    assert store.list_links("a/") == ["a/dlink", "a/flink"]
+    assert store.list_links("a/dlink/sub/") == ["a/dlink"]
+    assert store.list_links("a/real/") == []
+    assert store.head("a/flink") is None and store.head("a/dlink/top.bin") is None
+    for key in ("a/flink", "a/dlink/top.bin"):
+        with pytest.raises(LinkedPathError, match="symbolic link"):
+            store.get(key)
+        with pytest.raises(LinkedPathError):
+            store.get_range(key, -4, 4)
+        with pytest.raises(LinkedPathError):
+            store.put(key, b"overwritten")
+        with pytest.raises(LinkedPathError):
+            store.put_if_absent(key, b"overwritten")
+    with pytest.raises(LinkedPathError):
+        store.put("a/dlink/new/file", b"x")
+    with pytest.raises(LinkedPathError) as err:
+        store.delete_many(["a/flink", "a/dlink/top.bin", "a/dlink/sub/data.lance", "a/real/f"])
+    assert sorted(err.value.refused) == ["a/dlink/sub/data.lance", "a/dlink/top.bin", "a/flink"]
+    assert not (root / "a" / "real" / "f").exists()  # the safe key of the batch still went
+    assert tree_digest(str(outside)) == before
+    assert (root / "a" / "flink").is_symlink() and (root / "a" / "dlink").is_symlink()
+    assert store.child("a/dlink").list_dirs("") == [] and store.child("a/dlink").head("top.bin") is None
+
+
+def test_a_fifo_in_the_table_is_not_an_object_and_does_not_hang(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    root.mkdir()
+    os.mkfifo(root / "pipe")
+    store = LocalStore(str(root))
+    with pytest.raises(NotFoundError):
+        store.get("pipe")
+    assert store.head("pipe") is None and list(store.list("")) == []
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_gc_deletes_only_under_its_own_folders(kind: str, request, tmp_path: Path) -> None:
+    """The allowed-prefix rule holds for every store (S3 has no links, it has keys)."""
+    if kind == "local":
+        store = open_store(str(tmp_path / "t"))
+    else:
+        uri, opts = request.getfixturevalue("s3_server").new_table("tables/t")
+        store = open_store(uri, opts)
+    keep = ["_versions/1.manifest", "data/x.lance", "_mem_wal/notashard/f", f"_mem_wal/{S1}", "_mem_wal/_other/f"]
+    for key in keep + [f"_mem_wal/{S0}/wal/a", "_mem_wal/_staging/s/x", "_mem_wal/_jobs/audit/y"]:
+        store.put(key, b"x")
+    for key in keep:
+        with pytest.raises(UnsafePathError, match="deletions are allowed only under"):
+            delete_objects(store, [f"_mem_wal/{S0}/wal/a", key])
+    assert all(store.exists(k) for k in keep) and store.exists(f"_mem_wal/{S0}/wal/a")  # nothing of a bad batch
+    assert delete_objects(store, [f"_mem_wal/{S0}/wal/a", "_mem_wal/_staging/s/x", "_mem_wal/_jobs/audit/y"]) == []
+    assert [o.key for o in store.list("")] == sorted(keep)

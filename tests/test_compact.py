@@ -1,0 +1,387 @@
+"""Compaction of a MemWAL base table: few fragments, same rows, progress and catch-up kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import lance
+import pytest
+
+from memwal.actions import run_action
+from memwal.catchup import run_catchup
+from memwal.compact import CompactConflictError, CompactOptions, plan_compaction, run_compact
+from memwal.demo_data import Model, Workload, create_base_table, shard_ids_for, write_generations
+from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
+from memwal.gc import run_gc
+from memwal.lease import Lease
+from memwal.merge import run_merge
+from memwal.shard_manifests import list_generation_dirs
+from memwal.status import maintained_indexes
+from memwal.table import Table, open_table
+from tests.adversarial.conftest import assert_one_line_error, run_cli, tree_digest
+from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.s3server import s3_server  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Many generations, each merged on its own: one new fragment (and deletion files) per merge.
+MANY = Workload(base_rows=200, shards=2, generations=20, rows_per_generation=15, seed=21)
+
+
+def build_many_merged(uri: str, storage_options: dict | None = None) -> tuple[Table, Model]:
+    """A table after one merge per generation, with its indexes caught up."""
+    _, model = create_base_table(uri, MANY, storage_options)
+    write_generations(uri, MANY, model, storage_options=storage_options)
+    table = open_table(uri, storage_options)
+    for _ in range(MANY.generations):
+        run_merge(table, max_generations=1)
+    run_catchup(table)
+    return table, model
+
+
+@pytest.fixture(scope="module")
+def many_merged(tmp_path_factory) -> tuple[str, Model]:
+    root = tmp_path_factory.mktemp("many")
+    table, model = build_many_merged(str(root / "t"))
+    return table.uri, model
+
+
+@pytest.fixture
+def fresh(many_merged, tmp_path) -> tuple[Table, Model]:
+    """A private copy of the many-merged table (building it costs seconds)."""
+    uri, model = many_merged
+    shutil.copytree(uri, tmp_path / "t", symlinks=True)
+    return open_table(str(tmp_path / "t")), model
+
+
+def fragments(table: Table) -> int:
+    return len(table.dataset().get_fragments())
+
+
+def all_generations_collected(table: Table, shards: list[str]) -> bool:
+    return all(not list_generation_dirs(table.store, s) for s in shards)
+
+
+def test_compaction_after_many_merges_keeps_rows_progress_and_catchup_then_gc_collects(fresh):
+    table, model = fresh
+    before = table.manifest()
+    assert fragments(table) >= 20
+    assert before.index_catchup == {"id_idx": before.compacted, "vec_idx": before.compacted}
+
+    result = run_compact(table)
+
+    doc = result.to_json()
+    assert doc["version"] is not None and doc["engine"] == "local"
+    assert doc["fragments_before"] >= 20 and doc["fragments_after"] == fragments(table) <= 3
+    assert doc["fragments_removed"] >= 20 and doc["fragments_added"] >= 1
+    assert doc["deletions_materialized"] > 0
+    after = table.manifest()
+    assert table_rows(table) == model.sorted_rows()
+    assert after.compacted == before.compacted == {s: MANY.generations for s in shard_ids_for(MANY)}
+    assert after.index_catchup == before.index_catchup  # read back from the table manifest
+    assert {i["index_name"]: (i["caught_up"], i["recorded"], i["kept"]) for i in doc["indexes"]} == {
+        n: (before.compacted, True, True) for n in maintained_indexes(after)}
+    assert table.dataset().stats.index_stats("id_idx")["num_unindexed_rows"] == 0
+    assert table.dataset().to_table(filter="id = 7").num_rows == (1 if 7 in model.rows else 0)
+
+    gc = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
+    assert not gc.blocked, gc.blocked
+    assert len(gc.deleted) == MANY.shards * MANY.generations
+    assert all_generations_collected(table, shard_ids_for(MANY))
+    assert table_rows(table) == lsm_rows(table) == model.sorted_rows()
+
+
+def test_lance_compact_files_drops_catchup_and_compact_re_earns_it(fresh):
+    """Hazard H4 as users hit it: a hand-run compact_files blocks GC; `memwal compact` repairs."""
+    table, model = fresh
+    before = table.manifest()
+    table.dataset().optimize.compact_files()
+    assert table.manifest().index_catchup == {} and table.manifest().compacted == before.compacted
+    blocked = run_gc(table, grace_seconds=0, dry_run=True).blocked
+    assert blocked and all(b["reason"].startswith("index-not-caught-up") for b in blocked)
+
+    result = run_compact(table)
+
+    assert result.catchup_repaired and result.version is not None and result.fragments_removed == 0
+    assert table.manifest().index_catchup == before.index_catchup
+    assert all(i.recorded for i in result.indexes)
+    assert run_compact(table).version is None  # repaired: nothing more to do
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_nothing_to_compact_commits_nothing(fresh):
+    table, _ = fresh
+    run_compact(table)
+    version = table.dataset().version
+    digest = tree_digest(table.uri)
+    doc = run_action("compact", table)
+    assert doc["version"] is None and doc["fragments_removed"] == 0
+    assert all(i["recorded"] for i in doc["indexes"])
+    assert table.dataset().version == version
+    after = tree_digest(table.uri)
+    changed = {k for k in set(digest) | set(after) if digest.get(k) != after.get(k)}
+    assert changed and all(k.startswith("_mem_wal/_jobs/") for k in changed)  # only our lease object
+
+
+def test_dry_run_writes_nothing_and_shows_the_plan(fresh):
+    table, _ = fresh
+    before = tree_digest(table.uri)
+    run = run_cli("compact", table.uri, "--dry-run", "--json")
+    assert run.rc == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["dry_run"] is True and doc["read_version"] == table.dataset().version
+    assert doc["fragments_to_rewrite"] >= 20 and doc["tasks"] and doc["deletions_to_materialize"] > 0
+    assert tree_digest(table.uri) == before
+    human = run_cli("compact", table.uri, "--dry-run")
+    assert human.rc == 0 and "would rewrite" in human.stdout and len(human.stdout.splitlines()) == 1
+    assert tree_digest(table.uri) == before
+
+
+def test_cli_json_and_human_output(fresh):
+    table, model = fresh
+    run = run_cli("compact", table.uri, "--target-rows-per-fragment", "100000", "--json")
+    assert run.rc == 0, run.stderr
+    doc = json.loads(run.stdout)
+    for key in ("version", "fragments_before", "fragments_after", "fragments_removed", "fragments_added",
+                "deletions_materialized", "indexes", "engine"):
+        assert key in doc
+    assert doc["fragments_after"] < doc["fragments_before"]
+    again = run_cli("compact", table.uri)
+    assert again.rc == 0 and "nothing to compact" in again.stdout and len(again.stdout.splitlines()) == 1
+    assert table_rows(table) == model.sorted_rows()
+
+
+HOSTILE = [
+    ("--target-rows-per-fragment", "0"),
+    ("--target-rows-per-fragment", "-5"),
+    ("--target-rows-per-fragment", "abc"),
+    ("--max-rows-per-group", "0"),
+    ("--max-rows-per-group", "1.5"),
+    ("--max-fragments", "0"),
+    ("--max-fragments", "-1"),
+    ("--materialize-deletions-threshold", "1.5"),
+    ("--materialize-deletions-threshold", "-0.1"),
+    ("--materialize-deletions-threshold", "nan"),
+    ("--materialize-deletions-threshold", "inf"),
+    ("--materialize-deletions-threshold", "half"),
+    ("--engine", "dask"),
+    ("--lease-ttl", "0"),
+    ("--lease-ttl", "nan"),
+]
+
+
+@pytest.fixture(scope="module")
+def small_table(tmp_path_factory) -> Table:
+    """One table for the hostile inputs: each must leave it byte-for-byte unchanged."""
+    uri = str(tmp_path_factory.mktemp("small") / "t")
+    _, model = create_base_table(uri, SMALL)
+    write_generations(uri, SMALL, model)
+    table = open_table(uri)
+    run_merge(table, max_generations=1)
+    return table
+
+
+@pytest.mark.parametrize(("flag", "value"), HOSTILE)
+def test_bad_options_exit_2_and_write_nothing(small_table, flag, value):
+    table = small_table
+    before = tree_digest(table.uri)
+    run = run_cli("compact", table.uri, flag, value)
+    assert_one_line_error(run, 2, flag)
+    assert tree_digest(table.uri) == before
+
+
+@pytest.mark.parametrize("options", [
+    {"target_rows_per_fragment": 0},
+    {"max_rows_per_group": -1},
+    {"max_fragments": True},
+    {"max_fragments": 2.5},
+    {"materialize_deletions_threshold": float("nan")},
+    {"materialize_deletions_threshold": 2},
+])
+def test_bad_options_from_the_python_api_write_nothing(small_table, options):
+    table = small_table
+    before = tree_digest(table.uri)
+    with pytest.raises(BadInputError, match=next(iter(options))):
+        run_action("compact", table, **options)
+    assert tree_digest(table.uri) == before
+
+
+def test_unknown_engine_from_the_python_api_writes_nothing(small_table):
+    table = small_table
+    before = tree_digest(table.uri)
+    with pytest.raises(BadInputError, match="engine"):
+        run_action("compact", table, engine="dask")
+    assert tree_digest(table.uri) == before
+
+
+def test_max_fragments_bounds_one_run(fresh):
+    table, model = fresh
+    n = fragments(table)
+    result = run_compact(table, options=CompactOptions(max_fragments=5))
+    assert result.fragments_removed <= 5 and fragments(table) > n - 5
+    assert table_rows(table) == model.sorted_rows()
+    assert table.manifest().index_catchup["id_idx"] == table.manifest().compacted
+
+
+def test_held_compact_lease_exits_3(fresh):
+    table, _ = fresh
+    with Lease(table.store, "compact"):
+        version = table.dataset().version
+        with pytest.raises(LeaseHeldError):
+            run_action("compact", table)
+        run = run_cli("compact", table.uri)
+        assert_one_line_error(run, 3, "compact lease")
+        assert table.dataset().version == version
+
+
+def test_lease_lost_before_the_commit_commits_nothing(fresh):
+    table, model = fresh
+    now = [1000.0]
+    version = table.dataset().version
+    with Lease(table.store, "compact", ttl_seconds=60, clock=lambda: now[0]) as lease:
+
+        def stall(step: str) -> None:
+            if step == "after-tasks":
+                now[0] += 120  # the rewrite outlived the lease
+
+        with pytest.raises(LeaseLostError):
+            run_compact(table, lease=lease, on_step=stall)
+    assert table.dataset().version == version
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_crash_after_tasks_before_commit_then_rerun_converges(fresh, tmp_path):
+    """A process killed between the rewrite and the commit: nothing committed, rerun finishes."""
+    table, model = fresh
+    version, digest_versions = table.dataset().version, sorted(os.listdir(Path(table.uri) / "_versions"))
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import os, sys\n"
+        "from memwal.compact import run_compact\n"
+        "from memwal.table import open_table\n"
+        "def kill(step):\n"
+        "    if step == 'after-tasks':\n"
+        "        os._exit(9)\n"
+        "run_compact(open_table(sys.argv[1]), on_step=kill)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script), table.uri], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    assert table.dataset().version == version
+    assert sorted(os.listdir(Path(table.uri) / "_versions")) == digest_versions
+    assert table_rows(table) == model.sorted_rows()
+
+    result = run_compact(table)
+    assert result.version is not None and fragments(table) <= 3
+    assert table_rows(table) == model.sorted_rows()
+    assert table.manifest().index_catchup == {"id_idx": table.manifest().compacted,
+                                              "vec_idx": table.manifest().compacted}
+
+
+def test_crash_after_commit_before_catchup_then_rerun_re_earns_it(fresh):
+    table, model = fresh
+    before = table.manifest()
+
+    def crash(step: str) -> None:
+        if step == "after-commit":
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        run_compact(table, on_step=crash)
+    assert fragments(table) <= 3 and table.manifest().index_catchup == {}  # H4: the record is gone
+
+    result = run_compact(table)
+    assert result.catchup_repaired and result.fragments_removed == 0
+    assert table.manifest().index_catchup == before.index_catchup
+    assert table.manifest().compacted == before.compacted
+    assert table_rows(table) == model.sorted_rows()
+
+
+def progress_history(table: Table) -> list[dict[str, int]]:
+    versions = sorted(v["version"] for v in lance.dataset(table.uri).versions())
+    return [table.manifest(v).compacted for v in versions]
+
+
+def test_merge_and_compact_race_never_regress_and_converge(make_table):
+    """A merger and a compactor on one table at once: rows, progress and catch-up stay right."""
+    wl = Workload(base_rows=300, shards=2, generations=10, rows_per_generation=25, seed=33)
+    table, model = make_table(wl)
+    for _ in range(3):  # some fragments to compact from the start
+        run_merge(table, max_generations=1)
+    errors: list[BaseException] = []
+    conflicts: list[CompactConflictError] = []
+    merging = threading.Event()
+    merging.set()
+
+    def merger() -> None:
+        t = open_table(table.uri)
+        try:
+            while run_merge(t, max_generations=1, max_attempts=20).version is not None:
+                pass
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+        finally:
+            merging.clear()
+
+    def compactor() -> None:
+        t = open_table(table.uri)
+        try:
+            while merging.is_set():
+                try:
+                    run_compact(t, options=CompactOptions(target_rows_per_fragment=10_000), max_attempts=3)
+                except CompactConflictError as exc:
+                    conflicts.append(exc)
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=merger), threading.Thread(target=compactor)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for exc in conflicts:  # a conflict that gave up is retryable: it committed nothing and says rerun
+        assert "rerun" in str(exc)
+
+    rerun = run_compact(table)  # resolves whatever the race left
+    assert table_rows(table) == model.sorted_rows()
+    assert table.manifest().compacted == {s: wl.generations for s in shard_ids_for(wl)}
+    last: dict[str, int] = {}
+    for compacted in progress_history(table):
+        for shard, g in compacted.items():
+            assert g >= last.get(shard, 0)
+            last[shard] = g
+    assert fragments(table) <= 3 or rerun.version is None
+    run_catchup(table)
+    assert run_compact(table).version is None
+    assert table.manifest().index_catchup == {"id_idx": table.manifest().compacted,
+                                              "vec_idx": table.manifest().compacted}
+    assert lsm_rows(table) == model.sorted_rows()
+
+
+def test_compaction_on_s3(s3_server):  # noqa: F811
+    uri, opts = s3_server.new_table("compact")
+    _, model = create_base_table(uri, SMALL, opts)
+    write_generations(uri, SMALL, model, storage_options=opts)
+    table = open_table(uri, opts)
+    for _ in range(SMALL.generations):
+        run_merge(table, max_generations=1)
+    run_catchup(table)
+    before = table.manifest()
+    n = fragments(table)
+    assert plan_compaction(table).tasks
+    result = run_action("compact", uri, opts)
+    assert result["version"] is not None and result["fragments_after"] < n
+    assert table_rows(table) == model.sorted_rows()
+    after = table.manifest()
+    assert after.compacted == before.compacted and after.index_catchup == before.index_catchup
+    gc = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
+    assert len(gc.deleted) == SMALL.shards * SMALL.generations
+    assert all_generations_collected(table, shard_ids_for(SMALL))
+    assert table_rows(table) == model.sorted_rows()

@@ -1,0 +1,301 @@
+"""Merge operators: the fold against a plain-Python model, and config validation."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memwal.errors import BadInputError
+from memwal.merge_ops import OPERATORS, MergeOps, fold, from_config, validate
+
+# ---------------------------------------------------------------- the model
+
+
+def combine(op: str, old, new):
+    """One step of the fold for one column, exactly as the README's table says."""
+    if op == "replace":
+        return new
+    if op == "last_non_null":
+        return old if new is None else new
+    if op == "first_non_null":
+        return new if old is None else old
+    if old is None:
+        return new
+    if new is None:
+        return old
+    return {"sum": lambda a, b: a + b, "min": min, "max": max,
+            "bool_or": lambda a, b: a or b, "bool_and": lambda a, b: a and b}[op](old, new)
+
+
+def model_fold(events: list[tuple[int, bool, dict]], ops: dict[str, str]) -> dict[int, dict | None]:
+    """events: (key, is_tombstone, row) in LSM order -> key -> folded row (None: deleted)."""
+    state: dict[int, dict | None] = {}
+    for key, tomb, row in events:
+        if tomb:
+            state[key] = None
+        elif state.get(key) is None:
+            state[key] = dict(row)
+        else:
+            old = state[key]
+            state[key] = {c: combine(ops.get(c, "replace"), old[c], row[c]) for c in row}
+    return state
+
+
+COLUMNS = {"n": ("sum", pa.int64()), "lo": ("min", pa.int64()), "hi": ("max", pa.float64()),
+           "s": ("last_non_null", pa.string()), "f": ("first_non_null", pa.string()),
+           "any": ("bool_or", pa.bool_()), "all": ("bool_and", pa.bool_()), "r": ("replace", pa.int64())}
+
+values = {"n": st.one_of(st.none(), st.integers(-5, 5)), "lo": st.one_of(st.none(), st.integers(-5, 5)),
+          "hi": st.one_of(st.none(), st.floats(-5, 5, allow_nan=False)),
+          "s": st.one_of(st.none(), st.sampled_from("abc")), "f": st.one_of(st.none(), st.sampled_from("xyz")),
+          "any": st.one_of(st.none(), st.booleans()), "all": st.one_of(st.none(), st.booleans()),
+          "r": st.one_of(st.none(), st.integers(0, 9))}
+event = st.tuples(st.integers(0, 6), st.booleans(), st.fixed_dictionaries(values))
+
+
+def to_table(events) -> pa.Table:
+    cols = {"id": pa.array([k for k, _, _ in events], pa.int64())}
+    for c, (_, t) in COLUMNS.items():
+        cols[c] = pa.array([None if tomb else row[c] for _, tomb, row in events], t)
+    cols["_tombstone"] = pa.array([tomb for _, tomb, _ in events])
+    cols["__gen"] = pa.array(range(len(events)), pa.int64())  # LSM order = list order
+    return pa.table(cols)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(event, max_size=40))
+def test_fold_equals_the_model_for_every_operator(events):
+    ops = {c: op for c, (op, _) in COLUMNS.items()}
+    upserts, deleted = fold(to_table(events), ["id"], MergeOps(ops),
+                            order=["__gen"], tombstone="_tombstone")
+    expect = model_fold(events, ops)
+    got = {r["id"]: {c: r[c] for c in COLUMNS} for r in upserts.to_pylist()}
+    assert got == {k: v for k, v in expect.items() if v is not None}
+    assert sorted(deleted.column("id").to_pylist()) == sorted(k for k, v in expect.items() if v is None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(event, max_size=30), st.integers(0, 30))
+def test_fold_is_associative_batch_then_base(events, cut):
+    """Folding a prefix first, then the rest onto its result, equals folding everything at once
+    (what a merge of generations 1..k followed by k+1..n does to the base table)."""
+    ops = {c: op for c, (op, _) in COLUMNS.items()}
+    m = MergeOps(ops)
+    whole, _ = fold(to_table(events), ["id"], m, order=["__gen"], tombstone="_tombstone")
+    first, _ = fold(to_table(events[:cut]), ["id"], m, order=["__gen"], tombstone="_tombstone")
+    base = [(r["id"], False, {c: r[c] for c in COLUMNS}) for r in first.to_pylist()]
+    again, _ = fold(to_table(base + events[cut:]), ["id"], m, order=["__gen"], tombstone="_tombstone")
+    key = lambda t: sorted(t.to_pylist(), key=lambda r: r["id"])  # noqa: E731
+    assert key(again) == key(whole)
+
+
+def test_fold_keeps_input_column_order_and_types():
+    t = to_table([(1, False, {c: None for c in COLUMNS})])
+    up, _ = fold(t, ["id"], MergeOps({"n": "sum"}), order=["__gen"], tombstone="_tombstone")
+    assert up.schema.names == ["id", *COLUMNS]
+    assert up.schema == t.select(["id", *COLUMNS]).schema
+
+
+# ---------------------------------------------------------------- validation
+
+SCHEMA = pa.schema([("id", pa.int64()), ("n", pa.int64()), ("s", pa.string()), ("b", pa.bool_()),
+                    ("ts", pa.timestamp("us")), ("v", pa.list_(pa.float32()))])
+
+
+@pytest.mark.parametrize("ops, needle", [
+    ({"n": "avg"}, "unknown merge operator"),
+    ({"s": "sum"}, "needs a numeric column"),
+    ({"b": "max"}, "numeric, string or temporal"),
+    ({"n": "bool_or"}, "needs a boolean column"),
+    ({"v": "min"}, "numeric, string or temporal"),
+    ({"id": "sum"}, "primary-key column"),
+    ({"missing": "sum"}, "not in the table schema"),
+])
+def test_validate_refuses(ops, needle):
+    with pytest.raises(BadInputError, match=needle):
+        validate(ops, SCHEMA, ["id"])
+
+
+def test_validate_accepts_each_operator_on_its_types():
+    validate({"n": "sum", "s": "max", "ts": "min", "b": "bool_and", "v": "last_non_null"}, SCHEMA, ["id"])
+    for op in OPERATORS:
+        if op not in ("sum", "bool_or", "bool_and"):
+            validate({"s": op}, SCHEMA, ["id"])
+
+
+def test_config_round_trip_and_unknown_op():
+    assert from_config({"memwal.merge-op.n": "sum", "memwal.merge-op.s": "replace", "other": "x"}).to_dict() == {
+        "n": "sum"}
+    with pytest.raises(BadInputError, match="memwal.merge-op.n: unknown merge operator 'avg'"):
+        from_config({"memwal.merge-op.n": "avg"})
+
+
+# ---------------------------------------------------------------- end to end, ShardWriter data
+
+import random  # noqa: E402
+
+import lance  # noqa: E402
+
+from tests.adversarial.conftest import run_cli, tree_digest  # noqa: E402
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+E2E_OPS = {"n": "sum", "lo": "min", "hi": "max", "s": "last_non_null", "f": "first_non_null",
+           "any": "bool_or", "all": "bool_and"}
+E2E_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK),
+                        *(pa.field(c, t) for c, (_, t) in COLUMNS.items())])
+
+
+def random_row(rng: random.Random) -> dict:
+    pick = {"n": lambda: rng.randint(-5, 5), "lo": lambda: rng.randint(-5, 5), "hi": lambda: rng.random() * 10,
+            "s": lambda: rng.choice("abc"), "f": lambda: rng.choice("xyz"), "any": lambda: rng.random() < 0.3,
+            "all": lambda: rng.random() < 0.7, "r": lambda: rng.randint(0, 9)}
+    return {c: (None if rng.random() < 0.3 else pick[c]()) for c in COLUMNS}
+
+
+class FoldModel:
+    """The folded truth: every put and delete in LSM order, through :func:`model_fold`."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, bool, dict]] = []
+
+    def rows(self) -> list[dict]:
+        state = model_fold(self.events, E2E_OPS)
+        return [{"id": k, **v} for k, v in sorted(state.items()) if v is not None]
+
+
+def build_folding_table(uri: str, *, shards: int = 3, generations: int = 4, seed: int = 7,
+                        ops: dict | None = E2E_OPS) -> FoldModel:
+    """A base table with operators, then ``generations`` flushed generations per shard written
+    by pylance's ShardWriter: puts with nulls, duplicate keys in one batch, deletes."""
+    from memwal.demo_data import bucket_of
+
+    rng = random.Random(seed)
+    model = FoldModel()
+    base = [{"id": k, **random_row(rng)} for k in range(40)]
+    lance.write_dataset(pa.Table.from_pylist(base, schema=E2E_SCHEMA), uri)
+    model.events += [(r["id"], False, {c: r[c] for c in COLUMNS}) for r in base]
+    ds = lance.dataset(uri)
+    ds.initialize_mem_wal(bucket_column="id", num_buckets=shards)
+    if ops:
+        lance.dataset(uri).update_config({f"memwal.merge-op.{c}": op for c, op in ops.items()})
+    ds = lance.dataset(uri)
+    keys = list(range(60))
+    by_bucket: dict[int, list[int]] = {}
+    for k, b in zip(keys, bucket_of(ds, keys), strict=True):
+        by_bucket.setdefault(b, []).append(k)
+    for b in range(shards):
+        for _ in range(generations):  # close() flushes: one writer session per generation
+            writer = ds.mem_wal_writer(f"00000000-0000-4000-8000-{b:012d}", durable_write=False)
+            try:
+                ids = [rng.choice(by_bucket[b]) for _ in range(12)]  # duplicates on purpose
+                rows = [{"id": k, **random_row(rng)} for k in ids]
+                writer.put(pa.Table.from_pylist(rows, schema=E2E_SCHEMA))
+                model.events += [(r["id"], False, {c: r[c] for c in COLUMNS}) for r in rows]
+                gone = sorted(set(rng.sample(by_bucket[b], 2)))
+                writer.delete(pa.table({"id": pa.array(gone, pa.int64())}))
+                model.events += [(k, True, {}) for k in gone]
+                again = {"id": gone[0], **random_row(rng)}  # a key deleted then put again
+                writer.put(pa.Table.from_pylist([again], schema=E2E_SCHEMA))
+                model.events.append((gone[0], False, {c: again[c] for c in COLUMNS}))
+            finally:
+                writer.close()
+    return model
+
+
+def base_rows(uri: str) -> list[dict]:
+    return sorted(lance.dataset(uri).to_table().to_pylist(), key=lambda r: r["id"])
+
+
+def approx(rows: list[dict]) -> list[dict]:
+    """Float sums differ in the last bit with the order of addition: round them."""
+    return [{c: (round(v, 6) if isinstance(v, float) else v) for c, v in r.items()} for r in rows]
+
+
+def test_merge_and_reads_fold_like_the_model(tmp_path):
+    from memwal.merge import run_merge
+    from memwal.read import lsm_scan
+    from memwal.table import open_table
+
+    uri = str(tmp_path / "t")
+    model = build_folding_table(uri)
+    table = open_table(uri)
+    scan = lambda: approx(sorted(lsm_scan(table).to_pylist(), key=lambda r: r["id"]))  # noqa: E731
+    assert scan() == approx(model.rows()), "a read before any merge folds base and generations"
+    run_merge(table, max_generations=1)
+    assert scan() == approx(model.rows()), "after a partial merge"
+    run_merge(table)
+    assert approx(base_rows(uri)) == approx(model.rows()), "the base table itself after the full merge"
+    assert scan() == approx(model.rows())
+    filtered = lsm_scan(table, filter="n > 0", columns=["id", "n"]).to_pylist()
+    assert sorted(r["id"] for r in filtered) == [r["id"] for r in model.rows() if r["n"] is not None and r["n"] > 0]
+
+
+@pytest.mark.parametrize("step", ["after-read", "before-delete-commit", "after-delete-pass", "before-marked-commit",
+                                  "after-upsert-commit"])
+def test_a_crash_at_each_step_never_applies_an_operand_twice(tmp_path, step):
+    from memwal.merge import run_merge
+    from memwal.table import open_table
+
+    uri = str(tmp_path / "t")
+    model = build_folding_table(uri, ops={"n": "sum"})
+    table = open_table(uri)
+
+    class Crash(Exception):
+        pass
+
+    def hook(name: str) -> None:
+        if name == step:
+            raise Crash(name)
+
+    with pytest.raises(Crash):
+        run_merge(table, on_step=hook)
+    run_merge(open_table(uri))
+    expect = model_fold(model.events, {"n": "sum"})
+    totals = {r["id"]: r["n"] for r in base_rows(uri)}
+    assert totals == {k: v["n"] for k, v in expect.items() if v is not None}
+    assert approx(base_rows(uri)) == approx([{"id": k, **v} for k, v in sorted(expect.items()) if v is not None])
+
+
+def test_a_table_without_operators_merges_last_write_wins(tmp_path):
+    from memwal.merge import run_merge
+    from memwal.table import open_table
+
+    uri = str(tmp_path / "t")
+    model = build_folding_table(uri, ops=None)
+    run_merge(open_table(uri))
+    lww = model_fold(model.events, {})
+    assert approx(base_rows(uri)) == approx([{"id": k, **v} for k, v in sorted(lww.items()) if v is not None])
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--set", "n=avg"], "unknown merge operator 'avg'"),
+    (["--set", "s=sum"], "column s: merge operator sum needs a numeric column"),
+    (["--set", "id=max"], "primary-key column"),
+    (["--set", "n"], "expected COLUMN=OPERATOR"),
+    (["--set", "nope=sum"], "column nope: not in the table schema"),
+    (["--set", "r=max"], "unmerged generations would change meaning"),
+    (["--set", "n=max", "--unset", "n"], "both set and unset"),
+])
+def test_merge_ops_bad_input_exits_2_with_nothing_written(tmp_path, argv, needle):
+    uri = str(tmp_path / "t")
+    build_folding_table(uri, generations=1)
+    before = tree_digest(uri)
+    run = run_cli("merge-ops", uri, *argv)
+    assert run.rc == 2, run.stderr
+    assert len(run.error_lines) == 1 and needle in run.error_lines[0], run.stderr
+    assert tree_digest(uri) == before
+
+
+def test_merge_ops_shows_sets_and_unsets(tmp_path):
+    import json
+
+    uri = str(tmp_path / "t")
+    build_folding_table(uri, generations=1, ops={"n": "sum"})
+    shown = json.loads(run_cli("merge-ops", uri, "--json").stdout)
+    assert shown["merge_ops"] == {"n": "sum"} and shown["version"] is None
+    changed = json.loads(run_cli("merge-ops", uri, "--set", "hi=max", "--unset", "n", "--force", "--json").stdout)
+    assert changed["merge_ops"] == {"hi": "max"} and changed["changed"] == {"hi": "max", "n": None}
+    assert lance.dataset(uri).config().get("memwal.merge-op.hi") == "max"
+    assert "memwal.merge-op.n" not in lance.dataset(uri).config()
