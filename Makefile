@@ -5,13 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto lint clean
+.PHONY: install test demo bench proto lint lock clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[spark,airflow,test]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,test]"
 	@# The build leaves an egg-info beside the sources; with the repo root on sys.path
 	@# (pytest) Airflow would then see memwal-jobs twice and register its plugin twice.
 	@rm -rf memwal_jobs.egg-info
@@ -24,6 +24,13 @@ proto: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -q ".[spark,airflow,test]"
+	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
@@ -43,8 +50,14 @@ demo: $(STAMP)
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
 
+# Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
+# in-process, peak memory), Spark's time split, compaction (scan before/after, local vs Spark)
+# and GC of 10,000 generations. JSON and charts in bench-results/.
 bench: $(STAMP)
 	$(PY) -m bench.run --out bench-results
+	$(PY) -m bench.spark_breakdown --out bench-results
+	$(PY) -m bench.compaction --out bench-results
+	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --floor --out bench-results
 
 clean:
 	rm -rf $(DEMO_DIR) bench-results

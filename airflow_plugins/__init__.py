@@ -1,6 +1,6 @@
 """Airflow integration of memwal-jobs: a hook, operators, sensors, triggers and a plugin.
 
 Importing this package does not import Airflow: Airflow itself loads
-``airflow_plugins.provider`` while it initialises its configuration, so the package root
-must stay light. Import the submodules (``airflow_plugins.operators`` ...) for the classes.
+``memwal.airflow.provider`` while it initialises its configuration, so the package root
+must stay light. Import the submodules (``memwal.airflow.operators`` ...) for the classes.
 """

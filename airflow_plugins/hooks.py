@@ -22,8 +22,8 @@ import json
 from typing import Any
 
 from airflow.sdk import Asset, BaseHook
+from memwal.airflow.provider import CONN_TYPE
 
-from airflow_plugins.provider import CONN_TYPE
 from memwal.secret_options import is_secret_key, redact_options
 
 MERGED_ASSET_GROUP = "asset"  # the group Airflow gives assets created through an alias

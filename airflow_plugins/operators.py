@@ -1,6 +1,9 @@
-"""Operators for the four maintenance actions: merge, index catch-up, snapshot refresh, GC.
+"""Operators for the maintenance actions (merge, catch-up, compact, snapshot, GC) and the whole cycle.
 
-Each operator is a thin shell over the same plan/execute as the ``memwal`` CLI:
+Each operator is a thin shell over the same plan/execute as the ``memwal`` CLI; its job
+options are the keyword arguments of the action's options class (``memwal.options``:
+``max_generations=``, ``grace_seconds=``, ...), validated by that class, and passed to
+spark-submit as the same flags the CLI takes:
 
 - ``engine="local"`` calls ``memwal.actions.run_action`` in the task process;
 - ``engine="spark"`` runs ``spark-submit jobs/<action>.py TABLE [options]
@@ -18,7 +21,7 @@ fails it without retries.
 
 The merge operator names an ``AssetAlias`` in its outlets and, only when its merge
 committed a new table version, attaches an event for the table's Asset
-(``airflow_plugins.hooks.table_asset``) to it: downstream DAGs scheduled on that Asset
+(``memwal.airflow.hooks.table_asset``) to it: downstream DAGs scheduled on that Asset
 run on fresh data, and runs that merged nothing emit nothing.
 """
 
@@ -34,43 +37,22 @@ from typing import Any, ClassVar
 
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from memwal.airflow.hooks import MemWalHook, redacted, table_asset
 
-from airflow_plugins.hooks import MemWalHook, redacted, table_asset
 from memwal.secret_options import storage_options_file
 
 ENGINES = ("local", "spark")
 DEFAULT_MERGED_ALIAS = "memwal-merged"
 
-# Option name -> CLI flag, where the flag is not simply --option-name (lists repeat the flag).
-_FLAG_NAMES = {"shards": "--shard", "indexes": "--index", "audit": "--audit-log"}
-
-
 def job_file(action: str) -> str:
     """Path of ``jobs/<action>.py`` in the installed package (located without importing it)."""
-    spec = importlib.util.find_spec("jobs")
+    spec = importlib.util.find_spec("memwal.spark")
     if spec is None or not spec.submodule_search_locations:
-        raise AirflowFailException("memwal-jobs' `jobs` package is not installed on this worker")
+        raise AirflowFailException("memwal-jobs (its memwal.spark package) is not installed on this worker")
     path = os.path.join(list(spec.submodule_search_locations)[0], f"{action}.py")
     if not os.path.isfile(path):
         raise AirflowFailException(f"no spark-submit entry point for {action}: {path} is missing")
     return path
-
-
-def cli_args(options: dict[str, Any]) -> list[str]:
-    """Action options as the CLI flags of ``memwal <action>`` (and so of ``jobs/<action>.py``)."""
-    args: list[str] = []
-    for name, value in options.items():
-        if value is None or value is False or value == []:
-            continue
-        flag = _FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
-        if value is True:
-            args.append(flag)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                args += [flag, str(item)]
-        else:
-            args += [flag, str(value)]
-    return args
 
 
 def _jsonable(doc: Any) -> Any:
@@ -101,7 +83,7 @@ def _spark_submit_hook_class():
 
 
 class MemWalActionOperator(BaseOperator):
-    """Run one maintenance action on one table (base class of the four operators).
+    """Run one maintenance action on one table (base class of the action operators).
 
     :param table: table URI (templated); overrides the connection's.
     :param memwal_conn_id: ``memwal`` connection holding the table URI and storage options (templated).
@@ -110,8 +92,12 @@ class MemWalActionOperator(BaseOperator):
         options from at run time (used by the ad-hoc ``memwal_maintenance`` DAG).
     :param engine: ``local`` or ``spark`` (templated).
     :param dry_run: plan only, change nothing.
+    :param lease_ttl: lease time-to-live in seconds.
+    :param job_options: the action's options by name (templated: a DAG config or run conf
+        can set them); each subclass also takes them as keyword arguments.
     :param spark_conn_id: ``spark`` connection (master, deploy mode, queue) for ``engine="spark"``.
-    :param spark_conf: ``--conf`` settings for spark-submit.
+    :param spark_conf: ``--conf`` settings for spark-submit (the UI is off and Spark's logs are
+        quiet unless these say otherwise).
     :param spark_env: environment of the spark-submit process (``PYSPARK_DRIVER_PYTHON``
         defaults to this worker's interpreter, which has memwal-jobs installed).
     :param spark_submit_kwargs: any other ``SparkSubmitHook`` argument (``executor_memory``,
@@ -119,7 +105,10 @@ class MemWalActionOperator(BaseOperator):
     """
 
     action: ClassVar[str] = ""
-    template_fields = ("table", "memwal_conn_id", "engine", "spark_conn_id")
+    # Never storage options or Spark settings (either may hold credentials): those are read
+    # at run time from a DAG param (storage_options_param, spark_conf_param), never rendered.
+    template_fields = ("table", "memwal_conn_id", "engine", "spark_conn_id", "job_options")
+    template_fields_renderers = {"job_options": "json"}
     ui_color = "#cfe3f7"
 
     def __init__(
@@ -131,12 +120,17 @@ class MemWalActionOperator(BaseOperator):
         storage_options_param: str | None = None,
         engine: str = "local",
         dry_run: bool = False,
+        lease_ttl: float | None = None,
+        job_options: dict[str, Any] | None = None,
         spark_conn_id: str = "spark_default",
         spark_conf: dict[str, Any] | None = None,
+        spark_conf_param: str | None = None,
         spark_env: dict[str, str] | None = None,
         spark_submit_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        names = self.option_names()
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
         super().__init__(**kwargs)
         if not table and not memwal_conn_id:
             raise ValueError(f"{type(self).__name__}: give `table` or `memwal_conn_id`")
@@ -146,19 +140,45 @@ class MemWalActionOperator(BaseOperator):
         self.storage_options_param = storage_options_param
         self.engine = engine
         self.dry_run = dry_run
+        self.job_options = {**(job_options or {}), **options}
+        if lease_ttl is not None:
+            self.job_options["lease_ttl"] = lease_ttl
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
+        self.spark_conf_param = spark_conf_param
         self.spark_env = dict(spark_env or {})
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self._spark_hook = None
 
-    # -- subclasses ---------------------------------------------------------------
-    def action_options(self) -> dict[str, Any]:
-        """Keyword options of ``run_action`` (and, through ``cli_args``, of the spark-submit job)."""
-        return {}
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The action's own option names (its options class), accepted as keyword arguments."""
+        from memwal.actions import ACTIONS
+        from memwal.options import option_names
 
-    def check_result(self, doc: dict[str, Any], uri: str, context: Any) -> None:
-        """Raise when the result document reports a failure the CLI would exit 1 for."""
+        return option_names(ACTIONS[cls.action].options, common=False) if cls.action in ACTIONS else []
+
+    @classmethod
+    def option_problem(cls, values: dict[str, Any]) -> str | None:
+        """What is wrong with these option values (None: nothing), for checks at DAG parse time."""
+        from memwal.actions import ACTIONS
+        from memwal.errors import BadInputError
+
+        try:
+            ACTIONS[cls.action].options.from_kwargs(**values)
+        except BadInputError as exc:
+            return str(exc)
+        return None
+
+    def options(self, engine: str) -> Any:
+        """The validated options object (bad values fail the task without retries)."""
+        from memwal.actions import ACTIONS
+        from memwal.errors import BadInputError
+
+        try:
+            return ACTIONS[self.action].options.from_kwargs(engine=engine, dry_run=self.dry_run, **self.job_options)
+        except BadInputError as exc:
+            raise AirflowFailException(f"memwal {self.action}: bad option: {exc}") from None
 
     def on_result(self, doc: dict[str, Any], uri: str, context: Any) -> None:
         """Hook for a successful result (the merge operator emits its Asset event here)."""
@@ -182,36 +202,48 @@ class MemWalActionOperator(BaseOperator):
         except ValueError as exc:
             raise AirflowFailException(f"memwal {self.action}: {exc}") from None
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        uri, storage_options = self.resolve(context)  # credentials are registered for masking here
+    def _engine(self) -> str:
         engine = (self.engine or "local").strip()
         if engine not in ENGINES:
             raise AirflowFailException(f"memwal {self.action}: unknown engine {engine!r}: expected local or spark")
-        self.log.info(
-            "memwal %s %s, engine %s%s, storage options %s",
-            self.action,
-            uri,
-            engine,
-            " (dry run)" if self.dry_run else "",
-            redacted(storage_options),
-        )
+        return engine
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        uri, storage_options = self.resolve(context)  # credentials are registered for masking here
+        engine = self._engine()
+        options = self.options(engine)
+        self.log.info("memwal %s %s, engine %s%s, storage options %s", self.action, uri, engine,
+                      " (dry run)" if self.dry_run else "", redacted(storage_options))
         if engine == "local":
-            doc = self._run_local(uri, storage_options)
+            doc = self._run_local(uri, storage_options, options)
         else:
-            doc = self._run_spark(uri, storage_options)
+            doc = self._run_spark(uri, storage_options, job_file(self.action), options.to_argv(), context)
         doc = _jsonable(doc)
-        self.check_result(doc, uri, context)
+        self.check_result(self.action, doc, uri, context)
         self.on_result(doc, uri, context)
         return doc
 
-    def _run_local(self, uri: str, storage_options: dict[str, str]) -> dict[str, Any]:
-        from memwal.actions import run_action
+    def check_result(self, action: str, doc: dict[str, Any], uri: str, context: Any) -> None:
+        """Fail the task exactly when the CLI would exit 1 (the action's ``problems``); what
+        the action did do is still pushed to XCom."""
+        from memwal.actions import ACTIONS
+
+        problems = ACTIONS[action].problems(doc)
+        if not problems:
+            return
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if ti is not None:
+            ti.xcom_push(key="return_value", value=doc)
+        done = f" (version {doc['version']} committed)" if doc.get("version") is not None else ""
+        raise AirflowException(f"memwal {action} {uri}: {'; '.join(problems)}{done}")
+
+    def _run_local(self, uri: str, storage_options: dict[str, str], options: Any) -> dict[str, Any]:
+        from memwal import actions
         from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError, MemWalError
+        from memwal.table import open_table
 
         try:
-            return run_action(
-                self.action, uri, storage_options, engine="local", dry_run=self.dry_run, **self.action_options()
-            )
+            return actions.run(self.action, open_table(uri, storage_options), options).to_dict()
         except BadInputError as exc:
             raise AirflowFailException(f"memwal {self.action} {uri}: bad input: {exc}") from None
         except LeaseLostError as exc:
@@ -221,8 +253,24 @@ class MemWalActionOperator(BaseOperator):
         except MemWalError as exc:
             raise AirflowException(f"memwal {self.action} {uri} failed: {exc}") from None
 
-    def _run_spark(self, uri: str, storage_options: dict[str, str]) -> dict[str, Any]:
-        application = job_file(self.action)
+    def spark_conf_with_defaults(self, context: Any) -> dict[str, Any]:
+        """``spark_conf`` (and the run conf's, via ``spark_conf_param``) over quiet logs (the
+        project's log4j2 config) and no UI: both stay unless the user's settings say otherwise."""
+        log4j = os.path.join(os.path.dirname(job_file(self.action)), "log4j2.properties")
+        quiet = f"-Dlog4j2.configurationFile=file:{log4j}"
+        extra = (context.get("params") or {}).get(self.spark_conf_param) or {} if self.spark_conf_param else {}
+        if not isinstance(extra, dict):
+            raise AirflowFailException(f"param {self.spark_conf_param!r} must be an object of spark conf settings")
+        return {
+            "spark.ui.enabled": "false",
+            "spark.driver.extraJavaOptions": quiet,
+            "spark.executor.extraJavaOptions": quiet,
+            **self.spark_conf,
+            **{str(k): str(v) for k, v in extra.items()},
+        }
+
+    def _run_spark(self, uri: str, storage_options: dict[str, str], application: str, job_args: list[str],
+                   context: Any) -> dict[str, Any]:
         env = dict(self.spark_env)
         if "PYSPARK_DRIVER_PYTHON" not in env and "PYSPARK_DRIVER_PYTHON" not in os.environ:
             env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # client mode: the driver runs on this worker
@@ -231,9 +279,9 @@ class MemWalActionOperator(BaseOperator):
             storage_options_file(storage_options, prefix=f"memwal-{self.action}-options-") as options_file,
         ):
             result_file = os.path.join(tmp, "result.json")
-            args = self.application_args(uri, options_file if storage_options else None, result_file)
+            args = self.application_args(uri, options_file if storage_options else None, result_file, job_args)
             hook = _spark_submit_hook_class()(
-                conf=self.spark_conf,
+                conf=self.spark_conf_with_defaults(context),
                 conn_id=self.spark_conn_id,
                 name=f"memwal-{self.action}",
                 application_args=args,
@@ -247,7 +295,7 @@ class MemWalActionOperator(BaseOperator):
             except AirflowException as exc:
                 match = re.search(r"Error code is: (\d+)", str(exc))
                 code = int(match.group(1)) if match else None
-                failure = self._spark_failure(uri, code, hook.memwal_errors)
+                failure = self._spark_failure(uri, application, code, hook.memwal_errors)
                 if code != 1 or not os.path.exists(result_file):
                     # 2: bad input, never retried; anything else: retried. Not chained: the
                     # provider's message carries the command line.
@@ -263,25 +311,26 @@ class MemWalActionOperator(BaseOperator):
             raise AirflowException(failure)
         return doc
 
-    def application_args(self, uri: str, options_file: str | None, result_file: str) -> list[str]:
-        """The arguments of ``jobs/<action>.py``: the storage options only as the path of their
-        0600 file, because spark-submit, its JVM and the Python driver all show their command
+    @staticmethod
+    def application_args(uri: str, options_file: str | None, result_file: str, job_args: list[str]) -> list[str]:
+        """The arguments of the job file: the storage options only as the path of their 0600
+        file, because spark-submit, its JVM and the Python driver all show their command
         lines to every local user (``ps``, ``/proc/<pid>/cmdline``)."""
-        args = [uri, *cli_args(self.action_options())]
-        if self.dry_run:
-            args.append("--dry-run")
+        args = [uri, *job_args]
         if options_file:
             args += ["--storage-options-file", options_file]
         return [*args, "--result-file", result_file]
 
     def _reports_failure(self, doc: dict[str, Any]) -> bool:
         """Whether the result document itself explains an exit code 1 (check_result raises then)."""
-        return bool(doc.get("blocked")) and self.action == "merge"
+        from memwal.actions import ACTIONS
 
-    def _spark_failure(self, uri: str, code: int | None, errors: list[str]) -> str:
+        return bool(ACTIONS[self.action].problems(doc))
+
+    def _spark_failure(self, uri: str, application: str, code: int | None, errors: list[str]) -> str:
         detail = errors[-1] if errors else "see the spark-submit output above"
         what = {2: "bad input", 3: "lost or contended lease"}.get(code or 0, f"exit code {code}")
-        return f"memwal {self.action} {uri} (spark-submit {os.path.basename(job_file(self.action))}): {what}: {detail}"
+        return f"memwal {self.action} {uri} (spark-submit {os.path.basename(application)}): {what}: {detail}"
 
     def on_kill(self) -> None:
         if self._spark_hook is not None:
@@ -291,10 +340,9 @@ class MemWalActionOperator(BaseOperator):
 class MemWalMergeOperator(MemWalActionOperator):
     """Merge flushed generations into the base table, in order, with atomic progress.
 
-    :param shards: only these shards.
-    :param max_generations: at most N generations per shard.
-    :param max_rows: stop adding generations past N change rows.
-    :param max_bytes: stop adding generations past N bytes.
+    Takes ``memwal.options.MergeOptions`` as keyword arguments (``shards``,
+    ``max_generations``, ``max_rows``, ``max_bytes``).
+
     :param asset_alias: name of the ``AssetAlias`` put in ``outlets``; a run whose merge
         committed attaches an event for ``table_asset(table)`` to it. ``None``: no asset.
     """
@@ -302,96 +350,50 @@ class MemWalMergeOperator(MemWalActionOperator):
     action = "merge"
     ui_color = "#b9d7f2"
 
-    def __init__(
-        self,
-        *,
-        shards: list[str] | None = None,
-        max_generations: int | None = None,
-        max_rows: int | None = None,
-        max_bytes: int | None = None,
-        asset_alias: str | None = DEFAULT_MERGED_ALIAS,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, asset_alias: str | None = DEFAULT_MERGED_ALIAS, **kwargs: Any) -> None:
         if asset_alias:
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), AssetAlias(asset_alias)]
         super().__init__(**kwargs)
-        self.shards = list(shards or [])
-        self.max_generations = max_generations
-        self.max_rows = max_rows
-        self.max_bytes = max_bytes
         self.asset_alias = asset_alias
 
-    def action_options(self) -> dict[str, Any]:
-        return {
-            "shards": self.shards,
-            "max_generations": self.max_generations,
-            "max_rows": self.max_rows,
-            "max_bytes": self.max_bytes,
-        }
-
-    def check_result(self, doc: dict[str, Any], uri: str, context: Any) -> None:
-        blocked = doc.get("blocked") or []
-        if not blocked:
-            return
-        ti = context.get("ti") if hasattr(context, "get") else None
-        if ti is not None:
-            ti.xcom_push(key="return_value", value=doc)  # what merged is still worth seeing
-        stops = "; ".join(
-            f"shard {b['shard_id']} stopped at generation {b['generation']}: {b['reason']}" for b in blocked
-        )
-        merged = f" (other shards merged into version {doc['version']})" if doc.get("version") is not None else ""
-        raise AirflowException(f"memwal merge {uri}: gap: {stops}{merged}")
-
     def on_result(self, doc: dict[str, Any], uri: str, context: Any) -> None:
-        if self.dry_run or doc.get("version") is None:
-            self.log.info("nothing merged: no asset event")
-            return
-        if not self.asset_alias:
-            return
-        events = context.get("outlet_events") if hasattr(context, "get") else None
-        if events is None:
-            self.log.info("no outlet events in this context: asset event for version %s not emitted", doc["version"])
-            return
-        asset = table_asset(uri)
-        extra = {
-            "table": uri,
-            "version": doc["version"],
-            "engine": doc.get("engine"),
-            "shards": {s["shard_id"]: s["to_generation"] for s in doc.get("shards", [])},
-        }
-        events[AssetAlias(self.asset_alias)].add(asset, extra=extra)
-        self.log.info("merge committed version %s: asset event on %s", doc["version"], asset.uri)
+        emit_merged_event(self, self.asset_alias, self.dry_run, doc, uri, context)
+
+
+def emit_merged_event(op: BaseOperator, alias: str | None, dry_run: bool, doc: dict[str, Any], uri: str,
+                      context: Any) -> None:
+    """An event for the table's Asset when (and only when) a merge committed a version."""
+    if dry_run or doc.get("version") is None:
+        op.log.info("nothing merged: no asset event")
+        return
+    if not alias:
+        return
+    events = context.get("outlet_events") if hasattr(context, "get") else None
+    if events is None:
+        op.log.info("no outlet events in this context: asset event for version %s not emitted", doc["version"])
+        return
+    asset = table_asset(uri)
+    extra = {
+        "table": uri,
+        "version": doc["version"],
+        "engine": doc.get("engine"),
+        "shards": {s["shard_id"]: s["to_generation"] for s in doc.get("shards", [])},
+    }
+    events[AssetAlias(alias)].add(asset, extra=extra)
+    op.log.info("merge committed version %s: asset event on %s", doc["version"], asset.uri)
 
 
 class MemWalCatchupOperator(MemWalActionOperator):
-    """Bring base-table indexes up to the merged generations.
-
-    :param indexes: only these indexes (default: the MemWAL index's maintained indexes).
-    :param max_deltas: retrain an index with this many deltas or more.
-    :param max_unindexed_fraction: retrain when more than this fraction of rows is unindexed.
-    """
+    """Bring base-table indexes up to the merged generations (``memwal.options.CatchupOptions``)."""
 
     action = "catchup"
 
-    def __init__(
-        self,
-        *,
-        indexes: list[str] | None = None,
-        max_deltas: int | None = None,
-        max_unindexed_fraction: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.indexes = list(indexes or [])
-        self.max_deltas = max_deltas
-        self.max_unindexed_fraction = max_unindexed_fraction
 
-    def action_options(self) -> dict[str, Any]:
-        return {
-            "indexes": self.indexes or None,
-            "max_deltas": self.max_deltas,
-            "max_unindexed_fraction": self.max_unindexed_fraction,
-        }
+class MemWalCompactOperator(MemWalActionOperator):
+    """Compact the base table's fragments, keeping progress and index catch-up
+    (``memwal.options.CompactOptions``)."""
+
+    action = "compact"
 
 
 class MemWalSnapshotOperator(MemWalActionOperator):
@@ -401,47 +403,88 @@ class MemWalSnapshotOperator(MemWalActionOperator):
 
 
 class MemWalGcOperator(MemWalActionOperator):
-    """Delete merged, indexed, unretained generations past the reader grace period, and their WAL entries.
-
-    :param grace_seconds: reader grace period after the merge commit (default 600).
-    :param expire_versions: first expire base-table versions older than this (Lance cleanup; keeps tags).
-    :param orphans: also remove unlisted generation directories and crashed-merge staging.
-    :param orphan_age_seconds: orphans must be at least this old (default 3600).
-    :param audit: also write an audit record under ``_mem_wal/_jobs/audit/``.
-    """
+    """Delete merged, indexed, unretained generations past the reader grace period, and their
+    WAL entries (``memwal.options.GcOptions``: ``grace_seconds``, ``expire_versions``, ...)."""
 
     action = "gc"
 
-    def __init__(
-        self,
-        *,
-        grace_seconds: float | None = None,
-        expire_versions: float | None = None,
-        orphans: bool = False,
-        orphan_age_seconds: float | None = None,
-        audit: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.grace_seconds = grace_seconds
-        self.expire_versions = expire_versions
-        self.orphans = orphans
-        self.orphan_age_seconds = orphan_age_seconds
-        self.audit = audit
 
-    def action_options(self) -> dict[str, Any]:
-        return {
-            "grace_seconds": self.grace_seconds,
-            "expire_versions": self.expire_versions,
-            "orphans": self.orphans,
-            "orphan_age_seconds": self.orphan_age_seconds,
-            "audit": self.audit,
-        }
+class MemWalMaintenanceOperator(MemWalActionOperator):
+    """The whole maintenance cycle as ONE spark-submit (``jobs/maintenance.py``): one JVM and
+    one Spark application instead of one per job. Each job's result is pushed to XCom under
+    the job's name (``ti.xcom_pull(key="merge")``); the return value is ``{job: result}``.
+
+    :param jobs: the jobs, in cycle order (default: all five).
+    :param job_options: ``{job: {option: value}}`` (templated).
+    :param asset_alias: as for the merge operator.
+    """
+
+    action = "maintenance"
+
+    def __init__(self, *, jobs: list[str] | None = None, asset_alias: str | None = DEFAULT_MERGED_ALIAS,
+                 **kwargs: Any) -> None:
+        from memwal.actions import ACTIONS
+
+        if asset_alias:
+            kwargs["outlets"] = [*(kwargs.get("outlets") or []), AssetAlias(asset_alias)]
+        kwargs.setdefault("engine", "spark")
+        super().__init__(**kwargs)
+        self.jobs = list(jobs or ACTIONS)
+        self.asset_alias = asset_alias
+
+    def options(self, engine: str) -> Any:
+        """Validated per-job options (one bad value fails the task without retries)."""
+        from memwal.actions import ACTIONS
+        from memwal.errors import BadInputError
+
+        out = {}
+        unknown = sorted(k for k in self.job_options if k not in ACTIONS and k != "lease_ttl")
+        if unknown:
+            raise AirflowFailException(f"memwal maintenance: job_options key {unknown[0]!r} is not a job")
+        for job in self.jobs:
+            if job not in ACTIONS:
+                raise AirflowFailException(f"memwal maintenance: unknown job {job!r}")
+            given = dict(self.job_options.get(job) or {})
+            if "lease_ttl" in self.job_options:
+                given["lease_ttl"] = self.job_options["lease_ttl"]
+            try:
+                out[job] = ACTIONS[job].options.from_kwargs(**given)
+            except BadInputError as exc:
+                raise AirflowFailException(f"memwal maintenance: {job}: bad option: {exc}") from None
+        return out
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        uri, storage_options = self.resolve(context)
+        if self._engine() != "spark":
+            raise AirflowFailException("memwal maintenance runs as one Spark application: engine must be spark")
+        options = self.options("spark")
+        # Each job's flags; a shared --lease-ttl repeats with one value, which argparse accepts.
+        argv = ["--jobs", ",".join(self.jobs), *(a for o in options.values() for a in o.to_argv())]
+        self.log.info("memwal maintenance %s: %s as one spark-submit, storage options %s", uri, ",".join(self.jobs),
+                      redacted(storage_options))
+        docs = _jsonable(self._run_spark(uri, storage_options, job_file("maintenance"), argv, context))
+        ti = context.get("ti") if hasattr(context, "get") else None
+        for job, doc in docs.items():
+            if ti is not None:
+                ti.xcom_push(key=job, value=doc)
+            self.check_result(job, doc, uri, context)
+        if "merge" in docs:
+            emit_merged_event(self, self.asset_alias, False, docs["merge"], uri, context)
+        missing = [j for j in self.jobs if j not in docs]
+        if missing:
+            raise AirflowException(f"memwal maintenance {uri}: stopped before {', '.join(missing)}")
+        return docs
+
+    def _reports_failure(self, doc: dict[str, Any]) -> bool:
+        from memwal.actions import ACTIONS
+
+        return any(ACTIONS[job].problems(d) for job, d in doc.items() if job in ACTIONS)
 
 
 OPERATORS = {
     "merge": MemWalMergeOperator,
     "catchup": MemWalCatchupOperator,
+    "compact": MemWalCompactOperator,
     "snapshot": MemWalSnapshotOperator,
     "gc": MemWalGcOperator,
 }

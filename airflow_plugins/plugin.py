@@ -1,7 +1,7 @@
 """``MemWalPlugin``: registered through the ``airflow.plugins`` entry point.
 
 Airflow 3 imports operators, sensors and hooks as ordinary modules (they are listed in
-the provider metadata, ``airflow_plugins.provider``); the plugin adds Jinja macros so DAG
+the provider metadata, ``memwal.airflow.provider``); the plugin adds Jinja macros so DAG
 authors can name a table's merged-data Asset and redact storage options in templates:
 
     {{ macros.memwal.asset_uri("s3://bucket/events") }}
@@ -17,21 +17,21 @@ except ImportError:  # pragma: no cover - older layouts
 
 def asset_uri(table: str) -> str:
     """URI of the Asset that receives an event each time a merge of ``table`` commits."""
-    from airflow_plugins.hooks import table_asset
+    from memwal.airflow.hooks import table_asset
 
     return table_asset(table).uri
 
 
 def asset_name(table: str) -> str:
     """Name of that Asset."""
-    from airflow_plugins.hooks import table_asset
+    from memwal.airflow.hooks import table_asset
 
     return table_asset(table).name
 
 
 def redact_storage_options(storage_options: dict) -> dict:
     """Storage options with credential values replaced by ``***`` (safe to render)."""
-    from airflow_plugins.hooks import redacted
+    from memwal.airflow.hooks import redacted
 
     return redacted(storage_options)
 

@@ -8,14 +8,15 @@ import Airflow (nor anything heavy).
 from __future__ import annotations
 
 CONN_TYPE = "memwal"
-HOOK_CLASS = "airflow_plugins.hooks.MemWalHook"
+HOOK_CLASS = "memwal.airflow.hooks.MemWalHook"
 
 
 def get_provider_info() -> dict:
     return {
         "package-name": "memwal-jobs",
         "name": "MemWAL jobs",
-        "description": "Background jobs (merge, index catch-up, snapshot refresh, GC) for Lance tables with a MemWAL.",
+        "description": "Background jobs (merge, index catch-up, compaction, snapshot refresh, GC) "
+        "for Lance tables with a MemWAL.",
         "integrations": [
             {
                 "integration-name": "Lance MemWAL",
@@ -23,10 +24,10 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "operators": [{"integration-name": "Lance MemWAL", "python-modules": ["airflow_plugins.operators"]}],
-        "sensors": [{"integration-name": "Lance MemWAL", "python-modules": ["airflow_plugins.sensors"]}],
-        "hooks": [{"integration-name": "Lance MemWAL", "python-modules": ["airflow_plugins.hooks"]}],
-        "triggers": [{"integration-name": "Lance MemWAL", "python-modules": ["airflow_plugins.triggers"]}],
+        "operators": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.operators"]}],
+        "sensors": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.sensors"]}],
+        "hooks": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.hooks"]}],
+        "triggers": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.triggers"]}],
         "connection-types": [
             {
                 "hook-class-name": HOOK_CLASS,

@@ -20,9 +20,8 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
-from airflow_plugins.hooks import MemWalHook
-from airflow_plugins.triggers import ConditionError, MemWalStatusTrigger, describe, evaluate
+from memwal.airflow.hooks import MemWalHook
+from memwal.airflow.triggers import ConditionError, MemWalStatusTrigger, describe, evaluate
 
 
 class _MemWalStatusSensor(BaseSensorOperator):

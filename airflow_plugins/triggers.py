@@ -17,7 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 log = logging.getLogger(__name__)
 
-TRIGGER_PATH = "airflow_plugins.triggers.MemWalStatusTrigger"
+TRIGGER_PATH = "memwal.airflow.triggers.MemWalStatusTrigger"
 MAX_CONSECUTIVE_ERRORS = 3
 
 
@@ -155,7 +155,7 @@ class MemWalStatusTrigger(BaseTrigger):
         )
 
     async def _resolve(self) -> tuple[str, dict[str, str]]:
-        from airflow_plugins.hooks import MemWalHook, mask_storage_options
+        from memwal.airflow.hooks import MemWalHook, mask_storage_options
 
         uri, options = self.table, {}
         if self.memwal_conn_id:

@@ -8,7 +8,9 @@ shard directories are copied or forged), then times:
 * the local refresh: shard manifests read with 1 and with 16 threads and with the
   reader's own choice (1 thread on a local disk, 16 on an object store), then the
   encode (a Lance file: above 100 shards it goes to ``_indices/<uuid>/index.lance``)
-  and the guarded commit;
+  and the guarded commit (forced: the table is idle, and an idle refresh commits nothing);
+* the idle refresh: the plan finds no shard changed since the published snapshot and the
+  execute commits nothing (what a scheduled refresh of a quiet table costs);
 * the Spark refresh: the same plan with the manifests read on executors, once cold
   (session start-up included when this function starts the session) and once warm;
 * what readers gain: listing every shard's state from the published snapshot versus from
@@ -69,15 +71,22 @@ def run(workdir: str, shards: int = 1000, spark: Any = None) -> dict[str, Any]:
     assert plan.num_shards == shards, (plan.num_shards, shards)
 
     def local_refresh():
-        p = plan_snapshot(table, reader=LocalManifestReader())
+        p = plan_snapshot(table, reader=LocalManifestReader(), force=True)
         return execute_snapshot(table, p)
 
     local_total, res = _median(local_refresh)
+
+    def idle_refresh():
+        return execute_snapshot(table, plan_snapshot(table, reader=LocalManifestReader()))
+
+    idle_total, idle = _median(idle_refresh)
+    assert idle.version is None, idle.to_json()
     doc["local"] = {
         "read_seconds_1_thread": round(seq_read, 4),
         "read_seconds_16_threads": round(pool16_read, 4),
         "read_seconds": round(pool_read, 4),
         "refresh_seconds": round(local_total, 4),
+        "idle_refresh_seconds": round(idle_total, 4),
         "commit_seconds": round(res.commit_seconds, 4),
         "storage": res.storage,
         "snapshot_bytes": res.bytes,
@@ -118,10 +127,10 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
     started_here = False
     t0 = time.perf_counter()
     try:
-        from jobs.spark_snapshot import SparkManifestReader
+        from memwal.spark.spark_snapshot import SparkManifestReader
 
         if spark is None:
-            from jobs.spark_engine import local_session
+            from memwal.spark.spark_engine import local_session
 
             spark = local_session("memwal-bench-snapshot")
             spark.sparkContext.setLogLevel("ERROR")
@@ -135,7 +144,7 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
         warm_read, plan = _median(lambda: plan_snapshot(table, reader=reader))
 
         def refresh():
-            return execute_snapshot(table, plan_snapshot(table, reader=reader))
+            return execute_snapshot(table, plan_snapshot(table, reader=reader, force=True))
 
         warm_total, res = _median(refresh)
         return {

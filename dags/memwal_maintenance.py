@@ -8,22 +8,21 @@ Trigger it with a run conf (or the trigger form)::
 ``table`` (required), ``storage_options`` (an object; read at run time, registered for
 masking, never rendered), ``conn_id`` (a ``memwal`` connection: the better home for
 credentials, since a run conf is visible in the UI), ``engine`` (``local`` or ``spark``),
-``spark_conn_id``. Tasks: merge, then index catch-up, then snapshot refresh, then GC with
-the default reader grace period. A merge that commits emits an event on the table's
-Asset through the ``memwal-merged`` alias.
+``spark_conn_id``, ``spark_conf`` (an object of ``--conf`` settings), ``one_application``
+(with the Spark engine, run the whole cycle as one spark-submit: default true),
+``grace_seconds`` and ``expire_versions`` (GC: base-table versions older than this are
+expired first, tags and branches kept; default 7 days; null keeps every version).
+Tasks: merge, index catch-up, compaction, snapshot refresh, GC; or, with the Spark engine
+and ``one_application``, the one task ``maintenance`` doing all five, each job's result in
+XCom under the job's name. A merge that commits emits an event on the table's Asset
+through the ``memwal-merged`` alias.
 """
 
 from __future__ import annotations
 
+from airflow.providers.standard.operators.python import BranchPythonOperator
 from airflow.sdk import DAG, Param
-
-from airflow_plugins.operators import (
-    DEFAULT_MERGED_ALIAS,
-    MemWalCatchupOperator,
-    MemWalGcOperator,
-    MemWalMergeOperator,
-    MemWalSnapshotOperator,
-)
+from memwal.airflow.operators import DEFAULT_MERGED_ALIAS, OPERATORS, MemWalMaintenanceOperator
 
 COMMON = dict(
     table="{{ params.table }}",
@@ -31,27 +30,47 @@ COMMON = dict(
     storage_options_param="storage_options",
     engine="{{ params.engine }}",
     spark_conn_id="{{ params.spark_conn_id }}",
+    spark_conf_param="spark_conf",
 )
+GC_OPTIONS = {"grace_seconds": "{{ params.grace_seconds }}", "expire_versions": "{{ params.expire_versions }}"}
+
+
+def _route(**context) -> str:
+    params = context["params"]
+    return "maintenance" if params["engine"] == "spark" and params["one_application"] else "merge"
+
 
 with DAG(
     dag_id="memwal_maintenance",
-    description="merge, index catch-up, snapshot refresh and GC of one MemWAL table (ad-hoc)",
+    description="merge, index catch-up, compaction, snapshot refresh and GC of one MemWAL table (ad-hoc)",
     schedule=None,
     catchup=False,
     max_active_runs=4,
     tags=["memwal"],
     doc_md=__doc__,
+    render_template_as_native_obj=True,  # spark_conf and the GC numbers render as values, not text
     params={
         "table": Param(type="string", minLength=1, description="table URI: s3://bucket/prefix or a local path"),
         "storage_options": Param({}, type="object", description="Lance storage options (prefer conn_id)"),
         "conn_id": Param(None, type=["null", "string"], description="memwal connection (URI and credentials)"),
         "engine": Param("local", enum=["local", "spark"]),
         "spark_conn_id": Param("spark_default", type="string"),
+        "spark_conf": Param({}, type="object", description="spark-submit --conf settings"),
+        "one_application": Param(True, type="boolean", description="Spark engine: the cycle as one spark-submit"),
+        "grace_seconds": Param(600, type="number", minimum=0, description="GC reader grace period"),
+        "expire_versions": Param(604800, type=["null", "number"], minimum=0,
+                                 description="GC expires base-table versions older than this (null: keep all)"),
     },
     default_args={"retries": 0},
 ) as dag:
-    merge = MemWalMergeOperator(task_id="merge", asset_alias=DEFAULT_MERGED_ALIAS, **COMMON)
-    catchup = MemWalCatchupOperator(task_id="catchup", **COMMON)
-    snapshot = MemWalSnapshotOperator(task_id="snapshot", **COMMON)
-    gc = MemWalGcOperator(task_id="gc", **COMMON)
-    merge >> catchup >> snapshot >> gc
+    route = BranchPythonOperator(task_id="route", python_callable=_route)
+    cycle = MemWalMaintenanceOperator(task_id="maintenance", asset_alias=DEFAULT_MERGED_ALIAS,
+                                      job_options={"gc": GC_OPTIONS}, **COMMON)
+    tasks = [
+        OPERATORS[job](task_id=job, **({"asset_alias": DEFAULT_MERGED_ALIAS} if job == "merge" else {}),
+                       **({"job_options": GC_OPTIONS} if job == "gc" else {}), **COMMON)
+        for job in OPERATORS
+    ]
+    route >> [cycle, tasks[0]]
+    for before, after in zip(tasks, tasks[1:], strict=False):
+        before >> after

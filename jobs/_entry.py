@@ -11,9 +11,10 @@ all carry them in their command lines, which every local user can read. Launcher
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 
 def warn_secret_arguments(args: list[str]) -> None:
@@ -29,18 +30,26 @@ def warn_secret_arguments(args: list[str]) -> None:
         )
 
 
-def run(action: str, argv: Sequence[str] | None = None) -> int:
+@contextlib.contextmanager
+def spark_session(app: str) -> Iterator[object]:
+    """The session spark-submit configured (its --conf wins), quiet, stopped on the way out."""
     from pyspark.sql import SparkSession
 
+    spark = SparkSession.builder.appName(app).getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def run(action: str, argv: Sequence[str] | None = None) -> int:
+    """``memwal <action> ARGS --engine spark`` inside the submitted application."""
     from memwal.cli import main
 
     args = list(sys.argv[1:] if argv is None else argv)
     warn_secret_arguments(args)
-    spark = SparkSession.builder.appName(f"memwal-{action}").getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
-    try:
+    with spark_session(f"memwal-{action}"):
         if "--engine" not in args:
             args += ["--engine", "spark"]
         return main([action, *args])
-    finally:
-        spark.stop()

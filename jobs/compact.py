@@ -3,11 +3,7 @@
 Storage credentials go in ``--storage-options-file PATH`` (mode 0600), not on the command line.
 """
 
-import os
-import sys
+from memwal.spark._entry import run
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from jobs._entry import run
-
     raise SystemExit(run("compact"))

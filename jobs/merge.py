@@ -1,10 +1,6 @@
 """``spark-submit jobs/merge.py TABLE [--shard ID]... [--max-generations N] [--json]``."""
 
-import os
-import sys
+from memwal.spark._entry import run
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from jobs._entry import run
-
     raise SystemExit(run("merge"))

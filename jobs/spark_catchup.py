@@ -13,9 +13,9 @@ from __future__ import annotations
 import pickle
 
 import lance
+from memwal.spark.spark_engine import local_session
 from pyspark.sql import SparkSession
 
-from jobs.spark_engine import local_session
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
 from memwal.table import Table
 

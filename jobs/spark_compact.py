@@ -13,9 +13,9 @@ import pickle
 
 import lance
 from lance.optimize import RewriteResult
+from memwal.spark.spark_engine import local_session
 from pyspark.sql import SparkSession
 
-from jobs.spark_engine import local_session
 from memwal.compact import CompactPlan
 from memwal.table import Table
 

@@ -6,15 +6,22 @@ table's store from the URI and storage options carried in the closure and reads 
 shards' latest manifests, a few threads per task since object-store reads are latency
 bound), and the decoded snapshot rows come back to the driver, which encodes the Lance
 file and makes the guarded commit. Nothing assumes local mode.
+
+A broken shard (:class:`ShardManifestError`) comes back from its task as data, not as an
+exception: Spark would hand the driver an exception raised on an executor wrapped in its
+own JVM and Python traces, while the local engine's one-line error names the shard. The
+driver raises the same error the local engine would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from memwal.snapshot import FieldColumn, ShardRow
+from memwal.shard_manifests import ShardManifestError
+from memwal.snapshot.format import FieldColumn, ShardRow
 from memwal.table import Table
 
 #: Threads per Spark task reading manifests.
@@ -23,15 +30,34 @@ TASK_THREADS = 8
 SHARDS_PER_TASK = 64
 
 
+@dataclass(frozen=True)
+class BrokenShard:
+    """A shard whose latest manifest a task could not establish, sent to the driver as a row."""
+
+    shard_id: str
+    reason: str
+    detail: str
+
+    @classmethod
+    def of(cls, exc: ShardManifestError) -> BrokenShard:
+        return cls(exc.shard_id, exc.reason, str(exc).removeprefix(f"shard {exc.shard_id}: "))
+
+    def error(self) -> ShardManifestError:
+        return ShardManifestError(self.shard_id, self.reason, self.detail)
+
+
 def _read_partition(uri: str, options: dict[str, str], columns: list[FieldColumn], threads: int):
-    def run(ids: Iterator[str]) -> Iterator[ShardRow]:
-        from memwal.snapshot import LocalManifestReader
+    def run(ids: Iterator[str]) -> Iterator[ShardRow | BrokenShard]:
+        from memwal.snapshot.plan import LocalManifestReader
         from memwal.table import Table as _Table
 
         shard_ids = list(ids)
         if not shard_ids:
             return iter(())
-        return iter(LocalManifestReader(threads).read_rows(_Table(uri, dict(options)), shard_ids, columns))
+        try:
+            return iter(LocalManifestReader(threads).read_rows(_Table(uri, dict(options)), shard_ids, columns))
+        except ShardManifestError as exc:
+            return iter([BrokenShard.of(exc)])
 
     return run
 
@@ -48,7 +74,7 @@ class SparkManifestReader:
 
     @classmethod
     def from_active_or_local(cls) -> SparkManifestReader:
-        from jobs.spark_engine import local_session
+        from memwal.spark.spark_engine import local_session
 
         active = SparkSession.getActiveSession()
         return cls(active or local_session())
@@ -62,4 +88,8 @@ class SparkManifestReader:
         )
         rdd = sc.parallelize(shard_ids, n)
         fn = _read_partition(table.uri, dict(table.storage_options), list(columns), self.task_threads)
-        return rdd.mapPartitions(fn).collect()
+        out = rdd.mapPartitions(fn).collect()
+        broken = sorted((r for r in out if isinstance(r, BrokenShard)), key=lambda b: b.shard_id)
+        if broken:  # the refresh publishes nothing, as with the local engine
+            raise broken[0].error()
+        return out

@@ -1,18 +1,38 @@
-"""memwal-jobs core: formats, storage, planning and the four maintenance actions.
+"""memwal-jobs: background maintenance of Lance tables with a MemWAL.
 
-This package imports neither Spark nor Airflow (DESIGN.md section 2): the Spark engine
-lives in ``jobs/`` and the Airflow integration in ``airflow_plugins/``.
+The public face is small::
+
+    import memwal
+    table = memwal.open("s3://lake/events", storage_options={...})
+    table.merge(max_generations=8)          # a typed result; .to_dict() is `memwal merge --json`
+    table.gc(dry_run=True)
+
+Everything is imported lazily (``memwal --help`` must not pay for pyarrow or Lance), and
+this package imports neither Spark nor Airflow: the Spark engine lives in ``jobs/``
+(installed as ``memwal.spark``) and the Airflow integration in ``airflow_plugins/``
+(installed as ``memwal.airflow``).
 """
 
 import os
 
-__version__ = "0.1.0"
+#: The one place the version is written (pyproject.toml reads it from here).
+__version__ = "0.2.0"
 
 # Lance logs "Index __lance_mem_wal has no fields" on every merge_insert and a warning
-# whenever a staging dataset is created: harmless noise (DESIGN.md section 4) that would
-# bury real messages. Lance reads LANCE_LOG once, when it loads, and every memwal module
-# loads this package first; a user's own LANCE_LOG still wins.
+# whenever a staging dataset is created: harmless noise that would bury real messages.
+# Lance reads LANCE_LOG once, when it loads, and every memwal module loads this package
+# first; a user's own LANCE_LOG still wins.
 LANCE_LOG_FILTER = "warn,lance::index=off,lance::dataset::write::insert=error"
 os.environ.setdefault("LANCE_LOG", LANCE_LOG_FILTER)
 # We read index statistics for counts only; the centroids are not needed (and Lance warns).
 os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
+
+__all__ = ["MemWalTable", "open", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("open", "MemWalTable"):
+        from memwal import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'memwal' has no attribute {name!r}")

@@ -1,225 +1,294 @@
-"""The four maintenance actions behind one call, for the CLI, backfills and Airflow.
+"""The five maintenance actions, each one :class:`Action`: options, plan, execute, leases.
 
-``run_action("merge", uri, storage_options, engine="local", dry_run=False, **options)``
-opens the table, plans, takes the action's lease, executes, and returns the same JSON
-document the CLI prints with ``--json``. Keeping this the one entry point means the CLI,
-``memwal backfill`` and the Airflow operators cannot drift apart.
+Every action runs the same way (:func:`run`): validate the options (the options class),
+plan (pure: reads state, returns a plan that prints as JSON, the dry run), and unless it
+is a dry run take the action's leases and execute exactly that plan, re-planning only
+after a lost race. The Python API (:mod:`memwal.api`), the CLI, ``memwal backfill``, the
+Spark entry points and the Airflow operators all call :func:`run`, so none of them can
+drift, and whether a result is a failure is decided in one place: the action's
+``problems``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from memwal import validate
 from memwal.errors import BadInputError
-from memwal.lease import DEFAULT_TTL_SECONDS
-from memwal.table import Table, open_table
+from memwal.options import (
+    CatchupOptions,
+    CompactOptions,
+    GcOptions,
+    JobOptions,
+    MergeOptions,
+    SnapshotOptions,
+)
 
-ACTIONS = ("merge", "catchup", "compact", "snapshot", "gc")
-
-# How long a merge or a snapshot refresh waits for the merge lease before giving up with
-# LeaseHeldError (exit 3): long enough to sit out the other's short hold, short enough
-# that a stuck holder is reported rather than waited on forever.
-MERGE_LEASE_WAIT_SECONDS = 30.0
-
-# Each action's engines: (module, class) for "local" and "spark". Spark classes are built
-# with ``from_active_or_local()`` (the session spark-submit made, or a local one), and
-# their modules load only when asked for: the core imports no Spark.
-ENGINES: dict[str, dict[str, tuple[str, str]]] = {
-    "merge": {"local": ("memwal.merge.execute", "LocalEngine"), "spark": ("jobs.spark_engine", "SparkMergeEngine")},
-    "catchup": {
-        "local": ("memwal.catchup", "LocalCatchupEngine"),
-        "spark": ("jobs.spark_catchup", "SparkCatchupEngine"),
-    },
-    "gc": {"local": ("memwal.gc", "LocalGcEngine"), "spark": ("jobs.spark_gc", "SparkGcEngine")},
-    "compact": {
-        "local": ("memwal.compact", "LocalCompactEngine"),
-        "spark": ("jobs.spark_compact", "SparkCompactEngine"),
-    },
-    "snapshot": {
-        "local": ("memwal.snapshot", "LocalManifestReader"),
-        "spark": ("jobs.spark_snapshot", "SparkManifestReader"),
-    },
-}
-
-# Lease TTL of every action unless ``lease_ttl=`` says otherwise (the CLI's --lease-ttl).
-DEFAULT_LEASE_TTL = DEFAULT_TTL_SECONDS
-
-ActionFn = Callable[..., dict[str, Any]]
-_REGISTRY: dict[str, ActionFn] = {}
+if TYPE_CHECKING:
+    from memwal.table import Table
 
 
-def engine_for(action_name: str, engine: str):
-    """The engine object of an action by engine name (``local`` or ``spark``)."""
-    choices = ENGINES[action_name]
-    if engine not in choices:
-        raise BadInputError(f"unknown engine {engine!r}: expected {' or '.join(choices)}")
-    module, cls = choices[engine]
-    factory = getattr(importlib.import_module(module), cls)
-    return factory.from_active_or_local() if engine == "spark" else factory()
+@dataclass(frozen=True)
+class Action:
+    """One maintenance action: what it takes, how it plans and executes, what it locks."""
+
+    name: str
+    help: str
+    options: type[JobOptions]
+    plan: Callable[[Table, Any], Any]  # (table, options) -> plan with to_json()
+    execute: Callable[[Table, Any, Any, Any, Any], Any]  # (table, plan, options, engine, lease) -> result
+    engines: dict[str, tuple[str, str]]  # engine name -> (module, class); loaded only when used
+    leases: Callable[[Table, Any], contextlib.AbstractContextManager]
+    problems: Callable[[dict], list[str]]  # the one place deciding that a result is a failure
+    #: What a dry run shows, when not the plan itself (gc shows the result it would give).
+    preview: Callable[[Table, Any], Any] | None = None
+
+    def engine(self, name: str) -> Any:
+        """The engine object by name; Spark engines are built from the active session."""
+        if name not in self.engines:
+            raise BadInputError(f"unknown engine {name!r}: expected {' or '.join(self.engines)}")
+        module, cls = self.engines[name]
+        factory = getattr(importlib.import_module(module), cls)
+        return factory.from_active_or_local() if name == "spark" else factory()
 
 
-def leases(table: Table, lease_ttl: float, *kinds: str) -> Any:
-    """The leases an action will take, each checked before any is taken.
+@dataclass
+class JobResult:
+    """What an action returns: its typed plan (dry run) or result, and the verdict."""
 
-    A corrupt lease object or a folder in a lease's place fails the action here
-    (BadInputError, exit 2) with nothing written, not even the first of its leases.
-    """
+    action: str
+    dry_run: bool
+    value: Any  # MergePlan | MergeResult | GcPlan ... (each has to_json())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly the CLI's ``--json`` document."""
+        doc = self.value.to_json()
+        return {"dry_run": True, **doc} if self.dry_run and "dry_run" not in doc else doc
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per thing that makes this run a failure (exit code 1)."""
+        return ACTIONS[self.action].problems(self.to_dict())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[str, ...] = ()) -> Any:
+    """Take the leases ``kinds`` in order (each ``wait_for`` kind waiting up to
+    ``options.lease_wait`` for a live holder to finish), after checking every one of them
+    first: a corrupt lease object or a folder in a lease's place fails the action here
+    (exit 2) with nothing written."""
     from memwal.lease import Lease
 
-    out = [Lease(table.store, kind, ttl_seconds=lease_ttl) for kind in kinds]
-    for lease in out:
+    leases = [Lease(table.store, kind, ttl_seconds=options.lease_ttl) for kind in kinds]
+    for lease in leases:
         lease.inspect()
-    return out[0] if len(out) == 1 else out
+
+    @contextlib.contextmanager
+    def held() -> Iterator[Any]:
+        with contextlib.ExitStack() as stack:
+            for lease in leases:
+                if lease.kind in wait_for:
+                    lease.acquire_waiting(options.lease_wait)
+                stack.enter_context(lease)
+            yield leases[0]
+
+    return held()
 
 
-def action(name: str) -> Callable[[ActionFn], ActionFn]:
-    def register(fn: ActionFn) -> ActionFn:
-        _REGISTRY[name] = fn
-        return fn
-
-    return register
+# ----------------------------------------------------------------------------- merge
 
 
-@action("merge")
-def merge_action(
-    table: Table,
-    *,
-    engine: str = "local",
-    dry_run: bool = False,
-    shards: list[str] | None = None,
-    max_generations: int | None = None,
-    max_rows: int | None = None,
-    max_bytes: int | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
-) -> dict[str, Any]:
-    from memwal.merge import plan_merge, run_merge
+def _plan_merge(table: Table, o: MergeOptions) -> Any:
+    from memwal.merge import plan_merge
 
-    budget = dict(shards=shards or None, max_generations=max_generations, max_rows=max_rows, max_bytes=max_bytes)
-    # Plan before taking the lease: bad input (a corrupt manifest, an unknown shard) fails
-    # here with nothing written, not even a lease object. The run re-plans under the lease.
-    plan = plan_merge(table, **budget)
-    if dry_run:
-        return {"dry_run": True, **plan.to_json()}
-    eng = engine_for("merge", engine)
-    with leases(table, lease_ttl, "merge").acquire_waiting(MERGE_LEASE_WAIT_SECONDS) as lease:
-        return run_merge(table, engine=eng, lease=lease, **budget).to_json()
+    return plan_merge(table, **_budget(o))
 
 
-@action("catchup")
-def catchup_action(
-    table: Table,
-    *,
-    engine: str = "local",
-    dry_run: bool = False,
-    indexes: list[str] | None = None,
-    max_deltas: int | None = None,
-    max_unindexed_fraction: float | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
-) -> dict[str, Any]:
-    from memwal.catchup import CatchupThresholds, plan_catchup, run_catchup
-
-    thresholds = CatchupThresholds()
-    if max_deltas is not None:
-        thresholds.max_deltas = max_deltas
-    if max_unindexed_fraction is not None:
-        thresholds.max_unindexed_fraction = max_unindexed_fraction
-    plan = plan_catchup(table, indexes=indexes, thresholds=thresholds)
-    if dry_run:
-        return {"dry_run": True, **plan.to_json()}
-    with leases(table, lease_ttl, "catchup") as lease:
-        return run_catchup(table, engine=engine_for("catchup", engine), lease=lease, indexes=indexes,
-                           thresholds=thresholds).to_json()
+def _budget(o: MergeOptions) -> dict[str, Any]:
+    return dict(shards=list(o.shards) or None, max_generations=o.max_generations, max_rows=o.max_rows,
+                max_bytes=o.max_bytes)
 
 
-@action("compact")
-def compact_action(
-    table: Table,
-    *,
-    engine: str = "local",
-    dry_run: bool = False,
-    target_rows_per_fragment: int | None = None,
-    max_rows_per_group: int | None = None,
-    materialize_deletions_threshold: float | None = None,
-    max_fragments: int | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
-) -> dict[str, Any]:
-    from memwal.compact import CompactOptions, plan_compaction, run_compact
+def _execute_merge(table: Table, plan: Any, o: MergeOptions, engine: Any, lease: Any) -> Any:
+    from memwal.merge import run_merge
 
-    options = CompactOptions(target_rows_per_fragment, max_rows_per_group, materialize_deletions_threshold,
-                             max_fragments)
-    # Plan before the lease: bad input fails here with nothing written, not even a lease object.
-    plan = plan_compaction(table, options)
-    if dry_run:
-        return {"dry_run": True, **plan.to_json()}
-    engines = dict(engine=engine_for("compact", engine), catchup_engine=engine_for("catchup", engine))
-    with leases(table, lease_ttl, "compact") as lease:
-        return run_compact(table, options=options, lease=lease, **engines).to_json()
+    return run_merge(table, plan=plan, engine=engine, lease=lease, **_budget(o))
 
 
-@action("gc")
-def gc_action(
-    table: Table,
-    *,
-    engine: str = "local",
-    dry_run: bool = False,
-    grace_seconds: float | None = None,
-    expire_versions: float | None = None,
-    orphans: bool = False,
-    orphan_age_seconds: float | None = None,
-    audit: bool = False,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
-) -> dict[str, Any]:
-    from memwal.gc import DEFAULT_GRACE_SECONDS, DEFAULT_ORPHAN_AGE_SECONDS, prepare_gc, run_gc
+def _merge_problems(doc: dict) -> list[str]:
+    return [f"shard {b['shard_id']} stopped at generation {b['generation']}: {b['reason']}" for b in doc["blocked"]]
 
-    options = dict(
-        grace_seconds=DEFAULT_GRACE_SECONDS if grace_seconds is None else grace_seconds,
-        orphan_age_seconds=DEFAULT_ORPHAN_AGE_SECONDS if orphan_age_seconds is None else orphan_age_seconds,
+
+# ----------------------------------------------------------------------------- catchup
+
+
+def _thresholds(o: CatchupOptions) -> Any:
+    from memwal.catchup import CatchupThresholds
+
+    t = CatchupThresholds()
+    if o.max_deltas is not None:
+        t.max_deltas = o.max_deltas
+    if o.max_unindexed_fraction is not None:
+        t.max_unindexed_fraction = o.max_unindexed_fraction
+    return t
+
+
+def _plan_catchup(table: Table, o: CatchupOptions) -> Any:
+    from memwal.catchup import plan_catchup
+
+    return plan_catchup(table, indexes=list(o.indexes) or None, thresholds=_thresholds(o))
+
+
+def _execute_catchup(table: Table, plan: Any, o: CatchupOptions, engine: Any, lease: Any) -> Any:
+    from memwal.catchup import run_catchup
+
+    return run_catchup(table, plan=plan, engine=engine, lease=lease)
+
+
+# ----------------------------------------------------------------------------- compact
+
+
+def _plan_compact(table: Table, o: CompactOptions) -> Any:
+    from memwal.compact import plan_compaction
+
+    return plan_compaction(table, o)
+
+
+def _execute_compact(table: Table, plan: Any, o: CompactOptions, engine: Any, lease: Any) -> Any:
+    from memwal.compact import run_compact
+
+    catchup_engine = ACTIONS["catchup"].engine(o.engine)
+    return run_compact(table, plan=plan, options=o, engine=engine, lease=lease, catchup_engine=catchup_engine)
+
+
+# ----------------------------------------------------------------------------- snapshot
+
+
+def _plan_snapshot(table: Table, o: SnapshotOptions) -> Any:
+    from memwal.snapshot import plan_snapshot
+
+    return plan_snapshot(table, reader=ACTIONS["snapshot"].engine(o.engine))
+
+
+def _execute_snapshot(table: Table, plan: Any, o: SnapshotOptions, engine: Any, lease: Any) -> Any:
+    from memwal.snapshot import execute_snapshot
+
+    return execute_snapshot(table, plan, lease=lease)
+
+
+# ----------------------------------------------------------------------------- gc
+
+
+def _plan_gc(table: Table, o: GcOptions) -> Any:
+    from memwal.gc import prepare_gc
+
+    # Plans once, before the lease: bad input (a corrupt WAL entry, an audit path that is a
+    # file) fails with nothing written. A concurrent GC deleting what we listed is retried
+    # inside; run_gc re-checks the gates against the latest table version right before it
+    # deletes, so a plan made before the lease stays safe.
+    return prepare_gc(table, audit=o.audit, grace_seconds=o.grace_seconds, orphan_age_seconds=o.orphan_age_seconds)
+
+
+def _execute_gc(table: Table, plan: Any, o: GcOptions, engine: Any, lease: Any) -> Any:
+    from memwal.gc import run_gc
+
+    return run_gc(table, plan=plan, engine=engine, lease=lease, expire_versions_seconds=o.expire_versions,
+                  orphans=o.orphans, audit=o.audit, grace_seconds=o.grace_seconds,
+                  orphan_age_seconds=o.orphan_age_seconds)
+
+
+def _preview_gc(table: Table, plan: Any) -> Any:
+    from memwal.gc import dry_run_result
+
+    return dry_run_result(table, plan)
+
+
+def _gc_problems(doc: dict) -> list[str]:
+    # Other shards were collected; a broken shard was left whole, and a link planted in
+    # the table (or a manifest path leaving its shard) needs an operator.
+    out = [f"{b['detail']} (nothing in it was collected)" for b in doc.get("broken_shards", [])]
+    unsafe = [", ".join(b.get("reasons", [])[1:]) or f"shard {b['shard_id']} generation {b['generation']}"
+              for b in doc["blocked"] if b["reason"] == "unsafe-path"]
+    if unsafe:
+        out.append(f"unsafe paths refused, nothing deleted through them: {'; '.join(unsafe)}")
+    return out
+
+
+def _single(kind: str, *, wait: bool = False) -> Callable[[Table, JobOptions], Any]:
+    return lambda table, o: lease_set(table, o, kind, wait_for=(kind,) if wait else ())
+
+
+def _none(doc: dict) -> list[str]:
+    return []
+
+
+def _spark(module: str, cls: str) -> dict[str, tuple[str, str]]:
+    return {"spark": (f"memwal.spark.{module}", cls)}
+
+
+#: Every action, in the order a maintenance cycle runs them.
+ACTIONS: dict[str, Action] = {
+    a.name: a
+    for a in (
+        Action("merge", "merge flushed generations into the base table, in order, with atomic progress",
+               MergeOptions, _plan_merge, _execute_merge,
+               {"local": ("memwal.merge.execute", "LocalEngine"), **_spark("spark_engine", "SparkMergeEngine")},
+               _single("merge", wait=True), _merge_problems),
+        Action("catchup", "bring base-table indexes up to the merged generations",
+               CatchupOptions, _plan_catchup, _execute_catchup,
+               {"local": ("memwal.catchup", "LocalCatchupEngine"), **_spark("spark_catchup", "SparkCatchupEngine")},
+               _single("catchup"), _none),
+        Action("compact", "rewrite small fragments and materialise deletions, keeping progress and index catch-up",
+               CompactOptions, _plan_compact, _execute_compact,
+               {"local": ("memwal.compact", "LocalCompactEngine"), **_spark("spark_compact", "SparkCompactEngine")},
+               _single("compact"), _none),
+        # The refresh replaces the MemWAL index entry, which can erase progress committed
+        # concurrently (hazard H1). It also holds the merge lease, so memwal-jobs' own
+        # mergers never commit during it; its detect-and-repair covers every other writer.
+        Action("snapshot", "publish every shard's state in the MemWAL index (the shard snapshot)",
+               SnapshotOptions, _plan_snapshot, _execute_snapshot,
+               {"local": ("memwal.snapshot", "LocalManifestReader"),
+                **_spark("spark_snapshot", "SparkManifestReader")},
+               lambda table, o: lease_set(table, o, "snapshot", "merge", wait_for=("merge",)), _none),
+        Action("gc", "delete merged, indexed, unretained generations and their WAL entries",
+               GcOptions, _plan_gc, _execute_gc,
+               {"local": ("memwal.gc", "LocalGcEngine"), **_spark("spark_gc", "SparkGcEngine")},
+               _single("gc"), _gc_problems, _preview_gc),
     )
-    if dry_run:
-        return run_gc(table, dry_run=True, **options).to_json()
-    # Plan once, before the lease: bad input (a corrupt WAL entry, an audit path that is a
-    # file) fails with nothing written, not even a lease object. A concurrent GC deleting
-    # what we listed is retried inside; run_gc re-checks the gates against the latest
-    # table version right before it deletes, so a plan made before the lease stays safe.
-    plan = prepare_gc(table, audit=audit, **options)
-    with leases(table, lease_ttl, "gc") as lease:
-        return run_gc(table, engine=engine_for("gc", engine), lease=lease, expire_versions_seconds=expire_versions,
-                      orphans=orphans, audit=audit, plan=plan, **options).to_json()
+}
 
 
-def run_action(
-    name: str,
-    table: str | Table,
-    storage_options: dict[str, str] | None = None,
-    **options: Any,
-) -> dict[str, Any]:
-    """Run one action on one table and return its JSON result document."""
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY))
-        raise BadInputError(f"unknown job {name!r}: expected one of {known}")
-    # Validate every option before opening the table: bad input must leave nothing written.
-    options = validate.action_options(options)
-    t = table if isinstance(table, Table) else open_table(table, storage_options)
-    return _REGISTRY[name](t, **options)
+def action(name: str) -> Action:
+    if name not in ACTIONS:
+        raise BadInputError(f"unknown job {name!r}: expected one of {', '.join(ACTIONS)}")
+    return ACTIONS[name]
 
 
-@action("snapshot")
-def snapshot_action(
-    table: Table, *, engine: str = "local", dry_run: bool = False, lease_ttl: float = DEFAULT_LEASE_TTL
-) -> dict[str, Any]:
-    from memwal.snapshot import execute_snapshot, plan_snapshot
+def run(name: str, table: Table, options: JobOptions) -> JobResult:
+    """Plan, then (unless a dry run) take the leases and execute exactly that plan."""
+    act = action(name)
+    plan = act.plan(table, options)
+    if options.dry_run:
+        return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
+    engine = act.engine(options.engine)
+    with act.leases(table, options) as lease:
+        return JobResult(name, False, act.execute(table, plan, options, engine, lease))
 
-    # Plan before the lease: bad input (a corrupt shard manifest) fails with nothing written.
-    plan = plan_snapshot(table, reader=engine_for("snapshot", engine))
-    if dry_run:
-        return {"dry_run": True, **plan.to_json()}
-    # The refresh replaces the MemWAL index entry, which can erase progress committed
-    # concurrently (hazard H1). It also holds the merge lease, so memwal-jobs' own mergers
-    # never commit during a refresh; its detect-and-repair covers every other writer.
-    snapshot_lease, merge_lease = leases(table, lease_ttl, "snapshot", "merge")
-    with snapshot_lease as lease:
-        with merge_lease.acquire_waiting(MERGE_LEASE_WAIT_SECONDS):
-            return execute_snapshot(table, plan, lease=lease).to_json()
+
+def run_action(name: str, table: str | Table, storage_options: dict[str, str] | None = None,
+               **options: Any) -> dict[str, Any]:
+    """Run one action by name with keyword options; the ``--json`` document.
+
+    Options are validated before the table is opened: bad input leaves nothing written.
+    """
+    from memwal.table import open_table
+
+    opts = action(name).options.from_kwargs(**options)
+    t = open_table(table, storage_options) if isinstance(table, str) else table
+    return run(name, t, opts).to_dict()

@@ -1,8 +1,9 @@
 """Backfills: the maintenance jobs over many tables, resumable.
 
 ``run_backfill(tables, jobs, ...)`` runs, for each table, the chosen jobs in the canonical
-order (merge, catchup, snapshot, gc) through ``memwal.actions.run_action``, the same call
-as the CLI and the Airflow operators. Tables run concurrently (``concurrency`` threads);
+order (merge, catchup, compact, snapshot, gc) through ``memwal.actions``, as the CLI and
+the Airflow operators do; whether a job failed is the action's own verdict. Tables run
+concurrently (``concurrency`` threads);
 a table's jobs run one after the other, and the first failure stops that table (its later
 jobs are reported as not run) without stopping the others.
 
@@ -26,13 +27,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memwal.actions import ACTIONS as JOB_ORDER
+from memwal.actions import action
 from memwal.errors import BadInputError, MemWalError
 
 DEFAULT_STATE_FILE = os.path.join(".memwal-backfill", "state.json")
 STATE_FORMAT = 1
 
-# statuses of one (table, job)
-DONE, SKIPPED, FAILED, NOT_RUN = "done", "skipped", "failed", "not-run"
+# statuses of one (table, job); WAITING: it ran and did what it could, but time alone will
+# let a rerun do more (a gc held by the reader grace period), so it is not recorded as done
+DONE, WAITING, SKIPPED, FAILED, NOT_RUN = "done", "waiting", "skipped", "failed", "not-run"
 
 
 def parse_jobs(text: str | Sequence[str] | None) -> list[str]:
@@ -259,7 +262,7 @@ class BackfillReport:
         return [t for t in self.tables if t.failed]
 
     def counts(self) -> dict[str, int]:
-        out = {DONE: 0, SKIPPED: 0, FAILED: 0, NOT_RUN: 0}
+        out = {DONE: 0, WAITING: 0, SKIPPED: 0, FAILED: 0, NOT_RUN: 0}
         for t in self.tables:
             for j in t.jobs:
                 out[j.status] += 1
@@ -288,6 +291,10 @@ def summarize(job: str, doc: dict[str, Any]) -> str:
             return "no index to catch up"
         state = "recorded" if doc.get("all_recorded") else "not all recorded"
         return f"v{doc['version']}: {len(doc['indexes'])} indexes {state}" if doc.get("version") else state
+    if job == "compact":
+        if doc.get("version") is None:
+            return "nothing to compact"
+        return f"v{doc['version']}: {doc.get('fragments_before')} -> {doc.get('fragments_after')} fragments"
     if job == "snapshot":
         return f"v{doc['version']}" if doc.get("version") is not None else "unchanged"
     if job == "gc":
@@ -295,30 +302,28 @@ def summarize(job: str, doc: dict[str, Any]) -> str:
     return "done"
 
 
-def _merge_gap(doc: dict[str, Any]) -> str | None:
-    blocked = doc.get("blocked") or []
-    if not blocked:
-        return None
-    return "; ".join(f"shard {b['shard_id']} stopped at generation {b['generation']}: {b['reason']}" for b in blocked)
-
-
 Runner = Callable[..., dict[str, Any]]
 Progress = Callable[[str, JobRun], None]
 
 
-def _run_job(
+def run_job(
     runner: Runner, table: str, job: str, storage_options: dict[str, str], engine: str, options: dict[str, Any]
 ) -> JobRun:
+    """Run one job on one table; the outcome, never an exception (one table's failure must
+    not stop the others). Failure is the action's own verdict (its ``problems``)."""
     started = time.monotonic()
     run = JobRun(table=table, job=job, status=DONE)
     try:
         doc = runner(job, table, storage_options, engine=engine, dry_run=False, **options)
         run.result = json.loads(json.dumps(doc, default=str))
-        gap = _merge_gap(doc) if job == "merge" else None
-        if gap:
-            run.status, run.error, run.exit_code = FAILED, gap, 1
+        problems = action(job).problems(doc)  # the same verdict as the CLI's exit code
+        if problems:
+            run.status, run.error, run.exit_code = FAILED, "; ".join(problems), 1
         else:
             run.summary = summarize(job, doc)
+            if doc.get("time_will_free"):
+                run.status = WAITING
+                run.summary += "; more becomes free after the reader grace period: rerun later"
     except MemWalError as exc:
         run.status, run.error, run.exit_code = FAILED, str(exc).strip() or type(exc).__name__, exc.exit_code
     except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
@@ -376,14 +381,14 @@ def run_backfill(
                 notify("end", run)
                 continue
             notify("start", JobRun(table, job, "running"))
-            run = _run_job(runner, table, job, dict(storage_options or {}), engine, options.get(job, {}))
-            if run.status == DONE:
+            run = run_job(runner, table, job, dict(storage_options or {}), engine, options.get(job, {}))
+            if run.status == DONE:  # WAITING is not recorded: a rerun does the rest
                 state.mark_done(
                     table,
                     job,
                     {"finished_at": time.time(), "summary": run.summary, "version": (run.result or {}).get("version")},
                 )
-            else:
+            elif run.status == FAILED:
                 stopped_by = job
             out.jobs.append(run)
             notify("end", run)

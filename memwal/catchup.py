@@ -183,9 +183,10 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Leas
     return result
 
 
-def run_catchup(table: Table, *, engine=None, lease: Lease | None = None, indexes: list[str] | None = None,
-                thresholds: CatchupThresholds | None = None) -> CatchupResult:
-    plan = plan_catchup(table, indexes=indexes, thresholds=thresholds)
+def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine=None, lease: Lease | None = None,
+                indexes: list[str] | None = None, thresholds: CatchupThresholds | None = None) -> CatchupResult:
+    """Execute ``plan`` (or a fresh one) and insist that Lance recorded the catch-up."""
+    plan = plan or plan_catchup(table, indexes=indexes, thresholds=thresholds)
     result = execute_catchup(table, plan, engine, lease=lease)
     if not result.all_recorded:
         missing = [i.index_name for i in result.indexes if not i.recorded]

@@ -1,6 +1,6 @@
-"""The operator CLI: ``memwal status|merge|catchup|snapshot|gc|verify|lease|backfill|scan|demo-data``.
+"""The operator CLI: ``memwal status|merge|catchup|compact|snapshot|gc|scan|verify|lease|merge-ops|backfill|demo-data``.
 
-The contract (DESIGN.md section 5) is what automation depends on: exit code 0 done,
+The contract is what automation depends on: exit code 0 done,
 1 failed, 2 bad usage or bad input, 3 lost lease or fenced; logs on stderr, the ``--json``
 document alone on stdout. Each command lives in ``memwal/commands/<name>.py`` as a thin
 shell over the core's plan/execute calls; this module only parses, dispatches and maps
@@ -12,15 +12,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from memwal import validate
 from memwal.commands import COMMAND_MODULES
-from memwal.commands.common import EXIT_FAILED, Parser, check_result_file, parse_storage_options
-from memwal.errors import MemWalError
+from memwal.commands.common import EXIT_FAILED, EXIT_OK, Parser, check_result_file, parse_storage_options
+from memwal.errors import MemWalError, first_line
 from memwal.secret_options import with_options_file
-from memwal.table import first_line
 
 log = logging.getLogger("memwal")
 
@@ -29,13 +29,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="memwal",
         description="Background maintenance of Lance tables with a MemWAL: merge flushed generations, "
-        "catch indexes up, refresh the shard snapshot, collect garbage.",
+        "catch indexes up, compact the base table, refresh the shard snapshot, collect garbage.",
         epilog="Exit codes: 0 done, 1 failed, 2 bad usage or input, 3 lost lease or fenced. "
         "Logs go to stderr; with --json the result document alone goes to stdout.",
     )
+    from memwal import __version__
+
+    parser.add_argument("--version", action="version", version=f"memwal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         module = importlib.import_module(f"memwal.commands.{module_name}")
+        if hasattr(module, "add_parsers"):
+            module.add_parsers(sub)
+            continue
         p = module.add_parser(sub)
         p.set_defaults(run=module.run)
     return parser
@@ -45,7 +51,7 @@ def configure_logging(debug: bool) -> None:
     """Our logs go to stderr whatever the host process configured for the root logger."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("memwal", "jobs", "airflow_plugins"):
+    for name in ("memwal",):  # memwal.spark and memwal.airflow log below it
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
         logger.setLevel(logging.DEBUG if debug else logging.INFO)
@@ -70,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memwal: interrupted", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:  # `memwal status T | head`: the reader left, which is not a failure
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, not a trace
         if args.debug:
             log.exception("failed")

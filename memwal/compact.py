@@ -16,21 +16,19 @@ be redone against the new one.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lance.commit import CommitConflictError
 from lance.optimize import Compaction, CompactionTask, RewriteResult
 
-from memwal import validate
 from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
-from memwal.errors import MemWalError
-from memwal.merge.execute import _is_retryable
+from memwal.errors import MemWalError, first_line
+from memwal.options import CompactOptions
+from memwal.retry import after_conflict, is_conflict
 from memwal.status import maintained_indexes
-from memwal.table import Table, first_line
+from memwal.table import Table
 from memwal.table_manifest import TableManifest, list_versions
 
 if TYPE_CHECKING:
@@ -45,39 +43,15 @@ Step = Callable[[str], None]
 CATCHUP_ATTEMPTS = 4
 
 
-class CompactConflictError(MemWalError):
-    """A concurrent writer kept preempting the compaction commit; a rerun re-plans."""
-
-
-@dataclass
-class CompactOptions:
-    """The user's knobs, in Lance's compaction option names where they map one to one."""
-
-    target_rows_per_fragment: int | None = None
-    max_rows_per_group: int | None = None
-    materialize_deletions_threshold: float | None = None
-    max_fragments: int | None = None
-
-    def validate(self) -> CompactOptions:
-        """Refuse bad values before anything is read or written (exit code 2), by the same
-        rules as every other action's options."""
-        for name in ("target_rows_per_fragment", "max_rows_per_group", "max_fragments"):
-            if getattr(self, name) is not None:
-                setattr(self, name, validate.positive_int(name, getattr(self, name)))
-        if self.materialize_deletions_threshold is not None:
-            self.materialize_deletions_threshold = validate.fraction(
-                "materialize_deletions_threshold", self.materialize_deletions_threshold)
-        return self
-
-    def to_lance(self) -> dict[str, Any]:
-        """Lance's ``CompactionOptions`` (unset values keep Lance's and the table config's defaults)."""
-        out: dict[str, Any] = {
-            "target_rows_per_fragment": self.target_rows_per_fragment,
-            "max_rows_per_group": self.max_rows_per_group,
-            "materialize_deletions_threshold": self.materialize_deletions_threshold,
-            "max_source_fragments": self.max_fragments,
-        }
-        return {k: v for k, v in out.items() if v is not None}
+def lance_options(options: CompactOptions) -> dict[str, Any]:
+    """Lance's ``CompactionOptions`` (unset values keep Lance's and the table config's defaults)."""
+    out: dict[str, Any] = {
+        "target_rows_per_fragment": options.target_rows_per_fragment,
+        "max_rows_per_group": options.max_rows_per_group,
+        "materialize_deletions_threshold": options.materialize_deletions_threshold,
+        "max_source_fragments": options.max_fragments,
+    }
+    return {k: v for k, v in out.items() if v is not None}
 
 
 @dataclass
@@ -172,30 +146,21 @@ class LocalCompactEngine:
         return [task.execute(ds) for task in plan.lance_tasks]
 
 
-def is_commit_conflict(exc: BaseException) -> bool:
-    """A retryable conflict with a concurrent commit: Lance's own exception type when it
-    raises one, else the message of the plain OSError pylance 14 raises for a preempted
-    Rewrite ("Retryable commit conflict ... preempted by concurrent transaction")."""
-    if isinstance(exc, CommitConflictError):
-        return exc.retryable
-    return isinstance(exc, OSError | RuntimeError | MemWalError) and _is_retryable(exc)
-
-
 def plan_compaction(table: Table, options: CompactOptions | None = None,
                     manifest: TableManifest | None = None) -> CompactPlan:
     """Pure: which fragments Lance would rewrite, and the progress the commit must keep."""
-    options = (options or CompactOptions()).validate()
+    options = options or CompactOptions()
     manifest = manifest or table.require_mem_wal()
     ds = table.dataset(manifest.version)
-    lance_options = options.to_lance()
+    lance_opts = lance_options(options)
     try:
-        lance_plan = Compaction.plan(ds, lance_options)
+        lance_plan = Compaction.plan(ds, lance_opts)
     except (ValueError, OSError, RuntimeError) as exc:
         raise MemWalError(f"{table.uri}: cannot plan the compaction: {first_line(exc)}") from exc
     plan = CompactPlan(
         table=table.uri,
         read_version=manifest.version,
-        options=lance_options,
+        options=lance_opts,
         fragments_before=len(ds.get_fragments()),
         compacted=dict(manifest.compacted),
         index_catchup={k: dict(v) for k, v in manifest.index_catchup.items()},
@@ -286,7 +251,7 @@ def restore_catchup(table: Table, before: dict[str, dict[str, int]], catchup_eng
         try:
             done = execute_catchup(table, plan, engine, lease=lease)
         except (OSError, RuntimeError) as exc:
-            if not is_commit_conflict(exc) or attempt == CATCHUP_ATTEMPTS:
+            if not is_conflict(exc) or attempt == CATCHUP_ATTEMPTS:
                 raise
             log.warning("index catch-up after compaction conflicted (%s); retrying", first_line(exc))
             continue
@@ -338,37 +303,27 @@ def dropped_catchup(table: Table, manifest: TableManifest) -> list[str]:
     return out
 
 
-def run_compact(table: Table, *, options: CompactOptions | None = None, engine: CompactEngine | None = None,
-                lease: Lease | None = None, catchup_engine=None, max_attempts: int = 6,
-                on_step: Step | None = None, sleep: Callable[[float], None] = time.sleep) -> CompactResult:
-    """Plan and execute, re-planning after a commit conflict with a concurrent writer.
+def run_compact(table: Table, *, plan: CompactPlan | None = None, options: CompactOptions | None = None,
+                engine: CompactEngine | None = None, lease: Lease | None = None, catchup_engine=None,
+                max_attempts: int = 6, on_step: Step | None = None,
+                sleep: Callable[[float], None] = time.sleep) -> CompactResult:
+    """Execute ``plan`` (or a fresh one), re-planning only after a commit conflict.
 
     When nothing is worth compacting nothing is committed, unless an earlier run committed
     its compaction and stopped before re-earning the index catch-up: that is finished here.
     """
     engine = engine or LocalCompactEngine()
-    for attempt in range(1, max_attempts + 1):
-        plan = plan_compaction(table, options)
-        if plan.is_empty():
-            return _nothing_to_compact(table, plan, engine, lease=lease, catchup_engine=catchup_engine)
-        try:
-            result = execute_compaction(table, plan, engine, lease=lease, on_step=on_step,
-                                        catchup_engine=catchup_engine)
-        except (OSError, RuntimeError) as exc:
-            if not is_commit_conflict(exc):
-                raise
-            if attempt == max_attempts:
-                raise CompactConflictError(
-                    f"{table.uri}: concurrent commits preempted the compaction {attempt} times; "
-                    f"nothing was committed, rerun it ({first_line(exc)})") from exc
-            delay = min(5.0, 0.2 * 2 ** (attempt - 1)) * (0.5 + random.random())
-            log.warning("compaction attempt %d conflicted (%s); re-planning in %.1fs", attempt,
-                        first_line(exc), delay)
-            sleep(delay)
-            continue
-        result.attempts = attempt
+
+    def attempt(n: int) -> CompactResult:
+        p = plan if n == 1 and plan is not None else plan_compaction(table, options)
+        if p.is_empty():
+            return _nothing_to_compact(table, p, engine, lease=lease, catchup_engine=catchup_engine)
+        result = execute_compaction(table, p, engine, lease=lease, on_step=on_step, catchup_engine=catchup_engine)
+        result.attempts = n
         return result
-    raise AssertionError("unreachable")
+
+    return after_conflict(attempt, what=f"{table.uri}: compaction (nothing of a lost attempt was committed)",
+                          attempts=max_attempts, sleep=sleep)
 
 
 def _nothing_to_compact(table: Table, plan: CompactPlan, engine: CompactEngine, *, lease: Lease | None,

@@ -1,4 +1,7 @@
-"""Exceptions with the exit code the CLI maps them to (DESIGN.md section 5)."""
+"""Exceptions with the exit code the CLI maps them to, and the one-line form of any error."""
+
+import os
+import re
 
 
 class MemWalError(Exception):
@@ -31,3 +34,39 @@ class NotFoundError(BadInputError):
 
 class PreconditionFailedError(MemWalError):
     """A conditional write lost its race (object exists, or ETag changed)."""
+
+
+class ConflictError(MemWalError):
+    """A concurrent writer kept winning a race (a commit or a conditional write): exit code 3.
+
+    Raised after retries (memwal.retry); a rerun re-reads and usually succeeds.
+    """
+
+    exit_code = 3
+
+
+# Rust source locations Lance appends to its messages ("..., /home/x/lance/src/a.rs:12:5").
+_RUST_LOCATION = re.compile(r",?\s*(/[\w.-]+)+\.rs:\d+:\d+")
+# Error class prefixes Lance and Arrow put in messages ("LanceError(IO): ").
+_ERROR_PREFIX = re.compile(r"\b(LanceError|ArrowError|DataFusionError)(\(\w+\))?: ")
+
+
+def first_line(exc: BaseException, uri: str | None = None) -> str:
+    """The first line of an error, for one-line messages: Lance's Rust source locations
+    and error class prefixes dropped, and (given the table ``uri``) the leading ``/`` that
+    object_store strips from local paths put back, so the message names the real path."""
+    text = str(exc).strip()
+    text = text.splitlines()[0] if text else "unexpected failure"
+    text = _ERROR_PREFIX.sub("", _RUST_LOCATION.sub("", text)).strip()
+    if uri and os.path.isabs(local := _local_path(uri)):
+        bare = local.strip("/")
+        if bare:
+            text = re.sub(r"(?<![\w/.-])" + re.escape(bare), "/" + bare, text)
+    return text or "unexpected failure"
+
+
+def _local_path(uri: str) -> str:
+    """The file system path of a local table URI ("" for other stores)."""
+    if uri.startswith("file://"):
+        return uri[len("file://localhost") :] if uri.startswith("file://localhost/") else uri[len("file://") :]
+    return "" if "://" in uri else os.path.abspath(uri)

@@ -405,12 +405,16 @@ class Lease:
         LeaseHeldError propagates (exit code 3).
         """
         deadline = self.clock() + timeout_seconds
+        waited = False
         while True:
             try:
                 return self.acquire()
-            except LeaseHeldError:
+            except LeaseHeldError as exc:
                 if self.clock() + poll_seconds > deadline:
-                    raise
+                    raise LeaseHeldError(f"{exc} (waited {timeout_seconds:.0f}s for it)") from None
+                if not waited:  # say why the job is not starting (once), not just stall
+                    log.info("waiting up to %.0fs: %s", timeout_seconds, exc)
+                    waited = True
                 sleep(poll_seconds)
 
     def release(self) -> None:
@@ -478,7 +482,7 @@ class LeaseInfo:
     expires: str | None = None
     problem: str | None = None
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         """The JSON form (all fields)."""
         return asdict(self)
 

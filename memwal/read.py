@@ -21,17 +21,17 @@ Where shard state comes from (``source``):
   generation, instead of reading every manifest. No snapshot published (or an unreadable
   one) means: every shard from its manifest.
 
-Shard pruning (spec: "Shard Pruning") with a ``filter``: :func:`memwal.sharding.parse_simple_filter`
-gives the literals the filter allows per column, :func:`memwal.sharding.prune_shards` the
-shard field values those rows can have. A shard is skipped only when its values are known
+Shard pruning (spec: "Shard Pruning") with a ``filter``: :func:`memwal.pruning.filter_literals`
+gives the literals the filter allows per column, :func:`memwal.pruning.allowed_shard_values` the
+shard field values Lance routes those rows to. A shard is skipped only when its values are known
 to be outside that set, and only on shard fields computed from primary-key columns alone:
 then every version of a key (base row, updates, tombstones, which carry only the key) has
 the same shard value, so none of the shard's keys can match the filter and leaving its
 generations out changes nothing. (A field on a non-key column is never used: an update
 could move a key out of the filter, and leaving that update out would resurrect the old
 base row.) A shard's values come from its ``shard_field_entries`` when the writer recorded
-them; pylance 14's ``ShardWriter`` does not, so they are then *inferred* by evaluating the
-spec on the primary keys of **every** row in the generations the reader would open. That
+them; pylance 14's ``ShardWriter`` does not, so they are then *inferred* by routing (with
+Lance) the primary keys of **every** row in the generations the reader would open. That
 is exact (it does not assume the writer routed correctly) and costs a key-column read of
 those generations only when the filter constrains a prunable field.
 """
@@ -54,17 +54,11 @@ from memwal.errors import BadInputError
 from memwal.merge_ops import MergeOps, from_config
 from memwal.naming import manifest_key
 from memwal.paths import generation_key
+from memwal.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches, source_columns
 from memwal.shard_manifests import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
-from memwal.sharding import (
-    evaluate_sharding_spec,
-    field_names_from_lance_schema,
-    parse_simple_filter,
-    prune_shards,
-    shard_field_value_from_bytes,
-    shard_matches,
-    spec_to_dict,
-)
-from memwal.snapshot import SnapshotUnavailableError, read_snapshot
+from memwal.sharding import field_names_from_lance_schema, shard_field_value_from_bytes, spec_to_dict
+from memwal.snapshot.format import SnapshotUnavailableError
+from memwal.snapshot.locate import read_snapshot
 from memwal.storage import LocalStore
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
@@ -181,75 +175,63 @@ def _prunable_fields(spec: dict, field_names: dict[int, str], pk: set[str]) -> l
     """Fields whose value depends on primary-key columns only (see the module docstring)."""
     out = []
     for f in spec["fields"]:
-        if f["transform"] == "unsharded":
-            out.append(f)
-            continue
-        column = (f["parameters"].get("column") or "").strip()
-        names = [column] if column else [field_names.get(i) for i in f["source_ids"]]
-        if names and all(n is not None and n in pk for n in names):
+        names = source_columns(f, field_names)
+        if names and all(n in pk for n in names):
             out.append(f)
     return out
 
 
 def _inferred_values(
-    table: Table, view: ShardView, gens: list[tuple[int, str]], spec: dict, field_names: dict[int, str]
+    table: Table, view: ShardView, gens: list[tuple[int, str]], spec: dict, lance_schema: Any, columns: list[str]
 ) -> dict[str, set[Any]] | None:
-    """Every shard field value of the rows in ``gens``; None when it cannot be computed."""
-    columns = sorted(
-        {field_names[i] for f in spec["fields"] for i in f["source_ids"] if i in field_names}
-        | {f["parameters"]["column"] for f in spec["fields"] if (f["parameters"].get("column") or "").strip()}
-    )
-    out: dict[str, set[Any]] = {f["field_id"]: set() for f in spec["fields"]}
-    for _g, path in gens:
-        uri = table.store.uri_for(generation_key(view.shard_id, path))
-        try:
-            rows = lance.dataset(uri, storage_options=table.storage_options or None).to_table(columns=columns)
-            if rows.num_rows == 0:
-                continue
-            values = evaluate_sharding_spec(rows.combine_chunks(), spec, field_names)
-        except (OSError, ValueError, RuntimeError, BadInputError) as exc:
-            log.info("shard %s: cannot infer its shard values (%s): not pruned", view.shard_id, exc)
-            return None
-        for name in values.schema.names:
-            vals = values.column(name).to_pylist()
-            if any(v is None for v in vals):
-                return None
-            out[name].update(vals)
-    return out
+    """Every shard field value Lance routes the rows in ``gens`` to; None when unknown."""
+
+    def batches() -> Iterable[pa.RecordBatch]:
+        for _g, path in gens:
+            uri = table.store.uri_for(generation_key(view.shard_id, path))
+            yield from lance.dataset(uri, storage_options=table.storage_options or None).to_batches(columns=columns)
+
+    try:
+        values = routed_values(batches(), spec, lance_schema)
+    except (OSError, ValueError, RuntimeError) as exc:
+        log.info("shard %s: cannot infer its shard values (%s): not pruned", view.shard_id, exc)
+        return None
+    if values is None:
+        log.info("shard %s: Lance gives no shard value to some of its rows: not pruned", view.shard_id)
+    return values
 
 
 class _Pruner:
     def __init__(self, table: Table, manifest: TableManifest, filter: str) -> None:
         self.table = table
-        self.by_spec: dict[int, tuple[dict, dict[str, set[Any]]]] = {}
-        predicate = parse_simple_filter(filter)
-        if not predicate or manifest.mem_wal is None:
+        self.by_spec: dict[int, tuple[dict, dict[str, set[Any]], list[str]]] = {}
+        literals = filter_literals(filter)
+        if not literals or manifest.mem_wal is None:
             return
         ds = table.dataset(manifest.version)
-        self.field_names = field_names_from_lance_schema(ds)
+        self.lance_schema = ds.lance_schema
+        field_names = field_names_from_lance_schema(self.lance_schema)
         pk = set(_primary_key(ds.schema))
         for raw in manifest.mem_wal.sharding_specs:
             spec = spec_to_dict(raw)
-            fields = _prunable_fields(spec, self.field_names, pk)
-            if not fields:
-                continue
-            narrow = {"spec_id": spec["spec_id"], "fields": fields}
-            allowed = prune_shards(narrow, self.field_names, predicate, ds.schema)
+            fields = _prunable_fields(spec, field_names, pk)
+            allowed = allowed_shard_values({"spec_id": spec["spec_id"], "fields": fields}, self.lance_schema, literals)
             if allowed:
-                narrow["fields"] = [f for f in fields if f["field_id"] in allowed]
-                self.by_spec[spec["spec_id"]] = (narrow, allowed)
+                narrow = {"spec_id": spec["spec_id"], "fields": [f for f in fields if f["field_id"] in allowed]}
+                columns = sorted({c for f in narrow["fields"] for c in source_columns(f, field_names) or []})
+                self.by_spec[spec["spec_id"]] = (narrow, allowed, columns)
 
     def keep(self, view: ShardView, gens: list[tuple[int, str]]) -> bool:
         """False only when no row of the shard's generations can match the filter."""
         entry = self.by_spec.get(view.shard_spec_id) if view.shard_spec_id else None
         if entry is None:
             return True
-        spec, allowed = entry
+        spec, allowed, columns = entry
         if all(fid in view.fields for fid in allowed):
             return shard_matches(view.fields, allowed)
         if not gens:
             return True  # nothing to read either way; keep the shard in the listing
-        inferred = _inferred_values(self.table, view, gens, spec, self.field_names)
+        inferred = _inferred_values(self.table, view, gens, spec, self.lance_schema, columns)
         if inferred is None:
             return True
         return all(inferred[fid] & allowed[fid] for fid in allowed)
@@ -379,12 +361,14 @@ def lsm_scan(
     snapshots: list[ShardSnapshot] | None = None,
     source: str = "manifests",
     manifest: TableManifest | None = None,
+    plan: ReadPlan | None = None,
 ) -> pa.Table:
     """The rows a reader sees: base table merged with unmerged generations by primary key.
 
     A table with merge operators is folded here (pylance's ``LsmScanner`` is last write
     wins and would return wrong values for folding columns); ``snapshots`` must then be
-    left to this function, which needs the generations' paths.
+    left to this function (or given as ``plan``), which needs the generations' paths.
+    ``plan`` is a :func:`plan_read` already made for this read (at ``manifest``).
     """
     manifest = manifest or table.require_mem_wal()
     ds = table.dataset(manifest.version)
@@ -392,10 +376,10 @@ def lsm_scan(
     if ops.active:
         if snapshots is not None:
             raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, not snapshots")
-        plan = plan_read(table, source=source, filter=filter, manifest=manifest)
+        plan = plan or plan_read(table, source=source, filter=filter, manifest=manifest)
         return folded_scan(table, ds, plan, ops, columns=columns, filter=filter, limit=limit)
     if snapshots is None:
-        snapshots = plan_read(table, source=source, filter=filter, manifest=manifest).snapshots
+        snapshots = (plan or plan_read(table, source=source, filter=filter, manifest=manifest)).snapshots
     scanner = LsmScanner.from_snapshots(ds, snapshots)
     if columns:
         scanner = scanner.project(columns)

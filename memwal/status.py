@@ -49,7 +49,7 @@ class TableStatus:
     maintained_indexes: list[str]
     shards: list[ShardStatus]
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
     @property

@@ -7,15 +7,13 @@ so a user passes ``--storage-option`` once for everything.
 from __future__ import annotations
 
 import logging
-import os
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import lance
 
 from memwal import validate
-from memwal.errors import BadInputError, NotFoundError
+from memwal.errors import BadInputError, NotFoundError, first_line
 from memwal.storage import LocalStore, Store, check_table_uri, open_store
 from memwal.table_manifest import TableManifest, read_table_manifest
 
@@ -88,28 +86,3 @@ def check_own_folders(store: Store) -> None:
             raise BadInputError(f"{store.uri_for(key)} is a file, expected a folder: move it away and rerun")
 
 
-# Rust source locations Lance appends to its messages ("..., /home/x/lance/src/a.rs:12:5").
-_RUST_LOCATION = re.compile(r",?\s*(/[\w.-]+)+\.rs:\d+:\d+")
-# Error class prefixes Lance and Arrow put in messages ("LanceError(IO): ").
-_ERROR_PREFIX = re.compile(r"\b(LanceError|ArrowError|DataFusionError)(\(\w+\))?: ")
-
-
-def first_line(exc: BaseException, uri: str | None = None) -> str:
-    """The first line of an error, for one-line messages: Lance's Rust source locations
-    and error class prefixes dropped, and (given the table ``uri``) the leading ``/`` that
-    object_store strips from local paths put back, so the message names the real path."""
-    text = str(exc).strip()
-    text = text.splitlines()[0] if text else "unexpected failure"
-    text = _ERROR_PREFIX.sub("", _RUST_LOCATION.sub("", text)).strip()
-    if uri and os.path.isabs(local := _local_path(uri)):
-        bare = local.strip("/")
-        if bare:
-            text = re.sub(r"(?<![\w/.-])" + re.escape(bare), "/" + bare, text)
-    return text or "unexpected failure"
-
-
-def _local_path(uri: str) -> str:
-    """The file system path of a local table URI ("" for other stores)."""
-    if uri.startswith("file://"):
-        return uri[len("file://localhost") :] if uri.startswith("file://localhost/") else uri[len("file://") :]
-    return "" if "://" in uri else os.path.abspath(uri)

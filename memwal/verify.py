@@ -19,12 +19,12 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal.errors import MemWalError
+from memwal.errors import MemWalError, first_line
 from memwal.merge.plan import primary_key_of
 from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
 from memwal.shard_manifests import generation_readable, read_shard_manifests
-from memwal.table import Table, first_line
+from memwal.table import Table
 
 #: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).
 _READ_ERRORS = (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException)
@@ -50,7 +50,7 @@ class VerifyResult:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         d = asdict(self)
         d["ok"] = self.ok
         return d

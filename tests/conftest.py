@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from memwal.demo_data import Model, Workload, create_base_table, write_generations
+from memwal.storage import Store, open_store
 from memwal.table import Table, open_table
+
+if TYPE_CHECKING:  # moto and boto3 load only when a test asks for the S3 server
+    from tests.s3server import S3Server
 
 
 @pytest.fixture(autouse=True)
@@ -16,7 +22,7 @@ def restore_logging():
     propagation); tests that call it in-process must not leave that to later tests."""
     import logging
 
-    names = ("memwal", "jobs", "airflow_plugins")
+    names = ("memwal",)
     saved = {
         n: (logging.getLogger(n).handlers[:], logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names
     }
@@ -24,6 +30,29 @@ def restore_logging():
     for n, (handlers, level, propagate) in saved.items():
         logger = logging.getLogger(n)
         logger.handlers[:], logger.level, logger.propagate = handlers, level, propagate
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """The process's moto S3 server, started on first use (shared with modules that import
+    ``tests.s3server.s3_server`` themselves: one server, reference counted)."""
+    from tests.s3server import acquire_shared_s3_server, release_shared_s3_server
+
+    server = acquire_shared_s3_server()
+    try:
+        yield server
+    finally:
+        release_shared_s3_server()
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A fresh empty store: a local directory, or a nested prefix in a fresh S3 bucket."""
+    if request.param == "local":
+        return open_store(str(tmp_path / "table"))
+    server: S3Server = request.getfixturevalue("s3_server")
+    uri, opts = server.new_table("tables/t1")
+    return open_store(uri, opts)
 
 
 SMALL = Workload(base_rows=300, shards=3, generations=4, rows_per_generation=40, seed=1)
@@ -61,7 +90,7 @@ def spark():
     """One local-mode Spark session for the whole run (startup costs seconds)."""
     import logging
 
-    from jobs.spark_engine import local_session
+    from memwal.spark.spark_engine import local_session
 
     # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
     # after pytest closed the streams its handlers write to.

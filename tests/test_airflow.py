@@ -28,16 +28,17 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 from airflow.sdk import AssetAlias  # noqa: E402
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred  # noqa: E402
 from airflow.sdk.execution_time.context import OutletEventAccessors  # noqa: E402
-
-from airflow_plugins.hooks import MemWalHook, table_asset  # noqa: E402
-from airflow_plugins.operators import (  # noqa: E402
+from memwal.airflow.hooks import MemWalHook, table_asset  # noqa: E402
+from memwal.airflow.operators import (  # noqa: E402
     MemWalCatchupOperator,
+    MemWalCompactOperator,
     MemWalGcOperator,
     MemWalMergeOperator,
     MemWalSnapshotOperator,
 )
-from airflow_plugins.sensors import MergedGenerationSensor, MergeLagSensor  # noqa: E402
-from airflow_plugins.triggers import MemWalStatusTrigger  # noqa: E402
+from memwal.airflow.sensors import MergedGenerationSensor, MergeLagSensor  # noqa: E402
+from memwal.airflow.triggers import MemWalStatusTrigger  # noqa: E402
+
 from memwal.catchup import run_catchup  # noqa: E402
 from memwal.demo_data import shard_ids_for  # noqa: E402
 from memwal.lease import Lease  # noqa: E402
@@ -186,8 +187,11 @@ def test_dag_files_import_without_config(monkeypatch):
     assert bag.import_errors == {}
     assert sorted(bag.dag_ids) == ["memwal_maintenance"]
     dag = bag.dags["memwal_maintenance"]
-    assert [t.task_id for t in dag.topological_sort()] == ["merge", "catchup", "snapshot", "gc"]
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "route", "maintenance", "merge", "catchup", "compact", "snapshot", "gc"]
+    assert dag.get_task("route").downstream_task_ids == {"maintenance", "merge"}
     assert all("storage_options" not in t.template_fields for t in dag.tasks)
+    assert dag.params["expire_versions"] == 7 * 24 * 3600  # GC frees storage by default
 
 
 def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
@@ -212,15 +216,18 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
     ]
     events = bag.dags["memwal_events"]
     assert events.max_active_runs == 1
-    assert [t.task_id for t in events.topological_sort()] == ["merge", "catchup", "snapshot", "gc"]
-    merge = events.get_task("merge")
-    assert merge.engine == "spark" and merge.spark_conf == {"spark.executor.memory": "2g"}
-    assert merge.retries == 3 and merge.retry_exponential_backoff == 2.0
-    assert AssetAlias("memwal-merged:events") in merge.outlets
-    assert events.get_task("gc").grace_seconds == 900
+    # engine spark: the whole cycle is one spark-submit, each job's options as given
+    assert [t.task_id for t in events.topological_sort()] == ["maintenance"]
+    cycle = events.get_task("maintenance")
+    assert cycle.engine == "spark" and cycle.spark_conf == {"spark.executor.memory": "2g"}
+    assert cycle.jobs == ["merge", "catchup", "compact", "snapshot", "gc"]
+    assert cycle.retries == 3 and cycle.retry_exponential_backoff == 2.0
+    assert AssetAlias("memwal-merged:events") in cycle.outlets
+    assert cycle.job_options["gc"] == {"grace_seconds": 900, "expire_versions": 7 * 24 * 3600}
     users = bag.dags["memwal_users"]
     assert [t.task_id for t in users.topological_sort()] == ["merge", "gc"]
     assert users.get_task("merge").engine == "local"
+    assert users.get_task("gc").job_options == {"grace_seconds": 900, "expire_versions": 7 * 24 * 3600}
     lag = bag.dags["memwal_users_lag"]
     sensor = lag.get_task("wait_for_lag")
     assert isinstance(sensor, MergeLagSensor) and sensor.deferrable and sensor.soft_fail
@@ -231,6 +238,12 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
     config.write_text("tables:\n  - table: s3://a/t\n    engine: flink\n")
     bad = dagbag()
     assert any("engine must be local or spark" in e for e in bad.import_errors.values())
+    config.write_text("tables:\n  - table: s3://a/t\n    gc: {grace_seconds: .nan}\n")
+    bad = dagbag()
+    assert any("gc: grace_seconds" in e and "not a finite number" in e for e in bad.import_errors.values())
+    config.write_text("tables:\n  - table: s3://a/t\n    gc: {expire_versions: null}\n    engine: local\n")
+    keep_all = dagbag().dags["memwal_t"].get_task("gc")
+    assert keep_all.options("local").expire_versions is None
 
 
 # -- operators ----------------------------------------------------------------------------
@@ -283,7 +296,7 @@ def test_operator_failures_are_one_clear_line(make_table, tmp_path):
     gen2 = Path(table.uri, st.generation_key(st.generation(2)))
     gen2.rename(gen2.with_name("moved-away"))
     ctx = context()
-    with pytest.raises(AirflowException, match=f"gap: shard {victim} stopped at generation 2: missing"):
+    with pytest.raises(AirflowException, match=f"merge .*: shard {victim} stopped at generation 2: missing"):
         MemWalMergeOperator(task_id="m", table=table.uri).execute(ctx)
     partial = ctx["ti"].xcom["return_value"]
     assert partial["blocked"][0]["shard_id"] == victim and partial["version"] is not None
@@ -443,7 +456,7 @@ def test_registered_as_plugin_and_provider(airflow_env):
     plugin = plugin_ep.load()
     assert plugin.__name__ == "MemWalPlugin" and plugin.name == "memwal"
     assert plugin.macros[0]("s3://lake/events") == "memwal+s3://lake/events"
-    (provider_ep,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_plugins")]
+    (provider_ep,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("memwal.airflow")]
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
     jsonschema.validate(provider_ep.load()(), schema)
 
@@ -451,30 +464,35 @@ def test_registered_as_plugin_and_provider(airflow_env):
     env, _ = airflow_env
     plugins = json.loads(airflow_cli(env, "plugins", "-o", "json").stdout)
     (memwal,) = [p for p in plugins if p["name"] == "memwal"]
-    assert memwal["source"].startswith("memwal-jobs==") and "airflow_plugins.plugin.asset_uri" in memwal["macros"]
+    assert memwal["source"].startswith("memwal-jobs==") and "memwal.airflow.plugin.asset_uri" in memwal["macros"]
     hooks = json.loads(airflow_cli(env, "providers", "hooks", "-o", "json").stdout)
     (hook,) = [h for h in hooks if h["connection_type"] == "memwal"]
-    assert hook["class"] == "airflow_plugins.hooks.MemWalHook" and hook["package_name"] == "memwal-jobs"
+    assert hook["class"] == "memwal.airflow.hooks.MemWalHook" and hook["package_name"] == "memwal-jobs"
 
 
 def test_operator_options_are_the_cli_flags_of_the_spark_jobs():
-    from airflow_plugins.operators import cli_args
+    """What an operator hands to spark-submit parses, with the CLI's own parser, back to
+    exactly the options the operator was given (both derive from one options class)."""
+    from memwal.actions import ACTIONS
     from memwal.cli import build_parser
+    from memwal.options import from_namespace
 
     ops = [
         MemWalMergeOperator(task_id="m", table="t", shards=["a", "b"], max_generations=2, max_rows=9, max_bytes=7),
         MemWalCatchupOperator(task_id="c", table="t", indexes=["id_idx"], max_deltas=3, max_unindexed_fraction=0.2),
-        MemWalSnapshotOperator(task_id="s", table="t"),
+        MemWalCompactOperator(task_id="k", table="t", target_rows_per_fragment=5, max_fragments=2),
+        MemWalSnapshotOperator(task_id="s", table="t", lease_ttl=30),
         MemWalGcOperator(
             task_id="g", table="t", grace_seconds=5, expire_versions=6, orphans=True, orphan_age_seconds=7, audit=True
         ),
     ]
     parser = build_parser()
     for op in ops:
-        args = vars(parser.parse_args([op.action, "T", *cli_args(op.action_options()), "--engine", "spark"]))
-        for name, value in op.action_options().items():
-            cli_name = {"shards": "shard", "indexes": "index", "audit": "audit_log"}.get(name, name)
-            assert args[cli_name] == value, (op.action, name)
+        given = op.options("spark")
+        argv = [op.action, "T", *given.to_argv(), "--engine", "spark"]
+        parsed = from_namespace(ACTIONS[op.action].options, parser.parse_args(argv))
+        assert parsed == given, op.action
+    assert ops[0].options("spark").shards == ("a", "b") and ops[4].options("spark").audit is True
 
 
 class FakeSparkSubmit:
@@ -516,13 +534,13 @@ class FakeSparkSubmit:
             },
             [],
             AirflowException,
-            "gap: shard s1 stopped at generation 2: missing: x",
+            "shard s1 stopped at generation 2: missing: x",
         ),
         (1, None, ["RuntimeError: boom"], AirflowException, "exit code 1: RuntimeError: boom"),
     ],
 )
 def test_spark_engine_failures_map_to_clear_task_failures(monkeypatch, code, doc, errors, exc, message):
-    import airflow_plugins.operators as operators
+    import memwal.airflow.operators as operators
 
     fake = FakeSparkSubmit(code, doc, errors)
     monkeypatch.setattr(operators, "_spark_submit_hook_class", lambda: fake)
@@ -538,7 +556,10 @@ def test_spark_engine_failures_map_to_clear_task_failures(monkeypatch, code, doc
         op.execute(context())
     assert exc is AirflowFailException or not isinstance(raised.value, AirflowFailException)
     assert SECRET not in str(raised.value)  # the provider's message (with the command line) is not passed on
-    assert fake.application.endswith("jobs/merge.py") and fake.kwargs["conf"] == {"spark.x": "1"}
+    assert fake.application.endswith("jobs/merge.py") and fake.kwargs["conf"]["spark.x"] == "1"
+    # quiet and UI-less unless the user's spark_conf says otherwise
+    assert fake.kwargs["conf"]["spark.ui.enabled"] == "false"
+    assert "log4j2.properties" in fake.kwargs["conf"]["spark.driver.extraJavaOptions"]
     args = fake.kwargs["application_args"]
     assert args[:3] == ["/t", "--max-generations", "2"]
     assert not any(SECRET in a for a in args)  # spark-submit's command line is readable by every local user

@@ -49,7 +49,8 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
     doc = json.loads(first.stdout)
     assert statuses(doc) == {uris[0]: ALL_DONE, uris[1]: ALL_DONE, uris[2]: ALL_DONE, bad: BAD_RUN}
     assert doc["failed_tables"] == [bad]
-    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 15, "skipped": 0, "failed": 1, "not-run": 4}
+    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 15, "waiting": 0, "skipped": 0, "failed": 1,
+                              "not-run": 4}
     (bad_doc,) = [t for t in doc["tables"] if t["table"] == bad]
     assert bad_doc["jobs"][0]["exit_code"] == 2 and "no Lance table" in bad_doc["error"]
     assert f"backfill of {bad} failed: merge:" in first.stderr
@@ -174,3 +175,21 @@ def test_rich_progress_on_a_terminal(make_table, tmp_path, capsys, monkeypatch):
     assert "failed" in out.err and str(tmp_path / "nope") in out.err
     assert "memwal backfill: [" not in out.err  # the rich display, not the plain lines
     assert "done (v" in out.out
+
+
+def test_gc_held_only_by_the_grace_period_is_not_recorded_as_done(make_table, tmp_path):
+    """A gc whose generations wait only for the reader grace period did what it could, but
+    a later rerun will free more: it is reported as waiting and run again, never skipped."""
+    table, _ = make_table()
+    state = BackfillState(str(tmp_path / "state.json"))
+    options = {"gc": {"expire_versions": 0}}  # no retained version holds anything back: only time does
+    jobs = ["merge", "catchup", "gc"]
+    first = run_backfill([table.uri], jobs, state=state, job_options=options)
+    assert [j.status for j in first.tables[0].jobs] == ["done", "done", "waiting"]
+    assert first.tables[0].jobs[2].result["time_will_free"] is True
+    assert "grace period" in first.tables[0].jobs[2].summary and not first.failed_tables
+    assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "catchup"}
+    again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
+                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
+    assert [j.status for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
+    assert again.tables[0].jobs[2].result["deleted"] and not again.tables[0].jobs[2].result["time_will_free"]

@@ -1,9 +1,13 @@
-"""The CLI contract (DESIGN.md section 5): JSON shapes, exit codes, one-line errors, nothing written."""
+"""The CLI contract (JSON shapes, exit codes, one-line errors, nothing written).
+
+The CLI runs in-process (``tests.helpers.run_cli``: the same ``main`` without a Python
+start-up per command); the last tests start the real programs, ``python -m memwal.cli``
+and the ``memwal`` console script, end to end.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,22 +19,24 @@ import pytest
 from memwal.naming import manifest_key
 from memwal.shard_manifests import all_shard_manifests
 from memwal.table_manifest import read_table_manifest
+from tests.conftest import table_rows
+from tests.helpers import CliRun, assert_one_line_error, run_cli, tree_digest
 
 
-def memwal(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "memwal.cli", *args], capture_output=True, text=True, timeout=300)
-    if check_rc is not None:
-        assert proc.returncode == check_rc, (proc.returncode, proc.stdout, proc.stderr)
-    return proc
+def memwal(*args: str, rc: int = 0) -> CliRun:
+    """``memwal ARGS`` in-process, asserting its exit code."""
+    run = run_cli(*args)
+    assert run.rc == rc, (run.rc, run.stdout, run.stderr)
+    return run
 
 
-def snapshot_files(root: str) -> dict[str, float]:
-    return {str(p): p.stat().st_mtime_ns for p in Path(root).rglob("*") if p.is_file()}
+def memwal_json(*args: str, rc: int = 0) -> dict:
+    return json.loads(memwal(*args, rc=rc).stdout)
 
 
 def test_status_json_contract(make_table):
     table, _ = make_table()
-    doc = json.loads(memwal("status", table.uri, "--json").stdout)
+    doc = memwal_json("status", table.uri, "--json")
     assert doc["table"] == table.uri and doc["version"] == table.manifest().version
     assert len(doc["shards"]) == 3
     for s in doc["shards"]:
@@ -49,20 +55,20 @@ def test_status_json_contract(make_table):
 
 def test_merge_json_contract_and_dry_run_writes_nothing(make_table):
     table, model = make_table()
-    before = snapshot_files(table.uri)
-    plan = json.loads(memwal("merge", table.uri, "--dry-run", "--json", "--max-generations", "3").stdout)
+    before = tree_digest(table.uri)
+    plan = memwal_json("merge", table.uri, "--dry-run", "--json", "--max-generations", "3")
     assert plan["dry_run"] is True
     assert {(s["from_generation"], s["to_generation"]) for s in plan["shards"]} == {(1, 3)}
-    assert snapshot_files(table.uri) == before
-    doc = json.loads(memwal("merge", table.uri, "--json", "--max-generations", "3").stdout)
+    assert tree_digest(table.uri) == before
+    doc = memwal_json("merge", table.uri, "--json", "--max-generations", "3")
     assert doc["version"] == table.manifest().version
     assert {(s["from_generation"], s["to_generation"]) for s in doc["shards"]} == {(1, 3)}
     assert all(s["rows_upserted"] > 0 and s["rows_deleted"] > 0 for s in doc["shards"])
-    status = json.loads(memwal("status", table.uri, "--json").stdout)
+    status = memwal_json("status", table.uri, "--json")
     assert all(s["compacted_generation"] == 3 and s["unmerged_generations"] == [4] for s in status["shards"])
-    empty = json.loads(memwal("merge", table.uri, "--json", "--max-generations", "1").stdout)
+    empty = memwal_json("merge", table.uri, "--json", "--max-generations", "1")
     assert {(s["from_generation"], s["to_generation"]) for s in empty["shards"]} == {(4, 4)}
-    assert json.loads(memwal("merge", table.uri, "--json").stdout) == {
+    assert memwal_json("merge", table.uri, "--json") == {
         "table": table.uri,
         "version": None,
         "shards": [],
@@ -71,7 +77,7 @@ def test_merge_json_contract_and_dry_run_writes_nothing(make_table):
         "attempts": 1,
         "engine": "local",
     }
-    assert memwal("verify", table.uri).returncode == 0
+    memwal("verify", table.uri)
 
 
 def test_merge_with_a_gap_exits_nonzero_naming_the_shard(make_table):
@@ -79,43 +85,35 @@ def test_merge_with_a_gap_exits_nonzero_naming_the_shard(make_table):
     shard_id, st = next(iter(all_shard_manifests(table.store).items()))
     gen = Path(table.uri, st.generation_key(st.generation(3)))
     gen.rename(gen.with_name("elsewhere"))
-    proc = memwal("merge", table.uri, "--json", check_rc=1)
-    doc = json.loads(proc.stdout)
+    run = memwal("merge", table.uri, "--json", rc=1)
+    doc = json.loads(run.stdout)
     assert doc["blocked"][0]["shard_id"] == shard_id and doc["blocked"][0]["generation"] == 3
-    assert f"shard {shard_id} stopped at generation 3" in proc.stderr
+    assert f"shard {shard_id} stopped at generation 3" in run.stderr
     assert table.manifest().compacted[shard_id] == 2
 
 
-def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("memwal: error:")]
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
 def test_missing_table_is_bad_input(tmp_path):
-    proc = memwal("status", str(tmp_path / "nope"), check_rc=2)
-    _one_line_error(proc, "nope")
+    assert_one_line_error(run_cli("status", str(tmp_path / "nope")), 2, "nope")
+    assert not (tmp_path / "nope").exists()
 
 
 def test_table_without_mem_wal_index_is_bad_input(tmp_path):
     uri = str(tmp_path / "plain")
     lance.write_dataset(pa.table({"id": [1, 2]}), uri)
-    before = snapshot_files(uri)
+    before = tree_digest(uri)
     for cmd in ("status", "merge", "verify"):
-        _one_line_error(memwal(cmd, uri, check_rc=2), "no MemWAL index")
-    assert snapshot_files(uri) == before
+        assert_one_line_error(run_cli(cmd, uri), 2, "no MemWAL index")
+    assert tree_digest(uri) == before
 
 
 def test_corrupt_shard_manifest_stops_that_shard_only(make_table):
     table, _ = make_table()
     shard_id, st = next(iter(all_shard_manifests(table.store).items()))
     Path(table.uri, manifest_key(shard_id, st.version)).write_bytes(b"\x0a\xff\xff")
-    before = snapshot_files(table.uri)
-    _one_line_error(memwal("status", table.uri, check_rc=1), "corrupt shard manifest", shard_id)
-    assert snapshot_files(table.uri) == before
-    _one_line_error(memwal("merge", table.uri, check_rc=1), "corrupt shard manifest", shard_id)
+    before = tree_digest(table.uri)
+    assert_one_line_error(run_cli("status", table.uri), 1, "corrupt shard manifest", shard_id)
+    assert tree_digest(table.uri) == before
+    assert_one_line_error(run_cli("merge", table.uri), 1, "corrupt shard manifest", shard_id)
     compacted = table.manifest().compacted
     assert shard_id not in compacted and len(compacted) == 2  # the other shards merged
 
@@ -124,24 +122,32 @@ def test_truncated_table_manifest_is_bad_input(make_table):
     table, _ = make_table()
     path = Path(table.uri, read_table_manifest(table.store).key)
     path.write_bytes(path.read_bytes()[:40])
-    _one_line_error(memwal("status", table.uri, check_rc=2), "truncated", path.name)
+    assert_one_line_error(run_cli("status", table.uri), 2, "truncated", path.name)
 
 
 def test_bad_storage_option_is_bad_input(make_table):
     table, _ = make_table()
-    _one_line_error(memwal("status", table.uri, "--storage-option", "novalue", check_rc=2), "KEY=VALUE")
-    _one_line_error(memwal("status", "s3://bucket/t", "--storage-option", "allow_http=maybe", check_rc=2), "allow_http")
+    before = tree_digest(table.uri)
+    assert_one_line_error(run_cli("status", table.uri, "--storage-option", "novalue"), 2, "KEY=VALUE")
+    assert_one_line_error(
+        run_cli("status", "s3://bucket/t", "--storage-option", "allow_http=maybe"), 2, "allow_http"
+    )
+    assert tree_digest(table.uri) == before
 
 
-def test_bad_usage_exits_2():
-    assert memwal("merge", check_rc=2).returncode == 2
-    assert memwal("merge", "/x", "--max-generations", "0", check_rc=2).returncode == 2
-    assert memwal("frobnicate", check_rc=2).returncode == 2
+@pytest.mark.parametrize(
+    "argv",
+    [("merge",), ("merge", "/x", "--max-generations", "0"), ("frobnicate",)],
+    ids=["no-table", "zero-budget", "unknown-command"],
+)
+def test_bad_usage_exits_2(argv):
+    run = memwal(*argv, rc=2)
+    assert "Traceback" not in run.stderr and run.stdout == ""
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    proc = memwal("status", str(tmp_path / "nope"), "--debug", check_rc=2)
-    assert "Traceback" in proc.stderr
+    run = memwal("status", str(tmp_path / "nope"), "--debug", rc=2)
+    assert "Traceback" in run.stderr
 
 
 def test_held_lease_exits_3(make_table):
@@ -149,15 +155,44 @@ def test_held_lease_exits_3(make_table):
 
     table, _ = make_table()
     with Lease(table.store, "merge", holder="another-merger"):
-        _one_line_error(memwal("merge", table.uri, check_rc=3), "another-merger")
+        before = tree_digest(table.uri)
+        # --lease-wait 0: give up at once rather than sit out the other holder
+        assert_one_line_error(run_cli("merge", table.uri, "--lease-wait", "0"), 3, "another-merger")
+        assert tree_digest(table.uri) == before
     assert table.manifest().compacted == {}
 
 
 @pytest.mark.parametrize("cmd", ["status", "merge", "verify"])
 def test_help_works(cmd):
-    assert memwal(cmd, "--help").stdout.startswith("usage:")
+    run = memwal(cmd, "--help")
+    assert run.stdout.startswith("usage:") and f"memwal {cmd}" in run.stdout.splitlines()[0]
 
 
-def test_console_script_is_installed():
-    exe = Path(sys.executable).parent / "memwal"
-    assert exe.exists() and os.access(exe, os.X_OK)
+# ------------------------------------------------------------------ end to end: real processes
+
+
+def program(argv: list[str], rc: int) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == rc, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def test_python_m_memwal_cli_status(make_table):
+    table, _ = make_table()
+    doc = json.loads(program([sys.executable, "-m", "memwal.cli", "status", table.uri, "--json"], 0).stdout)
+    assert doc["table"] == table.uri and doc["version"] == table.manifest().version
+    assert [s["unmerged_generations"] for s in doc["shards"]] == [[1, 2, 3, 4]] * 3
+
+
+def test_console_script_merges(make_table):
+    table, model = make_table()
+    exe = str(Path(sys.executable).parent / "memwal")
+    doc = json.loads(program([exe, "merge", table.uri, "--json"], 0).stdout)
+    assert doc["version"] == table.manifest().version
+    assert {(s["from_generation"], s["to_generation"]) for s in doc["shards"]} == {(1, 4)}
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_failing_command_exit_code_and_one_line_error(tmp_path):
+    proc = program([sys.executable, "-m", "memwal.cli", "status", str(tmp_path / "nope")], 2)
+    assert_one_line_error(CliRun(proc.returncode, proc.stdout, proc.stderr), 2, "nope")

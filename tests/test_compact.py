@@ -15,17 +15,18 @@ import pytest
 
 from memwal.actions import run_action
 from memwal.catchup import run_catchup
-from memwal.compact import CompactConflictError, CompactOptions, plan_compaction, run_compact
+from memwal.compact import plan_compaction, run_compact
 from memwal.demo_data import Model, Workload, create_base_table, shard_ids_for, write_generations
-from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
+from memwal.errors import BadInputError, ConflictError, LeaseHeldError, LeaseLostError
 from memwal.gc import run_gc
 from memwal.lease import Lease
 from memwal.merge import run_merge
+from memwal.options import CompactOptions
 from memwal.shard_manifests import list_generation_dirs
 from memwal.status import maintained_indexes
 from memwal.table import Table, open_table
-from tests.adversarial.conftest import assert_one_line_error, run_cli, tree_digest
 from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.s3server import s3_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -315,7 +316,7 @@ def test_merge_and_compact_race_never_regress_and_converge(make_table):
     for _ in range(3):  # some fragments to compact from the start
         run_merge(table, max_generations=1)
     errors: list[BaseException] = []
-    conflicts: list[CompactConflictError] = []
+    conflicts: list[ConflictError] = []
     merging = threading.Event()
     merging.set()
 
@@ -335,7 +336,7 @@ def test_merge_and_compact_race_never_regress_and_converge(make_table):
             while merging.is_set():
                 try:
                     run_compact(t, options=CompactOptions(target_rows_per_fragment=10_000), max_attempts=3)
-                except CompactConflictError as exc:
+                except ConflictError as exc:
                     conflicts.append(exc)
         except BaseException as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)

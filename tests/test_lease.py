@@ -13,7 +13,6 @@ import pytest
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.lease import LEASE_PREFIX, Lease, LeaseRecord, lease_key
 from memwal.storage import Store, open_store
-from tests.s3server import S3Server, s3_server  # noqa: F401
 
 
 class FakeClock:
@@ -27,15 +26,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "local":
-        return open_store(str(tmp_path / "table"))
-    server: S3Server = request.getfixturevalue("s3_server")
-    uri, opts = server.new_table("t")
-    return open_store(uri, opts)
 
 
 @pytest.fixture

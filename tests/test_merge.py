@@ -12,13 +12,14 @@ import pytest
 
 from memwal.demo_data import Workload, create_base_table, shard_ids_for
 from memwal.errors import BadInputError, LeaseHeldError, MemWalError
-from memwal.lease import Lease
+from memwal.lease import Lease, LeaseRecord, lease_key
 from memwal.merge import execute_merge, plan_merge, run_merge
 from memwal.merge.execute import LocalEngine, StaleProgressError
 from memwal.shard_manifests import all_shard_manifests
 from memwal.table import open_table
 from memwal.verify import lsm_view, verify_table
 from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.helpers import tree_digest
 
 
 def progress(table) -> dict[str, int]:
@@ -56,14 +57,22 @@ def test_bounded_runs_leave_a_consistent_table_after_each_commit(make_table):
 
 def test_row_budget_splits_a_backlog(make_table):
     table, model = make_table()
+    backlog = plan_merge(table).total_rows
+    assert backlog == 12 * 44  # 3 shards x 4 generations of 44 rows
     runs = 0
-    while True:
+    while backlog:
+        budgeted = plan_merge(table, max_rows=100)
+        assert 0 < budgeted.total_rows <= 100
         result = run_merge(table, max_rows=100)
-        if result.version is None:
-            break
         runs += 1
-        assert sum(g.rows for g in plan_merge(table).generations) >= 0
+        merged = {(s.shard_id, s.from_generation, s.to_generation) for s in result.shards}
+        assert merged == {(s.shard_id, s.from_generation, s.to_generation) for s in budgeted.shards}
+        # Exactly the budgeted rows left the backlog: nothing skipped, nothing merged twice.
+        left = plan_merge(table).total_rows
+        assert left == backlog - budgeted.total_rows
+        backlog = left
         assert lsm_rows(table) == model.sorted_rows()
+    assert run_merge(table, max_rows=100).version is None
     assert runs >= 6  # 12 generations of 44 rows, at most 2 per run
     assert table_rows(table) == model.sorted_rows()
 
@@ -208,14 +217,29 @@ def test_partitioned_local_engine_equals_in_memory(make_table):
 
 
 def test_merge_takes_the_lease(make_table):
-    table, _ = make_table()
-    with Lease(table.store, "merge", holder="someone-else"):
-        with pytest.raises(LeaseHeldError):
-            with Lease(table.store, "merge"):
-                pass
-    with Lease(table.store, "merge") as lease:
-        run_merge(table, lease=lease)
+    """The merge action (what the CLI, the API and Airflow run) serialises on the merge
+    lease: while another holder has it the action fails (exit code 3) and writes nothing;
+    a run takes the lease with the next fencing token and releases it."""
+    from memwal import actions
+
+    table, model = make_table()
+    with Lease(table.store, "merge", holder="someone-else") as other:
+        before = tree_digest(table.uri)
+        with pytest.raises(LeaseHeldError, match="someone-else") as err:
+            actions.run_action("merge", table.uri, lease_wait=0)  # give up at once
+        assert err.value.exit_code == 3
+        assert tree_digest(table.uri) == before
+    assert progress(table) == {}
+    released = LeaseRecord.from_json(table.store.get(lease_key("merge")))
+    assert released.holder == "someone-else" and released.expires_at == 0
+    doc = actions.run_action("merge", table.uri)
+    assert doc["version"] == table.manifest().version
     assert set(progress(table).values()) == {4}
+    assert table_rows(table) == model.sorted_rows()
+    after = LeaseRecord.from_json(table.store.get(lease_key("merge")))
+    assert after.holder != "someone-else"
+    assert after.expires_at == 0  # released
+    assert after.token == other.token + 1 == released.token + 1
 
 
 def test_copy_of_table_merges_identically(make_table, tmp_path):

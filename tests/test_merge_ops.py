@@ -138,7 +138,7 @@ import random  # noqa: E402
 
 import lance  # noqa: E402
 
-from tests.adversarial.conftest import run_cli, tree_digest  # noqa: E402
+from tests.helpers import run_cli, tree_digest  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 E2E_OPS = {"n": "sum", "lo": "min", "hi": "max", "s": "last_non_null", "f": "first_non_null",

@@ -12,11 +12,13 @@ import pyarrow as pa
 import pytest
 from lance.file import LanceFileReader
 
-from memwal.demo_data import Workload, shard_ids_for
+from memwal.demo_data import Workload, shard_ids_for, write_generations
 from memwal.lease import Lease
 from memwal.merge import run_merge
+from memwal.naming import manifest_key
 from memwal.pb import mem_wal_index_pb2
-from memwal.shard_manifests import all_shard_manifests
+from memwal.read import plan_read
+from memwal.shard_manifests import ShardManifestError, all_shard_manifests
 from memwal.snapshot import (
     JOURNAL_KEY,
     LocalManifestReader,
@@ -31,7 +33,8 @@ from memwal.snapshot import (
     snapshot_schema,
 )
 from memwal.table_manifest import list_versions, read_table_manifest
-from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
+from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
 SNAPSHOT_FIELDS = ("snapshot_ts_millis", "num_shards", "inline_snapshots")
 
@@ -146,7 +149,7 @@ def test_every_other_details_field_is_kept(make_table):
     assert after.mem_wal.HasField("maintain_all_indexes") == before.mem_wal.HasField("maintain_all_indexes")
     assert (after.compacted, after.index_catchup) == (before.compacted, before.index_catchup)
     # A second refresh replaces the first: same non-snapshot fields, a newer timestamp.
-    res2 = run_snapshot(table)
+    res2 = run_snapshot(table, force=True)  # no shard changed: without force it commits nothing
     assert res2.snapshot_ts_millis > res.snapshot_ts_millis
     assert without_snapshot(table.manifest().mem_wal) == without_snapshot(before.mem_wal)
     # Lance reads the committed details back as we wrote them.
@@ -244,12 +247,15 @@ def test_h1_race_merges_and_catchups_against_repeated_refreshes(make_table, tmp_
     table, model = make_table(workload=wl)
     stop = threading.Event()
     errors: list[BaseException] = []
-    stats = {"merges": 0, "catchups": 0}
+    stats = {"merges": 0, "generations_merged": 0, "catchups": 0}
 
     def merger() -> None:
         try:
-            while run_merge(table, max_generations=1, max_attempts=12).version is not None:
+            while (r := run_merge(table, max_generations=1, max_attempts=12)).version is not None:
                 stats["merges"] += 1
+                # A re-plan after a lost race may take more than one generation (a merge intent
+                # lifts the budget), so count generations, not merges.
+                stats["generations_merged"] += max(s.to_generation - s.from_generation + 1 for s in r.shards)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:
@@ -271,13 +277,14 @@ def test_h1_race_merges_and_catchups_against_repeated_refreshes(make_table, tmp_
     try:
         with Lease(table.store, "snapshot") as lease:
             while not stop.is_set():
-                results.append(run_snapshot(table, lease=lease, reader=LocalManifestReader(threads=2)))
+                # Merges change no shard manifest, so only a forced refresh commits here.
+                results.append(run_snapshot(table, lease=lease, reader=LocalManifestReader(threads=2), force=True))
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=120)
     assert not errors, errors
-    results.append(run_snapshot(table))
+    results.append(run_snapshot(table, force=True))
     # Highest value ever committed, over every version of the table.
     top_c: dict[str, int] = {}
     top_i: dict[tuple[str, str], int] = {}
@@ -302,14 +309,14 @@ def test_h1_race_merges_and_catchups_against_repeated_refreshes(make_table, tmp_
         "values_restored": sum(len(r.repaired) for r in results),
         # A merge that plans and commits inside the few milliseconds between an erasing commit
         # and its repair merges the newest merged generation again (idempotent: same rows).
-        "generations_merged_again": stats["merges"] - wl.generations,
+        "generations_merged_again": stats["generations_merged"] - wl.generations,
         **stats,
     }
     print("H1 race report:", json.dumps(report))
     record_property("h1_race", json.dumps(report))
     out = os.environ.get("MEMWAL_H1_REPORT") or str(tmp_path / "h1_race.json")
     Path(out).write_text(json.dumps(report, indent=2))
-    assert report["refreshes"] >= 3 and report["merges"] >= wl.generations
+    assert report["refreshes"] >= 3 and report["generations_merged"] >= wl.generations
 
 
 def test_snapshot_cli_json_and_lease(make_table):
@@ -325,12 +332,21 @@ def test_snapshot_cli_json_and_lease(make_table):
     doc = json.loads(buf.getvalue())
     assert rc == 0 and doc["num_shards"] == 3 and doc["storage"] == "inline" and doc["repairs"] == 0
     assert doc["version"] == table.manifest().version and doc["snapshot_ts_millis"] > 0
+    # Nothing changed since: the refresh commits nothing, and says why (leases aside).
+    before = tree_digest(table.uri)
+    idle = run_cli("snapshot", table.uri, "--json")
+    again = json.loads(idle.stdout)
+    assert idle.rc == 0 and again["version"] is None and "no shard changed" in again["reason"]
+    assert '"version": null' in idle.stdout and table.manifest().version == doc["version"]
+    assert {k: v for k, v in tree_digest(table.uri).items() if "_jobs/leases" not in k} == {
+        k: v for k, v in before.items() if "_jobs/leases" not in k
+    }
     with Lease(table.store, "snapshot"):
         assert main(["snapshot", table.uri, "--json"]) == 3  # another live holder
 
 
 def test_spark_reader_reads_the_same_rows(make_table, spark):
-    from jobs.spark_snapshot import SparkManifestReader
+    from memwal.spark.spark_snapshot import SparkManifestReader
 
     table, _ = make_table()
     local = plan_snapshot(table)
@@ -339,3 +355,90 @@ def test_spark_reader_reads_the_same_rows(make_table, spark):
     assert snapshot_schema(remote.columns).names[-1] == "region_field_bucket"
     res = execute_snapshot(table, remote)
     assert read_snapshot(table).rows == local.rows and res.engine == "spark"
+
+
+# -- an idle refresh commits nothing ------------------------------------------------------
+
+
+def test_idle_refresh_commits_and_writes_nothing(make_table):
+    table, model = make_table()
+    first = run_snapshot(table)
+    assert first.version == table.manifest().version and first.reason is None
+    before = tree_digest(table.uri)
+    plan = plan_snapshot(table)
+    assert plan.is_noop and "no shard changed" in plan.noop_reason and plan.to_json()["noop"] is True
+    res = execute_snapshot(table, plan)
+    assert res.version is None and res.reason == plan.noop_reason and res.attempts == 0
+    assert res.snapshot_ts_millis == first.snapshot_ts_millis and res.path is None and res.bytes == 0
+    doc = json.loads(json.dumps(res.to_json()))
+    assert doc["version"] is None and doc["reason"] == plan.noop_reason
+    assert tree_digest(table.uri) == before  # no commit, no journal, no snapshot file
+    assert lsm_rows(table) == model.sorted_rows()
+    # One shard's manifest moves on (a new version, same generations): that is a change.
+    commit_shard_manifest(table, shard_ids_for(SMALL)[0], lambda m: None)
+    assert not plan_snapshot(table).is_noop
+    assert run_snapshot(table).version == first.version + 1
+
+
+def test_refresh_after_a_new_flush_commits_the_new_rows(make_table):
+    table, model = make_table()
+    first = run_snapshot(table)
+    write_generations(table.uri, SMALL, model, generations=1, seed_offset=99)  # generation 5 everywhere
+    plan = plan_snapshot(table)
+    assert not plan.is_noop and plan.to_json()["reason"] is None
+    res = execute_snapshot(table, plan)
+    assert res.version == first.version + 1 == table.manifest().version and res.reason is None
+    assert res.snapshot_ts_millis > first.snapshot_ts_millis
+    snap = read_snapshot(table)
+    assert snap.rows == expected_rows(table)
+    assert all([g for g, _ in r.flushed_generations] == [1, 2, 3, 4, 5] for r in snap.rows)
+    assert plan_read(table).fallbacks == [] and lsm_rows(table) == model.sorted_rows()
+
+
+def test_refresh_after_only_a_merge_commits_nothing_and_readers_stay_exact(make_table):
+    """Merge progress lives in the table manifest, not in the snapshot rows, and readers list only
+    generations above it: a merge alone needs no new snapshot."""
+    table, model = make_table()
+    published = run_snapshot(table)
+    run_merge(table, max_generations=2)
+    before = tree_digest(table.uri)
+    res = run_snapshot(table)
+    assert res.version is None and tree_digest(table.uri) == before
+    plan = plan_read(table)
+    assert plan.fallbacks == [] and plan.snapshot_ts_millis == published.snapshot_ts_millis
+    assert all(s["generations"] == [3, 4] and s["source"] == "index" for s in plan.shards)
+    assert lsm_rows(table) == model.sorted_rows()
+
+
+def test_refresh_republishes_an_unreadable_snapshot_and_a_storage_change(make_table):
+    table, _ = make_table()
+    res = run_snapshot(table, inline_threshold=0)
+    assert res.storage == "file"
+    assert run_snapshot(table, inline_threshold=0).version is None  # idle, file storage
+    Path(table.uri, res.path).unlink()  # e.g. Lance's version cleanup removed it (H3)
+    again = run_snapshot(table, inline_threshold=0)
+    assert again.version == res.version + 1 and read_snapshot(table).rows == expected_rows(table)
+    inline = run_snapshot(table)  # the default threshold stores 3 shards inline: that is a change
+    assert inline.version == again.version + 1 and inline.storage == "inline"
+    assert run_snapshot(table).version is None
+
+
+def test_spark_reader_reports_a_broken_shard_in_one_line(make_table, spark):
+    """A shard manifest that cannot be read fails the refresh on Spark as it does locally:
+    the same one-line error naming the shard, not Spark's wrapped executor trace."""
+    from memwal.spark.spark_snapshot import SparkManifestReader
+
+    table, _ = make_table()
+    victim = shard_ids_for(SMALL)[1]
+    latest = all_shard_manifests(table.store)[victim].version
+    Path(table.uri, manifest_key(victim, latest)).write_bytes(b"\xff\xff garbage")
+    with pytest.raises(ShardManifestError) as local:
+        plan_snapshot(table)
+    with pytest.raises(ShardManifestError) as remote:
+        plan_snapshot(table, reader=SparkManifestReader(spark, partitions=2))
+    assert str(remote.value) == str(local.value) and remote.value.reason == local.value.reason
+    assert victim in str(remote.value) and "\n" not in str(remote.value)
+    before = tree_digest(table.uri)
+    run = run_cli("snapshot", table.uri, "--engine", "spark", "--json")
+    assert_one_line_error(run, 1, victim, "corrupt shard manifest")
+    assert tree_digest(table.uri) == before  # planned before any lease: nothing written

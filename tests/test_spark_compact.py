@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.spark_compact import SparkCompactEngine
+from memwal.spark.spark_compact import SparkCompactEngine
+
 from memwal.compact import plan_compaction, run_compact
 from memwal.table import open_table
 from tests.conftest import table_rows

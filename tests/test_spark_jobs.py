@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.spark_catchup import SparkCatchupEngine
-from jobs.spark_gc import SparkGcEngine
+from memwal.spark.spark_catchup import SparkCatchupEngine
+from memwal.spark.spark_gc import SparkGcEngine
+
 from memwal.catchup import CatchupThresholds, plan_catchup, run_catchup
 from memwal.demo_data import shard_ids_for
 from memwal.gc import run_gc

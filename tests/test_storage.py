@@ -15,19 +15,10 @@ import pytest
 from memwal.errors import BadInputError, MemWalError, NotFoundError, PreconditionFailedError
 from memwal.s3_store import S3Store
 from memwal.storage import TEMP_MARKER, LocalStore, Store, open_store
-from tests.s3server import S3Server, s3_server  # noqa: F401
+from tests.s3server import S3Server
 
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(params=["local", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """A fresh empty store: a local directory, or a prefix in a fresh S3 bucket."""
-    if request.param == "local":
-        return open_store(str(tmp_path / "table"))
-    server: S3Server = request.getfixturevalue("s3_server")
-    uri, opts = server.new_table("tables/t1")
-    return open_store(uri, opts)
+# --------------------------------------------------------------------------- helpers
+# (the ``store`` fixture, local and S3, and ``s3_server`` come from tests/conftest.py)
 
 
 def _is_s3(store: Store) -> bool:
@@ -286,7 +277,7 @@ def test_local_storage_options_ignored(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- S3 options
 
 
-def test_s3_bad_storage_options(s3_server: S3Server) -> None:  # noqa: F811
+def test_s3_bad_storage_options(s3_server: S3Server) -> None:
     uri, opts = s3_server.new_table()
     with pytest.raises(BadInputError, match="allow_http"):
         open_store(uri, {**opts, "allow_http": "maybe"})
@@ -304,7 +295,7 @@ def test_s3_bad_storage_options(s3_server: S3Server) -> None:  # noqa: F811
         open_store("gs://bucket/t", opts)
 
 
-def test_s3_option_aliases_and_unknown_keys(s3_server: S3Server) -> None:  # noqa: F811
+def test_s3_option_aliases_and_unknown_keys(s3_server: S3Server) -> None:
     uri, opts = s3_server.new_table()
     aliased = {
         "endpoint": s3_server.endpoint,
@@ -321,7 +312,7 @@ def test_s3_option_aliases_and_unknown_keys(s3_server: S3Server) -> None:  # noq
     assert open_store(uri, opts).get("k") == b"v"
 
 
-def test_s3_missing_bucket_is_not_found(s3_server: S3Server) -> None:  # noqa: F811
+def test_s3_missing_bucket_is_not_found(s3_server: S3Server) -> None:
     s = open_store("s3://no-such-bucket-memwal/t", s3_server.storage_options)
     with pytest.raises(NotFoundError, match="no-such-bucket-memwal"):
         s.get("k")
@@ -329,7 +320,7 @@ def test_s3_missing_bucket_is_not_found(s3_server: S3Server) -> None:  # noqa: F
         list(s.list(""))
 
 
-def test_s3_bucket_root_store(s3_server: S3Server) -> None:  # noqa: F811
+def test_s3_bucket_root_store(s3_server: S3Server) -> None:
     opts = s3_server.make_bucket()
     s = open_store(f"s3://{s3_server.last_bucket}", opts)
     s.put("x/y", b"1")

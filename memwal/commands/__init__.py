@@ -1,12 +1,13 @@
-"""One module per CLI command, each with ``add_parser(subparsers)`` and ``run(args) -> int``."""
+"""The CLI's commands, in the order ``memwal --help`` lists them.
+
+Each module has ``add_parser(subparsers)`` and ``run(args) -> int``, except ``jobs``,
+which registers one command per action (``add_parsers``): merge, catchup, compact,
+snapshot, gc.
+"""
 
 COMMAND_MODULES = [
     "status",
-    "merge",
-    "catchup",
-    "compact",
-    "gc",
-    "snapshot",
+    "jobs",
     "scan",
     "verify",
     "lease",

@@ -1,9 +1,11 @@
-"""``memwal backfill (TABLE... | --tables-file F) [--jobs merge,catchup,snapshot,gc] [--concurrency N] [--json]``.
+"""``memwal backfill (TABLE... | --tables-file F) [--jobs merge,catchup,compact,snapshot,gc] [job options] [--json]``.
 
 Runs the chosen jobs over many tables (``memwal.backfill``): progress bars on a terminal
 (plain lines when stderr is not one), then a summary table, or the JSON document with
 ``--json``. Resumable: finished (table, job) pairs are recorded in ``--state-file`` and
 skipped by a rerun unless ``--restart``. Exit 1 when any table failed, naming each on stderr.
+Every job's options (``--grace-seconds``, ``--expire-versions``, ``--max-generations``...)
+are the same flags as the job's own command, derived from its options class.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from memwal.backfill import (
     JOB_ORDER,
     NOT_RUN,
     SKIPPED,
+    WAITING,
     BackfillReport,
     BackfillState,
     JobRun,
@@ -30,16 +33,9 @@ from memwal.backfill import (
     table_uri_problem,
     unique_tables,
 )
-from memwal.commands.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    add_engine,
-    common_options,
-    emit,
-    non_negative_float,
-    positive_int,
-)
+from memwal.commands.common import EXIT_FAILED, EXIT_OK, common_options, emit, positive_int
 from memwal.errors import BadInputError
+from memwal.options import JobOptions, add_arguments, option_names
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -51,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--jobs",
         default=",".join(JOB_ORDER),
         metavar="LIST",
-        help="comma-separated jobs, run in the order merge, catchup, snapshot, gc (default: all)",
+        help=f"comma-separated jobs, run in the order {', '.join(JOB_ORDER)} (default: all)",
     )
     p.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="tables processed at once")
     p.add_argument(
@@ -61,13 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help=f"where finished (table, job) pairs are recorded (default {DEFAULT_STATE_FILE})",
     )
     p.add_argument("--restart", action="store_true", help="forget the recorded progress of these tables first")
-    p.add_argument(
-        "--grace-seconds",
-        type=non_negative_float,
-        metavar="S",
-        help="gc reader grace period after the merge commit (default 600)",
-    )
-    add_engine(p)
+    add_job_arguments(p)
     return p
 
 
@@ -84,11 +74,9 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("no table given: pass TABLE arguments or --tables-file")
     jobs = parse_jobs(args.jobs)
     state = BackfillState(args.state_file) if not args.restart else _fresh_state(args.state_file)
-    job_options: dict[str, dict[str, Any]] = {}
-    if args.grace_seconds is not None:
-        job_options["gc"] = {"grace_seconds": args.grace_seconds}
+    job_options = job_options_from(args)
     if not args.debug:  # per-job lease/commit logs would drown the progress display
-        for name in ("memwal", "jobs"):
+        for name in ("memwal",):
             logging.getLogger(name).setLevel(logging.WARNING)
 
     display = RichProgress(len(tables) * len(jobs)) if sys.stderr.isatty() else PlainProgress(len(tables) * len(jobs))
@@ -97,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             tables,
             jobs,
             storage_options=args.storage_options,
-            engine=args.engine,
+            engine=args.engine or "local",
             concurrency=args.concurrency,
             state=state,
             restart=args.restart,
@@ -115,6 +103,31 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _actions() -> dict:
+    from memwal.actions import ACTIONS
+
+    return ACTIONS
+
+
+def add_job_arguments(p: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--lease-ttl`` and every job's own flags (no two jobs share a flag),
+    for commands that run several jobs: backfill and the Spark maintenance cycle."""
+    add_arguments(p, JobOptions, skip=("dry_run",))
+    for act in _actions().values():
+        add_arguments(p, act.options, common=False)
+
+
+def job_options_from(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per job, the options given on the command line (absent ones keep the job's defaults)."""
+    out = {}
+    for name, act in _actions().items():
+        given = {k: getattr(args, k) for k in option_names(act.options, common=False) if getattr(args, k) is not None}
+        if args.lease_ttl is not None:
+            given["lease_ttl"] = args.lease_ttl
+        out[name] = given
+    return out
 
 
 def _fresh_state(path: str) -> BackfillState:
@@ -199,7 +212,7 @@ class RichProgress:
 
 
 # -- summary ----------------------------------------------------------------------------
-_CELL = {DONE: "done", SKIPPED: "skipped", FAILED: "FAILED", NOT_RUN: "not run"}
+_CELL = {DONE: "done", WAITING: "waiting", SKIPPED: "skipped", FAILED: "FAILED", NOT_RUN: "not run"}
 
 
 def render(report: BackfillReport) -> str:
@@ -214,7 +227,7 @@ def render(report: BackfillReport) -> str:
                 cells.append("-")
                 continue
             cell = _CELL.get(j.status, j.status)
-            if j.status == DONE and j.summary:
+            if j.status in (DONE, WAITING) and j.summary:
                 cell += f" ({j.summary})"
             cells.append(cell)
         cells.append(f"{sum(j.seconds for j in t.jobs):.1f}s")
@@ -225,7 +238,8 @@ def render(report: BackfillReport) -> str:
     failed = report.failed_tables
     lines.append(
         f"{len(report.tables) - len(failed)} of {len(report.tables)} tables ok; jobs: {c[DONE]} done, "
-        f"{c[SKIPPED]} skipped (finished earlier), {c[FAILED]} failed, {c[NOT_RUN]} not run; "
+        + (f"{c[WAITING]} waiting for the grace period (not recorded: rerun later), " if c[WAITING] else "")
+        + f"{c[SKIPPED]} skipped (finished earlier), {c[FAILED]} failed, {c[NOT_RUN]} not run; "
         f"{report.seconds:.1f}s; state {report.state_file}"
     )
     for t in failed:

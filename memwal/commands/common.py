@@ -7,12 +7,14 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwal import validate
 from memwal.errors import BadInputError
 from memwal.secret_options import redact_pair
-from memwal.table import Table, open_table
+
+if TYPE_CHECKING:
+    from memwal.table import Table
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE = 0, 1, 2, 3
 
@@ -91,25 +93,17 @@ def _converter(check: Callable[[str, Any], Any], doc: str) -> Callable[[str], An
     return convert
 
 
+def argparse_type(check: Callable[[str, Any], Any]) -> Callable[[str], Any]:
+    """The argparse ``type=`` of a :mod:`memwal.validate` check (used by memwal.options)."""
+    return _converter(check, (check.__doc__ or "").split("\n")[0])
+
+
 positive_int = _converter(validate.positive_int, "A count: 1 to 2**63-1.")
 #: Seconds: finite, >= 0, at most 100 years (NaN, inf and 1e300 are refused).
 non_negative_float = _converter(validate.duration, "Seconds: finite, >= 0, at most 100 years.")
 duration_seconds = non_negative_float
 fraction = _converter(validate.fraction, "A fraction in [0, 1].")
 lease_ttl_seconds = _converter(validate.lease_ttl, "A lease TTL: positive seconds, at most 100 years.")
-
-
-def add_lease_ttl(p: argparse.ArgumentParser) -> None:
-    """``--lease-ttl SECONDS``: every job command takes it (a killed job blocks its kind this long)."""
-    from memwal.actions import DEFAULT_LEASE_TTL
-
-    p.add_argument(
-        "--lease-ttl",
-        type=lease_ttl_seconds,
-        default=DEFAULT_LEASE_TTL,
-        metavar="SECONDS",
-        help=f"lease time-to-live, renewed while the job runs (default {DEFAULT_LEASE_TTL:.0f})",
-    )
 
 
 def check_result_file(path: str | None) -> None:
@@ -128,6 +122,8 @@ def check_result_file(path: str | None) -> None:
 
 
 def open_table_arg(args: argparse.Namespace) -> Table:
+    from memwal.table import open_table  # Lance loads only when a command runs, not for --help
+
     return open_table(args.table, args.storage_options)
 
 

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         if args.yes:
             raise BadInputError("--yes only goes with --break KIND")
         infos = list_leases(table.store)
-        doc = {"table": table.uri, "leases": [i.to_json() for i in infos]}
+        doc = {"table": table.uri, "leases": [i.to_dict() for i in infos]}
         emit(args, doc, lambda: render(table.uri, infos))
         return EXIT_OK
     kind = args.break_kind
@@ -39,13 +39,13 @@ def run(args: argparse.Namespace) -> int:
     if info is None:
         raise BadInputError(f"no {kind} lease on {table.uri}: nothing to break")
     if info.state in (EXPIRED, RELEASED):
-        doc = {"table": table.uri, "broken": None, "lease": info.to_json()}
+        doc = {"table": table.uri, "broken": None, "lease": info.to_dict()}
         emit(args, doc, lambda: f"{table.uri}: the {kind} lease is already {info.state}: nothing to break")
         return EXIT_OK
     if not args.yes:
         raise BadInputError(f"would break {_what(info)}: rerun with --yes to break it")
     rec = break_lease(table.store, kind)
-    doc: dict[str, Any] = {"table": table.uri, "broken": {**info.to_json(), "token": rec.token}}
+    doc: dict[str, Any] = {"table": table.uri, "broken": {**info.to_dict(), "token": rec.token}}
     emit(args, doc, lambda: f"{table.uri}: broke {_what(info)}; the next {kind} job takes token {rec.token + 1}")
     return EXIT_OK
 

@@ -8,8 +8,6 @@ from memwal.commands.common import EXIT_OK, emit, open_table_arg, table_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from memwal.merge_ops import OPERATORS  # noqa: F401 - cheap module, listed in the help
-
     p = table_command(sub, "merge-ops", "show or change the columns' merge operators (sum, max, partial update, ...)")
     p.add_argument("--set", action="append", default=[], metavar="COL=OP",
                    help="give COL the operator OP: replace, sum, min, max, last_non_null, first_non_null, "

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             raise BadInputError(f"--columns: no such column {', '.join(unknown)}")
     try:
         rows = lsm_scan(
-            table, columns=columns, filter=args.filter, limit=args.limit, snapshots=plan.snapshots, manifest=manifest
+            table, columns=columns, filter=args.filter, limit=args.limit, plan=plan, manifest=manifest
         )
     except (ValueError, OSError, RuntimeError) as exc:
         raise BadInputError(f"cannot scan with filter {args.filter!r}: {str(exc).splitlines()[0]}") from exc

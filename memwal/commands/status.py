@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     from memwal.status import render_status, table_status
 
     st = table_status(open_table_arg(args))
-    emit(args, st.to_json(), lambda: render_status(st))
+    emit(args, st.to_dict(), lambda: render_status(st))
     for s in st.broken:  # shown above too; a broken shard's state is unknown: that is a failure
         print(f"memwal: error: {s.problem}", file=sys.stderr)
     return EXIT_FAILED if st.broken else EXIT_OK

@@ -24,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
         lines += [f"  {p.check}: {p.shard_id or '-'}: {p.detail}" for p in res.problems]
         return "\n".join(lines)
 
-    emit(args, res.to_json(), human)
+    emit(args, res.to_dict(), human)
     return EXIT_OK if res.ok else EXIT_FAILED

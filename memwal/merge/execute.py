@@ -48,25 +48,23 @@ generations. Every commit must therefore be harmless when its author lost the le
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import lance
 import pyarrow as pa
-from lance.commit import CommitConflictError
 from lance.mem_wal import CompactedSsTable
 
-from memwal.errors import MemWalError
+from memwal.errors import ConflictError
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
 from memwal.merge import intents
-from memwal.merge.changes import NetChanges, local_net_changes
+from memwal.merge.changes import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, NetChanges, local_net_changes
 from memwal.merge.plan import MergePlan, plan_merge
-from memwal.table import Table, first_line
+from memwal.retry import after_conflict
+from memwal.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +82,15 @@ class MergeEngine(Protocol):
 class LocalEngine:
     name = "local"
 
-    def __init__(self, partition_rows: int = 2_000_000) -> None:
+    def __init__(
+        self, partition_rows: int = DEFAULT_PARTITION_ROWS, memory_budget: int = DEFAULT_MEMORY_BUDGET
+    ) -> None:
         self.partition_rows = partition_rows
+        self.memory_budget = memory_budget
 
     def net_changes(self, table: Table, plan: MergePlan, schema) -> NetChanges:
-        return local_net_changes(plan, schema, table.storage_options, partition_rows=self.partition_rows)
+        return local_net_changes(plan, schema, table.storage_options, partition_rows=self.partition_rows,
+                                 memory_budget=self.memory_budget)
 
 
 @dataclass
@@ -118,42 +120,8 @@ class MergeResult:
         return not self.blocked
 
 
-class StaleProgressError(MemWalError):
-    """Another merger recorded progress for a shard of this batch first."""
-
-
-# Message fragments of conflicts, kept for callers that match text (compaction's plain
-# OSError "Retryable commit conflict"); merges use :func:`is_merge_conflict`.
-_RETRYABLE = (
-    "Stale SSTable compaction",
-    "commit conflict",
-    "Commit conflict",
-    "Retryable commit conflict",
-    "too many concurrent writers",
-    "conflicting transaction",
-)
-
-#: pylance 14 raises a plain OSError (no type of its own) for a stale progress marker.
-STALE_MARKER = "Stale SSTable compaction"
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    text = str(exc)
-    return any(s.lower() in text.lower() for s in _RETRYABLE)
-
-
-def is_merge_conflict(exc: BaseException) -> bool:
-    """Whether a failed merge commit lost a race, so re-planning may succeed.
-
-    By type where Lance has one (``CommitConflictError``: the bound delete pass was
-    preempted; we never retry that transaction, we build a new one from a new plan, so
-    even a non-retryable conflict is worth a re-plan) or where we raise one
-    (:class:`StaleProgressError`); by message only for the stale marker, for which
-    pylance raises a plain OSError.
-    """
-    if isinstance(exc, CommitConflictError | StaleProgressError):
-        return True
-    return isinstance(exc, OSError) and STALE_MARKER in str(exc)
+class StaleProgressError(ConflictError):
+    """Another merger recorded progress for a shard of this batch first (a lost race)."""
 
 
 def _markers(plan: MergePlan) -> list[CompactedSsTable]:
@@ -194,7 +162,7 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
     builder = table.dataset().merge_insert(plan.primary_key)
     if net.num_upserts:
         builder = builder.when_matched_update_all().when_not_matched_insert_all()
-        data = net.upsert_reader()
+        data = net.upsert_data()
     else:
         builder = builder.when_matched_delete()
         data = net.delete_keys
@@ -280,6 +248,7 @@ def execute_merge(
 def run_merge(
     table: Table,
     *,
+    plan: MergePlan | None = None,
     engine: MergeEngine | None = None,
     lease: Lease | None = None,
     shards: list[str] | None = None,
@@ -289,29 +258,25 @@ def run_merge(
     max_attempts: int = 6,
     on_step: Step | None = None,
 ) -> MergeResult:
-    """Plan and execute, re-planning after a conflict (what is merged is skipped).
+    """Execute ``plan`` (or a fresh one), re-planning only after a lost race.
 
-    With a lease, it is checked after every conflict before re-planning, and once more
-    before reporting: a conflict is often the work of a merger that took our lease over,
-    and a run that lost its lease must end with LeaseLostError (exit 3), even when the
-    re-plan finds nothing left to merge, never with a success.
+    With a lease, it is checked before every re-plan and once more before reporting: a
+    conflict is often the work of a merger that took our lease over, and a run that lost
+    its lease must end with LeaseLostError (exit 3), even when the re-plan finds nothing
+    left to merge, never with a success.
     """
     engine = engine or LocalEngine()
-    for attempt in range(1, max_attempts + 1):
-        plan = plan_merge(table, shards=shards, max_generations=max_generations, max_rows=max_rows, max_bytes=max_bytes)
-        try:
-            result = execute_merge(table, plan, engine, lease=lease, on_step=on_step)
-        except (OSError, RuntimeError, MemWalError) as exc:
-            if not is_merge_conflict(exc) or attempt == max_attempts:
-                raise
-            if lease:
-                lease.check()
-            delay = min(5.0, 0.2 * 2 ** (attempt - 1)) * (0.5 + random.random())
-            log.warning("merge attempt %d conflicted (%s); re-planning in %.1fs", attempt, first_line(exc), delay)
-            time.sleep(delay)
-            continue
-        if lease:
+
+    def attempt(n: int) -> MergeResult:
+        if n > 1 and lease:
             lease.check()
-        result.attempts = attempt
+        p = plan if n == 1 and plan is not None else plan_merge(
+            table, shards=shards, max_generations=max_generations, max_rows=max_rows, max_bytes=max_bytes)
+        result = execute_merge(table, p, engine, lease=lease, on_step=on_step)
+        result.attempts = n
         return result
-    raise AssertionError("unreachable")
+
+    result = after_conflict(attempt, what=f"{table.uri}: merge", attempts=max_attempts)
+    if lease:
+        lease.check()
+    return result

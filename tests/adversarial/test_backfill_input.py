@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial.conftest import assert_one_line_error, run_cli, tree_digest
 from tests.conftest import table_rows
+from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
 GOOD = "{table}\n"
 

@@ -20,7 +20,7 @@ from memwal.errors import BadInputError
 from memwal.lease import lease_key
 from memwal.shard_manifests import all_shard_manifests
 from memwal.table import open_table
-from tests.adversarial.conftest import CliRun, assert_one_line_error, run_cli, tree_digest
+from tests.helpers import CliRun, assert_one_line_error, run_cli, tree_digest
 from tests.s3server import S3Server, s3_server  # noqa: F401
 
 TINY = Workload(base_rows=60, shards=2, generations=2, rows_per_generation=10, seed=3)

@@ -24,8 +24,8 @@ from memwal.lease import Lease
 from memwal.merge import plan_merge, run_merge
 from memwal.table import Table, open_table
 from memwal.verify import verify_table
-from tests.adversarial.conftest import tree_digest
 from tests.conftest import table_rows
+from tests.helpers import tree_digest
 
 WL = Workload(base_rows=200, shards=2, generations=2, rows_per_generation=30, indexes=False, seed=21)
 TTL = 60.0

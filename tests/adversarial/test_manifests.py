@@ -29,8 +29,8 @@ from memwal.naming import JOBS_DIR, manifest_key, shard_dir, version_hint_key, w
 from memwal.shard_manifests import list_generation_dirs, list_manifest_versions, list_wal_entries
 from memwal.storage import LocalStore
 from memwal.table import Table, open_table
-from tests.adversarial.conftest import assert_one_line_error, run_cli, tree_digest
 from tests.conftest import SMALL, table_rows
+from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
 MERGED = 2
 SHARDS = shard_ids_for(SMALL)

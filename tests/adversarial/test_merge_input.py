@@ -18,8 +18,8 @@ import pytest
 
 from memwal.demo_data import PK_META, Workload, shard_ids_for
 from memwal.shard_manifests import all_shard_manifests
-from tests.adversarial.conftest import assert_one_line_error, run_cli
 from tests.conftest import commit_shard_manifest, table_rows
+from tests.helpers import assert_one_line_error, run_cli
 
 WL = Workload(base_rows=60, shards=1, generations=1, rows_per_generation=10, indexes=False, seed=3)
 SHARD = shard_ids_for(WL)[0]

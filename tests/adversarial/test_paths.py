@@ -28,7 +28,7 @@ from memwal.naming import parse_generation_dir
 from memwal.paths import LinkedPathError, UnsafePathError
 from memwal.storage import LocalStore, open_store
 from memwal.table import open_table
-from tests.adversarial.conftest import assert_one_line_error, run_cli, tree_digest
+from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.s3server import s3_server  # noqa: F401
 
 W = Workload(base_rows=200, shards=2, generations=3, rows_per_generation=20, indexes=False, seed=3)

@@ -35,8 +35,8 @@ from memwal.secret_options import (  # noqa: E402
     redact_pair,
     storage_options_file,
 )
-from tests.adversarial.conftest import assert_one_line_error, run_cli, tree_digest  # noqa: E402
 from tests.conftest import SMALL, table_rows  # noqa: E402
+from tests.helpers import assert_one_line_error, run_cli, tree_digest  # noqa: E402
 from tests.s3server import s3_server  # noqa: E402, F401  (the session fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,8 +111,8 @@ def test_options_file_reaches_the_table_and_pairs_override_it(s3_server, tmp_pat
 
 
 def test_redaction_is_one_rule_everywhere():
-    from airflow_plugins.hooks import redacted
-    from airflow_plugins.plugin import redact_storage_options
+    from memwal.airflow.hooks import redacted
+    from memwal.airflow.plugin import redact_storage_options
 
     options = {"aws_secret_access_key": SECRET, "AWS_SESSION_TOKEN": SECRET, "sas_key": SECRET, "aws_region": "x"}
     expected = {"aws_secret_access_key": "***", "AWS_SESSION_TOKEN": "***", "sas_key": "***", "aws_region": "x"}
@@ -123,7 +123,7 @@ def test_redaction_is_one_rule_everywhere():
 
 
 def test_spark_entry_points_warn_when_secrets_came_on_the_command_line(capsys):
-    from jobs._entry import warn_secret_arguments
+    from memwal.spark._entry import warn_secret_arguments
 
     warn_secret_arguments(["/t", "--storage-option", f"aws_session_token={SECRET}", f"--storage-option=token:{SECRET}"])
     err = capsys.readouterr().err
@@ -143,7 +143,7 @@ def test_the_options_file_is_private_and_removed_even_on_failure():
 
 
 def test_operator_templates_never_render_storage_options(make_table, monkeypatch):
-    from airflow_plugins.operators import OPERATORS, MemWalMergeOperator
+    from memwal.airflow.operators import OPERATORS, MemWalMergeOperator
 
     table, _ = make_table()
     for cls in OPERATORS.values():
@@ -228,7 +228,7 @@ class CmdlineWatch:
 
 
 def test_airflow_spark_operator_passes_connection_secrets_only_in_a_private_file(make_table, monkeypatch, capfd):
-    from airflow_plugins.operators import MemWalMergeOperator
+    from memwal.airflow.operators import MemWalMergeOperator
 
     table, model = make_table()
     password, token = SECRET + "-password", SECRET + "-token"

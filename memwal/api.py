@@ -1,0 +1,119 @@
+"""The public Python API: ``memwal.open(uri)`` and the :class:`MemWalTable` it returns.
+
+Each method is the CLI command of the same name: it takes the command's options as keyword
+arguments (``dry_run=``, ``engine=``, ``shards=``, ``grace_seconds=``, ...; validated by the
+action's options class, so ``grace_seconds=float("nan")`` is refused as on the command
+line) and returns a typed result whose ``to_dict()`` is exactly the ``--json`` document.
+Errors are the exceptions of :mod:`memwal.errors`, whose ``exit_code`` is the CLI's.
+
+>>> import memwal
+>>> t = memwal.open("s3://lake/events", storage_options={"aws_region": "us-east-1"})
+>>> t.merge(max_generations=8).to_dict()["version"]          # doctest: +SKIP
+>>> t.gc(dry_run=True).to_dict()["blocked"]                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
+    import pyarrow as pa
+
+    from memwal.actions import JobResult
+    from memwal.lease import LeaseInfo
+    from memwal.merge_ops import MergeOpsChange
+    from memwal.status import TableStatus
+    from memwal.table import Table
+    from memwal.verify import VerifyResult
+
+
+class MemWalTable:
+    """One Lance table with a MemWAL, and the maintenance actions on it."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+
+    @property
+    def uri(self) -> str:
+        return self._table.uri
+
+    @property
+    def table(self) -> Table:
+        """The underlying table handle (URI, storage options, Lance dataset, object store)."""
+        return self._table
+
+    def __repr__(self) -> str:
+        return f"MemWalTable({self.uri!r})"
+
+    # -- the actions: plan, then execute exactly that plan (or only plan: dry_run=True)
+
+    def _run(self, name: str, options: dict[str, Any]) -> JobResult:
+        from memwal import actions
+
+        opts = actions.action(name).options.from_kwargs(**options)
+        return actions.run(name, self._table, opts)
+
+    def merge(self, **options: Any) -> JobResult:
+        """Merge flushed generations into the base table (``shards``, ``max_generations``,
+        ``max_rows``, ``max_bytes``, ``engine``, ``dry_run``, ``lease_ttl``)."""
+        return self._run("merge", options)
+
+    def catchup(self, **options: Any) -> JobResult:
+        """Bring indexes up to the merged generations (``indexes``, ``max_deltas``,
+        ``max_unindexed_fraction``, ``engine``, ``dry_run``, ``lease_ttl``)."""
+        return self._run("catchup", options)
+
+    def compact(self, **options: Any) -> JobResult:
+        """Compact fragments keeping progress and catch-up (``target_rows_per_fragment``,
+        ``max_rows_per_group``, ``materialize_deletions_threshold``, ``max_fragments``, ...)."""
+        return self._run("compact", options)
+
+    def snapshot(self, **options: Any) -> JobResult:
+        """Publish the shard snapshot in the MemWAL index (``engine``, ``dry_run``, ``lease_ttl``)."""
+        return self._run("snapshot", options)
+
+    def gc(self, **options: Any) -> JobResult:
+        """Delete what nothing can need any more (``grace_seconds``, ``expire_versions``,
+        ``orphans``, ``orphan_age_seconds``, ``audit``, ``engine``, ``dry_run``, ``lease_ttl``)."""
+        return self._run("gc", options)
+
+    # -- looking
+
+    def status(self) -> TableStatus:
+        from memwal.status import table_status
+
+        return table_status(self._table)
+
+    def verify(self) -> VerifyResult:
+        from memwal.verify import verify_table
+
+        return verify_table(self._table)
+
+    def scan(self, *, columns: list[str] | None = None, filter: str | None = None, limit: int | None = None,
+             source: str = "index") -> pa.Table:
+        """The rows a reader sees now: base table plus unmerged generations (folded by the
+        table's merge operators, if any), pruned by ``filter`` where the sharding allows."""
+        from memwal.read import lsm_scan
+
+        return lsm_scan(self._table, columns=columns, filter=filter, limit=limit, source=source)
+
+    def leases(self) -> list[LeaseInfo]:
+        from memwal.lease import list_leases
+
+        return list_leases(self._table.store)
+
+    def merge_ops(self, *, set: dict[str, str] | None = None, unset: list[str] | None = None,
+                  force: bool = False) -> MergeOpsChange:
+        """Show (no arguments) or change the columns' merge operators."""
+        from memwal.merge_ops import change_merge_ops
+
+        return change_merge_ops(self._table, set_ops=set, unset=unset, force=force)
+
+
+def open(uri: str, storage_options: dict[str, str] | None = None) -> MemWalTable:  # noqa: A001 - the API's name
+    """Open a MemWAL table (local path or ``s3://bucket/prefix``); bad input raises
+    :class:`~memwal.errors.BadInputError` naming what is wrong."""
+    from memwal import validate
+    from memwal.table import open_table
+
+    return MemWalTable(open_table(uri, validate.storage_options(storage_options)))

@@ -1,0 +1,227 @@
+"""Each action's options, declared once.
+
+An options dataclass is the single declaration of an action's knobs. Everything else is
+derived from it: the CLI flags (:func:`add_arguments`), the Python API's keyword
+arguments and their validation (:meth:`JobOptions.from_kwargs`), the arguments handed to
+``spark-submit`` (:meth:`JobOptions.to_argv`), the Airflow operators' and DAG config's
+keys (:func:`option_names`) and backfill's options. A knob added here shows up
+everywhere; none can drift.
+
+Validation uses :mod:`memwal.validate` (one rule per kind of value), so ``nan`` is refused
+the same way from the command line, from Python and from a DAG config.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Self
+
+from memwal import validate
+from memwal.errors import BadInputError
+
+DEFAULT_LEASE_TTL = 300.0
+#: A merge and a snapshot refresh wait this long for the merge lease: long enough to sit out
+#: the other's short hold, short enough that a stuck holder is reported, not waited on.
+DEFAULT_LEASE_WAIT = 30.0
+ENGINES = ("local", "spark")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one option is checked and shown on the command line."""
+
+    kind: str  # count | duration | fraction | lease_ttl | flag | names | choice
+    help: str
+    flag: str | None = None  # default: --<name with dashes>
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+
+
+def opt(default: Any, kind: str, help: str, **spec: Any) -> Any:
+    """A dataclass field carrying its :class:`Spec` (name lists default to an empty tuple)."""
+    return field(default=default, metadata={"spec": Spec(kind, help, **spec)})
+
+
+def _names(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        raise BadInputError(f"{name}: expected a list of names, got {value!r}")
+    out = tuple(v.strip() if isinstance(v, str) else v for v in value)
+    if any(not isinstance(v, str) or not v for v in out):
+        raise BadInputError(f"{name}: expected non-empty names, got {list(value)!r}")
+    return out
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A switch; ``"true"``/``"false"`` too, because Airflow renders templated values as text."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise BadInputError(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
+_CHECKS = {
+    "count": validate.positive_int,
+    "duration": validate.duration,
+    "fraction": validate.fraction,
+    "lease_ttl": validate.lease_ttl,
+    "names": _names,
+    "flag": _flag,
+}
+
+
+def _spec(f) -> Spec:
+    return f.metadata["spec"]
+
+
+def flag_of(name: str, spec: Spec) -> str:
+    return spec.flag or "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """Options every job action takes."""
+
+    engine: str = opt("local", "choice", "local: in-process; spark: the active Spark session or a local one",
+                      choices=ENGINES)
+    dry_run: bool = opt(False, "flag", "print the plan, change nothing")
+    lease_ttl: float = opt(DEFAULT_LEASE_TTL, "lease_ttl",
+                           f"lease time-to-live, renewed while the job runs (default {DEFAULT_LEASE_TTL:.0f})",
+                           metavar="SECONDS")
+    lease_wait: float = opt(DEFAULT_LEASE_WAIT, "duration",
+                            "how long merge and snapshot wait for the merge lease another job holds before "
+                            f"giving up with exit 3 (default {DEFAULT_LEASE_WAIT:.0f})", metavar="SECONDS")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> Self:
+        """Build from keyword arguments, validating each; ``None`` means the default.
+
+        An unknown keyword is bad input naming it (a typo must not be ignored).
+        """
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise BadInputError(f"unknown option {unknown[0]!r}: expected one of {', '.join(sorted(known))}")
+        values = {}
+        for name, value in kwargs.items():
+            if value is None:
+                continue
+            spec = _spec(known[name])
+            if spec.kind == "choice":
+                if value not in spec.choices:
+                    raise BadInputError(f"{name}: {value!r} is not one of {', '.join(spec.choices)}")
+            else:
+                value = _CHECKS[spec.kind](name, value)
+            values[name] = value
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_argv(self, *, skip: tuple[str, ...] = ("engine",)) -> list[str]:
+        """Command-line arguments that rebuild these options (defaults left out): what a
+        launcher hands to ``spark-submit jobs/<action>.py``, whose engine is Spark anyway."""
+        argv: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default or f.name in skip:
+                continue
+            spec, flag = _spec(f), flag_of(f.name, _spec(f))
+            if spec.kind == "flag":
+                argv.append(flag)
+            elif spec.kind == "names":
+                for v in value:
+                    argv += [flag, v]
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeOptions(JobOptions):
+    shards: tuple[str, ...] = opt((), "names", "only these shards (repeatable)", flag="--shard", metavar="ID")
+    max_generations: int | None = opt(None, "count", "at most N generations per shard", metavar="N")
+    max_rows: int | None = opt(None, "count", "stop adding generations past N change rows", metavar="N")
+    max_bytes: int | None = opt(None, "count", "stop adding generations past N bytes", metavar="N")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatchupOptions(JobOptions):
+    indexes: tuple[str, ...] = opt((), "names", "only these indexes (default: the MemWAL index's maintained ones)",
+                                   flag="--index", metavar="NAME")
+    max_deltas: int | None = opt(None, "count", "retrain an index that has N or more deltas (default 8)",
+                                 metavar="N")
+    max_unindexed_fraction: float | None = opt(None, "fraction",
+                                               "retrain when more than F of the rows are unindexed (default 0.5)",
+                                               metavar="F")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactOptions(JobOptions):
+    target_rows_per_fragment: int | None = opt(None, "count", "rows per fragment after compaction "
+                                               "(default: Lance's, 1048576)", metavar="N")
+    max_rows_per_group: int | None = opt(None, "count", "rows per row group in the rewritten files "
+                                         "(default: Lance's, 1024)", metavar="N")
+    materialize_deletions_threshold: float | None = opt(None, "fraction", "rewrite a fragment once more than F of "
+                                                        "its rows are deleted (default: Lance's, 0.1)", metavar="F")
+    max_fragments: int | None = opt(None, "count", "rewrite at most N fragments in this run (oldest first)",
+                                    metavar="N")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotOptions(JobOptions):
+    pass
+
+
+DEFAULT_GRACE_SECONDS = 600.0
+DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GcOptions(JobOptions):
+    grace_seconds: float = opt(DEFAULT_GRACE_SECONDS, "duration",
+                               "reader grace period after the merge commit (default 600)", metavar="S")
+    expire_versions: float | None = opt(None, "duration", "first expire base-table versions older than S seconds "
+                                        "with Lance's cleanup (tags and branches are kept)", metavar="S")
+    orphans: bool = opt(False, "flag", "also remove unlisted generation directories and crashed-merge staging")
+    orphan_age_seconds: float = opt(DEFAULT_ORPHAN_AGE_SECONDS, "duration",
+                                    "orphans must be at least this old (default 3600)", metavar="S")
+    audit: bool = opt(False, "flag", "also write the audit record under _mem_wal/_jobs/audit/ in the table's store",
+                      flag="--audit-log")
+
+
+def option_names(cls: type[JobOptions], *, common: bool = True) -> list[str]:
+    """The keyword names of an options class (without the common ones if ``common=False``)."""
+    base = {f.name for f in fields(JobOptions)}
+    return [f.name for f in fields(cls) if common or f.name not in base]
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[JobOptions], *, common: bool = True,
+                  skip: tuple[str, ...] = ()) -> None:
+    """Add one flag per option; the parsed namespace feeds :func:`from_namespace`."""
+    from memwal.commands.common import argparse_type  # CLI-only helper, imported lazily
+
+    for f in fields(cls):
+        if f.name in skip or (not common and f.name in {g.name for g in fields(JobOptions)}):
+            continue
+        spec = _spec(f)
+        flag = flag_of(f.name, spec)
+        if spec.kind == "flag":
+            parser.add_argument(flag, dest=f.name, action="store_true", default=None, help=spec.help)
+        elif spec.kind == "names":
+            parser.add_argument(flag, dest=f.name, action="append", default=None, metavar=spec.metavar,
+                                help=spec.help)
+        elif spec.kind == "choice":
+            parser.add_argument(flag, dest=f.name, choices=spec.choices, default=None,
+                                help=f"{spec.help} (default {f.default})")
+        else:
+            parser.add_argument(flag, dest=f.name, type=argparse_type(_CHECKS[spec.kind]), default=None,
+                                metavar=spec.metavar, help=spec.help)
+
+
+def from_namespace(cls: type[JobOptions], ns: argparse.Namespace) -> JobOptions:
+    """Options from parsed arguments (absent flags keep their defaults)."""
+    return cls.from_kwargs(**{f.name: getattr(ns, f.name, None) for f in fields(cls)})

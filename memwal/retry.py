@@ -1,0 +1,79 @@
+"""The one retry primitive: redo a piece of work after it lost a race, with backoff.
+
+Merges, compactions and lease acquisitions all follow the same shape (SlateDB's
+compare-and-swap loop): do the work against what was read, and when a concurrent writer
+won, read again and redo it. :func:`after_conflict` is that loop, on tenacity, so the
+backoff, the attempt limit and the give-up error are decided once.
+
+A conflict is recognised by exception type: our :class:`~memwal.errors.ConflictError`
+and :class:`~memwal.errors.PreconditionFailedError` (a conditional write lost), and
+Lance's ``CommitConflictError``. pylance 14 has no type for two conflicts it reports as a
+plain ``OSError``: a stale progress marker ("Stale SSTable compaction") and a preempted
+rewrite ("Retryable commit conflict"); :func:`is_conflict` matches those two messages, in
+this one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from memwal.errors import ConflictError, PreconditionFailedError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Messages of the conflicts pylance 14 raises as a plain OSError (no type of its own).
+_UNTYPED_CONFLICTS = ("stale sstable compaction", "retryable commit conflict")
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` means a concurrent writer won, so redoing the work may succeed."""
+    from lance.commit import CommitConflictError  # pylance loads only when a commit failed
+
+    if isinstance(exc, ConflictError | PreconditionFailedError | CommitConflictError):
+        return True
+    return isinstance(exc, OSError | RuntimeError) and any(m in str(exc).lower() for m in _UNTYPED_CONFLICTS)
+
+
+def after_conflict(
+    work: Callable[[int], T],
+    *,
+    what: str,
+    attempts: int = 6,
+    base_seconds: float = 0.2,
+    max_seconds: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``work(attempt)`` until it succeeds, redoing it after each conflict (attempt 1, 2, ...).
+
+    ``work`` re-reads what it needs on every attempt after the first (it knows which one it
+    is). Any other exception propagates at once. After ``attempts`` conflicts a
+    :class:`ConflictError` names ``what`` and the last conflict (exit code 3: a lost race).
+    """
+
+    def log_retry(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        first = str(exc).strip().splitlines()[0] if exc and str(exc).strip() else type(exc).__name__
+        log.warning("%s: attempt %d lost a race (%s); redoing it in %.1fs", what, state.attempt_number, first,
+                    state.next_action.sleep if state.next_action else 0.0)
+
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_random_exponential(multiplier=base_seconds, max=max_seconds),
+        retry=retry_if_exception(is_conflict),
+        before_sleep=log_retry,
+        sleep=sleep,
+        reraise=True,
+    )
+    try:
+        return retrying(lambda: work(retrying.statistics.get("attempt_number", 1)))
+    except Exception as exc:
+        if is_conflict(exc) and not isinstance(exc, ConflictError):
+            raise ConflictError(f"{what}: concurrent writers won {attempts} times in a row; rerun it") from exc
+        raise

@@ -1,0 +1,109 @@
+"""Shard snapshot refresh: publish every shard's state in the MemWAL index (spec: "Shard Snapshot Storage").
+
+One module per job:
+
+* :mod:`memwal.snapshot.format`: the rows, the spec's Arrow schema and the Lance-file codec;
+* :mod:`memwal.snapshot.locate`: reading a published snapshot, inline or in a file (hazard H3);
+* :mod:`memwal.snapshot.plan`: every shard's latest manifest as a row, and whether anything
+  changed since the published snapshot (an idle refresh commits nothing);
+* :mod:`memwal.snapshot.guard`: the replacement of the ``__lance_mem_wal`` details that
+  never loses progress committed concurrently (hazard H1), and its crash journal;
+* :mod:`memwal.snapshot.execute`: encode, store, commit through the guard;
+* :mod:`memwal.snapshot.versions`: table manifests by version, shared by the locator and the guard.
+
+This package re-exports what callers use, so ``from memwal.snapshot import ...`` keeps working.
+"""
+
+from memwal.snapshot.execute import SnapshotResult, execute_snapshot, run_snapshot, unchanged_result
+from memwal.snapshot.format import (
+    FIELD_COLUMN_PREFIX,
+    FLUSHED_TYPE,
+    INLINE_THRESHOLD,
+    SNAPSHOT_FILE,
+    STORAGE_FILE,
+    STORAGE_INLINE,
+    TS_METADATA_KEY,
+    FieldColumn,
+    ShardRow,
+    SnapshotUnavailableError,
+    arrow_type_of,
+    decode_lance_file,
+    decode_snapshot_bytes,
+    encode_lance_file,
+    field_columns,
+    rows_to_table,
+    shard_row,
+    snapshot_file_key,
+    snapshot_schema,
+    table_to_rows,
+)
+from memwal.snapshot.guard import (
+    CONFIG_FIELDS,
+    JOURNAL_KEY,
+    GuardedCommit,
+    Slot,
+    Step,
+    analyse_round,
+    apply_slots,
+    commit_mem_wal_details,
+    describe_slot,
+    desired_after,
+    slots_of,
+)
+from memwal.snapshot.locate import LoadedSnapshot, read_snapshot
+from memwal.snapshot.plan import (
+    LOCAL_READ_THREADS,
+    LocalManifestReader,
+    ManifestReader,
+    SnapshotPlan,
+    plan_snapshot,
+    read_rows_from_store,
+    unchanged_reason,
+)
+
+__all__ = [
+    "CONFIG_FIELDS",
+    "FIELD_COLUMN_PREFIX",
+    "FLUSHED_TYPE",
+    "INLINE_THRESHOLD",
+    "JOURNAL_KEY",
+    "LOCAL_READ_THREADS",
+    "SNAPSHOT_FILE",
+    "STORAGE_FILE",
+    "STORAGE_INLINE",
+    "TS_METADATA_KEY",
+    "FieldColumn",
+    "GuardedCommit",
+    "LoadedSnapshot",
+    "LocalManifestReader",
+    "ManifestReader",
+    "ShardRow",
+    "Slot",
+    "SnapshotPlan",
+    "SnapshotResult",
+    "SnapshotUnavailableError",
+    "Step",
+    "analyse_round",
+    "apply_slots",
+    "arrow_type_of",
+    "commit_mem_wal_details",
+    "decode_lance_file",
+    "decode_snapshot_bytes",
+    "describe_slot",
+    "desired_after",
+    "encode_lance_file",
+    "execute_snapshot",
+    "field_columns",
+    "plan_snapshot",
+    "read_rows_from_store",
+    "read_snapshot",
+    "rows_to_table",
+    "run_snapshot",
+    "shard_row",
+    "slots_of",
+    "snapshot_file_key",
+    "snapshot_schema",
+    "table_to_rows",
+    "unchanged_reason",
+    "unchanged_result",
+]

@@ -1,0 +1,75 @@
+"""Test tools shared by every suite: tree digests and an in-process CLI runner.
+
+Every hostile input asserts three things: the exit code, a one-line message naming the
+object, and (on exit 2) that the table tree is byte-for-byte unchanged. The digest never
+follows a symlink: it records the link's target text instead, so a test can also prove
+that nothing *outside* the table changed when a link inside it points there.
+
+The CLI runs in-process (``memwal.cli.main``): starting a Python with pylance for every
+command costs seconds, and the code path is the same. A few end-to-end tests in
+``tests/test_cli.py`` still start the real ``memwal`` program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+
+
+def tree_digest(root: str) -> dict[str, str]:
+    """sha256 of every file under ``root`` (links recorded by target, never followed)."""
+    out: dict[str, str] = {}
+    if not os.path.lexists(root):
+        return out
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = "link->" + os.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    out[rel] = hashlib.sha256(f.read()).hexdigest()
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel + "/"] = "dir"
+    return out
+
+
+@dataclass
+class CliRun:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def error_lines(self) -> list[str]:
+        """The lines of stderr that are our error contract (``memwal: error: ...``)."""
+        return [line for line in self.stderr.splitlines() if line.startswith("memwal: error:")]
+
+
+def run_cli(*argv: str) -> CliRun:
+    """``memwal ARGV`` in-process: exit code, stdout, stderr (argparse exits are caught)."""
+    from memwal.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            rc = main(list(argv))
+        except SystemExit as exc:  # argparse usage errors
+            rc = exc.code if isinstance(exc.code, int) else 1
+    return CliRun(rc, out.getvalue(), err.getvalue())
+
+
+def assert_one_line_error(run: CliRun, rc: int, *needles: str) -> None:
+    """Exit code ``rc``, exactly one ``memwal: error:`` line, no traceback, naming ``needles``."""
+    assert run.rc == rc, (run.rc, run.stdout, run.stderr)
+    assert len(run.error_lines) == 1, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    line = run.error_lines[0]
+    for needle in needles:
+        assert needle in line, (needle, line)

@@ -1,0 +1,67 @@
+"""The public Python API mirrors the CLI: same options, same documents, same errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import memwal
+from memwal.errors import BadInputError
+from memwal.merge import MergePlan, MergeResult
+from tests.conftest import table_rows
+from tests.helpers import run_cli, tree_digest
+
+
+def test_api_results_are_the_cli_documents(make_table):
+    table, model = make_table(name="api")
+    twin, _ = make_table(name="cli")  # the same workload: the same table, row for row
+    t = memwal.open(table.uri)
+
+    plan = t.merge(dry_run=True, max_generations=2)
+    assert isinstance(plan.value, MergePlan) and plan.ok
+    cli_plan = json.loads(run_cli("merge", twin.uri, "--dry-run", "--max-generations", "2", "--json").stdout)
+    doc = plan.to_dict()
+    assert doc.keys() == cli_plan.keys() and doc["dry_run"] is True
+    spans = lambda d: [(s["from_generation"], s["to_generation"]) for s in d["shards"]]  # noqa: E731
+    assert spans(doc) == spans(cli_plan) == [(1, 2)] * 3
+
+    merged = t.merge()
+    cli_merged = json.loads(run_cli("merge", twin.uri, "--json").stdout)
+    assert isinstance(merged.value, MergeResult) and merged.ok and merged.problems == []
+    assert merged.to_dict()["version"] == cli_merged["version"]
+    assert merged.to_dict()["shards"] == cli_merged["shards"]
+    assert sorted(table_rows(table), key=lambda r: r["id"]) == model.sorted_rows()
+
+    status = t.status().to_dict()
+    assert status == json.loads(run_cli("status", table.uri, "--json").stdout)
+    assert all(s["unmerged_generations"] == [] for s in status["shards"])
+    assert t.verify().ok
+    assert sorted(t.scan().to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
+    assert {i.kind for i in t.leases()} == {"merge"}
+
+
+@pytest.mark.parametrize("action, options, needle", [
+    ("gc", {"grace_seconds": float("nan")}, "grace_seconds: nan is not a finite number"),
+    ("gc", {"expire_versions": 1e300}, "expire_versions"),
+    ("merge", {"max_generation": 3}, "unknown option 'max_generation'"),
+    ("merge", {"max_generations": 0}, "max_generations: 0 must be positive"),
+    ("catchup", {"max_unindexed_fraction": -1}, "between 0 and 1"),
+    ("compact", {"engine": "flink"}, "engine: 'flink' is not one of local, spark"),
+    ("snapshot", {"lease_ttl": 0}, "lease_ttl"),
+])
+def test_bad_options_raise_bad_input_and_write_nothing(make_table, action, options, needle):
+    table, _ = make_table()
+    before = tree_digest(table.uri)
+    with pytest.raises(BadInputError, match=needle) as err:
+        getattr(memwal.open(table.uri), action)(**options)
+    assert err.value.exit_code == 2
+    assert tree_digest(table.uri) == before
+
+
+def test_open_refuses_bad_input(tmp_path):
+    with pytest.raises(BadInputError, match="no Lance table"):
+        memwal.open(str(tmp_path / "nothing-here"))
+    with pytest.raises(BadInputError, match="unknown storage option 'aws_secret_acess_key'"):
+        memwal.open(str(tmp_path), storage_options={"aws_secret_acess_key": "x"})
+    assert memwal.__version__ and run_cli("--version").stdout.strip() == f"memwal {memwal.__version__}"
