@@ -10,8 +10,11 @@ A generation g of shard s is deleted only when all of these hold (DESIGN.md sect
 (d) ``grace-period``: the first retained version that merged g is older than the reader
     grace period: a reader that listed g before that merge may still be reading it, and
     pylance's LsmScanner fails rather than skips when a listed generation is missing;
-(e) ``wal-needed-for-replay``: a WAL entry goes only when its generation is deletable and
-    it is not past the shard manifest's ``replay_after_wal_entry_position``;
+(e) a WAL entry goes only when its generation is deletable and it is not past the shard
+    manifest's ``replay_after_wal_entry_position``; one past it is *kept*, not blocking:
+    it is reported in ``kept_wal_entries`` (``wal-needed-for-replay``) while its generation
+    goes, and so is a fence sentinel (``fence-sentinel``: deleting it would free a position
+    a fenced-out writer could claim);
 and ``unsafe-path``: the manifest path resolves inside ``_mem_wal/<shard>/`` (invariant 5).
 An unlisted generation directory (an orphan) passes the same gates (``orphan-<gate>``), so
 one above the merged generation is never deleted; a shard whose latest manifest cannot be
@@ -19,18 +22,28 @@ established keeps everything (``shard-manifest-gap`` / ``-unreadable`` / ``-miss
 A run reads and validates everything before its first write, and re-checks progress and
 catch-up against the latest table version right before it deletes.
 
-Deletion order makes a crash harmless: per generation, its Lance manifests go first
-(the dataset stops being openable as a whole), then its other files, then the WAL
+A retained version that blocks is explained in ``retention`` (which versions, what holds
+them, how many generations each holds back, and the ``--expire-versions`` value that would
+expire the untagged ones); ``time_will_free`` says whether a later run with nothing else
+changed would free something (a generation held only by the grace period).
+
+Deletion order makes a crash harmless: per batch of generations, their Lance manifests go
+first (the datasets stop being openable as a whole), then their other files, then the WAL
 entries that only deleted generations needed; a rerun finds the remains and finishes.
+Deletions are batched (one listing per shard, one lease check and two store calls per
+batch of objects) so collecting thousands of generations costs seconds, not minutes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -44,6 +57,8 @@ from memwal.shard_manifests import (
     UNREADABLE,
     ShardManifestError,
     ShardState,
+    WalEntry,
+    WalEntryMeta,
     list_generation_dirs,
     list_manifest_versions,
     list_wal_entries,
@@ -52,7 +67,7 @@ from memwal.shard_manifests import (
     read_wal_entry_meta,
 )
 from memwal.status import maintained_indexes
-from memwal.storage import Store
+from memwal.storage import LocalStore, ObjectInfo, Store
 from memwal.table import Table
 
 if TYPE_CHECKING:
@@ -66,6 +81,24 @@ DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
 UNSAFE_PATH = "unsafe-path"
 #: Plans retried when a listed object vanished before it was read (a concurrent GC).
 PLAN_ATTEMPTS = 5
+#: Why a WAL entry is kept although its generation goes (see the module docstring, gate e).
+WAL_NEEDED_FOR_REPLAY = "wal-needed-for-replay"
+FENCE_SENTINEL = "fence-sentinel"
+GRACE_PERIOD = "grace-period"
+#: Objects deleted per batch: the lease is checked before each batch, and a batch is two
+#: store calls (its manifests, then its other files), so a lost lease stops the run within
+#: one batch while thousands of generations cost a few dozen checks, not one each.
+BATCH_OBJECTS = 4000
+#: Up to this many directories of one parent are listed one by one; more, and the parent
+#: (a shard directory) is listed once: one walk instead of one per generation.
+PER_DIRECTORY_LISTING_MAX = 16
+#: Concurrent WAL entry reads (schema only) while planning on an object store.
+WAL_READ_THREADS = 16
+#: Delete requests a batch is spread over at once on an object store, each of at least
+#: DELETE_SLICE_MIN keys (S3 takes 1,000 keys a request). A local store deletes in order:
+#: its deletes are CPU-bound system calls that threads only contend on (measured).
+DELETE_THREADS = 4
+DELETE_SLICE_MIN = 250
 
 
 @dataclass
@@ -96,6 +129,16 @@ class WalDeletion:
 
 
 @dataclass
+class KeptWal:
+    """A WAL entry GC keeps although nothing blocks its generation (or it has none)."""
+
+    shard_id: str
+    position: int
+    generation: int | None  # None for a fence sentinel
+    reason: str  # WAL_NEEDED_FOR_REPLAY or FENCE_SENTINEL
+
+
+@dataclass
 class Orphan:
     kind: str  # "generation" or "staging"
     shard_id: str | None
@@ -116,6 +159,9 @@ class GcPlan:
     orphans: list[Orphan] = field(default_factory=list)
     retained_versions: int = 0
     broken_shards: list[dict] = field(default_factory=list)
+    kept_wal_entries: list[KeptWal] = field(default_factory=list)
+    retention: dict | None = None
+    time_will_free: bool = False
 
     def to_json(self) -> dict:
         return {
@@ -131,6 +177,9 @@ class GcPlan:
             "blocked": [_blocked_json(b) for b in self.blocked],
             "orphans": [asdict(o) for o in self.orphans],
             "broken_shards": self.broken_shards,
+            "kept_wal_entries": [asdict(k) for k in self.kept_wal_entries],
+            "retention": self.retention,
+            "time_will_free": self.time_will_free,
         }
 
 
@@ -158,17 +207,31 @@ class GcResult:
     audit_key: str | None = None
     engine: str = "local"
     broken_shards: list[dict] = field(default_factory=list)
+    #: WAL entries kept on purpose (replay, fence sentinels): not blocked generations.
+    kept_wal_entries: list[dict] = field(default_factory=list)
+    #: Which retained versions block, and what would free them (None when none blocks).
+    retention: dict | None = None
+    #: Whether a later run with nothing else changed would free something (grace period only).
+    time_will_free: bool = False
 
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_plan(cls, plan: GcPlan, *, dry_run: bool, engine: str = "local") -> GcResult:
+        """A result carrying the plan's explanations (blocked, kept, retention), nothing deleted yet."""
+        return cls(table=plan.table, dry_run=dry_run, engine=engine, blocked=[_blocked_json(b) for b in plan.blocked],
+                   orphans=[asdict(o) for o in plan.orphans], broken_shards=plan.broken_shards,
+                   kept_wal_entries=[asdict(k) for k in plan.kept_wal_entries], retention=plan.retention,
+                   time_will_free=plan.time_will_free)
 
-def _merged_at(versions: list[RetainedVersion], shard_id: str, g: int) -> float | None:
-    """Commit time of the first retained main-line version whose progress covers g."""
-    for v in versions:
-        if v.branch is None and v.manifest.compacted_generation(shard_id) >= g:
-            return v.manifest.timestamp
-    return None
+
+class Verdict(NamedTuple):
+    """What the gates say about one generation."""
+
+    reasons: list[str]  # every gate that blocks it (empty when deletable)
+    evidence: dict  # the values the gates compared
+    holders: list[RetainedVersion]  # retained versions that still need it (gate c)
 
 
 def _gates(
@@ -178,11 +241,15 @@ def _gates(
     compacted: int,
     catchup: dict[str, dict[str, int]],
     indexes: list[str],
-    versions: list[RetainedVersion],
+    progress: list[tuple[RetainedVersion, int]],
     now: float,
     grace_seconds: float,
-) -> tuple[list[str], dict]:
-    """Every gate that blocks generation g (empty when deletable), and the evidence."""
+) -> Verdict:
+    """Every gate that blocks generation g, and the evidence.
+
+    ``progress`` pairs each retained version with its merge progress for the shard, read
+    once per shard rather than once per generation.
+    """
     reasons: list[str] = []
     if g > compacted:
         reasons.append("not-merged")
@@ -191,21 +258,21 @@ def _gates(
         caught[name] = catchup.get(name, {}).get(shard_id, 0)
         if g > caught[name]:
             reasons.append(f"index-not-caught-up:{name}")
-    holders = [v for v in versions if v.manifest.compacted_generation(shard_id) < g]
+    holders = [v for v, p in progress if p < g]
     if holders:
         reasons.append(f"retained-version:{holders[0].describe()}")
-    merged_at = _merged_at(versions, shard_id, g)
-    if merged_at is None or now - merged_at < grace_seconds:
-        if "not-merged" not in reasons:
-            reasons.append("grace-period")
+    # the first retained main-line version that merged g: when readers stopped needing it
+    merged_at = next((v.manifest.timestamp for v, p in progress if v.branch is None and p >= g), None)
+    if (merged_at is None or now - merged_at < grace_seconds) and "not-merged" not in reasons:
+        reasons.append(GRACE_PERIOD)
     evidence = {
         "merged_generation": compacted,
         "index_catchup": caught,
-        "oldest_retained_progress": min((v.manifest.compacted_generation(shard_id) for v in versions), default=0),
+        "oldest_retained_progress": min((p for _, p in progress), default=0),
         "merged_at": merged_at,
         "grace_seconds": grace_seconds,
     }
-    return reasons, evidence
+    return Verdict(reasons, evidence, holders)
 
 
 def plan_gc(
@@ -222,6 +289,7 @@ def plan_gc(
     versions = retained_versions(table)
     plan = GcPlan(table=table.uri, read_version=latest.version, planned_at=now, grace_seconds=grace_seconds,
                   retained_versions=len(versions))
+    held: list[list[RetainedVersion]] = []  # per merged generation a retained version blocks: its holders
     found = read_shard_manifests(table.store)
     for err in found.broken.values():
         _plan_broken_shard(table.store, err, plan)
@@ -230,8 +298,9 @@ def plan_gc(
         dirs = list_generation_dirs(table.store, shard_id)
         present = {g: name for name, g in dirs.items()}
         deletable: set[int] = set()
+        progress = [(v, v.manifest.compacted_generation(shard_id)) for v in versions]
         gates = partial(_gates, shard_id, compacted=compacted, catchup=latest.index_catchup, indexes=indexes,
-                        versions=versions, now=now, grace_seconds=grace_seconds)
+                        progress=progress, now=now, grace_seconds=grace_seconds)
         for fg in state.flushed:
             g = fg.generation
             try:
@@ -239,18 +308,77 @@ def plan_gc(
             except UnsafePathError as exc:
                 plan.blocked.append(Blocked(shard_id, g, "unsafe-path", ["unsafe-path", str(exc)]))
                 continue
-            reasons, evidence = gates(g)
-            if reasons:
-                plan.blocked.append(Blocked(shard_id, g, reasons[0], reasons))
+            verdict = gates(g)
+            if verdict.reasons:
+                plan.blocked.append(Blocked(shard_id, g, verdict.reasons[0], verdict.reasons))
+                if verdict.holders and g <= compacted:
+                    held.append(verdict.holders)
                 continue
             deletable.add(g)
             if present.get(g) == key.rsplit("/", 1)[-1]:
-                plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, evidence))
+                plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, verdict.evidence))
         _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
         _plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
     _plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
     _plan_unsafe_links(table.store, plan)  # path safety (A)
+    plan.retention = retention_report(held, now)
+    plan.time_will_free = any(b.reasons == [GRACE_PERIOD] for b in plan.blocked)
     return plan
+
+
+def retention_report(held: list[list[RetainedVersion]], now: float) -> dict | None:
+    """Which retained versions hold merged generations back, and what would free each.
+
+    ``held`` lists, per merged generation the retained-version gate blocks, the versions
+    that still need it. Untagged main-line versions go with Lance's cleanup
+    (``--expire-versions SECONDS``): the hint gives the largest value that still expires
+    every blocking one (it keeps the most history; ages only grow, so it stays valid). A
+    tag, a branch, or a version a branch starts from is the user's to delete: no GC option
+    removes it.
+    """
+    if not held:
+        return None
+    counts: Counter[int] = Counter(id(v) for holders in held for v in holders)
+    versions = {id(v): v for holders in held for v in holders}
+    rows = sorted((_blocking_version(v, counts[i], now) for i, v in versions.items()),
+                  key=lambda r: (r["branch"] or "", r["version"]))
+    expirable = [r for r in rows if r["held_by"] is None]
+    hints = []
+    if expirable:
+        seconds = max(0, math.floor(min(r["age_seconds"] for r in expirable)))
+        freed = sum(all(_held_by(v) is None for v in holders) for holders in held)
+        hints.append(f"untagged version(s) {_versions_text(expirable)}: run gc with --expire-versions {seconds} "
+                     f"to expire them, which frees {freed} of the {len(held)} generation(s) retained versions hold")
+    for r in rows:
+        if r["tag"]:
+            hints.append(f"version {r['version']} is tagged {r['tag']}: delete the tag to free it "
+                         "(GC never deletes tags)")
+        elif r["held_by"] == "branch":
+            where = r["branch"] or r["starts_branch"]
+            hints.append(f"version {r['version']} is kept by branch {where}: delete the branch to free it "
+                         "(GC never deletes branches)")
+    return {"blocking_versions": rows, "hint": "; ".join(hints)}
+
+
+def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> dict:
+    """One ``retention.blocking_versions`` entry: the version, what keeps it, how much it holds."""
+    tag = ", ".join(sorted(v.tags)) or None
+    starts = ", ".join(sorted(v.child_branches)) or None
+    return {"version": v.version, "branch": v.branch, "tag": tag, "starts_branch": starts, "held_by": _held_by(v),
+            "age_seconds": round(max(0.0, now - v.manifest.timestamp), 1), "generations_held": generations_held}
+
+
+def _held_by(v: RetainedVersion) -> str | None:
+    """What keeps a version from Lance's cleanup: ``"tag"``, ``"branch"``, or None (only its age)."""
+    if v.tags:
+        return "tag"
+    return "branch" if v.branch is not None or v.child_branches else None
+
+
+def _versions_text(rows: list[dict]) -> str:
+    """``3, 4, 5`` (or ``3..40`` for a long run) for a hint."""
+    vs = sorted(r["version"] for r in rows)
+    return f"{vs[0]}..{vs[-1]}" if len(vs) > 5 else ", ".join(map(str, vs))
 
 
 def _plan_broken_shard(store: Store, err: ShardManifestError, plan: GcPlan) -> None:
@@ -265,17 +393,39 @@ def _plan_broken_shard(store: Store, err: ShardManifestError, plan: GcPlan) -> N
 
 
 def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int], plan: GcPlan) -> None:
+    """WAL entries that go with deletable generations; those kept on purpose are reported as kept.
+
+    An entry past ``replay_after`` is still needed to rebuild the writer's MemTable after a
+    crash, whatever happened to its generation (which may well go: a generation's files and
+    its WAL entry are separate copies). A fence sentinel belongs to no generation and keeps
+    a writer epoch's claim on its position. Neither is a blocked generation.
+    """
     if not deletable:
         return  # no WAL entry can go: skip reading every entry's schema
-    for entry in list_wal_entries(store, shard_id):
-        meta = read_wal_entry_meta(store, shard_id, entry.position)
-        if meta.generation not in deletable:
-            continue
-        if entry.position > replay_after:
-            plan.blocked.append(Blocked(shard_id, meta.generation, "wal-needed-for-replay",
-                                        ["wal-needed-for-replay"], wal_position=entry.position))
-            continue
-        plan.wal_entries.append(WalDeletion(shard_id, entry.position, meta.generation, entry.key, entry.size))
+    entries = list_wal_entries(store, shard_id)
+    for entry, meta in zip(entries, _wal_metas(store, shard_id, entries), strict=True):
+        if meta.is_fence_sentinel:
+            plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, None, FENCE_SENTINEL))
+        elif meta.generation not in deletable:
+            continue  # kept with its generation, which is reported blocked
+        elif entry.position > replay_after:
+            plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, meta.generation, WAL_NEEDED_FOR_REPLAY))
+        else:
+            plan.wal_entries.append(WalDeletion(shard_id, entry.position, meta.generation, entry.key, entry.size))
+
+
+def _wal_metas(store: Store, shard_id: str, entries: list[WalEntry]) -> list[WalEntryMeta]:
+    """Every entry's schema metadata: concurrently on an object store, where each read is a
+    request whose latency dominates; in order on a local disk, where a read is a few syscalls."""
+    read = partial(_read_wal_meta, store, shard_id)
+    if isinstance(store, LocalStore) or len(entries) < 2:
+        return [read(e) for e in entries]
+    with ThreadPoolExecutor(max_workers=min(WAL_READ_THREADS, len(entries))) as pool:
+        return list(pool.map(read, entries))
+
+
+def _read_wal_meta(store: Store, shard_id: str, entry: WalEntry) -> WalEntryMeta:
+    return read_wal_entry_meta(store, shard_id, entry.position)
 
 
 def _newest_mtime(store: Store, prefix: str) -> float | None:
@@ -405,50 +555,148 @@ def delete_objects(store: Store, keys: list[str]) -> list[str]:
 
 
 def delete_prefix(store: Store, prefix: str) -> PrefixOutcome:
-    """Delete everything under a generation (or staging) directory: manifests first.
+    """Delete everything under one generation (or staging) directory (see :func:`delete_prefixes`)."""
+    return delete_prefixes(store, [prefix])[0]
 
-    Checked now, at execution, not only when planned: a link at or anywhere under the
-    directory refuses the whole directory (nothing in it is deleted, the links are
-    reported), and a link swapped in after this check is refused per key by the store.
-    If a manifest is refused the data files stay too, so the directory is never left
-    half-deleted because of a link.
+
+def delete_prefixes(store: Store, prefixes: list[str], *,
+                    before_batch: Callable[[], None] | None = None) -> list[PrefixOutcome]:
+    """Delete everything under generation (or staging) directories, batch by batch, manifests first.
+
+    Checked now, at execution, not only when planned: a link at or anywhere under a
+    directory, or on the way to it, refuses that whole directory (nothing in it is deleted,
+    the links are reported), and a link swapped in after this check is refused per key by
+    the store. In each batch every directory's Lance manifests (``_versions/``) go before
+    any of their other files, and a directory whose manifest was refused keeps its other
+    files too, so no directory is left half-deleted because of a link. ``before_batch``
+    (the lease check) runs before each batch of about :data:`BATCH_OBJECTS` objects, so a
+    lost lease stops the run before its next batch. Outcomes are in ``prefixes`` order.
     """
-    check_deletable(prefix)
-    links = store.list_links(f"{prefix}/")
-    if links:
-        return PrefixOutcome(0, 0, links)
-    objs = list(store.list(f"{prefix}/"))
-    for o in objs:
-        _check_under(o.key, prefix)
-    deleted = freed = 0
-    for batch in ([o for o in objs if "/_versions/" in o.key], [o for o in objs if "/_versions/" not in o.key]):
-        refused = set(delete_objects(store, [o.key for o in batch]))
-        gone = [o for o in batch if o.key not in refused]
-        deleted += len(gone)
-        freed += sum(o.size for o in gone)
-        if refused:
-            return PrefixOutcome(deleted, freed, sorted(refused))
-    return PrefixOutcome(deleted, freed, [])
+    for prefix in prefixes:
+        check_deletable(prefix)
+    objs, links = _survey(store, prefixes)
+    outcomes: dict[str, PrefixOutcome] = {}
+    ready: list[str] = []
+    for prefix in objs:
+        bad = sorted({link for link in links if _under(link, prefix) or _under(prefix, link)})
+        if bad:
+            outcomes[prefix] = PrefixOutcome(0, 0, bad)
+        else:
+            ready.append(prefix)
+    with ThreadPoolExecutor(DELETE_THREADS) as pool:
+        deleter = partial(_delete_concurrently, store, pool)
+        for batch in _batches(ready, objs):
+            if before_batch:
+                before_batch()
+            outcomes.update(_delete_batch(deleter, batch, objs))
+    return [outcomes[p] for p in prefixes]
+
+
+def _survey(store: Store, prefixes: list[str]) -> tuple[dict[str, list[ObjectInfo]], list[str]]:
+    """The objects under each directory and every link met, listed now.
+
+    Many directories of one parent (a shard's generations) are found by one walk of the
+    parent instead of one walk each; a few are listed one by one (a big shard with little
+    to collect is not walked whole).
+    """
+    objs: dict[str, list[ObjectInfo]] = {p: [] for p in prefixes}
+    by_parent: dict[str, list[str]] = defaultdict(list)
+    for prefix in objs:
+        by_parent[prefix.rpartition("/")[0]].append(prefix)
+    links: list[str] = []
+    for parent, group in by_parent.items():
+        for root in [parent] if len(group) > PER_DIRECTORY_LISTING_MAX else group:
+            links += store.list_links(f"{root}/")
+            for o in store.list(f"{root}/"):
+                owner = f"{parent}/{o.key[len(parent) + 1:].split('/', 1)[0]}"
+                if owner in objs and o.key.startswith(owner + "/"):
+                    objs[owner].append(o)
+    return objs, links
+
+
+def _batches(prefixes: list[str], objs: dict[str, list[ObjectInfo]]) -> Iterator[list[str]]:
+    """Whole directories grouped until a group holds about BATCH_OBJECTS objects."""
+    batch: list[str] = []
+    count = 0
+    for prefix in prefixes:
+        batch.append(prefix)
+        count += len(objs[prefix])
+        if count >= BATCH_OBJECTS:
+            yield batch
+            batch, count = [], 0
+    if batch:
+        yield batch
+
+
+def _delete_batch(deleter: Callable[[list[str]], set[str]], batch: list[str],
+                  objs: dict[str, list[ObjectInfo]]) -> dict[str, PrefixOutcome]:
+    """Two steps: every manifest of the batch, then the other files of the directories whose
+    manifests all went. ``deleter`` deletes keys and returns those refused."""
+    owner: dict[str, str] = {}
+    for prefix in batch:
+        for o in objs[prefix]:
+            _check_under(o.key, prefix)
+            owner[o.key] = prefix
+    deleted: Counter[str] = Counter()
+    freed: Counter[str] = Counter()
+    refused: dict[str, list[str]] = defaultdict(list)
+
+    def delete(items: list[ObjectInfo]) -> None:
+        no = deleter([o.key for o in items])
+        for o in items:
+            if o.key in no:
+                refused[owner[o.key]].append(o.key)
+            else:
+                deleted[owner[o.key]] += 1
+                freed[owner[o.key]] += o.size
+
+    delete([o for p in batch for o in objs[p] if _is_manifest(o.key, p)])
+    delete([o for p in batch if p not in refused for o in objs[p] if not _is_manifest(o.key, p)])
+    return {p: PrefixOutcome(deleted[p], freed[p], sorted(refused.get(p, []))) for p in batch}
+
+
+def _is_manifest(key: str, prefix: str) -> bool:
+    """Whether ``key`` is a Lance table manifest of a dataset under ``prefix`` (they go first)."""
+    return "/_versions/" in key[len(prefix):]
+
+
+def delete_keys(store: Store, keys: list[str], *, before_batch: Callable[[], None] | None = None) -> list[str]:
+    """Delete single objects (WAL entries) in batches, ``before_batch`` before each; returns the keys refused."""
+    refused: set[str] = set()
+    with ThreadPoolExecutor(DELETE_THREADS) as pool:
+        for i in range(0, len(keys), BATCH_OBJECTS):
+            if before_batch:
+                before_batch()
+            refused |= _delete_concurrently(store, pool, keys[i:i + BATCH_OBJECTS])
+    return [k for k in keys if k in refused]
+
+
+def _delete_concurrently(store: Store, pool: ThreadPoolExecutor, keys: list[str]) -> set[str]:
+    """:func:`delete_objects` over consecutive slices of ``keys`` at once; returns the keys refused.
+
+    Every slice goes through the same per-key checks; running them at once overlaps the
+    latency of the requests of an object store. The call returns when every slice is done,
+    so what the caller orders across calls stays ordered.
+    """
+    step = max(DELETE_SLICE_MIN, -(-len(keys) // DELETE_THREADS))
+    slices = [keys[i:i + step] for i in range(0, len(keys), step)]
+    if len(slices) <= 1 or isinstance(store, LocalStore):
+        return set(delete_objects(store, keys))
+    return {k for refused in pool.map(partial(delete_objects, store), slices) for k in refused}
 
 
 class LocalGcEngine:
-    """Deletes in-process, through the same :func:`delete_prefix` / :func:`delete_objects` as Spark."""
+    """Deletes in-process, through the same :func:`delete_prefixes` / :func:`delete_keys` as Spark,
+    checking the lease before every batch."""
 
     name = "local"
 
     def delete_prefixes(self, table: Table, prefixes: list[str], lease: Lease | None) -> list[PrefixOutcome]:
-        out = []
-        for prefix in prefixes:
-            if lease:
-                lease.check()
-            out.append(delete_prefix(table.store, prefix))
-        return out
+        return delete_prefixes(table.store, prefixes, before_batch=lease.check if lease else None)
 
     def delete_keys(self, table: Table, keys: list[str], lease: Lease | None) -> list[str]:
         """Delete single objects (WAL entries); returns the keys refused as unsafe."""
-        if lease:
-            lease.check()
-        return delete_objects(table.store, keys)
+        return delete_keys(table.store, keys, before_batch=lease.check if lease else None)
 
 
 def _report_unsafe(result: GcResult, shard_id: str | None, generation: int, keys: list[str]) -> None:
@@ -469,9 +717,7 @@ def execute_gc(table: Table, plan: GcPlan, engine=None, *, lease: Lease | None =
     engine = engine or LocalGcEngine()
     for key in [g.key for g in plan.generations] + [o.key for o in plan.orphans]:
         check_deletable(key)  # the whole plan is ours before anything is deleted
-    result = GcResult(table=table.uri, dry_run=False, engine=engine.name,
-                      blocked=[_blocked_json(b) for b in plan.blocked],
-                      orphans=[asdict(o) for o in plan.orphans])
+    result = GcResult.from_plan(plan, dry_run=False, engine=engine.name)
     held: set[tuple[str, int]] = set()
     stats = engine.delete_prefixes(table, [g.key for g in plan.generations], lease)
     for g, (n, size, unsafe) in zip(plan.generations, stats, strict=True):
@@ -513,6 +759,50 @@ def expire_versions(table: Table, older_than_seconds: float) -> dict:
     )
     return {"older_than_seconds": older_than_seconds, "bytes_removed": stats.bytes_removed,
             "old_versions": stats.old_versions}
+
+
+def render_gc(doc: dict) -> str:
+    """The human summary of a GC document (a result or a dry run): what went, per shard as
+    generation ranges (a run may collect thousands), then why the rest stays and what would
+    free it."""
+    verb = "would delete" if doc["dry_run"] else "deleted"
+    lines = [f"{doc['table']}: {verb} {len(doc['deleted'])} generations and {doc['wal_entries_deleted']} WAL entries"
+             + ("" if doc["dry_run"] else f", {doc['bytes_freed']} bytes freed")]
+    by_shard: dict[str, list[int]] = defaultdict(list)
+    for d in doc["deleted"]:
+        by_shard[d["shard_id"]].append(d["generation"])
+    for shard_id, gens in sorted(by_shard.items()):
+        lines.append(f"  {verb} shard {shard_id} generations {_ranges(gens)}")
+    for reason, n in sorted(Counter(b["reason"] for b in doc["blocked"]).items()):
+        lines.append(f"  blocked: {n} x {reason}")
+    for reason, n in sorted(Counter(k["reason"] for k in doc.get("kept_wal_entries", [])).items()):
+        why = ("the writer replays it after a crash" if reason == WAL_NEEDED_FOR_REPLAY
+               else "it fences out older writers")
+        lines.append(f"  kept: {n} WAL entr{'y' if n == 1 else 'ies'} x {reason} ({why})")
+    if doc.get("retention"):
+        lines.append(f"  retained versions: {doc['retention']['hint']}")
+    if doc.get("time_will_free"):
+        waiting = sum(1 for b in doc["blocked"] if b.get("reasons", [b["reason"]]) == [GRACE_PERIOD])
+        lines.append(f"  {waiting} generation(s) wait only for the reader grace period: a later run frees them")
+    for o in doc["orphans"]:
+        lines.append(f"  orphan {o['kind']} {o['key']} ({o['age_seconds']:.0f}s old)"
+                     + ("" if doc.get("orphans_deleted") else ": kept (use --orphans)"))
+    return "\n".join(lines)
+
+
+def _ranges(values: list[int]) -> str:
+    """``1-4, 7, 9-10`` for [1, 2, 3, 4, 7, 9, 10]."""
+    out: list[str] = []
+    vs = sorted(set(values))
+    start = prev = vs[0]
+    for v in [*vs[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
 
 
 def write_audit(table: Table, result: GcResult) -> str:
@@ -598,6 +888,15 @@ def recheck_gc_plan(table: Table, plan: GcPlan) -> GcPlan:
     return out
 
 
+def dry_run_result(table: Table, plan: GcPlan) -> GcResult:
+    """The result a run of ``plan`` would give, with nothing deleted: the dry run's document."""
+    result = GcResult.from_plan(plan, dry_run=True)
+    result.deleted = [{"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
+                      for g in plan.generations]
+    result.wal_entries_deleted = len(plan.wal_entries)
+    return result
+
+
 def run_gc(
     table: Table,
     *,
@@ -628,12 +927,7 @@ def run_gc(
     elif audit and not dry_run:
         check_audit_destination(table.store)
     if dry_run:
-        result = GcResult(table=table.uri, dry_run=True, blocked=[_blocked_json(b) for b in plan.blocked],
-                          orphans=[asdict(o) for o in plan.orphans], broken_shards=plan.broken_shards)
-        result.deleted = [{"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
-                          for g in plan.generations]
-        result.wal_entries_deleted = len(plan.wal_entries)
-        return result
+        return dry_run_result(table, plan)
     expired = None
     if expire_versions_seconds is not None:
         if lease:

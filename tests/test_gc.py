@@ -41,7 +41,11 @@ def ready_table(make_table, *, merged: int | None = None, catchup: bool = True, 
 
 
 def reasons(result) -> set[str]:
-    return {b["reason"] for b in result.to_json()["blocked"]} if hasattr(result, "to_json") else set()
+    """The blocking reasons a GC plan or result reports. Anything without ``to_json`` is a
+    mistake in the test and fails here: it must not pass as "nothing blocked"."""
+    if not hasattr(result, "to_json"):
+        raise TypeError(f"reasons() needs a GC plan or result with to_json(), got {type(result).__name__}")
+    return {b["reason"] for b in result.to_json()["blocked"]}
 
 
 def gen_dirs(table) -> dict[str, set[int]]:
@@ -168,10 +172,14 @@ def test_wal_past_replay_position_is_kept(make_table):
     victim = shard_ids_for(SMALL)[0]
     commit_shard_manifest(table, victim, lambda m: setattr(m, "replay_after_wal_entry_position", 0))
     result = run_gc(table, grace_seconds=0)
-    wal_blocks = [b for b in result.blocked if b["reason"] == "wal-needed-for-replay"]
-    assert wal_blocks and {b["shard_id"] for b in wal_blocks} == {victim}
-    assert len(list_wal_entries(table.store, victim)) == len(wal_blocks)
-    assert gen_dirs(table)[victim] == set()  # the generations themselves could go
+    kept = [k for k in result.kept_wal_entries if k["reason"] == "wal-needed-for-replay"]
+    assert kept and {k["shard_id"] for k in kept} == {victim}
+    assert sorted(e.position for e in list_wal_entries(table.store, victim)) == sorted(k["position"] for k in kept)
+    assert gen_dirs(table)[victim] == set()  # the generations themselves could go...
+    assert {b["reason"] for b in result.blocked} == set()  # ...so nothing is reported blocked
+    # the next run still keeps them, and still does not call a collected generation blocked
+    again = run_gc(table, grace_seconds=0)
+    assert again.blocked == [] and again.kept_wal_entries == result.kept_wal_entries
 
 
 def test_dry_run_deletes_nothing_and_shows_exactly_what_would_go(make_table):

@@ -1,0 +1,189 @@
+"""GC benchmark: collect 10,000 merged generations, timed.
+
+Usage::
+
+    .venv/bin/python bench/gc_many.py --work /tmp/gc-bench [--generations 10000] [--shards 4] [--runs 3]
+
+Building 10,000 generations through ``ShardWriter`` takes minutes, so the table is built
+once (cached in ``<work>/pristine``) and cheaply: pylance's own writer flushes one real
+generation per shard (a real Lance dataset, its bloom filter and primary-key index, a real
+WAL entry); that directory is then copied as generations ``2..N`` of the shard, each with a
+WAL entry written with pyarrow (the real entry's batches, its schema metadata naming the
+generation), and one new shard manifest version lists them all. Progress is marked with
+Lance's own ``mark_sstables_as_compacted`` on a merge that changes no row ("merges nothing
+but marks progress"), and old versions are expired so only the grace period (0 here) and
+the gates GC checks stand.
+
+Each run copies the pristine table (``cp -a``: real files, not links; then ``sync``, as
+generations are long written when GC runs), takes a GC lease
+as the CLI does, then times ``prepare_gc`` (plan) and ``run_gc(plan=...)`` (execute) and
+checks that every generation and WAL entry went. Wall and CPU seconds are reported: on a
+shared machine CPU time is the steadier measure of the code's own cost, wall time on a
+disk is bounded below by the file system (``--floor`` times a plain ``rm -rf``). The script imports ``memwal`` from
+``sys.path``, so the same file times another checkout: ``PYTHONPATH=/old/checkout``.
+Nothing is asserted about time; the JSON summary goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+
+def _rewrite_wal_entry(data: bytes, generation: int) -> bytes:
+    """The same Arrow IPC stream with its ``generation`` schema metadata replaced."""
+    reader = pa.ipc.open_stream(pa.BufferReader(data))
+    meta = dict(reader.schema.metadata or {})
+    meta[b"generation"] = str(generation).encode()
+    schema = reader.schema.with_metadata(meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as w:
+        for batch in reader:
+            w.write_batch(pa.record_batch(batch.columns, schema=schema))
+    return sink.getvalue().to_pybytes()
+
+
+def _forge_shard(uri: str, shard_id: str, generations: int) -> None:
+    """Turn a shard with one real flushed generation into one with ``generations`` of them."""
+    from memwal.naming import manifest_key, shard_dir, version_hint_key, wal_key
+    from memwal.shard_manifests import latest_shard_manifest, list_wal_entries, read_wal_entry_meta
+    from memwal.table import open_table
+
+    store = open_table(uri).store
+    state = latest_shard_manifest(store, shard_id)
+    first = state.flushed[0]
+    entry = next(e for e in list_wal_entries(store, shard_id)
+                 if read_wal_entry_meta(store, shard_id, e.position).generation == first.generation)
+    template, wal_bytes = Path(uri, shard_dir(shard_id), first.path), store.get(entry.key)
+    msg = type(state.manifest)()
+    msg.CopyFrom(state.manifest)
+    del msg.sstables[:]
+    for g in range(1, generations + 1):
+        name = f"{g:08x}_gen_{g}"
+        if g != first.generation:
+            shutil.copytree(template, template.with_name(name))
+            store.put(wal_key(shard_id, g), _rewrite_wal_entry(wal_bytes, g))
+        sst = msg.sstables.add()
+        sst.CopyFrom(state.manifest.sstables[0])
+        sst.generation, sst.path = g, (first.path if g == first.generation else name)
+    msg.version = state.version + 1
+    msg.current_generation = generations + 1
+    msg.replay_after_wal_entry_position = msg.wal_entry_position_last_seen = max(generations, entry.position)
+    store.put_if_absent(manifest_key(shard_id, msg.version), msg.SerializeToString())
+    store.put(version_hint_key(shard_id), json.dumps({"version": msg.version}).encode())
+
+
+def build(uri: str, generations: int, shards: int) -> float:
+    """The pristine table: ``generations`` merged generations over ``shards`` shards."""
+    from datetime import timedelta
+
+    from lance.mem_wal import CompactedSsTable
+
+    from memwal.demo_data import Workload, create_base_table, shard_ids_for, write_generations
+
+    t0 = time.perf_counter()
+    wl = Workload(base_rows=100, shards=shards, generations=1, rows_per_generation=4, indexes=False, seed=5)
+    ds, model = create_base_table(uri, wl)
+    write_generations(uri, wl, model)
+    per_shard = -(-generations // shards)
+    for shard_id in shard_ids_for(wl):
+        _forge_shard(uri, shard_id, per_shard)
+    ds = ds.checkout_version(ds.latest_version)
+    markers = [CompactedSsTable(s, per_shard) for s in shard_ids_for(wl)]
+    (ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+     .mark_sstables_as_compacted(markers).execute(ds.to_table(limit=1)))
+    ds.checkout_version(ds.latest_version).cleanup_old_versions(
+        older_than=timedelta(0), error_if_tagged_old_versions=False)
+    return time.perf_counter() - t0
+
+
+def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
+    """Copy the pristine table, then plan and execute GC under a lease; returns timings."""
+    from memwal.gc import prepare_gc, run_gc
+    from memwal.lease import Lease
+    from memwal.shard_manifests import list_generation_dirs, list_shard_ids, list_wal_entries
+    from memwal.table import open_table
+
+    run_dir = work / f"run-{i}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(pristine), str(run_dir)], check=True)
+    os.sync()  # otherwise GC's deletes wait behind the write-back of the copy just made
+    table = open_table(str(run_dir))
+    c0, t0 = time.process_time(), time.perf_counter()
+    plan = prepare_gc(table, grace_seconds=0)
+    c1, t1 = time.process_time(), time.perf_counter()
+    with Lease(table.store, "gc", ttl_seconds=300) as lease:
+        c2, t2 = time.process_time(), time.perf_counter()
+        result = run_gc(table, lease=lease, grace_seconds=0, plan=plan)
+        c3, t3 = time.process_time(), time.perf_counter()
+    left = sum(len(list_generation_dirs(table.store, s)) + len(list_wal_entries(table.store, s))
+               for s in list_shard_ids(table.store))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return {"plan_s": round(t1 - t0, 3), "execute_s": round(t3 - t2, 3), "total_s": round(t1 - t0 + t3 - t2, 3),
+            # CPU seconds of this process (all threads): steadier than wall time on a shared machine
+            "cpu_s": round(c1 - c0 + c3 - c2, 3),
+            "generations_deleted": len(result.deleted), "wal_entries_deleted": result.wal_entries_deleted,
+            "objects_deleted": result.objects_deleted, "objects_left": left}
+
+
+def floor_run(pristine: Path, work: Path) -> float:
+    """Seconds a plain ``rm -rf`` of the same generation directories and WAL entries takes on
+    this disk: no check, no lease, no manifest order. What no GC can beat."""
+    from memwal.naming import MEM_WAL_DIR
+
+    run_dir = work / "floor"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(pristine), str(run_dir)], check=True)
+    os.sync()
+    doomed = [str(d) for shard in Path(run_dir, MEM_WAL_DIR).iterdir() for d in shard.iterdir()
+              if "_gen_" in d.name or d.name == "wal"]
+    t0 = time.perf_counter()
+    subprocess.run(["rm", "-rf", *doomed], check=True)
+    took = time.perf_counter() - t0
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return round(took, 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--work", required=True, help="scratch folder (the pristine table is cached there)")
+    p.add_argument("--generations", type=int, default=10_000)
+    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--rebuild", action="store_true")
+    p.add_argument("--floor", action="store_true", help="also time a plain rm -rf of the same files")
+    p.add_argument("--out", help="also write the document to OUT/gc_many.json")
+    args = p.parse_args(argv)
+    import memwal
+
+    work = Path(args.work)
+    pristine = work / f"pristine-{args.generations}x{args.shards}"
+    built = None
+    if args.rebuild or not pristine.exists():
+        shutil.rmtree(pristine, ignore_errors=True)
+        pristine.parent.mkdir(parents=True, exist_ok=True)
+        built = round(build(str(pristine), args.generations, args.shards), 1)
+    runs = [one_run(pristine, work, i) for i in range(args.runs)]
+    doc = {"memwal": str(Path(memwal.__file__).parent), "generations": args.generations, "shards": args.shards,
+           "build_s": built, "runs": runs, "rm_rf_floor_s": floor_run(pristine, work) if args.floor else None,
+           "median_total_s": statistics.median(r["total_s"] for r in runs) if runs else None}
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "gc_many.json").write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""GC explains itself: kept WAL entries are not blocked generations, retained versions name
+what holds them and the option that frees them, ``time_will_free`` tells a caller whether to
+wait, and batched deletion still stops on a lost lease before its next batch."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from memwal.catchup import run_catchup
+from memwal.demo_data import shard_ids_for, write_generations
+from memwal.errors import LeaseLostError
+from memwal.gc import plan_gc, render_gc, run_gc
+from memwal.lease import Lease
+from memwal.merge import run_merge
+from memwal.shard_manifests import generation_readable, list_generation_dirs, list_wal_entries, read_wal_entry_meta
+from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.test_gc import expire_all, gen_dirs, ready_table
+
+GENERATIONS = SMALL.shards * SMALL.generations
+
+
+def test_reopened_writer_fence_sentinels_are_kept_and_reported(make_table):
+    """Each writer session after the first starts with a fence sentinel (no generation): GC
+    collects every generation around it and keeps it, as ``fence-sentinel``."""
+    table, model = make_table()
+    write_generations(table.uri, SMALL, model, generations=1, seed_offset=99)  # a second session per shard
+    sentinels = {(s, e.position) for s in shard_ids_for(SMALL) for e in list_wal_entries(table.store, s)
+                 if read_wal_entry_meta(table.store, s, e.position).is_fence_sentinel}
+    assert {s for s, _ in sentinels} == set(shard_ids_for(SMALL))
+    run_merge(table)
+    run_catchup(table)
+    expire_all(table)
+
+    result = run_gc(table, grace_seconds=0)
+
+    assert len(result.deleted) == SMALL.shards * (SMALL.generations + 1)
+    assert result.blocked == []
+    assert {(k["shard_id"], k["position"]) for k in result.kept_wal_entries} == sentinels
+    assert all(k["reason"] == "fence-sentinel" and k["generation"] is None for k in result.kept_wal_entries)
+    left = {(s, e.position) for s in shard_ids_for(SMALL) for e in list_wal_entries(table.store, s)}
+    assert left == sentinels  # every other WAL entry went with its generation
+    assert "fence-sentinel" in render_gc(result.to_json())
+    assert lsm_rows(table) == model.sorted_rows() == table_rows(table)
+
+
+def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table):
+    table, _ = ready_table(make_table, expire=False)
+    plan = plan_gc(table, grace_seconds=0)
+    retention = plan.retention
+    assert retention is not None and plan.time_will_free is False
+    rows = retention["blocking_versions"]
+    assert rows and all(r["held_by"] is None and r["tag"] is None and r["branch"] is None for r in rows)
+    assert max(r["generations_held"] for r in rows) == GENERATIONS  # the pre-merge versions hold all of them
+    seconds = max(0, math.floor(min(r["age_seconds"] for r in rows)))
+    assert f"--expire-versions {seconds} " in retention["hint"]
+    # the value given is enough: expiring with exactly it frees every generation
+    result = run_gc(table, grace_seconds=0, expire_versions_seconds=seconds)
+    assert len(result.deleted) == GENERATIONS and result.retention is None
+
+
+def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
+    table, _ = make_table()
+    before_merge = table.dataset().version
+    table.dataset().tags.create("audit-2026", before_merge)
+    table.dataset().create_branch("experiment", before_merge)
+    run_merge(table)
+    run_catchup(table)
+    expire_all(table)
+    result = run_gc(table, grace_seconds=0)
+    assert result.deleted == []
+    rows = {(r["version"], r["branch"]): r for r in result.retention["blocking_versions"]}
+    tagged = rows[(before_merge, None)]
+    assert tagged["tag"] == "audit-2026" and tagged["held_by"] == "tag" and tagged["starts_branch"] == "experiment"
+    assert tagged["generations_held"] == GENERATIONS
+    assert any(r["branch"] == "experiment" and r["held_by"] == "branch" for r in rows.values())
+    hint = result.retention["hint"]
+    assert "tagged audit-2026: delete the tag" in hint and "branch experiment" in hint
+    assert "--expire-versions" not in hint  # expiry cannot remove a tag or a branch
+    assert "retained versions:" in render_gc(result.to_json())
+
+
+def test_time_will_free_only_when_the_grace_period_alone_blocks(make_table):
+    table, _ = ready_table(make_table)
+    waiting = run_gc(table)  # default grace period: merged a moment ago
+    assert waiting.deleted == [] and waiting.time_will_free is True
+    assert "wait only for the reader grace period" in render_gc(waiting.to_json())
+    done = run_gc(table, now=time.time() + 601)
+    assert len(done.deleted) == GENERATIONS and done.time_will_free is False
+
+    unmerged, _ = make_table()  # not merged: waiting changes nothing
+    assert run_gc(unmerged, grace_seconds=0).time_will_free is False
+    held, _ = ready_table(make_table, expire=False)  # grace passed but old versions hold: needs expiry
+    result = run_gc(held)
+    assert result.time_will_free is False and result.retention is not None
+
+
+class StopAfter:
+    """A lease clock that jumps past every expiry after ``calls`` readings."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls, self.start = calls, time.time()
+
+    def __call__(self) -> float:
+        self.calls -= 1
+        return self.start if self.calls >= 0 else self.start + 86_400
+
+
+def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table, monkeypatch):
+    import memwal.gc
+
+    table, model = ready_table(make_table)
+    monkeypatch.setattr(memwal.gc, "BATCH_OBJECTS", 20)  # a few generations per batch
+    lease = Lease(table.store, "gc", ttl_seconds=300, clock=StopAfter(2)).acquire()  # acquire + 1st batch check
+    with pytest.raises(LeaseLostError):
+        run_gc(table, grace_seconds=0, lease=lease)
+    left = {s: list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL)}
+    remaining = sum(len(d) for d in left.values())
+    assert 0 < remaining < GENERATIONS  # the first batch went, then the run stopped
+    for s, dirs in left.items():  # nothing half-deleted: every remaining generation is whole
+        assert all(generation_readable(table.store, f"_mem_wal/{s}/{name}") for name in dirs)
+    assert sum(len(list_wal_entries(table.store, s)) for s in shard_ids_for(SMALL)) > 0  # WAL goes last
+    assert lsm_rows(table) == model.sorted_rows()
+    result = run_gc(table, grace_seconds=0)
+    assert len(result.deleted) == remaining
+    assert gen_dirs(table) == {s: set() for s in shard_ids_for(SMALL)}
+    assert lsm_rows(table) == model.sorted_rows()
