@@ -22,7 +22,9 @@ Contenders, each run on its own copy of the same table:
     ``memwal merge TABLE --engine spark --json``; the local-mode Spark session is started
     first so its start-up (JVM included) is reported on its own.
 
-``--profile FILE`` runs the contender under cProfile and dumps the stats to ``FILE``.
+``--profile FILE`` runs the contender under cProfile and dumps the stats to ``FILE``. The
+result records the process's peak RSS (``peak_rss_mb``), so memory is compared between
+whole processes that did the same work.
 """
 
 from __future__ import annotations
@@ -85,7 +87,12 @@ def _dedupe(t, pk: list[str], order: list[str]):
     t = t.sort_by([(c, "ascending") for c in order])
     t = t.append_column("__ord", pa.array(np.arange(t.num_rows, dtype=np.int64)))
     g = t.group_by(pk, use_threads=True).aggregate([("__ord", "max")])
-    return t.take(g.column("__ord_max")).drop_columns(["__ord"])
+    # Taken in 8192-row chunks (Lance's batch size) with buffers of their own: merge_insert
+    # accounts a batch sliced from a bigger chunk at the chunk's size, and at 5M change rows
+    # the single-chunk table exhausted its 300 MB memory pool (observed).
+    idx = g.column("__ord_max").combine_chunks()
+    idx = pa.chunked_array([idx.slice(i, 8192) for i in range(0, len(idx), 8192)], type=idx.type)
+    return t.take(idx).drop_columns(["__ord"])
 
 
 def run_loop(table_dir: str) -> dict:
@@ -236,12 +243,22 @@ def _preload(contender: str) -> dict:
     extra: dict = {}
     if contender == "spark":
         t0 = time.perf_counter()
-        from jobs.spark_engine import local_session
+        from memwal.spark.spark_engine import local_session
 
         session = local_session("memwal-bench")
         session.sparkContext.setLogLevel("ERROR")
         extra["spark_startup_seconds"] = time.perf_counter() - t0
     return extra
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (MiB): ``ru_maxrss`` is KiB on Linux, bytes on macOS.
+
+    Imports count too (about the same for every contender, so ratios understate gaps)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "contender": args.contender,
         "inner_seconds": inner,
         "startup_seconds": t_ready - T_START,
+        "peak_rss_mb": peak_rss_mb(),
         **extra,
         **info,
     }

@@ -149,33 +149,52 @@ def fold(
     a key whose last version is a tombstone is deleted, any other key becomes one row
     folding every put after its last tombstone. ``carry`` columns (e.g. the shard code)
     take their last value, in the upserts and in the deleted keys. Upserts keep
-    ``t``'s non-internal columns in ``t``'s order.
+    ``t``'s non-internal columns in ``t``'s order; rows come in no particular order.
     """
     if t.num_rows == 0:
         return t, t.select([*primary_key, *carry])
-    t = t.sort_by([(k, "ascending") for k in primary_key] + [(c, "ascending") for c in order])
-    starts = _key_boundaries(t, primary_key)
+    # Sort indices on the key and order columns only, never whole rows: rows are taken
+    # once, and only the live ones.
+    idx = pc.sort_indices(t.select([*primary_key, *order]),
+                          sort_keys=[(k, "ascending") for k in primary_key] + [(c, "ascending") for c in order])
+    idx = idx.to_numpy()
+    starts = _key_boundaries(t.select(primary_key).take(pa.array(idx)), primary_key)
     group = np.cumsum(starts) - 1
-    tomb = t.column(tombstone).combine_chunks().fill_null(False).to_numpy(zero_copy_only=False)
+    tomb = t.column(tombstone).fill_null(False).to_numpy()[idx]
     seen = np.cumsum(tomb)  # tombstones up to and including each row
     before_group = (seen - tomb)[starts]  # tombstones before each group's first row
     total = np.add.reduceat(tomb.astype(np.int64), np.flatnonzero(starts))
     within = seen - before_group[group]  # tombstones in this key up to this row
     ends = np.r_[np.flatnonzero(starts)[1:] - 1, t.num_rows - 1]
     deleted = tomb[ends]
-    live = (within == total[group]) & ~tomb & ~deleted[group]
-    deleted_keys = t.take(pa.array(ends[deleted])).select([*primary_key, *carry])
-    segment = t.filter(pa.array(live))
-    value_columns = [c for c in segment.column_names
+    live = np.flatnonzero((within == total[group]) & ~tomb & ~deleted[group])
+    deleted_keys = t.select([*primary_key, *carry]).take(pa.array(idx[ends[deleted]]))
+    value_columns = [c for c in t.column_names
                      if c not in primary_key and c not in order and c != tombstone]
+    columns = [c for c in t.column_names if c in primary_key or c in value_columns]
+    # A key with one live row folds to that row (every operator of one value is the
+    # value): only keys with several live rows go through the ordered group-by.
+    single = np.bincount(group[live], minlength=len(ends))[group[live]] == 1
+    singles = t.select(columns).take(pa.array(idx[live[single]]))
+    segment = t.take(pa.array(idx[live[~single]]))
+    # pyarrow has no ordered hash aggregate for nested types (vectors, lists, structs):
+    # a replaced one is taken from its key's last live row instead.
+    taken = [c for c in value_columns
+             if (c in carry or ops.op(c) == "replace") and pa.types.is_nested(segment.schema.field(c).type)]
     aggs = []
     for c in value_columns:
-        name, options = _AGGREGATES["replace" if c in carry else ops.op(c)]
-        aggs.append((c, name, options))
+        if c not in taken:
+            name, options = _AGGREGATES["replace" if c in carry else ops.op(c)]
+            aggs.append((c, name, options))
+    if taken:
+        segment = segment.append_column("__last", pa.array(np.arange(segment.num_rows, dtype=np.int64)))
+        aggs.append(("__last", "max", None))
     grouped = segment.group_by(primary_key, use_threads=False).aggregate(aggs)
     renamed = _rename(grouped, aggs)
-    columns = [c for c in t.column_names if c in primary_key or c in value_columns]
-    return renamed.select(columns).cast(t.select(columns).schema), deleted_keys
+    for c in taken:
+        renamed = renamed.append_column(c, segment.column(c).take(renamed.column("__last")))
+    folded = renamed.select(columns).cast(singles.schema)
+    return pa.concat_tables([singles, folded]), deleted_keys
 
 
 def _rename(grouped: pa.Table, aggs: list[tuple]) -> pa.Table:

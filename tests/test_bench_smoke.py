@@ -52,8 +52,17 @@ def test_bench_smoke_writes_json_and_chart(tmp_path):
     for key in ("loop_over_ours", "ours_over_floor", "loop_over_ours_inner", "ours_over_floor_inner"):
         assert doc["ratios"][key] > 0, key
     targets = doc["targets"]
-    assert targets["loop_over_ours_min"] == 6 and targets["ours_over_floor_max"] == 1.5
+    assert targets["loop_over_ours_min"] == 10 and targets["ours_over_floor_max"] == 1.1
+    assert targets["ours_over_floor_peak_rss_max"] == 1.2
     assert isinstance(targets["met"], bool)
+    for name, c in doc["contenders"].items():
+        assert c["peak_rss_mb"] > 0, name
+    assert doc["ratios"]["ours_over_floor_peak_rss"] > 0
+
+    ops = doc["merge_ops"]
+    assert ops["same_progress"] and ops["ops_over_plain_inner"] > 0 and ops["target_max"] == 1.5
+    tiny = doc["tiny_generations"]
+    assert tiny["all_merged"] and tiny["table"]["generations"] > 0 and tiny["inner_seconds"] > 0
 
     for key in ("change_rows", "base_rows"):
         points = doc["growth"][key]

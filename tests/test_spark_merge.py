@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs.spark_engine import SparkMergeEngine
+from memwal.spark.spark_engine import SparkMergeEngine
+
 from memwal.demo_data import Workload
 from memwal.merge import run_merge
 from memwal.table import open_table
@@ -24,7 +25,8 @@ def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark
     shutil.copytree(table.uri, copy)
     local = run_merge(table)
     other = open_table(str(copy))
-    distributed = run_merge(other, engine=SparkMergeEngine(spark, partitions=4))
+    # tiny read tasks: one generation per task, so the shuffle really joins several tasks' rows
+    distributed = run_merge(other, engine=SparkMergeEngine(spark, partitions=4, read_task_bytes=1))
     assert distributed.engine == "spark"
     assert table_rows(other) == table_rows(table) == model.sorted_rows()
     assert other.manifest().compacted == table.manifest().compacted
@@ -77,3 +79,37 @@ def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark):
     with pytest.raises(MemWalError, match=f"'id': {key}.*more than one shard"):
         run_merge(table, engine=SparkMergeEngine(spark, partitions=2))
     assert table.manifest().compacted == {}
+
+
+def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_path):
+    """Same Python fold on executors: identical base tables on copies of one folding table."""
+    import lance
+
+    from tests.test_merge_ops import approx, base_rows, build_folding_table
+
+    uri = str(tmp_path / "t")
+    model = build_folding_table(uri)
+    copy = tmp_path / "copy"
+    shutil.copytree(uri, copy)
+    local = run_merge(open_table(uri))
+    engine = SparkMergeEngine(spark, partitions=3, read_task_bytes=1)
+    distributed = run_merge(open_table(str(copy)), engine=engine)
+    assert engine.last_timings["partitions"] == 3 and engine.last_timings["read_tasks"] > 1
+    assert base_rows(str(copy)) == base_rows(uri)
+    assert approx(base_rows(uri)) == approx(model.rows())
+    assert open_table(str(copy)).manifest().compacted == open_table(uri).manifest().compacted
+    key = lambda r: r.shard_id  # noqa: E731
+    assert sorted(local.shards, key=key) == sorted(distributed.shards, key=key)
+    assert lance.dataset(str(copy)).count_rows() == len(model.rows())
+
+
+def test_read_tasks_pack_generations_by_bytes():
+    from memwal.spark.spark_engine import read_tasks
+
+    from memwal.merge.plan import GenerationRef
+
+    refs = [GenerationRef("s", g, f"p{g}", f"k{g}", f"u{g}", rows=10, bytes=b, wal_keys=("w",) if g == 5 else ())
+            for g, b in enumerate([30, 30, 50, 10, 10, 500], start=0)]
+    tasks = read_tasks(refs, 64, {})
+    assert [[item[0]["generation"] for item in task] for task in tasks] == [[0, 1], [2, 3], [4], [5]]
+    assert all(item[1] is None for task in tasks for item in task)  # whole generations; g5 has WAL operands

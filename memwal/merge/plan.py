@@ -12,11 +12,17 @@ from dataclasses import asdict, dataclass, field, replace
 
 from memwal.errors import BadInputError
 from memwal.merge import intents
-from memwal.merge.inputs import check_generations
+from memwal.merge.inputs import OPEN_THREADS, can_open, check_generations, links_by_generation, ordered_map
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge_ops import MergeOps, table_merge_ops
+from memwal.naming import shard_dir
 from memwal.paths import UnsafePathError
-from memwal.shard_manifests import ShardState, generation_links, generation_readable, read_shard_manifests
+from memwal.shard_manifests import (
+    FlushedGeneration,
+    ShardState,
+    generation_links,
+    read_shard_manifests,
+)
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
 
@@ -112,6 +118,33 @@ def primary_key_of(table: Table) -> list[str]:
     return pk
 
 
+#: Above this many generations, a shard's links are found by one walk of its directory.
+WALK_SHARD_ABOVE = 16
+
+
+def _candidates(state: ShardState, compacted: int, max_generations: int | None
+                ) -> tuple[list[tuple[FlushedGeneration, str]], BlockedShard | None]:
+    """The gap-free run of listed generations above ``compacted`` with safe keys (no I/O),
+    and what stopped it early, if anything."""
+    listed = {g.generation: g for g in state.flushed}
+    out: list[tuple[FlushedGeneration, str]] = []
+    g = compacted + 1
+    while g in listed or g < state.current_generation:
+        if max_generations is not None and len(out) >= max_generations:
+            break
+        fg = listed.get(g)
+        if fg is None:
+            if g >= state.current_generation:
+                break
+            return out, BlockedShard(state.shard_id, g, "gap: generation is not in the shard manifest")
+        try:
+            out.append((fg, state.generation_key(fg)))
+        except UnsafePathError as exc:
+            return out, BlockedShard(state.shard_id, g, f"unsafe-path: {exc}")
+        g += 1
+    return out, None
+
+
 def plan_shard(
     table: Table,
     state: ShardState,
@@ -119,36 +152,38 @@ def plan_shard(
     *,
     max_generations: int | None,
 ) -> tuple[list[GenerationRef], BlockedShard | None]:
-    listed = {g.generation: g for g in state.flushed}
+    """The shard's next generations, stopping at the first one that is not in the manifest,
+    has an unsafe path, holds a symbolic link or cannot be opened.
+
+    The checks are the same for one generation or ten thousand; their I/O is batched: one
+    walk of the shard directory for links (past a few generations), then the link-free
+    generations are opened by Lance on a thread pool (readable means Lance opens it; the
+    session caches the open for the schema checks and the reads), verdicts in order.
+    """
+    candidates, stop = _candidates(state, compacted, max_generations)
+    store = table.store
+    keys = [key for _, key in candidates]
+    if len(keys) > WALK_SHARD_ABOVE:
+        links = links_by_generation(store, f"{shard_dir(state.shard_id)}/", keys)
+    else:
+        links = {key: generation_links(store, key) for key in keys}
+    linked = next((i for i, key in enumerate(keys) if links[key]), None)
+    if linked is not None:
+        # Lance follows links when it opens a dataset: nothing at or past a link is opened.
+        fg, key = candidates[linked]
+        why = f"unsafe-path: {', '.join(links[key])}: symbolic link, never followed"
+        candidates, stop = candidates[:linked], BlockedShard(state.shard_id, fg.generation, why)
+    uris = [store.uri_for(key) for _, key in candidates]
+    readable = ordered_map(lambda uri: can_open(uri, table.storage_options), uris, OPEN_THREADS)
     refs: list[GenerationRef] = []
-    g = compacted + 1
-    while g in listed or g < state.current_generation:
-        if max_generations is not None and len(refs) >= max_generations:
-            break
-        fg = listed.get(g)
-        if fg is None:
-            if g >= state.current_generation:
-                break
-            return refs, BlockedShard(state.shard_id, g, "gap: generation is not in the shard manifest")
-        try:
-            key = state.generation_key(fg)
-        except UnsafePathError as exc:
-            return refs, BlockedShard(state.shard_id, g, f"unsafe-path: {exc}")
-        links = generation_links(table.store, key)
-        if links:
-            why = f"unsafe-path: {', '.join(links)}: symbolic link, never followed"
-            return refs, BlockedShard(state.shard_id, g, why)
-        if not generation_readable(table.store, key):
+    for (fg, key), uri, ok in zip(candidates, uris, readable, strict=True):
+        if not ok:
             return refs, BlockedShard(
-                state.shard_id, g, f"missing: generation directory {fg.path} is missing or unreadable"
+                state.shard_id, fg.generation, f"missing: generation directory {fg.path} is missing or unreadable"
             )
-        refs.append(
-            GenerationRef(
-                state.shard_id, g, fg.path, key, table.store.uri_for(key), fg.physical_rows, fg.in_memory_bytes
-            )
-        )
-        g += 1
-    return refs, None
+        refs.append(GenerationRef(state.shard_id, fg.generation, fg.path, key, uri, fg.physical_rows,
+                                  fg.in_memory_bytes))
+    return refs, stop
 
 
 def plan_merge(

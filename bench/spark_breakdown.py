@@ -1,0 +1,192 @@
+"""Where the Spark merge engine's time goes: ``python -m bench.spark_breakdown [--full] [--out DIR]``.
+
+For each size (400k and 2M change rows; 10M with ``--full``) it builds a table once with
+pylance's ShardWriter (``bench.tables``; reused from ``--work`` when already built), then on
+fresh copies of it:
+
+* times ``memwal merge COPY --engine local`` and ``memwal merge COPY --engine spark`` as whole
+  processes (JVM start-up included; local mode, ``MEMWAL_SPARK_MASTER`` or ``local[2]``) and
+  checks that both give the identical base table and progress;
+* runs the Spark engine in this process with a stopwatch on each phase: start-up (JVM and
+  session), plan, executors (read, shuffle, dedupe or fold, write of the staged upserts:
+  wall time, plus the task seconds of each step summed over tasks), the staging commit, and
+  the driver's commits (the bound delete pass, the marked ``merge_insert``).
+
+The JSON document goes to ``OUT/spark_breakdown.json``. ``make bench`` calls :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (400_000, 2_000_000)
+FULL_SIZES = (*SIZES, 10_000_000)
+BASE_ROWS = 500_000
+NOISE = "Index __lance_mem_wal has no fields"
+
+
+def log(msg: str) -> None:
+    print(f"[spark-breakdown] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_table(work: Path, change_rows: int) -> tuple[str, dict]:
+    """The pristine table of one size, built once per work directory."""
+    from bench.tables import TableSpec, build_table
+
+    path = work / f"table-{change_rows}"
+    info_file = work / f"table-{change_rows}.json"
+    if path.exists() and info_file.exists():
+        return str(path), json.loads(info_file.read_text())
+    log(f"building a table with {change_rows:,} change rows (once per --work)")
+    info = build_table(str(path), TableSpec(base_rows=BASE_ROWS, change_rows=change_rows))
+    info_file.write_text(json.dumps(info))
+    return str(path), info
+
+
+def fresh_copy(pristine: str, dst: Path) -> str:
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(pristine, dst)
+    return str(dst)
+
+
+def whole_process(engine: str, table: str) -> dict:
+    """``memwal merge TABLE --engine ENGINE --json`` timed from exec to exit."""
+    cmd = [sys.executable, "-m", "memwal.cli", "merge", table, "--engine", engine, "--json"]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    out = {"seconds": round(seconds, 3), "exit_code": proc.returncode}
+    if proc.returncode != 0:
+        out["error"] = next((x for x in proc.stderr.splitlines() if "error" in x and NOISE not in x), "")[-500:]
+    return out
+
+
+def table_state(path: str) -> tuple:
+    import lance
+
+    from memwal.merge.plan import primary_key_of
+    from memwal.table import open_table
+
+    table = open_table(path)
+    pk = primary_key_of(table)
+    rows = lance.dataset(path).to_table().sort_by([(k, "ascending") for k in pk])
+    return rows.combine_chunks(), dict(table.manifest().compacted)
+
+
+def in_process(spark, table_uri: str) -> dict:
+    """The Spark engine's phases, timed on the driver (see the module docstring)."""
+    from memwal.spark.spark_engine import SparkMergeEngine
+
+    from memwal.merge import execute_merge, plan_merge
+    from memwal.table import open_table
+
+    marks: dict[str, float] = {}
+    t0 = time.perf_counter()
+    table = open_table(table_uri)
+    plan = plan_merge(table)
+    marks["plan"] = time.perf_counter()
+    engine = SparkMergeEngine(spark)
+    execute_merge(table, plan, engine, on_step=lambda name: marks.setdefault(name, time.perf_counter()))
+    end = time.perf_counter()
+    t = engine.last_timings
+    read_end = marks["after-read"]
+    delete = marks["after-delete-pass"] - marks["before-delete-commit"] if "before-delete-commit" in marks else 0.0
+    marked = marks.get("after-upsert-commit", end) - marks["before-marked-commit"]
+    return {
+        "plan_seconds": marks["plan"] - t0,
+        "executors_wall_seconds": t["executors_wall_seconds"],
+        "read_task_seconds": t["read_task_seconds"],
+        "dedupe_task_seconds": t["reduce_task_seconds"],
+        "write_task_seconds": t["write_task_seconds"],
+        "staging_commit_seconds": t["staging_commit_seconds"],
+        "engine_seconds": read_end - marks["plan"],
+        "delete_commit_seconds": delete,
+        "marked_commit_seconds": marked,
+        "driver_commit_seconds": end - read_end,
+        "total_seconds": end - t0,
+        "read_tasks": t["read_tasks"],
+        "partitions": t["partitions"],
+        "change_bytes": t["change_bytes"],
+    }
+
+
+def one_size(spark, startup: float, work: Path, change_rows: int) -> dict:
+    pristine, info = ensure_table(work, change_rows)
+    point: dict = {"change_rows": info["change_rows"], "generations": info["generations"], "table_bytes": info["bytes"]}
+    copies = {e: fresh_copy(pristine, work / f"copy-{change_rows}-{e}") for e in ("local", "spark", "inproc")}
+    for engine in ("local", "spark"):
+        log(f"{change_rows:,}: memwal merge --engine {engine}")
+        point[f"{engine}_process"] = whole_process(engine, copies[engine])
+    ok = all(point[f"{e}_process"]["exit_code"] == 0 for e in ("local", "spark"))
+    if ok:
+        local_rows, local_progress = table_state(copies["local"])
+        spark_rows, spark_progress = table_state(copies["spark"])
+        point["identical"] = local_rows.equals(spark_rows) and local_progress == spark_progress
+        point["spark_over_local"] = round(point["spark_process"]["seconds"] / point["local_process"]["seconds"], 2)
+    log(f"{change_rows:,}: Spark engine in process, phase by phase")
+    phases = in_process(spark, copies["inproc"])
+    phases["startup_seconds"] = startup
+    point["spark_phases"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in phases.items()}
+    for path in copies.values():
+        shutil.rmtree(path, ignore_errors=True)
+    return point
+
+
+def run(out: str | Path = "bench-results", *, full: bool = False, work: str | Path | None = None) -> dict:
+    """Build (or reuse) the tables, measure every size, write ``OUT/spark_breakdown.json``."""
+    import pyspark
+    from memwal.spark.spark_engine import local_session
+
+    out, work = Path(out), Path(work or Path(out) / "spark-work")
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    spark = local_session("memwal-spark-breakdown")
+    startup = time.perf_counter() - t0
+    try:
+        points = [one_size(spark, startup, work, n) for n in (FULL_SIZES if full else SIZES)]
+    finally:
+        spark.stop()
+    doc = {
+        "master": os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"),
+        "pyspark": pyspark.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "points": points,
+    }
+    (out / "spark_breakdown.json").write_text(json.dumps(doc, indent=2))
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.spark_breakdown", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="bench-results")
+    p.add_argument("--work", help="where tables are built and kept (default OUT/spark-work)")
+    p.add_argument("--full", action="store_true", help="add the 10M change-row point (a long table build)")
+    args = p.parse_args(argv)
+    doc = run(args.out, full=args.full, work=args.work)
+    for pt in doc["points"]:
+        ph = pt["spark_phases"]
+        print(f"{pt['change_rows']:>10,} rows: local {pt['local_process']['seconds']}s, "
+              f"spark {pt['spark_process']['seconds']}s, ratio {pt.get('spark_over_local')}, "
+              f"identical {pt.get('identical')}; startup {ph['startup_seconds']}s, plan {ph['plan_seconds']}s, "
+              f"executors {ph['executors_wall_seconds']}s (task s: read {ph['read_task_seconds']}, "
+              f"dedupe {ph['dedupe_task_seconds']}, write {ph['write_task_seconds']}), "
+              f"staging commit {ph['staging_commit_seconds']}s, delete pass {ph['delete_commit_seconds']}s, "
+              f"marked commit {ph['marked_commit_seconds']}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
