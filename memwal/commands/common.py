@@ -98,12 +98,8 @@ def argparse_type(check: Callable[[str, Any], Any]) -> Callable[[str], Any]:
     return _converter(check, (check.__doc__ or "").split("\n")[0])
 
 
-positive_int = _converter(validate.positive_int, "A count: 1 to 2**63-1.")
-#: Seconds: finite, >= 0, at most 100 years (NaN, inf and 1e300 are refused).
-non_negative_float = _converter(validate.duration, "Seconds: finite, >= 0, at most 100 years.")
-duration_seconds = non_negative_float
-fraction = _converter(validate.fraction, "A fraction in [0, 1].")
-lease_ttl_seconds = _converter(validate.lease_ttl, "A lease TTL: positive seconds, at most 100 years.")
+#: For the commands' own counts (--limit, --concurrency ...); job options get theirs from memwal.options.
+positive_int = argparse_type(validate.positive_int)
 
 
 def check_result_file(path: str | None) -> None:

@@ -165,19 +165,26 @@ def _uuid_msg(shard_id: str) -> shard_manifest_pb2.UUID:
     return shard_manifest_pb2.UUID(uuid=shard_uuid_bytes(shard_id))
 
 
+def _entries(existing, want: dict[str, int]) -> list:
+    """Per-shard generation entries: the existing shards that stay, in their order, with
+    their wanted values, then the new shards, sorted (entries of dropped shards go)."""
+    want = dict(want)
+    out = []
+    for c in existing:
+        sid = shard_uuid_str(c.shard_id.uuid)
+        if sid in want:
+            out.append(mem_wal_index_pb2.CompactedSsTable(shard_id=c.shard_id, generation=want.pop(sid)))
+    new = sorted(want.items())
+    return out + [mem_wal_index_pb2.CompactedSsTable(shard_id=_uuid_msg(s), generation=g) for s, g in new]
+
+
 def apply_slots(d: mem_wal_index_pb2.MemWalIndexDetails, values: dict[Slot, Any]) -> None:
     """Make ``d`` carry ``values`` for every slot, keeping entry order where it can."""
     current = slots_of(d)
     if all(current.get(s) == v for s, v in values.items()) and all(s in values for s in current):
         return
     # Merge progress.
-    want = {s[1]: v for s, v in values.items() if s[0] == "compacted" and v is not None}
-    kept = []
-    for c in d.compacted_sstables:
-        sid = shard_uuid_str(c.shard_id.uuid)
-        if sid in want:
-            kept.append(mem_wal_index_pb2.CompactedSsTable(shard_id=c.shard_id, generation=want.pop(sid)))
-    kept += [mem_wal_index_pb2.CompactedSsTable(shard_id=_uuid_msg(s), generation=g) for s, g in sorted(want.items())]
+    kept = _entries(d.compacted_sstables, {s[1]: v for s, v in values.items() if s[0] == "compacted" and v is not None})
     del d.compacted_sstables[:]
     d.compacted_sstables.extend(kept)
     # Index catch-up.
@@ -189,13 +196,7 @@ def apply_slots(d: mem_wal_index_pb2.MemWalIndexDetails, values: dict[Slot, Any]
     for p in d.index_catchup:
         if p.index_name not in by_index:
             continue
-        w = by_index.pop(p.index_name)
-        gens = []
-        for c in p.caught_up_generations:
-            sid = shard_uuid_str(c.shard_id.uuid)
-            if sid in w:
-                gens.append(mem_wal_index_pb2.CompactedSsTable(shard_id=c.shard_id, generation=w.pop(sid)))
-        gens += [mem_wal_index_pb2.CompactedSsTable(shard_id=_uuid_msg(s), generation=g) for s, g in sorted(w.items())]
+        gens = _entries(p.caught_up_generations, by_index.pop(p.index_name))
         progress.append(mem_wal_index_pb2.IndexCatchupProgress(index_name=p.index_name, caught_up_generations=gens))
     for name, w in sorted(by_index.items()):
         gens = [mem_wal_index_pb2.CompactedSsTable(shard_id=_uuid_msg(s), generation=g) for s, g in sorted(w.items())]
