@@ -41,6 +41,7 @@ from types import TracebackType
 
 from memwal.errors import (
     BadInputError,
+    ConflictError,
     LeaseHeldError,
     LeaseLostError,
     MemWalError,
@@ -242,61 +243,68 @@ class Lease:
             return self._acquire()
 
     def _acquire(self) -> Lease:
-        """acquire() without the translation of store errors."""
-        for _ in range(_ACQUIRE_ROUNDS):
-            now = self.clock()
+        """acquire() without the translation of store errors: one read-then-CAS round, redone
+        (by the project's one retry primitive) whenever a concurrent writer won the CAS."""
+        from memwal.retry import after_conflict
+
+        try:
+            return after_conflict(lambda _n: self._acquire_round(), what=f"{self.kind} lease on {self.store.root}",
+                                  attempts=_ACQUIRE_ROUNDS, base_seconds=0.01, max_seconds=0.2)
+        except ConflictError:
+            raise LeaseHeldError(
+                f"{self.kind} lease on {self.store.root} is contended: "
+                f"gave up after {_ACQUIRE_ROUNDS} conditional-write races"
+            ) from None
+
+    def _acquire_round(self) -> Lease:
+        """Create the lease, or take over an expired, released or dead holder's one; a lost
+        conditional write raises PreconditionFailedError (the retry reads again)."""
+        now = self.clock()
+        try:
+            data, etag = self.store.get_with_etag(self.key)
+        except NotFoundError:
+            self._refuse_folder()
+            rec = LeaseRecord(self.kind, self.holder, 1, now, now + self.ttl_seconds)
             try:
-                data, etag = self.store.get_with_etag(self.key)
-            except NotFoundError:
-                self._refuse_folder()
-                rec = LeaseRecord(self.kind, self.holder, 1, now, now + self.ttl_seconds)
-                try:
-                    new_etag = self.store.put_if_absent(self.key, rec.to_json())
-                except PreconditionFailedError:
-                    self._refuse_folder()
-                    continue  # someone created it first: look at theirs
-                self._took(rec, new_etag)
-                return self
-            current = LeaseRecord.from_json(data, where=self.uri)
-            dead = current.live(now) and current.holder != self.holder and holder_is_dead(current.holder)
-            if current.live(now) and current.holder != self.holder and not dead:
-                raise LeaseHeldError(
-                    f"{self.kind} lease on {self.store.root} is held by {current.holder} "
-                    f"(token {current.token}) until {_fmt_time(current.expires_at)} "
-                    f"({current.expires_at - now:.0f}s from now)"
-                )
-            # Expired, released, or our own holder name: a new token fences any
-            # earlier incarnation of the same holder.
-            rec = LeaseRecord(self.kind, self.holder, current.token + 1, now, now + self.ttl_seconds)
-            try:
-                new_etag = self.store.put_if_match(self.key, rec.to_json(), etag)
+                new_etag = self.store.put_if_absent(self.key, rec.to_json())
             except PreconditionFailedError:
-                continue  # it changed under us: re-read
-            if dead:
-                log.warning(
-                    "took over the %s lease of dead holder %s (token %d, would have expired %s): "
-                    "its process is gone from this host",
-                    self.kind,
-                    current.holder,
-                    current.token,
-                    _fmt_time(current.expires_at),
-                )
-            elif current.live(now):
-                log.warning("re-acquired own live %s lease (token %d)", self.kind, rec.token)
-            elif current.expires_at > 0:
-                log.warning(
-                    "took over expired %s lease of %s (token %d, expired %s)",
-                    self.kind,
-                    current.holder,
-                    current.token,
-                    _fmt_time(current.expires_at),
-                )
+                self._refuse_folder()
+                raise  # someone created it first: look at theirs
             self._took(rec, new_etag)
             return self
-        raise LeaseHeldError(
-            f"{self.kind} lease on {self.store.root} is contended: "
-            f"gave up after {_ACQUIRE_ROUNDS} conditional-write races"
-        )
+        current = LeaseRecord.from_json(data, where=self.uri)
+        dead = current.live(now) and current.holder != self.holder and holder_is_dead(current.holder)
+        if current.live(now) and current.holder != self.holder and not dead:
+            raise LeaseHeldError(
+                f"{self.kind} lease on {self.store.root} is held by {current.holder} "
+                f"(token {current.token}) until {_fmt_time(current.expires_at)} "
+                f"({current.expires_at - now:.0f}s from now)"
+            )
+        # Expired, released, or our own holder name: a new token fences any
+        # earlier incarnation of the same holder.
+        rec = LeaseRecord(self.kind, self.holder, current.token + 1, now, now + self.ttl_seconds)
+        new_etag = self.store.put_if_match(self.key, rec.to_json(), etag)  # lost race: retried
+        if dead:
+            log.warning(
+                "took over the %s lease of dead holder %s (token %d, would have expired %s): "
+                "its process is gone from this host",
+                self.kind,
+                current.holder,
+                current.token,
+                _fmt_time(current.expires_at),
+            )
+        elif current.live(now):
+            log.warning("re-acquired own live %s lease (token %d)", self.kind, rec.token)
+        elif current.expires_at > 0:
+            log.warning(
+                "took over expired %s lease of %s (token %d, expired %s)",
+                self.kind,
+                current.holder,
+                current.token,
+                _fmt_time(current.expires_at),
+            )
+        self._took(rec, new_etag)
+        return self
 
     def _refuse_folder(self) -> None:
         """BadInputError if the lease path is a folder: no write can ever create the lease
