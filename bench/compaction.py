@@ -41,9 +41,9 @@ def build(path: str, merges: int) -> dict:
     from memwal.merge import run_merge
     from memwal.table import open_table
 
-    shards = 2
-    wl = Workload(base_rows=20_000, shards=shards, generations=merges // shards, rows_per_generation=200,
-                  indexes=True, seed=5)
+    # One shard: each merge of one generation is one commit, so `merges` merges leave
+    # about `merges` fragments (and deletion files), as a trickle of small merges does.
+    wl = Workload(base_rows=20_000, shards=1, generations=merges, rows_per_generation=200, indexes=True, seed=5)
     _, model = create_base_table(path, wl)
     write_generations(path, wl, model)
     table = open_table(path)
