@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from memwal.demo_data import Model, Workload, create_base_table, write_generations
-from memwal.storage import Store, open_store
-from memwal.table import Table, open_table
+# Airflow reads its configuration at first import, wherever a test imports it first:
+# keep every in-process Airflow of the run away from ~/airflow, in one place.
+_IN_PROCESS_AIRFLOW_HOME = tempfile.mkdtemp(prefix="memwal-airflow-home-")
+atexit.register(shutil.rmtree, _IN_PROCESS_AIRFLOW_HOME, True)
+os.environ.setdefault("AIRFLOW_HOME", _IN_PROCESS_AIRFLOW_HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+from memwal.demo_data import Model, Workload, create_base_table, write_generations  # noqa: E402
+from memwal.storage import Store, open_store  # noqa: E402
+from memwal.table import Table, open_table  # noqa: E402
 
 if TYPE_CHECKING:  # moto and boto3 load only when a test asks for the S3 server
     from tests.s3server import S3Server

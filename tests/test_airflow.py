@@ -5,46 +5,36 @@ secrets masking and the plugin/provider registration."""
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
-
-# Airflow reads its configuration at first import: keep it away from ~/airflow.
-_IN_PROCESS_HOME = tempfile.mkdtemp(prefix="memwal-airflow-home-")
-atexit.register(shutil.rmtree, _IN_PROCESS_HOME, True)
-os.environ.setdefault("AIRFLOW_HOME", _IN_PROCESS_HOME)
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-
-from airflow.sdk import AssetAlias  # noqa: E402
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred  # noqa: E402
-from airflow.sdk.execution_time.context import OutletEventAccessors  # noqa: E402
-from memwal.airflow.hooks import MemWalHook, table_asset  # noqa: E402
-from memwal.airflow.operators import (  # noqa: E402
+from airflow.sdk import AssetAlias
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from airflow.sdk.execution_time.context import OutletEventAccessors
+from memwal.airflow.hooks import MemWalHook, table_asset
+from memwal.airflow.operators import (
     MemWalCatchupOperator,
     MemWalCompactOperator,
     MemWalGcOperator,
     MemWalMergeOperator,
     MemWalSnapshotOperator,
 )
-from memwal.airflow.sensors import MergedGenerationSensor, MergeLagSensor  # noqa: E402
-from memwal.airflow.triggers import MemWalStatusTrigger  # noqa: E402
+from memwal.airflow.sensors import MergedGenerationSensor, MergeLagSensor
+from memwal.airflow.triggers import MemWalStatusTrigger
 
-from memwal.catchup import run_catchup  # noqa: E402
-from memwal.demo_data import shard_ids_for  # noqa: E402
-from memwal.lease import Lease  # noqa: E402
-from memwal.merge import run_merge  # noqa: E402
-from memwal.shard_manifests import all_shard_manifests, list_generation_dirs  # noqa: E402
-from tests.conftest import SMALL, table_rows  # noqa: E402
+from memwal.catchup import run_catchup
+from memwal.demo_data import shard_ids_for
+from memwal.lease import Lease
+from memwal.merge import run_merge
+from memwal.shard_manifests import all_shard_manifests, list_generation_dirs
+from tests.conftest import SMALL, table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 DAGS = ROOT / "dags"

@@ -8,36 +8,27 @@ watch ``/proc/*/cmdline`` of every process while it runs.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-# Airflow reads its configuration at first import: keep it away from ~/airflow.
-_IN_PROCESS_HOME = tempfile.mkdtemp(prefix="memwal-airflow-home-")
-atexit.register(shutil.rmtree, _IN_PROCESS_HOME, True)
-os.environ.setdefault("AIRFLOW_HOME", _IN_PROCESS_HOME)
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-
-from memwal.demo_data import shard_ids_for  # noqa: E402
-from memwal.secret_options import (  # noqa: E402
+from memwal.demo_data import shard_ids_for
+from memwal.secret_options import (
     read_storage_options_file,
     redact_options,
     redact_pair,
     storage_options_file,
 )
-from tests.conftest import SMALL, table_rows  # noqa: E402
-from tests.helpers import assert_one_line_error, run_cli, tree_digest  # noqa: E402
-from tests.s3server import s3_server  # noqa: E402, F401  (the session fixture)
+from tests.conftest import SMALL, table_rows
+from tests.helpers import assert_one_line_error, run_cli, tree_digest
+from tests.s3server import s3_server  # noqa: F401 - the session fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
