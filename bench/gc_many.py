@@ -138,7 +138,8 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
 
 def floor_run(pristine: Path, work: Path) -> float:
     """Seconds a plain ``rm -rf`` of the same generation directories and WAL entries takes on
-    this disk: no check, no lease, no manifest order. What no GC can beat."""
+    this disk: no check, no lease, no manifest order, one thread. GC deletes from several
+    threads (the file system's journal is shared by concurrent unlinks), so it can beat it."""
     from memwal.naming import MEM_WAL_DIR
 
     run_dir = work / "floor"

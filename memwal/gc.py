@@ -94,10 +94,12 @@ BATCH_OBJECTS = 4000
 PER_DIRECTORY_LISTING_MAX = 16
 #: Concurrent WAL entry reads (schema only) while planning on an object store.
 WAL_READ_THREADS = 16
-#: Delete requests a batch is spread over at once on an object store, each of at least
-#: DELETE_SLICE_MIN keys (S3 takes 1,000 keys a request). A local store deletes in order:
-#: its deletes are CPU-bound system calls that threads only contend on (measured).
-DELETE_THREADS = 4
+#: Delete requests a batch is spread over at once, each of at least DELETE_SLICE_MIN keys
+#: (S3 takes 1,000 keys a request). On an object store this overlaps request latency; on a
+#: local disk the file system's unlink and rmdir wait on its journal, which concurrent
+#: calls share (measured on ext4: 82,500 files and 52,000 directories took 19 s in one
+#: thread, 11.5 s in four).
+DELETE_THREADS = 8
 DELETE_SLICE_MIN = 250
 
 
@@ -606,8 +608,9 @@ def _survey(store: Store, prefixes: list[str]) -> tuple[dict[str, list[ObjectInf
     links: list[str] = []
     for parent, group in by_parent.items():
         for root in [parent] if len(group) > PER_DIRECTORY_LISTING_MAX else group:
-            links += store.list_links(f"{root}/")
-            for o in store.list(f"{root}/"):
+            found, found_links = store.list_with_links(f"{root}/")
+            links += found_links
+            for o in found:
                 owner = f"{parent}/{o.key[len(parent) + 1:].split('/', 1)[0]}"
                 if owner in objs and o.key.startswith(owner + "/"):
                     objs[owner].append(o)
@@ -680,7 +683,7 @@ def _delete_concurrently(store: Store, pool: ThreadPoolExecutor, keys: list[str]
     """
     step = max(DELETE_SLICE_MIN, -(-len(keys) // DELETE_THREADS))
     slices = [keys[i:i + step] for i in range(0, len(keys), step)]
-    if len(slices) <= 1 or isinstance(store, LocalStore):
+    if len(slices) <= 1:
         return set(delete_objects(store, keys))
     return {k for refused in pool.map(partial(delete_objects, store), slices) for k in refused}
 

@@ -7,6 +7,7 @@ their number so that sequential writes spread over S3's key space; generation di
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 
@@ -68,8 +69,12 @@ def parse_generation_dir(name: str) -> int | None:
     return int(m.group(2)) if m else None
 
 
+@functools.lru_cache(maxsize=4096)
 def is_shard_dir_name(name: str) -> bool:
-    """Shard directories are UUIDs; our own folders start with '_' and are never shards."""
+    """Shard directories are UUIDs; our own folders start with '_' and are never shards.
+
+    Cached: GC checks the shard of every key it deletes, and a table has few shards.
+    """
     if name.startswith("_"):
         return False
     try:

@@ -164,6 +164,10 @@ class Store(abc.ABC):
         """
         return []
 
+    def list_with_links(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
+        """:meth:`list` and :meth:`list_links` of one prefix; a local store does both in one walk."""
+        return list(self.list(prefix)), self.list_links(prefix)
+
     @abc.abstractmethod
     def delete_many(self, keys: Iterable[str]) -> int:
         """Delete objects in batches; a missing key is not an error (GC reruns converge).
@@ -512,32 +516,32 @@ class LocalStore(Store):
 
     # -- listing
 
-    def _scan(self, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str]) -> Iterator[ObjectInfo]:
+    def _scan(self, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str],
+              objects: bool = True) -> Iterator[ObjectInfo]:
         """Depth-first walk of an open directory yielding regular files in key order.
 
         Directories sort as ``name + "/"``, which makes depth-first order equal the order S3
         lists keys in.  Entries are lstat-ed and subdirectories opened with O_NOFOLLOW, so a
         link is never descended into or reported as an object: it is appended to ``links``.
         """
-        found: list[tuple[str, str, os.stat_result]] = []
+        found: list[tuple[str, str, os.stat_result | None]] = []
         with os.scandir(fd) as it:
             for e in it:
                 if not e.name.startswith(name_prefix):
                     continue
-                try:
-                    st = e.stat(follow_symlinks=False)
+                try:  # the entry's type comes with the listing (d_type): only files are stat-ed
+                    if e.is_symlink():
+                        links.append(rel + e.name)
+                    elif e.is_dir(follow_symlinks=False):
+                        found.append((e.name + "/", e.name, None))
+                    elif objects and TEMP_MARKER not in e.name:
+                        found.append((e.name, e.name, e.stat(follow_symlinks=False)))
                 except FileNotFoundError:
                     continue  # deleted while listing
-                if stat.S_ISLNK(st.st_mode):
-                    links.append(rel + e.name)
-                elif stat.S_ISDIR(st.st_mode):
-                    found.append((e.name + "/", e.name, st))
-                elif TEMP_MARKER not in e.name:
-                    found.append((e.name, e.name, st))
         found.sort(key=lambda t: t[0])
         for sort_key, name, st in found:
             key = rel + name
-            if not sort_key.endswith("/"):
+            if st is not None:
                 if stat.S_ISREG(st.st_mode):
                     yield self._info(key, st)
                 continue
@@ -554,12 +558,15 @@ class LocalStore(Store):
                     continue
                 raise
             try:
-                yield from self._scan(sub, key + "/", "", True, links)
+                yield from self._scan(sub, key + "/", "", True, links, objects)
             finally:
                 os.close(sub)
 
-    def _listing(self, prefix: str, recursive: bool, links: list[str]) -> Iterator[ObjectInfo]:
-        """Objects under a (string) prefix; links met on the way, the prefix's own included, go to ``links``."""
+    def _listing(self, prefix: str, recursive: bool, links: list[str], objects: bool = True) -> Iterator[ObjectInfo]:
+        """Objects under a (string) prefix; links met on the way, the prefix's own included, go to ``links``.
+
+        With ``objects=False`` only links are looked for: no file is stat-ed or yielded.
+        """
         p = _clean_prefix(prefix)
         dir_part, _, name_prefix = p.rpartition("/")
         try:
@@ -571,7 +578,7 @@ class LocalStore(Store):
         if fd is None:
             return
         try:
-            yield from self._scan(fd, dir_part + "/" if dir_part else "", name_prefix, recursive, links)
+            yield from self._scan(fd, dir_part + "/" if dir_part else "", name_prefix, recursive, links, objects)
         finally:
             os.close(fd)
 
@@ -582,9 +589,15 @@ class LocalStore(Store):
     def list_links(self, prefix: str) -> list[str]:
         """Symbolic links at or under ``prefix`` (sorted keys), found without following any."""
         links: list[str] = []
-        for _ in self._listing(prefix, True, links):
+        for _ in self._listing(prefix, True, links, objects=False):
             pass
         return sorted(set(links))
+
+    def list_with_links(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
+        """Objects and links under ``prefix`` from one walk of the tree (GC's survey)."""
+        links: list[str] = []
+        objects = list(self._listing(prefix, True, links))
+        return objects, sorted(set(links))
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Immediate subdirectory names under ``prefix``, sorted; links to directories are not listed."""
@@ -604,77 +617,37 @@ class LocalStore(Store):
     # -- deletes
 
     def delete_many(self, keys: Iterable[str]) -> int:
-        """Unlink files (missing ones are fine), then prune directories left empty.
+        """Unlink files (missing ones are fine) and prune the directories they leave empty.
 
-        Each key is checked when it is deleted, not before: its directory is opened
+        Each key is checked when it is deleted, not before: its directory is reached
         component by component with O_NOFOLLOW and only a regular file is unlinked, so a
         link on the way (planted, or swapped in after the caller listed the key) refuses
         that key and nothing is deleted through it.  The other keys still go; then
         LinkedPathError names the refused ones.  Pruning keeps local listings like S3's,
         where a "directory" exists only while objects are under it.
+
+        Keys are deleted in sorted order by one :class:`_TreeDeleter`, which keeps open
+        only the directories on the current path: each directory is opened once per call
+        (not once per key) and tried for removal once, when the walk leaves it.
         """
-        count = 0
-        parents: set[str] = set()
+        requested = [_clean_key(k) for k in keys]
         refused: list[LinkedPathError] = []
-        for key in keys:
-            count += 1
-            k = _clean_key(key)
-            try:
-                if self._unlink_file(k):
-                    parents.add(k.rpartition("/")[0])
-            except LinkedPathError as exc:
-                refused.append(exc)
-        for parent in sorted(parents, key=lambda p: p.count("/"), reverse=True):
-            if parent:
-                self._prune(parent)
-        if refused:
-            first = refused[0]
-            first.refused = [e.path for e in refused]
-            raise first
-        return count
-
-    def _unlink_file(self, key: str) -> bool:
-        """unlinkat() of a regular file reached without following links; False if absent."""
-        dfd, name = self._open_parent(key)
-        if dfd is None:
-            return False
         try:
+            root = self._open_dir((), key=".")  # a child store's own prefix may cross a link
+        except LinkedPathError as exc:
+            root, refused = None, [LinkedPathError(k, exc.where, link=exc.link) for k in sorted(set(requested))]
+        if root is not None:
+            deleter = _TreeDeleter(self, root)
             try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError):
-                return False
-            if stat.S_ISDIR(st.st_mode):
-                return False  # a "directory" is not an object
-            if not stat.S_ISREG(st.st_mode):
-                raise LinkedPathError(key, self._path(key), link=stat.S_ISLNK(st.st_mode))
-            try:
-                os.unlink(name, dir_fd=dfd)
-            except FileNotFoundError:
-                return False
-            except PermissionError as exc:
-                raise MemWalError(f"cannot delete {self.uri_for(key)}: {exc}") from exc
-            return True
-        finally:
-            os.close(dfd)
-
-    def _prune(self, directory: str) -> None:
-        """Remove ``directory`` and its ancestors while empty (rmdirat, never through a link), never the root."""
-        parts = directory.split("/")
-        while parts:
-            try:
-                dfd = self._open_dir(parts[:-1], key="/".join(parts))
-            except LinkedPathError:
-                return
-            if dfd is not None:
-                try:
-                    os.rmdir(parts[-1], dir_fd=dfd)
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    return  # not empty, busy, or not a directory (a link): stop climbing
-                finally:
-                    os.close(dfd)
-            parts = parts[:-1]
+                for key in sorted(set(requested)):
+                    deleter.delete(key)
+            finally:
+                deleter.close()
+            refused = deleter.refused
+        if refused:
+            refused[0].refused = [e.path for e in refused]
+            raise refused[0]
+        return len(requested)
 
     # -- naming
 
@@ -690,6 +663,100 @@ class LocalStore(Store):
         store = LocalStore(self.root.rstrip("/") + "/" + p)
         store._trusted, store._sub = self._trusted, self._sub + tuple(p.split("/"))
         return store
+
+
+class _TreeDeleter:
+    """Deletes keys, given in sorted order, along one link-safe path of open directories.
+
+    Sorted keys under one directory are consecutive, so a stack of descriptors (the
+    store root, then each directory of the current key's path, each opened from its
+    parent with O_NOFOLLOW) serves every key of a directory with a single open.  When the
+    next key leaves a directory, its descriptor is closed and, if this walk emptied
+    something in it, it is removed (rmdirat from its parent, never the root): each
+    directory is tried once, deepest first, and a failure (not empty, say because a
+    writer put a file there meanwhile) stops the climb, as on S3 where a "directory"
+    exists only while objects are under it.
+    """
+
+    def __init__(self, store: LocalStore, root_fd: int) -> None:
+        self.store = store
+        self.names: list[str] = []  # the path of open directories below the root
+        self.fds: list[int] = [root_fd]
+        self.changed: list[bool] = [False]  # per open directory: this walk removed something in it
+        self.refused: list[LinkedPathError] = []
+
+    def delete(self, key: str) -> None:
+        """Unlink ``key`` if it is a regular file; a link on its path (or as it) refuses it."""
+        *parts, name = key.split("/")
+        try:
+            if not self._enter(parts, key):
+                return  # a directory on the way is missing: so is the key
+        except LinkedPathError as exc:
+            self.refused.append(exc)
+            return
+        fd = self.fds[-1]
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if stat.S_ISDIR(st.st_mode):
+            return  # a "directory" is not an object
+        if not stat.S_ISREG(st.st_mode):
+            self.refused.append(LinkedPathError(key, self.store._path(key), link=stat.S_ISLNK(st.st_mode)))
+            return
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            return
+        except PermissionError as exc:
+            raise MemWalError(f"cannot delete {self.store.uri_for(key)}: {exc}") from exc
+        self.changed[-1] = True
+
+    def _enter(self, parts: list[str], key: str) -> bool:
+        """Make the open path ``parts``: leave directories not on it, open the rest; False if one is missing."""
+        common = 0
+        while common < min(len(parts), len(self.names)) and parts[common] == self.names[common]:
+            common += 1
+        while len(self.names) > common:
+            self._leave()
+        for name in parts[common:]:
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=self.fds[-1])
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    walk = self.store._sub + tuple(self.names) + (name,)
+                    raise self.store._refusal(key, walk, len(walk) - 1, self.fds[-1]) from None
+                raise
+            self.names.append(name)
+            self.fds.append(fd)
+            self.changed.append(False)
+        return True
+
+    def _leave(self) -> None:
+        """Close the deepest open directory and remove it if this walk emptied it."""
+        name = self.names.pop()
+        os.close(self.fds.pop())
+        if not self.changed.pop():
+            return
+        try:
+            os.rmdir(name, dir_fd=self.fds[-1])
+        except FileNotFoundError:
+            pass  # removed meanwhile: climb on as if this walk had
+        except OSError:
+            return  # not empty, busy, or no longer a directory: stop climbing
+        self.changed[-1] = True
+
+    def close(self) -> None:
+        """Leave every open directory (pruning on the way up), then close the root."""
+        try:
+            while self.names:
+                self._leave()
+        finally:
+            for fd in self.fds:
+                os.close(fd)
+            self.fds.clear()
 
 
 def _is_link(dir_fd: int, name: str) -> bool:

@@ -190,6 +190,28 @@ def test_delete_many(request: pytest.FixtureRequest, store: Store) -> None:
     assert store.delete_many(keys[:3]) == 3  # deleting again is fine
 
 
+def test_local_delete_prunes_only_what_it_emptied(tmp_path: Path) -> None:
+    """Unsorted, repeated keys; each emptied directory goes, deepest first, up to a non-empty one."""
+    store = LocalStore(str(tmp_path / "t"))
+    keys = ["g/1/_versions/1.manifest", "g/1/data/a.lance", "g/1/data/b.lance", "g/2/data/c.lance", "g/keep"]
+    for k in keys:
+        store.put(k, k.encode())
+    (tmp_path / "t" / "g" / "1" / "empty-before").mkdir()  # not emptied by this call: kept
+    (tmp_path / "t" / "other" / "empty").mkdir(parents=True)
+    assert store.delete_many(["g/2/data/c.lance", "g/1/data/b.lance", "g/1/_versions/1.manifest",
+                              "g/2/data/c.lance", "g/1/data/a.lance"]) == 5
+    assert [o.key for o in store.list("")] == ["g/keep"]
+    assert sorted(p.name for p in (tmp_path / "t" / "g").iterdir()) == ["1", "keep"]
+    assert [p.name for p in (tmp_path / "t" / "g" / "1").iterdir()] == ["empty-before"]
+    assert (tmp_path / "t" / "other" / "empty").is_dir()
+    store.delete_many(["g/keep"])
+    assert (tmp_path / "t").is_dir() and not (tmp_path / "t" / "g" / "keep").exists()  # the root stays
+    child = store.child("other")
+    child.put("x/y", b"1")
+    child.delete_many(["x/y"])
+    assert (tmp_path / "t" / "other").is_dir() and not (tmp_path / "t" / "other" / "x").exists()
+
+
 # --------------------------------------------------------------------------- conditional writes
 
 
