@@ -539,7 +539,7 @@ class LocalStore(Store):
                 except FileNotFoundError:
                     continue  # deleted while listing
         found.sort(key=lambda t: t[0])
-        for sort_key, name, st in found:
+        for _, name, st in found:
             key = rel + name
             if st is not None:
                 if stat.S_ISREG(st.st_mode):
