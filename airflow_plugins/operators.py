@@ -255,7 +255,11 @@ class MemWalActionOperator(BaseOperator):
 
     def spark_conf_with_defaults(self, context: Any) -> dict[str, Any]:
         """``spark_conf`` (and the run conf's, via ``spark_conf_param``) over quiet logs (the
-        project's log4j2 config) and no UI: both stay unless the user's settings say otherwise."""
+        project's log4j2 config), no UI and, for the driver (client mode: on this worker),
+        this machine's JVM class archive when built: all stay unless the user's settings
+        say otherwise."""
+        from memwal.spark import jvm_archive
+
         log4j = os.path.join(os.path.dirname(job_file(self.action)), "log4j2.properties")
         quiet = f"-Dlog4j2.configurationFile=file:{log4j}"
         extra = (context.get("params") or {}).get(self.spark_conf_param) or {} if self.spark_conf_param else {}
@@ -263,7 +267,7 @@ class MemWalActionOperator(BaseOperator):
             raise AirflowFailException(f"param {self.spark_conf_param!r} must be an object of spark conf settings")
         return {
             "spark.ui.enabled": "false",
-            "spark.driver.extraJavaOptions": quiet,
+            "spark.driver.extraJavaOptions": f"{quiet} {jvm_archive.java_options()}".strip(),
             "spark.executor.extraJavaOptions": quiet,
             **self.spark_conf,
             **{str(k): str(v) for k, v in extra.items()},

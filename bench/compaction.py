@@ -84,7 +84,7 @@ def run(out: str | Path = "bench-results", *, merges: int = 200, spark: bool = T
     doc["local"] = {"seconds": round(seconds, 2), "fragments_before": result["fragments_before"],
                     "fragments_after": result["fragments_after"]}
     if spark:
-        from memwal.spark.spark_engine import local_session
+        from memwal.spark.session import local_session
 
         t0 = time.perf_counter()
         session = local_session("memwal-bench-compaction")

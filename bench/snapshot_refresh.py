@@ -130,7 +130,7 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
         from memwal.spark.spark_snapshot import SparkManifestReader
 
         if spark is None:
-            from memwal.spark.spark_engine import local_session
+            from memwal.spark.session import local_session
 
             spark = local_session("memwal-bench-snapshot")
             spark.sparkContext.setLogLevel("ERROR")

@@ -5,8 +5,9 @@ pylance's ShardWriter (``bench.tables``; reused from ``--work`` when already bui
 fresh copies of it:
 
 * times ``memwal merge COPY --engine local`` and ``memwal merge COPY --engine spark`` as whole
-  processes (JVM start-up included; local mode, ``MEMWAL_SPARK_MASTER`` or ``local[2]``) and
-  checks that both give the identical base table and progress;
+  processes (JVM start-up included; local mode, ``MEMWAL_SPARK_MASTER`` or ``local[2]``),
+  three of each, interleaved, on fresh copies (the medians are compared), and checks that
+  both give the identical base table and progress;
 * runs the Spark engine in this process with a stopwatch on each phase: start-up (JVM and
   session), plan, executors (read, shuffle, dedupe or fold, write of the staged upserts:
   wall time, plus the task seconds of each step summed over tasks), the staging commit, and
@@ -22,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -29,6 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (400_000, 2_000_000)
+#: Whole-process runs per engine and size (interleaved; the median is reported).
+REPEATS = 3
+#: Seconds between whole-process runs, not timed: a finished run's JVM takes a moment to exit.
+PAUSE = 2.0
 FULL_SIZES = (*SIZES, 10_000_000)
 BASE_ROWS = 500_000
 NOISE = "Index __lance_mem_wal has no fields"
@@ -120,13 +126,23 @@ def in_process(spark, table_uri: str) -> dict:
     }
 
 
-def one_size(spark, startup: float, work: Path, change_rows: int) -> dict:
+def one_size(spark, startup: float, work: Path, change_rows: int, repeats: int = REPEATS) -> dict:
     pristine, info = ensure_table(work, change_rows)
     point: dict = {"change_rows": info["change_rows"], "generations": info["generations"], "table_bytes": info["bytes"]}
-    copies = {e: fresh_copy(pristine, work / f"copy-{change_rows}-{e}") for e in ("local", "spark", "inproc")}
-    for engine in ("local", "spark"):
-        log(f"{change_rows:,}: memwal merge --engine {engine}")
-        point[f"{engine}_process"] = whole_process(engine, copies[engine])
+    runs: dict[str, list[dict]] = {"local": [], "spark": []}
+    for i in range(repeats):  # interleaved, each on a fresh copy: both engines see the same machine load
+        for engine in ("local", "spark"):
+            log(f"{change_rows:,}: memwal merge --engine {engine} ({i + 1}/{repeats})")
+            copy = fresh_copy(pristine, work / f"copy-{change_rows}-{engine}")
+            time.sleep(PAUSE)  # the previous run's JVM is still exiting
+            runs[engine].append(whole_process(engine, copy))
+    for engine, done in runs.items():
+        point[f"{engine}_process"] = {"seconds": statistics.median(r["seconds"] for r in done),
+                                      "runs": [r["seconds"] for r in done],
+                                      "exit_code": max(r["exit_code"] for r in done),
+                                      **{k: v for r in done for k, v in r.items() if k == "error"}}
+    copies = {e: str(work / f"copy-{change_rows}-{e}") for e in ("local", "spark")}
+    copies["inproc"] = fresh_copy(pristine, work / f"copy-{change_rows}-inproc")
     ok = all(point[f"{e}_process"]["exit_code"] == 0 for e in ("local", "spark"))
     if ok:
         local_rows, local_progress = table_state(copies["local"])
@@ -145,7 +161,8 @@ def one_size(spark, startup: float, work: Path, change_rows: int) -> dict:
 def run(out: str | Path = "bench-results", *, full: bool = False, work: str | Path | None = None) -> dict:
     """Build (or reuse) the tables, measure every size, write ``OUT/spark_breakdown.json``."""
     import pyspark
-    from memwal.spark.spark_engine import local_session
+    from memwal.spark import jvm_archive
+    from memwal.spark.session import local_session
 
     out, work = Path(out), Path(work or Path(out) / "spark-work")
     out.mkdir(parents=True, exist_ok=True)
@@ -163,6 +180,8 @@ def run(out: str | Path = "bench-results", *, full: bool = False, work: str | Pa
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
+        # the driver JVM's class archive (memwal.spark.jvm_archive), if this machine has one
+        "jvm_archive": jvm_archive.java_options() or None,
         "points": points,
     }
     (out / "spark_breakdown.json").write_text(json.dumps(doc, indent=2))

@@ -243,7 +243,7 @@ def _preload(contender: str) -> dict:
     extra: dict = {}
     if contender == "spark":
         t0 = time.perf_counter()
-        from memwal.spark.spark_engine import local_session
+        from memwal.spark.session import local_session
 
         session = local_session("memwal-bench")
         session.sparkContext.setLogLevel("ERROR")

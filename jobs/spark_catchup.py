@@ -13,7 +13,7 @@ from __future__ import annotations
 import pickle
 
 import lance
-from memwal.spark.spark_engine import local_session
+from memwal.spark.session import active_or_local
 from pyspark.sql import SparkSession
 
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
@@ -29,7 +29,7 @@ class SparkCatchupEngine:
 
     @classmethod
     def from_active_or_local(cls) -> SparkCatchupEngine:
-        return cls(SparkSession.getActiveSession() or local_session())
+        return cls(active_or_local())
 
     def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan]) -> None:
         distributed = [i for i in work if i.action == RETRAIN and not i.is_vector]

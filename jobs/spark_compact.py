@@ -13,7 +13,7 @@ import pickle
 
 import lance
 from lance.optimize import RewriteResult
-from memwal.spark.spark_engine import local_session
+from memwal.spark.session import active_or_local
 from pyspark.sql import SparkSession
 
 from memwal.compact import CompactPlan
@@ -28,7 +28,7 @@ class SparkCompactEngine:
 
     @classmethod
     def from_active_or_local(cls) -> SparkCompactEngine:
-        return cls(SparkSession.getActiveSession() or local_session())
+        return cls(active_or_local())
 
     def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]:
         if not plan.lance_tasks:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from memwal.spark.spark_engine import local_session
+from memwal.spark.session import active_or_local
 from pyspark.sql import SparkSession
 
 from memwal.gc import BATCH_OBJECTS, PrefixOutcome, delete_keys, delete_prefixes
@@ -39,7 +39,7 @@ class SparkGcEngine:
 
     @classmethod
     def from_active_or_local(cls) -> SparkGcEngine:
-        return cls(SparkSession.getActiveSession() or local_session())
+        return cls(active_or_local())
 
     def _per_shard(self, table: Table, keys: list[str], fn: Callable[[Store, list[str]], list]) -> dict[str, object]:
         """Run ``fn(store, keys_of_one_shard)`` on executors, one task per shard."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from memwal.spark.session import active_or_local
 from pyspark.sql import SparkSession
 
 from memwal.shard_manifests import ShardManifestError
@@ -74,10 +75,7 @@ class SparkManifestReader:
 
     @classmethod
     def from_active_or_local(cls) -> SparkManifestReader:
-        from memwal.spark.spark_engine import local_session
-
-        active = SparkSession.getActiveSession()
-        return cls(active or local_session())
+        return cls(active_or_local())
 
     def read_rows(self, table: Table, shard_ids: list[str], columns: list[FieldColumn]) -> list[ShardRow]:
         if not shard_ids:

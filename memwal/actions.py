@@ -270,9 +270,19 @@ def action(name: str) -> Action:
     return ACTIONS[name]
 
 
+def prepare_engine(name: str, options: JobOptions) -> None:
+    """Start what the engine needs before planning: a Spark session boots in the background
+    (``memwal.spark.session.start_local_session``) while the table is opened and planned.
+    Nothing for a dry run or the local engine; idempotent."""
+    if options.dry_run or options.engine != "spark" or "spark" not in action(name).engines:
+        return
+    importlib.import_module("memwal.spark.session").start_local_session()
+
+
 def run(name: str, table: Table, options: JobOptions) -> JobResult:
     """Plan, then (unless a dry run) take the leases and execute exactly that plan."""
     act = action(name)
+    prepare_engine(name, options)
     plan = act.plan(table, options)
     if options.dry_run:
         return JobResult(name, True, act.preview(table, plan) if act.preview else plan)

@@ -101,7 +101,7 @@ def spark():
     """One local-mode Spark session for the whole run (startup costs seconds)."""
     import logging
 
-    from memwal.spark.spark_engine import local_session
+    from memwal.spark.session import local_session
 
     # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
     # after pytest closed the streams its handlers write to.

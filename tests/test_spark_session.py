@@ -1,0 +1,90 @@
+"""The driver JVM's class archive and the early-started local session (memwal.spark.session).
+
+Each case runs Spark in a child process: the suite's own session (conftest) owns this
+process's SparkContext, and a JVM's start-up options only apply to a new JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Starts a session as the engines do and runs one job; prints the sum and the JVM's options.
+SESSION_JOB = """
+from memwal.spark.session import active_or_local, start_local_session
+start_local_session()
+start_local_session()  # idempotent: still one session
+spark = active_or_local()
+assert active_or_local() is spark
+print(spark.sparkContext.parallelize(range(10), 2).sum())
+print(spark.sparkContext.getConf().get("spark.driver.extraJavaOptions"))
+"""
+
+
+def _env(cache: Path) -> dict[str, str]:
+    return dict(os.environ, MEMWAL_CACHE_DIR=str(cache), PYSPARK_PYTHON=sys.executable,
+                PYSPARK_DRIVER_PYTHON=sys.executable)
+
+
+def _python(code_or_args: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *code_or_args], cwd=cwd, env=_env(cache), capture_output=True,
+                          text=True, timeout=600)
+
+
+def _archive_path(cache: Path) -> Path:
+    out = _python(["-c", "from memwal.spark.jvm_archive import archive_path; print(archive_path())"], cache, ROOT)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip())
+
+
+def test_no_archive_means_plain_options(tmp_path: Path) -> None:
+    out = _python(["-m", "memwal.spark.jvm_archive", "--java-options"], tmp_path / "cache", ROOT)
+    assert (out.returncode, out.stdout.strip()) == (0, "")
+    assert not (tmp_path / "cache").exists()  # asking builds nothing
+
+
+def test_build_once_then_sessions_use_it_and_survive_damage(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    built = _python(["-m", "memwal.spark.jvm_archive"], cache, ROOT)
+    assert built.returncode == 0, built.stderr
+    archive = _archive_path(cache)
+    assert built.stdout.startswith(f"JVM class archive: {archive} (")
+    assert archive.is_file() and archive.stat().st_size > 1 << 20
+    assert [p.name for p in cache.iterdir()] == [archive.name]  # no temporary file left
+    before = archive.stat()
+    again = _python(["-m", "memwal.spark.jvm_archive"], cache, ROOT)
+    assert again.returncode == 0 and archive.stat().st_mtime_ns == before.st_mtime_ns  # not rebuilt
+
+    run = _python(["-c", SESSION_JOB], cache, tmp_path)
+    assert run.returncode == 0, run.stderr
+    total, options = run.stdout.splitlines()[-2:]
+    assert total == "45"
+    assert f"-XX:SharedArchiveFile={archive}" in options and "-XX:TieredStopAtLevel=1" in options
+    assert archive.is_file()
+
+    # A truncated archive crashes the JVM (SIGBUS): the session is retried without it.
+    archive.chmod(0o644)  # the JVM writes it read-only
+    with archive.open("r+b") as f:
+        f.truncate(1 << 20)
+    run = _python(["-c", SESSION_JOB], cache, tmp_path)
+    assert run.returncode == 0, run.stderr
+    total, options = run.stdout.splitlines()[-2:]
+    assert total == "45" and "SharedArchiveFile" not in options
+    assert not archive.exists()
+    assert f"removing the JVM class archive {archive}: the JVM did not start with it" in run.stderr
+    assert not list(tmp_path.glob("hs_err_pid*.log"))  # the crash report went to the cache folder
+
+
+@pytest.mark.parametrize("bad", ["/nonexistent/table", "s3://bucket/t --storage-option bogus=1"])
+def test_bad_input_starts_no_jvm(tmp_path: Path, bad: str) -> None:
+    """Spark starts only once the table opened: bad input is one line, exit 2, no JVM output."""
+    out = subprocess.run([sys.executable, "-m", "memwal.cli", "merge", *bad.split(), "--engine", "spark"],
+                         cwd=tmp_path, env=_env(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("memwal: error: ")
