@@ -299,3 +299,35 @@ def test_merge_ops_shows_sets_and_unsets(tmp_path):
     assert changed["merge_ops"] == {"hi": "max"} and changed["changed"] == {"hi": "max", "n": None}
     assert lance.dataset(uri).config().get("memwal.merge-op.hi") == "max"
     assert "memwal.merge-op.n" not in lance.dataset(uri).config()
+
+
+def test_a_generation_whose_operands_are_gone_or_partial_is_never_folded(tmp_path):
+    """Folding from the flushed rows alone would drop the operands the MemTable collapsed."""
+    import json
+
+    from memwal.merge.plan import plan_merge
+    from memwal.table import open_table
+
+    uri = str(tmp_path / "t")
+    build_folding_table(uri, shards=2, generations=2, ops={"n": "sum"})
+    table = open_table(uri)
+    plan = plan_merge(table)
+    gone, partial = plan.shards[0].generations[0], plan.shards[1].generations[0]
+    table.store.delete_many(list(gone.wal_keys))  # shard 0: every WAL entry of its first generation
+    # shard 1: its first generation's WAL loses its last operand (a put after a delete)
+    entry = pa.ipc.open_stream(table.store.get(partial.wal_keys[-1])).read_all()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, entry.schema) as w:
+        w.write_table(entry.slice(0, entry.num_rows - 1))
+    table.store.put(partial.wal_keys[-1], sink.getvalue().to_pybytes())
+    before = base_rows(uri)
+    version = lance.dataset(uri).version
+
+    shown = json.loads(run_cli("merge", uri, "--dry-run", "--json").stdout)
+    assert [(b["shard_id"], b["generation"], b["reason"].split(":")[0]) for b in shown["blocked"]] == [
+        (gone.shard_id, gone.generation, "operands-missing")]
+    run = run_cli("merge", uri)
+    assert run.rc == 1, run.stderr
+    assert any(f"generation {partial.generation}" in line and "WAL entries do not reproduce it" in line
+               for line in run.error_lines), run.stderr
+    assert lance.dataset(uri).version == version and base_rows(uri) == before  # nothing folded, nothing committed

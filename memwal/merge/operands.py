@@ -51,14 +51,23 @@ def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[
 def check_complete(operands: pa.Table, flushed: pa.Table, primary_key: list[str], where: str) -> None:
     """Refuse operands that do not reduce (last write wins) to the flushed generation."""
 
-    def newest(t: pa.Table) -> set[tuple]:
+    columns = [*primary_key, TOMBSTONE]
+
+    def newest(t: pa.Table) -> pa.Table:
+        """Each key's last row (key and tombstone only), sorted by key: compared as tables,
+        never turned into Python objects (this runs over every operand of a folding merge)."""
+        t = t.select(columns)
         t = t.append_column("__i", pa.array(np.arange(t.num_rows)))
         last = t.group_by(primary_key).aggregate([("__i", "max")]).column("__i_max")
-        kept = t.take(last)
-        cols = [kept.column(k).to_pylist() for k in [*primary_key, TOMBSTONE]]
-        return set(zip(*cols, strict=True))
+        return t.select(columns).take(last).sort_by([(k, "ascending") for k in primary_key])
 
-    if operands.num_rows < flushed.num_rows or newest(operands) != newest(flushed.select([*primary_key, TOMBSTONE])):
+    def same(a: pa.Table, b: pa.Table) -> bool:
+        try:
+            return a.num_rows == b.num_rows and a.equals(b.cast(a.schema))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # types that cannot agree
+            return False
+
+    if operands.num_rows < flushed.num_rows or not same(newest(operands), newest(flushed)):
         raise OperandsIncompleteError(
             f"{where}: its WAL entries do not reproduce it, so the operands of its merge operators are incomplete; "
             "it cannot be folded (merge with no operators, or restore the WAL entries)"
