@@ -156,9 +156,10 @@ class Store(abc.ABC):
         Like S3 CommonPrefixes with delimiter ``/``: finds shards and generations.
         """
 
-    def list_links(self, prefix: str) -> list[str]:
+    def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
         """Keys of symbolic links at or under ``prefix`` (sorted), including a linked component
         of ``prefix`` itself: listings skip links and never follow them, this reports them.
+        With ``recursive=False`` only the entries directly under ``prefix`` are looked at.
 
         Object stores have no links, so the default is none; :class:`LocalStore` overrides it.
         """
@@ -586,10 +587,10 @@ class LocalStore(Store):
         """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
         yield from self._listing(prefix, recursive, [])
 
-    def list_links(self, prefix: str) -> list[str]:
+    def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
         """Symbolic links at or under ``prefix`` (sorted keys), found without following any."""
         links: list[str] = []
-        for _ in self._listing(prefix, True, links, objects=False):
+        for _ in self._listing(prefix, recursive, links, objects=False):
             pass
         return sorted(set(links))
 

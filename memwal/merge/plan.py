@@ -15,7 +15,7 @@ from memwal.merge import intents
 from memwal.merge.inputs import OPEN_THREADS, can_open, check_generations, links_by_generation, ordered_map
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge_ops import MergeOps, table_merge_ops
-from memwal.naming import shard_dir
+from memwal.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
 from memwal.paths import UnsafePathError
 from memwal.shard_manifests import (
     FlushedGeneration,
@@ -205,6 +205,11 @@ def plan_merge(
             raise BadInputError(f"{table.uri}: no such shard: {', '.join(unknown)}")
     plan = MergePlan(table=table.uri, read_version=manifest.version, primary_key=primary_key_of(table),
                      merge_ops=table_merge_ops(table, manifest.version).to_dict())
+    for shard_id, link in _linked_shards(table).items():
+        # Listings skip links, so such a shard would silently look empty: say it is stopped.
+        if not shards or shard_id in shards:
+            plan.blocked.append(BlockedShard(shard_id, manifest.compacted_generation(shard_id) + 1,
+                                             f"unsafe-path: {link} is a symbolic link (never followed)"))
     for shard_id, err in found.broken.items():
         # Its latest manifest is unknown, so is what to merge next: stop it, merge the others.
         if not shards or shard_id in shards:
@@ -259,6 +264,19 @@ def plan_merge(
     # Bad input must fail here, before a merge writes anything (not even its lease).
     check_generations(plan, table.dataset(plan.read_version).schema, table.storage_options)
     return plan
+
+
+def _linked_shards(table: Table) -> dict[str, str]:
+    """Shard directories that are symbolic links (shard id -> key); UnsafePathError if
+    ``_mem_wal/`` itself is one. One listing of ``_mem_wal/``, not a walk."""
+    found: dict[str, str] = {}
+    for link in table.store.list_links(f"{MEM_WAL_DIR}/", recursive=False):
+        parts = link.split("/")
+        if len(parts) < 2:
+            raise UnsafePathError(None, link, f"{table.store.uri_for(link)} is a symbolic link (never followed)")
+        if is_shard_dir_name(parts[1]):
+            found[parts[1]] = link
+    return found
 
 
 def attach_operands(table: Table, plan: MergePlan) -> None:

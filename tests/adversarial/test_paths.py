@@ -373,6 +373,29 @@ def test_merge_stops_a_shard_at_the_first_linked_generation(unmerged_template, t
     assert doc["blocked"][0]["generation"] == 2
 
 
+def test_merge_stops_a_shard_whose_directory_is_a_link(unmerged_template, tmp_path, outside: Path) -> None:
+    """Listings skip links, so the shard would look empty: it is reported, never followed."""
+    t = _copy(unmerged_template, tmp_path)
+    link = swap_out(shard(t, S0), outside)
+    before, base = tree_digest(str(outside)), lance.dataset(str(t)).to_table().num_rows
+    run = run_cli("merge", "--json", str(t))
+    assert_one_line_error(run, 1, S0, "unsafe-path", key_of(t, link))
+    doc = json.loads(run.stdout)
+    assert [(b["shard_id"], b["generation"]) for b in doc["blocked"]] == [(S0, 1)]
+    assert [s["shard_id"] for s in doc["shards"]] == [S1]  # the other shard still merged
+    assert tree_digest(str(outside)) == before and os.path.islink(link)
+    assert lance.dataset(str(t)).to_table().num_rows > base
+
+
+def test_merge_refuses_a_linked_mem_wal_folder(unmerged_template, tmp_path, outside: Path) -> None:
+    t = _copy(unmerged_template, tmp_path)
+    link = swap_out(t / "_mem_wal", outside)
+    before, table_before = tree_digest(str(outside)), tree_digest(str(t))
+    run = run_cli("merge", str(t))
+    assert_one_line_error(run, 1, "_mem_wal", "symbolic link")
+    assert tree_digest(str(outside)) == before and tree_digest(str(t)) == table_before and os.path.islink(link)
+
+
 # --------------------------------------------------------------------------- the store itself
 
 
