@@ -88,7 +88,13 @@ def archive_path() -> Path | None:
     env = [os.environ.get(k, "") for k in ("SPARK_CONF_DIR", "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH")]
     key = "\0".join([java, str(st.st_size), str(st.st_mtime_ns), spark_home, *env, *listing])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return cache_dir() / f"spark-{metadata.version('pyspark')}-{digest}.jsa"
+    return cache_dir() / f"spark-{_home_tag(spark_home)}-{metadata.version('pyspark')}-{digest}.jsa"
+
+
+def _home_tag(spark_home: str) -> str:
+    """A short name for a Spark installation: archives of other installations (other
+    virtualenvs on the machine) are left alone when this one's is rebuilt."""
+    return hashlib.sha256(spark_home.encode()).hexdigest()[:8]
 
 
 def java_options() -> str:
@@ -137,7 +143,8 @@ def build(*, force: bool = False) -> Path | None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-    for old in path.parent.glob("spark-*.jsa"):
+    home_tag = path.name.split("-")[1]
+    for old in path.parent.glob(f"spark-{home_tag}-*.jsa"):  # this installation's stale archives
         if old != path:
             with contextlib.suppress(FileNotFoundError):
                 old.unlink()
