@@ -133,8 +133,10 @@ def build(*, force: bool = False) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        out = _child("--dump", str(tmp))
-        jvm_pid = int(out.split()[-1])
+        out = _child("--dump", str(tmp)).split()
+        if not out or not out[-1].isdigit():
+            raise RuntimeError("the dump run did not report its JVM")
+        jvm_pid = int(out[-1])
         _wait_gone(jvm_pid, BUILD_TIMEOUT)
         if not tmp.is_file() or tmp.stat().st_size == 0:
             raise RuntimeError("the JVM wrote no archive")
