@@ -6,9 +6,9 @@ start a session themselves, master ``$MEMWAL_SPARK_MASTER`` or ``local[2]``. Its
 is the Spark engine's largest fixed cost, so it is cut twice:
 
 * :func:`start_local_session` starts it in a background thread as soon as a job knows it
-  will use Spark, before the table is opened and planned, so the JVM boots while Python
-  imports Lance and reads manifests (``memwal.actions.run`` calls it through
-  :func:`memwal.actions.prepare_engine`);
+  will use Spark (``memwal.actions.run`` calls it through
+  :func:`memwal.actions.prepare_engine` once the table has opened, so bad input starts no
+  JVM), and the JVM boots while the job reads manifests and plans;
 * the driver JVM maps its classes from this machine's archive when there is one
   (:mod:`memwal.spark.jvm_archive`).
 """

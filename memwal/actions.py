@@ -272,8 +272,8 @@ def action(name: str) -> Action:
 
 def prepare_engine(name: str, options: JobOptions) -> None:
     """Start what the engine needs before planning: a Spark session boots in the background
-    (``memwal.spark.session.start_local_session``) while the table is opened and planned.
-    Nothing for a dry run or the local engine; idempotent."""
+    (``memwal.spark.session.start_local_session``) while the job plans. Called once the table
+    has opened, so bad input starts no JVM; nothing for a dry run or the local engine; idempotent."""
     if options.dry_run or options.engine != "spark" or "spark" not in action(name).engines:
         return
     importlib.import_module("memwal.spark.session").start_local_session()
