@@ -139,8 +139,10 @@ def one_size(spark, startup: float, work: Path, change_rows: int, repeats: int =
     for engine, done in runs.items():
         point[f"{engine}_process"] = {"seconds": statistics.median(r["seconds"] for r in done),
                                       "runs": [r["seconds"] for r in done],
-                                      "exit_code": max(r["exit_code"] for r in done),
-                                      **{k: v for r in done for k, v in r.items() if k == "error"}}
+                                      "exit_code": max(r["exit_code"] for r in done)}
+        errors = [r["error"] for r in done if "error" in r]
+        if errors:
+            point[f"{engine}_process"]["error"] = errors[-1]
     copies = {e: str(work / f"copy-{change_rows}-{e}") for e in ("local", "spark")}
     copies["inproc"] = fresh_copy(pristine, work / f"copy-{change_rows}-inproc")
     ok = all(point[f"{e}_process"]["exit_code"] == 0 for e in ("local", "spark"))

@@ -186,18 +186,9 @@ def _alive(pid: int) -> bool:
 def _session_run(java_opts: str) -> int:
     """In a child: a local session with ``java_opts`` runs a small shuffle job like the
     merge engine's (so its classes are loaded); returns the JVM's pid."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from memwal.spark.session import LOG4J
-    from pyspark.sql import SparkSession
+    from memwal.spark.session import build_session
 
-    spark = (
-        SparkSession.builder.master("local[2]").appName("memwal-jvm-archive")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J.as_uri()} {java_opts}")
-        .getOrCreate()
-    )
+    spark = build_session("memwal-jvm-archive", java_opts, master="local[2]")
     sc = spark.sparkContext
     acc = sc.accumulator(0.0)
 

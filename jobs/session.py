@@ -42,20 +42,23 @@ def local_session(app: str = "memwal-jobs") -> SparkSession:
     """
     archive = jvm_archive.java_options()
     try:
-        return _build(app, archive)
+        return build_session(app, archive)
     except Exception as exc:  # pyspark raises PySparkRuntimeError(JAVA_GATEWAY_EXITED)
         if not archive:
             raise
         jvm_archive.discard(f"the JVM did not start with it ({str(exc).splitlines()[0][:200]})")
-        return _build(app, "")
+        return build_session(app, "")
 
 
-def _build(app: str, java_options: str) -> SparkSession:
+def build_session(app: str, java_options: str, *, master: str | None = None) -> SparkSession:
+    """The one session configuration, with extra driver JVM options: what the engines run
+    on, and what ``memwal.spark.jvm_archive`` dumps and verifies its archive with (so the
+    archive is made by the very JVM flags that will use it)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     log4j = f"-Dlog4j2.configurationFile={LOG4J.as_uri()}"
     return (
-        SparkSession.builder.master(os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"))
+        SparkSession.builder.master(master or os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"))
         .appName(app)
         .config("spark.ui.enabled", "true" if os.environ.get("MEMWAL_SPARK_UI") == "1" else "false")
         .config("spark.ui.showConsoleProgress", "false")

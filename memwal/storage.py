@@ -632,15 +632,16 @@ class LocalStore(Store):
         (not once per key) and tried for removal once, when the walk leaves it.
         """
         requested = [_clean_key(k) for k in keys]
+        ordered = sorted(set(requested))
         refused: list[LinkedPathError] = []
         try:
             root = self._open_dir((), key=".")  # a child store's own prefix may cross a link
         except LinkedPathError as exc:
-            root, refused = None, [LinkedPathError(k, exc.where, link=exc.link) for k in sorted(set(requested))]
+            root, refused = None, [LinkedPathError(k, exc.where, link=exc.link) for k in ordered]
         if root is not None:
             deleter = _TreeDeleter(self, root)
             try:
-                for key in sorted(set(requested)):
+                for key in ordered:
                     deleter.delete(key)
             finally:
                 deleter.close()
