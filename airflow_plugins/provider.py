@@ -24,7 +24,8 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "operators": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.operators"]}],
+        "operators": [{"integration-name": "Lance MemWAL",
+                       "python-modules": ["memwal.airflow.operators", "memwal.airflow.checkpoint_operators"]}],
         "sensors": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.sensors"]}],
         "hooks": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.hooks"]}],
         "triggers": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.triggers"]}],

@@ -64,6 +64,7 @@ import pyarrow.compute as pc
 from memwal.spark.session import active_or_local
 from pyspark.sql import SparkSession
 
+from memwal import steps
 from memwal.errors import MemWalError
 from memwal.merge.changes import (
     SHARD,
@@ -128,8 +129,10 @@ class SparkMergeEngine:
         spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write")}
         shard_ids, pk = plan.shard_ids, plan.primary_key
         schema_bytes = schema.serialize().to_pybytes()
+        barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 
         def read(i: int) -> Iterator[tuple[int, bytes]]:
+            steps.step("spark.merge.read-task", barrier=barrier)
             started = time.perf_counter()
             base = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
             yield from _read_buckets(tasks[i], base, options, shard_ids, pk, parts)

@@ -41,7 +41,7 @@ class Action:
     plan: Callable[[Table, Any], Any]  # (table, options) -> plan with to_json()
     execute: Callable[[Table, Any, Any, Any, Any], Any]  # (table, plan, options, engine, lease) -> result
     engines: dict[str, tuple[str, str]]  # engine name -> (module, class); loaded only when used
-    leases: Callable[[Table, Any], contextlib.AbstractContextManager]
+    leases: Callable[..., contextlib.AbstractContextManager]  # (table, options, run_id=) -> held leases
     problems: Callable[[dict], list[str]]  # the one place deciding that a result is a failure
     #: What a dry run shows, when not the plan itself (gc shows the result it would give).
     preview: Callable[[Table, Any], Any] | None = None
@@ -78,14 +78,21 @@ class JobResult:
         return not self.problems
 
 
-def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[str, ...] = ()) -> Any:
+def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[str, ...] = (),
+              run_id: str | None = None) -> Any:
     """Take the leases ``kinds`` in order (each ``wait_for`` kind waiting up to
     ``options.lease_wait`` for a live holder to finish), after checking every one of them
     first: a corrupt lease object or a folder in a lease's place fails the action here
-    (exit 2) with nothing written."""
+    (exit 2) with nothing written.
+
+    Each lease is renewed by its heartbeat while the job runs. When the job is done, every
+    lease is checked once more: a job that lost a lease on the way (taken over while it was
+    frozen, or the store unreachable past the TTL) ends with LeaseLostError, exit 3, even if
+    its last step needed no check.
+    """
     from memwal.lease import Lease
 
-    leases = [Lease(table.store, kind, ttl_seconds=options.lease_ttl) for kind in kinds]
+    leases = [Lease(table.store, kind, ttl_seconds=options.lease_ttl, run_id=run_id) for kind in kinds]
     for lease in leases:
         lease.inspect()
 
@@ -97,6 +104,8 @@ def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[st
                     lease.acquire_waiting(options.lease_wait)
                 stack.enter_context(lease)
             yield leases[0]
+            for lease in leases:
+                lease.check()
 
     return held()
 
@@ -220,8 +229,8 @@ def _gc_problems(doc: dict) -> list[str]:
     return out
 
 
-def _single(kind: str, *, wait: bool = False) -> Callable[[Table, JobOptions], Any]:
-    return lambda table, o: lease_set(table, o, kind, wait_for=(kind,) if wait else ())
+def _single(kind: str, *, wait: bool = False) -> Callable[..., Any]:
+    return lambda table, o, run_id=None: lease_set(table, o, kind, wait_for=(kind,) if wait else (), run_id=run_id)
 
 
 def _none(doc: dict) -> list[str]:
@@ -255,7 +264,8 @@ ACTIONS: dict[str, Action] = {
                SnapshotOptions, _plan_snapshot, _execute_snapshot,
                {"local": ("memwal.snapshot", "LocalManifestReader"),
                 **_spark("spark_snapshot", "SparkManifestReader")},
-               lambda table, o: lease_set(table, o, "snapshot", "merge", wait_for=("merge",)), _none),
+               lambda table, o, run_id=None: lease_set(table, o, "snapshot", "merge", wait_for=("merge",),
+                                                       run_id=run_id), _none),
         Action("gc", "delete merged, indexed, unretained generations and their WAL entries",
                GcOptions, _plan_gc, _execute_gc,
                {"local": ("memwal.gc", "LocalGcEngine"), **_spark("spark_gc", "SparkGcEngine")},
@@ -287,8 +297,15 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     if options.dry_run:
         return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
     engine = act.engine(options.engine)
-    with act.leases(table, options) as lease:
+    with act.leases(table, options, run_id=new_run_id()) as lease:
         return JobResult(name, False, act.execute(table, plan, options, engine, lease))
+
+
+def new_run_id() -> str:
+    """A run's id: on its leases (``memwal lease`` shows it) and, later, in its history."""
+    import uuid
+
+    return uuid.uuid4().hex[:16]
 
 
 def run_action(name: str, table: str | Table, storage_options: dict[str, str] | None = None,

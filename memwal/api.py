@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     import pyarrow as pa
 
     from memwal.actions import JobResult
+    from memwal.checkpoint import Checkpoint, ManagedCheckpoint
     from memwal.lease import LeaseInfo
     from memwal.merge_ops import MergeOpsChange
     from memwal.status import TableStatus
@@ -90,12 +91,39 @@ class MemWalTable:
         return verify_table(self._table)
 
     def scan(self, *, columns: list[str] | None = None, filter: str | None = None, limit: int | None = None,
-             source: str = "index") -> pa.Table:
+             source: str = "index", checkpoint: str | None = None) -> pa.Table:
         """The rows a reader sees now: base table plus unmerged generations (folded by the
-        table's merge operators, if any), pruned by ``filter`` where the sharding allows."""
+        table's merge operators, if any), pruned by ``filter`` where the sharding allows; or,
+        given a ``checkpoint`` id, the rows it saw at its moment."""
         from memwal.read import lsm_scan
 
+        if checkpoint is not None:
+            from memwal.checkpoint import checkpoint_or_error, read_plan
+
+            ckpt = checkpoint_or_error(self._table, checkpoint)
+            return lsm_scan(self._table, columns=columns, filter=filter, limit=limit,
+                            plan=read_plan(self._table, ckpt), manifest=self._table.manifest(ckpt.version))
         return lsm_scan(self._table, columns=columns, filter=filter, limit=limit, source=source)
+
+    # -- long readers
+
+    def checkpoint(self, *, lifetime: float, name: str | None = None, refresh: bool = True) -> ManagedCheckpoint:
+        """A checkpoint for a ``with`` block: created on entry, refreshed in the background every
+        third of ``lifetime`` while held (``refresh=False``: not), deleted on exit.
+
+        >>> with t.checkpoint(lifetime=600) as cp:      # doctest: +SKIP
+        ...     rows = cp.scan(filter="id < 100")       # the view of that moment, however long it takes
+        """
+        from memwal.checkpoint import ManagedCheckpoint
+        from memwal.checkpoint import lifetime as check_lifetime
+
+        return ManagedCheckpoint(self._table, lifetime=check_lifetime(lifetime), name=name, refresh=refresh)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every checkpoint of the table, live and expired (``memwal checkpoint list``)."""
+        from memwal.checkpoint import list_checkpoints
+
+        return list_checkpoints(self._table)
 
     def leases(self) -> list[LeaseInfo]:
         from memwal.lease import list_leases

@@ -14,6 +14,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from memwal import steps
 from memwal.errors import BadInputError, MemWalError
 from memwal.status import maintained_indexes
 from memwal.table import Table
@@ -168,6 +169,7 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Leas
     if work:
         if lease:
             lease.check()
+        steps.step("catchup.before-build")
         engine.run(table, plan, work)
     after = table.manifest()
     if work:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lance.optimize import Compaction, CompactionTask, RewriteResult
 
+from memwal import steps
 from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
 from memwal.errors import MemWalError, first_line
 from memwal.options import CompactOptions
@@ -182,7 +183,7 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     Raises on a commit conflict (nothing committed); :func:`run_compact` re-plans.
     """
     engine = engine or LocalCompactEngine()
-    step = on_step or (lambda _name: None)
+    step = steps.scoped("compact", on_step)
     result = CompactResult(table=table.uri, version=None, fragments_before=plan.fragments_before,
                            fragments_after=plan.fragments_before, engine=engine.name)
     if plan.is_empty():
@@ -203,7 +204,10 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
              metrics.fragments_added)
     check_progress_kept(table, plan.read_version)
     step("after-commit")
-    version = restore_catchup(table, plan.catchup_to_keep(), catchup_engine, lease=lease)
+    # Our own commit dropped the catch-up record (H4): re-earning it repairs what we did, so it
+    # runs even if the lease was lost meanwhile (as the snapshot's H1 repairs do); the job
+    # still ends with exit 3 then (memwal.actions checks every lease after the job).
+    version = restore_catchup(table, plan.catchup_to_keep(), catchup_engine, lease=None)
     result.version = version or result.version
     finish(table, plan.catchup_to_keep(), result)
     step("after-catchup")

@@ -15,6 +15,11 @@ A generation g of shard s is deleted only when all of these hold (DESIGN.md sect
     it is reported in ``kept_wal_entries`` (``wal-needed-for-replay``) while its generation
     goes, and so is a fence sentinel (``fence-sentinel``: deleting it would free a position
     a fenced-out writer could claim);
+(f) ``checkpoint:<id>``: no live reader checkpoint lists g (memwal.checkpoint); its base
+    version is tagged, so Lance's cleanup keeps it and gate (c) holds what merged after it.
+    Expired checkpoints are removed by the run (tag, then record). Before it deletes, a run
+    writes the GC marker and reads the checkpoints again (memwal.checkpoint.handshake), so a
+    checkpoint created meanwhile is either seen and kept, or sees the run and checks its view;
 and ``unsafe-path``: the manifest path resolves inside ``_mem_wal/<shard>/`` (invariant 5).
 An unlisted generation directory (an orphan) passes the same gates (``orphan-<gate>``), so
 one above the merged generation is never deleted; a shard whose latest manifest cannot be
@@ -49,6 +54,10 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
+from memwal import clock as clocks
+from memwal import steps
+from memwal.checkpoint import TAG_PREFIX, Checkpoint, list_checkpoints, live_checkpoints, remove_checkpoints
+from memwal.checkpoint.handshake import gc_finished, gc_started
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME, STAGING_DIR, parse_generation_dir, shard_dir
 from memwal.paths import LinkedPathError, UnsafePathError, check_deletable, generation_key, shard_of_key
@@ -165,6 +174,9 @@ class GcPlan:
     kept_wal_entries: list[KeptWal] = field(default_factory=list)
     retention: dict | None = None
     time_will_free: bool = False
+    #: Live checkpoints (id, version, expires_at) and the expired ones this run removes.
+    checkpoints: list[dict] = field(default_factory=list)
+    expired_checkpoints: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -183,6 +195,8 @@ class GcPlan:
             "kept_wal_entries": [asdict(k) for k in self.kept_wal_entries],
             "retention": self.retention,
             "time_will_free": self.time_will_free,
+            "checkpoints": self.checkpoints,
+            "expired_checkpoints": self.expired_checkpoints,
         }
 
 
@@ -216,6 +230,9 @@ class GcResult:
     retention: dict | None = None
     #: Whether a later run with nothing else changed would free something (grace period only).
     time_will_free: bool = False
+    #: Live checkpoints the run honoured, and the expired ones it removed (or would remove).
+    checkpoints: list[dict] = field(default_factory=list)
+    checkpoints_removed: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -226,7 +243,7 @@ class GcResult:
         return cls(table=plan.table, dry_run=dry_run, engine=engine, blocked=[_blocked_json(b) for b in plan.blocked],
                    orphans=[asdict(o) for o in plan.orphans], broken_shards=plan.broken_shards,
                    kept_wal_entries=[asdict(k) for k in plan.kept_wal_entries], retention=plan.retention,
-                   time_will_free=plan.time_will_free)
+                   time_will_free=plan.time_will_free, checkpoints=plan.checkpoints)
 
 
 class Verdict(NamedTuple):
@@ -247,6 +264,7 @@ def _gates(
     progress: list[tuple[RetainedVersion, int]],
     now: float,
     grace_seconds: float,
+    checkpoints: tuple[Checkpoint, ...] = (),
 ) -> Verdict:
     """Every gate that blocks generation g, and the evidence.
 
@@ -261,6 +279,7 @@ def _gates(
         caught[name] = catchup.get(name, {}).get(shard_id, 0)
         if g > caught[name]:
             reasons.append(f"index-not-caught-up:{name}")
+    reasons += [f"checkpoint:{c.id}" for c in checkpoints if c.pins(shard_id, g)]
     holders = [v for v, p in progress if p < g]
     if holders:
         reasons.append(f"retained-version:{holders[0].describe()}")
@@ -286,12 +305,17 @@ def plan_gc(
     now: float | None = None,
 ) -> GcPlan:
     """Pure: what may go and, for everything that may not, which gate holds it."""
-    now = time.time() if now is None else now
+    now = clocks.current()() if now is None else now
     latest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
     versions = retained_versions(table)
     plan = GcPlan(table=table.uri, read_version=latest.version, planned_at=now, grace_seconds=grace_seconds,
                   retained_versions=len(versions))
+    ckpts = list_checkpoints(table)
+    live = tuple(c for c in ckpts if c.live(now))
+    plan.checkpoints = [{"id": c.id, "name": c.name, "version": c.version, "expires_at": c.expires_at}
+                        for c in live]
+    plan.expired_checkpoints = [c.id for c in ckpts if not c.live(now)]
     held: list[list[RetainedVersion]] = []  # per merged generation a retained version blocks: its holders
     found = read_shard_manifests(table.store)
     for err in found.broken.values():
@@ -303,7 +327,7 @@ def plan_gc(
         deletable: set[int] = set()
         progress = [(v, v.manifest.compacted_generation(shard_id)) for v in versions]
         gates = partial(_gates, shard_id, compacted=compacted, catchup=latest.index_catchup, indexes=indexes,
-                        progress=progress, now=now, grace_seconds=grace_seconds)
+                        progress=progress, now=now, grace_seconds=grace_seconds, checkpoints=live)
         for fg in state.flushed:
             g = fg.generation
             try:
@@ -353,7 +377,11 @@ def retention_report(held: list[list[RetainedVersion]], now: float) -> dict | No
         hints.append(f"untagged version(s) {_versions_text(expirable)}: run gc with --expire-versions {seconds} "
                      f"to expire them, which frees {freed} of the {len(held)} generation(s) retained versions hold")
     for r in rows:
-        if r["tag"]:
+        if r["held_by"] == "checkpoint":
+            ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in r["tag"].split(", "))
+            hints.append(f"version {r['version']} is pinned by checkpoint {ids}: it is freed when the checkpoint "
+                         "expires or is deleted (memwal checkpoint delete)")
+        elif r["tag"]:
             hints.append(f"version {r['version']} is tagged {r['tag']}: delete the tag to free it "
                          "(GC never deletes tags)")
         elif r["held_by"] == "branch":
@@ -372,7 +400,10 @@ def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> 
 
 
 def _held_by(v: RetainedVersion) -> str | None:
-    """What keeps a version from Lance's cleanup: ``"tag"``, ``"branch"``, or None (only its age)."""
+    """What keeps a version from Lance's cleanup: ``"checkpoint"`` (only checkpoint tags), ``"tag"``,
+    ``"branch"``, or None (only its age)."""
+    if v.tags and all(t.startswith(TAG_PREFIX) for t in v.tags):
+        return "checkpoint"
     if v.tags:
         return "tag"
     return "branch" if v.branch is not None or v.child_branches else None
@@ -756,9 +787,18 @@ def execute_gc(table: Table, plan: GcPlan, engine=None, *, lease: Lease | None =
     return result
 
 
-def expire_versions(table: Table, older_than_seconds: float) -> dict:
-    """Lance's own cleanup of old versions (it keeps tagged versions and the latest)."""
-    stats = table.dataset().cleanup_old_versions(
+def expire_versions(table: Table, older_than_seconds: float, *, keep: list[Checkpoint] = ()) -> dict:
+    """Lance's own cleanup of old versions (it keeps tagged versions and the latest).
+
+    A live checkpoint's version carries its tag, except for the moment between the record's
+    creation and the tag's: such a version is kept by expiring less (``older_than`` moved
+    past its age), never by trusting that the tag will arrive in time.
+    """
+    ds = table.dataset()
+    tagged = {t["version"] for t in ds.tags.list().values()}
+    ages = [time.time() - table.manifest(c.version).timestamp for c in keep if c.version not in tagged]
+    older_than_seconds = max([older_than_seconds, *(age + 1.0 for age in ages)])
+    stats = ds.cleanup_old_versions(
         older_than=timedelta(seconds=older_than_seconds), error_if_tagged_old_versions=False
     )
     return {"older_than_seconds": older_than_seconds, "bytes_removed": stats.bytes_removed,
@@ -851,15 +891,18 @@ def prepare_gc(table: Table, *, audit: bool = False, **options) -> GcPlan:
     return plan_gc_settled(table, **options)
 
 
-def recheck_gc_plan(table: Table, plan: GcPlan) -> GcPlan:
+def recheck_gc_plan(table: Table, plan: GcPlan, checkpoints: list[Checkpoint] | None = None) -> GcPlan:
     """Right before deleting, re-read the latest table version once and drop what it no longer allows.
 
     Merge progress and catch-up only grow in normal operation, but a table restored to an
     older version, or a commit that drops catch-up records (Lance's own compaction does),
     lowers them after the plan was made: generations above the new values are needed again.
+    ``checkpoints`` are the live checkpoints read after the GC marker was written: a
+    checkpoint created since the plan keeps what it pins.
     """
     latest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
+    pins = checkpoints or []
 
     def lost(shard_id: str, g: int, *, catchup: bool = True) -> str | None:
         if g > latest.compacted_generation(shard_id):
@@ -867,6 +910,9 @@ def recheck_gc_plan(table: Table, plan: GcPlan) -> GcPlan:
         for name in indexes if catchup else []:
             if g > latest.index_catchup.get(name, {}).get(shard_id, 0):
                 return f"index-not-caught-up:{name}"
+        for c in pins:
+            if c.pins(shard_id, g):
+                return f"checkpoint:{c.id}"
         return None
 
     out = replace(plan, generations=[], wal_entries=[], orphans=[], blocked=list(plan.blocked))
@@ -898,6 +944,7 @@ def dry_run_result(table: Table, plan: GcPlan) -> GcResult:
     result.deleted = [{"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
                       for g in plan.generations]
     result.wal_entries_deleted = len(plan.wal_entries)
+    result.checkpoints_removed = list(plan.expired_checkpoints)
     return result
 
 
@@ -932,19 +979,35 @@ def run_gc(
         check_audit_destination(table.store)
     if dry_run:
         return dry_run_result(table, plan)
-    expired = None
-    if expire_versions_seconds is not None:
-        if lease:
-            lease.check()
-        expired = expire_versions(table, expire_versions_seconds)
-        try:
-            plan = plan_gc_settled(table, **options)
-        except BadInputError as exc:  # versions were expired already: no longer "nothing written"
-            raise MemWalError(str(exc)) from exc
-    plan = recheck_gc_plan(table, plan)
-    result = execute_gc(table, plan, engine, lease=lease, orphans=orphans)
+    run_id = lease.run_id if lease is not None and lease.run_id else uuid.uuid4().hex[:16]
+    if lease:
+        lease.check()
+    steps.step("gc.before-marker")
+    gc_started(table.store, run_id)
+    try:
+        # After the marker (memwal.checkpoint.handshake): a checkpoint created from here on sees
+        # this run and checks its view afterwards; one created before is read here and kept.
+        live = live_checkpoints(table)
+        expired = None
+        if expire_versions_seconds is not None:
+            if lease:
+                lease.check()
+            expired = expire_versions(table, expire_versions_seconds, keep=live)
+            try:
+                plan = plan_gc_settled(table, **options)
+            except BadInputError as exc:  # versions were expired already: no longer "nothing written"
+                raise MemWalError(str(exc)) from exc
+        plan = recheck_gc_plan(table, plan, live)
+        steps.step("gc.before-delete")
+        result = execute_gc(table, plan, engine, lease=lease, orphans=orphans)
+        gone = {c.id for c in list_checkpoints(table) if not c.live(clocks.current()())}
+        result.checkpoints_removed = remove_checkpoints(
+            table, [c for c in list_checkpoints(table) if c.id in gone and c.id in plan.expired_checkpoints])
+    finally:
+        gc_finished(table.store, run_id)
     result.expired_versions = expired
     result.broken_shards = plan.broken_shards
+    steps.step("gc.after-delete")
     if audit:
         result.audit_key = write_audit(table, result)
     log.info("gc %s: %d generations, %d WAL entries, %d bytes freed, %d blocked", table.uri, len(result.deleted),

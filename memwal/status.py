@@ -6,13 +6,13 @@ up?) and what the lag sensor polls, so it reads only manifests: never generation
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
-from memwal.naming import MEM_WAL_INDEX_NAME
+from memwal import clock as clocks
+from memwal.naming import MEM_WAL_INDEX_NAME, shard_dir
 from memwal.shard_manifests import ShardManifestError, ShardState, list_generation_dirs, read_shard_manifests
 from memwal.table import Table
-from memwal.table_manifest import TableManifest
+from memwal.table_manifest import TableManifest, list_versions
 
 
 @dataclass
@@ -43,11 +43,26 @@ class ShardStatus:
 
 
 @dataclass
+class CheckpointStatus:
+    """A live checkpoint and what it holds back from GC: the generations merged since its
+    version that are still on storage (the ones it lists, and those its tagged version keeps)."""
+
+    id: str
+    name: str | None
+    version: int
+    expires_at: float
+    generations_pinned: int
+    generations_held: int
+    bytes_held: int
+
+
+@dataclass
 class TableStatus:
     table: str
     version: int
     maintained_indexes: list[str]
     shards: list[ShardStatus]
+    checkpoints: list[CheckpointStatus] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -146,14 +161,34 @@ def broken_shard_status(
 
 
 def table_status(table: Table, *, now: float | None = None) -> TableStatus:
-    now = time.time() if now is None else now
+    now = clocks.current()() if now is None else now
     manifest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     found = read_shard_manifests(table.store)
     shards = [shard_status(table, manifest, s, indexes, now) for s in found.states.values()]
     shards += [broken_shard_status(table, manifest, e, indexes) for e in found.broken.values()]
     shards.sort(key=lambda s: s.shard_id)
-    return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards)
+    return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
+                       checkpoints=checkpoint_status(table, manifest, now))
+
+
+def checkpoint_status(table: Table, latest: TableManifest, now: float) -> list[CheckpointStatus]:
+    """Live checkpoints and the bytes each holds back (one listing per held generation)."""
+    from memwal.checkpoint import live_checkpoints
+
+    out = []
+    for c in live_checkpoints(table, now):
+        at = table.manifest(c.version) if c.version in list_versions(table.store) else None
+        held, size = 0, 0
+        for shard_id in sorted(latest.compacted):
+            since = at.compacted_generation(shard_id) if at is not None else 0
+            for name, g in list_generation_dirs(table.store, shard_id).items():
+                if since < g <= latest.compacted_generation(shard_id):
+                    held += 1
+                    size += sum(o.size for o in table.store.list(f"{shard_dir(shard_id)}/{name}/"))
+        out.append(CheckpointStatus(c.id, c.name, c.version, c.expires_at,
+                                    sum(len(p.generations) for p in c.shards.values()), held, size))
+    return out
 
 
 def render_status(st: TableStatus) -> str:
@@ -201,6 +236,10 @@ def render_status(st: TableStatus) -> str:
         f"{len(st.shards)} shards, {st.unmerged_generations} unmerged generations, "
         f"{_human_bytes(st.unmerged_bytes)} unmerged"
     )
+    for c in st.checkpoints:
+        name = f" {c.name!r}" if c.name else ""
+        lines.append(f"checkpoint {c.id}{name}: version {c.version}, {c.generations_pinned} generations pinned, "
+                     f"holds back {c.generations_held} merged generations ({_human_bytes(c.bytes_held)})")
     lines += [f"BROKEN {s.problem}" for s in st.broken]
     return "\n".join(lines)
 

@@ -27,6 +27,7 @@ from memwal.status import maintained_indexes
 from memwal.table import Table, open_table
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
+from tests.interleave import ScriptedClock
 from tests.s3server import s3_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,7 +246,7 @@ def test_lease_lost_before_the_commit_commits_nothing(fresh):
     table, model = fresh
     now = [1000.0]
     version = table.dataset().version
-    with Lease(table.store, "compact", ttl_seconds=60, clock=lambda: now[0]) as lease:
+    with Lease(table.store, "compact", ttl_seconds=60, clock=ScriptedClock(lambda: now[0])) as lease:
 
         def stall(step: str) -> None:
             if step == "after-tasks":

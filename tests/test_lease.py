@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,38 +15,32 @@ import pytest
 
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.lease import LEASE_PREFIX, Lease, LeaseRecord, lease_key
+from memwal.lease.heartbeat import THREAD_PREFIX
 from memwal.storage import Store, open_store
-
-
-class FakeClock:
-    """An injectable clock: tests move time instead of sleeping."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.interleave import ManualClock
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> Iterator[ManualClock]:
+    """Time moves only when a test advances it; heartbeats renew as it moves."""
+    c = ManualClock()
+    yield c
+    c.close()
 
 
 def _stored(store: Store, kind: str) -> LeaseRecord:
     return LeaseRecord.from_json(store.get(lease_key(kind)))
 
 
-def test_acquire_fresh_and_release(store: Store, clock: FakeClock) -> None:
+def test_acquire_fresh_and_release(store: Store, clock: ManualClock) -> None:
     lease = Lease(store, "merge", holder="A", ttl_seconds=60, clock=clock)
     assert lease.token == 0 and not lease.held
     with lease as held:
         assert held is lease and lease.held and lease.token == 1
         rec = _stored(store, "merge")
-        assert rec == LeaseRecord("merge", "A", 1, clock.now, clock.now + 60)
+        assert (rec.kind, rec.holder, rec.token, rec.acquired_at, rec.expires_at, rec.renewed_at) == (
+            "merge", "A", 1, clock.now, clock.now + 60, clock.now)
+        assert (rec.host, rec.pid) == (socket.gethostname(), os.getpid())
         assert lease.key == "_mem_wal/_jobs/leases/merge.json"
         assert lease.key.startswith(LEASE_PREFIX)
         lease.check()
@@ -54,7 +51,7 @@ def test_acquire_fresh_and_release(store: Store, clock: FakeClock) -> None:
         lease.check()  # released: any further side effect is refused
 
 
-def test_live_lease_blocks_other_holder(store: Store, clock: FakeClock) -> None:
+def test_live_lease_blocks_other_holder(store: Store, clock: ManualClock) -> None:
     a = Lease(store, "gc", holder="host-a:1:aa", ttl_seconds=100, clock=clock).acquire()
     clock.advance(99)
     b = Lease(store, "gc", holder="host-b:2:bb", ttl_seconds=100, clock=clock)
@@ -69,7 +66,7 @@ def test_live_lease_blocks_other_holder(store: Store, clock: FakeClock) -> None:
     assert c.token == 1
 
 
-def test_concurrent_acquirers_exactly_one_wins(store: Store, clock: FakeClock) -> None:
+def test_concurrent_acquirers_exactly_one_wins(store: Store, clock: ManualClock) -> None:
     for round_ in range(3):
         n = 8
         barrier = threading.Barrier(n)
@@ -101,7 +98,7 @@ def test_concurrent_acquirers_exactly_one_wins(store: Store, clock: FakeClock) -
         winner.release()  # next round races for a released lease (CAS path)
 
 
-def test_expired_lease_taken_over_and_old_holder_fenced(store: Store, clock: FakeClock) -> None:
+def test_expired_lease_taken_over_and_old_holder_fenced(store: Store, clock: ManualClock) -> None:
     a = Lease(store, "merge", holder="A", ttl_seconds=10, clock=clock).acquire()
     assert a.token == 1
     clock.advance(10.5)
@@ -119,7 +116,7 @@ def test_expired_lease_taken_over_and_old_holder_fenced(store: Store, clock: Fak
     b.check()
 
 
-def test_takeover_fences_holder_that_did_not_notice(store: Store, clock: FakeClock) -> None:
+def test_takeover_fences_holder_that_did_not_notice(store: Store, clock: ManualClock) -> None:
     """A holder whose lease expired while it was busy is fenced at its next check."""
     a = Lease(store, "snapshot", holder="A", ttl_seconds=10, clock=clock).acquire()
     a.check()
@@ -132,8 +129,9 @@ def test_takeover_fences_holder_that_did_not_notice(store: Store, clock: FakeClo
     assert b.token == 2
 
 
-def test_renew_extends_the_lease(store: Store, clock: FakeClock) -> None:
-    a = Lease(store, "gc", holder="A", ttl_seconds=10, clock=clock).acquire()
+def test_renew_extends_the_lease_without_a_heartbeat(store: Store, clock: ManualClock) -> None:
+    """A lease held without a heartbeat (a tool holding it for a moment) renews in check()."""
+    a = Lease(store, "gc", holder="A", ttl_seconds=10, clock=clock, heartbeat=False).acquire()
     start = clock.now
     etag0 = store.head(lease_key("gc")).etag  # type: ignore[union-attr]
     clock.advance(4)
@@ -154,7 +152,7 @@ def test_renew_extends_the_lease(store: Store, clock: FakeClock) -> None:
     assert _stored(store, "gc").expires_at == clock.now + 10
 
 
-def test_failed_renew_cas_is_lease_lost(store: Store, clock: FakeClock) -> None:
+def test_failed_renew_cas_is_lease_lost(store: Store, clock: ManualClock) -> None:
     a = Lease(store, "merge", holder="A", ttl_seconds=10, clock=clock).acquire()
     # Someone rewrites the object after A last saw it (same holder and token, so only
     # the CAS can notice).
@@ -166,7 +164,7 @@ def test_failed_renew_cas_is_lease_lost(store: Store, clock: FakeClock) -> None:
     assert not a.held
 
 
-def test_release_lets_another_acquire_immediately(store: Store, clock: FakeClock) -> None:
+def test_release_lets_another_acquire_immediately(store: Store, clock: ManualClock) -> None:
     with Lease(store, "merge", holder="A", ttl_seconds=300, clock=clock) as a:
         assert a.token == 1
     b = Lease(store, "merge", holder="B", ttl_seconds=300, clock=clock).acquire()
@@ -179,7 +177,9 @@ def test_release_lets_another_acquire_immediately(store: Store, clock: FakeClock
     assert tokens == [3, 4, 5]  # monotonic across releases
 
 
-def test_release_on_error_path_and_when_lost(store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+def test_release_on_error_path_and_when_lost(
+    store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(RuntimeError), Lease(store, "gc", holder="A", ttl_seconds=10, clock=clock):
         raise RuntimeError("job failed")
     assert _stored(store, "gc").expires_at == 0.0
@@ -193,7 +193,7 @@ def test_release_on_error_path_and_when_lost(store: Store, clock: FakeClock, cap
     assert _stored(store, "gc").holder == "B"
 
 
-def test_same_holder_reacquire_gets_new_token(store: Store, clock: FakeClock) -> None:
+def test_same_holder_reacquire_gets_new_token(store: Store, clock: ManualClock) -> None:
     first = Lease(store, "merge", holder="same", ttl_seconds=10, clock=clock).acquire()
     second = Lease(store, "merge", holder="same", ttl_seconds=10, clock=clock).acquire()
     assert second.token == first.token + 1
@@ -209,14 +209,14 @@ def test_default_holder_is_unique() -> None:
     assert a.holder.count(":") == 2
 
 
-def test_lease_object_gone_is_lost(store: Store, clock: FakeClock) -> None:
+def test_lease_object_gone_is_lost(store: Store, clock: ManualClock) -> None:
     a = Lease(store, "merge", holder="A", ttl_seconds=10, clock=clock).acquire()
     store.delete_many([lease_key("merge")])
     with pytest.raises(LeaseLostError, match="gone"):
         a.check()
 
 
-def test_corrupt_lease_object_refused(store: Store, clock: FakeClock) -> None:
+def test_corrupt_lease_object_refused(store: Store, clock: ManualClock) -> None:
     store.put(lease_key("merge"), b"{not json")
     with pytest.raises(BadInputError, match="corrupt lease"):
         Lease(store, "merge", holder="A", clock=clock).acquire()
@@ -236,7 +236,7 @@ def test_bad_ttl_refused(tmp_path: Path) -> None:
         Lease(open_store(str(tmp_path)), "merge", ttl_seconds=0)
 
 
-def test_acquire_waiting_sits_out_a_short_hold_and_gives_up_on_a_long_one(store: Store, clock: FakeClock) -> None:
+def test_acquire_waiting_sits_out_a_short_hold_and_gives_up_on_a_long_one(store: Store, clock: ManualClock) -> None:
     holder = Lease(store, "merge", holder="snapshot-refresh", ttl_seconds=60, clock=clock).acquire()
     waits: list[float] = []
 
@@ -271,7 +271,7 @@ def _exited_pid() -> int:
 
 
 def test_lease_of_dead_local_process_is_taken_over_at_once(
-    store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    store: Store, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     import socket
 
@@ -285,7 +285,7 @@ def test_lease_of_dead_local_process_is_taken_over_at_once(
         a.check()  # had it survived somehow, it is fenced
 
 
-def test_live_local_and_remote_holders_are_not_presumed_dead(store: Store, clock: FakeClock) -> None:
+def test_live_local_and_remote_holders_are_not_presumed_dead(store: Store, clock: ManualClock) -> None:
     import os
     import socket
 
@@ -300,7 +300,7 @@ def test_live_local_and_remote_holders_are_not_presumed_dead(store: Store, clock
 
 
 @pytest.mark.parametrize("expires", [1e18, float("inf"), float("nan"), -1.0])
-def test_absurd_expiry_is_a_corrupt_lease_not_an_os_error(store: Store, clock: FakeClock, expires: float) -> None:
+def test_absurd_expiry_is_a_corrupt_lease_not_an_os_error(store: Store, clock: ManualClock, expires: float) -> None:
     rec = {"kind": "merge", "holder": "x:1:y", "token": 4, "acquired_at": clock.now, "expires_at": expires}
     store.put(lease_key("merge"), json.dumps(rec).encode())
     lease = Lease(store, "merge", holder="A", clock=clock)
@@ -316,7 +316,7 @@ def test_bad_ttls_refused(tmp_path: Path, ttl: float) -> None:
         Lease(open_store(str(tmp_path)), "merge", ttl_seconds=ttl)
 
 
-def test_ttl_sets_the_expiry(store: Store, clock: FakeClock) -> None:
+def test_ttl_sets_the_expiry(store: Store, clock: ManualClock) -> None:
     with Lease(store, "merge", holder="A", ttl_seconds=1234.5, clock=clock):
         rec = _stored(store, "merge")
         assert rec.expires_at - rec.acquired_at == 1234.5
@@ -334,7 +334,7 @@ def test_action_lease_ttl_reaches_every_lease(make_table: Any, caplog: pytest.Lo
     assert all("ttl 4321s" in m for m in acquired[:2]) and "ttl 987s" in acquired[2]
 
 
-def test_break_keeps_the_token_and_fences_the_holder(store: Store, clock: FakeClock) -> None:
+def test_break_keeps_the_token_and_fences_the_holder(store: Store, clock: ManualClock) -> None:
     from memwal.lease import break_lease, list_leases
 
     a = Lease(store, "merge", holder="stuck:1:a", ttl_seconds=300, clock=clock).acquire()
@@ -344,3 +344,106 @@ def test_break_keeps_the_token_and_fences_the_holder(store: Store, clock: FakeCl
     with pytest.raises(LeaseLostError):
         a.check()
     assert Lease(store, "merge", holder="B", clock=clock).acquire().token == 2
+
+
+# --------------------------------------------------------------------------- heartbeat
+
+
+def _heartbeats() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+
+
+def test_heartbeat_keeps_the_lease_through_many_ttls(store: Store, clock: ManualClock) -> None:
+    """A holder busy for 3x its TTL (no check in between) keeps its lease: the heartbeat
+    renews it at least every TTL/3, and a second job meanwhile is refused."""
+    a = Lease(store, "merge", holder="A", ttl_seconds=30, clock=clock, run_id="run-1").acquire()
+    start = clock.now
+    for _ in range(9):  # 9 x 10 s = 3 TTLs, each step one renewal interval at most
+        clock.advance(10)
+        rec = _stored(store, "merge")
+        assert (rec.token, rec.renewed_at, rec.expires_at) == (1, clock.now, clock.now + 30)
+        with pytest.raises(LeaseHeldError, match="run run-1"):
+            Lease(store, "merge", holder="B", ttl_seconds=30, clock=clock).acquire()
+    a.check()
+    assert a.renewals == 9 and clock.now == start + 90
+    name = f"{THREAD_PREFIX}-merge-1"
+    assert name in _heartbeats()
+    a.release()
+    assert name not in _heartbeats()  # the heartbeat ends with the lease
+    assert _stored(store, "merge").expires_at == 0.0
+
+
+def test_frozen_holder_is_taken_over_and_fenced_when_it_wakes(store: Store, clock: ManualClock) -> None:
+    """A process stopped by SIGSTOP cannot renew: its lease expires, another job takes it
+    over, and when the process wakes its heartbeat finds the lease lost: its next check is
+    exit 3, and its release does not touch the new holder's lease."""
+    a = Lease(store, "gc", holder="A", ttl_seconds=30, clock=clock).acquire()
+    with clock.frozen():
+        clock.advance(31)
+        b = Lease(store, "gc", holder="B", ttl_seconds=30, clock=clock).acquire()
+        assert b.token == 2
+    assert a.fenced is not None and not a.held  # noticed by the heartbeat, before any check
+    with pytest.raises(LeaseLostError, match="taken over by B with token 2") as ei:
+        a.check()
+    assert ei.value.exit_code == 3
+    a.release()
+    clock.advance(20)  # B's heartbeat renews; A's ended when it found the lease lost
+    rec = _stored(store, "gc")
+    assert (rec.holder, rec.token, rec.expires_at) == ("B", 2, clock.now + 30)
+    b.check()
+    b.release()
+
+
+class FlakyStore:
+    """A real store whose writes fail while ``down`` (a partition between the holder and the
+    store): only the fault is injected, everything else is the real store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store, self.down = store, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        if self.down:
+            raise OSError(110, "Connection timed out")
+        return self._store.put_if_match(key, data, etag)
+
+
+def test_unreachable_store_fences_only_once_the_lease_ran_out(store: Store, clock: ManualClock) -> None:
+    flaky = FlakyStore(store)
+    a = Lease(flaky, "compact", holder="A", ttl_seconds=30, clock=clock).acquire()  # type: ignore[arg-type]
+    flaky.down = True
+    clock.advance(10)  # a renewal fails: retried sooner, the lease still runs (20 s left)
+    assert a.fenced is None
+    clock.advance(10)
+    assert a.fenced is None
+    flaky.down = False
+    clock.advance(5)  # back in time: renewed, good for another TTL
+    assert a.fenced is None and _stored(store, "compact").expires_at == clock.now + 30
+    flaky.down = True
+    for _ in range(4):
+        clock.advance(10)  # past the last renewal's expiry: another job may hold it now
+    assert a.fenced is not None and "expired" in a.fenced
+    with pytest.raises(LeaseLostError, match="expired"):
+        a.check()
+
+
+def test_lease_list_shows_holder_host_pid_run_and_last_renewal(store: Store, clock: ManualClock) -> None:
+    from memwal.lease import list_leases
+
+    a = Lease(store, "catchup", holder="A", ttl_seconds=60, clock=clock, run_id="run-42").acquire()
+    clock.advance(20)
+    [info] = list_leases(store, now=clock.now)
+    assert (info.kind, info.state, info.holder, info.host, info.pid, info.run_id, info.token) == (
+        "catchup", "live", "A", socket.gethostname(), os.getpid(), "run-42", 1)
+    assert (info.renewed_at, info.expires_at) == (clock.now, clock.now + 60)
+    a.release()
+
+
+def test_records_written_before_heartbeats_still_read(store: Store, clock: ManualClock) -> None:
+    old = {"kind": "merge", "holder": "h:12:ab", "token": 3, "acquired_at": clock.now, "expires_at": clock.now - 1}
+    store.put(lease_key("merge"), json.dumps(old).encode())
+    rec = _stored(store, "merge")
+    assert (rec.host, rec.pid, rec.renewed_at, rec.run_id) == ("h", 12, clock.now, None)
+    assert Lease(store, "merge", holder="B", clock=clock).acquire().token == 4

@@ -20,6 +20,7 @@ from memwal.table import open_table
 from memwal.verify import lsm_view, verify_table
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import tree_digest
+from tests.interleave import ScriptedClock
 
 
 def progress(table) -> dict[str, int]:
@@ -262,12 +263,14 @@ def test_a_merge_that_loses_its_lease_stops_before_its_next_side_effect(make_tab
     table, model = make_table()
     base_before = table_rows(table)
     clock = {"now": 1000.0}
-    mine = Lease(table.store, "merge", holder="slow-merger", ttl_seconds=60, clock=lambda: clock["now"]).acquire()
+    mine = Lease(table.store, "merge", holder="slow-merger", ttl_seconds=60,
+                 clock=ScriptedClock(lambda: clock["now"])).acquire()
 
     def stall(step):
         if step == "after-read":
             clock["now"] += 120  # the merger stalls past its TTL...
-            Lease(table.store, "merge", holder="new-merger", clock=lambda: clock["now"]).acquire()  # ...and is replaced
+            Lease(table.store, "merge", holder="new-merger",
+                  clock=ScriptedClock(lambda: clock["now"])).acquire()  # ...and is replaced
 
     with pytest.raises(LeaseLostError) as err:
         run_merge(table, lease=mine, on_step=stall)

@@ -9,6 +9,7 @@ COMMAND_MODULES = [
     "status",
     "jobs",
     "scan",
+    "checkpoint",
     "verify",
     "lease",
     "merge_ops",

@@ -1,7 +1,8 @@
 """``memwal lease TABLE [--break KIND] [--yes] [--json]``: see and clear job leases.
 
-Lists every lease on the table (kind, holder, token, expiry, and whether it is live,
-expired, released, held by a dead local process, or corrupt). ``--break KIND`` clears a
+Lists every lease on the table (kind, holder with its host, pid and run id, token, last
+renewal by the holder's heartbeat, expiry, and whether it is live, expired, released, held
+by a dead local process, or corrupt). ``--break KIND`` clears a
 stuck one, but only with ``--yes``: without it the command refuses (exit 2) and says
 exactly what it would break, because breaking a live holder's lease lets a second job
 of that kind start while the first still runs (the first stops at its next lease check).
@@ -67,5 +68,7 @@ def render(uri: str, infos: list[LeaseInfo]) -> str:
         if i.state == CORRUPT:
             lines.append(f"  {i.kind}: CORRUPT: {i.problem}")
         else:
-            lines.append(f"  {i.kind}: {i.state}, holder {i.holder}, token {i.token}, expires {i.expires or '-'}")
+            run = f", run {i.run_id}" if i.run_id else ""
+            lines.append(f"  {i.kind}: {i.state}, holder {i.holder} (host {i.host}, pid {i.pid}{run}), token {i.token}, "
+                         f"last renewed {i.renewed or '-'}, expires {i.expires or '-'}")
     return "\n".join(lines)

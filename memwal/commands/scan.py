@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default="index",
         help="shard state from the index snapshot (stale shards fall back to manifests) or the manifests",
     )
+    p.add_argument("--checkpoint", metavar="ID", help="read the view a checkpoint pinned (memwal checkpoint create)")
     return p
 
 
@@ -36,8 +37,15 @@ def run(args: argparse.Namespace) -> int:
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     if args.columns is not None and not columns:
         raise BadInputError("--columns: no column named")
-    manifest = table.require_mem_wal()
-    plan = plan_read(table, source=args.source, filter=args.filter, manifest=manifest)
+    if args.checkpoint:
+        from memwal.checkpoint import checkpoint_or_error, read_plan
+
+        ckpt = checkpoint_or_error(table, args.checkpoint)
+        manifest = table.manifest(ckpt.version)
+        plan = read_plan(table, ckpt)
+    else:
+        manifest = table.require_mem_wal()
+        plan = plan_read(table, source=args.source, filter=args.filter, manifest=manifest)
     if columns:
         known = set(table.dataset(manifest.version).schema.names)
         if unknown := [c for c in columns if c not in known]:

@@ -56,6 +56,7 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
+from memwal import steps
 from memwal.errors import ConflictError
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def commit_net_changes(
     table: Table, plan: MergePlan, net: NetChanges, *, lease: Lease | None, on_step: Step | None = None
 ) -> tuple[int, int]:
     """The bound delete pass (no marker) then the marked pass. Returns (version, commits)."""
-    step = on_step or (lambda _name: None)
+    step = steps.scoped("merge", on_step)
     commits = 0
     # Written before the lease check that precedes our first commit (memwal.merge.intents).
     intent = intents.write_intent(table.store, {s.shard_id: s.to_generation for s in plan.shards},
@@ -216,17 +217,18 @@ def execute_merge(
     table: Table, plan: MergePlan, engine: MergeEngine, *, lease: Lease | None = None, on_step: Step | None = None
 ) -> MergeResult:
     """Run one planned batch. Raises on conflict; :func:`run_merge` re-plans and retries."""
-    step = on_step or (lambda _name: None)
+    step = steps.scoped("merge", on_step)
     result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=[asdict(b) for b in plan.blocked])
     if plan.is_empty():
         return result
     schema = table.dataset(plan.read_version).schema
     if lease:
         lease.check()
+    step("before-read")
     net = engine.net_changes(table, plan, schema)
     try:
         step("after-read")
-        version, commits = commit_net_changes(table, plan, net, lease=lease, on_step=step)
+        version, commits = commit_net_changes(table, plan, net, lease=lease, on_step=on_step)
     finally:
         net.close()
     result.version = version

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import lance
 from lance.dataset import Index
 
+from memwal import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.naming import JOBS_DIR, MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, shard_uuid_bytes, shard_uuid_str
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
@@ -330,7 +331,7 @@ def commit_mem_wal_details(
     details and may return the entry's ``files`` (or None). See the module docstring for
     the protocol; this returns once a commit of ours is proven to have lost nothing.
     """
-    step = on_step or (lambda _name: None)
+    step = steps.scoped("snapshot", on_step)
     store = table.store
     journal = _Journal(store)
     outcome = GuardedCommit(version=0, read_version=0, index_uuid=index_uuid or "")

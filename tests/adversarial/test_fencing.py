@@ -26,22 +26,19 @@ from memwal.table import Table, open_table
 from memwal.verify import verify_table
 from tests.conftest import table_rows
 from tests.helpers import tree_digest
+from tests.interleave import ManualClock
 
 WL = Workload(base_rows=200, shards=2, generations=2, rows_per_generation=30, indexes=False, seed=21)
 TTL = 60.0
 
 
-class Clock:
+class Clock(ManualClock):
     """A shared wall clock the test moves forward: leases expire without sleeping."""
 
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
     def pass_ttl(self) -> None:
-        self.now += 2 * TTL
+        """Two TTLs in one step: no heartbeat can renew in between (a process stopped past its
+        TTL), so the stalled job's lease expires and its heartbeat finds it lost."""
+        self.advance(2 * TTL)
 
 
 class Stalled:

@@ -1,0 +1,109 @@
+"""Operators that hold a reader checkpoint around reader tasks (setup and teardown).
+
+A reader task that reads a MemWAL table for longer than GC's reader grace period takes a
+checkpoint first and releases it after, whatever happened in between; Airflow's setup and
+teardown tasks are made for exactly that::
+
+    pin = MemWalCreateCheckpointOperator(task_id="pin", table="s3://lake/events", lifetime=6 * 3600)
+    export = PythonOperator(task_id="export", python_callable=export,
+                            op_kwargs={"checkpoint": "{{ ti.xcom_pull(task_ids='pin')['id'] }}"})
+    release = MemWalDeleteCheckpointOperator(task_id="release", table="s3://lake/events",
+                                             checkpoint_id="{{ ti.xcom_pull(task_ids='pin')['id'] }}")
+    pin >> export >> release.as_teardown(setups=pin)
+
+The reader reads the pinned view with ``memwal.open(uri).scan(checkpoint=...)``. The
+checkpoint's lifetime bounds what a crashed DAG run leaves pinned: GC removes it once
+expired. The create task returns the checkpoint's document (``memwal checkpoint create
+--json``), which lands in XCom.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from memwal.airflow.hooks import MemWalHook
+
+
+class _CheckpointOperator(BaseOperator):
+    template_fields: tuple[str, ...] = ("table", "memwal_conn_id")
+    ui_color = "#e3f1cf"
+
+    def __init__(self, *, table: str | None = None, memwal_conn_id: str | None = None,
+                 storage_options: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not table and not memwal_conn_id:
+            raise ValueError(f"{type(self).__name__}: give `table` or `memwal_conn_id`")
+        self.table = table
+        self.memwal_conn_id = memwal_conn_id
+        self.storage_options = dict(storage_options or {})
+
+    def _open(self):
+        hook = MemWalHook(self.memwal_conn_id or None, table=self.table or None, storage_options=self.storage_options)
+        return self._guard(hook.get_conn)
+
+    def _guard(self, fn, *args: Any, **kwargs: Any) -> Any:
+        from memwal.errors import BadInputError, MemWalError
+
+        try:
+            return fn(*args, **kwargs)
+        except (BadInputError, ValueError) as exc:
+            raise AirflowFailException(f"memwal checkpoint: bad input: {exc}") from None
+        except MemWalError as exc:
+            raise AirflowException(f"memwal checkpoint failed: {exc}") from None
+
+
+class MemWalCreateCheckpointOperator(_CheckpointOperator):
+    """Pin the table's LSM view of now for ``lifetime`` seconds; returns the checkpoint document.
+
+    :param lifetime: seconds the checkpoint pins its view (templated); make it outlast the
+        readers, or refresh it from them.
+    :param checkpoint_name: a name for people (``memwal checkpoint list``; templated).
+    """
+
+    template_fields = ("table", "memwal_conn_id", "lifetime", "checkpoint_name")
+
+    def __init__(self, *, lifetime: float | str = 3600, checkpoint_name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lifetime = lifetime
+        self.checkpoint_name = checkpoint_name
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from memwal.checkpoint import create_checkpoint
+
+        table = self._open()
+        ckpt = self._guard(create_checkpoint, table, lifetime_seconds=self.lifetime,
+                           name=self.checkpoint_name or f"{self.dag_id}.{self.task_id}")
+        self.log.info("checkpoint %s of %s: version %d, pinned until %s", ckpt.id, table.uri, ckpt.version,
+                      ckpt.expires_at)
+        return ckpt.to_json()
+
+
+class MemWalDeleteCheckpointOperator(_CheckpointOperator):
+    """Release a checkpoint (a teardown: it runs whether the readers succeeded or not). A
+    checkpoint that is already gone (deleted, or expired and removed by GC) is not an error.
+
+    :param checkpoint_id: the id (templated), usually pulled from the create task's XCom.
+    """
+
+    template_fields = ("table", "memwal_conn_id", "checkpoint_id")
+
+    def __init__(self, *, checkpoint_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_id = checkpoint_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from memwal.checkpoint import delete_checkpoint, get_checkpoint
+        from memwal.checkpoint.record import checkpoint_id
+        from memwal.errors import BadInputError
+
+        cid = self._guard(checkpoint_id, str(self.checkpoint_id))
+        table = self._open()
+        try:
+            get_checkpoint(table, cid)
+        except BadInputError:
+            self.log.info("checkpoint %s of %s is already gone", cid, table.uri)
+            return {"id": cid, "deleted": False}
+        ckpt = self._guard(delete_checkpoint, table, cid)
+        return {**ckpt.to_json(), "deleted": True}

@@ -1,0 +1,224 @@
+"""Create, list, refresh and delete checkpoints; the read plan of one.
+
+Every write is conditional: a record is created with ``put_if_absent`` and refreshed by
+compare-and-swap on the ETag it was read with, so two refreshes never lose one another and a
+checkpoint works on every store the table lives on. Creation follows the handshake of
+:mod:`memwal.checkpoint.handshake` so that no GC run deletes what it pins.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from lance.mem_wal import ShardSnapshot
+
+from memwal import clock as clocks
+from memwal import steps
+from memwal.checkpoint.handshake import ViewLostError, wait_for_gc
+from memwal.checkpoint.record import (
+    CHECKPOINT_PREFIX,
+    Checkpoint,
+    PinnedShard,
+    checkpoint_id,
+    checkpoint_name,
+    lifetime,
+    record_key,
+    tag_name,
+)
+from memwal.errors import BadInputError, MemWalError, NotFoundError
+from memwal.paths import generation_key
+from memwal.retry import after_conflict
+from memwal.shard_manifests import generation_readable, read_shard_manifests
+from memwal.table import Table
+from memwal.table_manifest import list_versions
+
+if TYPE_CHECKING:
+    from memwal.read import ReadPlan
+
+log = logging.getLogger(__name__)
+
+#: Times a checkpoint is created again when a GC run took something of its view meanwhile.
+CREATE_ATTEMPTS = 5
+#: How long creation waits for a GC run that is deleting right now.
+GC_WAIT_SECONDS = 600.0
+
+
+def list_checkpoints(table: Table) -> list[Checkpoint]:
+    """Every checkpoint record of the table (live and expired), oldest first."""
+    out = []
+    for obj in table.store.list(CHECKPOINT_PREFIX, recursive=False):
+        name = obj.key.rsplit("/", 1)[-1]
+        if not name.endswith(".json"):
+            continue
+        try:
+            out.append(Checkpoint.loads(table.store.get(obj.key), where=table.store.uri_for(obj.key)))
+        except NotFoundError:
+            continue  # deleted since the listing
+    return sorted(out, key=lambda c: (c.created_at, c.id))
+
+
+def live_checkpoints(table: Table, now: float | None = None) -> list[Checkpoint]:
+    now = clocks.current()() if now is None else now
+    return [c for c in list_checkpoints(table) if c.live(now)]
+
+
+def get_checkpoint(table: Table, cid: str) -> Checkpoint:
+    """One checkpoint by id; an unknown id is bad input naming it (exit 2)."""
+    cid = checkpoint_id(cid)
+    key = record_key(cid)
+    try:
+        return Checkpoint.loads(table.store.get(key), where=table.store.uri_for(key))
+    except NotFoundError:
+        raise BadInputError(f"{table.uri}: no checkpoint {cid} (see memwal checkpoint list)") from None
+
+
+def _view(table: Table) -> tuple[int, dict[str, PinnedShard]]:
+    """The latest base version and, per shard, the generations readers see with it."""
+    manifest = table.require_mem_wal()
+    found = read_shard_manifests(table.store)
+    if found.broken:
+        err = next(iter(found.broken.values()))
+        raise MemWalError(f"{table.uri}: cannot take a checkpoint: {err}")
+    shards = {}
+    for sid, state in sorted(found.states.items()):
+        merged = manifest.compacted_generation(sid)
+        gens = []
+        for fg in state.flushed:
+            if fg.generation > merged:
+                generation_key(sid, fg.path)  # an unsafe path is refused before it is pinned
+                gens.append([fg.generation, fg.path])
+        shards[sid] = PinnedShard(state.current_generation, state.manifest.shard_spec_id, gens)
+    return manifest.version, shards
+
+
+def _missing(table: Table, ckpt: Checkpoint) -> str | None:
+    """What of a checkpoint's view is gone (None when all of it is there)."""
+    if ckpt.version not in list_versions(table.store):
+        return f"base version {ckpt.version}"
+    for sid, shard in ckpt.shards.items():
+        for g, path in shard.generations:
+            if not generation_readable(table.store, generation_key(sid, path)):
+                return f"shard {sid} generation {g}"
+    return None
+
+
+def create_checkpoint(table: Table, *, lifetime_seconds: float, name: str | None = None) -> Checkpoint:
+    """Pin the LSM view of now for ``lifetime_seconds`` (see the module docstrings)."""
+    seconds = lifetime(lifetime_seconds)
+    name = checkpoint_name(name)
+
+    def attempt(_n: int) -> Checkpoint:
+        version, shards = _view(table)
+        steps.step("checkpoint.after-view")
+        now = clocks.current()()
+        cid = uuid.uuid4().hex
+        ckpt = Checkpoint(cid, name, version, now, now + seconds, shards, tag_name(cid))
+        table.store.put_if_absent(record_key(cid), ckpt.dumps())
+        try:
+            try:
+                table.dataset().tags.create(ckpt.tag, version)
+            except ValueError as exc:  # the version was expired between our read and the tag
+                raise ViewLostError(f"base version {version} went before it was tagged: {exc}") from exc
+            steps.step("checkpoint.before-marker-read")
+            wait_for_gc(table.store, timeout_seconds=GC_WAIT_SECONDS)
+            gone = _missing(table, ckpt)
+            if gone is not None:
+                raise ViewLostError(f"{gone} was collected while the checkpoint was taken")
+        except BaseException:
+            _remove(table, ckpt)
+            raise
+        log.info("checkpoint %s of %s: version %d, %d generations pinned until %s", cid, table.uri, version,
+                 sum(len(s.generations) for s in shards.values()), ckpt.expires_at)
+        return ckpt
+
+    return after_conflict(attempt, what=f"{table.uri}: checkpoint", attempts=CREATE_ATTEMPTS)
+
+
+def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float) -> Checkpoint:
+    """Extend a live checkpoint to now + ``lifetime_seconds`` (compare-and-swap on its record).
+
+    An expired checkpoint is not revived: GC may already have freed what it pinned.
+    """
+    seconds = lifetime(lifetime_seconds)
+    cid = checkpoint_id(cid)
+    key = record_key(cid)
+
+    def attempt(_n: int) -> Checkpoint:
+        try:
+            data, etag = table.store.get_with_etag(key)
+        except NotFoundError:
+            raise BadInputError(f"{table.uri}: no checkpoint {cid} (see memwal checkpoint list)") from None
+        ckpt = Checkpoint.loads(data, where=table.store.uri_for(key))
+        now = clocks.current()()
+        if not ckpt.live(now):
+            raise BadInputError(f"{table.uri}: checkpoint {cid} expired at {ckpt.expires_at:.0f} and may have lost "
+                                "what it pinned: create a new one")
+        ckpt.expires_at = max(ckpt.expires_at, now + seconds)
+        table.store.put_if_match(key, ckpt.dumps(), etag)  # a concurrent refresh: read again
+        return ckpt
+
+    return after_conflict(attempt, what=f"{table.uri}: refresh of checkpoint {cid}", attempts=8,
+                          base_seconds=0.01, max_seconds=0.2)
+
+
+def delete_checkpoint(table: Table, cid: str) -> Checkpoint:
+    """Release a checkpoint: its tag, then its record (an unknown id is bad input)."""
+    ckpt = get_checkpoint(table, cid)
+    _remove(table, ckpt)
+    log.info("deleted checkpoint %s of %s", ckpt.id, table.uri)
+    return ckpt
+
+
+def _remove(table: Table, ckpt: Checkpoint) -> None:
+    """Tag first, record last: a record without its tag still pins its generations, while a
+    tag without a record would keep a version nobody knows about."""
+    try:
+        table.dataset().tags.delete(ckpt.tag)
+    except ValueError as exc:
+        if "not found" not in str(exc).lower() and "does not exist" not in str(exc).lower():
+            raise MemWalError(f"{table.uri}: cannot delete tag {ckpt.tag}: {exc}") from exc
+    table.store.delete_many([record_key(ckpt.id)])
+
+
+def remove_checkpoints(table: Table, ckpts: list[Checkpoint]) -> list[str]:
+    """Remove checkpoints (GC removes the expired ones); returns their ids."""
+    for ckpt in ckpts:
+        _remove(table, ckpt)
+    return [c.id for c in ckpts]
+
+
+def read_plan(table: Table, ckpt: Checkpoint) -> ReadPlan:
+    """The reader's plan of a checkpoint: its base version and exactly the generations it listed."""
+    from memwal.read import ReadPlan
+
+    plan = ReadPlan(table=table.uri, version=ckpt.version, source=f"checkpoint:{ckpt.id}",
+                    snapshot_ts_millis=int(ckpt.created_at * 1000), snapshots=[])
+    for sid, shard in sorted(ckpt.shards.items()):
+        snap = ShardSnapshot(sid).with_current_generation(shard.current_generation)
+        if shard.spec_id:
+            snap = snap.with_spec_id(shard.spec_id)
+        for g, path in shard.generations:
+            generation_key(sid, path)
+            snap = snap.with_sstable(g, path)
+            plan.generations.append((sid, g, path))
+        plan.snapshots.append(snap)
+        plan.shards.append({"shard_id": sid, "source": plan.source, "manifest_version": None,
+                            "generations": shard.numbers, "pruned": False})
+    return plan
+
+
+def checkpoint_or_error(table: Table, cid: str, now: float | None = None) -> Checkpoint:
+    """A live checkpoint to read at (an expired one is bad input: its data may be gone)."""
+    ckpt = get_checkpoint(table, cid)
+    now = clocks.current()() if now is None else now
+    if not ckpt.live(now):
+        raise BadInputError(f"{table.uri}: checkpoint {ckpt.id} expired; its view may be gone")
+    return ckpt
+
+
+__all__ = [
+    "checkpoint_or_error", "create_checkpoint", "delete_checkpoint", "get_checkpoint",
+    "list_checkpoints", "live_checkpoints", "read_plan", "refresh_checkpoint", "remove_checkpoints",
+]

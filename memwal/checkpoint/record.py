@@ -1,0 +1,132 @@
+"""What a checkpoint is: the LSM view of one moment, and until when it is pinned.
+
+A checkpoint (SlateDB's, seed 002) names the base-table ``version`` read at its moment and,
+per shard, every generation then visible to readers (flushed and above that version's merge
+progress) with its path, so a reader can rebuild exactly that view later. It lives at
+``_mem_wal/_jobs/checkpoints/<id>.json`` in the table's own store (created with
+``put_if_absent``, refreshed with ``put_if_match``), and the base version carries a Lance tag
+``memwal-checkpoint-<id>`` so Lance's own cleanup never expires it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memwal.errors import BadInputError
+from memwal.naming import JOBS_DIR
+
+#: Folder of the checkpoint records.
+CHECKPOINT_PREFIX = f"{JOBS_DIR}/checkpoints/"
+#: Prefix of the Lance tag that keeps a checkpoint's base version.
+TAG_PREFIX = "memwal-checkpoint-"
+#: Longest lifetime a checkpoint may ask for (a year): longer is a typo, and an abandoned
+#: checkpoint holds storage for all of it. Refresh it instead.
+MAX_LIFETIME_SECONDS = 365 * 24 * 3600.0
+#: Longest checkpoint name.
+MAX_NAME = 200
+
+_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def lifetime(value: Any) -> float:
+    """A checkpoint lifetime in seconds: finite, positive, at most a year (exit 2 otherwise)."""
+    if isinstance(value, bool):
+        raise BadInputError(f"lifetime: expected seconds, got {value!r}")
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        raise BadInputError(f"lifetime: {value!r} is not a number of seconds") from None
+    if not math.isfinite(n) or n <= 0:
+        raise BadInputError(f"lifetime: {value!r} must be a positive, finite number of seconds")
+    if n > MAX_LIFETIME_SECONDS:
+        raise BadInputError(f"lifetime: {value!r} seconds is beyond a year ({MAX_LIFETIME_SECONDS:.0f}); "
+                            "take a shorter one and refresh it")
+    return n
+
+
+def checkpoint_id(value: str) -> str:
+    """A checkpoint id as the commands print it (32 hex digits); anything else is bad input."""
+    if not isinstance(value, str) or not _ID_RE.match(value.strip().lower()):
+        raise BadInputError(f"{value!r} is not a checkpoint id (32 hex digits, as `memwal checkpoint list` shows)")
+    return value.strip().lower()
+
+
+def checkpoint_name(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME or not value.isprintable():
+        raise BadInputError(f"checkpoint name {value!r}: expected printable text of 1 to {MAX_NAME} characters")
+    return value.strip()
+
+
+def record_key(cid: str) -> str:
+    return f"{CHECKPOINT_PREFIX}{cid}.json"
+
+
+def tag_name(cid: str) -> str:
+    return f"{TAG_PREFIX}{cid}"
+
+
+@dataclass
+class PinnedShard:
+    """One shard of a checkpoint's view."""
+
+    current_generation: int
+    spec_id: int
+    #: ``[generation, path]`` of every generation the view reads, ascending.
+    generations: list[list[Any]] = field(default_factory=list)
+
+    @property
+    def numbers(self) -> list[int]:
+        return [int(g) for g, _ in self.generations]
+
+
+@dataclass
+class Checkpoint:
+    """One checkpoint record (see the module docstring)."""
+
+    id: str
+    name: str | None
+    version: int
+    created_at: float
+    expires_at: float
+    shards: dict[str, PinnedShard]
+    tag: str = ""
+
+    def live(self, now: float) -> bool:
+        return self.expires_at > now
+
+    def pins(self, shard_id: str, generation: int) -> bool:
+        shard = self.shards.get(shard_id)
+        return shard is not None and generation in shard.numbers
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's document: ``shards`` as ``{shard_id: [generations]}``."""
+        return {"id": self.id, "name": self.name, "version": self.version, "created_at": self.created_at,
+                "expires_at": self.expires_at, "tag": self.tag,
+                "shards": {s: p.numbers for s, p in sorted(self.shards.items())}}
+
+    def dumps(self) -> bytes:
+        doc = {**asdict(self), "format": 1}
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def loads(cls, data: bytes, *, where: str) -> Checkpoint:
+        """Parse a record; a corrupt one is bad input naming it (never guessed at)."""
+        try:
+            obj = json.loads(data)
+            shards = {str(s): PinnedShard(int(p["current_generation"]), int(p["spec_id"]),
+                                          [[int(g), str(path)] for g, path in p["generations"]])
+                      for s, p in obj["shards"].items()}
+            ckpt = cls(id=checkpoint_id(obj["id"]), name=obj.get("name"), version=int(obj["version"]),
+                       created_at=float(obj["created_at"]), expires_at=float(obj["expires_at"]), shards=shards,
+                       tag=str(obj.get("tag") or tag_name(obj["id"])))
+        except (ValueError, TypeError, KeyError, AttributeError, BadInputError) as exc:
+            raise BadInputError(f"corrupt checkpoint record {where}: {exc}") from exc
+        if not (math.isfinite(ckpt.created_at) and math.isfinite(ckpt.expires_at)):
+            raise BadInputError(f"corrupt checkpoint record {where}: timestamps are not finite")
+        return ckpt
