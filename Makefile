@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,test]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,otel,test]"
 	@# The build leaves an egg-info beside the sources; with the repo root on sys.path
 	@# (pytest) Airflow would then see memwal-jobs twice and register its plugin twice.
 	@rm -rf memwal_jobs.egg-info
@@ -35,7 +35,7 @@ test: $(STAMP)
 # Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/pip install -q ".[spark,airflow,test]"
+	.venv-lock/bin/pip install -q ".[spark,airflow,otel,test]"
 	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 

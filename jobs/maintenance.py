@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     results: dict[str, dict] = {}
     code = 0
+    from memwal.observe.otel import configure_from_env
+
+    configure_from_env()
     with spark_session("memwal-maintenance"):
         for job in jobs:
             run = run_job(run_action, args.table, job, storage_options, "spark", options[job])

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memwal.errors import BadInputError
+from memwal.history.run import recorded
 from memwal.options import (
     CatchupOptions,
     CompactOptions,
@@ -85,10 +86,10 @@ def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[st
     first: a corrupt lease object or a folder in a lease's place fails the action here
     (exit 2) with nothing written.
 
-    Each lease is renewed by its heartbeat while the job runs. When the job is done, every
-    lease is checked once more: a job that lost a lease on the way (taken over while it was
-    frozen, or the store unreachable past the TTL) ends with LeaseLostError, exit 3, even if
-    its last step needed no check.
+    Each lease is renewed by its heartbeat while the job runs. The held leases come as a
+    :class:`HeldLeases`: :func:`run` checks them all once more when the job is done, so a job
+    that lost a lease on the way (taken over while it was frozen, or the store unreachable
+    past the TTL) ends with LeaseLostError, exit 3, even if its last step needed no check.
     """
     from memwal.lease import Lease
 
@@ -97,17 +98,28 @@ def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[st
         lease.inspect()
 
     @contextlib.contextmanager
-    def held() -> Iterator[Any]:
+    def held() -> Iterator[HeldLeases]:
         with contextlib.ExitStack() as stack:
             for lease in leases:
                 if lease.kind in wait_for:
                     lease.acquire_waiting(options.lease_wait)
                 stack.enter_context(lease)
-            yield leases[0]
-            for lease in leases:
-                lease.check()
+            yield HeldLeases(leases)
 
     return held()
+
+
+class HeldLeases(list):
+    """The leases a job holds, its own kind first."""
+
+    @property
+    def primary(self) -> Any:
+        return self[0]
+
+    def check(self) -> None:
+        """LeaseLostError (exit 3) if any of them was lost."""
+        for lease in self:
+            lease.check()
 
 
 # ----------------------------------------------------------------------------- merge
@@ -201,7 +213,8 @@ def _plan_gc(table: Table, o: GcOptions) -> Any:
     # file) fails with nothing written. A concurrent GC deleting what we listed is retried
     # inside; run_gc re-checks the gates against the latest table version right before it
     # deletes, so a plan made before the lease stays safe.
-    return prepare_gc(table, audit=o.audit, grace_seconds=o.grace_seconds, orphan_age_seconds=o.orphan_age_seconds)
+    return prepare_gc(table, audit=o.audit, grace_seconds=o.grace_seconds, orphan_age_seconds=o.orphan_age_seconds,
+                      history_retention_seconds=o.history_retention)
 
 
 def _execute_gc(table: Table, plan: Any, o: GcOptions, engine: Any, lease: Any) -> Any:
@@ -209,7 +222,7 @@ def _execute_gc(table: Table, plan: Any, o: GcOptions, engine: Any, lease: Any) 
 
     return run_gc(table, plan=plan, engine=engine, lease=lease, expire_versions_seconds=o.expire_versions,
                   orphans=o.orphans, audit=o.audit, grace_seconds=o.grace_seconds,
-                  orphan_age_seconds=o.orphan_age_seconds)
+                  orphan_age_seconds=o.orphan_age_seconds, history_retention_seconds=o.history_retention)
 
 
 def _preview_gc(table: Table, plan: Any) -> Any:
@@ -297,8 +310,13 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     if options.dry_run:
         return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
     engine = act.engine(options.engine)
-    with act.leases(table, options, run_id=new_run_id()) as lease:
-        return JobResult(name, False, act.execute(table, plan, options, engine, lease))
+    run_id = new_run_id()
+    with act.leases(table, options, run_id=run_id) as leases:
+        with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder) as ctx:
+            result = JobResult(name, False, act.execute(table, plan, options, engine, leases.primary))
+            leases.check()
+            ctx.doc, ctx.problems = result.to_dict(), result.problems
+    return result
 
 
 def new_run_id() -> str:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
 
     from memwal.actions import JobResult
     from memwal.checkpoint import Checkpoint, ManagedCheckpoint
+    from memwal.history.timeline import History
     from memwal.lease import LeaseInfo
     from memwal.merge_ops import MergeOpsChange
     from memwal.status import TableStatus
@@ -124,6 +125,12 @@ class MemWalTable:
         from memwal.checkpoint import list_checkpoints
 
         return list_checkpoints(self._table)
+
+    def history(self, *, limit: int = 20, job: str | None = None, since: str | float | None = None) -> History:
+        """Job runs newest first (``memwal history``): ``.runs``, ``.to_dict()``."""
+        from memwal.history.timeline import history, parse_since
+
+        return history(self._table, limit=limit, job=job, since=parse_since(since))
 
     def leases(self) -> list[LeaseInfo]:
         from memwal.lease import list_leases

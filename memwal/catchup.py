@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from memwal import steps
 from memwal.errors import BadInputError, MemWalError
+from memwal.history import run as history
 from memwal.status import maintained_indexes
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
@@ -166,6 +167,7 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Leas
     engine = engine or LocalCatchupEngine()
     work = plan.work()
     result = CatchupResult(table=table.uri, version=None, engine=engine.name)
+    before = table.dataset().version
     if work:
         if lease:
             lease.check()
@@ -174,6 +176,7 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Leas
     after = table.manifest()
     if work:
         result.version = after.version
+        _record_index_commits(table, before, after.version)
     for ip in plan.indexes:
         caught = {s: after.index_catchup.get(ip.index_name, {}).get(s, 0) for s in after.compacted}
         # Read back what Lance recorded: every shard at least at the progress we planned against.
@@ -183,6 +186,19 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Leas
             log.warning("index %s: Lance did not record catch-up to %s (recorded %s)", ip.index_name,
                         plan.compacted, caught)
     return result
+
+
+def _record_index_commits(table: Table, before: int, after: int) -> None:
+    """Name the index commits of this catch-up in the run's history: an engine commits one
+    version per group of indexes, and a merge may commit in between (it is not ours)."""
+    ds = table.dataset()
+    for v in range(before + 1, after + 1):
+        try:
+            txn = ds.read_transaction(v)
+        except (OSError, ValueError, RuntimeError):
+            continue
+        if txn is not None and type(txn.operation).__name__ == "CreateIndex":
+            history.committed(v)
 
 
 def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine=None, lease: Lease | None = None,

@@ -61,6 +61,9 @@ def configure_logging(debug: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.debug)
+    from memwal.observe.otel import configure_from_env
+
+    configure_from_env()  # only when OTEL_METRICS_EXPORTER asks for an exporter
     try:
         pairs = parse_storage_options(args.storage_option)
         args.storage_options = with_options_file(getattr(args, "storage_options_file", None), pairs)

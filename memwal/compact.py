@@ -26,6 +26,7 @@ from lance.optimize import Compaction, CompactionTask, RewriteResult
 from memwal import steps
 from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
 from memwal.errors import MemWalError, first_line
+from memwal.history import run as history
 from memwal.options import CompactOptions
 from memwal.retry import after_conflict, is_conflict
 from memwal.status import maintained_indexes
@@ -198,6 +199,7 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     # rejects it (retryably) when a concurrent merge changed a fragment it rewrote.
     metrics = Compaction.commit(table.dataset(plan.read_version), rewrites)
     result.version = table.dataset().version
+    history.committed(result.version)
     result.fragments_removed, result.fragments_added = metrics.fragments_removed, metrics.fragments_added
     result.deletions_materialized = sum(t.deleted_rows for t in plan.tasks)
     log.info("compacted %s: %d fragments rewritten as %d", table.uri, metrics.fragments_removed,

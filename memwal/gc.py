@@ -59,6 +59,7 @@ from memwal import steps
 from memwal.checkpoint import TAG_PREFIX, Checkpoint, list_checkpoints, live_checkpoints, remove_checkpoints
 from memwal.checkpoint.handshake import gc_finished, gc_started
 from memwal.errors import BadInputError, MemWalError, NotFoundError
+from memwal.history.log import expired_history
 from memwal.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME, STAGING_DIR, parse_generation_dir, shard_dir
 from memwal.paths import LinkedPathError, UnsafePathError, check_deletable, generation_key, shard_of_key
 from memwal.retained import RetainedVersion, retained_versions
@@ -177,6 +178,8 @@ class GcPlan:
     #: Live checkpoints (id, version, expires_at) and the expired ones this run removes.
     checkpoints: list[dict] = field(default_factory=list)
     expired_checkpoints: list[str] = field(default_factory=list)
+    #: Run-history records older than the retention: this run deletes exactly these.
+    history_keys: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
@@ -197,6 +200,7 @@ class GcPlan:
             "time_will_free": self.time_will_free,
             "checkpoints": self.checkpoints,
             "expired_checkpoints": self.expired_checkpoints,
+            "history_records_to_prune": len(self.history_keys),
         }
 
 
@@ -233,6 +237,8 @@ class GcResult:
     #: Live checkpoints the run honoured, and the expired ones it removed (or would remove).
     checkpoints: list[dict] = field(default_factory=list)
     checkpoints_removed: list[str] = field(default_factory=list)
+    #: Run-history records older than the retention that the run deleted (or would delete).
+    history_pruned: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -302,6 +308,7 @@ def plan_gc(
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     orphan_age_seconds: float = DEFAULT_ORPHAN_AGE_SECONDS,
+    history_retention_seconds: float | None = None,
     now: float | None = None,
 ) -> GcPlan:
     """Pure: what may go and, for everything that may not, which gate holds it."""
@@ -350,6 +357,8 @@ def plan_gc(
     _plan_unsafe_links(table.store, plan)  # path safety (A)
     plan.retention = retention_report(held, now)
     plan.time_will_free = any(b.reasons == [GRACE_PERIOD] for b in plan.blocked)
+    if history_retention_seconds is not None:
+        plan.history_keys = expired_history(table.store, now - history_retention_seconds)
     return plan
 
 
@@ -945,6 +954,7 @@ def dry_run_result(table: Table, plan: GcPlan) -> GcResult:
                       for g in plan.generations]
     result.wal_entries_deleted = len(plan.wal_entries)
     result.checkpoints_removed = list(plan.expired_checkpoints)
+    result.history_pruned = len(plan.history_keys)
     return result
 
 
@@ -957,6 +967,7 @@ def run_gc(
     expire_versions_seconds: float | None = None,
     orphans: bool = False,
     orphan_age_seconds: float = DEFAULT_ORPHAN_AGE_SECONDS,
+    history_retention_seconds: float | None = None,
     dry_run: bool = False,
     audit: bool = False,
     now: float | None = None,
@@ -972,7 +983,8 @@ def run_gc(
     more than what the table allows). The plan is checked against the latest table
     version once more right before deleting.
     """
-    options = dict(grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds, now=now)
+    options = dict(grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
+                   history_retention_seconds=history_retention_seconds, now=now)
     if plan is None:
         plan = prepare_gc(table, audit=audit and not dry_run, **options)
     elif audit and not dry_run:
@@ -1000,6 +1012,9 @@ def run_gc(
         plan = recheck_gc_plan(table, plan, live)
         steps.step("gc.before-delete")
         result = execute_gc(table, plan, engine, lease=lease, orphans=orphans)
+        if plan.history_keys:
+            delete_objects(table.store, plan.history_keys)
+            result.history_pruned = len(plan.history_keys)
         gone = {c.id for c in list_checkpoints(table) if not c.live(clocks.current()())}
         result.checkpoints_removed = remove_checkpoints(
             table, [c for c in list_checkpoints(table) if c.id in gone and c.id in plan.expired_checkpoints])

@@ -178,6 +178,7 @@ class SnapshotOptions(JobOptions):
 
 DEFAULT_GRACE_SECONDS = 600.0
 DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
+DEFAULT_HISTORY_RETENTION_SECONDS = 90 * 24 * 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +192,9 @@ class GcOptions(JobOptions):
                                     "orphans must be at least this old (default 3600)", metavar="S")
     audit: bool = opt(False, "flag", "also write the audit record under _mem_wal/_jobs/audit/ in the table's store",
                       flag="--audit-log")
+    history_retention: float = opt(DEFAULT_HISTORY_RETENTION_SECONDS, "duration",
+                                   "prune the run history (memwal history) of runs older than S seconds "
+                                   "(default 7776000: 90 days)", metavar="S")
 
 
 def option_names(cls: type[JobOptions], *, common: bool = True) -> list[str]:

@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "checkpoint",
     "verify",
     "lease",
+    "history",
     "merge_ops",
     "backfill",
     "demo_data",

@@ -69,6 +69,6 @@ def render(uri: str, infos: list[LeaseInfo]) -> str:
             lines.append(f"  {i.kind}: CORRUPT: {i.problem}")
         else:
             run = f", run {i.run_id}" if i.run_id else ""
-            lines.append(f"  {i.kind}: {i.state}, holder {i.holder} (host {i.host}, pid {i.pid}{run}), token {i.token}, "
-                         f"last renewed {i.renewed or '-'}, expires {i.expires or '-'}")
+            lines.append(f"  {i.kind}: {i.state}, holder {i.holder} (host {i.host}, pid {i.pid}{run}), "
+                         f"token {i.token}, last renewed {i.renewed or '-'}, expires {i.expires or '-'}")
     return "\n".join(lines)

@@ -44,6 +44,7 @@ from memwal.errors import (
 )
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
+from memwal.observe import metrics
 from memwal.storage import Store
 from memwal.validate import lease_ttl as _check_ttl
 
@@ -241,6 +242,7 @@ class Lease:
         with self._lock:
             if self._fenced is None:
                 self._fenced, self._held = why, False
+                metrics.lease_lost(self.kind)
         log.warning("lost the %s lease on %s (token %d): %s; the job stops before its next side effect",
                     self.kind, self.store.root, self.token, why)
 
@@ -295,6 +297,7 @@ class Lease:
             raise self._lost("the lease object changed under a renewal") from None
         self._record, self._etag = rec, etag
         self.renewals += 1
+        metrics.lease_renewed(self.kind)
         log.debug("renewed %s lease (token %d) until %s", self.kind, self.token, fmt_time(rec.expires_at))
 
     def _beat(self) -> float | None:

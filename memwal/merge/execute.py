@@ -58,6 +58,7 @@ from lance.mem_wal import CompactedSsTable
 
 from memwal import steps
 from memwal.errors import ConflictError
+from memwal.history import run as history
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -149,9 +150,11 @@ def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table) -> int:
     """
     ds = table.dataset(plan.read_version)
     txn, _stats = ds.merge_insert(plan.primary_key).when_matched_delete().execute_uncommitted(keys)
+    txn.transaction_properties = {**(txn.transaction_properties or {}), **history.transaction_properties()}
     done = lance.LanceDataset.commit(
         ds.uri, txn, read_version=plan.read_version, storage_options=table.storage_options or None
     )
+    history.committed(done.version)
     return done.version
 
 
@@ -168,7 +171,9 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
         builder = builder.when_matched_delete()
         data = net.delete_keys
     builder.mark_sstables_as_compacted(_markers(plan)).execute(data)
-    return table.dataset().version
+    version = table.dataset().version
+    history.committed(version)
+    return version
 
 
 def commit_net_changes(

@@ -60,6 +60,7 @@ from lance.dataset import Index
 
 from memwal import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
+from memwal.history import run as history
 from memwal.naming import JOBS_DIR, MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, shard_uuid_bytes, shard_uuid_str
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
@@ -255,9 +256,11 @@ def _commit_replacement(
         index_details=(MEM_WAL_DETAILS_TYPE_URL, details.SerializeToString()),
     )
     op = lance.LanceOperation.CreateIndex(new_indices=[new], removed_indices=[removed])
+    txn = lance.Transaction(latest.version, op, transaction_properties=history.transaction_properties())
     ds = lance.LanceDataset.commit(
-        table.uri, op, read_version=latest.version, storage_options=table.storage_options or None
+        table.uri, txn, read_version=latest.version, storage_options=table.storage_options or None
     )
+    history.committed(ds.version)
     return ds.version
 
 

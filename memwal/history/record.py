@@ -1,0 +1,85 @@
+"""One job run as the history keeps it: who, when, what it committed, what it did.
+
+Delta's DESCRIBE HISTORY with its operationMetrics, Iceberg's snapshot summaries: every
+maintenance run of a table is one record, whatever started it (CLI, spark-submit, Airflow,
+the Python API). The job's own figures come from its result document (:func:`figures`), so
+the history says what the job said.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Outcomes of a run. ``running`` is what a record says until its run ends (a run whose
+#: process died stays ``running``; ``memwal history`` shows it as ``abandoned`` once no live
+#: lease of its run is left).
+RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED = "running", "ok", "nothing-to-do", "failed", "fenced", "abandoned"
+OUTCOMES = (RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED)
+
+
+@dataclass
+class RunRecord:
+    job: str
+    run_id: str
+    engine: str
+    holder: str | None
+    outcome: str
+    started_at: float
+    finished_at: float | None = None
+    versions: list[int] = field(default_factory=list)
+    error: str | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+    #: Per shard ``[unmerged generations, unmerged rows, oldest unmerged age in seconds]`` when
+    #: the run ended: the lag over time the status page draws.
+    lag: dict[str, list[float | int | None]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items()}
+
+    def dumps(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True, default=str).encode()
+
+    @classmethod
+    def loads(cls, data: bytes) -> RunRecord:
+        obj = json.loads(data)
+        return cls(**{k: obj.get(k) for k in cls.__dataclass_fields__ if k in obj})
+
+
+def outcome_of(job: str, doc: dict[str, Any], problems: list[str]) -> str:
+    """ok, nothing-to-do or failed, from a finished run's result document."""
+    if problems:
+        return FAILED
+    did = doc.get("version") is not None or any(doc.get(k) for k in (
+        "deleted", "checkpoints_removed", "history_pruned", "orphans_deleted", "expired_versions"))
+    return OK if did else NOTHING
+
+
+def figures(job: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """The job's own figures, from its result document (the ``--json`` of the command)."""
+    if job == "merge":
+        return {"shards": [{k: s[k] for k in ("shard_id", "from_generation", "to_generation", "rows_upserted",
+                                              "rows_deleted")} for s in doc.get("shards", [])],
+                "rows_upserted": sum(s["rows_upserted"] for s in doc.get("shards", [])),
+                "rows_deleted": sum(s["rows_deleted"] for s in doc.get("shards", [])),
+                "generations": sum(s["to_generation"] - s["from_generation"] + 1 for s in doc.get("shards", [])),
+                "blocked": len(doc.get("blocked", []))}
+    if job == "catchup":
+        return {"indexes": [{"index_name": i["index_name"], "action": i["action"], "recorded": i["recorded"]}
+                            for i in doc.get("indexes", [])]}
+    if job == "compact":
+        return {k: doc.get(k) for k in ("fragments_before", "fragments_after", "deletions_materialized",
+                                        "catchup_repaired")}
+    if job == "snapshot":
+        return {"committed": doc.get("version") is not None, "reason": doc.get("reason"),
+                "num_shards": doc.get("num_shards"), "repairs": doc.get("repairs")}
+    if job == "gc":
+        reasons = Counter(b["reason"].split(":", 1)[0] for b in doc.get("blocked", []))
+        return {"generations": len(doc.get("deleted", [])), "wal_entries": doc.get("wal_entries_deleted", 0),
+                "objects": doc.get("objects_deleted", 0), "bytes": doc.get("bytes_freed", 0),
+                "blocked_by_reason": dict(sorted(reasons.items())),
+                "checkpoints_removed": len(doc.get("checkpoints_removed", [])),
+                "expired_versions": (doc.get("expired_versions") or {}).get("old_versions")}
+    return {}

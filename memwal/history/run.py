@@ -1,0 +1,112 @@
+"""The run being recorded: the versions it commits, the properties its commits carry.
+
+:func:`recorded` wraps one job run (``memwal.actions.run`` uses it for every action, whatever
+the entry point): it writes the run's ``running`` record, makes the run current for the code
+that commits (:func:`committed` names each version it commits; :func:`transaction_properties`
+puts the run id on the commits Lance lets carry properties, so ``read_transaction(version)``
+traces a version to its run), and when the run ends rewrites the record with its outcome,
+figures and the lag it left, and records the OpenTelemetry metrics of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memwal import clock as clocks
+from memwal.errors import LeaseLostError, first_line
+from memwal.history import log as history_log
+from memwal.history.record import FAILED, FENCED, RUNNING, RunRecord, figures, outcome_of
+
+if TYPE_CHECKING:
+    from memwal.table import Table
+
+log = logging.getLogger(__name__)
+
+#: Transaction property naming the run that made a commit (and one naming its job).
+RUN_ID_PROPERTY, JOB_PROPERTY = "memwal.run_id", "memwal.job"
+
+
+@dataclass
+class RunContext:
+    job: str
+    run_id: str
+    engine: str
+    versions: list[int] = field(default_factory=list)
+    #: Set by the caller when the run returns: its result document and its problems.
+    doc: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("memwal_run", default=None)
+
+
+def current() -> RunContext | None:
+    return _current.get()
+
+
+def committed(version: int | None) -> None:
+    """The running job committed ``version`` (a no-op outside a recorded run)."""
+    ctx = _current.get()
+    if ctx is not None and version is not None and version not in ctx.versions:
+        ctx.versions.append(version)
+
+
+def transaction_properties() -> dict[str, str]:
+    """Properties a ``Transaction`` commit of the running job carries (empty outside a run)."""
+    ctx = _current.get()
+    return {} if ctx is None else {RUN_ID_PROPERTY: ctx.run_id, JOB_PROPERTY: ctx.job}
+
+
+def lag_of(table: Table) -> dict[str, list[float | int | None]]:
+    """Per shard [unmerged generations, rows, oldest age] now (manifests only; best effort)."""
+    from memwal.observe import metrics
+    from memwal.status import table_status
+
+    st = table_status(table)
+    metrics.record_lag(st)
+    return {s.shard_id: [len(s.unmerged_generations), s.unmerged_rows,
+                         None if s.oldest_unmerged_age_seconds is None else round(s.oldest_unmerged_age_seconds, 1)]
+            for s in st.shards}
+
+
+@contextlib.contextmanager
+def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | None) -> Iterator[RunContext]:
+    """Record one run of ``job`` in the table's history (see the module docstring)."""
+    from memwal.observe import metrics
+
+    clock = clocks.current()
+    ctx = RunContext(job, run_id, engine)
+    record = RunRecord(job, run_id, engine, holder, RUNNING, started_at=clock())
+    try:
+        etag: str | None = history_log.begin(table.store, record)
+    except Exception as exc:  # noqa: BLE001 - the history must never stop a job
+        log.warning("could not record the start of %s run %s: %s", job, run_id, exc)
+        etag = None
+    token = _current.set(ctx)
+    try:
+        yield ctx
+        doc = ctx.doc or {}
+        record.outcome = outcome_of(job, doc, ctx.problems)
+        record.figures = figures(job, doc)
+        record.error = "; ".join(ctx.problems) or None
+    except LeaseLostError as exc:
+        record.outcome, record.error = FENCED, first_line(exc)
+        raise
+    except BaseException as exc:
+        record.outcome, record.error = FAILED, first_line(exc)
+        raise
+    finally:
+        _current.reset(token)
+        record.finished_at = clock()
+        record.versions = sorted(ctx.versions)
+        try:
+            record.lag = lag_of(table)
+        except Exception as exc:  # noqa: BLE001 - a broken shard must not hide the run's own end
+            log.debug("no lag snapshot for %s run %s: %s", job, run_id, exc)
+        history_log.finish(table.store, record, etag)
+        metrics.record_run(record, ctx.doc or {})

@@ -1,0 +1,184 @@
+"""``memwal history``: the table's runs newest first, with the versions others committed.
+
+A run record names the versions its job committed. Versions of the table that no shown run
+committed (a writer's appends, another tool, a hand-run ``compact_files()``) are listed
+between the runs as ``external`` entries, grouped by stretch, so the timeline has no holes:
+an operator sees that 40 appends landed between last night's merge and this morning's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from memwal import clock as clocks
+from memwal.errors import BadInputError
+from memwal.history.log import read_runs
+from memwal.history.record import ABANDONED, RUNNING, RunRecord
+from memwal.history.run import RUN_ID_PROPERTY
+
+if TYPE_CHECKING:
+    from memwal.table import Table
+
+JOBS = ("merge", "catchup", "compact", "snapshot", "gc")
+#: External stretches longer than this are listed without reading each version's operation.
+_OPERATIONS_READ_MAX = 100
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(value: str | float | None, now: float | None = None) -> float | None:
+    """``--since``: an ISO date or time (UTC unless it says otherwise), seconds since the
+    epoch, or a duration back from now (``90m``, ``24h``, ``7d``)."""
+    if value is None:
+        return None
+    now = clocks.current()() if now is None else now
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    if m := _RELATIVE.match(text):
+        return now - float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadInputError(f"--since {value!r}: expected an ISO date/time, epoch seconds or a duration "
+                            "like 90m, 24h, 7d") from None
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+@dataclass
+class History:
+    table: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "runs": self.runs}
+
+
+def history(table: Table, *, limit: int = 20, job: str | None = None, since: float | None = None) -> History:
+    """Runs newest first (at most ``limit``), of one ``job`` or all, started at or after
+    ``since``; without a job filter, external versions between and after them."""
+    if job is not None and job not in JOBS:
+        raise BadInputError(f"--job {job!r}: expected one of {', '.join(JOBS)}")
+    records = list(read_runs(table.store, job=job, since=since, limit=limit))
+    live = _live_runs(table)
+    out = History(table.uri)
+    for r in records:
+        doc = r.to_json()
+        if r.outcome == RUNNING and r.run_id not in live:
+            doc["outcome"] = ABANDONED  # its process ended without recording how
+        out.runs.append(doc)
+    if job is None:
+        out.runs = _with_external(table, records, out.runs, since)
+    return out
+
+
+def _live_runs(table: Table) -> set[str]:
+    from memwal.lease import LIVE, list_leases
+
+    return {i.run_id for i in list_leases(table.store) if i.state == LIVE and i.run_id}
+
+
+def _with_external(table: Table, records: list[RunRecord], runs: list[dict], since: float | None) -> list[dict]:
+    """Insert the stretches of versions no shown run committed, newest first."""
+    ours = {v for r in records for v in r.versions}
+    start = since if since is not None else (min((r.started_at for r in records), default=None))
+    versions = []
+    for obj in table.store.list("_versions/", recursive=False):
+        v = _version_of(obj.key)
+        if v is not None and v not in ours and (start is None or obj.mtime >= start):
+            versions.append((v, obj.mtime))
+    if not versions:
+        return runs
+    versions.sort()
+    stretches: list[list[tuple[int, float]]] = []
+    for v, t in versions:
+        if stretches and stretches[-1][-1][0] == v - 1:
+            stretches[-1].append((v, t))
+        else:
+            stretches.append([(v, t)])
+    entries = [_external(table, s) for s in stretches]
+    entries = [e for e in entries if e is not None]
+    return sorted(runs + entries, key=lambda d: d["started_at"], reverse=True)
+
+
+def _version_of(key: str) -> int | None:
+    from memwal.naming import U64_MAX
+
+    stem, _, ext = key.rsplit("/", 1)[-1].partition(".")
+    if ext != "manifest" or not stem.isdigit():
+        return None
+    n = int(stem)
+    return U64_MAX - n if n > (1 << 63) else n
+
+
+def _external(table: Table, stretch: list[tuple[int, float]]) -> dict[str, Any] | None:
+    """One external stretch; None when every version in it carries one of our run ids (a run
+    whose record was pruned or not shown)."""
+    versions = [v for v, _ in stretch]
+    operations: Counter[str] | None = None
+    if len(versions) <= _OPERATIONS_READ_MAX:
+        operations = Counter()
+        ds = table.dataset()
+        for v in list(versions):
+            try:
+                txn = ds.read_transaction(v)
+            except (OSError, ValueError, RuntimeError):
+                operations["unknown"] += 1
+                continue
+            if txn is not None and (txn.transaction_properties or {}).get(RUN_ID_PROPERTY):
+                versions.remove(v)  # ours, from a run not shown
+                continue
+            operations[type(txn.operation).__name__ if txn is not None else "unknown"] += 1
+        if not versions:
+            return None
+    times = [t for v, t in stretch if v in versions]
+    return {"job": "external", "run_id": None, "engine": None, "holder": None, "outcome": "committed",
+            "started_at": min(times), "finished_at": max(times), "versions": versions, "error": None,
+            "figures": {"operations": dict(sorted(operations.items())) if operations is not None else None},
+            "lag": {}}
+
+
+def render(h: History) -> str:
+    if not h.runs:
+        return f"{h.table}: no runs recorded"
+    lines = [f"{h.table}: {len(h.runs)} entries, newest first"]
+    for r in h.runs:
+        when = datetime.fromtimestamp(r["started_at"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        took = "" if not r.get("finished_at") else f" {r['finished_at'] - r['started_at']:.1f}s"
+        versions = _span(r["versions"])
+        what = _summary(r)
+        error = f" error: {r['error']}" if r.get("error") else ""
+        lines.append(f"  {when}{took:>8}  {r['job']:<8} {r['outcome']:<13} versions {versions}{what}{error}")
+    return "\n".join(lines)
+
+
+def _span(vs: list[int]) -> str:
+    if not vs:
+        return "-"
+    return str(vs[0]) if len(vs) == 1 else f"{vs[0]}..{vs[-1]}" if vs == list(range(vs[0], vs[-1] + 1)) \
+        else ",".join(map(str, vs))
+
+
+def _summary(r: dict[str, Any]) -> str:
+    f = r.get("figures") or {}
+    if r["job"] == "merge" and f:
+        return f"  {f.get('generations', 0)} generations, {f.get('rows_upserted', 0)} upserted, " \
+               f"{f.get('rows_deleted', 0)} deleted"
+    if r["job"] == "gc" and f:
+        return f"  {f.get('generations', 0)} generations, {f.get('bytes', 0)} bytes freed"
+    if r["job"] == "compact" and f:
+        return f"  fragments {f.get('fragments_before')} -> {f.get('fragments_after')}"
+    if r["job"] == "external" and f.get("operations"):
+        return "  " + ", ".join(f"{n} x {op}" for op, n in f["operations"].items())
+    return ""
+
+
+__all__ = ["History", "history", "parse_since", "render"]

@@ -1,0 +1,95 @@
+"""The suite's OpenTelemetry instruments, recorded through the API only.
+
+The core records with the OpenTelemetry *API*: without an SDK configured every call is a
+no-op, so a library user pays nothing; the CLI and the Spark jobs configure the SDK from the
+standard ``OTEL_*`` variables (:mod:`memwal.observe.otel`). Names follow OpenTelemetry's
+conventions: dotted lower case under ``memwal.``, units on the instrument, low-cardinality
+attributes (``job``, ``outcome``, ``engine``, ``shard``, ``index``, ``reason``).
+
+| instrument | kind | attributes |
+|---|---|---|
+| ``memwal.job.duration`` (s) | histogram | job, outcome, engine |
+| ``memwal.merge.rows`` ({row}) | counter | shard, op (upsert, delete) |
+| ``memwal.merge.generations`` | counter | shard |
+| ``memwal.shard.lag_generations`` / ``lag_rows`` / ``lag_seconds`` | gauges | shard |
+| ``memwal.catchup.behind_generations`` | gauge | index |
+| ``memwal.gc.bytes_deleted`` (By) | counter | |
+| ``memwal.gc.blocked`` | counter | reason (the gate, without ids) |
+| ``memwal.lease.renewals`` / ``memwal.lease.lost`` | counters | job |
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics
+
+if TYPE_CHECKING:
+    from memwal.history.record import RunRecord
+    from memwal.status import TableStatus
+
+
+@cache
+def _instruments() -> dict[str, Any]:
+    from memwal import __version__
+
+    meter = metrics.get_meter("memwal", __version__)
+    return {
+        "duration": meter.create_histogram("memwal.job.duration", unit="s", description="wall time of a job run"),
+        "merge_rows": meter.create_counter("memwal.merge.rows", unit="{row}", description="rows merged"),
+        "merge_generations": meter.create_counter("memwal.merge.generations", unit="{generation}",
+                                                  description="generations merged"),
+        "lag_generations": meter.create_gauge("memwal.shard.lag_generations", unit="{generation}",
+                                              description="flushed generations not merged yet"),
+        "lag_rows": meter.create_gauge("memwal.shard.lag_rows", unit="{row}", description="rows not merged yet"),
+        "lag_seconds": meter.create_gauge("memwal.shard.lag_seconds", unit="s",
+                                          description="age of the oldest unmerged generation"),
+        "catchup_behind": meter.create_gauge("memwal.catchup.behind_generations", unit="{generation}",
+                                             description="merged generations an index has not caught up with"),
+        "gc_bytes": meter.create_counter("memwal.gc.bytes_deleted", unit="By", description="bytes GC deleted"),
+        "gc_blocked": meter.create_counter("memwal.gc.blocked", unit="{generation}",
+                                           description="generations GC kept, by the gate that kept them"),
+        "renewals": meter.create_counter("memwal.lease.renewals", unit="{renewal}",
+                                         description="lease renewals by heartbeats"),
+        "lost": meter.create_counter("memwal.lease.lost", unit="{lease}", description="leases found lost"),
+    }
+
+
+def record_run(record: RunRecord, doc: dict[str, Any]) -> None:
+    """The metrics of one finished run (from its history record and result document)."""
+    m = _instruments()
+    seconds = (record.finished_at or record.started_at) - record.started_at
+    m["duration"].record(max(0.0, seconds), {"job": record.job, "outcome": record.outcome, "engine": record.engine})
+    if record.job == "merge":
+        for s in doc.get("shards", []):
+            shard = {"shard": s["shard_id"]}
+            m["merge_rows"].add(s["rows_upserted"], {**shard, "op": "upsert"})
+            m["merge_rows"].add(s["rows_deleted"], {**shard, "op": "delete"})
+            m["merge_generations"].add(s["to_generation"] - s["from_generation"] + 1, shard)
+    elif record.job == "gc":
+        m["gc_bytes"].add(doc.get("bytes_freed", 0))
+        for reason, n in Counter(b["reason"].split(":", 1)[0] for b in doc.get("blocked", [])).items():
+            m["gc_blocked"].add(n, {"reason": reason})
+
+
+def record_lag(status: TableStatus) -> None:
+    """Per shard lag gauges and per index catch-up gauges (every job's end, and ``status``)."""
+    m = _instruments()
+    for s in status.shards:
+        shard = {"shard": s.shard_id}
+        m["lag_generations"].set(len(s.unmerged_generations), shard)
+        m["lag_rows"].set(s.unmerged_rows, shard)
+        m["lag_seconds"].set(s.oldest_unmerged_age_seconds or 0.0, shard)
+    for name in status.maintained_indexes:
+        behind = sum(max(0, s.compacted_generation - s.index_catchup.get(name, 0)) for s in status.shards)
+        m["catchup_behind"].set(behind, {"index": name})
+
+
+def lease_renewed(kind: str) -> None:
+    _instruments()["renewals"].add(1, {"job": kind})
+
+
+def lease_lost(kind: str) -> None:
+    _instruments()["lost"].add(1, {"job": kind})

@@ -1,0 +1,189 @@
+"""The run history (memwal history) and the OpenTelemetry metrics, against real tables and
+real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import memwal
+from memwal import steps
+from memwal.history.run import JOB_PROPERTY, RUN_ID_PROPERTY
+from memwal.table_manifest import list_versions
+from tests.conftest import table_rows
+from tests.helpers import run_cli
+from tests.interleave import Barrier
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def cli_json(*argv: str) -> dict:
+    run = run_cli(*argv, "--json")
+    assert run.rc == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_every_job_is_recorded_with_its_figures_and_real_versions(make_table):
+    table, model = make_table()
+    uri = table.uri
+    t = memwal.open(uri)
+    merge = t.merge(max_generations=2).to_dict()                 # Python API
+    cli_json("merge", uri)                                        # CLI
+    catchup = cli_json("catchup", uri)
+    compact = cli_json("compact", uri, "--target-rows-per-fragment", "100000")
+    snapshot = cli_json("snapshot", uri)
+    gc = cli_json("gc", uri, "--grace-seconds", "0")
+    runs = cli_json("history", uri, "--limit", "50")["runs"]
+    ours = [r for r in runs if r["job"] != "external"]
+    assert [r["job"] for r in ours] == ["gc", "snapshot", "compact", "catchup", "merge", "merge"]
+    # gc without --expire-versions keeps every version, which holds every merged generation
+    assert [r["outcome"] for r in ours] == ["nothing-to-do", "ok", "ok", "ok", "ok", "ok"]
+    assert all(r["engine"] == "local" and r["finished_at"] >= r["started_at"] for r in ours)
+    by_job = {r["job"]: r for r in ours}
+    assert set(by_job["gc"]["figures"]["blocked_by_reason"]) == {"retained-version"}
+    first_merge = ours[-1]
+    assert first_merge["figures"]["shards"] == [
+        {k: s[k] for k in ("shard_id", "from_generation", "to_generation", "rows_upserted", "rows_deleted")}
+        for s in merge["shards"]]
+    assert first_merge["figures"]["generations"] == 6 and first_merge["versions"][-1] == merge["version"]
+    assert by_job["catchup"]["figures"]["indexes"] == [
+        {"index_name": i["index_name"], "action": i["action"], "recorded": i["recorded"]} for i in catchup["indexes"]]
+    assert (by_job["compact"]["figures"]["fragments_before"], by_job["compact"]["figures"]["fragments_after"]) == (
+        compact["fragments_before"], compact["fragments_after"])
+    assert by_job["snapshot"]["figures"]["committed"] is True
+    assert by_job["snapshot"]["versions"] == [snapshot["version"]]
+    assert by_job["gc"]["figures"]["generations"] == len(gc["deleted"]) == 0 and by_job["gc"]["versions"] == []
+    existing = set(list_versions(table.store))
+    named = [v for r in ours for v in r["versions"]]
+    assert named and set(named) <= existing and len(named) == len(set(named))  # real versions, each once
+    # the commits Lance lets carry properties name their run: the delete pass, the snapshot
+    ds = table.dataset()
+    for r in (first_merge, by_job["snapshot"]):
+        props = ds.read_transaction(r["versions"][0]).transaction_properties
+        assert props[RUN_ID_PROPERTY] == r["run_id"] and props[JOB_PROPERTY] == r["job"]
+    # every run left the lag it saw: all merged at the end
+    assert set(by_job["gc"]["lag"]) == set(merge_shards(merge)) and all(v[0] == 0 for v in by_job["gc"]["lag"].values())
+    assert [r["job"] for r in cli_json("history", uri, "--job", "merge")["runs"]] == ["merge", "merge"]
+    assert [r["job"] for r in cli_json("history", uri, "--limit", "2")["runs"]] == ["gc", "snapshot"]
+    assert table_rows(table) == model.sorted_rows()
+
+
+def merge_shards(doc: dict) -> set[str]:
+    return {s["shard_id"] for s in doc["shards"]}
+
+
+def test_versions_committed_by_others_fill_the_timeline(make_table):
+    table, _ = make_table()
+    cli_json("merge", table.uri, "--max-generations", "1")
+    ds = table.dataset()
+    ds.update_config({"owner": "another-tool"})        # a commit by someone else
+    ds = table.dataset()
+    ds.update_config({"owner": "yet-another"})
+    cli_json("merge", table.uri)
+    runs = cli_json("history", table.uri)["runs"]
+    assert [r["job"] for r in runs[:3]] == ["merge", "external", "merge"]
+    external = runs[1]
+    assert external["versions"] == [runs[2]["versions"][-1] + 1, runs[2]["versions"][-1] + 2]
+    assert external["figures"]["operations"] == {"UpdateConfig": 2}
+
+
+def test_a_run_that_failed_or_was_fenced_is_recorded(make_table):
+    table, _ = make_table()
+
+    def explode(name: str) -> None:
+        if name == "merge.after-read":
+            raise OSError("disk on fire")
+
+    with steps.hooked(explode):
+        failed = run_cli("merge", table.uri)
+    assert failed.rc == 1
+    [run] = cli_json("history", table.uri, "--job", "merge")["runs"]
+    assert (run["outcome"], run["versions"]) == ("failed", [])
+    assert "disk on fire" in run["error"]
+
+
+def test_a_run_whose_process_died_shows_as_abandoned(make_table, tmp_path):
+    table, _ = make_table()
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"}
+    with Barrier(str(tmp_path / "barrier"), "merge.after-read") as barrier:
+        env[steps.BARRIER_ENV] = barrier.directory
+        proc = subprocess.Popen([str(VENV_BIN / "memwal"), "merge", table.uri], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        barrier.wait_reached()
+        [running] = cli_json("history", table.uri)["runs"]
+        assert running["outcome"] == "running"  # its lease is live
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    [dead] = cli_json("history", table.uri)["runs"]
+    assert (dead["run_id"], dead["outcome"], dead["finished_at"]) == (running["run_id"], "abandoned", None)
+
+
+def test_gc_prunes_history_past_its_retention_and_the_dry_run_says_so(make_table):
+    table, _ = make_table()
+    for _ in range(3):
+        cli_json("snapshot", table.uri)
+    dry = cli_json("gc", table.uri, "--history-retention", "0", "--dry-run")
+    assert dry["history_pruned"] == 3
+    assert len(cli_json("history", table.uri)["runs"]) == 3
+    done = cli_json("gc", table.uri, "--history-retention", "0")
+    assert done["history_pruned"] == 3
+    assert [r["job"] for r in cli_json("history", table.uri)["runs"] if r["job"] != "external"] == ["gc"]
+    kept = cli_json("gc", table.uri)  # the default retention (90 days) keeps today's runs
+    assert kept["history_pruned"] == 0
+
+
+@pytest.mark.parametrize("since, n", [("1d", 1), ("2000-01-01", 1), ("4102444800", 0)])
+def test_since_filters_and_bad_since_is_bad_input(make_table, since, n):
+    table, _ = make_table()
+    cli_json("snapshot", table.uri)
+    runs = [r for r in cli_json("history", table.uri, "--since", since)["runs"] if r["job"] != "external"]
+    assert len(runs) == n
+    bad = run_cli("history", table.uri, "--since", "yesterday-ish")
+    assert bad.rc == 2 and "--since" in bad.stderr
+
+
+def _console_metrics(text: str) -> dict[str, list[dict]]:
+    """Instrument name -> data points, from the console exporter's JSON documents on stderr."""
+    out: dict[str, list[dict]] = {}
+    decoder = json.JSONDecoder()
+    i = text.find("{")
+    while i != -1:
+        try:
+            doc, end = decoder.raw_decode(text, i)
+        except ValueError:
+            i = text.find("{", i + 1)
+            continue
+        for rm in doc.get("resource_metrics", []):
+            for sm in rm["scope_metrics"]:
+                for m in sm["metrics"]:
+                    out.setdefault(m["name"], []).extend(m["data"]["data_points"])
+        i = text.find("{", end)
+    return out
+
+
+def test_console_exporter_prints_the_instruments_of_a_merge(make_table):
+    table, _ = make_table()
+    env = {**os.environ, "OTEL_METRICS_EXPORTER": "console", "OTEL_SERVICE_NAME": "memwal-test"}
+    proc = subprocess.run([str(VENV_BIN / "memwal"), "merge", table.uri, "--json"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # stdout still carries the document alone
+    found = _console_metrics(proc.stderr)
+    for name in ("memwal.job.duration", "memwal.merge.rows", "memwal.merge.generations",
+                 "memwal.shard.lag_generations", "memwal.shard.lag_rows", "memwal.shard.lag_seconds",
+                 "memwal.catchup.behind_generations"):
+        assert name in found, (name, sorted(found))
+    [duration] = found["memwal.job.duration"]
+    assert duration["attributes"] == {"job": "merge", "outcome": "ok", "engine": "local"} and duration["count"] == 1
+    upserted = sum(p["value"] for p in found["memwal.merge.rows"] if p["attributes"]["op"] == "upsert")
+    assert upserted == sum(s["rows_upserted"] for s in doc["shards"])
+    gens = {p["attributes"]["shard"]: p["value"] for p in found["memwal.merge.generations"]}
+    assert gens == {s["shard_id"]: s["to_generation"] - s["from_generation"] + 1 for s in doc["shards"]}
+    assert all(p["value"] == 0 for p in found["memwal.shard.lag_generations"])
+    assert any(n.startswith("lance_object_store") for n in found)  # Lance's own metrics, bridged
