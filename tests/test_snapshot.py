@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
+import memwal
 from lance.file import LanceFileReader
 
 from memwal.demo_data import Workload, shard_ids_for, write_generations
@@ -332,15 +334,21 @@ def test_snapshot_cli_json_and_lease(make_table):
     doc = json.loads(buf.getvalue())
     assert rc == 0 and doc["num_shards"] == 3 and doc["storage"] == "inline" and doc["repairs"] == 0
     assert doc["version"] == table.manifest().version and doc["snapshot_ts_millis"] > 0
-    # Nothing changed since: the refresh commits nothing, and says why (leases aside).
+    # Nothing changed since: the refresh commits nothing and says why; it changes nothing but
+    # its leases and adds its record to the run history.
     before = tree_digest(table.uri)
     idle = run_cli("snapshot", table.uri, "--json")
     again = json.loads(idle.stdout)
     assert idle.rc == 0 and again["version"] is None and "no shard changed" in again["reason"]
     assert '"version": null' in idle.stdout and table.manifest().version == doc["version"]
-    assert {k: v for k, v in tree_digest(table.uri).items() if "_jobs/leases" not in k} == {
+    after = tree_digest(table.uri)
+    added = sorted(set(after) - set(before))
+    assert len(added) == 1 and added[0].startswith("_mem_wal/_jobs/history/") and "-snapshot-" in added[0]
+    assert {k: v for k, v in after.items() if "_jobs/leases" not in k and k not in added} == {
         k: v for k, v in before.items() if "_jobs/leases" not in k
     }
+    [idle_run, _] = memwal.open(table.uri).history(job="snapshot").runs
+    assert (idle_run["outcome"], idle_run["versions"]) == ("nothing-to-do", [])
     with Lease(table.store, "snapshot"):
         assert main(["snapshot", table.uri, "--json"]) == 3  # another live holder
 
