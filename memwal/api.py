@@ -97,6 +97,28 @@ class MemWalTable:
 
         return lsm_scan(self._table, columns=columns, filter=filter, limit=limit, source=source)
 
+    def lookup(self, keys: Any, *, columns: list[str] | None = None, source: str = "index") -> pa.Table:
+        """The live rows of primary keys ``keys`` as a reader sees them now, in the order given
+        (an absent or deleted key gives no row), through pylance's ``LsmPointLookupPlanner``
+        (folded by the table's merge operators, if any). ``keys``: values of a one-column key,
+        tuples or mappings of a composite one, or Arrow data with the key columns."""
+        from memwal.read import lookup
+
+        return lookup(self._table, keys, columns=columns, source=source)
+
+    def nearest(self, column: str, query: Any, *, k: int = 10, filter: str | None = None,
+                columns: list[str] | None = None, metric: str | None = None, nprobes: int = 20,
+                source: str = "index") -> pa.Table:
+        """The ``k`` live rows nearest to ``query`` (a vector) in ``column``, nearest first,
+        with a ``_distance`` column, among rows matching ``filter``: pylance's
+        ``LsmVectorSearchPlanner`` when the column's vector index covers every row a reader
+        sees, else an exact search (an index not caught up yet, a generation without the
+        index, a ``metric`` other than the index's)."""
+        from memwal.read import nearest
+
+        return nearest(self._table, column, query, k=k, filter=filter, columns=columns, metric=metric,
+                       nprobes=nprobes, source=source)
+
     def leases(self) -> list[LeaseInfo]:
         from memwal.lease import list_leases
 
