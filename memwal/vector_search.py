@@ -14,7 +14,8 @@ for ``cosine``, ``1 - dot`` for ``dot``). It silently leaves out what no index c
 A reader must not lose rows to a lagging index, so this module uses the planner only
 when the index covers the whole view, and otherwise answers with an exact search over the
 view (an :class:`~memwal.read.lsm_scan` of the key, vector and wanted columns), logging
-why. ``memwal catchup`` brings the index back over the merged rows.
+why; the result's schema metadata ``memwal:search`` says which (``index`` or
+``exact: <why>``). ``memwal catchup`` brings the index back over the merged rows.
 
 Merge operators: a vector column whose operator is ``replace`` has the same value in the
 folded view as in the newest version, so the planner's candidates are right; their other
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DISTANCE = "_distance"
+#: Schema metadata key of a result: ``index`` (the planner answered) or ``exact: <why>``.
+SEARCH_METADATA = "memwal:search"
 METRICS = ("l2", "cosine", "dot")
 _VECTOR_INDEX_URL = "VectorIndexDetails"
 
@@ -170,7 +173,8 @@ def nearest(table: Table, column: str, query: Any, *, k: int = 10, filter: str |
             rows = _exact(view, column, q, k, metric)
         rows = rows.sort_by(DISTANCE).slice(0, k)
         out = [*(columns if columns is not None else wanted), DISTANCE]
-        return rows.select(out)
+        how = "index" if reason is None else f"exact: {reason}"
+        return rows.select(out).replace_schema_metadata({SEARCH_METADATA: how})
 
 
 def _planned(ds, plan, column, q, k, filter, pk, wanted, metric, nprobes, refine, overfetch, *, folded):
