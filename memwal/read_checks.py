@@ -10,6 +10,7 @@ Lance's build machine (:func:`memwal.errors.first_line`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -61,10 +62,23 @@ def check_filter(ds: lance.LanceDataset, filter: str | None) -> None:
     LSM scanner of no generation (which refuses system columns the base allows)."""
     if filter is None:
         return
-    if not isinstance(filter, str) or not filter.strip():
-        raise BadInputError(f"filter: {filter!r} is not a filter expression")
+    if not isinstance(filter, str):
+        raise BadInputError(f"filter: {filter!r} is not a string")
+    if not filter.strip():
+        raise BadInputError(f"filter {filter!r}: empty")
     try:
         ds.scanner(filter=filter, columns=primary_key(ds.schema) or None).explain_plan()
         LsmScanner.from_snapshots(ds, []).filter(filter)
     except (ValueError, OSError, RuntimeError) as exc:
-        raise BadInputError(f"filter {filter!r}: {first_line(exc)}") from exc
+        raise BadInputError(f"filter {filter!r}: {lance_reason(exc)}") from exc
+
+
+# Lance wraps the parser's message in its error's name ('SQL error: ParserError("...")') and
+# prefixes "Invalid user input: ": the reason is what is inside.
+_WRAPPED = re.compile(r'\b[A-Z]\w*(?:Error|Exception)\("(.*)"\)')
+
+
+def lance_reason(exc: BaseException) -> str:
+    """The one-line reason Lance gives for refusing input, without class names or prefixes."""
+    text = _WRAPPED.sub(r"\1", first_line(exc))
+    return text.replace("Invalid user input: ", "").strip() or "refused by Lance"
