@@ -174,3 +174,24 @@ def test_api_nearest_and_json_figures(demo):
     assert found.column_names == ["id", "_distance"] and found.column("id")[0].as_py() == k
     doc = json.loads(run_cli("scan", table.uri, "--json", "--columns", "id").stdout)
     assert doc["num_rows"] == len(model.rows)
+
+
+def test_the_planner_never_returns_a_superseded_or_deleted_base_row(demo):
+    """A base row updated (its new value no longer matches the filter) or deleted in a
+    generation still matches the filter in the base table, at distance 0 from its old
+    vector: pylance's planner must drop it, with and without the filter."""
+    table, model = demo
+    plan = plan_read(table)
+    base = {r["id"]: r for r in table.dataset(plan.version).to_table().to_pylist()}
+    stale = [k for k in base if k in model.rows and base[k]["value"] > 500 >= model.rows[k]["value"]][:3]
+    deleted = [k for k in base if k not in model.rows][:3]
+    assert stale and deleted
+    for k in stale + deleted:
+        for f in ("value > 500", None):
+            found = nearest(table, "vec", base[k]["vec"], k=3, filter=f, plan=plan)
+            assert search_kind(found) == "index"
+            for r in found.to_pylist():  # live rows only (the key itself may come back: its live row)
+                assert r == {**model.rows[r["id"]], "_distance": r["_distance"]}
+                assert f is None or r["value"] > 500
+                gap = np.asarray(r["vec"], np.float32) - np.asarray(base[k]["vec"], np.float32)
+                assert r["_distance"] == pytest.approx(float(gap @ gap), abs=1e-4)
