@@ -18,11 +18,13 @@ import os
 #: The one place the version is written (pyproject.toml reads it from here).
 __version__ = "0.2.0"
 
-# Lance logs "Index __lance_mem_wal has no fields" on every merge_insert and a warning
-# whenever a staging dataset is created: harmless noise that would bury real messages.
+# Lance logs "Index __lance_mem_wal has no fields" on every merge_insert, a warning
+# whenever a staging dataset is created, and pylance 14's LsmVectorSearchPlanner makes each
+# of its per-source searches warn that "_distance" was not projected (once per generation
+# per query, whatever the caller projects): harmless noise that would bury real messages.
 # Lance reads LANCE_LOG once, when it loads, and every memwal module loads this package
 # first; a user's own LANCE_LOG still wins.
-LANCE_LOG_FILTER = "warn,lance::index=off,lance::dataset::write::insert=error"
+LANCE_LOG_FILTER = "warn,lance::index=off,lance::dataset::write::insert=error,lance::dataset::scanner=error"
 os.environ.setdefault("LANCE_LOG", LANCE_LOG_FILTER)
 # We read index statistics for counts only; the centroids are not needed (and Lance warns).
 os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.history.timeline import History
     from memwal.lease import LeaseInfo
     from memwal.merge_ops import MergeOpsChange
+    from memwal.read import ReadPlan
     from memwal.status import TableStatus
     from memwal.table import Table
     from memwal.verify import VerifyResult
@@ -98,13 +99,41 @@ class MemWalTable:
         given a ``checkpoint`` id, the rows it saw at its moment."""
         from memwal.read import lsm_scan
 
-        if checkpoint is not None:
-            from memwal.checkpoint import checkpoint_or_error, read_plan
+        return lsm_scan(self._table, columns=columns, filter=filter, limit=limit, source=source,
+                        plan=self._checkpoint_plan(checkpoint))
 
-            ckpt = checkpoint_or_error(self._table, checkpoint)
-            return lsm_scan(self._table, columns=columns, filter=filter, limit=limit,
-                            plan=read_plan(self._table, ckpt), manifest=self._table.manifest(ckpt.version))
-        return lsm_scan(self._table, columns=columns, filter=filter, limit=limit, source=source)
+    def lookup(self, keys: Any, *, columns: list[str] | None = None, source: str = "index",
+               checkpoint: str | None = None) -> pa.Table:
+        """The live rows of primary keys ``keys`` as a reader sees them now, in the order given
+        (an absent or deleted key gives no row), through pylance's ``LsmPointLookupPlanner``
+        (folded by the table's merge operators, if any). ``keys``: values of a one-column key,
+        tuples or mappings of a composite one, or Arrow data with the key columns. With a
+        ``checkpoint`` id: as a reader saw them at its moment."""
+        from memwal.read import lookup
+
+        return lookup(self._table, keys, columns=columns, source=source, plan=self._checkpoint_plan(checkpoint))
+
+    def nearest(self, column: str, query: Any, *, k: int = 10, filter: str | None = None,
+                columns: list[str] | None = None, metric: str | None = None, nprobes: int = 20,
+                source: str = "index", checkpoint: str | None = None) -> pa.Table:
+        """The ``k`` live rows nearest to ``query`` (a vector) in ``column``, nearest first,
+        with a ``_distance`` column, among rows matching ``filter``: pylance's
+        ``LsmVectorSearchPlanner`` when the column's vector index covers every row a reader
+        sees, else an exact search (an index not caught up yet, a generation without the
+        index, a ``metric`` other than the index's). With a ``checkpoint`` id: among the rows
+        of its moment."""
+        from memwal.read import nearest
+
+        return nearest(self._table, column, query, k=k, filter=filter, columns=columns, metric=metric,
+                       nprobes=nprobes, source=source, plan=self._checkpoint_plan(checkpoint))
+
+    def _checkpoint_plan(self, checkpoint: str | None) -> ReadPlan | None:
+        """The read plan of a live checkpoint (None: read now)."""
+        if checkpoint is None:
+            return None
+        from memwal.checkpoint import checkpoint_or_error, read_plan
+
+        return read_plan(self._table, checkpoint_or_error(self._table, checkpoint))
 
     # -- long readers
 

@@ -44,6 +44,10 @@ class Workload:
     duplicate_fraction: float = 0.05
     dim: int = 8
     indexes: bool = True
+    #: Also a full-text (INVERTED) index on ``name``, maintained like the others. Names are
+    #: ``<tag>-<id>`` with a tag per shard and generation (``s1g2``), so a full-text query
+    #: for a tag finds exactly the live rows that generation wrote.
+    full_text: bool = False
     seed: int = 0
 
 
@@ -103,6 +107,9 @@ def create_base_table(
         ds.create_scalar_index("id", "BTREE", name="id_idx")
         ds.create_index("vec", "IVF_PQ", name="vec_idx", num_partitions=2, num_sub_vectors=2)
         maintained = ["id_idx", "vec_idx"]
+    if workload.full_text:
+        ds.create_scalar_index("name", "INVERTED", name="name_idx")
+        maintained.append("name_idx")
     ds.initialize_mem_wal(bucket_column="id", num_buckets=workload.shards, maintained_indexes=maintained)
     model = Model()
     model.put(base)

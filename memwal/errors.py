@@ -16,6 +16,11 @@ class BadInputError(MemWalError):
     exit_code = 2
 
 
+class ReadError(MemWalError):
+    """Reading a table failed inside Lance (an unreadable file, a failing object store): exit
+    code 1. Bad input to a read (an unparseable filter, an unknown column) is BadInputError."""
+
+
 class LeaseLostError(MemWalError):
     """The job lost its lease or was fenced: it must stop before its next side effect. Exit code 3."""
 

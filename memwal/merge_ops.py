@@ -16,8 +16,9 @@ row as it is; a put on a present key combines column by column:
 =================================================  ==========================================
 
 Every operator is associative, so a sequence folds to the same value in any grouping: the
-fold of a batch is one ordered group-by (pyarrow keeps input order with one thread), and
-folding the base row in is the same operation with the base row in front. The merger and
+fold of a batch sorts row indices by key and order once, picks a row per key for the
+positional operators (which therefore carry columns of any type) and aggregates the
+arithmetic ones; folding the base row in is the same operation with the base row in front. The merger and
 the reader both call :func:`fold`, so they cannot disagree.
 """
 
@@ -173,28 +174,58 @@ def fold(
                      if c not in primary_key and c not in order and c != tombstone]
     columns = [c for c in t.column_names if c in primary_key or c in value_columns]
     # A key with one live row folds to that row (every operator of one value is the
-    # value): only keys with several live rows go through the ordered group-by.
+    # value): only keys with several live rows are combined.
     single = np.bincount(group[live], minlength=len(ends))[group[live]] == 1
     singles = t.select(columns).take(pa.array(idx[live[single]]))
-    segment = t.take(pa.array(idx[live[~single]]))
-    # pyarrow has no ordered hash aggregate for nested types (vectors, lists, structs):
-    # a replaced one is taken from its key's last live row instead.
-    taken = [c for c in value_columns
-             if (c in carry or ops.op(c) == "replace") and pa.types.is_nested(segment.schema.field(c).type)]
-    aggs = []
+    several = live[~single]
+    segment = t.select(columns).take(pa.array(idx[several]))
+    folded = _combine(segment, group[several], primary_key, value_columns, ops, carry)
+    return pa.concat_tables([singles, folded.select(columns).cast(singles.schema)]), deleted_keys
+
+
+def _combine(segment: pa.Table, group: np.ndarray, primary_key: list[str], value_columns: list[str],
+             ops: MergeOps, carry: list[str]) -> pa.Table:
+    """One row per key of ``segment`` (rows sorted by key, then in fold order; ``group`` is
+    each row's key number, non-decreasing).
+
+    Positional operators take a row index per key (last, last non-null, first non-null)
+    and then ``take`` the column, so they carry a column of any type (vectors, lists,
+    structs, maps: pyarrow has no ordered hash aggregate for those). Only the arithmetic
+    operators, whose column types :func:`validate` restricts to what pyarrow aggregates,
+    go through a group-by, keyed by the key number so no key column is hashed again.
+    """
+    n = segment.num_rows
+    if n == 0:
+        return segment.select([*primary_key, *value_columns])
+    first = np.r_[True, group[1:] != group[:-1]]
+    starts = np.flatnonzero(first)
+    last = pa.array(np.r_[starts[1:] - 1, n - 1])
+    positions = np.arange(n, dtype=np.int64)
+    out: dict[str, pa.ChunkedArray] = {k: segment.column(k).take(last) for k in primary_key}
+    arithmetic = []
     for c in value_columns:
-        if c not in taken:
-            name, options = _AGGREGATES["replace" if c in carry else ops.op(c)]
-            aggs.append((c, name, options))
-    if taken:
-        segment = segment.append_column("__last", pa.array(np.arange(segment.num_rows, dtype=np.int64)))
-        aggs.append(("__last", "max", None))
-    grouped = segment.group_by(primary_key, use_threads=False).aggregate(aggs)
-    renamed = _rename(grouped, aggs)
-    for c in taken:
-        renamed = renamed.append_column(c, segment.column(c).take(renamed.column("__last")))
-    folded = renamed.select(columns).cast(singles.schema)
-    return pa.concat_tables([singles, folded]), deleted_keys
+        op = "replace" if c in carry else ops.op(c)
+        if op == "replace":
+            out[c] = segment.column(c).take(last)
+        elif op in ("last_non_null", "first_non_null"):
+            valid = segment.column(c).is_valid().to_numpy(zero_copy_only=False)
+            if op == "last_non_null":
+                pick = np.maximum.reduceat(np.where(valid, positions, -1), starts)
+                missing = pick < 0
+            else:
+                pick = np.minimum.reduceat(np.where(valid, positions, n), starts)
+                missing = pick >= n
+            out[c] = segment.column(c).take(pa.array(np.where(missing, 0, pick), mask=missing))
+        else:
+            arithmetic.append(c)
+    if arithmetic:
+        keyed = segment.select(arithmetic).append_column("__key", pa.array(np.cumsum(first) - 1))
+        aggs = [(c, *_AGGREGATES[ops.op(c)]) for c in arithmetic]
+        grouped = _rename(keyed.group_by("__key", use_threads=False).aggregate(aggs), aggs)
+        order = pa.array(np.argsort(grouped.column("__key").to_numpy(), kind="stable"))
+        for c in arithmetic:
+            out[c] = grouped.column(c).take(order)
+    return pa.table({c: out[c] for c in [*primary_key, *value_columns]})
 
 
 def _rename(grouped: pa.Table, aggs: list[tuple]) -> pa.Table:

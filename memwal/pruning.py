@@ -43,6 +43,7 @@ from memwal.sharding import field_names_from_lance_schema, spec_to_dict
 
 __all__ = [
     "filter_literals",
+    "filter_columns",
     "source_columns",
     "allowed_shard_values",
     "routed_values",
@@ -84,6 +85,16 @@ def filter_literals(expr: str | None) -> dict[str, list[Any]]:
     except RecursionError:
         return {}
     return {col: [v for _, v in sorted(lits, key=repr)] for col, lits in constraints.items()}
+
+
+def filter_columns(expr: str) -> set[str] | None:
+    """The column names a filter mentions; None when sqlglot cannot tell (the caller then
+    assumes any column)."""
+    try:
+        tree = sqlglot.parse_one(expr, dialect=_LanceFilterDialect)
+        return {c.name for c in tree.find_all(exp.Column)}
+    except Exception:  # noqa: BLE001 - any parser failure only means "unknown"
+        return None
 
 
 def _constraints(node: exp.Expression) -> _Constraints:

@@ -39,7 +39,6 @@ those generations only when the filter constrains a prunable field.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,14 +46,14 @@ from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
-import pyarrow.compute as pc
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
 from memwal.errors import BadInputError
-from memwal.merge_ops import MergeOps, from_config
+from memwal.merge_ops import from_config
 from memwal.naming import manifest_key
 from memwal.paths import generation_key
 from memwal.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches, source_columns
+from memwal.read_checks import check_columns, check_filter, reading
 from memwal.shard_manifests import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
 from memwal.sharding import field_names_from_lance_schema, shard_field_value_from_bytes, spec_to_dict
 from memwal.snapshot.format import SnapshotUnavailableError
@@ -352,6 +351,20 @@ def shard_snapshots(
     ).snapshots
 
 
+def open_plan(table: Table, plan: ReadPlan | None, *, source: str = "index", filter: str | None = None,
+              manifest: TableManifest | None = None) -> tuple[ReadPlan, lance.LanceDataset]:
+    """The read's plan and the base table *at the plan's version* (a checkpoint's plan names
+    an older version than the latest), the filter checked first."""
+    if plan is not None:
+        ds = table.dataset(plan.version)
+        check_filter(ds, filter)
+        return plan, ds
+    manifest = manifest or table.require_mem_wal()
+    ds = table.dataset(manifest.version)
+    check_filter(ds, filter)
+    return plan_read(table, source=source, filter=filter, manifest=manifest), ds
+
+
 def lsm_scan(
     table: Table,
     *,
@@ -368,77 +381,51 @@ def lsm_scan(
     A table with merge operators is folded here (pylance's ``LsmScanner`` is last write
     wins and would return wrong values for folding columns); ``snapshots`` must then be
     left to this function (or given as ``plan``), which needs the generations' paths.
-    ``plan`` is a :func:`plan_read` already made for this read (at ``manifest``).
+    ``plan`` is a :func:`plan_read` already made for this read: the base table is read at
+    its version. Bad input (a filter Lance refuses, an unknown column) raises
+    :class:`BadInputError` before anything is read; a failed read, :class:`ReadError`.
     """
-    manifest = manifest or table.require_mem_wal()
-    ds = table.dataset(manifest.version)
-    ops = from_config(ds.config())
-    if ops.active:
-        if snapshots is not None:
-            raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, not snapshots")
-        plan = plan or plan_read(table, source=source, filter=filter, manifest=manifest)
-        return folded_scan(table, ds, plan, ops, columns=columns, filter=filter, limit=limit)
-    if snapshots is None:
-        snapshots = (plan or plan_read(table, source=source, filter=filter, manifest=manifest)).snapshots
-    scanner = LsmScanner.from_snapshots(ds, snapshots)
-    if columns:
-        scanner = scanner.project(columns)
-    if filter:
-        scanner = scanner.filter(filter)
-    if limit is not None:
-        scanner = scanner.limit(limit)
-    return scanner.to_table()
+    from memwal.folded_read import folded_scan
+
+    with reading(table):
+        if snapshots is not None and plan is None:
+            manifest = manifest or table.require_mem_wal()
+            ds = table.dataset(manifest.version)
+            check_filter(ds, filter)
+        else:
+            plan, ds = open_plan(table, plan, source=source, filter=filter, manifest=manifest)
+        check_columns(ds.schema, columns)
+        ops = from_config(ds.config())
+        if ops.active:
+            if plan is None:
+                raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, "
+                                    "not snapshots")
+            return folded_scan(table, ds, plan, ops, columns=columns, filter=filter, limit=limit)
+        scanner = LsmScanner.from_snapshots(ds, snapshots if snapshots is not None else plan.snapshots)
+        if columns:
+            scanner = scanner.project(columns)
+        if filter:
+            scanner = scanner.filter(filter)
+        if limit is not None:
+            scanner = scanner.limit(limit)
+        return scanner.to_table()
 
 
-def folded_scan(
-    table: Table,
-    ds: lance.LanceDataset,
-    plan: ReadPlan,
-    ops: MergeOps,
-    *,
-    columns: list[str] | None = None,
-    filter: str | None = None,
-    limit: int | None = None,
-) -> pa.Table:
-    """Base rows folded with the plan's generations by the table's merge operators.
+def lookup(table: Table, keys: Any, *, columns: list[str] | None = None, plan: ReadPlan | None = None,
+           source: str = "index") -> pa.Table:
+    """Point lookups by primary key (pylance's ``LsmPointLookupPlanner``; folded on a table
+    with merge operators): :func:`memwal.lookup.point_lookup`."""
+    from memwal.lookup import point_lookup
 
-    The same fold as the merger (:func:`memwal.merge.changes.fold_changes`), so a read
-    before a merge equals the base table after it. The filter applies to folded values,
-    through Lance's own SQL on a scratch copy, so it means what it means everywhere else.
-    """
-    import shutil
-    import tempfile
+    return point_lookup(table, keys, columns=columns, plan=plan, source=source)
 
-    from memwal.merge.changes import SHARD, TOMBSTONE, fold_changes, read_generation
-    from memwal.merge.operands import OperandsIncompleteError, wal_keys_by_generation
-    from memwal.merge.plan import GenerationRef
 
-    pk = _primary_key(ds.schema)
-    base = ds.to_table()
-    code_of = {sid: i for i, sid in enumerate(sorted({sid for sid, _, _ in plan.generations}))}
-    wanted: dict[str, set[int]] = {}
-    for sid, g, _ in plan.generations:
-        wanted.setdefault(sid, set()).add(g)
-    wal = {sid: wal_keys_by_generation(table.store, sid, gens) for sid, gens in wanted.items()}
-    frames = []
-    for sid, g, path in plan.generations:
-        if not wal[sid][g]:
-            raise OperandsIncompleteError(f"shard {sid} generation {g}: no WAL entry is left to fold its operands from")
-        key = generation_key(sid, path)
-        ref = GenerationRef(sid, g, path, key, table.store.uri_for(key), 0, 0, table.uri, wal[sid][g])
-        frames += list(read_generation(ref, ds.schema, table.storage_options, code_of[sid]))
-    rows = base
-    if frames:
-        changes = fold_changes(pa.concat_tables(frames, promote_options="permissive"), pk, ops, base)
-        untouched = base.join(changes.select(pk), pk, join_type="left anti")
-        live = changes.filter(pc.invert(changes.column(TOMBSTONE))).drop_columns([TOMBSTONE, SHARD])
-        rows = pa.concat_tables([t.select(base.column_names).cast(base.schema) for t in (untouched, live)])
-    if filter is None:
-        rows = rows.select(columns) if columns else rows
-        return rows.slice(0, limit) if limit is not None else rows
-    scratch = tempfile.mkdtemp(prefix="memwal-fold-")
-    try:
-        folded = lance.write_dataset(rows, os.path.join(scratch, "rows.lance"))
-        return folded.to_table(columns=columns, filter=filter, limit=limit)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+def nearest(table: Table, column: str, query: Any, *, k: int = 10, filter: str | None = None,
+            columns: list[str] | None = None, plan: ReadPlan | None = None, source: str = "index",
+            **options: Any) -> pa.Table:
+    """Vector search (pylance's ``LsmVectorSearchPlanner`` where its index covers the view,
+    else an exact search): :func:`memwal.vector_search.nearest` (``metric``, ``nprobes``,
+    ``refine``, ``overfetch``)."""
+    from memwal.vector_search import nearest as search
+
+    return search(table, column, query, k=k, filter=filter, columns=columns, plan=plan, source=source, **options)

@@ -234,3 +234,23 @@ def test_airflow_setup_and_teardown_hold_a_checkpoint_around_a_reader(make_table
 
     with pytest.raises(AirflowFailException, match="lifetime"):
         MemWalCreateCheckpointOperator(task_id="bad", table=table.uri, lifetime="nan").execute(context())
+
+
+def test_lookup_and_nearest_read_the_checkpoints_moment(make_table):
+    """The three reads (scan, point lookup, vector search) see the same pinned view."""
+    table, model = make_table()
+    t = memwal.open(table.uri)
+    keys = sorted(model.rows)[:5]
+    with t.checkpoint(lifetime=600, refresh=False) as cp:
+        before = {r["id"]: r for r in cp.lookup(keys).to_pylist()}
+        later = copy.deepcopy(model)
+        write_generations(table.uri, SMALL, later, generations=2, seed_offset=5)
+        assert t.merge().ok and t.catchup().ok
+        changed = [k for k in keys if later.rows.get(k) != model.rows.get(k)]
+        assert changed, "the newer writes must touch a looked-up key for the test to mean anything"
+        assert {r["id"]: r for r in cp.lookup(keys).to_pylist()} == before == {k: model.rows[k] for k in keys}
+        assert {r["id"]: r for r in t.lookup(keys, checkpoint=cp.id).to_pylist()} == before
+        assert {r["id"]: r for r in t.lookup(keys).to_pylist()} == {k: later.rows[k] for k in keys if k in later.rows}
+        row = model.rows[keys[0]]
+        hit = cp.nearest("vec", row["vec"], k=1).to_pylist()[0]
+        assert hit["id"] == keys[0] and hit["vec"] == row["vec"]

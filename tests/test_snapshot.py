@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-import memwal
 from lance.file import LanceFileReader
 
+import memwal
 from memwal.demo_data import Workload, shard_ids_for, write_generations
 from memwal.lease import Lease
 from memwal.merge import run_merge

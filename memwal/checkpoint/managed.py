@@ -68,9 +68,19 @@ class ManagedCheckpoint:
         """The rows a reader saw at the checkpoint's moment."""
         from memwal.read import lsm_scan
 
-        ckpt = self._held()
-        return lsm_scan(self.table, columns=columns, filter=filter, limit=limit, plan=read_plan(self.table, ckpt),
-                        manifest=self.table.manifest(ckpt.version))
+        return lsm_scan(self.table, columns=columns, filter=filter, limit=limit, plan=self.read_plan())
+
+    def lookup(self, keys: Any, *, columns: list[str] | None = None) -> pa.Table:
+        """The rows of primary keys ``keys`` as a reader saw them at the checkpoint's moment."""
+        from memwal.read import lookup
+
+        return lookup(self.table, keys, columns=columns, plan=self.read_plan())
+
+    def nearest(self, column: str, query: Any, *, k: int = 10, **options: Any) -> pa.Table:
+        """The ``k`` rows of the checkpoint's moment nearest to ``query`` (``memwal.read.nearest``)."""
+        from memwal.read import nearest
+
+        return nearest(self.table, column, query, k=k, plan=self.read_plan(), **options)
 
     # -- holding it
 

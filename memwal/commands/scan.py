@@ -31,31 +31,25 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memwal.read import lsm_scan, plan_read
+    from memwal.read import lsm_scan, open_plan
+    from memwal.read_checks import check_columns, reading
 
     table = open_table_arg(args)
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     if args.columns is not None and not columns:
         raise BadInputError("--columns: no column named")
+    given = None
     if args.checkpoint:
         from memwal.checkpoint import checkpoint_or_error, read_plan
 
-        ckpt = checkpoint_or_error(table, args.checkpoint)
-        manifest = table.manifest(ckpt.version)
-        plan = read_plan(table, ckpt)
-    else:
-        manifest = table.require_mem_wal()
-        plan = plan_read(table, source=args.source, filter=args.filter, manifest=manifest)
-    if columns:
-        known = set(table.dataset(manifest.version).schema.names)
-        if unknown := [c for c in columns if c not in known]:
-            raise BadInputError(f"--columns: no such column {', '.join(unknown)}")
-    try:
-        rows = lsm_scan(
-            table, columns=columns, filter=args.filter, limit=args.limit, plan=plan, manifest=manifest
-        )
-    except (ValueError, OSError, RuntimeError) as exc:
-        raise BadInputError(f"cannot scan with filter {args.filter!r}: {str(exc).splitlines()[0]}") from exc
+        given = read_plan(table, checkpoint_or_error(table, args.checkpoint))
+    try:  # bad input is refused before anything is read (exit 2); a failed read is exit 1
+        with reading(table):
+            plan, ds = open_plan(table, given, source=args.source, filter=args.filter)
+            check_columns(ds.schema, columns)
+    except BadInputError as exc:
+        raise BadInputError(f"--{exc}" if str(exc).startswith(("filter", "columns")) else str(exc)) from exc
+    rows = lsm_scan(table, columns=columns, filter=args.filter, limit=args.limit, plan=plan)
     if columns:
         rows = rows.select(columns)
     doc: dict[str, Any] = {

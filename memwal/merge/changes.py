@@ -47,6 +47,7 @@ GEN = "__gen"
 SHARD = "__shard"
 ORD = "__ord"
 INTERNAL = (TOMBSTONE, ROWADDR, GEN, SHARD, ORD)
+_ROW = "__row"
 
 #: Upserts up to this size (Arrow buffer bytes) go to ``merge_insert`` as one table.
 DEFAULT_MEMORY_BUDGET = 512 * 1024 * 1024
@@ -378,6 +379,19 @@ def base_rows_for_fold(table_uri: str, version: int, storage_options: dict | Non
     return ds.to_table(columns=[*primary_key, *ops.folding_columns()])
 
 
+def rows_with_keys(t: pa.Table, keys: pa.Table, primary_key: list[str], *, anti: bool = False) -> pa.Array:
+    """Indices of the rows of ``t`` whose key is (``anti``: is not) among ``keys``' keys, ascending.
+
+    The join sees the key columns and a row number only, never ``t``'s other columns:
+    pyarrow's hash join refuses non-key columns of nested types (a vector column would
+    fail it), and carrying whole rows through a join is wasted work anyway. Rows are then
+    fetched with one ``take``.
+    """
+    numbered = t.select(primary_key).append_column(_ROW, pa.array(np.arange(t.num_rows, dtype=np.int64)))
+    found = numbered.join(keys.select(primary_key), primary_key, join_type="left anti" if anti else "left semi")
+    return pa.array(np.sort(found.column(_ROW).to_numpy().astype(np.int64, copy=False)), pa.int64())
+
+
 def fold_changes(t: pa.Table, primary_key: list[str], ops: MergeOps, base: pa.Table) -> pa.Table:
     """The merge-operator counterpart of :func:`dedupe`: one row per key of ``t``, folded
     over the base row (when the key has one) and every version in LSM order; a key whose
@@ -386,7 +400,7 @@ def fold_changes(t: pa.Table, primary_key: list[str], ops: MergeOps, base: pa.Ta
         return t
     g = t.group_by(primary_key, use_threads=True).aggregate([(SHARD, "min"), (SHARD, "max")])
     _refuse_cross_shard(g, primary_key)
-    old = base.join(g.select(primary_key), primary_key, join_type="left semi")
+    old = base.take(rows_with_keys(base, g, primary_key))
     prefix = {TOMBSTONE: pa.array(np.zeros(old.num_rows, dtype=bool)),
               ROWADDR: pa.array(np.zeros(old.num_rows, dtype=np.uint64)),
               GEN: pa.array(np.zeros(old.num_rows, dtype=np.int64)),

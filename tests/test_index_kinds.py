@@ -1,0 +1,163 @@
+"""Every maintainable index kind through the whole cycle, on both engines.
+
+One table (BTREE on ``id``, IVF_PQ on ``vec``, INVERTED on ``name``, all three maintained
+through the MemWAL; data written by pylance's ShardWriter) goes through merge, catch-up
+(incremental, then a rebuild), compaction and GC with the local engine, and a copy of it
+with the Spark engine. Along the way:
+
+* the reader helper's scan, point lookup and vector search equal the row model, before
+  and after each step, and the vector search says whether pylance's planner answered
+  (``index``) or the index did not cover the view yet (``exact: ...``);
+* each index answers for merged rows by itself once caught up: Lance's ``fast_search``
+  searches indexed data only, so a nearest-neighbour query for a merged row's vector, a
+  full-text query for a merged row's generation tag and a btree-filtered query for a
+  merged key find them only when the index covers them (and do not before catch-up);
+* catch-up is recorded (``index_catchup``) for all three indexes after every commit that
+  rebuilt or extended them, and GC frees the generations once it is.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from memwal.catchup import CatchupThresholds, run_catchup
+from memwal.compact import run_compact
+from memwal.demo_data import Model, Workload, make_demo_table
+from memwal.gc import run_gc
+from memwal.merge import run_merge
+from memwal.read import lookup, lsm_scan, nearest, plan_read
+from memwal.table import Table, open_table
+from memwal.vector_search import SEARCH_METADATA
+
+WL = Workload(base_rows=600, shards=2, generations=3, rows_per_generation=60, full_text=True, seed=21)
+INDEXES = ("id_idx", "vec_idx", "name_idx")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> tuple[str, Model]:
+    uri = str(tmp_path_factory.mktemp("kinds") / "t")
+    return uri, make_demo_table(uri, WL)
+
+
+def rows_by_id(t) -> list[dict]:
+    return sorted(t.to_pylist(), key=lambda r: r["id"])
+
+
+def exact_distance(a, b) -> float:
+    d = np.asarray(a, np.float32) - np.asarray(b, np.float32)
+    return float(d @ d)
+
+
+def merged_keys(model: Model) -> list[int]:
+    """Keys first written through the MemWAL, still live (they reach the base by merging)."""
+    return [k for k in sorted(model.rows) if k >= WL.base_rows]
+
+
+def check_readers(table: Table, model: Model, search: str) -> None:
+    """Scan, lookups and vector search equal the model; ``search`` is how nearest answered."""
+    assert rows_by_id(lsm_scan(table, source="index")) == model.sorted_rows()
+    live = sorted(model.rows)
+    gone = [k for k in range(max(live)) if k not in model.rows][:5]  # deleted (or never written)
+    keys = [live[0], *gone, *merged_keys(model)[:5], live[len(live) // 2], 10**9]
+    assert lookup(table, keys).to_pylist() == [model.rows[k] for k in keys if k in model.rows]
+    assert lookup(table, keys, columns=["name"]).to_pylist() == [
+        {"name": model.rows[k]["name"]} for k in keys if k in model.rows]
+    for target in (merged_keys(model)[0], merged_keys(model)[-1], live[1]):
+        found = nearest(table, "vec", model.rows[target]["vec"], k=5)
+        assert found.schema.metadata[SEARCH_METADATA.encode()].decode().startswith(search)
+        got = found.to_pylist()
+        assert got[0]["id"] == target and got[0]["_distance"] == pytest.approx(0, abs=1e-5)
+        for r in got:  # every row is the live row, at its exact distance, nearest first
+            assert {c: r[c] for c in model.rows[r["id"]]} == model.rows[r["id"]]
+            assert r["_distance"] == pytest.approx(exact_distance(r["vec"], model.rows[target]["vec"]), abs=1e-4)
+        assert [r["_distance"] for r in got] == sorted(r["_distance"] for r in got)
+    query = model.rows[merged_keys(model)[2]]["vec"]
+    filtered = nearest(table, "vec", query, k=8, filter="value > 500", columns=["id", "value"]).to_pylist()
+    assert filtered and all(r["value"] > 500 and model.rows[r["id"]]["value"] == r["value"] for r in filtered)
+
+
+def indexes_answer(table: Table, model: Model, keys: list[int]) -> bool:
+    """Whether all three indexes alone (``fast_search``: indexed data only) find ``keys``."""
+    ds = table.dataset()
+    for k in keys:
+        row = model.rows[k]
+        vec = ds.to_table(nearest={"column": "vec", "q": np.asarray(row["vec"], np.float32), "k": 1},
+                          fast_search=True, columns=["id"]).column("id").to_pylist()
+        text = ds.to_table(full_text_query=row["name"].split("-")[0], fast_search=True,
+                           columns=["id"]).column("id").to_pylist()
+        key = ds.to_table(filter=f"id = {k}", fast_search=True, columns=["id"]).column("id").to_pylist()
+        if vec != [k] or k not in text or key != [k]:
+            return False
+    return True
+
+
+def assert_caught_up(table: Table) -> None:
+    m = table.manifest()
+    assert set(m.compacted) and all(g > 0 for g in m.compacted.values())
+    assert {name: m.index_catchup.get(name) for name in INDEXES} == {name: m.compacted for name in INDEXES}
+    ds = table.dataset()
+    assert all(ds.stats.index_stats(name)["num_unindexed_rows"] == 0 for name in INDEXES)
+
+
+def engines(kind: str, spark_session):
+    if kind == "local":
+        return {}, {}, {}, {}
+    from memwal.spark.spark_catchup import SparkCatchupEngine
+    from memwal.spark.spark_compact import SparkCompactEngine
+    from memwal.spark.spark_engine import SparkMergeEngine
+    from memwal.spark.spark_gc import SparkGcEngine
+
+    catchup = SparkCatchupEngine(spark_session, fragments_per_task=1)  # a segment per fragment
+    return ({"engine": SparkMergeEngine(spark_session, partitions=2)}, {"engine": catchup},
+            {"engine": SparkCompactEngine(spark_session), "catchup_engine": catchup},
+            {"engine": SparkGcEngine(spark_session)})
+
+
+@pytest.mark.parametrize("kind", ["local", "spark"])
+def test_every_index_kind_through_the_cycle(source, tmp_path, kind, request):
+    uri, model = source
+    shutil.copytree(uri, tmp_path / "t")
+    table = open_table(str(tmp_path / "t"))
+    spark_session = request.getfixturevalue("spark") if kind == "spark" else None
+    merge_e, catchup_e, compact_e, gc_e = engines(kind, spark_session)
+    first = merged_keys(model)
+
+    check_readers(table, model, "index")  # every generation carries the maintained indexes
+
+    run_merge(table, max_generations=1, **merge_e)
+    assert table.manifest().index_catchup == {}  # Lance recorded nothing: the merged rows are unindexed
+    check_readers(table, model, "exact: index vec_idx does not cover")
+    in_base = [k for k in first if table.dataset().to_table(filter=f"id = {k}", columns=["id"]).num_rows][:4]
+    assert in_base and not indexes_answer(table, model, in_base)
+
+    result = run_catchup(table, **catchup_e)  # incremental: the unindexed fragments become a delta
+    assert result.all_recorded and {i.action for i in result.indexes} == {"optimize"}
+    assert_caught_up(table)
+    assert indexes_answer(table, model, in_base)
+    check_readers(table, model, "index")
+
+    run_merge(table, **merge_e)
+    result = run_catchup(table, thresholds=CatchupThresholds(max_unindexed_fraction=0.0), **catchup_e)
+    assert result.all_recorded and {i.action for i in result.indexes} == {"retrain"}
+    assert_caught_up(table)
+    if kind == "spark":  # rebuilt as segments over fragment groups on executors, one commit
+        fragments = len(table.dataset().get_fragments())
+        assert fragments > 1
+        for name in INDEXES:
+            assert table.dataset().stats.index_stats(name)["num_segments"] == fragments, name
+    assert indexes_answer(table, model, first[:3] + first[-3:])
+    check_readers(table, model, "index")
+
+    compacted = run_compact(table, **compact_e)
+    assert compacted.version is not None and all(i.recorded for i in compacted.indexes)
+    assert_caught_up(table)
+    assert indexes_answer(table, model, first[:3] + first[-3:])
+
+    gc = run_gc(table, grace_seconds=0, expire_versions_seconds=0, **gc_e)
+    assert len(gc.deleted) == WL.shards * WL.generations and not gc.blocked
+    assert all(s["generations"] == [] for s in plan_read(table).shards)
+    assert rows_by_id(table.dataset().to_table()) == model.sorted_rows()
+    check_readers(table, model, "index")
