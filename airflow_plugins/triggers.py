@@ -15,6 +15,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from memwal import steps
+
 log = logging.getLogger(__name__)
 
 TRIGGER_PATH = "memwal.airflow.triggers.MemWalStatusTrigger"
@@ -205,6 +207,7 @@ class MemWalStatusTrigger(BaseTrigger):
             if payload is not None:
                 yield TriggerEvent({"status": "success", "result": payload})
                 return
+            steps.step("trigger.not-yet")
             await asyncio.sleep(self.poke_interval)
 
 

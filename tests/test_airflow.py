@@ -10,7 +10,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from memwal.airflow.operators import (
 from memwal.airflow.sensors import MergedGenerationSensor, MergeLagSensor
 from memwal.airflow.triggers import MemWalStatusTrigger
 
+from memwal import steps
 from memwal.catchup import run_catchup
 from memwal.demo_data import shard_ids_for
 from memwal.lease import Lease
@@ -379,12 +379,17 @@ def test_deferrable_sensor_defers_and_its_trigger_fires_after_a_merge(make_table
     rebuilt = getattr(__import__(module, fromlist=[name]), name)(**kwargs)
     assert kwargs["storage_options"] == {} and kwargs["memwal_conn_id"] == "memwal_d"
 
-    merger = threading.Timer(1.0, lambda: run_merge(table, max_generations=2))
-    merger.start()
-    started = time.monotonic()
-    event = asyncio.run(first_event(rebuilt))
-    merger.join()
-    assert time.monotonic() - started >= 0.9  # it waited for the merge
+    polls: list[str] = []
+
+    def merge_after_the_first_poll(name: str) -> None:
+        if name == "trigger.not-yet":
+            polls.append(name)
+            if len(polls) == 1:  # the condition was not met: now the merge lands
+                run_merge(table, max_generations=2)
+
+    with steps.hooked(merge_after_the_first_poll):
+        event = asyncio.run(first_event(rebuilt))
+    assert polls == ["trigger.not-yet"]  # it polled, waited, polled again and fired
     assert event.payload["status"] == "success" and event.payload["result"]["merged_generation"] == 2
     assert sensor.execute_complete({}, event.payload)["shard_id"] == shard
 

@@ -7,17 +7,17 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import lance
 import pytest
 
+import memwal
 from memwal.actions import run_action
 from memwal.catchup import run_catchup
 from memwal.compact import plan_compaction, run_compact
 from memwal.demo_data import Model, Workload, create_base_table, shard_ids_for, write_generations
-from memwal.errors import BadInputError, ConflictError, LeaseHeldError, LeaseLostError
+from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.gc import run_gc
 from memwal.lease import Lease
 from memwal.merge import run_merge
@@ -27,7 +27,7 @@ from memwal.status import maintained_indexes
 from memwal.table import Table, open_table
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
-from tests.interleave import ScriptedClock
+from tests.interleave import ScriptedClock, Stalled
 from tests.s3server import s3_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -310,48 +310,34 @@ def progress_history(table: Table) -> list[dict[str, int]]:
     return [table.manifest(v).compacted for v in versions]
 
 
-def test_merge_and_compact_race_never_regress_and_converge(make_table):
-    """A merger and a compactor on one table at once: rows, progress and catch-up stay right."""
+@pytest.mark.parametrize("held, step", [
+    ("compact", "compact.after-tasks"),          # its rewrite done, a merge commits, then it commits
+    ("merge", "merge.before-delete-commit"),     # the merge planned, a compaction rewrites its fragments
+    ("merge", "merge.before-marked-commit"),     # its delete pass done, a compaction commits before its marker
+])
+def test_merge_and_compact_interleaved_never_regress_and_converge(make_table, held, step):
+    """A merger and a compactor on one table, one held at a step while the other runs to the
+    end: rows, progress and catch-up stay right, and both finish (a lost race re-plans)."""
     wl = Workload(base_rows=300, shards=2, generations=10, rows_per_generation=25, seed=33)
     table, model = make_table(wl)
+    t = memwal.open(table.uri)
     for _ in range(3):  # some fragments to compact from the start
-        run_merge(table, max_generations=1)
-    errors: list[BaseException] = []
-    conflicts: list[ConflictError] = []
-    merging = threading.Event()
-    merging.set()
+        assert t.merge(max_generations=1).ok
+    merge = lambda: memwal.open(table.uri).merge(max_generations=2)  # noqa: E731
+    compact = lambda: memwal.open(table.uri).compact(target_rows_per_fragment=10_000)  # noqa: E731
+    first, other = (compact, merge) if held == "compact" else (merge, compact)
+    stalled = Stalled(first, step)
+    done = other()
+    assert done.ok and done.to_dict()["version"] is not None
+    stalled.resume()
+    assert stalled.error is None, stalled.error
+    result = stalled.outcome.to_dict()
+    assert result["version"] is not None
+    if held == "compact" or step == "merge.before-delete-commit":
+        assert result["attempts"] == 2, result  # its first commit lost the race and was re-planned
 
-    def merger() -> None:
-        t = open_table(table.uri)
-        try:
-            while run_merge(t, max_generations=1, max_attempts=20).version is not None:
-                pass
-        except BaseException as exc:  # noqa: BLE001 - surfaced below
-            errors.append(exc)
-        finally:
-            merging.clear()
-
-    def compactor() -> None:
-        t = open_table(table.uri)
-        try:
-            while merging.is_set():
-                try:
-                    run_compact(t, options=CompactOptions(target_rows_per_fragment=10_000), max_attempts=3)
-                except ConflictError as exc:
-                    conflicts.append(exc)
-        except BaseException as exc:  # noqa: BLE001 - surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=merger), threading.Thread(target=compactor)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
-    for exc in conflicts:  # a conflict that gave up is retryable: it committed nothing and says rerun
-        assert "rerun" in str(exc)
-
-    rerun = run_compact(table)  # resolves whatever the race left
+    while t.merge().to_dict()["version"] is not None:
+        pass
     assert table_rows(table) == model.sorted_rows()
     assert table.manifest().compacted == {s: wl.generations for s in shard_ids_for(wl)}
     last: dict[str, int] = {}
@@ -359,9 +345,9 @@ def test_merge_and_compact_race_never_regress_and_converge(make_table):
         for shard, g in compacted.items():
             assert g >= last.get(shard, 0)
             last[shard] = g
-    assert fragments(table) <= 3 or rerun.version is None
-    run_catchup(table)
-    assert run_compact(table).version is None
+    assert t.catchup().ok
+    assert t.compact(target_rows_per_fragment=10_000).to_dict()["fragments_after"] == 1
+    assert t.compact(target_rows_per_fragment=10_000).to_dict()["version"] is None  # converged
     assert table.manifest().index_catchup == {"id_idx": table.manifest().compacted,
                                               "vec_idx": table.manifest().compacted}
     assert lsm_rows(table) == model.sorted_rows()

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from memwal import clock as clocks
+from memwal import steps
 from memwal.clock import Clock
 from memwal.errors import (
     BadInputError,
@@ -166,6 +167,7 @@ class Lease:
         except NotFoundError:
             self._refuse_folder()
             rec = self._new_record(1, now)
+            steps.step("lease.before-write")
             try:
                 new_etag = self.store.put_if_absent(self.key, rec.to_json())
             except PreconditionFailedError:
@@ -184,6 +186,7 @@ class Lease:
         # Expired, released, or our own holder name: a new token fences any earlier
         # incarnation of the same holder.
         rec = self._new_record(current.token + 1, now)
+        steps.step("lease.before-write")
         new_etag = self.store.put_if_match(self.key, rec.to_json(), etag)  # lost race: retried
         if dead:
             log.warning("took over the %s lease of dead holder %s (token %d, would have expired %s): "
