@@ -32,7 +32,8 @@ COMMON = dict(
     spark_conn_id="{{ params.spark_conn_id }}",
     spark_conf_param="spark_conf",
 )
-GC_OPTIONS = {"grace_seconds": "{{ params.grace_seconds }}", "expire_versions": "{{ params.expire_versions }}"}
+GC_OPTIONS = {"grace_seconds": "{{ params.grace_seconds }}",
+              "expire_versions": "{{ 'never' if params.expire_versions is none else params.expire_versions }}"}
 
 
 def _route(**context) -> str:

@@ -33,9 +33,6 @@ from memwal.airflow.sensors import MergeLagSensor
 
 CONFIG_ENV = "MEMWAL_CONFIG"
 JOBS = tuple(OPERATORS)  # the cycle's order: merge, catchup, compact, snapshot, gc
-#: GC expires base-table versions older than this by default (tags and branches are kept),
-#: so scheduled GC frees storage; `expire_versions: null` in a table's gc keeps every version.
-DEFAULT_EXPIRE_VERSIONS_SECONDS = 7 * 24 * 3600
 START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
 
 DEFAULTS: dict[str, Any] = {
@@ -53,7 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "catchup": {},
     "compact": {},
     "snapshot": {},
-    "gc": {"expire_versions": DEFAULT_EXPIRE_VERSIONS_SECONDS},
+    # GC expires base-table versions older than 7 days (memwal's one default, as the CLI's);
+    # `expire_versions: null` (or never) in a table's gc keeps every version.
+    "gc": {},
     "lag": {
         "schedule": "*/5 * * * *",
         "max_unmerged_generations": 64,
@@ -73,6 +72,14 @@ JOB_OPTIONS = {job: {*op.option_names(), "lease_ttl"} for job, op in OPERATORS.i
 class ConfigError(ValueError):
     pass
 
+
+
+def _job_options(spec: dict[str, Any], job: str) -> dict[str, Any]:
+    """A job's options from the table's config (``expire_versions: null`` keeps every version)."""
+    options = dict(spec.get(job) or {})
+    if job == "gc" and "expire_versions" in options and options["expire_versions"] is None:
+        options["expire_versions"] = "never"
+    return options
 
 def load_config(path: str) -> dict[str, Any]:
     """Read the YAML or JSON config file (JSON is read by the YAML parser too)."""
@@ -199,12 +206,12 @@ def build_table_dags(spec: dict[str, Any]) -> list[DAG]:
         jobs = [job for job in JOBS if job in spec["jobs"]]
         if spec["engine"] == "spark" and spec.get("one_application", True):
             MemWalMaintenanceOperator(task_id="maintenance", jobs=jobs, asset_alias=f"memwal-merged:{name}",
-                                      job_options={job: dict(spec.get(job) or {}) for job in jobs}, **common)
+                                      job_options={job: _job_options(spec, job) for job in jobs}, **common)
         else:
             previous = None
             for job in jobs:
                 extra = {"asset_alias": f"memwal-merged:{name}"} if job == "merge" else {}
-                task = OPERATORS[job](task_id=job, job_options=dict(spec.get(job) or {}), **extra, **common)
+                task = OPERATORS[job](task_id=job, job_options=_job_options(spec, job), **extra, **common)
                 if previous is not None:
                     previous >> task
                 previous = task

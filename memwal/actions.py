@@ -102,7 +102,7 @@ def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[st
         with contextlib.ExitStack() as stack:
             for lease in leases:
                 if lease.kind in wait_for:
-                    lease.acquire_waiting(options.lease_wait)
+                    lease.acquire_waiting(getattr(options, "lease_wait", 0.0))
                 stack.enter_context(lease)
             yield HeldLeases(leases)
 

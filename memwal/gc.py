@@ -323,7 +323,7 @@ def plan_gc(
     plan.checkpoints = [{"id": c.id, "name": c.name, "version": c.version, "expires_at": c.expires_at}
                         for c in live]
     plan.expired_checkpoints = [c.id for c in ckpts if not c.live(now)]
-    held: list[list[RetainedVersion]] = []  # per merged generation a retained version blocks: its holders
+    held: list[HeldGeneration] = []  # per merged generation a retained version blocks
     found = read_shard_manifests(table.store)
     for err in found.broken.values():
         _plan_broken_shard(table.store, err, plan)
@@ -346,7 +346,7 @@ def plan_gc(
             if verdict.reasons:
                 plan.blocked.append(Blocked(shard_id, g, verdict.reasons[0], verdict.reasons))
                 if verdict.holders and g <= compacted:
-                    held.append(verdict.holders)
+                    held.append(HeldGeneration(g, verdict.holders, progress, verdict.reasons))
                 continue
             deletable.add(g)
             if present.get(g) == key.rsplit("/", 1)[-1]:
@@ -355,36 +355,68 @@ def plan_gc(
         _plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
     _plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
     _plan_unsafe_links(table.store, plan)  # path safety (A)
-    plan.retention = retention_report(held, now)
+    plan.retention = retention_report(held, now, grace_seconds)
     plan.time_will_free = any(b.reasons == [GRACE_PERIOD] for b in plan.blocked)
     if history_retention_seconds is not None:
         plan.history_keys = expired_history(table.store, now - history_retention_seconds)
     return plan
 
 
-def retention_report(held: list[list[RetainedVersion]], now: float) -> dict | None:
+class HeldGeneration(NamedTuple):
+    """A merged generation the retained-version gate blocks, with what decides its fate."""
+
+    generation: int
+    holders: list[RetainedVersion]  # retained versions that had not merged it
+    progress: list[tuple[RetainedVersion, int]]  # every retained version's progress for its shard
+    reasons: list[str]  # every gate that blocks it now
+
+
+def _freed_by_expiry(h: HeldGeneration, seconds: float, now: float, grace_seconds: float) -> tuple[bool, list[str]]:
+    """Whether expiring the untagged versions older than ``seconds`` would let the generation
+    go, and if not which gates would still hold it: every gate, not just the first. Expiry
+    can also remove the version that first merged it, which moves its grace period later."""
+    def expired(v: RetainedVersion) -> bool:
+        return _held_by(v) is None and now - v.manifest.timestamp >= seconds
+
+    others = [r for r in h.reasons if not r.startswith("retained-version") and r != GRACE_PERIOD]
+    if any(not expired(v) for v in h.holders):
+        others.append("retained-version")
+    merged_at = next((v.manifest.timestamp for v, p in h.progress
+                      if v.branch is None and p >= h.generation and not expired(v)), None)
+    if merged_at is None or now - merged_at < grace_seconds:
+        others.append(GRACE_PERIOD)
+    return not others, others
+
+
+def retention_report(held: list[HeldGeneration], now: float, grace_seconds: float = 0.0) -> dict | None:
     """Which retained versions hold merged generations back, and what would free each.
 
-    ``held`` lists, per merged generation the retained-version gate blocks, the versions
-    that still need it. Untagged main-line versions go with Lance's cleanup
-    (``--expire-versions SECONDS``): the hint gives the largest value that still expires
-    every blocking one (it keeps the most history; ages only grow, so it stays valid). A
-    tag, a branch, or a version a branch starts from is the user's to delete: no GC option
-    removes it.
+    ``held`` lists the merged generations the retained-version gate blocks. Untagged
+    main-line versions go with Lance's cleanup (``--expire-versions SECONDS``): the hint gives
+    the largest value that still expires every blocking one (it keeps the most history; ages
+    only grow, so it stays valid), and how many generations that frees once every gate is
+    counted (indexes, checkpoints, and the grace period, which expiry can move later), naming
+    the gates that would still hold the rest. A tag, a branch, or a version a branch starts
+    from is the user's to delete: no GC option removes it.
     """
     if not held:
         return None
-    counts: Counter[int] = Counter(id(v) for holders in held for v in holders)
-    versions = {id(v): v for holders in held for v in holders}
+    counts: Counter[int] = Counter(id(v) for h in held for v in h.holders)
+    versions = {id(v): v for h in held for v in h.holders}
     rows = sorted((_blocking_version(v, counts[i], now) for i, v in versions.items()),
                   key=lambda r: (r["branch"] or "", r["version"]))
     expirable = [r for r in rows if r["held_by"] is None]
     hints = []
     if expirable:
         seconds = max(0, math.floor(min(r["age_seconds"] for r in expirable)))
-        freed = sum(all(_held_by(v) is None for v in holders) for holders in held)
+        outcomes = [_freed_by_expiry(h, seconds, now, grace_seconds) for h in held]
+        freed = sum(ok for ok, _ in outcomes)
+        still = Counter(r for ok, rs in outcomes if not ok for r in rs)
+        rest = ("" if not still else "; the others would still be held by "
+                + ", ".join(f"{r} ({n})" for r, n in sorted(still.items())))
         hints.append(f"untagged version(s) {_versions_text(expirable)}: run gc with --expire-versions {seconds} "
-                     f"to expire them, which frees {freed} of the {len(held)} generation(s) retained versions hold")
+                     f"to expire them, which frees {freed} of the {len(held)} generation(s) retained versions hold"
+                     + rest)
     for r in rows:
         if r["held_by"] == "checkpoint":
             ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in r["tag"].split(", "))
@@ -826,8 +858,10 @@ def render_gc(doc: dict) -> str:
         by_shard[d["shard_id"]].append(d["generation"])
     for shard_id, gens in sorted(by_shard.items()):
         lines.append(f"  {verb} shard {shard_id} generations {_ranges(gens)}")
-    for reason, n in sorted(Counter(b["reason"] for b in doc["blocked"]).items()):
-        lines.append(f"  blocked: {n} x {reason}")
+    gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if " " not in r and "/" not in r)
+                    for b in doc["blocked"])
+    for reasons, n in sorted(gates.items()):
+        lines.append(f"  blocked: {n} x {reasons}")
     for reason, n in sorted(Counter(k["reason"] for k in doc.get("kept_wal_entries", [])).items()):
         why = ("the writer replays it after a crash" if reason == WAL_NEEDED_FOR_REPLAY
                else "it fences out older writers")

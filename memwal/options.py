@@ -68,6 +68,7 @@ _CHECKS = {
     "duration": validate.duration,
     "fraction": validate.fraction,
     "lease_ttl": validate.lease_ttl,
+    "expiry": validate.expiry,
     "names": _names,
     "flag": _flag,
 }
@@ -89,11 +90,8 @@ class JobOptions:
                       choices=ENGINES)
     dry_run: bool = opt(False, "flag", "print the plan, change nothing")
     lease_ttl: float = opt(DEFAULT_LEASE_TTL, "lease_ttl",
-                           f"lease time-to-live, renewed while the job runs (default {DEFAULT_LEASE_TTL:.0f})",
-                           metavar="SECONDS")
-    lease_wait: float = opt(DEFAULT_LEASE_WAIT, "duration",
-                            "how long merge and snapshot wait for the merge lease another job holds before "
-                            f"giving up with exit 3 (default {DEFAULT_LEASE_WAIT:.0f})", metavar="SECONDS")
+                           "lease time-to-live; a heartbeat renews it every third of it while the job runs "
+                           f"(default {DEFAULT_LEASE_TTL:.0f})", metavar="SECONDS")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> Self:
@@ -115,7 +113,7 @@ class JobOptions:
                     raise BadInputError(f"{name}: {value!r} is not one of {', '.join(spec.choices)}")
             else:
                 value = _CHECKS[spec.kind](name, value)
-            values[name] = value
+            values[name] = None if value == validate.NEVER else value
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,12 +134,21 @@ class JobOptions:
                 for v in value:
                     argv += [flag, v]
             else:
-                argv += [flag, str(value)]
+                argv += [flag, validate.NEVER if value is None else str(value)]
         return argv
 
 
 @dataclass(frozen=True, kw_only=True)
-class MergeOptions(JobOptions):
+class WaitingOptions(JobOptions):
+    """Jobs that wait for the merge lease: a merge and a snapshot refresh serialise through it."""
+
+    lease_wait: float = opt(DEFAULT_LEASE_WAIT, "duration",
+                            "how long to wait for the merge lease another job holds before giving up with exit 3 "
+                            f"(default {DEFAULT_LEASE_WAIT:.0f})", metavar="SECONDS")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeOptions(WaitingOptions):
     shards: tuple[str, ...] = opt((), "names", "only these shards (repeatable)", flag="--shard", metavar="ID")
     max_generations: int | None = opt(None, "count", "at most N generations per shard", metavar="N")
     max_rows: int | None = opt(None, "count", "stop adding generations past N change rows", metavar="N")
@@ -172,21 +179,25 @@ class CompactOptions(JobOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SnapshotOptions(JobOptions):
+class SnapshotOptions(WaitingOptions):
     pass
 
 
 DEFAULT_GRACE_SECONDS = 600.0
 DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
 DEFAULT_HISTORY_RETENTION_SECONDS = 90 * 24 * 3600.0
+#: The one default retention of base-table versions, everywhere (CLI, API, DAGs).
+DEFAULT_EXPIRE_VERSIONS_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class GcOptions(JobOptions):
     grace_seconds: float = opt(DEFAULT_GRACE_SECONDS, "duration",
                                "reader grace period after the merge commit (default 600)", metavar="S")
-    expire_versions: float | None = opt(None, "duration", "first expire base-table versions older than S seconds "
-                                        "with Lance's cleanup (tags and branches are kept)", metavar="S")
+    expire_versions: float | None = opt(DEFAULT_EXPIRE_VERSIONS_SECONDS, "expiry",
+                                        "first expire base-table versions older than S seconds with Lance's cleanup "
+                                        "(tags, branches and checkpoints are kept); never: keep every version "
+                                        "(default 604800: 7 days, as Delta's VACUUM)", metavar="S|never")
     orphans: bool = opt(False, "flag", "also remove unlisted generation directories and crashed-merge staging")
     orphan_age_seconds: float = opt(DEFAULT_ORPHAN_AGE_SECONDS, "duration",
                                     "orphans must be at least this old (default 3600)", metavar="S")

@@ -71,37 +71,20 @@ def positive_int(name: str, value: Any) -> int:
     return n
 
 
+#: What ``--expire-versions`` takes to keep every base-table version.
+NEVER = "never"
+
+
+def expiry(name: str, value: Any) -> float | str:
+    """A version-expiry age in seconds, or ``never`` (keep every version)."""
+    if isinstance(value, str) and value.strip().lower() in (NEVER, "none"):
+        return NEVER
+    return duration(name, value)
+
+
 def lease_ttl(name: str, value: Any) -> float:
     """A lease TTL: a positive duration (a zero TTL would expire at once)."""
     return duration(name, value, allow_zero=False)
-
-
-#: Keyword options of the actions and how each is validated (None values mean "default").
-ACTION_OPTIONS = {
-    "grace_seconds": duration,
-    "expire_versions": duration,
-    "orphan_age_seconds": duration,
-    "lease_ttl": lease_ttl,
-    "max_unindexed_fraction": fraction,
-    "max_deltas": positive_int,
-    "max_generations": positive_int,
-    "max_rows": positive_int,
-    "max_bytes": positive_int,
-    "target_rows_per_fragment": positive_int,
-    "max_rows_per_group": positive_int,
-    "max_fragments": positive_int,
-    "materialize_deletions_threshold": fraction,
-}
-
-
-def action_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Validate the known numeric keyword options of an action; returns them normalised."""
-    out = dict(options)
-    for key, value in options.items():
-        check = ACTION_OPTIONS.get(key)
-        if check is not None and value is not None:
-            out[key] = check(key, value)
-    return out
 
 
 # -- storage options -----------------------------------------------------------------

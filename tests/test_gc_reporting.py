@@ -62,6 +62,21 @@ def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table)
     assert len(result.deleted) == GENERATIONS and result.retention is None
 
 
+def test_the_expiry_hint_counts_every_gate_and_the_text_names_them_all(make_table):
+    """With the reader grace period blocking too, the hint must not promise what expiry alone
+    cannot free (it used to say "frees 24 of the 24", then nothing went)."""
+    table, _ = ready_table(make_table, expire=False)
+    plan = plan_gc(table, grace_seconds=600)
+    hint = plan.retention["hint"]
+    assert f"frees 0 of the {GENERATIONS} generation(s)" in hint
+    assert f"still be held by grace-period ({GENERATIONS})" in hint
+    text = render_gc(run_gc(table, grace_seconds=600, dry_run=True).to_json())
+    assert f"blocked: {GENERATIONS} x retained-version:" in text and " + grace-period" in text
+    seconds = int(hint.split("--expire-versions ")[1].split()[0])
+    result = run_gc(table, grace_seconds=600, expire_versions_seconds=seconds)
+    assert result.deleted == []  # exactly what the hint said: nothing, the grace period holds them
+
+
 def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
     table, _ = make_table()
     before_merge = table.dataset().version

@@ -115,8 +115,11 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     """``--engine``, ``--lease-ttl`` and every job's own flags (no two jobs share a flag),
     for commands that run several jobs: backfill and the Spark maintenance cycle."""
     add_arguments(p, JobOptions, skip=("dry_run",))
-    for act in _actions().values():
-        add_arguments(p, act.options, common=False)
+    added: set[str] = set()
+    for act in _actions().values():  # an option two jobs share (--lease-wait) is one flag for both
+        own = option_names(act.options, common=False)
+        add_arguments(p, act.options, common=False, skip=tuple(added))
+        added |= set(own)
 
 
 def job_options_from(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

@@ -10,17 +10,22 @@ from memwal.errors import BadInputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    help_text = "write a demo MemWAL table (bucket sharding, BTREE and vector index) with ShardWriter"
     p = sub.add_parser(
         "demo-data",
         parents=[common_options(json_flag=False)],
-        help="write a demo MemWAL table (bucket sharding, BTREE and vector index) with ShardWriter",
+        help=help_text,
+        description=f"{help_text}: a base table with a primary key, then flushed generations of puts, updates "
+        "and deletes per shard written through pylance's own ShardWriter, as an ingest pipeline would. "
+        "Try the jobs on it: memwal status DIR, memwal merge DIR, ...",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("dir", metavar="DIR", help="where to create the table (must not hold one)")
-    p.add_argument("--shards", type=positive_int, default=4)
+    p.add_argument("--shards", type=positive_int, default=4, help="shards (writers), bucket-sharded on id")
     p.add_argument("--generations", type=positive_int, default=6, help="flushed generations per shard")
-    p.add_argument("--rows-per-generation", type=positive_int, default=200)
-    p.add_argument("--base-rows", type=positive_int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rows-per-generation", type=positive_int, default=200, help="rows put per generation")
+    p.add_argument("--base-rows", type=positive_int, default=2000, help="rows of the base table")
+    p.add_argument("--seed", type=int, default=0, help="random seed (the same seed writes the same table)")
     return p
 
 

@@ -118,6 +118,8 @@ def _snapshot_plan(doc: dict) -> str:
 
 
 def _snapshot_result(doc: dict) -> str:
+    if doc["version"] is None:
+        return f"{doc['table']}: nothing committed: {doc.get('reason') or 'the published snapshot is current'}"
     where = "inline" if doc["storage"] == "inline" else doc["path"]
     line = (
         f"{doc['table']}: snapshot of {doc['num_shards']} shards committed at version {doc['version']} "

@@ -17,6 +17,9 @@ from memwal.commands.common import EXIT_OK, emit, open_table_arg, table_command
 from memwal.errors import BadInputError
 from memwal.lease import CORRUPT, EXPIRED, RELEASED, LeaseInfo, break_lease, describe_lease, lease_key, list_leases
 
+#: The kinds of lease memwal's jobs take (merge-ops and snapshot also take the merge lease).
+JOB_KINDS = ("merge", "catchup", "compact", "snapshot", "gc")
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = table_command(sub, "lease", "list the table's job leases, or break a stuck one")
@@ -35,7 +38,12 @@ def run(args: argparse.Namespace) -> int:
         emit(args, doc, lambda: render(table.uri, infos))
         return EXIT_OK
     kind = args.break_kind
-    lease_key(kind)  # a bad kind is bad input before anything is read
+    kinds = [i.kind for i in list_leases(table.store)]
+    if kind not in kinds:
+        lease_key(kind)  # a malformed kind is refused as such
+        listed = ", ".join(kinds) if kinds else "none"
+        raise BadInputError(f"no {kind} lease on {table.uri}: nothing to break (its leases: {listed}; the job "
+                            f"kinds are {', '.join(JOB_KINDS)})")
     info = describe_lease(table.store, kind)
     if info is None:
         raise BadInputError(f"no {kind} lease on {table.uri}: nothing to break")

@@ -53,7 +53,8 @@ def outcome_of(job: str, doc: dict[str, Any], problems: list[str]) -> str:
     if problems:
         return FAILED
     did = doc.get("version") is not None or any(doc.get(k) for k in (
-        "deleted", "checkpoints_removed", "history_pruned", "orphans_deleted", "expired_versions"))
+        "deleted", "checkpoints_removed", "history_pruned", "orphans_deleted")) \
+        or (doc.get("expired_versions") or {}).get("old_versions")
     return OK if did else NOTHING
 
 
