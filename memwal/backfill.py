@@ -170,6 +170,16 @@ def unique_tables(tables: Sequence[str]) -> list[str]:
     return out
 
 
+def options_fingerprint(engine: str, options: dict[str, Any]) -> str:
+    """What a finished (table, job) was run with: a rerun with other options (``--grace-seconds
+    0`` after a run with the default) is new work, not something finished earlier."""
+    import hashlib
+
+    doc = json.dumps({"engine": engine, **{k: v for k, v in options.items() if k != "lease_ttl"}},
+                     sort_keys=True, default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
 class BackfillState:
     """Finished (table, job) pairs, persisted atomically after every change."""
 
@@ -373,7 +383,8 @@ def run_backfill(
                 notify("end", run)
                 continue
             record = state.is_done(table, job)
-            if record is not None:
+            fingerprint = options_fingerprint(engine, options.get(job, {}))
+            if record is not None and record.get("options", fingerprint) == fingerprint:
                 earlier = record.get("summary") or ""
                 summary = f"finished earlier ({earlier})" if earlier else "finished earlier"
                 run = JobRun(table, job, SKIPPED, summary=summary)
@@ -386,7 +397,8 @@ def run_backfill(
                 state.mark_done(
                     table,
                     job,
-                    {"finished_at": time.time(), "summary": run.summary, "version": (run.result or {}).get("version")},
+                    {"finished_at": time.time(), "summary": run.summary, "version": (run.result or {}).get("version"),
+                     "options": fingerprint},
                 )
             elif run.status == FAILED:
                 stopped_by = job

@@ -195,7 +195,7 @@ def _record_index_commits(table: Table, before: int, after: int) -> None:
     for v in range(before + 1, after + 1):
         try:
             txn = ds.read_transaction(v)
-        except (OSError, ValueError, RuntimeError):
+        except (OSError, ValueError, RuntimeError, TypeError):  # pylance 14 cannot read a Rewrite's
             continue
         if txn is not None and type(txn.operation).__name__ == "CreateIndex":
             history.committed(v)

@@ -193,3 +193,21 @@ def test_gc_held_only_by_the_grace_period_is_not_recorded_as_done(make_table, tm
                          job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
     assert [j.status for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
     assert again.tables[0].jobs[2].result["deleted"] and not again.tables[0].jobs[2].result["time_will_free"]
+
+
+def test_a_rerun_with_other_options_is_new_work(make_table, tmp_path):
+    """A rerun that changes a job's options runs that job again (it used to skip it as
+    'finished earlier' and apply nothing); the jobs whose options did not change are skipped."""
+    table, _ = make_table()
+    state = BackfillState(str(tmp_path / "state.json"))
+    jobs = ["merge", "catchup", "gc"]
+    first = run_backfill([table.uri], jobs, state=state, job_options={"gc": {"expire_versions": "never"}})
+    assert [j.status for j in first.tables[0].jobs] == ["done", "done", "done"]
+    assert first.tables[0].jobs[2].result["deleted"] == []  # every version kept: nothing could go
+    again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
+                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
+    assert [j.status for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
+    assert len(again.tables[0].jobs[2].result["deleted"]) == SMALL.shards * SMALL.generations
+    same = run_backfill([table.uri], jobs, state=BackfillState(state.path),
+                        job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
+    assert [j.status for j in same.tables[0].jobs] == ["skipped", "skipped", "skipped"]

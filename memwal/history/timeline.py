@@ -130,7 +130,7 @@ def _external(table: Table, stretch: list[tuple[int, float]]) -> dict[str, Any] 
         for v in list(versions):
             try:
                 txn = ds.read_transaction(v)
-            except (OSError, ValueError, RuntimeError):
+            except (OSError, ValueError, RuntimeError, TypeError):  # pylance 14 cannot read a Rewrite's
                 operations["unknown"] += 1
                 continue
             if txn is not None and (txn.transaction_properties or {}).get(RUN_ID_PROPERTY):
