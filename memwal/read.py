@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
 from memwal.errors import BadInputError
-from memwal.merge_ops import MergeOps, from_config
+from memwal.merge_ops import MergeOps, table_ops
 from memwal.naming import manifest_key
 from memwal.paths import generation_key
 from memwal.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches, source_columns
@@ -372,7 +372,7 @@ def lsm_scan(
     """
     manifest = manifest or table.require_mem_wal()
     ds = table.dataset(manifest.version)
-    ops = from_config(ds.config())
+    ops = table_ops(ds)
     if ops.active:
         if snapshots is not None:
             raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, not snapshots")
@@ -410,10 +410,13 @@ def folded_scan(
     import tempfile
 
     from memwal.merge.changes import SHARD, TOMBSTONE, fold_changes, read_generation
+    from memwal.merge.columns import BaseFields, dataset_field_ids, renames
+    from memwal.merge.inputs import open_generation
     from memwal.merge.operands import OperandsIncompleteError, wal_keys_by_generation
     from memwal.merge.plan import GenerationRef
 
     pk = _primary_key(ds.schema)
+    fields = BaseFields.of(ds)
     base = ds.to_table()
     code_of = {sid: i for i, sid in enumerate(sorted({sid for sid, _, _ in plan.generations}))}
     wanted: dict[str, set[int]] = {}
@@ -425,7 +428,11 @@ def folded_scan(
         if not wal[sid][g]:
             raise OperandsIncompleteError(f"shard {sid} generation {g}: no WAL entry is left to fold its operands from")
         key = generation_key(sid, path)
-        ref = GenerationRef(sid, g, path, key, table.store.uri_for(key), 0, 0, table.uri, wal[sid][g])
+        uri = table.store.uri_for(key)
+        # Columns matched by field id, as the merger and pylance's LsmScanner match them.
+        renamed = renames(dataset_field_ids(open_generation(uri, table.storage_options)), fields,
+                          f"shard {sid} generation {g}")
+        ref = GenerationRef(sid, g, path, key, uri, 0, 0, table.uri, wal[sid][g], renamed)
         frames += list(read_generation(ref, ds.schema, table.storage_options, code_of[sid]))
     rows = base
     if frames:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.errors import BadInputError, MemWalError
+from memwal.merge.columns import arrow_field_ids, dataset_field_ids, to_base_names
 from memwal.merge.inputs import open_generation
 from memwal.merge.plan import GenerationRef, MergePlan
 from memwal.merge_ops import MergeOps, fold
@@ -175,7 +176,8 @@ def read_generation(
         return
     fragments = [ds.get_fragment(i) for i in fragment_ids] if fragment_ids is not None else None
     for batch in ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments).to_batches():
-        yield _tag(conform(batch, schema, ref.uri), ref, shard_code)
+        yield _tag(conform(to_base_names(pa.Table.from_batches([batch]), ref.renamed), schema, ref.uri), ref,
+                   shard_code)
 
 
 def ordered_pool(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Iterator[R]:
@@ -236,7 +238,8 @@ def read_generations(
     group: list[tuple[GenerationRef, pa.Table]] = []
 
     def flush() -> pa.Table:
-        t = conform(pa.concat_tables([g[1] for g in group]), schema, group[0][0].uri)
+        t = conform(to_base_names(pa.concat_tables([g[1] for g in group]), group[0][0].renamed), schema,
+                    group[0][0].uri)
         counts = [g[1].num_rows for g in group]
         gens = np.repeat(np.array([g[0].generation for g in group], dtype=np.int64), counts)
         shards = np.repeat(np.array([code_of[g[0].shard_id] for g in group], dtype=np.int32), counts)
@@ -248,7 +251,8 @@ def read_generations(
     chunks = [refs[i:i + size] for i in range(0, len(refs), size)]
     scanned = (item for part in ordered_pool(lambda chunk: [scan(r) for r in chunk], chunks, threads) for item in part)
     for ref, t in scanned:
-        if group and (not t.schema.equals(group[0][1].schema) or rows + t.num_rows > group_rows):
+        same = t.schema.equals(group[0][1].schema) and ref.renamed == group[0][0].renamed if group else True
+        if group and (not same or rows + t.num_rows > group_rows):
             yield flush()
             rows = 0
         group.append((ref, t))
@@ -268,8 +272,16 @@ def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, sto
     from memwal.merge.operands import check_complete, read_operands
 
     pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
-    operands = read_operands(ref.table_uri, storage_options, ref.wal_keys)
-    check_complete(operands, ds.to_table(columns=[*pk, TOMBSTONE]), pk,
+    # A WAL entry names its columns as its writer did and records their field ids: each is
+    # named as in the flushed generation (same field ids), then as in the base table.
+    names_by_id = {fid: name for name, fid in dataset_field_ids(ds).items()}
+
+    def as_generation(t: pa.Table) -> pa.Table:
+        ids = arrow_field_ids(t.schema)
+        return t.rename_columns([names_by_id.get(ids[c], c) if c in ids else c for c in t.column_names])
+
+    operands = to_base_names(read_operands(ref.table_uri, storage_options, ref.wal_keys, as_generation), ref.renamed)
+    check_complete(operands, to_base_names(ds.to_table(columns=[*pk, TOMBSTONE]), ref.renamed), pk,
                    f"shard {ref.shard_id} generation {ref.generation}")
     return operands
 

@@ -15,6 +15,7 @@ is refused rather than folded from a partial history (:class:`OperandsIncomplete
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -40,10 +41,15 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
     return {g: tuple(keys) for g, keys in out.items()}
 
 
-def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...]) -> pa.Table:
-    """The rows of WAL entries in order, with a ``_rowaddr`` giving that order."""
+def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...],
+                  rename: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
+    """The rows of WAL entries in order, with a ``_rowaddr`` giving that order; ``rename``
+    names each entry's columns before they are put together (entries written before a
+    rename carry the old names)."""
     store = open_store(table_uri, storage_options)
     tables = [pa.ipc.open_stream(io.BytesIO(store.get(key))).read_all() for key in wal_keys]
+    if rename is not None:
+        tables = [rename(t) for t in tables]
     rows = pa.concat_tables([t.replace_schema_metadata(None) for t in tables], promote_options="permissive")
     return rows.append_column("_rowaddr", pa.array(np.arange(rows.num_rows, dtype=np.uint64)))
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from memwal.errors import BadInputError
 from memwal.merge import intents
+from memwal.merge.columns import Renames
 from memwal.merge.inputs import OPEN_THREADS, can_open, check_generations, links_by_generation, ordered_map
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge_ops import MergeOps, table_merge_ops
@@ -40,6 +41,9 @@ class GenerationRef:
     #: hold every operand (the flushed generation keeps only each key's newest row).
     table_uri: str = ""
     wal_keys: tuple[str, ...] = ()
+    #: Columns that do not keep their name in the base table, matched by Lance field id
+    #: (renamed, or dropped from the base: None); see memwal.merge.columns.
+    renamed: Renames = ()
 
 
 @dataclass
@@ -262,7 +266,7 @@ def plan_merge(
     if MergeOps(plan.merge_ops).active:
         attach_operands(table, plan)
     # Bad input must fail here, before a merge writes anything (not even its lease).
-    check_generations(plan, table.dataset(plan.read_version).schema, table.storage_options)
+    check_generations(plan, table.dataset(plan.read_version), table.storage_options)
     return plan
 
 
