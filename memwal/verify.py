@@ -3,8 +3,9 @@
 Checks: no duplicate primary keys in the base table; per shard, no generation gap above
 the merge progress and progress never above what was flushed; every generation path in
 every manifest resolves inside its shard directory; every listed unmerged generation is
-present and readable. The LSM view comparison is the reader's-eye check used around
-operations.
+present and readable (Lance validates each fragment's data file footers and deletion
+file: memwal.generation_files). The LSM view comparison is the reader's-eye check used
+around operations.
 
 A checker must never crash on what it checks: a missing, broken or unsafe generation, an
 unreadable base table or an LSM view Lance cannot read is a finding (exit code 1), each
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.errors import MemWalError, first_line
+from memwal.generation_files import generation_damage
 from memwal.merge.plan import primary_key_of
 from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
@@ -75,7 +77,7 @@ def verify_table(table: Table) -> VerifyResult:
         res.problems.append(Problem("unique-primary-key", f"{dup.num_rows} keys appear more than once, e.g. {example}"))
 
     res.checks += ["shard-manifest-readable", "no-generation-gap", "progress-not-above-flushed",
-                   "paths-inside-shard", "generations-present"]
+                   "paths-inside-shard", "generations-present", "generations-readable"]
     found = read_shard_manifests(table.store)
     unmerged: list[tuple[str, int, str]] = []  # (shard, generation, key) of present unmerged generations
     states = found.states
@@ -118,10 +120,15 @@ def verify_table(table: Table) -> VerifyResult:
                         shard_id,
                     )
                 )
+                continue
+            why = generation_damage(table.store, key, table.store.uri_for(key), table.storage_options)
+            if why is not None:
+                detail = f"unmerged generation {g.generation} ({g.path}) {why}"
+                res.problems.append(Problem("generations-readable", detail, shard_id))
             else:
                 unmerged.append((shard_id, g.generation, key))
     # The reader would fail on what is already reported: that is not a second finding.
-    blocking = ("paths-inside-shard", "shard-manifest-readable", "generations-present")
+    blocking = ("paths-inside-shard", "shard-manifest-readable", "generations-present", "generations-readable")
     if not any(p.check in blocking for p in res.problems):
         res.checks.append("lsm-view-readable")
         try:

@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from memwal.status import render_status, table_status
 
-    st = table_status(open_table_arg(args))
+    st = table_status(open_table_arg(args), check_files=True)
     emit(args, st.to_dict(), lambda: render_status(st))
     for s in st.broken:  # shown above too; a broken shard's state is unknown: that is a failure
         print(f"memwal: error: {s.problem}", file=sys.stderr)

@@ -22,6 +22,7 @@ import tempfile
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NoReturn, TypeVar
 
@@ -31,7 +32,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal.errors import BadInputError, MemWalError
+from memwal.errors import BadInputError, MemWalError, first_line
+from memwal.generation_files import GenerationUnreadableError
 from memwal.merge.columns import arrow_field_ids, dataset_field_ids, to_base_names
 from memwal.merge.inputs import open_generation
 from memwal.merge.plan import GenerationRef, MergePlan
@@ -153,7 +155,8 @@ def _open_checked(ref: GenerationRef, storage_options: dict | None) -> lance.Lan
     try:
         ds = open_generation(ref.uri, storage_options)
     except (ValueError, OSError) as exc:
-        raise MemWalError(f"shard {ref.shard_id}: cannot open generation {ref.generation} at {ref.uri}: {exc}") from exc
+        raise GenerationUnreadableError(ref.shard_id, ref.generation,
+                                        f"cannot open {ref.uri}: {first_line(exc)}") from exc
     if TOMBSTONE not in ds.schema.names:
         raise BadInputError(f"{ref.uri}: generation has no {TOMBSTONE} column; not a MemWAL generation")
     return ds
@@ -175,9 +178,35 @@ def read_generation(
         yield _tag(conform(_operands(ref, ds, schema, storage_options), schema, ref.uri), ref, shard_code)
         return
     fragments = [ds.get_fragment(i) for i in fragment_ids] if fragment_ids is not None else None
-    for batch in ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments).to_batches():
+    scanner = ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments)
+    for batch in _attributed(ref, scanner.to_batches()):
         yield _tag(conform(to_base_names(pa.Table.from_batches([batch]), ref.renamed), schema, ref.uri), ref,
                    shard_code)
+
+
+@contextmanager
+def _reading(ref: GenerationRef) -> Iterator[None]:
+    """Lance reading one generation: a failure names the shard, the generation and Lance's
+    reason (:class:`GenerationUnreadableError`), so the merge stops that shard there and
+    merges the others."""
+    try:
+        yield
+    except BaseException as exc:  # noqa: BLE001 - pyo3 panics derive from BaseException
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        raise GenerationUnreadableError(ref.shard_id, ref.generation,
+                                        f"unreadable: {ref.uri}: {first_line(exc)}") from exc
+
+
+def _attributed(ref: GenerationRef, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` of one generation, read under :func:`_reading` (what the consumer does
+    with each batch is not attributed to the generation)."""
+    while True:
+        with _reading(ref):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
 
 
 def ordered_pool(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Iterator[R]:
@@ -233,7 +262,8 @@ def read_generations(
 
     def scan(ref: GenerationRef) -> tuple[GenerationRef, pa.Table]:
         ds = _open_checked(ref, storage_options)
-        return ref, ds.scanner(with_row_address=True, batch_size=65536).to_table()
+        with _reading(ref):
+            return ref, ds.scanner(with_row_address=True, batch_size=65536).to_table()
 
     group: list[tuple[GenerationRef, pa.Table]] = []
 

@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from memwal.lease import Lease
 from memwal.merge import intents
 from memwal.merge.changes import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, NetChanges, local_net_changes
-from memwal.merge.plan import MergePlan, plan_merge
+from memwal.generation_files import GenerationUnreadableError
+from memwal.merge.plan import BlockedShard, MergePlan, plan_merge
 from memwal.retry import after_conflict
 from memwal.table import Table
 
@@ -266,15 +267,30 @@ def run_merge(
     left to merge, never with a success.
     """
     engine = engine or LocalEngine()
+    #: Generations this run failed to read: their shards stop there, the others merge.
+    unreadable: dict[str, BlockedShard] = {}
 
     def attempt(n: int) -> MergeResult:
         if n > 1 and lease:
             lease.check()
-        p = plan if n == 1 and plan is not None else plan_merge(
-            table, shards=shards, max_generations=max_generations, max_rows=max_rows, max_bytes=max_bytes)
-        result = execute_merge(table, p, engine, lease=lease, on_step=on_step)
-        result.attempts = n
-        return result
+        p = plan if n == 1 and plan is not None and not unreadable else replan()
+        while True:
+            try:
+                result = execute_merge(table, p, engine, lease=lease, on_step=on_step)
+            except GenerationUnreadableError as exc:
+                known = unreadable.get(exc.shard_id)
+                if known is not None and known.generation <= exc.generation:
+                    raise  # the plan already stopped there: not a damaged file we can step around
+                log.warning("%s: %s; merging the other shards", table.uri, exc)
+                unreadable[exc.shard_id] = BlockedShard(exc.shard_id, exc.generation, exc.detail)
+                p = replan()
+                continue
+            result.attempts = n
+            return result
+
+    def replan() -> MergePlan:
+        return plan_merge(table, shards=shards, max_generations=max_generations, max_rows=max_rows,
+                          max_bytes=max_bytes, stop_at=unreadable)
 
     result = after_conflict(attempt, what=f"{table.uri}: merge", attempts=max_attempts)
     if lease:

@@ -61,17 +61,6 @@ def open_generation(uri: str, storage_options: dict | None) -> lance.LanceDatase
     return lance.dataset(uri, storage_options=storage_options or None, session=generation_session())
 
 
-def can_open(uri: str, storage_options: dict | None) -> bool:
-    """Whether Lance opens the generation: it has a readable table manifest. GC deletes a
-    generation's manifests first, so a half-collected directory answers False. (The open
-    is cached by the session: :func:`check_generations` and the merge's reads reuse it.)"""
-    try:
-        open_generation(uri, storage_options)
-    except (ValueError, OSError):
-        return False
-    return True
-
-
 def ordered_map(fn: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
     """``[fn(x) for x in items]`` on a bounded thread pool; the first error propagates.
 

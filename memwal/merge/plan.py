@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from memwal.errors import BadInputError
 from memwal.merge import intents
 from memwal.merge.columns import Renames
-from memwal.merge.inputs import OPEN_THREADS, can_open, check_generations, links_by_generation, ordered_map
+from memwal.generation_files import generation_damage
+from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation, ordered_map
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge_ops import MergeOps, table_merge_ops
 from memwal.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
@@ -155,16 +156,21 @@ def plan_shard(
     compacted: int,
     *,
     max_generations: int | None,
+    stop_at: BlockedShard | None = None,
 ) -> tuple[list[GenerationRef], BlockedShard | None]:
     """The shard's next generations, stopping at the first one that is not in the manifest,
-    has an unsafe path, holds a symbolic link or cannot be opened.
+    has an unsafe path, holds a symbolic link, cannot be opened or has a damaged file
+    (:func:`memwal.generation_files.generation_damage`), or at ``stop_at`` (a generation a
+    merge of this run failed to read).
 
     The checks are the same for one generation or ten thousand; their I/O is batched: one
     walk of the shard directory for links (past a few generations), then the link-free
-    generations are opened by Lance on a thread pool (readable means Lance opens it; the
+    generations are opened and their fragments validated by Lance on a thread pool (the
     session caches the open for the schema checks and the reads), verdicts in order.
     """
     candidates, stop = _candidates(state, compacted, max_generations)
+    if stop_at is not None:
+        candidates = [c for c in candidates if c[0].generation <= stop_at.generation]
     store = table.store
     keys = [key for _, key in candidates]
     if len(keys) > WALK_SHARD_ABOVE:
@@ -178,13 +184,14 @@ def plan_shard(
         why = f"unsafe-path: {', '.join(links[key])}: symbolic link, never followed"
         candidates, stop = candidates[:linked], BlockedShard(state.shard_id, fg.generation, why)
     uris = [store.uri_for(key) for _, key in candidates]
-    readable = ordered_map(lambda uri: can_open(uri, table.storage_options), uris, OPEN_THREADS)
+    damage = ordered_map(lambda item: generation_damage(store, item[0], item[1], table.storage_options),
+                         [(key, uri) for (_, key), uri in zip(candidates, uris, strict=True)], OPEN_THREADS)
     refs: list[GenerationRef] = []
-    for (fg, key), uri, ok in zip(candidates, uris, readable, strict=True):
-        if not ok:
-            return refs, BlockedShard(
-                state.shard_id, fg.generation, f"missing: generation directory {fg.path} is missing or unreadable"
-            )
+    for (fg, key), uri, why in zip(candidates, uris, damage, strict=True):
+        if stop_at is not None and fg.generation >= stop_at.generation:
+            return refs, stop_at
+        if why is not None:
+            return refs, BlockedShard(state.shard_id, fg.generation, why)
         refs.append(GenerationRef(state.shard_id, fg.generation, fg.path, key, uri, fg.physical_rows,
                                   fg.in_memory_bytes))
     return refs, stop
@@ -198,8 +205,13 @@ def plan_merge(
     max_rows: int | None = None,
     max_bytes: int | None = None,
     manifest: TableManifest | None = None,
+    stop_at: dict[str, BlockedShard] | None = None,
 ) -> MergePlan:
-    """Pure: reads manifests, returns what a merge would do. Nothing is written."""
+    """Pure: reads manifests, returns what a merge would do. Nothing is written.
+
+    ``stop_at`` stops shards at generations an earlier attempt of this run could not read.
+    """
+    stop_at = stop_at or {}
     manifest = manifest or table.require_mem_wal()
     found = read_shard_manifests(table.store)
     states = found.states
@@ -226,7 +238,7 @@ def plan_merge(
             continue
         compacted = manifest.compacted_generation(shard_id)
         budget = None if shard_id in floor else max_generations
-        refs, blocked = plan_shard(table, state, compacted, max_generations=budget)
+        refs, blocked = plan_shard(table, state, compacted, max_generations=budget, stop_at=stop_at.get(shard_id))
         if blocked:
             plan.blocked.append(blocked)
         per_shard.append((shard_id, compacted, refs))
