@@ -91,7 +91,8 @@ def _broken_file(store: Store, key: str, fragment, exc: BaseException) -> str:
         if info is None:
             return f"{kind} {store.uri_for(file_key)} is missing"
         if size is not None and info.size != size:
-            return f"{kind} {store.uri_for(file_key)} is {info.size} bytes, Lance recorded {size} (truncated or replaced)"
+            where = store.uri_for(file_key)
+            return f"{kind} {where} is {info.size} bytes, Lance recorded {size} (truncated or replaced)"
         if info.size == 0:
             return f"{kind} {store.uri_for(file_key)} is empty"
     for kind, file_key, _ in files:

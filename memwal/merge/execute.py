@@ -60,9 +60,9 @@ from memwal.errors import ConflictError
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
+from memwal.generation_files import GenerationUnreadableError
 from memwal.merge import intents
 from memwal.merge.changes import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, NetChanges, local_net_changes
-from memwal.generation_files import GenerationUnreadableError
 from memwal.merge.plan import BlockedShard, MergePlan, plan_merge
 from memwal.retry import after_conflict
 from memwal.table import Table

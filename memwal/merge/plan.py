@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from memwal.errors import BadInputError
+from memwal.generation_files import generation_damage
 from memwal.merge import intents
 from memwal.merge.columns import Renames
-from memwal.generation_files import generation_damage
 from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation, ordered_map
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge_ops import MergeOps, table_merge_ops
