@@ -93,9 +93,9 @@ class MemWalTable:
              source: str = "index") -> pa.Table:
         """The rows a reader sees now: base table plus unmerged generations (folded by the
         table's merge operators, if any), pruned by ``filter`` where the sharding allows."""
-        from memwal.read import lsm_scan
+        from memwal.read import fresh_scan
 
-        return lsm_scan(self._table, columns=columns, filter=filter, limit=limit, source=source)
+        return fresh_scan(self._table, columns=columns, filter=filter, limit=limit, source=source)[1]
 
     def leases(self) -> list[LeaseInfo]:
         from memwal.lease import list_leases

@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
-from memwal.errors import BadInputError
+from memwal.errors import BadInputError, MemWalError
 from memwal.merge_ops import MergeOps, table_ops
 from memwal.naming import manifest_key
 from memwal.paths import generation_key
@@ -388,6 +388,45 @@ def lsm_scan(
     if limit is not None:
         scanner = scanner.limit(limit)
     return scanner.to_table()
+
+
+def fresh_scan(
+    table: Table,
+    *,
+    columns: list[str] | None = None,
+    filter: str | None = None,
+    limit: int | None = None,
+    source: str = "index",
+    check: Callable[[TableManifest], None] | None = None,
+) -> tuple[ReadPlan, pa.Table]:
+    """:func:`plan_read` then :func:`lsm_scan` at the latest version, planned and read again
+    when what the plan listed moved under the read.
+
+    A merge followed by a GC (with no grace period) collects a generation a reader listed a
+    moment earlier, and ``gc --expire-versions`` can expire the version it reads; pylance's
+    reader then fails on a missing file. That is a race lost to maintenance, not bad input:
+    when the table has a newer version than the one read, the read starts over (memwal.retry;
+    after retries, exit code 3). ``check`` runs on each attempt's manifest before the read
+    (the caller's own checks, e.g. of ``columns``).
+    """
+    from memwal.errors import StateMovedError
+    from memwal.merge.operands import OperandsIncompleteError
+    from memwal.retry import after_conflict
+
+    def attempt(n: int) -> tuple[ReadPlan, pa.Table]:
+        manifest = table.require_mem_wal()
+        plan = plan_read(table, source=source, filter=filter, manifest=manifest)
+        if check is not None:
+            check(manifest)
+        try:
+            return plan, lsm_scan(table, columns=columns, filter=filter, limit=limit, plan=plan, manifest=manifest)
+        except (ValueError, OSError, RuntimeError, MemWalError) as exc:
+            vanished = isinstance(exc, StateMovedError | OperandsIncompleteError) or "not found" in str(exc).lower()
+            if not vanished or table.manifest().version == manifest.version:
+                raise
+            raise StateMovedError(f"{table.uri}: version {manifest.version} moved while read ({exc})") from exc
+
+    return after_conflict(attempt, what=f"{table.uri}: scan")
 
 
 def folded_scan(

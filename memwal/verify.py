@@ -20,11 +20,12 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal.errors import MemWalError, first_line
+from memwal.errors import MemWalError, StateMovedError, first_line
 from memwal.generation_files import generation_damage
 from memwal.merge.plan import primary_key_of
 from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
+from memwal.retry import after_conflict
 from memwal.shard_manifests import generation_readable, read_shard_manifests
 from memwal.table import Table
 
@@ -58,7 +59,28 @@ class VerifyResult:
         return d
 
 
-def verify_table(table: Table) -> VerifyResult:
+def verify_table(table: Table, *, attempts: int = 6) -> VerifyResult:
+    """Check the table; a finding is reported only when the table stood still while it was made.
+
+    A merge followed by a GC (no grace period) collects a generation between our reading
+    the shard manifests and our looking at it, and a version cleanup can expire the version
+    the LSM view reads: checks made across such a commit can see a state that never
+    existed. So when a check finds a problem and the table's latest version is no longer the
+    one checked, the whole check starts over (memwal.retry); after ``attempts`` such rounds,
+    exit code 3 (the table kept moving), never a false alarm.
+    """
+
+    def attempt(n: int) -> VerifyResult:
+        res = _verify_once(table)
+        if not res.ok and table.manifest().version != res.version:
+            raise StateMovedError(f"{table.uri}: version {res.version} moved while verified "
+                                  f"({res.problems[0].check}: {res.problems[0].detail})")
+        return res
+
+    return after_conflict(attempt, what=f"{table.uri}: verify", attempts=attempts)
+
+
+def _verify_once(table: Table) -> VerifyResult:
     manifest = table.require_mem_wal()
     res = VerifyResult(table=table.uri, version=manifest.version)
     pk = primary_key_of(table)
@@ -132,7 +154,7 @@ def verify_table(table: Table) -> VerifyResult:
     if not any(p.check in blocking for p in res.problems):
         res.checks.append("lsm-view-readable")
         try:
-            res.lsm_rows = lsm_scan(table, columns=pk).num_rows
+            res.lsm_rows = lsm_scan(table, columns=pk, manifest=manifest).num_rows
         except _READ_ERRORS as exc:
             detail = f"the LSM view cannot be read: {first_line(exc, table.uri)}"
             res.problems.append(Problem("lsm-view-readable", detail))

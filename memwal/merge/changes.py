@@ -299,7 +299,7 @@ def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
 
 def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, storage_options: dict | None) -> pa.Table:
     """Every operand of a generation from its WAL entries, checked against the flushed rows."""
-    from memwal.merge.operands import check_complete, read_operands
+    from memwal.merge.operands import OperandsIncompleteError, check_complete, read_operands
 
     pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
     # A WAL entry names its columns as its writer did and records their field ids: each is
@@ -310,9 +310,16 @@ def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, sto
         ids = arrow_field_ids(t.schema)
         return t.rename_columns([names_by_id.get(ids[c], c) if c in ids else c for c in t.column_names])
 
-    operands = to_base_names(read_operands(ref.table_uri, storage_options, ref.wal_keys, as_generation), ref.renamed)
-    check_complete(operands, to_base_names(ds.to_table(columns=[*pk, TOMBSTONE]), ref.renamed), pk,
-                   f"shard {ref.shard_id} generation {ref.generation}")
+    where = f"shard {ref.shard_id} generation {ref.generation}"
+    try:
+        operands = read_operands(ref.table_uri, storage_options, ref.wal_keys, as_generation)
+        operands = to_base_names(operands, ref.renamed)
+        with _reading(ref):
+            flushed = to_base_names(ds.to_table(columns=[*pk, TOMBSTONE]), ref.renamed)
+        check_complete(operands, flushed, pk, where)
+    except OperandsIncompleteError as exc:  # this shard stops here (or re-plans: merged meanwhile)
+        detail = str(exc).removeprefix(f"{where}: ")
+        raise GenerationUnreadableError(ref.shard_id, ref.generation, f"operands-missing: {detail}") from exc
     return operands
 
 

@@ -56,7 +56,7 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
-from memwal.errors import ConflictError
+from memwal.errors import ConflictError, StateMovedError
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -278,6 +278,10 @@ def run_merge(
             try:
                 result = execute_merge(table, p, engine, lease=lease, on_step=on_step)
             except GenerationUnreadableError as exc:
+                planned = next((s.compacted_generation for s in p.shards if s.shard_id == exc.shard_id), None)
+                if planned is not None and table.manifest().compacted_generation(exc.shard_id) != planned:
+                    # Merged (and collected) by another merger since we planned: a lost race.
+                    raise StateMovedError(f"{table.uri}: shard {exc.shard_id} was merged meanwhile ({exc})") from exc
                 known = unreadable.get(exc.shard_id)
                 if known is not None and known.generation <= exc.generation:
                     raise  # the plan already stopped there: not a damaged file we can step around

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from memwal.errors import BadInputError
+from memwal.errors import BadInputError, MemWalError, StateMovedError
 from memwal.generation_files import generation_damage
 from memwal.merge import intents
 from memwal.merge.columns import Renames
@@ -19,6 +19,7 @@ from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge_ops import MergeOps, table_merge_ops
 from memwal.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
 from memwal.paths import UnsafePathError
+from memwal.retry import after_conflict
 from memwal.shard_manifests import (
     FlushedGeneration,
     ShardState,
@@ -197,6 +198,11 @@ def plan_shard(
     return refs, stop
 
 
+#: Reasons a shard stops that a concurrent merge (and a GC collecting what it merged) can
+#: cause while we plan: checked against the latest progress before they are reported.
+_RACY = ("missing:", "unreadable:", "operands-missing:")
+
+
 def plan_merge(
     table: Table,
     *,
@@ -210,8 +216,32 @@ def plan_merge(
     """Pure: reads manifests, returns what a merge would do. Nothing is written.
 
     ``stop_at`` stops shards at generations an earlier attempt of this run could not read.
+    What moved while we read (a generation merged and collected by others, a table version
+    expired) is read again (memwal.retry), never reported as missing or bad input.
     """
-    stop_at = stop_at or {}
+
+    def attempt(n: int) -> MergePlan:
+        return _plan_merge_once(table, shards=shards, max_generations=max_generations, max_rows=max_rows,
+                                max_bytes=max_bytes, manifest=manifest if n == 1 else None, stop_at=stop_at or {})
+
+    return after_conflict(attempt, what=f"{table.uri}: merge plan")
+
+
+def _progress_moved(table: Table, manifest: TableManifest, shard_ids: set[str]) -> bool:
+    latest = table.manifest()
+    return any(latest.compacted_generation(s) != manifest.compacted_generation(s) for s in shard_ids)
+
+
+def _plan_merge_once(
+    table: Table,
+    *,
+    shards: list[str] | None,
+    max_generations: int | None,
+    max_rows: int | None,
+    max_bytes: int | None,
+    manifest: TableManifest | None,
+    stop_at: dict[str, BlockedShard],
+) -> MergePlan:
     manifest = manifest or table.require_mem_wal()
     found = read_shard_manifests(table.store)
     states = found.states
@@ -277,8 +307,18 @@ def plan_merge(
             plan.shards.append(ShardMergePlan(sid, compacted, taken[sid]))
     if MergeOps(plan.merge_ops).active:
         attach_operands(table, plan)
+    racy = {b.shard_id for b in plan.blocked if b.reason.startswith(_RACY)}
+    if racy and _progress_moved(table, manifest, racy):
+        raise StateMovedError(f"{table.uri}: shards {', '.join(sorted(racy))} were merged while planning")
     # Bad input must fail here, before a merge writes anything (not even its lease).
-    check_generations(plan, table.dataset(plan.read_version), table.storage_options)
+    try:
+        check_generations(plan, table.dataset(plan.read_version), table.storage_options)
+    except BadInputError:
+        raise
+    except MemWalError as exc:  # a planned generation vanished: collected after a concurrent merge?
+        if _progress_moved(table, manifest, set(plan.shard_ids)):
+            raise StateMovedError(f"{table.uri}: merged while planning ({exc})") from exc
+        raise
     return plan
 
 
