@@ -757,12 +757,22 @@ def execute_gc(table: Table, plan: GcPlan, engine=None, *, lease: Lease | None =
 
 
 def expire_versions(table: Table, older_than_seconds: float) -> dict:
-    """Lance's own cleanup of old versions (it keeps tagged versions and the latest)."""
+    """Lance's own cleanup of old versions (it keeps tagged versions and the latest).
+
+    The published file snapshot is kept (hazard H3): a copy under the live MemWAL entry's
+    own path, which the cleanup keeps, before and after it (memwal.snapshot.locate).
+    """
+    from memwal.snapshot.locate import hold_snapshot_file, keep_snapshot_file
+
+    held = hold_snapshot_file(table)
+    kept = [keep_snapshot_file(table, held)] if held else []
     stats = table.dataset().cleanup_old_versions(
         older_than=timedelta(seconds=older_than_seconds), error_if_tagged_old_versions=False
     )
+    if held:
+        kept.append(keep_snapshot_file(table, held))
     return {"older_than_seconds": older_than_seconds, "bytes_removed": stats.bytes_removed,
-            "old_versions": stats.old_versions}
+            "old_versions": stats.old_versions, "snapshot_file_kept": [k for k in kept if k]}
 
 
 def render_gc(doc: dict) -> str:

@@ -27,6 +27,8 @@ from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
 from memwal.retry import after_conflict
 from memwal.shard_manifests import generation_readable, read_shard_manifests
+from memwal.snapshot.format import SnapshotUnavailableError
+from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
 
 #: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).
@@ -149,6 +151,12 @@ def _verify_once(table: Table) -> VerifyResult:
                 res.problems.append(Problem("generations-readable", detail, shard_id))
             else:
                 unmerged.append((shard_id, g.generation, key))
+    res.checks.append("shard-snapshot-readable")
+    try:  # what readers start from (hazard H3: a file snapshot can lose its file)
+        read_snapshot(table, manifest)
+    except SnapshotUnavailableError as exc:
+        res.problems.append(Problem("shard-snapshot-readable",
+                                    f"the published shard snapshot cannot be read: {exc}; run memwal snapshot"))
     # The reader would fail on what is already reported: that is not a second finding.
     blocking = ("paths-inside-shard", "shard-manifest-readable", "generations-present", "generations-readable")
     if not any(p.check in blocking for p in res.problems):
