@@ -56,7 +56,7 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
-from memwal.errors import ConflictError, StateMovedError
+from memwal.errors import ConflictError, StateMovedError, first_line
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -246,6 +246,12 @@ def execute_merge(
     return result
 
 
+def _expired_under_us(table: Table, plan: MergePlan, exc: BaseException) -> bool:
+    """Whether Lance failed on a file that a version cleanup removed since we planned:
+    "not found", and the table has moved past the plan's read version."""
+    return "not found" in str(exc).lower() and table.manifest().version > plan.read_version
+
+
 def run_merge(
     table: Table,
     *,
@@ -289,6 +295,14 @@ def run_merge(
                 unreadable[exc.shard_id] = BlockedShard(exc.shard_id, exc.generation, exc.detail)
                 p = replan()
                 continue
+            except (OSError, ValueError, RuntimeError) as exc:
+                if not _expired_under_us(table, p, exc):
+                    raise
+                # gc --expire-versions removed the version (or its files) we read or commit
+                # against: nothing of this pass was committed (a delete pass that was is
+                # harmless to redo: invariant 2), so plan again at the latest version.
+                raise StateMovedError(f"{table.uri}: version {p.read_version} expired while merging "
+                                      f"({first_line(exc, table.uri)})") from exc
             result.attempts = n
             return result
 

@@ -187,3 +187,17 @@ def test_catchup_preempted_by_a_compaction_is_retried(make_table, tmp_path, monk
     result = run_catchup(table, plan=plan)
     assert reached and result.all_recorded
     assert table_rows(table) == model.sorted_rows()
+
+
+def test_merge_delete_pass_committed_against_an_expired_read_version(make_table, tmp_path, monkeypatch):
+    """A's delete pass is bound to its plan's read version V; right before it commits, B
+    merges another shard and GC expires every older version, V's manifest included. Lance
+    fails on the missing manifest (was exit 1, a raw "Dataset at path .../_versions/N.manifest
+    was not found"): nothing was committed, so A plans again and merges."""
+    table, expected = build(make_table, tmp_path)
+    reached = at_step(monkeypatch, lance.LanceDataset, "commit", merge_then_collect(table.uri, shards=SHARDS[1:2]),
+                      before=True)
+    result = run_merge(table, shards=SHARDS[:1])
+    assert reached and result.ok and result.attempts == 2, result
+    run_merge(table)
+    assert table_rows(table) == expected
