@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from memwal.errors import BadInputError, MemWalError, StateMovedError
-from memwal.retry import after_conflict
+from memwal.retry import after_conflict, vanished
 from memwal.status import maintained_indexes
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
@@ -222,7 +222,13 @@ def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine=None, l
         if n > 1 and lease:
             lease.check()
         p = plan if n == 1 and plan is not None else plan_catchup(table, indexes=indexes, thresholds=thresholds)
-        result = execute_catchup(table, p, engine, lease=lease)
+        try:
+            result = execute_catchup(table, p, engine, lease=lease)
+        except (OSError, ValueError, RuntimeError) as exc:
+            # A file a concurrent version cleanup removed while the index was built.
+            if vanished(exc) and table.manifest().version > p.read_version:
+                raise StateMovedError(f"{table.uri}: version {p.read_version} moved while indexing") from exc
+            raise
         if not result.all_recorded:
             missing = [i.index_name for i in result.indexes if not i.recorded]
             if _others_committed(table, p.read_version):

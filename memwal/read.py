@@ -411,7 +411,7 @@ def fresh_scan(
     """
     from memwal.errors import StateMovedError
     from memwal.merge.operands import OperandsIncompleteError
-    from memwal.retry import after_conflict
+    from memwal.retry import after_conflict, vanished
 
     def attempt(n: int) -> tuple[ReadPlan, pa.Table]:
         manifest = table.require_mem_wal()
@@ -421,8 +421,8 @@ def fresh_scan(
         try:
             return plan, lsm_scan(table, columns=columns, filter=filter, limit=limit, plan=plan, manifest=manifest)
         except (ValueError, OSError, RuntimeError, MemWalError) as exc:
-            vanished = isinstance(exc, StateMovedError | OperandsIncompleteError) or "not found" in str(exc).lower()
-            if not vanished or table.manifest().version == manifest.version:
+            moved = isinstance(exc, StateMovedError | OperandsIncompleteError) or vanished(exc)
+            if not moved or table.manifest().version == manifest.version:
                 raise
             raise StateMovedError(f"{table.uri}: version {manifest.version} moved while read ({exc})") from exc
 

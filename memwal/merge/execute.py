@@ -64,7 +64,7 @@ from memwal.generation_files import GenerationUnreadableError
 from memwal.merge import intents
 from memwal.merge.changes import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, NetChanges, local_net_changes
 from memwal.merge.plan import BlockedShard, MergePlan, plan_merge
-from memwal.retry import after_conflict
+from memwal.retry import after_conflict, vanished
 from memwal.table import Table
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ def execute_merge(
 def _expired_under_us(table: Table, plan: MergePlan, exc: BaseException) -> bool:
     """Whether Lance failed on a file that a version cleanup removed since we planned:
     "not found", and the table has moved past the plan's read version."""
-    return "not found" in str(exc).lower() and table.manifest().version > plan.read_version
+    return vanished(exc) and table.manifest().version > plan.read_version
 
 
 def run_merge(

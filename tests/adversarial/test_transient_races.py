@@ -201,3 +201,18 @@ def test_merge_delete_pass_committed_against_an_expired_read_version(make_table,
     assert reached and result.ok and result.attempts == 2, result
     run_merge(table)
     assert table_rows(table) == expected
+
+
+def test_compaction_whose_planned_files_are_expired_meanwhile(make_table, tmp_path, monkeypatch):
+    """A planned a compaction at version V; B merges and GC expires every older version, V
+    included; A's commit bound to V (was exit 2: "cannot open the Lance table: .../_versions/
+    N.manifest was not found") plans again and compacts."""
+    import memwal.compact
+
+    table, expected = build(make_table, tmp_path)
+    run_merge(table, max_generations=1)
+    run_merge(table, max_generations=1)
+    reached = at_step(monkeypatch, memwal.compact, "plan_compaction", merge_then_collect(table.uri))
+    doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
+    assert reached and doc["attempts"] == 2 and doc["fragments_removed"], doc
+    assert table_rows(table) == expected
