@@ -13,7 +13,8 @@ What runs at once, until ``--seconds`` have passed:
   again: ``merge``, ``catchup``, ``compact``, ``gc --grace-seconds 0 --expire-versions 0``,
   ``snapshot``, ``verify``, ``scan --limit 5``.
 
-Every exit code is counted per command. The goals: **no exit code 2** (bad input: nothing
+Every exit code is counted per command, and the runs that lost a race and redid their work
+(``runs_that_retried``: memwal.retry logs each lost attempt). The goals: **no exit code 2** (bad input: nothing
 here is bad input) and **no false verify alarm** (the table is never damaged here, so any
 ``verify`` exit 1 is false). Then the writers close (flushing their last generations), a
 final ``merge`` runs until nothing is left, and the base table is compared row for row with
@@ -123,6 +124,8 @@ class Loop(threading.Thread):
         super().__init__(daemon=True, name=f"soak-{name}")
         self.name_, self.uri, self.stop, self.log_dir = name, uri, stop, log_dir
         self.codes: collections.Counter = collections.Counter()
+        #: Runs that lost a race and redid their work (memwal.retry logs each lost attempt).
+        self.retried = 0
         self.errors: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         self.seconds: list[float] = []
 
@@ -134,6 +137,7 @@ class Loop(threading.Thread):
             done = subprocess.run(argv, capture_output=True, text=True)
             self.seconds.append(time.monotonic() - started)
             self.codes[done.returncode] += 1
+            self.retried += "lost a race" in done.stderr
             n += 1
             if done.returncode:
                 lines = [ln for ln in done.stderr.splitlines() if ln.startswith("memwal: error:")]
@@ -216,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "writer": {"puts": writer.puts, "deletes": writer.deletes,
                    "error": repr(writer.error) if writer.error else None},
         "exit_codes": {lp.name_: dict(sorted(lp.codes.items())) for lp in loops},
+        "runs_that_retried": {lp.name_: lp.retried for lp in loops},
         "mean_seconds": {lp.name_: round(sum(lp.seconds) / max(1, len(lp.seconds)), 2) for lp in loops},
         "exit_2": sum(lp.codes[2] for lp in loops),
         "false_verify_alarms": next(lp.codes[1] for lp in loops if lp.name_ == "verify"),
