@@ -201,6 +201,7 @@ def _reading(ref: GenerationRef) -> Iterator[None]:
 def _attributed(ref: GenerationRef, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``batches`` of one generation, read under :func:`_reading` (what the consumer does
     with each batch is not attributed to the generation)."""
+    batches = iter(batches)
     while True:
         with _reading(ref):
             batch = next(batches, None)
