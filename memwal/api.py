@@ -97,10 +97,12 @@ class MemWalTable:
         """The rows a reader sees now: base table plus unmerged generations (folded by the
         table's merge operators, if any), pruned by ``filter`` where the sharding allows; or,
         given a ``checkpoint`` id, the rows it saw at its moment."""
-        from memwal.read import lsm_scan
+        from memwal.read import fresh_scan, lsm_scan
 
-        return lsm_scan(self._table, columns=columns, filter=filter, limit=limit, source=source,
-                        plan=self._checkpoint_plan(checkpoint))
+        if checkpoint is not None:  # a pinned view: nothing moves under it
+            return lsm_scan(self._table, columns=columns, filter=filter, limit=limit,
+                            plan=self._checkpoint_plan(checkpoint))
+        return fresh_scan(self._table, columns=columns, filter=filter, limit=limit, source=source)[1]
 
     def lookup(self, keys: Any, *, columns: list[str] | None = None, source: str = "index",
                checkpoint: str | None = None) -> pa.Table:

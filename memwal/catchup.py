@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from memwal import steps
-from memwal.errors import BadInputError, MemWalError
+from memwal.errors import BadInputError, MemWalError, StateMovedError
 from memwal.history import run as history
+from memwal.retry import after_conflict, vanished
 from memwal.status import maintained_indexes
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
@@ -61,6 +62,9 @@ class CatchupPlan:
     read_version: int
     compacted: dict[str, int]
     indexes: list[IndexPlan] = field(default_factory=list)
+    #: What the plan was asked for, so that a run that lost a race plans again the same way.
+    requested: list[str] | None = field(default=None, repr=False)
+    thresholds: CatchupThresholds | None = field(default=None, repr=False)
 
     def work(self) -> list[IndexPlan]:
         return [i for i in self.indexes if i.action != NONE]
@@ -113,7 +117,8 @@ def plan_catchup(table: Table, *, indexes: list[str] | None = None,
     if unknown:
         raise BadInputError(f"{table.uri}: no such index on the base table: {', '.join(unknown)}")
     ds = table.dataset(manifest.version)
-    plan = CatchupPlan(table=table.uri, read_version=manifest.version, compacted=dict(manifest.compacted))
+    plan = CatchupPlan(table=table.uri, read_version=manifest.version, compacted=dict(manifest.compacted),
+                       requested=indexes, thresholds=thresholds)
     for name in names:
         stats = _index_stats(ds, name)
         recorded = manifest.index_catchup.get(name, {})
@@ -201,12 +206,53 @@ def _record_index_commits(table: Table, before: int, after: int) -> None:
             history.committed(v)
 
 
+def _others_committed(table: Table, since: int) -> bool:
+    """Whether a commit other than an index commit (ours) landed after version ``since``.
+
+    (pylance 14.0.2 cannot read back a compaction's transaction, a ``Rewrite`` whose
+    ``RewrittenIndex`` it fails to build: an unreadable transaction counts as another's.)
+    """
+    ds = table.dataset()
+    for v in range(since + 1, ds.version + 1):
+        try:
+            txn = ds.read_transaction(v)
+        except Exception:  # noqa: BLE001 - see above
+            return True
+        if txn is None or type(txn.operation).__name__ != "CreateIndex":
+            return True
+    return False
+
+
 def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine=None, lease: Lease | None = None,
-                indexes: list[str] | None = None, thresholds: CatchupThresholds | None = None) -> CatchupResult:
-    """Execute ``plan`` (or a fresh one) and insist that Lance recorded the catch-up."""
-    plan = plan or plan_catchup(table, indexes=indexes, thresholds=thresholds)
-    result = execute_catchup(table, plan, engine, lease=lease)
-    if not result.all_recorded:
-        missing = [i.index_name for i in result.indexes if not i.recorded]
-        raise MemWalError(f"{table.uri}: indexes {', '.join(missing)} ran but Lance did not record their catch-up")
-    return result
+                indexes: list[str] | None = None, thresholds: CatchupThresholds | None = None,
+                max_attempts: int = 6) -> CatchupResult:
+    """Execute ``plan`` (or a fresh one) and insist that Lance recorded the catch-up.
+
+    A lost race is redone on a fresh plan (memwal.retry): an index commit that a concurrent
+    compaction preempted ("Retryable commit conflict ... Rewrite"), or a catch-up record a
+    commit right after ours dropped (Lance's compaction does: hazard H4).
+    """
+    if plan is not None:
+        indexes = plan.requested if indexes is None else indexes
+        thresholds = plan.thresholds or thresholds
+
+    def attempt(n: int) -> CatchupResult:
+        if n > 1 and lease:
+            lease.check()
+        p = plan if n == 1 and plan is not None else plan_catchup(table, indexes=indexes, thresholds=thresholds)
+        try:
+            result = execute_catchup(table, p, engine, lease=lease)
+        except (OSError, ValueError, RuntimeError) as exc:
+            # A file a concurrent version cleanup removed while the index was built.
+            if vanished(exc) and table.manifest().version > p.read_version:
+                raise StateMovedError(f"{table.uri}: version {p.read_version} moved while indexing") from exc
+            raise
+        if not result.all_recorded:
+            missing = [i.index_name for i in result.indexes if not i.recorded]
+            if _others_committed(table, p.read_version):
+                raise StateMovedError(f"{table.uri}: a concurrent commit dropped or preceded the catch-up record of "
+                                      f"{', '.join(missing)}")
+            raise MemWalError(f"{table.uri}: indexes {', '.join(missing)} ran but Lance did not record their catch-up")
+        return result
+
+    return after_conflict(attempt, what=f"{table.uri}: catch-up", attempts=max_attempts)

@@ -25,10 +25,10 @@ from lance.optimize import Compaction, CompactionTask, RewriteResult
 
 from memwal import steps
 from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
-from memwal.errors import MemWalError, first_line
+from memwal.errors import MemWalError, StateMovedError, first_line
 from memwal.history import run as history
 from memwal.options import CompactOptions
-from memwal.retry import after_conflict, is_conflict
+from memwal.retry import after_conflict, is_conflict, vanished
 from memwal.status import maintained_indexes
 from memwal.table import Table
 from memwal.table_manifest import TableManifest, list_versions
@@ -324,7 +324,14 @@ def run_compact(table: Table, *, plan: CompactPlan | None = None, options: Compa
         p = plan if n == 1 and plan is not None else plan_compaction(table, options)
         if p.is_empty():
             return _nothing_to_compact(table, p, engine, lease=lease, catchup_engine=catchup_engine)
-        result = execute_compaction(table, p, engine, lease=lease, on_step=on_step, catchup_engine=catchup_engine)
+        try:
+            result = execute_compaction(table, p, engine, lease=lease, on_step=on_step,
+                                        catchup_engine=catchup_engine)
+        except (OSError, ValueError, RuntimeError) as exc:
+            # A file of the plan's read version removed by a concurrent version cleanup.
+            if vanished(exc) and table.manifest().version > p.read_version:
+                raise StateMovedError(f"{table.uri}: version {p.read_version} expired while compacting") from exc
+            raise
         result.attempts = n
         return result
 

@@ -50,6 +50,12 @@ class ConflictError(MemWalError):
     exit_code = 3
 
 
+class StateMovedError(ConflictError):
+    """What a job read moved under it: a concurrent job merged, collected or expired it (a
+    generation, a WAL entry, a table version). Not bad input: the job reads again and redoes
+    its work (memwal.retry); after retries, exit code 3 like any lost race."""
+
+
 # Rust source locations Lance appends to its messages ("..., /home/x/lance/src/a.rs:12:5").
 _RUST_LOCATION = re.compile(r",?\s*(/[\w.-]+)+\.rs:\d+:\d+")
 # Error class prefixes Lance and Arrow put in messages ("LanceError(IO): ").

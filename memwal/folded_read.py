@@ -53,6 +53,8 @@ def generation_operands(table: Table, ds: lance.LanceDataset, plan: ReadPlan, co
     """Every operand (WAL entry row) of the plan's generations, conformed to the base schema,
     tagged for the fold, restricted to ``columns`` plus the fold's own columns."""
     from memwal.merge.changes import INTERNAL, read_generation
+    from memwal.merge.columns import BaseFields, dataset_field_ids, renames
+    from memwal.merge.inputs import open_generation
     from memwal.merge.operands import OperandsIncompleteError, wal_keys_by_generation
     from memwal.merge.plan import GenerationRef
 
@@ -63,12 +65,17 @@ def generation_operands(table: Table, ds: lance.LanceDataset, plan: ReadPlan, co
     for sid, g, _ in plan.generations:
         wanted.setdefault(sid, set()).add(g)
     wal = {sid: wal_keys_by_generation(table.store, sid, gens) for sid, gens in wanted.items()}
+    fields = BaseFields.of(ds)
     frames = []
     for sid, g, path in plan.generations:
         if not wal[sid][g]:
             raise OperandsIncompleteError(f"shard {sid} generation {g}: no WAL entry is left to fold its operands from")
         key = generation_key(sid, path)
-        ref = GenerationRef(sid, g, path, key, table.store.uri_for(key), 0, 0, table.uri, wal[sid][g])
+        uri = table.store.uri_for(key)
+        # Columns matched by field id, as the merger and pylance's LsmScanner match them.
+        renamed = renames(dataset_field_ids(open_generation(uri, table.storage_options)), fields,
+                          f"shard {sid} generation {g}")
+        ref = GenerationRef(sid, g, path, key, uri, 0, 0, table.uri, wal[sid][g], renamed)
         for t in read_generation(ref, ds.schema, table.storage_options, code_of[sid]):
             frames.append(t.select([c for c in t.column_names if c in columns or c in INTERNAL]))
     return pa.concat_tables(frames, promote_options="permissive")

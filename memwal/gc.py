@@ -833,17 +833,25 @@ def expire_versions(table: Table, older_than_seconds: float, *, keep: list[Check
 
     A live checkpoint's version carries its tag, except for the moment between the record's
     creation and the tag's: such a version is kept by expiring less (``older_than`` moved
-    past its age), never by trusting that the tag will arrive in time.
+    past its age), never by trusting that the tag will arrive in time. The published file
+    snapshot is kept (hazard H3): a copy under the live MemWAL entry's own path, which the
+    cleanup keeps, before and after it (memwal.snapshot.locate).
     """
-    ds = table.dataset()
-    tagged = {t["version"] for t in ds.tags.list().values()}
+    from memwal.snapshot.locate import hold_snapshot_file, keep_snapshot_file
+
+    tagged = {t["version"] for t in table.dataset().tags.list().values()}
     ages = [time.time() - table.manifest(c.version).timestamp for c in keep if c.version not in tagged]
     older_than_seconds = max([older_than_seconds, *(age + 1.0 for age in ages)])
-    stats = ds.cleanup_old_versions(
+    held = hold_snapshot_file(table)
+    kept = [keep_snapshot_file(table, held)] if held else []
+    # A fresh handle: Lance's cleanup keeps the version its handle was opened at as the latest.
+    stats = table.dataset().cleanup_old_versions(
         older_than=timedelta(seconds=older_than_seconds), error_if_tagged_old_versions=False
     )
+    if held:
+        kept.append(keep_snapshot_file(table, held))
     return {"older_than_seconds": older_than_seconds, "bytes_removed": stats.bytes_removed,
-            "old_versions": stats.old_versions}
+            "old_versions": stats.old_versions, "snapshot_file_kept": [k for k in kept if k]}
 
 
 def render_gc(doc: dict) -> str:

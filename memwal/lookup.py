@@ -135,7 +135,7 @@ def point_lookup(table: Table, keys: Keys, *, columns: list[str] | None = None,
     from lance.mem_wal import LsmPointLookupPlanner
 
     from memwal.folded_read import folded_rows
-    from memwal.merge_ops import from_config
+    from memwal.merge_ops import table_ops
     from memwal.read import open_plan
     from memwal.read_checks import check_columns, primary_key, reading
 
@@ -148,7 +148,7 @@ def point_lookup(table: Table, keys: Keys, *, columns: list[str] | None = None,
         wanted = list(dict.fromkeys([*pk, *(columns if columns is not None else ds.schema.names)]))
         wanted_keys = key_table(keys, ds.schema, pk)
         schema = pa.schema([ds.schema.field(c) for c in wanted])
-        ops = from_config(ds.config())
+        ops = table_ops(ds)
         if ops.active:
             rows = folded_rows(table, ds, plan, ops, columns=wanted, keys=wanted_keys)
             rows = in_key_order(rows, wanted_keys, pk)

@@ -34,6 +34,8 @@ import pyarrow.compute as pc
 from memwal.errors import BadInputError
 
 CONFIG_PREFIX = "memwal.merge-op."
+#: The field id of the column an operator was set on (see :func:`resolved_keys`).
+FIELD_ID_PREFIX = "memwal.merge-op-field-id."
 
 #: Each operator's ordered hash aggregation (pyarrow) and its options.
 _AGGREGATES: dict[str, tuple[str, pc.FunctionOptions | None]] = {
@@ -97,13 +99,65 @@ class MergeOps:
 NO_OPS = MergeOps({})
 
 
-def from_config(config: Mapping[str, str]) -> MergeOps:
-    """The operators recorded in a Lance table config (``ds.config()``)."""
+def from_config(config: Mapping[str, str], columns: Mapping[int, str] | None = None) -> MergeOps:
+    """The operators recorded in a Lance table config (``ds.config()``).
+
+    With ``columns`` (the table's field id -> column name), each operator applies to the
+    column its recorded field id names now (:func:`resolved_keys`), as Lance itself tells a
+    renamed column by its field id; without, to the column its key names.
+    """
     ops = {k[len(CONFIG_PREFIX):]: v for k, v in config.items() if k.startswith(CONFIG_PREFIX)}
     for column, op in ops.items():
         if op not in _AGGREGATES:
             raise BadInputError(f"table config {CONFIG_PREFIX}{column}: unknown merge operator {op!r}")
+    if columns is not None:
+        resolved: dict[str, str] = {}
+        for key, column in resolved_keys(config, columns).items():
+            op = ops[key]
+            if resolved.get(column, op) != op:
+                raise BadInputError(f"column {column}: two merge operators apply ({resolved[column]} and {op}); "
+                                    f"unset one with memwal merge-ops --unset")
+            resolved[column] = op
+        ops = resolved
     return MergeOps({c: op for c, op in ops.items() if op != "replace"})
+
+
+def resolved_keys(config: Mapping[str, str], columns: Mapping[int, str], *, strict: bool = True) -> dict[str, str]:
+    """Each operator key's column (key column -> current column name).
+
+    An operator set by ``memwal merge-ops`` records the column's field id
+    (``memwal.merge-op-field-id.<column>``): after ``alter_columns`` renamed the column it
+    still applies to it, and it goes with the column when the column is dropped (a column
+    re-added under the old name is a new column, with a new field id, and no operator).
+    A key without a recorded field id (set by hand) names its column; when no column has
+    that name any more it was renamed or dropped, and guessing which could sum a counter
+    into the wrong column: refused (exit 2) with the way forward (``strict=False``: it
+    names its column, so that ``memwal merge-ops --unset`` can remove it).
+    """
+    names = set(columns.values())
+    out: dict[str, str] = {}
+    for key in config:
+        if not key.startswith(CONFIG_PREFIX):
+            continue
+        column = key[len(CONFIG_PREFIX):]
+        raw = (config.get(FIELD_ID_PREFIX + column) or "").strip()
+        if raw.isdigit():
+            if int(raw) in columns:
+                out[column] = columns[int(raw)]
+        elif column in names or not strict:
+            out[column] = column
+        elif config[key] != "replace":
+            raise BadInputError(
+                f"table config {key}: merge operator {config[key]} for column {column}, which the table no longer "
+                f"has (renamed or dropped); set the operator on the column's current name and unset this one: "
+                f"memwal merge-ops TABLE --unset {column} [--set NEW_NAME={config[key]}] --force"
+            )
+    return out
+
+
+def table_ops(ds) -> MergeOps:
+    """The operators of one version of a Lance dataset, each on the column its field id names."""
+    return from_config(ds.config(), {f.id(): f.name() for f in ds.lance_schema.fields()})
 
 
 def validate(ops: Mapping[str, str], schema: pa.Schema, primary_key: list[str]) -> None:
@@ -236,7 +290,7 @@ def _rename(grouped: pa.Table, aggs: list[tuple]) -> pa.Table:
 
 def table_merge_ops(table, version: int | None = None) -> MergeOps:
     """The operators a table declares at ``version`` (latest by default)."""
-    return from_config(table.dataset(version).config())
+    return table_ops(table.dataset(version))
 
 
 @dataclass
@@ -269,7 +323,12 @@ def change_merge_ops(table, *, set_ops: Mapping[str, str] | None = None, unset: 
 
     set_ops, unset = dict(set_ops or {}), list(unset or [])
     ds = table.dataset()
-    current = from_config(ds.config())
+    try:
+        current = table_ops(ds)
+    except BadInputError:
+        if not unset:
+            raise
+        current = from_config(ds.config())  # an operator on a vanished column: let --unset remove it
     both = set(set_ops) & set(unset)
     if both:
         raise BadInputError(f"column {sorted(both)[0]}: both set and unset")
@@ -291,12 +350,23 @@ def change_merge_ops(table, *, set_ops: Mapping[str, str] | None = None, unset: 
     with Lease(table.store, "merge", ttl_seconds=lease_ttl) as lease:
         lease.check()
         ds = table.dataset()
-        values = {f"{CONFIG_PREFIX}{c}": op for c, op in changed.items() if op is not None and op != "replace"}
-        drops = [f"{CONFIG_PREFIX}{c}" for c, op in changed.items() if op is None or op == "replace"]
-        if values:
-            ds.update_config(values)
+        ids = {f.name(): f.id() for f in ds.lance_schema.fields()}
+        config = ds.config()
+        # Every key now applying to a changed column goes (one the column had under an
+        # older name too); a set operator is recorded with the column's field id.
+        owners = resolved_keys(config, {fid: name for name, fid in ids.items()}, strict=False)
+        stale = {k for k, column in owners.items() if column in changed} | {c for c in changed if c in owners}
+        values = {}
+        for c, op in changed.items():
+            if op is not None and op != "replace":
+                values[f"{CONFIG_PREFIX}{c}"] = op
+                values[f"{FIELD_ID_PREFIX}{c}"] = str(ids[c])
+        drops = [f"{prefix}{k}" for k in sorted(stale) for prefix in (CONFIG_PREFIX, FIELD_ID_PREFIX)
+                 if f"{prefix}{k}" in config and f"{prefix}{k}" not in values]
         if drops:
-            ds = table.dataset()
             ds.delete_config_keys(drops)
+        if values:
+            ds = table.dataset()
+            ds.update_config(values)
         after = table.dataset()
-    return MergeOpsChange(table.uri, after.version, from_config(after.config()).to_dict(), changed, pending)
+    return MergeOpsChange(table.uri, after.version, table_ops(after).to_dict(), changed, pending)

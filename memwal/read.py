@@ -48,8 +48,8 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
-from memwal.errors import BadInputError
-from memwal.merge_ops import from_config
+from memwal.errors import BadInputError, MemWalError
+from memwal.merge_ops import table_ops
 from memwal.naming import manifest_key
 from memwal.paths import generation_key
 from memwal.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches, source_columns
@@ -395,7 +395,7 @@ def lsm_scan(
         else:
             plan, ds = open_plan(table, plan, source=source, filter=filter, manifest=manifest)
         check_columns(ds.schema, columns)
-        ops = from_config(ds.config())
+        ops = table_ops(ds)
         if ops.active:
             if plan is None:
                 raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, "
@@ -409,6 +409,44 @@ def lsm_scan(
         if limit is not None:
             scanner = scanner.limit(limit)
         return scanner.to_table()
+
+
+def fresh_scan(
+    table: Table,
+    *,
+    columns: list[str] | None = None,
+    filter: str | None = None,
+    limit: int | None = None,
+    source: str = "index",
+    plan: ReadPlan | None = None,
+) -> tuple[ReadPlan, pa.Table]:
+    """:func:`lsm_scan` at the latest version (of ``plan``, a first plan already made, or a
+    fresh one), planned and read again when what the plan listed moved under the read.
+
+    A merge followed by a GC (with no grace period) collects a generation a reader listed a
+    moment earlier, and ``gc --expire-versions`` can expire the version it reads; pylance's
+    reader then fails on a missing file. That is a race lost to maintenance, not bad input:
+    when the table has a newer version than the one read, the read starts over (memwal.retry;
+    after retries, exit code 3). A checkpoint's plan is not for this: its view is pinned.
+    """
+    from memwal.errors import StateMovedError
+    from memwal.merge.operands import OperandsIncompleteError
+    from memwal.retry import after_conflict, vanished
+
+    def attempt(n: int) -> tuple[ReadPlan, pa.Table]:
+        p = plan if n == 1 and plan is not None else None
+        manifest = table.manifest(p.version) if p is not None else table.require_mem_wal()
+        p = p or plan_read(table, source=source, filter=filter, manifest=manifest)
+        try:
+            return p, lsm_scan(table, columns=columns, filter=filter, limit=limit, plan=p, manifest=manifest)
+        except (ValueError, OSError, RuntimeError, MemWalError) as exc:
+            moved = isinstance(exc, StateMovedError | OperandsIncompleteError) or vanished(exc) \
+                or vanished(exc.__cause__ or exc)
+            if not moved or table.manifest().version == manifest.version:
+                raise
+            raise StateMovedError(f"{table.uri}: version {manifest.version} moved while read ({exc})") from exc
+
+    return after_conflict(attempt, what=f"{table.uri}: scan")
 
 
 def lookup(table: Table, keys: Any, *, columns: list[str] | None = None, plan: ReadPlan | None = None,

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from memwal.errors import ConflictError, PreconditionFailedError
+from memwal.errors import ConflictError, NotFoundError, PreconditionFailedError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,13 @@ def is_conflict(exc: BaseException) -> bool:
     if isinstance(exc, ConflictError | PreconditionFailedError | CommitConflictError):
         return True
     return isinstance(exc, OSError | RuntimeError) and any(m in str(exc).lower() for m in _UNTYPED_CONFLICTS)
+
+
+def vanished(exc: BaseException) -> bool:
+    """Whether ``exc`` says an object was not found: a Lance read or commit that met a file
+    or version a concurrent GC removed. Callers decide whether the table moved meanwhile
+    (then it is a lost race: :class:`~memwal.errors.StateMovedError`) or not (a failure)."""
+    return isinstance(exc, NotFoundError) or "not found" in str(exc).lower()
 
 
 def after_conflict(

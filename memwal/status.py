@@ -1,7 +1,10 @@
 """`memwal status`: the state of every shard against the base table's progress.
 
 This is what an operator looks at first (how far behind is the merger? are indexes caught
-up?) and what the lag sensor polls, so it reads only manifests: never generation data.
+up?) and what the lag sensor polls, so by default it reads only manifests: never generation
+data. ``memwal status`` also checks every unmerged generation's files (``check_files``:
+Lance opens it and validates each fragment's data file footers and deletion files), so a
+damaged generation that stops a shard's merges is named as that shard's ``problem``.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from memwal import clock as clocks
+from memwal.generation_files import generation_damage
 from memwal.naming import MEM_WAL_INDEX_NAME, shard_dir
+from memwal.paths import UnsafePathError
 from memwal.shard_manifests import ShardManifestError, ShardState, list_generation_dirs, read_shard_manifests
 from memwal.table import Table
 from memwal.table_manifest import TableManifest, list_versions
@@ -39,7 +44,9 @@ class ShardStatus:
     unmerged_bytes: int
     oldest_unmerged_age_seconds: float | None
     index_catchup: dict[str, int] = field(default_factory=dict)
-    problem: str | None = None  # set for a broken shard: why its manifest state is unknown
+    #: Set for a broken shard: why its manifest state is unknown, or (``check_files``) which
+    #: unmerged generation cannot be read.
+    problem: str | None = None
 
 
 @dataclass
@@ -69,7 +76,8 @@ class TableStatus:
 
     @property
     def broken(self) -> list[ShardStatus]:
-        """Shards whose latest manifest could not be established (see ``problem``)."""
+        """Shards whose latest manifest could not be established, or (``check_files``) whose
+        merges stop at an unreadable generation (see ``problem``)."""
         return [s for s in self.shards if s.problem is not None]
 
     @property
@@ -160,12 +168,37 @@ def broken_shard_status(
     )
 
 
-def table_status(table: Table, *, now: float | None = None) -> TableStatus:
+def first_damaged_generation(table: Table, state: ShardState, compacted: int) -> str | None:
+    """Why the shard's first unreadable unmerged generation stops its merges (None: all read).
+
+    A generation merged and collected while we looked is not damage: the merge progress is
+    read again before a finding is reported.
+    """
+    for g in state.flushed:
+        if g.generation <= compacted:
+            continue
+        key = state.generation_key(g)
+        why = generation_damage(table.store, key, table.store.uri_for(key), table.storage_options)
+        if why is not None:
+            if table.manifest().compacted_generation(state.shard_id) >= g.generation:
+                return None
+            return f"generation {g.generation} ({g.path}) {why}; merges of this shard stop there"
+    return None
+
+
+def table_status(table: Table, *, now: float | None = None, check_files: bool = False) -> TableStatus:
     now = clocks.current()() if now is None else now
     manifest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     found = read_shard_manifests(table.store)
     shards = [shard_status(table, manifest, s, indexes, now) for s in found.states.values()]
+    if check_files:
+        for st in shards:
+            try:
+                why = first_damaged_generation(table, found.states[st.shard_id], st.compacted_generation)
+            except UnsafePathError as exc:
+                why = str(exc)
+            st.problem = f"shard {st.shard_id}: {why}" if why else None
     shards += [broken_shard_status(table, manifest, e, indexes) for e in found.broken.values()]
     shards.sort(key=lambda s: s.shard_id)
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,

@@ -13,9 +13,9 @@ from functools import cached_property
 import lance
 
 from memwal import validate
-from memwal.errors import BadInputError, NotFoundError, first_line
+from memwal.errors import BadInputError, MemWalError, NotFoundError, StateMovedError, first_line
 from memwal.storage import LocalStore, Store, check_table_uri, open_store
-from memwal.table_manifest import TableManifest, read_table_manifest
+from memwal.table_manifest import TableManifest, list_versions, read_table_manifest
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +30,47 @@ class Table:
         return open_store(self.uri, self.storage_options)
 
     def dataset(self, version: int | None = None) -> lance.LanceDataset:
-        """Open the base table with Lance (latest version unless ``version`` is given)."""
+        """Open the base table with Lance (latest version unless ``version`` is given).
+
+        A version a concurrent ``gc --expire-versions`` removed after we read it is a lost
+        race (:class:`StateMovedError`, retried), not bad input.
+        """
         try:
             return lance.dataset(self.uri, version=version, storage_options=self.storage_options or None)
         except (ValueError, OSError, RuntimeError) as exc:
+            if version is None and "not found" in str(exc).lower():
+                try:  # the version Lance found latest expired as a newer one was committed: once more
+                    return lance.dataset(self.uri, storage_options=self.storage_options or None)
+                except (ValueError, OSError, RuntimeError):
+                    pass
+            if version is not None and self._expired(version):
+                raise StateMovedError(f"{self.uri}: table version {version} was expired while in use "
+                                      f"(a concurrent gc): {first_line(exc, self.uri)}") from exc
             raise BadInputError(f"{self.uri}: cannot open the Lance table: {first_line(exc, self.uri)}") from exc
 
     def manifest(self, version: int | None = None) -> TableManifest:
-        return read_table_manifest(self.store, version)
+        """The decoded table manifest of ``version`` (latest when None); a version that
+        vanished while we read it (expired by a concurrent cleanup) is a
+        :class:`StateMovedError`, and the latest is listed again when the one listed went."""
+        for attempt in range(3):
+            try:
+                return read_table_manifest(self.store, version)
+            except NotFoundError:
+                if version is None and attempt < 2:
+                    continue  # a newer version was committed and the one we listed expired: list again
+                if version is not None and self._expired(version):
+                    raise StateMovedError(f"{self.uri}: table version {version} was expired while in use "
+                                          "(a concurrent gc)") from None
+                raise
+        raise AssertionError("unreachable")
+
+    def _expired(self, version: int) -> bool:
+        """Whether ``version`` is gone while the table goes on (a newer version exists)."""
+        try:
+            versions = list_versions(self.store)
+        except MemWalError:
+            return False
+        return version not in versions and bool(versions) and max(versions) > version
 
     def require_mem_wal(self, version: int | None = None) -> TableManifest:
         """The table manifest, refusing tables that have no MemWAL index (exit code 2)."""

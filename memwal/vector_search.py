@@ -137,7 +137,7 @@ def nearest(table: Table, column: str, query: Any, *, k: int = 10, filter: str |
     """The ``k`` live rows nearest to ``query`` in ``column`` (``columns``, default all, plus
     ``_distance``), nearest first, among rows matching ``filter``."""
     from memwal.lookup import in_key_order, point_lookup
-    from memwal.merge_ops import from_config
+    from memwal.merge_ops import table_ops
     from memwal.read import lsm_scan, open_plan
     from memwal.read_checks import check_columns, primary_key, reading
 
@@ -159,7 +159,7 @@ def nearest(table: Table, column: str, query: Any, *, k: int = 10, filter: str |
         wanted = list(dict.fromkeys([*pk, *(columns if columns is not None else ds.schema.names)]))
         index = vector_index(ds, column)
         metric = metric or (index.metric if index else "l2")
-        ops = from_config(ds.config())
+        ops = table_ops(ds)
         reason = _exact_reason(table, ds, plan, column, metric, index, ops, filter)
         if reason is None:
             rows = _planned(ds, plan, column, q, k, filter, pk, wanted, metric, nprobes, refine, overfetch,

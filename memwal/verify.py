@@ -3,8 +3,9 @@
 Checks: no duplicate primary keys in the base table; per shard, no generation gap above
 the merge progress and progress never above what was flushed; every generation path in
 every manifest resolves inside its shard directory; every listed unmerged generation is
-present and readable. The LSM view comparison is the reader's-eye check used around
-operations.
+present and readable (Lance validates each fragment's data file footers and deletion
+file: memwal.generation_files). The LSM view comparison is the reader's-eye check used
+around operations.
 
 A checker must never crash on what it checks: a missing, broken or unsafe generation, an
 unreadable base table or an LSM view Lance cannot read is a finding (exit code 1), each
@@ -19,11 +20,15 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal.errors import MemWalError, first_line
+from memwal.errors import MemWalError, StateMovedError, first_line
+from memwal.generation_files import generation_damage
 from memwal.merge.plan import primary_key_of
 from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
+from memwal.retry import after_conflict
 from memwal.shard_manifests import generation_readable, read_shard_manifests
+from memwal.snapshot.format import SnapshotUnavailableError
+from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
 
 #: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).
@@ -56,7 +61,28 @@ class VerifyResult:
         return d
 
 
-def verify_table(table: Table) -> VerifyResult:
+def verify_table(table: Table, *, attempts: int = 6) -> VerifyResult:
+    """Check the table; a finding is reported only when the table stood still while it was made.
+
+    A merge followed by a GC (no grace period) collects a generation between our reading
+    the shard manifests and our looking at it, and a version cleanup can expire the version
+    the LSM view reads: checks made across such a commit can see a state that never
+    existed. So when a check finds a problem and the table's latest version is no longer the
+    one checked, the whole check starts over (memwal.retry); after ``attempts`` such rounds,
+    exit code 3 (the table kept moving), never a false alarm.
+    """
+
+    def attempt(n: int) -> VerifyResult:
+        res = _verify_once(table)
+        if not res.ok and table.manifest().version != res.version:
+            raise StateMovedError(f"{table.uri}: version {res.version} moved while verified "
+                                  f"({res.problems[0].check}: {res.problems[0].detail})")
+        return res
+
+    return after_conflict(attempt, what=f"{table.uri}: verify", attempts=attempts)
+
+
+def _verify_once(table: Table) -> VerifyResult:
     manifest = table.require_mem_wal()
     res = VerifyResult(table=table.uri, version=manifest.version)
     pk = primary_key_of(table)
@@ -75,7 +101,7 @@ def verify_table(table: Table) -> VerifyResult:
         res.problems.append(Problem("unique-primary-key", f"{dup.num_rows} keys appear more than once, e.g. {example}"))
 
     res.checks += ["shard-manifest-readable", "no-generation-gap", "progress-not-above-flushed",
-                   "paths-inside-shard", "generations-present"]
+                   "paths-inside-shard", "generations-present", "generations-readable"]
     found = read_shard_manifests(table.store)
     unmerged: list[tuple[str, int, str]] = []  # (shard, generation, key) of present unmerged generations
     states = found.states
@@ -118,14 +144,25 @@ def verify_table(table: Table) -> VerifyResult:
                         shard_id,
                     )
                 )
+                continue
+            why = generation_damage(table.store, key, table.store.uri_for(key), table.storage_options)
+            if why is not None:
+                detail = f"unmerged generation {g.generation} ({g.path}) {why}"
+                res.problems.append(Problem("generations-readable", detail, shard_id))
             else:
                 unmerged.append((shard_id, g.generation, key))
+    res.checks.append("shard-snapshot-readable")
+    try:  # what readers start from (hazard H3: a file snapshot can lose its file)
+        read_snapshot(table, manifest)
+    except SnapshotUnavailableError as exc:
+        res.problems.append(Problem("shard-snapshot-readable",
+                                    f"the published shard snapshot cannot be read: {exc}; run memwal snapshot"))
     # The reader would fail on what is already reported: that is not a second finding.
-    blocking = ("paths-inside-shard", "shard-manifest-readable", "generations-present")
+    blocking = ("paths-inside-shard", "shard-manifest-readable", "generations-present", "generations-readable")
     if not any(p.check in blocking for p in res.problems):
         res.checks.append("lsm-view-readable")
         try:
-            res.lsm_rows = lsm_scan(table, columns=pk).num_rows
+            res.lsm_rows = lsm_scan(table, columns=pk, manifest=manifest).num_rows
         except _READ_ERRORS as exc:
             detail = f"the LSM view cannot be read: {first_line(exc, table.uri)}"
             res.problems.append(Problem("lsm-view-readable", detail))

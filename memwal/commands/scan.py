@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memwal.read import lsm_scan, open_plan
+    from memwal.read import fresh_scan, lsm_scan, open_plan
     from memwal.read_checks import check_columns, reading
 
     table = open_table_arg(args)
@@ -49,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
             check_columns(ds.schema, columns)
     except BadInputError as exc:
         raise BadInputError(f"--{exc}" if str(exc).startswith(("filter", "columns")) else str(exc)) from exc
-    rows = lsm_scan(table, columns=columns, filter=args.filter, limit=args.limit, plan=plan)
+    if given is not None:  # a checkpoint's view is pinned: nothing moves under it
+        rows = lsm_scan(table, columns=columns, filter=args.filter, limit=args.limit, plan=plan)
+    else:  # re-planned when maintenance moved what it listed (memwal.read.fresh_scan)
+        plan, rows = fresh_scan(table, columns=columns, filter=args.filter, limit=args.limit, source=args.source,
+                                plan=plan)
     if columns:
         rows = rows.select(columns)
     doc: dict[str, Any] = {

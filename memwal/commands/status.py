@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     from memwal.observe.metrics import record_lag
     from memwal.status import render_status, table_status
 
-    st = table_status(open_table_arg(args))
+    st = table_status(open_table_arg(args), check_files=True)
     record_lag(st)
     emit(args, st.to_dict(), lambda: render_status(st))
     for s in st.broken:  # shown above too; a broken shard's state is unknown: that is a failure

@@ -84,11 +84,15 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
 
 
 def expired_history(store: Store, older_than: float) -> list[str]:
-    """Keys of the records of runs started before ``older_than`` (GC plans to delete them)."""
+    """Keys of the records of runs started before ``older_than`` (GC plans to delete them),
+    never the record of the run that asks (a GC planning again under its own record)."""
+    from memwal.history.run import current
+
+    me = current()
     out = []
     for obj in store.list(HISTORY_PREFIX, recursive=False):
         parsed = _parse(obj.key)
-        if parsed is not None and parsed[0] < older_than:
+        if parsed is not None and parsed[0] < older_than and (me is None or parsed[2] != me.run_id):
             out.append(obj.key)
     return out
 

@@ -22,6 +22,7 @@ import tempfile
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NoReturn, TypeVar
 
@@ -31,7 +32,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal.errors import BadInputError, MemWalError
+from memwal.errors import BadInputError, MemWalError, first_line
+from memwal.generation_files import GenerationUnreadableError
+from memwal.merge.columns import arrow_field_ids, dataset_field_ids, to_base_names
 from memwal.merge.inputs import open_generation
 from memwal.merge.plan import GenerationRef, MergePlan
 from memwal.merge_ops import MergeOps, fold
@@ -153,7 +156,8 @@ def _open_checked(ref: GenerationRef, storage_options: dict | None) -> lance.Lan
     try:
         ds = open_generation(ref.uri, storage_options)
     except (ValueError, OSError) as exc:
-        raise MemWalError(f"shard {ref.shard_id}: cannot open generation {ref.generation} at {ref.uri}: {exc}") from exc
+        raise GenerationUnreadableError(ref.shard_id, ref.generation,
+                                        f"cannot open {ref.uri}: {first_line(exc)}") from exc
     if TOMBSTONE not in ds.schema.names:
         raise BadInputError(f"{ref.uri}: generation has no {TOMBSTONE} column; not a MemWAL generation")
     return ds
@@ -175,8 +179,36 @@ def read_generation(
         yield _tag(conform(_operands(ref, ds, schema, storage_options), schema, ref.uri), ref, shard_code)
         return
     fragments = [ds.get_fragment(i) for i in fragment_ids] if fragment_ids is not None else None
-    for batch in ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments).to_batches():
-        yield _tag(conform(batch, schema, ref.uri), ref, shard_code)
+    scanner = ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments)
+    for batch in _attributed(ref, scanner.to_batches()):
+        yield _tag(conform(to_base_names(pa.Table.from_batches([batch]), ref.renamed), schema, ref.uri), ref,
+                   shard_code)
+
+
+@contextmanager
+def _reading(ref: GenerationRef) -> Iterator[None]:
+    """Lance reading one generation: a failure names the shard, the generation and Lance's
+    reason (:class:`GenerationUnreadableError`), so the merge stops that shard there and
+    merges the others."""
+    try:
+        yield
+    except BaseException as exc:  # noqa: BLE001 - pyo3 panics derive from BaseException
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        raise GenerationUnreadableError(ref.shard_id, ref.generation,
+                                        f"unreadable: {ref.uri}: {first_line(exc)}") from exc
+
+
+def _attributed(ref: GenerationRef, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` of one generation, read under :func:`_reading` (what the consumer does
+    with each batch is not attributed to the generation)."""
+    batches = iter(batches)
+    while True:
+        with _reading(ref):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
 
 
 def ordered_pool(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Iterator[R]:
@@ -232,12 +264,14 @@ def read_generations(
 
     def scan(ref: GenerationRef) -> tuple[GenerationRef, pa.Table]:
         ds = _open_checked(ref, storage_options)
-        return ref, ds.scanner(with_row_address=True, batch_size=65536).to_table()
+        with _reading(ref):
+            return ref, ds.scanner(with_row_address=True, batch_size=65536).to_table()
 
     group: list[tuple[GenerationRef, pa.Table]] = []
 
     def flush() -> pa.Table:
-        t = conform(pa.concat_tables([g[1] for g in group]), schema, group[0][0].uri)
+        t = conform(to_base_names(pa.concat_tables([g[1] for g in group]), group[0][0].renamed), schema,
+                    group[0][0].uri)
         counts = [g[1].num_rows for g in group]
         gens = np.repeat(np.array([g[0].generation for g in group], dtype=np.int64), counts)
         shards = np.repeat(np.array([code_of[g[0].shard_id] for g in group], dtype=np.int32), counts)
@@ -249,7 +283,8 @@ def read_generations(
     chunks = [refs[i:i + size] for i in range(0, len(refs), size)]
     scanned = (item for part in ordered_pool(lambda chunk: [scan(r) for r in chunk], chunks, threads) for item in part)
     for ref, t in scanned:
-        if group and (not t.schema.equals(group[0][1].schema) or rows + t.num_rows > group_rows):
+        same = t.schema.equals(group[0][1].schema) and ref.renamed == group[0][0].renamed if group else True
+        if group and (not same or rows + t.num_rows > group_rows):
             yield flush()
             rows = 0
         group.append((ref, t))
@@ -266,12 +301,27 @@ def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
 
 def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, storage_options: dict | None) -> pa.Table:
     """Every operand of a generation from its WAL entries, checked against the flushed rows."""
-    from memwal.merge.operands import check_complete, read_operands
+    from memwal.merge.operands import OperandsIncompleteError, check_complete, read_operands
 
     pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
-    operands = read_operands(ref.table_uri, storage_options, ref.wal_keys)
-    check_complete(operands, ds.to_table(columns=[*pk, TOMBSTONE]), pk,
-                   f"shard {ref.shard_id} generation {ref.generation}")
+    # A WAL entry names its columns as its writer did and records their field ids: each is
+    # named as in the flushed generation (same field ids), then as in the base table.
+    names_by_id = {fid: name for name, fid in dataset_field_ids(ds).items()}
+
+    def as_generation(t: pa.Table) -> pa.Table:
+        ids = arrow_field_ids(t.schema)
+        return t.rename_columns([names_by_id.get(ids[c], c) if c in ids else c for c in t.column_names])
+
+    where = f"shard {ref.shard_id} generation {ref.generation}"
+    try:
+        operands = read_operands(ref.table_uri, storage_options, ref.wal_keys, as_generation)
+        operands = to_base_names(operands, ref.renamed)
+        with _reading(ref):
+            flushed = to_base_names(ds.to_table(columns=[*pk, TOMBSTONE]), ref.renamed)
+        check_complete(operands, flushed, pk, where)
+    except OperandsIncompleteError as exc:  # this shard stops here (or re-plans: merged meanwhile)
+        detail = str(exc).removeprefix(f"{where}: ")
+        raise GenerationUnreadableError(ref.shard_id, ref.generation, f"operands-missing: {detail}") from exc
     return operands
 
 

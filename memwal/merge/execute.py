@@ -57,15 +57,16 @@ import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
 from memwal import steps
-from memwal.errors import ConflictError
+from memwal.errors import ConflictError, StateMovedError, first_line
 from memwal.history import run as history
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
+from memwal.generation_files import GenerationUnreadableError
 from memwal.merge import intents
 from memwal.merge.changes import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, NetChanges, local_net_changes
-from memwal.merge.plan import MergePlan, plan_merge
-from memwal.retry import after_conflict
+from memwal.merge.plan import BlockedShard, MergePlan, plan_merge
+from memwal.retry import after_conflict, vanished
 from memwal.table import Table
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,12 @@ def execute_merge(
     return result
 
 
+def _expired_under_us(table: Table, plan: MergePlan, exc: BaseException) -> bool:
+    """Whether Lance failed on a file that a version cleanup removed since we planned:
+    "not found", and the table has moved past the plan's read version."""
+    return vanished(exc) and table.manifest().version > plan.read_version
+
+
 def run_merge(
     table: Table,
     *,
@@ -273,15 +280,42 @@ def run_merge(
     left to merge, never with a success.
     """
     engine = engine or LocalEngine()
+    #: Generations this run failed to read: their shards stop there, the others merge.
+    unreadable: dict[str, BlockedShard] = {}
 
     def attempt(n: int) -> MergeResult:
         if n > 1 and lease:
             lease.check()
-        p = plan if n == 1 and plan is not None else plan_merge(
-            table, shards=shards, max_generations=max_generations, max_rows=max_rows, max_bytes=max_bytes)
-        result = execute_merge(table, p, engine, lease=lease, on_step=on_step)
-        result.attempts = n
-        return result
+        p = plan if n == 1 and plan is not None and not unreadable else replan()
+        while True:
+            try:
+                result = execute_merge(table, p, engine, lease=lease, on_step=on_step)
+            except GenerationUnreadableError as exc:
+                planned = next((s.compacted_generation for s in p.shards if s.shard_id == exc.shard_id), None)
+                if planned is not None and table.manifest().compacted_generation(exc.shard_id) != planned:
+                    # Merged (and collected) by another merger since we planned: a lost race.
+                    raise StateMovedError(f"{table.uri}: shard {exc.shard_id} was merged meanwhile ({exc})") from exc
+                known = unreadable.get(exc.shard_id)
+                if known is not None and known.generation <= exc.generation:
+                    raise  # the plan already stopped there: not a damaged file we can step around
+                log.warning("%s: %s; merging the other shards", table.uri, exc)
+                unreadable[exc.shard_id] = BlockedShard(exc.shard_id, exc.generation, exc.detail)
+                p = replan()
+                continue
+            except (OSError, ValueError, RuntimeError) as exc:
+                if not _expired_under_us(table, p, exc):
+                    raise
+                # gc --expire-versions removed the version (or its files) we read or commit
+                # against: nothing of this pass was committed (a delete pass that was is
+                # harmless to redo: invariant 2), so plan again at the latest version.
+                raise StateMovedError(f"{table.uri}: version {p.read_version} expired while merging "
+                                      f"({first_line(exc, table.uri)})") from exc
+            result.attempts = n
+            return result
+
+    def replan() -> MergePlan:
+        return plan_merge(table, shards=shards, max_generations=max_generations, max_rows=max_rows,
+                          max_bytes=max_bytes, stop_at=unreadable)
 
     result = after_conflict(attempt, what=f"{table.uri}: merge", attempts=max_attempts)
     if lease:

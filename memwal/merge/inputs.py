@@ -20,8 +20,10 @@ precision silently.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
@@ -30,10 +32,13 @@ import pyarrow as pa
 import pyarrow.types as pt
 
 from memwal.errors import BadInputError, MemWalError
+from memwal.merge.columns import BaseFields, Renames, dataset_field_ids, describe, renames
 from memwal.storage import Store
 
 if TYPE_CHECKING:
     from memwal.merge.plan import GenerationRef, MergePlan
+
+log = logging.getLogger(__name__)
 
 TOMBSTONE = "_tombstone"
 #: Generations opened at once at plan time (opening is mostly I/O and Rust).
@@ -54,17 +59,6 @@ def generation_session() -> lance.Session:
 def open_generation(uri: str, storage_options: dict | None) -> lance.LanceDataset:
     """A generation dataset, opened through the shared session."""
     return lance.dataset(uri, storage_options=storage_options or None, session=generation_session())
-
-
-def can_open(uri: str, storage_options: dict | None) -> bool:
-    """Whether Lance opens the generation: it has a readable table manifest. GC deletes a
-    generation's manifests first, so a half-collected directory answers False. (The open
-    is cached by the session: :func:`check_generations` and the merge's reads reuse it.)"""
-    try:
-        open_generation(uri, storage_options)
-    except (ValueError, OSError):
-        return False
-    return True
 
 
 def ordered_map(fn: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
@@ -145,27 +139,37 @@ def _where(ref: GenerationRef) -> str:
     return f"shard {ref.shard_id} generation {ref.generation} ({ref.path})"
 
 
-def check_schema(ref: GenerationRef, schema: pa.Schema, base: pa.Schema, primary_key: list[str]) -> None:
-    """Refuse (BadInputError) a generation schema the base table cannot take as is."""
+def check_schema(ref: GenerationRef, schema: pa.Schema, base: pa.Schema, primary_key: list[str],
+                 renamed: Renames = ()) -> None:
+    """Refuse (BadInputError) a generation schema the base table cannot take as is.
+
+    ``renamed`` are the generation's columns that do not keep their name in the base
+    (matched by field id: :func:`memwal.merge.columns.renames`); the checks below see the
+    generation's columns under their base names, dropped ones left out.
+    """
     where = _where(ref)
     if TOMBSTONE not in schema.names or not pt.is_boolean(schema.field(TOMBSTONE).type):
         raise BadInputError(f"{where}: column {TOMBSTONE} (bool) is missing; not a MemWAL generation")
-    for f in schema:
-        if f.name != TOMBSTONE and f.name not in base.names:
+    mapping = dict(renamed)
+    fields = {mapping.get(f.name, f.name): f for f in schema if f.name != TOMBSTONE}
+    fields = {name: f for name, f in fields.items() if name is not None}
+    for name, f in fields.items():
+        if name not in base.names:
             raise BadInputError(
                 f"{where}: column {f.name} is not in the base table schema; add it to the base table before merging"
             )
     for f in base:
-        if f.name not in schema.names:
+        if f.name not in fields:
             if f.name in primary_key or not f.nullable:
                 kind = "primary key column" if f.name in primary_key else "non-nullable column"
                 raise BadInputError(f"{where}: {kind} {f.name} is missing")
             continue  # a column added to the base after this generation was written: nulls
-        src = schema.field(f.name).type
+        src = fields[f.name].type
         if not lossless(src, f.type):
+            known_as = f" (base column {f.name}, same field id)" if fields[f.name].name != f.name else ""
             raise BadInputError(
-                f"{where}: column {f.name} has type {src}, which does not convert losslessly to the "
-                f"base table's {f.type}"
+                f"{where}: column {fields[f.name].name}{known_as} has type {src}, which does not convert "
+                f"losslessly to the base table's {f.type}"
             )
 
 
@@ -191,31 +195,46 @@ def check_keys(ref: GenerationRef, ds: lance.LanceDataset, primary_key: list[str
         raise BadInputError(f"{_where(ref)}: primary key column {k} holds null values")
 
 
-def check_generations(plan: MergePlan, base: pa.Schema, storage_options: dict | None,
+def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options: dict | None,
                       threads: int = OPEN_THREADS) -> None:
     """Every planned generation must merge losslessly: BadInputError (exit 2) otherwise.
+
+    Also records on each planned generation how its columns map to the base table's, by
+    field id (``GenerationRef.renamed``), so every engine and reader reads it the same way.
 
     Generations share a handful of schemas (one per schema change of the table), so each
     distinct schema is checked once, against the first generation that has it. The pool
     returns what it found rather than raising or keeping datasets (10,000 open datasets
     hold hundreds of MiB), and verdicts are given in generation order, as one by one.
     """
+    fields = BaseFields.of(base)
+    base_schema = base.schema
 
-    def inspect(ref: GenerationRef) -> tuple[pa.Schema | None, str | None, Exception | None]:
+    def inspect(ref: GenerationRef) -> tuple[pa.Schema | None, dict[str, int], str | None, Exception | None]:
         try:
             ds = open_generation(ref.uri, storage_options)
         except (ValueError, OSError) as exc:
-            return None, None, exc
+            return None, {}, None, exc
         schema = ds.schema
-        return schema, null_key(ds, plan.primary_key, schema), None
+        return schema, dataset_field_ids(ds), null_key(ds, plan.primary_key, schema), None
 
     refs = plan.generations
-    checked: set[pa.Schema] = set()
-    for ref, (schema, null, exc) in zip(refs, ordered_map(inspect, refs, threads), strict=True):
+    checked: dict[tuple[pa.Schema, tuple[tuple[str, int], ...]], Renames] = {}
+    mapped: dict[tuple[str, int], Renames] = {}
+    for ref, (schema, ids, null, exc) in zip(refs, ordered_map(inspect, refs, threads), strict=True):
         if exc is not None:
             raise MemWalError(f"{_where(ref)}: cannot open the generation at {ref.uri}: {exc}") from exc
-        if schema not in checked:
-            check_schema(ref, schema, base, plan.primary_key)
-            checked.add(schema)
+        key = (schema, tuple(sorted(ids.items())))
+        if key not in checked:
+            renamed = renames(ids, fields, _where(ref))
+            check_schema(ref, schema, base_schema, plan.primary_key, renamed)
+            checked[key] = renamed
+            if renamed:
+                log.info("%s: columns matched to the base table by field id: %s", _where(ref), describe(renamed))
         if null is not None:
             raise BadInputError(f"{_where(ref)}: primary key column {null} holds null values")
+        if checked[key]:
+            mapped[(ref.shard_id, ref.generation)] = checked[key]
+    if mapped:
+        for s in plan.shards:
+            s.generations = [replace(g, renamed=mapped.get((g.shard_id, g.generation), ())) for g in s.generations]

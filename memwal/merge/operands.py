@@ -15,11 +15,12 @@ is refused rather than folded from a partial history (:class:`OperandsIncomplete
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 
-from memwal.errors import MemWalError
+from memwal.errors import MemWalError, NotFoundError
 from memwal.shard_manifests import list_wal_entries, read_wal_entry_meta
 from memwal.storage import Store, open_store
 
@@ -31,19 +32,35 @@ class OperandsIncompleteError(MemWalError):
 
 
 def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -> dict[int, tuple[str, ...]]:
-    """Store keys of the WAL entries of each wanted generation, in position order."""
+    """Store keys of the WAL entries of each wanted generation, in position order.
+
+    An entry listed and gone before it was read was collected by a concurrent GC, which
+    only collects entries of merged generations: it is not one of ours, or our plan is
+    stale (a missing operand then stops the shard, and the merge re-reads the progress).
+    """
     out: dict[int, list[str]] = {g: [] for g in generations}
     for entry in list_wal_entries(store, shard_id):
-        meta = read_wal_entry_meta(store, shard_id, entry.position)
+        try:
+            meta = read_wal_entry_meta(store, shard_id, entry.position)
+        except NotFoundError:
+            continue
         if meta.generation in out:
             out[meta.generation].append(entry.key)
     return {g: tuple(keys) for g, keys in out.items()}
 
 
-def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...]) -> pa.Table:
-    """The rows of WAL entries in order, with a ``_rowaddr`` giving that order."""
+def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...],
+                  rename: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
+    """The rows of WAL entries in order, with a ``_rowaddr`` giving that order; ``rename``
+    names each entry's columns before they are put together (entries written before a
+    rename carry the old names)."""
     store = open_store(table_uri, storage_options)
-    tables = [pa.ipc.open_stream(io.BytesIO(store.get(key))).read_all() for key in wal_keys]
+    try:
+        tables = [pa.ipc.open_stream(io.BytesIO(store.get(key))).read_all() for key in wal_keys]
+    except NotFoundError as exc:  # collected since the plan listed it: the generation was merged meanwhile
+        raise OperandsIncompleteError(f"a WAL entry of the generation vanished: {exc}") from exc
+    if rename is not None:
+        tables = [rename(t) for t in tables]
     rows = pa.concat_tables([t.replace_schema_metadata(None) for t in tables], promote_options="permissive")
     return rows.append_column("_rowaddr", pa.array(np.arange(rows.num_rows, dtype=np.uint64)))
 

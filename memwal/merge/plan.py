@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from memwal.errors import BadInputError
+from memwal.errors import BadInputError, MemWalError, StateMovedError
+from memwal.generation_files import generation_damage
 from memwal.merge import intents
-from memwal.merge.inputs import OPEN_THREADS, can_open, check_generations, links_by_generation, ordered_map
+from memwal.merge.columns import Renames
+from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation, ordered_map
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge_ops import MergeOps, table_merge_ops
 from memwal.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
 from memwal.paths import UnsafePathError
+from memwal.retry import after_conflict
 from memwal.shard_manifests import (
     FlushedGeneration,
     ShardState,
@@ -40,6 +43,9 @@ class GenerationRef:
     #: hold every operand (the flushed generation keeps only each key's newest row).
     table_uri: str = ""
     wal_keys: tuple[str, ...] = ()
+    #: Columns that do not keep their name in the base table, matched by Lance field id
+    #: (renamed, or dropped from the base: None); see memwal.merge.columns.
+    renamed: Renames = ()
 
 
 @dataclass
@@ -151,16 +157,21 @@ def plan_shard(
     compacted: int,
     *,
     max_generations: int | None,
+    stop_at: BlockedShard | None = None,
 ) -> tuple[list[GenerationRef], BlockedShard | None]:
     """The shard's next generations, stopping at the first one that is not in the manifest,
-    has an unsafe path, holds a symbolic link or cannot be opened.
+    has an unsafe path, holds a symbolic link, cannot be opened or has a damaged file
+    (:func:`memwal.generation_files.generation_damage`), or at ``stop_at`` (a generation a
+    merge of this run failed to read).
 
     The checks are the same for one generation or ten thousand; their I/O is batched: one
     walk of the shard directory for links (past a few generations), then the link-free
-    generations are opened by Lance on a thread pool (readable means Lance opens it; the
+    generations are opened and their fragments validated by Lance on a thread pool (the
     session caches the open for the schema checks and the reads), verdicts in order.
     """
     candidates, stop = _candidates(state, compacted, max_generations)
+    if stop_at is not None:
+        candidates = [c for c in candidates if c[0].generation <= stop_at.generation]
     store = table.store
     keys = [key for _, key in candidates]
     if len(keys) > WALK_SHARD_ABOVE:
@@ -174,16 +185,22 @@ def plan_shard(
         why = f"unsafe-path: {', '.join(links[key])}: symbolic link, never followed"
         candidates, stop = candidates[:linked], BlockedShard(state.shard_id, fg.generation, why)
     uris = [store.uri_for(key) for _, key in candidates]
-    readable = ordered_map(lambda uri: can_open(uri, table.storage_options), uris, OPEN_THREADS)
+    damage = ordered_map(lambda item: generation_damage(store, item[0], item[1], table.storage_options),
+                         [(key, uri) for (_, key), uri in zip(candidates, uris, strict=True)], OPEN_THREADS)
     refs: list[GenerationRef] = []
-    for (fg, key), uri, ok in zip(candidates, uris, readable, strict=True):
-        if not ok:
-            return refs, BlockedShard(
-                state.shard_id, fg.generation, f"missing: generation directory {fg.path} is missing or unreadable"
-            )
+    for (fg, key), uri, why in zip(candidates, uris, damage, strict=True):
+        if stop_at is not None and fg.generation >= stop_at.generation:
+            return refs, stop_at
+        if why is not None:
+            return refs, BlockedShard(state.shard_id, fg.generation, why)
         refs.append(GenerationRef(state.shard_id, fg.generation, fg.path, key, uri, fg.physical_rows,
                                   fg.in_memory_bytes))
     return refs, stop
+
+
+#: Reasons a shard stops that a concurrent merge (and a GC collecting what it merged) can
+#: cause while we plan: checked against the latest progress before they are reported.
+_RACY = ("missing:", "unreadable:", "operands-missing:")
 
 
 def plan_merge(
@@ -194,8 +211,37 @@ def plan_merge(
     max_rows: int | None = None,
     max_bytes: int | None = None,
     manifest: TableManifest | None = None,
+    stop_at: dict[str, BlockedShard] | None = None,
 ) -> MergePlan:
-    """Pure: reads manifests, returns what a merge would do. Nothing is written."""
+    """Pure: reads manifests, returns what a merge would do. Nothing is written.
+
+    ``stop_at`` stops shards at generations an earlier attempt of this run could not read.
+    What moved while we read (a generation merged and collected by others, a table version
+    expired) is read again (memwal.retry), never reported as missing or bad input.
+    """
+
+    def attempt(n: int) -> MergePlan:
+        return _plan_merge_once(table, shards=shards, max_generations=max_generations, max_rows=max_rows,
+                                max_bytes=max_bytes, manifest=manifest if n == 1 else None, stop_at=stop_at or {})
+
+    return after_conflict(attempt, what=f"{table.uri}: merge plan")
+
+
+def _progress_moved(table: Table, manifest: TableManifest, shard_ids: set[str]) -> bool:
+    latest = table.manifest()
+    return any(latest.compacted_generation(s) != manifest.compacted_generation(s) for s in shard_ids)
+
+
+def _plan_merge_once(
+    table: Table,
+    *,
+    shards: list[str] | None,
+    max_generations: int | None,
+    max_rows: int | None,
+    max_bytes: int | None,
+    manifest: TableManifest | None,
+    stop_at: dict[str, BlockedShard],
+) -> MergePlan:
     manifest = manifest or table.require_mem_wal()
     found = read_shard_manifests(table.store)
     states = found.states
@@ -222,7 +268,7 @@ def plan_merge(
             continue
         compacted = manifest.compacted_generation(shard_id)
         budget = None if shard_id in floor else max_generations
-        refs, blocked = plan_shard(table, state, compacted, max_generations=budget)
+        refs, blocked = plan_shard(table, state, compacted, max_generations=budget, stop_at=stop_at.get(shard_id))
         if blocked:
             plan.blocked.append(blocked)
         per_shard.append((shard_id, compacted, refs))
@@ -261,8 +307,18 @@ def plan_merge(
             plan.shards.append(ShardMergePlan(sid, compacted, taken[sid]))
     if MergeOps(plan.merge_ops).active:
         attach_operands(table, plan)
+    racy = {b.shard_id for b in plan.blocked if b.reason.startswith(_RACY)}
+    if racy and _progress_moved(table, manifest, racy):
+        raise StateMovedError(f"{table.uri}: shards {', '.join(sorted(racy))} were merged while planning")
     # Bad input must fail here, before a merge writes anything (not even its lease).
-    check_generations(plan, table.dataset(plan.read_version).schema, table.storage_options)
+    try:
+        check_generations(plan, table.dataset(plan.read_version), table.storage_options)
+    except BadInputError:
+        raise
+    except MemWalError as exc:  # a planned generation vanished: collected after a concurrent merge?
+        if _progress_moved(table, manifest, set(plan.shard_ids)):
+            raise StateMovedError(f"{table.uri}: merged while planning ({exc})") from exc
+        raise
     return plan
 
 

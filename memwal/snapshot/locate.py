@@ -1,11 +1,18 @@
-"""Reading a published snapshot, wherever it is stored (hazard H3).
+"""Reading a published snapshot, wherever it is stored, and keeping it (hazard H3).
 
 Lance gives the MemWAL entry a new UUID on every update (every merge), so the
 ``_indices/<uuid>/index.lance`` of a file snapshot is only at the spec's path until the next
 progress commit. :func:`read_snapshot` then finds the entry that named the file by a binary
 search over the table versions (``snapshot_ts_millis`` only grows), and checks the
-timestamp stored in the file's schema metadata. Lance's version cleanup removes the file
-once no retained version names its UUID; readers then fall back to the shard manifests.
+timestamp stored in the file's schema metadata.
+
+Lance's version cleanup removes an index directory once no retained version names its
+UUID, so expiring the versions up to the latest would delete the published file while the
+latest entry still publishes it (observed past 100 shards: scan fell back to manifests
+with "snapshot file ... not found"). GC's version expiry therefore holds the file's bytes
+(:func:`hold_snapshot_file`) and puts a copy under the *live* entry's own UUID, the spec's
+path, which the cleanup keeps (:func:`keep_snapshot_file`), before and again after the
+cleanup (a merge in between moves the live entry once more).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from lance.file import LanceFileReader
 
-from memwal.errors import first_line
+from memwal.errors import NotFoundError, PreconditionFailedError, first_line
 from memwal.snapshot.format import (
     STORAGE_FILE,
     STORAGE_INLINE,
@@ -98,6 +105,13 @@ def _find_snapshot_file(table: Table, manifest: TableManifest, ts: int) -> str:
         candidates.append(snapshot_file_key(entry.uuid))
         if _file_ts(table, candidates[0]) == ts:
             return candidates[0]
+    try:
+        return _search_versions(table, manifest, ts, candidates)
+    except NotFoundError as exc:  # a version expired while we searched (a concurrent gc)
+        raise SnapshotUnavailableError(f"snapshot file of snapshot_ts_millis={ts}: {exc}") from exc
+
+
+def _search_versions(table: Table, manifest: TableManifest, ts: int, candidates: list[str]) -> str:
     index = TableVersions(table.store)
     versions = sorted(v for v in index.keys if v <= manifest.version)
     cache: dict[int, TableManifest] = {}
@@ -132,3 +146,46 @@ def _find_snapshot_file(table: Table, manifest: TableManifest, ts: int) -> str:
                 return key
     tried = ", ".join(dict.fromkeys(candidates)) or "nothing"
     raise SnapshotUnavailableError(f"snapshot file of snapshot_ts_millis={ts} not found (tried {tried})")
+
+
+@dataclass
+class HeldSnapshot:
+    """A published file snapshot's bytes, held while its file may be deleted."""
+
+    snapshot_ts_millis: int
+    key: str
+    data: bytes
+
+
+def hold_snapshot_file(table: Table) -> HeldSnapshot | None:
+    """The file snapshot the latest table version publishes (None: inline, none, or
+    already unreadable: then there is nothing left to keep, and ``memwal verify`` says so)."""
+    manifest = table.require_mem_wal()
+    details = manifest.mem_wal
+    if details is None or details.snapshot_ts_millis <= 0 or details.HasField("inline_snapshots"):
+        return None
+    try:
+        key = _find_snapshot_file(table, manifest, details.snapshot_ts_millis)
+        return HeldSnapshot(details.snapshot_ts_millis, key, table.store.get(key))
+    except (SnapshotUnavailableError, NotFoundError):
+        return None
+
+
+def keep_snapshot_file(table: Table, held: HeldSnapshot) -> str | None:
+    """Make the latest version's own MemWAL entry name a copy of ``held``: write it to
+    ``_indices/<live entry uuid>/index.lance`` unless it is there already. Returns the key
+    written (None: nothing to do, or a newer snapshot was published meanwhile: it is the
+    refresh's, at its own entry's path)."""
+    manifest = table.require_mem_wal()
+    details = manifest.mem_wal
+    entry = mem_wal_entry(manifest)
+    if details is None or details.snapshot_ts_millis != held.snapshot_ts_millis or entry is None or not entry.uuid:
+        return None
+    key = snapshot_file_key(entry.uuid)
+    if _file_ts(table, key) == held.snapshot_ts_millis:
+        return None
+    try:
+        table.store.put_if_absent(key, held.data)
+    except PreconditionFailedError:
+        return None  # written meanwhile (by another keeper): checked by the next read
+    return key

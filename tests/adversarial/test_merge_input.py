@@ -26,12 +26,21 @@ SHARD = shard_ids_for(WL)[0]
 DIM = WL.dim
 
 
-def add_generation(table, data: pa.Table) -> int:
-    """Write ``data`` as the shard's next generation and list it in a new shard manifest."""
+def add_generation(table, data: pa.Table, drop: tuple[str, ...] = ()) -> int:
+    """Write ``data`` as the shard's next generation and list it in a new shard manifest.
+
+    Lance numbers a new dataset's field ids in column order, and the merger matches columns
+    to the base table's by field id (as pylance's ShardWriter writes them): ``data`` comes
+    with the base's columns in the base's order (then new ones, then ``_tombstone``), and
+    columns the generation must lack are dropped afterwards (``drop``), which keeps the
+    other columns' ids.
+    """
     st = all_shard_manifests(table.store)[SHARD]
     g = st.current_generation
     path = f"0badf00d_gen_{g}"
-    lance.write_dataset(data, os.path.join(table.uri, "_mem_wal", SHARD, path))
+    ds = lance.write_dataset(data, os.path.join(table.uri, "_mem_wal", SHARD, path))
+    if drop:
+        ds.drop_columns(list(drop))
 
     def edit(msg):
         msg.sstables.add(generation=g, path=path, physical_rows=data.num_rows, in_memory_bytes=data.nbytes)
@@ -63,8 +72,12 @@ def build(cols: dict[str, tuple[pa.Field, pa.Array]]) -> pa.Table:
 
 
 def with_column(name: str, field: pa.Field, array: pa.Array) -> pa.Table:
+    """The columns with ``name`` replaced, or added before ``_tombstone`` (field ids stay the base's)."""
     cols = columns()
+    tombstone = cols.pop("_tombstone")
     cols[name] = (field, array)
+    if name != "_tombstone":
+        cols["_tombstone"] = tombstone
     return build(cols)
 
 
@@ -131,7 +144,7 @@ HOSTILE = {
         lambda: with_column("_tombstone", pa.field("_tombstone", pa.string()), pa.array(["false"] * 3)),
         "_tombstone",
     ),
-    "missing-key": (None, lambda: without("id"), "id"),
+    "missing-key": (None, lambda: (build(columns()), ("id",)), "id"),
     "null-key": (
         None,
         lambda: with_column(
@@ -150,7 +163,8 @@ def test_hostile_generation_exits_2_with_nothing_written(make_table, unchanged, 
     prepare, data, column = HOSTILE[case]
     if prepare:
         prepare(table)
-    g = add_generation(table, data())
+    made = data()
+    g = add_generation(table, *(made if isinstance(made, tuple) else (made,)))
     with unchanged(table.uri):
         run = run_cli("merge", table.uri)
     assert_one_line_error(run, 2, SHARD, f"generation {g}", column)
@@ -173,9 +187,8 @@ def test_safe_widening_and_a_missing_nullable_column_merge(make_table):
     keys = pa.array([10_000, 10_001, 10_002], pa.int32())
     cols["id"] = (pa.field("id", pa.int32(), nullable=False, metadata=PK_META), keys)
     cols["value"] = (pa.field("value", pa.float32()), pa.array([1.5, 2.5, 3.5], pa.float32()))
-    del cols["name"]
     data = build(cols)
-    add_generation(table, data)
+    add_generation(table, data, drop=("name",))
     run = run_cli("merge", table.uri)
     assert run.rc == 0, run.stderr
     expected = {r["id"]: r for r in model.sorted_rows()}

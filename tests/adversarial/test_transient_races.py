@@ -1,0 +1,218 @@
+"""Transient races with maintenance are lost races, retried: never bad input, never a false alarm.
+
+Each test is one deterministic interleaving: job A runs until a named step (the first call
+of a function it uses has returned, or is about to be made), job B runs to completion
+there (a merge, a GC with no grace period, a version expiry, a compaction), then A goes on.
+A must re-read what moved under it and finish (exit 0), with the table equal to the row
+model; before the fix each of these ended in exit 2 (bad input, "nothing written", which
+Airflow never retries) or exit 1 (a false problem, a raw Lance conflict).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+
+import lance
+import pyarrow as pa
+
+import memwal.merge.operands
+import memwal.merge.plan
+import memwal.read
+import memwal.verify
+from memwal import actions
+from memwal.catchup import plan_catchup, run_catchup
+from memwal.demo_data import PK_META, Workload, bucket_of, shard_ids_for
+from memwal.merge import plan_merge, run_merge
+from memwal.merge_ops import change_merge_ops
+from memwal.table import Table, open_table
+from tests.conftest import table_rows
+from tests.helpers import run_cli
+
+WL = Workload(base_rows=150, shards=3, generations=3, rows_per_generation=30, indexes=False, seed=41)
+SHARDS = shard_ids_for(WL)
+
+
+def at_step(monkeypatch, owner: object, name: str, job_b: Callable[[], None], *, before: bool = False) -> list[str]:
+    """Stall A at a step: right after the first call of ``owner.name`` returns (or right
+    before it is made), run ``job_b`` to completion, then let A go on. Returns a list that
+    records the step once reached. Later calls pass straight through."""
+    real = getattr(owner, name)
+    reached: list[str] = []
+
+    def hooked(*args, **kwargs):
+        if before and not reached:
+            reached.append(name)
+            job_b()
+        out = real(*args, **kwargs)
+        if not before and not reached:
+            reached.append(name)
+            job_b()
+        return out
+
+    monkeypatch.setattr(owner, name, hooked)
+    return reached
+
+
+def merge_then_collect(uri: str, *, shards: list[str] | None = None) -> Callable[[], None]:
+    """Job B: another merger merges (some shards), then GC expires every older version
+    (older versions hold the merged generations for time travel) and collects them with
+    no grace period."""
+
+    def job() -> None:
+        run_merge(open_table(uri), shards=shards)
+        doc = actions.run_action("gc", uri, grace_seconds=0, expire_versions=0)
+        assert doc["deleted"], doc
+
+    return job
+
+
+def build(make_table, tmp_path, *, ops: bool = False) -> tuple[Table, list[dict]]:
+    """A table and what readers must see. With ``ops`` a counter table: ``hits`` sums
+    (set before any write), each generation adding 1 to random keys, some twice; the
+    model is the count of puts per key."""
+    if not ops:
+        table, model = make_table(WL)
+        return table, model.sorted_rows()
+    uri = str(tmp_path / "counters")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK_META), pa.field("hits", pa.int64())])
+    ds = lance.write_dataset(pa.table({"id": list(range(60)), "hits": [0] * 60}, schema=schema), uri)
+    ds.initialize_mem_wal(bucket_column="id", num_buckets=len(SHARDS))
+    table = open_table(uri)
+    change_merge_ops(table, set_ops={"hits": "sum"})
+    counts = dict.fromkeys(range(60), 0)
+    rng = random.Random(43)
+    ds = table.dataset()
+    buckets = bucket_of(ds, list(range(80)))
+    for b, shard in enumerate(SHARDS):
+        keys = [k for k in range(80) if buckets[k] == b]
+        with ds.mem_wal_writer(shard, max_memtable_rows=12, durable_write=False) as w:
+            for _ in range(6):
+                batch = rng.sample(keys, 6)
+                w.put(pa.table({"id": batch, "hits": [1] * len(batch)}, schema=schema))
+                for k in batch:
+                    counts[k] = counts.get(k, 0) + 1
+    return table, [{"id": k, "hits": n} for k, n in sorted(counts.items())]
+
+
+def test_merge_plan_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path, monkeypatch):
+    """Merge operators: A lists a shard's WAL entries; B merges and collects them; A's
+    reading of those entries found them gone (was exit 2: "object not found: .../wal/...")."""
+    table, expected = build(make_table, tmp_path, ops=True)
+    reached = at_step(monkeypatch, memwal.merge.operands, "list_wal_entries", merge_then_collect(table.uri))
+    run = run_cli("merge", table.uri)
+    assert reached and run.rc == 0, run.stderr
+    assert table_rows(table) == expected
+
+
+def test_merge_executing_a_plan_whose_wal_entries_were_collected(make_table, tmp_path):
+    """Merge operators: A planned (WAL entry keys in its plan); B merges and collects; A
+    executes its plan (was exit 2 from reading a WAL entry that is gone)."""
+    table, expected = build(make_table, tmp_path, ops=True)
+    stale = plan_merge(table)
+    merge_then_collect(table.uri, shards=SHARDS[:1])()
+    result = run_merge(table, plan=stale)
+    assert result.ok and result.attempts == 2, result
+    assert table_rows(table) == expected
+
+
+def test_merge_plan_whose_read_version_expires_meanwhile(make_table, tmp_path, monkeypatch):
+    """A read the table manifest (version V); B merges one shard and GC expires every older
+    version, V included; A opens V (was exit 2: "cannot open the Lance table: .../_versions/
+    ...manifest was not found")."""
+    table, expected = build(make_table, tmp_path)
+    job_b = merge_then_collect(table.uri, shards=SHARDS[:1])
+    reached = at_step(monkeypatch, memwal.merge.plan, "read_shard_manifests", job_b)
+    run = run_cli("merge", table.uri)
+    assert reached and run.rc == 0, run.stderr
+    assert table_rows(table) == expected
+
+
+def test_merge_executing_a_plan_whose_read_version_expired(make_table, tmp_path):
+    table, expected = build(make_table, tmp_path)
+    stale = plan_merge(table)
+    merge_then_collect(table.uri, shards=SHARDS[:1])()
+    result = run_merge(table, plan=stale)
+    assert result.ok and result.attempts == 2, result
+    assert table_rows(table) == expected
+
+
+def test_scan_whose_listed_generations_are_collected_meanwhile(make_table, tmp_path, monkeypatch):
+    """A reader listed the unmerged generations; B merges and collects them; the read
+    (was exit 2, a missing generation reported as a bad filter) reads again."""
+    table, expected = build(make_table, tmp_path)
+    reached = at_step(monkeypatch, memwal.read, "plan_read", merge_then_collect(table.uri))
+    run = run_cli("scan", table.uri, "--json")
+    assert reached and run.rc == 0, run.stderr
+    assert sorted(json.loads(run.stdout)["rows"], key=lambda r: r["id"]) == expected
+
+
+def test_scan_of_merge_operators_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path, monkeypatch):
+    table, expected = build(make_table, tmp_path, ops=True)
+    reached = at_step(monkeypatch, memwal.read, "plan_read", merge_then_collect(table.uri))
+    run = run_cli("scan", table.uri, "--json")
+    assert reached and run.rc == 0, run.stderr
+    assert sorted(json.loads(run.stdout)["rows"], key=lambda r: r["id"]) == expected
+
+
+def test_verify_whose_generations_are_merged_and_collected_meanwhile(make_table, tmp_path, monkeypatch):
+    """verify read the shard manifests; B merges and collects; the generations verify then
+    looks at are gone (was exit 1, "PROBLEMS FOUND (... 0 rows in the LSM view)", OK a
+    moment later)."""
+    table, expected = build(make_table, tmp_path)
+    reached = at_step(monkeypatch, memwal.verify, "read_shard_manifests", merge_then_collect(table.uri))
+    run = run_cli("verify", table.uri, "--json")
+    assert reached and run.rc == 0, run.stdout
+    assert json.loads(run.stdout)["lsm_rows"] == len(expected)
+    assert table_rows(table) == expected
+
+
+def test_catchup_preempted_by_a_compaction_is_retried(make_table, tmp_path, monkeypatch):
+    """The index commit of catch-up is preempted by a compaction's Rewrite committed while
+    it built ("Retryable commit conflict ... preempted by concurrent transaction Rewrite":
+    was exit 1, catch-up had no retry)."""
+    wl = Workload(base_rows=300, shards=2, generations=3, rows_per_generation=20, seed=42)
+    table, model = make_table(wl)
+    for _ in range(3):
+        run_merge(table, max_generations=1)  # several small fragments with deletions: compaction has work
+    plan = plan_catchup(table)
+    assert plan.work()
+
+    def compaction() -> None:
+        doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
+        assert doc["fragments_removed"], doc
+
+    reached = at_step(monkeypatch, Table, "dataset", compaction)  # the engine's open of the table
+    result = run_catchup(table, plan=plan)
+    assert reached and result.all_recorded
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_merge_delete_pass_committed_against_an_expired_read_version(make_table, tmp_path, monkeypatch):
+    """A's delete pass is bound to its plan's read version V; right before it commits, B
+    merges another shard and GC expires every older version, V's manifest included. Lance
+    fails on the missing manifest (was exit 1, a raw "Dataset at path .../_versions/N.manifest
+    was not found"): nothing was committed, so A plans again and merges."""
+    table, expected = build(make_table, tmp_path)
+    reached = at_step(monkeypatch, lance.LanceDataset, "commit", merge_then_collect(table.uri, shards=SHARDS[1:2]),
+                      before=True)
+    result = run_merge(table, shards=SHARDS[:1])
+    assert reached and result.ok and result.attempts == 2, result
+    run_merge(table)
+    assert table_rows(table) == expected
+
+
+def test_compaction_whose_planned_files_are_expired_meanwhile(make_table, tmp_path, monkeypatch):
+    """A planned a compaction at version V; B merges and GC expires every older version, V
+    included; A's commit bound to V (was exit 2: "cannot open the Lance table: .../_versions/
+    N.manifest was not found") plans again and compacts."""
+    import memwal.compact
+
+    table, expected = build(make_table, tmp_path)
+    run_merge(table, max_generations=1)
+    run_merge(table, max_generations=1)
+    reached = at_step(monkeypatch, memwal.compact, "plan_compaction", merge_then_collect(table.uri))
+    doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
+    assert reached and doc["attempts"] == 2 and doc["fragments_removed"], doc
+    assert table_rows(table) == expected
