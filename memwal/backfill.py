@@ -124,7 +124,7 @@ def _decode_tables_file(data: bytes, where: str) -> str:
 def table_uri_problem(uri: str) -> str | None:
     """Why ``uri`` cannot name a table (checked without any I/O), or None.
 
-    The rule every command applies (``memwal.storage.check_table_uri``), after what a
+    The rule every command applies (``memwal.store.check_table_uri``), after what a
     line of a file can add: control characters, absurd lengths, and credentials in a
     ``scheme://user:secret@host`` part, which are refused without being echoed.
     """
@@ -135,7 +135,7 @@ def table_uri_problem(uri: str) -> str | None:
     head, sep, rest = uri.partition("://")
     if sep and "@" in rest.split("/", 1)[0]:
         return f"invalid table URI {_shown_uri(uri)}: credentials in a URI (pass them with --storage-options-file)"
-    from memwal.storage import check_table_uri
+    from memwal.store import check_table_uri
 
     try:
         check_table_uri(uri)

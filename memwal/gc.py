@@ -67,7 +67,7 @@ from memwal.shard_manifests import (
     read_wal_entry_meta,
 )
 from memwal.status import maintained_indexes
-from memwal.storage import LocalStore, ObjectInfo, Store
+from memwal.store import LocalStore, ObjectInfo, Store
 from memwal.table import Table
 
 if TYPE_CHECKING:

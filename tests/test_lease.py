@@ -12,7 +12,7 @@ import pytest
 
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.lease import LEASE_PREFIX, Lease, LeaseRecord, lease_key
-from memwal.storage import Store, open_store
+from memwal.store import Store, open_store
 
 
 class FakeClock:
