@@ -73,12 +73,14 @@ demo: $(STAMP)
 
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
 # in-process, peak memory), Spark's time split, compaction (scan before/after, local vs Spark)
-# and GC of 10,000 generations. JSON and charts in bench-results/.
+# GC of 10,000 generations, and requests per generation (GC) and per shard (status) on moto and
+# Azurite with GC of 1,000 generations against raw DeleteObjects. JSON and charts in bench-results/.
 bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.spark_breakdown --out bench-results
 	$(PY) -m bench.compaction --out bench-results
 	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --floor --out bench-results
+	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
 
 clean:
 	rm -rf $(DEMO_DIR) bench-results

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import email.utils
 import hashlib
 import hmac
@@ -116,6 +117,16 @@ class AzureServer:
         shutil.rmtree(self._workdir, ignore_errors=True)
 
 
+def _die_with_parent() -> None:
+    """In the child: receive SIGTERM when the test process dies, however it dies (Linux
+    ``PR_SET_PDEATHSIG``), so no Azurite outlives a killed test run."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 def start_azure_server(timeout: float = 60.0) -> AzureServer:
     """Start Azurite's blob service on 127.0.0.1 with an OS-chosen free port."""
     if not AZURITE_BIN.exists():
@@ -127,6 +138,7 @@ def start_azure_server(timeout: float = 60.0) -> AzureServer:
             [str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", "0", "--loose", "--skipApiVersionCheck",
              "--disableTelemetry", "--inMemoryPersistence", "--extentMemoryLimit", "2048"],
             cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

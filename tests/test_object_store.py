@@ -314,3 +314,15 @@ def test_gcs_generation_contract() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_store_at_the_bucket_root(remote) -> None:
+    kind, server = remote
+    opts = server.make_bucket() if kind == "s3" else server.make_container()
+    root = f"s3://{server.last_bucket}" if kind == "s3" else f"az://{server.last_container}"
+    s = open_store(root, opts)
+    s.put("x/y", b"1")
+    assert s.list_dirs("") == ["x"] and [o.key for o in s.list("")] == ["x/y"]
+    assert s.uri_for("x/y") == f"{root}/x/y"
+    assert [o.key for o in s.child("x").list("")] == ["y"]
+    assert s.child("x").get("y") == b"1"
