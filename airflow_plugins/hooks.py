@@ -3,7 +3,7 @@
 The connection holds the table URI and its storage options (Lance's key names, the same
 ones ``memwal --storage-option`` takes):
 
-- ``host``: the table URI (``s3://bucket/prefix/table`` or a local path); ``extra.table``
+- ``host``: the table URI (``s3://``, ``az://``, ``abfss://``, ``gs://`` or a local path); ``extra.table``
   works too (URIs do not always survive the connection-URI syntax).
 - ``extra.storage_options``: a JSON object of storage options.
 - ``login`` / ``password`` (optional): the object store's access key id and secret, kept
@@ -119,7 +119,7 @@ class MemWalHook(BaseHook):
             "hidden-fields": ["schema", "port"],
             "relabeling": {"host": "Table URI", "login": "Access key id", "password": "Secret access key"},
             "placeholders": {
-                "host": "s3://bucket/prefix/table or /path/to/table",
+                "host": "s3://bucket/table, az://container/table, gs://bucket/table or /path/to/table",
                 "extra": '{"storage_options": {"aws_region": "us-east-1"}}',
             },
         }
