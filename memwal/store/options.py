@@ -149,10 +149,6 @@ class ObstoreOptions:
     profile: str | None = None  # an AWS profile: credentials come from boto3's chain
     secrets: tuple[str, ...] = ()  # values never to appear in a message
 
-    def has(self, *names: str) -> bool:
-        """Whether any of these (unprefixed) config keys is set."""
-        return any(self.config.get(n) for n in names)
-
 
 def _obstore_key(scheme: str, name: str) -> str:
     """The key obstore's parser takes for a family key name (without its family prefix).
@@ -180,7 +176,6 @@ def _check_endpoint(key: str, value: str, allow_http: bool) -> None:
 def for_obstore(scheme: str, options: dict[str, str] | None) -> ObstoreOptions:
     """Translate (checked) storage options for an obstore store of ``scheme``."""
     family_prefix, family = _FAMILIES[scheme]
-    prefixes = ("aws_", "azure_", "google_")
     config: dict[str, str] = {}
     client: dict[str, Any] = {}
     attempts, profile = DEFAULT_ATTEMPTS, None
@@ -199,16 +194,9 @@ def for_obstore(scheme: str, options: dict[str, str] | None) -> ObstoreOptions:
             continue
         if key in _LANCE_KEYS.split():
             continue  # read by Lance only
-        bare = key
-        for p in prefixes:
-            if key.startswith(p) and key[len(p):] in (_CLIENT | frozenset(_FAMILIES[_scheme_of(p)][1])):
-                if p != family_prefix and key[len(p):] not in _CLIENT:
-                    bare = ""  # another family's key: Lance ignores it for this store, so do we
-                else:
-                    bare = key[len(p):]
-                break
-        if not bare:
-            continue
+        owner, bare = _split(key)
+        if owner not in (None, family_prefix) and bare not in _CLIENT:
+            continue  # another family's key: Lance ignores it for this store, so do we
         if bare in _CLIENT:
             client[bare] = parse_bool(raw_key, value) if bare in _CLIENT_BOOLS else value
         elif bare in family:
@@ -229,8 +217,14 @@ def for_obstore(scheme: str, options: dict[str, str] | None) -> ObstoreOptions:
     return ObstoreOptions(config=config, client_options=client, attempts=attempts, profile=profile, secrets=secrets)
 
 
-def _scheme_of(prefix: str) -> str:
-    return {"aws_": "s3", "azure_": "az", "google_": "gs"}[prefix]
+def _split(key: str) -> tuple[str | None, str]:
+    """(family prefix or None, name without it) of a checked key: ``aws_region`` ->
+    ("aws_", "region"); ``allow_http`` and Lance's own keys have no family."""
+    for prefix, names in (("aws_", _AWS_KEYS), ("azure_", _AZURE_KEYS), ("google_", _GCS_KEYS)):
+        name = key[len(prefix):]
+        if key.startswith(prefix) and (name in _CLIENT or name in names.split()):
+            return prefix, name
+    return None, key
 
 
 def _check_aws_pair(config: dict[str, str]) -> None:
