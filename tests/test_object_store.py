@@ -326,3 +326,21 @@ def test_a_store_at_the_bucket_root(remote) -> None:
     assert s.uri_for("x/y") == f"{root}/x/y"
     assert [o.key for o in s.child("x").list("")] == ["y"]
     assert s.child("x").get("y") == b"1"
+
+
+def test_a_rejected_sas_token_is_never_printed(azure_server, tmp_path) -> None:
+    """object_store sends a SAS token in the request URL's query string, and names that URL in
+    its errors: our one-line errors drop query strings (and any secret option value)."""
+    from memwal.errors import first_line
+
+    uri, opts = azure_server.new_table("sas")
+    sas = f"sv=2022-11-02&ss=b&srt=co&sp=rwdl&se=2030-01-01T00:00:00Z&sig={SECRET}"
+    options = {k: v for k, v in opts.items() if k != "azure_storage_account_key"}
+    path = tmp_path / "opts.json"
+    path.write_text(json.dumps({**options, "azure_storage_sas_token": sas}))
+    run = run_cli("status", uri, "--storage-options-file", str(path))
+    assert_one_line_error(run, 2, uri)
+    assert SECRET not in run.stderr + run.stdout
+    line = f"Error performing GET http://127.0.0.1:1/devstoreaccount1/c/t?restype=container&{sas} in 3ms"
+    assert SECRET not in first_line(OSError(line)) and "http://127.0.0.1:1/devstoreaccount1/c/t?..." in first_line(
+        OSError(line))
