@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto lint lock clean jvm-archive
+.PHONY: install test demo bench proto lint lock clean jvm-archive azurite
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -22,6 +22,20 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Azurite, the Azure Blob Storage emulator the tests and benchmarks run on loopback: the npm
+# package pinned (with every dependency) by tests/azurite/package-lock.json, installed under
+# .tools/ (ignored by git). Needs Node.js 18+ and npm; nothing is installed globally.
+AZURITE_DIR := .tools/azurite
+AZURITE := $(AZURITE_DIR)/node_modules/.bin/azurite-blob
+$(AZURITE): tests/azurite/package.json tests/azurite/package-lock.json
+	@command -v npm >/dev/null || { echo "need npm (Node.js 18+) on PATH to install Azurite"; exit 1; }
+	mkdir -p $(AZURITE_DIR)
+	cp tests/azurite/package.json tests/azurite/package-lock.json $(AZURITE_DIR)/
+	cd $(AZURITE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	@touch $@
+
+azurite: $(AZURITE)
+
 # Rebuild the driver JVM's class archive (after changing Java or Spark settings).
 jvm-archive: $(STAMP)
 	$(PY) -m memwal.spark.jvm_archive --force
@@ -29,7 +43,7 @@ jvm-archive: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/memwal/pb/*.proto
 
-test: $(STAMP)
+test: $(STAMP) $(AZURITE)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
@@ -59,12 +73,14 @@ demo: $(STAMP)
 
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
 # in-process, peak memory), Spark's time split, compaction (scan before/after, local vs Spark)
-# and GC of 10,000 generations. JSON and charts in bench-results/.
-bench: $(STAMP)
+# GC of 10,000 generations, and requests per generation (GC) and per shard (status) on moto and
+# Azurite with GC of 1,000 generations against raw DeleteObjects. JSON and charts in bench-results/.
+bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.spark_breakdown --out bench-results
 	$(PY) -m bench.compaction --out bench-results
 	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --floor --out bench-results
+	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
 
 clean:
 	rm -rf $(DEMO_DIR) bench-results

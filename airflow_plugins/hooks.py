@@ -3,12 +3,16 @@
 The connection holds the table URI and its storage options (Lance's key names, the same
 ones ``memwal --storage-option`` takes):
 
-- ``host``: the table URI (``s3://bucket/prefix/table`` or a local path); ``extra.table``
+- ``host``: the table URI (``s3://``, ``az://``, ``abfss://``, ``gs://`` or a local path); ``extra.table``
   works too (URIs do not always survive the connection-URI syntax).
 - ``extra.storage_options``: a JSON object of storage options.
 - ``login`` / ``password`` (optional): the object store's access key id and secret, kept
   in Airflow's encrypted password field and shown masked by the UI; they become
   ``aws_access_key_id`` / ``aws_secret_access_key`` unless the extras set those.
+
+Instead of a ``memwal`` connection, ``memwal_conn_id`` may name one of Airflow's own cloud
+connections (``aws``, ``wasb``, ``adls``, ``google_cloud_platform``): its credentials become
+the storage options (``memwal.airflow.connections``) and the table URI comes from ``table=``.
 
 Credentials never reach logs or rendered templates: every credential-like storage option
 is registered with Airflow's secrets masker as soon as it is read, storage options are
@@ -115,7 +119,7 @@ class MemWalHook(BaseHook):
             "hidden-fields": ["schema", "port"],
             "relabeling": {"host": "Table URI", "login": "Access key id", "password": "Secret access key"},
             "placeholders": {
-                "host": "s3://bucket/prefix/table or /path/to/table",
+                "host": "s3://bucket/table, az://container/table, gs://bucket/table or /path/to/table",
                 "extra": '{"storage_options": {"aws_region": "us-east-1"}}',
             },
         }
@@ -123,8 +127,16 @@ class MemWalHook(BaseHook):
     # -- resolution ---------------------------------------------------------------
     @staticmethod
     def from_connection(conn: Any) -> tuple[str | None, dict[str, str]]:
-        """Table URI and storage options held by a connection object."""
+        """Table URI and storage options held by a connection object: a ``memwal`` one, or one of
+        Airflow's ``aws``, ``wasb``/``adls``, ``google_cloud_platform`` connections (the table URI
+        then comes from ``extra.table`` or the task; see ``memwal.airflow.connections``)."""
+        from memwal.airflow.connections import CLOUD_CONN_TYPES, storage_options_from_connection
+
         extra = conn.extra_dejson or {}
+        if conn.conn_type in CLOUD_CONN_TYPES:
+            options = storage_options_from_connection(conn)
+            options.update(_coerce_storage_options(extra.get("storage_options"), f"connection {conn.conn_id!r}"))
+            return extra.get("table") or None, options
         uri = extra.get("table") or conn.host or None
         options = _coerce_storage_options(extra.get("storage_options"), f"connection {conn.conn_id!r}")
         if conn.login and "aws_access_key_id" not in options:

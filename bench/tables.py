@@ -73,7 +73,7 @@ def dir_bytes(path: str) -> int:
 def generation_stats(path: str) -> dict:
     """What the merge will read: generations, rows, puts and tombstones (counted, not assumed)."""
     from memwal.shard_manifests import all_shard_manifests
-    from memwal.storage import open_store
+    from memwal.store import open_store
 
     store = open_store(path, {})
     gens = rows = tombstones = 0

@@ -45,7 +45,7 @@ CONTENDERS = ("loop", "ours", "floor", "spark")
 def _generations(table_dir: str) -> dict[str, list[tuple[int, str]]]:
     """Shard id -> [(generation, uri)] ascending, from the shard manifests (what users read too)."""
     from memwal.shard_manifests import all_shard_manifests
-    from memwal.storage import open_store
+    from memwal.store import open_store
 
     store = open_store(table_dir, {})
     out = {}

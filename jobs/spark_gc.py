@@ -18,7 +18,7 @@ from memwal.spark.session import active_or_local
 from pyspark.sql import SparkSession
 
 from memwal.gc import BATCH_OBJECTS, PrefixOutcome, delete_keys, delete_prefixes
-from memwal.storage import Store, open_store
+from memwal.store import Store, open_store
 from memwal.table import Table
 
 #: Directories (or WAL keys) handed out per round: a generation is about 8 objects, so a

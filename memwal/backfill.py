@@ -124,7 +124,7 @@ def _decode_tables_file(data: bytes, where: str) -> str:
 def table_uri_problem(uri: str) -> str | None:
     """Why ``uri`` cannot name a table (checked without any I/O), or None.
 
-    The rule every command applies (``memwal.storage.check_table_uri``), after what a
+    The rule every command applies (``memwal.store.check_table_uri``), after what a
     line of a file can add: control characters, absurd lengths, and credentials in a
     ``scheme://user:secret@host`` part, which are refused without being echoed.
     """
@@ -133,9 +133,10 @@ def table_uri_problem(uri: str) -> str | None:
     if any(ord(c) < 32 or ord(c) == 127 for c in uri):
         return f"control character in table URI {_shown_uri(uri)}"
     head, sep, rest = uri.partition("://")
-    if sep and "@" in rest.split("/", 1)[0]:
+    userinfo = rest.split("/", 1)[0].rpartition("@")[0]
+    if sep and userinfo and (":" in userinfo or head.lower() != "abfss"):  # abfss://container@account is no secret
         return f"invalid table URI {_shown_uri(uri)}: credentials in a URI (pass them with --storage-options-file)"
-    from memwal.storage import check_table_uri
+    from memwal.store import check_table_uri
 
     try:
         check_table_uri(uri)
@@ -147,7 +148,7 @@ def table_uri_problem(uri: str) -> str | None:
 def _shown_uri(uri: str) -> str:
     """A URI as quoted in an error: at most 120 characters, credentials in ``user:pass@`` hidden."""
     head, sep, rest = uri.partition("://")
-    if sep and "@" in rest.split("/", 1)[0]:
+    if sep and "@" in rest.split("/", 1)[0] and (":" in rest.split("@", 1)[0] or head.lower() != "abfss"):
         uri = f"{head}://***@{rest.split('@', 1)[1]}"
     return repr(uri if len(uri) <= 120 else uri[:117] + "...")
 

@@ -58,6 +58,8 @@ class StateMovedError(ConflictError):
 
 # Rust source locations Lance appends to its messages ("..., /home/x/lance/src/a.rs:12:5").
 _RUST_LOCATION = re.compile(r",?\s*(/[\w.-]+)+\.rs:\d+:\d+")
+# A URL's query string (``?sv=...&sig=...``): where an Azure SAS token travels.
+_URL_QUERY = re.compile(r"(https?://[^\s?]+)\?[^\s]*")
 # Error class prefixes Lance and Arrow put in messages ("LanceError(IO): ").
 _ERROR_PREFIX = re.compile(r"\b(LanceError|ArrowError|DataFusionError)(\(\w+\))?: ")
 
@@ -69,6 +71,7 @@ def first_line(exc: BaseException, uri: str | None = None) -> str:
     text = str(exc).strip()
     text = text.splitlines()[0] if text else "unexpected failure"
     text = _ERROR_PREFIX.sub("", _RUST_LOCATION.sub("", text)).strip()
+    text = _URL_QUERY.sub(r"\1?...", text)  # object_store names request URLs: an Azure SAS token is in the query
     if uri and os.path.isabs(local := _local_path(uri)):
         bare = local.strip("/")
         if bare:

@@ -19,7 +19,7 @@ import os
 import re
 
 from memwal.errors import MemWalError, first_line
-from memwal.storage import Store
+from memwal.store import Store
 
 #: Errors Lance raises for unreadable files; pyo3 panics (``PanicException``) derive from
 #: BaseException, so they are matched by name.

@@ -58,7 +58,7 @@ from memwal.shard_manifests import ShardState, generation_readable, latest_shard
 from memwal.sharding import field_names_from_lance_schema, shard_field_value_from_bytes, spec_to_dict
 from memwal.snapshot.format import SnapshotUnavailableError
 from memwal.snapshot.locate import read_snapshot
-from memwal.storage import LocalStore
+from memwal.store import LocalStore
 from memwal.table import Table
 from memwal.table_manifest import TableManifest
 

@@ -11,6 +11,12 @@ Lance's ``CommitConflictError``. pylance 14 has no type for two conflicts it rep
 plain ``OSError``: a stale progress marker ("Stale SSTable compaction") and a preempted
 rewrite ("Retryable commit conflict"); :func:`is_conflict` matches those two messages, in
 this one place.
+
+The same module holds the other policy, for a request that failed on the way rather than
+lost a race: :func:`after_transient` sends it again after a 503, a throttle, a timeout or a
+dropped connection (what is transient is the caller's to say: the object-store layer
+classifies obstore's errors), with jittered backoff and a bounded number of attempts.
+object_store's own retries are switched off for our stores, so this is the one retry.
 """
 
 from __future__ import annotations
@@ -84,3 +90,39 @@ def after_conflict(
         if is_conflict(exc) and not isinstance(exc, ConflictError):
             raise ConflictError(f"{what}: concurrent writers won {attempts} times in a row; rerun it") from exc
         raise
+
+
+def after_transient(
+    work: Callable[[], T],
+    *,
+    what: str,
+    is_transient: Callable[[BaseException], bool],
+    attempts: int = 5,
+    base_seconds: float = 0.1,
+    max_seconds: float = 5.0,
+    describe: Callable[[BaseException], str] = lambda exc: type(exc).__name__,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``work()`` until it succeeds, sending it again after each transient failure.
+
+    ``work`` must be safe to repeat (a read, a plain put, a delete, or a conditional put
+    whose caller tells a lost race from its own earlier attempt having landed). A failure
+    that is not transient propagates at once; after ``attempts`` transient ones the last
+    propagates (the caller names the attempts in its message). ``describe`` turns a failure
+    into the words logged before each new attempt (never a secret, never a response body).
+    """
+
+    def log_retry(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning("%s failed (attempt %d/%d): %s; trying again in %.1fs", what, state.attempt_number, attempts,
+                    describe(exc) if exc else "?", state.next_action.sleep if state.next_action else 0.0)
+
+    retrying = Retrying(
+        stop=stop_after_attempt(max(1, attempts)),
+        wait=wait_random_exponential(multiplier=base_seconds, max=max_seconds),
+        retry=retry_if_exception(is_transient),
+        before_sleep=log_retry,
+        sleep=sleep,
+        reraise=True,
+    )
+    return retrying(work)

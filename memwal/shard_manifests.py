@@ -31,7 +31,7 @@ from memwal.naming import (
 )
 from memwal.paths import generation_key
 from memwal.pb import shard_manifest_pb2
-from memwal.storage import Store
+from memwal.store import Store
 
 SEALED = shard_manifest_pb2.SHARD_STATUS_SEALED
 

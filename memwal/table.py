@@ -14,7 +14,7 @@ import lance
 
 from memwal import validate
 from memwal.errors import BadInputError, MemWalError, NotFoundError, StateMovedError, first_line
-from memwal.storage import LocalStore, Store, check_table_uri, open_store
+from memwal.store import LocalStore, Store, check_table_uri, open_store
 from memwal.table_manifest import TableManifest, list_versions, read_table_manifest
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from memwal.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, U64_MAX,
 from memwal.pb import mem_wal_index_pb2, table_manifest_pb2
 
 if TYPE_CHECKING:
-    from memwal.storage import Store
+    from memwal.store import Store
 
 _TRAILER = struct.Struct("<qhh4s")
 _MAGIC = b"LANC"

@@ -20,10 +20,11 @@ os.environ.setdefault("AIRFLOW_HOME", _IN_PROCESS_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from memwal.demo_data import Model, Workload, create_base_table, write_generations  # noqa: E402
-from memwal.storage import Store, open_store  # noqa: E402
+from memwal.store import Store, open_store  # noqa: E402
 from memwal.table import Table, open_table  # noqa: E402
 
 if TYPE_CHECKING:  # moto and boto3 load only when a test asks for the S3 server
+    from tests.azureserver import AzureServer
     from tests.s3server import S3Server
 
 
@@ -56,12 +57,33 @@ def s3_server() -> Iterator[S3Server]:
         release_shared_s3_server()
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(scope="session")
+def azure_server() -> Iterator[AzureServer]:
+    """The process's Azurite server (Azure Blob Storage on loopback), started on first use."""
+    from tests.azureserver import acquire_shared_azure_server, release_shared_azure_server
+
+    server = acquire_shared_azure_server()
+    try:
+        yield server
+    finally:
+        release_shared_azure_server()
+
+
+STORES = ["local", "memory", "s3", "azure"]
+
+
+@pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    """A fresh empty store: a local directory, or a nested prefix in a fresh S3 bucket."""
+    """A fresh empty store: a local directory, obstore's in-memory store, or a nested prefix
+    in a fresh S3 bucket (moto) or Azure container (Azurite). The store contract suite
+    (tests/test_storage.py) runs on each."""
     if request.param == "local":
         return open_store(str(tmp_path / "table"))
-    server: S3Server = request.getfixturevalue("s3_server")
+    if request.param == "memory":
+        from memwal.store.object import ObjectStore
+
+        return ObjectStore.memory("memory://bucket/tables/t1")
+    server: S3Server | AzureServer = request.getfixturevalue(f"{request.param}_server")
     uri, opts = server.new_table("tables/t1")
     return open_store(uri, opts)
 

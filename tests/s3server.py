@@ -22,6 +22,7 @@ answer; reads stay concurrent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -57,8 +58,12 @@ class _SerialisedWrites:
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self.requests: list[tuple[str, str]] = []  # (method, path?query): the server's own request log
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        query = environ.get("QUERY_STRING", "")
+        self.requests.append((environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "") + (
+            "?" + query if query else "")))
         if environ.get("REQUEST_METHOD", "GET") in _WRITE_METHODS:
             with self.lock:
                 # Materialise the body inside the lock: moto may do its work while
@@ -79,10 +84,12 @@ class _MotoServer(ThreadedMotoServer):
     def __init__(self, ip_address: str, port: int) -> None:
         super().__init__(ip_address=ip_address, port=port, verbose=False)
         self.write_lock = threading.Lock()
+        self.requests: list[tuple[str, str]] = []
 
     def _server_entry(self) -> None:
         app = _SerialisedWrites(DomainDispatcherApplication(create_backend_app))
         app.lock = self.write_lock
+        app.requests = self.requests
         self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
         self._server_ready_event.set()
         self._server.serve_forever()
@@ -142,6 +149,28 @@ class S3Server:
         with self._moto.write_lock:
             for key in keys:
                 backend.put_object(bucket, key, body)
+
+    @property
+    def requests(self) -> list[tuple[str, str]]:
+        """Every request the server received so far: (method, path?query)."""
+        return self._moto.requests
+
+    @contextlib.contextmanager
+    def authentication(self) -> Iterator[None]:
+        """Make moto check credentials (its IAM authentication) inside the block: no access
+        key is known to it, so every request is refused as S3 refuses an unknown key."""
+        import urllib.request
+
+        def reset(count: str) -> None:
+            req = urllib.request.Request(f"{self.endpoint}/moto-api/reset-auth", data=count.encode(), method="POST",
+                                         headers={"Content-Type": "text/plain"})
+            urllib.request.urlopen(req, timeout=30).close()
+
+        reset("0")
+        try:
+            yield
+        finally:
+            reset("inf")
 
     def stop(self) -> None:
         """Shut the server down (idempotent)."""

@@ -164,6 +164,77 @@ def test_config_generated_dag_runs_with_its_gc_policy(airflow_env, make_table, t
     assert events == [(table_asset(table.uri).uri,)]
 
 
+def test_maintenance_dag_on_azure_through_a_wasb_connection(airflow_env, azure_server):
+    """One DAG run against Azure Blob Storage (Azurite): the credentials come from Airflow's own
+    ``wasb`` connection type (account name and key), the table URI from the run's conf."""
+    from memwal.demo_data import create_base_table, write_generations
+    from memwal.table import open_table
+    from tests.azureserver import ACCOUNT, ACCOUNT_KEY
+
+    env, home = airflow_env
+    uri, opts = azure_server.new_table("dag")
+    _, model = create_base_table(uri, SMALL, opts)
+    write_generations(uri, SMALL, model, storage_options=opts)
+    conn = {"conn_type": "wasb", "login": ACCOUNT, "password": ACCOUNT_KEY, "host": azure_server.endpoint}
+    conf = {"table": uri, "conn_id": "azure_blob", "engine": "local", "grace_seconds": 0, "expire_versions": 0}
+    proc = airflow_cli({**env, "AIRFLOW_CONN_AZURE_BLOB": json.dumps(conn)}, "dags", "test", "memwal_maintenance",
+                       "-c", json.dumps(conf))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    table = open_table(uri, opts)
+    assert table_rows(table) == model.sorted_rows()
+    assert table.manifest().compacted == {s: SMALL.generations for s in shard_ids_for(SMALL)}
+    assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
+    (gc,) = db_rows(home, "select value from xcom where dag_id='memwal_maintenance' and task_id='gc' "
+                          "and key='return_value' order by timestamp desc limit 1")  # this run's (others ran before)
+    gc_doc = json.loads(gc[0])
+    gc_doc = json.loads(gc_doc) if isinstance(gc_doc, str) else gc_doc
+    assert gc_doc["table"] == uri and len(gc_doc["deleted"]) == SMALL.shards * SMALL.generations
+    assert ACCOUNT_KEY not in out
+    for sql in ("select rendered_fields from rendered_task_instance_fields", "select data from serialized_dag"):
+        assert all(ACCOUNT_KEY not in str(r) for r in db_rows(home, sql))
+
+
+def test_storage_options_from_airflow_cloud_connections(monkeypatch):
+    """aws, wasb (key, connection string, service principal), adls and google_cloud_platform
+    connections, as Airflow reads them from its environment, become Lance storage options."""
+    from airflow.sdk import BaseHook
+
+    conns = {
+        "s3c": {"conn_type": "aws", "login": "AKIAX", "password": "sk-1", "extra": {
+            "region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:9000", "aws_session_token": "tok-1"}},
+        "wasb_key": {"conn_type": "wasb", "login": "acct", "password": "a2V5", "extra": {"table": "az://c/t"}},
+        "wasb_cs": {"conn_type": "wasb", "extra": {"connection_string": "DefaultEndpointsProtocol=http;"
+                    "AccountName=dev;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:10000/dev;"}},
+        "wasb_sp": {"conn_type": "wasb", "login": "client-1", "password": "secret-1",
+                    "host": "https://acct.blob.core.windows.net", "extra": {"tenant_id": "tenant-1"}},
+        "adls_sp": {"conn_type": "adls", "host": "acct", "login": "client-1", "password": "secret-1",
+                    "extra": {"tenant_id": "tenant-1"}},
+        "gcp": {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": {"type": "service_account"}}},
+        "gcp_path": {"conn_type": "google_cloud_platform", "extra": {"key_path": "/secrets/sa.json"}},
+    }
+    for name, conn in conns.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}", json.dumps(conn))
+    got = {name: MemWalHook.from_connection(BaseHook.get_connection(name)) for name in conns}
+    assert got["s3c"] == (None, {"aws_access_key_id": "AKIAX", "aws_secret_access_key": "sk-1",
+                                 "aws_session_token": "tok-1", "aws_region": "eu-west-1",
+                                 "aws_endpoint": "http://127.0.0.1:9000", "allow_http": "true"})
+    assert got["wasb_key"] == ("az://c/t", {"azure_storage_account_key": "a2V5", "azure_storage_account_name": "acct"})
+    assert got["wasb_cs"][1] == {"azure_storage_account_name": "dev", "azure_storage_account_key": "a2V5",
+                                 "azure_storage_endpoint": "http://127.0.0.1:10000/dev", "allow_http": "true"}
+    assert got["wasb_sp"][1] == {"azure_storage_client_id": "client-1", "azure_storage_client_secret": "secret-1",
+                                 "azure_storage_tenant_id": "tenant-1", "azure_storage_account_name": "acct",
+                                 "azure_storage_endpoint": "https://acct.blob.core.windows.net"}
+    assert got["adls_sp"][1] == {"azure_storage_client_id": "client-1", "azure_storage_client_secret": "secret-1",
+                                 "azure_storage_tenant_id": "tenant-1", "azure_storage_account_name": "acct"}
+    assert got["gcp"][1] == {"google_service_account_key": '{"type": "service_account"}'}
+    assert got["gcp_path"][1] == {"google_service_account_path": "/secrets/sa.json"}
+    from memwal.validate import storage_options
+
+    for _, options in got.values():
+        storage_options(options)  # every key is one Lance knows
+
+
 # -- DAG files -----------------------------------------------------------------------------
 def dagbag():
     from airflow.models import DagBag

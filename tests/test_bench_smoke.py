@@ -76,3 +76,25 @@ def test_bench_smoke_writes_json_and_chart(tmp_path):
     assert set(doc["profile"]) >= {"ours", "floor"}
     assert doc["profile"]["ours"]["functions"]
     assert "snapshot_refresh" in doc
+
+
+def test_object_store_request_bench_smoke(tmp_path):
+    """bench/object_stores.py at a tiny size: requests counted on moto and Azurite, GC deleted
+    every generation, the raw DeleteObjects baseline deleted the same keys."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.object_stores", "--work", str(tmp_path / "work"), "--generations", "8",
+         "--azure-generations", "4", "--shards", "2", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "object_stores.json").read_text())
+    for store, generations in (("moto", 8), ("azurite", 4)):
+        run = doc[store]
+        assert run["gc_generations_deleted"] == generations and run["gc_wal_entries_deleted"] == generations
+        assert run["status_requests_per_shard"] > 0 and run["gc_requests_per_generation"] > 0
+        assert run["gc_requests"].get("bulk-delete", 0) >= 1  # batched, not one request per object
+    assert doc["moto_raw_delete_objects"]["keys"] == doc["moto"]["gc_objects_deleted"]
+    assert doc["moto_raw_delete_objects"]["objects_left_under_mem_wal"] < doc["moto"]["objects_uploaded"]
+    assert doc["gc_vs_raw"] > 0

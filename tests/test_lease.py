@@ -16,7 +16,7 @@ import pytest
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.lease import LEASE_PREFIX, Lease, LeaseRecord, lease_key
 from memwal.lease.heartbeat import THREAD_PREFIX
-from memwal.storage import Store, open_store
+from memwal.store import Store, open_store
 from tests.interleave import ManualClock, Stalled
 
 

@@ -1,28 +1,36 @@
-"""memwal.storage against a local directory and a real (moto) S3 server."""
+"""The store contract: every store that runs here (a local directory, obstore's in-memory
+store, S3 on moto, Azure Blob Storage on Azurite) behaves the same, through one suite.
+
+The ``store`` fixture (tests/conftest.py) parametrises every test that takes it over the
+four stores. GCS runs the same ObjectStore code; its conditional writes match the object
+generation, which ``test_gcs_generation_contract`` checks against a loopback responder.
+"""
 
 from __future__ import annotations
 
-import http.server
 import os
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memwal.errors import BadInputError, MemWalError, NotFoundError, PreconditionFailedError
-from memwal.s3_store import S3Store
-from memwal.storage import TEMP_MARKER, LocalStore, Store, open_store
+from memwal.errors import BadInputError, NotFoundError, PreconditionFailedError
+from memwal.store import TEMP_MARKER, LocalStore, Store, open_store
+from memwal.store.object import ObjectStore
+from tests.azureserver import AzureServer
 from tests.s3server import S3Server
 
 # --------------------------------------------------------------------------- helpers
-# (the ``store`` fixture, local and S3, and ``s3_server`` come from tests/conftest.py)
+# (the ``store`` fixture and the ``s3_server`` / ``azure_server`` ones come from tests/conftest.py)
 
 
-def _is_s3(store: Store) -> bool:
-    return isinstance(store, S3Store)
+def _kind(store: Store) -> str:
+    if isinstance(store, LocalStore):
+        return "local"
+    assert isinstance(store, ObjectStore)
+    return {"s3": "s3", "az": "azure", "memory": "memory"}[store.location.scheme]
 
 
 def _bulk_put(store: Store, keys: list[str], body: bytes = b"x") -> None:
@@ -31,10 +39,15 @@ def _bulk_put(store: Store, keys: list[str], body: bytes = b"x") -> None:
 
 
 def _seed(request: pytest.FixtureRequest, store: Store, keys: list[str]) -> None:
-    """Create many small objects fast: straight into moto's state on S3 (setup only)."""
-    if isinstance(store, S3Store):
+    """Create many small objects fast (setup only): straight into moto's state on S3,
+    concurrent uploads on Azurite."""
+    kind = _kind(store)
+    if kind == "s3":
         server: S3Server = request.getfixturevalue("s3_server")
         server.seed_objects(store.bucket, [f"{store.prefix}/{k}" for k in keys])
+    elif kind == "azure":
+        az: AzureServer = request.getfixturevalue("azure_server")
+        az.seed_blobs(store.bucket, [f"{store.prefix}/{k}" for k in keys])
     else:
         _bulk_put(store, keys)
 
@@ -117,8 +130,8 @@ def test_uri_for_and_child(store: Store) -> None:
     assert child.get("0001_gen_1/data.lance") == b"d"
     assert child.uri_for("x") == store.uri_for("_mem_wal/s1/x")
     assert [o.key for o in child.list("")] == ["0001_gen_1/data.lance"]
-    if _is_s3(store):
-        assert store.uri_for("k/v").startswith("s3://")
+    if _kind(store) != "local":
+        assert store.uri_for("k/v").startswith(("s3://", "az://", "memory://"))
         assert store.uri_for("k/v").endswith("/tables/t1/k/v")
     else:
         assert os.path.isabs(store.uri_for("k/v"))
@@ -150,15 +163,6 @@ def test_list_order_recursive_and_flat(store: Store) -> None:
     assert info["a/b"].etag == store.head("a/b").etag  # type: ignore[union-attr]
 
 
-def test_list_paginates(request: pytest.FixtureRequest, store: Store) -> None:
-    n = 1105 if _is_s3(store) else 60  # > 1000: two ListObjectsV2 pages
-    keys = [f"gen/{i:05d}" for i in range(n)]
-    _seed(request, store, keys)
-    listed = [o.key for o in store.list("gen/")]
-    assert listed == keys
-    assert [o.key for o in store.list("gen/", recursive=False)] == keys
-
-
 def test_list_dirs(store: Store) -> None:
     _bulk_put(
         store,
@@ -178,16 +182,42 @@ def test_list_dirs(store: Store) -> None:
     assert store.list_dirs("_mem_wal/s2/wal/") == []
 
 
-def test_delete_many(request: pytest.FixtureRequest, store: Store) -> None:
-    n = 2203 if _is_s3(store) else 40  # > 2000: three DeleteObjects batches
-    keys = [f"d/{i % 7}/{i:05d}" for i in range(n)]
+def _list_requests(request: pytest.FixtureRequest, store: Store) -> int | None:
+    """Listing requests the server saw so far (None for stores without a server)."""
+    kind = _kind(store)
+    if kind == "s3":
+        return sum(1 for m, p in request.getfixturevalue("s3_server").requests if m == "GET" and "list-type=2" in p)
+    if kind == "azure":
+        from tests.azureserver import request_log
+
+        return request_log(request.getfixturevalue("azure_server")).count("comp=list")
+    return None
+
+
+def test_listing_pages_and_bulk_delete_of_5000_keys(request: pytest.FixtureRequest, store: Store) -> None:
+    """5,001 keys: more than one listing page on every server (S3 pages 1,000 keys, Azure
+    5,000), then one bulk delete of all of them plus keys that never existed."""
+    keys = [f"d/{i % 3}/{i:05d}" for i in range(5001)]  # 1,667 a folder: more than a page of S3 too
     _seed(request, store, keys + ["keep/me"])
+    before = _list_requests(request, store)
+    listed = [o.key for o in store.list("d/")]
+    assert listed == sorted(keys)  # every key, once, in order across pages
+    if before is not None:
+        assert _list_requests(request, store) - before >= 2  # more than one page was listed
+    assert [o.key for o in store.list("d/0/", recursive=False)] == sorted(k for k in keys if k.startswith("d/0/"))
     requested = keys + ["d/missing", "never/there"]
     assert store.delete_many(iter(requested)) == len(requested)
     assert [o.key for o in store.list("")] == ["keep/me"]
     assert store.list_dirs("") == ["keep"]  # emptied "directories" are gone (local too)
     assert store.delete_many([]) == 0
-    assert store.delete_many(keys[:3]) == 3  # deleting again is fine
+
+
+def test_deleting_missing_keys_is_not_an_error(store: Store) -> None:
+    store.put("x/a", b"1")
+    assert store.delete_many(["x/never"]) == 1
+    assert store.delete_many(["x/a", "x/never", "y/z"]) == 3
+    assert store.delete_many(["x/a"]) == 1  # deleting again is fine (a GC rerun)
+    assert list(store.list("")) == []
 
 
 def test_local_delete_prunes_only_what_it_emptied(tmp_path: Path) -> None:
@@ -296,160 +326,3 @@ def test_local_storage_options_ignored(tmp_path: Path) -> None:
     assert isinstance(s, LocalStore)
 
 
-# --------------------------------------------------------------------------- S3 options
-
-
-def test_s3_bad_storage_options(s3_server: S3Server) -> None:
-    uri, opts = s3_server.new_table()
-    with pytest.raises(BadInputError, match="allow_http"):
-        open_store(uri, {**opts, "allow_http": "maybe"})
-    with pytest.raises(BadInputError, match="aws_endpoint"):
-        open_store(uri, {**opts, "aws_endpoint": "not a url"})
-    with pytest.raises(BadInputError, match="endpoint"):
-        open_store(uri, {**opts, "aws_endpoint": s3_server.endpoint, "allow_http": "false"})
-    with pytest.raises(BadInputError, match="virtual_hosted_style_request"):
-        open_store(uri, {**opts, "virtual_hosted_style_request": "sometimes"})
-    with pytest.raises(BadInputError, match="client_max_retries"):
-        open_store(uri, {**opts, "client_max_retries": "lots"})
-    with pytest.raises(BadInputError):
-        open_store("s3:///no-bucket", opts)
-    with pytest.raises(BadInputError, match="scheme"):
-        open_store("gs://bucket/t", opts)
-
-
-def test_s3_option_aliases_and_unknown_keys(s3_server: S3Server) -> None:
-    uri, opts = s3_server.new_table()
-    aliased = {
-        "endpoint": s3_server.endpoint,
-        "ALLOW_HTTP": "TRUE",
-        "access_key_id": "testing",
-        "secret_access_key": "testing",
-        "region": "us-east-1",
-        "virtual_hosted_style_request": "false",
-        "timeout": "30s",  # a Lance option we don't use: ignored
-        "aws_unknown_thing": "zzz",
-    }
-    s = open_store(uri, aliased)
-    s.put("k", b"v")
-    assert open_store(uri, opts).get("k") == b"v"
-
-
-def test_s3_missing_bucket_is_not_found(s3_server: S3Server) -> None:
-    s = open_store("s3://no-such-bucket-memwal/t", s3_server.storage_options)
-    with pytest.raises(NotFoundError, match="no-such-bucket-memwal"):
-        s.get("k")
-    with pytest.raises(NotFoundError):
-        list(s.list(""))
-
-
-def test_s3_bucket_root_store(s3_server: S3Server) -> None:
-    opts = s3_server.make_bucket()
-    s = open_store(f"s3://{s3_server.last_bucket}", opts)
-    s.put("x/y", b"1")
-    assert s.list_dirs("") == ["x"]
-    assert s.uri_for("x/y") == f"s3://{s3_server.last_bucket}/x/y"
-    assert [o.key for o in s.child("x").list("")] == ["y"]
-
-
-# --------------------------------------------------------------------------- S3 retries
-
-
-class _Responder(http.server.BaseHTTPRequestHandler):
-    """Answers every request with the server's canned status (or drops the connection)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def _answer(self) -> None:
-        server: _CannedServer = self.server  # type: ignore[assignment]
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        with server.lock:
-            server.requests += 1
-        if server.status == 0:  # drop the connection without an answer
-            self.close_connection = True
-            return
-        code = {404: "NoSuchKey", 412: "PreconditionFailed", 503: "SlowDown", 403: "AccessDenied"}
-        body = (
-            f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code.get(server.status, 'X')}"
-            f"</Code><Message>canned</Message></Error>"
-        ).encode()
-        self.send_response(server.status)
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _answer  # noqa: N815
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
-class _CannedServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Responder)
-        self.status = 503
-        self.requests = 0
-        self.lock = threading.Lock()
-
-
-@pytest.fixture
-def canned() -> Iterator[_CannedServer]:
-    srv = _CannedServer()
-    t = threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True)
-    t.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def _canned_store(srv: _CannedServer) -> S3Store:
-    opts = {
-        "aws_endpoint": f"http://127.0.0.1:{srv.server_address[1]}",
-        "allow_http": "true",
-        "aws_access_key_id": "testing",
-        "aws_secret_access_key": "testing",
-        "aws_region": "us-east-1",
-        "client_max_retries": "2",
-    }
-    s = open_store("s3://bucket/t", opts)
-    assert isinstance(s, S3Store)
-    s.retry_wait = (0.01, 0.02)
-    return s
-
-
-def test_s3_transient_errors_are_retried(canned: _CannedServer) -> None:
-    s = _canned_store(canned)
-    canned.status = 503
-    with pytest.raises(MemWalError, match="3 attempts") as ei:
-        s.get("k")
-    assert type(ei.value) is MemWalError  # exit code 1, not bad input
-    assert canned.requests == 3
-
-    canned.requests, canned.status = 0, 0  # connection dropped
-    with pytest.raises(MemWalError, match="3 attempts"):
-        s.put("k", b"v")
-    assert canned.requests == 3
-
-
-@pytest.mark.parametrize(
-    ("status", "call", "error"),
-    [
-        (404, lambda s: s.get("k"), NotFoundError),
-        (412, lambda s: s.put_if_absent("k", b"v"), PreconditionFailedError),
-        (412, lambda s: s.put_if_match("k", b"v", '"abc"'), PreconditionFailedError),
-        (403, lambda s: s.get("k"), BadInputError),
-    ],
-)
-def test_s3_client_errors_are_not_retried(
-    canned: _CannedServer, status: int, call: Any, error: type[Exception]
-) -> None:
-    s = _canned_store(canned)
-    canned.status = status
-    with pytest.raises(error):
-        call(s)
-    assert canned.requests == 1

@@ -30,7 +30,7 @@ from memwal import clock as clocks
 from memwal import steps
 from memwal.errors import ConflictError, NotFoundError
 from memwal.naming import JOBS_DIR
-from memwal.storage import Store
+from memwal.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from memwal.demo_data import Workload, make_demo_table
-    from memwal.storage import open_store
+    from memwal.store import open_store
 
     store = open_store(args.dir, args.storage_options)
     if next(iter(store.list("_versions/", recursive=False)), None) is not None:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from memwal.errors import MemWalError, NotFoundError
 from memwal.history.record import RunRecord
 from memwal.naming import JOBS_DIR
-from memwal.storage import Store
+from memwal.store import Store
 
 log = logging.getLogger(__name__)
 

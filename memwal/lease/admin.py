@@ -24,7 +24,7 @@ from memwal.lease.record import (
     fmt_time,
     holder_is_dead,
 )
-from memwal.storage import Store
+from memwal.store import Store
 
 log = logging.getLogger("memwal.lease")
 

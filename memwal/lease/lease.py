@@ -46,7 +46,7 @@ from memwal.errors import (
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
 from memwal.observe import metrics
-from memwal.storage import Store
+from memwal.store import Store
 from memwal.validate import lease_ttl as _check_ttl
 
 log = logging.getLogger("memwal.lease")

@@ -33,7 +33,7 @@ import pyarrow.types as pt
 
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.columns import BaseFields, Renames, dataset_field_ids, describe, renames
-from memwal.storage import Store
+from memwal.store import Store
 
 if TYPE_CHECKING:
     from memwal.merge.plan import GenerationRef, MergePlan

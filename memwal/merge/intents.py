@@ -28,7 +28,7 @@ import uuid
 
 from memwal.errors import MemWalError, NotFoundError
 from memwal.naming import JOBS_DIR
-from memwal.storage import Store
+from memwal.store import Store
 from memwal.table_manifest import TableManifest
 
 log = logging.getLogger(__name__)

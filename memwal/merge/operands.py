@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from memwal.errors import MemWalError, NotFoundError
 from memwal.shard_manifests import list_wal_entries, read_wal_entry_meta
-from memwal.storage import Store, open_store
+from memwal.store import Store, open_store
 
 TOMBSTONE = "_tombstone"
 

@@ -69,7 +69,7 @@ from memwal.table_manifest import TableManifest
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
-    from memwal.storage import Store
+    from memwal.store import Store
 
 log = logging.getLogger(__name__)
 

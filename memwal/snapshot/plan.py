@@ -42,7 +42,7 @@ from memwal.table import Table
 from memwal.table_manifest import TableManifest
 
 if TYPE_CHECKING:
-    from memwal.storage import Store
+    from memwal.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class LocalManifestReader:
         self.threads = threads
 
     def read_rows(self, table: Table, shard_ids: list[str], columns: list[FieldColumn]) -> list[ShardRow]:
-        from memwal.storage import LocalStore
+        from memwal.store import LocalStore
 
         threads = self.threads or (1 if isinstance(table.store, LocalStore) else LOCAL_READ_THREADS)
         threads = max(1, threads)

@@ -13,7 +13,7 @@ from memwal.naming import MEM_WAL_INDEX_NAME, table_manifest_key
 from memwal.table_manifest import IndexEntry, TableManifest, decode_table_manifest, list_versions
 
 if TYPE_CHECKING:
-    from memwal.storage import Store
+    from memwal.store import Store
 
 
 def mem_wal_entry(m: TableManifest) -> IndexEntry | None:

@@ -27,7 +27,7 @@ from memwal.gc import prepare_gc, run_gc
 from memwal.merge import run_merge
 from memwal.naming import JOBS_DIR, manifest_key, shard_dir, version_hint_key, wal_key
 from memwal.shard_manifests import list_generation_dirs, list_manifest_versions, list_wal_entries
-from memwal.storage import LocalStore
+from memwal.store import LocalStore
 from memwal.table import Table, open_table
 from tests.conftest import SMALL, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest

@@ -26,7 +26,7 @@ from memwal.errors import NotFoundError
 from memwal.gc import delete_objects, execute_gc, plan_gc
 from memwal.naming import parse_generation_dir
 from memwal.paths import LinkedPathError, UnsafePathError
-from memwal.storage import LocalStore, open_store
+from memwal.store import LocalStore, open_store
 from memwal.table import open_table
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.s3server import s3_server  # noqa: F401

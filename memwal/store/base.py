@@ -1,0 +1,164 @@
+"""The store interface every job reads and writes a table's side files through (DESIGN 2, 3.7).
+
+Keys are ``/``-separated strings relative to the store root (the table URI).  A local
+table and one on S3, Azure Blob Storage or Google Cloud Storage behave the same: atomic
+puts, conditional puts (``put_if_absent`` and the compare-and-swap ``put_if_match`` the
+leases, merge intents and run history are built on), lexicographically ordered listings,
+and batched deletes where a missing key is not an error.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from memwal.errors import BadInputError
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing or a HEAD tells about one object."""
+
+    key: str  # relative to the store root
+    size: int
+    etag: str  # opaque: only compare it or hand it back to put_if_match
+    mtime: float  # seconds since the epoch
+
+
+def clean_key(key: str, *, allow_empty: bool = False) -> str:
+    """Normalise a key and refuse one that could escape the store root.
+
+    Keys come from manifests and plans (data, not trust: DESIGN 3.5), so ``..``,
+    absolute keys and empty components are refused rather than resolved.
+    """
+    if not isinstance(key, str):
+        raise BadInputError(f"object key must be a string, got {type(key).__name__}")
+    stripped = key.strip("/")
+    if not stripped:
+        if allow_empty:
+            return ""
+        raise BadInputError(f"invalid object key {key!r}: empty")
+    parts = stripped.split("/")
+    if any(p in ("", ".", "..") for p in parts) or "\\" in stripped or "\x00" in stripped:
+        raise BadInputError(f"invalid object key {key!r}")
+    return stripped
+
+
+def clean_prefix(prefix: str) -> str:
+    """Normalise a listing prefix: keeps a trailing ``/`` (directory) if given."""
+    if prefix in ("", "/"):
+        return ""
+    trailing = prefix.endswith("/")
+    body = clean_key(prefix)
+    return body + "/" if trailing else body
+
+
+def dir_prefix(prefix: str) -> str:
+    """A prefix forced to name a directory (``a/b`` -> ``a/b/``), for list_dirs."""
+    p = clean_prefix(prefix)
+    return p if (p == "" or p.endswith("/")) else p + "/"
+
+
+
+
+class Store(abc.ABC):
+    """An object store rooted at a table URI; keys are relative to :attr:`root`."""
+
+    root: str
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Read a whole object (NotFoundError if absent): manifests, hints, lease records."""
+
+    @abc.abstractmethod
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """Read an object and the ETag of exactly those bytes, to CAS-write it back later."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Read ``length`` bytes from ``start`` without fetching the whole object.
+
+        Used to read file trailers (Lance manifests end with a 16-byte trailer).  A negative
+        ``start`` counts from the end of the object, like a Python slice.  Bytes past the
+        end are simply not returned (a short or empty result).  NotFoundError if absent.
+        """
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size, ETag and mtime of an object, or None if it does not exist."""
+
+    def exists(self, key: str) -> bool:
+        """Whether an object exists (a "directory" with objects under it does not count)."""
+        return self.head(key) is not None
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> str:
+        """Write an object atomically (readers see the old or the new bytes, never a part).
+
+        Returns the new ETag.  Parent "directories" are created as needed.
+        """
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create an object only if no object has the key: the first lease write.
+
+        Exactly one of several concurrent callers wins; the others get
+        PreconditionFailedError.  Returns the new ETag.
+        """
+
+    @abc.abstractmethod
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Compare-and-swap: replace the object only if its ETag is still ``etag``.
+
+        PreconditionFailedError if the ETag changed or the object is gone.  Of several
+        concurrent callers holding the same ETag exactly one wins.  Returns the new ETag.
+        """
+
+    @abc.abstractmethod
+    def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Objects whose key starts with ``prefix``, in lexicographic key order.
+
+        ``prefix`` is usually a directory prefix such as ``"_mem_wal/abc/"``.  With
+        ``recursive=False`` only objects directly under it are yielded (S3 ``Delimiter='/'``).
+        Paginated underneath, so it is safe on directories with many objects.
+        """
+
+    @abc.abstractmethod
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Immediate child "directory" names under ``prefix`` (no trailing slash), sorted.
+
+        Like S3 CommonPrefixes with delimiter ``/``: finds shards and generations.
+        """
+
+    def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
+        """Keys of symbolic links at or under ``prefix`` (sorted), including a linked component
+        of ``prefix`` itself: listings skip links and never follow them, this reports them.
+        With ``recursive=False`` only the entries directly under ``prefix`` are looked at.
+
+        Object stores have no links, so the default is none; :class:`LocalStore` overrides it.
+        """
+        return []
+
+    def list_with_links(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
+        """:meth:`list` and :meth:`list_links` of one prefix; a local store does both in one walk."""
+        return list(self.list(prefix)), self.list_links(prefix)
+
+    @abc.abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete objects in batches; a missing key is not an error (GC reruns converge).
+
+        Returns the number of keys requested.
+        """
+
+    @abc.abstractmethod
+    def uri_for(self, key: str) -> str:
+        """Full URI of a key, for messages, reports and for handing paths to Lance."""
+
+    @abc.abstractmethod
+    def child(self, prefix: str) -> Store:
+        """A store rooted at ``root/prefix`` (e.g. one generation dataset), same credentials."""
+
+    def __repr__(self) -> str:
+        """Name the store by its root, for logs."""
+        return f"{type(self).__name__}({self.root!r})"

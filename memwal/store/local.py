@@ -1,0 +1,431 @@
+"""The local store: a directory on a POSIX file system, never followed through a link.
+
+obstore's own local backend follows symbolic links and cannot update by ETag, so local
+tables keep this store (DESIGN 3.5 and 3.7): every path below the root is opened one
+component at a time with ``O_NOFOLLOW``; conditional writes use ``link()`` and a
+directory ``flock``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+import uuid
+from collections.abc import Iterable, Iterator
+
+from memwal.errors import BadInputError, NotFoundError, PreconditionFailedError
+from memwal.paths import LinkedPathError
+from memwal.store.base import ObjectInfo, Store, clean_key, dir_prefix
+from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
+
+
+class LocalStore(Store):
+    """A directory on a local (POSIX) file system.
+
+    Atomicity comes from the file system: puts write a temporary file in the target's
+    directory and rename it into place; ``put_if_absent`` hard-links the temporary file
+    (link fails if the name exists); ``put_if_match`` holds an exclusive ``flock`` on the
+    target's directory while it compares and renames, which serialises threads and
+    processes without leaving lock files inside the table.
+
+    ETags are ``<mtime_ns>-<size>-<inode>``.  Every write gives the new file an mtime
+    strictly greater than the file it replaces, so an ETag is never reused for the same
+    key (no ABA), even on file systems with coarse timestamps that recycle inodes.
+
+    Links: what lies under the root is data, not trust.  Every path below the root is
+    opened one component at a time from its parent's descriptor with ``O_NOFOLLOW``
+    (``openat``/``unlinkat``/``fstatat``), so no listing, read, write or delete follows a
+    symbolic link, and a link swapped in after a check cannot redirect the call that acts
+    on it.  Listings skip links (:meth:`list_links` reports them); reads, writes and
+    deletes through one raise :class:`~memwal.paths.LinkedPathError`.  Only the root path
+    the store was opened with is trusted as given.
+    """
+
+    def __init__(self, uri: str) -> None:
+        """Root the store at a plain path or a ``file://`` URI (the directory may not exist yet)."""
+        self.root = uri
+        path = uri
+        if path.startswith("file://"):
+            path = path[len("file://") :]
+            if path.startswith("localhost/"):
+                path = path[len("localhost") :]
+        if not path:
+            raise BadInputError(f"invalid local table path {uri!r}")
+        self._base = os.path.abspath(os.path.expanduser(path))
+        # The trusted root and the components below it that must be opened link-safely
+        # (a child store's prefix is table data like any key).
+        self._trusted = self._base
+        self._sub: tuple[str, ...] = ()
+
+    # -- helpers
+
+    def _path(self, key: str, *, allow_empty: bool = False) -> str:
+        """Absolute path of a (validated) key, for messages and for handing paths to Lance."""
+        k = clean_key(key, allow_empty=allow_empty)
+        return os.path.join(self._base, *k.split("/")) if k else self._base
+
+    @staticmethod
+    def _etag(st: os.stat_result) -> str:
+        """An ETag from file metadata (cheap: listings never read file contents)."""
+        return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
+
+    def _info(self, key: str, st: os.stat_result) -> ObjectInfo:
+        """ObjectInfo from a stat result (one place builds ETags for head and list)."""
+        return ObjectInfo(key=key, size=st.st_size, etag=self._etag(st), mtime=st.st_mtime)
+
+    def _refusal(self, key: str, walk: tuple[str, ...], i: int, parent_fd: int) -> LinkedPathError:
+        """The error for component ``walk[i]`` (in ``parent_fd``) being a link or not a directory.
+
+        ``O_DIRECTORY|O_NOFOLLOW`` fails on a link with ENOTDIR as on a file (ELOOP only
+        without O_DIRECTORY), so the component is lstat-ed to tell which it is.
+        """
+        return LinkedPathError(key, os.path.join(self._trusted, *walk[: i + 1]), link=is_link(parent_fd, walk[i]))
+
+    def _component_key(self, exc: LinkedPathError) -> str:
+        """The store key of a refused component ("" when it is above this store's root)."""
+        rel = os.path.relpath(exc.where, self._base)
+        return "" if rel == "." or rel.startswith("..") else rel.replace(os.sep, "/")
+
+    def _open_dir(self, parts: Iterable[str], *, key: str, create: bool = False) -> int | None:
+        """Descriptor of the directory ``parts`` below the root, opened without following links.
+
+        None if a component is missing (``create`` makes them).  LinkedPathError if one is a
+        link or not a directory.  The caller closes the descriptor.
+        """
+        walk = self._sub + tuple(parts)
+        if create:
+            os.makedirs(self._trusted, exist_ok=True)
+        try:
+            fd = os.open(self._trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            for i, name in enumerate(walk):
+                try:
+                    nxt = self._open_child_dir(fd, name, create)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise self._refusal(key, walk, i, fd) from None
+                    raise
+                os.close(fd)
+                fd = nxt
+                if fd < 0:
+                    return None
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        return fd
+
+    @staticmethod
+    def _open_child_dir(fd: int, name: str, create: bool) -> int:
+        """openat(name, O_DIRECTORY|O_NOFOLLOW), making it first if asked; -1 if missing."""
+        try:
+            return os.open(name, DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            if not create:
+                return -1
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o777, dir_fd=fd)
+        return os.open(name, DIR_FLAGS, dir_fd=fd)
+
+    def _open_parent(self, key: str, *, create: bool = False) -> tuple[int | None, str]:
+        """(descriptor of the directory holding ``key``, last component); see :meth:`_open_dir`."""
+        parts = key.split("/")
+        return self._open_dir(parts[:-1], key=key, create=create), parts[-1]
+
+    @staticmethod
+    def _lstat_regular(dfd: int, name: str) -> os.stat_result | None:
+        """lstat of ``name`` in ``dfd`` if it is a regular file, else None (links are not objects)."""
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return st if stat.S_ISREG(st.st_mode) else None
+
+    def _refuse_if_link(self, dfd: int, key: str) -> None:
+        """Refuse to replace or read a key that is itself a symbolic link."""
+        try:
+            st = os.stat(key.rsplit("/", 1)[-1], dir_fd=dfd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise LinkedPathError(key, self._path(key), link=True)
+
+    def _open_file(self, key: str) -> int | None:
+        """Read descriptor of a regular file at ``key``, None if absent or not a file.
+
+        O_NONBLOCK keeps a FIFO planted in the table from hanging the job; it does not
+        change reads of a regular file.
+        """
+        k = clean_key(key)
+        try:
+            dfd, name = self._open_parent(k)
+        except LinkedPathError as exc:
+            if exc.link:
+                raise
+            return None
+        if dfd is None:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LinkedPathError(k, self._path(k), link=True) from None
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENXIO, errno.EISDIR):
+                return None
+            raise
+        finally:
+            os.close(dfd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return fd
+
+    def _not_found(self, key: str) -> NotFoundError:
+        """The error for a missing object, naming its full path."""
+        return NotFoundError(f"object not found: {self.uri_for(key)}")
+
+    # -- reads
+
+    def get(self, key: str) -> bytes:
+        """Read a whole object (NotFoundError if absent): manifests, hints, lease records."""
+        return self.get_with_etag(key)[0]
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """Read an object and the ETag of exactly those bytes (fstat of the open file)."""
+        fd = self._open_file(key)
+        if fd is None:
+            raise self._not_found(key)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            return f.read(), self._etag(st)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Read ``length`` bytes from ``start`` (negative: from the end) to read trailers cheaply."""
+        if length < 0:
+            raise ValueError("length must be >= 0")
+        fd = self._open_file(key)
+        if fd is None:
+            raise self._not_found(key)
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            offset = max(size + start, 0) if start < 0 else start
+            if offset >= size or length == 0:
+                return b""
+            f.seek(offset)
+            return f.read(length)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size, ETag and mtime of a regular file; None if absent, a directory or a link."""
+        k = clean_key(key)
+        try:
+            dfd, name = self._open_parent(k)
+        except LinkedPathError:
+            return None  # nothing is an object through a link (list_links reports it)
+        if dfd is None:
+            return None
+        try:
+            st = self._lstat_regular(dfd, name)
+        finally:
+            os.close(dfd)
+        return None if st is None else self._info(k, st)
+
+    # -- writes
+
+    def _write_temp(self, key: str, data: bytes) -> tuple[int, str, str]:
+        """Write ``data`` to a new temporary file in ``key``'s directory.
+
+        Returns (directory descriptor, temporary name, final name): renames and links then
+        happen inside that very directory, whatever is swapped in on the path meanwhile.
+        The file is fsynced so that a rename never exposes an empty file after a crash.
+        """
+        # Truncated base name: the temporary name must stay within NAME_MAX.
+        tmp = f".{key.rsplit('/', 1)[-1][:100]}{TEMP_MARKER}{uuid.uuid4().hex}"
+        for attempt in range(5):
+            dfd, name = self._parent_for_write(key)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                             dir_fd=dfd)
+                break
+            except FileNotFoundError:
+                # A concurrent delete_many pruned the (empty) directory: recreate it.
+                os.close(dfd)
+                if attempt == 4:
+                    raise
+            except BaseException:
+                os.close(dfd)
+                raise
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            os.close(dfd)
+            raise
+        return dfd, tmp, name
+
+    def _parent_for_write(self, key: str) -> tuple[int, str]:
+        """The (created) directory of ``key``: a link on the way is refused, a file is bad input."""
+        try:
+            dfd, name = self._open_parent(key, create=True)
+        except LinkedPathError as exc:
+            if exc.link:
+                raise
+            raise BadInputError(f"cannot write {self.uri_for(key)}: {exc.where} is not a directory") from None
+        if dfd is None:  # the root vanished between makedirs and open
+            raise self._not_found("/".join(key.split("/")[:-1]) or key)
+        return dfd, name
+
+    @staticmethod
+    def _bump_mtime(dfd: int, tmp: str, previous: os.stat_result | None) -> None:
+        """Make the new file's mtime strictly greater than the one it replaces (no ETag reuse)."""
+        if previous is None:
+            return
+        st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
+        if st.st_mtime_ns <= previous.st_mtime_ns:
+            ns = previous.st_mtime_ns + 1
+            os.utime(tmp, ns=(ns, ns), dir_fd=dfd, follow_symlinks=False)
+
+    def _replace_locked(self, key: str, data: bytes, etag: str | None) -> str:
+        """Rename a complete temporary file over ``key`` under the directory's flock.
+
+        With ``etag`` it is a compare-and-swap.  flock locks belong to the open file
+        description, and every call opens its own directory descriptor, so other threads
+        of this process are excluded as well as other processes.
+        """
+        k = clean_key(key)
+        dfd, tmp, name = self._write_temp(k, data)
+        try:
+            fcntl.flock(dfd, fcntl.LOCK_EX)
+            self._refuse_if_link(dfd, k)
+            current = self._lstat_regular(dfd, name)
+            if etag is not None:
+                if current is None:
+                    raise PreconditionFailedError(f"conditional write failed, object is gone: {self.uri_for(k)}")
+                if self._etag(current) != etag:
+                    raise PreconditionFailedError(f"conditional write failed, object changed: {self.uri_for(k)}")
+            self._bump_mtime(dfd, tmp, current)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return self._etag(os.stat(name, dir_fd=dfd, follow_symlinks=False))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        finally:
+            os.close(dfd)  # closing the last descriptor releases the lock
+
+    def put(self, key: str, data: bytes) -> str:
+        """Write atomically via a temporary file and rename; returns the new ETag."""
+        return self._replace_locked(key, data, None)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create only if absent: ``link()`` of a complete temporary file fails if the name exists."""
+        k = clean_key(key)
+        dfd, tmp, name = self._write_temp(k, data)
+        try:
+            try:
+                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            except FileExistsError:
+                self._refuse_if_link(dfd, k)
+                raise PreconditionFailedError(f"object already exists: {self.uri_for(k)}") from None
+            return self._etag(os.stat(tmp, dir_fd=dfd, follow_symlinks=False))  # same inode as the new object
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            os.close(dfd)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Compare-and-swap under the directory's flock: rename only if the ETag still matches."""
+        return self._replace_locked(key, data, etag)
+
+    # -- listing
+
+    def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
+        yield from listing(self, prefix, recursive, [])
+
+    def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
+        """Symbolic links at or under ``prefix`` (sorted keys), found without following any."""
+        links: list[str] = []
+        for _ in listing(self, prefix, recursive, links, objects=False):
+            pass
+        return sorted(set(links))
+
+    def list_with_links(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
+        """Objects and links under ``prefix`` from one walk of the tree (GC's survey)."""
+        links: list[str] = []
+        objects = list(listing(self, prefix, True, links))
+        return objects, sorted(set(links))
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Immediate subdirectory names under ``prefix``, sorted; links to directories are not listed."""
+        p = dir_prefix(prefix).rstrip("/")
+        try:
+            fd = self._open_dir(p.split("/") if p else [], key=p or ".")
+        except LinkedPathError:
+            return []
+        if fd is None:
+            return []
+        try:
+            with os.scandir(fd) as it:
+                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+        finally:
+            os.close(fd)
+
+    # -- deletes
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Unlink files (missing ones are fine) and prune the directories they leave empty.
+
+        Each key is checked when it is deleted, not before: its directory is reached
+        component by component with O_NOFOLLOW and only a regular file is unlinked, so a
+        link on the way (planted, or swapped in after the caller listed the key) refuses
+        that key and nothing is deleted through it.  The other keys still go; then
+        LinkedPathError names the refused ones.  Pruning keeps local listings like S3's,
+        where a "directory" exists only while objects are under it.
+
+        Keys are deleted in sorted order by one :class:`TreeDeleter`, which keeps open
+        only the directories on the current path: each directory is opened once per call
+        (not once per key) and tried for removal once, when the walk leaves it.
+        """
+        requested = [clean_key(k) for k in keys]
+        ordered = sorted(set(requested))
+        refused: list[LinkedPathError] = []
+        try:
+            root = self._open_dir((), key=".")  # a child store's own prefix may cross a link
+        except LinkedPathError as exc:
+            root, refused = None, [LinkedPathError(k, exc.where, link=exc.link) for k in ordered]
+        if root is not None:
+            deleter = TreeDeleter(self, root)
+            try:
+                for key in ordered:
+                    deleter.delete(key)
+            finally:
+                deleter.close()
+            refused = deleter.refused
+        if refused:
+            refused[0].refused = [e.path for e in refused]
+            raise refused[0]
+        return len(requested)
+
+    # -- naming
+
+    def uri_for(self, key: str) -> str:
+        """Absolute local path of a key."""
+        return self._path(key, allow_empty=True)
+
+    def child(self, prefix: str) -> LocalStore:
+        """A store rooted at ``root/prefix``: the prefix is opened link-safely like any key."""
+        p = clean_key(prefix, allow_empty=True)
+        if not p:
+            return LocalStore(self.root)
+        store = LocalStore(self.root.rstrip("/") + "/" + p)
+        store._trusted, store._sub = self._trusted, self._sub + tuple(p.split("/"))
+        return store

@@ -1,0 +1,417 @@
+"""Tables on S3, Azure Blob Storage and Google Cloud Storage: one store on obstore.
+
+obstore is the Python binding of the Rust ``object_store`` crate, the one Lance itself uses,
+so our store speaks to the same endpoints with the same options as Lance does. One class
+serves every scheme (``s3://``, ``az://``/``abfss://``, ``gs://``, and obstore's in-memory
+store for tests); what differs is only what obstore already abstracts, plus two details:
+
+- **Conditional writes** are ``obstore.put`` with ``mode="create"`` (``If-None-Match: *``)
+  or an update by version: the ETag on S3 and Azure, the object *generation* on GCS (GCS
+  conditional updates match ``x-goog-if-generation-match``, not the ETag). The opaque token
+  this store hands out as an object's ``etag`` is therefore the generation on GCS, the
+  ETag elsewhere; callers only hand it back to :meth:`put_if_match`.
+- **Bulk deletes** go through ``obstore.delete`` in requests of the backend's size (S3
+  DeleteObjects takes 1,000 keys, an Azure blob batch 256; GCS deletes one object a
+  request, 10 at once). S3 ignores missing keys; Azure and GCS report them, and the
+  batch is then finished key by key, so a rerun of GC converges.
+
+Every request goes through :func:`memwal.retry.after_transient` (object_store's own retries
+are off): a 503 or a dropped connection is sent again, a 4xx is final and becomes a typed
+error (:mod:`memwal.store.failures`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import obstore
+from obstore.store import MemoryStore, from_url
+
+from memwal.errors import BadInputError, NotFoundError, PreconditionFailedError
+from memwal.retry import after_transient
+from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
+from memwal.store.failures import is_transient, summary, to_memwal_error
+from memwal.store.options import ObstoreOptions, for_obstore
+from memwal.store.uri import Location, parse_location
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Keys per obstore.delete call: one S3 DeleteObjects request, one Azure blob batch, and for
+#: GCS (one request per key, 10 at once) a slice small enough to finish key by key.
+DELETE_BATCH = {"s3": 1000, "az": 256, "abfss": 256, "gs": 100, "memory": 1000}
+#: Objects per listing page requested (S3 and GCS return at most 1,000; Azure 5,000).
+LIST_CHUNK = 1000
+
+
+def _quoted(etag: str | None) -> str:
+    """ETags as HEAD and PUT return them (quoted): Azure listings drop the quotes."""
+    if not etag:
+        return ""
+    return etag if etag.startswith(('"', 'W/"')) else f'"{etag}"'
+
+
+class ObjectStore(Store):
+    """A prefix of a bucket (container) on an object store, through obstore.
+
+    Keys are joined to the prefix here, so a :meth:`child` shares the parent's obstore
+    client (and its connection pool). ``retry_wait`` is the backoff between attempts:
+    (multiplier, max) seconds.
+    """
+
+    def __init__(self, location: Location, backend: Any, options: ObstoreOptions) -> None:
+        self.location = location
+        self.root = location.root
+        self.prefix = location.prefix
+        self.bucket = location.bucket
+        self._backend = backend
+        self._options = options
+        self._by_version = location.scheme == "gs"
+        self.retry_wait: tuple[float, float] = (0.1, 5.0)
+        self.delete_batch = DELETE_BATCH.get(location.scheme, 1000)
+
+    # -- construction
+
+    @classmethod
+    def open(cls, uri: str, storage_options: dict[str, str] | None = None) -> ObjectStore:
+        """The store for an ``s3://``, ``az://``, ``abfss://`` or ``gs://`` table URI."""
+        location = parse_location(uri)
+        options = for_obstore(location.scheme, storage_options)
+        return cls(location, _backend(location, options), options)
+
+    @classmethod
+    def memory(cls, uri: str = "memory://bucket/table") -> ObjectStore:
+        """obstore's in-memory store (tests: the contract of an object store without a server)."""
+        location = parse_location(uri)
+        return cls(location, MemoryStore(), ObstoreOptions())
+
+    @property
+    def backend(self) -> Any:
+        """The obstore store (for a call this class does not wrap)."""
+        return self._backend
+
+    # -- helpers
+
+    def _full(self, key: str) -> str:
+        k = clean_key(key)
+        return f"{self.prefix}/{k}" if self.prefix else k
+
+    def _full_prefix(self, prefix: str) -> str:
+        p = clean_prefix(prefix)
+        if not self.prefix:
+            return p
+        return f"{self.prefix}/{p}" if p else f"{self.prefix}/"
+
+    def _rel(self, path: str) -> str:
+        return path[len(self.prefix) + 1:] if self.prefix else path
+
+    def _token(self, meta: dict[str, Any]) -> str:
+        """The opaque version token of an object (see the module docstring)."""
+        if self._by_version and meta.get("version"):
+            return str(meta["version"])
+        return _quoted(meta.get("e_tag"))
+
+    def _info(self, meta: dict[str, Any]) -> ObjectInfo:
+        modified = meta.get("last_modified")
+        return ObjectInfo(key=self._rel(str(meta["path"])), size=int(meta["size"]), etag=self._token(meta),
+                          mtime=modified.timestamp() if modified is not None else 0.0)
+
+    def _call(self, what: str, key: str, fn: Callable[[], T]) -> T:
+        """One request, sent again after transient failures; a final failure becomes our error."""
+        uri = self.uri_for(key) if key else self.root
+        multiplier, max_wait = self.retry_wait
+        try:
+            return after_transient(fn, what=f"{self.location.kind} {what} {uri}", is_transient=is_transient,
+                                   attempts=self._options.attempts, base_seconds=multiplier, max_seconds=max_wait,
+                                   describe=lambda exc: summary(exc, self._options.secrets))
+        except Exception as exc:  # noqa: BLE001 - mapped to our typed errors (or re-raised)
+            if isinstance(exc, (PreconditionFailedError, NotFoundError, BadInputError)):
+                raise
+            if not isinstance(exc, obstore.exceptions.BaseError | FileNotFoundError):
+                raise
+            raise to_memwal_error(exc, what=what, uri=uri, kind=self.location.kind,
+                                  bucket_uri=self.location.bucket_url, attempts=self._options.attempts,
+                                  secrets=self._options.secrets) from None
+
+    # -- reads
+
+    def get(self, key: str) -> bytes:
+        """Read a whole object (NotFoundError naming the URI if absent)."""
+        return self.get_with_etag(key)[0]
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """GET an object; the body is read inside the retry (a dropped stream is sent again)."""
+        path = self._full(key)
+
+        def op() -> tuple[bytes, str]:
+            result = obstore.get(self._backend, path)
+            return bytes(result.bytes()), self._token(result.meta)
+
+        return self._call("get", key, op)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Ranged GET (a suffix range for a negative ``start``) to read trailers."""
+        if length < 0:
+            raise ValueError("length must be >= 0")
+        path = self._full(key)
+        if length == 0:
+            if self.head(key) is None:
+                raise NotFoundError(f"object not found: {self.uri_for(key)}")
+            return b""
+
+        offset = start
+        if start < 0 and self.location.scheme in ("az", "abfss"):  # Azure takes no suffix range: HEAD first
+            info = self.head(key)
+            if info is None:
+                raise NotFoundError(f"object not found: {self.uri_for(key)}")
+            offset = max(info.size + start, 0)
+            length = min(length, info.size - offset)
+            if length <= 0:
+                return b""
+
+        def op() -> bytes:
+            if offset < 0:
+                return bytes(obstore.get(self._backend, path, options={"range": {"suffix": -offset}}).bytes())
+            return bytes(obstore.get_range(self._backend, path, start=offset, length=length))
+
+        try:
+            data = self._call("get_range", key, op)
+        except NotFoundError:
+            raise
+        except Exception:
+            info = self.head(key)  # a range past the end: the answer is "nothing there"
+            if info is not None and offset >= info.size:
+                return b""
+            raise
+        return data[:length]
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """HEAD an object; None if it does not exist."""
+        path = self._full(key)
+
+        def op() -> ObjectInfo | None:
+            try:
+                return self._info(obstore.head(self._backend, path))
+            except FileNotFoundError:
+                return None
+
+        return self._call("head", key, op)
+
+    # -- writes
+
+    def put(self, key: str, data: bytes) -> str:
+        """PUT an object (atomic on every object store); returns the new token."""
+        path = self._full(key)
+        return self._call("put", key, lambda: self._token(
+            obstore.put(self._backend, path, data, mode="overwrite", use_multipart=False)))
+
+    def _conditional_put(self, what: str, key: str, data: bytes, mode: Any) -> str:
+        """A conditional PUT that tells a lost race from its own earlier attempt having landed.
+
+        If an attempt fails transiently after the server applied it, the next one loses its
+        precondition: the object is then read back, and if it holds exactly our bytes, our
+        write won.
+        """
+        path = self._full(key)
+        attempts = 0
+
+        def op() -> str:
+            nonlocal attempts
+            attempts += 1
+            return self._token(obstore.put(self._backend, path, data, mode=mode, use_multipart=False))
+
+        try:
+            return self._call(what, key, op)
+        except PreconditionFailedError:
+            if attempts > 1:
+                try:
+                    current, token = self.get_with_etag(key)
+                except NotFoundError:
+                    current, token = None, ""
+                if current == data:
+                    log.info("%s %s: an earlier attempt had succeeded", what, self.uri_for(key))
+                    return token
+            raise
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create only if no object has the key (``PutMode`` create)."""
+        return self._conditional_put("put_if_absent", key, data, "create")
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Replace only if the object is still at ``etag`` (``PutMode`` update by ETag, or generation on GCS)."""
+        mode = {"version": etag} if self._by_version else {"e_tag": etag}
+        try:
+            return self._conditional_put("put_if_match", key, data, mode)
+        except NotFoundError as exc:
+            if type(exc) is not NotFoundError:
+                raise  # the bucket is missing, not the object
+            raise PreconditionFailedError(f"conditional write failed, object is gone: {self.uri_for(key)}") from exc
+
+    # -- listing
+
+    def _pages(self, full_prefix: str) -> Iterator[list[dict[str, Any]]]:
+        """Listing pages under a directory prefix, each page's request retried on its own.
+
+        A stream that failed is finished: the next attempt opens a new one that starts after
+        the last key already yielded, so a retry neither repeats nor drops a key.
+        """
+        prefix = full_prefix.rstrip("/") or None
+        last: str | None = None
+        stream = iter(obstore.list(self._backend, prefix, chunk_size=LIST_CHUNK))
+
+        def next_page() -> list[dict[str, Any]] | None:
+            nonlocal stream
+            try:
+                return next(stream, None)
+            except BaseException:
+                stream = iter(obstore.list(self._backend, prefix, offset=last, chunk_size=LIST_CHUNK))
+                raise
+
+        while True:
+            page = self._call("list", "", next_page)
+            if not page:
+                return
+            last = str(page[-1]["path"])
+            yield page
+
+    def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Objects under ``prefix`` in key order (a string prefix, as on S3).
+
+        object_store lists "directories"; a prefix that ends inside a name (``gen/000``) is
+        served by listing its parent one level deep and recursing only into matching names.
+        """
+        full = self._full_prefix(prefix)
+        if full == "" or full.endswith("/"):
+            if recursive:
+                for page in self._pages(full):
+                    for meta in page:
+                        if not str(meta["path"]).endswith("/"):
+                            yield self._info(meta)
+            else:
+                yield from self._one_level(full, "")
+            return
+        parent, _, name_prefix = full.rpartition("/")
+        yield from self._one_level(parent + "/" if parent else "", name_prefix, recursive=recursive)
+
+    def _one_level(self, full_dir: str, name_prefix: str, *, recursive: bool = False) -> Iterator[ObjectInfo]:
+        """Objects directly in a directory (and, recursively, in its matching subdirectories), in order."""
+        listed = self._call("list", "", lambda: obstore.list_with_delimiter(self._backend,
+                                                                            full_dir.rstrip("/") or None))
+        entries: list[tuple[str, dict[str, Any] | None]] = []
+        for meta in listed["objects"]:
+            name = str(meta["path"])[len(full_dir):]
+            if name.startswith(name_prefix) and name:
+                entries.append((name, meta))
+        if recursive:
+            for cp in listed["common_prefixes"]:
+                name = str(cp)[len(full_dir):].rstrip("/")
+                if name.startswith(name_prefix):
+                    entries.append((name + "/", None))
+        for name, meta in sorted(entries, key=lambda e: e[0]):
+            if meta is not None:
+                yield self._info(meta)
+            else:
+                for page in self._pages(full_dir + name):
+                    for m in page:
+                        yield self._info(m)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Immediate "directory" names under ``prefix`` (one delimiter listing), sorted."""
+        full = self._full_prefix(dir_prefix(prefix))
+        listed = self._call("list", "", lambda: obstore.list_with_delimiter(self._backend, full.rstrip("/") or None))
+        return sorted(n for n in (str(cp)[len(full):].rstrip("/") for cp in listed["common_prefixes"]) if n)
+
+    # -- deletes
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete in requests of the backend's batch size; missing keys are not errors."""
+        paths = [self._full(k) for k in keys]
+        for i in range(0, len(paths), self.delete_batch):
+            self._delete_batch(paths[i:i + self.delete_batch])
+        return len(paths)
+
+    def _delete_batch(self, paths: list[str]) -> None:
+        """One bulk delete; if the store reported a missing key, finish the batch key by key.
+
+        obstore stops at the first failed key of a bulk delete (Azure and GCS report missing
+        keys), so after one the batch's keys are deleted one by one, a missing one ignored:
+        deleting is idempotent, and this happens only when something was already gone.
+        """
+        try:
+            self._call("delete", "", lambda: obstore.delete(self._backend, paths))
+            return
+        except NotFoundError as exc:
+            if type(exc) is not NotFoundError:
+                raise
+        for path in paths:
+            try:
+                self._call("delete", self._rel(path), lambda p=path: obstore.delete(self._backend, p))
+            except NotFoundError as exc:
+                if type(exc) is not NotFoundError:
+                    raise
+
+    # -- naming
+
+    def uri_for(self, key: str) -> str:
+        """``<scheme>://<bucket>/<prefix>/<key>``: what Lance opens for the same object."""
+        k = clean_key(key, allow_empty=True)
+        return f"{self.root}/{k}" if k else self.root
+
+    def child(self, prefix: str) -> ObjectStore:
+        """A store rooted at ``root/prefix`` sharing this store's obstore client."""
+        p = clean_key(prefix, allow_empty=True)
+        if not p:
+            return self
+        full = f"{self.prefix}/{p}" if self.prefix else p
+        loc = Location(self.location.scheme, self.location.bucket, full, self.location.authority)
+        c = ObjectStore(loc, self._backend, self._options)
+        c.retry_wait, c.delete_batch = self.retry_wait, self.delete_batch
+        return c
+
+
+def _backend(location: Location, options: ObstoreOptions) -> Any:
+    """The obstore store for a bucket, with object_store's own retries off (ours retry)."""
+    kwargs: dict[str, Any] = {
+        "config": dict(options.config),
+        "client_options": dict(options.client_options),
+        "retry_config": {"max_retries": 0, "retry_timeout": timedelta(minutes=3)},
+    }
+    if location.scheme == "s3":
+        provider = _aws_credentials(options, location)
+        if provider is not None:
+            kwargs["credential_provider"] = provider
+    try:
+        return from_url(location.bucket_url, **kwargs)
+    except obstore.exceptions.BaseError as exc:
+        raise BadInputError(f"storage options for {location.bucket_url}: {summary(exc, options.secrets)}") from None
+    except (ValueError, TypeError) as exc:
+        raise BadInputError(f"storage options for {location.bucket_url}: {summary(exc, options.secrets)}") from None
+
+
+def _aws_credentials(options: ObstoreOptions, location: Location) -> Any:
+    """boto3's credential chain, where object_store's own does not reach (see the README).
+
+    Explicit keys in the options, or ``aws_skip_signature``, need nothing here. Otherwise
+    boto3 resolves credentials the way the AWS CLI does (environment, shared files and
+    profiles, SSO, web identity, container and instance metadata), and no credentials at
+    all is bad input before any request.
+    """
+    if options.config.get("access_key_id") or options.config.get("skip_signature") == "true":
+        return None
+    import boto3
+    from obstore.auth.boto3 import Boto3CredentialProvider
+
+    session = boto3.Session(profile_name=options.profile) if options.profile else boto3.Session()
+    try:
+        if session.get_credentials() is None:
+            raise BadInputError(f"{location.root}: no credentials found (set aws_access_key_id and "
+                                "aws_secret_access_key, a profile with aws_profile, or the AWS environment)")
+        return Boto3CredentialProvider(session)
+    except BadInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - botocore's profile and config errors
+        raise BadInputError(f"{location.root}: AWS credentials: {summary(exc, options.secrets)}") from None
