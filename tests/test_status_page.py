@@ -139,3 +139,20 @@ def test_python_api_writes_the_same_page(make_table, tmp_path):
     dom = shown(page)
     assert {r.attrs["data-shard"] for r in dom.select("table#shards tr.shard")} == {s.shard_id for s in st.shards}
     assert len(bars(dom, "lag")) == len(st.shards) == 3
+
+
+def test_a_broken_shard_is_red_and_names_in_the_page_are_text_never_markup(tmp_path):
+    st = status_of(3)
+    st.table = "/lake/<script>alert(1)</script>"
+    broken = st.shards[1]
+    broken.status, broken.problem = "broken", "manifest-gap: <img src=x onerror=alert(2)> version 3 is missing"
+    page = tmp_path / "page.html"
+    page.write_text(render(PageData(st, runs=[], now=1_800_000_000.0)))
+    html = page.read_text()
+    assert "<script" not in html and "<img" not in html
+    dom = shown(page)
+    assert dom.one("#table-uri").text == "/lake/<script>alert(1)</script>"
+    (bar,) = [b for b in bars(dom, "lag") if b.attrs["data-shard"] == broken.shard_id]
+    assert "bad" in bar.classes and "BROKEN" in bar.one("title").text
+    (row,) = dom.select("table#shards tr.broken")
+    assert row.attrs["data-shard"] == broken.shard_id and "<img src=x onerror=alert(2)>" in row.text
