@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto lint lock clean jvm-archive azurite
+.PHONY: install test demo bench proto lint lock clean jvm-archive azurite browser screenshot
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -43,7 +43,15 @@ jvm-archive: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/memwal/pb/*.proto
 
-test: $(STAMP) $(AZURITE)
+# The status page is tested in a real headless browser: Debian's chromium, installed once
+# (a no-op when /usr/bin/chromium is there; needs root or sudo for apt-get).
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || { echo "installing chromium (the status page's tests open it headless)"; \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+test: $(STAMP) $(AZURITE) browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
@@ -81,6 +89,11 @@ bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.compaction --out bench-results
 	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --floor --out bench-results
 	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
+
+# The README's picture of the status page (memwal status --html) on a demo table after a few runs.
+screenshot: $(STAMP) browser
+	rm -rf /tmp/memwal-demo-lake
+	$(PY) docs/status_page_demo.py --keep /tmp/memwal-demo-lake --out docs/status-page.png
 
 clean:
 	rm -rf $(DEMO_DIR) bench-results

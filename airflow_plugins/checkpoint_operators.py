@@ -24,6 +24,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from memwal.airflow.hooks import MemWalHook
+from memwal.airflow.reporting import note_table, observed, report_of
 
 
 class _CheckpointOperator(BaseOperator):
@@ -39,9 +40,32 @@ class _CheckpointOperator(BaseOperator):
         self.memwal_conn_id = memwal_conn_id
         self.storage_options = dict(storage_options or {})
 
+    #: The job name its metrics and lineage use (``memwal.checkpoint-create.duration``, ...).
+    job = "checkpoint"
+
     def _open(self):
         hook = MemWalHook(self.memwal_conn_id or None, table=self.table or None, storage_options=self.storage_options)
-        return self._guard(hook.get_conn)
+        table = self._guard(hook.get_conn)
+        note_table(self, table.uri, table.storage_options)
+        return table
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """The checkpoint work (:meth:`_execute`), timed and reported through Airflow's metrics."""
+        return observed(self, context, self._execute, action=self.job)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The table as the input it pins (at the checkpoint's version), and the ``memwal`` run facet."""
+        from memwal.airflow.lineage import operator_lineage
+
+        report = self.__dict__.get("_memwal_report")
+        doc = (report.docs.get(self.job) or {}) if report is not None else {}
+        return operator_lineage(report, writes=False, read_version=doc.get("version"))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
+
+    def _execute(self, context: Any) -> dict[str, Any]:
+        raise NotImplementedError
 
     def _guard(self, fn, *args: Any, **kwargs: Any) -> Any:
         from memwal.errors import BadInputError, MemWalError
@@ -69,7 +93,9 @@ class MemWalCreateCheckpointOperator(_CheckpointOperator):
         self.lifetime = lifetime
         self.checkpoint_name = checkpoint_name
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    job = "checkpoint-create"
+
+    def _execute(self, context: Any) -> dict[str, Any]:
         from memwal.checkpoint import create_checkpoint
 
         table = self._open()
@@ -77,6 +103,7 @@ class MemWalCreateCheckpointOperator(_CheckpointOperator):
                            name=self.checkpoint_name or f"{self.dag_id}.{self.task_id}")
         self.log.info("checkpoint %s of %s: version %d, pinned until %s", ckpt.id, table.uri, ckpt.version,
                       ckpt.expires_at)
+        report_of(self).docs[self.job] = ckpt.to_json()
         return ckpt.to_json()
 
 
@@ -93,7 +120,9 @@ class MemWalDeleteCheckpointOperator(_CheckpointOperator):
         super().__init__(**kwargs)
         self.checkpoint_id = checkpoint_id
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    job = "checkpoint-delete"
+
+    def _execute(self, context: Any) -> dict[str, Any]:
         from memwal.checkpoint import delete_checkpoint, get_checkpoint
         from memwal.checkpoint.record import checkpoint_id
         from memwal.errors import BadInputError
@@ -104,6 +133,8 @@ class MemWalDeleteCheckpointOperator(_CheckpointOperator):
             get_checkpoint(table, cid)
         except BadInputError:
             self.log.info("checkpoint %s of %s is already gone", cid, table.uri)
+            report_of(self).docs[self.job] = {"id": cid, "deleted": False}
             return {"id": cid, "deleted": False}
         ckpt = self._guard(delete_checkpoint, table, cid)
+        report_of(self).docs[self.job] = {**ckpt.to_json(), "deleted": True}
         return {**ckpt.to_json(), "deleted": True}

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from memwal.airflow.hooks import MemWalHook, redacted, table_asset
+from memwal.airflow.reporting import note_table, observed, report_of
 
 from memwal.secret_options import storage_options_file
 
@@ -198,9 +199,11 @@ class MemWalActionOperator(BaseOperator):
             self.memwal_conn_id or None, table=self.table or None, storage_options=self._storage_options(context)
         )
         try:
-            return hook.resolve()
+            uri, options = hook.resolve()
         except ValueError as exc:
             raise AirflowFailException(f"memwal {self.action}: {exc}") from None
+        note_table(self, uri, options)
+        return uri, options
 
     def _engine(self) -> str:
         engine = (self.engine or "local").strip()
@@ -209,6 +212,20 @@ class MemWalActionOperator(BaseOperator):
         return engine
 
     def execute(self, context: Any) -> dict[str, Any]:
+        """The job (:meth:`_execute`), timed and reported: Airflow's metrics, and the facts
+        OpenLineage asks for (:mod:`memwal.airflow.reporting`)."""
+        return observed(self, context, self._execute, storage_options=lambda: self.resolve(context))
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The table as input and output, and the ``memwal`` run facet (:mod:`memwal.airflow.lineage`)."""
+        from memwal.airflow.lineage import operator_lineage
+
+        return operator_lineage(self.__dict__.get("_memwal_report"))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
+
+    def _execute(self, context: Any) -> dict[str, Any]:
         uri, storage_options = self.resolve(context)  # credentials are registered for masking here
         engine = self._engine()
         options = self.options(engine)
@@ -219,6 +236,7 @@ class MemWalActionOperator(BaseOperator):
         else:
             doc = self._run_spark(uri, storage_options, job_file(self.action), options.to_argv(), context)
         doc = _jsonable(doc)
+        report_of(self).docs[self.action] = doc
         self.check_result(self.action, doc, uri, context)
         self.on_result(doc, uri, context)
         return doc
@@ -457,7 +475,7 @@ class MemWalMaintenanceOperator(MemWalActionOperator):
                 raise AirflowFailException(f"memwal maintenance: {job}: bad option: {exc}") from None
         return out
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def _execute(self, context: Any) -> dict[str, Any]:
         uri, storage_options = self.resolve(context)
         if self._engine() != "spark":
             raise AirflowFailException("memwal maintenance runs as one Spark application: engine must be spark")
@@ -467,6 +485,7 @@ class MemWalMaintenanceOperator(MemWalActionOperator):
         self.log.info("memwal maintenance %s: %s as one spark-submit, storage options %s", uri, ",".join(self.jobs),
                       redacted(storage_options))
         docs = _jsonable(self._run_spark(uri, storage_options, job_file("maintenance"), argv, context))
+        report_of(self).docs.update({job: doc for job, doc in docs.items() if isinstance(doc, dict)})
         ti = context.get("ti") if hasattr(context, "get") else None
         for job, doc in docs.items():
             if ti is not None:

@@ -5,6 +5,10 @@ the provider metadata, ``memwal.airflow.provider``); the plugin adds Jinja macro
 authors can name a table's merged-data Asset and redact storage options in templates:
 
     {{ macros.memwal.asset_uri("s3://bucket/events") }}
+
+and the "MemWAL" view of the UI: the status page of every table the DAGs maintain, served by
+the API server under ``/memwal`` (``fastapi_apps``) and shown in the navigation
+(``external_views``; see :mod:`memwal.airflow.views`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,17 @@ def redact_storage_options(storage_options: dict) -> dict:
     return redacted(storage_options)
 
 
+def _views() -> tuple[list[dict], list[dict]]:
+    from memwal.airflow import views
+
+    app = {"app": views.app, "url_prefix": views.URL_PREFIX, "name": "MemWAL status pages"}
+    # href without a leading slash: relative to the UI's base URL, so it works behind a proxy path
+    view = {"name": "MemWAL", "href": views.URL_PREFIX.lstrip("/") + "/", "url_route": "memwal",
+            "destination": "nav", "icon": views.ICON}
+    return [app], [view]
+
+
 class MemWalPlugin(AirflowPlugin):
     name = "memwal"
     macros = [asset_uri, asset_name, redact_storage_options]
+    fastapi_apps, external_views = _views()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from memwal.errors import BadInputError
 from memwal.history.run import recorded
+from memwal.observe import progress
 from memwal.options import (
     CatchupOptions,
     CompactOptions,
@@ -63,10 +64,13 @@ class JobResult:
     action: str
     dry_run: bool
     value: Any  # MergePlan | MergeResult | GcPlan ... (each has to_json())
+    run_id: str | None = None  # the run's id in the table's history (None for a dry run)
 
     def to_dict(self) -> dict[str, Any]:
-        """Exactly the CLI's ``--json`` document."""
+        """Exactly the CLI's ``--json`` document (a run's names its ``run_id``: ``memwal history``)."""
         doc = self.value.to_json()
+        if self.run_id is not None:
+            doc = {**doc, "run_id": self.run_id}
         return {"dry_run": True, **doc} if self.dry_run and "dry_run" not in doc else doc
 
     @property
@@ -309,11 +313,12 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     plan = act.plan(table, options)
     if options.dry_run:
         return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
-    engine = act.engine(options.engine)
+    progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming
+    engine = progress.engine(name, act.engine(options.engine))
     run_id = new_run_id()
     with act.leases(table, options, run_id=run_id) as leases:
         with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder) as ctx:
-            result = JobResult(name, False, act.execute(table, plan, options, engine, leases.primary))
+            result = JobResult(name, False, act.execute(table, plan, options, engine, leases.primary), run_id)
             leases.check()
             ctx.doc, ctx.problems = result.to_dict(), result.problems
     return result

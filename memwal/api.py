@@ -82,10 +82,17 @@ class MemWalTable:
 
     # -- looking
 
-    def status(self) -> TableStatus:
+    def status(self, *, html: str | None = None) -> TableStatus:
+        """The table's status; with ``html=PATH`` also the status page written there
+        (``memwal status --html``: one self-contained file, see :mod:`memwal.observe.page`)."""
         from memwal.status import table_status
 
-        return table_status(self._table)
+        st = table_status(self._table)
+        if html is not None:
+            from memwal.observe.page import collect, write_page
+
+            write_page(html, collect(self._table, status=st))
+        return st
 
     def verify(self) -> VerifyResult:
         from memwal.verify import verify_table

@@ -197,9 +197,10 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
         lease.check()
     # Committed against the plan's read version: Lance rebases it over concurrent appends and
     # rejects it (retryably) when a concurrent merge changed a fragment it rewrote.
+    before = table.dataset().version
     metrics = Compaction.commit(table.dataset(plan.read_version), rewrites)
     result.version = table.dataset().version
-    history.committed(result.version)
+    _record_compaction_commits(table, before, result.version)
     result.fragments_removed, result.fragments_added = metrics.fragments_removed, metrics.fragments_added
     result.deletions_materialized = sum(t.deleted_rows for t in plan.tasks)
     log.info("compacted %s: %d fragments rewritten as %d", table.uri, metrics.fragments_removed,
@@ -214,6 +215,22 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     finish(table, plan.catchup_to_keep(), result)
     step("after-catchup")
     return result
+
+
+def _record_compaction_commits(table: Table, before: int, version: int) -> None:
+    """Name the compaction's commits in the run's history. ``Compaction.commit`` makes two:
+    it first reserves the new fragments' ids (``ReserveFragments``, which pylance 14 reads
+    back only as an opaque ``BaseOperation``), then commits the rewrite; a concurrent writer's
+    commits in between read back as what they are (Append, Update...) and stay theirs."""
+    history.committed(version)
+    ds = table.dataset()
+    for v in range(before + 1, version):
+        try:
+            txn = ds.read_transaction(v)
+        except (OSError, ValueError, RuntimeError, TypeError):
+            continue
+        if txn is not None and type(txn.operation).__name__ == "BaseOperation":
+            history.committed(v)
 
 
 def check_progress_kept(table: Table, since_version: int) -> None:

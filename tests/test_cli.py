@@ -68,7 +68,10 @@ def test_merge_json_contract_and_dry_run_writes_nothing(make_table):
     assert all(s["compacted_generation"] == 3 and s["unmerged_generations"] == [4] for s in status["shards"])
     empty = memwal_json("merge", table.uri, "--json", "--max-generations", "1")
     assert {(s["from_generation"], s["to_generation"]) for s in empty["shards"]} == {(4, 4)}
-    assert memwal_json("merge", table.uri, "--json") == {
+    nothing = memwal_json("merge", table.uri, "--json")
+    # every run names its run in the history, even one with nothing to merge
+    assert nothing.pop("run_id") == memwal_json("history", table.uri, "--json", "--limit", "1")["runs"][0]["run_id"]
+    assert nothing == {
         "table": table.uri,
         "version": None,
         "shards": [],

@@ -29,9 +29,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run(name: str, args: argparse.Namespace) -> int:
     from memwal import actions
+    from memwal.commands.progress import job_progress
 
     options = from_namespace(actions.ACTIONS[name].options, args)
-    result = actions.run(name, open_table_arg(args), options)
+    table = open_table_arg(args)
+    with job_progress(name, args):  # bars on a terminal (merge, gc); nothing with --json
+        result = actions.run(name, table, options)
     doc = result.to_dict()
     emit(args, doc, lambda: RENDER[name](doc))
     for problem in result.problems:

@@ -1,0 +1,173 @@
+"""What a MemWAL task tells Airflow besides its XCom: Airflow's own metrics, and the facts lineage needs.
+
+Every operator's ``execute`` runs through :func:`observed`, which times the job, keeps a
+:class:`RunReport` on the operator (the table, the result documents, the history records of the
+runs: :mod:`memwal.airflow.lineage` reads it when the OpenLineage listener asks), and reports
+through Airflow's ``Stats`` (``airflow.sdk.observability.stats``), which Airflow sends to StatsD,
+Datadog or OpenTelemetry as its ``[metrics]`` configuration says (nothing when it says nothing):
+
+| metric | kind | tags |
+|---|---|---|
+| ``memwal.<job>.duration`` (ms) | timing | table, engine, outcome, dag_id, task_id |
+| ``memwal.<job>.<outcome>`` (``ok``, ``nothing_to_do``, ``failed``) | counter | as above |
+| ``memwal.merge.generations``, ``memwal.merge.rows_upserted``, ``memwal.merge.rows_deleted`` | counters | |
+| ``memwal.gc.bytes_deleted``, ``memwal.gc.generations_deleted`` | counters | |
+| ``memwal.lag.generations``, ``memwal.lag.rows``, ``memwal.lag.oldest_seconds`` | gauges | table |
+
+The job is in the name (not only in a tag) because plain StatsD drops tags. The lag is what the
+run's history record says it left (every shard's unmerged generations and rows, the oldest age).
+Reporting never fails a task: a metrics or history problem is logged and the task goes on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunReport:
+    """One task's MemWAL runs, as lineage and metrics see them."""
+
+    action: str  # merge, ..., maintenance, checkpoint-create, checkpoint-delete
+    uri: str | None = None
+    account: str | None = None  # an Azure storage account (the OpenLineage namespace needs it); never a secret
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its result document
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its history record
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def outcome(self) -> str:
+        if self.error is not None:
+            return "failed"
+        outcomes = [r.get("outcome") for r in self.records.values()]
+        if "failed" in outcomes:
+            return "failed"
+        if outcomes and all(o == "nothing-to-do" for o in outcomes):
+            return "nothing-to-do"
+        if not outcomes and all(d.get("version") is None for d in self.docs.values()):
+            return "nothing-to-do"
+        return "ok"
+
+
+def report_of(op: Any, action: str | None = None) -> RunReport:
+    """The report kept on the operator for this try (created on first use)."""
+    report = op.__dict__.get("_memwal_report")
+    if report is None:
+        report = RunReport(action or getattr(op, "action", ""))
+        op.__dict__["_memwal_report"] = report
+    return report
+
+
+_ACCOUNT_KEYS = ("azure_storage_account_name", "account_name", "azure_storage_account")
+
+
+def note_table(op: Any, uri: str, storage_options: dict[str, str]) -> None:
+    """Remember the table (and, for Azure, its account name: not a credential) for lineage."""
+    report = report_of(op)
+    report.uri = uri
+    report.account = next((storage_options[k] for k in _ACCOUNT_KEYS if storage_options.get(k)), None)
+
+
+def observed(op: Any, context: Any, body: Callable[[Any], Any], *, action: str | None = None,
+             storage_options: Callable[[], tuple[str, dict[str, str]]] | None = None) -> Any:
+    """Run ``body(context)`` (the operator's work), then report it, whether it worked or not.
+
+    ``storage_options`` resolves the table again after the run to read its history records (the
+    credentials are never kept on the operator)."""
+    op.__dict__["_memwal_report"] = RunReport(action or op.action)
+    report = report_of(op)
+    started = time.monotonic()
+    try:
+        result = body(context)
+    except BaseException as exc:
+        report.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise
+    finally:
+        report.seconds = time.monotonic() - started
+        if storage_options is not None and report.docs:
+            _find_records(op, report, storage_options)
+        _emit_stats(op, report, context)
+    return result
+
+
+def _find_records(op: Any, report: RunReport, resolve: Callable[[], tuple[str, dict[str, str]]]) -> None:
+    """The history record of each job run the task made (by the run id its document names)."""
+    try:
+        from memwal.history.log import read_runs
+        from memwal.table import Table
+
+        uri, options = resolve()
+        store = Table(uri, options).store
+        for job, doc in report.docs.items():
+            run_id = doc.get("run_id") if isinstance(doc, dict) else None
+            if not run_id:
+                continue
+            for record in read_runs(store, job=job, limit=20):
+                if record.run_id == run_id:
+                    report.records[job] = record.to_json()
+                    break
+    except Exception as exc:  # noqa: BLE001 - reporting never fails a task (a missing history, a store error)
+        op.log.warning("memwal: the run's history record could not be read for metrics and lineage: %s", exc)
+
+
+def _tag(value: Any) -> str:
+    """A tag value StatsD and InfluxDB accept (Airflow drops a metric with a bad tag)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(value))[:100]
+
+
+def table_tag(uri: str | None) -> str:
+    """The table's short name: its last path component (``s3://lake/events`` -> ``events``)."""
+    if not uri:
+        return "unknown"
+    return _tag(uri.rstrip("/").rsplit("/", 1)[-1] or uri)
+
+
+def _emit_stats(op: Any, report: RunReport, context: Any) -> None:
+    try:
+        from airflow.sdk.observability import stats
+    except ImportError:  # pragma: no cover - older Airflow: no metrics rather than a failed task
+        return
+    try:
+        ti = context.get("ti") if hasattr(context, "get") else None
+        outcome = report.outcome
+        tags = {"table": table_tag(report.uri), "outcome": _tag(outcome),
+                "dag_id": _tag(getattr(ti, "dag_id", None) or getattr(op, "dag_id", "")),
+                "task_id": _tag(getattr(op, "task_id", ""))}
+        jobs = list(report.docs) or [report.action]
+        for job in jobs:
+            doc = report.docs.get(job) or {}
+            record = report.records.get(job) or {}
+            job_tags = {**tags, "engine": _tag(doc.get("engine") or getattr(op, "engine", "") or "local")}
+            if record.get("outcome"):
+                job_tags["outcome"] = _tag(record["outcome"])
+            seconds = (record["finished_at"] - record["started_at"]) if record.get("finished_at") else (
+                report.seconds / len(jobs))
+            stats.timing(f"memwal.{_tag(job)}.duration", seconds * 1000.0, tags=job_tags)
+            stats.incr(f"memwal.{_tag(job)}.{job_tags['outcome'].replace('-', '_')}", tags=job_tags)
+            _job_figures(stats, job, doc, tags)
+        lag = next((r["lag"] for r in reversed(list(report.records.values())) if r.get("lag")), None)
+        if lag:
+            table = {"table": tags["table"]}
+            stats.gauge("memwal.lag.generations", sum(int(v[0] or 0) for v in lag.values()), tags=table)
+            stats.gauge("memwal.lag.rows", sum(int(v[1] or 0) for v in lag.values()), tags=table)
+            stats.gauge("memwal.lag.oldest_seconds", max((float(v[2] or 0) for v in lag.values()), default=0.0),
+                        tags=table)
+    except Exception as exc:  # noqa: BLE001 - metrics never fail a task
+        op.log.warning("memwal: metrics not reported: %s", exc)
+
+
+def _job_figures(stats: Any, job: str, doc: dict[str, Any], tags: dict[str, str]) -> None:
+    if job == "merge" and doc.get("shards"):
+        shards = doc["shards"]
+        stats.incr("memwal.merge.generations", sum(s["to_generation"] - s["from_generation"] + 1 for s in shards),
+                   tags=tags)
+        stats.incr("memwal.merge.rows_upserted", sum(s["rows_upserted"] for s in shards), tags=tags)
+        stats.incr("memwal.merge.rows_deleted", sum(s["rows_deleted"] for s in shards), tags=tags)
+    elif job == "gc" and not doc.get("dry_run"):
+        stats.incr("memwal.gc.bytes_deleted", int(doc.get("bytes_freed") or 0), tags=tags)
+        stats.incr("memwal.gc.generations_deleted", len(doc.get("deleted") or []), tags=tags)

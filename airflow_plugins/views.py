@@ -1,0 +1,210 @@
+"""The "MemWAL" view of the Airflow 3 UI: the status page of every table Airflow maintains.
+
+The plugin (:mod:`memwal.airflow.plugin`) mounts :data:`app` at ``/memwal`` of the API server
+(``fastapi_apps``) and adds an ``external_views`` entry named "MemWAL" to the navigation, which
+the UI shows in an iframe. The tables are those of the ``memwal_tables`` DAG config (the file
+``MEMWAL_CONFIG`` names, with each table's connection or storage options) and every connection
+of type ``memwal``:
+
+- ``/memwal/``: the list of tables;
+- ``/memwal/tables/config/<name>`` and ``/memwal/tables/connection/<conn_id>``: the status page
+  of one table (:mod:`memwal.observe.page`), read when asked for (manifests and history only).
+
+Every route requires an authenticated Airflow user allowed to see the website (Airflow's own
+auth manager decides: the session cookie the UI sets, or a bearer token). Storage options and
+credentials stay on the server: the page never shows them.
+
+The FastAPI application is built on its first request (:class:`LazyApp`), so the other
+Airflow components that import the plugin (scheduler, workers) never import FastAPI's security
+machinery for it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+
+URL_PREFIX = "/memwal"
+CONFIG_ENV = "MEMWAL_CONFIG"
+#: The navigation icon: three bars of different heights (an inline SVG: nothing to fetch).
+ICON = ("data:image/svg+xml;utf8,<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 24 24' fill='%233b7ddd'>"
+        "<rect x='3' y='10' width='4' height='11' rx='1'/><rect x='10' y='4' width='4' height='17' rx='1'/>"
+        "<rect x='17' y='14' width='4' height='7' rx='1'/></svg>")
+
+
+@dataclass
+class TableRef:
+    """A table the UI lists: where it comes from, and how to open it (server side only)."""
+
+    source: str  # "config" or "connection"
+    key: str  # the config's table name, or the connection id
+    uri: str | None
+    conn_id: str | None = None
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
+    dag_id: str | None = None
+    problem: str | None = None
+
+    @property
+    def href(self) -> str:
+        return f"tables/{self.source}/{self.key}"
+
+
+def config_tables() -> tuple[list[TableRef], str | None]:
+    """The tables of the ``memwal_tables`` DAG config (and the config's error, if any)."""
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        return [], None
+    try:
+        from memwal.airflow.example_dags.memwal_tables import load_config, table_specs
+
+        specs = table_specs(load_config(path))
+    except Exception as exc:  # noqa: BLE001 - a bad config is shown, as the DAG file shows it
+        return [], f"{CONFIG_ENV}={path}: {exc}"
+    return [TableRef("config", s["name"], s["table"], s.get("conn_id"), dict(s.get("storage_options") or {}),
+                     dag_id=f"memwal_{s['name']}") for s in specs], None
+
+
+def connection_tables() -> list[TableRef]:
+    """Every connection of type ``memwal`` in Airflow's metadata database."""
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+    from memwal.airflow.hooks import MemWalHook
+    from memwal.airflow.provider import CONN_TYPE
+
+    out = []
+    with create_session() as session:
+        for conn in session.query(Connection).filter(Connection.conn_type == CONN_TYPE).order_by(Connection.conn_id):
+            try:
+                uri, options = MemWalHook.from_connection(conn)
+                out.append(TableRef("connection", conn.conn_id, uri, conn.conn_id, options))
+            except ValueError as exc:
+                out.append(TableRef("connection", conn.conn_id, None, conn.conn_id, problem=str(exc)))
+    return out
+
+
+def resolve(ref: TableRef) -> tuple[str, dict[str, str]]:
+    """The table URI and storage options (a config table's connection, then its own options)."""
+    uri, options = ref.uri, {}
+    if ref.conn_id:
+        from airflow.models import Connection
+        from memwal.airflow.hooks import MemWalHook
+
+        conn_uri, options = MemWalHook.from_connection(Connection.get_connection_from_secrets(ref.conn_id))
+        uri = uri or conn_uri
+    options.update(ref.storage_options)
+    if not uri:
+        raise ValueError(f"{ref.source} {ref.key}: no table URI")
+    return uri, options
+
+
+# -- pages -------------------------------------------------------------------------------------------
+_STYLE = """
+body { margin: 0; background: #f6f7f9; color: #1d2330;
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 1100px; margin: 0 auto; padding: 20px 24px; }
+h1 { font-size: 20px; margin: 0 0 12px; }
+table { border-collapse: collapse; width: 100%; background: #fff; border: 1px solid #e3e7ed; }
+th, td { text-align: left; padding: 8px 12px; border-bottom: 1px solid #e3e7ed; }
+th { color: #5f6b7a; font-size: 12px; }
+td.uri { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 12px; word-break: break-all; }
+a { color: #3b7ddd; text-decoration: none; } a:hover { text-decoration: underline; }
+.error { color: #d64545; } .empty { color: #5f6b7a; font-style: italic; }
+@media (prefers-color-scheme: dark) { body { background: #14171c; color: #e6e9ee; }
+  table { background: #1c2027; border-color: #2c323c; } th, td { border-color: #2c323c; } }
+"""
+
+
+def _doc(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{_STYLE}</style></head><body><main>{body}</main></body></html>")
+
+
+def index_page(tables: list[TableRef], error: str | None) -> str:
+    rows = []
+    for t in tables:
+        name = f'<a class="table-link" href="{escape(t.href)}">{escape(t.key)}</a>'
+        dag = f"DAG {escape(t.dag_id)}" if t.dag_id else "connection"
+        detail = f'<span class="error">{escape(t.problem)}</span>' if t.problem else escape(t.uri or "")
+        rows.append(f'<tr class="table" data-source="{escape(t.source)}" data-key="{escape(t.key)}"><td>{name}</td>'
+                    f'<td>{dag}</td><td class="uri">{detail}</td></tr>')
+    body = ["<h1>MemWAL tables</h1>"]
+    if error:
+        body.append(f'<p class="error">{escape(error)}</p>')
+    if rows:
+        body.append(f'<table id="tables"><thead><tr><th>table</th><th>maintained by</th><th>URI</th></tr></thead>'
+                    f'<tbody>{"".join(rows)}</tbody></table>')
+    else:
+        body.append(f'<p class="empty">No MemWAL table: set {CONFIG_ENV} to the memwal_tables DAG config, or add a '
+                    "connection of type memwal.</p>")
+    return _doc("MemWAL tables", "".join(body))
+
+
+def table_page(ref: TableRef) -> str:
+    from memwal.observe.page import status_page
+    from memwal.table import open_table
+
+    uri, options = resolve(ref)
+    links = [("../../", "← all MemWAL tables", "_self")]
+    if ref.dag_id:
+        links.append((f"../../../dags/{ref.dag_id}", f"DAG {ref.dag_id}", "_top"))
+    return status_page(open_table(uri, options), links=links)
+
+
+def error_page(ref: TableRef, message: str) -> str:
+    return _doc(f"MemWAL · {ref.key}", f'<p><a href="../../">← all MemWAL tables</a></p><h1>{escape(ref.key)}</h1>'
+                f'<p class="error" id="error">cannot read this table: {escape(message)}</p>')
+
+
+def create_app() -> Any:
+    """The FastAPI application (routes need an Airflow user allowed to see the website)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+    from airflow.api_fastapi.core_api.security import requires_access_view
+    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.responses import HTMLResponse
+
+    from memwal.errors import first_line
+
+    app = FastAPI(title="MemWAL", description="Status pages of the MemWAL tables Airflow maintains",
+                  dependencies=[Depends(requires_access_view(AccessView.WEBSITE))], docs_url=None, redoc_url=None,
+                  openapi_url=None)
+
+    def known() -> tuple[list[TableRef], str | None]:
+        tables, error = config_tables()
+        return tables + connection_tables(), error
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        return index_page(*known())
+
+    @app.get("/tables/{source}/{key}", response_class=HTMLResponse)
+    def table(source: str, key: str) -> HTMLResponse:
+        ref = next((t for t in known()[0] if t.source == source and t.key == key), None)
+        if ref is None:
+            raise HTTPException(status_code=404, detail=f"no MemWAL table {source}/{key}")
+        try:
+            return HTMLResponse(table_page(ref))
+        except Exception as exc:  # noqa: BLE001 - shown on the page: the UI must not break on one table
+            return HTMLResponse(error_page(ref, first_line(exc)), status_code=502)
+
+    return app
+
+
+class LazyApp:
+    """An ASGI application that builds :func:`create_app` on its first request."""
+
+    def __init__(self) -> None:
+        self._app: Any = None
+        self._lock = threading.Lock()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    self._app = create_app()
+        await self._app(scope, receive, send)
+
+
+app = LazyApp()
