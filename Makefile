@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@# (pytest) Airflow would then see memwal-jobs twice and register its plugin twice.
 	@rm -rf memwal_jobs.egg-info
 	@# Spark's driver JVM starts in half the time with a class archive (a cache: if it
-	@# cannot be built, Spark starts without it). See jobs/jvm_archive.py.
-	-$(PY) -m memwal.spark.jvm_archive
+	@# cannot be built, Spark starts without it). See jobs/engine/jvm_archive.py.
+	-$(PY) -m memwal.spark.engine.jvm_archive
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -38,7 +38,7 @@ azurite: $(AZURITE)
 
 # Rebuild the driver JVM's class archive (after changing Java or Spark settings).
 jvm-archive: $(STAMP)
-	$(PY) -m memwal.spark.jvm_archive --force
+	$(PY) -m memwal.spark.engine.jvm_archive --force
 
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/memwal/pb/*.proto
@@ -66,7 +66,7 @@ lint: $(STAMP)
 
 SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(VENV)/bin/spark-submit \
 	--master local[2] --conf spark.ui.enabled=false \
-	--driver-java-options "-Dlog4j2.configurationFile=$(abspath jobs/log4j2.properties) $$($(PY) -m memwal.spark.jvm_archive --java-options)"
+	--driver-java-options "-Dlog4j2.configurationFile=$(abspath jobs/log4j2.properties) $$($(PY) -m memwal.spark.engine.jvm_archive --java-options)"
 
 # The demo: a table written by pylance's ShardWriter, then the whole maintenance cycle as a
 # Spark job in local mode. GC runs with no grace period and expires old versions because

@@ -28,7 +28,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseHook
 from memwal.airflow.provider import CONN_TYPE
 
-from memwal.secret_options import is_secret_key, redact_options
+from memwal.core.secrets import is_secret_key, redact_options
 
 MERGED_ASSET_GROUP = "asset"  # the group Airflow gives assets created through an alias
 
@@ -36,7 +36,7 @@ MERGED_ASSET_GROUP = "asset"  # the group Airflow gives assets created through a
 def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
     """Register every credential-like storage option value with Airflow's secrets masker.
 
-    Which keys are credentials is ``memwal.secret_options.is_secret_key``: one rule for the
+    Which keys are credentials is ``memwal.core.secrets.is_secret_key``: one rule for the
     CLI, the Spark jobs and Airflow."""
     if not storage_options:
         return
@@ -177,8 +177,8 @@ class MemWalHook(BaseHook):
         return open_table(uri, options)
 
     def status(self):
-        """``memwal.status.table_status`` of the table (manifests only, never generation data)."""
-        from memwal.status import table_status
+        """``memwal.inspect.status.table_status`` of the table (manifests only, never generation data)."""
+        from memwal.inspect.status import table_status
 
         return table_status(self.get_conn())
 

@@ -1,7 +1,7 @@
 """Operators for the maintenance actions (merge, catch-up, compact, snapshot, GC) and the whole cycle.
 
 Each operator is a thin shell over the same plan/execute as the ``memwal`` CLI; its job
-options are the keyword arguments of the action's options class (``memwal.options``:
+options are the keyword arguments of the action's options class (``memwal.actions.options``:
 ``max_generations=``, ``grace_seconds=``, ...), validated by that class, and passed to
 spark-submit as the same flags the CLI takes:
 
@@ -40,7 +40,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from memwal.airflow.hooks import MemWalHook, redacted, table_asset
 from memwal.airflow.reporting import note_table, observed, report_of
 
-from memwal.secret_options import storage_options_file
+from memwal.core.secrets import storage_options_file
 
 ENGINES = ("local", "spark")
 DEFAULT_MERGED_ALIAS = "memwal-merged"
@@ -155,7 +155,7 @@ class MemWalActionOperator(BaseOperator):
     def option_names(cls) -> list[str]:
         """The action's own option names (its options class), accepted as keyword arguments."""
         from memwal.actions import ACTIONS
-        from memwal.options import option_names
+        from memwal.actions.options import option_names
 
         return option_names(ACTIONS[cls.action].options, common=False) if cls.action in ACTIONS else []
 
@@ -276,7 +276,7 @@ class MemWalActionOperator(BaseOperator):
         project's log4j2 config), no UI and, for the driver (client mode: on this worker),
         this machine's JVM class archive when built: all stay unless the user's settings
         say otherwise."""
-        from memwal.spark import jvm_archive
+        from memwal.spark.engine import jvm_archive
 
         log4j = os.path.join(os.path.dirname(job_file(self.action)), "log4j2.properties")
         quiet = f"-Dlog4j2.configurationFile=file:{log4j}"
@@ -362,7 +362,7 @@ class MemWalActionOperator(BaseOperator):
 class MemWalMergeOperator(MemWalActionOperator):
     """Merge flushed generations into the base table, in order, with atomic progress.
 
-    Takes ``memwal.options.MergeOptions`` as keyword arguments (``shards``,
+    Takes ``memwal.actions.options.MergeOptions`` as keyword arguments (``shards``,
     ``max_generations``, ``max_rows``, ``max_bytes``).
 
     :param asset_alias: name of the ``AssetAlias`` put in ``outlets``; a run whose merge
@@ -406,14 +406,14 @@ def emit_merged_event(op: BaseOperator, alias: str | None, dry_run: bool, doc: d
 
 
 class MemWalCatchupOperator(MemWalActionOperator):
-    """Bring base-table indexes up to the merged generations (``memwal.options.CatchupOptions``)."""
+    """Bring base-table indexes up to the merged generations (``memwal.actions.options.CatchupOptions``)."""
 
     action = "catchup"
 
 
 class MemWalCompactOperator(MemWalActionOperator):
     """Compact the base table's fragments, keeping progress and index catch-up
-    (``memwal.options.CompactOptions``)."""
+    (``memwal.actions.options.CompactOptions``)."""
 
     action = "compact"
 
@@ -426,7 +426,7 @@ class MemWalSnapshotOperator(MemWalActionOperator):
 
 class MemWalGcOperator(MemWalActionOperator):
     """Delete merged, indexed, unretained generations past the reader grace period, and their
-    WAL entries (``memwal.options.GcOptions``: ``grace_seconds``, ``expire_versions``, ...)."""
+    WAL entries (``memwal.actions.options.GcOptions``: ``grace_seconds``, ``expire_versions``, ...)."""
 
     action = "gc"
 

@@ -1,7 +1,7 @@
 """Triggers behind the deferrable sensors, and the conditions both share.
 
 ``MemWalStatusTrigger`` runs in the triggerer: every ``poke_interval`` seconds it reads
-``memwal.status.table_status`` (manifests only) in a worker thread and yields one
+``memwal.inspect.status.table_status`` (manifests only) in a worker thread and yields one
 ``TriggerEvent`` when its condition holds (or when the table cannot be read). The same
 condition functions decide a poke of the sensors, so poke mode and deferrable mode agree.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from memwal import steps
+from memwal.core import steps
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class MemWalStatusTrigger(BaseTrigger):
 
     @staticmethod
     def _status(uri: str, options: dict[str, str]):
-        from memwal.status import table_status
+        from memwal.inspect.status import table_status
         from memwal.table import open_table
 
         return table_status(open_table(uri, options))

@@ -8,7 +8,7 @@ of type ``memwal``:
 
 - ``/memwal/``: the list of tables;
 - ``/memwal/tables/config/<name>`` and ``/memwal/tables/connection/<conn_id>``: the status page
-  of one table (:mod:`memwal.observe.page`), read when asked for (manifests and history only).
+  of one table (:mod:`memwal.inspect.page`), read when asked for (manifests and history only).
 
 Every route requires an authenticated Airflow user allowed to see the website (Airflow's own
 auth manager decides: the session cookie the UI sets, or a bearer token). Storage options and
@@ -143,7 +143,7 @@ def index_page(tables: list[TableRef], error: str | None) -> str:
 
 
 def table_page(ref: TableRef) -> str:
-    from memwal.observe.page import status_page
+    from memwal.inspect.page import status_page
     from memwal.table import open_table
 
     uri, options = resolve(ref)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.tables import copy_table
-from memwal.demo_data import Workload, create_base_table, write_generations
+from memwal.demo import Workload, create_base_table, write_generations
 
 
 def _scan_seconds(uri: str, repeat: int = 5) -> float:
@@ -58,7 +58,7 @@ def build(path: str, merges: int) -> dict:
 
 def compact_seconds(uri: str, engine: str) -> tuple[float, dict]:
     from memwal import actions
-    from memwal.options import CompactOptions
+    from memwal.actions.options import CompactOptions
     from memwal.table import open_table
 
     t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def run(out: str | Path = "bench-results", *, merges: int = 200, spark: bool = T
     doc["local"] = {"seconds": round(seconds, 2), "fragments_before": result["fragments_before"],
                     "fragments_after": result["fragments_after"]}
     if spark:
-        from memwal.spark.session import local_session
+        from memwal.spark.engine.session import local_session
 
         t0 = time.perf_counter()
         session = local_session("memwal-bench-compaction")

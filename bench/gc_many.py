@@ -55,9 +55,9 @@ def _rewrite_wal_entry(data: bytes, generation: int) -> bytes:
 
 def _forge_shard(uri: str, shard_id: str, generations: int) -> None:
     """Turn a shard with one real flushed generation into one with ``generations`` of them."""
-    from memwal.naming import manifest_key, shard_dir, version_hint_key, wal_key
-    from memwal.shard_manifests import latest_shard_manifest, list_wal_entries, read_wal_entry_meta
     from memwal.table import open_table
+    from memwal.table.naming import manifest_key, shard_dir, version_hint_key, wal_key
+    from memwal.table.shards import latest_shard_manifest, list_wal_entries, read_wal_entry_meta
 
     store = open_table(uri).store
     state = latest_shard_manifest(store, shard_id)
@@ -89,7 +89,7 @@ def build(uri: str, generations: int, shards: int) -> float:
 
     from lance.mem_wal import CompactedSsTable
 
-    from memwal.demo_data import Workload, create_base_table, shard_ids_for, write_generations
+    from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 
     t0 = time.perf_counter()
     wl = Workload(base_rows=100, shards=shards, generations=1, rows_per_generation=4, indexes=False, seed=5)
@@ -111,8 +111,8 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
     """Copy the pristine table, then plan and execute GC under a lease; returns timings."""
     from memwal.gc import prepare_gc, run_gc
     from memwal.lease import Lease
-    from memwal.shard_manifests import list_generation_dirs, list_shard_ids, list_wal_entries
     from memwal.table import open_table
+    from memwal.table.shards import list_generation_dirs, list_shard_ids, list_wal_entries
 
     run_dir = work / f"run-{i}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -140,7 +140,7 @@ def floor_run(pristine: Path, work: Path) -> float:
     """Seconds a plain ``rm -rf`` of the same generation directories and WAL entries takes on
     this disk: no check, no lease, no manifest order, one thread. GC deletes from several
     threads (the file system's journal is shared by concurrent unlinks), so it can beat it."""
-    from memwal.naming import MEM_WAL_DIR
+    from memwal.table.naming import MEM_WAL_DIR
 
     run_dir = work / "floor"
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -103,8 +103,8 @@ class _Counter:
 def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, Any]:
     """Upload the table, then count (and time) ``status`` and GC on it."""
     from memwal.gc import prepare_gc, run_gc
+    from memwal.inspect.status import table_status
     from memwal.lease import Lease
-    from memwal.status import table_status
     from memwal.table import open_table
 
     uri, opts = server.new_table("bench")

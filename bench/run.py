@@ -1,6 +1,6 @@
 """The merge benchmark: ``python -m bench.run --out DIR [--full | --smoke] [--no-spark]``.
 
-One run builds a MemWAL table once with pylance's ``ShardWriter`` (``memwal.demo_data``),
+One run builds a MemWAL table once with pylance's ``ShardWriter`` (``memwal.demo``),
 gives each contender its own byte-identical copy and times it as a whole process
 (``python -m bench.workers``; see that module for the contenders):
 
@@ -151,8 +151,8 @@ def same_rows(a, b) -> bool:
 
 
 def lsm_view(path: str):
+    from memwal.inspect.verify import lsm_view as view
     from memwal.table import open_table
-    from memwal.verify import lsm_view as view
 
     return view(open_table(path))
 
@@ -265,15 +265,15 @@ def ratios(res: dict) -> dict:
 HOTSPOTS = [
     # (label, file suffix, function)
     ("ours: plan_merge", "memwal/merge/plan.py", "plan_merge"),
-    ("ours: all_shard_manifests", "memwal/shard_manifests.py", "all_shard_manifests"),
-    ("ours: generation_readable", "memwal/shard_manifests.py", "generation_readable"),
+    ("ours: all_shard_manifests", "memwal/table/shards.py", "all_shard_manifests"),
+    ("ours: generation_readable", "memwal/table/shards.py", "generation_readable"),
     ("ours: local_net_changes", "memwal/merge/changes.py", "local_net_changes"),
     ("ours: read_generation", "memwal/merge/changes.py", "read_generation"),
     ("ours: conform", "memwal/merge/changes.py", "conform"),
     ("ours: dedupe", "memwal/merge/changes.py", "dedupe"),
     ("ours: commit_net_changes", "memwal/merge/execute.py", "commit_net_changes"),
     ("ours: _guard_progress", "memwal/merge/execute.py", "_guard_progress"),
-    ("ours: table manifest reads", "memwal/table_manifest.py", "read_table_manifest"),
+    ("ours: table manifest reads", "memwal/table/manifest.py", "read_table_manifest"),
     ("ours: lease acquire", "memwal/lease.py", "__enter__"),
     ("ours: lease release", "memwal/lease.py", "__exit__"),
     ("ours: open_table", "memwal/table.py", "open_table"),

@@ -1,7 +1,7 @@
 """Snapshot refresh benchmark: ``run(workdir, shards=1000, spark=None) -> dict``.
 
 Builds a MemWAL table with ``shards`` shards through pylance's own ``ShardWriter``
-(``memwal.demo_data``: one bucket per shard, two flushed generations of two rows each;
+(``memwal.demo``: one bucket per shard, two flushed generations of two rows each;
 about 10 ms per shard on a laptop-class machine, so real shards are cheap enough and no
 shard directories are copied or forged), then times:
 
@@ -43,7 +43,7 @@ def _median(fn, repeat: int = REPEAT) -> tuple[float, Any]:
 
 def build(uri: str, shards: int) -> float:
     """A table with ``shards`` bucket shards written by ShardWriter; returns seconds taken."""
-    from memwal.demo_data import Workload, create_base_table, write_generations
+    from memwal.demo import Workload, create_base_table, write_generations
 
     wl = Workload(base_rows=1000, shards=shards, generations=2, rows_per_generation=2, indexes=False, seed=11)
     t0 = time.perf_counter()
@@ -127,10 +127,10 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
     started_here = False
     t0 = time.perf_counter()
     try:
-        from memwal.spark.spark_snapshot import SparkManifestReader
+        from memwal.spark.engine.snapshot import SparkManifestReader
 
         if spark is None:
-            from memwal.spark.session import local_session
+            from memwal.spark.engine.session import local_session
 
             spark = local_session("memwal-bench-snapshot")
             spark.sparkContext.setLogLevel("ERROR")

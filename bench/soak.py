@@ -14,7 +14,7 @@ What runs at once, until ``--seconds`` have passed:
   ``snapshot``, ``verify``, ``scan --limit 5``.
 
 Every exit code is counted per command, and the runs that lost a race and redid their work
-(``runs_that_retried``: memwal.retry logs each lost attempt). The goals: **no exit code 2** (bad input: nothing
+(``runs_that_retried``: memwal.core.retry logs each lost attempt). The goals: **no exit code 2** (bad input: nothing
 here is bad input) and **no false verify alarm** (the table is never damaged here, so any
 ``verify`` exit 1 is false). Then the writers close (flushing their last generations), a
 final ``merge`` runs until nothing is left, and the base table is compared row for row with
@@ -61,7 +61,7 @@ class Writer(threading.Thread):
 
     def __init__(self, uri: str, workload, stop: threading.Event, seed: int) -> None:
         super().__init__(daemon=True, name="soak-writer")
-        from memwal.demo_data import Model, create_base_table
+        from memwal.demo import Model, create_base_table
 
         self.uri, self.workload, self.stop = uri, workload, stop
         _, self.model = create_base_table(uri, workload)
@@ -71,7 +71,7 @@ class Writer(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        from memwal.demo_data import bucket_of, shard_ids_for
+        from memwal.demo import bucket_of, shard_ids_for
 
         try:
             ds = lance.dataset(self.uri)
@@ -124,7 +124,7 @@ class Loop(threading.Thread):
         super().__init__(daemon=True, name=f"soak-{name}")
         self.name_, self.uri, self.stop, self.log_dir = name, uri, stop, log_dir
         self.codes: collections.Counter = collections.Counter()
-        #: Runs that lost a race and redid their work (memwal.retry logs each lost attempt).
+        #: Runs that lost a race and redid their work (memwal.core.retry logs each lost attempt).
         self.retried = 0
         self.errors: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         self.seconds: list[float] = []
@@ -153,11 +153,11 @@ class Loop(threading.Thread):
 
 def final_check(uri: str, model) -> dict[str, Any]:
     """Merge what is left, then the table against the row model, verify and scan."""
+    from memwal.inspect.status import table_status
+    from memwal.inspect.verify import verify_table
     from memwal.merge import run_merge
     from memwal.read import lsm_scan
-    from memwal.status import table_status
     from memwal.table import open_table
-    from memwal.verify import verify_table
 
     table = open_table(uri)
     for _ in range(20):
@@ -182,7 +182,7 @@ def final_check(uri: str, model) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memwal.demo_data import Workload
+    from memwal.demo import Workload
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", required=True, help="scratch folder (the table and failure logs go here)")

@@ -91,7 +91,7 @@ def table_state(path: str) -> tuple:
 
 def in_process(spark, table_uri: str) -> dict:
     """The Spark engine's phases, timed on the driver (see the module docstring)."""
-    from memwal.spark.spark_engine import SparkMergeEngine
+    from memwal.spark.engine.merge import SparkMergeEngine
 
     from memwal.merge import execute_merge, plan_merge
     from memwal.table import open_table
@@ -163,8 +163,8 @@ def one_size(spark, startup: float, work: Path, change_rows: int, repeats: int =
 def run(out: str | Path = "bench-results", *, full: bool = False, work: str | Path | None = None) -> dict:
     """Build (or reuse) the tables, measure every size, write ``OUT/spark_breakdown.json``."""
     import pyspark
-    from memwal.spark import jvm_archive
-    from memwal.spark.session import local_session
+    from memwal.spark.engine import jvm_archive
+    from memwal.spark.engine.session import local_session
 
     out, work = Path(out), Path(work or Path(out) / "spark-work")
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +182,7 @@ def run(out: str | Path = "bench-results", *, full: bool = False, work: str | Pa
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        # the driver JVM's class archive (memwal.spark.jvm_archive), if this machine has one
+        # the driver JVM's class archive (memwal.spark.engine.jvm_archive), if this machine has one
         "jvm_archive": jvm_archive.java_options() or None,
         "points": points,
     }

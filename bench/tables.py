@@ -1,4 +1,4 @@
-"""Benchmark input tables, written once by pylance's ``ShardWriter`` through ``memwal.demo_data``.
+"""Benchmark input tables, written once by pylance's ``ShardWriter`` through ``memwal.demo``.
 
 Every contender then gets its own ``shutil.copytree`` of the same directory, so each
 starts from identical bytes.
@@ -14,8 +14,8 @@ from unittest import mock
 
 import lance
 
-from memwal import demo_data
-from memwal.demo_data import Model, Workload
+from memwal import demo as demo_data
+from memwal.demo import Model, Workload
 
 # Rows a generation stores per ``rows_per_generation``: the writer keeps one row of a key
 # put twice in one batch (duplicate_fraction 0.05) and adds the tombstones
@@ -72,8 +72,8 @@ def dir_bytes(path: str) -> int:
 
 def generation_stats(path: str) -> dict:
     """What the merge will read: generations, rows, puts and tombstones (counted, not assumed)."""
-    from memwal.shard_manifests import all_shard_manifests
     from memwal.store import open_store
+    from memwal.table.shards import all_shard_manifests
 
     store = open_store(path, {})
     gens = rows = tombstones = 0

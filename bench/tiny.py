@@ -19,10 +19,10 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from memwal.demo_data import Workload, create_base_table, shard_ids_for
-from memwal.naming import manifest_key
-from memwal.shard_manifests import latest_shard_version, list_manifest_versions
+from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.store import open_store
+from memwal.table.naming import manifest_key
+from memwal.table.shards import latest_shard_version, list_manifest_versions
 
 
 def build_tiny(path: str, generations: int, *, shards: int = 4, rows: int = 2, seed: int = 11) -> dict:

@@ -44,8 +44,8 @@ CONTENDERS = ("loop", "ours", "floor", "spark")
 
 def _generations(table_dir: str) -> dict[str, list[tuple[int, str]]]:
     """Shard id -> [(generation, uri)] ascending, from the shard manifests (what users read too)."""
-    from memwal.shard_manifests import all_shard_manifests
     from memwal.store import open_store
+    from memwal.table.shards import all_shard_manifests
 
     store = open_store(table_dir, {})
     out = {}
@@ -234,7 +234,7 @@ def _preload(contender: str) -> dict:
     from lance.mem_wal import CompactedSsTable  # noqa: F401
 
     if contender == "loop":
-        import memwal.shard_manifests  # noqa: F401
+        import memwal.table.shards  # noqa: F401
     elif contender in ("ours", "spark"):
         import memwal.actions  # noqa: F401
         import memwal.cli  # noqa: F401
@@ -243,7 +243,7 @@ def _preload(contender: str) -> dict:
     extra: dict = {}
     if contender == "spark":
         t0 = time.perf_counter()
-        from memwal.spark.session import local_session
+        from memwal.spark.engine.session import local_session
 
         session = local_session("memwal-bench")
         session.sparkContext.setLogLevel("ERROR")

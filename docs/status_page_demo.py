@@ -17,7 +17,7 @@ import tempfile
 
 import memwal
 from memwal.checkpoint import create_checkpoint
-from memwal.demo_data import Workload, create_base_table, shard_ids_for, write_generations
+from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 

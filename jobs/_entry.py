@@ -6,7 +6,7 @@ engine, so flags, JSON output and exit codes are those of ``memwal``.
 
 Credentials never belong in these arguments: spark-submit, its JVM and the Python driver
 all carry them in their command lines, which every local user can read. Launchers pass
-``--storage-options-file PATH`` (a 0600 JSON file, see ``memwal.secret_options``) instead.
+``--storage-options-file PATH`` (a 0600 JSON file, see ``memwal.core.secrets``) instead.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 def warn_secret_arguments(args: list[str]) -> None:
     """Say so when credentials came on the command line (they are already visible in ``ps``)."""
-    from memwal.secret_options import secret_keys_on_argv
+    from memwal.core.secrets import secret_keys_on_argv
 
     keys = secret_keys_on_argv(args)
     if keys:

@@ -19,14 +19,14 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     from memwal.spark._entry import spark_session, warn_secret_arguments
 
-    from memwal import validate
     from memwal.actions import ACTIONS, run_action
     from memwal.backfill import FAILED, parse_jobs, run_job
     from memwal.cli import configure_logging
-    from memwal.commands.backfill import add_job_arguments, job_options_from
-    from memwal.commands.common import check_result_file, parse_storage_options
+    from memwal.cli.commands.backfill import add_job_arguments, job_options_from
+    from memwal.cli.commands.common import check_result_file, parse_storage_options
+    from memwal.core import validate
+    from memwal.core.secrets import with_options_file
     from memwal.errors import MemWalError
-    from memwal.secret_options import with_options_file
 
     p = argparse.ArgumentParser(prog="maintenance.py", description=__doc__.split("\n\n")[0])
     p.add_argument("table")

@@ -22,12 +22,12 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.actions import JobResult
     from memwal.checkpoint import Checkpoint, ManagedCheckpoint
     from memwal.history.timeline import History
+    from memwal.inspect.status import TableStatus
+    from memwal.inspect.verify import VerifyResult
     from memwal.lease import LeaseInfo
-    from memwal.merge_ops import MergeOpsChange
+    from memwal.merge.ops import MergeOpsChange
     from memwal.read import ReadPlan
-    from memwal.status import TableStatus
     from memwal.table import Table
-    from memwal.verify import VerifyResult
 
 
 class MemWalTable:
@@ -84,18 +84,18 @@ class MemWalTable:
 
     def status(self, *, html: str | None = None) -> TableStatus:
         """The table's status; with ``html=PATH`` also the status page written there
-        (``memwal status --html``: one self-contained file, see :mod:`memwal.observe.page`)."""
-        from memwal.status import table_status
+        (``memwal status --html``: one self-contained file, see :mod:`memwal.inspect.page`)."""
+        from memwal.inspect.status import table_status
 
         st = table_status(self._table)
         if html is not None:
-            from memwal.observe.page import collect, write_page
+            from memwal.inspect.page import collect, write_page
 
             write_page(html, collect(self._table, status=st))
         return st
 
     def verify(self) -> VerifyResult:
-        from memwal.verify import verify_table
+        from memwal.inspect.verify import verify_table
 
         return verify_table(self._table)
 
@@ -178,7 +178,7 @@ class MemWalTable:
     def merge_ops(self, *, set: dict[str, str] | None = None, unset: list[str] | None = None,
                   force: bool = False) -> MergeOpsChange:
         """Show (no arguments) or change the columns' merge operators."""
-        from memwal.merge_ops import change_merge_ops
+        from memwal.merge.ops import change_merge_ops
 
         return change_merge_ops(self._table, set_ops=set, unset=unset, force=force)
 
@@ -186,7 +186,7 @@ class MemWalTable:
 def open(uri: str, storage_options: dict[str, str] | None = None) -> MemWalTable:  # noqa: A001 - the API's name
     """Open a MemWAL table (local path or ``s3://bucket/prefix``); bad input raises
     :class:`~memwal.errors.BadInputError` naming what is wrong."""
-    from memwal import validate
+    from memwal.core import validate
     from memwal.table import open_table
 
     return MemWalTable(open_table(uri, validate.storage_options(storage_options)))

@@ -44,7 +44,7 @@ class PreconditionFailedError(MemWalError):
 class ConflictError(MemWalError):
     """A concurrent writer kept winning a race (a commit or a conditional write): exit code 3.
 
-    Raised after retries (memwal.retry); a rerun re-reads and usually succeeds.
+    Raised after retries (memwal.core.retry); a rerun re-reads and usually succeeds.
     """
 
     exit_code = 3
@@ -53,7 +53,7 @@ class ConflictError(MemWalError):
 class StateMovedError(ConflictError):
     """What a job read moved under it: a concurrent job merged, collected or expired it (a
     generation, a WAL entry, a table version). Not bad input: the job reads again and redoes
-    its work (memwal.retry); after retries, exit code 3 like any lost race."""
+    its work (memwal.core.retry); after retries, exit code 3 like any lost race."""
 
 
 # Rust source locations Lance appends to its messages ("..., /home/x/lance/src/a.rs:12:5").
@@ -84,3 +84,37 @@ def _local_path(uri: str) -> str:
     if uri.startswith("file://"):
         return uri[len("file://localhost") :] if uri.startswith("file://localhost/") else uri[len("file://") :]
     return "" if "://" in uri else os.path.abspath(uri)
+
+
+class UnsafePathError(MemWalError):
+    """A path that must not be used: outside its shard directory, or crossing a link."""
+
+    def __init__(self, shard_id: str | None, path: str, why: str) -> None:
+        where = f"shard {shard_id}: " if shard_id else ""
+        super().__init__(f"{where}refusing path {path!r}: {why}")
+        self.shard_id = shard_id
+        self.path = path
+
+
+class LinkedPathError(UnsafePathError):
+    """A path crosses a symbolic link (or a non-directory) inside the table: refused, never followed.
+
+    The table's tree is data as much as its manifests are: a link planted in it, or swapped
+    in after a check, must not redirect a read, a write or a delete to files outside the
+    table. ``refused`` lists every key an operation refused (a batch delete goes on with the
+    safe keys, then raises this naming all the others).
+    """
+
+    def __init__(self, key: str, where: str, *, link: bool) -> None:
+        why = f"{where} is a symbolic link (never followed)" if link else f"{where} is not a directory"
+        super().__init__(_shard_of(key), key, why)
+        self.where = where  # full path of the offending component
+        self.link = link
+        self.refused: list[str] = [key]
+
+
+def _shard_of(key: str) -> str | None:
+    """The shard a store key lies in (``_mem_wal/<shard>/...``; our own folders start with ``_``),
+    for messages (memwal.table.paths.shard_of_key is the full rule)."""
+    parts = key.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "_mem_wal" and not parts[1].startswith("_") else None

@@ -19,7 +19,7 @@ atexit.register(shutil.rmtree, _IN_PROCESS_AIRFLOW_HOME, True)
 os.environ.setdefault("AIRFLOW_HOME", _IN_PROCESS_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-from memwal.demo_data import Model, Workload, create_base_table, write_generations  # noqa: E402
+from memwal.demo import Model, Workload, create_base_table, write_generations  # noqa: E402
 from memwal.store import Store, open_store  # noqa: E402
 from memwal.table import Table, open_table  # noqa: E402
 
@@ -123,7 +123,7 @@ def spark():
     """One local-mode Spark session for the whole run (startup costs seconds)."""
     import logging
 
-    from memwal.spark.session import local_session
+    from memwal.spark.engine.session import local_session
 
     # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
     # after pytest closed the streams its handlers write to.
@@ -139,8 +139,8 @@ def commit_shard_manifest(table: Table, shard_id: str, edit: Callable) -> None:
     must (put-if-absent, then the best-effort hint): how tests craft manifest states."""
     import json
 
-    from memwal.naming import manifest_key, version_hint_key
-    from memwal.shard_manifests import all_shard_manifests
+    from memwal.table.naming import manifest_key, version_hint_key
+    from memwal.table.shards import all_shard_manifests
 
     st = all_shard_manifests(table.store)[shard_id]
     msg = type(st.manifest)()

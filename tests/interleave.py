@@ -2,12 +2,12 @@
 
 Races are tested as interleavings, never with free threads and sleeps:
 
-* :class:`ManualClock` is the process's clock (``memwal.clock.use``): time moves only when a
+* :class:`ManualClock` is the process's clock (``memwal.core.clock.use``): time moves only when a
   test calls :meth:`ManualClock.advance`, which returns once every heartbeat thread has done
   what the new time asks of it (renewed, or found its lease lost) and sleeps again. Freezing
   the heartbeats that run now (:meth:`ManualClock.frozen`) models a process stopped by
   SIGSTOP: it cannot renew, so its lease expires and can be taken over.
-* :class:`Stalled` runs a job in a thread that stops at one named step (``memwal.steps``)
+* :class:`Stalled` runs a job in a thread that stops at one named step (``memwal.core.steps``)
   until the test resumes it; :class:`Barrier` does the same for other processes (Spark
   executors) through a barrier directory.
 """
@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from memwal import steps
+from memwal.core import steps
 
 #: How long a test waits for threads to settle or a job to reach a step before failing.
 SETTLE_TIMEOUT = 60.0
@@ -94,7 +94,7 @@ class ManualClock:
 
 
 class Stalled:
-    """A job in a thread, held at one named step (``memwal.steps``) until :meth:`resume`.
+    """A job in a thread, held at one named step (``memwal.core.steps``) until :meth:`resume`.
 
     ``job()`` runs the job the way users do (the Action, the API or the CLI); the hook is
     process-wide, and holds only the first thread that reaches the step.

@@ -28,12 +28,12 @@ from memwal.airflow.operators import (
 from memwal.airflow.sensors import MergedGenerationSensor, MergeLagSensor
 from memwal.airflow.triggers import MemWalStatusTrigger
 
-from memwal import steps
 from memwal.catchup import run_catchup
-from memwal.demo_data import shard_ids_for
+from memwal.core import steps
+from memwal.demo import shard_ids_for
 from memwal.lease import Lease
 from memwal.merge import run_merge
-from memwal.shard_manifests import all_shard_manifests, list_generation_dirs
+from memwal.table.shards import all_shard_manifests, list_generation_dirs
 from tests.conftest import SMALL, table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,7 @@ def test_config_generated_dag_runs_with_its_gc_policy(airflow_env, make_table, t
 def test_maintenance_dag_on_azure_through_a_wasb_connection(airflow_env, azure_server):
     """One DAG run against Azure Blob Storage (Azurite): the credentials come from Airflow's own
     ``wasb`` connection type (account name and key), the table URI from the run's conf."""
-    from memwal.demo_data import create_base_table, write_generations
+    from memwal.demo import create_base_table, write_generations
     from memwal.table import open_table
     from tests.azureserver import ACCOUNT, ACCOUNT_KEY
 
@@ -229,7 +229,7 @@ def test_storage_options_from_airflow_cloud_connections(monkeypatch):
                                  "azure_storage_tenant_id": "tenant-1", "azure_storage_account_name": "acct"}
     assert got["gcp"][1] == {"google_service_account_key": '{"type": "service_account"}'}
     assert got["gcp_path"][1] == {"google_service_account_path": "/secrets/sa.json"}
-    from memwal.validate import storage_options
+    from memwal.core.validate import storage_options
 
     for _, options in got.values():
         storage_options(options)  # every key is one Lance knows
@@ -541,8 +541,8 @@ def test_operator_options_are_the_cli_flags_of_the_spark_jobs():
     """What an operator hands to spark-submit parses, with the CLI's own parser, back to
     exactly the options the operator was given (both derive from one options class)."""
     from memwal.actions import ACTIONS
+    from memwal.actions.options import from_namespace
     from memwal.cli import build_parser
-    from memwal.options import from_namespace
 
     ops = [
         MemWalMergeOperator(task_id="m", table="t", shards=["a", "b"], max_generations=2, max_rows=9, max_bytes=7),

@@ -22,7 +22,7 @@ from memwal.airflow.lineage import dataset_id
 from memwal.airflow.operators import MemWalMergeOperator
 
 import memwal
-from memwal.demo_data import shard_ids_for
+from memwal.demo import shard_ids_for
 from memwal.history.log import read_runs
 from tests.browser import browser, stop_group
 from tests.conftest import SMALL

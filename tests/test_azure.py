@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 import memwal
-from memwal.demo_data import create_base_table, shard_ids_for, write_generations
+from memwal.core.secrets import storage_options_file
+from memwal.demo import create_base_table, shard_ids_for, write_generations
+from memwal.errors import UnsafePathError
 from memwal.gc import delete_objects
-from memwal.paths import UnsafePathError
 from memwal.read import lsm_scan
-from memwal.secret_options import storage_options_file
-from memwal.shard_manifests import list_generation_dirs
 from memwal.store import open_store
+from memwal.table.shards import list_generation_dirs
 from tests.adversarial.test_secrets import CmdlineWatch
 from tests.azureserver import ACCOUNT_KEY, AzureServer
 from tests.conftest import SMALL, table_rows

@@ -12,9 +12,9 @@ import pytest
 from memwal import cli
 from memwal.actions import run_action
 from memwal.backfill import BackfillState, parse_jobs, run_backfill
-from memwal.demo_data import shard_ids_for
+from memwal.demo import shard_ids_for
 from memwal.errors import BadInputError, LeaseHeldError
-from memwal.shard_manifests import all_shard_manifests
+from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL, table_rows
 
 

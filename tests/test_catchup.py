@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from memwal.catchup import OPTIMIZE, RETRAIN, CatchupThresholds, plan_catchup, run_catchup
-from memwal.demo_data import Workload, create_base_table, shard_ids_for
+from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.errors import BadInputError
 from memwal.merge import run_merge
 from memwal.table import open_table

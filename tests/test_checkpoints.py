@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 import memwal
-from memwal import clock as clocks
 from memwal.checkpoint import TAG_PREFIX, create_checkpoint, list_checkpoints
-from memwal.demo_data import write_generations
-from memwal.shard_manifests import list_generation_dirs
+from memwal.core import clock as clocks
+from memwal.demo import write_generations
+from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows
 from tests.helpers import run_cli
 from tests.interleave import ManualClock, Stalled

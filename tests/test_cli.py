@@ -16,9 +16,9 @@ import lance
 import pyarrow as pa
 import pytest
 
-from memwal.naming import manifest_key
-from memwal.shard_manifests import all_shard_manifests
-from memwal.table_manifest import read_table_manifest
+from memwal.table.manifest import read_table_manifest
+from memwal.table.naming import manifest_key
+from memwal.table.shards import all_shard_manifests
 from tests.conftest import table_rows
 from tests.helpers import CliRun, assert_one_line_error, run_cli, tree_digest
 

@@ -14,17 +14,17 @@ import pytest
 
 import memwal
 from memwal.actions import run_action
+from memwal.actions.options import CompactOptions
 from memwal.catchup import run_catchup
 from memwal.compact import plan_compaction, run_compact
-from memwal.demo_data import Model, Workload, create_base_table, shard_ids_for, write_generations
+from memwal.demo import Model, Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.gc import run_gc
+from memwal.inspect.status import maintained_indexes
 from memwal.lease import Lease
 from memwal.merge import run_merge
-from memwal.options import CompactOptions
-from memwal.shard_manifests import list_generation_dirs
-from memwal.status import maintained_indexes
 from memwal.table import Table, open_table
+from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.interleave import ScriptedClock, Stalled

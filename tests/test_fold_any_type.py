@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memwal.merge_ops import MergeOps, fold
+from memwal.merge.ops import MergeOps, fold
 from tests.helpers import assert_one_line_error, run_cli
 from tests.test_merge_ops import model_fold
 
@@ -89,7 +89,7 @@ def random_row(rng: random.Random) -> dict:
 def build(uri: str, *, shards: int = 2, generations: int = 3, seed: int = 11) -> list:
     """Base rows, the operators, then generations by pylance's ShardWriter (duplicate keys in
     a batch, deletes, a key deleted and put again); returns the events in LSM order."""
-    from memwal.demo_data import bucket_of
+    from memwal.demo import bucket_of
 
     rng = random.Random(seed)
     base = [{"id": k, **random_row(rng)} for k in range(30)]
@@ -167,7 +167,7 @@ def test_reads_fold_every_type_before_and_after_merge(folding_table, tmp_path):
 
 
 def test_spark_merge_folds_every_type(folding_table, tmp_path, spark):
-    from memwal.spark.spark_engine import SparkMergeEngine
+    from memwal.spark.engine.merge import SparkMergeEngine
 
     from memwal.merge import run_merge
 
@@ -180,7 +180,7 @@ def test_spark_merge_folds_every_type(folding_table, tmp_path, spark):
 def test_issue_repro_scan_verify_and_api_on_the_demo_table(tmp_path):
     """``memwal demo-data``, ``merge-ops --set value=sum``: scan, verify and the API work."""
     import memwal
-    from memwal.demo_data import Workload, make_demo_table
+    from memwal.demo import Workload, make_demo_table
 
     uri = str(tmp_path / "t")
     model = make_demo_table(uri, Workload(base_rows=200, shards=2, generations=2, rows_per_generation=30, seed=4))

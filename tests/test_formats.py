@@ -12,12 +12,14 @@ import lance
 import pyarrow as pa
 import pytest
 
-from memwal.demo_data import Workload, create_base_table, write_generations
+from memwal.demo import Workload, create_base_table, write_generations
 from memwal.errors import BadInputError
 from memwal.merge import run_merge
-from memwal.naming import bitrev64, manifest_key, parse_bitrev64, version_hint_key
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
-from memwal.shard_manifests import (
+from memwal.table import open_table
+from memwal.table.manifest import decode_table_manifest, list_versions, read_table_manifest
+from memwal.table.naming import bitrev64, manifest_key, parse_bitrev64, version_hint_key
+from memwal.table.shards import (
     all_shard_manifests,
     latest_shard_version,
     list_generation_dirs,
@@ -25,8 +27,6 @@ from memwal.shard_manifests import (
     read_shard_manifest,
     read_wal_entry_meta,
 )
-from memwal.table import open_table
-from memwal.table_manifest import decode_table_manifest, list_versions, read_table_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,13 +12,13 @@ import pytest
 from lance.mem_wal import LsmScanner
 
 from memwal.catchup import run_catchup
-from memwal.demo_data import shard_ids_for
+from memwal.demo import shard_ids_for
 from memwal.gc import LocalGcEngine, plan_gc, run_gc
+from memwal.inspect.status import table_status
 from memwal.merge import run_merge
 from memwal.read import lsm_scan, shard_snapshots
-from memwal.shard_manifests import all_shard_manifests, list_generation_dirs, list_wal_entries
-from memwal.status import table_status
 from memwal.table import open_table
+from memwal.table.shards import all_shard_manifests, list_generation_dirs, list_wal_entries
 from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
 from tests.s3server import s3_server  # noqa: F401
 
@@ -259,7 +259,7 @@ def test_audit_record_is_written(make_table):
 
 
 def test_full_cycle_on_s3(s3_server, tmp_path):  # noqa: F811
-    from memwal.demo_data import create_base_table, write_generations
+    from memwal.demo import create_base_table, write_generations
 
     uri, opts = s3_server.new_table("cycle")
     _, model = create_base_table(uri, SMALL, opts)

@@ -10,12 +10,12 @@ import time
 import pytest
 
 from memwal.catchup import run_catchup
-from memwal.demo_data import shard_ids_for, write_generations
+from memwal.demo import shard_ids_for, write_generations
 from memwal.errors import LeaseLostError
 from memwal.gc import plan_gc, render_gc, run_gc
 from memwal.lease import Lease
 from memwal.merge import run_merge
-from memwal.shard_manifests import generation_readable, list_generation_dirs, list_wal_entries, read_wal_entry_meta
+from memwal.table.shards import generation_readable, list_generation_dirs, list_wal_entries, read_wal_entry_meta
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.interleave import ScriptedClock
 from tests.test_gc import expire_all, gen_dirs, ready_table

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import memwal
-from memwal import steps
+from memwal.core import steps
 from memwal.history.run import JOB_PROPERTY, RUN_ID_PROPERTY
-from memwal.table_manifest import list_versions
+from memwal.table.manifest import list_versions
 from tests.conftest import table_rows
 from tests.helpers import run_cli
 from tests.interleave import Barrier

@@ -25,12 +25,12 @@ import pytest
 
 from memwal.catchup import CatchupThresholds, run_catchup
 from memwal.compact import run_compact
-from memwal.demo_data import Model, Workload, make_demo_table
+from memwal.demo import Model, Workload, make_demo_table
 from memwal.gc import run_gc
 from memwal.merge import run_merge
 from memwal.read import lookup, lsm_scan, nearest, plan_read
+from memwal.read.vector import SEARCH_METADATA
 from memwal.table import Table, open_table
-from memwal.vector_search import SEARCH_METADATA
 
 WL = Workload(base_rows=600, shards=2, generations=3, rows_per_generation=60, full_text=True, seed=21)
 INDEXES = ("id_idx", "vec_idx", "name_idx")
@@ -105,10 +105,10 @@ def assert_caught_up(table: Table) -> None:
 def engines(kind: str, spark_session):
     if kind == "local":
         return {}, {}, {}, {}
-    from memwal.spark.spark_catchup import SparkCatchupEngine
-    from memwal.spark.spark_compact import SparkCompactEngine
-    from memwal.spark.spark_engine import SparkMergeEngine
-    from memwal.spark.spark_gc import SparkGcEngine
+    from memwal.spark.engine.catchup import SparkCatchupEngine
+    from memwal.spark.engine.compact import SparkCompactEngine
+    from memwal.spark.engine.gc import SparkGcEngine
+    from memwal.spark.engine.merge import SparkMergeEngine
 
     catchup = SparkCatchupEngine(spark_session, fragments_per_task=1)  # a segment per fragment
     return ({"engine": SparkMergeEngine(spark_session, partitions=2)}, {"engine": catchup},

@@ -336,10 +336,6 @@ def test_break_keeps_the_token_and_fences_the_holder(store: Store, clock: Manual
 # --------------------------------------------------------------------------- heartbeat
 
 
-def _heartbeats() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
-
-
 def test_heartbeat_keeps_the_lease_through_many_ttls(store: Store, clock: ManualClock) -> None:
     """A holder busy for 3x its TTL (no check in between) keeps its lease: the heartbeat
     renews it at least every TTL/3, and a second job meanwhile is refused."""
@@ -353,10 +349,10 @@ def test_heartbeat_keeps_the_lease_through_many_ttls(store: Store, clock: Manual
             Lease(store, "merge", holder="B", ttl_seconds=30, clock=clock).acquire()
     a.check()
     assert a.renewals == 9 and clock.now == start + 90
-    name = f"{THREAD_PREFIX}-merge-1"
-    assert name in _heartbeats()
+    beats = [t for t in threading.enumerate() if getattr(t, "clock", None) is clock and t.is_alive()]
+    assert [t.name for t in beats] == [f"{THREAD_PREFIX}-merge-1"]  # this lease's heartbeat, on this clock
     a.release()
-    assert name not in _heartbeats()  # the heartbeat ends with the lease
+    assert not beats[0].is_alive()  # the heartbeat ends with the lease
     assert _stored(store, "merge").expires_at == 0.0
 
 

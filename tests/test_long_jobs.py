@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 import memwal
-from memwal import clock as clocks
+from memwal.core import clock as clocks
 from memwal.errors import LeaseHeldError
 from memwal.lease import list_leases
 from tests.conftest import lsm_rows, table_rows

@@ -11,14 +11,14 @@ import pyarrow as pa
 import pytest
 
 import memwal
-from memwal.demo_data import Workload, create_base_table, shard_ids_for
+from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.errors import BadInputError, LeaseHeldError, MemWalError
+from memwal.inspect.verify import lsm_view, verify_table
 from memwal.lease import Lease, LeaseRecord, lease_key
 from memwal.merge import execute_merge, plan_merge, run_merge
 from memwal.merge.execute import LocalEngine, StaleProgressError
-from memwal.shard_manifests import all_shard_manifests
 from memwal.table import open_table
-from memwal.verify import lsm_view, verify_table
+from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import tree_digest
 from tests.interleave import ScriptedClock, Stalled
@@ -169,7 +169,7 @@ def test_appendix2_two_mergers_interleaved_never_regress_or_duplicate(make_table
     TTL, while B takes the lease over and merges everything in one-generation batches; then A
     goes on. Whatever the step, A ends fenced (exit 3), no row is lost or duplicated, progress
     never goes down, and A's stale work is refused, never applied over B's."""
-    from memwal import clock as clocks
+    from memwal.core import clock as clocks
     from memwal.errors import LeaseLostError
     from tests.interleave import ManualClock
 

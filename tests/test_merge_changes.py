@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from memwal.demo_data import Workload
+from memwal.demo import Workload
 from memwal.errors import MemWalError
 from memwal.merge import changes as C
 from memwal.merge.execute import LocalEngine, run_merge
+from memwal.merge.ops import MergeOps, fold
 from memwal.merge.plan import WALK_SHARD_ABOVE, plan_merge
-from memwal.merge_ops import MergeOps, fold
 from memwal.table import open_table
 from tests.conftest import lsm_rows, table_rows
 
@@ -127,7 +127,7 @@ def plant_link(table, generation_path: str, name: str) -> None:
 
 
 def generation_dirs(table) -> dict[int, str]:
-    from memwal.naming import parse_generation_dir
+    from memwal.table.naming import parse_generation_dir
 
     root = os.path.join(table.uri, "_mem_wal")
     shard = next(d for d in os.listdir(root) if not d.startswith("_"))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memwal.errors import BadInputError
-from memwal.merge_ops import OPERATORS, MergeOps, fold, from_config, validate
+from memwal.merge.ops import OPERATORS, MergeOps, fold, from_config, validate
 
 # ---------------------------------------------------------------- the model
 
@@ -169,7 +169,7 @@ def build_folding_table(uri: str, *, shards: int = 3, generations: int = 4, seed
                         ops: dict | None = E2E_OPS) -> FoldModel:
     """A base table with operators, then ``generations`` flushed generations per shard written
     by pylance's ShardWriter: puts with nulls, duplicate keys in one batch, deletes."""
-    from memwal.demo_data import bucket_of
+    from memwal.demo import bucket_of
 
     rng = random.Random(seed)
     model = FoldModel()

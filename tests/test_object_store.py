@@ -125,7 +125,7 @@ def test_a_transient_503_is_retried_by_the_retry_primitive(remote, call: str, ca
         assert isinstance(store, ObjectStore)
         store.retry_wait = (0.01, 0.02)
         proxy.fail(lambda method, path: True, status=503, times=1)  # the very next request, whatever it is
-        with caplog.at_level("WARNING", logger="memwal.retry"):
+        with caplog.at_level("WARNING", logger="memwal.core.retry"):
             result = {
                 "get": lambda: store.get("k"),
                 "put": lambda: store.put("k", b"v2"),
@@ -201,7 +201,7 @@ def test_a_conditional_put_whose_first_attempt_landed_is_recognised(remote) -> N
 @pytest.fixture
 def wrong_credentials(remote, tmp_path) -> Iterator[tuple[str, str, dict[str, str]]]:
     """A real table whose server refuses the credentials given: (kind, uri, options)."""
-    from memwal.demo_data import Workload, create_base_table
+    from memwal.demo import Workload, create_base_table
 
     kind, server = remote
     uri, opts = server.new_table("creds")

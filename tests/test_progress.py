@@ -15,9 +15,9 @@ import sys
 import termios
 from pathlib import Path
 
-from memwal.demo_data import shard_ids_for
+from memwal.demo import shard_ids_for
 from memwal.history.log import read_runs
-from memwal.shard_manifests import all_shard_manifests, list_generation_dirs
+from memwal.table.shards import all_shard_manifests, list_generation_dirs
 from tests.conftest import SMALL, table_rows
 
 MEMWAL = str(Path(sys.executable).parent / "memwal")

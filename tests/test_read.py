@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from memwal.demo_data import bucket_of, shard_ids_for, write_generations
+from memwal.demo import bucket_of, shard_ids_for, write_generations
 from memwal.merge import run_merge
 from memwal.read import lsm_scan, plan_read, shard_snapshots
-from memwal.shard_manifests import all_shard_manifests
 from memwal.snapshot import run_snapshot
+from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL, commit_shard_manifest, table_rows
 
 

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 
 import memwal
-from memwal.demo_data import Model, Workload, make_demo_table, write_generations
+from memwal.demo import Model, Workload, make_demo_table, write_generations
 from memwal.errors import BadInputError, ReadError
 from memwal.merge import run_merge
 from memwal.read import lookup, lsm_scan, nearest, plan_read
+from memwal.read.vector import SEARCH_METADATA
 from memwal.table import open_table
-from memwal.vector_search import SEARCH_METADATA
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
 WL = Workload(base_rows=400, shards=2, generations=2, rows_per_generation=40, seed=8)

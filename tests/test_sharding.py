@@ -23,17 +23,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memwal.demo_data import Workload, make_demo_table, shard_ids_for
+from memwal.demo import Workload, make_demo_table, shard_ids_for
 from memwal.errors import BadInputError
-from memwal.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches
 from memwal.read import plan_read
-from memwal.sharding import (
+from memwal.read.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches
+from memwal.table import open_table
+from memwal.table.sharding import (
     field_names_from_lance_schema,
     shard_field_value_from_bytes,
     shard_field_value_to_bytes,
     spec_to_dict,
 )
-from memwal.table import open_table
 
 SETTINGS = settings(
     max_examples=60,

@@ -10,13 +10,11 @@ import pytest
 from lance.file import LanceFileReader
 
 import memwal
-from memwal.demo_data import Workload, shard_ids_for, write_generations
+from memwal.demo import Workload, shard_ids_for, write_generations
 from memwal.lease import Lease
 from memwal.merge import run_merge
-from memwal.naming import manifest_key
 from memwal.pb import mem_wal_index_pb2
 from memwal.read import plan_read
-from memwal.shard_manifests import ShardManifestError, all_shard_manifests
 from memwal.snapshot import (
     JOURNAL_KEY,
     ShardRow,
@@ -29,7 +27,9 @@ from memwal.snapshot import (
     run_snapshot,
     snapshot_schema,
 )
-from memwal.table_manifest import list_versions, read_table_manifest
+from memwal.table.manifest import list_versions, read_table_manifest
+from memwal.table.naming import manifest_key
+from memwal.table.shards import ShardManifestError, all_shard_manifests
 from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
@@ -300,7 +300,7 @@ def test_snapshot_cli_json_and_lease(make_table):
 
 
 def test_spark_reader_reads_the_same_rows(make_table, spark):
-    from memwal.spark.spark_snapshot import SparkManifestReader
+    from memwal.spark.engine.snapshot import SparkManifestReader
 
     table, _ = make_table()
     local = plan_snapshot(table)
@@ -380,7 +380,7 @@ def test_refresh_republishes_an_unreadable_snapshot_and_a_storage_change(make_ta
 def test_spark_reader_reports_a_broken_shard_in_one_line(make_table, spark):
     """A shard manifest that cannot be read fails the refresh on Spark as it does locally:
     the same one-line error naming the shard, not Spark's wrapped executor trace."""
-    from memwal.spark.spark_snapshot import SparkManifestReader
+    from memwal.spark.engine.snapshot import SparkManifestReader
 
     table, _ = make_table()
     victim = shard_ids_for(SMALL)[1]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memwal.spark.spark_compact import SparkCompactEngine
+from memwal.spark.engine.compact import SparkCompactEngine
 
 from memwal.compact import plan_compaction, run_compact
 from memwal.table import open_table

@@ -8,14 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memwal.spark.spark_catchup import SparkCatchupEngine
-from memwal.spark.spark_gc import SparkGcEngine
+from memwal.spark.engine.catchup import SparkCatchupEngine
+from memwal.spark.engine.gc import SparkGcEngine
 
 from memwal.catchup import CatchupThresholds, plan_catchup, run_catchup
-from memwal.demo_data import shard_ids_for
+from memwal.demo import shard_ids_for
 from memwal.gc import run_gc
 from memwal.merge import run_merge
-from memwal.shard_manifests import list_generation_dirs
+from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.test_gc import expire_all
 

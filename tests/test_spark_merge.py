@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memwal.spark.spark_engine import SparkMergeEngine
+from memwal.spark.engine.merge import SparkMergeEngine
 
-from memwal.demo_data import Workload
+from memwal.demo import Workload
 from memwal.merge import run_merge
 from memwal.table import open_table
 from tests.conftest import table_rows
@@ -104,7 +104,7 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_pa
 
 
 def test_read_tasks_pack_generations_by_bytes():
-    from memwal.spark.spark_engine import read_tasks
+    from memwal.spark.engine.merge import read_tasks
 
     from memwal.merge.plan import GenerationRef
 

@@ -1,4 +1,4 @@
-"""The driver JVM's class archive and the early-started local session (memwal.spark.session).
+"""The driver JVM's class archive and the early-started local session (memwal.spark.engine.session).
 
 Each case runs Spark in a child process: the suite's own session (conftest) owns this
 process's SparkContext, and a JVM's start-up options only apply to a new JVM.
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Starts a session as the engines do and runs one job; prints the sum and the JVM's options.
 SESSION_JOB = """
-from memwal.spark.session import active_or_local, start_local_session
+from memwal.spark.engine.session import active_or_local, start_local_session
 start_local_session()
 start_local_session()  # idempotent: still one session
 spark = active_or_local()
@@ -38,27 +38,28 @@ def _python(code_or_args: list[str], cache: Path, cwd: Path) -> subprocess.Compl
 
 
 def _archive_path(cache: Path) -> Path:
-    out = _python(["-c", "from memwal.spark.jvm_archive import archive_path; print(archive_path())"], cache, ROOT)
+    code = "from memwal.spark.engine.jvm_archive import archive_path; print(archive_path())"
+    out = _python(["-c", code], cache, ROOT)
     assert out.returncode == 0, out.stderr
     return Path(out.stdout.strip())
 
 
 def test_no_archive_means_plain_options(tmp_path: Path) -> None:
-    out = _python(["-m", "memwal.spark.jvm_archive", "--java-options"], tmp_path / "cache", ROOT)
+    out = _python(["-m", "memwal.spark.engine.jvm_archive", "--java-options"], tmp_path / "cache", ROOT)
     assert (out.returncode, out.stdout.strip()) == (0, "")
     assert not (tmp_path / "cache").exists()  # asking builds nothing
 
 
 def test_build_once_then_sessions_use_it_and_survive_damage(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    built = _python(["-m", "memwal.spark.jvm_archive"], cache, ROOT)
+    built = _python(["-m", "memwal.spark.engine.jvm_archive"], cache, ROOT)
     assert built.returncode == 0, built.stderr
     archive = _archive_path(cache)
     assert built.stdout.startswith(f"JVM class archive: {archive} (")
     assert archive.is_file() and archive.stat().st_size > 1 << 20
     assert [p.name for p in cache.iterdir()] == [archive.name]  # no temporary file left
     before = archive.stat()
-    again = _python(["-m", "memwal.spark.jvm_archive"], cache, ROOT)
+    again = _python(["-m", "memwal.spark.engine.jvm_archive"], cache, ROOT)
     assert again.returncode == 0 and archive.stat().st_mtime_ns == before.st_mtime_ns  # not rebuilt
 
     run = _python(["-c", SESSION_JOB], cache, tmp_path)

@@ -10,9 +10,9 @@ import pytest
 
 import memwal
 from memwal.checkpoint import create_checkpoint
-from memwal.demo_data import shard_ids_for
-from memwal.observe.page import PageData, render
-from memwal.status import ShardStatus, TableStatus
+from memwal.demo import shard_ids_for
+from memwal.inspect.page import PageData, render
+from memwal.inspect.status import ShardStatus, TableStatus
 from tests.browser import dump_dom
 from tests.conftest import SMALL
 from tests.helpers import run_cli, tree_digest

@@ -26,11 +26,11 @@ import json
 import logging
 import threading
 
-from memwal import clock as clocks
-from memwal import steps
+from memwal.core import clock as clocks
+from memwal.core import steps
 from memwal.errors import ConflictError, NotFoundError
-from memwal.naming import JOBS_DIR
 from memwal.store import Store
+from memwal.table.naming import JOBS_DIR
 
 log = logging.getLogger(__name__)
 

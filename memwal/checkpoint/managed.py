@@ -13,9 +13,9 @@ import logging
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from memwal import clock as clocks
 from memwal.checkpoint.ops import create_checkpoint, delete_checkpoint, read_plan, refresh_checkpoint
 from memwal.checkpoint.record import Checkpoint
+from memwal.core import clock as clocks
 from memwal.errors import MemWalError
 from memwal.lease.heartbeat import Heartbeat
 

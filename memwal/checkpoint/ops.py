@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING
 
 from lance.mem_wal import ShardSnapshot
 
-from memwal import clock as clocks
-from memwal import steps
 from memwal.checkpoint.handshake import ViewLostError, wait_for_gc
 from memwal.checkpoint.record import (
     CHECKPOINT_PREFIX,
@@ -27,12 +25,14 @@ from memwal.checkpoint.record import (
     record_key,
     tag_name,
 )
+from memwal.core import clock as clocks
+from memwal.core import steps
+from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, NotFoundError
-from memwal.paths import generation_key
-from memwal.retry import after_conflict
-from memwal.shard_manifests import generation_readable, read_shard_manifests
 from memwal.table import Table
-from memwal.table_manifest import list_versions
+from memwal.table.manifest import list_versions
+from memwal.table.paths import generation_key
+from memwal.table.shards import generation_readable, read_shard_manifests
 
 if TYPE_CHECKING:
     from memwal.read import ReadPlan

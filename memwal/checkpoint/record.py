@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memwal.errors import BadInputError
-from memwal.naming import JOBS_DIR
+from memwal.table.naming import JOBS_DIR
 
 #: Folder of the checkpoint records.
 CHECKPOINT_PREFIX = f"{JOBS_DIR}/checkpoints/"

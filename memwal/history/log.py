@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 from memwal.errors import MemWalError, NotFoundError
 from memwal.history.record import RunRecord
-from memwal.naming import JOBS_DIR
 from memwal.store import Store
+from memwal.table.naming import JOBS_DIR
 
 log = logging.getLogger(__name__)
 

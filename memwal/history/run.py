@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memwal import clock as clocks
+from memwal.core import clock as clocks
 from memwal.errors import LeaseLostError, first_line
 from memwal.history import log as history_log
 from memwal.history.record import FAILED, FENCED, RUNNING, RunRecord, figures, outcome_of
@@ -64,8 +64,8 @@ def transaction_properties() -> dict[str, str]:
 
 def lag_of(table: Table) -> dict[str, list[float | int | None]]:
     """Per shard [unmerged generations, rows, oldest age] now (manifests only; best effort)."""
+    from memwal.inspect.status import table_status
     from memwal.observe import metrics
-    from memwal.status import table_status
 
     st = table_status(table)
     metrics.record_lag(st)

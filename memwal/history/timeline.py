@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memwal import clock as clocks
+from memwal.core import clock as clocks
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
 from memwal.history.record import ABANDONED, RUNNING, RunRecord
@@ -110,7 +110,7 @@ def _with_external(table: Table, records: list[RunRecord], runs: list[dict], sin
 
 
 def _version_of(key: str) -> int | None:
-    from memwal.naming import U64_MAX
+    from memwal.table.naming import U64_MAX
 
     stem, _, ext = key.rsplit("/", 1)[-1].partition(".")
     if ext != "manifest" or not stem.isdigit():

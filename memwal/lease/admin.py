@@ -12,7 +12,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass
 
-from memwal import clock as clocks
+from memwal.core import clock as clocks
 from memwal.errors import BadInputError, LeaseHeldError, NotFoundError, PreconditionFailedError
 from memwal.lease.lease import Lease
 from memwal.lease.record import (

@@ -6,7 +6,7 @@ heartbeat for table services, SlateDB's worker heartbeat): a merge whose one
 reader's checkpoint must not expire under a long query. The owner gives a ``beat`` function
 that renews once and returns when the next beat is due (or None to stop); the heartbeat
 calls it on its own thread until the owner stops it. Waiting goes through the owner's
-:class:`~memwal.clock.Clock`, so a test moves the heartbeat by moving the clock.
+:class:`~memwal.core.clock.Clock`, so a test moves the heartbeat by moving the clock.
 
 The thread never raises into the job: ``beat`` itself decides what a failed renewal means
 (a lease is then *fenced*: the job stops at its next check, see :mod:`memwal.lease.lease`).
@@ -19,7 +19,7 @@ import random
 import threading
 from collections.abc import Callable
 
-from memwal.clock import Clock
+from memwal.core.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,10 @@ import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
 
-from memwal import clock as clocks
-from memwal import steps
-from memwal.clock import Clock
+from memwal.core import clock as clocks
+from memwal.core import steps
+from memwal.core.clock import Clock
+from memwal.core.validate import lease_ttl as _check_ttl
 from memwal.errors import (
     BadInputError,
     ConflictError,
@@ -47,7 +48,6 @@ from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
 from memwal.observe import metrics
 from memwal.store import Store
-from memwal.validate import lease_ttl as _check_ttl
 
 log = logging.getLogger("memwal.lease")
 
@@ -95,7 +95,7 @@ class Lease:
         self.ttl_seconds = float(_check_ttl("lease TTL", ttl_seconds))
         self.clock = clock or clocks.current()
         if not isinstance(self.clock, Clock):
-            raise TypeError(f"{self.clock!r} is not a memwal.clock.Clock (it needs __call__ and wait_until)")
+            raise TypeError(f"{self.clock!r} is not a memwal.core.clock.Clock (it needs __call__ and wait_until)")
         self.run_id = run_id
         self.use_heartbeat = heartbeat
         #: Fencing token held (0 until acquired).
@@ -144,7 +144,7 @@ class Lease:
         is live. Every write is conditional, so of racing acquirers one wins and the others
         see its live lease.
         """
-        from memwal.retry import after_conflict
+        from memwal.core.retry import after_conflict
 
         with store_errors(self.uri):
             try:

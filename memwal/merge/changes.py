@@ -33,11 +33,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.errors import BadInputError, MemWalError, first_line
-from memwal.generation_files import GenerationUnreadableError
 from memwal.merge.columns import arrow_field_ids, dataset_field_ids, to_base_names
 from memwal.merge.inputs import open_generation
+from memwal.merge.ops import MergeOps, fold
 from memwal.merge.plan import GenerationRef, MergePlan
-from memwal.merge_ops import MergeOps, fold
+from memwal.table.generations import GenerationUnreadableError
 
 log = logging.getLogger(__name__)
 

@@ -56,18 +56,18 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
-from memwal import steps
+from memwal.core import steps
 from memwal.errors import ConflictError, StateMovedError, first_line
 from memwal.history import run as history
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
-from memwal.generation_files import GenerationUnreadableError
+from memwal.core.retry import after_conflict, vanished
 from memwal.merge import intents
 from memwal.merge.changes import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, NetChanges, local_net_changes
 from memwal.merge.plan import BlockedShard, MergePlan, plan_merge
-from memwal.retry import after_conflict, vanished
 from memwal.table import Table
+from memwal.table.generations import GenerationUnreadableError
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import time
 import uuid
 
 from memwal.errors import MemWalError, NotFoundError
-from memwal.naming import JOBS_DIR
 from memwal.store import Store
-from memwal.table_manifest import TableManifest
+from memwal.table.manifest import TableManifest
+from memwal.table.naming import JOBS_DIR
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from memwal.errors import MemWalError, NotFoundError
-from memwal.shard_manifests import list_wal_entries, read_wal_entry_meta
 from memwal.store import Store, open_store
+from memwal.table.shards import list_wal_entries, read_wal_entry_meta
 
 TOMBSTONE = "_tombstone"
 

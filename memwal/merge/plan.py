@@ -10,24 +10,23 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from memwal.errors import BadInputError, MemWalError, StateMovedError
-from memwal.generation_files import generation_damage
+from memwal.core.retry import after_conflict
+from memwal.errors import BadInputError, MemWalError, StateMovedError, UnsafePathError
 from memwal.merge import intents
 from memwal.merge.columns import Renames
 from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation, ordered_map
 from memwal.merge.operands import wal_keys_by_generation
-from memwal.merge_ops import MergeOps, table_merge_ops
-from memwal.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
-from memwal.paths import UnsafePathError
-from memwal.retry import after_conflict
-from memwal.shard_manifests import (
+from memwal.merge.ops import MergeOps, table_merge_ops
+from memwal.table import Table
+from memwal.table.generations import generation_damage
+from memwal.table.manifest import TableManifest
+from memwal.table.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
+from memwal.table.shards import (
     FlushedGeneration,
     ShardState,
     generation_links,
     read_shard_manifests,
 )
-from memwal.table import Table
-from memwal.table_manifest import TableManifest
 
 
 @dataclass(frozen=True)
@@ -161,7 +160,7 @@ def plan_shard(
 ) -> tuple[list[GenerationRef], BlockedShard | None]:
     """The shard's next generations, stopping at the first one that is not in the manifest,
     has an unsafe path, holds a symbolic link, cannot be opened or has a damaged file
-    (:func:`memwal.generation_files.generation_damage`), or at ``stop_at`` (a generation a
+    (:func:`memwal.table.generations.generation_damage`), or at ``stop_at`` (a generation a
     merge of this run failed to read).
 
     The checks are the same for one generation or ten thousand; their I/O is batched: one
@@ -217,7 +216,7 @@ def plan_merge(
 
     ``stop_at`` stops shards at generations an earlier attempt of this run could not read.
     What moved while we read (a generation merged and collected by others, a table version
-    expired) is read again (memwal.retry), never reported as missing or bad input.
+    expired) is read again (memwal.core.retry), never reported as missing or bad input.
     """
 
     def attempt(n: int) -> MergePlan:

@@ -28,7 +28,7 @@ from opentelemetry import metrics
 
 if TYPE_CHECKING:
     from memwal.history.record import RunRecord
-    from memwal.status import TableStatus
+    from memwal.inspect.status import TableStatus
 
 
 @cache

@@ -8,7 +8,7 @@ so jobs run by the API, Spark or Airflow pay nothing. What a listener hears:
   generations, or its WAL entries (the local engine deletes shard by shard while a display
   listens, see :class:`ShardByShard`; the Spark engine deletes in one distributed pass);
 - the job's named steps (``merge.before-read``, ``gc.before-delete``...): through
-  :func:`memwal.steps.hooked`, which the display installs itself.
+  :func:`memwal.core.steps.hooked`, which the display installs itself.
 
 A merge commits every shard of its batch in one commit (its progress marker covers them all),
 so its shards complete together; a display shows their batch and the phase the merge is in.

@@ -20,10 +20,10 @@ import pyarrow as pa
 from lance.file import LanceFileReader, LanceFileWriter
 
 from memwal.errors import BadInputError, MemWalError, first_line
-from memwal.naming import shard_uuid_bytes, shard_uuid_str
 from memwal.pb import mem_wal_index_pb2
-from memwal.shard_manifests import ShardState
-from memwal.sharding import shard_field_value_from_bytes
+from memwal.table.naming import shard_uuid_bytes, shard_uuid_str
+from memwal.table.sharding import shard_field_value_from_bytes
+from memwal.table.shards import ShardState
 
 log = logging.getLogger(__name__)
 

@@ -58,14 +58,14 @@ from typing import TYPE_CHECKING, Any
 import lance
 from lance.dataset import Index
 
-from memwal import steps
+from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.history import run as history
-from memwal.naming import JOBS_DIR, MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, shard_uuid_bytes, shard_uuid_str
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
 from memwal.table import Table
-from memwal.table_manifest import TableManifest
+from memwal.table.manifest import TableManifest
+from memwal.table.naming import JOBS_DIR, MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, shard_uuid_bytes, shard_uuid_str
 
 if TYPE_CHECKING:
     from memwal.lease import Lease

@@ -36,7 +36,7 @@ from memwal.snapshot.format import (
 )
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
 from memwal.table import Table
-from memwal.table_manifest import TableManifest
+from memwal.table.manifest import TableManifest
 
 
 @dataclass

@@ -22,9 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memwal.errors import BadInputError
-from memwal.paths import UnsafePathError, generation_key
-from memwal.shard_manifests import latest_shard_manifest, list_shard_ids
+from memwal.errors import BadInputError, UnsafePathError
 from memwal.snapshot.format import (
     INLINE_THRESHOLD,
     STORAGE_FILE,
@@ -39,7 +37,9 @@ from memwal.snapshot.format import (
 from memwal.snapshot.guard import JOURNAL_KEY
 from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
-from memwal.table_manifest import TableManifest
+from memwal.table.manifest import TableManifest
+from memwal.table.paths import generation_key
+from memwal.table.shards import latest_shard_manifest, list_shard_ids
 
 if TYPE_CHECKING:
     from memwal.store import Store

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memwal.errors import NotFoundError
-from memwal.naming import MEM_WAL_INDEX_NAME, table_manifest_key
-from memwal.table_manifest import IndexEntry, TableManifest, decode_table_manifest, list_versions
+from memwal.table.manifest import IndexEntry, TableManifest, decode_table_manifest, list_versions
+from memwal.table.naming import MEM_WAL_INDEX_NAME, table_manifest_key
 
 if TYPE_CHECKING:
     from memwal.store import Store

@@ -6,7 +6,7 @@ obstore raises typed exceptions for what object_store can tell apart (``AlreadyE
 status. Here, in one place:
 
 - :func:`is_transient`: worth retrying (a 5xx, 408, 429, a dropped connection, a
-  timeout); 4xx answers are final. The retrying itself is :func:`memwal.retry.after_transient`.
+  timeout); 4xx answers are final. The retrying itself is :func:`memwal.core.retry.after_transient`.
 - :func:`to_memwal_error`: the exception (and so the CLI exit code) a final failure becomes:
   missing object or bucket -> ``NotFoundError`` (2), rejected credentials -> ``BadInputError``
   (2), a lost conditional write -> ``PreconditionFailedError``, anything else ``MemWalError`` (1).

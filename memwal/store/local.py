@@ -16,8 +16,7 @@ import stat
 import uuid
 from collections.abc import Iterable, Iterator
 
-from memwal.errors import BadInputError, NotFoundError, PreconditionFailedError
-from memwal.paths import LinkedPathError
+from memwal.errors import BadInputError, LinkedPathError, NotFoundError, PreconditionFailedError
 from memwal.store.base import ObjectInfo, Store, clean_key, dir_prefix
 from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
 
@@ -40,7 +39,7 @@ class LocalStore(Store):
     (``openat``/``unlinkat``/``fstatat``), so no listing, read, write or delete follows a
     symbolic link, and a link swapped in after a check cannot redirect the call that acts
     on it.  Listings skip links (:meth:`list_links` reports them); reads, writes and
-    deletes through one raise :class:`~memwal.paths.LinkedPathError`.  Only the root path
+    deletes through one raise :class:`~memwal.table.paths.LinkedPathError`.  Only the root path
     the store was opened with is trusted as given.
     """
 

@@ -13,8 +13,7 @@ import stat
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from memwal.errors import MemWalError
-from memwal.paths import LinkedPathError
+from memwal.errors import LinkedPathError, MemWalError
 from memwal.store.base import ObjectInfo, clean_prefix
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ store for tests); what differs is only what obstore already abstracts, plus two 
   request, 10 at once). S3 ignores missing keys; Azure and GCS report them, and the
   batch is then finished key by key, so a rerun of GC converges.
 
-Every request goes through :func:`memwal.retry.after_transient` (object_store's own retries
+Every request goes through :func:`memwal.core.retry.after_transient` (object_store's own retries
 are off): a 503 or a dropped connection is sent again, a 4xx is final and becomes a typed
 error (:mod:`memwal.store.failures`).
 """
@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 import obstore
 from obstore.store import MemoryStore, from_url
 
+from memwal.core.retry import after_transient
 from memwal.errors import BadInputError, NotFoundError, PreconditionFailedError
-from memwal.retry import after_transient
 from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
 from memwal.store.failures import is_transient, summary, to_memwal_error
 from memwal.store.options import ObstoreOptions, for_obstore

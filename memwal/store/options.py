@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from memwal.core.secrets import is_secret_key
 from memwal.errors import BadInputError
-from memwal.secret_options import is_secret_key
 
 # The keys Lance hands to object_store, by family. object_store matches keys
 # case-insensitively and accepts each family's key with or without its prefix
@@ -77,7 +77,7 @@ _BOOLS = frozenset({"virtual_hosted_style_request", "skip_signature", "imdsv1_fa
 _ENDPOINTS = frozenset({"endpoint", "endpoint_url", "storage_endpoint", "base_url"})
 #: Keys object_store does not take: read here (profile: boto3's credential chain) or by Lance only.
 _NOT_FOR_OBSTORE = frozenset({"profile", "sts_endpoint"})
-#: Attempts of one request when ``client_max_retries`` is not given (our retry, memwal.retry).
+#: Attempts of one request when ``client_max_retries`` is not given (our retry, memwal.core.retry).
 DEFAULT_ATTEMPTS = 5
 
 _TRUE = frozenset({"1", "true", "on", "yes", "y"})

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from memwal.demo_data import Workload, create_base_table, write_generations
+from memwal.demo import Workload, create_base_table, write_generations
 from memwal.errors import BadInputError
 from memwal.lease import lease_key
-from memwal.shard_manifests import all_shard_manifests
 from memwal.table import open_table
+from memwal.table.shards import all_shard_manifests
 from tests.helpers import CliRun, assert_one_line_error, run_cli, tree_digest
 from tests.s3server import S3Server, s3_server  # noqa: F401
 

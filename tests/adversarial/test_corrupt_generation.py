@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from memwal.demo_data import Workload, shard_ids_for
+from memwal.demo import Workload, shard_ids_for
 from memwal.merge import run_merge
-from memwal.shard_manifests import all_shard_manifests
 from memwal.table import open_table
+from memwal.table.shards import all_shard_manifests
 from tests.conftest import table_rows
 from tests.helpers import run_cli
 
@@ -148,7 +148,7 @@ def test_page_garbled_inside_a_data_file_stops_only_its_shard(make_table, tmp_pa
 def test_spark_engine_attributes_an_unreadable_generation(make_table, tmp_path, spark):
     """The same with the Spark engine: the executor's error comes back to the driver as the
     shard's stop, and the other shards merge."""
-    from memwal.spark.spark_engine import SparkMergeEngine
+    from memwal.spark.engine.merge import SparkMergeEngine
 
     table, _ = make_table(WL)
     victim = only_file(generation_dir(table) / "data")

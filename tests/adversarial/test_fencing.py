@@ -18,12 +18,12 @@ import lance
 import pyarrow as pa
 import pytest
 
-from memwal.demo_data import Model, Workload, bucket_of, create_base_table, shard_ids_for, write_generations
+from memwal.demo import Model, Workload, bucket_of, create_base_table, shard_ids_for, write_generations
 from memwal.errors import LeaseLostError
+from memwal.inspect.verify import verify_table
 from memwal.lease import Lease
 from memwal.merge import plan_merge, run_merge
 from memwal.table import Table, open_table
-from memwal.verify import verify_table
 from tests.conftest import table_rows
 from tests.helpers import tree_digest
 from tests.interleave import ManualClock
@@ -130,7 +130,7 @@ def progress(table: Table) -> dict[str, int]:
 
 
 def highest_generations(table: Table) -> dict[str, int]:
-    from memwal.shard_manifests import all_shard_manifests
+    from memwal.table.shards import all_shard_manifests
 
     return {s: max(g.generation for g in st.flushed) for s, st in all_shard_manifests(table.store).items()}
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 import memwal
-from memwal import clock as clocks
+from memwal.core import clock as clocks
+from memwal.inspect.status import maintained_indexes
 from memwal.lease import Lease
-from memwal.status import maintained_indexes
 from tests.conftest import lsm_rows
 from tests.helpers import assert_one_line_error, run_cli
 from tests.interleave import ManualClock, Stalled

@@ -21,14 +21,14 @@ import pytest
 
 from memwal.actions import run_action
 from memwal.catchup import run_catchup
-from memwal.demo_data import create_base_table, shard_ids_for, write_generations
+from memwal.demo import create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError
 from memwal.gc import prepare_gc, run_gc
 from memwal.merge import run_merge
-from memwal.naming import JOBS_DIR, manifest_key, shard_dir, version_hint_key, wal_key
-from memwal.shard_manifests import list_generation_dirs, list_manifest_versions, list_wal_entries
 from memwal.store import LocalStore
 from memwal.table import Table, open_table
+from memwal.table.naming import JOBS_DIR, manifest_key, shard_dir, version_hint_key, wal_key
+from memwal.table.shards import list_generation_dirs, list_manifest_versions, list_wal_entries
 from tests.conftest import SMALL, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 

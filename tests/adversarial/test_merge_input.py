@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from memwal.demo_data import PK_META, Workload, shard_ids_for
-from memwal.shard_manifests import all_shard_manifests
+from memwal.demo import PK_META, Workload, shard_ids_for
+from memwal.table.shards import all_shard_manifests
 from tests.conftest import commit_shard_manifest, table_rows
 from tests.helpers import assert_one_line_error, run_cli
 

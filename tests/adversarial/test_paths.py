@@ -21,13 +21,12 @@ from pathlib import Path
 import lance
 import pytest
 
-from memwal.demo_data import Workload, create_base_table, shard_ids_for, write_generations
-from memwal.errors import NotFoundError
+from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
+from memwal.errors import LinkedPathError, NotFoundError, UnsafePathError
 from memwal.gc import delete_objects, execute_gc, plan_gc
-from memwal.naming import parse_generation_dir
-from memwal.paths import LinkedPathError, UnsafePathError
 from memwal.store import LocalStore, open_store
 from memwal.table import open_table
+from memwal.table.naming import parse_generation_dir
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.s3server import s3_server  # noqa: F401
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memwal.demo_data import Workload, make_demo_table
+from memwal.demo import Workload, make_demo_table
 from tests.adversarial.test_cli_input import assert_error
 from tests.helpers import run_cli, tree_digest
 

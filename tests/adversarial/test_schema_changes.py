@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from lance.mem_wal import LsmScanner
 
-from memwal.demo_data import PK_META
+from memwal.demo import PK_META
 from memwal.read import plan_read
 from memwal.table import open_table
 from tests.conftest import table_rows

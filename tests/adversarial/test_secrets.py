@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from memwal.demo_data import shard_ids_for
-from memwal.secret_options import (
+from memwal.core.secrets import (
     read_storage_options_file,
     redact_options,
     redact_pair,
     storage_options_file,
 )
+from memwal.demo import shard_ids_for
 from tests.conftest import SMALL, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.s3server import s3_server  # noqa: F401 - the session fixture
@@ -75,7 +75,7 @@ def test_hostile_storage_options_are_bad_input_and_never_echoed(make_table, tmp_
 
 def test_options_file_reaches_the_table_and_pairs_override_it(s3_server, tmp_path):  # noqa: F811
     """On S3 the endpoint is only in the file: the command works only if the file is read."""
-    from memwal.demo_data import create_base_table, write_generations
+    from memwal.demo import create_base_table, write_generations
     from memwal.table import open_table
 
     uri, opts = s3_server.new_table("secret-opts")

@@ -19,7 +19,7 @@ import lance
 import pyarrow as pa
 
 import memwal.snapshot.locate
-from memwal.demo_data import PK_META
+from memwal.demo import PK_META
 from memwal.merge import run_merge
 from memwal.snapshot.format import snapshot_file_key
 from memwal.snapshot.versions import mem_wal_entry

@@ -17,15 +17,15 @@ from collections.abc import Callable
 import lance
 import pyarrow as pa
 
+import memwal.inspect.verify
 import memwal.merge.operands
 import memwal.merge.plan
 import memwal.read
-import memwal.verify
 from memwal import actions
 from memwal.catchup import plan_catchup, run_catchup
-from memwal.demo_data import PK_META, Workload, bucket_of, shard_ids_for
+from memwal.demo import PK_META, Workload, bucket_of, shard_ids_for
 from memwal.merge import plan_merge, run_merge
-from memwal.merge_ops import change_merge_ops
+from memwal.merge.ops import change_merge_ops
 from memwal.table import Table, open_table
 from tests.conftest import table_rows
 from tests.helpers import run_cli
@@ -161,7 +161,7 @@ def test_verify_whose_generations_are_merged_and_collected_meanwhile(make_table,
     looks at are gone (was exit 1, "PROBLEMS FOUND (... 0 rows in the LSM view)", OK a
     moment later)."""
     table, expected = build(make_table, tmp_path)
-    reached = at_step(monkeypatch, memwal.verify, "read_shard_manifests", merge_then_collect(table.uri))
+    reached = at_step(monkeypatch, memwal.inspect.verify, "read_shard_manifests", merge_then_collect(table.uri))
     run = run_cli("verify", table.uri, "--json")
     assert reached and run.rc == 0, run.stdout
     assert json.loads(run.stdout)["lsm_rows"] == len(expected)

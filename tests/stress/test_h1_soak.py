@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from memwal.demo_data import Workload
+from memwal.demo import Workload
 from memwal.lease import Lease
 from memwal.merge import run_merge
 from memwal.snapshot import LocalManifestReader, run_snapshot
-from memwal.table_manifest import list_versions, read_table_manifest
+from memwal.table.manifest import list_versions, read_table_manifest
 from tests.conftest import lsm_rows, table_rows
 
 pytestmark = pytest.mark.stress

@@ -1,0 +1,50 @@
+"""Engines: where an action's heavy work runs. ``local`` is in-process; others plug in.
+
+The core names no engine but its own. A package that brings an engine (memwal-jobs' Spark
+engine, installed as ``memwal.spark.engine``) declares it under the entry point group
+``memwal.engines``: the object there has ``engine(action)``, which builds the engine of one
+action, and ``prepare()``, which starts what it needs (a Spark session boots in the
+background while the job plans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from memwal.errors import BadInputError
+
+GROUP = "memwal.engines"
+LOCAL = "local"
+
+
+@cache
+def _plugged() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def names() -> list[str]:
+    """Every engine a job can run on here."""
+    return [LOCAL, *sorted(_plugged())]
+
+
+def plugged(name: str) -> Any:
+    """The plugged-in engine family ``name`` (BadInputError if none is installed)."""
+    eps = _plugged()
+    if name not in eps:
+        raise BadInputError(f"unknown engine {name!r}: expected {' or '.join(names())}"
+                            + (" (memwal-jobs[spark] brings the spark engine)" if name == "spark" else ""))
+    return eps[name].load()
+
+
+def engine_for(action: str, name: str, local: Callable[[], Any]) -> Any:
+    """The engine of ``action`` called ``name`` (``local`` builds the in-process one)."""
+    return local() if name == LOCAL else plugged(name).engine(action)
+
+
+def prepare(name: str) -> None:
+    """Start what engine ``name`` needs before a job plans (nothing for ``local``)."""
+    if name != LOCAL:
+        plugged(name).prepare()

@@ -1,0 +1,103 @@
+"""Running an action: validate, plan, and unless a dry run, take the leases and execute
+exactly that plan, recorded in the table's history.
+
+The Python API, the CLI, ``memwal backfill``, the Spark entry points and the Airflow
+operators all call :func:`run`, so none of them can drift, and whether a result is a
+failure is decided in one place: the action's ``problems``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memwal.actions import engines
+from memwal.actions.action import Action
+from memwal.actions.options import JobOptions
+from memwal.actions.registry import ACTIONS
+from memwal.errors import BadInputError
+from memwal.history.run import recorded
+from memwal.observe import progress
+
+if TYPE_CHECKING:
+    from memwal.table import Table
+
+
+@dataclass
+class JobResult:
+    """What an action returns: its typed plan (dry run) or result, and the verdict."""
+
+    action: str
+    dry_run: bool
+    value: Any  # MergePlan | MergeResult | GcPlan ... (each has to_json())
+    run_id: str | None = None  # the run's id in the table's history (None for a dry run)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly the CLI's ``--json`` document (a run's names its ``run_id``: ``memwal history``)."""
+        doc = self.value.to_json()
+        if self.run_id is not None:
+            doc = {**doc, "run_id": self.run_id}
+        return {"dry_run": True, **doc} if self.dry_run and "dry_run" not in doc else doc
+
+    def to_json(self, **dumps: Any) -> str:
+        """The same document as JSON text (``json.dumps`` keywords, e.g. ``indent=2``)."""
+        import json
+
+        return json.dumps(self.to_dict(), default=str, **dumps)
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per thing that makes this run a failure (exit code 1)."""
+        return ACTIONS[self.action].problems(self.to_dict())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def action(name: str) -> Action:
+    if name not in ACTIONS:
+        raise BadInputError(f"unknown job {name!r}: expected one of {', '.join(ACTIONS)}")
+    return ACTIONS[name]
+
+
+def new_run_id() -> str:
+    """A run's id: on its leases (``memwal lease`` shows it) and in its history record."""
+    return uuid.uuid4().hex[:16]
+
+
+def run(name: str, table: Table, options: JobOptions) -> JobResult:
+    """Plan, then (unless a dry run) take the leases and execute exactly that plan.
+
+    The engine starts what it needs (a Spark session boots in the background) once the
+    table has opened, so bad input starts nothing; a dry run never starts an engine.
+    """
+    act = action(name)
+    if not options.dry_run:
+        engines.prepare(options.engine)
+    plan = act.plan(table, options)
+    if options.dry_run:
+        return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
+    progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming
+    engine = progress.engine(name, act.engine(options.engine))
+    run_id = new_run_id()
+    with act.leases(table, options, run_id=run_id) as leases:
+        with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder) as ctx:
+            result = JobResult(name, False, act.execute(table, plan, options, engine, leases.primary), run_id)
+            leases.check()
+            ctx.doc, ctx.problems = result.to_dict(), result.problems
+    return result
+
+
+def run_action(name: str, table: str | Table, storage_options: dict[str, str] | None = None,
+               **options: Any) -> dict[str, Any]:
+    """Run one action by name with keyword options; the ``--json`` document.
+
+    Options are validated before the table is opened: bad input leaves nothing written.
+    """
+    from memwal.table import open_table
+
+    opts = action(name).options.from_kwargs(**options)
+    t = open_table(table, storage_options) if isinstance(table, str) else table
+    return run(name, t, opts).to_dict()

@@ -1,0 +1,135 @@
+"""What every command shares: common options, output, exit codes, opening the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from memwal.core import validate
+from memwal.core.secrets import redact_pair
+from memwal.errors import BadInputError
+
+if TYPE_CHECKING:
+    from memwal.table import Table
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE = 0, 1, 2, 3
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse already exits 2 on bad usage; we make the message one clear line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"memwal: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def parse_storage_options(pairs: Sequence[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BadInputError(f"--storage-option {redact_pair(pair)!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def common_options(*, json_flag: bool = True) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        default=[],
+        help="Lance storage option (repeatable), e.g. aws_endpoint=http://127.0.0.1:9000",
+    )
+    p.add_argument(  # credentials stay off the command line, which every local user can read
+        "--storage-options-file",
+        metavar="PATH",
+        help="JSON object of storage options (keep it mode 0600); --storage-option overrides its keys",
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+        p.add_argument(
+            "--result-file",
+            metavar="PATH",
+            help="also write the JSON result to PATH (spark-submit merges stderr into stdout)",
+        )
+    return p
+
+
+def table_command(sub: argparse._SubParsersAction, name: str, help: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, parents=[common_options()], help=help, description=help)
+    p.add_argument("table", metavar="TABLE", help="local path or s3://bucket/prefix of the base table")
+    return p
+
+
+def add_engine(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=["local", "spark"],
+        default="local",
+        help="local: in-process; spark: the active Spark session or a local one",
+    )
+
+
+def _converter(check: Callable[[str, Any], Any], doc: str) -> Callable[[str], Any]:
+    """An argparse ``type=`` from a :mod:`memwal.core.validate` check (the one rule for each kind
+    of value, shared with the Python API); argparse names the option in its message."""
+
+    def convert(text: str) -> Any:
+        try:
+            return check("value", text)
+        except BadInputError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("value: ")) from None
+
+    convert.__name__ = check.__name__
+    convert.__doc__ = doc
+    return convert
+
+
+def argparse_type(check: Callable[[str, Any], Any]) -> Callable[[str], Any]:
+    """The argparse ``type=`` of a :mod:`memwal.core.validate` check (used by memwal.actions.options)."""
+    return _converter(check, (check.__doc__ or "").split("\n")[0])
+
+
+#: For the commands' own counts (--limit, --concurrency ...); job options get theirs from memwal.actions.options.
+positive_int = argparse_type(validate.positive_int)
+
+
+def check_result_file(path: str | None) -> None:
+    """Refuse a ``--result-file`` that could not be written, before the job changes anything
+    (a result lost after a committed merge is worse than a job that never started)."""
+    if not path:
+        return
+    full = os.path.abspath(path)
+    folder = os.path.dirname(full)
+    if os.path.isdir(full):
+        raise BadInputError(f"--result-file {path}: is a folder")
+    if not os.path.isdir(folder):
+        raise BadInputError(f"--result-file {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(full) and not os.access(full, os.W_OK)):
+        raise BadInputError(f"--result-file {path}: not writable")
+
+
+def open_table_arg(args: argparse.Namespace) -> Table:
+    from memwal.table import open_table  # Lance loads only when a command runs, not for --help
+
+    return open_table(args.table, args.storage_options)
+
+
+def emit(args: argparse.Namespace, doc: dict[str, Any], human: Callable[[], str]) -> None:
+    """The JSON document on stdout with ``--json`` (and to ``--result-file``), else text."""
+    if getattr(args, "result_file", None):
+        with open(args.result_file, "w") as f:
+            json.dump(doc, f, indent=2, default=str)
+    if getattr(args, "json", False):
+        json.dump(doc, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(human())

@@ -1,0 +1,97 @@
+"""The operator CLI: ``memwal status|merge|catchup|compact|snapshot|gc|scan|verify|lease|merge-ops|backfill|demo-data``.
+
+The contract is what automation depends on: exit code 0 done,
+1 failed, 2 bad usage or bad input, 3 lost lease or fenced; logs on stderr, the ``--json``
+document alone on stdout. Each command lives in ``memwal/commands/<name>.py`` as a thin
+shell over the core's plan/execute calls; this module only parses, dispatches and maps
+errors to exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from memwal.cli.commands import COMMAND_MODULES
+from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Parser, check_result_file, parse_storage_options
+from memwal.core import validate
+from memwal.core.secrets import with_options_file
+from memwal.errors import MemWalError, first_line
+
+log = logging.getLogger("memwal")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="memwal",
+        description="Background maintenance of Lance tables with a MemWAL: merge flushed generations, "
+        "catch indexes up, compact the base table, refresh the shard snapshot, collect garbage.",
+        epilog="Exit codes: 0 done, 1 failed, 2 bad usage or input, 3 lost lease or fenced. "
+        "Logs go to stderr; with --json the result document alone goes to stdout.",
+    )
+    from memwal import __version__
+
+    parser.add_argument("--version", action="version", version=f"memwal {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        module = importlib.import_module(f"memwal.cli.commands.{module_name}")
+        if hasattr(module, "add_parsers"):
+            module.add_parsers(sub)
+            continue
+        p = module.add_parser(sub)
+        p.set_defaults(run=module.run)
+    return parser
+
+
+def configure_logging(debug: bool) -> None:
+    """Our logs go to stderr whatever the host process configured for the root logger."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("memwal",):  # memwal.spark and memwal.airflow log below it
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.DEBUG if debug else logging.INFO)
+        logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.debug)
+    from memwal.observe.otel import configure_from_env
+
+    configure_from_env()  # only when OTEL_METRICS_EXPORTER asks for an exporter
+    try:
+        pairs = parse_storage_options(args.storage_option)
+        args.storage_options = with_options_file(getattr(args, "storage_options_file", None), pairs)
+        # Everything the user typed is checked before the command touches the table.
+        validate.storage_options(args.storage_options)
+        check_result_file(getattr(args, "result_file", None))
+        return args.run(args)
+    except MemWalError as exc:
+        if args.debug:
+            log.exception("failed")
+        print(f"memwal: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("memwal: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:  # `memwal status T | head`: the reader left, which is not a failure
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, not a trace
+        if args.debug:
+            log.exception("failed")
+        # One line naming what failed, never an exception class name (the object is in
+        # the message of every error we raise; Lance's Rust locations are dropped).
+        target = getattr(args, "table", None) or getattr(args, "dir", None)
+        where = f"{target}: " if isinstance(target, str) and target not in str(exc) else ""
+        print(
+            f"memwal: error: {where}{first_line(exc, target if isinstance(target, str) else None)} "
+            "(rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED

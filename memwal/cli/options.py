@@ -1,0 +1,39 @@
+"""Command-line flags derived from the actions' options classes (memwal.actions.options).
+
+One flag per option, with the option's own check as argparse ``type=``, so a value refused
+on the command line is refused the same way from Python and from a DAG config.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from memwal.actions.options import CHECKS, JobOptions, flag_of, spec_of
+from memwal.cli.commands.common import argparse_type
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[JobOptions], *, common: bool = True,
+                  skip: tuple[str, ...] = ()) -> None:
+    """Add one flag per option; the parsed namespace feeds :func:`from_namespace`."""
+    for f in fields(cls):
+        if f.name in skip or (not common and f.name in {g.name for g in fields(JobOptions)}):
+            continue
+        spec = spec_of(f)
+        flag = flag_of(f.name, spec)
+        if spec.kind == "flag":
+            parser.add_argument(flag, dest=f.name, action="store_true", default=None, help=spec.help)
+        elif spec.kind == "names":
+            parser.add_argument(flag, dest=f.name, action="append", default=None, metavar=spec.metavar,
+                                help=spec.help)
+        elif spec.kind == "choice":
+            parser.add_argument(flag, dest=f.name, choices=spec.choices, default=None,
+                                help=f"{spec.help} (default {f.default})")
+        else:
+            parser.add_argument(flag, dest=f.name, type=argparse_type(CHECKS[spec.kind]), default=None,
+                                metavar=spec.metavar, help=spec.help)
+
+
+def from_namespace(cls: type[JobOptions], ns: argparse.Namespace) -> JobOptions:
+    """Options from parsed arguments (absent flags keep their defaults)."""
+    return cls.from_kwargs(**{f.name: getattr(ns, f.name, None) for f in fields(cls)})

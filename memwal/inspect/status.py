@@ -1,0 +1,294 @@
+"""`memwal status`: the state of every shard against the base table's progress.
+
+This is what an operator looks at first (how far behind is the merger? are indexes caught
+up?) and what the lag sensor polls, so by default it reads only manifests: never generation
+data. ``memwal status`` also checks every unmerged generation's files (``check_files``:
+Lance opens it and validates each fragment's data file footers and deletion files), so a
+damaged generation that stops a shard's merges is named as that shard's ``problem``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from memwal.core import clock as clocks
+from memwal.errors import UnsafePathError
+from memwal.table import Table
+from memwal.table.generations import generation_damage
+from memwal.table.manifest import TableManifest, list_versions
+from memwal.table.naming import MEM_WAL_INDEX_NAME, shard_dir
+from memwal.table.shards import ShardManifestError, ShardState, list_generation_dirs, read_shard_manifests
+
+
+@dataclass
+class UnmergedGeneration:
+    generation: int
+    path: str
+    rows: int
+    bytes: int
+
+
+@dataclass
+class ShardStatus:
+    shard_id: str
+    status: str
+    writer_epoch: int
+    manifest_version: int
+    current_generation: int
+    flushed_generations: list[int]
+    collected_generations: list[int]
+    compacted_generation: int
+    unmerged_generations: list[int]
+    unmerged: list[UnmergedGeneration]
+    unmerged_rows: int
+    unmerged_bytes: int
+    oldest_unmerged_age_seconds: float | None
+    index_catchup: dict[str, int] = field(default_factory=dict)
+    #: Set for a broken shard: why its manifest state is unknown, or (``check_files``) which
+    #: unmerged generation cannot be read.
+    problem: str | None = None
+
+
+@dataclass
+class CheckpointStatus:
+    """A live checkpoint and what it holds back from GC: the generations merged since its
+    version that are still on storage (the ones it lists, and those its tagged version keeps)."""
+
+    id: str
+    name: str | None
+    version: int
+    expires_at: float
+    generations_pinned: int
+    generations_held: int
+    bytes_held: int
+
+
+@dataclass
+class TableStatus:
+    table: str
+    version: int
+    maintained_indexes: list[str]
+    shards: list[ShardStatus]
+    checkpoints: list[CheckpointStatus] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def broken(self) -> list[ShardStatus]:
+        """Shards whose latest manifest could not be established, or (``check_files``) whose
+        merges stop at an unreadable generation (see ``problem``)."""
+        return [s for s in self.shards if s.problem is not None]
+
+    @property
+    def unmerged_generations(self) -> int:
+        return sum(len(s.unmerged_generations) for s in self.shards)
+
+    @property
+    def unmerged_bytes(self) -> int:
+        return sum(s.unmerged_bytes for s in self.shards)
+
+    @property
+    def oldest_unmerged_age_seconds(self) -> float | None:
+        ages = [s.oldest_unmerged_age_seconds for s in self.shards if s.oldest_unmerged_age_seconds is not None]
+        return max(ages) if ages else None
+
+
+def maintained_indexes(manifest: TableManifest) -> list[str]:
+    """The indexes the MemWAL index asks to keep caught up (every user index when it says all)."""
+    details = manifest.mem_wal
+    if details is None:
+        return []
+    if details.HasField("maintain_all_indexes") and details.maintain_all_indexes:
+        return sorted({i.name for i in manifest.user_indices()})
+    return list(details.maintained_indexes)
+
+
+def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:
+    """Age of a generation from the time its Lance manifest was written."""
+    times = [o.mtime for o in table.store.list(f"{path_key}/_versions/", recursive=False)]
+    return now - min(times) if times else None
+
+
+def shard_status(
+    table: Table, manifest: TableManifest, state: ShardState, indexes: list[str], now: float
+) -> ShardStatus:
+    compacted = manifest.compacted_generation(state.shard_id)
+    flushed = state.flushed
+    # The writer never drops a generation from its manifest; GC removes the directory.
+    on_disk = set(list_generation_dirs(table.store, state.shard_id))
+    unmerged = [g for g in flushed if g.generation > compacted]
+    age = None
+    if unmerged:
+        age = _generation_age(table, state, state.generation_key(unmerged[0]), now)
+    return ShardStatus(
+        shard_id=state.shard_id,
+        status=state.status,
+        writer_epoch=state.writer_epoch,
+        manifest_version=state.version,
+        current_generation=state.current_generation,
+        flushed_generations=[g.generation for g in flushed],
+        collected_generations=[g.generation for g in flushed if g.path not in on_disk],
+        compacted_generation=compacted,
+        unmerged_generations=[g.generation for g in unmerged],
+        unmerged=[UnmergedGeneration(g.generation, g.path, g.physical_rows, g.in_memory_bytes) for g in unmerged],
+        unmerged_rows=sum(g.physical_rows for g in unmerged),
+        unmerged_bytes=sum(g.in_memory_bytes for g in unmerged),
+        oldest_unmerged_age_seconds=age,
+        index_catchup={name: manifest.index_catchup.get(name, {}).get(state.shard_id, 0) for name in indexes},
+    )
+
+
+def broken_shard_status(
+    table: Table, manifest: TableManifest, err: ShardManifestError, indexes: list[str]
+) -> ShardStatus:
+    """A shard whose manifest is unknown: what storage and the table still tell about it.
+
+    Its unmerged generations are the directories on storage above the merge progress, so a
+    lag check still sees them; rows and sizes are unknown without the manifest.
+    """
+    compacted = manifest.compacted_generation(err.shard_id)
+    on_disk = sorted(set(list_generation_dirs(table.store, err.shard_id).values()))
+    return ShardStatus(
+        shard_id=err.shard_id,
+        status="broken",
+        writer_epoch=0,
+        manifest_version=0,
+        current_generation=0,
+        flushed_generations=[],
+        collected_generations=[],
+        compacted_generation=compacted,
+        unmerged_generations=[g for g in on_disk if g > compacted],
+        unmerged=[],
+        unmerged_rows=0,
+        unmerged_bytes=0,
+        oldest_unmerged_age_seconds=None,
+        index_catchup={name: manifest.index_catchup.get(name, {}).get(err.shard_id, 0) for name in indexes},
+        problem=f"{err.reason}: {err}",
+    )
+
+
+def first_damaged_generation(table: Table, state: ShardState, compacted: int) -> str | None:
+    """Why the shard's first unreadable unmerged generation stops its merges (None: all read).
+
+    A generation merged and collected while we looked is not damage: the merge progress is
+    read again before a finding is reported.
+    """
+    for g in state.flushed:
+        if g.generation <= compacted:
+            continue
+        key = state.generation_key(g)
+        why = generation_damage(table.store, key, table.store.uri_for(key), table.storage_options)
+        if why is not None:
+            if table.manifest().compacted_generation(state.shard_id) >= g.generation:
+                return None
+            return f"generation {g.generation} ({g.path}) {why}; merges of this shard stop there"
+    return None
+
+
+def table_status(table: Table, *, now: float | None = None, check_files: bool = False) -> TableStatus:
+    now = clocks.current()() if now is None else now
+    manifest = table.require_mem_wal()
+    indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
+    found = read_shard_manifests(table.store)
+    shards = [shard_status(table, manifest, s, indexes, now) for s in found.states.values()]
+    if check_files:
+        for st in shards:
+            try:
+                why = first_damaged_generation(table, found.states[st.shard_id], st.compacted_generation)
+            except UnsafePathError as exc:
+                why = str(exc)
+            st.problem = f"shard {st.shard_id}: {why}" if why else None
+    shards += [broken_shard_status(table, manifest, e, indexes) for e in found.broken.values()]
+    shards.sort(key=lambda s: s.shard_id)
+    return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
+                       checkpoints=checkpoint_status(table, manifest, now))
+
+
+def checkpoint_status(table: Table, latest: TableManifest, now: float) -> list[CheckpointStatus]:
+    """Live checkpoints and the bytes each holds back (one listing per held generation)."""
+    from memwal.checkpoint import live_checkpoints
+
+    out = []
+    for c in live_checkpoints(table, now):
+        at = table.manifest(c.version) if c.version in list_versions(table.store) else None
+        held, size = 0, 0
+        for shard_id in sorted(latest.compacted):
+            since = at.compacted_generation(shard_id) if at is not None else 0
+            for name, g in list_generation_dirs(table.store, shard_id).items():
+                if since < g <= latest.compacted_generation(shard_id):
+                    held += 1
+                    size += sum(o.size for o in table.store.list(f"{shard_dir(shard_id)}/{name}/"))
+        out.append(CheckpointStatus(c.id, c.name, c.version, c.expires_at,
+                                    sum(len(p.generations) for p in c.shards.values()), held, size))
+    return out
+
+
+def render_status(st: TableStatus) -> str:
+    """A readable table for a person at a terminal."""
+    lines = [f"table {st.table}  version {st.version}  maintained indexes: {', '.join(st.maintained_indexes) or '-'}"]
+    header = [
+        "shard",
+        "status",
+        "epoch",
+        "cur gen",
+        "flushed",
+        "collected",
+        "merged",
+        "unmerged",
+        "rows",
+        "bytes",
+        "oldest",
+        "catch-up",
+    ]
+    rows = [header]
+    for s in st.shards:
+        flushed = _span(s.flushed_generations)
+        catchup = " ".join(f"{k}={v}" for k, v in s.index_catchup.items()) or "-"
+        age = "-" if s.oldest_unmerged_age_seconds is None else f"{s.oldest_unmerged_age_seconds:.0f}s"
+        rows.append(
+            [
+                s.shard_id[:8],
+                s.status,
+                str(s.writer_epoch),
+                str(s.current_generation),
+                flushed,
+                _span(s.collected_generations),
+                str(s.compacted_generation),
+                str(len(s.unmerged_generations)),
+                str(s.unmerged_rows),
+                _human_bytes(s.unmerged_bytes),
+                age,
+                catchup,
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    lines.append(
+        f"{len(st.shards)} shards, {st.unmerged_generations} unmerged generations, "
+        f"{_human_bytes(st.unmerged_bytes)} unmerged"
+    )
+    for c in st.checkpoints:
+        name = f" {c.name!r}" if c.name else ""
+        lines.append(f"checkpoint {c.id}{name}: version {c.version}, {c.generations_pinned} generations pinned, "
+                     f"holds back {c.generations_held} merged generations ({_human_bytes(c.bytes_held)})")
+    lines += [f"BROKEN {s.problem}" for s in st.broken]
+    return "\n".join(lines)
+
+
+def _span(gens: list[int]) -> str:
+    if not gens:
+        return "-"
+    if gens == list(range(gens[0], gens[-1] + 1)):
+        return f"{gens[0]}..{gens[-1]}" if len(gens) > 1 else str(gens[0])
+    return ",".join(map(str, gens))
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{n}B"

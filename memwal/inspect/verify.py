@@ -1,0 +1,190 @@
+"""`memwal verify`: check the invariants every job relies on, without changing anything.
+
+Checks: no duplicate primary keys in the base table; per shard, no generation gap above
+the merge progress and progress never above what was flushed; every generation path in
+every manifest resolves inside its shard directory; every listed unmerged generation is
+present and readable (Lance validates each fragment's data file footers and deletion
+file: memwal.table.generations). The LSM view comparison is the reader's-eye check used
+around operations.
+
+A checker must never crash on what it checks: a missing, broken or unsafe generation, an
+unreadable base table or an LSM view Lance cannot read is a finding (exit code 1), each
+naming the object by its full path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal.core.retry import after_conflict
+from memwal.errors import MemWalError, StateMovedError, UnsafePathError, first_line
+from memwal.merge.plan import primary_key_of
+from memwal.read import lsm_scan
+from memwal.snapshot.format import SnapshotUnavailableError
+from memwal.snapshot.locate import read_snapshot
+from memwal.table import Table
+from memwal.table.generations import generation_damage
+from memwal.table.shards import generation_readable, read_shard_manifests
+
+#: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).
+_READ_ERRORS = (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException)
+
+
+@dataclass
+class Problem:
+    check: str
+    detail: str
+    shard_id: str | None = None
+
+
+@dataclass
+class VerifyResult:
+    table: str
+    version: int
+    checks: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    base_rows: int = 0
+    lsm_rows: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+
+def verify_table(table: Table, *, attempts: int = 6) -> VerifyResult:
+    """Check the table; a finding is reported only when the table stood still while it was made.
+
+    A merge followed by a GC (no grace period) collects a generation between our reading
+    the shard manifests and our looking at it, and a version cleanup can expire the version
+    the LSM view reads: checks made across such a commit can see a state that never
+    existed. So when a check finds a problem and the table's latest version is no longer the
+    one checked, the whole check starts over (memwal.core.retry); after ``attempts`` such rounds,
+    exit code 3 (the table kept moving), never a false alarm.
+    """
+
+    def attempt(n: int) -> VerifyResult:
+        res = _verify_once(table)
+        if not res.ok and table.manifest().version != res.version:
+            raise StateMovedError(f"{table.uri}: version {res.version} moved while verified "
+                                  f"({res.problems[0].check}: {res.problems[0].detail})")
+        return res
+
+    return after_conflict(attempt, what=f"{table.uri}: verify", attempts=attempts)
+
+
+def _verify_once(table: Table) -> VerifyResult:
+    manifest = table.require_mem_wal()
+    res = VerifyResult(table=table.uri, version=manifest.version)
+    pk = primary_key_of(table)
+
+    res.checks.append("unique-primary-key")
+    try:
+        keys = table.dataset(manifest.version).to_table(columns=pk)
+    except _READ_ERRORS as exc:
+        res.problems.append(Problem("unique-primary-key", f"base table unreadable: {first_line(exc, table.uri)}"))
+        keys = pa.table({k: pa.array([], pa.int64()) for k in pk})
+    res.base_rows = keys.num_rows
+    dup = keys.group_by(pk).aggregate([([], "count_all")])
+    dup = dup.filter(pc.greater(dup.column("count_all"), 1))
+    if dup.num_rows:
+        example = {k: dup.column(k)[0].as_py() for k in pk}
+        res.problems.append(Problem("unique-primary-key", f"{dup.num_rows} keys appear more than once, e.g. {example}"))
+
+    res.checks += ["shard-manifest-readable", "no-generation-gap", "progress-not-above-flushed",
+                   "paths-inside-shard", "generations-present", "generations-readable"]
+    found = read_shard_manifests(table.store)
+    unmerged: list[tuple[str, int, str]] = []  # (shard, generation, key) of present unmerged generations
+    states = found.states
+    for shard_id, err in found.broken.items():
+        res.problems.append(Problem("shard-manifest-readable", f"{err.reason}: {err.detail}", shard_id))
+    for shard_id in manifest.compacted:
+        if shard_id not in states and shard_id not in found.broken:
+            res.problems.append(
+                Problem("progress-not-above-flushed", "progress recorded for a shard with no manifest", shard_id)
+            )
+    for shard_id, state in states.items():
+        compacted = manifest.compacted_generation(shard_id)
+        if compacted >= state.current_generation and compacted > 0:
+            res.problems.append(
+                Problem(
+                    "progress-not-above-flushed",
+                    f"merged generation {compacted} >= current generation {state.current_generation}",
+                    shard_id,
+                )
+            )
+        gens = [g.generation for g in state.flushed if g.generation > compacted]
+        expected = list(range(compacted + 1, compacted + 1 + len(gens)))
+        if gens != expected:
+            res.problems.append(
+                Problem("no-generation-gap", f"unmerged generations {gens} do not follow merged {compacted}", shard_id)
+            )
+        for g in state.flushed:
+            try:
+                key = state.generation_key(g)
+            except UnsafePathError as exc:
+                res.problems.append(Problem("paths-inside-shard", str(exc), shard_id))
+                continue
+            if g.generation <= compacted:
+                continue
+            if not generation_readable(table.store, key):
+                res.problems.append(
+                    Problem(
+                        "generations-present",
+                        f"unmerged generation {g.generation} ({table.store.uri_for(key)}) is missing",
+                        shard_id,
+                    )
+                )
+                continue
+            why = generation_damage(table.store, key, table.store.uri_for(key), table.storage_options)
+            if why is not None:
+                detail = f"unmerged generation {g.generation} ({g.path}) {why}"
+                res.problems.append(Problem("generations-readable", detail, shard_id))
+            else:
+                unmerged.append((shard_id, g.generation, key))
+    res.checks.append("shard-snapshot-readable")
+    try:  # what readers start from (hazard H3: a file snapshot can lose its file)
+        read_snapshot(table, manifest)
+    except SnapshotUnavailableError as exc:
+        res.problems.append(Problem("shard-snapshot-readable",
+                                    f"the published shard snapshot cannot be read: {exc}; run memwal snapshot"))
+    # The reader would fail on what is already reported: that is not a second finding.
+    blocking = ("paths-inside-shard", "shard-manifest-readable", "generations-present", "generations-readable")
+    if not any(p.check in blocking for p in res.problems):
+        res.checks.append("lsm-view-readable")
+        try:
+            res.lsm_rows = lsm_scan(table, columns=pk, manifest=manifest).num_rows
+        except _READ_ERRORS as exc:
+            detail = f"the LSM view cannot be read: {first_line(exc, table.uri)}"
+            res.problems.append(Problem("lsm-view-readable", detail))
+            res.problems += _broken_generations(table, pk, unmerged)
+    return res
+
+
+def _broken_generations(table: Table, pk: list[str], unmerged: list[tuple[str, int, str]]) -> list[Problem]:
+    """Which present unmerged generations Lance cannot read (only looked for once the LSM
+    view failed: reading every generation whole on every verify would be slow)."""
+    found = []
+    for shard_id, generation, key in unmerged:
+        uri = table.store.uri_for(key)
+        try:
+            lance.dataset(uri, storage_options=table.storage_options or None).to_table(columns=pk)
+        except _READ_ERRORS as exc:
+            detail = f"unmerged generation {generation} ({uri}) is unreadable: {first_line(exc, table.uri)}"
+            found.append(Problem("generations-readable", detail, shard_id))
+    return found
+
+
+def lsm_view(table: Table) -> pa.Table:
+    """The reader's view sorted by primary key, for before/after comparisons."""
+    pk = primary_key_of(table)
+    t = lsm_scan(table)
+    return t.sort_by([(k, "ascending") for k in pk])

@@ -1,0 +1,349 @@
+"""Reader helper: shard snapshots for pylance's LSM readers, listing only unmerged generations.
+
+Listing only generations above the merge progress means a pylance reader never opens a
+generation that GC may collect (``LsmScanner`` fails, it does not skip, when a listed
+generation is missing: DESIGN.md section 4).
+
+Where shard state comes from (``source``):
+
+* ``"manifests"``: every shard's latest manifest (authoritative, one listing of its
+  ``manifest/`` and a manifest read per shard). A shard whose latest manifest is unknown
+  (a gap in its versions, an unreadable latest version) fails the read, naming the shard:
+  reading an older state would silently miss its newest rows.
+* ``"index"``: the shard snapshot published in the MemWAL index by ``memwal snapshot``
+  (memwal.snapshot), one read for all shards. The spec allows a stale snapshot to cost
+  freshness only, but pylance's reader does not skip a missing generation, and a shard
+  flushed after the snapshot would be invisible, so by default (``check_fresh=True``) a
+  shard is read from its manifest instead when the snapshot is older than its manifest
+  (its next manifest version exists), when a generation the snapshot lists above the merge
+  progress is missing from storage, or when the shard is not in the snapshot. That costs
+  one listing of ``_mem_wal/`` plus one HEAD per shard and one listing per listed
+  generation, instead of reading every manifest. No snapshot published (or an unreadable
+  one) means: every shard from its manifest.
+
+Shard pruning (spec: "Shard Pruning") with a ``filter``: :func:`memwal.read.pruning.filter_literals`
+gives the literals the filter allows per column, :func:`memwal.read.pruning.allowed_shard_values` the
+shard field values Lance routes those rows to. A shard is skipped only when its values are known
+to be outside that set, and only on shard fields computed from primary-key columns alone:
+then every version of a key (base row, updates, tombstones, which carry only the key) has
+the same shard value, so none of the shard's keys can match the filter and leaving its
+generations out changes nothing. (A field on a non-key column is never used: an update
+could move a key out of the filter, and leaving that update out would resurrect the old
+base row.) A shard's values come from its ``shard_field_entries`` when the writer recorded
+them; pylance 14's ``ShardWriter`` does not, so they are then *inferred* by routing (with
+Lance) the primary keys of **every** row in the generations the reader would open. That
+is exact (it does not assume the writer routed correctly) and costs a key-column read of
+those generations only when the filter constrains a prunable field.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import lance
+import pyarrow as pa
+from lance.mem_wal import ShardSnapshot
+
+from memwal.errors import BadInputError
+from memwal.read.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches, source_columns
+from memwal.snapshot.format import SnapshotUnavailableError
+from memwal.snapshot.locate import read_snapshot
+from memwal.store import LocalStore
+from memwal.table import Table
+from memwal.table.manifest import TableManifest
+from memwal.table.naming import manifest_key
+from memwal.table.paths import generation_key
+from memwal.table.sharding import field_names_from_lance_schema, shard_field_value_from_bytes, spec_to_dict
+from memwal.table.shards import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("index", "manifests")
+PK_METADATA_KEY = b"lance-schema:unenforced-primary-key"
+_THREADS = 16
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class ShardView:
+    """What a reader needs of one shard, whichever source it came from."""
+
+    shard_id: str
+    version: int
+    shard_spec_id: int
+    current_generation: int
+    flushed: list[tuple[int, str]]
+    fields: dict[str, Any]
+    source: str
+
+
+@dataclass
+class ReadPlan:
+    """Shard snapshots for a read, and how they were obtained."""
+
+    table: str
+    version: int
+    source: str
+    snapshot_ts_millis: int
+    snapshots: list[ShardSnapshot]
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    #: (shard_id, generation, path) of every generation the snapshots list, in order.
+    generations: list[tuple[str, int, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "version": self.version,
+            "source": self.source,
+            "snapshot_ts_millis": self.snapshot_ts_millis,
+            "shards": self.shards,
+            "fallbacks": self.fallbacks,
+            "pruned": self.pruned,
+        }
+
+
+def _threads(table: Table) -> int:
+    """Threads for per-shard reads: object stores are latency bound, a local disk is not."""
+    return 1 if isinstance(table.store, LocalStore) else _THREADS
+
+
+def _parallel(fn: Callable[[T], R], items: Iterable[T], threads: int = _THREADS) -> list[R]:
+    items = list(items)
+    if len(items) <= 1 or threads <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="memwal-read") as pool:
+        return list(pool.map(fn, items))
+
+
+def _view_from_state(state: ShardState, specs: dict[int, dict]) -> ShardView:
+    values: dict[str, Any] = {}
+    spec = specs.get(state.manifest.shard_spec_id)
+    types = {f["field_id"]: f["result_type"] for f in spec["fields"]} if spec else {}
+    for fid, raw in state.field_entries().items():
+        if fid not in types:
+            continue
+        try:
+            values[fid] = shard_field_value_from_bytes(types[fid], raw)
+        except BadInputError:
+            continue  # unknown encoding: the value stays unknown (never pruned on)
+    return ShardView(
+        shard_id=state.shard_id,
+        version=state.version,
+        shard_spec_id=state.manifest.shard_spec_id,
+        current_generation=state.current_generation,
+        flushed=[(g.generation, g.path) for g in state.flushed],
+        fields=values,
+        source="manifests",
+    )
+
+
+def _unmerged(view: ShardView, manifest: TableManifest, include_merged: bool) -> list[tuple[int, str]]:
+    compacted = manifest.compacted_generation(view.shard_id)
+    return [(g, p) for g, p in sorted(view.flushed) if include_merged or g > compacted]
+
+
+def _stale_reason(table: Table, view: ShardView, manifest: TableManifest, include_merged: bool) -> str | None:
+    for g, p in _unmerged(view, manifest, include_merged):
+        if not generation_readable(table.store, generation_key(view.shard_id, p)):
+            return f"generation {g} ({p}) listed by the snapshot is missing"
+    if table.store.exists(manifest_key(view.shard_id, view.version + 1)):
+        return f"shard manifest has a version newer than the snapshot's {view.version}"
+    return None
+
+
+def _from_manifests(table: Table, shard_ids: list[str], specs: dict[int, dict]) -> dict[str, ShardView]:
+    states = _parallel(lambda sid: latest_shard_manifest(table.store, sid), shard_ids, _threads(table))
+    return {s.shard_id: _view_from_state(s, specs) for s in states if s is not None}
+
+
+def _primary_key(schema: pa.Schema) -> list[str]:
+    return [f.name for f in schema if (f.metadata or {}).get(PK_METADATA_KEY, b"").lower() == b"true"]
+
+
+def _prunable_fields(spec: dict, field_names: dict[int, str], pk: set[str]) -> list[dict]:
+    """Fields whose value depends on primary-key columns only (see the module docstring)."""
+    out = []
+    for f in spec["fields"]:
+        names = source_columns(f, field_names)
+        if names and all(n in pk for n in names):
+            out.append(f)
+    return out
+
+
+def _inferred_values(
+    table: Table, view: ShardView, gens: list[tuple[int, str]], spec: dict, lance_schema: Any, columns: list[str]
+) -> dict[str, set[Any]] | None:
+    """Every shard field value Lance routes the rows in ``gens`` to; None when unknown."""
+
+    def batches() -> Iterable[pa.RecordBatch]:
+        for _g, path in gens:
+            uri = table.store.uri_for(generation_key(view.shard_id, path))
+            yield from lance.dataset(uri, storage_options=table.storage_options or None).to_batches(columns=columns)
+
+    try:
+        values = routed_values(batches(), spec, lance_schema)
+    except (OSError, ValueError, RuntimeError) as exc:
+        log.info("shard %s: cannot infer its shard values (%s): not pruned", view.shard_id, exc)
+        return None
+    if values is None:
+        log.info("shard %s: Lance gives no shard value to some of its rows: not pruned", view.shard_id)
+    return values
+
+
+class _Pruner:
+    def __init__(self, table: Table, manifest: TableManifest, filter: str) -> None:
+        self.table = table
+        self.by_spec: dict[int, tuple[dict, dict[str, set[Any]], list[str]]] = {}
+        literals = filter_literals(filter)
+        if not literals or manifest.mem_wal is None:
+            return
+        ds = table.dataset(manifest.version)
+        self.lance_schema = ds.lance_schema
+        field_names = field_names_from_lance_schema(self.lance_schema)
+        pk = set(_primary_key(ds.schema))
+        for raw in manifest.mem_wal.sharding_specs:
+            spec = spec_to_dict(raw)
+            fields = _prunable_fields(spec, field_names, pk)
+            allowed = allowed_shard_values({"spec_id": spec["spec_id"], "fields": fields}, self.lance_schema, literals)
+            if allowed:
+                narrow = {"spec_id": spec["spec_id"], "fields": [f for f in fields if f["field_id"] in allowed]}
+                columns = sorted({c for f in narrow["fields"] for c in source_columns(f, field_names) or []})
+                self.by_spec[spec["spec_id"]] = (narrow, allowed, columns)
+
+    def keep(self, view: ShardView, gens: list[tuple[int, str]]) -> bool:
+        """False only when no row of the shard's generations can match the filter."""
+        entry = self.by_spec.get(view.shard_spec_id) if view.shard_spec_id else None
+        if entry is None:
+            return True
+        spec, allowed, columns = entry
+        if all(fid in view.fields for fid in allowed):
+            return shard_matches(view.fields, allowed)
+        if not gens:
+            return True  # nothing to read either way; keep the shard in the listing
+        inferred = _inferred_values(self.table, view, gens, spec, self.lance_schema, columns)
+        if inferred is None:
+            return True
+        return all(inferred[fid] & allowed[fid] for fid in allowed)
+
+
+def plan_read(
+    table: Table,
+    *,
+    source: str = "index",
+    filter: str | None = None,
+    manifest: TableManifest | None = None,
+    include_merged: bool = False,
+    check_fresh: bool = True,
+) -> ReadPlan:
+    """Shard snapshots for a read at ``manifest``'s table version (latest when None)."""
+    if source not in SOURCES:
+        raise BadInputError(f"unknown source {source!r}: expected index or manifests")
+    manifest = manifest or table.require_mem_wal()
+    specs = {s.spec_id: spec_to_dict(s) for s in (manifest.mem_wal.sharding_specs if manifest.mem_wal else [])}
+    views: dict[str, ShardView] = {}
+    fallbacks: list[dict[str, Any]] = []
+    ts = 0
+    to_read: list[str] = []
+    if source == "index":
+        snap = None
+        try:
+            snap = read_snapshot(table, manifest)
+            if snap is None:
+                fallbacks.append({"shard_id": None, "reason": "no shard snapshot published"})
+        except SnapshotUnavailableError as exc:
+            fallbacks.append({"shard_id": None, "reason": f"shard snapshot unreadable: {exc}"})
+        if snap is None:
+            to_read = list_shard_ids(table.store)
+        else:
+            ts = snap.snapshot_ts_millis
+            for r in snap.rows:
+                views[r.shard_id] = ShardView(
+                    r.shard_id,
+                    r.version,
+                    r.shard_spec_id,
+                    r.current_generation,
+                    list(r.flushed_generations),
+                    dict(r.fields),
+                    "index",
+                )
+            if check_fresh:
+                listed = set(list_shard_ids(table.store))
+                for sid in sorted(set(views) - listed):
+                    del views[sid]  # its directory is gone: nothing of it can be read
+                reasons = _parallel(
+                    lambda v: (v.shard_id, _stale_reason(table, v, manifest, include_merged)),
+                    list(views.values()),
+                    _threads(table),
+                )
+                for sid, reason in reasons:
+                    if reason:
+                        fallbacks.append({"shard_id": sid, "reason": reason})
+                        to_read.append(sid)
+                        del views[sid]
+                for sid in sorted(listed - set(views) - set(to_read)):
+                    fallbacks.append({"shard_id": sid, "reason": "shard not in the snapshot"})
+                    to_read.append(sid)
+    else:
+        to_read = list_shard_ids(table.store)
+    views.update(_from_manifests(table, sorted(to_read), specs))
+
+    pruner = _Pruner(table, manifest, filter) if filter else None
+    listing = {sid: _unmerged(v, manifest, include_merged) for sid, v in views.items()}
+    keep = {sid: True for sid in views}
+    if pruner is not None and pruner.by_spec:
+        flags = _parallel(lambda sid: (sid, pruner.keep(views[sid], listing[sid])), sorted(views), _threads(table))
+        keep.update(dict(flags))
+    plan = ReadPlan(table=table.uri, version=manifest.version, source=source, snapshot_ts_millis=ts, snapshots=[])
+    plan.fallbacks = fallbacks
+    for sid in sorted(views):
+        v = views[sid]
+        gens = listing[sid]
+        plan.shards.append(
+            {
+                "shard_id": sid,
+                "source": v.source,
+                "manifest_version": v.version,
+                "generations": [g for g, _ in gens],
+                "pruned": not keep[sid],
+            }
+        )
+        if not keep[sid]:
+            plan.pruned.append(sid)
+            continue
+        snap = ShardSnapshot(sid).with_current_generation(v.current_generation)
+        if v.shard_spec_id:
+            snap = snap.with_spec_id(v.shard_spec_id)
+        for g, p in gens:
+            generation_key(sid, p)  # refuse unsafe paths before a reader opens them (invariant 5)
+            snap = snap.with_sstable(g, p)
+            plan.generations.append((sid, g, p))
+        plan.snapshots.append(snap)
+    return plan
+
+
+def shard_snapshots(
+    table: Table,
+    *,
+    source: str = "index",
+    filter: str | None = None,
+    manifest: TableManifest | None = None,
+    include_merged: bool = False,
+    check_fresh: bool = True,
+) -> list[ShardSnapshot]:
+    """One ``ShardSnapshot`` per shard (pruned by ``filter``), listing generations above the merge progress."""
+    return plan_read(
+        table,
+        source=source,
+        filter=filter,
+        manifest=manifest,
+        include_merged=include_merged,
+        check_fresh=check_fresh,
+    ).snapshots

@@ -1,0 +1,162 @@
+"""Read the base table's MemWAL index details at any version, straight from Lance's manifest.
+
+pylance 14 does not expose ``compacted_sstables`` (merge progress) or ``index_catchup`` to
+Python, yet every job decides on them, so we decode the table manifest ourselves
+(DESIGN.md section 4): ``_versions/<u64::MAX - v>.manifest`` (V2 naming) or
+``_versions/<v>.manifest`` (older tables), ending in a 16-byte trailer that points at the
+Manifest message, whose ``index_section`` points at the IndexSection.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from google.protobuf.message import DecodeError
+
+from memwal.errors import BadInputError, NotFoundError
+from memwal.pb import mem_wal_index_pb2, table_manifest_pb2
+from memwal.table.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, U64_MAX, shard_uuid_str
+
+if TYPE_CHECKING:
+    from memwal.store import Store
+
+_TRAILER = struct.Struct("<qhh4s")
+_MAGIC = b"LANC"
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One entry of the table's index section (we only need identity and details)."""
+
+    name: str
+    uuid: str
+    dataset_version: int
+    fields: tuple[int, ...]
+    type_url: str
+    details: bytes
+
+
+@dataclass(frozen=True)
+class TableManifest:
+    """What memwal-jobs needs from one version of the base table's manifest."""
+
+    version: int
+    timestamp: float
+    key: str
+    indices: tuple[IndexEntry, ...]
+    mem_wal: mem_wal_index_pb2.MemWalIndexDetails | None
+    compacted: dict[str, int] = field(default_factory=dict)
+    index_catchup: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def compacted_generation(self, shard_id: str) -> int:
+        """Merge progress of a shard; 0 when nothing was merged."""
+        return self.compacted.get(shard_id, 0)
+
+    def user_indices(self) -> list[IndexEntry]:
+        """Base-table indexes other than the MemWAL system index."""
+        return [i for i in self.indices if i.name != MEM_WAL_INDEX_NAME]
+
+
+def list_versions(store: Store) -> dict[int, str]:
+    """Every committed table version and its manifest key, for both naming schemes."""
+    out: dict[int, str] = {}
+    for obj in store.list("_versions/", recursive=False):
+        name = obj.key.rsplit("/", 1)[-1]
+        stem, dot, ext = name.partition(".")
+        if ext != "manifest" or not stem.isdigit():
+            continue
+        n = int(stem)
+        # V2 names count down from u64::MAX; no real table reaches 2^63 versions.
+        version = U64_MAX - n if n > (1 << 63) else n
+        out[version] = obj.key
+    return out
+
+
+def latest_version(store: Store) -> int:
+    versions = list_versions(store)
+    if not versions:
+        raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
+    return max(versions)
+
+
+def read_table_manifest(store: Store, version: int | None = None) -> TableManifest:
+    """Decode the manifest of ``version`` (latest when None) and its MemWAL index details."""
+    versions = list_versions(store)
+    if not versions:
+        raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
+    if version is None:
+        version = max(versions)
+    if version not in versions:
+        raise NotFoundError(f"{store.root}: table version {version} does not exist")
+    key = versions[version]
+    return decode_table_manifest(store.get(key), key=key, where=store.uri_for(key))
+
+
+def _message_at(data: bytes, offset: int, where: str, what: str) -> bytes:
+    if offset < 0 or offset + 4 > len(data):
+        raise BadInputError(f"{where}: corrupt manifest: {what} offset {offset} is outside the file")
+    (length,) = struct.unpack_from("<I", data, offset)
+    end = offset + 4 + length
+    if end > len(data):
+        raise BadInputError(f"{where}: corrupt or truncated manifest: {what} runs past the end")
+    return data[offset + 4 : end]
+
+
+def decode_table_manifest(data: bytes, *, key: str, where: str) -> TableManifest:
+    if len(data) < _TRAILER.size:
+        raise BadInputError(f"{where}: truncated manifest ({len(data)} bytes)")
+    offset, _major, _minor, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    if magic != _MAGIC:
+        raise BadInputError(f"{where}: corrupt manifest: bad magic {magic!r}")
+    try:
+        manifest = table_manifest_pb2.Manifest.FromString(_message_at(data, offset, where, "manifest"))
+        indices: list[IndexEntry] = []
+        mem_wal = None
+        if manifest.HasField("index_section"):
+            section = table_manifest_pb2.IndexSection.FromString(
+                _message_at(data, manifest.index_section, where, "index section")
+            )
+            for meta in section.indices:
+                indices.append(
+                    IndexEntry(
+                        name=meta.name,
+                        uuid=shard_uuid_str(meta.uuid.uuid) if len(meta.uuid.uuid) == 16 else "",
+                        dataset_version=meta.dataset_version,
+                        fields=tuple(meta.fields),
+                        type_url=meta.index_details.type_url,
+                        details=meta.index_details.value,
+                    )
+                )
+                if meta.name == MEM_WAL_INDEX_NAME and meta.index_details.type_url.endswith(
+                    MEM_WAL_DETAILS_TYPE_URL.rsplit("/", 1)[-1]
+                ):
+                    mem_wal = mem_wal_index_pb2.MemWalIndexDetails.FromString(meta.index_details.value)
+    except DecodeError as exc:
+        raise BadInputError(f"{where}: corrupt manifest: {exc}") from exc
+    ts = manifest.timestamp.seconds + manifest.timestamp.nanos / 1e9
+    compacted, catchup = progress_of(mem_wal)
+    return TableManifest(
+        version=manifest.version,
+        timestamp=ts,
+        key=key,
+        indices=tuple(indices),
+        mem_wal=mem_wal,
+        compacted=compacted,
+        index_catchup=catchup,
+    )
+
+
+def progress_of(
+    details: mem_wal_index_pb2.MemWalIndexDetails | None,
+) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Merge progress per shard and catch-up per index and shard, keyed by shard UUID string."""
+    if details is None:
+        return {}, {}
+    compacted = {shard_uuid_str(c.shard_id.uuid): c.generation for c in details.compacted_sstables}
+    catchup = {
+        p.index_name: {shard_uuid_str(c.shard_id.uuid): c.generation for c in p.caught_up_generations}
+        for p in details.index_catchup
+    }
+    return compacted, catchup

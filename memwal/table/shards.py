@@ -1,0 +1,335 @@
+"""Read shard state: manifests, WAL entry metadata and generation directories.
+
+The shard manifest is authoritative for its shard (spec: "Shard Manifest"). We find the
+latest version by listing ``manifest/`` rather than by the spec's hint-and-probe: the hint
+is best-effort (it may lag, lead or be garbage) and a probe stops silently at a gap or at a
+version that is not a readable file, which would make a stale version look like the latest.
+A shard whose latest version cannot be established is *broken* (:class:`ShardManifestError`)
+and every caller stops that shard, never guesses.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from memwal.errors import BadInputError, MemWalError
+from memwal.pb import shard_manifest_pb2
+from memwal.store import Store
+from memwal.table.naming import (
+    MEM_WAL_DIR,
+    bitrev64,
+    is_shard_dir_name,
+    manifest_key,
+    parse_bitrev64,
+    parse_generation_dir,
+    parse_wal_name,
+    shard_dir,
+    shard_uuid_str,
+    wal_key,
+)
+from memwal.table.paths import generation_key
+
+SEALED = shard_manifest_pb2.SHARD_STATUS_SEALED
+
+
+@dataclass(frozen=True)
+class FlushedGeneration:
+    generation: int
+    path: str
+    in_memory_bytes: int
+    physical_rows: int
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """One version of a shard manifest, decoded."""
+
+    shard_id: str
+    version: int
+    manifest: shard_manifest_pb2.ShardManifest
+    mtime: float
+
+    @property
+    def writer_epoch(self) -> int:
+        return self.manifest.writer_epoch
+
+    @property
+    def current_generation(self) -> int:
+        return self.manifest.current_generation
+
+    @property
+    def replay_after_wal_entry_position(self) -> int:
+        return self.manifest.replay_after_wal_entry_position
+
+    @property
+    def status(self) -> str:
+        return "sealed" if self.manifest.status == SEALED else "active"
+
+    @property
+    def flushed(self) -> list[FlushedGeneration]:
+        """Flushed generations in ascending order."""
+        return sorted(
+            (
+                FlushedGeneration(s.generation, s.path, s.in_memory_bytes, s.physical_rows)
+                for s in self.manifest.sstables
+            ),
+            key=lambda g: g.generation,
+        )
+
+    def generation(self, g: int) -> FlushedGeneration | None:
+        for fg in self.flushed:
+            if fg.generation == g:
+                return fg
+        return None
+
+    def generation_key(self, g: FlushedGeneration) -> str:
+        """The validated store key of a generation directory (invariant 5)."""
+        return generation_key(self.shard_id, g.path)
+
+    def field_entries(self) -> dict[str, bytes]:
+        return {e.field_id: e.value for e in self.manifest.shard_field_entries}
+
+
+def list_shard_ids(store: Store) -> list[str]:
+    """Shard directories under ``_mem_wal/``; our own ``_``-prefixed folders are skipped."""
+    return sorted(d for d in store.list_dirs(f"{MEM_WAL_DIR}/") if is_shard_dir_name(d))
+
+
+def decode_shard_manifest(data: bytes, *, shard_id: str, version: int, where: str, mtime: float = 0.0) -> ShardState:
+    try:
+        manifest = shard_manifest_pb2.ShardManifest.FromString(data)
+    except DecodeError as exc:
+        raise BadInputError(f"{where}: corrupt shard manifest: {exc}") from exc
+    if manifest.version != version:
+        raise BadInputError(
+            f"{where}: corrupt shard manifest: it says version {manifest.version}, its name says {version}"
+        )
+    if not manifest.HasField("shard_id"):
+        # Writers always store it, and as the last field they set: a manifest cut short at
+        # a field boundary still decodes, so its absence is how truncation shows.
+        raise BadInputError(f"{where}: corrupt shard manifest: no shard id (truncated?)")
+    if shard_uuid_str(manifest.shard_id.uuid) != shard_id:
+        raise BadInputError(f"{where}: shard manifest belongs to shard {shard_uuid_str(manifest.shard_id.uuid)}")
+    return ShardState(shard_id=shard_id, version=version, manifest=manifest, mtime=mtime)
+
+
+def read_shard_manifest(store: Store, shard_id: str, version: int) -> ShardState:
+    key = manifest_key(shard_id, version)
+    info = store.head(key)
+    data = store.get(key)
+    return decode_shard_manifest(
+        data, shard_id=shard_id, version=version, where=store.uri_for(key), mtime=info.mtime if info else 0.0
+    )
+
+
+class ShardManifestError(MemWalError):
+    """A shard whose latest manifest cannot be established: exit code 1, naming the shard.
+
+    Callers that work per shard (status, merge, gc, verify) stop only that shard and report
+    it; callers that need every shard (snapshot, reads) let it propagate. Never guess the
+    latest version of such a shard: an older one lists fewer generations, and anything
+    planned from it (notably orphan cleanup) would treat newer generations as unlisted.
+    """
+
+    def __init__(self, shard_id: str, reason: str, detail: str) -> None:
+        super().__init__(f"shard {shard_id}: {detail}")
+        self.shard_id = shard_id
+        self.reason = reason  # a stable code: shard-manifest-gap, -unreadable or -missing
+        self.detail = detail
+
+
+GAP = "shard-manifest-gap"
+UNREADABLE = "shard-manifest-unreadable"
+MISSING = "shard-manifest-missing"
+
+
+def _parse_version_name(name: str) -> int | None:
+    """The version of a ``<bitrev64>.binpb`` name under ``manifest/``, or None for another name."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or ext != "binpb":
+        return None
+    try:
+        return parse_bitrev64(stem)
+    except ValueError:
+        return None
+
+
+def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]:
+    """Manifest versions stored as files, and versions whose name is a directory (never valid)."""
+    prefix = f"{shard_dir(shard_id)}/manifest/"
+    files = [_parse_version_name(o.key.rsplit("/", 1)[-1]) for o in store.list(prefix, recursive=False)]
+    dirs = [_parse_version_name(d) for d in store.list_dirs(prefix)]
+    return sorted(v for v in files if v is not None), sorted(v for v in dirs if v is not None)
+
+
+def latest_shard_version(store: Store, shard_id: str) -> int:
+    """Latest manifest version by listing ``manifest/`` (0 when the shard has none).
+
+    ``version_hint.json`` is not read: it is written best-effort after the manifest, so it
+    can lag, lead or be garbage, and a probe that starts from it stops at the first gap.
+    A listing is exact, and it also shows what a probe cannot: a gap between the lowest
+    and highest version, or a version that is not a file. Either raises
+    :class:`ShardManifestError`, because the latest state is then unknown.
+    """
+    files, dirs = _listed_versions(store, shard_id)
+    listed = sorted(set(files) | set(dirs))
+    if not listed:
+        return 0
+    where = store.uri_for(f"{shard_dir(shard_id)}/manifest/")
+    if dirs:
+        raise ShardManifestError(
+            shard_id, UNREADABLE, f"manifest version {dirs[-1]} is not a file: {where}{bitrev64(dirs[-1])}.binpb"
+        )
+    missing = sorted(set(range(listed[0], listed[-1] + 1)) - set(listed))
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise ShardManifestError(
+            shard_id,
+            GAP,
+            f"manifest versions {listed[0]}..{listed[-1]} lack {shown}, so the latest state is unknown: {where}",
+        )
+    return listed[-1]
+
+
+def list_manifest_versions(store: Store, shard_id: str) -> list[int]:
+    """Every manifest version stored as a file, ascending (no gap check: see latest_shard_version)."""
+    return _listed_versions(store, shard_id)[0]
+
+
+def latest_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
+    """The decoded latest manifest, None for a shard without any; ShardManifestError if broken."""
+    v = latest_shard_version(store, shard_id)
+    if not v:
+        if list_generation_dirs(store, shard_id) or any(True for _ in store.list(f"{shard_dir(shard_id)}/wal/")):
+            where = store.uri_for(f"{shard_dir(shard_id)}/manifest/")
+            raise ShardManifestError(shard_id, MISSING, f"generations or WAL entries but no manifest: {where}")
+        return None
+    try:
+        return read_shard_manifest(store, shard_id, v)
+    except (MemWalError, OSError) as exc:  # corrupt, foreign, or gone since the listing
+        raise ShardManifestError(shard_id, UNREADABLE, f"latest manifest version {v} is unreadable: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class ShardManifests:
+    """Every shard's latest manifest, and the shards whose latest manifest is unknown."""
+
+    states: dict[str, ShardState]
+    broken: dict[str, ShardManifestError]
+
+
+def read_shard_manifests(store: Store) -> ShardManifests:
+    """Latest manifest of every shard, collecting broken shards instead of failing on them."""
+    states: dict[str, ShardState] = {}
+    broken: dict[str, ShardManifestError] = {}
+    for shard_id in list_shard_ids(store):
+        try:
+            state = latest_shard_manifest(store, shard_id)
+        except ShardManifestError as exc:
+            broken[shard_id] = exc
+            continue
+        if state is not None:
+            states[shard_id] = state
+    return ShardManifests(states, broken)
+
+
+def all_shard_manifests(store: Store) -> dict[str, ShardState]:
+    """Latest manifest of every shard that has one; raises the first ShardManifestError.
+
+    For callers that need every shard. Callers that can stop one shard and go on use
+    :func:`read_shard_manifests`.
+    """
+    found = read_shard_manifests(store)
+    if found.broken:
+        raise next(iter(found.broken.values()))
+    return found.states
+
+
+@dataclass(frozen=True)
+class WalEntry:
+    position: int
+    key: str
+    size: int
+    mtime: float
+
+
+def list_wal_entries(store: Store, shard_id: str) -> list[WalEntry]:
+    out = []
+    for obj in store.list(f"{shard_dir(shard_id)}/wal/", recursive=False):
+        pos = parse_wal_name(obj.key.rsplit("/", 1)[-1])
+        if pos is not None:
+            out.append(WalEntry(pos, obj.key, obj.size, obj.mtime))
+    return sorted(out, key=lambda e: e.position)
+
+
+@dataclass(frozen=True)
+class WalEntryMeta:
+    position: int
+    #: None for a fence sentinel: the empty entry a new writer epoch writes to claim the
+    #: next position (``fence_sentinel: true``, no generation). It belongs to no generation.
+    generation: int | None
+    writer_epoch: int
+
+    @property
+    def is_fence_sentinel(self) -> bool:
+        return self.generation is None
+
+
+def read_wal_entry_meta(store: Store, shard_id: str, position: int, *, probe_bytes: int = 64 * 1024) -> WalEntryMeta:
+    """Generation and writer epoch of a WAL entry from its schema message only.
+
+    An Arrow IPC stream starts with the schema message, so a ranged read of the head of
+    the file is enough; we fall back to the whole file for an unusually large schema.
+    """
+    key = wal_key(shard_id, position)
+    where = store.uri_for(key)
+    head = store.get_range(key, 0, probe_bytes)
+    for data in (head, None):
+        if data is None:
+            if len(head) < probe_bytes:
+                break
+            data = store.get(key)
+        try:
+            schema = pa.ipc.open_stream(io.BytesIO(data)).schema
+        except (pa.ArrowInvalid, OSError):
+            continue
+        meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+        try:
+            if meta.get("fence_sentinel") == "true" and "generation" not in meta:
+                return WalEntryMeta(position, None, int(meta["writer_epoch"]))
+            return WalEntryMeta(position, int(meta["generation"]), int(meta["writer_epoch"]))
+        except (KeyError, ValueError) as exc:
+            raise BadInputError(f"{where}: WAL entry schema lacks generation/writer_epoch metadata") from exc
+    raise BadInputError(f"{where}: not an Arrow IPC stream")
+
+
+def generation_readable(store: Store, key: str) -> bool:
+    """Whether a generation directory can be opened by Lance: it holds a table manifest.
+
+    GC deletes a generation's manifests first, so a directory with data files but no
+    manifest is half collected and must count as missing to every reader and planner.
+    """
+    return any(o.key.endswith(".manifest") for o in store.list(f"{key}/_versions/", recursive=False))
+
+
+def generation_links(store: Store, key: str) -> list[str]:
+    """Symbolic links on the way to a generation directory or inside it (keys, sorted).
+
+    Lance follows links when it opens a dataset, so a generation reached through one could
+    feed files from outside the table into a merge: such a generation is unsafe, not read.
+    """
+    return store.list_links(f"{key}/")
+
+
+def list_generation_dirs(store: Store, shard_id: str) -> dict[str, int]:
+    """Generation directories present on storage (name -> generation), listed or not."""
+    out = {}
+    for name in store.list_dirs(f"{shard_dir(shard_id)}/"):
+        g = parse_generation_dir(name)
+        if g is not None:
+            out[name] = g
+    return out
