@@ -172,9 +172,10 @@ def test_checkpoint_created_while_gc_deletes_waits_for_it_then_checks(make_table
 
 
 def test_checkpoint_created_after_gc_planned_is_kept_by_the_run(make_table):
-    """GC planned (with version expiry) before a checkpoint existed; it writes its marker,
-    expires versions and reads the checkpoints again before deleting: the checkpoint's
-    version keeps its tag and every generation it pins stays, blocked in its name."""
+    """GC planned (with version expiry) before a checkpoint existed: its plan deletes the
+    generations the checkpoint then pins. It writes its marker, expires versions and reads
+    the checkpoints again before deleting: the checkpoint's version keeps its tag, and every
+    generation it pins stays, dropped from the plan in its name."""
     table, model = make_table()
     ck = Stalled(lambda: create_checkpoint(table, lifetime_seconds=600), "checkpoint.after-view")
     merge_all(table.uri)
@@ -188,7 +189,7 @@ def test_checkpoint_created_after_gc_planned_is_kept_by_the_run(make_table):
     assert gc.error is None, gc.error
     doc = gc.outcome.to_dict()
     reasons = {(b["shard_id"], b["generation"]): b["reason"] for b in doc["blocked"]}
-    assert {k: reasons.get(k) for k in pinned} == {k: f"checkpoint:{ckpt.id}" for k in pinned}
+    assert {k: reasons.get(k) for k in pinned} == {k: f"changed-since-plan:checkpoint:{ckpt.id}" for k in pinned}
     assert not pinned & {(d["shard_id"], d["generation"]) for d in doc["deleted"]}
     assert_view_intact(table, ckpt, model)
 

@@ -20,10 +20,10 @@ from memwal.compact import plan_compaction, run_compact
 from memwal.demo import Model, Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.gc import run_gc
-from memwal.inspect.status import maintained_indexes
 from memwal.lease import Lease
 from memwal.merge import run_merge
 from memwal.table import Table, open_table
+from memwal.table.manifest import maintained_indexes
 from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
@@ -107,6 +107,9 @@ def test_lance_compact_files_drops_catchup_and_compact_re_earns_it(fresh):
     assert table.manifest().index_catchup == {} and table.manifest().compacted == before.compacted
     blocked = run_gc(table, grace_seconds=0, dry_run=True).blocked
     assert blocked and all(b["reason"].startswith("index-not-caught-up") for b in blocked)
+    dry = memwal.open(table.uri).compact(dry_run=True).to_dict()  # the repair is a step of the plan
+    assert dry["tasks"] == [] and dry["catchup_repair"] == sorted(before.index_catchup)
+    assert table.manifest().index_catchup == {}  # the dry run wrote nothing
 
     result = run_compact(table)
 
@@ -114,6 +117,7 @@ def test_lance_compact_files_drops_catchup_and_compact_re_earns_it(fresh):
     assert table.manifest().index_catchup == before.index_catchup
     assert all(i.recorded for i in result.indexes)
     assert run_compact(table).version is None  # repaired: nothing more to do
+    assert memwal.open(table.uri).compact(dry_run=True).to_dict()["catchup_repair"] == []
     assert table_rows(table) == model.sorted_rows()
 
 

@@ -283,3 +283,25 @@ def test_plan_is_pure(make_table):
     plan = plan_gc(table, grace_seconds=0)
     assert len(plan.generations) == 12
     assert files(table.uri) == before
+
+
+def test_the_dry_run_lists_exactly_what_the_run_deletes_when_versions_expire(make_table):
+    """The version expiry is a step of the plan: the dry run names the versions it expires and
+    lists the generations, WAL entries, objects and bytes the run then deletes (it used to
+    list none, all held by versions the run expired first, then delete 26)."""
+    import memwal
+
+    table, model = make_table()
+    t = memwal.open(table.uri)
+    assert t.merge().ok and t.catchup().ok
+    options = {"grace_seconds": 0, "expire_versions": 0}
+    dry = t.gc(dry_run=True, **options).to_dict()
+    run = t.gc(**options).to_dict()
+    assert dry["deleted"] and len(dry["deleted"]) == SMALL.shards * SMALL.generations
+    key = lambda d: (d["shard_id"], d["generation"], d["path"], d["objects"], d["bytes"])  # noqa: E731
+    assert [key(d) for d in run["deleted"]] == [key(d) for d in dry["deleted"]]
+    for field in ("wal_entries_deleted", "objects_deleted", "bytes_freed"):
+        assert run[field] == dry[field] > 0, field
+    assert run["expired_versions"]["planned"] == dry["expired_versions"]["planned"]
+    assert run["expired_versions"]["old_versions"] == len(dry["expired_versions"]["planned"]) > 0
+    assert lsm_rows(table) == model.sorted_rows()

@@ -125,10 +125,10 @@ class StopAfter:
 
 
 def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table, monkeypatch):
-    import memwal.gc
+    import memwal.gc.delete
 
     table, model = ready_table(make_table)
-    monkeypatch.setattr(memwal.gc, "BATCH_OBJECTS", 20)  # a few generations per batch
+    monkeypatch.setattr(memwal.gc.delete, "BATCH_OBJECTS", 20)  # a few generations per batch
     lease = Lease(table.store, "gc", ttl_seconds=300, clock=ScriptedClock(StopAfter(3))).acquire()
     # the clock is read by: acquire, the check before the GC marker, the 1st batch check
     with pytest.raises(LeaseLostError):

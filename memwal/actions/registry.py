@@ -117,7 +117,7 @@ def _plan_gc(table: Table, o: GcOptions) -> Any:
     # inside; run_gc re-checks the gates against the latest table version right before it
     # deletes, so a plan made before the lease stays safe.
     return prepare_gc(table, audit=o.audit, grace_seconds=o.grace_seconds, orphan_age_seconds=o.orphan_age_seconds,
-                      history_retention_seconds=o.history_retention)
+                      history_retention_seconds=o.history_retention, expire_versions_seconds=o.expire_versions)
 
 
 def _execute_gc(table: Table, plan: Any, o: GcOptions, engine: Any, lease: Any) -> Any:

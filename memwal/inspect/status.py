@@ -15,7 +15,7 @@ from memwal.core import clock as clocks
 from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.generations import generation_damage
-from memwal.table.manifest import TableManifest, list_versions
+from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME, shard_dir
 from memwal.table.shards import ShardManifestError, ShardState, list_generation_dirs, read_shard_manifests
 
@@ -92,16 +92,6 @@ class TableStatus:
     def oldest_unmerged_age_seconds(self) -> float | None:
         ages = [s.oldest_unmerged_age_seconds for s in self.shards if s.oldest_unmerged_age_seconds is not None]
         return max(ages) if ages else None
-
-
-def maintained_indexes(manifest: TableManifest) -> list[str]:
-    """The indexes the MemWAL index asks to keep caught up (every user index when it says all)."""
-    details = manifest.mem_wal
-    if details is None:
-        return []
-    if details.HasField("maintain_all_indexes") and details.maintain_all_indexes:
-        return sorted({i.name for i in manifest.user_indices()})
-    return list(details.maintained_indexes)
 
 
 def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:

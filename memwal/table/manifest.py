@@ -160,3 +160,13 @@ def progress_of(
         for p in details.index_catchup
     }
     return compacted, catchup
+
+
+def maintained_indexes(manifest: TableManifest) -> list[str]:
+    """The indexes the MemWAL index asks to keep caught up (every user index when it says all)."""
+    details = manifest.mem_wal
+    if details is None:
+        return []
+    if details.HasField("maintain_all_indexes") and details.maintain_all_indexes:
+        return sorted({i.name for i in manifest.user_indices()})
+    return list(details.maintained_indexes)

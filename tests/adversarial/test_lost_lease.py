@@ -17,8 +17,8 @@ import pytest
 
 import memwal
 from memwal.core import clock as clocks
-from memwal.inspect.status import maintained_indexes
 from memwal.lease import Lease
+from memwal.table.manifest import maintained_indexes
 from tests.conftest import lsm_rows
 from tests.helpers import assert_one_line_error, run_cli
 from tests.interleave import ManualClock, Stalled

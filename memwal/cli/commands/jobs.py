@@ -88,7 +88,9 @@ def _catchup(doc: dict) -> str:
 def _compact(doc: dict) -> str:
     if doc.get("dry_run"):
         if not doc["tasks"]:
-            return f"{doc['table']}: nothing to compact ({doc['fragments_before']} fragments; dry run)"
+            repair = (f"; would re-earn the catch-up of {', '.join(doc['catchup_repair'])}, which an earlier "
+                      "compaction dropped" if doc.get("catchup_repair") else "")
+            return f"{doc['table']}: nothing to compact ({doc['fragments_before']} fragments{repair}; dry run)"
         return (f"{doc['table']}: would rewrite {doc['fragments_to_rewrite']} of {doc['fragments_before']} fragments "
                 f"in {len(doc['tasks'])} tasks, materialising {doc['deletions_to_materialize']} deleted rows "
                 "(dry run: nothing written)")

@@ -1,0 +1,159 @@
+"""Running a catch-up plan, and insisting that Lance recorded the catch-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
+from memwal.core import steps
+from memwal.core.retry import after_conflict, vanished
+from memwal.errors import MemWalError, StateMovedError
+from memwal.history import run as history
+from memwal.table import Table
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexResult:
+    index_name: str
+    action: str
+    caught_up: dict[str, int]
+    recorded: bool
+
+
+@dataclass
+class CatchupResult:
+    table: str
+    version: int | None
+    indexes: list[IndexResult] = field(default_factory=list)
+    engine: str = "local"
+
+    @property
+    def all_recorded(self) -> bool:
+        return all(i.recorded for i in self.indexes)
+
+    def to_json(self) -> dict:
+        return {"table": self.table, "version": self.version, "engine": self.engine,
+                "all_recorded": self.all_recorded, "indexes": [asdict(i) for i in self.indexes]}
+
+
+ALL_DELTAS = 1 << 30
+
+
+class LocalCatchupEngine:
+    """Lance's own optimize_indices, in-process: one commit per kind of work.
+
+    Incremental: the unindexed fragments become part of the newest delta. Rebuild: a
+    vector index is retrained (new centroids for drifted data); a scalar index has no
+    training, so its rebuild is merging every delta into one.
+    """
+
+    name = "local"
+
+    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan]) -> None:
+        groups = [
+            ([i.index_name for i in work if i.action == OPTIMIZE], {"num_indices_to_merge": 1}),
+            ([i.index_name for i in work if i.action == RETRAIN and i.is_vector], {"retrain": True}),
+            ([i.index_name for i in work if i.action == RETRAIN and not i.is_vector],
+             {"num_indices_to_merge": ALL_DELTAS}),
+        ]
+        for names, options in groups:
+            if names:
+                table.dataset().optimize.optimize_indices(index_names=names, **options)
+
+
+def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Lease | None = None) -> CatchupResult:
+    engine = engine or LocalCatchupEngine()
+    work = plan.work()
+    result = CatchupResult(table=table.uri, version=None, engine=engine.name)
+    before = table.dataset().version
+    if work:
+        if lease:
+            lease.check()
+        steps.step("catchup.before-build")
+        engine.run(table, plan, work)
+    after = table.manifest()
+    if work:
+        result.version = after.version
+        _record_index_commits(table, before, after.version)
+    for ip in plan.indexes:
+        caught = {s: after.index_catchup.get(ip.index_name, {}).get(s, 0) for s in after.compacted}
+        # Read back what Lance recorded: every shard at least at the progress we planned against.
+        recorded = all(caught.get(s, 0) >= g for s, g in plan.compacted.items())
+        result.indexes.append(IndexResult(ip.index_name, ip.action, caught, recorded))
+        if ip.action != NONE and not recorded:
+            log.warning("index %s: Lance did not record catch-up to %s (recorded %s)", ip.index_name,
+                        plan.compacted, caught)
+    return result
+
+
+def _record_index_commits(table: Table, before: int, after: int) -> None:
+    """Name the index commits of this catch-up in the run's history: an engine commits one
+    version per group of indexes, and a merge may commit in between (it is not ours)."""
+    ds = table.dataset()
+    for v in range(before + 1, after + 1):
+        try:
+            txn = ds.read_transaction(v)
+        except (OSError, ValueError, RuntimeError, TypeError):  # pylance 14 cannot read a Rewrite's
+            continue
+        if txn is not None and type(txn.operation).__name__ == "CreateIndex":
+            history.committed(v)
+
+
+def _others_committed(table: Table, since: int) -> bool:
+    """Whether a commit other than an index commit (ours) landed after version ``since``.
+
+    (pylance 14.0.2 cannot read back a compaction's transaction, a ``Rewrite`` whose
+    ``RewrittenIndex`` it fails to build: an unreadable transaction counts as another's.)
+    """
+    ds = table.dataset()
+    for v in range(since + 1, ds.version + 1):
+        try:
+            txn = ds.read_transaction(v)
+        except Exception:  # noqa: BLE001 - see above
+            return True
+        if txn is None or type(txn.operation).__name__ != "CreateIndex":
+            return True
+    return False
+
+
+def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine=None, lease: Lease | None = None,
+                indexes: list[str] | None = None, thresholds: CatchupThresholds | None = None,
+                max_attempts: int = 6) -> CatchupResult:
+    """Execute ``plan`` (or a fresh one) and insist that Lance recorded the catch-up.
+
+    A lost race is redone on a fresh plan (memwal.core.retry): an index commit that a concurrent
+    compaction preempted ("Retryable commit conflict ... Rewrite"), or a catch-up record a
+    commit right after ours dropped (Lance's compaction does: hazard H4).
+    """
+    if plan is not None:
+        indexes = plan.requested if indexes is None else indexes
+        thresholds = plan.thresholds or thresholds
+
+    def attempt(n: int) -> CatchupResult:
+        if n > 1 and lease:
+            lease.check()
+        p = plan if n == 1 and plan is not None else plan_catchup(table, indexes=indexes, thresholds=thresholds)
+        try:
+            result = execute_catchup(table, p, engine, lease=lease)
+        except (OSError, ValueError, RuntimeError) as exc:
+            # A file a concurrent version cleanup removed while the index was built.
+            if vanished(exc) and table.manifest().version > p.read_version:
+                raise StateMovedError(f"{table.uri}: version {p.read_version} moved while indexing") from exc
+            raise
+        if not result.all_recorded:
+            missing = [i.index_name for i in result.indexes if not i.recorded]
+            if _others_committed(table, p.read_version):
+                raise StateMovedError(f"{table.uri}: a concurrent commit dropped or preceded the catch-up record of "
+                                      f"{', '.join(missing)}")
+            raise MemWalError(f"{table.uri}: indexes {', '.join(missing)} ran but Lance did not record their catch-up")
+        return result
+
+    return after_conflict(attempt, what=f"{table.uri}: catch-up", attempts=max_attempts)

@@ -1,0 +1,252 @@
+"""Running a compaction plan: the rewrite tasks, one commit, progress kept, catch-up re-earned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from lance.optimize import Compaction, RewriteResult
+
+from memwal.actions.options import CompactOptions
+from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
+from memwal.compact.plan import CompactPlan, plan_compaction
+from memwal.core import steps
+from memwal.core.retry import after_conflict, is_conflict, vanished
+from memwal.errors import MemWalError, StateMovedError, first_line
+from memwal.history import run as history
+from memwal.table import Table
+from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
+
+log = logging.getLogger(__name__)
+Step = Callable[[str], None]
+
+
+#: How often the index catch-up is re-earned before giving up: a merge committing between
+#: the catch-up's read and its commit can leave a new fragment uncovered.
+CATCHUP_ATTEMPTS = 4
+
+
+@dataclass
+class IndexCatchup:
+    """A maintained index's catch-up read back from the table manifest after the job."""
+
+    index_name: str
+    caught_up: dict[str, int]
+    recorded: bool  # caught up to the merge progress of every shard (what GC waits for)
+    kept: bool  # at least what was recorded before the compaction
+
+
+@dataclass
+class CompactResult:
+    table: str
+    version: int | None
+    fragments_before: int
+    fragments_after: int
+    fragments_removed: int = 0
+    fragments_added: int = 0
+    deletions_materialized: int = 0
+    indexes: list[IndexCatchup] = field(default_factory=list)
+    engine: str = "local"
+    attempts: int = 1
+    catchup_repaired: bool = False
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class CompactEngine(Protocol):
+    """Runs a plan's Lance tasks (local: in-process; spark: one Spark task per Lance task)."""
+
+    name: str
+
+    def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]: ...
+
+
+class LocalCompactEngine:
+    name = "local"
+
+    @classmethod
+    def from_active_or_local(cls) -> LocalCompactEngine:
+        return cls()
+
+    def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]:
+        ds = table.dataset(plan.read_version)
+        return [task.execute(ds) for task in plan.lance_tasks]
+
+
+def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | None = None, *,
+                       lease: Lease | None = None, on_step: Step | None = None,
+                       catchup_engine=None) -> CompactResult:
+    """Run the plan's tasks, commit them once, check progress, re-earn index catch-up.
+
+    Raises on a commit conflict (nothing committed); :func:`run_compact` re-plans.
+    """
+    engine = engine or LocalCompactEngine()
+    step = steps.scoped("compact", on_step)
+    result = CompactResult(table=table.uri, version=None, fragments_before=plan.fragments_before,
+                           fragments_after=plan.fragments_before, engine=engine.name)
+    if plan.is_empty():
+        return result
+    if lease:
+        lease.check()
+    rewrites = engine.run_tasks(table, plan)
+    step("after-tasks")
+    if lease:
+        lease.check()
+    # Committed against the plan's read version: Lance rebases it over concurrent appends and
+    # rejects it (retryably) when a concurrent merge changed a fragment it rewrote.
+    before = table.dataset().version
+    metrics = Compaction.commit(table.dataset(plan.read_version), rewrites)
+    result.version = table.dataset().version
+    _record_compaction_commits(table, before, result.version)
+    result.fragments_removed, result.fragments_added = metrics.fragments_removed, metrics.fragments_added
+    result.deletions_materialized = sum(t.deleted_rows for t in plan.tasks)
+    log.info("compacted %s: %d fragments rewritten as %d", table.uri, metrics.fragments_removed,
+             metrics.fragments_added)
+    check_progress_kept(table, plan.read_version)
+    step("after-commit")
+    # Our own commit dropped the catch-up record (H4): re-earning it repairs what we did, so it
+    # runs even if the lease was lost meanwhile (as the snapshot's H1 repairs do); the job
+    # still ends with exit 3 then (memwal.actions checks every lease after the job).
+    version = restore_catchup(table, plan.catchup_to_keep(), catchup_engine, lease=None)
+    result.version = version or result.version
+    finish(table, plan.catchup_to_keep(), result)
+    step("after-catchup")
+    return result
+
+
+def _record_compaction_commits(table: Table, before: int, version: int) -> None:
+    """Name the compaction's commits in the run's history. ``Compaction.commit`` makes two:
+    it first reserves the new fragments' ids (``ReserveFragments``, which pylance 14 reads
+    back only as an opaque ``BaseOperation``), then commits the rewrite; a concurrent writer's
+    commits in between read back as what they are (Append, Update...) and stay theirs."""
+    history.committed(version)
+    ds = table.dataset()
+    for v in range(before + 1, version):
+        try:
+            txn = ds.read_transaction(v)
+        except (OSError, ValueError, RuntimeError, TypeError):
+            continue
+        if txn is not None and type(txn.operation).__name__ == "BaseOperation":
+            history.committed(v)
+
+
+def check_progress_kept(table: Table, since_version: int) -> None:
+    """Merge progress never went down in any version from ``since_version`` on.
+
+    The compaction commit carries the MemWAL index details of the version it rebased on;
+    should it ever carry stale ones, merge progress written concurrently would be lost and
+    the next merge would re-apply generations: stop loudly instead.
+    """
+    versions = sorted(v for v in list_versions(table.store) if v >= since_version)
+    last: dict[str, int] = {}
+    for v in versions:
+        manifest = table.manifest(v)
+        for shard in sorted(set(last) | set(manifest.compacted)):
+            g = manifest.compacted_generation(shard)
+            if g < last.get(shard, 0):
+                raise MemWalError(f"{table.uri}: merge progress of shard {shard} went from generation "
+                                  f"{last[shard]} down to {g} at table version {v}")
+            last[shard] = g
+
+
+def _behind(before: dict[str, dict[str, int]], after: TableManifest) -> list[str]:
+    """Indexes whose recorded catch-up is lower now than ``before`` for some shard."""
+    return sorted(name for name, shards in before.items()
+                  if any(after.index_catchup.get(name, {}).get(s, 0) < g for s, g in shards.items()))
+
+
+def restore_catchup(table: Table, before: dict[str, dict[str, int]], catchup_engine=None, *,
+                    lease: Lease | None = None) -> int | None:
+    """Re-earn the catch-up record the compaction commit dropped, and read it back.
+
+    Lance remapped the indexes to the new fragments during the commit, so the catch-up
+    job's incremental optimisation only has to make the commit that records the catch-up
+    (or a rebuild, when its thresholds say so). A merge committing meanwhile can leave a
+    fragment uncovered: re-plan and retry. Returns the version of the last catch-up commit.
+    """
+    engine = catchup_engine or LocalCatchupEngine()
+    version = None
+    for attempt in range(1, CATCHUP_ATTEMPTS + 1):
+        plan = plan_catchup(table, thresholds=CatchupThresholds())
+        try:
+            done = execute_catchup(table, plan, engine, lease=lease)
+        except (OSError, RuntimeError) as exc:
+            if not is_conflict(exc) or attempt == CATCHUP_ATTEMPTS:
+                raise
+            log.warning("index catch-up after compaction conflicted (%s); retrying", first_line(exc))
+            continue
+        version = done.version or version
+        behind = _behind(before, table.manifest())
+        if done.all_recorded and not behind:
+            return version
+        log.warning("index catch-up after compaction not recorded yet (%s); retrying",
+                    ", ".join(behind) or "concurrent commit")
+    raise MemWalError(f"{table.uri}: compacted, but the catch-up of indexes "
+                      f"{', '.join(_behind(before, table.manifest())) or 'maintained'} could not be re-earned; "
+                      "run `memwal catchup`")
+
+
+def finish(table: Table, before: dict[str, dict[str, int]], result: CompactResult) -> None:
+    """Fill the result's fragment count and catch-up read back from the latest manifest."""
+    after = table.manifest()
+    result.fragments_after = len(table.dataset(after.version).get_fragments())
+    result.indexes = []
+    for name in maintained_indexes(after):
+        caught = {s: after.index_catchup.get(name, {}).get(s, 0) for s in after.compacted}
+        recorded = all(caught[s] >= g for s, g in after.compacted.items())
+        result.indexes.append(IndexCatchup(name, caught, recorded, not _behind({name: before.get(name, {})}, after)))
+    behind = _behind(before, after)
+    if behind:
+        raise MemWalError(f"{table.uri}: index catch-up of {', '.join(behind)} went backwards during compaction")
+
+
+def run_compact(table: Table, *, plan: CompactPlan | None = None, options: CompactOptions | None = None,
+                engine: CompactEngine | None = None, lease: Lease | None = None, catchup_engine=None,
+                max_attempts: int = 6, on_step: Step | None = None,
+                sleep: Callable[[float], None] = time.sleep) -> CompactResult:
+    """Execute ``plan`` (or a fresh one), re-planning only after a commit conflict.
+
+    When nothing is worth compacting nothing is committed, unless the plan says an earlier
+    run committed its compaction and stopped before re-earning the index catch-up: that
+    repair is a step of the plan (the dry run shows it), done here.
+    """
+    engine = engine or LocalCompactEngine()
+
+    def attempt(n: int) -> CompactResult:
+        p = plan if n == 1 and plan is not None else plan_compaction(table, options)
+        if p.is_empty():
+            return _nothing_to_compact(table, p, engine, lease=lease, catchup_engine=catchup_engine)
+        try:
+            result = execute_compaction(table, p, engine, lease=lease, on_step=on_step,
+                                        catchup_engine=catchup_engine)
+        except (OSError, ValueError, RuntimeError) as exc:
+            # A file of the plan's read version removed by a concurrent version cleanup.
+            if vanished(exc) and table.manifest().version > p.read_version:
+                raise StateMovedError(f"{table.uri}: version {p.read_version} expired while compacting") from exc
+            raise
+        result.attempts = n
+        return result
+
+    return after_conflict(attempt, what=f"{table.uri}: compaction (nothing of a lost attempt was committed)",
+                          attempts=max_attempts, sleep=sleep)
+
+
+def _nothing_to_compact(table: Table, plan: CompactPlan, engine: CompactEngine, *, lease: Lease | None,
+                        catchup_engine) -> CompactResult:
+    result = CompactResult(table=table.uri, version=None, fragments_before=plan.fragments_before,
+                           fragments_after=plan.fragments_before, engine=engine.name)
+    if plan.catchup_repair:
+        log.warning("%s: indexes %s lost their catch-up record to an earlier compaction; re-earning it",
+                    table.uri, ", ".join(plan.catchup_repair))
+        result.version = restore_catchup(table, plan.catchup_to_keep(), catchup_engine, lease=lease)
+        result.catchup_repaired = True
+    finish(table, plan.catchup_to_keep(), result)
+    return result

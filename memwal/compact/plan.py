@@ -1,0 +1,130 @@
+"""Planning a compaction with Lance's own planner, and what the commit must keep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lance.optimize import Compaction, CompactionTask
+
+from memwal.actions.options import CompactOptions
+from memwal.errors import MemWalError, first_line
+from memwal.table import Table
+from memwal.table.manifest import TableManifest, maintained_indexes
+
+if TYPE_CHECKING:
+    pass
+
+
+
+def lance_options(options: CompactOptions) -> dict[str, Any]:
+    """Lance's ``CompactionOptions`` (unset values keep Lance's and the table config's defaults)."""
+    out: dict[str, Any] = {
+        "target_rows_per_fragment": options.target_rows_per_fragment,
+        "max_rows_per_group": options.max_rows_per_group,
+        "materialize_deletions_threshold": options.materialize_deletions_threshold,
+        "max_source_fragments": options.max_fragments,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass
+class TaskPlan:
+    """One rewrite group: adjacent fragments Lance will rewrite as one or a few fragments."""
+
+    fragment_ids: list[int]
+    rows: int
+    deleted_rows: int
+
+
+@dataclass
+class CompactPlan:
+    table: str
+    read_version: int
+    options: dict[str, Any]
+    fragments_before: int
+    compacted: dict[str, int]
+    index_catchup: dict[str, dict[str, int]]
+    indexes: list[str]
+    tasks: list[TaskPlan] = field(default_factory=list)
+    #: Lance's task objects, in the order of ``tasks`` (picklable; not part of the JSON).
+    lance_tasks: list[CompactionTask] = field(default_factory=list, repr=False)
+    #: With nothing to compact: maintained indexes an earlier compaction left without their
+    #: catch-up record (it committed, then stopped before re-earning it): re-earned by the run.
+    catchup_repair: list[str] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not self.tasks
+
+    def catchup_to_keep(self) -> dict[str, dict[str, int]]:
+        """The catch-up recorded at the read version for the maintained indexes: what the
+        compaction must leave recorded (or higher) when it is done."""
+        return {name: shards for name, shards in self.index_catchup.items() if name in self.indexes}
+
+    def to_json(self) -> dict:
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "options": self.options,
+            "fragments_before": self.fragments_before,
+            "fragments_to_rewrite": sum(len(t.fragment_ids) for t in self.tasks),
+            "deletions_to_materialize": sum(t.deleted_rows for t in self.tasks),
+            "compacted": self.compacted,
+            "index_catchup": self.index_catchup,
+            "tasks": [asdict(t) for t in self.tasks],
+            "catchup_repair": self.catchup_repair,
+        }
+
+
+def plan_compaction(table: Table, options: CompactOptions | None = None,
+                    manifest: TableManifest | None = None) -> CompactPlan:
+    """Pure: which fragments Lance would rewrite, and the progress the commit must keep."""
+    options = options or CompactOptions()
+    manifest = manifest or table.require_mem_wal()
+    ds = table.dataset(manifest.version)
+    lance_opts = lance_options(options)
+    try:
+        lance_plan = Compaction.plan(ds, lance_opts)
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise MemWalError(f"{table.uri}: cannot plan the compaction: {first_line(exc)}") from exc
+    plan = CompactPlan(
+        table=table.uri,
+        read_version=manifest.version,
+        options=lance_opts,
+        fragments_before=len(ds.get_fragments()),
+        compacted=dict(manifest.compacted),
+        index_catchup={k: dict(v) for k, v in manifest.index_catchup.items()},
+        indexes=maintained_indexes(manifest),
+    )
+    for task in lance_plan.tasks:
+        frags = list(task.fragments)
+        plan.tasks.append(TaskPlan([f.id for f in frags], sum(f.num_rows for f in frags),
+                                   sum(f.num_deletions for f in frags)))
+        plan.lance_tasks.append(task)
+    if plan.is_empty():
+        plan.catchup_repair = dropped_catchup(table, manifest)
+    return plan
+
+
+def dropped_catchup(table: Table, manifest: TableManifest) -> list[str]:
+    """Maintained indexes left without a catch-up record by an earlier compaction.
+
+    The signature of a compaction that committed but crashed before re-earning: progress
+    exists, the index covers every row (nothing unindexed), yet no record. An index that
+    merely lags after a merge has unindexed rows, and is the catch-up job's business.
+    """
+    if not manifest.compacted:
+        return []
+    ds = table.dataset(manifest.version)
+    out = []
+    for name in maintained_indexes(manifest):
+        if name in manifest.index_catchup:
+            continue
+        try:
+            unindexed = int(ds.stats.index_stats(name).get("num_unindexed_rows", 0))
+        except (ValueError, OSError, RuntimeError):
+            continue
+        if unindexed == 0:
+            out.append(name)
+    return out

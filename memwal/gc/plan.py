@@ -1,0 +1,429 @@
+"""Planning GC: what may go, and for everything that may not, every gate that holds it.
+
+Pure: it reads manifests, listings and checkpoints and writes nothing (the dry run).
+The gates themselves are in :mod:`memwal.gc.gates`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+from memwal.checkpoint import Checkpoint, list_checkpoints
+from memwal.core import clock as clocks
+from memwal.errors import BadInputError, MemWalError, NotFoundError, UnsafePathError
+from memwal.gc.delete import survey, under
+from memwal.gc.gates import (
+    DEFAULT_GRACE_SECONDS,
+    FENCE_SENTINEL,
+    GRACE_PERIOD,
+    UNSAFE_PATH,
+    WAL_NEEDED_FOR_REPLAY,
+    Blocked,
+    HeldGeneration,
+    retention_report,
+    verdict_of,
+)
+from memwal.history.log import expired_history
+from memwal.store import LocalStore, Store
+from memwal.table import Table
+from memwal.table.manifest import maintained_indexes
+from memwal.table.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME, STAGING_DIR, parse_generation_dir, shard_dir
+from memwal.table.paths import generation_key, shard_of_key
+from memwal.table.retained import RetainedVersion, retained_versions
+from memwal.table.shards import (
+    UNREADABLE,
+    ShardManifestError,
+    ShardState,
+    WalEntry,
+    WalEntryMeta,
+    list_generation_dirs,
+    list_manifest_versions,
+    list_wal_entries,
+    read_shard_manifest,
+    read_shard_manifests,
+    read_wal_entry_meta,
+)
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+
+
+DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
+
+
+#: Plans retried when a listed object vanished before it was read (a concurrent GC).
+PLAN_ATTEMPTS = 5
+
+
+#: Concurrent WAL entry reads (schema only) while planning on an object store.
+WAL_READ_THREADS = 16
+
+
+@dataclass
+class GenerationDeletion:
+    shard_id: str
+    generation: int
+    path: str
+    key: str
+    gates: dict
+    #: Its files as listed when planned (the dry run's figures; the run lists again as it deletes).
+    objects: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class WalDeletion:
+    shard_id: str
+    position: int
+    generation: int
+    key: str
+    size: int
+
+
+@dataclass
+class KeptWal:
+    """A WAL entry GC keeps although nothing blocks its generation (or it has none)."""
+
+    shard_id: str
+    position: int
+    generation: int | None  # None for a fence sentinel
+    reason: str  # WAL_NEEDED_FOR_REPLAY or FENCE_SENTINEL
+
+
+@dataclass
+class Orphan:
+    kind: str  # "generation" or "staging"
+    shard_id: str | None
+    path: str
+    key: str
+    age_seconds: float
+
+
+@dataclass
+class GcPlan:
+    table: str
+    read_version: int
+    planned_at: float
+    grace_seconds: float
+    generations: list[GenerationDeletion] = field(default_factory=list)
+    wal_entries: list[WalDeletion] = field(default_factory=list)
+    blocked: list[Blocked] = field(default_factory=list)
+    orphans: list[Orphan] = field(default_factory=list)
+    retained_versions: int = 0
+    broken_shards: list[dict] = field(default_factory=list)
+    kept_wal_entries: list[KeptWal] = field(default_factory=list)
+    retention: dict | None = None
+    time_will_free: bool = False
+    #: Live checkpoints (id, version, expires_at) and the expired ones this run removes.
+    checkpoints: list[dict] = field(default_factory=list)
+    expired_checkpoints: list[str] = field(default_factory=list)
+    #: Run-history records older than the retention: this run deletes exactly these.
+    history_keys: list[str] = field(default_factory=list)
+    #: The planned version expiry: Lance's cleanup removes the untagged versions committed
+    #: before ``expire_before`` (a timestamp, so the run removes what the plan counted), and
+    #: the gates above were computed as if ``expiring`` were gone already.
+    expire_before: float | None = None
+    expiring: list[int] = field(default_factory=list)
+    older_than_seconds: float | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "grace_seconds": self.grace_seconds,
+            "retained_versions": self.retained_versions,
+            "would_delete": [
+                {"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
+                for g in self.generations
+            ],
+            "would_delete_wal_entries": [asdict(w) for w in self.wal_entries],
+            "blocked": [blocked_json(b) for b in self.blocked],
+            "orphans": [asdict(o) for o in self.orphans],
+            "broken_shards": self.broken_shards,
+            "kept_wal_entries": [asdict(k) for k in self.kept_wal_entries],
+            "retention": self.retention,
+            "time_will_free": self.time_will_free,
+            "checkpoints": self.checkpoints,
+            "expired_checkpoints": self.expired_checkpoints,
+            "history_records_to_prune": len(self.history_keys),
+            "versions_to_expire": self.expiring,
+        }
+
+
+def blocked_json(b: Blocked) -> dict:
+    d = {"shard_id": b.shard_id, "generation": b.generation, "reason": b.reason}
+    if len(b.reasons) > 1:
+        d["reasons"] = b.reasons
+    if b.wal_position is not None:
+        d["wal_position"] = b.wal_position
+    return d
+
+
+def plan_gc(
+    table: Table,
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    orphan_age_seconds: float = DEFAULT_ORPHAN_AGE_SECONDS,
+    history_retention_seconds: float | None = None,
+    expire_versions_seconds: float | None = None,
+    now: float | None = None,
+) -> GcPlan:
+    """Pure: what may go and, for everything that may not, which gate holds it.
+
+    With ``expire_versions_seconds``, the version expiry is a step of the plan: the versions
+    Lance's cleanup will remove are named, and every gate is computed without them, so the
+    dry run lists exactly what the run deletes (:func:`expiring_versions`).
+    """
+    now = clocks.current()() if now is None else now
+    latest = table.require_mem_wal()
+    indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
+    versions = retained_versions(table)
+    ckpts = list_checkpoints(table)
+    live = tuple(c for c in ckpts if c.live(now))
+    plan = GcPlan(table=table.uri, read_version=latest.version, planned_at=now, grace_seconds=grace_seconds,
+                  retained_versions=len(versions), older_than_seconds=expire_versions_seconds)
+    if expire_versions_seconds is not None:
+        plan.expire_before, gone = expiring_versions(versions, latest.version, expire_versions_seconds, live)
+        plan.expiring = sorted(v.version for v in gone)
+        versions = [v for v in versions if v not in gone]
+    plan.checkpoints = [{"id": c.id, "name": c.name, "version": c.version, "expires_at": c.expires_at}
+                        for c in live]
+    plan.expired_checkpoints = [c.id for c in ckpts if not c.live(now)]
+    held: list[HeldGeneration] = []  # per merged generation a retained version blocks
+    found = read_shard_manifests(table.store)
+    for err in found.broken.values():
+        _plan_broken_shard(table.store, err, plan)
+    for shard_id, state in found.states.items():
+        compacted = latest.compacted_generation(shard_id)
+        dirs = list_generation_dirs(table.store, shard_id)
+        present = {g: name for name, g in dirs.items()}
+        deletable: set[int] = set()
+        progress = [(v, v.manifest.compacted_generation(shard_id)) for v in versions]
+        gates = partial(verdict_of, shard_id, compacted=compacted, catchup=latest.index_catchup, indexes=indexes,
+                        progress=progress, now=now, grace_seconds=grace_seconds, checkpoints=live)
+        for fg in state.flushed:
+            g = fg.generation
+            try:
+                key = generation_key(shard_id, fg.path)
+            except UnsafePathError as exc:
+                plan.blocked.append(Blocked(shard_id, g, "unsafe-path", ["unsafe-path", str(exc)]))
+                continue
+            verdict = gates(g)
+            if verdict.reasons:
+                plan.blocked.append(Blocked(shard_id, g, verdict.reasons[0], verdict.reasons))
+                if verdict.holders and g <= compacted:
+                    held.append(HeldGeneration(g, verdict.holders, progress, verdict.reasons))
+                continue
+            deletable.add(g)
+            if present.get(g) == key.rsplit("/", 1)[-1]:
+                plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, verdict.evidence))
+        _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
+        _plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
+    _plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
+    _plan_unsafe_links(table.store, plan)  # path safety (A)
+    files, _ = survey(table.store, [g.key for g in plan.generations])
+    for g in plan.generations:
+        g.objects, g.bytes = len(files[g.key]), sum(o.size for o in files[g.key])
+    plan.retention = retention_report(held, now, grace_seconds)
+    plan.time_will_free = any(b.reasons == [GRACE_PERIOD] for b in plan.blocked)
+    if history_retention_seconds is not None:
+        plan.history_keys = expired_history(table.store, now - history_retention_seconds)
+    return plan
+
+
+def expiring_versions(versions: list[RetainedVersion], latest: int, older_than_seconds: float,
+                      checkpoints: tuple[Checkpoint, ...] = ()) -> tuple[float, list[RetainedVersion]]:
+    """The cut-off and the versions Lance's ``cleanup_old_versions`` will remove.
+
+    Lance removes main-line versions committed before ``now - older_than`` except the latest
+    and tagged ones; it compares with the wall clock, so the cut-off is a timestamp of the
+    wall clock and the run passes Lance exactly that moment. A version a branch starts from
+    is assumed kept (if Lance removes it, the run only finds fewer holders than planned), and
+    a live checkpoint's version is kept even before its tag exists (the cut-off moves before
+    it). The run re-checks the gates against the versions left after the cleanup.
+    """
+    cutoff = time.time() - older_than_seconds
+    pinned = [v.manifest.timestamp for v in versions if v.branch is None
+              and any(c.version == v.version for c in checkpoints) and not v.tags]
+    if pinned:
+        cutoff = min(cutoff, min(pinned))
+    gone = [v for v in versions if v.branch is None and v.version != latest and not v.tags
+            and not v.child_branches and v.manifest.timestamp < cutoff]
+    return cutoff, gone
+
+
+def _plan_broken_shard(store: Store, err: ShardManifestError, plan: GcPlan) -> None:
+    """A shard whose latest manifest is unknown keeps everything: its generations, WAL and orphans.
+
+    Without the latest manifest nothing tells which generations are listed or replayable,
+    so each generation directory on storage is reported as blocked by the shard's problem.
+    """
+    plan.broken_shards.append({"shard_id": err.shard_id, "reason": err.reason, "detail": str(err)})
+    for g in sorted(set(list_generation_dirs(store, err.shard_id).values())):
+        plan.blocked.append(Blocked(err.shard_id, g, err.reason, [err.reason, str(err)]))
+
+
+def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int], plan: GcPlan) -> None:
+    """WAL entries that go with deletable generations; those kept on purpose are reported as kept.
+
+    An entry past ``replay_after`` is still needed to rebuild the writer's MemTable after a
+    crash, whatever happened to its generation (which may well go: a generation's files and
+    its WAL entry are separate copies). A fence sentinel belongs to no generation and keeps
+    a writer epoch's claim on its position. Neither is a blocked generation.
+    """
+    if not deletable:
+        return  # no WAL entry can go: skip reading every entry's schema
+    entries = list_wal_entries(store, shard_id)
+    for entry, meta in zip(entries, _wal_metas(store, shard_id, entries), strict=True):
+        if meta.is_fence_sentinel:
+            plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, None, FENCE_SENTINEL))
+        elif meta.generation not in deletable:
+            continue  # kept with its generation, which is reported blocked
+        elif entry.position > replay_after:
+            plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, meta.generation, WAL_NEEDED_FOR_REPLAY))
+        else:
+            plan.wal_entries.append(WalDeletion(shard_id, entry.position, meta.generation, entry.key, entry.size))
+
+
+def _wal_metas(store: Store, shard_id: str, entries: list[WalEntry]) -> list[WalEntryMeta]:
+    """Every entry's schema metadata: concurrently on an object store, where each read is a
+    request whose latency dominates; in order on a local disk, where a read is a few syscalls."""
+    read = partial(_read_wal_meta, store, shard_id)
+    if isinstance(store, LocalStore) or len(entries) < 2:
+        return [read(e) for e in entries]
+    with ThreadPoolExecutor(max_workers=min(WAL_READ_THREADS, len(entries))) as pool:
+        return list(pool.map(read, entries))
+
+
+def _read_wal_meta(store: Store, shard_id: str, entry: WalEntry) -> WalEntryMeta:
+    return read_wal_entry_meta(store, shard_id, entry.position)
+
+
+def _newest_mtime(store: Store, prefix: str) -> float | None:
+    times = [o.mtime for o in store.list(prefix)]
+    return max(times) if times else None
+
+
+def _plan_generation_orphans(store: Store, state: ShardState, dirs: dict[str, int],
+                             gates: Callable[[int], tuple[list[str], dict]], now: float, min_age: float,
+                             plan: GcPlan) -> None:
+    """Generation directories no manifest version ever listed (e.g. a failed flush's retry).
+
+    A directory whose generation is above the shard's merged generation is never one: it
+    may hold the only copy of rows a manifest we cannot see (or a writer mid-flush) lists,
+    so it is kept and reported (``orphan-not-merged``), whatever the manifests say. The
+    other gates apply too (``orphan-<gate>``): "unlisted" is only as true as the manifests
+    we read, and a reader may hold a listing that named the directory.
+    """
+    shard_id = state.shard_id
+    unlisted = set(dirs) - {s.path for s in state.manifest.sstables}
+    if unlisted:  # the usual case is none: only then are older manifest versions read
+        try:
+            for v in list_manifest_versions(store, shard_id):
+                if v < state.version:
+                    unlisted -= {s.path for s in read_shard_manifest(store, shard_id, v).manifest.sstables}
+        except MemWalError as exc:  # an older version we cannot read may list any of them
+            for name in sorted(unlisted):
+                plan.blocked.append(Blocked(shard_id, dirs[name], UNREADABLE, [UNREADABLE, f"{name}: {exc}"]))
+            return
+    for name in sorted(unlisted):
+        reasons = [f"orphan-{r}" for r in gates(dirs[name])[0]]
+        if reasons:
+            plan.blocked.append(Blocked(shard_id, dirs[name], reasons[0], [*reasons, name]))
+            continue
+        key = f"{shard_dir(shard_id)}/{name}"
+        newest = _newest_mtime(store, f"{key}/")
+        if newest is not None and now - newest >= min_age:
+            plan.orphans.append(Orphan("generation", shard_id, name, key, now - newest))
+
+
+def _plan_staging_orphans(store: Store, now: float, min_age: float, plan: GcPlan) -> None:
+    """Staging left by a crashed Spark merge (a finished merge removes its own)."""
+    for name in store.list_dirs(f"{STAGING_DIR}/"):
+        key = f"{STAGING_DIR}/{name}"
+        newest = _newest_mtime(store, f"{key}/")
+        if newest is not None and now - newest >= min_age:
+            plan.orphans.append(Orphan("staging", None, name, key, now - newest))
+
+
+def _plan_unsafe_links(store: Store, plan: GcPlan) -> None:
+    """Report every symbolic link under ``_mem_wal/`` as ``unsafe-path`` and keep what it could redirect.
+
+    Links are never followed (the store skips them in listings), but a deletion planned
+    next to one is held too: a link at or inside a generation directory holds that
+    generation and its WAL entries; anywhere else in a shard (the shard directory itself,
+    ``wal/``, ``manifest/``) every deletion in the shard; under ``_staging/`` that staging
+    directory; ``_mem_wal`` itself everything.
+    """
+    for link in store.list_links(f"{MEM_WAL_DIR}/"):
+        scope, shard_id, generation = _link_scope(link)
+        plan.blocked.append(Blocked(shard_id, generation, UNSAFE_PATH, [UNSAFE_PATH, _link_detail(link)]))
+        held = {(g.shard_id, g.generation) for g in plan.generations if under(g.key, scope)}
+        if generation:  # the linked directory is not listed as one, but its WAL entries may be planned
+            held.add((shard_id, generation))
+        plan.generations = [g for g in plan.generations if (g.shard_id, g.generation) not in held]
+        plan.wal_entries = [w for w in plan.wal_entries
+                            if not under(w.key, scope) and (w.shard_id, w.generation) not in held]
+        plan.orphans = [o for o in plan.orphans if not under(o.key, scope) and not under(scope, o.key)]
+
+
+def _link_scope(link: str) -> tuple[str, str | None, int]:
+    """(key prefix whose deletions a link holds, its shard or None, its generation or 0)."""
+    parts = link.split("/")
+    shard_id = shard_of_key(link + "/x")  # the link may be the shard directory itself
+    if shard_id is None:
+        depth = 3 if len(parts) > 2 and f"{parts[0]}/{parts[1]}" == STAGING_DIR else 2
+        return "/".join(parts[:depth]), None, 0
+    generation = parse_generation_dir(parts[2]) if len(parts) > 2 else None
+    if generation is None:
+        return shard_dir(shard_id), shard_id, 0
+    return "/".join(parts[:3]), shard_id, generation
+
+
+
+
+def _link_detail(key: str) -> str:
+    """The explanation carried in a blocked entry's ``reasons`` for a link found in the table."""
+    return f"{key}: symbolic link, never followed"
+
+
+def check_audit_destination(store: Store) -> None:
+    """Refuse, before anything is written, an audit folder that cannot hold the record.
+
+    The record is written after the deletions; finding out only then would leave a run
+    that deleted data without its record.
+    """
+    for key in (JOBS_DIR, f"{JOBS_DIR}/audit"):
+        if store.head(key) is not None:
+            raise BadInputError(f"{store.uri_for(key)} is a file, not a folder: the GC audit record cannot go there")
+
+
+def plan_gc_settled(table: Table, **options) -> GcPlan:
+    """:func:`plan_gc`, planned again when a listed object vanished before it was read.
+
+    A concurrent GC deletes WAL entries and generations between our listing and our read:
+    that is a lost race, not bad input, so we list again (what it deleted is then absent).
+    """
+    last: NotFoundError | None = None
+    for attempt in range(PLAN_ATTEMPTS):
+        try:
+            return plan_gc(table, **options)
+        except NotFoundError as exc:
+            last = exc
+            log.info("gc %s: %s vanished while planning (attempt %d): planning again", table.uri, exc, attempt + 1)
+    raise MemWalError(f"{table.uri}: objects kept vanishing while GC planned (a concurrent GC?): {last}")
+
+
+def prepare_gc(table: Table, *, audit: bool = False, **options) -> GcPlan:
+    """Everything a GC run reads, checked before its first write (lease, expiry, deletion, audit)."""
+    if audit:
+        check_audit_destination(table.store)
+    return plan_gc_settled(table, **options)

@@ -1,0 +1,58 @@
+"""The human summary of a GC document (a result or a dry run).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING
+
+from memwal.gc.gates import GRACE_PERIOD, WAL_NEEDED_FOR_REPLAY
+
+if TYPE_CHECKING:
+    pass
+
+
+def render_gc(doc: dict) -> str:
+    """The human summary of a GC document (a result or a dry run): what went, per shard as
+    generation ranges (a run may collect thousands), then why the rest stays and what would
+    free it."""
+    verb = "would delete" if doc["dry_run"] else "deleted"
+    lines = [f"{doc['table']}: {verb} {len(doc['deleted'])} generations and {doc['wal_entries_deleted']} WAL entries"
+             + ("" if doc["dry_run"] else f", {doc['bytes_freed']} bytes freed")]
+    by_shard: dict[str, list[int]] = defaultdict(list)
+    for d in doc["deleted"]:
+        by_shard[d["shard_id"]].append(d["generation"])
+    for shard_id, gens in sorted(by_shard.items()):
+        lines.append(f"  {verb} shard {shard_id} generations {_ranges(gens)}")
+    gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if " " not in r and "/" not in r)
+                    for b in doc["blocked"])
+    for reasons, n in sorted(gates.items()):
+        lines.append(f"  blocked: {n} x {reasons}")
+    for reason, n in sorted(Counter(k["reason"] for k in doc.get("kept_wal_entries", [])).items()):
+        why = ("the writer replays it after a crash" if reason == WAL_NEEDED_FOR_REPLAY
+               else "it fences out older writers")
+        lines.append(f"  kept: {n} WAL entr{'y' if n == 1 else 'ies'} x {reason} ({why})")
+    if doc.get("retention"):
+        lines.append(f"  retained versions: {doc['retention']['hint']}")
+    if doc.get("time_will_free"):
+        waiting = sum(1 for b in doc["blocked"] if b.get("reasons", [b["reason"]]) == [GRACE_PERIOD])
+        lines.append(f"  {waiting} generation(s) wait only for the reader grace period: a later run frees them")
+    for o in doc["orphans"]:
+        lines.append(f"  orphan {o['kind']} {o['key']} ({o['age_seconds']:.0f}s old)"
+                     + ("" if doc.get("orphans_deleted") else ": kept (use --orphans)"))
+    return "\n".join(lines)
+
+
+def _ranges(values: list[int]) -> str:
+    """``1-4, 7, 9-10`` for [1, 2, 3, 4, 7, 9, 10]."""
+    out: list[str] = []
+    vs = sorted(set(values))
+    start = prev = vs[0]
+    for v in [*vs[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)
