@@ -14,6 +14,8 @@ import pytest
 from memwal.demo import Workload
 from memwal.errors import MemWalError
 from memwal.merge import changes as C
+from memwal.merge import local as L
+from memwal.merge import read as R
 from memwal.merge.execute import LocalEngine, run_merge
 from memwal.merge.ops import MergeOps, fold
 from memwal.merge.plan import WALK_SHARD_ABOVE, plan_merge
@@ -23,7 +25,7 @@ from tests.conftest import lsm_rows, table_rows
 
 def reference_newest(t: pa.Table, pk: list[str]) -> pa.Table:
     """Each key's newest row by the definition: sort by (keys, generation, row address), keep the last."""
-    t = t.take(pc.sort_indices(t, [(k, "ascending") for k in pk] + [(C.GEN, "ascending"), (C.ROWADDR, "ascending")]))
+    t = t.take(pc.sort_indices(t, [(k, "ascending") for k in pk] + [(R.GEN, "ascending"), (R.ROWADDR, "ascending")]))
     rows = t.to_pylist()
     last = {tuple(r[k] for k in pk): r for r in rows}
     return pa.Table.from_pylist(list(last.values()), schema=t.schema)
@@ -37,10 +39,10 @@ def changes_table(rng: np.random.Generator, n: int, shards: int, *, string_keys:
         cols["part"] = pa.array((key % 3).astype(np.int32))
     cols.update({
         "v": np.arange(n),
-        C.TOMBSTONE: rng.random(n) < 0.2,
-        C.ROWADDR: pa.array(rng.permutation(n), pa.uint64()),
-        C.GEN: rng.integers(1, 6, n),
-        C.SHARD: shard,
+        R.TOMBSTONE: rng.random(n) < 0.2,
+        R.ROWADDR: pa.array(rng.permutation(n), pa.uint64()),
+        R.GEN: rng.integers(1, 6, n),
+        R.SHARD: shard,
     })
     return pa.table(cols)
 
@@ -53,7 +55,7 @@ def test_dedupe_keeps_each_keys_newest_row(lsm_order, string_keys, two_keys):
     for n, shards in ((0, 1), (1, 1), (50, 1), (300, 3), (2000, 4)):
         t = changes_table(rng, n, shards, string_keys=string_keys, two_keys=two_keys)
         if lsm_order:  # as the engines read: shard by shard, generation then row address ascending
-            t = t.take(pc.sort_indices(t, [(C.SHARD, "ascending"), (C.GEN, "ascending"), (C.ROWADDR, "ascending")]))
+            t = t.take(pc.sort_indices(t, [(R.SHARD, "ascending"), (R.GEN, "ascending"), (R.ROWADDR, "ascending")]))
         if n > 1:  # several chunks, as concatenated generations are
             t = pa.concat_tables([t.slice(0, n // 2), t.slice(n // 2)])
         order = [(k, "ascending") for k in pk]
@@ -65,10 +67,10 @@ def test_dedupe_keeps_each_keys_newest_row(lsm_order, string_keys, two_keys):
 def test_dedupe_refuses_a_key_written_to_two_shards(lsm_order):
     t = pa.table({
         "id": [1, 2, 3, 1],
-        C.TOMBSTONE: [False] * 4,
-        C.ROWADDR: pa.array([0, 1, 0, 2] if lsm_order else [5, 1, 0, 2], pa.uint64()),
-        C.GEN: [1, 1, 1, 1],
-        C.SHARD: pa.array([0, 0, 1, 1], pa.int32()),
+        R.TOMBSTONE: [False] * 4,
+        R.ROWADDR: pa.array([0, 1, 0, 2] if lsm_order else [5, 1, 0, 2], pa.uint64()),
+        R.GEN: [1, 1, 1, 1],
+        R.SHARD: pa.array([0, 0, 1, 1], pa.int32()),
     })
     with pytest.raises(MemWalError, match=r"primary key \{'id': 1\} was written to more than one shard"):
         C.dedupe(t, ["id"])
@@ -95,21 +97,21 @@ def test_threaded_reads_keep_plan_order(make_table):
     plan = plan_merge(table)
     schema = table.dataset(plan.read_version).schema
     code_of = {sid: i for i, sid in enumerate(plan.shard_ids)}
-    one = pa.concat_tables(C.read_generations(plan.generations, schema, None, code_of, threads=1))
-    many = pa.concat_tables(C.read_generations(plan.generations, schema, None, code_of, threads=8, group_rows=50))
+    one = pa.concat_tables(R.read_generations(plan.generations, schema, None, code_of, threads=1))
+    many = pa.concat_tables(R.read_generations(plan.generations, schema, None, code_of, threads=8, group_rows=50))
     assert many.equals(one)
     expected = [(code_of[r.shard_id], r.generation) for r in plan.generations]
-    seen = list(dict.fromkeys(zip(one.column(C.SHARD).to_pylist(), one.column(C.GEN).to_pylist(), strict=True)))
+    seen = list(dict.fromkeys(zip(one.column(R.SHARD).to_pylist(), one.column(R.GEN).to_pylist(), strict=True)))
     assert seen == expected
 
 
-@pytest.mark.parametrize("budget", [0, C.DEFAULT_MEMORY_BUDGET])
+@pytest.mark.parametrize("budget", [0, L.DEFAULT_MEMORY_BUDGET])
 def test_streamed_and_materialised_upserts_merge_the_same(make_table, budget):
     """Above the memory budget the upserts stream; at or below it they go as one table."""
     table, model = make_table(Workload(base_rows=300, shards=2, generations=4, rows_per_generation=40, seed=5))
     expected = lsm_rows(table)
     plan = plan_merge(table)
-    net = C.local_net_changes(plan, table.dataset(plan.read_version).schema, memory_budget=budget)
+    net = L.local_net_changes(plan, table.dataset(plan.read_version).schema, memory_budget=budget)
     try:
         assert (net.upsert_table is None) == (budget == 0)
         assert isinstance(net.upsert_data(), pa.RecordBatchReader if budget == 0 else pa.Table)

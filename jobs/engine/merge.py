@@ -66,18 +66,10 @@ from pyspark.sql import SparkSession
 
 from memwal.core import steps
 from memwal.errors import MemWalError
-from memwal.merge.changes import (
-    SHARD,
-    TOMBSTONE,
-    NetChanges,
-    _partition_of,
-    count_by_shard,
-    empty_keys,
-    read_generation,
-    read_generations,
-    reducer,
-)
+from memwal.merge.changes import NetChanges, count_by_shard, empty_keys, reducer
+from memwal.merge.local import partition_of
 from memwal.merge.plan import GenerationRef, MergePlan
+from memwal.merge.read import SHARD, TOMBSTONE, read_generation, read_generations
 from memwal.table import Table
 from memwal.table.naming import STAGING_DIR
 
@@ -248,7 +240,7 @@ def _read_buckets(
     if not frames:
         return
     t = pa.concat_tables(frames, promote_options="permissive")
-    bucket = _partition_of(t, pk, parts)
+    bucket = partition_of(t, pk, parts)
     order = np.argsort(bucket, kind="stable")
     t, bucket = t.take(pa.array(order)), bucket[order]
     edges = np.flatnonzero(np.diff(bucket)) + 1

@@ -39,7 +39,8 @@ Deletions are batched (one listing per shard, one lease check and two store call
 batch of objects) so collecting thousands of generations costs seconds, not minutes.
 
 - :mod:`memwal.gc.gates`: the gates, and what would free what retained versions hold;
-- :mod:`memwal.gc.plan`: the plan (pure: the dry run);
+- :mod:`memwal.gc.model`, :mod:`memwal.gc.plan`, :mod:`memwal.gc.orphans`: the plan (pure: the dry
+  run), and what no manifest lists or a link could redirect;
 - :mod:`memwal.gc.execute`: version expiry, the checkpoint handshake, the deletions;
 - :mod:`memwal.gc.delete`: the one link-safe, batched way GC deletes;
 - :mod:`memwal.gc.report`: the human summary.
@@ -56,7 +57,8 @@ from memwal.gc.delete import (
 )
 from memwal.gc.execute import GcResult, dry_run_result, execute_gc, expire_versions, recheck_gc_plan, run_gc
 from memwal.gc.gates import DEFAULT_GRACE_SECONDS, FENCE_SENTINEL, GRACE_PERIOD, UNSAFE_PATH, WAL_NEEDED_FOR_REPLAY
-from memwal.gc.plan import DEFAULT_ORPHAN_AGE_SECONDS, GcPlan, plan_gc, plan_gc_settled, prepare_gc
+from memwal.gc.model import GcPlan
+from memwal.gc.plan import DEFAULT_ORPHAN_AGE_SECONDS, plan_gc, plan_gc_settled, prepare_gc
 from memwal.gc.report import render_gc
 
 __all__ = [

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
+from memwal.core.pool import parallel_map
 from memwal.errors import LinkedPathError, UnsafePathError
 from memwal.store import ObjectInfo, Store
 from memwal.table import Table
@@ -113,12 +113,11 @@ def delete_prefixes(store: Store, prefixes: list[str], *,
             outcomes[prefix] = PrefixOutcome(0, 0, bad)
         else:
             ready.append(prefix)
-    with ThreadPoolExecutor(DELETE_THREADS) as pool:
-        deleter = partial(_delete_concurrently, store, pool)
-        for batch in _batches(ready, objs):
-            if before_batch:
-                before_batch()
-            outcomes.update(_delete_batch(deleter, batch, objs))
+    deleter = partial(_delete_concurrently, store)
+    for batch in _batches(ready, objs):
+        if before_batch:
+            before_batch()
+        outcomes.update(_delete_batch(deleter, batch, objs))
     return [outcomes[p] for p in prefixes]
 
 
@@ -194,15 +193,14 @@ def _is_manifest(key: str, prefix: str) -> bool:
 def delete_keys(store: Store, keys: list[str], *, before_batch: Callable[[], None] | None = None) -> list[str]:
     """Delete single objects (WAL entries) in batches, ``before_batch`` before each; returns the keys refused."""
     refused: set[str] = set()
-    with ThreadPoolExecutor(DELETE_THREADS) as pool:
-        for i in range(0, len(keys), BATCH_OBJECTS):
-            if before_batch:
-                before_batch()
-            refused |= _delete_concurrently(store, pool, keys[i:i + BATCH_OBJECTS])
+    for i in range(0, len(keys), BATCH_OBJECTS):
+        if before_batch:
+            before_batch()
+        refused |= _delete_concurrently(store, keys[i:i + BATCH_OBJECTS])
     return [k for k in keys if k in refused]
 
 
-def _delete_concurrently(store: Store, pool: ThreadPoolExecutor, keys: list[str]) -> set[str]:
+def _delete_concurrently(store: Store, keys: list[str]) -> set[str]:
     """:func:`delete_objects` over consecutive slices of ``keys`` at once; returns the keys refused.
 
     Every slice goes through the same per-key checks; running them at once overlaps the
@@ -216,7 +214,8 @@ def _delete_concurrently(store: Store, pool: ThreadPoolExecutor, keys: list[str]
     slices = [keys[i:i + step] for i in range(0, len(keys), step)]
     if len(slices) <= 1:
         return set(delete_objects(store, keys))
-    return {k for refused in pool.map(partial(delete_objects, store), slices) for k in refused}
+    parts = parallel_map(partial(delete_objects, store), slices, DELETE_THREADS, name="memwal-delete")
+    return {k for refused in parts for k in refused}
 
 
 class LocalGcEngine:

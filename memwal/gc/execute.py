@@ -17,13 +17,8 @@ from memwal.core import clock as clocks
 from memwal.core import steps
 from memwal.gc.delete import LocalGcEngine, check_under, delete_objects
 from memwal.gc.gates import DEFAULT_GRACE_SECONDS, GRACE_PERIOD, UNSAFE_PATH, Blocked
-from memwal.gc.plan import (
-    DEFAULT_ORPHAN_AGE_SECONDS,
-    GcPlan,
-    blocked_json,
-    check_audit_destination,
-    prepare_gc,
-)
+from memwal.gc.model import GcPlan, blocked_json
+from memwal.gc.plan import DEFAULT_ORPHAN_AGE_SECONDS, check_audit_destination, prepare_gc
 from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir, shard_dir

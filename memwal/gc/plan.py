@@ -8,44 +8,39 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
 from memwal.checkpoint import Checkpoint, list_checkpoints
 from memwal.core import clock as clocks
+from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, MemWalError, NotFoundError, UnsafePathError
-from memwal.gc.delete import survey, under
+from memwal.gc.delete import survey
 from memwal.gc.gates import (
     DEFAULT_GRACE_SECONDS,
     FENCE_SENTINEL,
     GRACE_PERIOD,
-    UNSAFE_PATH,
     WAL_NEEDED_FOR_REPLAY,
     Blocked,
     HeldGeneration,
     retention_report,
     verdict_of,
 )
+from memwal.gc.model import GcPlan, GenerationDeletion, KeptWal, WalDeletion
+from memwal.gc.orphans import plan_generation_orphans, plan_staging_orphans, plan_unsafe_links
 from memwal.history.log import expired_history
 from memwal.store import LocalStore, Store
 from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
-from memwal.table.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME, STAGING_DIR, parse_generation_dir, shard_dir
-from memwal.table.paths import generation_key, shard_of_key
+from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
+from memwal.table.paths import generation_key
 from memwal.table.retained import RetainedVersion, retained_versions
 from memwal.table.shards import (
-    UNREADABLE,
     ShardManifestError,
-    ShardState,
     WalEntry,
     WalEntryMeta,
     list_generation_dirs,
-    list_manifest_versions,
     list_wal_entries,
-    read_shard_manifest,
     read_shard_manifests,
     read_wal_entry_meta,
 )
@@ -65,106 +60,6 @@ PLAN_ATTEMPTS = 5
 
 #: Concurrent WAL entry reads (schema only) while planning on an object store.
 WAL_READ_THREADS = 16
-
-
-@dataclass
-class GenerationDeletion:
-    shard_id: str
-    generation: int
-    path: str
-    key: str
-    gates: dict
-    #: Its files as listed when planned (the dry run's figures; the run lists again as it deletes).
-    objects: int = 0
-    bytes: int = 0
-
-
-@dataclass
-class WalDeletion:
-    shard_id: str
-    position: int
-    generation: int
-    key: str
-    size: int
-
-
-@dataclass
-class KeptWal:
-    """A WAL entry GC keeps although nothing blocks its generation (or it has none)."""
-
-    shard_id: str
-    position: int
-    generation: int | None  # None for a fence sentinel
-    reason: str  # WAL_NEEDED_FOR_REPLAY or FENCE_SENTINEL
-
-
-@dataclass
-class Orphan:
-    kind: str  # "generation" or "staging"
-    shard_id: str | None
-    path: str
-    key: str
-    age_seconds: float
-
-
-@dataclass
-class GcPlan:
-    table: str
-    read_version: int
-    planned_at: float
-    grace_seconds: float
-    generations: list[GenerationDeletion] = field(default_factory=list)
-    wal_entries: list[WalDeletion] = field(default_factory=list)
-    blocked: list[Blocked] = field(default_factory=list)
-    orphans: list[Orphan] = field(default_factory=list)
-    retained_versions: int = 0
-    broken_shards: list[dict] = field(default_factory=list)
-    kept_wal_entries: list[KeptWal] = field(default_factory=list)
-    retention: dict | None = None
-    time_will_free: bool = False
-    #: Live checkpoints (id, version, expires_at) and the expired ones this run removes.
-    checkpoints: list[dict] = field(default_factory=list)
-    expired_checkpoints: list[str] = field(default_factory=list)
-    #: Run-history records older than the retention: this run deletes exactly these.
-    history_keys: list[str] = field(default_factory=list)
-    #: The planned version expiry: Lance's cleanup removes the untagged versions committed
-    #: before ``expire_before`` (a timestamp, so the run removes what the plan counted), and
-    #: the gates above were computed as if ``expiring`` were gone already.
-    expire_before: float | None = None
-    expiring: list[int] = field(default_factory=list)
-    older_than_seconds: float | None = None
-
-    def to_json(self) -> dict:
-        return {
-            "table": self.table,
-            "read_version": self.read_version,
-            "grace_seconds": self.grace_seconds,
-            "retained_versions": self.retained_versions,
-            "would_delete": [
-                {"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
-                for g in self.generations
-            ],
-            "would_delete_wal_entries": [asdict(w) for w in self.wal_entries],
-            "blocked": [blocked_json(b) for b in self.blocked],
-            "orphans": [asdict(o) for o in self.orphans],
-            "broken_shards": self.broken_shards,
-            "kept_wal_entries": [asdict(k) for k in self.kept_wal_entries],
-            "retention": self.retention,
-            "time_will_free": self.time_will_free,
-            "checkpoints": self.checkpoints,
-            "expired_checkpoints": self.expired_checkpoints,
-            "history_records_to_prune": len(self.history_keys),
-            "versions_to_expire": self.expiring,
-        }
-
-
-def blocked_json(b: Blocked) -> dict:
-    d = {"shard_id": b.shard_id, "generation": b.generation, "reason": b.reason}
-    if len(b.reasons) > 1:
-        d["reasons"] = b.reasons
-    if b.wal_position is not None:
-        d["wal_position"] = b.wal_position
-    return d
 
 
 def plan_gc(
@@ -226,9 +121,9 @@ def plan_gc(
             if present.get(g) == key.rsplit("/", 1)[-1]:
                 plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, verdict.evidence))
         _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
-        _plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
-    _plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
-    _plan_unsafe_links(table.store, plan)  # path safety (A)
+        plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
+    plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
+    plan_unsafe_links(table.store, plan)  # path safety (A)
     files, _ = survey(table.store, [g.key for g in plan.generations])
     for g in plan.generations:
         g.objects, g.bytes = len(files[g.key]), sum(o.size for o in files[g.key])
@@ -296,103 +191,12 @@ def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int
 def _wal_metas(store: Store, shard_id: str, entries: list[WalEntry]) -> list[WalEntryMeta]:
     """Every entry's schema metadata: concurrently on an object store, where each read is a
     request whose latency dominates; in order on a local disk, where a read is a few syscalls."""
-    read = partial(_read_wal_meta, store, shard_id)
-    if isinstance(store, LocalStore) or len(entries) < 2:
-        return [read(e) for e in entries]
-    with ThreadPoolExecutor(max_workers=min(WAL_READ_THREADS, len(entries))) as pool:
-        return list(pool.map(read, entries))
+    threads = 1 if isinstance(store, LocalStore) else WAL_READ_THREADS
+    return parallel_map(partial(_read_wal_meta, store, shard_id), entries, threads, name="memwal-gc")
 
 
 def _read_wal_meta(store: Store, shard_id: str, entry: WalEntry) -> WalEntryMeta:
     return read_wal_entry_meta(store, shard_id, entry.position)
-
-
-def _newest_mtime(store: Store, prefix: str) -> float | None:
-    times = [o.mtime for o in store.list(prefix)]
-    return max(times) if times else None
-
-
-def _plan_generation_orphans(store: Store, state: ShardState, dirs: dict[str, int],
-                             gates: Callable[[int], tuple[list[str], dict]], now: float, min_age: float,
-                             plan: GcPlan) -> None:
-    """Generation directories no manifest version ever listed (e.g. a failed flush's retry).
-
-    A directory whose generation is above the shard's merged generation is never one: it
-    may hold the only copy of rows a manifest we cannot see (or a writer mid-flush) lists,
-    so it is kept and reported (``orphan-not-merged``), whatever the manifests say. The
-    other gates apply too (``orphan-<gate>``): "unlisted" is only as true as the manifests
-    we read, and a reader may hold a listing that named the directory.
-    """
-    shard_id = state.shard_id
-    unlisted = set(dirs) - {s.path for s in state.manifest.sstables}
-    if unlisted:  # the usual case is none: only then are older manifest versions read
-        try:
-            for v in list_manifest_versions(store, shard_id):
-                if v < state.version:
-                    unlisted -= {s.path for s in read_shard_manifest(store, shard_id, v).manifest.sstables}
-        except MemWalError as exc:  # an older version we cannot read may list any of them
-            for name in sorted(unlisted):
-                plan.blocked.append(Blocked(shard_id, dirs[name], UNREADABLE, [UNREADABLE, f"{name}: {exc}"]))
-            return
-    for name in sorted(unlisted):
-        reasons = [f"orphan-{r}" for r in gates(dirs[name])[0]]
-        if reasons:
-            plan.blocked.append(Blocked(shard_id, dirs[name], reasons[0], [*reasons, name]))
-            continue
-        key = f"{shard_dir(shard_id)}/{name}"
-        newest = _newest_mtime(store, f"{key}/")
-        if newest is not None and now - newest >= min_age:
-            plan.orphans.append(Orphan("generation", shard_id, name, key, now - newest))
-
-
-def _plan_staging_orphans(store: Store, now: float, min_age: float, plan: GcPlan) -> None:
-    """Staging left by a crashed Spark merge (a finished merge removes its own)."""
-    for name in store.list_dirs(f"{STAGING_DIR}/"):
-        key = f"{STAGING_DIR}/{name}"
-        newest = _newest_mtime(store, f"{key}/")
-        if newest is not None and now - newest >= min_age:
-            plan.orphans.append(Orphan("staging", None, name, key, now - newest))
-
-
-def _plan_unsafe_links(store: Store, plan: GcPlan) -> None:
-    """Report every symbolic link under ``_mem_wal/`` as ``unsafe-path`` and keep what it could redirect.
-
-    Links are never followed (the store skips them in listings), but a deletion planned
-    next to one is held too: a link at or inside a generation directory holds that
-    generation and its WAL entries; anywhere else in a shard (the shard directory itself,
-    ``wal/``, ``manifest/``) every deletion in the shard; under ``_staging/`` that staging
-    directory; ``_mem_wal`` itself everything.
-    """
-    for link in store.list_links(f"{MEM_WAL_DIR}/"):
-        scope, shard_id, generation = _link_scope(link)
-        plan.blocked.append(Blocked(shard_id, generation, UNSAFE_PATH, [UNSAFE_PATH, _link_detail(link)]))
-        held = {(g.shard_id, g.generation) for g in plan.generations if under(g.key, scope)}
-        if generation:  # the linked directory is not listed as one, but its WAL entries may be planned
-            held.add((shard_id, generation))
-        plan.generations = [g for g in plan.generations if (g.shard_id, g.generation) not in held]
-        plan.wal_entries = [w for w in plan.wal_entries
-                            if not under(w.key, scope) and (w.shard_id, w.generation) not in held]
-        plan.orphans = [o for o in plan.orphans if not under(o.key, scope) and not under(scope, o.key)]
-
-
-def _link_scope(link: str) -> tuple[str, str | None, int]:
-    """(key prefix whose deletions a link holds, its shard or None, its generation or 0)."""
-    parts = link.split("/")
-    shard_id = shard_of_key(link + "/x")  # the link may be the shard directory itself
-    if shard_id is None:
-        depth = 3 if len(parts) > 2 and f"{parts[0]}/{parts[1]}" == STAGING_DIR else 2
-        return "/".join(parts[:depth]), None, 0
-    generation = parse_generation_dir(parts[2]) if len(parts) > 2 else None
-    if generation is None:
-        return shard_dir(shard_id), shard_id, 0
-    return "/".join(parts[:3]), shard_id, generation
-
-
-
-
-def _link_detail(key: str) -> str:
-    """The explanation carried in a blocked entry's ``reasons`` for a link found in the table."""
-    return f"{key}: symbolic link, never followed"
 
 
 def check_audit_destination(store: Store) -> None:

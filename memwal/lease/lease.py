@@ -23,12 +23,11 @@ whole TTL); a holder on another host is never presumed dead.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import TracebackType
 
 from memwal.core import clock as clocks
@@ -39,14 +38,13 @@ from memwal.errors import (
     BadInputError,
     ConflictError,
     LeaseHeldError,
-    LeaseLostError,
     MemWalError,
     NotFoundError,
     PreconditionFailedError,
 )
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
-from memwal.observe import metrics
+from memwal.lease.renewal import Renewing, store_errors
 from memwal.store import Store
 
 log = logging.getLogger("memwal.lease")
@@ -58,17 +56,7 @@ _ACQUIRE_ROUNDS = 8
 DEFAULT_TTL_SECONDS = 300.0
 
 
-@contextlib.contextmanager
-def store_errors(uri: str) -> Iterator[None]:
-    """A store failure on a lease object (permissions, a full disk, a folder in the way)
-    becomes one MemWalError naming the object, never a raw OSError."""
-    try:
-        yield
-    except OSError as exc:
-        raise MemWalError(f"cannot read or write lease object {uri}: {exc.strerror or exc}") from exc
-
-
-class Lease:
+class Lease(Renewing):
     """The lease of one job kind on one table, held by this process.
 
     Use as a context manager (acquire on enter, release on exit), and call :meth:`check`
@@ -125,11 +113,6 @@ class Lease:
     def record(self) -> LeaseRecord | None:
         """The lease record as last written or read by this holder."""
         return self._record
-
-    @property
-    def uri(self) -> str:
-        """Full URI of the lease object, for messages."""
-        return self.store.uri_for(self.key)
 
     def __repr__(self) -> str:
         return (f"Lease(kind={self.kind!r}, holder={self.holder!r}, token={self.token}, "
@@ -233,22 +216,6 @@ class Lease:
 
     # -- check / renew
 
-    def _lost(self, why: str) -> LeaseLostError:
-        """Mark the lease lost and build the error that stops the job (exit code 3)."""
-        self._held = False
-        return LeaseLostError(
-            f"lost the {self.kind} lease on {self.store.root} (holder {self.holder}, token {self.token}): {why}"
-        )
-
-    def _fence(self, why: str) -> None:
-        """The heartbeat found the lease lost: the next check stops the job."""
-        with self._lock:
-            if self._fenced is None:
-                self._fenced, self._held = why, False
-                metrics.lease_lost(self.kind)
-        log.warning("lost the %s lease on %s (token %d): %s; the job stops before its next side effect",
-                    self.kind, self.store.root, self.token, why)
-
     def check(self) -> None:
         """Verify the lease before a side effect (LeaseLostError once it is lost).
 
@@ -275,72 +242,6 @@ class Lease:
             beating = self._heartbeat is not None and self._heartbeat.running
             if not beating and current.expires_at - now < self.ttl_seconds / 2:
                 self._renew(now)
-
-    def renew(self) -> None:
-        """Extend the lease now, by CAS on the last ETag this holder saw (LeaseLostError if
-        the lease changed since, or this holder's lease has already expired)."""
-        with store_errors(self.uri), self._lock:
-            if self._fenced is not None:
-                raise self._lost(self._fenced)
-            if not self._held or self._record is None:
-                raise self._lost("not held (never acquired, released or already lost)")
-            now = self.clock()
-            if not self._record.live(now):
-                raise self._lost(f"expired at {fmt_time(self._record.expires_at)}")
-            self._renew(now)
-
-    def _renew(self, now: float) -> None:
-        """CAS a record with a later expiry on the last ETag seen; a lost race is a lost lease."""
-        assert self._record is not None and self._etag is not None
-        rec = LeaseRecord(self.kind, self.holder, self.token, self._record.acquired_at, now + self.ttl_seconds,
-                          renewed_at=now, host=self._record.host, pid=self._record.pid, run_id=self._record.run_id)
-        try:
-            etag = self.store.put_if_match(self.key, rec.to_json(), self._etag)
-        except PreconditionFailedError:
-            raise self._lost("the lease object changed under a renewal") from None
-        self._record, self._etag = rec, etag
-        self.renewals += 1
-        metrics.lease_renewed(self.kind)
-        log.debug("renewed %s lease (token %d) until %s", self.kind, self.token, fmt_time(rec.expires_at))
-
-    def _beat(self) -> float | None:
-        """One heartbeat: renew, and say when the next is due (None: stop, the lease is gone).
-
-        A store that cannot be reached is retried sooner, until the lease would have expired:
-        past that moment another job may rightly have taken it, so the lease is fenced.
-        """
-        with self._lock:
-            if not self._held or self._record is None:
-                return None
-            now = self.clock()
-            if not self._record.live(now):
-                self._fence(f"it expired at {fmt_time(self._record.expires_at)} before the heartbeat could renew "
-                            "it (the process stalled, or could not reach the store)")
-                return None
-            try:
-                self._renew(now)
-            except LeaseLostError as exc:
-                self._fence(self._takeover_reason(str(exc)))
-                return None
-            except (MemWalError, OSError) as exc:
-                remaining = self._record.expires_at - now
-                log.warning("could not renew the %s lease (token %d), %.0fs before it expires: %s", self.kind,
-                            self.token, remaining, exc)
-                return now + min(renewal_interval(self.ttl_seconds), max(remaining / 2, 0.0))
-            except Exception as exc:  # noqa: BLE001 - a renewal we do not understand is a lost lease
-                self._fence(f"its renewal failed: {exc}")
-                return None
-            return now + renewal_interval(self.ttl_seconds)
-
-    def _takeover_reason(self, fallback: str) -> str:
-        """Who holds the lease now if another holder took it (best effort), else ``fallback``."""
-        try:
-            current = LeaseRecord.from_json(self.store.get(self.key), where=self.uri)
-        except (MemWalError, OSError):
-            return fallback
-        if current.token == self.token and current.holder == self.holder:
-            return fallback
-        return f"taken over by {current.holder} with token {current.token}"
 
     # -- wait / release
 

@@ -57,17 +57,18 @@ import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
 from memwal.core import steps
+from memwal.core.retry import after_conflict, vanished
 from memwal.errors import ConflictError, StateMovedError, first_line
 from memwal.history import run as history
-
-if TYPE_CHECKING:
-    from memwal.lease import Lease
-from memwal.core.retry import after_conflict, vanished
 from memwal.merge import intents
-from memwal.merge.changes import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, NetChanges, local_net_changes
+from memwal.merge.changes import NetChanges
+from memwal.merge.local import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, local_net_changes
 from memwal.merge.plan import BlockedShard, MergePlan, plan_merge
 from memwal.table import Table
 from memwal.table.generations import GenerationUnreadableError
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
 
 log = logging.getLogger(__name__)
 

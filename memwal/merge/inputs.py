@@ -21,8 +21,7 @@ precision silently.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
@@ -31,6 +30,7 @@ import lance
 import pyarrow as pa
 import pyarrow.types as pt
 
+from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.columns import BaseFields, Renames, dataset_field_ids, describe, renames
 from memwal.store import Store
@@ -59,20 +59,6 @@ def generation_session() -> lance.Session:
 def open_generation(uri: str, storage_options: dict | None) -> lance.LanceDataset:
     """A generation dataset, opened through the shared session."""
     return lance.dataset(uri, storage_options=storage_options or None, session=generation_session())
-
-
-def ordered_map(fn: Callable[[T], R], items: Sequence[T], threads: int) -> list[R]:
-    """``[fn(x) for x in items]`` on a bounded thread pool; the first error propagates.
-
-    Items go to the pool in chunks (about four per thread): a future per item costs more
-    than the item itself when there are 10,000 tiny generations to open.
-    """
-    if threads <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
-    size = max(1, -(-len(items) // (threads * 4)))
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
-    with ThreadPoolExecutor(max_workers=min(threads, len(chunks)), thread_name_prefix="memwal-plan") as pool:
-        return [r for part in pool.map(lambda chunk: [fn(x) for x in chunk], chunks) for r in part]
 
 
 def links_by_generation(store: Store, shard_prefix: str, keys: Iterable[str]) -> dict[str, list[str]]:
@@ -221,7 +207,8 @@ def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options
     refs = plan.generations
     checked: dict[tuple[pa.Schema, tuple[tuple[str, int], ...]], Renames] = {}
     mapped: dict[tuple[str, int], Renames] = {}
-    for ref, (schema, ids, null, exc) in zip(refs, ordered_map(inspect, refs, threads), strict=True):
+    inspected = parallel_map(inspect, refs, threads, name="memwal-plan", chunks_per_thread=4)
+    for ref, (schema, ids, null, exc) in zip(refs, inspected, strict=True):
         if exc is not None:
             raise MemWalError(f"{_where(ref)}: cannot open the generation at {ref.uri}: {exc}") from exc
         key = (schema, tuple(sorted(ids.items())))

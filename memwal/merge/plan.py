@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from memwal.core.pool import parallel_map
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, StateMovedError, UnsafePathError
 from memwal.merge import intents
 from memwal.merge.columns import Renames
-from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation, ordered_map
+from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge.ops import MergeOps, table_merge_ops
 from memwal.table import Table
@@ -184,8 +185,8 @@ def plan_shard(
         why = f"unsafe-path: {', '.join(links[key])}: symbolic link, never followed"
         candidates, stop = candidates[:linked], BlockedShard(state.shard_id, fg.generation, why)
     uris = [store.uri_for(key) for _, key in candidates]
-    damage = ordered_map(lambda item: generation_damage(store, item[0], item[1], table.storage_options),
-                         [(key, uri) for (_, key), uri in zip(candidates, uris, strict=True)], OPEN_THREADS)
+    damage = parallel_map(lambda item: generation_damage(store, item[0], item[1], table.storage_options),
+                          [(key, uri) for (_, key), uri in zip(candidates, uris, strict=True)], OPEN_THREADS)
     refs: list[GenerationRef] = []
     for (fg, key), uri, why in zip(candidates, uris, damage, strict=True):
         if stop_at is not None and fg.generation >= stop_at.generation:

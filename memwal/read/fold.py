@@ -52,11 +52,11 @@ def base_rows_for_keys(ds: lance.LanceDataset, keys: pa.Table, primary_key: list
 def generation_operands(table: Table, ds: lance.LanceDataset, plan: ReadPlan, columns: list[str]) -> pa.Table | None:
     """Every operand (WAL entry row) of the plan's generations, conformed to the base schema,
     tagged for the fold, restricted to ``columns`` plus the fold's own columns."""
-    from memwal.merge.changes import INTERNAL, read_generation
     from memwal.merge.columns import BaseFields, dataset_field_ids, renames
     from memwal.merge.inputs import open_generation
     from memwal.merge.operands import OperandsIncompleteError, wal_keys_by_generation
     from memwal.merge.plan import GenerationRef
+    from memwal.merge.read import INTERNAL, read_generation
 
     if not plan.generations:
         return None
@@ -85,7 +85,8 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
                 columns: list[str] | None = None, keys: pa.Table | None = None) -> pa.Table:
     """The live rows a reader sees (``columns``, all by default; only ``keys`` when given),
     folded by the table's merge operators. Rows come in no particular order."""
-    from memwal.merge.changes import SHARD, TOMBSTONE, fold_changes, rows_with_keys
+    from memwal.merge.changes import fold_changes, rows_with_keys
+    from memwal.merge.read import SHARD, TOMBSTONE
     from memwal.read.checks import primary_key
 
     pk = primary_key(ds.schema)

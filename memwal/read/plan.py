@@ -39,8 +39,7 @@ those generations only when the filter constrains a prunable field.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -48,6 +47,7 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import ShardSnapshot
 
+from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError
 from memwal.read.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches, source_columns
 from memwal.snapshot.format import SnapshotUnavailableError
@@ -115,14 +115,6 @@ def _threads(table: Table) -> int:
     return 1 if isinstance(table.store, LocalStore) else _THREADS
 
 
-def _parallel(fn: Callable[[T], R], items: Iterable[T], threads: int = _THREADS) -> list[R]:
-    items = list(items)
-    if len(items) <= 1 or threads <= 1:
-        return [fn(i) for i in items]
-    with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="memwal-read") as pool:
-        return list(pool.map(fn, items))
-
-
 def _view_from_state(state: ShardState, specs: dict[int, dict]) -> ShardView:
     values: dict[str, Any] = {}
     spec = specs.get(state.manifest.shard_spec_id)
@@ -160,7 +152,7 @@ def _stale_reason(table: Table, view: ShardView, manifest: TableManifest, includ
 
 
 def _from_manifests(table: Table, shard_ids: list[str], specs: dict[int, dict]) -> dict[str, ShardView]:
-    states = _parallel(lambda sid: latest_shard_manifest(table.store, sid), shard_ids, _threads(table))
+    states = parallel_map(lambda sid: latest_shard_manifest(table.store, sid), shard_ids, _threads(table))
     return {s.shard_id: _view_from_state(s, specs) for s in states if s is not None}
 
 
@@ -278,11 +270,8 @@ def plan_read(
                 listed = set(list_shard_ids(table.store))
                 for sid in sorted(set(views) - listed):
                     del views[sid]  # its directory is gone: nothing of it can be read
-                reasons = _parallel(
-                    lambda v: (v.shard_id, _stale_reason(table, v, manifest, include_merged)),
-                    list(views.values()),
-                    _threads(table),
-                )
+                reasons = parallel_map(lambda v: (v.shard_id, _stale_reason(table, v, manifest, include_merged)),
+                                       list(views.values()), _threads(table))
                 for sid, reason in reasons:
                     if reason:
                         fallbacks.append({"shard_id": sid, "reason": reason})
@@ -299,7 +288,7 @@ def plan_read(
     listing = {sid: _unmerged(v, manifest, include_merged) for sid, v in views.items()}
     keep = {sid: True for sid in views}
     if pruner is not None and pruner.by_spec:
-        flags = _parallel(lambda sid: (sid, pruner.keep(views[sid], listing[sid])), sorted(views), _threads(table))
+        flags = parallel_map(lambda sid: (sid, pruner.keep(views[sid], listing[sid])), sorted(views), _threads(table))
         keep.update(dict(flags))
     plan = ReadPlan(table=table.uri, version=manifest.version, source=source, snapshot_ts_millis=ts, snapshots=[])
     plan.fallbacks = fallbacks

@@ -110,10 +110,10 @@ LOOKUP_THREADS = 8
 def lookup_each(planner: Any, keys: pa.Table, primary_key: list[str], columns: list[str],
                 schema: pa.Schema) -> pa.Table:
     """One ``plan_lookup`` per key (a few in parallel), rows in ``keys``' order."""
-    from memwal.merge.changes import ordered_pool
+    from memwal.core.pool import ordered_map
 
     values = list(key_values(keys, primary_key))
-    parts = ordered_pool(lambda v: planner.plan_lookup(v, columns=columns).to_table().select(columns).cast(schema),
+    parts = ordered_map(lambda v: planner.plan_lookup(v, columns=columns).to_table().select(columns).cast(schema),
                          values, LOOKUP_THREADS)
     return pa.concat_tables(list(parts)) if values else schema.empty_table()
 

@@ -37,19 +37,7 @@ from memwal.snapshot.format import (
     snapshot_schema,
     table_to_rows,
 )
-from memwal.snapshot.guard import (
-    CONFIG_FIELDS,
-    JOURNAL_KEY,
-    GuardedCommit,
-    Slot,
-    Step,
-    analyse_round,
-    apply_slots,
-    commit_mem_wal_details,
-    describe_slot,
-    desired_after,
-    slots_of,
-)
+from memwal.snapshot.guard import JOURNAL_KEY, GuardedCommit, Step, commit_mem_wal_details
 from memwal.snapshot.locate import LoadedSnapshot, read_snapshot
 from memwal.snapshot.plan import (
     LOCAL_READ_THREADS,
@@ -59,6 +47,15 @@ from memwal.snapshot.plan import (
     plan_snapshot,
     read_rows_from_store,
     unchanged_reason,
+)
+from memwal.snapshot.slots import (
+    CONFIG_FIELDS,
+    Slot,
+    analyse_round,
+    apply_slots,
+    describe_slot,
+    desired_after,
+    slots_of,
 )
 
 __all__ = [

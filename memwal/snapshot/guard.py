@@ -61,156 +61,24 @@ from lance.dataset import Index
 from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.history import run as history
-from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
+from memwal.pb import mem_wal_index_pb2
+from memwal.snapshot.slots import analyse_round, apply_slots, describe_slot, desired_after, slots_of
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
-from memwal.table.naming import JOBS_DIR, MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, shard_uuid_bytes, shard_uuid_str
+from memwal.table.naming import JOBS_DIR, MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
     from memwal.store import Store
 
 log = logging.getLogger(__name__)
-
-#: Written before each commit, removed once the commit is proven to have lost nothing.
-JOURNAL_KEY = f"{JOBS_DIR}/snapshot/pending.json"
-#: Details fields other than the snapshot and progress fields, compared as opaque values.
-CONFIG_FIELDS = ("sharding_specs", "maintained_indexes", "writer_config_defaults", "maintain_all_indexes")
-
 Step = Callable[[str], None]
-
 Slot = tuple[str, ...]
 
 
-def _config_bytes(d: mem_wal_index_pb2.MemWalIndexDetails, name: str) -> bytes:
-    """One field of the details as canonical bytes (a message holding only that field)."""
-    part = mem_wal_index_pb2.MemWalIndexDetails()
-    part.CopyFrom(d)
-    for other in part.DESCRIPTOR.fields_by_name:
-        if other != name:
-            part.ClearField(other)
-    return part.SerializeToString(deterministic=True)
-
-
-def slots_of(d: mem_wal_index_pb2.MemWalIndexDetails) -> dict[Slot, Any]:
-    """Every value a replacement must not lose: progress per shard and index, and configuration."""
-    out: dict[Slot, Any] = {}
-    for c in d.compacted_sstables:
-        out[("compacted", shard_uuid_str(c.shard_id.uuid))] = c.generation
-    for p in d.index_catchup:
-        for c in p.caught_up_generations:
-            out[("catchup", p.index_name, shard_uuid_str(c.shard_id.uuid))] = c.generation
-    for name in CONFIG_FIELDS:
-        out[("config", name)] = _config_bytes(d, name)
-    return out
-
-
-def _monotone(slot: Slot) -> bool:
-    return slot[0] in ("compacted", "catchup")
-
-
-def _gt(a: Any, b: Any) -> bool:
-    return (a if a is not None else -1) > (b if b is not None else -1)
-
-
-def _max(a: Any, b: Any) -> Any:
-    return a if _gt(a, b) else b
-
-
-def describe_slot(slot: Slot) -> dict[str, Any]:
-    if slot[0] == "compacted":
-        return {"kind": "compacted", "shard_id": slot[1]}
-    if slot[0] == "catchup":
-        return {"kind": "index_catchup", "index": slot[1], "shard_id": slot[2]}
-    return {"kind": "config", "field": slot[1]}
-
-
-def analyse_round(
-    read: dict[Slot, Any], wrote: dict[Slot, Any], before: dict[Slot, Any]
-) -> dict[Slot, tuple[Any, Any]]:
-    """Slots our commit got wrong: ``slot -> (correct value, value our commit holds)``.
-
-    ``read``: the details at our read version; ``wrote``: what our commit holds;
-    ``before``: the version just before ours (every interleaved commit's cumulative effect).
-    """
-    fixes: dict[Slot, tuple[Any, Any]] = {}
-    for slot in set(read) | set(wrote) | set(before):
-        r, c, b = read.get(slot), wrote.get(slot), before.get(slot)
-        if c == r:  # we did not mean to change it: the interleaved value stands
-            correct = b
-        elif b == r:  # we meant to change it and nobody else did
-            correct = c
-        elif _monotone(slot) and _gt(b, r):  # both raised it
-            correct = _max(b, c)
-        else:  # an interleaved decrease (restore, withdrawn catch-up) or reconfiguration wins
-            correct = b
-        if correct != c:
-            fixes[slot] = (correct, c)
-    return fixes
-
-
-def desired_after(fixes: dict[Slot, tuple[Any, Any]], latest: dict[Slot, Any]) -> dict[Slot, Any]:
-    """Values the repair commit must carry, given what commits after ours did to each slot."""
-    out = dict(latest)
-    for slot, (correct, ours) in fixes.items():
-        now = latest.get(slot)
-        if now == ours:  # untouched since our commit
-            out[slot] = correct
-        elif _monotone(slot) and _gt(now, ours):  # raised since (built on our wrong value)
-            out[slot] = _max(correct, now)
-        # else: lowered or reconfigured since: that later decision stands
-    return out
-
-
-def _uuid_msg(shard_id: str) -> shard_manifest_pb2.UUID:
-    return shard_manifest_pb2.UUID(uuid=shard_uuid_bytes(shard_id))
-
-
-def _entries(existing, want: dict[str, int]) -> list:
-    """Per-shard generation entries: the existing shards that stay, in their order, with
-    their wanted values, then the new shards, sorted (entries of dropped shards go)."""
-    want = dict(want)
-    out = []
-    for c in existing:
-        sid = shard_uuid_str(c.shard_id.uuid)
-        if sid in want:
-            out.append(mem_wal_index_pb2.CompactedSsTable(shard_id=c.shard_id, generation=want.pop(sid)))
-    new = sorted(want.items())
-    return out + [mem_wal_index_pb2.CompactedSsTable(shard_id=_uuid_msg(s), generation=g) for s, g in new]
-
-
-def apply_slots(d: mem_wal_index_pb2.MemWalIndexDetails, values: dict[Slot, Any]) -> None:
-    """Make ``d`` carry ``values`` for every slot, keeping entry order where it can."""
-    current = slots_of(d)
-    if all(current.get(s) == v for s, v in values.items()) and all(s in values for s in current):
-        return
-    # Merge progress.
-    kept = _entries(d.compacted_sstables, {s[1]: v for s, v in values.items() if s[0] == "compacted" and v is not None})
-    del d.compacted_sstables[:]
-    d.compacted_sstables.extend(kept)
-    # Index catch-up.
-    by_index: dict[str, dict[str, int]] = {}
-    for s, v in values.items():
-        if s[0] == "catchup" and v is not None:
-            by_index.setdefault(s[1], {})[s[2]] = v
-    progress = []
-    for p in d.index_catchup:
-        if p.index_name not in by_index:
-            continue
-        gens = _entries(p.caught_up_generations, by_index.pop(p.index_name))
-        progress.append(mem_wal_index_pb2.IndexCatchupProgress(index_name=p.index_name, caught_up_generations=gens))
-    for name, w in sorted(by_index.items()):
-        gens = [mem_wal_index_pb2.CompactedSsTable(shard_id=_uuid_msg(s), generation=g) for s, g in sorted(w.items())]
-        progress.append(mem_wal_index_pb2.IndexCatchupProgress(index_name=name, caught_up_generations=gens))
-    del d.index_catchup[:]
-    d.index_catchup.extend(progress)
-    # Configuration.
-    for name in CONFIG_FIELDS:
-        v = values.get(("config", name), b"")
-        if _config_bytes(d, name) != v:
-            d.ClearField(name)
-            d.MergeFromString(v)
+#: Written before each commit, removed once the commit is proven to have lost nothing.
+JOURNAL_KEY = f"{JOBS_DIR}/snapshot/pending.json"
 
 
 @dataclass

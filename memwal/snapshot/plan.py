@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, UnsafePathError
 from memwal.snapshot.format import (
     INLINE_THRESHOLD,
@@ -96,8 +96,8 @@ class LocalManifestReader:
         if len(shard_ids) <= 1 or threads == 1:
             return read_rows_from_store(table.store, shard_ids, columns)
         chunks = [shard_ids[i::threads] for i in range(threads)]
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="memwal-snapshot") as pool:
-            parts = list(pool.map(lambda c: read_rows_from_store(table.store, c, columns), chunks))
+        parts = parallel_map(lambda c: read_rows_from_store(table.store, c, columns), chunks, threads,
+                             name="memwal-snapshot")
         return [r for part in parts for r in part]
 
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
-import uuid
 from collections.abc import Iterable, Iterator
 
-from memwal.errors import BadInputError, LinkedPathError, NotFoundError, PreconditionFailedError
+from memwal.errors import BadInputError, LinkedPathError, NotFoundError
 from memwal.store.base import ObjectInfo, Store, clean_key, dir_prefix
-from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
+from memwal.store.local_walk import DIR_FLAGS, TreeDeleter, is_link, listing
+from memwal.store.local_writes import LocalWrites
 
 
-class LocalStore(Store):
+class LocalStore(LocalWrites, Store):
     """A directory on a local (POSIX) file system.
 
     Atomicity comes from the file system: puts write a temporary file in the target's
@@ -232,117 +231,6 @@ class LocalStore(Store):
         finally:
             os.close(dfd)
         return None if st is None else self._info(k, st)
-
-    # -- writes
-
-    def _write_temp(self, key: str, data: bytes) -> tuple[int, str, str]:
-        """Write ``data`` to a new temporary file in ``key``'s directory.
-
-        Returns (directory descriptor, temporary name, final name): renames and links then
-        happen inside that very directory, whatever is swapped in on the path meanwhile.
-        The file is fsynced so that a rename never exposes an empty file after a crash.
-        """
-        # Truncated base name: the temporary name must stay within NAME_MAX.
-        tmp = f".{key.rsplit('/', 1)[-1][:100]}{TEMP_MARKER}{uuid.uuid4().hex}"
-        for attempt in range(5):
-            dfd, name = self._parent_for_write(key)
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                             dir_fd=dfd)
-                break
-            except FileNotFoundError:
-                # A concurrent delete_many pruned the (empty) directory: recreate it.
-                os.close(dfd)
-                if attempt == 4:
-                    raise
-            except BaseException:
-                os.close(dfd)
-                raise
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            os.close(dfd)
-            raise
-        return dfd, tmp, name
-
-    def _parent_for_write(self, key: str) -> tuple[int, str]:
-        """The (created) directory of ``key``: a link on the way is refused, a file is bad input."""
-        try:
-            dfd, name = self._open_parent(key, create=True)
-        except LinkedPathError as exc:
-            if exc.link:
-                raise
-            raise BadInputError(f"cannot write {self.uri_for(key)}: {exc.where} is not a directory") from None
-        if dfd is None:  # the root vanished between makedirs and open
-            raise self._not_found("/".join(key.split("/")[:-1]) or key)
-        return dfd, name
-
-    @staticmethod
-    def _bump_mtime(dfd: int, tmp: str, previous: os.stat_result | None) -> None:
-        """Make the new file's mtime strictly greater than the one it replaces (no ETag reuse)."""
-        if previous is None:
-            return
-        st = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
-        if st.st_mtime_ns <= previous.st_mtime_ns:
-            ns = previous.st_mtime_ns + 1
-            os.utime(tmp, ns=(ns, ns), dir_fd=dfd, follow_symlinks=False)
-
-    def _replace_locked(self, key: str, data: bytes, etag: str | None) -> str:
-        """Rename a complete temporary file over ``key`` under the directory's flock.
-
-        With ``etag`` it is a compare-and-swap.  flock locks belong to the open file
-        description, and every call opens its own directory descriptor, so other threads
-        of this process are excluded as well as other processes.
-        """
-        k = clean_key(key)
-        dfd, tmp, name = self._write_temp(k, data)
-        try:
-            fcntl.flock(dfd, fcntl.LOCK_EX)
-            self._refuse_if_link(dfd, k)
-            current = self._lstat_regular(dfd, name)
-            if etag is not None:
-                if current is None:
-                    raise PreconditionFailedError(f"conditional write failed, object is gone: {self.uri_for(k)}")
-                if self._etag(current) != etag:
-                    raise PreconditionFailedError(f"conditional write failed, object changed: {self.uri_for(k)}")
-            self._bump_mtime(dfd, tmp, current)
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            return self._etag(os.stat(name, dir_fd=dfd, follow_symlinks=False))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
-        finally:
-            os.close(dfd)  # closing the last descriptor releases the lock
-
-    def put(self, key: str, data: bytes) -> str:
-        """Write atomically via a temporary file and rename; returns the new ETag."""
-        return self._replace_locked(key, data, None)
-
-    def put_if_absent(self, key: str, data: bytes) -> str:
-        """Create only if absent: ``link()`` of a complete temporary file fails if the name exists."""
-        k = clean_key(key)
-        dfd, tmp, name = self._write_temp(k, data)
-        try:
-            try:
-                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-            except FileExistsError:
-                self._refuse_if_link(dfd, k)
-                raise PreconditionFailedError(f"object already exists: {self.uri_for(k)}") from None
-            return self._etag(os.stat(tmp, dir_fd=dfd, follow_symlinks=False))  # same inode as the new object
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            os.close(dfd)
-
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        """Compare-and-swap under the directory's flock: rename only if the ETag still matches."""
-        return self._replace_locked(key, data, etag)
 
     # -- listing
 

@@ -11,13 +11,28 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from memwal.errors import LinkedPathError, MemWalError
 from memwal.store.base import ObjectInfo, clean_prefix
 
-if TYPE_CHECKING:
-    from memwal.store.local import LocalStore
+
+class Walked(Protocol):
+    """What the walks need of the local store (:class:`memwal.store.local.LocalStore`)."""
+
+    _sub: tuple[str, ...]
+
+    def _info(self, key: str, st: os.stat_result) -> ObjectInfo: ...
+
+    def _open_dir(self, parts: list[str], *, key: str, create: bool = False) -> int | None: ...
+
+    def _component_key(self, exc: LinkedPathError) -> str: ...
+
+    def _path(self, key: str) -> str: ...
+
+    def _refusal(self, key: str, walk: tuple[str, ...], i: int, parent_fd: int) -> LinkedPathError: ...
+
+    def uri_for(self, key: str) -> str: ...
 
 #: Temporary files written by :class:`LocalStore` carry this marker in their name, so
 #: listings can skip them (a crashed writer may leave one behind).
@@ -27,7 +42,7 @@ TEMP_MARKER = ".memwal-tmp-"
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def scan(store: LocalStore, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str],
+def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str],
           objects: bool = True) -> Iterator[ObjectInfo]:
     """Depth-first walk of an open directory yielding regular files in key order.
 
@@ -74,7 +89,7 @@ def scan(store: LocalStore, fd: int, rel: str, name_prefix: str, recursive: bool
             os.close(sub)
 
 
-def listing(store: LocalStore, prefix: str, recursive: bool, links: list[str],
+def listing(store: Walked, prefix: str, recursive: bool, links: list[str],
             objects: bool = True) -> Iterator[ObjectInfo]:
     """Objects under a (string) prefix; links met on the way, the prefix's own included, go to ``links``.
 
@@ -109,7 +124,7 @@ class TreeDeleter:
     exists only while objects are under it.
     """
 
-    def __init__(self, store: LocalStore, root_fd: int) -> None:
+    def __init__(self, store: Walked, root_fd: int) -> None:
         self.store = store
         self.names: list[str] = []  # the path of open directories below the root
         self.fds: list[int] = [root_fd]

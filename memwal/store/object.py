@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import obstore
-from obstore.store import MemoryStore, from_url
+from obstore.store import MemoryStore
 
 from memwal.core.retry import after_transient
 from memwal.errors import BadInputError, NotFoundError, PreconditionFailedError
+from memwal.store.backends import backend_for
 from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
 from memwal.store.failures import is_transient, summary, to_memwal_error
 from memwal.store.options import ObstoreOptions, for_obstore
@@ -39,11 +39,15 @@ from memwal.store.uri import Location, parse_location
 
 log = logging.getLogger(__name__)
 
+
 T = TypeVar("T")
+
 
 #: Keys per obstore.delete call: one S3 DeleteObjects request, one Azure blob batch, and for
 #: GCS (one request per key, 10 at once) a slice small enough to finish key by key.
 DELETE_BATCH = {"s3": 1000, "az": 256, "abfss": 256, "gs": 100, "memory": 1000}
+
+
 #: Objects per listing page requested (S3 and GCS return at most 1,000; Azure 5,000).
 LIST_CHUNK = 1000
 
@@ -81,7 +85,7 @@ class ObjectStore(Store):
         """The store for an ``s3://``, ``az://``, ``abfss://`` or ``gs://`` table URI."""
         location = parse_location(uri)
         options = for_obstore(location.scheme, storage_options)
-        return cls(location, _backend(location, options), options)
+        return cls(location, backend_for(location, options), options)
 
     @classmethod
     def memory(cls, uri: str = "memory://bucket/table") -> ObjectStore:
@@ -371,47 +375,3 @@ class ObjectStore(Store):
         c = ObjectStore(loc, self._backend, self._options)
         c.retry_wait, c.delete_batch = self.retry_wait, self.delete_batch
         return c
-
-
-def _backend(location: Location, options: ObstoreOptions) -> Any:
-    """The obstore store for a bucket, with object_store's own retries off (ours retry)."""
-    kwargs: dict[str, Any] = {
-        "config": dict(options.config),
-        "client_options": dict(options.client_options),
-        "retry_config": {"max_retries": 0, "retry_timeout": timedelta(minutes=3)},
-    }
-    if location.scheme == "s3":
-        provider = _aws_credentials(options, location)
-        if provider is not None:
-            kwargs["credential_provider"] = provider
-    try:
-        return from_url(location.bucket_url, **kwargs)
-    except obstore.exceptions.BaseError as exc:
-        raise BadInputError(f"storage options for {location.bucket_url}: {summary(exc, options.secrets)}") from None
-    except (ValueError, TypeError) as exc:
-        raise BadInputError(f"storage options for {location.bucket_url}: {summary(exc, options.secrets)}") from None
-
-
-def _aws_credentials(options: ObstoreOptions, location: Location) -> Any:
-    """boto3's credential chain, where object_store's own does not reach (see the README).
-
-    Explicit keys in the options, or ``aws_skip_signature``, need nothing here. Otherwise
-    boto3 resolves credentials the way the AWS CLI does (environment, shared files and
-    profiles, SSO, web identity, container and instance metadata), and no credentials at
-    all is bad input before any request.
-    """
-    if options.config.get("access_key_id") or options.config.get("skip_signature") == "true":
-        return None
-    import boto3
-    from obstore.auth.boto3 import Boto3CredentialProvider
-
-    session = boto3.Session(profile_name=options.profile) if options.profile else boto3.Session()
-    try:
-        if session.get_credentials() is None:
-            raise BadInputError(f"{location.root}: no credentials found (set aws_access_key_id and "
-                                "aws_secret_access_key, a profile with aws_profile, or the AWS environment)")
-        return Boto3CredentialProvider(session)
-    except BadInputError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - botocore's profile and config errors
-        raise BadInputError(f"{location.root}: AWS credentials: {summary(exc, options.secrets)}") from None
