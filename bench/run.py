@@ -135,7 +135,7 @@ def table_state(path: str):
     """The base table sorted by primary key, and the merge progress per shard."""
     import lance
 
-    from memwal.merge.plan import primary_key_of
+    from memwal.table.schema import primary_key_of
     from memwal.table import open_table
 
     table = open_table(path)

@@ -80,7 +80,7 @@ def whole_process(engine: str, table: str) -> dict:
 def table_state(path: str) -> tuple:
     import lance
 
-    from memwal.merge.plan import primary_key_of
+    from memwal.table.schema import primary_key_of
     from memwal.table import open_table
 
     table = open_table(path)

@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     from memwal.cli import configure_logging
     from memwal.cli.commands.backfill import add_job_arguments, job_options_from
     from memwal.cli.commands.common import check_result_file, parse_storage_options
-    from memwal.core import validate
     from memwal.core.secrets import with_options_file
     from memwal.errors import MemWalError
+    from memwal.store.options import check_storage_options
 
     p = argparse.ArgumentParser(prog="maintenance.py", description=__doc__.split("\n\n")[0])
     p.add_argument("table")
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # bad input is refused before Spark starts
         jobs = parse_jobs(args.jobs)
         storage_options = with_options_file(args.storage_options_file, parse_storage_options(args.storage_option))
-        validate.storage_options(storage_options)
+        check_storage_options(storage_options)
         check_result_file(args.result_file)
         options = job_options_from(args)
         for job in jobs:

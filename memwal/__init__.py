@@ -15,8 +15,7 @@ this package imports neither Spark nor Airflow: the Spark engine lives in ``jobs
 
 import os
 
-#: The one place the version is written (pyproject.toml reads it from here).
-__version__ = "0.2.0"
+from memwal.core.version import __version__
 
 # Lance logs "Index __lance_mem_wal has no fields" on every merge_insert, a warning
 # whenever a staging dataset is created, and pylance 14's LsmVectorSearchPlanner makes each

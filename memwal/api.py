@@ -20,12 +20,12 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     import pyarrow as pa
 
     from memwal.actions import JobResult
+    from memwal.actions.merge_ops import MergeOpsChange
     from memwal.checkpoint import Checkpoint, ManagedCheckpoint
     from memwal.history.timeline import History
     from memwal.inspect.status import TableStatus
     from memwal.inspect.verify import VerifyResult
     from memwal.lease import LeaseInfo
-    from memwal.merge.ops import MergeOpsChange
     from memwal.read import ReadPlan
     from memwal.table import Table
 
@@ -178,7 +178,7 @@ class MemWalTable:
     def merge_ops(self, *, set: dict[str, str] | None = None, unset: list[str] | None = None,
                   force: bool = False) -> MergeOpsChange:
         """Show (no arguments) or change the columns' merge operators."""
-        from memwal.merge.ops import change_merge_ops
+        from memwal.actions.merge_ops import change_merge_ops
 
         return change_merge_ops(self._table, set_ops=set, unset=unset, force=force)
 
@@ -186,7 +186,7 @@ class MemWalTable:
 def open(uri: str, storage_options: dict[str, str] | None = None) -> MemWalTable:  # noqa: A001 - the API's name
     """Open a MemWAL table (local path or ``s3://bucket/prefix``); bad input raises
     :class:`~memwal.errors.BadInputError` naming what is wrong."""
-    from memwal.core import validate
+    from memwal.store.options import check_storage_options
     from memwal.table import open_table
 
-    return MemWalTable(open_table(uri, validate.storage_options(storage_options)))
+    return MemWalTable(open_table(uri, check_storage_options(storage_options)))

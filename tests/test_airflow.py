@@ -229,10 +229,10 @@ def test_storage_options_from_airflow_cloud_connections(monkeypatch):
                                  "azure_storage_tenant_id": "tenant-1", "azure_storage_account_name": "acct"}
     assert got["gcp"][1] == {"google_service_account_key": '{"type": "service_account"}'}
     assert got["gcp_path"][1] == {"google_service_account_path": "/secrets/sa.json"}
-    from memwal.core.validate import storage_options
+    from memwal.store.options import check_storage_options
 
     for _, options in got.values():
-        storage_options(options)  # every key is one Lance knows
+        check_storage_options(options)  # every key is one Lance knows
 
 
 # -- DAG files -----------------------------------------------------------------------------

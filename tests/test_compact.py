@@ -14,9 +14,8 @@ import pytest
 
 import memwal
 from memwal.actions import run_action
-from memwal.actions.options import CompactOptions
 from memwal.catchup import run_catchup
-from memwal.compact import plan_compaction, run_compact
+from memwal.compact import lance_options, plan_compaction, run_compact
 from memwal.demo import Model, Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
 from memwal.gc import run_gc
@@ -229,7 +228,7 @@ def test_unknown_engine_from_the_python_api_writes_nothing(small_table):
 def test_max_fragments_bounds_one_run(fresh):
     table, model = fresh
     n = fragments(table)
-    result = run_compact(table, options=CompactOptions(max_fragments=5))
+    result = run_compact(table, options=lance_options(max_fragments=5))
     assert result.fragments_removed <= 5 and fragments(table) > n - 5
     assert table_rows(table) == model.sorted_rows()
     assert table.manifest().index_catchup["id_idx"] == table.manifest().compacted

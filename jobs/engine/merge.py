@@ -68,7 +68,7 @@ from memwal.core import steps
 from memwal.errors import MemWalError
 from memwal.merge.changes import NetChanges, count_by_shard, empty_keys, reducer
 from memwal.merge.local import partition_of
-from memwal.merge.plan import GenerationRef, MergePlan
+from memwal.merge.model import GenerationRef, MergePlan
 from memwal.merge.read import SHARD, TOMBSTONE, read_generation, read_generations
 from memwal.table import Table
 from memwal.table.naming import STAGING_DIR

@@ -76,17 +76,26 @@ def _execute_catchup(table: Table, plan: Any, o: CatchupOptions, engine: Any, le
 # ----------------------------------------------------------------------------- compact
 
 
+def _compaction(o: CompactOptions) -> dict[str, Any]:
+    from memwal.compact import lance_options
+
+    return lance_options(target_rows_per_fragment=o.target_rows_per_fragment, max_rows_per_group=o.max_rows_per_group,
+                         materialize_deletions_threshold=o.materialize_deletions_threshold,
+                         max_fragments=o.max_fragments)
+
+
 def _plan_compact(table: Table, o: CompactOptions) -> Any:
     from memwal.compact import plan_compaction
 
-    return plan_compaction(table, o)
+    return plan_compaction(table, _compaction(o))
 
 
 def _execute_compact(table: Table, plan: Any, o: CompactOptions, engine: Any, lease: Any) -> Any:
     from memwal.compact import run_compact
 
     catchup_engine = ACTIONS["catchup"].engine(o.engine)  # re-earns what the compaction commit dropped (H4)
-    return run_compact(table, plan=plan, options=o, engine=engine, lease=lease, catchup_engine=catchup_engine)
+    return run_compact(table, plan=plan, options=_compaction(o), engine=engine, lease=lease,
+                       catchup_engine=catchup_engine)
 
 
 # ----------------------------------------------------------------------------- snapshot

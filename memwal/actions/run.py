@@ -18,6 +18,7 @@ from memwal.actions.options import JobOptions
 from memwal.actions.registry import ACTIONS
 from memwal.errors import BadInputError
 from memwal.history.run import recorded
+from memwal.inspect.status import lag_now
 from memwal.observe import progress
 
 if TYPE_CHECKING:
@@ -83,7 +84,8 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     engine = progress.engine(name, act.engine(options.engine))
     run_id = new_run_id()
     with act.leases(table, options, run_id=run_id) as leases:
-        with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder) as ctx:
+        with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder,
+                      lag=lag_now) as ctx:
             result = JobResult(name, False, act.execute(table, plan, options, engine, leases.primary), run_id)
             leases.check()
             ctx.doc, ctx.problems = result.to_dict(), result.problems

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 from memwal.cli.commands import COMMAND_MODULES
 from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Parser, check_result_file, parse_storage_options
-from memwal.core import validate
 from memwal.core.secrets import with_options_file
 from memwal.errors import MemWalError, first_line
+from memwal.store.options import check_storage_options
 
 log = logging.getLogger("memwal")
 
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done, 1 failed, 2 bad usage or input, 3 lost lease or fenced. "
         "Logs go to stderr; with --json the result document alone goes to stdout.",
     )
-    from memwal import __version__
+    from memwal.core.version import __version__
 
     parser.add_argument("--version", action="version", version=f"memwal {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pairs = parse_storage_options(args.storage_option)
         args.storage_options = with_options_file(getattr(args, "storage_options_file", None), pairs)
         # Everything the user typed is checked before the command touches the table.
-        validate.storage_options(args.storage_options)
+        check_storage_options(args.storage_options)
         check_result_file(getattr(args, "result_file", None))
         return args.run(args)
     except MemWalError as exc:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lance.optimize import Compaction, RewriteResult
 
-from memwal.actions.options import CompactOptions
 from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
 from memwal.compact.plan import CompactPlan, plan_compaction
 from memwal.core import steps
@@ -208,11 +207,12 @@ def finish(table: Table, before: dict[str, dict[str, int]], result: CompactResul
         raise MemWalError(f"{table.uri}: index catch-up of {', '.join(behind)} went backwards during compaction")
 
 
-def run_compact(table: Table, *, plan: CompactPlan | None = None, options: CompactOptions | None = None,
+def run_compact(table: Table, *, plan: CompactPlan | None = None, options: Mapping[str, Any] | None = None,
                 engine: CompactEngine | None = None, lease: Lease | None = None, catchup_engine=None,
                 max_attempts: int = 6, on_step: Step | None = None,
                 sleep: Callable[[float], None] = time.sleep) -> CompactResult:
-    """Execute ``plan`` (or a fresh one), re-planning only after a commit conflict.
+    """Execute ``plan`` (or a fresh one with Lance's compaction ``options``), re-planning with
+    the same options only after a commit conflict.
 
     When nothing is worth compacting nothing is committed, unless the plan says an earlier
     run committed its compaction and stopped before re-earning the index catch-up: that
@@ -221,7 +221,7 @@ def run_compact(table: Table, *, plan: CompactPlan | None = None, options: Compa
     engine = engine or LocalCompactEngine()
 
     def attempt(n: int) -> CompactResult:
-        p = plan if n == 1 and plan is not None else plan_compaction(table, options)
+        p = plan if n == 1 and plan is not None else plan_compaction(table, plan.options if plan else options)
         if p.is_empty():
             return _nothing_to_compact(table, p, engine, lease=lease, catchup_engine=catchup_engine)
         try:

@@ -3,28 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lance.optimize import Compaction, CompactionTask
 
-from memwal.actions.options import CompactOptions
 from memwal.errors import MemWalError, first_line
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, maintained_indexes
 
-if TYPE_CHECKING:
-    pass
 
-
-
-def lance_options(options: CompactOptions) -> dict[str, Any]:
+def lance_options(*, target_rows_per_fragment: int | None = None, max_rows_per_group: int | None = None,
+                  materialize_deletions_threshold: float | None = None,
+                  max_fragments: int | None = None) -> dict[str, Any]:
     """Lance's ``CompactionOptions`` (unset values keep Lance's and the table config's defaults)."""
     out: dict[str, Any] = {
-        "target_rows_per_fragment": options.target_rows_per_fragment,
-        "max_rows_per_group": options.max_rows_per_group,
-        "materialize_deletions_threshold": options.materialize_deletions_threshold,
-        "max_source_fragments": options.max_fragments,
+        "target_rows_per_fragment": target_rows_per_fragment,
+        "max_rows_per_group": max_rows_per_group,
+        "materialize_deletions_threshold": materialize_deletions_threshold,
+        "max_source_fragments": max_fragments,
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -77,13 +75,13 @@ class CompactPlan:
         }
 
 
-def plan_compaction(table: Table, options: CompactOptions | None = None,
+def plan_compaction(table: Table, options: Mapping[str, Any] | None = None,
                     manifest: TableManifest | None = None) -> CompactPlan:
-    """Pure: which fragments Lance would rewrite, and the progress the commit must keep."""
-    options = options or CompactOptions()
+    """Pure: which fragments Lance would rewrite (with Lance's compaction ``options``, see
+    :func:`lance_options`), and the progress the commit must keep."""
     manifest = manifest or table.require_mem_wal()
     ds = table.dataset(manifest.version)
-    lance_opts = lance_options(options)
+    lance_opts = dict(options or {})
     try:
         lance_plan = Compaction.plan(ds, lance_opts)
     except (ValueError, OSError, RuntimeError) as exc:

@@ -86,8 +86,3 @@ def lease_ttl(name: str, value: Any) -> float:
     """A lease TTL: a positive duration (a zero TTL would expire at once)."""
     return duration(name, value, allow_zero=False)
 
-
-# -- storage options -----------------------------------------------------------------
-# One place checks them (memwal.store.options); these names stay for the callers.
-from memwal.store.options import KNOWN_STORAGE_KEYS, storage_option_key  # noqa: E402, F401
-from memwal.store.options import check_storage_options as storage_options  # noqa: E402, F401

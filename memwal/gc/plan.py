@@ -29,6 +29,7 @@ from memwal.gc.gates import (
 from memwal.gc.model import GcPlan, GenerationDeletion, KeptWal, WalDeletion
 from memwal.gc.orphans import plan_generation_orphans, plan_staging_orphans, plan_unsafe_links
 from memwal.history.log import expired_history
+from memwal.history.run import current as current_run
 from memwal.store import LocalStore, Store
 from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
@@ -130,7 +131,9 @@ def plan_gc(
     plan.retention = retention_report(held, now, grace_seconds)
     plan.time_will_free = any(b.reasons == [GRACE_PERIOD] for b in plan.blocked)
     if history_retention_seconds is not None:
-        plan.history_keys = expired_history(table.store, now - history_retention_seconds)
+        me = current_run()
+        plan.history_keys = expired_history(table.store, now - history_retention_seconds,
+                                            keep_run=None if me is None else me.run_id)
     return plan
 
 

@@ -83,16 +83,13 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
             return
 
 
-def expired_history(store: Store, older_than: float) -> list[str]:
+def expired_history(store: Store, older_than: float, *, keep_run: str | None = None) -> list[str]:
     """Keys of the records of runs started before ``older_than`` (GC plans to delete them),
-    never the record of the run that asks (a GC planning again under its own record)."""
-    from memwal.history.run import current
-
-    me = current()
+    never the record of run ``keep_run`` (a GC planning again under its own record)."""
     out = []
     for obj in store.list(HISTORY_PREFIX, recursive=False):
         parsed = _parse(obj.key)
-        if parsed is not None and parsed[0] < older_than and (me is None or parsed[2] != me.run_id):
+        if parsed is not None and parsed[0] < older_than and parsed[2] != keep_run:
             out.append(obj.key)
     return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from memwal.core import clock as clocks
 from memwal.errors import LeaseLostError, first_line
 from memwal.history import log as history_log
 from memwal.history.record import FAILED, FENCED, RUNNING, RunRecord, figures, outcome_of
+from memwal.observe import metrics
 
 if TYPE_CHECKING:
     from memwal.table import Table
@@ -62,23 +63,14 @@ def transaction_properties() -> dict[str, str]:
     return {} if ctx is None else {RUN_ID_PROPERTY: ctx.run_id, JOB_PROPERTY: ctx.job}
 
 
-def lag_of(table: Table) -> dict[str, list[float | int | None]]:
-    """Per shard [unmerged generations, rows, oldest age] now (manifests only; best effort)."""
-    from memwal.inspect.status import table_status
-    from memwal.observe import metrics
-
-    st = table_status(table)
-    metrics.record_lag(st)
-    return {s.shard_id: [len(s.unmerged_generations), s.unmerged_rows,
-                         None if s.oldest_unmerged_age_seconds is None else round(s.oldest_unmerged_age_seconds, 1)]
-            for s in st.shards}
-
-
 @contextlib.contextmanager
-def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | None) -> Iterator[RunContext]:
-    """Record one run of ``job`` in the table's history (see the module docstring)."""
-    from memwal.observe import metrics
+def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | None,
+             lag: Callable[[Table], dict[str, list[Any]]] | None = None) -> Iterator[RunContext]:
+    """Record one run of ``job`` in the table's history (see the module docstring).
 
+    ``lag`` reads the lag the run left (per shard [generations, rows, oldest age]); it is
+    passed in because reading the table's state belongs to the layer above the history.
+    """
     clock = clocks.current()
     ctx = RunContext(job, run_id, engine)
     record = RunRecord(job, run_id, engine, holder, RUNNING, started_at=clock())
@@ -105,8 +97,8 @@ def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | Non
         record.finished_at = clock()
         record.versions = sorted(ctx.versions)
         try:
-            record.lag = lag_of(table)
+            record.lag = lag(table) if lag is not None else {}
         except Exception as exc:  # noqa: BLE001 - a broken shard must not hide the run's own end
             log.debug("no lag snapshot for %s run %s: %s", job, run_id, exc)
         history_log.finish(table.store, record, etag)
-        metrics.record_run(record, ctx.doc or {})
+        metrics.record_run(job, record.outcome, engine, record.finished_at - record.started_at, ctx.doc or {})

@@ -212,7 +212,7 @@ def lag_points(data: PageData) -> list[Point]:
 
 def view(data: PageData) -> dict[str, Any]:
     """Everything the template shows, formatted."""
-    from memwal import __version__
+    from memwal.core.version import __version__
 
     st = data.status
     shards = _lag_order(st)

@@ -93,6 +93,23 @@ class TableStatus:
         ages = [s.oldest_unmerged_age_seconds for s in self.shards if s.oldest_unmerged_age_seconds is not None]
         return max(ages) if ages else None
 
+    def lag(self) -> dict[str, tuple[int, int, float | None]]:
+        """Per shard (unmerged generations, unmerged rows, age of the oldest in seconds)."""
+        return {s.shard_id: (len(s.unmerged_generations), s.unmerged_rows,
+                             None if s.oldest_unmerged_age_seconds is None else round(s.oldest_unmerged_age_seconds, 1))
+                for s in self.shards}
+
+    def catchup_behind(self) -> dict[str, int]:
+        """Per maintained index, the merged generations it has not caught up with."""
+        return {name: sum(max(0, s.compacted_generation - s.index_catchup.get(name, 0)) for s in self.shards)
+                for name in self.maintained_indexes}
+
+    def record_metrics(self) -> None:
+        """Publish the lag and catch-up gauges (a no-op without an OpenTelemetry SDK)."""
+        from memwal.observe.metrics import record_lag
+
+        record_lag(self.lag(), self.catchup_behind())
+
 
 def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:
     """Age of a generation from the time its Lance manifest was written."""
@@ -212,6 +229,14 @@ def checkpoint_status(table: Table, latest: TableManifest, now: float) -> list[C
         out.append(CheckpointStatus(c.id, c.name, c.version, c.expires_at,
                                     sum(len(p.generations) for p in c.shards.values()), held, size))
     return out
+
+
+def lag_now(table: Table) -> dict[str, list[float | int | None]]:
+    """Per shard [unmerged generations, rows, oldest age] now, with the gauges published:
+    what a run's history record keeps of the table when it ends."""
+    st = table_status(table)
+    st.record_metrics()
+    return {shard: list(figures) for shard, figures in st.lag().items()}
 
 
 def render_status(st: TableStatus) -> str:

@@ -22,12 +22,12 @@ import pyarrow.compute as pc
 
 from memwal.core.retry import after_conflict
 from memwal.errors import MemWalError, StateMovedError, UnsafePathError, first_line
-from memwal.merge.plan import primary_key_of
 from memwal.read import lsm_scan
 from memwal.snapshot.format import SnapshotUnavailableError
 from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
 from memwal.table.generations import generation_damage
+from memwal.table.schema import primary_key_of
 from memwal.table.shards import generation_readable, read_shard_manifests
 
 #: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).

@@ -5,7 +5,8 @@ computes the net change set, and the merge lease.
 """
 
 from memwal.merge.execute import MergeResult, ShardMergeResult, execute_merge, run_merge
-from memwal.merge.plan import GenerationRef, MergePlan, ShardMergePlan, plan_merge
+from memwal.merge.model import GenerationRef, MergePlan, ShardMergePlan
+from memwal.merge.plan import plan_merge
 
 __all__ = [
     "GenerationRef",

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.errors import MemWalError
+from memwal.merge.model import MergePlan
 from memwal.merge.ops import MergeOps, fold
-from memwal.merge.plan import MergePlan
 from memwal.merge.read import GEN, ROWADDR, SHARD, TOMBSTONE
 
 _ROW = "__row"

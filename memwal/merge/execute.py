@@ -63,7 +63,8 @@ from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import NetChanges
 from memwal.merge.local import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, local_net_changes
-from memwal.merge.plan import BlockedShard, MergePlan, plan_merge
+from memwal.merge.model import BlockedShard, MergePlan
+from memwal.merge.plan import plan_merge
 from memwal.table import Table
 from memwal.table.generations import GenerationUnreadableError
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
-from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
 import lance
@@ -34,9 +33,10 @@ from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.columns import BaseFields, Renames, dataset_field_ids, describe, renames
 from memwal.store import Store
+from memwal.table.generations import open_generation
 
 if TYPE_CHECKING:
-    from memwal.merge.plan import GenerationRef, MergePlan
+    from memwal.merge.model import GenerationRef, MergePlan
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +46,6 @@ OPEN_THREADS = 8
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-@lru_cache(maxsize=1)
-def generation_session() -> lance.Session:
-    """One Lance session for every generation dataset a process opens: its object-store
-    registry and metadata cache make the second open of a generation (plan, then read)
-    nearly free, and the first one cheaper (measured: 0.16 ms instead of 0.36 ms)."""
-    return lance.Session()
-
-
-def open_generation(uri: str, storage_options: dict | None) -> lance.LanceDataset:
-    """A generation dataset, opened through the shared session."""
-    return lance.dataset(uri, storage_options=storage_options or None, session=generation_session())
 
 
 def links_by_generation(store: Store, shard_prefix: str, keys: Iterable[str]) -> dict[str, list[str]]:

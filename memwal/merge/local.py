@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.merge.changes import TAKE_ROWS, NetChanges, count_by_shard, empty_keys, newest_rows, reducer
+from memwal.merge.model import MergePlan
 from memwal.merge.ops import MergeOps
-from memwal.merge.plan import MergePlan
 from memwal.merge.read import READ_THREADS, SHARD, TOMBSTONE, read_generations
 
 log = logging.getLogger(__name__)

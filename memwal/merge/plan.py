@@ -8,121 +8,27 @@ and says why; other shards still merge.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 from memwal.core.pool import parallel_map
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, StateMovedError, UnsafePathError
 from memwal.merge import intents
-from memwal.merge.columns import Renames
 from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation
+from memwal.merge.model import BlockedShard, GenerationRef, MergePlan, ShardMergePlan
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge.ops import MergeOps, table_merge_ops
 from memwal.table import Table
 from memwal.table.generations import generation_damage
 from memwal.table.manifest import TableManifest
 from memwal.table.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
+from memwal.table.schema import primary_key_of
 from memwal.table.shards import (
     FlushedGeneration,
     ShardState,
     generation_links,
     read_shard_manifests,
 )
-
-
-@dataclass(frozen=True)
-class GenerationRef:
-    shard_id: str
-    generation: int
-    path: str
-    key: str
-    uri: str
-    rows: int
-    bytes: int
-    #: With merge operators: the table's URI and this generation's WAL entries, which
-    #: hold every operand (the flushed generation keeps only each key's newest row).
-    table_uri: str = ""
-    wal_keys: tuple[str, ...] = ()
-    #: Columns that do not keep their name in the base table, matched by Lance field id
-    #: (renamed, or dropped from the base: None); see memwal.merge.columns.
-    renamed: Renames = ()
-
-
-@dataclass
-class ShardMergePlan:
-    shard_id: str
-    compacted_generation: int
-    generations: list[GenerationRef]
-
-    @property
-    def from_generation(self) -> int:
-        return self.generations[0].generation
-
-    @property
-    def to_generation(self) -> int:
-        return self.generations[-1].generation
-
-
-@dataclass
-class BlockedShard:
-    shard_id: str
-    generation: int
-    reason: str
-
-
-@dataclass
-class MergePlan:
-    table: str
-    read_version: int
-    primary_key: list[str]
-    shards: list[ShardMergePlan] = field(default_factory=list)
-    blocked: list[BlockedShard] = field(default_factory=list)
-    #: Column -> merge operator at the read version (empty: last write wins).
-    merge_ops: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def generations(self) -> list[GenerationRef]:
-        return [g for s in self.shards for g in s.generations]
-
-    @property
-    def shard_ids(self) -> list[str]:
-        """The batch's shards in plan order; engines tag rows with positions in this list."""
-        return [s.shard_id for s in self.shards]
-
-    @property
-    def total_rows(self) -> int:
-        return sum(g.rows for g in self.generations)
-
-    def is_empty(self) -> bool:
-        return not self.shards
-
-    def to_json(self) -> dict:
-        return {
-            "table": self.table,
-            "read_version": self.read_version,
-            "primary_key": self.primary_key,
-            "shards": [
-                {
-                    "shard_id": s.shard_id,
-                    "compacted_generation": s.compacted_generation,
-                    "from_generation": s.from_generation,
-                    "to_generation": s.to_generation,
-                    "generations": [asdict(g) for g in s.generations],
-                }
-                for s in self.shards
-            ],
-            "blocked": [asdict(b) for b in self.blocked],
-            "merge_ops": self.merge_ops,
-        }
-
-
-def primary_key_of(table: Table) -> list[str]:
-    schema = table.dataset().schema
-    pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
-    if not pk:
-        raise BadInputError(f"{table.uri}: the base table has no unenforced primary key; nothing can be merged")
-    return pk
-
 
 #: Above this many generations, a shard's links are found by one walk of its directory.
 WALK_SHARD_ABOVE = 16

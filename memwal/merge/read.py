@@ -17,9 +17,8 @@ import pyarrow as pa
 from memwal.core.pool import ordered_map
 from memwal.errors import BadInputError, first_line
 from memwal.merge.columns import arrow_field_ids, dataset_field_ids, to_base_names
-from memwal.merge.inputs import open_generation
-from memwal.merge.plan import GenerationRef
-from memwal.table.generations import GenerationUnreadableError
+from memwal.merge.model import GenerationRef
+from memwal.table.generations import GenerationUnreadableError, open_generation
 
 TOMBSTONE = "_tombstone"
 
@@ -203,8 +202,9 @@ def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
 def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, storage_options: dict | None) -> pa.Table:
     """Every operand of a generation from its WAL entries, checked against the flushed rows."""
     from memwal.merge.operands import OperandsIncompleteError, check_complete, read_operands
+    from memwal.table.schema import primary_key
 
-    pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
+    pk = primary_key(schema)
     # A WAL entry names its columns as its writer did and records their field ids: each is
     # named as in the flushed generation (same field ids), then as in the base table.
     names_by_id = {fid: name for name, fid in dataset_field_ids(ds).items()}

@@ -21,20 +21,17 @@ attributes (``job``, ``outcome``, ``engine``, ``shard``, ``index``, ``reason``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import metrics
 
-if TYPE_CHECKING:
-    from memwal.history.record import RunRecord
-    from memwal.inspect.status import TableStatus
+from memwal.core.version import __version__
 
 
 @cache
 def _instruments() -> dict[str, Any]:
-    from memwal import __version__
-
     meter = metrics.get_meter("memwal", __version__)
     return {
         "duration": meter.create_histogram("memwal.job.duration", unit="s", description="wall time of a job run"),
@@ -57,34 +54,33 @@ def _instruments() -> dict[str, Any]:
     }
 
 
-def record_run(record: RunRecord, doc: dict[str, Any]) -> None:
-    """The metrics of one finished run (from its history record and result document)."""
+def record_run(job: str, outcome: str, engine: str, seconds: float, doc: Mapping[str, Any]) -> None:
+    """The metrics of one finished run (its outcome, wall time and result document)."""
     m = _instruments()
-    seconds = (record.finished_at or record.started_at) - record.started_at
-    m["duration"].record(max(0.0, seconds), {"job": record.job, "outcome": record.outcome, "engine": record.engine})
-    if record.job == "merge":
+    m["duration"].record(max(0.0, seconds), {"job": job, "outcome": outcome, "engine": engine})
+    if job == "merge":
         for s in doc.get("shards", []):
             shard = {"shard": s["shard_id"]}
             m["merge_rows"].add(s["rows_upserted"], {**shard, "op": "upsert"})
             m["merge_rows"].add(s["rows_deleted"], {**shard, "op": "delete"})
             m["merge_generations"].add(s["to_generation"] - s["from_generation"] + 1, shard)
-    elif record.job == "gc":
+    elif job == "gc":
         m["gc_bytes"].add(doc.get("bytes_freed", 0))
         for reason, n in Counter(b["reason"].split(":", 1)[0] for b in doc.get("blocked", [])).items():
             m["gc_blocked"].add(n, {"reason": reason})
 
 
-def record_lag(status: TableStatus) -> None:
-    """Per shard lag gauges and per index catch-up gauges (every job's end, and ``status``)."""
+def record_lag(lag: Mapping[str, tuple[int, int, float | None]], behind: Mapping[str, int]) -> None:
+    """Per shard lag gauges (unmerged generations, rows, oldest age) and per index catch-up
+    gauges (merged generations not caught up), at every job's end and on ``status``."""
     m = _instruments()
-    for s in status.shards:
-        shard = {"shard": s.shard_id}
-        m["lag_generations"].set(len(s.unmerged_generations), shard)
-        m["lag_rows"].set(s.unmerged_rows, shard)
-        m["lag_seconds"].set(s.oldest_unmerged_age_seconds or 0.0, shard)
-    for name in status.maintained_indexes:
-        behind = sum(max(0, s.compacted_generation - s.index_catchup.get(name, 0)) for s in status.shards)
-        m["catchup_behind"].set(behind, {"index": name})
+    for shard_id, (generations, rows, age) in lag.items():
+        shard = {"shard": shard_id}
+        m["lag_generations"].set(generations, shard)
+        m["lag_rows"].set(rows, shard)
+        m["lag_seconds"].set(age or 0.0, shard)
+    for name, n in behind.items():
+        m["catchup_behind"].set(n, {"index": name})
 
 
 def lease_renewed(kind: str) -> None:

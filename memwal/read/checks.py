@@ -20,11 +20,10 @@ import pyarrow as pa
 from lance.mem_wal import LsmScanner
 
 from memwal.errors import BadInputError, MemWalError, ReadError, first_line
+from memwal.table.schema import primary_key
 
 if TYPE_CHECKING:
     from memwal.table import Table
-
-PK_METADATA_KEY = b"lance-schema:unenforced-primary-key"
 
 
 @contextmanager
@@ -38,11 +37,6 @@ def reading(table: Table) -> Iterator[None]:
         raise
     except (OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
         raise ReadError(f"{table.uri}: cannot read: {first_line(exc, table.uri)}") from exc
-
-
-def primary_key(schema: pa.Schema) -> list[str]:
-    """The primary-key columns a schema declares (Lance's unenforced primary key)."""
-    return [f.name for f in schema if (f.metadata or {}).get(PK_METADATA_KEY, b"").lower() == b"true"]
 
 
 def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:

@@ -43,7 +43,7 @@ def base_rows_for_keys(ds: lance.LanceDataset, keys: pa.Table, primary_key: list
     lookup with no generation listed: typed keys, no SQL literal to build."""
     from lance.mem_wal import LsmPointLookupPlanner
 
-    from memwal.read.points import lookup_each
+    from memwal.read.keys import lookup_each
 
     schema = pa.schema([ds.schema.field(c) for c in columns])
     return lookup_each(LsmPointLookupPlanner(ds, [], primary_key), keys, primary_key, columns, schema)
@@ -53,10 +53,10 @@ def generation_operands(table: Table, ds: lance.LanceDataset, plan: ReadPlan, co
     """Every operand (WAL entry row) of the plan's generations, conformed to the base schema,
     tagged for the fold, restricted to ``columns`` plus the fold's own columns."""
     from memwal.merge.columns import BaseFields, dataset_field_ids, renames
-    from memwal.merge.inputs import open_generation
+    from memwal.merge.model import GenerationRef
     from memwal.merge.operands import OperandsIncompleteError, wal_keys_by_generation
-    from memwal.merge.plan import GenerationRef
     from memwal.merge.read import INTERNAL, read_generation
+    from memwal.table.generations import open_generation
 
     if not plan.generations:
         return None
@@ -87,7 +87,7 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
     folded by the table's merge operators. Rows come in no particular order."""
     from memwal.merge.changes import fold_changes, rows_with_keys
     from memwal.merge.read import SHARD, TOMBSTONE
-    from memwal.read.checks import primary_key
+    from memwal.table.schema import primary_key
 
     pk = primary_key(ds.schema)
     wanted = _unique([*pk, *(columns if columns is not None else ds.schema.names)])

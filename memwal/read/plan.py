@@ -57,13 +57,13 @@ from memwal.table import Table
 from memwal.table.manifest import TableManifest
 from memwal.table.naming import manifest_key
 from memwal.table.paths import generation_key
+from memwal.table.schema import primary_key
 from memwal.table.sharding import field_names_from_lance_schema, shard_field_value_from_bytes, spec_to_dict
 from memwal.table.shards import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("index", "manifests")
-PK_METADATA_KEY = b"lance-schema:unenforced-primary-key"
 _THREADS = 16
 
 T = TypeVar("T")
@@ -156,10 +156,6 @@ def _from_manifests(table: Table, shard_ids: list[str], specs: dict[int, dict]) 
     return {s.shard_id: _view_from_state(s, specs) for s in states if s is not None}
 
 
-def _primary_key(schema: pa.Schema) -> list[str]:
-    return [f.name for f in schema if (f.metadata or {}).get(PK_METADATA_KEY, b"").lower() == b"true"]
-
-
 def _prunable_fields(spec: dict, field_names: dict[int, str], pk: set[str]) -> list[dict]:
     """Fields whose value depends on primary-key columns only (see the module docstring)."""
     out = []
@@ -200,7 +196,7 @@ class _Pruner:
         ds = table.dataset(manifest.version)
         self.lance_schema = ds.lance_schema
         field_names = field_names_from_lance_schema(self.lance_schema)
-        pk = set(_primary_key(ds.schema))
+        pk = set(primary_key(ds.schema))
         for raw in manifest.mem_wal.sharding_specs:
             spec = spec_to_dict(raw)
             fields = _prunable_fields(spec, field_names, pk)

@@ -137,9 +137,11 @@ def nearest(table: Table, column: str, query: Any, *, k: int = 10, filter: str |
     """The ``k`` live rows nearest to ``query`` in ``column`` (``columns``, default all, plus
     ``_distance``), nearest first, among rows matching ``filter``."""
     from memwal.merge.ops import table_ops
-    from memwal.read.checks import check_columns, primary_key, reading
-    from memwal.read.points import in_key_order, lookup
+    from memwal.read.checks import check_columns, reading
+    from memwal.read.keys import in_key_order
+    from memwal.read.points import lookup
     from memwal.read.scan import lsm_scan, open_plan
+    from memwal.table.schema import primary_key
 
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise BadInputError(f"k: {k!r} is not a positive integer")

@@ -12,9 +12,9 @@ from functools import cached_property
 
 import lance
 
-from memwal.core import validate
 from memwal.errors import BadInputError, MemWalError, NotFoundError, StateMovedError, first_line
 from memwal.store import LocalStore, Store, check_table_uri, open_store
+from memwal.store.options import check_storage_options
 from memwal.table.manifest import TableManifest, list_versions, read_table_manifest
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def open_table(uri: str, storage_options: dict[str, str] | None = None) -> Table
     if not uri:
         raise BadInputError("no table given")
     uri = check_table_uri(uri)
-    options = validate.storage_options(storage_options)
+    options = check_storage_options(storage_options)
     table = Table(uri.rstrip("/") if uri != "/" else uri, options)
     try:
         table.require_mem_wal()

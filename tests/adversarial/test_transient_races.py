@@ -22,10 +22,10 @@ import memwal.merge.operands
 import memwal.merge.plan
 import memwal.read
 from memwal import actions
+from memwal.actions.merge_ops import change_merge_ops
 from memwal.catchup import plan_catchup, run_catchup
 from memwal.demo import PK_META, Workload, bucket_of, shard_ids_for
 from memwal.merge import plan_merge, run_merge
-from memwal.merge.ops import change_merge_ops
 from memwal.table import Table, open_table
 from tests.conftest import table_rows
 from tests.helpers import run_cli

@@ -31,7 +31,7 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memwal.merge.ops import change_merge_ops
+    from memwal.actions.merge_ops import change_merge_ops
 
     result = change_merge_ops(open_table_arg(args), set_ops=_pairs(args.set), unset=args.unset, force=args.force,
                               lease_ttl=getattr(args, "lease_ttl", None) or 300.0)

@@ -17,13 +17,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from memwal.inspect.status import render_status, table_status
-    from memwal.observe.metrics import record_lag
 
     if args.html:
         check_page_path(args.html)  # a page that cannot be written is bad input, found before reading
     table = open_table_arg(args)
     st = table_status(table, check_files=True)
-    record_lag(st)
+    st.record_metrics()
     if args.html:
         from memwal.inspect.page import collect, write_page
 

@@ -1,0 +1,97 @@
+"""What a merge plan is: per shard, the generations to merge in order, and the shards it stops.
+
+The plan is data (the dry run prints it, an engine executes exactly it); how it is made
+is :mod:`memwal.merge.plan`, how its inputs are checked :mod:`memwal.merge.inputs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from memwal.merge.columns import Renames
+
+
+@dataclass(frozen=True)
+class GenerationRef:
+    shard_id: str
+    generation: int
+    path: str
+    key: str
+    uri: str
+    rows: int
+    bytes: int
+    #: With merge operators: the table's URI and this generation's WAL entries, which
+    #: hold every operand (the flushed generation keeps only each key's newest row).
+    table_uri: str = ""
+    wal_keys: tuple[str, ...] = ()
+    #: Columns that do not keep their name in the base table, matched by Lance field id
+    #: (renamed, or dropped from the base: None); see memwal.merge.columns.
+    renamed: Renames = ()
+
+
+@dataclass
+class ShardMergePlan:
+    shard_id: str
+    compacted_generation: int
+    generations: list[GenerationRef]
+
+    @property
+    def from_generation(self) -> int:
+        return self.generations[0].generation
+
+    @property
+    def to_generation(self) -> int:
+        return self.generations[-1].generation
+
+
+@dataclass
+class BlockedShard:
+    shard_id: str
+    generation: int
+    reason: str
+
+
+@dataclass
+class MergePlan:
+    table: str
+    read_version: int
+    primary_key: list[str]
+    shards: list[ShardMergePlan] = field(default_factory=list)
+    blocked: list[BlockedShard] = field(default_factory=list)
+    #: Column -> merge operator at the read version (empty: last write wins).
+    merge_ops: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def generations(self) -> list[GenerationRef]:
+        return [g for s in self.shards for g in s.generations]
+
+    @property
+    def shard_ids(self) -> list[str]:
+        """The batch's shards in plan order; engines tag rows with positions in this list."""
+        return [s.shard_id for s in self.shards]
+
+    @property
+    def total_rows(self) -> int:
+        return sum(g.rows for g in self.generations)
+
+    def is_empty(self) -> bool:
+        return not self.shards
+
+    def to_json(self) -> dict:
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "primary_key": self.primary_key,
+            "shards": [
+                {
+                    "shard_id": s.shard_id,
+                    "compacted_generation": s.compacted_generation,
+                    "from_generation": s.from_generation,
+                    "to_generation": s.to_generation,
+                    "generations": [asdict(g) for g in s.generations],
+                }
+                for s in self.shards
+            ],
+            "blocked": [asdict(b) for b in self.blocked],
+            "merge_ops": self.merge_ops,
+        }
