@@ -103,8 +103,8 @@ class MemWalCreateCheckpointOperator(_CheckpointOperator):
                            name=self.checkpoint_name or f"{self.dag_id}.{self.task_id}")
         self.log.info("checkpoint %s of %s: version %d, pinned until %s", ckpt.id, table.uri, ckpt.version,
                       ckpt.expires_at)
-        report_of(self).docs[self.job] = ckpt.to_json()
-        return ckpt.to_json()
+        report_of(self).docs[self.job] = ckpt.to_dict()
+        return ckpt.to_dict()
 
 
 class MemWalDeleteCheckpointOperator(_CheckpointOperator):
@@ -136,5 +136,5 @@ class MemWalDeleteCheckpointOperator(_CheckpointOperator):
             report_of(self).docs[self.job] = {"id": cid, "deleted": False}
             return {"id": cid, "deleted": False}
         ckpt = self._guard(delete_checkpoint, table, cid)
-        report_of(self).docs[self.job] = {**ckpt.to_json(), "deleted": True}
-        return {**ckpt.to_json(), "deleted": True}
+        report_of(self).docs[self.job] = {**ckpt.to_dict(), "deleted": True}
+        return {**ckpt.to_dict(), "deleted": True}

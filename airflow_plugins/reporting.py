@@ -109,7 +109,7 @@ def _find_records(op: Any, report: RunReport, resolve: Callable[[], tuple[str, d
                 continue
             for record in read_runs(store, job=job, limit=20):
                 if record.run_id == run_id:
-                    report.records[job] = record.to_json()
+                    report.records[job] = record.to_dict()
                     break
     except Exception as exc:  # noqa: BLE001 - reporting never fails a task (a missing history, a store error)
         op.log.warning("memwal: the run's history record could not be read for metrics and lineage: %s", exc)

@@ -80,7 +80,7 @@ def run(workdir: str, shards: int = 1000, spark: Any = None) -> dict[str, Any]:
         return execute_snapshot(table, plan_snapshot(table, reader=LocalManifestReader()))
 
     idle_total, idle = _median(idle_refresh)
-    assert idle.version is None, idle.to_json()
+    assert idle.version is None, idle.to_dict()
     doc["local"] = {
         "read_seconds_1_thread": round(seq_read, 4),
         "read_seconds_16_threads": round(pool16_read, 4),

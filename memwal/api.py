@@ -1,9 +1,10 @@
 """The public Python API: ``memwal.open(uri)`` and the :class:`MemWalTable` it returns.
 
 Each method is the CLI command of the same name: it takes the command's options as keyword
-arguments (``dry_run=``, ``engine=``, ``shards=``, ``grace_seconds=``, ...; validated by the
-action's options class, so ``grace_seconds=float("nan")`` is refused as on the command
-line) and returns a typed result whose ``to_dict()`` is exactly the ``--json`` document.
+arguments of the same names (``dry_run=``, ``engine=``, ``shards=``, ``grace_seconds=``, ...;
+validated by the action's options class, so ``grace_seconds=float("nan")`` is refused as on
+the command line) and returns a typed result whose ``to_dict()`` is exactly the ``--json``
+document and ``to_json()`` the same as text.
 Errors are the exceptions of :mod:`memwal.errors`, whose ``exit_code`` is the CLI's.
 
 >>> import memwal
@@ -14,20 +15,29 @@ Errors are the exceptions of :mod:`memwal.errors`, whose ``exit_code`` is the CL
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     import pyarrow as pa
 
     from memwal.actions import JobResult
     from memwal.actions.merge_ops import MergeOpsChange
+    from memwal.catchup import CatchupPlan, CatchupResult
     from memwal.checkpoint import Checkpoint, ManagedCheckpoint
+    from memwal.compact import CompactPlan, CompactResult
+    from memwal.gc import GcResult
     from memwal.history.timeline import History
     from memwal.inspect.status import TableStatus
     from memwal.inspect.verify import VerifyResult
     from memwal.lease import LeaseInfo
+    from memwal.merge import MergePlan, MergeResult
     from memwal.read import ReadPlan
+    from memwal.snapshot import SnapshotPlan, SnapshotResult
     from memwal.table import Table
+
+#: Where an action runs: in-process, or on Spark (the active session, or a local one).
+Engine = Literal["local", "spark"]
 
 
 class MemWalTable:
@@ -49,36 +59,51 @@ class MemWalTable:
         return f"MemWalTable({self.uri!r})"
 
     # -- the actions: plan, then execute exactly that plan (or only plan: dry_run=True)
+    #
+    # Each takes its command's options as keywords, by the same names; None (the default)
+    # means the option's default, declared once in memwal.actions.options (and shown by
+    # `memwal <command> --help`). tests/unit/test_api_signatures.py keeps both in step.
 
-    def _run(self, name: str, options: dict[str, Any]) -> JobResult:
+    def _run(self, name: str, options: dict[str, Any]) -> JobResult[Any]:
         from memwal import actions
 
+        options.pop("self", None)
         opts = actions.action(name).options.from_kwargs(**options)
         return actions.run(name, self._table, opts)
 
-    def merge(self, **options: Any) -> JobResult:
-        """Merge flushed generations into the base table (``shards``, ``max_generations``,
-        ``max_rows``, ``max_bytes``, ``engine``, ``dry_run``, ``lease_ttl``)."""
-        return self._run("merge", options)
+    def merge(self, *, shards: Sequence[str] | None = None, max_generations: int | None = None,
+              max_rows: int | None = None, max_bytes: int | None = None, engine: Engine | None = None,
+              dry_run: bool = False, lease_ttl: float | None = None,
+              lease_wait: float | None = None) -> JobResult[MergePlan | MergeResult]:
+        """Merge flushed generations into the base table: per shard in order, progress in
+        the same commit as the rows. A dry run's value is the :class:`MergePlan`."""
+        return self._run("merge", locals())
 
-    def catchup(self, **options: Any) -> JobResult:
-        """Bring indexes up to the merged generations (``indexes``, ``max_deltas``,
-        ``max_unindexed_fraction``, ``engine``, ``dry_run``, ``lease_ttl``)."""
-        return self._run("catchup", options)
+    def catchup(self, *, indexes: Sequence[str] | None = None, max_deltas: int | None = None,
+                max_unindexed_fraction: float | None = None, engine: Engine | None = None, dry_run: bool = False,
+                lease_ttl: float | None = None) -> JobResult[CatchupPlan | CatchupResult]:
+        """Bring the maintained indexes up to the merged generations."""
+        return self._run("catchup", locals())
 
-    def compact(self, **options: Any) -> JobResult:
-        """Compact fragments keeping progress and catch-up (``target_rows_per_fragment``,
-        ``max_rows_per_group``, ``materialize_deletions_threshold``, ``max_fragments``, ...)."""
-        return self._run("compact", options)
+    def compact(self, *, target_rows_per_fragment: int | None = None, max_rows_per_group: int | None = None,
+                materialize_deletions_threshold: float | None = None, max_fragments: int | None = None,
+                engine: Engine | None = None, dry_run: bool = False,
+                lease_ttl: float | None = None) -> JobResult[CompactPlan | CompactResult]:
+        """Compact fragments, keeping the merge progress and the index catch-up."""
+        return self._run("compact", locals())
 
-    def snapshot(self, **options: Any) -> JobResult:
-        """Publish the shard snapshot in the MemWAL index (``engine``, ``dry_run``, ``lease_ttl``)."""
-        return self._run("snapshot", options)
+    def snapshot(self, *, engine: Engine | None = None, dry_run: bool = False, lease_ttl: float | None = None,
+                 lease_wait: float | None = None) -> JobResult[SnapshotPlan | SnapshotResult]:
+        """Publish every shard's state in the MemWAL index (the shard snapshot)."""
+        return self._run("snapshot", locals())
 
-    def gc(self, **options: Any) -> JobResult:
-        """Delete what nothing can need any more (``grace_seconds``, ``expire_versions``,
-        ``orphans``, ``orphan_age_seconds``, ``audit``, ``engine``, ``dry_run``, ``lease_ttl``)."""
-        return self._run("gc", options)
+    def gc(self, *, grace_seconds: float | None = None, expire_versions: float | Literal["never"] | None = None,
+           orphans: bool = False, orphan_age_seconds: float | None = None, audit: bool = False,
+           history_retention: float | None = None, engine: Engine | None = None, dry_run: bool = False,
+           lease_ttl: float | None = None) -> JobResult[GcResult]:
+        """Delete what nothing can need any more; every kept item says which gates keep it.
+        A dry run's value is what the run would do (same items, same bytes)."""
+        return self._run("gc", locals())
 
     # -- looking
 

@@ -10,6 +10,8 @@ Races are tested as interleavings, never with free threads and sleeps:
 * :class:`Stalled` runs a job in a thread that stops at one named step (``memwal.core.steps``)
   until the test resumes it; :class:`Barrier` does the same for other processes (Spark
   executors) through a barrier directory.
+* :func:`running_at` is the single-threaded form: job A runs in the test's thread and,
+  the first time it reaches a step, job B runs to completion right there.
 """
 
 from __future__ import annotations
@@ -91,6 +93,22 @@ class ManualClock:
                 self._frozen -= mine
                 self._cond.notify_all()
             self.advance(0)
+
+
+@contextlib.contextmanager
+def running_at(step: str, job_b: Callable[[], object]) -> Iterator[list[str]]:
+    """For the block, job B runs to completion the first time this process reaches ``step``
+    (job A then goes on from there). Yields a list that records the step once reached, so
+    the test can assert the interleaving really happened."""
+    reached: list[str] = []
+
+    def hook(name: str) -> None:
+        if name == step and not reached:
+            reached.append(name)
+            job_b()
+
+    with steps.hooked(hook):
+        yield reached
 
 
 class Stalled:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 
 import pytest
 
 import memwal
+from memwal.actions import ACTIONS
 from memwal.errors import BadInputError
 from memwal.merge import MergePlan, MergeResult
 from tests.conftest import table_rows
@@ -44,7 +47,6 @@ def test_api_results_are_the_cli_documents(make_table):
 @pytest.mark.parametrize("action, options, needle", [
     ("gc", {"grace_seconds": float("nan")}, "grace_seconds: nan is not a finite number"),
     ("gc", {"expire_versions": 1e300}, "expire_versions"),
-    ("merge", {"max_generation": 3}, "unknown option 'max_generation'"),
     ("merge", {"max_generations": 0}, "max_generations: 0 must be positive"),
     ("catchup", {"max_unindexed_fraction": -1}, "between 0 and 1"),
     ("compact", {"engine": "flink"}, "engine: 'flink' is not one of local, spark"),
@@ -57,6 +59,23 @@ def test_bad_options_raise_bad_input_and_write_nothing(make_table, action, optio
         getattr(memwal.open(table.uri), action)(**options)
     assert err.value.exit_code == 2
     assert tree_digest(table.uri) == before
+
+
+def test_a_misspelt_option_is_refused_and_writes_nothing(make_table):
+    table, _ = make_table()
+    before = tree_digest(table.uri)
+    with pytest.raises(TypeError, match="max_generation"):
+        memwal.open(table.uri).merge(max_generation=3)
+    assert tree_digest(table.uri) == before
+
+
+@pytest.mark.parametrize("name", list(ACTIONS))
+def test_each_action_method_takes_exactly_its_options_by_keyword(name):
+    """The API declares each option by name (typed, no ``**options``); the options class
+    declares its default and check once: the two must name the same options."""
+    params = inspect.signature(getattr(memwal.MemWalTable, name)).parameters
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for n, p in params.items() if n != "self")
+    assert set(params) - {"self"} == {f.name for f in dataclasses.fields(ACTIONS[name].options)}
 
 
 def test_open_refuses_bad_input(tmp_path):

@@ -77,7 +77,7 @@ def test_compaction_after_many_merges_keeps_rows_progress_and_catchup_then_gc_co
 
     result = run_compact(table)
 
-    doc = result.to_json()
+    doc = result.to_dict()
     assert doc["version"] is not None and doc["engine"] == "local"
     assert doc["fragments_before"] >= 20 and doc["fragments_after"] == fragments(table) <= 3
     assert doc["fragments_removed"] >= 20 and doc["fragments_added"] >= 1

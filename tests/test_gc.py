@@ -41,11 +41,11 @@ def ready_table(make_table, *, merged: int | None = None, catchup: bool = True, 
 
 
 def reasons(result) -> set[str]:
-    """The blocking reasons a GC plan or result reports. Anything without ``to_json`` is a
+    """The blocking reasons a GC plan or result reports. Anything without ``to_dict`` is a
     mistake in the test and fails here: it must not pass as "nothing blocked"."""
-    if not hasattr(result, "to_json"):
-        raise TypeError(f"reasons() needs a GC plan or result with to_json(), got {type(result).__name__}")
-    return {b["reason"] for b in result.to_json()["blocked"]}
+    if not hasattr(result, "to_dict"):
+        raise TypeError(f"reasons() needs a GC plan or result with to_dict(), got {type(result).__name__}")
+    return {b["reason"] for b in result.to_dict()["blocked"]}
 
 
 def gen_dirs(table) -> dict[str, set[int]]:

@@ -43,7 +43,7 @@ def test_reopened_writer_fence_sentinels_are_kept_and_reported(make_table):
     assert all(k["reason"] == "fence-sentinel" and k["generation"] is None for k in result.kept_wal_entries)
     left = {(s, e.position) for s in shard_ids_for(SMALL) for e in list_wal_entries(table.store, s)}
     assert left == sentinels  # every other WAL entry went with its generation
-    assert "fence-sentinel" in render_gc(result.to_json())
+    assert "fence-sentinel" in render_gc(result.to_dict())
     assert lsm_rows(table) == model.sorted_rows() == table_rows(table)
 
 
@@ -70,7 +70,7 @@ def test_the_expiry_hint_counts_every_gate_and_the_text_names_them_all(make_tabl
     hint = plan.retention["hint"]
     assert f"frees 0 of the {GENERATIONS} generation(s)" in hint
     assert f"still be held by grace-period ({GENERATIONS})" in hint
-    text = render_gc(run_gc(table, grace_seconds=600, dry_run=True).to_json())
+    text = render_gc(run_gc(table, grace_seconds=600, dry_run=True).to_dict())
     assert f"blocked: {GENERATIONS} x retained-version:" in text and " + grace-period" in text
     seconds = int(hint.split("--expire-versions ")[1].split()[0])
     result = run_gc(table, grace_seconds=600, expire_versions_seconds=seconds)
@@ -95,14 +95,14 @@ def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
     hint = result.retention["hint"]
     assert "tagged audit-2026: delete the tag" in hint and "branch experiment" in hint
     assert "--expire-versions" not in hint  # expiry cannot remove a tag or a branch
-    assert "retained versions:" in render_gc(result.to_json())
+    assert "retained versions:" in render_gc(result.to_dict())
 
 
 def test_time_will_free_only_when_the_grace_period_alone_blocks(make_table):
     table, _ = ready_table(make_table)
     waiting = run_gc(table)  # default grace period: merged a moment ago
     assert waiting.deleted == [] and waiting.time_will_free is True
-    assert "wait only for the reader grace period" in render_gc(waiting.to_json())
+    assert "wait only for the reader grace period" in render_gc(waiting.to_dict())
     done = run_gc(table, now=time.time() + 601)
     assert len(done.deleted) == GENERATIONS and done.time_will_free is False
 

@@ -145,7 +145,7 @@ def test_failed_renew_cas_is_lease_lost(store: Store, clock: ManualClock) -> Non
     # the CAS can notice).
     rec = _stored(store, "merge")
     rec.expires_at += 1
-    store.put(lease_key("merge"), rec.to_json())
+    store.put(lease_key("merge"), rec.encode())
     with pytest.raises(LeaseLostError, match="changed"):
         a.renew()
     assert not a.held

@@ -320,11 +320,11 @@ def test_idle_refresh_commits_and_writes_nothing(make_table):
     assert first.version == table.manifest().version and first.reason is None
     before = tree_digest(table.uri)
     plan = plan_snapshot(table)
-    assert plan.is_noop and "no shard changed" in plan.noop_reason and plan.to_json()["noop"] is True
+    assert plan.is_noop and "no shard changed" in plan.noop_reason and plan.to_dict()["noop"] is True
     res = execute_snapshot(table, plan)
     assert res.version is None and res.reason == plan.noop_reason and res.attempts == 0
     assert res.snapshot_ts_millis == first.snapshot_ts_millis and res.path is None and res.bytes == 0
-    doc = json.loads(json.dumps(res.to_json()))
+    doc = json.loads(json.dumps(res.to_dict()))
     assert doc["version"] is None and doc["reason"] == plan.noop_reason
     assert tree_digest(table.uri) == before  # no commit, no journal, no snapshot file
     assert lsm_rows(table) == model.sorted_rows()
@@ -339,7 +339,7 @@ def test_refresh_after_a_new_flush_commits_the_new_rows(make_table):
     first = run_snapshot(table)
     write_generations(table.uri, SMALL, model, generations=1, seed_offset=99)  # generation 5 everywhere
     plan = plan_snapshot(table)
-    assert not plan.is_noop and plan.to_json()["reason"] is None
+    assert not plan.is_noop and plan.to_dict()["reason"] is None
     res = execute_snapshot(table, plan)
     assert res.version == first.version + 1 == table.manifest().version and res.reason is None
     assert res.snapshot_ts_millis > first.snapshot_ts_millis

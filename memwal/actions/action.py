@@ -27,7 +27,7 @@ class Action:
     name: str
     help: str
     options: type[JobOptions]
-    plan: Callable[[Table, Any], Any]  # (table, options) -> plan with to_json()
+    plan: Callable[[Table, Any], Any]  # (table, options) -> plan (a Document)
     execute: Callable[[Table, Any, Any, Any, Any], Any]  # (table, plan, options, engine, lease) -> result
     local: Callable[[], Any]  # the in-process engine (other engines plug in: memwal.actions.engines)
     leases: Callable[..., contextlib.AbstractContextManager]  # (table, options, run_id=) -> held leases

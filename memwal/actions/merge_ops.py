@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from memwal.core.document import Document
 from memwal.errors import BadInputError
 from memwal.inspect.status import table_status
 from memwal.lease import Lease
@@ -19,7 +20,7 @@ from memwal.table.schema import primary_key_of
 
 
 @dataclass
-class MergeOpsChange:
+class MergeOpsChange(Document):
     """What ``memwal merge-ops`` did (or, with nothing to change, shows)."""
 
     table: str

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memwal.actions import engines
 from memwal.actions.action import Action
 from memwal.actions.options import JobOptions
 from memwal.actions.registry import ACTIONS
+from memwal.core import steps
+from memwal.core.document import Document
 from memwal.errors import BadInputError
 from memwal.history.run import recorded
 from memwal.inspect.status import lag_now
@@ -24,28 +26,29 @@ from memwal.observe import progress
 if TYPE_CHECKING:
     from memwal.table import Table
 
+#: The type of a :class:`JobResult`'s value: a plan or a result, each a :class:`~memwal.core.document.Document`.
+V = TypeVar("V")
+
 
 @dataclass
-class JobResult:
-    """What an action returns: its typed plan (dry run) or result, and the verdict."""
+class JobResult(Document, Generic[V]):
+    """What an action returns: its typed plan (dry run) or result, and the verdict.
+
+    ``value`` is the action's own object (``MergePlan`` for a merge's dry run,
+    ``MergeResult`` for its run, ...); each has ``to_dict()``, the document of the CLI.
+    """
 
     action: str
     dry_run: bool
-    value: Any  # MergePlan | MergeResult | GcPlan ... (each has to_json())
+    value: V
     run_id: str | None = None  # the run's id in the table's history (None for a dry run)
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the CLI's ``--json`` document (a run's names its ``run_id``: ``memwal history``)."""
-        doc = self.value.to_json()
+        doc = self.value.to_dict()
         if self.run_id is not None:
             doc = {**doc, "run_id": self.run_id}
         return {"dry_run": True, **doc} if self.dry_run and "dry_run" not in doc else doc
-
-    def to_json(self, **dumps: Any) -> str:
-        """The same document as JSON text (``json.dumps`` keywords, e.g. ``indent=2``)."""
-        import json
-
-        return json.dumps(self.to_dict(), default=str, **dumps)
 
     @property
     def problems(self) -> list[str]:
@@ -78,6 +81,7 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     if not options.dry_run:
         engines.prepare(options.engine)
     plan = act.plan(table, options)
+    steps.step(f"{name}.planned")
     if options.dry_run:
         return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
     progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming

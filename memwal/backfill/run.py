@@ -12,6 +12,7 @@ from typing import Any
 from memwal.actions import action
 from memwal.backfill.state import DEFAULT_STATE_FILE, BackfillState, options_fingerprint
 from memwal.backfill.tables import parse_jobs, unique_tables
+from memwal.core.document import Document
 from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, MemWalError
 
@@ -33,7 +34,7 @@ class JobRun:
 
 
 @dataclass
-class TableRun:
+class TableRun(Document):
     table: str
     jobs: list[JobRun] = field(default_factory=list)
 
@@ -45,7 +46,7 @@ class TableRun:
     def error(self) -> str | None:
         return next((f"{j.job}: {j.error}" for j in self.jobs if j.status == FAILED), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "status": "failed" if self.failed else "ok",
@@ -55,7 +56,7 @@ class TableRun:
 
 
 @dataclass
-class BackfillReport:
+class BackfillReport(Document):
     jobs: list[str]
     tables: list[TableRun]
     state_file: str
@@ -72,14 +73,14 @@ class BackfillReport:
                 out[j.status] += 1
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "jobs": self.jobs,
             "state_file": self.state_file,
             "seconds": round(self.seconds, 3),
             "summary": {"tables": len(self.tables), "tables_failed": len(self.failed_tables), **self.counts()},
             "failed_tables": [t.table for t in self.failed_tables],
-            "tables": [t.to_json() for t in self.tables],
+            "tables": [t.to_dict() for t in self.tables],
         }
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
 from memwal.core import steps
+from memwal.core.document import Document
 from memwal.core.retry import after_conflict, vanished
 from memwal.errors import MemWalError, StateMovedError
 from memwal.history import run as history
@@ -29,7 +30,7 @@ class IndexResult:
 
 
 @dataclass
-class CatchupResult:
+class CatchupResult(Document):
     table: str
     version: int | None
     indexes: list[IndexResult] = field(default_factory=list)
@@ -39,7 +40,7 @@ class CatchupResult:
     def all_recorded(self) -> bool:
         return all(i.recorded for i in self.indexes)
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {"table": self.table, "version": self.version, "engine": self.engine,
                 "all_recorded": self.all_recorded, "indexes": [asdict(i) for i in self.indexes]}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from memwal.core.document import Document
 from memwal.errors import BadInputError
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, maintained_indexes
@@ -45,7 +46,7 @@ class IndexPlan:
 
 
 @dataclass
-class CatchupPlan:
+class CatchupPlan(Document):
     table: str
     read_version: int
     compacted: dict[str, int]
@@ -57,7 +58,7 @@ class CatchupPlan:
     def work(self) -> list[IndexPlan]:
         return [i for i in self.indexes if i.action != NONE]
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {"table": self.table, "read_version": self.read_version, "compacted": self.compacted,
                 "indexes": [asdict(i) for i in self.indexes]}
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 
 from memwal.core import clock as clocks
 from memwal.core import steps
+from memwal.core.retry import while_busy
 from memwal.errors import ConflictError, NotFoundError
 from memwal.store import Store
 from memwal.table.naming import JOBS_DIR
@@ -71,25 +71,35 @@ def _gc_alive(store: Store, run_id: str | None) -> bool:
     return info is not None and info.state == LIVE and (run_id is None or info.run_id in (run_id, None))
 
 
+class _GcDeleting(Exception):
+    """A GC run is deleting (internal: what :func:`wait_for_gc` waits out)."""
+
+    def __init__(self, run_id: str | None) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+
 def wait_for_gc(store: Store, *, timeout_seconds: float) -> bool:
     """Wait until no GC run is deleting (True if one was waited for); ConflictError past the timeout."""
-    clock = clocks.current()
-    deadline = clock() + timeout_seconds
-    waited = False
-    never = threading.Event()
-    while True:
+    waited = []
+
+    def no_gc_deleting() -> None:
         marker = read_marker(store)
-        if marker is None or marker.get("state") != RUNNING or not _gc_alive(store, marker.get("run_id")):
-            return waited
-        if clock() >= deadline:
-            raise ConflictError(f"{store.root}: a GC run ({marker.get('run_id')}) is still deleting after "
-                                f"{timeout_seconds:.0f}s; create the checkpoint again later")
-        if not waited:
-            steps.step("checkpoint.waiting-for-gc")
-            log.info("a GC run (%s) is deleting: the checkpoint waits for it, then checks its view",
-                     marker.get("run_id"))
-            waited = True
-        clock.wait_until(clock() + POLL_SECONDS, never)
+        if marker is not None and marker.get("state") == RUNNING and _gc_alive(store, marker.get("run_id")):
+            raise _GcDeleting(marker.get("run_id"))
+
+    def say_why(exc: BaseException) -> None:
+        steps.step("checkpoint.waiting-for-gc")
+        log.info("a GC run (%s) is deleting: the checkpoint waits for it, then checks its view", exc)
+        waited.append(True)
+
+    try:
+        while_busy(no_gc_deleting, busy=lambda exc: isinstance(exc, _GcDeleting), timeout_seconds=timeout_seconds,
+                   poll_seconds=POLL_SECONDS, on_first_wait=say_why)
+    except _GcDeleting as exc:
+        raise ConflictError(f"{store.root}: a GC run ({exc.run_id}) is still deleting after "
+                            f"{timeout_seconds:.0f}s; create the checkpoint again later") from None
+    return bool(waited)
 
 
 class ViewLostError(ConflictError):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from memwal.checkpoint.ops import create_checkpoint, delete_checkpoint, read_plan, refresh_checkpoint
 from memwal.checkpoint.record import Checkpoint
 from memwal.core import clock as clocks
+from memwal.core.document import Document
 from memwal.errors import MemWalError
 from memwal.lease.heartbeat import Heartbeat
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ManagedCheckpoint:
+class ManagedCheckpoint(Document):
     """A checkpoint that refreshes itself while held and is deleted on exit."""
 
     def __init__(self, table: Table, *, lifetime: float, name: str | None = None, refresh: bool = True) -> None:
@@ -51,7 +52,7 @@ class ManagedCheckpoint:
         return self._held().version
 
     def to_dict(self) -> dict[str, Any]:
-        return self._held().to_json()
+        return self._held().to_dict()
 
     def _held(self) -> Checkpoint:
         if self.checkpoint is None:

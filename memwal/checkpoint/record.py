@@ -16,6 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memwal.core.document import Document
 from memwal.errors import BadInputError
 from memwal.table.naming import JOBS_DIR
 
@@ -86,7 +87,7 @@ class PinnedShard:
 
 
 @dataclass
-class Checkpoint:
+class Checkpoint(Document):
     """One checkpoint record (see the module docstring)."""
 
     id: str
@@ -104,7 +105,7 @@ class Checkpoint:
         shard = self.shards.get(shard_id)
         return shard is not None and generation in shard.numbers
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The CLI's document: ``shards`` as ``{shard_id: [generations]}``."""
         return {"id": self.id, "name": self.name, "version": self.version, "created_at": self.created_at,
                 "expires_at": self.expires_at, "tag": self.tag,

@@ -14,8 +14,9 @@ from lance.optimize import Compaction, RewriteResult
 from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
 from memwal.compact.plan import CompactPlan, plan_compaction
 from memwal.core import steps
-from memwal.core.retry import after_conflict, is_conflict, vanished
-from memwal.errors import MemWalError, StateMovedError, first_line
+from memwal.core.document import Document
+from memwal.core.retry import after_conflict, vanished
+from memwal.errors import ConflictError, MemWalError, StateMovedError
 from memwal.history import run as history
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
@@ -43,7 +44,7 @@ class IndexCatchup:
 
 
 @dataclass
-class CompactResult:
+class CompactResult(Document):
     table: str
     version: int | None
     fragments_before: int
@@ -56,7 +57,7 @@ class CompactResult:
     attempts: int = 1
     catchup_repaired: bool = False
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -172,25 +173,23 @@ def restore_catchup(table: Table, before: dict[str, dict[str, int]], catchup_eng
     fragment uncovered: re-plan and retry. Returns the version of the last catch-up commit.
     """
     engine = catchup_engine or LocalCatchupEngine()
-    version = None
-    for attempt in range(1, CATCHUP_ATTEMPTS + 1):
-        plan = plan_catchup(table, thresholds=CatchupThresholds())
-        try:
-            done = execute_catchup(table, plan, engine, lease=lease)
-        except (OSError, RuntimeError) as exc:
-            if not is_conflict(exc) or attempt == CATCHUP_ATTEMPTS:
-                raise
-            log.warning("index catch-up after compaction conflicted (%s); retrying", first_line(exc))
-            continue
-        version = done.version or version
+    versions: list[int] = []
+
+    def attempt(_n: int) -> int | None:
+        done = execute_catchup(table, plan_catchup(table, thresholds=CatchupThresholds()), engine, lease=lease)
+        if done.version is not None:
+            versions.append(done.version)
         behind = _behind(before, table.manifest())
-        if done.all_recorded and not behind:
-            return version
-        log.warning("index catch-up after compaction not recorded yet (%s); retrying",
-                    ", ".join(behind) or "concurrent commit")
-    raise MemWalError(f"{table.uri}: compacted, but the catch-up of indexes "
-                      f"{', '.join(_behind(before, table.manifest())) or 'maintained'} could not be re-earned; "
-                      "run `memwal catchup`")
+        if not done.all_recorded or behind:
+            raise ConflictError(f"catch-up not recorded yet ({', '.join(behind) or 'a concurrent commit'})")
+        return versions[-1] if versions else None
+
+    try:
+        return after_conflict(attempt, what=f"{table.uri}: index catch-up after compaction", attempts=CATCHUP_ATTEMPTS)
+    except ConflictError as exc:
+        raise MemWalError(f"{table.uri}: compacted, but the catch-up of indexes "
+                          f"{', '.join(_behind(before, table.manifest())) or 'maintained'} could not be re-earned "
+                          "(concurrent writers kept winning); run `memwal catchup`") from exc
 
 
 def finish(table: Table, before: dict[str, dict[str, int]], result: CompactResult) -> None:

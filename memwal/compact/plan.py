@@ -9,6 +9,7 @@ from typing import Any
 
 from lance.optimize import Compaction, CompactionTask
 
+from memwal.core.document import Document
 from memwal.errors import MemWalError, first_line
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, maintained_indexes
@@ -37,7 +38,7 @@ class TaskPlan:
 
 
 @dataclass
-class CompactPlan:
+class CompactPlan(Document):
     table: str
     read_version: int
     options: dict[str, Any]
@@ -60,7 +61,7 @@ class CompactPlan:
         compaction must leave recorded (or higher) when it is done."""
         return {name: shards for name, shards in self.index_catchup.items() if name in self.indexes}
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "table": self.table,
             "read_version": self.read_version,

@@ -17,17 +17,30 @@ lost a race: :func:`after_transient` sends it again after a 503, a throttle, a t
 dropped connection (what is transient is the caller's to say: the object-store layer
 classifies obstore's errors), with jittered backoff and a bounded number of attempts.
 object_store's own retries are switched off for our stores, so this is the one retry.
+
+The third, :func:`while_busy`, is a wait rather than a redo: try again every few seconds
+while someone else holds what we need (a lease, a running GC), until a deadline on the
+process's clock (:mod:`memwal.core.clock`), so a test moves time by hand.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_fixed,
+    wait_random_exponential,
+)
 
+from memwal.core import clock as clocks
 from memwal.errors import ConflictError, NotFoundError, PreconditionFailedError
 
 log = logging.getLogger(__name__)
@@ -123,6 +136,48 @@ def after_transient(
         retry=retry_if_exception(is_transient),
         before_sleep=log_retry,
         sleep=sleep,
+        reraise=True,
+    )
+    return retrying(work)
+
+
+def while_busy(
+    work: Callable[[], T],
+    *,
+    busy: Callable[[BaseException], bool],
+    timeout_seconds: float,
+    poll_seconds: float = 1.0,
+    on_first_wait: Callable[[BaseException], None] | None = None,
+    clock: clocks.Clock | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> T:
+    """``work()`` until it succeeds, trying again every ``poll_seconds`` while it fails with
+    an error ``busy`` accepts, for up to ``timeout_seconds`` of ``clock`` (the process's).
+
+    Past the deadline the last busy error propagates (its caller names the wait). Any
+    other error propagates at once. ``on_first_wait`` says once why the job is waiting;
+    ``sleep`` (default: wait on the clock) is how a test lets time pass.
+    """
+    clock = clock or clocks.current()
+    deadline = clock() + timeout_seconds
+    never = threading.Event()
+
+    def wait_on_clock(seconds: float) -> None:
+        clock.wait_until(clock() + seconds, never)
+
+    def past_deadline(state: RetryCallState) -> bool:
+        return clock() + poll_seconds > deadline
+
+    def before_sleep(state: RetryCallState) -> None:
+        if state.attempt_number == 1 and on_first_wait is not None and state.outcome is not None:
+            on_first_wait(state.outcome.exception())
+
+    retrying = Retrying(
+        stop=past_deadline,
+        wait=wait_fixed(poll_seconds),
+        retry=retry_if_exception(busy),
+        before_sleep=before_sleep,
+        sleep=sleep or wait_on_clock,
         reraise=True,
     )
     return retrying(work)

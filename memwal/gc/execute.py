@@ -15,6 +15,7 @@ from memwal.checkpoint import Checkpoint, list_checkpoints, live_checkpoints, re
 from memwal.checkpoint.handshake import gc_finished, gc_started
 from memwal.core import clock as clocks
 from memwal.core import steps
+from memwal.core.document import Document
 from memwal.gc.delete import LocalGcEngine, check_under, delete_objects
 from memwal.gc.gates import DEFAULT_GRACE_SECONDS, GRACE_PERIOD, UNSAFE_PATH, Blocked
 from memwal.gc.model import GcPlan, blocked_json
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class GcResult:
+class GcResult(Document):
     table: str
     dry_run: bool
     deleted: list[dict] = field(default_factory=list)
@@ -58,7 +59,7 @@ class GcResult:
     #: Run-history records older than the retention that the run deleted (or would delete).
     history_pruned: int = 0
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
@@ -155,7 +156,7 @@ def write_audit(table: Table, result: GcResult) -> str:
     """Persist the run's record (what went, which gates allowed it) in the table's store."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     key = f"{JOBS_DIR}/audit/gc-{stamp}-{uuid.uuid4().hex[:8]}.json"
-    table.store.put_if_absent(key, json.dumps(result.to_json(), indent=2, default=str).encode())
+    table.store.put_if_absent(key, json.dumps(result.to_dict(), indent=2, default=str).encode())
     return key
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from memwal.core.document import Document
 from memwal.gc.gates import (
     Blocked,
 )
@@ -56,7 +57,7 @@ class Orphan:
 
 
 @dataclass
-class GcPlan:
+class GcPlan(Document):
     table: str
     read_version: int
     planned_at: float
@@ -82,7 +83,7 @@ class GcPlan:
     expiring: list[int] = field(default_factory=list)
     older_than_seconds: float | None = None
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "table": self.table,
             "read_version": self.read_version,

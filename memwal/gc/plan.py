@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from memwal.checkpoint import Checkpoint, list_checkpoints
 from memwal.core import clock as clocks
 from memwal.core.pool import parallel_map
-from memwal.errors import BadInputError, MemWalError, NotFoundError, UnsafePathError
+from memwal.core.retry import after_conflict
+from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError, UnsafePathError
 from memwal.gc.delete import survey
 from memwal.gc.gates import (
     DEFAULT_GRACE_SECONDS,
@@ -219,14 +220,17 @@ def plan_gc_settled(table: Table, **options) -> GcPlan:
     A concurrent GC deletes WAL entries and generations between our listing and our read:
     that is a lost race, not bad input, so we list again (what it deleted is then absent).
     """
-    last: NotFoundError | None = None
-    for attempt in range(PLAN_ATTEMPTS):
+    def attempt(_n: int) -> GcPlan:
         try:
             return plan_gc(table, **options)
         except NotFoundError as exc:
-            last = exc
-            log.info("gc %s: %s vanished while planning (attempt %d): planning again", table.uri, exc, attempt + 1)
-    raise MemWalError(f"{table.uri}: objects kept vanishing while GC planned (a concurrent GC?): {last}")
+            raise StateMovedError(f"{exc} vanished while planning") from exc
+
+    try:
+        return after_conflict(attempt, what=f"gc {table.uri}: planning", attempts=PLAN_ATTEMPTS)
+    except ConflictError as exc:
+        raise MemWalError(f"{table.uri}: objects kept vanishing while GC planned (a concurrent GC?): "
+                          f"{exc.__cause__ or exc}") from exc
 
 
 def prepare_gc(table: Table, *, audit: bool = False, **options) -> GcPlan:

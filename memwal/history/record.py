@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memwal.core.document import Document
+
 #: Outcomes of a run. ``running`` is what a record says until its run ends (a run whose
 #: process died stays ``running``; ``memwal history`` shows it as ``abandoned`` once no live
 #: lease of its run is left).
@@ -21,7 +23,7 @@ OUTCOMES = (RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED)
 
 
 @dataclass
-class RunRecord:
+class RunRecord(Document):
     job: str
     run_id: str
     engine: str
@@ -36,11 +38,11 @@ class RunRecord:
     #: the run ended: the lag over time the status page draws.
     lag: dict[str, list[float | int | None]] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items()}
 
     def dumps(self) -> bytes:
-        return json.dumps(self.to_json(), sort_keys=True, default=str).encode()
+        return json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
 
     @classmethod
     def loads(cls, data: bytes) -> RunRecord:

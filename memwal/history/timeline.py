@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
+from memwal.core.document import Document
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
 from memwal.history.record import ABANDONED, RUNNING, RunRecord
@@ -54,7 +55,7 @@ def parse_since(value: str | float | None, now: float | None = None) -> float | 
 
 
 @dataclass
-class History:
+class History(Document):
     table: str
     runs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -71,7 +72,7 @@ def history(table: Table, *, limit: int = 20, job: str | None = None, since: flo
     live = _live_runs(table)
     out = History(table.uri)
     for r in records:
-        doc = r.to_json()
+        doc = r.to_dict()
         if r.outcome == RUNNING and r.run_id not in live:
             doc["outcome"] = ABANDONED  # its process ended without recording how
         out.runs.append(doc)

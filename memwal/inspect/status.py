@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from memwal.core import clock as clocks
+from memwal.core.document import Document
 from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.generations import generation_damage
@@ -64,7 +65,7 @@ class CheckpointStatus:
 
 
 @dataclass
-class TableStatus:
+class TableStatus(Document):
     table: str
     version: int
     maintained_indexes: list[str]

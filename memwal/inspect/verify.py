@@ -20,6 +20,8 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal.core import steps
+from memwal.core.document import Document
 from memwal.core.retry import after_conflict
 from memwal.errors import MemWalError, StateMovedError, UnsafePathError, first_line
 from memwal.read import lsm_scan
@@ -42,7 +44,7 @@ class Problem:
 
 
 @dataclass
-class VerifyResult:
+class VerifyResult(Document):
     table: str
     version: int
     checks: list[str] = field(default_factory=list)
@@ -102,6 +104,7 @@ def _verify_once(table: Table) -> VerifyResult:
     res.checks += ["shard-manifest-readable", "no-generation-gap", "progress-not-above-flushed",
                    "paths-inside-shard", "generations-present", "generations-readable"]
     found = read_shard_manifests(table.store)
+    steps.step("verify.after-shard-manifests")
     unmerged: list[tuple[str, int, str]] = []  # (shard, generation, key) of present unmerged generations
     states = found.states
     for shard_id, err in found.broken.items():

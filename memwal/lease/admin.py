@@ -13,6 +13,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from memwal.core import clock as clocks
+from memwal.core.document import Document
 from memwal.errors import BadInputError, LeaseHeldError, NotFoundError, PreconditionFailedError
 from memwal.lease.lease import Lease
 from memwal.lease.record import (
@@ -33,7 +34,7 @@ LIVE, EXPIRED, RELEASED, DEAD_HOLDER, CORRUPT = "live", "expired", "released", "
 
 
 @dataclass
-class LeaseInfo:
+class LeaseInfo(Document):
     """One stored lease as an operator sees it (``memwal lease TABLE --json``)."""
 
     kind: str
@@ -119,7 +120,7 @@ def break_lease(store: Store, kind: str, *, breaker: str | None = None) -> Lease
         rec = LeaseRecord(kind, *_salvage(data), 0.0)
     holder, token = rec.holder, rec.token
     try:
-        store.put_if_match(lease.key, rec.to_json(), etag)
+        store.put_if_match(lease.key, rec.encode(), etag)
     except PreconditionFailedError:
         raise LeaseHeldError(
             f"{kind} lease on {store.root} changed while breaking it: look again with memwal lease"

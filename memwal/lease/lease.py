@@ -152,7 +152,7 @@ class Lease(Renewing):
             rec = self._new_record(1, now)
             steps.step("lease.before-write")
             try:
-                new_etag = self.store.put_if_absent(self.key, rec.to_json())
+                new_etag = self.store.put_if_absent(self.key, rec.encode())
             except PreconditionFailedError:
                 self._refuse_folder()
                 raise  # someone created it first: look at theirs
@@ -170,7 +170,7 @@ class Lease(Renewing):
         # incarnation of the same holder.
         rec = self._new_record(current.token + 1, now)
         steps.step("lease.before-write")
-        new_etag = self.store.put_if_match(self.key, rec.to_json(), etag)  # lost race: retried
+        new_etag = self.store.put_if_match(self.key, rec.encode(), etag)  # lost race: retried
         if dead:
             log.warning("took over the %s lease of dead holder %s (token %d, would have expired %s): "
                         "its process is gone from this host", self.kind, current.holder, current.token,
@@ -253,22 +253,17 @@ class Lease(Renewing):
         mergers), waiting is kinder than failing; past the timeout the holder's
         LeaseHeldError propagates (exit code 3).
         """
-        deadline = self.clock() + timeout_seconds
-        waited = False
-        never = threading.Event()
-        while True:
-            try:
-                return self.acquire()
-            except LeaseHeldError as exc:
-                if self.clock() + poll_seconds > deadline:
-                    raise LeaseHeldError(f"{exc} (waited {timeout_seconds:.0f}s for it)") from None
-                if not waited:  # say why the job is not starting (once), not just stall
-                    log.info("waiting up to %.0fs: %s", timeout_seconds, exc)
-                    waited = True
-                if sleep is not None:
-                    sleep(poll_seconds)
-                else:
-                    self.clock.wait_until(self.clock() + poll_seconds, never)
+        from memwal.core.retry import while_busy
+
+        def say_why(exc: BaseException) -> None:  # why the job is not starting, not just a stall
+            log.info("waiting up to %.0fs: %s", timeout_seconds, exc)
+
+        try:
+            return while_busy(self.acquire, busy=lambda exc: isinstance(exc, LeaseHeldError),
+                              timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, on_first_wait=say_why,
+                              clock=self.clock, sleep=sleep)
+        except LeaseHeldError as exc:
+            raise LeaseHeldError(f"{exc} (waited {timeout_seconds:.0f}s for it)") from None
 
     def release(self) -> None:
         """Give the lease up: stop the heartbeat, then CAS-write ``expires_at=0`` keeping the
@@ -297,7 +292,7 @@ class Lease(Renewing):
                 rec = LeaseRecord(self.kind, self.holder, self.token, current.acquired_at, 0.0,
                                   renewed_at=current.renewed_at, host=current.host, pid=current.pid,
                                   run_id=current.run_id)
-                self._etag = self.store.put_if_match(self.key, rec.to_json(), etag)
+                self._etag = self.store.put_if_match(self.key, rec.encode(), etag)
                 self._record = rec
                 log.info("released %s lease (token %d)", self.kind, self.token)
             except (MemWalError, OSError) as exc:

@@ -106,7 +106,7 @@ class LeaseRecord:
     pid: int | None = None
     run_id: str | None = None
 
-    def to_json(self) -> bytes:
+    def encode(self) -> bytes:
         """Serialise (sorted keys, so equal records give equal bytes)."""
         return json.dumps(asdict(self), sort_keys=True).encode()
 

@@ -96,7 +96,7 @@ class Renewing:
         rec = LeaseRecord(self.kind, self.holder, self.token, self._record.acquired_at, now + self.ttl_seconds,
                           renewed_at=now, host=self._record.host, pid=self._record.pid, run_id=self._record.run_id)
         try:
-            etag = self.store.put_if_match(self.key, rec.to_json(), self._etag)
+            etag = self.store.put_if_match(self.key, rec.encode(), self._etag)
         except PreconditionFailedError:
             raise self._lost("the lease object changed under a renewal") from None
         self._record, self._etag = rec, etag

@@ -57,6 +57,7 @@ import pyarrow as pa
 from lance.mem_wal import CompactedSsTable
 
 from memwal.core import steps
+from memwal.core.document import Document
 from memwal.core.retry import after_conflict, vanished
 from memwal.errors import ConflictError, StateMovedError, first_line
 from memwal.history import run as history
@@ -108,7 +109,7 @@ class ShardMergeResult:
 
 
 @dataclass
-class MergeResult:
+class MergeResult(Document):
     table: str
     version: int | None
     shards: list[ShardMergeResult] = field(default_factory=list)
@@ -117,7 +118,7 @@ class MergeResult:
     attempts: int = 1
     engine: str = "local"
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
     @property

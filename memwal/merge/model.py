@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from memwal.core.document import Document
 from memwal.merge.columns import Renames
 
 
@@ -52,7 +53,7 @@ class BlockedShard:
 
 
 @dataclass
-class MergePlan:
+class MergePlan(Document):
     table: str
     read_version: int
     primary_key: list[str]
@@ -77,7 +78,7 @@ class MergePlan:
     def is_empty(self) -> bool:
         return not self.shards
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "table": self.table,
             "read_version": self.read_version,

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
+from memwal.core import steps
 from memwal.errors import MemWalError, NotFoundError
 from memwal.store import Store, open_store
 from memwal.table.shards import list_wal_entries, read_wal_entry_meta
@@ -39,7 +40,9 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
     stale (a missing operand then stops the shard, and the merge re-reads the progress).
     """
     out: dict[int, list[str]] = {g: [] for g in generations}
-    for entry in list_wal_entries(store, shard_id):
+    entries = list_wal_entries(store, shard_id)
+    steps.step("operands.after-wal-listing")
+    for entry in entries:
         try:
             meta = read_wal_entry_meta(store, shard_id, entry.position)
         except NotFoundError:

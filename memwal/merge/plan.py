@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from memwal.core import steps
 from memwal.core.pool import parallel_map
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, StateMovedError, UnsafePathError
@@ -150,6 +151,7 @@ def _plan_merge_once(
 ) -> MergePlan:
     manifest = manifest or table.require_mem_wal()
     found = read_shard_manifests(table.store)
+    steps.step("merge.after-shard-manifests")
     states = found.states
     if shards:
         unknown = sorted(set(shards) - set(states) - set(found.broken))

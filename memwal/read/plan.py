@@ -47,6 +47,7 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import ShardSnapshot
 
+from memwal.core.document import Document
 from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError
 from memwal.read.pruning import allowed_shard_values, filter_literals, routed_values, shard_matches, source_columns
@@ -84,7 +85,7 @@ class ShardView:
 
 
 @dataclass
-class ReadPlan:
+class ReadPlan(Document):
     """Shard snapshots for a read, and how they were obtained."""
 
     table: str
@@ -98,7 +99,7 @@ class ReadPlan:
     #: (shard_id, generation, path) of every generation the snapshots list, in order.
     generations: list[tuple[str, int, str]] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "version": self.version,

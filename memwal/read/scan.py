@@ -12,6 +12,7 @@ import lance
 import pyarrow as pa
 from lance.mem_wal import LsmScanner, ShardSnapshot
 
+from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.ops import table_ops
 from memwal.read.checks import check_columns, check_filter, reading
@@ -106,6 +107,7 @@ def fresh_scan(
         p = plan if n == 1 and plan is not None else None
         manifest = table.manifest(p.version) if p is not None else table.require_mem_wal()
         p = p or plan_read(table, source=source, filter=filter, manifest=manifest)
+        steps.step("read.after-plan")
         try:
             return p, lsm_scan(table, columns=columns, filter=filter, limit=limit, plan=p, manifest=manifest)
         except (ValueError, OSError, RuntimeError, MemWalError) as exc:

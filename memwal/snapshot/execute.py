@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from lance.dataset import IndexFile
 
+from memwal.core.document import Document
 from memwal.pb import mem_wal_index_pb2
 from memwal.snapshot.format import (
     INLINE_THRESHOLD,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class SnapshotResult:
+class SnapshotResult(Document):
     """What a refresh did; ``version`` None (with a ``reason``) when it had nothing to publish."""
 
     table: str
@@ -58,7 +59,7 @@ class SnapshotResult:
     commit_seconds: float
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["read_seconds"] = round(self.read_seconds, 3)
         d["commit_seconds"] = round(self.commit_seconds, 3)

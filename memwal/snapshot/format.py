@@ -56,7 +56,7 @@ class ShardRow:
     flushed_generations: list[tuple[int, str]]
     fields: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["flushed_generations"] = [{"generation": g, "path": p} for g, p in self.flushed_generations]
         return d

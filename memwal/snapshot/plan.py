@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memwal.core.document import Document
 from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, UnsafePathError
 from memwal.snapshot.format import (
@@ -102,7 +103,7 @@ class LocalManifestReader:
 
 
 @dataclass
-class SnapshotPlan:
+class SnapshotPlan(Document):
     table: str
     read_version: int
     planned_at_ms: int
@@ -128,7 +129,7 @@ class SnapshotPlan:
     def is_noop(self) -> bool:
         return self.noop_reason is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "read_version": self.read_version,

@@ -15,6 +15,7 @@ import fcntl
 import os
 import uuid
 
+from memwal.core.retry import after_transient
 from memwal.errors import BadInputError, LinkedPathError, PreconditionFailedError
 from memwal.store.base import clean_key
 from memwal.store.local_walk import TEMP_MARKER
@@ -32,20 +33,20 @@ class LocalWrites:
         """
         # Truncated base name: the temporary name must stay within NAME_MAX.
         tmp = f".{key.rsplit('/', 1)[-1][:100]}{TEMP_MARKER}{uuid.uuid4().hex}"
-        for attempt in range(5):
+
+        def create() -> tuple[int, str, int]:
             dfd, name = self._parent_for_write(key)
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                             dir_fd=dfd)
-                break
-            except FileNotFoundError:
-                # A concurrent delete_many pruned the (empty) directory: recreate it.
-                os.close(dfd)
-                if attempt == 4:
-                    raise
+                return dfd, name, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                          0o644, dir_fd=dfd)
             except BaseException:
                 os.close(dfd)
                 raise
+
+        # A concurrent delete_many may prune the (empty) directory between its creation and
+        # ours: it is created again.
+        dfd, name, fd = after_transient(create, what=f"creating a file in {key.rsplit('/', 1)[0]}",
+                                        is_transient=lambda exc: isinstance(exc, FileNotFoundError), base_seconds=0.0)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -12,6 +12,7 @@ from functools import cached_property
 
 import lance
 
+from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, NotFoundError, StateMovedError, first_line
 from memwal.store import LocalStore, Store, check_table_uri, open_store
 from memwal.store.options import check_storage_options
@@ -52,17 +53,17 @@ class Table:
         """The decoded table manifest of ``version`` (latest when None); a version that
         vanished while we read it (expired by a concurrent cleanup) is a
         :class:`StateMovedError`, and the latest is listed again when the one listed went."""
-        for attempt in range(3):
+        if version is not None:
             try:
                 return read_table_manifest(self.store, version)
             except NotFoundError:
-                if version is None and attempt < 2:
-                    continue  # a newer version was committed and the one we listed expired: list again
-                if version is not None and self._expired(version):
+                if self._expired(version):
                     raise StateMovedError(f"{self.uri}: table version {version} was expired while in use "
                                           "(a concurrent gc)") from None
                 raise
-        raise AssertionError("unreachable")
+
+        return after_conflict(lambda _n: read_table_manifest(self.store, None), attempts=3, base_seconds=0.05,
+                              what=f"{self.uri}: reading the table manifest")
 
     def _expired(self, version: int) -> bool:
         """Whether ``version`` is gone while the table goes on (a newer version exists)."""

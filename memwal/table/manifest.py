@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
-from memwal.errors import BadInputError, NotFoundError
+from memwal.errors import BadInputError, NotFoundError, StateMovedError
 from memwal.pb import mem_wal_index_pb2, table_manifest_pb2
 from memwal.table.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, U64_MAX, shard_uuid_str
 
@@ -82,16 +82,27 @@ def latest_version(store: Store) -> int:
 
 
 def read_table_manifest(store: Store, version: int | None = None) -> TableManifest:
-    """Decode the manifest of ``version`` (latest when None) and its MemWAL index details."""
+    """Decode the manifest of ``version`` (latest when None) and its MemWAL index details.
+
+    The latest version vanishing between the listing and the read (a newer version was
+    committed and a concurrent cleanup expired it) is a lost race: :class:`StateMovedError`.
+    """
     versions = list_versions(store)
     if not versions:
         raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
+    latest = version is None
     if version is None:
         version = max(versions)
     if version not in versions:
         raise NotFoundError(f"{store.root}: table version {version} does not exist")
     key = versions[version]
-    return decode_table_manifest(store.get(key), key=key, where=store.uri_for(key))
+    try:
+        data = store.get(key)
+    except NotFoundError as exc:
+        if latest:
+            raise StateMovedError(f"{store.root}: the latest table version {version} expired while read") from exc
+        raise
+    return decode_table_manifest(data, key=key, where=store.uri_for(key))
 
 
 def _message_at(data: bytes, offset: int, where: str, what: str) -> bytes:

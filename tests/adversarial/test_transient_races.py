@@ -1,8 +1,8 @@
 """Transient races with maintenance are lost races, retried: never bad input, never a false alarm.
 
-Each test is one deterministic interleaving: job A runs until a named step (the first call
-of a function it uses has returned, or is about to be made), job B runs to completion
-there (a merge, a GC with no grace period, a version expiry, a compaction), then A goes on.
+Each test is one deterministic interleaving: job A runs until a named step
+(``memwal.core.steps``), job B runs to completion there (a merge, a GC with no grace
+period, a version expiry, a compaction), then A goes on (``tests.interleave.running_at``).
 A must re-read what moved under it and finish (exit 0), with the table equal to the row
 model; before the fix each of these ended in exit 2 (bad input, "nothing written", which
 Airflow never retries) or exit 1 (a false problem, a raw Lance conflict).
@@ -17,10 +17,6 @@ from collections.abc import Callable
 import lance
 import pyarrow as pa
 
-import memwal.inspect.verify
-import memwal.merge.operands
-import memwal.merge.plan
-import memwal.read
 from memwal import actions
 from memwal.actions.merge_ops import change_merge_ops
 from memwal.catchup import plan_catchup, run_catchup
@@ -29,30 +25,10 @@ from memwal.merge import plan_merge, run_merge
 from memwal.table import Table, open_table
 from tests.conftest import table_rows
 from tests.helpers import run_cli
+from tests.interleave import running_at
 
 WL = Workload(base_rows=150, shards=3, generations=3, rows_per_generation=30, indexes=False, seed=41)
 SHARDS = shard_ids_for(WL)
-
-
-def at_step(monkeypatch, owner: object, name: str, job_b: Callable[[], None], *, before: bool = False) -> list[str]:
-    """Stall A at a step: right after the first call of ``owner.name`` returns (or right
-    before it is made), run ``job_b`` to completion, then let A go on. Returns a list that
-    records the step once reached. Later calls pass straight through."""
-    real = getattr(owner, name)
-    reached: list[str] = []
-
-    def hooked(*args, **kwargs):
-        if before and not reached:
-            reached.append(name)
-            job_b()
-        out = real(*args, **kwargs)
-        if not before and not reached:
-            reached.append(name)
-            job_b()
-        return out
-
-    monkeypatch.setattr(owner, name, hooked)
-    return reached
 
 
 def merge_then_collect(uri: str, *, shards: list[str] | None = None) -> Callable[[], None]:
@@ -96,12 +72,12 @@ def build(make_table, tmp_path, *, ops: bool = False) -> tuple[Table, list[dict]
     return table, [{"id": k, "hits": n} for k, n in sorted(counts.items())]
 
 
-def test_merge_plan_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path, monkeypatch):
+def test_merge_plan_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path):
     """Merge operators: A lists a shard's WAL entries; B merges and collects them; A's
     reading of those entries found them gone (was exit 2: "object not found: .../wal/...")."""
     table, expected = build(make_table, tmp_path, ops=True)
-    reached = at_step(monkeypatch, memwal.merge.operands, "list_wal_entries", merge_then_collect(table.uri))
-    run = run_cli("merge", table.uri)
+    with running_at("operands.after-wal-listing", merge_then_collect(table.uri)) as reached:
+        run = run_cli("merge", table.uri)
     assert reached and run.rc == 0, run.stderr
     assert table_rows(table) == expected
 
@@ -117,14 +93,14 @@ def test_merge_executing_a_plan_whose_wal_entries_were_collected(make_table, tmp
     assert table_rows(table) == expected
 
 
-def test_merge_plan_whose_read_version_expires_meanwhile(make_table, tmp_path, monkeypatch):
+def test_merge_plan_whose_read_version_expires_meanwhile(make_table, tmp_path):
     """A read the table manifest (version V); B merges one shard and GC expires every older
     version, V included; A opens V (was exit 2: "cannot open the Lance table: .../_versions/
     ...manifest was not found")."""
     table, expected = build(make_table, tmp_path)
     job_b = merge_then_collect(table.uri, shards=SHARDS[:1])
-    reached = at_step(monkeypatch, memwal.merge.plan, "read_shard_manifests", job_b)
-    run = run_cli("merge", table.uri)
+    with running_at("merge.after-shard-manifests", job_b) as reached:
+        run = run_cli("merge", table.uri)
     assert reached and run.rc == 0, run.stderr
     assert table_rows(table) == expected
 
@@ -138,37 +114,37 @@ def test_merge_executing_a_plan_whose_read_version_expired(make_table, tmp_path)
     assert table_rows(table) == expected
 
 
-def test_scan_whose_listed_generations_are_collected_meanwhile(make_table, tmp_path, monkeypatch):
+def test_scan_whose_listed_generations_are_collected_meanwhile(make_table, tmp_path):
     """A reader listed the unmerged generations; B merges and collects them; the read
     (was exit 2, a missing generation reported as a bad filter) reads again."""
     table, expected = build(make_table, tmp_path)
-    reached = at_step(monkeypatch, memwal.read, "plan_read", merge_then_collect(table.uri))
-    run = run_cli("scan", table.uri, "--json")
+    with running_at("read.after-plan", merge_then_collect(table.uri)) as reached:
+        run = run_cli("scan", table.uri, "--json")
     assert reached and run.rc == 0, run.stderr
     assert sorted(json.loads(run.stdout)["rows"], key=lambda r: r["id"]) == expected
 
 
-def test_scan_of_merge_operators_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path, monkeypatch):
+def test_scan_of_merge_operators_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path):
     table, expected = build(make_table, tmp_path, ops=True)
-    reached = at_step(monkeypatch, memwal.read, "plan_read", merge_then_collect(table.uri))
-    run = run_cli("scan", table.uri, "--json")
+    with running_at("read.after-plan", merge_then_collect(table.uri)) as reached:
+        run = run_cli("scan", table.uri, "--json")
     assert reached and run.rc == 0, run.stderr
     assert sorted(json.loads(run.stdout)["rows"], key=lambda r: r["id"]) == expected
 
 
-def test_verify_whose_generations_are_merged_and_collected_meanwhile(make_table, tmp_path, monkeypatch):
+def test_verify_whose_generations_are_merged_and_collected_meanwhile(make_table, tmp_path):
     """verify read the shard manifests; B merges and collects; the generations verify then
     looks at are gone (was exit 1, "PROBLEMS FOUND (... 0 rows in the LSM view)", OK a
     moment later)."""
     table, expected = build(make_table, tmp_path)
-    reached = at_step(monkeypatch, memwal.inspect.verify, "read_shard_manifests", merge_then_collect(table.uri))
-    run = run_cli("verify", table.uri, "--json")
+    with running_at("verify.after-shard-manifests", merge_then_collect(table.uri)) as reached:
+        run = run_cli("verify", table.uri, "--json")
     assert reached and run.rc == 0, run.stdout
     assert json.loads(run.stdout)["lsm_rows"] == len(expected)
     assert table_rows(table) == expected
 
 
-def test_catchup_preempted_by_a_compaction_is_retried(make_table, tmp_path, monkeypatch):
+def test_catchup_preempted_by_a_compaction_is_retried(make_table, tmp_path):
     """The index commit of catch-up is preempted by a compaction's Rewrite committed while
     it built ("Retryable commit conflict ... preempted by concurrent transaction Rewrite":
     was exit 1, catch-up had no retry)."""
@@ -183,36 +159,33 @@ def test_catchup_preempted_by_a_compaction_is_retried(make_table, tmp_path, monk
         doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
         assert doc["fragments_removed"], doc
 
-    reached = at_step(monkeypatch, Table, "dataset", compaction)  # the engine's open of the table
-    result = run_catchup(table, plan=plan)
+    with running_at("catchup.before-build", compaction) as reached:
+        result = run_catchup(table, plan=plan)
     assert reached and result.all_recorded
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_merge_delete_pass_committed_against_an_expired_read_version(make_table, tmp_path, monkeypatch):
+def test_merge_delete_pass_committed_against_an_expired_read_version(make_table, tmp_path):
     """A's delete pass is bound to its plan's read version V; right before it commits, B
     merges another shard and GC expires every older version, V's manifest included. Lance
     fails on the missing manifest (was exit 1, a raw "Dataset at path .../_versions/N.manifest
     was not found"): nothing was committed, so A plans again and merges."""
     table, expected = build(make_table, tmp_path)
-    reached = at_step(monkeypatch, lance.LanceDataset, "commit", merge_then_collect(table.uri, shards=SHARDS[1:2]),
-                      before=True)
-    result = run_merge(table, shards=SHARDS[:1])
+    with running_at("merge.before-delete-commit", merge_then_collect(table.uri, shards=SHARDS[1:2])) as reached:
+        result = run_merge(table, shards=SHARDS[:1])
     assert reached and result.ok and result.attempts == 2, result
     run_merge(table)
     assert table_rows(table) == expected
 
 
-def test_compaction_whose_planned_files_are_expired_meanwhile(make_table, tmp_path, monkeypatch):
+def test_compaction_whose_planned_files_are_expired_meanwhile(make_table, tmp_path):
     """A planned a compaction at version V; B merges and GC expires every older version, V
     included; A's commit bound to V (was exit 2: "cannot open the Lance table: .../_versions/
     N.manifest was not found") plans again and compacts."""
-    import memwal.compact
-
     table, expected = build(make_table, tmp_path)
     run_merge(table, max_generations=1)
     run_merge(table, max_generations=1)
-    reached = at_step(monkeypatch, memwal.compact, "plan_compaction", merge_then_collect(table.uri))
-    doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
+    with running_at("compact.planned", merge_then_collect(table.uri)) as reached:
+        doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
     assert reached and doc["attempts"] == 2 and doc["fragments_removed"], doc
     assert table_rows(table) == expected

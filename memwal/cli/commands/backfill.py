@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             job_options=job_options,
             progress=display.update,
         )
-    emit(args, report.to_json(), lambda: render(report))
+    emit(args, report.to_dict(), lambda: render(report))
     for t in report.failed_tables:
         print(f"memwal: error: backfill of {t.table} failed: {t.error}", file=sys.stderr)
     if report.failed_tables:

@@ -53,23 +53,23 @@ def run(args: argparse.Namespace) -> int:
     table = open_table_arg(args)
     if args.verb == "create":
         c = ck.create_checkpoint(table, lifetime_seconds=args.lifetime, name=args.name)
-        doc = c.to_json()
+        doc = c.to_dict()
         emit(args, doc, lambda: f"{table.uri}: checkpoint {c.id} of version {c.version}, "
                                 f"{_count(doc)} generations pinned until {_when(c.expires_at)}")
     elif args.verb == "list":
         from memwal.core import clock as clocks
 
         now = clocks.current()()
-        items = [{**c.to_json(), "live": c.live(now)} for c in ck.list_checkpoints(table)]
+        items = [{**c.to_dict(), "live": c.live(now)} for c in ck.list_checkpoints(table)]
         doc = {"table": table.uri, "checkpoints": items}
         emit(args, doc, lambda: render(table.uri, items))
     elif args.verb == "refresh":
         c = ck.refresh_checkpoint(table, args.id, lifetime_seconds=args.lifetime)
-        doc = c.to_json()
+        doc = c.to_dict()
         emit(args, doc, lambda: f"{table.uri}: checkpoint {c.id} pinned until {_when(c.expires_at)}")
     else:
         c = ck.delete_checkpoint(table, args.id)
-        doc = {**c.to_json(), "deleted": True}
+        doc = {**c.to_dict(), "deleted": True}
         emit(args, doc, lambda: f"{table.uri}: deleted checkpoint {c.id} (version {c.version} is no longer pinned)")
     return EXIT_OK
 

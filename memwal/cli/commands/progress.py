@@ -100,7 +100,7 @@ class JobDisplay:
         if job != self.job:
             return
         if job == "merge":
-            self._merge_planned(plan.to_json())
+            self._merge_planned(plan.to_dict())
         else:
             self._gc_planned(plan)
 

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if columns:
         rows = rows.select(columns)
     doc: dict[str, Any] = {
-        **plan.to_json(),
+        **plan.to_dict(),
         "filter": args.filter,
         "columns": rows.column_names,
         "limit": args.limit,
