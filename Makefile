@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto lint lock clean jvm-archive azurite browser screenshot
+.PHONY: install test demo bench proto schema lint lock clean jvm-archive azurite browser screenshot
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -42,6 +42,10 @@ jvm-archive: $(STAMP)
 
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/memwal/pb/*.proto
+
+# The DAG config's JSON schema, generated from the jobs' options classes (a test fails when stale).
+schema: $(STAMP)
+	$(PY) -m memwal.airflow.config_schema > airflow_plugins/memwal_tables.schema.json
 
 # The status page is tested in a real headless browser: Debian's chromium, installed once
 # (a no-op when /usr/bin/chromium is there; needs root or sudo for apt-get).
@@ -97,3 +101,4 @@ screenshot: $(STAMP) browser
 
 clean:
 	rm -rf $(DEMO_DIR) bench-results
+	find build -mindepth 1 -maxdepth 1 ! -name .gitignore -exec rm -rf {} +

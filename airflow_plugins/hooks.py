@@ -25,12 +25,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from airflow.sdk import Asset, BaseHook
+from airflow.sdk import BaseHook
 from memwal.airflow.provider import CONN_TYPE
 
 from memwal.core.secrets import is_secret_key, redact_options
-
-MERGED_ASSET_GROUP = "asset"  # the group Airflow gives assets created through an alias
 
 
 def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
@@ -52,25 +50,6 @@ def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
 def redacted(storage_options: dict[str, Any] | None) -> dict[str, str]:
     """Storage options safe to print: credential values replaced by ``***``."""
     return redact_options(storage_options)
-
-
-def table_asset(table_uri: str) -> Asset:
-    """The Airflow Asset that stands for "merged data of this MemWAL table".
-
-    An event is emitted on it (through an ``AssetAlias``, see ``MemWalMergeOperator``)
-    each time a merge commits, so downstream DAGs can use ``schedule=[table_asset(uri)]``.
-    The URI keeps the table's location under a ``memwal+`` scheme (``memwal+s3://b/p``,
-    ``memwal+file:///data/t``) so it never collides with an asset for the raw files.
-    """
-    uri = table_uri.rstrip("/") or table_uri
-    if "://" in uri:
-        scheme, rest = uri.split("://", 1)
-        asset_uri = f"memwal+{scheme.lower()}://{rest}"
-    else:
-        import os
-
-        asset_uri = f"memwal+file://{os.path.abspath(uri)}"
-    return Asset(name=f"memwal:{uri}", uri=asset_uri, group=MERGED_ASSET_GROUP)
 
 
 def _coerce_storage_options(value: Any, where: str) -> dict[str, str]:
@@ -115,14 +94,10 @@ class MemWalHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden-fields": ["schema", "port"],
-            "relabeling": {"host": "Table URI", "login": "Access key id", "password": "Secret access key"},
-            "placeholders": {
-                "host": "s3://bucket/table, az://container/table, gs://bucket/table or /path/to/table",
-                "extra": '{"storage_options": {"aws_region": "us-east-1"}}',
-            },
-        }
+        """The connection form (:data:`memwal.airflow.provider.UI_FIELD_BEHAVIOUR`), in the hook's spelling."""
+        from memwal.airflow.provider import UI_FIELD_BEHAVIOUR
+
+        return {key.replace("-", "_"): value for key, value in UI_FIELD_BEHAVIOUR.items()}
 
     # -- resolution ---------------------------------------------------------------
     @staticmethod

@@ -10,9 +10,11 @@ spark-submit as the same flags the CLI takes:
   --storage-options-file O --result-file F`` (``O``: the storage options in a 0600 file in
   a private directory, removed when the job ends; in cluster deploy mode the driver cannot
   read it, so credentials must then come from the cluster)
-  through the Spark provider's ``SparkSubmitHook`` (master, queue, deploy mode... from a
-  ``spark`` connection; ``spark_conf``, ``spark_env`` and any other ``SparkSubmitHook``
-  argument through ``spark_submit_kwargs``) and reads the JSON result from ``F``.
+  through the Spark provider's ``SparkSubmitHook`` as it is (master, queue, deploy mode...
+  from a ``spark`` connection; ``spark_conf``, ``spark_env`` and any other
+  ``SparkSubmitHook`` argument through ``spark_submit_kwargs``) and reads the outcome from
+  ``F``: the JSON result, or ``{"failure": {"error", "exit_code"}}`` (what the job's
+  one-line error said, and its exit code). Nothing is read from the log text.
 
 The JSON result document (the one ``memwal <action> --json`` prints) is the task's return
 value, so it lands in XCom. Failures are one clear line: a lost or held lease and a merge
@@ -27,60 +29,21 @@ run on fresh data, and runs that merged nothing emit nothing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
-import sys
-import tempfile
 from typing import Any, ClassVar
 
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from memwal.airflow.hooks import MemWalHook, redacted, table_asset
+from memwal.airflow.assets import DEFAULT_MERGED_ALIAS, emit_merged_event
+from memwal.airflow.hooks import MemWalHook, redacted
 from memwal.airflow.reporting import note_table, observed, report_of
-
-from memwal.core.secrets import storage_options_file
+from memwal.airflow.spark_jobs import MemWalSparkSubmitHook
 
 ENGINES = ("local", "spark")
-DEFAULT_MERGED_ALIAS = "memwal-merged"
 
-def job_file(action: str) -> str:
-    """Path of ``jobs/<action>.py`` in the installed package (located without importing it)."""
-    spec = importlib.util.find_spec("memwal.spark")
-    if spec is None or not spec.submodule_search_locations:
-        raise AirflowFailException("memwal-jobs (its memwal.spark package) is not installed on this worker")
-    path = os.path.join(list(spec.submodule_search_locations)[0], f"{action}.py")
-    if not os.path.isfile(path):
-        raise AirflowFailException(f"no spark-submit entry point for {action}: {path} is missing")
-    return path
-
-
-def _jsonable(doc: Any) -> Any:
+def jsonable(doc: Any) -> Any:
     return json.loads(json.dumps(doc, default=str))
-
-
-def _spark_submit_hook_class():
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    class MemWalSparkSubmitHook(SparkSubmitHook):
-        """The provider's hook, also remembering the job's ``memwal: error:`` lines (its one-line errors)."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.memwal_errors: list[str] = []
-
-        def _process_spark_submit_log(self, itr):  # type: ignore[override]
-            def tee():
-                for line in itr:
-                    text = line.strip()
-                    if text.startswith("memwal: error:"):
-                        self.memwal_errors.append(text[len("memwal: error:") :].strip())
-                    yield line
-
-            return super()._process_spark_submit_log(tee())
-
-    return MemWalSparkSubmitHook
 
 
 class MemWalActionOperator(BaseOperator):
@@ -234,8 +197,9 @@ class MemWalActionOperator(BaseOperator):
         if engine == "local":
             doc = self._run_local(uri, storage_options, options)
         else:
-            doc = self._run_spark(uri, storage_options, job_file(self.action), options.to_argv(), context)
-        doc = _jsonable(doc)
+            doc = self._run_spark(uri, storage_options, self.action, options.to_argv(), context)
+            self.raise_failure(doc.pop("failure", None), uri)
+        doc = jsonable(doc)
         report_of(self).docs[self.action] = doc
         self.check_result(self.action, doc, uri, context)
         self.on_result(doc, uri, context)
@@ -271,88 +235,50 @@ class MemWalActionOperator(BaseOperator):
         except MemWalError as exc:
             raise AirflowException(f"memwal {self.action} {uri} failed: {exc}") from None
 
-    def spark_conf_with_defaults(self, context: Any) -> dict[str, Any]:
-        """``spark_conf`` (and the run conf's, via ``spark_conf_param``) over quiet logs (the
-        project's log4j2 config), no UI and, for the driver (client mode: on this worker),
-        this machine's JVM class archive when built: all stay unless the user's settings
-        say otherwise."""
-        from memwal.spark.engine import jvm_archive
-
-        log4j = os.path.join(os.path.dirname(job_file(self.action)), "log4j2.properties")
-        quiet = f"-Dlog4j2.configurationFile=file:{log4j}"
+    def spark_conf_for(self, context: Any) -> dict[str, str]:
+        """``spark_conf``, and the run conf's (``spark_conf_param``) over it."""
         extra = (context.get("params") or {}).get(self.spark_conf_param) or {} if self.spark_conf_param else {}
         if not isinstance(extra, dict):
             raise AirflowFailException(f"param {self.spark_conf_param!r} must be an object of spark conf settings")
-        return {
-            "spark.ui.enabled": "false",
-            "spark.driver.extraJavaOptions": f"{quiet} {jvm_archive.java_options()}".strip(),
-            "spark.executor.extraJavaOptions": quiet,
-            **self.spark_conf,
-            **{str(k): str(v) for k, v in extra.items()},
-        }
+        return {**self.spark_conf, **{str(k): str(v) for k, v in extra.items()}}
 
-    def _run_spark(self, uri: str, storage_options: dict[str, str], application: str, job_args: list[str],
+    def _run_spark(self, uri: str, storage_options: dict[str, str], job: str, job_args: list[str],
                    context: Any) -> dict[str, Any]:
-        env = dict(self.spark_env)
-        if "PYSPARK_DRIVER_PYTHON" not in env and "PYSPARK_DRIVER_PYTHON" not in os.environ:
-            env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # client mode: the driver runs on this worker
-        with (
-            tempfile.TemporaryDirectory(prefix=f"memwal-{self.action}-") as tmp,
-            storage_options_file(storage_options, prefix=f"memwal-{self.action}-options-") as options_file,
-        ):
-            result_file = os.path.join(tmp, "result.json")
-            args = self.application_args(uri, options_file if storage_options else None, result_file, job_args)
-            hook = _spark_submit_hook_class()(
-                conf=self.spark_conf_with_defaults(context),
-                conn_id=self.spark_conn_id,
-                name=f"memwal-{self.action}",
-                application_args=args,
-                env_vars=env or None,
-                **self.spark_submit_kwargs,
-            )
-            self._spark_hook = hook
-            failure: str | None = None
-            try:
-                hook.submit(application)
-            except AirflowException as exc:
-                match = re.search(r"Error code is: (\d+)", str(exc))
-                code = int(match.group(1)) if match else None
-                failure = self._spark_failure(uri, application, code, hook.memwal_errors)
-                if code != 1 or not os.path.exists(result_file):
-                    # 2: bad input, never retried; anything else: retried. Not chained: the
-                    # provider's message carries the command line.
-                    raise (AirflowFailException if code == 2 else AirflowException)(failure) from None
-            finally:
-                self._spark_hook = None
-            if not os.path.exists(result_file):
+        """The job through :class:`MemWalSparkSubmitHook`: its result document (with a
+        ``failure`` entry when the job failed)."""
+        hook = MemWalSparkSubmitHook(job, spark_conn_id=self.spark_conn_id, conf=self.spark_conf_for(context),
+                                     env=self.spark_env, submit_kwargs=self.spark_submit_kwargs)
+        self._spark_hook = hook
+        try:
+            outcome = hook.submit_job(uri, storage_options, job_args)
+        finally:
+            self._spark_hook = None
+        where = f"memwal {job} {uri} (spark-submit {os.path.basename(hook.application)})"
+        if outcome.doc is None:
+            if outcome.exited_ok:
                 self.log.warning("spark-submit succeeded but wrote no result file (cluster deploy mode?)")
                 return {"table": uri, "engine": "spark", "result": None}
-            with open(result_file) as f:
-                doc = json.load(f)
-        if failure is not None and not self._reports_failure(doc):
-            raise AirflowException(failure)
-        return doc
+            raise AirflowException(f"{where}: failed before the job wrote its result: see the spark-submit output")
+        if not outcome.exited_ok and "failure" not in outcome.doc and not self._reports_failure(outcome.doc):
+            raise AirflowException(f"{where}: spark-submit failed after the job wrote its result")
+        return outcome.doc
 
-    @staticmethod
-    def application_args(uri: str, options_file: str | None, result_file: str, job_args: list[str]) -> list[str]:
-        """The arguments of the job file: the storage options only as the path of their 0600
-        file, because spark-submit, its JVM and the Python driver all show their command
-        lines to every local user (``ps``, ``/proc/<pid>/cmdline``)."""
-        args = [uri, *job_args]
-        if options_file:
-            args += ["--storage-options-file", options_file]
-        return [*args, "--result-file", result_file]
+    def raise_failure(self, failure: dict[str, Any] | None, uri: str) -> None:
+        """A failed job's task failure, from its result file: exit 2 (bad input) fails the
+        task for good, 3 (a lease lost or held) and 1 let Airflow retry."""
+        if failure is None:
+            return
+        code = failure.get("exit_code")
+        what = {2: "bad input", 3: "lost or contended lease"}.get(code, f"exit code {code}")
+        job = f" {failure['job']}" if failure.get("job") else ""
+        message = f"memwal {self.action}{job} {uri}: {what}: {failure.get('error')}"
+        raise (AirflowFailException if code == 2 else AirflowException)(message)
 
     def _reports_failure(self, doc: dict[str, Any]) -> bool:
         """Whether the result document itself explains an exit code 1 (check_result raises then)."""
         from memwal.actions import ACTIONS
 
         return bool(ACTIONS[self.action].problems(doc))
-
-    def _spark_failure(self, uri: str, application: str, code: int | None, errors: list[str]) -> str:
-        detail = errors[-1] if errors else "see the spark-submit output above"
-        what = {2: "bad input", 3: "lost or contended lease"}.get(code or 0, f"exit code {code}")
-        return f"memwal {self.action} {uri} (spark-submit {os.path.basename(application)}): {what}: {detail}"
 
     def on_kill(self) -> None:
         if self._spark_hook is not None:
@@ -382,29 +308,6 @@ class MemWalMergeOperator(MemWalActionOperator):
         emit_merged_event(self, self.asset_alias, self.dry_run, doc, uri, context)
 
 
-def emit_merged_event(op: BaseOperator, alias: str | None, dry_run: bool, doc: dict[str, Any], uri: str,
-                      context: Any) -> None:
-    """An event for the table's Asset when (and only when) a merge committed a version."""
-    if dry_run or doc.get("version") is None:
-        op.log.info("nothing merged: no asset event")
-        return
-    if not alias:
-        return
-    events = context.get("outlet_events") if hasattr(context, "get") else None
-    if events is None:
-        op.log.info("no outlet events in this context: asset event for version %s not emitted", doc["version"])
-        return
-    asset = table_asset(uri)
-    extra = {
-        "table": uri,
-        "version": doc["version"],
-        "engine": doc.get("engine"),
-        "shards": {s["shard_id"]: s["to_generation"] for s in doc.get("shards", [])},
-    }
-    events[AssetAlias(alias)].add(asset, extra=extra)
-    op.log.info("merge committed version %s: asset event on %s", doc["version"], asset.uri)
-
-
 class MemWalCatchupOperator(MemWalActionOperator):
     """Bring base-table indexes up to the merged generations (``memwal.actions.options.CatchupOptions``)."""
 
@@ -429,79 +332,6 @@ class MemWalGcOperator(MemWalActionOperator):
     WAL entries (``memwal.actions.options.GcOptions``: ``grace_seconds``, ``expire_versions``, ...)."""
 
     action = "gc"
-
-
-class MemWalMaintenanceOperator(MemWalActionOperator):
-    """The whole maintenance cycle as ONE spark-submit (``jobs/maintenance.py``): one JVM and
-    one Spark application instead of one per job. Each job's result is pushed to XCom under
-    the job's name (``ti.xcom_pull(key="merge")``); the return value is ``{job: result}``.
-
-    :param jobs: the jobs, in cycle order (default: all five).
-    :param job_options: ``{job: {option: value}}`` (templated).
-    :param asset_alias: as for the merge operator.
-    """
-
-    action = "maintenance"
-
-    def __init__(self, *, jobs: list[str] | None = None, asset_alias: str | None = DEFAULT_MERGED_ALIAS,
-                 **kwargs: Any) -> None:
-        from memwal.actions import ACTIONS
-
-        if asset_alias:
-            kwargs["outlets"] = [*(kwargs.get("outlets") or []), AssetAlias(asset_alias)]
-        kwargs.setdefault("engine", "spark")
-        super().__init__(**kwargs)
-        self.jobs = list(jobs or ACTIONS)
-        self.asset_alias = asset_alias
-
-    def options(self, engine: str) -> Any:
-        """Validated per-job options (one bad value fails the task without retries)."""
-        from memwal.actions import ACTIONS
-        from memwal.errors import BadInputError
-
-        out = {}
-        unknown = sorted(k for k in self.job_options if k not in ACTIONS and k != "lease_ttl")
-        if unknown:
-            raise AirflowFailException(f"memwal maintenance: job_options key {unknown[0]!r} is not a job")
-        for job in self.jobs:
-            if job not in ACTIONS:
-                raise AirflowFailException(f"memwal maintenance: unknown job {job!r}")
-            given = dict(self.job_options.get(job) or {})
-            if "lease_ttl" in self.job_options:
-                given["lease_ttl"] = self.job_options["lease_ttl"]
-            try:
-                out[job] = ACTIONS[job].options.from_kwargs(**given)
-            except BadInputError as exc:
-                raise AirflowFailException(f"memwal maintenance: {job}: bad option: {exc}") from None
-        return out
-
-    def _execute(self, context: Any) -> dict[str, Any]:
-        uri, storage_options = self.resolve(context)
-        if self._engine() != "spark":
-            raise AirflowFailException("memwal maintenance runs as one Spark application: engine must be spark")
-        options = self.options("spark")
-        # Each job's flags; a shared --lease-ttl repeats with one value, which argparse accepts.
-        argv = ["--jobs", ",".join(self.jobs), *(a for o in options.values() for a in o.to_argv())]
-        self.log.info("memwal maintenance %s: %s as one spark-submit, storage options %s", uri, ",".join(self.jobs),
-                      redacted(storage_options))
-        docs = _jsonable(self._run_spark(uri, storage_options, job_file("maintenance"), argv, context))
-        report_of(self).docs.update({job: doc for job, doc in docs.items() if isinstance(doc, dict)})
-        ti = context.get("ti") if hasattr(context, "get") else None
-        for job, doc in docs.items():
-            if ti is not None:
-                ti.xcom_push(key=job, value=doc)
-            self.check_result(job, doc, uri, context)
-        if "merge" in docs:
-            emit_merged_event(self, self.asset_alias, False, docs["merge"], uri, context)
-        missing = [j for j in self.jobs if j not in docs]
-        if missing:
-            raise AirflowException(f"memwal maintenance {uri}: stopped before {', '.join(missing)}")
-        return docs
-
-    def _reports_failure(self, doc: dict[str, Any]) -> bool:
-        from memwal.actions import ACTIONS
-
-        return any(ACTIONS[job].problems(d) for job, d in doc.items() if job in ACTIONS)
 
 
 OPERATORS = {

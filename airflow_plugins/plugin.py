@@ -21,14 +21,14 @@ except ImportError:  # pragma: no cover - older layouts
 
 def asset_uri(table: str) -> str:
     """URI of the Asset that receives an event each time a merge of ``table`` commits."""
-    from memwal.airflow.hooks import table_asset
+    from memwal.airflow.assets import table_asset
 
     return table_asset(table).uri
 
 
 def asset_name(table: str) -> str:
     """Name of that Asset."""
-    from memwal.airflow.hooks import table_asset
+    from memwal.airflow.assets import table_asset
 
     return table_asset(table).name
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from airflow.providers.standard.operators.python import BranchPythonOperator
 from airflow.sdk import DAG, Param
-from memwal.airflow.operators import DEFAULT_MERGED_ALIAS, OPERATORS, MemWalMaintenanceOperator
+from memwal.airflow.assets import DEFAULT_MERGED_ALIAS
+from memwal.airflow.maintenance_operators import MemWalMaintenanceOperator
+from memwal.airflow.operators import OPERATORS
 
 COMMON = dict(
     table="{{ params.table }}",

@@ -7,15 +7,17 @@ For each table ``<name>`` of the config (YAML or JSON; see ``memwal_tables.examp
   than 7 days, keeping tags and branches). With ``engine: spark`` the cycle is one
   spark-submit (``one_application: false`` for one per job). ``max_active_runs=1``, retries with
   exponential backoff (a held lease is retried, bad input is not). Each merge that commits
-  emits an event on the table's Asset (``memwal.airflow.hooks.table_asset``) through the
+  emits an event on the table's Asset (``memwal.airflow.assets.table_asset``) through the
   alias ``memwal-merged:<name>``, so downstream DAGs with ``schedule=[table_asset(uri)]``
   run on fresh data.
 - ``memwal_<name>_lag`` (unless ``lag: false``): every few minutes a ``MergeLagSensor``
   waits (deferrable by default) for the merge lag to reach a threshold and then triggers
   an early run of ``memwal_<name>`` and waits for it, so early runs never pile up.
 
-Without ``MEMWAL_CONFIG`` this file defines no DAG. A config error is raised at import, so
-Airflow shows it as an import error of this file.
+Without ``MEMWAL_CONFIG`` this file defines no DAG. The config is checked against the JSON
+schema shipped with the package (``memwal/airflow/memwal_tables.schema.json``), then each
+job's option values by its options class; an error is raised at import, naming the file,
+the place in it and the schema, so Airflow shows it as an import error of this file.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG
-from memwal.airflow.operators import OPERATORS, MemWalMaintenanceOperator
+from memwal.airflow.config_schema import SCHEMA_NAME, config_problems
+from memwal.airflow.maintenance_operators import MemWalMaintenanceOperator
+from memwal.airflow.operators import OPERATORS
 from memwal.airflow.sensors import MergeLagSensor
 
 CONFIG_ENV = "MEMWAL_CONFIG"
@@ -64,14 +68,10 @@ DEFAULTS: dict[str, Any] = {
     },
     "tags": [],
 }
-TABLE_KEYS = {"name", "table", "conn_id", "storage_options", *DEFAULTS}
-#: Each job's config keys: its options class's own options, plus lease_ttl.
-JOB_OPTIONS = {job: {*op.option_names(), "lease_ttl"} for job, op in OPERATORS.items()}
 
 
 class ConfigError(ValueError):
     pass
-
 
 
 def _job_options(spec: dict[str, Any], job: str) -> dict[str, Any]:
@@ -80,6 +80,7 @@ def _job_options(spec: dict[str, Any], job: str) -> dict[str, Any]:
     if job == "gc" and "expire_versions" in options and options["expire_versions"] is None:
         options["expire_versions"] = "never"
     return options
+
 
 def load_config(path: str) -> dict[str, Any]:
     """Read the YAML or JSON config file (JSON is read by the YAML parser too)."""
@@ -97,8 +98,9 @@ def load_config(path: str) -> dict[str, Any]:
             doc = yaml.safe_load(text)
     except Exception as exc:  # noqa: BLE001 - a parse error of any kind is a config error
         raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("tables"), list):
-        raise ConfigError(f"{path}: expected a mapping with a `tables` list")
+    problems = config_problems(doc)
+    if problems:
+        raise ConfigError(f"{path}: {'; '.join(problems)} (schema {SCHEMA_NAME})")
     return doc
 
 
@@ -122,37 +124,19 @@ def table_specs(config: dict[str, Any]) -> list[dict[str, Any]]:
     defaults = _merge(DEFAULTS, config.get("defaults") or {})
     specs, seen = [], set()
     for i, entry in enumerate(config["tables"]):
-        where = f"tables[{i}]"
-        if isinstance(entry, str):
-            entry = {"table": entry}
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: expected a mapping or a table URI")
-        unknown = sorted(set(entry) - TABLE_KEYS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}")
-        spec = _merge(defaults, entry)
-        if not spec.get("table"):
-            raise ConfigError(f"{where}: `table` (the table URI) is required")
+        where = f"tables[{i}]"  # the shape was checked by the schema (load_config)
+        spec = _merge(defaults, {"table": entry} if isinstance(entry, str) else entry)
         spec["name"] = str(spec.get("name") or table_name(spec["table"]))
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", spec["name"]):
-            raise ConfigError(f"{where}: name {spec['name']!r} may only have letters, digits, _ . -")
+            raise ConfigError(f"{where}: name {spec['name']!r} (from the table URI) may only have letters, digits, "
+                              "_ . -: set `name`")
         if spec["name"] in seen:
             raise ConfigError(f"{where}: two tables named {spec['name']!r} (set `name`)")
         seen.add(spec["name"])
-        if spec["engine"] not in ("local", "spark"):
-            raise ConfigError(f"{where}: engine must be local or spark, not {spec['engine']!r}")
-        bad_jobs = [j for j in spec["jobs"] if j not in JOBS]
-        if bad_jobs or not spec["jobs"]:
-            raise ConfigError(f"{where}: jobs must be a non-empty subset of {', '.join(JOBS)}")
-        for job, allowed in JOB_OPTIONS.items():
-            extra = sorted(set(spec.get(job) or {}) - allowed)
-            if extra:
-                raise ConfigError(f"{where}: unknown {job} options {', '.join(extra)}")
+        for job in JOBS:  # the values, by the options classes (a NaN grace period, a zero count...)
             problem = OPERATORS[job].option_problem(spec.get(job) or {})
             if problem:
                 raise ConfigError(f"{where}: {job}: {problem}")
-        if not isinstance(spec.get("storage_options") or {}, dict):
-            raise ConfigError(f"{where}: storage_options must be a mapping")
         specs.append(spec)
     return specs
 

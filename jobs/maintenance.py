@@ -6,7 +6,8 @@ and ``memwal.actions``, exactly as ``memwal <job> --engine spark`` would run it.
 options are the jobs' own flags (``--max-generations``, ``--grace-seconds``,
 ``--expire-versions``, ... derived from their options classes, as for ``memwal
 backfill``). Stops at the first job that fails, with that job's exit code;
-``--result-file`` receives ``{job: result document}`` for the jobs that ran.
+``--result-file`` receives ``{job: result document}`` for the jobs that ran and, when one
+failed, ``"failure": {"job": ..., "error": ..., "exit_code": ...}``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     from memwal.backfill import FAILED, parse_jobs, run_job
     from memwal.cli import configure_logging
     from memwal.cli.commands.backfill import add_job_arguments, job_options_from
-    from memwal.cli.commands.common import check_result_file, parse_storage_options
+    from memwal.cli.commands.common import check_result_file, parse_storage_options, write_failure
     from memwal.core.secrets import with_options_file
     from memwal.errors import MemWalError
     from memwal.store.options import check_storage_options
@@ -38,16 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     configure_logging(False)
     warn_secret_arguments(list(sys.argv[1:] if argv is None else argv))
+    result_file = None
     try:  # bad input is refused before Spark starts
+        check_result_file(args.result_file)
+        result_file = args.result_file
         jobs = parse_jobs(args.jobs)
         storage_options = with_options_file(args.storage_options_file, parse_storage_options(args.storage_option))
         check_storage_options(storage_options)
-        check_result_file(args.result_file)
         options = job_options_from(args)
         for job in jobs:
             ACTIONS[job].options.from_kwargs(**options[job])
     except MemWalError as exc:
         print(f"memwal: error: {exc}", file=sys.stderr)
+        write_failure(result_file, str(exc), exc.exit_code)
         return exc.exit_code
     results: dict[str, dict] = {}
     code = 0
@@ -62,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             if run.status == FAILED:
                 print(f"memwal: error: {job}: {run.error}", file=sys.stderr)
                 code = run.exit_code or 1
+                results["failure"] = {"job": job, "error": run.error, "exit_code": code}
                 break
             print(f"memwal {job}: {run.summary}", file=sys.stderr)
     if args.result_file:

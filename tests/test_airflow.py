@@ -5,19 +5,23 @@ secrets masking and the plugin/provider registration."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
-from memwal.airflow.hooks import MemWalHook, table_asset
+from memwal.airflow.assets import table_asset
+from memwal.airflow.hooks import MemWalHook
 from memwal.airflow.operators import (
     MemWalCatchupOperator,
     MemWalCompactOperator,
@@ -297,9 +301,11 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
     assert lag.get_task("trigger_early_merge").trigger_dag_id == "memwal_users"
     assert lag.max_active_runs == 1
 
-    config.write_text("tables:\n  - table: s3://a/t\n    engine: flink\n")
-    bad = dagbag()
-    assert any("engine must be local or spark" in e for e in bad.import_errors.values())
+    config.write_text("tables:\n  - table: s3://a/t\n    engine: flink\n    gc: {grace: 1}\n")
+    (error,) = dagbag().import_errors.values()
+    assert "tables[0].engine: 'flink' is not one of ['local', 'spark']" in error
+    assert "tables[0].gc: Additional properties are not allowed ('grace' was unexpected)" in error
+    assert "(schema memwal_tables.schema.json)" in error and str(config) in error
     config.write_text("tables:\n  - table: s3://a/t\n    gc: {grace_seconds: .nan}\n")
     bad = dagbag()
     assert any("gc: grace_seconds" in e and "not a finite number" in e for e in bad.import_errors.values())
@@ -367,18 +373,14 @@ def test_operator_failures_are_one_clear_line(make_table, tmp_path):
 
 def test_merge_operator_spark_engine_through_spark_submit(make_table, monkeypatch):
     table, model = make_table()
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # spark-submit
     ctx = context()
     op = MemWalMergeOperator(
         task_id="merge",
         table=table.uri,
-        engine="spark",
         max_generations=3,
-        spark_conn_id="spark_local",
         spark_conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"},
-        spark_env={"PYSPARK_PYTHON": sys.executable},
         storage_options={"aws_session_token": SECRET},
+        **spark_local(monkeypatch),
     )
     doc = op.execute(ctx)
     assert doc["engine"] == "spark" and doc["version"] == table.manifest().version
@@ -513,6 +515,16 @@ def test_hook_connection_and_masking(make_table, monkeypatch):
     assert MemWalHook.get_ui_field_behaviour()["relabeling"]["host"] == "Table URI"
 
 
+def test_the_shipped_config_schema_is_generated_from_the_options_and_accepts_the_example():
+    import yaml
+    from memwal.airflow.config_schema import SCHEMA_FILE, build_schema, config_problems
+
+    assert json.loads(SCHEMA_FILE.read_text()) == build_schema(), "stale: run `make schema`"
+    assert config_problems(yaml.safe_load((DAGS / "memwal_tables.example.yaml").read_text())) == []
+    assert config_problems({"tables": [{"table": "s3://a/t", "merge": {"max_generations": "x", "shard": ["a"]}}]}) == [
+        "tables[0].merge: Additional properties are not allowed ('shard' was unexpected)"]
+
+
 def test_registered_as_plugin_and_provider(airflow_env):
     from importlib.metadata import entry_points
 
@@ -536,12 +548,27 @@ def test_registered_as_plugin_and_provider(airflow_env):
     (hook,) = [h for h in hooks if h["connection_type"] == "memwal"]
     assert hook["class"] == "memwal.airflow.hooks.MemWalHook" and hook["package_name"] == "memwal-jobs"
 
+    # The connection form shows what the hook reads: host (the table URI), login and
+    # password (an S3 key pair), extra; Airflow's own schema accepts the hook's spelling.
+    read = ("import json; from airflow.providers_manager import ProvidersManager; "
+            "print(json.dumps(ProvidersManager().field_behaviours['memwal']))")
+    proc = subprocess.run([sys.executable, "-c", read], env=env, cwd=str(env["AIRFLOW_HOME"]), capture_output=True,
+                          text=True, timeout=300)
+    form = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(form["hidden_fields"]) == ["port", "schema"]
+    assert form["relabeling"] == {"host": "Table URI", "login": "AWS access key id",
+                                  "password": "AWS secret access key"}
+    behaviour = MemWalHook.get_ui_field_behaviour()
+    assert behaviour["hidden_fields"] == form["hidden_fields"] and behaviour["relabeling"] == form["relabeling"]
+    jsonschema.validate(behaviour, json.loads(
+        (Path(airflow.__file__).parent / "customized_form_field_behaviours.schema.json").read_text()))
+
 
 def test_operator_options_are_the_cli_flags_of_the_spark_jobs():
     """What an operator hands to spark-submit parses, with the CLI's own parser, back to
     exactly the options the operator was given (both derive from one options class)."""
     from memwal.actions import ACTIONS
-    from memwal.actions.options import from_namespace
+    from memwal.cli.options import from_namespace
     from memwal.cli import build_parser
 
     ops = [
@@ -562,75 +589,41 @@ def test_operator_options_are_the_cli_flags_of_the_spark_jobs():
     assert ops[0].options("spark").shards == ("a", "b") and ops[4].options("spark").audit is True
 
 
-class FakeSparkSubmit:
-    """Stands in for SparkSubmitHook: writes a result file and/or fails like spark-submit does."""
-
-    def __init__(self, code: int, doc: dict | None, errors: list[str]) -> None:
-        self.code, self.doc, self.errors = code, doc, errors
-
-    def __call__(self, **kwargs):
-        self.kwargs = kwargs
-        self.memwal_errors = list(self.errors)
-        return self
-
-    def submit(self, application: str) -> None:
-        self.application = application
-        args = self.kwargs["application_args"]
-        if "--storage-options-file" in args:  # what the job would read, as it is while the job runs
-            path = args[args.index("--storage-options-file") + 1]
-            self.options_file = (path, os.stat(path).st_mode & 0o777, json.loads(Path(path).read_text()))
-        if self.doc is not None:
-            Path(args[args.index("--result-file") + 1]).write_text(json.dumps(self.doc))
-        if self.code:
-            raise AirflowException(f"Cannot execute: spark-submit {' '.join(args)}. Error code is: {self.code}.")
+def spark_local(monkeypatch) -> dict[str, Any]:
+    """A ``spark_local`` connection (local[2]) and spark-submit on the PATH: the real thing."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    return {"engine": "spark", "spark_conn_id": "spark_local", "spark_env": {"PYSPARK_PYTHON": sys.executable}}
 
 
-@pytest.mark.parametrize(
-    ("code", "doc", "errors", "exc", "message"),
-    [
-        (2, None, ["/t: no Lance table here"], AirflowFailException, "bad input: /t: no Lance table here"),
-        (3, None, ["lease merge is held by h:1"], AirflowException, "lost or contended lease: lease merge is held"),
-        (
-            1,
-            {
-                "table": "/t",
-                "version": 7,
-                "shards": [],
-                "engine": "spark",
-                "blocked": [{"shard_id": "s1", "generation": 2, "reason": "missing: x"}],
-            },
-            [],
-            AirflowException,
-            "shard s1 stopped at generation 2: missing: x",
-        ),
-        (1, None, ["RuntimeError: boom"], AirflowException, "exit code 1: RuntimeError: boom"),
-    ],
-)
-def test_spark_engine_failures_map_to_clear_task_failures(monkeypatch, code, doc, errors, exc, message):
-    import memwal.airflow.operators as operators
-
-    fake = FakeSparkSubmit(code, doc, errors)
-    monkeypatch.setattr(operators, "_spark_submit_hook_class", lambda: fake)
-    op = MemWalMergeOperator(
-        task_id="m",
-        table="/t",
-        engine="spark",
-        max_generations=2,
-        storage_options={"aws_secret_access_key": SECRET},
-        spark_conf={"spark.x": "1"},
-    )
-    with pytest.raises(exc, match=message) as raised:
+@pytest.mark.parametrize("case", ["bad-input", "lease-held"])
+def test_spark_engine_failures_come_from_the_result_file(make_table, tmp_path, monkeypatch, case):
+    """A job that fails under spark-submit says why in its result file (error, exit code):
+    bad input fails the task for good, a held lease lets Airflow retry; nothing is read
+    from the log, and the storage options' file is gone afterwards."""
+    if case == "bad-input":
+        uri, held = str(tmp_path / "nope"), contextlib.nullcontext()
+        exc, needle = AirflowFailException, r"memwal merge .*nope: bad input: .*no Lance table"
+    else:
+        table, _ = make_table()
+        uri, held = table.uri, Lease(table.store, "merge", holder="other-merger")
+        exc, needle = AirflowException, r"memwal merge .*: lost or contended lease: .*other-merger"
+    leftovers = lambda: set(Path(tempfile.gettempdir()).glob("memwal-merge-*"))  # noqa: E731
+    before = leftovers()
+    op = MemWalMergeOperator(task_id="m", table=uri, lease_wait=0, storage_options={"aws_session_token": SECRET},
+                             **spark_local(monkeypatch))
+    with held, pytest.raises(exc, match=needle) as raised:
         op.execute(context())
     assert exc is AirflowFailException or not isinstance(raised.value, AirflowFailException)
-    assert SECRET not in str(raised.value)  # the provider's message (with the command line) is not passed on
-    assert fake.application.endswith("jobs/merge.py") and fake.kwargs["conf"]["spark.x"] == "1"
-    # quiet and UI-less unless the user's spark_conf says otherwise
-    assert fake.kwargs["conf"]["spark.ui.enabled"] == "false"
-    assert "log4j2.properties" in fake.kwargs["conf"]["spark.driver.extraJavaOptions"]
-    args = fake.kwargs["application_args"]
-    assert args[:3] == ["/t", "--max-generations", "2"]
-    assert not any(SECRET in a for a in args)  # spark-submit's command line is readable by every local user
-    assert args[3] == "--storage-options-file"
-    path, mode, options = fake.options_file
-    assert path == args[4] and mode == 0o600 and options == {"aws_secret_access_key": SECRET}
-    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))  # removed, failed run or not
+    assert SECRET not in str(raised.value)
+    assert leftovers() == before
+
+
+def test_spark_job_arguments_carry_no_secret():
+    """spark-submit's command line is readable by every local user: the storage options go
+    in a 0600 file whose path is the only thing on it."""
+    from memwal.airflow.spark_jobs import application_args
+
+    args = application_args("/t", "/private/options.json", "/private/result.json", ["--max-generations", "2"])
+    assert args == ["/t", "--max-generations", "2", "--storage-options-file", "/private/options.json",
+                    "--result-file", "/private/result.json"]

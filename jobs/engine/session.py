@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
+LOG4J = Path(__file__).resolve().parent.parent / "log4j2.properties"  # jobs/log4j2.properties
 
 _lock = threading.Lock()
 _starting: Future | None = None

@@ -17,7 +17,14 @@ import sys
 from collections.abc import Sequence
 
 from memwal.cli.commands import COMMAND_MODULES
-from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Parser, check_result_file, parse_storage_options
+from memwal.cli.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Parser,
+    check_result_file,
+    parse_storage_options,
+    write_failure,
+)
 from memwal.core.secrets import with_options_file
 from memwal.errors import MemWalError, first_line
 from memwal.store.options import check_storage_options
@@ -64,20 +71,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memwal.observe.otel import configure_from_env
 
     configure_from_env()  # only when OTEL_METRICS_EXPORTER asks for an exporter
+    result_file = None  # set once checked: a failure is then recorded there too
     try:
         pairs = parse_storage_options(args.storage_option)
         args.storage_options = with_options_file(getattr(args, "storage_options_file", None), pairs)
         # Everything the user typed is checked before the command touches the table.
         check_storage_options(args.storage_options)
         check_result_file(getattr(args, "result_file", None))
+        result_file = getattr(args, "result_file", None)
         return args.run(args)
     except MemWalError as exc:
         if args.debug:
             log.exception("failed")
         print(f"memwal: error: {exc}", file=sys.stderr)
+        write_failure(result_file, str(exc), exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
         print("memwal: interrupted", file=sys.stderr)
+        write_failure(result_file, "interrupted", EXIT_FAILED)
         return EXIT_FAILED
     except BrokenPipeError:  # `memwal status T | head`: the reader left, which is not a failure
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -89,9 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the message of every error we raise; Lance's Rust locations are dropped).
         target = getattr(args, "table", None) or getattr(args, "dir", None)
         where = f"{target}: " if isinstance(target, str) and target not in str(exc) else ""
-        print(
-            f"memwal: error: {where}{first_line(exc, target if isinstance(target, str) else None)} "
-            "(rerun with --debug for the traceback)",
-            file=sys.stderr,
-        )
+        line = f"{where}{first_line(exc, target if isinstance(target, str) else None)}"
+        print(f"memwal: error: {line} (rerun with --debug for the traceback)", file=sys.stderr)
+        write_failure(result_file, line, EXIT_FAILED)
         return EXIT_FAILED

@@ -272,7 +272,7 @@ def view(data: PageData) -> dict[str, Any]:
 def _template():
     import jinja2
 
-    text = resources.files("memwal.observe").joinpath("status_page.html.j2").read_text(encoding="utf-8")
+    text = resources.files("memwal.inspect").joinpath("status_page.html.j2").read_text(encoding="utf-8")
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     return env.from_string(text)
 

@@ -117,6 +117,19 @@ def check_result_file(path: str | None) -> None:
         raise BadInputError(f"--result-file {path}: not writable")
 
 
+def write_failure(path: str | None, error: str, exit_code: int) -> None:
+    """Record a failed command in its ``--result-file`` (already checked writable) as
+    ``{"failure": {"error": ..., "exit_code": ...}}``: a launcher (the Airflow operator
+    around spark-submit) learns why the job failed from the file, never from log text."""
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            json.dump({"failure": {"error": error, "exit_code": exit_code}}, f, indent=2)
+    except OSError:  # the failure itself is on stderr; a result file that vanished adds nothing
+        pass
+
+
 def open_table_arg(args: argparse.Namespace) -> Table:
     from memwal.table import open_table  # Lance loads only when a command runs, not for --help
 
