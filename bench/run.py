@@ -135,8 +135,8 @@ def table_state(path: str):
     """The base table sorted by primary key, and the merge progress per shard."""
     import lance
 
-    from memwal.table.schema import primary_key_of
     from memwal.table import open_table
+    from memwal.table.schema import primary_key_of
 
     table = open_table(path)
     pk = primary_key_of(table)

@@ -80,8 +80,8 @@ def whole_process(engine: str, table: str) -> dict:
 def table_state(path: str) -> tuple:
     import lance
 
-    from memwal.table.schema import primary_key_of
     from memwal.table import open_table
+    from memwal.table.schema import primary_key_of
 
     table = open_table(path)
     pk = primary_key_of(table)

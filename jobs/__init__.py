@@ -1,1 +1,1 @@
-"""Spark engine and ``spark-submit`` entry points (DESIGN.md section 2: core + pyspark only)."""
+"""Spark engine and ``spark-submit`` entry points: the core plus pyspark only (docs/architecture.md, layers)."""

@@ -568,8 +568,8 @@ def test_operator_options_are_the_cli_flags_of_the_spark_jobs():
     """What an operator hands to spark-submit parses, with the CLI's own parser, back to
     exactly the options the operator was given (both derive from one options class)."""
     from memwal.actions import ACTIONS
-    from memwal.cli.options import from_namespace
     from memwal.cli import build_parser
+    from memwal.cli.options import from_namespace
 
     ops = [
         MemWalMergeOperator(task_id="m", table="t", shards=["a", "b"], max_generations=2, max_rows=9, max_bytes=7),

@@ -2,7 +2,7 @@
 
 Lance records catch-up itself: when an index commit covers every fragment live at its
 read version, Lance writes ``index_catchup[index] = compacted_sstables`` of that version
-(DESIGN.md section 4). So the job's work is to decide, per maintained index, whether to
+(docs/architecture.md, pylance facts). So the job's work is to decide, per maintained index, whether to
 optimise incrementally (add the unindexed fragments as a delta) or to retrain (too many
 deltas, or too large an unindexed fraction, like Zeppelin's retrain threshold), run it,
 and read back that Lance recorded the catch-up. GC waits for that record (gate b).

@@ -2,7 +2,7 @@
 
 A long reader creates a checkpoint, reads exactly that view (``memwal scan --checkpoint``,
 ``memwal.read`` with its plan) however long it takes, and deletes it; GC never deletes a
-generation a live checkpoint pins nor expires its base version (gate f of DESIGN.md), and
+generation a live checkpoint pins nor expires its base version (gate (f), docs/architecture.md), and
 removes expired ones.
 
 - :mod:`memwal.checkpoint.record`: the record and its validation;

@@ -1,6 +1,6 @@
 """Garbage collection of merged generations and WAL entries, behind every safety gate.
 
-A generation g of shard s is deleted only when all of these hold (DESIGN.md section 3.4):
+A generation g of shard s is deleted only when all of these hold (invariant 4, docs/architecture.md):
 
 (a) ``not-merged``: g <= merge progress of s at the latest version;
 (b) ``index-not-caught-up:<index>``: g <= every maintained index's recorded catch-up for

@@ -1,4 +1,4 @@
-"""The lease of one job kind on one table, held by this process (DESIGN.md invariant 7).
+"""The lease of one job kind on one table, held by this process (invariant 7, docs/architecture.md).
 
 A lease object is created with ``put_if_absent`` and from then on only rewritten with
 ``put_if_match`` against the ETag its writer observed, so of several racing jobs exactly one

@@ -1,7 +1,7 @@
 """Plan a merge: per shard, the generations above its merge progress, ascending, no gap.
 
-Lance checks only that recorded progress grows; it does not check gaps (DESIGN.md
-section 4), so skipping a generation would silently lose its rows. The plan therefore
+Lance checks only that recorded progress grows; it does not check gaps (docs/architecture.md,
+pylance facts), so skipping a generation would silently lose its rows. The plan therefore
 stops a shard at the first generation that is missing from its manifest or from storage,
 and says why; other shards still merge.
 """

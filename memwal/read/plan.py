@@ -2,7 +2,7 @@
 
 Listing only generations above the merge progress means a pylance reader never opens a
 generation that GC may collect (``LsmScanner`` fails, it does not skip, when a listed
-generation is missing: DESIGN.md section 4).
+generation is missing: hazard H6, docs/architecture.md).
 
 Where shard state comes from (``source``):
 

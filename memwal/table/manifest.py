@@ -2,7 +2,7 @@
 
 pylance 14 does not expose ``compacted_sstables`` (merge progress) or ``index_catchup`` to
 Python, yet every job decides on them, so we decode the table manifest ourselves
-(DESIGN.md section 4): ``_versions/<u64::MAX - v>.manifest`` (V2 naming) or
+(docs/architecture.md, pylance facts): ``_versions/<u64::MAX - v>.manifest`` (V2 naming) or
 ``_versions/<v>.manifest`` (older tables), ending in a 16-byte trailer that points at the
 Manifest message, whose ``index_section`` points at the IndexSection.
 """

@@ -1,4 +1,4 @@
-"""Invariant 5 (DESIGN.md section 3): a path read from a manifest is data, not trust.
+"""Invariant 5 (docs/architecture.md): a path read from a manifest is data, not trust.
 
 Every generation path a shard manifest names is resolved against the shard directory and
 must stay strictly inside ``<table>/_mem_wal/<shard_id>/``; anything else is refused, so a

@@ -1,6 +1,6 @@
 """Every base-table version a reader may still open: main history, branches, tags.
 
-GC gate (c) (DESIGN.md section 3.4): time travel to a retained version reads the data
+GC gate (c) (invariant 4, docs/architecture.md): time travel to a retained version reads the data
 that version had merged, and nothing more, so a generation merged *after* that version
 must stay until the version is cleaned up. We read progress straight from each version's
 manifest, on the main line and on every branch under ``tree/<branch>/``.
