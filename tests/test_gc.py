@@ -20,6 +20,7 @@ from memwal.read import lsm_scan, shard_snapshots
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests, list_generation_dirs, list_wal_entries
 from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
+from tests.helpers import assert_one_line_error, run_cli
 from tests.s3server import s3_server  # noqa: F401
 
 
@@ -107,6 +108,16 @@ def test_retained_tagged_version_blocks_and_names_the_tag(make_table):
     table.dataset().tags.delete("audit-2026")
     expire_all(table)
     assert len(run_gc(table, grace_seconds=0).deleted) == 12
+
+
+def test_an_unreadable_tag_reference_is_exit_2_naming_the_table_and_nothing_goes(make_table):
+    table, _ = ready_table(make_table)
+    table.dataset().tags.create("audit-2026", table.dataset().version)
+    Path(table.uri, "_refs", "tags", "audit-2026.json").write_text("{not json")
+    before = files(table.uri)
+    run = run_cli("gc", table.uri, "--grace-seconds", "0")
+    assert_one_line_error(run, 2, table.uri, "unreadable tag or branch reference")
+    assert files(table.uri) == before
 
 
 def test_old_versions_block_until_expired(make_table):

@@ -8,10 +8,9 @@ manifest, on the main line and on every branch under ``tree/<branch>/``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from memwal.errors import BadInputError
+from memwal.errors import BadInputError, first_line
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, decode_table_manifest, list_versions
 
@@ -34,29 +33,26 @@ class RetainedVersion:
         return where
 
 
-def _refs(table: Table, kind: str) -> dict[str, dict]:
-    """Lance's ``_refs/tags/*.json`` or ``_refs/branches/*.json`` documents by name."""
-    out: dict[str, dict] = {}
-    for obj in table.store.list(f"_refs/{kind}/", recursive=False):
-        name = obj.key.rsplit("/", 1)[-1]
-        if name.endswith(".json"):
-            try:
-                out[name[: -len(".json")]] = json.loads(table.store.get(obj.key))
-            except ValueError as exc:
-                raise BadInputError(f"{table.store.uri_for(obj.key)}: unreadable {kind} ref: {exc}") from exc
-    return out
+Holders = dict[tuple[str | None, int], list[str]]
 
 
-def _holders(table: Table) -> tuple[dict[tuple[str | None, int], list[str]], dict[tuple[str | None, int], list[str]]]:
-    tags: dict[tuple[str | None, int], list[str]] = {}
-    branches: dict[tuple[str | None, int], list[str]] = {}
+def _holders(table: Table) -> tuple[Holders, Holders]:
+    """Tags and child branches by the (branch, version) they hold, from Lance's own ref API.
+
+    ``ds.tags.list()`` and ``ds.branches.list()`` read ``_refs/`` as Lance defines it, so a
+    format change in Lance cannot leave GC reading stale references by hand.
+    """
+    ds = table.dataset()
     try:
-        for name, doc in _refs(table, "tags").items():
-            tags.setdefault((doc.get("branch"), int(doc["version"])), []).append(name)
-        for name, doc in _refs(table, "branches").items():
-            branches.setdefault((doc.get("parentBranch"), int(doc["parentVersion"])), []).append(name)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadInputError(f"{table.uri}: unreadable tag or branch reference: {exc}") from exc
+        tag_docs, branch_docs = ds.tags.list(), ds.branches.list()
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise BadInputError(f"{table.uri}: unreadable tag or branch reference: {first_line(exc, table.uri)}") from exc
+    tags: Holders = {}
+    branches: Holders = {}
+    for name, doc in tag_docs.items():
+        tags.setdefault((doc["branch"], int(doc["version"])), []).append(name)
+    for name, doc in branch_docs.items():
+        branches.setdefault((doc["parent_branch"], int(doc["parent_version"])), []).append(name)
     return tags, branches
 
 
