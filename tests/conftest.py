@@ -76,7 +76,7 @@ STORES = ["local", "memory", "s3", "azure"]
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     """A fresh empty store: a local directory, obstore's in-memory store, or a nested prefix
     in a fresh S3 bucket (moto) or Azure container (Azurite). The store contract suite
-    (tests/test_storage.py) runs on each."""
+    (tests/integration/test_storage.py) runs on each."""
     if request.param == "local":
         return open_store(str(tmp_path / "table"))
     if request.param == "memory":

@@ -7,7 +7,7 @@ that nothing *outside* the table changed when a link inside it points there.
 
 The CLI runs in-process (``memwal.cli.main``): starting a Python with pylance for every
 command costs seconds, and the code path is the same. A few end-to-end tests in
-``tests/test_cli.py`` still start the real ``memwal`` program.
+``tests/integration/test_cli.py`` still start the real ``memwal`` program.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ the duration of the refresh (``memwal.actions.snapshot_action``), so no memwal m
 concurrently. Writers outside memwal-jobs (a hand-written merge loop) are covered only by
 the detect-and-repair above.
 While the erasing version is retained, GC's retained-version gate is stricter, never
-looser. tests/test_snapshot.py's race test reports how often repairs were needed.
+looser. tests/integration/test_snapshot.py's race test reports how often repairs were needed.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
-"""Fixtures of the adversarial suite. Its tools (``tree_digest``, ``run_cli``,
-``assert_one_line_error``) live in :mod:`tests.helpers`, shared with the other suites."""
+"""Fixtures of the adversarial suite (hostile inputs and states). Its tools (``tree_digest``,
+``run_cli``, ``assert_one_line_error``) live in :mod:`tests.helpers`, shared with the other kinds."""
 
 from __future__ import annotations
 
 import pytest
 
-# Re-exported for tests written (concurrently) against their old home here.
-from tests.helpers import CliRun, assert_one_line_error, run_cli, tree_digest  # noqa: F401
+from tests.helpers import tree_digest
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""Stress soaks with free threads, for a report; deselected by default (pytest -m stress)."""

@@ -28,7 +28,7 @@ from memwal.table.shards import (
     read_wal_entry_meta,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bitrev64_matches_pylance_names():

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import lance
 import pyarrow as pa
 import pytest
 
-import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.errors import BadInputError, LeaseHeldError, MemWalError
 from memwal.inspect.verify import lsm_view, verify_table
 from memwal.lease import Lease, LeaseRecord, lease_key
-from memwal.merge import execute_merge, plan_merge, run_merge
-from memwal.merge.execute import LocalEngine, StaleProgressError
+from memwal.merge import plan_merge, run_merge
+from memwal.merge.execute import LocalEngine
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import tree_digest
-from tests.interleave import ScriptedClock, Stalled
+from tests.interleave import ScriptedClock
 
 
 def progress(table) -> dict[str, int]:
@@ -145,55 +143,6 @@ def test_crash_at_every_step_then_rerun_converges(make_table, crash_at):
     assert table_rows(table) == model.sorted_rows()
     assert set(progress(table).values()) == {4}
     assert verify_table(table).ok
-
-
-def test_appendix2_racing_on_the_same_generation(make_table):
-    """Merger B planned generation 1 before A committed it: B's commit is refused, then B
-    re-plans, skips what A merged and continues (spec appendix 2, scenario 1)."""
-    table, model = make_table()
-    plan_b = plan_merge(table, max_generations=1)
-    run_merge(table, max_generations=1)  # merger A
-    with pytest.raises(StaleProgressError):
-        execute_merge(table, plan_b, LocalEngine())
-    assert set(progress(table).values()) == {1}
-    result = run_merge(table, max_generations=1)  # B again: re-plans
-    assert {(s.from_generation, s.to_generation) for s in result.shards} == {(2, 2)}
-    run_merge(table)
-    assert table_rows(table) == model.sorted_rows()
-
-
-@pytest.mark.parametrize("step", ["merge.after-read", "merge.before-delete-commit", "merge.before-marked-commit",
-                                  "merge.after-upsert-commit"])
-def test_appendix2_two_mergers_interleaved_never_regress_or_duplicate(make_table, step):
-    """Two mergers on one table (spec appendix 2): A is held at a step, frozen past its lease
-    TTL, while B takes the lease over and merges everything in one-generation batches; then A
-    goes on. Whatever the step, A ends fenced (exit 3), no row is lost or duplicated, progress
-    never goes down, and A's stale work is refused, never applied over B's."""
-    from memwal.core import clock as clocks
-    from memwal.errors import LeaseLostError
-    from tests.interleave import ManualClock
-
-    table, model = make_table(Workload(base_rows=300, shards=2, generations=6, rows_per_generation=30, seed=9))
-    clock = ManualClock(time.time() + 3600)
-    with clocks.use(clock):
-        a = Stalled(lambda: memwal.open(table.uri).merge(max_generations=2, lease_ttl=30), step)
-        with clock.frozen():  # A's process is stopped past its TTL...
-            clock.advance(61)
-            b = memwal.open(table.uri)  # ...and B takes the merge over
-            while (r := b.merge(max_generations=1, lease_ttl=30)).to_dict()["version"] is not None:
-                assert r.ok
-        a.resume()
-    clock.close()
-    assert isinstance(a.error, LeaseLostError) and a.error.exit_code == 3, (a.error, a.outcome)
-    assert table_rows(table) == model.sorted_rows()
-    assert set(progress(table).values()) == {6}
-    # progress read back over time never went down for any shard
-    versions = sorted(lance.dataset(table.uri).versions(), key=lambda v: v["version"])
-    last: dict[str, int] = {}
-    for v in versions:
-        for shard, g in table.manifest(v["version"]).compacted.items():
-            assert g >= last.get(shard, 0)
-            last[shard] = g
 
 
 def test_generation_from_before_a_column_was_added_gets_nulls(make_table):

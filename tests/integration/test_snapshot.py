@@ -166,32 +166,6 @@ def test_dry_run_writes_nothing(make_table):
     assert {str(p) for p in Path(table.uri).rglob("*")} == files
 
 
-def test_h1_interleaved_merge_and_catchup_are_repaired(make_table):
-    """A merge and an index catch-up commit between our read and our commit: H1, repaired."""
-    table, model = make_table()
-    plan = plan_snapshot(table)
-    interleaved = {}
-
-    def step(name: str) -> None:
-        if name == "before-commit" and not interleaved:
-            run_merge(table, max_generations=2)
-            table.dataset().optimize.optimize_indices()
-            interleaved["progress"] = progress(table)
-
-    res = execute_snapshot(table, plan, on_step=step)
-    assert res.interleaved_commits >= 2 and res.repairs == 1 and res.attempts == 2
-    # The first commit really erased the progress (the hazard is real)...
-    erased = read_table_manifest(table.store, res.version - 1)
-    assert erased.compacted == {} and erased.mem_wal.snapshot_ts_millis == res.snapshot_ts_millis
-    # ...and the repair restored every value, with the snapshot still in place.
-    assert progress(table) == interleaved["progress"]
-    assert set(interleaved["progress"][0].values()) == {2}
-    assert {(r["kind"], r["to"]) for r in res.repaired} >= {("compacted", 2), ("index_catchup", 2)}
-    assert table.manifest().mem_wal.snapshot_ts_millis == res.snapshot_ts_millis
-    run_merge(table)
-    assert table_rows(table) == model.sorted_rows()
-
-
 def test_crash_between_erasing_commit_and_repair_is_repaired_by_the_next_refresh(make_table):
     table, model = make_table()
     plan = plan_snapshot(table)

@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import table_rows
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def spark_home() -> str:

@@ -3,9 +3,9 @@
 Tables are written by pylance's ShardWriter to ``az://container/table`` (Lance and our
 store take the same storage options); every job runs against them and the results are
 checked row for row against the workload's model, as the S3 cycle does
-(tests/test_gc.py::test_full_cycle_on_s3). The lease race runs on Azurite through the
-store-parametrised tests of tests/test_lease.py; the store contract through
-tests/test_storage.py; credentials and transient failures through tests/test_object_store.py.
+(tests/integration/test_gc.py::test_full_cycle_on_s3). The lease race runs on Azurite through the
+store-parametrised tests of tests/interleavings/test_lease.py; the store contract through
+tests/integration/test_storage.py; credentials and transient failures through tests/integration/test_object_store.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.azureserver import ACCOUNT_KEY, AzureServer
 from tests.conftest import SMALL, table_rows
 from tests.helpers import assert_one_line_error, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from memwal.merge.ops import MergeOps, fold
 from tests.helpers import assert_one_line_error, run_cli
-from tests.test_merge_ops import model_fold
+from tests.integration.test_merge_ops import model_fold
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 COLUMNS = {

@@ -17,9 +17,9 @@ from memwal.gc import run_gc
 from memwal.merge import run_merge
 from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
-from tests.test_gc import expire_all
+from tests.integration.test_gc import expire_all
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark):

@@ -14,9 +14,9 @@ from memwal.spark.engine.compact import SparkCompactEngine
 from memwal.compact import plan_compaction, run_compact
 from memwal.table import open_table
 from tests.conftest import table_rows
-from tests.test_compact import build_many_merged
+from tests.integration.test_compact import build_many_merged
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_spark_engine_gives_the_same_table_as_the_local_engine(spark, tmp_path):

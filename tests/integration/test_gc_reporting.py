@@ -17,8 +17,8 @@ from memwal.lease import Lease
 from memwal.merge import run_merge
 from memwal.table.shards import generation_readable, list_generation_dirs, list_wal_entries, read_wal_entry_meta
 from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.integration.test_gc import expire_all, gen_dirs, ready_table
 from tests.interleave import ScriptedClock
-from tests.test_gc import expire_all, gen_dirs, ready_table
 
 GENERATIONS = SMALL.shards * SMALL.generations
 

@@ -116,7 +116,7 @@ def test_spark_engine_long_stage_keeps_its_lease(make_table, manual_clock, spark
 def test_airflow_task_outlives_its_lease_ttl(make_table, manual_clock):
     from memwal.airflow.operators import MemWalMergeOperator
 
-    from tests.test_airflow import context
+    from tests.integration.test_airflow import context
 
     table, model = make_table()
     op = MemWalMergeOperator(task_id="merge", table=table.uri, lease_ttl=TTL)

@@ -16,7 +16,7 @@ from memwal.merge import run_merge
 from memwal.table import open_table
 from tests.conftest import table_rows
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark, tmp_path):
@@ -72,7 +72,7 @@ def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark):
     import pytest
 
     from memwal.errors import MemWalError
-    from tests.test_merge import write_key_to_wrong_shard
+    from tests.integration.test_merge import write_key_to_wrong_shard
 
     table, _ = make_table()
     key = write_key_to_wrong_shard(table)
@@ -85,7 +85,7 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_pa
     """Same Python fold on executors: identical base tables on copies of one folding table."""
     import lance
 
-    from tests.test_merge_ops import approx, base_rows, build_folding_table
+    from tests.integration.test_merge_ops import approx, base_rows, build_folding_table
 
     uri = str(tmp_path / "t")
     model = build_folding_table(uri)

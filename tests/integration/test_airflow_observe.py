@@ -27,7 +27,7 @@ from memwal.history.log import read_runs
 from tests.browser import browser, stop_group
 from tests.conftest import SMALL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 VENV_BIN = Path(sys.executable).parent
 SECRET = "memwal-observe-secret-0123456789"
