@@ -32,11 +32,19 @@ def warn_secret_arguments(args: list[str]) -> None:
 
 @contextlib.contextmanager
 def spark_session(app: str) -> Iterator[object]:
-    """The session spark-submit configured (its --conf wins), quiet, stopped on the way out."""
+    """The session spark-submit configured (its --conf wins), quiet, stopped on the way out.
+
+    Quiet from the start: ``spark.log.level`` applies while the SparkContext starts, so its
+    INFO lines never print (``setLogLevel`` afterwards would come too late for them). A
+    ``--conf spark.log.level=...`` given to spark-submit is kept.
+    """
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(app).getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
+    builder = SparkSession.builder.appName(app)
+    if not SparkConf().contains("spark.log.level"):
+        builder = builder.config("spark.log.level", os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
+    spark = builder.getOrCreate()
     try:
         yield spark
     finally:

@@ -102,19 +102,24 @@ def argparse_type(check: Callable[[str, Any], Any]) -> Callable[[str], Any]:
 positive_int = argparse_type(validate.positive_int)
 
 
-def check_result_file(path: str | None) -> None:
-    """Refuse a ``--result-file`` that could not be written, before the job changes anything
-    (a result lost after a committed merge is worse than a job that never started)."""
-    if not path:
-        return
+def check_output_file(flag: str, path: str) -> None:
+    """Refuse an output file (``--result-file``, ``--html``) that could not be written, before
+    the command reads or changes anything: exit 2 naming the flag and the path."""
     full = os.path.abspath(path)
     folder = os.path.dirname(full)
     if os.path.isdir(full):
-        raise BadInputError(f"--result-file {path}: is a folder")
+        raise BadInputError(f"{flag} {path}: is a folder")
     if not os.path.isdir(folder):
-        raise BadInputError(f"--result-file {path}: folder {folder} does not exist")
+        raise BadInputError(f"{flag} {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(full) and not os.access(full, os.W_OK)):
-        raise BadInputError(f"--result-file {path}: not writable")
+        raise BadInputError(f"{flag} {path}: not writable")
+
+
+def check_result_file(path: str | None) -> None:
+    """Refuse a ``--result-file`` that could not be written, before the job changes anything
+    (a result lost after a committed merge is worse than a job that never started)."""
+    if path:
+        check_output_file("--result-file", path)
 
 
 def write_failure(path: str | None, error: str, exit_code: int) -> None:
