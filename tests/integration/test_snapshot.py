@@ -348,7 +348,7 @@ def test_refresh_after_only_a_merge_commits_nothing_and_readers_stay_exact(make_
 
 def test_refresh_republishes_an_unreadable_snapshot_and_a_storage_change(make_table):
     table, _ = make_table()
-    # internal entry: the inline threshold is no user option (0: always a file)
+    # internal entry (the three refreshes below): the inline threshold is no user option (0: always a file)
     res = run_snapshot(table, inline_threshold=0)
     assert res.storage == "file"
     assert run_snapshot(table, inline_threshold=0).version is None  # idle, file storage
