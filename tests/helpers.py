@@ -73,3 +73,23 @@ def assert_one_line_error(run: CliRun, rc: int, *needles: str) -> None:
     line = run.error_lines[0]
     for needle in needles:
         assert needle in line, (needle, line)
+
+
+LEASES = "_mem_wal/_jobs/leases/"
+HISTORY = "_mem_wal/_jobs/history/"
+
+
+def assert_only_run_records(before: dict[str, str], after: dict[str, str], *jobs: str,
+                            also: tuple[str, ...] = ()) -> None:
+    """Two :func:`tree_digest` s differ by the runs of ``jobs`` and nothing else: exactly one
+    new history record per run (``memwal history``) and lease objects taken and released
+    (and the keys ``also``, e.g. GC's run marker). A job run through the API or the CLI
+    writes those even when it commits nothing."""
+    added = set(after) - set(before)
+    assert not set(before) - set(after), sorted(set(before) - set(after))
+    records = sorted(k for k in added if k.startswith(HISTORY) and not k.endswith("/"))
+    assert sorted(k[len(HISTORY):].split("-")[1] for k in records) == sorted(jobs), records
+    others = added - set(records) - {"_mem_wal/_jobs/", HISTORY, LEASES}
+    changed = {k for k in set(before) & set(after) if before[k] != after[k]}
+    unexpected = sorted(k for k in others | changed if not k.startswith(LEASES) and k not in also)
+    assert not unexpected, unexpected

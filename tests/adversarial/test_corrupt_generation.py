@@ -26,9 +26,8 @@ from pathlib import Path
 
 import pytest
 
+import memwal
 from memwal.demo import Workload, shard_ids_for
-from memwal.merge import run_merge
-from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
 from tests.conftest import table_rows
 from tests.helpers import run_cli
@@ -72,10 +71,10 @@ def reference_rows(tmp_path: Path, table) -> list[dict]:
     generations from GEN on."""
     copy = tmp_path / "reference"
     shutil.copytree(table.uri, copy, symlinks=True)
-    ref = open_table(str(copy))
-    run_merge(ref, shards=[s for s in shard_ids_for(WL) if s != VICTIM])
-    run_merge(ref, shards=[VICTIM], max_generations=GEN - 1)
-    return table_rows(ref)
+    ref = memwal.open(str(copy))
+    assert ref.merge(shards=[s for s in shard_ids_for(WL) if s != VICTIM]).ok
+    assert ref.merge(shards=[VICTIM], max_generations=GEN - 1).ok
+    return table_rows(ref.table)
 
 
 def progress(table) -> dict[str, int]:
@@ -148,13 +147,13 @@ def test_page_garbled_inside_a_data_file_stops_only_its_shard(make_table, tmp_pa
 def test_spark_engine_attributes_an_unreadable_generation(make_table, tmp_path, spark):
     """The same with the Spark engine: the executor's error comes back to the driver as the
     shard's stop, and the other shards merge."""
-    from memwal.spark.engine.merge import SparkMergeEngine
-
     table, _ = make_table(WL)
     victim = only_file(generation_dir(table) / "data")
     expected = reference_rows(tmp_path, table)
     damage(victim, "garble-inside")
-    result = run_merge(table, engine=SparkMergeEngine(spark, partitions=2))
-    assert [(b["shard_id"], b["generation"]) for b in result.blocked] == [(VICTIM, GEN)]
-    assert os.path.basename(generation_dir(table)) in result.blocked[0]["reason"]
+    run = memwal.open(table.uri).merge(engine="spark")
+    blocked = run.to_dict()["blocked"]
+    assert not run.ok and run.to_dict()["engine"] == "spark"
+    assert [(b["shard_id"], b["generation"]) for b in blocked] == [(VICTIM, GEN)]
+    assert os.path.basename(generation_dir(table)) in blocked[0]["reason"]
     assert table_rows(table) == expected

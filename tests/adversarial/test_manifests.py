@@ -19,18 +19,17 @@ from pathlib import Path
 
 import pytest
 
+import memwal
 from memwal.actions import run_action
-from memwal.catchup import run_catchup
 from memwal.demo import create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError
-from memwal.gc import prepare_gc, run_gc
-from memwal.merge import run_merge
 from memwal.store import LocalStore
 from memwal.table import Table, open_table
 from memwal.table.naming import JOBS_DIR, manifest_key, shard_dir, version_hint_key, wal_key
 from memwal.table.shards import list_generation_dirs, list_manifest_versions, list_wal_entries
 from tests.conftest import SMALL, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
+from tests.interleave import running_at
 
 MERGED = 2
 SHARDS = shard_ids_for(SMALL)
@@ -44,10 +43,9 @@ def template(tmp_path_factory):
     uri = str(tmp_path_factory.mktemp("template") / "t")
     _, model = create_base_table(uri, SMALL)
     write_generations(uri, SMALL, model)
-    table = open_table(uri)
-    run_merge(table, max_generations=MERGED)
-    run_catchup(table)
-    table.dataset().cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
+    t = memwal.open(uri)
+    assert t.merge(max_generations=MERGED).ok and t.catchup().ok
+    t.table.dataset().cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
     return uri, model
 
 
@@ -292,13 +290,13 @@ def test_corrupt_wal_entry_fails_before_anything_is_written(fresh, unchanged):
         run = run_cli(*GC, "--expire-versions", "0", "--audit-log", table.uri)
         assert_one_line_error(run, 2, wal_key(VICTIM, entry.position), "not an Arrow IPC stream")
         with pytest.raises(BadInputError, match="not an Arrow IPC stream"):  # the API validates first too
-            run_gc(table, grace_seconds=0, expire_versions_seconds=0, orphans=True, audit=True)
+            memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0, orphans=True, audit=True)
 
 
 def test_audit_path_that_is_a_file_fails_before_anything_is_written(fresh, unchanged):
     table, _ = fresh
     audit = Path(table.uri, JOBS_DIR, "audit")
-    audit.parent.mkdir(parents=True)
+    audit.parent.mkdir(parents=True, exist_ok=True)  # the template's merge and catch-up left run records
     audit.write_text("in the way")
     with unchanged(table.uri):
         run = run_cli(*GC, "--audit-log", table.uri)
@@ -311,11 +309,13 @@ def test_audit_path_that_is_a_file_fails_before_anything_is_written(fresh, uncha
 def test_second_gc_planned_before_the_first_deleted_still_succeeds(fresh):
     table, _ = fresh
     keep = unmerged_dirs(table)
-    second = prepare_gc(table, grace_seconds=0, orphan_age_seconds=0)
-    assert len(second.generations) == 6 and second.wal_entries
-    first = run_cli(*GC, table.uri)
-    assert first.rc == 0, first.stderr
-    result = run_gc(table, plan=second, grace_seconds=0, orphans=True)  # everything it planned is gone
+    options = dict(grace_seconds=0, orphan_age_seconds=0, orphans=True)
+    dry = memwal.open(table.uri).gc(dry_run=True, **options).to_dict()
+    assert len(dry["deleted"]) == 6 and dry["wal_entries_deleted"]
+    runs = []
+    with running_at("gc.planned", lambda: runs.append(run_cli(*GC, table.uri))) as reached:
+        result = memwal.open(table.uri).gc(**options).value  # planned; everything it planned is then gone
+    assert reached and runs[0].rc == 0, runs[0].stderr
     assert len(result.deleted) == 6 and all(d["objects"] == 0 for d in result.deleted)
     assert all(set(list_generation_dirs(table.store, s).values()) == {3, 4} for s in SHARDS)
     assert_unmerged_intact(keep)
@@ -344,8 +344,7 @@ class RacingStore(LocalStore):
 def test_gc_that_loses_a_planning_race_replans_instead_of_failing(fresh):
     table, _ = fresh
     keep = unmerged_dirs(table)
-    other = open_table(table.uri)
-    store = RacingStore(table.uri, lambda: run_gc(other, grace_seconds=0))
+    store = RacingStore(table.uri, lambda: memwal.open(table.uri).gc(grace_seconds=0))
     racing = Table(table.uri)
     racing.__dict__["store"] = store  # Table.store is a cached property
     doc = run_action("gc", racing, grace_seconds=0)
@@ -357,12 +356,17 @@ def test_gc_that_loses_a_planning_race_replans_instead_of_failing(fresh):
 
 def test_gates_are_rechecked_against_the_latest_version_before_deleting(fresh):
     table, _ = fresh
-    plan = prepare_gc(table, grace_seconds=0, orphan_age_seconds=0)
-    assert len(plan.generations) == 6
+    options = dict(grace_seconds=0, orphan_age_seconds=0)
+    assert len(memwal.open(table.uri).gc(dry_run=True, **options).to_dict()["deleted"]) == 6
     before = {s: tree_digest(str(Path(table.uri, shard_dir(s)))) for s in SHARDS}
-    table.dataset().optimize.compact_files()  # Lance's compaction drops every index catch-up record
-    assert table.manifest().index_catchup == {}
-    result = run_gc(table, plan=plan, grace_seconds=0)
+
+    def compaction() -> None:  # Lance's compaction drops every index catch-up record
+        table.dataset().optimize.compact_files()
+        assert table.manifest().index_catchup == {}
+
+    with running_at("gc.planned", compaction) as reached:  # after the plan, before the run deletes
+        result = memwal.open(table.uri).gc(**options).value
+    assert reached
     assert result.deleted == [] and result.wal_entries_deleted == 0
     assert {b["reason"] for b in result.blocked if b["generation"] <= MERGED} == {
         "changed-since-plan:index-not-caught-up:id_idx"}

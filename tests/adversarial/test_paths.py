@@ -21,13 +21,15 @@ from pathlib import Path
 import lance
 import pytest
 
+import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import LinkedPathError, NotFoundError, UnsafePathError
-from memwal.gc import delete_objects, execute_gc, plan_gc
+from memwal.gc import delete_objects, plan_gc
 from memwal.store import LocalStore, open_store
 from memwal.table import open_table
 from memwal.table.naming import parse_generation_dir
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
+from tests.interleave import running_at
 from tests.s3server import s3_server  # noqa: F401
 
 W = Workload(base_rows=200, shards=2, generations=3, rows_per_generation=20, indexes=False, seed=3)
@@ -300,15 +302,26 @@ SWAPS = [
 def test_link_swapped_in_after_planning_is_refused_at_deletion(case: Swap, table: Path, outside: Path) -> None:
     if case.orphans:
         _plan_staging(table)
-    t = open_table(str(table))
-    plan = plan_gc(t, grace_seconds=0, orphan_age_seconds=0)
-    assert not [b for b in plan.blocked if b.reason == "unsafe-path"]
-    assert plan.generations and (plan.orphans or not case.orphans)
-    link = case.swap(table, outside)
-    target = os.readlink(link)
-    before = tree_digest(str(outside))
+    options = dict(grace_seconds=0, orphan_age_seconds=0, orphans=case.orphans)
+    dry = memwal.open(str(table)).gc(dry_run=True, **options).to_dict()
+    assert not [b for b in dry["blocked"] if b["reason"] == "unsafe-path"]
+    assert dry["deleted"] and (dry["orphans"] or not case.orphans)
+    swapped: dict = {}
 
-    result = execute_gc(t, plan, orphans=case.orphans)
+    def swap() -> None:  # after the plan and its re-check, right before the deletions
+        swapped["link"] = case.swap(table, outside)
+        swapped["target"] = os.readlink(swapped["link"])
+        swapped["before"] = tree_digest(str(outside))
+
+    if case.name == "_mem_wal":  # the run's own records live there too: it ends naming the link
+        with running_at("gc.before-delete", swap), pytest.raises(LinkedPathError, match="_mem_wal is a symbolic link"):
+            memwal.open(str(table)).gc(**options)
+        assert tree_digest(str(outside)) == swapped["before"]  # nothing deleted or written through it
+        assert os.path.islink(swapped["link"]) and os.readlink(swapped["link"]) == swapped["target"]
+        return
+    with running_at("gc.before-delete", swap):
+        result = memwal.open(str(table)).gc(**options).value
+    link, target, before = swapped["link"], swapped["target"], swapped["before"]
 
     assert tree_digest(str(outside)) == before  # byte-for-byte: nothing deleted through the link
     assert os.path.islink(link) and os.readlink(link) == target

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import lance
 import pyarrow as pa
 
+import memwal
 import memwal.snapshot.locate
 from memwal.demo import PK_META
-from memwal.merge import run_merge
 from memwal.snapshot.format import snapshot_file_key
 from memwal.snapshot.versions import mem_wal_entry
 from memwal.table import open_table
@@ -116,7 +116,7 @@ def test_a_merge_between_keeping_the_file_and_the_cleanup(tmp_path, monkeypatch)
         if len(calls) == 1:
             put(uri, 3, 6_000_000)
             model[6_000_000] = 6_000_000
-            run_merge(open_table(uri))
+            assert memwal.open(uri).merge().ok
         return key
 
     monkeypatch.setattr(memwal.snapshot.locate, "keep_snapshot_file", keep_then_merge)

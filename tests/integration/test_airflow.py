@@ -32,11 +32,10 @@ from memwal.airflow.operators import (
 from memwal.airflow.sensors import MergedGenerationSensor, MergeLagSensor
 from memwal.airflow.triggers import MemWalStatusTrigger
 
-from memwal.catchup import run_catchup
+import memwal
 from memwal.core import steps
 from memwal.demo import shard_ids_for
 from memwal.lease import Lease
-from memwal.merge import run_merge
 from memwal.table.shards import all_shard_manifests, list_generation_dirs
 from tests.conftest import SMALL, table_rows
 
@@ -387,7 +386,7 @@ def test_merge_operator_spark_engine_through_spark_submit(make_table, monkeypatc
     assert {(s["from_generation"], s["to_generation"]) for s in doc["shards"]} == {(1, 3)}
     assert progress(table) == {s: 3 for s in shard_ids_for(SMALL)}
     assert len(alias_events(ctx)) == 1
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()
 
 
@@ -405,12 +404,12 @@ def test_sensors_poke(make_table):
     merged = MergedGenerationSensor(task_id="m", table=table.uri, shard_id=shard, generation="3")
     indexed = MergedGenerationSensor(task_id="m", table=table.uri, shard_id=shard, generation=3, indexes=["id_idx"])
     assert not merged.poke({})
-    run_merge(table, max_generations=3)
+    assert memwal.open(table.uri).merge(max_generations=3).ok
     done = merged.poke({})
     assert done and done.xcom_value["merged_generation"] == 3
     assert not MergedGenerationSensor(task_id="m", table=table.uri, shard_id=shard, generation=4).poke({})
     assert not indexed.poke({})
-    run_catchup(table)
+    assert memwal.open(table.uri).catchup().ok
     assert indexed.poke({}).xcom_value["index_catchup"] == {"id_idx": 3}
     assert not MergeLagSensor(task_id="lag", table=table.uri, max_unmerged_generations=4).poke({})
 
@@ -459,7 +458,7 @@ def test_deferrable_sensor_defers_and_its_trigger_fires_after_a_merge(make_table
         if name == "trigger.not-yet":
             polls.append(name)
             if len(polls) == 1:  # the condition was not met: now the merge lands
-                run_merge(table, max_generations=2)
+                assert memwal.open(table.uri).merge(max_generations=2).ok
 
     with steps.hooked(merge_after_the_first_poll):
         event = asyncio.run(first_event(rebuilt))

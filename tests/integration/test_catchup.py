@@ -5,21 +5,21 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from memwal.catchup import OPTIMIZE, RETRAIN, CatchupThresholds, plan_catchup, run_catchup
+import memwal
+from memwal.catchup import OPTIMIZE, RETRAIN
 from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.errors import BadInputError
-from memwal.merge import run_merge
 from memwal.table import open_table
 from tests.conftest import SMALL, lsm_rows
 
 
 def test_plan_reports_lag_per_shard_and_unindexed_rows(make_table):
     table, _ = make_table()
-    plan = plan_catchup(table)
+    plan = memwal.open(table.uri).catchup(dry_run=True).value
     assert [i.index_name for i in plan.indexes] == ["id_idx", "vec_idx"]
     assert all(i.action == "none" and i.unindexed_rows == 0 for i in plan.indexes)
-    run_merge(table, max_generations=2)
-    plan = plan_catchup(table)
+    assert memwal.open(table.uri).merge(max_generations=2).ok
+    plan = memwal.open(table.uri).catchup(dry_run=True).value
     for ip in plan.indexes:
         assert ip.lag == {s: 2 for s in shard_ids_for(SMALL)}
         assert ip.caught_up == {s: 0 for s in shard_ids_for(SMALL)}
@@ -28,10 +28,10 @@ def test_plan_reports_lag_per_shard_and_unindexed_rows(make_table):
 
 def test_incremental_catchup_is_recorded_by_lance(make_table):
     table, model = make_table()
-    run_merge(table, max_generations=1)
-    plan = plan_catchup(table, thresholds=CatchupThresholds(max_unindexed_fraction=1.0))
+    assert memwal.open(table.uri).merge(max_generations=1).ok
+    plan = memwal.open(table.uri).catchup(max_unindexed_fraction=1.0, dry_run=True).value
     assert {i.action for i in plan.indexes} == {OPTIMIZE}
-    result = run_catchup(table, thresholds=CatchupThresholds(max_unindexed_fraction=1.0))
+    result = memwal.open(table.uri).catchup(max_unindexed_fraction=1.0).value
     assert result.all_recorded
     assert all(i.caught_up == {s: 1 for s in shard_ids_for(SMALL)} for i in result.indexes)
     stats = table.dataset().stats.index_stats("id_idx")
@@ -43,19 +43,19 @@ def test_incremental_catchup_is_recorded_by_lance(make_table):
 
 def test_retrain_when_too_many_deltas(make_table):
     table, model = make_table()
-    loose = CatchupThresholds(max_deltas=100, max_unindexed_fraction=1.0)
+    loose = {"max_deltas": 100, "max_unindexed_fraction": 1.0}
     for _ in range(3):  # three merges, three incremental deltas
-        run_merge(table, max_generations=1)
+        assert memwal.open(table.uri).merge(max_generations=1).ok
         table.dataset().optimize.optimize_indices(index_names=["id_idx"], num_indices_to_merge=0)
     deltas = len(table.dataset().stats.index_stats("id_idx")["num_indexed_rows_per_delta"])
     assert deltas >= 3
-    run_merge(table, max_generations=1)
-    plan = plan_catchup(table, indexes=["id_idx"], thresholds=CatchupThresholds(max_deltas=3))
+    assert memwal.open(table.uri).merge(max_generations=1).ok
+    plan = memwal.open(table.uri).catchup(indexes=["id_idx"], max_deltas=3, dry_run=True).value
     assert plan.indexes[0].action == RETRAIN and "deltas" in plan.indexes[0].reason
-    result = run_catchup(table, indexes=["id_idx"], thresholds=CatchupThresholds(max_deltas=3))
+    result = memwal.open(table.uri).catchup(indexes=["id_idx"], max_deltas=3).value
     assert result.all_recorded
     assert len(table.dataset().stats.index_stats("id_idx")["num_indexed_rows_per_delta"]) == 1
-    assert plan_catchup(table, indexes=["id_idx"], thresholds=loose).indexes[0].action == "none"
+    assert memwal.open(table.uri).catchup(indexes=["id_idx"], **loose, dry_run=True).value.indexes[0].action == "none"
     assert lsm_rows(table) == model.sorted_rows()
 
 
@@ -69,14 +69,14 @@ def test_delete_only_merge_is_caught_up_too(tmp_path):
     with ds.mem_wal_writer(shard) as w:
         w.delete(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
     table = open_table(uri)
-    run_merge(table)
-    plan = plan_catchup(table)
+    assert memwal.open(table.uri).merge().ok
+    plan = memwal.open(table.uri).catchup(dry_run=True).value
     assert all(i.unindexed_rows == 0 and i.lag == {shard: 1} for i in plan.indexes)
-    result = run_catchup(table)
+    result = memwal.open(table.uri).catchup().value
     assert result.all_recorded and table.manifest().index_catchup["id_idx"] == {shard: 1}
 
 
 def test_unknown_index_is_bad_input(make_table):
     table, _ = make_table()
     with pytest.raises(BadInputError, match="no such index"):
-        plan_catchup(table, indexes=["nope"])
+        memwal.open(table.uri).catchup(indexes=["nope"], dry_run=True)

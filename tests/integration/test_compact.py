@@ -13,13 +13,11 @@ import pytest
 
 import memwal
 from memwal.actions import run_action
-from memwal.catchup import run_catchup
-from memwal.compact import lance_options, plan_compaction, run_compact
+from memwal.core import clock as clocks
+from memwal.core import steps
 from memwal.demo import Model, Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError
-from memwal.gc import run_gc
-from memwal.lease import Lease
-from memwal.merge import run_merge
+from memwal.lease import Lease, LeaseRecord, lease_key
 from memwal.table import Table, open_table
 from memwal.table.manifest import maintained_indexes
 from memwal.table.shards import list_generation_dirs
@@ -38,11 +36,11 @@ def build_many_merged(uri: str, storage_options: dict | None = None) -> tuple[Ta
     """A table after one merge per generation, with its indexes caught up."""
     _, model = create_base_table(uri, MANY, storage_options)
     write_generations(uri, MANY, model, storage_options=storage_options)
-    table = open_table(uri, storage_options)
+    t = memwal.open(uri, storage_options)
     for _ in range(MANY.generations):
-        run_merge(table, max_generations=1)
-    run_catchup(table)
-    return table, model
+        assert t.merge(max_generations=1).ok
+    assert t.catchup().ok
+    return open_table(uri, storage_options), model
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +72,8 @@ def test_compaction_after_many_merges_keeps_rows_progress_and_catchup_then_gc_co
     assert fragments(table) >= 20
     assert before.index_catchup == {"id_idx": before.compacted, "vec_idx": before.compacted}
 
-    result = run_compact(table)
+    doc = memwal.open(table.uri).compact().to_dict()
 
-    doc = result.to_dict()
     assert doc["version"] is not None and doc["engine"] == "local"
     assert doc["fragments_before"] >= 20 and doc["fragments_after"] == fragments(table) <= 3
     assert doc["fragments_removed"] >= 20 and doc["fragments_added"] >= 1
@@ -90,9 +87,9 @@ def test_compaction_after_many_merges_keeps_rows_progress_and_catchup_then_gc_co
     assert table.dataset().stats.index_stats("id_idx")["num_unindexed_rows"] == 0
     assert table.dataset().to_table(filter="id = 7").num_rows == (1 if 7 in model.rows else 0)
 
-    gc = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
-    assert not gc.blocked, gc.blocked
-    assert len(gc.deleted) == MANY.shards * MANY.generations
+    gc = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0).to_dict()
+    assert not gc["blocked"], gc["blocked"]
+    assert len(gc["deleted"]) == MANY.shards * MANY.generations
     assert all_generations_collected(table, shard_ids_for(MANY))
     assert table_rows(table) == lsm_rows(table) == model.sorted_rows()
 
@@ -103,25 +100,25 @@ def test_lance_compact_files_drops_catchup_and_compact_re_earns_it(fresh):
     before = table.manifest()
     table.dataset().optimize.compact_files()
     assert table.manifest().index_catchup == {} and table.manifest().compacted == before.compacted
-    blocked = run_gc(table, grace_seconds=0, dry_run=True).blocked
+    blocked = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).to_dict()["blocked"]
     assert blocked and all(b["reason"].startswith("index-not-caught-up") for b in blocked)
     dry = memwal.open(table.uri).compact(dry_run=True).to_dict()  # the repair is a step of the plan
     assert dry["tasks"] == [] and dry["catchup_repair"] == sorted(before.index_catchup)
     assert table.manifest().index_catchup == {}  # the dry run wrote nothing
 
-    result = run_compact(table)
+    result = memwal.open(table.uri).compact().value
 
     assert result.catchup_repaired and result.version is not None and result.fragments_removed == 0
     assert table.manifest().index_catchup == before.index_catchup
     assert all(i.recorded for i in result.indexes)
-    assert run_compact(table).version is None  # repaired: nothing more to do
+    assert memwal.open(table.uri).compact().value.version is None  # repaired: nothing more to do
     assert memwal.open(table.uri).compact(dry_run=True).to_dict()["catchup_repair"] == []
     assert table_rows(table) == model.sorted_rows()
 
 
 def test_nothing_to_compact_commits_nothing(fresh):
     table, _ = fresh
-    run_compact(table)
+    assert memwal.open(table.uri).compact().ok
     version = table.dataset().version
     digest = tree_digest(table.uri)
     doc = run_action("compact", table)
@@ -186,9 +183,8 @@ def small_table(tmp_path_factory) -> Table:
     uri = str(tmp_path_factory.mktemp("small") / "t")
     _, model = create_base_table(uri, SMALL)
     write_generations(uri, SMALL, model)
-    table = open_table(uri)
-    run_merge(table, max_generations=1)
-    return table
+    assert memwal.open(uri).merge(max_generations=1).ok
+    return open_table(uri)
 
 
 @pytest.mark.parametrize(("flag", "value"), HOSTILE)
@@ -227,7 +223,7 @@ def test_unknown_engine_from_the_python_api_writes_nothing(small_table):
 def test_max_fragments_bounds_one_run(fresh):
     table, model = fresh
     n = fragments(table)
-    result = run_compact(table, options=lance_options(max_fragments=5))
+    result = memwal.open(table.uri).compact(max_fragments=5).value
     assert result.fragments_removed <= 5 and fragments(table) > n - 5
     assert table_rows(table) == model.sorted_rows()
     assert table.manifest().index_catchup["id_idx"] == table.manifest().compacted
@@ -248,14 +244,13 @@ def test_lease_lost_before_the_commit_commits_nothing(fresh):
     table, model = fresh
     now = [1000.0]
     version = table.dataset().version
-    with Lease(table.store, "compact", ttl_seconds=60, clock=ScriptedClock(lambda: now[0])) as lease:
 
-        def stall(step: str) -> None:
-            if step == "after-tasks":
-                now[0] += 120  # the rewrite outlived the lease
+    def stall(step: str) -> None:
+        if step == "compact.after-tasks":
+            now[0] += 120  # the rewrite outlived the lease (its heartbeat never wakes)
 
-        with pytest.raises(LeaseLostError):
-            run_compact(table, lease=lease, on_step=stall)
+    with clocks.use(ScriptedClock(lambda: now[0])), steps.hooked(stall), pytest.raises(LeaseLostError):
+        memwal.open(table.uri).compact(lease_ttl=60)
     assert table.dataset().version == version
     assert table_rows(table) == model.sorted_rows()
 
@@ -267,12 +262,13 @@ def test_crash_after_tasks_before_commit_then_rerun_converges(fresh, tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(
         "import os, sys\n"
-        "from memwal.compact import run_compact\n"
-        "from memwal.table import open_table\n"
+        "import memwal\n"
+        "from memwal.core import steps\n"
         "def kill(step):\n"
-        "    if step == 'after-tasks':\n"
+        "    if step == 'compact.after-tasks':\n"
         "        os._exit(9)\n"
-        "run_compact(open_table(sys.argv[1]), on_step=kill)\n"
+        "with steps.hooked(kill):\n"
+        "    memwal.open(sys.argv[1]).compact(lease_ttl=60)\n"
     )
     proc = subprocess.run([sys.executable, str(script), table.uri], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
@@ -281,7 +277,8 @@ def test_crash_after_tasks_before_commit_then_rerun_converges(fresh, tmp_path):
     assert sorted(os.listdir(Path(table.uri) / "_versions")) == digest_versions
     assert table_rows(table) == model.sorted_rows()
 
-    result = run_compact(table)
+    result = memwal.open(table.uri).compact().value  # takes over the dead process's lease
+    assert LeaseRecord.from_json(table.store.get(lease_key("compact"))).token == 2
     assert result.version is not None and fragments(table) <= 3
     assert table_rows(table) == model.sorted_rows()
     assert table.manifest().index_catchup == {"id_idx": table.manifest().compacted,
@@ -293,14 +290,14 @@ def test_crash_after_commit_before_catchup_then_rerun_re_earns_it(fresh):
     before = table.manifest()
 
     def crash(step: str) -> None:
-        if step == "after-commit":
+        if step == "compact.after-commit":
             raise RuntimeError("killed")
 
-    with pytest.raises(RuntimeError, match="killed"):
-        run_compact(table, on_step=crash)
+    with steps.hooked(crash), pytest.raises(RuntimeError, match="killed"):
+        memwal.open(table.uri).compact()
     assert fragments(table) <= 3 and table.manifest().index_catchup == {}  # H4: the record is gone
 
-    result = run_compact(table)
+    result = memwal.open(table.uri).compact().value
     assert result.catchup_repaired and result.fragments_removed == 0
     assert table.manifest().index_catchup == before.index_catchup
     assert table.manifest().compacted == before.compacted
@@ -312,18 +309,19 @@ def test_compaction_on_s3(s3_server):  # noqa: F811
     _, model = create_base_table(uri, SMALL, opts)
     write_generations(uri, SMALL, model, storage_options=opts)
     table = open_table(uri, opts)
+    t = memwal.open(uri, opts)
     for _ in range(SMALL.generations):
-        run_merge(table, max_generations=1)
-    run_catchup(table)
+        assert t.merge(max_generations=1).ok
+    assert t.catchup().ok
     before = table.manifest()
     n = fragments(table)
-    assert plan_compaction(table).tasks
+    assert t.compact(dry_run=True).value.tasks
     result = run_action("compact", uri, opts)
     assert result["version"] is not None and result["fragments_after"] < n
     assert table_rows(table) == model.sorted_rows()
     after = table.manifest()
     assert after.compacted == before.compacted and after.index_catchup == before.index_catchup
-    gc = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
-    assert len(gc.deleted) == SMALL.shards * SMALL.generations
+    gc = t.gc(grace_seconds=0, expire_versions=0).to_dict()
+    assert len(gc["deleted"]) == SMALL.shards * SMALL.generations
     assert all_generations_collected(table, shard_ids_for(SMALL))
     assert table_rows(table) == model.sorted_rows()

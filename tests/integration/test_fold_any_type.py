@@ -145,7 +145,7 @@ def copy_of(folding_table, tmp_path) -> tuple:
 
 
 def test_reads_fold_every_type_before_and_after_merge(folding_table, tmp_path):
-    from memwal.merge import run_merge
+    import memwal
     from memwal.read import lookup, lsm_scan
 
     table, expect = copy_of(folding_table, tmp_path)
@@ -160,19 +160,17 @@ def test_reads_fold_every_type_before_and_after_merge(folding_table, tmp_path):
         assert lookup(table, probe, columns=["tags", "id"]).to_pylist() == [
             {"tags": expect[k]["tags"], "id": k} for k in probe if k in expect]
         if when == "before":
-            run_merge(table, max_generations=1)
+            assert memwal.open(table.uri).merge(max_generations=1).ok
         elif when == "partial":
-            run_merge(table)
+            assert memwal.open(table.uri).merge().ok
     assert by_id(table.dataset().to_table()) == list(expect.values()), "the base table after the merge"
 
 
 def test_spark_merge_folds_every_type(folding_table, tmp_path, spark):
-    from memwal.spark.engine.merge import SparkMergeEngine
-
-    from memwal.merge import run_merge
+    import memwal
 
     table, expect = copy_of(folding_table, tmp_path)
-    res = run_merge(table, engine=SparkMergeEngine(spark))
+    res = memwal.open(table.uri).merge(engine="spark").value
     assert res.engine == "spark"
     assert by_id(table.dataset().to_table()) == list(expect.values())
 

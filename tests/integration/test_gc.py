@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 from lance.mem_wal import LsmScanner
 
-from memwal.catchup import run_catchup
+import memwal
+from memwal.core import clock as clocks
 from memwal.demo import shard_ids_for
-from memwal.gc import LocalGcEngine, plan_gc, run_gc
+from memwal.gc import LocalGcEngine, run_gc
 from memwal.inspect.status import table_status
-from memwal.merge import run_merge
 from memwal.read import lsm_scan, shard_snapshots
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests, list_generation_dirs, list_wal_entries
 from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli
+from tests.interleave import ScriptedClock
 from tests.s3server import s3_server  # noqa: F401
 
 
@@ -33,9 +34,10 @@ def expire_all(table) -> None:
 
 def ready_table(make_table, *, merged: int | None = None, catchup: bool = True, expire: bool = True):
     table, model = make_table()
-    run_merge(table, max_generations=merged)
+    t = memwal.open(table.uri)
+    assert t.merge(max_generations=merged).ok
     if catchup:
-        run_catchup(table)
+        assert t.catchup().ok
     if expire:
         expire_all(table)
     return table, model
@@ -60,7 +62,7 @@ def files(root) -> set[str]:
 def test_everything_passes_then_merged_generations_and_their_wal_go(make_table):
     table, model = ready_table(make_table, merged=2)
     wal_before = {s: len(list_wal_entries(table.store, s)) for s in shard_ids_for(SMALL)}
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert {(d["shard_id"], d["generation"]) for d in result.deleted} == {
         (s, g) for s in shard_ids_for(SMALL) for g in (1, 2)}
     assert gen_dirs(table) == {s: {3, 4} for s in shard_ids_for(SMALL)}
@@ -75,19 +77,19 @@ def test_everything_passes_then_merged_generations_and_their_wal_go(make_table):
     d = result.deleted[0]
     assert d["gates"]["merged_generation"] == 2 and d["gates"]["index_catchup"] == {"id_idx": 2, "vec_idx": 2}
     assert lsm_rows(table) == model.sorted_rows()
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()
 
 
 def test_not_merged_blocks(make_table):
     table, _ = make_table()
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert result.deleted == [] and {b["reason"] for b in result.blocked} == {"not-merged"}
 
 
 def test_index_not_caught_up_blocks(make_table):
     table, _ = ready_table(make_table, catchup=False)
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert result.deleted == []
     assert {b["reason"] for b in result.blocked} == {"index-not-caught-up:id_idx"}
     assert all("index-not-caught-up:vec_idx" in b["reasons"] for b in result.blocked)
@@ -97,17 +99,17 @@ def test_retained_tagged_version_blocks_and_names_the_tag(make_table):
     table, model = make_table()
     before_merge = table.dataset().version
     table.dataset().tags.create("audit-2026", before_merge)
-    run_merge(table)
-    run_catchup(table)
+    assert memwal.open(table.uri).merge().ok
+    assert memwal.open(table.uri).catchup().ok
     expire_all(table)
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert result.deleted == []
     assert {b["reason"] for b in result.blocked} == {f"retained-version:{before_merge} (tag audit-2026)"}
     # time travel to the tagged version still reads its rows
     assert table.dataset(before_merge).count_rows() == SMALL.base_rows
     table.dataset().tags.delete("audit-2026")
     expire_all(table)
-    assert len(run_gc(table, grace_seconds=0).deleted) == 12
+    assert len(memwal.open(table.uri).gc(grace_seconds=0).value.deleted) == 12
 
 
 def test_an_unreadable_tag_reference_is_exit_2_naming_the_table_and_nothing_goes(make_table):
@@ -122,9 +124,9 @@ def test_an_unreadable_tag_reference_is_exit_2_naming_the_table_and_nothing_goes
 
 def test_old_versions_block_until_expired(make_table):
     table, _ = ready_table(make_table, expire=False)
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert result.deleted == [] and all(b["reason"].startswith("retained-version:1") for b in result.blocked)
-    result = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0).value
     assert result.expired_versions["old_versions"] > 0
     assert len(result.deleted) == 12
 
@@ -132,33 +134,34 @@ def test_old_versions_block_until_expired(make_table):
 def test_branch_versions_are_retained(make_table):
     table, _ = make_table()
     table.dataset().create_branch("experiment", table.dataset().version)
-    run_merge(table)
-    run_catchup(table)
+    assert memwal.open(table.uri).merge().ok
+    assert memwal.open(table.uri).catchup().ok
     expire_all(table)
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert result.deleted == []
     assert all("(branch experiment" in b["reason"] for b in result.blocked)
 
 
 def test_grace_period_blocks_recent_merges(make_table):
     table, _ = ready_table(make_table)
-    result = run_gc(table)  # default 600 s
+    result = memwal.open(table.uri).gc().value  # default 600 s
     assert result.deleted == [] and {b["reason"] for b in result.blocked} == {"grace-period"}
     later = time.time() + 601
-    assert len(run_gc(table, now=later).deleted) == 12
+    with clocks.use(ScriptedClock(lambda: later)):
+        assert len(memwal.open(table.uri).gc().value.deleted) == 12
 
 
 def test_reader_that_listed_generations_before_the_merge_keeps_working(make_table):
     table, model = make_table()
     ds_before = table.dataset()
     snaps_before = shard_snapshots(table)  # lists every generation: nothing merged yet
-    run_merge(table)
-    run_catchup(table)
+    assert memwal.open(table.uri).merge().ok
+    assert memwal.open(table.uri).catchup().ok
     expire_all(table)
-    run_gc(table)  # default grace: nothing goes
+    assert memwal.open(table.uri).gc().ok  # default grace: nothing goes
     old_reader = LsmScanner.from_snapshots(ds_before, snaps_before).to_table()
     assert sorted(old_reader.to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
-    run_gc(table, grace_seconds=0)  # past the grace period the old listing is stale...
+    assert memwal.open(table.uri).gc(grace_seconds=0).ok  # past the grace period the old listing is stale...
     with pytest.raises(Exception, match="not found|Not found"):
         LsmScanner.from_snapshots(ds_before, snaps_before).to_table()
     assert lsm_rows(table) == model.sorted_rows()  # ...while a fresh reader is fine
@@ -171,7 +174,7 @@ def test_unsafe_manifest_path_is_refused_and_nothing_outside_is_touched(make_tab
     outside.mkdir()
     (outside / "keep.txt").write_text("must survive")
     commit_shard_manifest(table, victim, lambda m: setattr(m.sstables[0], "path", "../precious_gen_1"))
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert {"shard_id": victim, "generation": 1, "reason": "unsafe-path"}.items() <= next(
         b for b in result.blocked if b["shard_id"] == victim and b["generation"] == 1).items()
     assert (outside / "keep.txt").read_text() == "must survive"
@@ -182,23 +185,23 @@ def test_wal_past_replay_position_is_kept(make_table):
     table, _ = ready_table(make_table)
     victim = shard_ids_for(SMALL)[0]
     commit_shard_manifest(table, victim, lambda m: setattr(m, "replay_after_wal_entry_position", 0))
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     kept = [k for k in result.kept_wal_entries if k["reason"] == "wal-needed-for-replay"]
     assert kept and {k["shard_id"] for k in kept} == {victim}
     assert sorted(e.position for e in list_wal_entries(table.store, victim)) == sorted(k["position"] for k in kept)
     assert gen_dirs(table)[victim] == set()  # the generations themselves could go...
     assert {b["reason"] for b in result.blocked} == set()  # ...so nothing is reported blocked
     # the next run still keeps them, and still does not call a collected generation blocked
-    again = run_gc(table, grace_seconds=0)
+    again = memwal.open(table.uri).gc(grace_seconds=0).value
     assert again.blocked == [] and again.kept_wal_entries == result.kept_wal_entries
 
 
 def test_dry_run_deletes_nothing_and_shows_exactly_what_would_go(make_table):
     table, _ = ready_table(make_table, merged=3)
     before = files(table.uri)
-    dry = run_gc(table, grace_seconds=0, dry_run=True)
+    dry = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).value
     assert files(table.uri) == before
-    real = run_gc(table, grace_seconds=0)
+    real = memwal.open(table.uri).gc(grace_seconds=0).value
     key = lambda d: (d["shard_id"], d["generation"])  # noqa: E731
     assert sorted(map(key, dry.deleted)) == sorted(map(key, real.deleted))
     assert dry.wal_entries_deleted == real.wal_entries_deleted
@@ -218,12 +221,13 @@ def test_crash_mid_gc_then_rerun_finishes(make_table):
             raise Crash()
 
     with pytest.raises(Crash):
+        # internal entry: a crash between two generations' deletions, which no step marks
         run_gc(table, grace_seconds=0, engine=CrashingEngine())
     assert lsm_rows(table) == model.sorted_rows()
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert len(result.deleted) == 10
     assert gen_dirs(table) == {s: set() for s in shard_ids_for(SMALL)}
-    assert run_gc(table, grace_seconds=0).deleted == []
+    assert memwal.open(table.uri).gc(grace_seconds=0).value.deleted == []
     assert lsm_rows(table) == model.sorted_rows()
 
 
@@ -234,7 +238,7 @@ def test_partially_deleted_generation_is_finished_on_rerun(make_table):
     gen = Path(table.uri, st.generation_key(st.generation(1)))
     shutil.rmtree(gen / "_versions")  # a crash right after the manifests went
     assert gen.exists()
-    run_gc(table, grace_seconds=0)
+    assert memwal.open(table.uri).gc(grace_seconds=0).ok
     assert not gen.exists()
 
 
@@ -253,18 +257,18 @@ def test_orphans_are_reported_and_removed_only_when_asked(make_table):
         os.utime(p, (old, old))
     fresh = src.with_name("cafebabe_gen_5")  # a flush in progress: too young to touch
     shutil.copytree(src, fresh)
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     kinds = {(o["kind"], o["path"]) for o in result.orphans}
     assert kinds == {("generation", "deadbeef_gen_4"), ("staging", "merge-crashed")}
     assert orphan.exists() and staging.exists()
-    result = run_gc(table, grace_seconds=0, orphans=True)
+    result = memwal.open(table.uri).gc(grace_seconds=0, orphans=True).value
     assert result.orphans_deleted == 2
     assert not orphan.exists() and not staging.exists() and fresh.exists()
 
 
 def test_audit_record_is_written(make_table):
     table, _ = ready_table(make_table)
-    result = run_gc(table, grace_seconds=0, audit=True)
+    result = memwal.open(table.uri).gc(grace_seconds=0, audit=True).value
     doc = json.loads(table.store.get(result.audit_key))
     assert doc["bytes_freed"] == result.bytes_freed and len(doc["deleted"]) == 12
 
@@ -276,12 +280,13 @@ def test_full_cycle_on_s3(s3_server, tmp_path):  # noqa: F811
     _, model = create_base_table(uri, SMALL, opts)
     write_generations(uri, SMALL, model, storage_options=opts)
     table = open_table(uri, opts)
+    t = memwal.open(uri, opts)
     assert sorted(lsm_scan(table).to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
-    run_merge(table)
+    assert t.merge().ok
     assert table_rows(table) == model.sorted_rows()
-    run_catchup(table)
+    assert t.catchup().ok
     assert table_rows(table) == model.sorted_rows()
-    result = run_gc(table, grace_seconds=0, expire_versions_seconds=0)
+    result = t.gc(grace_seconds=0, expire_versions=0).value
     assert len(result.deleted) == 12 and result.wal_entries_deleted > 0
     assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
     assert table_rows(table) == model.sorted_rows()
@@ -291,8 +296,8 @@ def test_full_cycle_on_s3(s3_server, tmp_path):  # noqa: F811
 def test_plan_is_pure(make_table):
     table, _ = ready_table(make_table)
     before = files(table.uri)
-    plan = plan_gc(table, grace_seconds=0)
-    assert len(plan.generations) == 12
+    dry = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).value
+    assert len(dry.deleted) == 12
     assert files(table.uri) == before
 
 

@@ -9,12 +9,11 @@ import time
 
 import pytest
 
-from memwal.catchup import run_catchup
+import memwal
+from memwal.core import clock as clocks
 from memwal.demo import shard_ids_for, write_generations
 from memwal.errors import LeaseLostError
-from memwal.gc import plan_gc, render_gc, run_gc
-from memwal.lease import Lease
-from memwal.merge import run_merge
+from memwal.gc import render_gc
 from memwal.table.shards import generation_readable, list_generation_dirs, list_wal_entries, read_wal_entry_meta
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.integration.test_gc import expire_all, gen_dirs, ready_table
@@ -31,11 +30,11 @@ def test_reopened_writer_fence_sentinels_are_kept_and_reported(make_table):
     sentinels = {(s, e.position) for s in shard_ids_for(SMALL) for e in list_wal_entries(table.store, s)
                  if read_wal_entry_meta(table.store, s, e.position).is_fence_sentinel}
     assert {s for s, _ in sentinels} == set(shard_ids_for(SMALL))
-    run_merge(table)
-    run_catchup(table)
+    t = memwal.open(table.uri)
+    assert t.merge().ok and t.catchup().ok
     expire_all(table)
 
-    result = run_gc(table, grace_seconds=0)
+    result = t.gc(grace_seconds=0).value
 
     assert len(result.deleted) == SMALL.shards * (SMALL.generations + 1)
     assert result.blocked == []
@@ -49,7 +48,7 @@ def test_reopened_writer_fence_sentinels_are_kept_and_reported(make_table):
 
 def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table):
     table, _ = ready_table(make_table, expire=False)
-    plan = plan_gc(table, grace_seconds=0)
+    plan = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).value
     retention = plan.retention
     assert retention is not None and plan.time_will_free is False
     rows = retention["blocking_versions"]
@@ -58,7 +57,7 @@ def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table)
     seconds = max(0, math.floor(min(r["age_seconds"] for r in rows)))
     assert f"--expire-versions {seconds} " in retention["hint"]
     # the value given is enough: expiring with exactly it frees every generation
-    result = run_gc(table, grace_seconds=0, expire_versions_seconds=seconds)
+    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=seconds).value
     assert len(result.deleted) == GENERATIONS and result.retention is None
 
 
@@ -66,14 +65,15 @@ def test_the_expiry_hint_counts_every_gate_and_the_text_names_them_all(make_tabl
     """With the reader grace period blocking too, the hint must not promise what expiry alone
     cannot free (it used to say "frees 24 of the 24", then nothing went)."""
     table, _ = ready_table(make_table, expire=False)
-    plan = plan_gc(table, grace_seconds=600)
-    hint = plan.retention["hint"]
+    t = memwal.open(table.uri)
+    dry = t.gc(grace_seconds=600, dry_run=True)
+    hint = dry.value.retention["hint"]
     assert f"frees 0 of the {GENERATIONS} generation(s)" in hint
     assert f"still be held by grace-period ({GENERATIONS})" in hint
-    text = render_gc(run_gc(table, grace_seconds=600, dry_run=True).to_dict())
+    text = render_gc(dry.to_dict())
     assert f"blocked: {GENERATIONS} x retained-version:" in text and " + grace-period" in text
     seconds = int(hint.split("--expire-versions ")[1].split()[0])
-    result = run_gc(table, grace_seconds=600, expire_versions_seconds=seconds)
+    result = t.gc(grace_seconds=600, expire_versions=seconds).value
     assert result.deleted == []  # exactly what the hint said: nothing, the grace period holds them
 
 
@@ -82,10 +82,10 @@ def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
     before_merge = table.dataset().version
     table.dataset().tags.create("audit-2026", before_merge)
     table.dataset().create_branch("experiment", before_merge)
-    run_merge(table)
-    run_catchup(table)
+    t = memwal.open(table.uri)
+    assert t.merge().ok and t.catchup().ok
     expire_all(table)
-    result = run_gc(table, grace_seconds=0)
+    result = t.gc(grace_seconds=0).value
     assert result.deleted == []
     rows = {(r["version"], r["branch"]): r for r in result.retention["blocking_versions"]}
     tagged = rows[(before_merge, None)]
@@ -100,28 +100,19 @@ def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
 
 def test_time_will_free_only_when_the_grace_period_alone_blocks(make_table):
     table, _ = ready_table(make_table)
-    waiting = run_gc(table)  # default grace period: merged a moment ago
+    waiting = memwal.open(table.uri).gc().value  # default grace period: merged a moment ago
     assert waiting.deleted == [] and waiting.time_will_free is True
     assert "wait only for the reader grace period" in render_gc(waiting.to_dict())
-    done = run_gc(table, now=time.time() + 601)
+    later = time.time() + 601
+    with clocks.use(ScriptedClock(lambda: later)):
+        done = memwal.open(table.uri).gc().value
     assert len(done.deleted) == GENERATIONS and done.time_will_free is False
 
     unmerged, _ = make_table()  # not merged: waiting changes nothing
-    assert run_gc(unmerged, grace_seconds=0).time_will_free is False
+    assert memwal.open(unmerged.uri).gc(grace_seconds=0).value.time_will_free is False
     held, _ = ready_table(make_table, expire=False)  # grace passed but old versions hold: needs expiry
-    result = run_gc(held)
+    result = memwal.open(held.uri).gc().value
     assert result.time_will_free is False and result.retention is not None
-
-
-class StopAfter:
-    """A lease clock that jumps past every expiry after ``calls`` readings."""
-
-    def __init__(self, calls: int) -> None:
-        self.calls, self.start = calls, time.time()
-
-    def __call__(self) -> float:
-        self.calls -= 1
-        return self.start if self.calls >= 0 else self.start + 86_400
 
 
 def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table, monkeypatch):
@@ -129,10 +120,15 @@ def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table,
 
     table, model = ready_table(make_table)
     monkeypatch.setattr(memwal.gc.delete, "BATCH_OBJECTS", 20)  # a few generations per batch
-    lease = Lease(table.store, "gc", ttl_seconds=300, clock=ScriptedClock(StopAfter(3))).acquire()
-    # the clock is read by: acquire, the check before the GC marker, the 1st batch check
-    with pytest.raises(LeaseLostError):
-        run_gc(table, grace_seconds=0, lease=lease)
+    start = time.time()
+
+    def stops_after_the_first_batch() -> float:
+        """The run's clock: past every lease expiry as soon as a generation is gone."""
+        collected = sum(len(d) for d in gen_dirs(table).values()) < GENERATIONS
+        return start + 86_400 if collected else start
+
+    with clocks.use(ScriptedClock(stops_after_the_first_batch)), pytest.raises(LeaseLostError):
+        memwal.open(table.uri).gc(grace_seconds=0, lease_ttl=300)
     left = {s: list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL)}
     remaining = sum(len(d) for d in left.values())
     assert 0 < remaining < GENERATIONS  # the first batch went, then the run stopped
@@ -140,7 +136,8 @@ def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table,
         assert all(generation_readable(table.store, f"_mem_wal/{s}/{name}") for name in dirs)
     assert sum(len(list_wal_entries(table.store, s)) for s in shard_ids_for(SMALL)) > 0  # WAL goes last
     assert lsm_rows(table) == model.sorted_rows()
-    result = run_gc(table, grace_seconds=0)
+    with clocks.use(ScriptedClock(lambda: start + 86_400)):  # the time the lost run's clock read
+        result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert len(result.deleted) == remaining
     assert gen_dirs(table) == {s: set() for s in shard_ids_for(SMALL)}
     assert lsm_rows(table) == model.sorted_rows()

@@ -23,11 +23,9 @@ import shutil
 import numpy as np
 import pytest
 
+import memwal
 from memwal.catchup import CatchupThresholds, run_catchup
-from memwal.compact import run_compact
 from memwal.demo import Model, Workload, make_demo_table
-from memwal.gc import run_gc
-from memwal.merge import run_merge
 from memwal.read import lookup, lsm_scan, nearest, plan_read
 from memwal.read.vector import SEARCH_METADATA
 from memwal.table import Table, open_table
@@ -112,18 +110,15 @@ def assert_caught_up(table: Table) -> None:
     assert all(ds.stats.index_stats(name)["num_unindexed_rows"] == 0 for name in INDEXES)
 
 
-def engines(kind: str, spark_session):
+def catchup(table: Table, kind: str, spark_session, **thresholds):
+    """The catch-up's result: through the API, or on Spark with a segment per fragment."""
     if kind == "local":
-        return {}, {}, {}, {}
+        return memwal.open(table.uri).catchup(**thresholds).value
     from memwal.spark.engine.catchup import SparkCatchupEngine
-    from memwal.spark.engine.compact import SparkCompactEngine
-    from memwal.spark.engine.gc import SparkGcEngine
-    from memwal.spark.engine.merge import SparkMergeEngine
 
-    catchup = SparkCatchupEngine(spark_session, fragments_per_task=1)  # a segment per fragment
-    return ({"engine": SparkMergeEngine(spark_session, partitions=2)}, {"engine": catchup},
-            {"engine": SparkCompactEngine(spark_session), "catchup_engine": catchup},
-            {"engine": SparkGcEngine(spark_session)})
+    # internal entry: one index segment per fragment (fragments_per_task=1) is no user option
+    engine = SparkCatchupEngine(spark_session, fragments_per_task=1)
+    return run_catchup(table, engine=engine, thresholds=CatchupThresholds(**thresholds))
 
 
 @pytest.mark.parametrize("kind", ["local", "spark"])
@@ -132,25 +127,25 @@ def test_every_index_kind_through_the_cycle(source, tmp_path, kind, request):
     shutil.copytree(uri, tmp_path / "t")
     table = open_table(str(tmp_path / "t"))
     spark_session = request.getfixturevalue("spark") if kind == "spark" else None
-    merge_e, catchup_e, compact_e, gc_e = engines(kind, spark_session)
+    t = memwal.open(table.uri)
     first = merged_keys(model)
 
     check_readers(table, model, "index")  # every generation carries the maintained indexes
 
-    run_merge(table, max_generations=1, **merge_e)
+    assert t.merge(max_generations=1, engine=kind).ok
     assert table.manifest().index_catchup == {}  # Lance recorded nothing: the merged rows are unindexed
     check_readers(table, model, "exact: index vec_idx does not cover")
     in_base = [k for k in first if table.dataset().to_table(filter=f"id = {k}", columns=["id"]).num_rows][:4]
     assert in_base and not indexes_answer(table, model, in_base)
 
-    result = run_catchup(table, **catchup_e)  # incremental: the unindexed fragments become a delta
+    result = catchup(table, kind, spark_session)  # incremental: the unindexed fragments become a delta
     assert result.all_recorded and {i.action for i in result.indexes} == {"optimize"}
     assert_caught_up(table)
     assert index_answers(table, model, in_base) == {name: in_base for name in INDEXES}
     check_readers(table, model, "index")
 
-    run_merge(table, **merge_e)
-    result = run_catchup(table, thresholds=CatchupThresholds(max_unindexed_fraction=0.0), **catchup_e)
+    assert t.merge(engine=kind).ok
+    result = catchup(table, kind, spark_session, max_unindexed_fraction=0.0)
     assert result.all_recorded and {i.action for i in result.indexes} == {"retrain"}
     assert_caught_up(table)
     if kind == "spark":  # rebuilt as segments over fragment groups on executors, one commit
@@ -161,13 +156,14 @@ def test_every_index_kind_through_the_cycle(source, tmp_path, kind, request):
     assert index_answers(table, model, first[:3] + first[-3:]) == {name: first[:3] + first[-3:] for name in INDEXES}
     check_readers(table, model, "index")
 
-    compacted = run_compact(table, **compact_e)
+    compacted = t.compact(engine=kind).value
     assert compacted.version is not None and all(i.recorded for i in compacted.indexes)
     assert_caught_up(table)
     assert index_answers(table, model, first[:3] + first[-3:]) == {name: first[:3] + first[-3:] for name in INDEXES}
 
-    gc = run_gc(table, grace_seconds=0, expire_versions_seconds=0, **gc_e)
-    assert len(gc.deleted) == WL.shards * WL.generations and not gc.blocked
+    gc = t.gc(grace_seconds=0, expire_versions=0, engine=kind).to_dict()
+    assert len(gc["deleted"]) == WL.shards * WL.generations and not gc["blocked"]
+    assert (gc["engine"], compacted.engine) == (kind, kind)
     assert all(s["generations"] == [] for s in plan_read(table).shards)
     assert rows_by_id(table.dataset().to_table()) == model.sorted_rows()
     check_readers(table, model, "index")

@@ -9,11 +9,14 @@ import lance
 import pyarrow as pa
 import pytest
 
+import memwal
+from memwal.core import clock as clocks
+from memwal.core import steps
 from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.errors import BadInputError, LeaseHeldError, MemWalError
 from memwal.inspect.verify import lsm_view, verify_table
 from memwal.lease import Lease, LeaseRecord, lease_key
-from memwal.merge import plan_merge, run_merge
+from memwal.merge import run_merge
 from memwal.merge.execute import LocalEngine
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
@@ -30,7 +33,7 @@ def test_full_merge_equals_model_and_reader_view_is_unchanged(make_table):
     table, model = make_table()
     before = lsm_view(table)
     assert before.to_pylist() == model.sorted_rows()
-    result = run_merge(table)
+    result = memwal.open(table.uri).merge().value
     assert result.commits == 2  # one delete pass, one marked upsert pass
     assert table_rows(table) == model.sorted_rows()
     assert lsm_view(table).equals(before)
@@ -39,7 +42,7 @@ def test_full_merge_equals_model_and_reader_view_is_unchanged(make_table):
     assert sum(s.rows_deleted for s in result.shards) > 0
     assert sum(s.rows_upserted for s in result.shards) > 0
     assert verify_table(table).ok
-    again = run_merge(table)
+    again = memwal.open(table.uri).merge().value
     assert again.version is None and again.shards == []
 
 
@@ -47,7 +50,7 @@ def test_bounded_runs_leave_a_consistent_table_after_each_commit(make_table):
     table, model = make_table()
     expected_view = model.sorted_rows()
     for step in range(1, 5):
-        result = run_merge(table, max_generations=1)
+        result = memwal.open(table.uri).merge(max_generations=1).value
         assert {(s.from_generation, s.to_generation) for s in result.shards} == {(step, step)}
         assert set(progress(table).values()) == {step}
         assert lsm_rows(table) == expected_view
@@ -57,22 +60,22 @@ def test_bounded_runs_leave_a_consistent_table_after_each_commit(make_table):
 
 def test_row_budget_splits_a_backlog(make_table):
     table, model = make_table()
-    backlog = plan_merge(table).total_rows
+    backlog = memwal.open(table.uri).merge(dry_run=True).value.total_rows
     assert backlog == 12 * 44  # 3 shards x 4 generations of 44 rows
     runs = 0
     while backlog:
-        budgeted = plan_merge(table, max_rows=100)
+        budgeted = memwal.open(table.uri).merge(max_rows=100, dry_run=True).value
         assert 0 < budgeted.total_rows <= 100
-        result = run_merge(table, max_rows=100)
+        result = memwal.open(table.uri).merge(max_rows=100).value
         runs += 1
         merged = {(s.shard_id, s.from_generation, s.to_generation) for s in result.shards}
         assert merged == {(s.shard_id, s.from_generation, s.to_generation) for s in budgeted.shards}
         # Exactly the budgeted rows left the backlog: nothing skipped, nothing merged twice.
-        left = plan_merge(table).total_rows
+        left = memwal.open(table.uri).merge(dry_run=True).value.total_rows
         assert left == backlog - budgeted.total_rows
         backlog = left
         assert lsm_rows(table) == model.sorted_rows()
-    assert run_merge(table, max_rows=100).version is None
+    assert memwal.open(table.uri).merge(max_rows=100).value.version is None
     assert runs >= 6  # 12 generations of 44 rows, at most 2 per run
     assert table_rows(table) == model.sorted_rows()
 
@@ -80,10 +83,10 @@ def test_row_budget_splits_a_backlog(make_table):
 def test_shard_filter_merges_only_that_shard(make_table):
     table, model = make_table()
     first, *others = shard_ids_for(SMALL)
-    run_merge(table, shards=[first])
+    assert memwal.open(table.uri).merge(shards=[first]).ok
     assert progress(table) == {first: 4}
     with pytest.raises(BadInputError, match="no such shard"):
-        plan_merge(table, shards=["00000000-0000-4000-8000-000000000000"])
+        memwal.open(table.uri).merge(shards=["00000000-0000-4000-8000-000000000000"], dry_run=True)
     assert lsm_rows(table) == model.sorted_rows()
 
 
@@ -94,7 +97,7 @@ def test_missing_generation_stops_only_that_shard(make_table):
     gen2 = Path(table.uri, st.generation_key(st.generation(2)))
     moved = gen2.with_name("moved-away")
     gen2.rename(moved)
-    result = run_merge(table)
+    result = memwal.open(table.uri).merge().value
     assert result.blocked == [
         {
             "shard_id": victim,
@@ -105,7 +108,7 @@ def test_missing_generation_stops_only_that_shard(make_table):
     assert progress(table)[victim] == 1
     assert all(v == 4 for k, v in progress(table).items() if k != victim)
     moved.rename(gen2)
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()
 
 
@@ -118,7 +121,7 @@ def test_only_deletes_commit_once_with_the_marker(tmp_path):
         w.delete(pa.table({"id": pa.array([1, 2, 3, 500], pa.int64())}))
     model.delete([1, 2, 3])
     table = open_table(uri)
-    result = run_merge(table)
+    result = memwal.open(table.uri).merge().value
     assert result.commits == 1
     assert progress(table) == {shard: 1}
     assert table_rows(table) == model.sorted_rows()
@@ -132,14 +135,14 @@ def test_crash_at_every_step_then_rerun_converges(make_table, crash_at):
         pass
 
     def on_step(name):
-        if name == crash_at:
+        if name == f"merge.{crash_at}":
             raise Crash(name)
 
-    with pytest.raises(Crash):
-        run_merge(table, on_step=on_step)
+    with steps.hooked(on_step), pytest.raises(Crash):
+        memwal.open(table.uri).merge()
     # Readers keep seeing the right rows after the crash.
     assert lsm_rows(table) == model.sorted_rows()
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()
     assert set(progress(table).values()) == {4}
     assert verify_table(table).ok
@@ -149,7 +152,7 @@ def test_generation_from_before_a_column_was_added_gets_nulls(make_table):
     table, model = make_table()
     ds = table.dataset()
     ds.add_columns(pa.schema([pa.field("note", pa.string())]))
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     rows = table_rows(table)
     assert all(r["note"] is None for r in rows)
     assert [{k: v for k, v in r.items() if k != "note"} for r in rows] == model.sorted_rows()
@@ -161,13 +164,14 @@ def test_generation_column_dropped_from_the_base_is_not_merged(make_table):
     table, model = make_table()
     table.dataset().drop_columns(["value"])
     before = lsm_rows(table)
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == before == model.sorted_rows(["id", "name", "vec"])
     assert progress(table)
 
 
 def test_partitioned_local_engine_equals_in_memory(make_table):
     table, model = make_table()
+    # internal entry: the engine's partition size is not an option users set
     result = run_merge(table, engine=LocalEngine(partition_rows=50))
     assert result.commits == 2
     assert table_rows(table) == model.sorted_rows()
@@ -204,10 +208,10 @@ def test_copy_of_table_merges_identically(make_table, tmp_path):
     table, model = make_table()
     copy = tmp_path / "copy"
     shutil.copytree(table.uri, copy)
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     other = open_table(str(copy))
     for _ in range(4):
-        run_merge(other, max_generations=1)
+        assert memwal.open(other.uri).merge(max_generations=1).ok
     assert table_rows(table) == table_rows(other) == model.sorted_rows()
 
 
@@ -219,17 +223,15 @@ def test_a_merge_that_loses_its_lease_stops_before_its_next_side_effect(make_tab
     table, model = make_table()
     base_before = table_rows(table)
     clock = {"now": 1000.0}
-    mine = Lease(table.store, "merge", holder="slow-merger", ttl_seconds=60,
-                 clock=ScriptedClock(lambda: clock["now"])).acquire()
 
     def stall(step):
-        if step == "after-read":
-            clock["now"] += 120  # the merger stalls past its TTL...
-            Lease(table.store, "merge", holder="new-merger",
-                  clock=ScriptedClock(lambda: clock["now"])).acquire()  # ...and is replaced
+        if step == "merge.after-read":
+            clock["now"] += 120  # the merger stalls past its TTL (its heartbeat never wakes)...
+            Lease(table.store, "merge", holder="new-merger").acquire()  # ...and is replaced
 
-    with pytest.raises(LeaseLostError) as err:
-        run_merge(table, lease=mine, on_step=stall)
+    with clocks.use(ScriptedClock(lambda: clock["now"])), steps.hooked(stall), \
+            pytest.raises(LeaseLostError) as err:
+        memwal.open(table.uri).merge(lease_ttl=60)
     assert err.value.exit_code == 3
     assert progress(table) == {}
     assert table_rows(table) == base_before
@@ -252,5 +254,5 @@ def test_a_key_in_two_shards_is_refused(make_table):
     table, _ = make_table()
     key = write_key_to_wrong_shard(table)
     with pytest.raises(MemWalError, match=f"'id': {key}.*more than one shard"):
-        run_merge(table)
+        memwal.open(table.uri).merge()
     assert progress(table) == {}

@@ -214,7 +214,7 @@ def approx(rows: list[dict]) -> list[dict]:
 
 
 def test_merge_and_reads_fold_like_the_model(tmp_path):
-    from memwal.merge import run_merge
+    import memwal
     from memwal.read import lsm_scan
     from memwal.table import open_table
 
@@ -223,9 +223,9 @@ def test_merge_and_reads_fold_like_the_model(tmp_path):
     table = open_table(uri)
     scan = lambda: approx(sorted(lsm_scan(table).to_pylist(), key=lambda r: r["id"]))  # noqa: E731
     assert scan() == approx(model.rows()), "a read before any merge folds base and generations"
-    run_merge(table, max_generations=1)
+    assert memwal.open(uri).merge(max_generations=1).ok
     assert scan() == approx(model.rows()), "after a partial merge"
-    run_merge(table)
+    assert memwal.open(uri).merge().ok
     assert approx(base_rows(uri)) == approx(model.rows()), "the base table itself after the full merge"
     assert scan() == approx(model.rows())
     filtered = lsm_scan(table, filter="n > 0", columns=["id", "n"]).to_pylist()
@@ -235,23 +235,22 @@ def test_merge_and_reads_fold_like_the_model(tmp_path):
 @pytest.mark.parametrize("step", ["after-read", "before-delete-commit", "after-delete-pass", "before-marked-commit",
                                   "after-upsert-commit"])
 def test_a_crash_at_each_step_never_applies_an_operand_twice(tmp_path, step):
-    from memwal.merge import run_merge
-    from memwal.table import open_table
+    import memwal
+    from memwal.core import steps
 
     uri = str(tmp_path / "t")
     model = build_folding_table(uri, ops={"n": "sum"})
-    table = open_table(uri)
 
     class Crash(Exception):
         pass
 
     def hook(name: str) -> None:
-        if name == step:
+        if name == f"merge.{step}":
             raise Crash(name)
 
-    with pytest.raises(Crash):
-        run_merge(table, on_step=hook)
-    run_merge(open_table(uri))
+    with steps.hooked(hook), pytest.raises(Crash):
+        memwal.open(uri).merge()
+    assert memwal.open(uri).merge().ok
     expect = model_fold(model.events, {"n": "sum"})
     totals = {r["id"]: r["n"] for r in base_rows(uri)}
     assert totals == {k: v["n"] for k, v in expect.items() if v is not None}
@@ -259,12 +258,11 @@ def test_a_crash_at_each_step_never_applies_an_operand_twice(tmp_path, step):
 
 
 def test_a_table_without_operators_merges_last_write_wins(tmp_path):
-    from memwal.merge import run_merge
-    from memwal.table import open_table
+    import memwal
 
     uri = str(tmp_path / "t")
     model = build_folding_table(uri, ops=None)
-    run_merge(open_table(uri))
+    assert memwal.open(uri).merge().ok
     lww = model_fold(model.events, {})
     assert approx(base_rows(uri)) == approx([{"id": k, **v} for k, v in sorted(lww.items()) if v is not None])
 
@@ -305,13 +303,13 @@ def test_a_generation_whose_operands_are_gone_or_partial_is_never_folded(tmp_pat
     """Folding from the flushed rows alone would drop the operands the MemTable collapsed."""
     import json
 
-    from memwal.merge.plan import plan_merge
-    from memwal.table import open_table
+    import memwal
 
     uri = str(tmp_path / "t")
     build_folding_table(uri, shards=2, generations=2, ops={"n": "sum"})
-    table = open_table(uri)
-    plan = plan_merge(table)
+    t = memwal.open(uri)
+    table = t.table
+    plan = t.merge(dry_run=True).value
     gone, partial = plan.shards[0].generations[0], plan.shards[1].generations[0]
     table.store.delete_many(list(gone.wal_keys))  # shard 0: every WAL entry of its first generation
     # shard 1: its first generation's WAL loses its last operand (a put after a delete)

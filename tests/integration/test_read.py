@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+import memwal
 from memwal.demo import bucket_of, shard_ids_for, write_generations
-from memwal.merge import run_merge
 from memwal.read import lsm_scan, plan_read, shard_snapshots
 from memwal.snapshot import run_snapshot
 from memwal.table.shards import all_shard_manifests
@@ -27,11 +27,9 @@ def scan(table, source: str, **kw) -> list[dict]:
 
 def delete_merged_generations(table) -> int:
     """The real GC once its gates are open: indexes caught up, old versions expired, no grace."""
-    from memwal.catchup import run_catchup
-    from memwal.gc import run_gc
-
-    run_catchup(table)
-    return len(run_gc(table, grace_seconds=0, expire_versions_seconds=0).deleted)
+    t = memwal.open(table.uri)
+    assert t.catchup().ok
+    return len(t.gc(grace_seconds=0, expire_versions=0).to_dict()["deleted"])
 
 
 def test_scans_equal_the_model_before_and_after_merge_and_gc(make_table):
@@ -40,20 +38,21 @@ def test_scans_equal_the_model_before_and_after_merge_and_gc(make_table):
     plan = plan_read(table)  # nothing published yet: every shard from its manifest
     assert plan.fallbacks == [{"shard_id": None, "reason": "no shard snapshot published"}]
     assert len(shard_snapshots(table)) == 3
-    snap = run_snapshot(table)
+    snap = memwal.open(table.uri).snapshot().value
     plan = plan_read(table)
     assert plan.snapshot_ts_millis == snap.snapshot_ts_millis and plan.fallbacks == []
     assert {s["source"] for s in plan.shards} == {"index"} and all(
         s["generations"] == [1, 2, 3, 4] for s in plan.shards
     )
     assert scan(table, "index") == scan(table, "manifests") == expected
-    run_merge(table, max_generations=2)  # the snapshot now lists merged generations: the helper skips them
+    # the snapshot now lists merged generations: the helper skips them
+    assert memwal.open(table.uri).merge(max_generations=2).ok
     plan = plan_read(table)
     assert plan.fallbacks == [] and all(s["generations"] == [3, 4] for s in plan.shards)
     assert scan(table, "index") == scan(table, "manifests") == expected
     assert delete_merged_generations(table) == 6  # GC of generations 1 and 2
     assert scan(table, "index") == scan(table, "manifests") == expected
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert delete_merged_generations(table) == 6
     plan = plan_read(table)
     assert plan.fallbacks == [] and all(s["generations"] == [] for s in plan.shards)
@@ -63,7 +62,7 @@ def test_scans_equal_the_model_before_and_after_merge_and_gc(make_table):
 
 def test_pruning_skips_shards_on_bucket_routed_shards(make_table):
     table, model = make_table()
-    run_snapshot(table)
+    assert memwal.open(table.uri).snapshot().ok
     keys = sorted(model.rows)
     buckets = dict(zip(keys, bucket_of(table.dataset(), keys), strict=True))
     shard_of_bucket = shard_ids_for(SMALL)  # demo_data: one shard per bucket, in bucket order
@@ -112,7 +111,7 @@ def test_pruning_infers_from_every_row_so_a_misrouted_row_is_still_found(make_ta
 def test_stale_snapshot_still_gives_correct_rows(make_table):
     wl = SMALL
     table, model = make_table()
-    run_snapshot(table)
+    assert memwal.open(table.uri).snapshot().ok
     write_generations(table.uri, wl, model, generations=1, seed_offset=99)  # new generation 5 everywhere
     plan = plan_read(table)
     assert {f["shard_id"] for f in plan.fallbacks} == set(shard_ids_for(wl))
@@ -139,7 +138,7 @@ def test_stale_snapshot_still_gives_correct_rows(make_table):
 
 def test_snapshot_naming_a_missing_generation_falls_back_to_the_manifest(make_table):
     table, model = make_table()
-    run_snapshot(table)
+    assert memwal.open(table.uri).snapshot().ok
     victim = shard_ids_for(SMALL)[1]
     st = all_shard_manifests(table.store)[victim]
     g3 = st.generation(3)
@@ -162,9 +161,10 @@ def test_snapshot_naming_a_missing_generation_falls_back_to_the_manifest(make_ta
 
 def test_file_snapshot_serves_readers_after_merges(make_table):
     table, model = make_table()
-    res = run_snapshot(table, inline_threshold=1)
+    res = run_snapshot(table, inline_threshold=1)  # internal entry: the inline threshold is no user option
     assert res.storage == "file"
-    run_merge(table, max_generations=1)  # new entry UUID (H3): the reader must still find the file
+    # a new entry UUID (H3): the reader must still find the file
+    assert memwal.open(table.uri).merge(max_generations=1).ok
     plan = plan_read(table)
     assert plan.fallbacks == [] and plan.snapshot_ts_millis == res.snapshot_ts_millis
     assert scan(table, "index") == model.sorted_rows()

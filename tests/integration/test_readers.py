@@ -14,7 +14,6 @@ import pytest
 import memwal
 from memwal.demo import Model, Workload, make_demo_table, write_generations
 from memwal.errors import BadInputError, ReadError
-from memwal.merge import run_merge
 from memwal.read import lookup, lsm_scan, nearest, plan_read
 from memwal.read.vector import SEARCH_METADATA
 from memwal.table import open_table
@@ -45,7 +44,7 @@ def test_a_plan_is_read_at_its_own_version_after_newer_writes_and_merges(demo):
     old_model: Model = copy.deepcopy(model)
     plan = plan_read(table)  # nothing merged yet: the base version and every generation
     write_generations(table.uri, WL, model, generations=1, seed_offset=50)  # new rows and deletes
-    run_merge(table)  # the newest base now holds them too
+    assert memwal.open(table.uri).merge().ok  # the newest base now holds them too
     assert table.manifest().version > plan.version
     assert model.sorted_rows() != old_model.sorted_rows()
     assert rows_by_id(lsm_scan(table, plan=plan)) == old_model.sorted_rows()
@@ -160,7 +159,7 @@ def test_nearest_searches_exactly_what_no_index_covers(tmp_path):
         assert found.column("_distance").to_pylist() == pytest.approx([dist(vecs[k]) for k in want], abs=1e-5)
     table.dataset().create_index("vec", "IVF_PQ", name="vec_idx", num_partitions=2, num_sub_vectors=2)
     assert search_kind(nearest(table, "vec", q, k=5)) == f"exact: generation 1 of shard {plan_read(table).generations[0][0]} has no index on vec"  # noqa: E501
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     table.dataset().optimize.optimize_indices()
     assert search_kind(nearest(table, "vec", q, k=5)) == "index"
     assert search_kind(nearest(table, "vec", q, k=5, metric="cosine")).startswith("exact: metric cosine is not")

@@ -10,6 +10,7 @@ import pytest
 from lance.file import LanceFileReader
 
 import memwal
+from memwal.core import steps
 from memwal.demo import Workload, shard_ids_for, write_generations
 from memwal.lease import Lease
 from memwal.merge import run_merge
@@ -21,8 +22,6 @@ from memwal.snapshot import (
     analyse_round,
     decode_lance_file,
     desired_after,
-    execute_snapshot,
-    plan_snapshot,
     read_snapshot,
     run_snapshot,
     snapshot_schema,
@@ -31,7 +30,7 @@ from memwal.table.manifest import list_versions, read_table_manifest
 from memwal.table.naming import manifest_key
 from memwal.table.shards import ShardManifestError, all_shard_manifests
 from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
-from tests.helpers import assert_one_line_error, run_cli, tree_digest
+from tests.helpers import assert_one_line_error, assert_only_run_records, run_cli, tree_digest
 
 SNAPSHOT_FIELDS = ("snapshot_ts_millis", "num_shards", "inline_snapshots")
 
@@ -71,9 +70,10 @@ def progress(table, version=None) -> tuple[dict, dict]:
 def test_inline_round_trip_has_the_spec_schema(make_table):
     table, _ = make_table()
     assert read_snapshot(table) is None  # initialize_mem_wal sets num_shards but publishes nothing
-    plan = plan_snapshot(table)
+    t = memwal.open(table.uri)
+    plan = t.snapshot(dry_run=True).value
     assert plan.storage == "inline" and plan.num_shards == 3 and plan.read_version == table.manifest().version
-    res = execute_snapshot(table, plan)
+    res = t.snapshot().value
     assert res.storage == "inline" and res.repairs == 0 and res.attempts == 1
     assert res.version == table.manifest().version == plan.read_version + 1
     details = table.manifest().mem_wal
@@ -109,7 +109,7 @@ def test_inline_round_trip_has_the_spec_schema(make_table):
 def test_file_storage_above_the_threshold_survives_the_uuid_change(make_table):
     wl = Workload(base_rows=100, shards=2, generations=2, rows_per_generation=20, seed=3)
     table, model = make_table(workload=wl)
-    res = run_snapshot(table, inline_threshold=1)
+    res = run_snapshot(table, inline_threshold=1)  # internal entry: the inline threshold is no user option
     assert res.storage == "file" and res.num_shards == 2
     path = Path(table.uri, res.path)
     assert path.is_file() and res.path == f"_indices/{res.index_uuid}/index.lance"
@@ -120,25 +120,25 @@ def test_file_storage_above_the_threshold_survives_the_uuid_change(make_table):
     assert LanceFileReader(str(path)).read_all().to_table().num_rows == 2
     assert read_snapshot(table).rows == expected_rows(table)
     # Hazard H3: a merge gives the entry a new UUID; the reader still finds the file.
-    run_merge(table, max_generations=1)
+    assert memwal.open(table.uri).merge(max_generations=1).ok
     entry = next(i for i in table.manifest().indices if i.name == "__lance_mem_wal")
     assert entry.uuid != res.index_uuid
     assert table.manifest().mem_wal.snapshot_ts_millis == res.snapshot_ts_millis  # merges keep the snapshot
     snap = read_snapshot(table)
     assert snap.storage == "file" and snap.path == res.path and snap.rows == expected_rows(table)
     # A smaller table next time goes inline again, and the old inline bytes never linger.
-    again = run_snapshot(table)
+    again = memwal.open(table.uri).snapshot().value
     assert again.storage == "inline" and table.manifest().mem_wal.HasField("inline_snapshots")
     assert lsm_rows(table) == model.sorted_rows()
 
 
 def test_every_other_details_field_is_kept(make_table):
     table, _ = make_table()
-    run_merge(table, max_generations=2)
+    assert memwal.open(table.uri).merge(max_generations=2).ok
     table.dataset().optimize.optimize_indices()
     before = table.manifest()
     assert before.compacted and before.index_catchup  # progress of both kinds to preserve
-    res = run_snapshot(table)
+    res = memwal.open(table.uri).snapshot().value
     after = table.manifest()
     assert res.repairs == 0 and after.version == before.version + 1
     assert without_snapshot(after.mem_wal) == without_snapshot(before.mem_wal)
@@ -146,7 +146,8 @@ def test_every_other_details_field_is_kept(make_table):
     assert after.mem_wal.HasField("maintain_all_indexes") == before.mem_wal.HasField("maintain_all_indexes")
     assert (after.compacted, after.index_catchup) == (before.compacted, before.index_catchup)
     # A second refresh replaces the first: same non-snapshot fields, a newer timestamp.
-    res2 = run_snapshot(table, force=True)  # no shard changed: without force it commits nothing
+    # internal entry: force (no user option) commits a refresh although no shard changed
+    res2 = run_snapshot(table, force=True)
     assert res2.snapshot_ts_millis > res.snapshot_ts_millis
     assert without_snapshot(table.manifest().mem_wal) == without_snapshot(before.mem_wal)
     # Lance reads the committed details back as we wrote them.
@@ -168,26 +169,26 @@ def test_dry_run_writes_nothing(make_table):
 
 def test_crash_between_erasing_commit_and_repair_is_repaired_by_the_next_refresh(make_table):
     table, model = make_table()
-    plan = plan_snapshot(table)
 
     class Crash(Exception):
         pass
 
     def step(name: str) -> None:
-        if name == "before-commit":
+        if name == "snapshot.before-commit":
+            # internal entry: a merger outside memwal's merge lease, which the refresh holds (H1)
             run_merge(table, max_generations=1)
-        if name == "after-commit":
+        if name == "snapshot.after-commit":
             raise Crash
 
-    with pytest.raises(Crash):
-        execute_snapshot(table, plan, on_step=step)
+    with steps.hooked(step), pytest.raises(Crash):
+        memwal.open(table.uri).snapshot()
     assert table.manifest().compacted == {}  # erased, and the job is gone
     assert table.store.exists(JOURNAL_KEY)
-    res = run_snapshot(table)
+    res = memwal.open(table.uri).snapshot().value
     assert res.recovered and res.repairs == 1
     assert set(table.manifest().compacted.values()) == {1}
     assert not table.store.exists(JOURNAL_KEY)
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()
 
 
@@ -214,16 +215,17 @@ def test_h1_a_merge_committing_during_the_repair_is_kept(make_table):
     progress and merges generation 1 again: the same rows). The repair ends with the highest
     value ever committed for every shard and index, never a lower one."""
     table, model = make_table()
-    plan = plan_snapshot(table)
     merged: list[dict[str, int]] = []
 
     def step(name: str) -> None:
-        if name in ("before-commit", "before-repair") and len(merged) < 2:
-            run_merge(table, max_generations=1)  # a merger that does not take memwal's lease
+        if name in ("snapshot.before-commit", "snapshot.before-repair") and len(merged) < 2:
+            # internal entry: a merger that does not take memwal's merge lease (the refresh holds it)
+            run_merge(table, max_generations=1)
             table.dataset().optimize.optimize_indices()
             merged.append(progress(table)[0])
 
-    res = execute_snapshot(table, plan, on_step=step)
+    with steps.hooked(step):
+        res = memwal.open(table.uri).snapshot().value
     assert len(merged) == 2 and res.repairs >= 1 and res.interleaved_commits >= 2
     top_c: dict[str, int] = {}
     top_i: dict[tuple[str, str], int] = {}
@@ -237,7 +239,7 @@ def test_h1_a_merge_committing_during_the_repair_is_kept(make_table):
     compacted, catchup = progress(table)
     assert compacted == top_c and set(top_c.values()) == {1}
     assert {(i, s): g for i, per in catchup.items() for s, g in per.items()} == top_i
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows() and lsm_rows(table) == model.sorted_rows()
 
 
@@ -274,15 +276,15 @@ def test_snapshot_cli_json_and_lease(make_table):
 
 
 def test_spark_reader_reads_the_same_rows(make_table, spark):
-    from memwal.spark.engine.snapshot import SparkManifestReader
-
     table, _ = make_table()
-    local = plan_snapshot(table)
-    remote = plan_snapshot(table, reader=SparkManifestReader(spark, partitions=2))
-    assert remote.engine == "spark" and remote.rows == local.rows == expected_rows(table)
-    assert snapshot_schema(remote.columns).names[-1] == "region_field_bucket"
-    res = execute_snapshot(table, remote)
+    t = memwal.open(table.uri)
+    local = t.snapshot(dry_run=True).value  # a dry run reads in-process, whatever the engine
+    assert local.engine == "local" and local.rows == expected_rows(table)
+    res = t.snapshot(engine="spark").value
     assert read_snapshot(table).rows == local.rows and res.engine == "spark"
+    published = decode_lance_file(table.manifest().mem_wal.inline_snapshots)
+    assert published.schema.names == snapshot_schema(local.columns).names
+    assert published.schema.names[-1] == "region_field_bucket"
 
 
 # -- an idle refresh commits nothing ------------------------------------------------------
@@ -290,31 +292,35 @@ def test_spark_reader_reads_the_same_rows(make_table, spark):
 
 def test_idle_refresh_commits_and_writes_nothing(make_table):
     table, model = make_table()
-    first = run_snapshot(table)
+    t = memwal.open(table.uri)
+    first = t.snapshot().value
     assert first.version == table.manifest().version and first.reason is None
     before = tree_digest(table.uri)
-    plan = plan_snapshot(table)
+    plan = t.snapshot(dry_run=True).value
     assert plan.is_noop and "no shard changed" in plan.noop_reason and plan.to_dict()["noop"] is True
-    res = execute_snapshot(table, plan)
+    assert tree_digest(table.uri) == before  # a dry run writes nothing at all
+    res = t.snapshot().value
     assert res.version is None and res.reason == plan.noop_reason and res.attempts == 0
     assert res.snapshot_ts_millis == first.snapshot_ts_millis and res.path is None and res.bytes == 0
     doc = json.loads(json.dumps(res.to_dict()))
     assert doc["version"] is None and doc["reason"] == plan.noop_reason
-    assert tree_digest(table.uri) == before  # no commit, no journal, no snapshot file
+    # no commit, no journal, no snapshot file: only the run's own history record and leases
+    assert_only_run_records(before, tree_digest(table.uri), "snapshot")
     assert lsm_rows(table) == model.sorted_rows()
     # One shard's manifest moves on (a new version, same generations): that is a change.
     commit_shard_manifest(table, shard_ids_for(SMALL)[0], lambda m: None)
-    assert not plan_snapshot(table).is_noop
-    assert run_snapshot(table).version == first.version + 1
+    assert not t.snapshot(dry_run=True).value.is_noop
+    assert t.snapshot().value.version == first.version + 1
 
 
 def test_refresh_after_a_new_flush_commits_the_new_rows(make_table):
     table, model = make_table()
-    first = run_snapshot(table)
+    t = memwal.open(table.uri)
+    first = t.snapshot().value
     write_generations(table.uri, SMALL, model, generations=1, seed_offset=99)  # generation 5 everywhere
-    plan = plan_snapshot(table)
+    plan = t.snapshot(dry_run=True).value
     assert not plan.is_noop and plan.to_dict()["reason"] is None
-    res = execute_snapshot(table, plan)
+    res = t.snapshot().value
     assert res.version == first.version + 1 == table.manifest().version and res.reason is None
     assert res.snapshot_ts_millis > first.snapshot_ts_millis
     snap = read_snapshot(table)
@@ -327,11 +333,13 @@ def test_refresh_after_only_a_merge_commits_nothing_and_readers_stay_exact(make_
     """Merge progress lives in the table manifest, not in the snapshot rows, and readers list only
     generations above it: a merge alone needs no new snapshot."""
     table, model = make_table()
-    published = run_snapshot(table)
-    run_merge(table, max_generations=2)
+    t = memwal.open(table.uri)
+    published = t.snapshot().value
+    assert t.merge(max_generations=2).ok
     before = tree_digest(table.uri)
-    res = run_snapshot(table)
-    assert res.version is None and tree_digest(table.uri) == before
+    res = t.snapshot().value
+    assert res.version is None
+    assert_only_run_records(before, tree_digest(table.uri), "snapshot")
     plan = plan_read(table)
     assert plan.fallbacks == [] and plan.snapshot_ts_millis == published.snapshot_ts_millis
     assert all(s["generations"] == [3, 4] and s["source"] == "index" for s in plan.shards)
@@ -340,33 +348,32 @@ def test_refresh_after_only_a_merge_commits_nothing_and_readers_stay_exact(make_
 
 def test_refresh_republishes_an_unreadable_snapshot_and_a_storage_change(make_table):
     table, _ = make_table()
+    # internal entry (the three refreshes below): the inline threshold is no user option (0: always a file)
     res = run_snapshot(table, inline_threshold=0)
     assert res.storage == "file"
     assert run_snapshot(table, inline_threshold=0).version is None  # idle, file storage
     Path(table.uri, res.path).unlink()  # e.g. Lance's version cleanup removed it (H3)
     again = run_snapshot(table, inline_threshold=0)
     assert again.version == res.version + 1 and read_snapshot(table).rows == expected_rows(table)
-    inline = run_snapshot(table)  # the default threshold stores 3 shards inline: that is a change
+    inline = memwal.open(table.uri).snapshot().value  # the default threshold stores 3 shards inline: a change
     assert inline.version == again.version + 1 and inline.storage == "inline"
-    assert run_snapshot(table).version is None
+    assert memwal.open(table.uri).snapshot().value.version is None
 
 
 def test_spark_reader_reports_a_broken_shard_in_one_line(make_table, spark):
     """A shard manifest that cannot be read fails the refresh on Spark as it does locally:
     the same one-line error naming the shard, not Spark's wrapped executor trace."""
-    from memwal.spark.engine.snapshot import SparkManifestReader
-
     table, _ = make_table()
     victim = shard_ids_for(SMALL)[1]
     latest = all_shard_manifests(table.store)[victim].version
     Path(table.uri, manifest_key(victim, latest)).write_bytes(b"\xff\xff garbage")
+    before = tree_digest(table.uri)
     with pytest.raises(ShardManifestError) as local:
-        plan_snapshot(table)
+        memwal.open(table.uri).snapshot()
     with pytest.raises(ShardManifestError) as remote:
-        plan_snapshot(table, reader=SparkManifestReader(spark, partitions=2))
+        memwal.open(table.uri).snapshot(engine="spark")
     assert str(remote.value) == str(local.value) and remote.value.reason == local.value.reason
     assert victim in str(remote.value) and "\n" not in str(remote.value)
-    before = tree_digest(table.uri)
     run = run_cli("snapshot", table.uri, "--engine", "spark", "--json")
     assert_one_line_error(run, 1, victim, "corrupt shard manifest")
     assert tree_digest(table.uri) == before  # planned before any lease: nothing written

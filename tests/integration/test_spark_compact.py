@@ -9,9 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memwal.spark.engine.compact import SparkCompactEngine
-
-from memwal.compact import plan_compaction, run_compact
+import memwal
 from memwal.table import open_table
 from tests.conftest import table_rows
 from tests.integration.test_compact import build_many_merged
@@ -23,11 +21,11 @@ def test_spark_engine_gives_the_same_table_as_the_local_engine(spark, tmp_path):
     table, model = build_many_merged(str(tmp_path / "local"))
     shutil.copytree(table.uri, tmp_path / "spark", symlinks=True)
     other = open_table(str(tmp_path / "spark"))
-    tasks = len(plan_compaction(other).tasks)
+    tasks = len(memwal.open(other.uri).compact(dry_run=True).value.tasks)
     assert tasks >= 1
 
-    local = run_compact(table)
-    distributed = run_compact(other, engine=SparkCompactEngine(spark))
+    local = memwal.open(table.uri).compact().value
+    distributed = memwal.open(other.uri).compact(engine="spark").value
 
     assert distributed.engine == "spark" and distributed.version is not None
     assert table_rows(other) == table_rows(table) == model.sorted_rows()

@@ -9,12 +9,10 @@ import sys
 from pathlib import Path
 
 from memwal.spark.engine.catchup import SparkCatchupEngine
-from memwal.spark.engine.gc import SparkGcEngine
 
-from memwal.catchup import CatchupThresholds, plan_catchup, run_catchup
+import memwal
+from memwal.catchup import CatchupThresholds, run_catchup
 from memwal.demo import shard_ids_for
-from memwal.gc import run_gc
-from memwal.merge import run_merge
 from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.integration.test_gc import expire_all
@@ -24,14 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark):
     table, model = make_table()
-    run_merge(table)
-    retrain = CatchupThresholds(max_unindexed_fraction=0.0)
-    plan = plan_catchup(table, indexes=["id_idx"], thresholds=retrain)
+    t = memwal.open(table.uri)
+    assert t.merge().ok
+    plan = t.catchup(indexes=["id_idx"], max_unindexed_fraction=0.0, dry_run=True).value
     assert plan.indexes[0].action == "retrain" and not plan.indexes[0].is_vector
     fragments = len(table.dataset().get_fragments())
     assert fragments >= 2
+    # internal entry: one segment per fragment (fragments_per_task=1) is no user option
     result = run_catchup(table, engine=SparkCatchupEngine(spark, fragments_per_task=1), indexes=["id_idx"],
-                         thresholds=retrain)
+                         thresholds=CatchupThresholds(max_unindexed_fraction=0.0))
     assert result.all_recorded and result.engine == "spark"
     stats = table.dataset().stats.index_stats("id_idx")
     assert stats["num_unindexed_rows"] == 0
@@ -44,10 +43,10 @@ def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spa
 
 def test_spark_gc_spreads_shards_over_executors(make_table, spark):
     table, model = make_table()
-    run_merge(table)
-    run_catchup(table)
+    t = memwal.open(table.uri)
+    assert t.merge().ok and t.catchup().ok
     expire_all(table)
-    result = run_gc(table, grace_seconds=0, engine=SparkGcEngine(spark))
+    result = t.gc(grace_seconds=0, engine="spark").value
     assert result.engine == "spark" and len(result.deleted) == 12 and result.wal_entries_deleted > 0
     assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
     assert lsm_rows(table) == model.sorted_rows()
@@ -55,7 +54,7 @@ def test_spark_gc_spreads_shards_over_executors(make_table, spark):
 
 def test_spark_submit_catchup_and_gc(make_table, tmp_path):
     table, model = make_table()
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     submit = str(Path(sys.executable).parent / "spark-submit")
     docs = {}

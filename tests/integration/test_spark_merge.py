@@ -11,6 +11,7 @@ from pathlib import Path
 
 from memwal.spark.engine.merge import SparkMergeEngine
 
+import memwal
 from memwal.demo import Workload
 from memwal.merge import run_merge
 from memwal.table import open_table
@@ -23,9 +24,10 @@ def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark
     table, model = make_table(Workload(base_rows=400, shards=3, generations=5, rows_per_generation=50, seed=11))
     copy = tmp_path / "copy"
     shutil.copytree(table.uri, copy)
-    local = run_merge(table)
+    local = memwal.open(table.uri).merge().value
     other = open_table(str(copy))
     # tiny read tasks: one generation per task, so the shuffle really joins several tasks' rows
+    # internal entry: the read task size and the partitions are no user options
     distributed = run_merge(other, engine=SparkMergeEngine(spark, partitions=4, read_task_bytes=1))
     assert distributed.engine == "spark"
     assert table_rows(other) == table_rows(table) == model.sorted_rows()
@@ -64,7 +66,7 @@ def test_spark_submit_entry_point(make_table, tmp_path):
     assert doc["engine"] == "spark"
     assert {(s["from_generation"], s["to_generation"]) for s in doc["shards"]} == {(1, 2)}
     assert set(table.manifest().compacted.values()) == {2}
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()
 
 
@@ -77,7 +79,7 @@ def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark):
     table, _ = make_table()
     key = write_key_to_wrong_shard(table)
     with pytest.raises(MemWalError, match=f"'id': {key}.*more than one shard"):
-        run_merge(table, engine=SparkMergeEngine(spark, partitions=2))
+        memwal.open(table.uri).merge(engine="spark")
     assert table.manifest().compacted == {}
 
 
@@ -91,8 +93,9 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_pa
     model = build_folding_table(uri)
     copy = tmp_path / "copy"
     shutil.copytree(uri, copy)
-    local = run_merge(open_table(uri))
+    local = memwal.open(uri).merge().value
     engine = SparkMergeEngine(spark, partitions=3, read_task_bytes=1)
+    # internal entry: the engine's own timings are read, and its partitions are no user option
     distributed = run_merge(open_table(str(copy)), engine=engine)
     assert engine.last_timings["partitions"] == 3 and engine.last_timings["read_tasks"] > 1
     assert base_rows(str(copy)) == base_rows(uri)

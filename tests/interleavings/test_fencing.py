@@ -11,66 +11,49 @@ wrote is lost.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import contextlib
+import time
+from collections.abc import Iterator
 
 import lance
 import pyarrow as pa
 import pytest
 
+import memwal
+from memwal.core import clock as clocks
 from memwal.demo import Model, Workload, bucket_of, create_base_table, shard_ids_for, write_generations
 from memwal.errors import LeaseLostError
 from memwal.inspect.verify import verify_table
 from memwal.lease import Lease
-from memwal.merge import plan_merge, run_merge
 from memwal.table import Table, open_table
 from tests.conftest import table_rows
-from tests.helpers import tree_digest
-from tests.interleave import ManualClock
+from tests.helpers import assert_only_run_records, tree_digest
+from tests.interleave import ManualClock, Stalled
 
 WL = Workload(base_rows=200, shards=2, generations=2, rows_per_generation=30, indexes=False, seed=21)
 TTL = 60.0
 
 
-class Clock(ManualClock):
-    """A shared wall clock the test moves forward: leases expire without sleeping."""
+@pytest.fixture
+def clock() -> Iterator[ManualClock]:
+    """The process's clock, moved by the test: leases expire without sleeping."""
+    c = ManualClock(time.time() + 3600)
+    with clocks.use(c):
+        yield c
+    c.close()
 
-    def pass_ttl(self) -> None:
-        """Two TTLs in one step: no heartbeat can renew in between (a process stopped past its
-        TTL), so the stalled job's lease expires and its heartbeat finds it lost."""
-        self.advance(2 * TTL)
 
+def stop_past_ttl(clock: ManualClock) -> contextlib.AbstractContextManager:
+    """For the block, the held job's process is stopped (its heartbeat renews nothing) and
+    two TTLs pass: its lease expires and another holder can take it over."""
 
-class Stalled:
-    """Job A in a thread, stopped at one named step until :meth:`resume`."""
+    @contextlib.contextmanager
+    def stopped() -> Iterator[None]:
+        with clock.frozen():
+            clock.advance(2 * TTL)
+            yield
 
-    def __init__(self, job: Callable[[Callable[[str], None]], object], stall_at: str) -> None:
-        self.stall_at = stall_at
-        self.reached = threading.Event()
-        self.go = threading.Event()
-        self.outcome: object = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(job,), daemon=True)
-        self.thread.start()
-        assert self.reached.wait(120), f"job never reached {stall_at}"
-
-    def _hook(self, name: str) -> None:
-        if name == self.stall_at and not self.reached.is_set():
-            self.reached.set()
-            assert self.go.wait(300)
-
-    def _run(self, job) -> None:
-        try:
-            self.outcome = job(self._hook)
-        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
-            self.error = exc
-        finally:
-            self.reached.set()
-
-    def resume(self) -> None:
-        self.go.set()
-        self.thread.join(300)
-        assert not self.thread.is_alive()
+    return stopped()
 
 
 def build(tmp_path, wl: Workload = WL) -> tuple[Table, Model]:
@@ -84,7 +67,8 @@ def build(tmp_path, wl: Workload = WL) -> tuple[Table, Model]:
 def planned_delete_keys(table: Table) -> list[int]:
     """Keys whose newest planned version is a tombstone: what merger A will delete."""
     newest: dict[int, bool] = {}
-    for ref in plan_merge(table).generations:  # ascending per shard; keys are disjoint across shards
+    plan = memwal.open(table.uri).merge(dry_run=True).value
+    for ref in plan.generations:  # ascending per shard; keys are disjoint across shards
         t = lance.dataset(ref.uri).to_table(columns=["id", "_tombstone"])
         for k, tomb in zip(t["id"].to_pylist(), t["_tombstone"].to_pylist(), strict=True):
             newest[k] = tomb
@@ -114,15 +98,15 @@ def reput(table: Table, model: Model, wl: Workload, keys: list[int], tag: str) -
         model.put(batch)
 
 
-def lease(table: Table, kind: str, holder: str, clock: Clock) -> Lease:
-    return Lease(table.store, kind, holder=holder, ttl_seconds=TTL, clock=clock).acquire()
+def merger_a(table: Table, stall_at: str) -> Stalled:
+    """Merger A, run as users run it, held at ``merge.<stall_at>``."""
+    return Stalled(lambda: memwal.open(table.uri).merge(lease_ttl=TTL), f"merge.{stall_at}")
 
 
-def take_over_and_merge(table: Table, clock: Clock, **budget) -> None:
-    """Merger B: takes the expired merge lease over and merges (a fresh table handle)."""
-    clock.pass_ttl()
-    with lease(table, "merge", "merger-B", clock) as b:
-        run_merge(open_table(table.uri), lease=b, **budget)
+def take_over_and_merge(table: Table, clock: ManualClock, **budget) -> None:
+    """Merger B: while A is stopped past its TTL, takes the expired merge lease over and merges."""
+    with stop_past_ttl(clock):
+        assert memwal.open(table.uri).merge(lease_ttl=TTL, **budget).ok
 
 
 def progress(table: Table) -> dict[str, int]:
@@ -136,25 +120,23 @@ def highest_generations(table: Table) -> dict[str, int]:
 
 
 def assert_fenced(a: Stalled) -> None:
+    a.resume()
     assert isinstance(a.error, LeaseLostError), (a.error, a.outcome)
     assert a.error.exit_code == 3
 
 
 @pytest.mark.parametrize("stall_at", ["before-delete-commit", "before-marked-commit"])
-def test_stalled_merger_cannot_undo_a_newer_merge(tmp_path, stall_at):
+def test_stalled_merger_cannot_undo_a_newer_merge(tmp_path, clock, stall_at):
     """A stalls before its delete pass (its first write) or before its marked pass; B
     re-puts every key A will delete and merges everything; A's commit is rejected."""
     table, model = build(tmp_path)
     doomed = planned_delete_keys(table)
     assert doomed, "the workload must give A keys to delete"
-    clock = Clock()
-    mine = lease(table, "merge", "merger-A", clock)
-    a = Stalled(lambda hook: run_merge(open_table(table.uri), lease=mine, on_step=hook), stall_at)
+    a = merger_a(table, stall_at)
     assert a.error is None
     reput(table, model, WL, doomed, "newer")
     take_over_and_merge(table, clock)
     merged_by_b = table_rows(table)
-    a.resume()
     assert_fenced(a)
     assert table_rows(table) == model.sorted_rows() == merged_by_b
     assert {r["id"] for r in table_rows(table)} >= set(doomed)
@@ -167,7 +149,7 @@ def test_stalled_merger_cannot_undo_a_newer_merge(tmp_path, stall_at):
     [(False, "before-marked-commit"), (True, "before-delete-commit"), (True, "before-marked-commit")],
     ids=["deletes", "mixed-before-delete", "mixed-after-delete"],
 )
-def test_stalled_merger_whose_successor_merged_a_prefix(tmp_path, also_put, stall_at):
+def test_stalled_merger_whose_successor_merged_a_prefix(tmp_path, clock, also_put, stall_at):
     """B asks to merge only A's first generation, which re-puts the keys A's second
     generation deletes. Had B merged just that, its recorded progress would stay below A's
     marker and Lance would accept A's marker over B's re-inserted rows (in the
@@ -183,20 +165,17 @@ def test_stalled_merger_whose_successor_merged_a_prefix(tmp_path, also_put, stal
     model.delete(doomed)
     if also_put:
         reput(table, model, wl, [900_002], "gen3")
-    clock = Clock()
-    mine = lease(table, "merge", "merger-A", clock)
-    a = Stalled(lambda hook: run_merge(open_table(table.uri), lease=mine, on_step=hook), stall_at)
+    a = merger_a(table, stall_at)
     take_over_and_merge(table, clock, max_generations=1)
     assert progress(table) == highest_generations(table), "B must cover A's unfinished batch, not a prefix"
-    a.resume()
     assert_fenced(a)
-    run_merge(table)
+    assert memwal.open(table.uri).merge(lease_ttl=TTL).ok
     assert table_rows(table) == model.sorted_rows()
     assert not {r["id"] for r in table_rows(table)} & set(doomed)
     assert progress(table) == highest_generations(table)
 
 
-def test_stalled_delete_only_merge_cannot_undo_a_newer_merge(tmp_path):
+def test_stalled_delete_only_merge_cannot_undo_a_newer_merge(tmp_path, clock):
     """A's batch only deletes, so its one commit is the marked delete."""
     wl = Workload(base_rows=200, shards=1, generations=0, indexes=False, seed=23)
     table, model = build(tmp_path, wl)
@@ -205,69 +184,54 @@ def test_stalled_delete_only_merge_cannot_undo_a_newer_merge(tmp_path):
     with table.dataset().mem_wal_writer(shard) as w:
         w.delete(pa.table({"id": pa.array(doomed, pa.int64())}))
     model.delete(doomed)
-    clock = Clock()
-    mine = lease(table, "merge", "merger-A", clock)
-    a = Stalled(lambda hook: run_merge(open_table(table.uri), lease=mine, on_step=hook), "before-marked-commit")
+    a = merger_a(table, "before-marked-commit")
     reput(table, model, wl, doomed, "newer")
     take_over_and_merge(table, clock)
-    a.resume()
     assert_fenced(a)
     assert table_rows(table) == model.sorted_rows()
     assert [r["name"] for r in table_rows(table) if r["id"] in doomed] == [f"newer-{k}" for k in doomed]
     assert progress(table) == {shard: 2}
 
 
-def test_merger_that_finds_nothing_left_after_a_takeover_exits_3(tmp_path):
+def test_merger_that_finds_nothing_left_after_a_takeover_exits_3(tmp_path, clock):
     """B merges exactly A's generations: A's commit conflicts, and its re-plan would find
     nothing left to merge. That must not be reported as a success."""
     table, model = build(tmp_path)
-    clock = Clock()
-    mine = lease(table, "merge", "merger-A", clock)
-    a = Stalled(lambda hook: run_merge(open_table(table.uri), lease=mine, on_step=hook), "before-marked-commit")
+    a = merger_a(table, "before-marked-commit")
     take_over_and_merge(table, clock)
-    assert plan_merge(table).is_empty()
-    a.resume()
+    assert memwal.open(table.uri).merge(dry_run=True).value.is_empty()
     assert_fenced(a)
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_stalled_snapshot_refresh_keeps_a_newer_merges_progress(tmp_path):
+def test_stalled_snapshot_refresh_keeps_a_newer_merges_progress(tmp_path, clock):
     """A snapshot refresh stalled past both its leases right before its commit; a merger
-    takes the merge lease over and records progress; the refresh must not erase it."""
-    from memwal.snapshot import execute_snapshot, plan_snapshot
-
+    takes the merge lease over and records progress; the refresh must not erase it, and
+    ends fenced (exit 3) for the lease it lost."""
     table, model = build(tmp_path)
-    clock = Clock()
-    snap = lease(table, "snapshot", "refresh-A", clock)
-    lease(table, "merge", "refresh-A", clock)
-    plan = plan_snapshot(table)
-    a = Stalled(lambda hook: execute_snapshot(open_table(table.uri), plan, lease=snap, on_step=hook), "before-commit")
+    a = Stalled(lambda: memwal.open(table.uri).snapshot(lease_ttl=TTL), "snapshot.before-commit")
     take_over_and_merge(table, clock)
     committed = progress(table)
     assert committed == highest_generations(table)
-    a.resume()
-    assert a.error is None or isinstance(a.error, LeaseLostError), a.error
+    assert_fenced(a)
     assert progress(table) == committed
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_gc_that_lost_its_lease_deletes_nothing(tmp_path):
-    """GC plans, its lease is taken over before it executes: LeaseLostError, nothing deleted."""
-    from memwal.gc import execute_gc, plan_gc
+def test_gc_that_lost_its_lease_deletes_nothing(tmp_path, clock):
+    """GC plans, its lease is taken over before it deletes: LeaseLostError, nothing deleted."""
+    from memwal.checkpoint.handshake import MARKER_KEY
 
     table, _ = build(tmp_path)
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     table.dataset().cleanup_old_versions(older_than=__import__("datetime").timedelta(0),
                                          error_if_tagged_old_versions=False)
-    plan = plan_gc(table, grace_seconds=0)
-    assert plan.generations, "the plan must have something to delete for the test to mean anything"
-    clock = Clock()
-    mine = lease(table, "gc", "gc-A", clock)
-    clock.pass_ttl()
-    lease(table, "gc", "gc-B", clock)
-    before = {k: v for k, v in tree_digest(table.uri).items() if "_jobs/leases" not in k}
-    with pytest.raises(LeaseLostError) as err:
-        execute_gc(open_table(table.uri), plan, lease=mine)
-    assert err.value.exit_code == 3
-    after = {k: v for k, v in tree_digest(table.uri).items() if "_jobs/leases" not in k}
-    assert after == before
+    dry = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).to_dict()
+    assert dry["deleted"], "the plan must have something to delete for the test to mean anything"
+    before = tree_digest(table.uri)
+    a = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, lease_ttl=TTL), "gc.before-delete")
+    with stop_past_ttl(clock):
+        Lease(table.store, "gc", holder="gc-B", ttl_seconds=TTL).acquire()
+    assert_fenced(a)
+    # nothing deleted: the run left its history record, its marker and the leases, no more
+    assert_only_run_records(before, tree_digest(table.uri), "gc", also=(MARKER_KEY,))

@@ -12,9 +12,8 @@ import pytest
 import memwal
 from memwal.demo import Workload, shard_ids_for
 from memwal.errors import LeaseLostError
-from memwal.merge import execute_merge, plan_merge, run_merge
+from memwal.merge import execute_merge, run_merge
 from memwal.merge.execute import LocalEngine, StaleProgressError
-from memwal.snapshot import execute_snapshot, plan_snapshot
 from memwal.table import Table
 from memwal.table.manifest import read_table_manifest
 from tests.conftest import lsm_rows, table_rows
@@ -35,14 +34,16 @@ def test_appendix2_racing_on_the_same_generation(make_table):
     """Merger B planned generation 1 before A committed it: B's commit is refused, then B
     re-plans, skips what A merged and continues (spec appendix 2, scenario 1)."""
     table, model = make_table()
-    plan_b = plan_merge(table, max_generations=1)
-    run_merge(table, max_generations=1)  # merger A
+    t = memwal.open(table.uri)
+    plan_b = t.merge(max_generations=1, dry_run=True).value
+    assert t.merge(max_generations=1).ok  # merger A
     with pytest.raises(StaleProgressError):
+        # internal entry: B executes the plan it made before A committed (a stale plan, on purpose)
         execute_merge(table, plan_b, LocalEngine())
     assert set(merged(table).values()) == {1}
-    result = run_merge(table, max_generations=1)  # B again: re-plans
+    result = t.merge(max_generations=1).value  # B again: re-plans
     assert {(s.from_generation, s.to_generation) for s in result.shards} == {(2, 2)}
-    run_merge(table)
+    assert t.merge().ok
     assert table_rows(table) == model.sorted_rows()
 
 
@@ -129,17 +130,20 @@ def test_merge_and_compact_interleaved_never_regress_and_converge(make_table, he
 
 def test_h1_interleaved_merge_and_catchup_are_repaired(make_table):
     """A merge and an index catch-up commit between our read and our commit: H1, repaired."""
+    from memwal.core import steps
+
     table, model = make_table()
-    plan = plan_snapshot(table)
     interleaved = {}
 
     def step(name: str) -> None:
-        if name == "before-commit" and not interleaved:
+        if name == "snapshot.before-commit" and not interleaved:
+            # internal entry: a merger outside memwal's merge lease, which the refresh holds (H1)
             run_merge(table, max_generations=2)
             table.dataset().optimize.optimize_indices()
             interleaved["progress"] = progress_and_catchup(table)
 
-    res = execute_snapshot(table, plan, on_step=step)
+    with steps.hooked(step):
+        res = memwal.open(table.uri).snapshot().value
     assert res.interleaved_commits >= 2 and res.repairs == 1 and res.attempts == 2
     # The first commit really erased the progress (the hazard is real)...
     erased = read_table_manifest(table.store, res.version - 1)
@@ -149,5 +153,5 @@ def test_h1_interleaved_merge_and_catchup_are_repaired(make_table):
     assert set(interleaved["progress"][0].values()) == {2}
     assert {(r["kind"], r["to"]) for r in res.repaired} >= {("compacted", 2), ("index_catchup", 2)}
     assert table.manifest().mem_wal.snapshot_ts_millis == res.snapshot_ts_millis
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()

@@ -17,11 +17,11 @@ from collections.abc import Callable
 import lance
 import pyarrow as pa
 
+import memwal
 from memwal import actions
 from memwal.actions.merge_ops import change_merge_ops
-from memwal.catchup import plan_catchup, run_catchup
 from memwal.demo import PK_META, Workload, bucket_of, shard_ids_for
-from memwal.merge import plan_merge, run_merge
+from memwal.merge import run_merge
 from memwal.table import Table, open_table
 from tests.conftest import table_rows
 from tests.helpers import run_cli
@@ -31,13 +31,16 @@ WL = Workload(base_rows=150, shards=3, generations=3, rows_per_generation=30, in
 SHARDS = shard_ids_for(WL)
 
 
-def merge_then_collect(uri: str, *, shards: list[str] | None = None) -> Callable[[], None]:
+def merge_then_collect(uri: str, *, shards: list[str] | None = None, leased: bool = True) -> Callable[[], None]:
     """Job B: another merger merges (some shards), then GC expires every older version
     (older versions hold the merged generations for time travel) and collects them with
-    no grace period."""
+    no grace period. ``leased=False``: a merger outside memwal's merge lease (job A holds it)."""
 
     def job() -> None:
-        run_merge(open_table(uri), shards=shards)
+        if leased:
+            assert memwal.open(uri).merge(shards=shards).ok
+        else:  # internal entry: A holds the merge lease, so B is a merger that does not take it
+            run_merge(open_table(uri), shards=shards)
         doc = actions.run_action("gc", uri, grace_seconds=0, expire_versions=0)
         assert doc["deleted"], doc
 
@@ -86,10 +89,9 @@ def test_merge_executing_a_plan_whose_wal_entries_were_collected(make_table, tmp
     """Merge operators: A planned (WAL entry keys in its plan); B merges and collects; A
     executes its plan (was exit 2 from reading a WAL entry that is gone)."""
     table, expected = build(make_table, tmp_path, ops=True)
-    stale = plan_merge(table)
-    merge_then_collect(table.uri, shards=SHARDS[:1])()
-    result = run_merge(table, plan=stale)
-    assert result.ok and result.attempts == 2, result
+    with running_at("merge.planned", merge_then_collect(table.uri, shards=SHARDS[:1])) as reached:
+        run = memwal.open(table.uri).merge()
+    assert reached and run.ok and run.value.attempts == 2, run
     assert table_rows(table) == expected
 
 
@@ -107,10 +109,9 @@ def test_merge_plan_whose_read_version_expires_meanwhile(make_table, tmp_path):
 
 def test_merge_executing_a_plan_whose_read_version_expired(make_table, tmp_path):
     table, expected = build(make_table, tmp_path)
-    stale = plan_merge(table)
-    merge_then_collect(table.uri, shards=SHARDS[:1])()
-    result = run_merge(table, plan=stale)
-    assert result.ok and result.attempts == 2, result
+    with running_at("merge.planned", merge_then_collect(table.uri, shards=SHARDS[:1])) as reached:
+        run = memwal.open(table.uri).merge()
+    assert reached and run.ok and run.value.attempts == 2, run
     assert table_rows(table) == expected
 
 
@@ -150,17 +151,17 @@ def test_catchup_preempted_by_a_compaction_is_retried(make_table, tmp_path):
     was exit 1, catch-up had no retry)."""
     wl = Workload(base_rows=300, shards=2, generations=3, rows_per_generation=20, seed=42)
     table, model = make_table(wl)
+    t = memwal.open(table.uri)
     for _ in range(3):
-        run_merge(table, max_generations=1)  # several small fragments with deletions: compaction has work
-    plan = plan_catchup(table)
-    assert plan.work()
+        assert t.merge(max_generations=1).ok  # several small fragments with deletions: compaction has work
+    assert t.catchup(dry_run=True).value.work()
 
     def compaction() -> None:
         doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
         assert doc["fragments_removed"], doc
 
     with running_at("catchup.before-build", compaction) as reached:
-        result = run_catchup(table, plan=plan)
+        result = t.catchup().value
     assert reached and result.all_recorded
     assert table_rows(table) == model.sorted_rows()
 
@@ -171,10 +172,11 @@ def test_merge_delete_pass_committed_against_an_expired_read_version(make_table,
     fails on the missing manifest (was exit 1, a raw "Dataset at path .../_versions/N.manifest
     was not found"): nothing was committed, so A plans again and merges."""
     table, expected = build(make_table, tmp_path)
-    with running_at("merge.before-delete-commit", merge_then_collect(table.uri, shards=SHARDS[1:2])) as reached:
-        result = run_merge(table, shards=SHARDS[:1])
-    assert reached and result.ok and result.attempts == 2, result
-    run_merge(table)
+    job_b = merge_then_collect(table.uri, shards=SHARDS[1:2], leased=False)
+    with running_at("merge.before-delete-commit", job_b) as reached:
+        run = memwal.open(table.uri).merge(shards=SHARDS[:1])
+    assert reached and run.ok and run.value.attempts == 2, run
+    assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == expected
 
 
@@ -183,8 +185,8 @@ def test_compaction_whose_planned_files_are_expired_meanwhile(make_table, tmp_pa
     included; A's commit bound to V (was exit 2: "cannot open the Lance table: .../_versions/
     N.manifest was not found") plans again and compacts."""
     table, expected = build(make_table, tmp_path)
-    run_merge(table, max_generations=1)
-    run_merge(table, max_generations=1)
+    assert memwal.open(table.uri).merge(max_generations=1).ok
+    assert memwal.open(table.uri).merge(max_generations=1).ok
     with running_at("compact.planned", merge_then_collect(table.uri)) as reached:
         doc = actions.run_action("compact", table.uri, materialize_deletions_threshold=0.0)
     assert reached and doc["attempts"] == 2 and doc["fragments_removed"], doc

@@ -39,6 +39,7 @@ def test_h1_soak_merges_and_catchups_against_repeated_refreshes(make_table, tmp_
 
     def merger() -> None:
         try:
+            # internal entry: a merger outside memwal's merge lease, racing the refreshes (H1)
             while (r := run_merge(table, max_generations=1, max_attempts=12)).version is not None:
                 stats["merges"] += 1
                 # A re-plan after a lost race may take more than one generation (a merge intent
@@ -66,13 +67,14 @@ def test_h1_soak_merges_and_catchups_against_repeated_refreshes(make_table, tmp_
         with Lease(table.store, "snapshot") as lease:
             while not stop.is_set():
                 # Merges change no shard manifest, so only a forced refresh commits here.
+                # internal entry: force is no user option; the lease is the test's own
                 results.append(run_snapshot(table, lease=lease, reader=LocalManifestReader(threads=2), force=True))
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=120)
     assert not errors, errors
-    results.append(run_snapshot(table, force=True))
+    results.append(run_snapshot(table, force=True))  # internal entry: force is no user option
     # Highest value ever committed, over every version of the table.
     top_c: dict[str, int] = {}
     top_i: dict[tuple[str, str], int] = {}

@@ -12,9 +12,9 @@ import lance
 import pyarrow as pa
 import pytest
 
+import memwal
 from memwal.demo import Workload, create_base_table, write_generations
 from memwal.errors import BadInputError
-from memwal.merge import run_merge
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.table import open_table
 from memwal.table.manifest import decode_table_manifest, list_versions, read_table_manifest
@@ -121,7 +121,7 @@ def test_index_details_progress_and_time_travel(make_table):
     assert before.mem_wal is not None and before.compacted == {}
     assert list(before.mem_wal.maintained_indexes) == ["id_idx", "vec_idx"]
     assert before.mem_wal.sharding_specs[0].fields[0].transform == "bucket"
-    result = run_merge(table, max_generations=2)
+    result = memwal.open(table.uri).merge(max_generations=2).value
     after = read_table_manifest(table.store)
     assert after.version == result.version
     assert after.compacted == {s.shard_id: 2 for s in result.shards}

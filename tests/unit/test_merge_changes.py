@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+import memwal
 from memwal.demo import Workload
 from memwal.errors import MemWalError
 from memwal.merge import changes as C
@@ -117,6 +118,7 @@ def test_streamed_and_materialised_upserts_merge_the_same(make_table, budget):
         assert isinstance(net.upsert_data(), pa.RecordBatchReader if budget == 0 else pa.Table)
     finally:
         net.close()
+    # internal entry: the engine's memory budget is no user option
     result = run_merge(table, engine=LocalEngine(memory_budget=budget))
     assert result.version is not None
     assert table_rows(table) == expected == model.sorted_rows()
@@ -158,5 +160,6 @@ def test_many_generations_stop_at_the_first_bad_one(make_table, damage):
     assert blocked.generation == bad
     assert blocked.reason.startswith("unsafe-path:" if damage.startswith("link") else "missing:")
     # The shard merges up to the bad generation and no further.
-    run_merge(open_table(table.uri))
+    run = memwal.open(table.uri).merge()
+    assert not run.ok and [b["generation"] for b in run.to_dict()["blocked"]] == [bad]  # exit 1, naming it
     assert open_table(table.uri).manifest().compacted_generation(plan.shard_ids[0]) == bad - 1
