@@ -16,8 +16,14 @@ import hashlib
 import io
 import os
 import stat
+import subprocess
+import sys
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from pathlib import Path
+
+#: The repository's root (this file is tests/helpers.py).
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tree_digest(root: str) -> dict[str, str]:
@@ -93,3 +99,22 @@ def assert_only_run_records(before: dict[str, str], after: dict[str, str], *jobs
     changed = {k for k in set(before) & set(after) if before[k] != after[k]}
     unexpected = sorted(k for k in others | changed if not k.startswith(LEASES) and k not in also)
     assert not unexpected, unexpected
+
+
+def migrated_airflow_home(home: Path) -> dict[str, str]:
+    """The environment of a real Airflow home at ``home`` (this repo's DAGs, SQLite metadata
+    database, no examples) after ``airflow db migrate`` ran in it."""
+    venv_bin = Path(sys.executable).parent
+    env = dict(os.environ)
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "dags"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+        PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    env.pop("MEMWAL_CONFIG", None)
+    proc = subprocess.run([str(venv_bin / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return env

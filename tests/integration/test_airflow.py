@@ -38,6 +38,7 @@ from memwal.demo import shard_ids_for
 from memwal.lease import Lease
 from memwal.table.shards import all_shard_manifests, list_generation_dirs
 from tests.conftest import SMALL, table_rows
+from tests.helpers import migrated_airflow_home
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
@@ -69,20 +70,8 @@ def progress(table) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow-home")
-    env = dict(os.environ)
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
-        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-    env.pop("MEMWAL_CONFIG", None)
     started = time.monotonic()
-    proc = subprocess.run(
-        [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = migrated_airflow_home(home)
     print(f"airflow db migrate took {time.monotonic() - started:.1f}s")
     return env, home
 

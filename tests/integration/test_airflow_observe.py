@@ -6,7 +6,6 @@ api-server`` and opened inside the Airflow UI by headless Chromium."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from memwal.demo import shard_ids_for
 from memwal.history.log import read_runs
 from tests.browser import browser, stop_group
 from tests.conftest import SMALL
+from tests.helpers import migrated_airflow_home
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
@@ -36,18 +36,7 @@ SECRET = "memwal-observe-secret-0123456789"
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow-observe")
-    env = dict(os.environ)
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(DAGS),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
-        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-    env.pop("MEMWAL_CONFIG", None)
-    proc = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = migrated_airflow_home(home)
     return env, home
 
 
