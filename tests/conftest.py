@@ -6,6 +6,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,22 @@ from memwal.table import Table, open_table  # noqa: E402
 
 if TYPE_CHECKING:  # moto and boto3 load only when a test asks for the S3 server
     from tests.azureserver import AzureServer
+    from tests.interleave import ManualClock
     from tests.s3server import S3Server
+
+
+@pytest.fixture
+def manual_clock() -> Iterator[ManualClock]:
+    """The process's clock (``memwal.core.clock``), moved by the test: leases and checkpoints
+    expire without sleeping. It starts an hour ahead of the machine's, so the table's own
+    commits lie in its past, as they would in a real run."""
+    from memwal.core import clock as clocks
+    from tests.interleave import ManualClock
+
+    c = ManualClock(time.time() + 3600)
+    with clocks.use(c):
+        yield c
+    c.close()
 
 
 @pytest.fixture(autouse=True)

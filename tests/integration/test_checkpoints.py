@@ -7,19 +7,15 @@ from __future__ import annotations
 import copy
 import json
 import os
-import time
-from collections.abc import Iterator
 
 import pytest
 
 import memwal
 from memwal.checkpoint import TAG_PREFIX, list_checkpoints
-from memwal.core import clock as clocks
 from memwal.demo import write_generations
 from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows
 from tests.helpers import run_cli
-from tests.interleave import ManualClock
 
 
 def cli_json(*argv: str) -> dict:
@@ -78,14 +74,6 @@ def test_a_reader_reads_its_moment_through_merge_compact_and_gc(make_table):
     assert not [b for b in freed["blocked"] if b["reason"].startswith("checkpoint:")]
     assert scan_rows(uri) == later.sorted_rows()
     assert cli_json("checkpoint", "list", uri)["checkpoints"] == []
-
-
-@pytest.fixture
-def manual_clock() -> Iterator[ManualClock]:
-    c = ManualClock(time.time() + 3600)
-    with clocks.use(c):
-        yield c
-    c.close()
 
 
 def test_gc_removes_expired_checkpoints_and_its_dry_run_says_so(make_table, manual_clock):

@@ -12,7 +12,6 @@ wrote is lost.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 
 import lance
@@ -20,7 +19,6 @@ import pyarrow as pa
 import pytest
 
 import memwal
-from memwal.core import clock as clocks
 from memwal.demo import Model, Workload, bucket_of, create_base_table, shard_ids_for, write_generations
 from memwal.errors import LeaseLostError
 from memwal.inspect.verify import verify_table
@@ -32,15 +30,6 @@ from tests.interleave import ManualClock, Stalled
 
 WL = Workload(base_rows=200, shards=2, generations=2, rows_per_generation=30, indexes=False, seed=21)
 TTL = 60.0
-
-
-@pytest.fixture
-def clock() -> Iterator[ManualClock]:
-    """The process's clock, moved by the test: leases expire without sleeping."""
-    c = ManualClock(time.time() + 3600)
-    with clocks.use(c):
-        yield c
-    c.close()
 
 
 def stop_past_ttl(clock: ManualClock) -> contextlib.AbstractContextManager:
@@ -126,7 +115,7 @@ def assert_fenced(a: Stalled) -> None:
 
 
 @pytest.mark.parametrize("stall_at", ["before-delete-commit", "before-marked-commit"])
-def test_stalled_merger_cannot_undo_a_newer_merge(tmp_path, clock, stall_at):
+def test_stalled_merger_cannot_undo_a_newer_merge(tmp_path, manual_clock, stall_at):
     """A stalls before its delete pass (its first write) or before its marked pass; B
     re-puts every key A will delete and merges everything; A's commit is rejected."""
     table, model = build(tmp_path)
@@ -135,7 +124,7 @@ def test_stalled_merger_cannot_undo_a_newer_merge(tmp_path, clock, stall_at):
     a = merger_a(table, stall_at)
     assert a.error is None
     reput(table, model, WL, doomed, "newer")
-    take_over_and_merge(table, clock)
+    take_over_and_merge(table, manual_clock)
     merged_by_b = table_rows(table)
     assert_fenced(a)
     assert table_rows(table) == model.sorted_rows() == merged_by_b
@@ -149,7 +138,7 @@ def test_stalled_merger_cannot_undo_a_newer_merge(tmp_path, clock, stall_at):
     [(False, "before-marked-commit"), (True, "before-delete-commit"), (True, "before-marked-commit")],
     ids=["deletes", "mixed-before-delete", "mixed-after-delete"],
 )
-def test_stalled_merger_whose_successor_merged_a_prefix(tmp_path, clock, also_put, stall_at):
+def test_stalled_merger_whose_successor_merged_a_prefix(tmp_path, manual_clock, also_put, stall_at):
     """B asks to merge only A's first generation, which re-puts the keys A's second
     generation deletes. Had B merged just that, its recorded progress would stay below A's
     marker and Lance would accept A's marker over B's re-inserted rows (in the
@@ -166,7 +155,7 @@ def test_stalled_merger_whose_successor_merged_a_prefix(tmp_path, clock, also_pu
     if also_put:
         reput(table, model, wl, [900_002], "gen3")
     a = merger_a(table, stall_at)
-    take_over_and_merge(table, clock, max_generations=1)
+    take_over_and_merge(table, manual_clock, max_generations=1)
     assert progress(table) == highest_generations(table), "B must cover A's unfinished batch, not a prefix"
     assert_fenced(a)
     assert memwal.open(table.uri).merge(lease_ttl=TTL).ok
@@ -175,7 +164,7 @@ def test_stalled_merger_whose_successor_merged_a_prefix(tmp_path, clock, also_pu
     assert progress(table) == highest_generations(table)
 
 
-def test_stalled_delete_only_merge_cannot_undo_a_newer_merge(tmp_path, clock):
+def test_stalled_delete_only_merge_cannot_undo_a_newer_merge(tmp_path, manual_clock):
     """A's batch only deletes, so its one commit is the marked delete."""
     wl = Workload(base_rows=200, shards=1, generations=0, indexes=False, seed=23)
     table, model = build(tmp_path, wl)
@@ -186,31 +175,31 @@ def test_stalled_delete_only_merge_cannot_undo_a_newer_merge(tmp_path, clock):
     model.delete(doomed)
     a = merger_a(table, "before-marked-commit")
     reput(table, model, wl, doomed, "newer")
-    take_over_and_merge(table, clock)
+    take_over_and_merge(table, manual_clock)
     assert_fenced(a)
     assert table_rows(table) == model.sorted_rows()
     assert [r["name"] for r in table_rows(table) if r["id"] in doomed] == [f"newer-{k}" for k in doomed]
     assert progress(table) == {shard: 2}
 
 
-def test_merger_that_finds_nothing_left_after_a_takeover_exits_3(tmp_path, clock):
+def test_merger_that_finds_nothing_left_after_a_takeover_exits_3(tmp_path, manual_clock):
     """B merges exactly A's generations: A's commit conflicts, and its re-plan would find
     nothing left to merge. That must not be reported as a success."""
     table, model = build(tmp_path)
     a = merger_a(table, "before-marked-commit")
-    take_over_and_merge(table, clock)
+    take_over_and_merge(table, manual_clock)
     assert memwal.open(table.uri).merge(dry_run=True).value.is_empty()
     assert_fenced(a)
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_stalled_snapshot_refresh_keeps_a_newer_merges_progress(tmp_path, clock):
+def test_stalled_snapshot_refresh_keeps_a_newer_merges_progress(tmp_path, manual_clock):
     """A snapshot refresh stalled past both its leases right before its commit; a merger
     takes the merge lease over and records progress; the refresh must not erase it, and
     ends fenced (exit 3) for the lease it lost."""
     table, model = build(tmp_path)
     a = Stalled(lambda: memwal.open(table.uri).snapshot(lease_ttl=TTL), "snapshot.before-commit")
-    take_over_and_merge(table, clock)
+    take_over_and_merge(table, manual_clock)
     committed = progress(table)
     assert committed == highest_generations(table)
     assert_fenced(a)
@@ -218,7 +207,7 @@ def test_stalled_snapshot_refresh_keeps_a_newer_merges_progress(tmp_path, clock)
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_gc_that_lost_its_lease_deletes_nothing(tmp_path, clock):
+def test_gc_that_lost_its_lease_deletes_nothing(tmp_path, manual_clock):
     """GC plans, its lease is taken over before it deletes: LeaseLostError, nothing deleted."""
     from memwal.checkpoint.handshake import MARKER_KEY
 
@@ -230,7 +219,7 @@ def test_gc_that_lost_its_lease_deletes_nothing(tmp_path, clock):
     assert dry["deleted"], "the plan must have something to delete for the test to mean anything"
     before = tree_digest(table.uri)
     a = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, lease_ttl=TTL), "gc.before-delete")
-    with stop_past_ttl(clock):
+    with stop_past_ttl(manual_clock):
         Lease(table.store, "gc", holder="gc-B", ttl_seconds=TTL).acquire()
     assert_fenced(a)
     # nothing deleted: the run left its history record, its marker and the leases, no more

@@ -11,13 +11,10 @@ an Airflow task.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
 
 import pytest
 
 import memwal
-from memwal.core import clock as clocks
 from memwal.errors import LeaseHeldError
 from memwal.lease import list_leases
 from tests.conftest import lsm_rows, table_rows
@@ -25,16 +22,6 @@ from tests.helpers import run_cli
 from tests.interleave import Barrier, ManualClock, Stalled
 
 TTL = 30.0
-
-
-@pytest.fixture
-def manual_clock() -> Iterator[ManualClock]:
-    """The process's clock, an hour ahead of the machine's (the table's own commits then lie
-    in its past, as they would in a real run)."""
-    c = ManualClock(time.time() + 3600)
-    with clocks.use(c):
-        yield c
-    c.close()
 
 
 def outlive_ttls(clock: ManualClock, table_uri: str, kind: str, second_job) -> None:

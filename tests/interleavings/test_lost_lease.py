@@ -10,13 +10,7 @@ dropped (hazard H4), so GC is not left blocked by ``index-not-caught-up``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
-import pytest
-
 import memwal
-from memwal.core import clock as clocks
 from memwal.lease import Lease
 from memwal.table.manifest import maintained_indexes
 from tests.conftest import lsm_rows
@@ -24,14 +18,6 @@ from tests.helpers import assert_one_line_error, run_cli
 from tests.interleave import ManualClock, Stalled
 
 TTL = 30.0
-
-
-@pytest.fixture
-def manual_clock() -> Iterator[ManualClock]:
-    c = ManualClock(time.time() + 3600)
-    with clocks.use(c):
-        yield c
-    c.close()
 
 
 def lose_lease(clock: ManualClock, table, kind: str) -> Lease:
