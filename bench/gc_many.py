@@ -164,7 +164,7 @@ def threaded_floor_run(pristine: Path, work: Path, threads: int) -> dict[str, fl
     """The same files unlinked by ``threads`` threads with no check at all: one walk, then the
     files in ``threads`` slices at once, then the directories deepest first, each depth's in
     slices at once. What a multi-threaded ``rm -rf`` costs on this disk (GC deletes with
-    ``memwal.gc.DELETE_THREADS`` threads, with its checks)."""
+    ``memwal.gc.delete.DELETE_THREADS`` threads, with its checks)."""
     from concurrent.futures import ThreadPoolExecutor
 
     run_dir = work / f"floor-{threads}"

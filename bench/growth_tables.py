@@ -1,6 +1,6 @@
 """Tables for the base-growth series: the same change set size merged into ever larger bases.
 
-``bench.tables`` builds its base through ``memwal.demo_data``, which keeps every live key in
+``bench.tables`` builds its base through ``memwal.demo``, which keeps every live key in
 Python sets and rebuilds them per generation: fine at 1M rows, many minutes at 16M. Here the
 base table is written column by column with numpy and pyarrow (the demo schema: ``id``
 primary key, ``name``, ``value``, an 8-float ``vec``), with a BTREE on the key, and the
@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import evaluate_sharding_spec
 
-from memwal.demo_data import demo_schema
+from memwal.demo import demo_schema
 
 DIM = 8
 

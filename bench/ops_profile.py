@@ -30,12 +30,12 @@ from bench.run import log, run_worker, set_merge_op, table_state
 TARGET = 1.5
 KEY_FUNCTIONS = (
     "memwal.merge.plan:plan_merge", "memwal.merge.plan:attach_operands", "memwal.merge.operands:wal_keys_by_generation",
-    "memwal.merge.changes:local_net_changes", "memwal.merge.changes:read_generations",
-    "memwal.merge.changes:_operands", "memwal.merge.operands:read_operands", "memwal.merge.operands:check_complete",
+    "memwal.merge.local:local_net_changes", "memwal.merge.read:read_generations",
+    "memwal.merge.read:_operands", "memwal.merge.operands:read_operands", "memwal.merge.operands:check_complete",
     "memwal.merge.changes:reducer", "memwal.merge.changes:base_rows_for_fold", "memwal.merge.changes:fold_changes",
-    "memwal.merge.changes:rows_with_keys", "memwal.merge_ops:fold", "memwal.merge.changes:split_newest",
+    "memwal.merge.changes:rows_with_keys", "memwal.merge.ops:fold", "memwal.merge.local:split_newest",
     "memwal.merge.execute:commit_net_changes", "memwal.merge.execute:bound_delete_pass",
-    "memwal.merge.execute:marked_pass", "memwal.history.run:lag_of",
+    "memwal.merge.execute:marked_pass",
 )
 
 

@@ -38,16 +38,15 @@ NOISE = "Index __lance_mem_wal has no fields"
 #: Phases drawn on the timeline: (label, function whose first start and last end bound it).
 PHASES = [
     ("CLI (after imports)", "memwal.cli:main"),
-    ("open table", "memwal.table:open_table"),
-    ("session start-up (background)", "memwal.spark.session:local_session"),
+    ("open table", "memwal.table.handle:open_table"),
+    ("session start-up (background)", "memwal.spark.engine.session:local_session"),
     ("plan", "memwal.merge.plan:plan_merge"),
-    ("wait for the session", "memwal.spark.session:active_or_local"),
+    ("wait for the session", "memwal.spark.engine.session:active_or_local"),
     ("Spark job (collect)", "pyspark.rdd:RDD.collect"),
-    ("staging commit", "memwal.spark.spark_engine:SparkMergeEngine._assemble"),
-    ("local net changes", "memwal.merge.changes:local_net_changes"),
+    ("staging commit", "memwal.spark.engine.merge:SparkMergeEngine._assemble"),
+    ("local net changes", "memwal.merge.local:local_net_changes"),
     ("delete pass", "memwal.merge.execute:bound_delete_pass"),
     ("marked pass", "memwal.merge.execute:marked_pass"),
-    ("run record: lag", "memwal.history.run:lag_of"),
 ]
 
 

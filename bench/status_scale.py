@@ -62,7 +62,7 @@ def build_base(path: str, shards: int, generations: int = 3, rows: int = 4) -> d
     import numpy as np
 
     from bench.tiny import _rows
-    from memwal.demo_data import Workload, create_base_table
+    from memwal.demo import Workload, create_base_table
 
     shutil.rmtree(path, ignore_errors=True)
     t0 = time.perf_counter()
