@@ -116,10 +116,11 @@ def test_growth_bench_smoke(tmp_path):
     assert (out / "growth.png").stat().st_size > 0
     assert doc["ok"] and not doc["failures"] and len(doc["points"]) == 2
     for p in doc["points"]:
-        for c in ("ours", "floor", "floor-index", "floor-scan"):
+        for c in ("ours", "floor", "floor-scan", "floor-sorted"):
             assert p[c]["whole_seconds"] > 0 and p[c]["peak_rss_mb"] > 0, c
         assert p["rows_after"] > p["base_rows"]  # the change set inserted new keys
-        assert p["ratios"]["ours_over_floor"] > 0 and p["ratios"]["floor_index_over_floor_scan"] > 0
+        assert p["best_floor"] in ("floor", "floor-scan", "floor-sorted")
+        assert p["ratios"]["ours_over_best_floor"] > 0 and p["ratios"]["floor_over_floor_scan"] > 0
         assert p["ours_timers"]["exit_code"] == 0
         assert "memwal.merge.execute:marked_pass" in p["ours_timers"]["functions"]
         assert all(q["upsert_index"] > 0 and q["upsert_scan"] > 0 for q in p["index_sweep"]["points"])
