@@ -32,6 +32,7 @@ def test_the_policy_uses_the_index_for_few_keys_and_scans_for_many():
     assert use_key_index(1, 1_000_000) and use_key_index(join.INDEX_JOIN_MIN_KEYS, 0)
     assert not use_key_index(200_000, 1_000_000) and not use_key_index(200_000, 16_000_000)
     assert not use_key_index(2_000, 1_000_000) and use_key_index(2_000, 16_000_000)  # the threshold grows with the base
+    assert use_key_index(300, 1_000_000) and not use_key_index(400, 1_000_000)
 
 
 def _scan_plan_or_none(builder, schema) -> str | None:
@@ -60,7 +61,7 @@ def test_both_joins_merge_the_same_rows_and_record_progress(make_table, monkeypa
     marked upsert): the rows equal the model's and Lance recorded the progress marker."""
     if join_by == "scan":
         monkeypatch.setattr(join, "INDEX_JOIN_MIN_KEYS", -1)
-        monkeypatch.setattr(join, "INDEX_JOIN_SQRT_FACTOR", 0.0)
+        monkeypatch.setattr(join, "INDEX_JOIN_BASE_ROWS_PER_KEY", 10**12)
     else:
         monkeypatch.setattr(join, "INDEX_JOIN_MIN_KEYS", 10**12)
     chosen = []
