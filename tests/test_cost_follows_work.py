@@ -149,3 +149,25 @@ def test_a_branch_forked_before_the_merge_holds_every_generation_among_many_vers
     assert plan.generations == [] and len(plan.blocked) == SMALL.shards * SMALL.generations
     assert all(b.reasons[0].startswith("retained-version:") and "(branch before-merge" in b.reasons[0]
                for b in plan.blocked)
+
+
+# --------------------------------------------------------------------------- listings by name
+
+
+def test_list_keys_names_what_a_shallow_listing_lists(store, tmp_path):
+    """``Store.list_keys`` (history, table versions: names only) gives the keys of a
+    non-recursive ``list``, in the same order, on every store; a local one skips links and
+    temporary files as ``list`` does, without a stat per file."""
+    import os
+
+    for key in ("h/00002-gc-b.json", "h/00001-merge-a.json", "h/sub/x.json", "h/00003-merge-c.json", "hx/y.json"):
+        store.put(key, b"{}")
+    if store.__class__.__name__ == "LocalStore":
+        os.symlink(tmp_path, os.path.join(store.root, "h", "00000-merge-link.json"))
+        store.put("h/00004-x.json.memwal-tmp-1", b"{}")
+        assert store.list_links("h/", recursive=False) == ["h/00000-merge-link.json"]
+    expected = [o.key for o in store.list("h/", recursive=False)]
+    assert expected == ["h/00001-merge-a.json", "h/00002-gc-b.json", "h/00003-merge-c.json"]
+    assert list(store.list_keys("h/")) == expected
+    assert list(store.list_keys("h/00002")) == ["h/00002-gc-b.json"]
+    assert list(store.list_keys("nothing/")) == []

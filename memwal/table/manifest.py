@@ -62,15 +62,15 @@ class TableManifest:
 def list_versions(store: Store) -> dict[int, str]:
     """Every committed table version and its manifest key, for both naming schemes."""
     out: dict[int, str] = {}
-    for obj in store.list("_versions/", recursive=False):
-        name = obj.key.rsplit("/", 1)[-1]
+    for key in store.list_keys("_versions/"):
+        name = key.rsplit("/", 1)[-1]
         stem, dot, ext = name.partition(".")
         if ext != "manifest" or not stem.isdigit():
             continue
         n = int(stem)
         # V2 names count down from u64::MAX; no real table reaches 2^63 versions.
         version = U64_MAX - n if n > (1 << 63) else n
-        out[version] = obj.key
+        out[version] = key
     return out
 
 
