@@ -264,7 +264,7 @@ def chart(doc: dict, path: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0].set_title(f"memwal merge of ~{doc['change_rows']:,} change rows vs the floors "
+    axes[0].set_title(f"memwal merge of ~{doc['change_rows']:,} change rows vs the floors\n"
                       "(floor: Lance's default join, through the key index)", fontsize=9)
     axes[1].set_title("peak memory", fontsize=9)
     ax = axes[2]
