@@ -171,3 +171,20 @@ def test_list_keys_names_what_a_shallow_listing_lists(store, tmp_path):
     assert list(store.list_keys("h/")) == expected
     assert list(store.list_keys("h/00002")) == ["h/00002-gc-b.json"]
     assert list(store.list_keys("nothing/")) == []
+
+
+# --------------------------------------------------------------------------- spark only for work
+
+
+def test_a_spark_merge_with_nothing_to_merge_never_asks_for_a_session(make_table):
+    """The Spark merge engine takes its session when a batch first needs it: a merge with
+    nothing to merge reports the spark engine and never waited for a JVM."""
+    from memwal.spark.engine.merge import SparkMergeEngine
+
+    table, model = make_table()
+    run_merge(table)
+    engine = SparkMergeEngine.from_active_or_local()
+    result = run_merge(table, engine=engine)
+    assert result.engine == "spark" and result.shards == [] and result.version is None
+    assert engine._spark is None
+    assert table_rows(table) == model.sorted_rows()
