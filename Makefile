@@ -87,14 +87,21 @@ demo: $(STAMP)
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
 
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
-# in-process, peak memory), Spark's time split, compaction (scan before/after, local vs Spark)
-# GC of 10,000 generations, and requests per generation (GC) and per shard (status) on moto and
-# Azurite with GC of 1,000 generations against raw DeleteObjects. JSON and charts in bench-results/.
+# in-process, peak memory), the merge as the base grows (1M-16M rows; Lance's key index or a scan),
+# status and gc planning against 5,000 versions and a year of run history, merge operators against
+# none, Spark's time split and its whole-process timeline, compaction (scan before/after, local vs
+# Spark), GC of 10,000 generations against rm -rf and threaded unlinks, and requests per generation
+# (GC) and per shard (status) on moto and Azurite with GC of 1,000 generations against raw
+# DeleteObjects. JSON and charts in bench-results/.
 bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.run --out bench-results
+	$(PY) -m bench.growth --out bench-results
+	$(PY) -m bench.status_scale --out bench-results
+	$(PY) -m bench.ops_profile --out bench-results
 	$(PY) -m bench.spark_breakdown --out bench-results
+	$(PY) -m bench.spark_timeline --out bench-results
 	$(PY) -m bench.compaction --out bench-results
-	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --floor --out bench-results
+	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --runs 3 --floor --timers --out bench-results
 	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
 
 # The README's picture of the status page (memwal status --html) on a demo table after a few runs.

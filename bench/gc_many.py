@@ -136,23 +136,82 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
             "objects_deleted": result.objects_deleted, "objects_left": left}
 
 
+def _doomed(run_dir: Path) -> list[str]:
+    """What GC deletes: every generation directory and every WAL folder of every shard."""
+    from memwal.table.naming import MEM_WAL_DIR
+
+    return [str(d) for shard in Path(run_dir, MEM_WAL_DIR).iterdir() if shard.is_dir() for d in shard.iterdir()
+            if "_gen_" in d.name or d.name == "wal"]
+
+
 def floor_run(pristine: Path, work: Path) -> float:
     """Seconds a plain ``rm -rf`` of the same generation directories and WAL entries takes on
     this disk: no check, no lease, no manifest order, one thread. GC deletes from several
     threads (the file system's journal is shared by concurrent unlinks), so it can beat it."""
-    from memwal.table.naming import MEM_WAL_DIR
-
     run_dir = work / "floor"
     shutil.rmtree(run_dir, ignore_errors=True)
     subprocess.run(["cp", "-a", str(pristine), str(run_dir)], check=True)
     os.sync()
-    doomed = [str(d) for shard in Path(run_dir, MEM_WAL_DIR).iterdir() for d in shard.iterdir()
-              if "_gen_" in d.name or d.name == "wal"]
+    doomed = _doomed(run_dir)
     t0 = time.perf_counter()
     subprocess.run(["rm", "-rf", *doomed], check=True)
     took = time.perf_counter() - t0
     shutil.rmtree(run_dir, ignore_errors=True)
     return round(took, 3)
+
+
+def threaded_floor_run(pristine: Path, work: Path, threads: int) -> dict[str, float]:
+    """The same files unlinked by ``threads`` threads with no check at all: one walk, then the
+    files in ``threads`` slices at once, then the directories deepest first, each depth's in
+    slices at once. What a multi-threaded ``rm -rf`` costs on this disk (GC deletes with
+    ``memwal.gc.delete.DELETE_THREADS`` threads, with its checks)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run_dir = work / f"floor-{threads}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(pristine), str(run_dir)], check=True)
+    os.sync()
+    doomed = _doomed(run_dir)
+    t0 = time.perf_counter()
+    files: list[str] = []
+    dirs: list[tuple[int, str]] = []
+    for top in doomed:
+        for root, _dirs, fnames in os.walk(top):
+            files += [os.path.join(root, f) for f in fnames]
+            dirs.append((root.count("/"), root))
+    t1 = time.perf_counter()
+
+    def unlink(paths: list[str]) -> None:
+        for f in paths:
+            os.unlink(f)
+
+    def rmdir(paths: list[str]) -> None:
+        for d in paths:
+            os.rmdir(d)
+
+    def spread(fn, items: list[str], pool) -> None:
+        step = max(1, -(-len(items) // threads))
+        list(pool.map(fn, [items[i:i + step] for i in range(0, len(items), step)]))
+
+    with ThreadPoolExecutor(threads) as pool:
+        spread(unlink, files, pool)
+        t2 = time.perf_counter()
+        for depth in sorted({d for d, _ in dirs}, reverse=True):
+            spread(rmdir, [p for d, p in dirs if d == depth], pool)
+    t3 = time.perf_counter()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return {"threads": threads, "total_s": round(t3 - t0, 3), "walk_s": round(t1 - t0, 3),
+            "unlink_s": round(t2 - t1, 3), "rmdir_s": round(t3 - t2, 3), "files": len(files), "dirs": len(dirs)}
+
+
+def timers_run(pristine: Path, work: Path) -> dict[str, Any]:
+    """One more GC run (plan and execute) with :mod:`bench.timers` around the core's functions."""
+    from bench.timers import GC_RUN, Timers, preload
+
+    preload()
+    timers = Timers(GC_RUN).install()
+    doc = one_run(pristine, work, 99)
+    return {**doc, **timers.report()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--rebuild", action="store_true")
-    p.add_argument("--floor", action="store_true", help="also time a plain rm -rf of the same files")
+    p.add_argument("--floor", action="store_true", help="also time a plain rm -rf of the same files, and "
+                   "unlinks of them by 1, 4 and 8 threads (interleaved with the GC runs)")
+    p.add_argument("--timers", action="store_true", help="one more GC run with bench.timers: seconds per function")
     p.add_argument("--out", help="also write the document to OUT/gc_many.json")
     args = p.parse_args(argv)
     import memwal
@@ -174,10 +235,25 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(pristine, ignore_errors=True)
         pristine.parent.mkdir(parents=True, exist_ok=True)
         built = round(build(str(pristine), args.generations, args.shards), 1)
-    runs = [one_run(pristine, work, i) for i in range(args.runs)]
+    runs, rm_rf, threaded = [], [], []
+    for i in range(args.runs):  # interleaved: GC, then the baselines, on fresh copies each
+        runs.append(one_run(pristine, work, i))
+        if args.floor:
+            rm_rf.append(floor_run(pristine, work))
+            threaded.append([threaded_floor_run(pristine, work, n) for n in (1, 4, 8)])
     doc = {"memwal": str(Path(memwal.__file__).parent), "generations": args.generations, "shards": args.shards,
-           "build_s": built, "runs": runs, "rm_rf_floor_s": floor_run(pristine, work) if args.floor else None,
+           "build_s": built, "runs": runs,
+           "rm_rf_floor_s": statistics.median(rm_rf) if rm_rf else None, "rm_rf_runs": rm_rf,
+           "threaded_unlink_runs": threaded,
            "median_total_s": statistics.median(r["total_s"] for r in runs) if runs else None}
+    if threaded:
+        doc["threaded_unlink_median_s"] = {str(t["threads"]): statistics.median(
+            run[j]["total_s"] for run in threaded) for j, t in enumerate(threaded[0])}
+        best = min(doc["threaded_unlink_median_s"].values())
+        doc["gc_over_rm_rf"] = round(doc["median_total_s"] / doc["rm_rf_floor_s"], 2)
+        doc["gc_over_best_threaded_unlink"] = round(doc["median_total_s"] / best, 2)
+    if args.timers:
+        doc["timers"] = timers_run(pristine, work)
     json.dump(doc, sys.stdout, indent=1)
     print()
     if args.out:

@@ -39,7 +39,7 @@ import time
 
 T_START = time.perf_counter()
 
-CONTENDERS = ("loop", "ours", "floor", "spark")
+CONTENDERS = ("loop", "ours", "floor", "floor-index", "floor-scan", "floor-sorted", "spark")
 
 
 def _generations(table_dir: str) -> dict[str, list[tuple[int, str]]]:
@@ -90,9 +90,15 @@ def _dedupe(t, pk: list[str], order: list[str]):
     # Taken in 8192-row chunks (Lance's batch size) with buffers of their own: merge_insert
     # accounts a batch sliced from a bigger chunk at the chunk's size, and at 5M change rows
     # the single-chunk table exhausted its 300 MB memory pool (observed).
-    idx = g.column("__ord_max").combine_chunks()
-    idx = pa.chunked_array([idx.slice(i, 8192) for i in range(0, len(idx), 8192)], type=idx.type)
-    return t.take(idx).drop_columns(["__ord"])
+    return t.take(_chunked(g.column("__ord_max"))).drop_columns(["__ord"])
+
+
+def _chunked(idx):
+    """Take indices in 8192-row chunks (see :func:`_dedupe`)."""
+    import pyarrow as pa
+
+    idx = idx.combine_chunks() if isinstance(idx, pa.ChunkedArray) else idx
+    return pa.chunked_array([idx.slice(i, 8192) for i in range(0, len(idx), 8192)], type=idx.type)
 
 
 def run_loop(table_dir: str) -> dict:
@@ -135,8 +141,13 @@ def run_loop(table_dir: str) -> dict:
     return {"commits": commits, "generations": generations, "rows_read": rows}
 
 
-def run_floor(table_dir: str) -> dict:
-    """The single-pass floor: one read of every generation, one dedupe, two commits."""
+def run_floor(table_dir: str, use_index: bool | None = None, sort_keys: bool = False) -> dict:
+    """The single-pass floor: one read of every generation, one dedupe, two commits.
+
+    ``use_index`` is handed to both ``merge_insert`` builders (``MergeInsertBuilder.use_index``)
+    when not None: True asks Lance to join through the BTREE on the key, False forces the
+    hash join over a scan of the base table's key column. ``sort_keys`` hands both passes
+    their rows sorted by primary key (the dedupe leaves them in LSM order: random keys)."""
     import lance
     import numpy as np
     import pyarrow as pa
@@ -165,13 +176,21 @@ def run_floor(table_dir: str) -> dict:
     tomb = net.column("_tombstone")
     deletes = net.filter(tomb).select(pk)
     upserts = net.filter(pc.invert(tomb)).select(schema.names).cast(schema)
+    if sort_keys:
+        by_key = [(k, "ascending") for k in pk]
+        deletes = deletes.sort_by(by_key)
+        upserts = upserts.take(_chunked(pc.sort_indices(upserts.select(pk), sort_keys=by_key)))
     phases["dedupe"] = time.perf_counter() - t0
 
     markers = [CompactedSsTable(s, refs[-1][0]) for s, refs in gens.items() if refs]
     commits = 0
     t0 = time.perf_counter()
+    def builder(ds):
+        b = ds.merge_insert(pk)
+        return b if use_index is None else b.use_index(use_index)
+
     if deletes.num_rows:
-        b = ds.merge_insert(pk).when_matched_delete()
+        b = builder(ds).when_matched_delete()
         if not upserts.num_rows:
             b = b.mark_sstables_as_compacted(markers)
         b.execute(deletes)
@@ -180,7 +199,7 @@ def run_floor(table_dir: str) -> dict:
     phases["delete_commit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if upserts.num_rows:
-        ds.merge_insert(pk).when_matched_update_all().when_not_matched_insert_all().mark_sstables_as_compacted(
+        builder(ds).when_matched_update_all().when_not_matched_insert_all().mark_sstables_as_compacted(
             markers
         ).execute(upserts)
         commits += 1
@@ -222,7 +241,10 @@ def run_spark(table_dir: str) -> dict:
     return _cli_merge(table_dir, "spark")
 
 
-RUNNERS = {"loop": run_loop, "ours": run_ours, "floor": run_floor, "spark": run_spark}
+RUNNERS = {"loop": run_loop, "ours": run_ours, "floor": run_floor, "spark": run_spark,
+           "floor-index": lambda table_dir: run_floor(table_dir, use_index=True),
+           "floor-scan": lambda table_dir: run_floor(table_dir, use_index=False),
+           "floor-sorted": lambda table_dir: run_floor(table_dir, sort_keys=True)}
 
 
 def _preload(contender: str) -> dict:
@@ -252,9 +274,21 @@ def _preload(contender: str) -> dict:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set (MiB): ``ru_maxrss`` is KiB on Linux, bytes on macOS.
+    """This process's peak resident set (MiB).
 
-    Imports count too (about the same for every contender, so ratios understate gaps)."""
+    On Linux, ``VmHWM`` of ``/proc/self/status``: the high-water mark of this address space,
+    which starts afresh at ``exec``. ``ru_maxrss`` does not: Linux keeps it across ``execve``,
+    so a worker forked by a harness holding 800 MiB reported 800 MiB whatever it did itself
+    (observed: the figures grew run after run as the harness grew). Elsewhere ``ru_maxrss``
+    (KiB on Linux, bytes on macOS). Imports count too (about the same for every contender,
+    so ratios understate gaps)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -6,7 +6,8 @@ A generation g of shard s is deleted only when all of these hold (invariant 4, d
 (b) ``index-not-caught-up:<index>``: g <= every maintained index's recorded catch-up for
     s (no record means not caught up: readers use the generation's own index meanwhile);
 (c) ``retained-version:<v>``: every retained version (main, branches, tags) had merged g,
-    so time travel to it never needs the generation;
+    so time travel to it never needs the generation (every version counts, in order: a
+    restore makes progress non-monotone; :mod:`memwal.gc.versions` keeps that cheap);
 (d) ``grace-period``: the first retained version that merged g is older than the reader
     grace period: a reader that listed g before that merge may still be reading it, and
     pylance's LsmScanner fails rather than skips when a listed generation is missing;

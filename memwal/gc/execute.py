@@ -20,6 +20,7 @@ from memwal.gc.delete import LocalGcEngine, check_under, delete_objects
 from memwal.gc.gates import DEFAULT_GRACE_SECONDS, GRACE_PERIOD, UNSAFE_PATH, Blocked
 from memwal.gc.model import GcPlan, blocked_json
 from memwal.gc.plan import DEFAULT_ORPHAN_AGE_SECONDS, check_audit_destination, prepare_gc
+from memwal.gc.versions import ShardProgress, VersionProgress
 from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir, shard_dir
@@ -177,6 +178,8 @@ def recheck_gc_plan(table: Table, plan: GcPlan, checkpoints: list[Checkpoint] | 
     indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
     pins = checkpoints or []
     now = clocks.current()()
+    by_shard = VersionProgress(versions) if versions is not None else None
+    shard_progress: dict[str, ShardProgress] = {}
 
     def lost(shard_id: str, g: int, *, catchup: bool = True) -> str | None:
         if g > latest.compacted_generation(shard_id):
@@ -187,13 +190,15 @@ def recheck_gc_plan(table: Table, plan: GcPlan, checkpoints: list[Checkpoint] | 
         for c in pins:
             if c.pins(shard_id, g):
                 return f"checkpoint:{c.id}"
-        if versions is not None:
-            holders = [v for v in versions if v.manifest.compacted_generation(shard_id) < g]
+        if by_shard is not None:
+            progress = shard_progress.get(shard_id)
+            if progress is None:
+                progress = shard_progress[shard_id] = by_shard.shard(shard_id)
+            holders = progress.holders(g)
             if holders:
                 return f"retained-version:{holders[0].describe()}"
-            merged_at = next((v.manifest.timestamp for v in versions
-                              if v.branch is None and v.manifest.compacted_generation(shard_id) >= g), None)
-            if merged_at is None or now - merged_at < plan.grace_seconds:
+            first = progress.first_merged(g)
+            if first is None or now - first.manifest.timestamp < plan.grace_seconds:
                 return GRACE_PERIOD
         return None
 

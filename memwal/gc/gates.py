@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from memwal.checkpoint import TAG_PREFIX, Checkpoint
+from memwal.gc.versions import ShardProgress
 from memwal.table.retained import RetainedVersion
 
 if TYPE_CHECKING:
@@ -57,15 +58,15 @@ def verdict_of(
     compacted: int,
     catchup: dict[str, dict[str, int]],
     indexes: list[str],
-    progress: list[tuple[RetainedVersion, int]],
+    progress: ShardProgress,
     now: float,
     grace_seconds: float,
     checkpoints: tuple[Checkpoint, ...] = (),
 ) -> Verdict:
     """Every gate that blocks generation g, and the evidence.
 
-    ``progress`` pairs each retained version with its merge progress for the shard, read
-    once per shard rather than once per generation.
+    ``progress`` is every retained version's merge progress for the shard, read once per
+    shard rather than once per generation (:mod:`memwal.gc.versions`).
     """
     reasons: list[str] = []
     if g > compacted:
@@ -76,17 +77,18 @@ def verdict_of(
         if g > caught[name]:
             reasons.append(f"index-not-caught-up:{name}")
     reasons += [f"checkpoint:{c.id}" for c in checkpoints if c.pins(shard_id, g)]
-    holders = [v for v, p in progress if p < g]
+    holders = progress.holders(g)
     if holders:
         reasons.append(f"retained-version:{holders[0].describe()}")
     # the first retained main-line version that merged g: when readers stopped needing it
-    merged_at = next((v.manifest.timestamp for v, p in progress if v.branch is None and p >= g), None)
+    first = progress.first_merged(g)
+    merged_at = None if first is None else first.manifest.timestamp
     if (merged_at is None or now - merged_at < grace_seconds) and "not-merged" not in reasons:
         reasons.append(GRACE_PERIOD)
     evidence = {
         "merged_generation": compacted,
         "index_catchup": caught,
-        "oldest_retained_progress": min((p for _, p in progress), default=0),
+        "oldest_retained_progress": progress.low,
         "merged_at": merged_at,
         "grace_seconds": grace_seconds,
     }
@@ -98,7 +100,7 @@ class HeldGeneration(NamedTuple):
 
     generation: int
     holders: list[RetainedVersion]  # retained versions that had not merged it
-    progress: list[tuple[RetainedVersion, int]]  # every retained version's progress for its shard
+    progress: ShardProgress  # every retained version's progress for its shard
     reasons: list[str]  # every gate that blocks it now
 
 
@@ -112,8 +114,8 @@ def _freed_by_expiry(h: HeldGeneration, seconds: float, now: float, grace_second
     others = [r for r in h.reasons if not r.startswith("retained-version") and r != GRACE_PERIOD]
     if any(not expired(v) for v in h.holders):
         others.append("retained-version")
-    merged_at = next((v.manifest.timestamp for v, p in h.progress
-                      if v.branch is None and p >= h.generation and not expired(v)), None)
+    first = h.progress.first_merged(h.generation, keep=lambda v: not expired(v))
+    merged_at = None if first is None else first.manifest.timestamp
     if merged_at is None or now - merged_at < grace_seconds:
         others.append(GRACE_PERIOD)
     return not others, others

@@ -29,6 +29,7 @@ from memwal.gc.gates import (
 )
 from memwal.gc.model import GcPlan, GenerationDeletion, KeptWal, WalDeletion
 from memwal.gc.orphans import plan_generation_orphans, plan_staging_orphans, plan_unsafe_links
+from memwal.gc.versions import VersionProgress
 from memwal.history.log import expired_history
 from memwal.history.run import current as current_run
 from memwal.store import LocalStore, Store
@@ -95,6 +96,7 @@ def plan_gc(
                         for c in live]
     plan.expired_checkpoints = [c.id for c in ckpts if not c.live(now)]
     held: list[HeldGeneration] = []  # per merged generation a retained version blocks
+    by_shard = VersionProgress(versions)
     found = read_shard_manifests(table.store)
     for err in found.broken.values():
         _plan_broken_shard(table.store, err, plan)
@@ -103,7 +105,7 @@ def plan_gc(
         dirs = list_generation_dirs(table.store, shard_id)
         present = {g: name for name, g in dirs.items()}
         deletable: set[int] = set()
-        progress = [(v, v.manifest.compacted_generation(shard_id)) for v in versions]
+        progress = by_shard.shard(shard_id)
         gates = partial(verdict_of, shard_id, compacted=compacted, catchup=latest.index_catchup, indexes=indexes,
                         progress=progress, now=now, grace_seconds=grace_seconds, checkpoints=live)
         for fg in state.flushed:

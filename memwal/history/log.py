@@ -62,8 +62,8 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
               limit: int | None = None) -> Iterator[RunRecord]:
     """Runs newest first, optionally of one job and started at or after ``since``."""
     found = 0
-    for obj in store.list(HISTORY_PREFIX, recursive=False):
-        parsed = _parse(obj.key)
+    for key in store.list_keys(HISTORY_PREFIX):  # a year of runs: names only, newest first
+        parsed = _parse(key)
         if parsed is None:
             continue
         started, kind, _run_id = parsed
@@ -72,11 +72,11 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
         if job is not None and kind != job:
             continue
         try:
-            yield RunRecord.loads(store.get(obj.key))
+            yield RunRecord.loads(store.get(key))
         except NotFoundError:
             continue  # pruned since the listing
         except (ValueError, TypeError) as exc:
-            log.warning("skipping unreadable history record %s: %s", store.uri_for(obj.key), exc)
+            log.warning("skipping unreadable history record %s: %s", store.uri_for(key), exc)
             continue
         found += 1
         if limit is not None and found >= limit:
@@ -87,10 +87,10 @@ def expired_history(store: Store, older_than: float, *, keep_run: str | None = N
     """Keys of the records of runs started before ``older_than`` (GC plans to delete them),
     never the record of run ``keep_run`` (a GC planning again under its own record)."""
     out = []
-    for obj in store.list(HISTORY_PREFIX, recursive=False):
-        parsed = _parse(obj.key)
+    for key in store.list_keys(HISTORY_PREFIX):
+        parsed = _parse(key)
         if parsed is not None and parsed[0] < older_than and parsed[2] != keep_run:
-            out.append(obj.key)
+            out.append(key)
     return out
 
 

@@ -1,7 +1,8 @@
 """The merger: flushed generations into the base table, in order, with atomic progress.
 
 ``plan_merge`` is pure (the dry run); ``execute_merge`` takes the plan, an engine that
-computes the net change set, and the merge lease.
+computes the net change set, and the merge lease. Each pass joins its change set to the
+base through the key index or a scan, by the measured rule of :mod:`memwal.merge.join`.
 """
 
 from memwal.merge.execute import MergeResult, ShardMergeResult, execute_merge, run_merge

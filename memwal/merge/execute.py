@@ -63,6 +63,7 @@ from memwal.errors import ConflictError, StateMovedError, first_line
 from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import NetChanges
+from memwal.merge.join import join_builder
 from memwal.merge.local import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, local_net_changes
 from memwal.merge.model import BlockedShard, MergePlan
 from memwal.merge.plan import plan_merge
@@ -153,7 +154,8 @@ def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table) -> int:
     Raises ``CommitConflictError`` when a commit since then touched those rows.
     """
     ds = table.dataset(plan.read_version)
-    txn, _stats = ds.merge_insert(plan.primary_key).when_matched_delete().execute_uncommitted(keys)
+    builder = join_builder(ds, plan.primary_key, keys.num_rows)
+    txn, _stats = builder.when_matched_delete().execute_uncommitted(keys)
     txn.transaction_properties = {**(txn.transaction_properties or {}), **history.transaction_properties()}
     done = lance.LanceDataset.commit(
         ds.uri, txn, read_version=plan.read_version, storage_options=table.storage_options or None
@@ -167,7 +169,7 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
     drops the marker): upserts, or the deletes when the batch has no upsert. Lance
     rejects it when another merger recorded progress at or above ours. Returns the new
     table version."""
-    builder = table.dataset().merge_insert(plan.primary_key)
+    builder = join_builder(table.dataset(), plan.primary_key, net.num_upserts or net.num_deletes)
     if net.num_upserts:
         builder = builder.when_matched_update_all().when_not_matched_insert_all()
         data = net.upsert_data()

@@ -15,8 +15,8 @@ import stat
 from collections.abc import Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError, NotFoundError
-from memwal.store.base import ObjectInfo, Store, clean_key, dir_prefix
-from memwal.store.local_walk import DIR_FLAGS, TreeDeleter, is_link, listing
+from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
+from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
 from memwal.store.local_writes import LocalWrites
 
 
@@ -237,6 +237,25 @@ class LocalStore(LocalWrites, Store):
     def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
         """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
         yield from listing(self, prefix, recursive, [])
+
+    def list_keys(self, prefix: str) -> Iterator[str]:
+        """Regular files directly under ``prefix``, sorted, from one ``scandir``: the entry type
+        comes with the listing (d_type), so no file is stat-ed; links are skipped, as by :meth:`list`."""
+        dir_part, _, name_prefix = clean_prefix(prefix).rpartition("/")
+        try:
+            fd = self._open_dir(dir_part.split("/") if dir_part else [], key=dir_part or ".")
+        except LinkedPathError:
+            return iter(())
+        if fd is None:
+            return iter(())
+        try:
+            with os.scandir(fd) as it:
+                names = sorted(e.name for e in it if e.name.startswith(name_prefix) and TEMP_MARKER not in e.name
+                               and e.is_file(follow_symlinks=False))
+        finally:
+            os.close(fd)
+        rel = f"{dir_part}/" if dir_part else ""
+        return iter([rel + name for name in names])
 
     def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
         """Symbolic links at or under ``prefix`` (sorted keys), found without following any."""

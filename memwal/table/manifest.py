@@ -62,15 +62,15 @@ class TableManifest:
 def list_versions(store: Store) -> dict[int, str]:
     """Every committed table version and its manifest key, for both naming schemes."""
     out: dict[int, str] = {}
-    for obj in store.list("_versions/", recursive=False):
-        name = obj.key.rsplit("/", 1)[-1]
+    for key in store.list_keys("_versions/"):
+        name = key.rsplit("/", 1)[-1]
         stem, dot, ext = name.partition(".")
         if ext != "manifest" or not stem.isdigit():
             continue
         n = int(stem)
         # V2 names count down from u64::MAX; no real table reaches 2^63 versions.
         version = U64_MAX - n if n > (1 << 63) else n
-        out[version] = obj.key
+        out[version] = key
     return out
 
 
@@ -115,7 +115,24 @@ def _message_at(data: bytes, offset: int, where: str, what: str) -> bytes:
     return data[offset + 4 : end]
 
 
-def decode_table_manifest(data: bytes, *, key: str, where: str) -> TableManifest:
+#: What the index section of a manifest decodes to: its entries, the MemWAL index details,
+#: merge progress and catch-up. Shared between versions whose index sections are the same bytes.
+IndexState = tuple[tuple[IndexEntry, ...], "mem_wal_index_pb2.MemWalIndexDetails | None", dict[str, int],
+                   dict[str, dict[str, int]]]
+
+
+def decode_table_manifest(data: bytes, *, key: str, where: str,
+                          shared: dict[bytes, IndexState] | None = None) -> TableManifest:
+    """Decode one manifest's head and index section (our ``Manifest`` message names only the
+    fields we read, so the parser skips the fragment list).
+
+    ``shared`` maps index-section bytes to what they decoded to: consecutive versions of a
+    table usually carry the very same index section (a commit that is not a merge, a
+    catch-up or an index change leaves it alone), and decoding the MemWAL progress of
+    1,000 shards costs milliseconds, so a caller that decodes many versions (gc's retained
+    versions) decodes each distinct section once. Versions decoded through the same
+    ``shared`` with equal sections share one ``compacted`` dict: treat it as read-only.
+    """
     if len(data) < _TRAILER.size:
         raise BadInputError(f"{where}: truncated manifest ({len(data)} bytes)")
     offset, _major, _minor, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
@@ -123,40 +140,48 @@ def decode_table_manifest(data: bytes, *, key: str, where: str) -> TableManifest
         raise BadInputError(f"{where}: corrupt manifest: bad magic {magic!r}")
     try:
         manifest = table_manifest_pb2.Manifest.FromString(_message_at(data, offset, where, "manifest"))
-        indices: list[IndexEntry] = []
-        mem_wal = None
-        if manifest.HasField("index_section"):
-            section = table_manifest_pb2.IndexSection.FromString(
-                _message_at(data, manifest.index_section, where, "index section")
-            )
-            for meta in section.indices:
-                indices.append(
-                    IndexEntry(
-                        name=meta.name,
-                        uuid=shard_uuid_str(meta.uuid.uuid) if len(meta.uuid.uuid) == 16 else "",
-                        dataset_version=meta.dataset_version,
-                        fields=tuple(meta.fields),
-                        type_url=meta.index_details.type_url,
-                        details=meta.index_details.value,
-                    )
-                )
-                if meta.name == MEM_WAL_INDEX_NAME and meta.index_details.type_url.endswith(
-                    MEM_WAL_DETAILS_TYPE_URL.rsplit("/", 1)[-1]
-                ):
-                    mem_wal = mem_wal_index_pb2.MemWalIndexDetails.FromString(meta.index_details.value)
+        section = (_message_at(data, manifest.index_section, where, "index section")
+                   if manifest.HasField("index_section") else b"")
+        state = shared.get(section) if shared is not None else None
+        if state is None:
+            state = _decode_index_section(section)
+            if shared is not None:
+                shared[section] = state
     except DecodeError as exc:
         raise BadInputError(f"{where}: corrupt manifest: {exc}") from exc
+    indices, mem_wal, compacted, catchup = state
     ts = manifest.timestamp.seconds + manifest.timestamp.nanos / 1e9
-    compacted, catchup = progress_of(mem_wal)
     return TableManifest(
         version=manifest.version,
         timestamp=ts,
         key=key,
-        indices=tuple(indices),
+        indices=indices,
         mem_wal=mem_wal,
         compacted=compacted,
         index_catchup=catchup,
     )
+
+
+def _decode_index_section(section: bytes) -> IndexState:
+    indices: list[IndexEntry] = []
+    mem_wal = None
+    for meta in table_manifest_pb2.IndexSection.FromString(section).indices if section else ():
+        indices.append(
+            IndexEntry(
+                name=meta.name,
+                uuid=shard_uuid_str(meta.uuid.uuid) if len(meta.uuid.uuid) == 16 else "",
+                dataset_version=meta.dataset_version,
+                fields=tuple(meta.fields),
+                type_url=meta.index_details.type_url,
+                details=meta.index_details.value,
+            )
+        )
+        if meta.name == MEM_WAL_INDEX_NAME and meta.index_details.type_url.endswith(
+            MEM_WAL_DETAILS_TYPE_URL.rsplit("/", 1)[-1]
+        ):
+            mem_wal = mem_wal_index_pb2.MemWalIndexDetails.FromString(meta.index_details.value)
+    compacted, catchup = progress_of(mem_wal)
+    return tuple(indices), mem_wal, compacted, catchup
 
 
 def progress_of(

@@ -4,15 +4,27 @@ GC gate (c) (invariant 4, docs/architecture.md): time travel to a retained versi
 that version had merged, and nothing more, so a generation merged *after* that version
 must stay until the version is cleaned up. We read progress straight from each version's
 manifest, on the main line and on every branch under ``tree/<branch>/``.
+
+Every version is read, whatever its neighbours say: a ``restore`` commits an older
+manifest again, so progress is not monotone across versions. What keeps that cheap with
+thousands of versions (issue 23): the manifests are fetched concurrently on an object store,
+and the index section, where the MemWAL progress of every shard lives, is decoded once per
+distinct section (consecutive versions usually carry the same bytes), see
+:func:`memwal.table.manifest.decode_table_manifest`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memwal.core.pool import ordered_map
 from memwal.errors import BadInputError, first_line
+from memwal.store import LocalStore
 from memwal.table import Table
-from memwal.table.manifest import TableManifest, decode_table_manifest, list_versions
+from memwal.table.manifest import IndexState, TableManifest, decode_table_manifest, list_versions
+
+#: Concurrent manifest reads on an object store (a local disk reads them in order).
+MANIFEST_READ_THREADS = 16
 
 
 @dataclass
@@ -60,11 +72,15 @@ def retained_versions(table: Table) -> list[RetainedVersion]:
     """All versions whose manifests still exist, oldest first per line of history."""
     tags, branches = _holders(table)
     out: list[RetainedVersion] = []
+    shared: dict[bytes, IndexState] = {}
     lines: list[tuple[str | None, object]] = [(None, table.store)]
     lines += [(b, table.store.child(f"tree/{b}")) for b in table.store.list_dirs("tree/")]
+    threads = 1 if isinstance(table.store, LocalStore) else MANIFEST_READ_THREADS
     for branch, store in lines:
-        for version, key in sorted(list_versions(store).items()):
-            manifest = decode_table_manifest(store.get(key), key=key, where=store.uri_for(key))
+        listed = sorted(list_versions(store).items())
+        datas = ordered_map(store.get, [key for _, key in listed], threads, name="memwal-versions")
+        for (version, key), data in zip(listed, datas, strict=True):
+            manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
             out.append(RetainedVersion(version, branch, manifest, tags.get((branch, version), []),
                                        branches.get((branch, version), [])))
     return out

@@ -98,3 +98,57 @@ def test_object_store_request_bench_smoke(tmp_path):
     assert doc["moto_raw_delete_objects"]["keys"] == doc["moto"]["gc_objects_deleted"]
     assert doc["moto_raw_delete_objects"]["objects_left_under_mem_wal"] < doc["moto"]["objects_uploaded"]
     assert doc["gc_vs_raw"] > 0
+
+
+def _run_bench(module: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_growth_bench_smoke(tmp_path):
+    """bench/growth.py at a tiny size: every contender gave ours's table, the ratios, the
+    per-function profile of ours and the use_index sweep are in the document, the chart exists."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.growth", ["--out", str(out), "--smoke", "--workdir", str(tmp_path / "work")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "growth.json").read_text())
+    assert (out / "growth.png").stat().st_size > 0
+    assert doc["ok"] and not doc["failures"] and len(doc["points"]) == 2
+    for p in doc["points"]:
+        for c in ("ours", "floor", "floor-scan", "floor-sorted"):
+            assert p[c]["whole_seconds"] > 0 and p[c]["peak_rss_mb"] > 0, c
+        assert p["rows_after"] > p["base_rows"]  # the change set inserted new keys
+        assert p["best_floor"] in ("floor", "floor-scan", "floor-sorted")
+        assert p["ratios"]["ours_over_best_floor"] > 0 and p["ratios"]["floor_over_floor_scan"] > 0
+        assert p["ours_timers"]["exit_code"] == 0
+        assert "memwal.merge.execute:marked_pass" in p["ours_timers"]["functions"]
+        assert all(q["upsert_index"] > 0 and q["upsert_scan"] > 0 for q in p["index_sweep"]["points"])
+
+
+def test_status_scale_bench_smoke(tmp_path):
+    """bench/status_scale.py at a tiny size: every command ran on every table, ratios to the baseline."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.status_scale", ["--out", str(out), "--smoke", "--no-timers", "--workdir",
+                                             str(tmp_path / "work")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "status_scale.json").read_text())
+    assert doc["ok"] and doc["build"]["history_records"] == 4 * 365
+    assert set(doc["commands"]) == {"status", "status-html", "gc-plan", "merge-noop"}
+    for per in doc["commands"].values():
+        assert set(per) == {"v10", "v40", "v10+history", "v40+history"}
+        assert per["v10"]["over_baseline"] == 1.0
+        assert all(v["seconds"] > 0 and v["exit_code"] == 0 for v in per.values())
+
+
+def test_ops_profile_bench_smoke(tmp_path):
+    """bench/ops_profile.py at a tiny size: the same progress with and without the operator, a ratio, a profile."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.ops_profile", ["--out", str(out), "--smoke", "--workdir", str(tmp_path / "work")],
+                      tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "ops_profile.json").read_text())
+    (p,) = doc["points"]
+    assert p["same_progress"] and p["ops_over_plain_inner"] > 0
+    assert "memwal.merge.changes:fold_changes" in p["timers"]["ops"]["functions"]
+    assert "memwal.merge.changes:fold_changes" not in p["timers"]["plain"]["functions"]
