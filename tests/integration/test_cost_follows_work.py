@@ -15,9 +15,9 @@ from datetime import timedelta
 
 import pytest
 
-from memwal.catchup import run_catchup
+import memwal
 from memwal.demo import shard_ids_for
-from memwal.gc import plan_gc, run_gc
+from memwal.gc import plan_gc
 from memwal.merge import join, run_merge
 from memwal.merge.join import join_builder, use_key_index
 from memwal.table import open_table
@@ -68,7 +68,7 @@ def test_both_joins_merge_the_same_rows_and_record_progress(make_table, monkeypa
     real = join.use_key_index
     monkeypatch.setattr(join, "use_key_index", lambda k, n: chosen.append(real(k, n)) or chosen[-1])
     table, model = make_table()
-    result = run_merge(table)
+    result = memwal.open(table.uri).merge().value
     assert result.commits == 2 and set(chosen) == {join_by == "index"} and len(chosen) == 2
     assert table_rows(table) == model.sorted_rows()
     assert table.manifest().compacted == {s: SMALL.generations for s in shard_ids_for(SMALL)}
@@ -92,17 +92,14 @@ def test_many_versions_and_a_restore_block_exactly_the_generations_they_need(mak
     merged all 4, then many commits. R, newer than B but behind it, holds 2..4 and names
     itself for 2 and 3; B holds 4 only and is named first for it; 1 goes."""
     table, model = make_table()
-    run_merge(table, max_generations=1)
-    run_catchup(table)
+    assert memwal.open(table.uri).merge(max_generations=1).ok and memwal.open(table.uri).catchup().ok
     older = table.dataset().version  # progress 1 everywhere
-    run_merge(table, max_generations=2)
-    run_catchup(table)
+    assert memwal.open(table.uri).merge(max_generations=2).ok and memwal.open(table.uri).catchup().ok
     b = table.dataset().version  # progress 3
     table.dataset(older).restore()
     r = table.dataset().version  # progress 1 again: an older manifest, committed anew
     assert table.manifest().compacted == {s: 1 for s in shard_ids_for(SMALL)}
-    run_merge(table)
-    run_catchup(table)
+    assert memwal.open(table.uri).merge().ok and memwal.open(table.uri).catchup().ok
     m = table.dataset().version  # progress 4
     for tag, v in (("b", b), ("r", r)):  # keep B and R through the expiry of everything older
         table.dataset().tags.create(tag, v)
@@ -113,7 +110,7 @@ def test_many_versions_and_a_restore_block_exactly_the_generations_they_need(mak
     for i in range(40):
         ds.update_config({"test.commit": str(i)})
     table = open_table(table.uri)
-    plan = plan_gc(table, grace_seconds=0)
+    plan = plan_gc(table, grace_seconds=0)  # internal entry: the plan's own fields (retention, reasons)
     assert plan.retained_versions == 2 + 1 + 40 and m > r > b
     shards = shard_ids_for(SMALL)
     blocked = {(x.shard_id, x.generation): x.reasons for x in plan.blocked}
@@ -127,7 +124,7 @@ def test_many_versions_and_a_restore_block_exactly_the_generations_they_need(mak
     assert held == {b: len(shards), r: 3 * len(shards)}
     # the run deletes exactly generation 1 of each shard, and time travel to R still reads its rows
     rows_r = table_rows(table, r)
-    result = run_gc(table, grace_seconds=0)
+    result = memwal.open(table.uri).gc(grace_seconds=0).value
     assert {(d["shard_id"], d["generation"]) for d in result.deleted} == {(s, 1) for s in shards}
     assert all(set(list_generation_dirs(table.store, s).values()) == {2, 3, 4} for s in shards)
     assert table_rows(table, r) == rows_r
@@ -139,13 +136,12 @@ def test_a_branch_forked_before_the_merge_holds_every_generation_among_many_vers
     the same sharing: the branch's first version, never merged, holds every generation."""
     table, _ = make_table()
     table.dataset().create_branch("before-merge", table.dataset().version)
-    run_merge(table)
-    run_catchup(table)
+    assert memwal.open(table.uri).merge().ok and memwal.open(table.uri).catchup().ok
     table.dataset().cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
     ds = table.dataset()
     for i in range(20):
         ds.update_config({"test.commit": str(i)})
-    plan = plan_gc(open_table(table.uri), grace_seconds=0)
+    plan = plan_gc(open_table(table.uri), grace_seconds=0)  # internal entry: the plan's own fields
     assert plan.generations == [] and len(plan.blocked) == SMALL.shards * SMALL.generations
     assert all(b.reasons[0].startswith("retained-version:") and "(branch before-merge" in b.reasons[0]
                for b in plan.blocked)
@@ -182,9 +178,9 @@ def test_a_spark_merge_with_nothing_to_merge_never_asks_for_a_session(make_table
     from memwal.spark.engine.merge import SparkMergeEngine
 
     table, model = make_table()
-    run_merge(table)
+    assert memwal.open(table.uri).merge().ok
     engine = SparkMergeEngine.from_active_or_local()
-    result = run_merge(table, engine=engine)
+    result = run_merge(table, engine=engine)  # internal entry: the engine object is inspected afterwards
     assert result.engine == "spark" and result.shards == [] and result.version is None
     assert engine._spark is None
     assert table_rows(table) == model.sorted_rows()
