@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.growth_tables import GrowthSpec, build_growth_table
-from bench.run import BenchFailed, log, machine_info, run_worker
+from bench.harness import BenchFailed, log, machine_info, run_worker
 
 CONTENDERS = ("ours", "floor", "floor-scan", "floor-sorted")
 FLOORS = CONTENDERS[1:]
@@ -107,7 +107,7 @@ def timed_profile(pristine: str, work: Path, logs: Path, label: str) -> dict:
     import os
     import subprocess
 
-    from bench.run import ROOT
+    from bench.harness import ROOT
 
     copy = copy_fresh(pristine, work / f"{label}-timers")
     result = logs / f"{label}-timers.json"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.growth import copy_fresh, timed_profile
 from bench.growth_tables import GrowthSpec, build_growth_table
-from bench.run import log, run_worker, set_merge_op, table_state
+from bench.harness import log, run_worker, set_merge_op, table_state
 
 TARGET = 1.5
 KEY_FUNCTIONS = (

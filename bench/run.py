@@ -30,34 +30,35 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import pstats
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.harness import (
+    BenchFailed,
+    log,
+    lsm_view,
+    machine_info,
+    run_worker,
+    same_rows,
+    set_merge_op,
+    summarize,
+    table_state,
+)
+from bench.report import (
+    TARGET_LOOP_OVER_OURS,
+    TARGET_OPS_OVER_PLAIN,
+    TARGET_OURS_OVER_FLOOR,
+    TARGET_PEAK_RSS_OVER_FLOOR,
+    TARGET_TINY_SECONDS,
+    chart,
+    profile_pass,
+    summary_text,
+)
 from bench.tables import TableSpec, build_table, copy_table
-
-ROOT = Path(__file__).resolve().parent.parent
-TARGET_LOOP_OVER_OURS = 10.0  # whole processes
-TARGET_OURS_OVER_FLOOR = 1.1  # in-process (inner seconds)
-TARGET_PEAK_RSS_OVER_FLOOR = 1.2
-TARGET_TINY_SECONDS = 10.0
-TARGET_OPS_OVER_PLAIN = 1.5
-NOISE = "Index __lance_mem_wal has no fields"
-
-
-class BenchFailed(Exception):
-    """A contender crashed or produced a different table."""
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -107,78 +108,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
 # --------------------------------------------------------------------------- processes
 
 
-def run_worker(contender: str, table_dir: str, logs: Path, tag: str, *, profile: str | None = None) -> dict:
-    """One contender as a whole process, timed from start to exit."""
-    result = logs / f"{tag}.result.json"
-    result.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "bench.workers", contender, table_dir, "--result", str(result)]
-    if profile:
-        cmd += ["--profile", profile]
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    whole = time.perf_counter() - t0
-    stderr = "\n".join(line for line in proc.stderr.splitlines() if NOISE not in line)
-    (logs / f"{tag}.log").write_text(f"$ {' '.join(cmd)}\n{proc.stdout}\n{stderr}\n")
-    if proc.returncode != 0 or not result.exists():
-        raise BenchFailed(f"{contender} exited {proc.returncode} on {table_dir}:\n{stderr[-3000:]}")
-    doc = json.loads(result.read_text())
-    doc["whole_seconds"] = whole
-    return doc
-
-
 # --------------------------------------------------------------------------- verification
 
 
-def table_state(path: str):
-    """The base table sorted by primary key, and the merge progress per shard."""
-    import lance
-
-    from memwal.table import open_table
-    from memwal.table.schema import primary_key_of
-
-    table = open_table(path)
-    pk = primary_key_of(table)
-    rows = lance.dataset(path).to_table().sort_by([(k, "ascending") for k in pk])
-    return rows, dict(table.manifest().compacted)
-
-
-def same_rows(a, b) -> bool:
-    if a.column_names != b.column_names or a.num_rows != b.num_rows:
-        return False
-    return all(a.column(c).combine_chunks().equals(b.column(c).combine_chunks()) for c in a.column_names)
-
-
-def lsm_view(path: str):
-    from memwal.inspect.verify import lsm_view as view
-    from memwal.table import open_table
-
-    return view(open_table(path))
-
-
 # --------------------------------------------------------------------------- one table, several contenders
-
-
-def summarize(runs: list[dict]) -> dict:
-    whole = [r["whole_seconds"] for r in runs]
-    inner = [r["inner_seconds"] for r in runs]
-    out = {
-        "whole_seconds": statistics.median(whole),
-        "inner_seconds": statistics.median(inner),
-        "whole_seconds_min": min(whole),
-        "inner_seconds_min": min(inner),
-        "runs": runs,
-        "identical": all(r.get("identical", False) for r in runs),
-    }
-    rss = [r["peak_rss_mb"] for r in runs if "peak_rss_mb" in r]
-    if rss:
-        out["peak_rss_mb"] = statistics.median(rss)
-    for k in ("commits", "generations", "rows_upserted", "rows_deleted", "spark_startup_seconds"):
-        vals = [r[k] for r in runs if k in r]
-        if vals:
-            out[k] = statistics.median(vals) if k.endswith("seconds") else vals[0]
-    return out
 
 
 def bench_table(
@@ -262,63 +195,6 @@ def ratios(res: dict) -> dict:
 
 # --------------------------------------------------------------------------- profiling
 
-HOTSPOTS = [
-    # (label, file suffix, function)
-    ("ours: plan_merge", "memwal/merge/plan.py", "plan_merge"),
-    ("ours: all_shard_manifests", "memwal/table/shards.py", "all_shard_manifests"),
-    ("ours: generation_readable", "memwal/table/shards.py", "generation_readable"),
-    ("ours: local_net_changes", "memwal/merge/local.py", "local_net_changes"),
-    ("ours: read_generation", "memwal/merge/read.py", "read_generation"),
-    ("ours: conform", "memwal/merge/read.py", "conform"),
-    ("ours: dedupe", "memwal/merge/changes.py", "dedupe"),
-    ("ours: commit_net_changes", "memwal/merge/execute.py", "commit_net_changes"),
-    ("ours: _guard_progress", "memwal/merge/execute.py", "_guard_progress"),
-    ("ours: table manifest reads", "memwal/table/manifest.py", "read_table_manifest"),
-    ("ours: lease acquire", "memwal/lease/lease.py", "__enter__"),
-    ("ours: lease release", "memwal/lease/lease.py", "__exit__"),
-    ("ours: open_table", "memwal/table.py", "open_table"),
-    ("floor: _generations", "bench/workers.py", "_generations"),
-    ("floor: _dedupe", "bench/workers.py", "_dedupe"),
-    ("both: merge_insert execute", "lance/dataset.py", "execute"),
-    ("both: lance.dataset()", "lance/__init__.py", "dataset"),
-    ("both: scanner to_table", "lance/dataset.py", "to_table"),
-]
-
-
-def profile_summary(path: str, top: int = 25) -> tuple[dict, str]:
-    """Cumulative seconds of the functions that matter, and a text report of the top ones."""
-    stats = pstats.Stats(path)
-    spots: dict[str, dict] = {}
-    for (file, _line, func), (_cc, nc, _tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        for label, suffix, name in HOTSPOTS:
-            if func == name and file.replace(os.sep, "/").endswith(suffix):
-                cur = spots.setdefault(label, {"cumulative_seconds": 0.0, "calls": 0})
-                cur["cumulative_seconds"] = max(cur["cumulative_seconds"], ct)
-                cur["calls"] += nc
-    total = max((v[3] for v in stats.stats.values()), default=0.0)  # type: ignore[attr-defined]
-    import io
-
-    buf = io.StringIO()
-    pstats.Stats(path, stream=buf).sort_stats("cumulative").print_stats(top)
-    return {"total_seconds": total, "functions": spots}, buf.getvalue()
-
-
-def profile_pass(pristine: str, work: Path, logs: Path, out: Path) -> dict:
-    result = {}
-    for c in ("ours", "floor"):
-        copy = copy_table(pristine, str(work / f"profile-{c}"))
-        prof = str(out / f"profile-{c}.pstats")
-        log(f"profile: {c} under cProfile")
-        doc = run_worker(c, copy, logs, f"profile-{c}", profile=prof)
-        summary, text = profile_summary(prof)
-        (out / f"profile-{c}.txt").write_text(text)
-        summary["inner_seconds"] = doc["inner_seconds"]
-        if "phases" in doc:
-            summary["phases"] = doc["phases"]
-        result[c] = summary
-        shutil.rmtree(copy, ignore_errors=True)
-    return result
-
 
 # --------------------------------------------------------------------------- growth
 
@@ -352,14 +228,6 @@ def point_doc(info: dict, res: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- merge operators, tiny generations
-
-
-def set_merge_op(path: str, op: str) -> None:
-    """One UpdateConfig commit setting ``value``'s operator (``replace`` folds nothing), so
-    the tables compared differ only in that config value, not in their history."""
-    import lance
-
-    lance.dataset(path).update_config({"memwal.merge-op.value": op})
 
 
 def ops_point(pristine: str, repeat: int, work: Path, logs: Path) -> dict:
@@ -436,190 +304,6 @@ def snapshot_refresh(work: Path, shards: int, *, spark: bool) -> dict:
 
 
 # --------------------------------------------------------------------------- machine, chart, summary
-
-
-def machine_info() -> dict:
-    import lance
-    import pyarrow
-
-    info = {
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "pylance": lance.__version__,
-        "pyarrow": pyarrow.__version__,
-    }
-    try:
-        import pyspark
-
-        info["pyspark"] = pyspark.__version__
-    except ImportError:
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
-        info["memory_gb"] = round(kb / 1024 / 1024, 1)
-    except (OSError, StopIteration, ValueError):
-        pass
-    try:
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
-        info["java"] = (java.stderr or java.stdout).splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        pass
-    return info
-
-
-def chart(doc: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colors = {"loop": "#c0392b", "ours": "#2471a3", "floor": "#7f8c8d", "spark": "#e67e22"}
-    fig, axes = plt.subplots(1, 4, figsize=(22, 5.2))
-    ax = axes[0]
-    cont = doc["contenders"]
-    names = list(cont)
-    whole = [cont[n]["whole_seconds"] for n in names]
-    inner = [cont[n]["inner_seconds"] for n in names]
-    x = range(len(names))
-    ax.bar(x, whole, color=[colors.get(n, "#555") for n in names], label="whole process")
-    ax.bar(x, inner, color="none", edgecolor="black", hatch="//", label="inner (after imports)")
-    for i, w in enumerate(whole):
-        ax.text(i, w, f"{w:.1f}s", ha="center", va="bottom", fontsize=9)
-    ax.set_xticks(list(x), names)
-    ax.set_ylabel("seconds (median)")
-    ax.set_ylim(0, max(whole) * 1.3)
-    t = doc["table"]
-    r = doc["ratios"]
-    title = f"merge {t['change_rows']:,} change rows, {t['generations']} generations\ninto {t['base_rows']:,} base rows"
-    sub = []
-    if "loop_over_ours" in r:
-        sub.append(f"loop/ours {r['loop_over_ours']:.1f}x (target ≥{TARGET_LOOP_OVER_OURS:g})")
-    if "ours_over_floor_inner" in r:
-        sub.append(f"ours/floor {r['ours_over_floor_inner']:.2f}x in-process (target ≤{TARGET_OURS_OVER_FLOOR:g})")
-    ax.set_title(title + "\n" + ", ".join(sub), fontsize=9)
-    ax.legend(fontsize=8, loc="upper left")
-    for ax, key, xlabel in (
-        (axes[1], "change_rows", "change rows (base fixed)"),
-        (axes[2], "base_rows", "base rows (change rows fixed)"),
-    ):
-        points = sorted(doc["growth"][key], key=lambda p: p[key])
-        for c in ("ours", "floor", "spark"):
-            xs = [p[key] for p in points if c in p]
-            ys = [p[c]["whole_seconds"] for p in points if c in p]
-            if xs:
-                ax.plot(xs, ys, marker="o", color=colors[c], label=f"{c} (whole process)")
-                yi = [p[c]["inner_seconds"] for p in points if c in p]
-                ax.plot(xs, yi, marker=".", linestyle="--", color=colors[c], alpha=0.6, label=f"{c} (inner)")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("seconds")
-        ax.set_title(f"growth with {key.replace('_', ' ')}", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    targets_panel(axes[3], doc)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def targets_panel(ax, doc: dict) -> None:
-    """Each measure divided by its target: a bar left of 1 meets it (for loop/ours, the
-    inverse is drawn, so that smaller is better everywhere)."""
-    r = doc.get("ratios", {})
-    rows = []
-    if "loop_over_ours" in r:
-        rows.append(("ours/loop, whole (≤1/10)", TARGET_LOOP_OVER_OURS / r["loop_over_ours"]))
-    if "ours_over_floor_inner" in r:
-        rows.append(("ours/floor in-process (≤1.1)", r["ours_over_floor_inner"] / TARGET_OURS_OVER_FLOOR))
-    if "ours_over_floor_peak_rss" in r:
-        rows.append(("ours/floor peak RSS (≤1.2)", r["ours_over_floor_peak_rss"] / TARGET_PEAK_RSS_OVER_FLOOR))
-    for p in doc.get("growth", {}).get("change_rows", []) + doc.get("growth", {}).get("base_rows", [])[1:]:
-        if p.get("main_table") or "ours_over_floor_inner" not in p["ratios"]:
-            continue
-        rows.append((f"ours/floor {p['change_rows'] / 1e6:.1f}M chg {p['base_rows'] / 1e6:.1f}M base",
-                     p["ratios"]["ours_over_floor_inner"] / TARGET_OURS_OVER_FLOOR))
-    if "merge_ops" in doc:
-        rows.append(("merge ops / none (≤1.5)", doc["merge_ops"]["ops_over_plain_inner"] / TARGET_OPS_OVER_PLAIN))
-    if "tiny_generations" in doc:
-        t = doc["tiny_generations"]
-        rows.append((f"{t['table']['generations']:,} tiny gens (<10 s)", t["inner_seconds"] / TARGET_TINY_SECONDS))
-    names = [n for n, _ in rows]
-    vals = [v for _, v in rows]
-    ax.barh(range(len(rows)), vals, color=["#27ae60" if v <= 1 else "#c0392b" for v in vals])
-    ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
-    ax.set_yticks(range(len(rows)), names, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("measure / target (≤ 1 meets it)")
-    ax.set_title("targets", fontsize=9)
-
-
-def summary_text(doc: dict) -> str:
-    t = doc["table"]
-    lines = [
-        f"memwal merge benchmark ({doc['mode']}, {doc['machine']['cores']} cores, pylance {doc['machine']['pylance']})",
-        f"  table: {t['base_rows']:,} base rows, {t['shards']} shards, {t['generations']} generations, "
-        f"{t['change_rows']:,} change rows ({t['tombstone_rows']:,} tombstones), indexes={t['indexes']}",
-    ]
-    for name, c in doc["contenders"].items():
-        extra = f", JVM+session start {c['spark_startup_seconds']:.1f}s" if "spark_startup_seconds" in c else ""
-        lines.append(
-            f"  {name:6s} whole {c['whole_seconds']:7.2f}s  inner {c['inner_seconds']:7.2f}s  "
-            f"commits {c.get('commits', '?')}  identical={c['identical']}{extra}"
-        )
-    r, tg = doc["ratios"], doc["targets"]
-    if "loop_over_ours" in r:
-        lines.append(
-            f"  loop/ours  {r['loop_over_ours']:.2f}x (target >= {tg['loop_over_ours_min']:g}: "
-            f"{'met' if tg['loop_over_ours_met'] else 'MISSED'})"
-        )
-    if "ours_over_floor_inner" in r:
-        lines.append(
-            f"  ours/floor {r['ours_over_floor_inner']:.2f}x in-process (target <= {tg['ours_over_floor_max']:g}: "
-            f"{'met' if tg['ours_over_floor_met'] else 'MISSED'}), {r['ours_over_floor']:.2f}x whole processes"
-        )
-    if "ours_over_floor_peak_rss" in r:
-        lines.append(
-            f"  ours/floor {r['ours_over_floor_peak_rss']:.2f}x peak RSS (target <= "
-            f"{tg['ours_over_floor_peak_rss_max']:g}: {'met' if tg['ours_over_floor_peak_rss_met'] else 'MISSED'})"
-        )
-    if "spark_over_ours" in r:
-        lines.append(f"  spark/ours {r['spark_over_ours']:.2f}x")
-    for key in ("change_rows", "base_rows"):
-        for p in sorted(doc["growth"][key], key=lambda p: p[key]):
-            parts = [f"{c} {p[c]['inner_seconds']:.1f}s in-process"
-                     + (f" {p[c]['peak_rss_mb']:.0f} MiB" if "peak_rss_mb" in p[c] else "")
-                     for c in ("ours", "floor", "spark") if c in p]
-            if "ours_over_floor_inner" in p["ratios"]:
-                parts.append(f"ours/floor {p['ratios']['ours_over_floor_inner']:.2f}x"
-                             + (f", RSS {p['ratios']['ours_over_floor_peak_rss']:.2f}x"
-                                if "ours_over_floor_peak_rss" in p["ratios"] else ""))
-            lines.append(
-                f"  growth {key:11s} {p['change_rows']:>11,} change / {p['base_rows']:>11,} base: "
-                + ", ".join(parts)
-                + ("" if p["identical"] else "  NOT IDENTICAL")
-                + "".join(f"; {c} FAILED: {why}" for c, why in p.get("failed", {}).items())
-            )
-    ops = doc.get("merge_ops")
-    if ops:
-        lines.append(f"  merge operators (value=sum) / none: {ops['ops_over_plain_inner']:.2f}x in-process "
-                     f"(target <= {ops['target_max']:g}: {'met' if ops['met'] else 'MISSED'})")
-    tiny = doc.get("tiny_generations")
-    if tiny:
-        lines.append(f"  {tiny['table']['generations']:,} tiny generations merged in {tiny['inner_seconds']:.1f}s "
-                     f"in-process, {tiny['whole_seconds']:.1f}s whole (target < {tiny['target_seconds_max']:g}s: "
-                     f"{'met' if tiny['met'] else 'MISSED'})")
-    snap = doc.get("snapshot_refresh", {})
-    if "skipped" in snap or "error" in snap:
-        lines.append(f"  snapshot refresh: {snap.get('skipped') or 'ERROR ' + snap['error']}")
-    elif snap:
-        lines.append(f"  snapshot refresh ({snap.get('shards')} shards): {snap.get('seconds', 0):.1f}s in all")
-    if doc["mode"] == "smoke":
-        lines.append("  (smoke: tables far too small for the ratios to mean anything; this checks the harness)")
-    lines.append(f"  identical tables: {doc['identical']}; total {doc['total_seconds']:.0f}s")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main

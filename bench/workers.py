@@ -1,6 +1,6 @@
 """One merge contender per process: ``python -m bench.workers CONTENDER TABLE --result FILE``.
 
-The harness (:mod:`bench.run`) times each contender as a whole process, from start to
+The harness (:mod:`bench.run` over :mod:`bench.harness`) times each contender as a whole process, from start to
 exit; the worker writes its own inner time (after imports) and what it did to ``FILE``
 (a JSON document; stdout is left alone because Spark's JVM may write to it).
 
