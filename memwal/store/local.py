@@ -12,7 +12,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError, NotFoundError
 from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
@@ -238,22 +238,28 @@ class LocalStore(LocalWrites, Store):
         """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
         yield from listing(self, prefix, recursive, [])
 
-    def list_keys(self, prefix: str) -> Iterator[str]:
-        """Regular files directly under ``prefix``, sorted, from one ``scandir``: the entry type
-        comes with the listing (d_type), so no file is stat-ed; links are skipped, as by :meth:`list`."""
-        dir_part, _, name_prefix = clean_prefix(prefix).rpartition("/")
+    def _names_in(self, dir_key: str, keep: Callable[[os.DirEntry], bool]) -> list[str]:
+        """Sorted names of the entries of directory ``dir_key`` that ``keep`` accepts, from one
+        ``scandir`` of a directory reached without following a link (a linked or missing
+        directory has none). The entry type comes with the listing (d_type): no stat per entry."""
         try:
-            fd = self._open_dir(dir_part.split("/") if dir_part else [], key=dir_part or ".")
+            fd = self._open_dir(dir_key.split("/") if dir_key else [], key=dir_key or ".")
         except LinkedPathError:
-            return iter(())
+            return []
         if fd is None:
-            return iter(())
+            return []
         try:
             with os.scandir(fd) as it:
-                names = sorted(e.name for e in it if e.name.startswith(name_prefix) and TEMP_MARKER not in e.name
-                               and e.is_file(follow_symlinks=False))
+                return sorted(e.name for e in it if keep(e))
         finally:
             os.close(fd)
+
+    def list_keys(self, prefix: str) -> Iterator[str]:
+        """Regular files directly under ``prefix``, sorted, from one ``scandir`` (no file is
+        stat-ed); links and temporary files are skipped, as by :meth:`list`."""
+        dir_part, _, name_prefix = clean_prefix(prefix).rpartition("/")
+        names = self._names_in(dir_part, lambda e: e.name.startswith(name_prefix) and TEMP_MARKER not in e.name
+                               and e.is_file(follow_symlinks=False))
         rel = f"{dir_part}/" if dir_part else ""
         return iter([rel + name for name in names])
 
@@ -272,18 +278,7 @@ class LocalStore(LocalWrites, Store):
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Immediate subdirectory names under ``prefix``, sorted; links to directories are not listed."""
-        p = dir_prefix(prefix).rstrip("/")
-        try:
-            fd = self._open_dir(p.split("/") if p else [], key=p or ".")
-        except LinkedPathError:
-            return []
-        if fd is None:
-            return []
-        try:
-            with os.scandir(fd) as it:
-                return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
-        finally:
-            os.close(fd)
+        return self._names_in(dir_prefix(prefix).rstrip("/"), lambda e: e.is_dir(follow_symlinks=False))
 
     # -- deletes
 
