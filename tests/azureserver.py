@@ -2,8 +2,8 @@
 
 Azurite is the npm package ``azurite`` that ``make azurite`` installs under ``.tools/``
 (pinned by ``tests/azurite/package-lock.json``; ``make test`` depends on it). One server
-per test process, shared by every module that asks for the ``azure_server`` fixture
-(reference counted, like :mod:`tests.s3server`), in memory, with its telemetry off.
+per test process, the ``azure_server`` session fixture of ``tests/conftest.py``, in memory,
+with its telemetry off.
 
 Usage::
 
@@ -24,11 +24,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,38 +164,3 @@ def request_log(server: AzureServer) -> str:
             break
         text = again
     return text
-
-
-_shared_lock = threading.Lock()
-_shared: AzureServer | None = None
-_shared_users = 0
-
-
-def acquire_shared_azure_server() -> AzureServer:
-    """The process-wide server, started on first use (reference counted)."""
-    global _shared, _shared_users
-    with _shared_lock:
-        if _shared is None:
-            _shared = start_azure_server()
-        _shared_users += 1
-        return _shared
-
-
-def release_shared_azure_server() -> None:
-    """Drop one reference; the last one stops the server."""
-    global _shared, _shared_users
-    with _shared_lock:
-        _shared_users -= 1
-        if _shared_users <= 0 and _shared is not None:
-            _shared.stop()
-            _shared, _shared_users = None, 0
-
-
-@pytest.fixture(scope="session")
-def azure_server() -> Iterator[AzureServer]:
-    """The process's Azurite server (shared, reference counted)."""
-    server = acquire_shared_azure_server()
-    try:
-        yield server
-    finally:
-        release_shared_azure_server()

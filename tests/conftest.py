@@ -62,27 +62,27 @@ def restore_logging():
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    """The process's moto S3 server, started on first use (shared with modules that import
-    ``tests.s3server.s3_server`` themselves: one server, reference counted)."""
-    from tests.s3server import acquire_shared_s3_server, release_shared_s3_server
+    """The process's moto S3 server, started on first use, stopped when the session ends."""
+    from tests.s3server import start_s3_server
 
-    server = acquire_shared_s3_server()
+    server = start_s3_server()
     try:
         yield server
     finally:
-        release_shared_s3_server()
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def azure_server() -> Iterator[AzureServer]:
-    """The process's Azurite server (Azure Blob Storage on loopback), started on first use."""
-    from tests.azureserver import acquire_shared_azure_server, release_shared_azure_server
+    """The process's Azurite server (Azure Blob Storage on loopback), started on first use,
+    stopped when the session ends."""
+    from tests.azureserver import start_azure_server
 
-    server = acquire_shared_azure_server()
+    server = start_azure_server()
     try:
         yield server
     finally:
-        release_shared_azure_server()
+        server.stop()
 
 
 STORES = ["local", "memory", "s3", "azure"]

@@ -1,8 +1,6 @@
 """A real S3 endpoint for tests: moto's ThreadedMotoServer on 127.0.0.1, a free port.
 
-Usage in a test module::
-
-    from tests.s3server import s3_server  # noqa: F401  (the session fixture)
+Usage (the ``s3_server`` session fixture of ``tests/conftest.py``)::
 
     def test_x(s3_server):
         opts = s3_server.make_bucket()          # a fresh bucket, Lance-style options
@@ -10,8 +8,8 @@ Usage in a test module::
 
 or ``s3_server.new_table("name") -> (uri, storage_options)``.
 
-One server per test process: every module importing the fixture shares it (reference
-counted), and it stops when the last user's session fixture is torn down.
+One server per test process, started by the first test that asks for it and stopped at
+the end of the session.
 
 moto applies conditional PUTs (``If-None-Match: *``, ``If-Match``) as a check followed by
 a write, with no lock, and its server handles requests on threads, so two racing
@@ -32,7 +30,6 @@ from typing import Any
 
 import boto3
 import botocore.config
-import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import (
@@ -188,45 +185,3 @@ def start_s3_server() -> S3Server:
     endpoint = f"http://{host}:{port}"
     options = {**CREDENTIALS, "aws_endpoint": endpoint, "allow_http": "true"}
     return S3Server(endpoint=endpoint, storage_options=options, _moto=moto)
-
-
-_shared_lock = threading.Lock()
-_shared: S3Server | None = None
-_shared_users = 0
-
-
-def acquire_shared_s3_server() -> S3Server:
-    """The process-wide server, started on first use (reference counted)."""
-    global _shared, _shared_users
-    with _shared_lock:
-        if _shared is None:
-            _shared = start_s3_server()
-        _shared_users += 1
-        return _shared
-
-
-def release_shared_s3_server() -> None:
-    """Drop one reference; the last one stops the server."""
-    global _shared, _shared_users
-    with _shared_lock:
-        _shared_users -= 1
-        if _shared_users <= 0 and _shared is not None:
-            _shared.stop()
-            _shared, _shared_users = None, 0
-
-
-def s3_server_fixture(scope: str = "session", name: str = "s3_server") -> Any:
-    """Make a pytest fixture yielding the shared S3Server (for conftest or test modules)."""
-
-    def _fixture() -> Iterator[S3Server]:
-        server = acquire_shared_s3_server()
-        try:
-            yield server
-        finally:
-            release_shared_s3_server()
-
-    _fixture.__name__ = name
-    return pytest.fixture(scope=scope, name=name)(_fixture)  # type: ignore[call-overload]
-
-
-s3_server = s3_server_fixture()

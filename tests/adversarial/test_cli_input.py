@@ -21,7 +21,7 @@ from memwal.lease import lease_key
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
 from tests.helpers import CliRun, assert_one_line_error, run_cli, tree_digest
-from tests.s3server import S3Server, s3_server  # noqa: F401
+from tests.s3server import S3Server
 
 TINY = Workload(base_rows=60, shards=2, generations=2, rows_per_generation=10, seed=3)
 JOBS = ("merge", "catchup", "snapshot", "gc")
@@ -192,7 +192,7 @@ def test_python_api_refuses_unknown_storage_option(shared):
         open_table(shared, {"aws_endpont": "http://127.0.0.1:1"})
 
 
-def test_missing_s3_credentials_is_bad_input(s3_server: S3Server, monkeypatch):  # noqa: F811
+def test_missing_s3_credentials_is_bad_input(s3_server: S3Server, monkeypatch):
     uri, _ = s3_server.new_table("t")
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)

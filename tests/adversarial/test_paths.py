@@ -30,7 +30,6 @@ from memwal.table import open_table
 from memwal.table.naming import parse_generation_dir
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.interleave import running_at
-from tests.s3server import s3_server  # noqa: F401
 
 W = Workload(base_rows=200, shards=2, generations=3, rows_per_generation=20, indexes=False, seed=3)
 S0, S1 = shard_ids_for(W)

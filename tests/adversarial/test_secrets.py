@@ -28,7 +28,6 @@ from memwal.core.secrets import (
 from memwal.demo import shard_ids_for
 from tests.conftest import SMALL, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
-from tests.s3server import s3_server  # noqa: F401 - the session fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -73,7 +72,7 @@ def test_hostile_storage_options_are_bad_input_and_never_echoed(make_table, tmp_
     assert tree_digest(table.uri) == before
 
 
-def test_options_file_reaches_the_table_and_pairs_override_it(s3_server, tmp_path):  # noqa: F811
+def test_options_file_reaches_the_table_and_pairs_override_it(s3_server, tmp_path):
     """On S3 the endpoint is only in the file: the command works only if the file is read."""
     from memwal.demo import create_base_table, write_generations
     from memwal.table import open_table

@@ -24,7 +24,6 @@ from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.interleave import ScriptedClock
-from tests.s3server import s3_server  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -304,7 +303,7 @@ def test_crash_after_commit_before_catchup_then_rerun_re_earns_it(fresh):
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_compaction_on_s3(s3_server):  # noqa: F811
+def test_compaction_on_s3(s3_server):
     uri, opts = s3_server.new_table("compact")
     _, model = create_base_table(uri, SMALL, opts)
     write_generations(uri, SMALL, model, storage_options=opts)

@@ -22,7 +22,6 @@ from memwal.table.shards import all_shard_manifests, list_generation_dirs, list_
 from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, run_cli
 from tests.interleave import ScriptedClock
-from tests.s3server import s3_server  # noqa: F401
 
 
 def expire_all(table) -> None:
@@ -273,7 +272,7 @@ def test_audit_record_is_written(make_table):
     assert doc["bytes_freed"] == result.bytes_freed and len(doc["deleted"]) == 12
 
 
-def test_full_cycle_on_s3(s3_server, tmp_path):  # noqa: F811
+def test_full_cycle_on_s3(s3_server, tmp_path):
     from memwal.demo import create_base_table, write_generations
 
     uri, opts = s3_server.new_table("cycle")
