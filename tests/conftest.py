@@ -128,6 +128,23 @@ def table_rows(table: Table, version: int | None = None) -> list[dict]:
     return sorted(table.dataset(version).to_table().to_pylist(), key=lambda r: r["id"])
 
 
+def highest_progress_ever(table: Table) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+    """The highest merge progress per shard and catch-up per (index, shard) that any version of
+    the table ever committed: what a guarded MemWAL index rewrite must never lose (H1)."""
+    from memwal.table.manifest import list_versions, read_table_manifest
+
+    top_c: dict[str, int] = {}
+    top_i: dict[tuple[str, str], int] = {}
+    for v in sorted(list_versions(table.store)):
+        m = read_table_manifest(table.store, v)
+        for shard, g in m.compacted.items():
+            top_c[shard] = max(top_c.get(shard, 0), g)
+        for idx, per in m.index_catchup.items():
+            for shard, g in per.items():
+                top_i[(idx, shard)] = max(top_i.get((idx, shard), 0), g)
+    return top_c, top_i
+
+
 def lsm_rows(table: Table) -> list[dict]:
     from memwal.read import lsm_scan
 

@@ -27,9 +27,8 @@ from memwal.core.secrets import (
 )
 from memwal.demo import shard_ids_for
 from tests.conftest import SMALL, table_rows
-from tests.helpers import assert_one_line_error, run_cli, tree_digest
+from tests.helpers import ROOT, assert_one_line_error, run_cli, tree_digest
 
-ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 SECRET = f"memwal-fake-secret-{uuid.uuid4().hex}"
 

@@ -38,9 +38,8 @@ from memwal.demo import shard_ids_for
 from memwal.lease import Lease
 from memwal.table.shards import all_shard_manifests, list_generation_dirs
 from tests.conftest import SMALL, table_rows
-from tests.helpers import migrated_airflow_home
+from tests.helpers import ROOT, migrated_airflow_home
 
-ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 VENV_BIN = Path(sys.executable).parent
 SECRET = "memwal-test-secret-0123456789"

@@ -25,9 +25,8 @@ from memwal.demo import shard_ids_for
 from memwal.history.log import read_runs
 from tests.browser import browser, stop_group
 from tests.conftest import SMALL
-from tests.helpers import migrated_airflow_home
+from tests.helpers import ROOT, migrated_airflow_home
 
-ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 VENV_BIN = Path(sys.executable).parent
 SECRET = "memwal-observe-secret-0123456789"

@@ -29,9 +29,8 @@ from memwal.table.shards import list_generation_dirs
 from tests.adversarial.test_secrets import CmdlineWatch
 from tests.azureserver import ACCOUNT_KEY, AzureServer
 from tests.conftest import SMALL, table_rows
-from tests.helpers import assert_one_line_error, run_cli
+from tests.helpers import ROOT, assert_one_line_error, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 

@@ -22,10 +22,8 @@ from memwal.table import Table, open_table
 from memwal.table.manifest import maintained_indexes
 from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
-from tests.helpers import assert_one_line_error, run_cli, tree_digest
+from tests.helpers import ROOT, assert_one_line_error, run_cli, tree_digest
 from tests.interleave import ScriptedClock
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Many generations, each merged on its own: one new fragment (and deletion files) per merge.
 MANY = Workload(base_rows=200, shards=2, generations=20, rows_per_generation=15, seed=21)

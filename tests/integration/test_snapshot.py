@@ -26,10 +26,9 @@ from memwal.snapshot import (
     run_snapshot,
     snapshot_schema,
 )
-from memwal.table.manifest import list_versions, read_table_manifest
 from memwal.table.naming import manifest_key
 from memwal.table.shards import ShardManifestError, all_shard_manifests
-from tests.conftest import SMALL, commit_shard_manifest, lsm_rows, table_rows
+from tests.conftest import SMALL, commit_shard_manifest, highest_progress_ever, lsm_rows, table_rows
 from tests.helpers import assert_one_line_error, assert_only_run_records, run_cli, tree_digest
 
 SNAPSHOT_FIELDS = ("snapshot_ts_millis", "num_shards", "inline_snapshots")
@@ -227,15 +226,7 @@ def test_h1_a_merge_committing_during_the_repair_is_kept(make_table):
     with steps.hooked(step):
         res = memwal.open(table.uri).snapshot().value
     assert len(merged) == 2 and res.repairs >= 1 and res.interleaved_commits >= 2
-    top_c: dict[str, int] = {}
-    top_i: dict[tuple[str, str], int] = {}
-    for v in sorted(list_versions(table.store)):
-        m = read_table_manifest(table.store, v)
-        for shard, g in m.compacted.items():
-            top_c[shard] = max(top_c.get(shard, 0), g)
-        for idx, per in m.index_catchup.items():
-            for shard, g in per.items():
-                top_i[(idx, shard)] = max(top_i.get((idx, shard), 0), g)
+    top_c, top_i = highest_progress_ever(table)
     compacted, catchup = progress(table)
     assert compacted == top_c and set(top_c.values()) == {1}
     assert {(i, s): g for i, per in catchup.items() for s, g in per.items()} == top_i

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import table_rows
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def spark_home() -> str:

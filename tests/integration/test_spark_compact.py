@@ -12,9 +12,8 @@ from pathlib import Path
 import memwal
 from memwal.table import open_table
 from tests.conftest import table_rows
+from tests.helpers import ROOT
 from tests.integration.test_compact import build_many_merged
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_spark_engine_gives_the_same_table_as_the_local_engine(spark, tmp_path):

@@ -15,9 +15,8 @@ from memwal.catchup import CatchupThresholds, run_catchup
 from memwal.demo import shard_ids_for
 from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
+from tests.helpers import ROOT
 from tests.integration.test_gc import expire_all
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark):

@@ -16,8 +16,7 @@ from memwal.demo import Workload
 from memwal.merge import run_merge
 from memwal.table import open_table
 from tests.conftest import table_rows
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 #: Starts a session as the engines do and runs one job; prints the sum and the JVM's options.
 SESSION_JOB = """

@@ -19,8 +19,7 @@ from memwal.demo import Workload
 from memwal.lease import Lease
 from memwal.merge import run_merge
 from memwal.snapshot import LocalManifestReader, run_snapshot
-from memwal.table.manifest import list_versions, read_table_manifest
-from tests.conftest import lsm_rows, table_rows
+from tests.conftest import highest_progress_ever, lsm_rows, table_rows
 
 pytestmark = pytest.mark.stress
 
@@ -75,16 +74,7 @@ def test_h1_soak_merges_and_catchups_against_repeated_refreshes(make_table, tmp_
             t.join(timeout=120)
     assert not errors, errors
     results.append(run_snapshot(table, force=True))  # internal entry: force is no user option
-    # Highest value ever committed, over every version of the table.
-    top_c: dict[str, int] = {}
-    top_i: dict[tuple[str, str], int] = {}
-    for v in sorted(list_versions(table.store)):
-        m = read_table_manifest(table.store, v)
-        for s, g in m.compacted.items():
-            top_c[s] = max(top_c.get(s, 0), g)
-        for idx, per in m.index_catchup.items():
-            for s, g in per.items():
-                top_i[(idx, s)] = max(top_i.get((idx, s), 0), g)
+    top_c, top_i = highest_progress_ever(table)  # the highest ever committed, over every version
     latest = table.manifest()
     assert latest.compacted == top_c and set(top_c.values()) == {6}
     assert {(i, s): g for i, per in latest.index_catchup.items() for s, g in per.items()} == top_i

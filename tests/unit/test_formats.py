@@ -27,8 +27,7 @@ from memwal.table.shards import (
     read_shard_manifest,
     read_wal_entry_meta,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 def test_bitrev64_matches_pylance_names():
