@@ -208,7 +208,7 @@ def timers_run(pristine: Path, work: Path) -> dict[str, Any]:
     """One more GC run (plan and execute) with :mod:`bench.timers` around the core's functions."""
     from bench.timers import GC_RUN, Timers, preload
 
-    preload()
+    preload(GC_RUN)
     timers = Timers(GC_RUN).install()
     doc = one_run(pristine, work, 99)
     return {**doc, **timers.report()}

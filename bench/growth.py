@@ -254,7 +254,8 @@ def chart(doc: dict, path: Path) -> None:
 
     points = doc["points"]
     xs = [p["base_rows"] for p in points]
-    fig, axes = plt.subplots(1, 4, figsize=(22, 5.2))
+    swept = [p for p in points if p.get("index_sweep")]
+    fig, axes = plt.subplots(1, 4 if swept else 3, figsize=(22 if swept else 16.5, 5.2))
     for ax, key, ylabel in ((axes[0], "whole_seconds", "seconds (whole process, median)"),
                             (axes[1], "peak_rss_mb", "peak RSS MiB (whole process, median)")):
         for c in CONTENDERS:
@@ -279,11 +280,17 @@ def chart(doc: dict, path: Path) -> None:
     ax.set_title("ratios", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    ax = axes[3]
+    if swept:
+        _sweep_panel(axes[3], swept)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _sweep_panel(ax, points: list[dict]) -> None:
+    """Lance's key index against a scan join, per change-set size (``--no-sweep`` leaves it out)."""
     for p in points:
-        sw = p.get("index_sweep")
-        if not sw:
-            continue
+        sw = p["index_sweep"]
         ks = [q["upsert_keys"] for q in sw["points"]]
         line = ax.plot(ks, [q["upsert_index_over_scan"] for q in sw["points"]], marker="o",
                        label=f"{p['base_rows'] / 1e6:g}M base: upsert")[0]
@@ -299,9 +306,6 @@ def chart(doc: dict, path: Path) -> None:
     ax.set_title("does the key index pay? (<1: yes)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def summary(doc: dict) -> str:

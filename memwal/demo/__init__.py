@@ -123,6 +123,15 @@ def bucket_of(ds: lance.LanceDataset, ids: list[int]) -> list[int]:
     return evaluate_sharding_spec(batch, spec, ds.lance_schema).column(0).to_pylist()
 
 
+def keys_by_bucket(ds: lance.LanceDataset, keys: list[int], buckets: int) -> dict[int, list[int]]:
+    """``keys`` grouped by the bucket Lance routes each to (:func:`bucket_of`), in their order;
+    every bucket ``0..buckets-1`` is present, so a writer of each shard finds its own keys."""
+    out: dict[int, list[int]] = {b: [] for b in range(buckets)}
+    for k, b in zip(keys, bucket_of(ds, keys) if keys else [], strict=True):
+        out[b].append(k)
+    return out
+
+
 def shard_ids_for(workload: Workload) -> list[str]:
     """Stable shard UUIDs per bucket so reruns of a seed address the same shards."""
     rng = random.Random(workload.seed * 7919 + 17)
@@ -151,17 +160,14 @@ def write_generations(
     rows = _RowFactory(schema, workload.dim, rng)
     # Key pool per bucket: existing live keys and fresh keys.
     next_key = max(model.rows, default=-1) + 1
-    live_by_bucket: dict[int, list[int]] = {b: [] for b in range(workload.shards)}
-    live = sorted(model.rows)
-    for k, b in zip(live, bucket_of(ds, live) if live else [], strict=True):
-        live_by_bucket[b].append(k)
+    live_by_bucket = keys_by_bucket(ds, sorted(model.rows), workload.shards)
     fresh_by_bucket: dict[int, list[int]] = {b: [] for b in range(workload.shards)}
     need = workload.rows_per_generation * generations + 16
     while min(len(v) for v in fresh_by_bucket.values()) < need:
         chunk = list(range(next_key, next_key + 4096))
         next_key += 4096
-        for k, b in zip(chunk, bucket_of(ds, chunk), strict=True):
-            fresh_by_bucket[b].append(k)
+        for b, ks in keys_by_bucket(ds, chunk, workload.shards).items():
+            fresh_by_bucket[b] += ks
 
     n = workload.rows_per_generation
     n_del = max(1, int(n * workload.delete_fraction)) if workload.delete_fraction > 0 else 0

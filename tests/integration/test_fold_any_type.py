@@ -89,7 +89,7 @@ def random_row(rng: random.Random) -> dict:
 def build(uri: str, *, shards: int = 2, generations: int = 3, seed: int = 11) -> list:
     """Base rows, the operators, then generations by pylance's ShardWriter (duplicate keys in
     a batch, deletes, a key deleted and put again); returns the events in LSM order."""
-    from memwal.demo import bucket_of
+    from memwal.demo import keys_by_bucket
 
     rng = random.Random(seed)
     base = [{"id": k, **random_row(rng)} for k in range(30)]
@@ -98,10 +98,7 @@ def build(uri: str, *, shards: int = 2, generations: int = 3, seed: int = 11) ->
     lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=shards)
     lance.dataset(uri).update_config({f"memwal.merge-op.{c}": op for c, op in OPS.items()})
     ds = lance.dataset(uri)
-    keys = list(range(45))
-    by_bucket: dict[int, list[int]] = {}
-    for k, b in zip(keys, bucket_of(ds, keys), strict=True):
-        by_bucket.setdefault(b, []).append(k)
+    by_bucket = keys_by_bucket(ds, list(range(45)), shards)
     for b in range(shards):
         for _ in range(generations):
             writer = ds.mem_wal_writer(f"00000000-0000-4000-8000-{b:012d}", durable_write=False)

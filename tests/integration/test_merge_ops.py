@@ -169,7 +169,7 @@ def build_folding_table(uri: str, *, shards: int = 3, generations: int = 4, seed
                         ops: dict | None = E2E_OPS) -> FoldModel:
     """A base table with operators, then ``generations`` flushed generations per shard written
     by pylance's ShardWriter: puts with nulls, duplicate keys in one batch, deletes."""
-    from memwal.demo import bucket_of
+    from memwal.demo import keys_by_bucket
 
     rng = random.Random(seed)
     model = FoldModel()
@@ -181,10 +181,7 @@ def build_folding_table(uri: str, *, shards: int = 3, generations: int = 4, seed
     if ops:
         lance.dataset(uri).update_config({f"memwal.merge-op.{c}": op for c, op in ops.items()})
     ds = lance.dataset(uri)
-    keys = list(range(60))
-    by_bucket: dict[int, list[int]] = {}
-    for k, b in zip(keys, bucket_of(ds, keys), strict=True):
-        by_bucket.setdefault(b, []).append(k)
+    by_bucket = keys_by_bucket(ds, list(range(60)), shards)
     for b in range(shards):
         for _ in range(generations):  # close() flushes: one writer session per generation
             writer = ds.mem_wal_writer(f"00000000-0000-4000-8000-{b:012d}", durable_write=False)

@@ -283,25 +283,27 @@ def test_put_if_match_etag_never_reused(store: Store) -> None:
             seen.add(etag)
 
 
-def test_put_if_absent_race(store: Store) -> None:
-    n = 16
-    results = _race(n, lambda i: store.put_if_absent("race/key", f"writer-{i}".encode()))
+def _assert_one_writer_won(store: Store, key: str, results: list[Any]) -> None:
+    """Exactly one conditional write of ``_race`` succeeded (an ETag), every other one was refused,
+    and the object holds the winner's bytes under the winner's ETag."""
     winners = [i for i, r in enumerate(results) if isinstance(r, str)]
     losers = [r for r in results if isinstance(r, PreconditionFailedError)]
     assert len(winners) == 1, results
-    assert len(losers) == n - 1, results
-    assert store.get_with_etag("race/key") == (f"writer-{winners[0]}".encode(), results[winners[0]])
+    assert len(losers) == len(results) - 1, results
+    assert store.get_with_etag(key) == (f"writer-{winners[0]}".encode(), results[winners[0]])
+
+
+def test_put_if_absent_race(store: Store) -> None:
+    n = 16
+    results = _race(n, lambda i: store.put_if_absent("race/key", f"writer-{i}".encode()))
+    _assert_one_writer_won(store, "race/key", results)
 
 
 def test_put_if_match_race(store: Store) -> None:
     n = 16
     base = store.put("race/cas", b"base")
     results = _race(n, lambda i: store.put_if_match("race/cas", f"writer-{i}".encode(), base))
-    winners = [i for i, r in enumerate(results) if isinstance(r, str)]
-    losers = [r for r in results if isinstance(r, PreconditionFailedError)]
-    assert len(winners) == 1, results
-    assert len(losers) == n - 1, results
-    assert store.get_with_etag("race/cas") == (f"writer-{winners[0]}".encode(), results[winners[0]])
+    _assert_one_writer_won(store, "race/cas", results)
 
 
 # --------------------------------------------------------------------------- local specifics
