@@ -14,7 +14,7 @@ from memwal.gc.gates import (
 )
 from memwal.gc.model import GcPlan, Orphan
 from memwal.store import Store
-from memwal.table.naming import MEM_WAL_DIR, STAGING_DIR, parse_generation_dir, shard_dir
+from memwal.table.naming import STAGING_DIR, parse_generation_dir, shard_dir
 from memwal.table.paths import shard_of_key
 from memwal.table.shards import (
     UNREADABLE,
@@ -75,8 +75,9 @@ def plan_staging_orphans(store: Store, now: float, min_age: float, plan: GcPlan)
             plan.orphans.append(Orphan("staging", None, name, key, now - newest))
 
 
-def plan_unsafe_links(store: Store, plan: GcPlan) -> None:
-    """Report every symbolic link under ``_mem_wal/`` as ``unsafe-path`` and keep what it could redirect.
+def plan_unsafe_links(plan: GcPlan, links: list[str]) -> None:
+    """Report every symbolic link under ``_mem_wal/`` (``links``, as listed by the plan's survey)
+    as ``unsafe-path`` and keep what it could redirect.
 
     Links are never followed (the store skips them in listings), but a deletion planned
     next to one is held too: a link at or inside a generation directory holds that
@@ -84,7 +85,7 @@ def plan_unsafe_links(store: Store, plan: GcPlan) -> None:
     ``wal/``, ``manifest/``) every deletion in the shard; under ``_staging/`` that staging
     directory; ``_mem_wal`` itself everything.
     """
-    for link in store.list_links(f"{MEM_WAL_DIR}/"):
+    for link in links:
         scope, shard_id, generation = _link_scope(link)
         plan.blocked.append(Blocked(shard_id, generation, UNSAFE_PATH, [UNSAFE_PATH, _link_detail(link)]))
         held = {(g.shard_id, g.generation) for g in plan.generations if under(g.key, scope)}

@@ -35,7 +35,7 @@ from memwal.history.run import current as current_run
 from memwal.store import LocalStore, Store
 from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
-from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
+from memwal.table.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME
 from memwal.table.paths import generation_key
 from memwal.table.retained import RetainedVersion, retained_versions
 from memwal.table.shards import (
@@ -127,8 +127,9 @@ def plan_gc(
         _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
         plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
     plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
-    plan_unsafe_links(table.store, plan)  # path safety (A)
-    files, _ = survey(table.store, [g.key for g in plan.generations])
+    # path safety (A): the links under _mem_wal/ and the planned generations' files, one walk on a local disk
+    files, links = survey(table.store, [g.key for g in plan.generations], links_under=MEM_WAL_DIR)
+    plan_unsafe_links(plan, links)
     for g in plan.generations:
         g.objects, g.bytes = len(files[g.key]), sum(o.size for o in files[g.key])
     plan.retention = retention_report(held, now, grace_seconds)

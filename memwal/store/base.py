@@ -10,7 +10,7 @@ and batched deletes where a missing key is not an error.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from memwal.errors import BadInputError
@@ -150,6 +150,18 @@ class Store(abc.ABC):
     def list_with_links(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
         """:meth:`list` and :meth:`list_links` of one prefix; a local store does both in one walk."""
         return list(self.list(prefix)), self.list_links(prefix)
+
+    #: A file system: directories exist apart from the objects in them, and GC deletes whole
+    #: generation directories with :meth:`delete_trees`; an object store's "directories" are
+    #: only key prefixes, listed and deleted in requests of many keys.
+    has_directories: bool = False
+
+    def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
+                     threads: int) -> list[tuple[int, int, list[str]]]:
+        """Delete every file and directory under each of ``prefixes``, ``first(key, prefix)``
+        files of a tree before its others; per prefix (objects deleted, bytes freed, keys refused
+        as links). Only stores with directories implement it (:class:`~memwal.store.local.LocalStore`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no directories: list its keys and delete_many them")
 
     @abc.abstractmethod
     def delete_many(self, keys: Iterable[str]) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError, NotFoundError
 from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
+from memwal.store.local_trees import delete_trees
 from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
 from memwal.store.local_writes import LocalWrites
 
@@ -315,6 +316,14 @@ class LocalStore(LocalWrites, Store):
             refused[0].refused = [e.path for e in refused]
             raise refused[0]
         return len(requested)
+
+    has_directories = True
+
+    def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
+                     threads: int) -> list[tuple[int, int, list[str]]]:
+        """Whole directory trees in three phases, every directory held open from its listing to
+        its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks)."""
+        return delete_trees(self, [clean_key(p) for p in prefixes], first=first, threads=threads)
 
     # -- naming
 

@@ -43,13 +43,45 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str],
-          objects: bool = True) -> Iterator[ObjectInfo]:
+         objects: bool = True) -> Iterator[ObjectInfo]:
     """Depth-first walk of an open directory yielding regular files in key order.
 
     Directories sort as ``name + "/"``, which makes depth-first order equal the order S3
     lists keys in.  Entries are lstat-ed and subdirectories opened with O_NOFOLLOW, so a
     link is never descended into or reported as an object: it is appended to ``links``.
+    The walk keeps its own stack of open directories rather than nesting generators, so an
+    object costs the same at any depth (GC plans walk 80,000 files five levels down).
     """
+    stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result | None]]]] = [
+        (fd, rel, _entries(fd, rel, name_prefix, links, objects))]
+    try:
+        while stack:
+            dfd, drel, entries = stack[-1]
+            for name, st in entries:
+                key = drel + name
+                if st is not None:
+                    if stat.S_ISREG(st.st_mode):
+                        yield store._info(key, st)
+                    continue
+                if not recursive:
+                    continue
+                sub = _open_subdir(dfd, name, key, links)
+                if sub is not None:
+                    stack.append((sub, key + "/", _entries(sub, key + "/", "", links, objects)))
+                    break
+            else:
+                stack.pop()
+                if stack:  # the caller's own directory stays open
+                    os.close(dfd)
+    finally:
+        for dfd, _, _ in stack[1:]:
+            os.close(dfd)
+
+
+def _entries(fd: int, rel: str, name_prefix: str, links: list[str],
+             objects: bool) -> Iterator[tuple[str, os.stat_result | None]]:
+    """A directory's entries in key order: (name, lstat) for files, (name, None) for
+    directories; links go to ``links``, our temporary files are skipped."""
     found: list[tuple[str, str, os.stat_result | None]] = []
     with os.scandir(fd) as it:
         for e in it:
@@ -65,28 +97,22 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
             except FileNotFoundError:
                 continue  # deleted while listing
     found.sort(key=lambda t: t[0])
-    for _, name, st in found:
-        key = rel + name
-        if st is not None:
-            if stat.S_ISREG(st.st_mode):
-                yield store._info(key, st)
-            continue
-        if not recursive:
-            continue
-        try:
-            sub = os.open(name, DIR_FLAGS, dir_fd=fd)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link or a file meanwhile
-                if is_link(fd, name):
-                    links.append(key)
-                continue
-            raise
-        try:
-            yield from scan(store, sub, key + "/", "", True, links, objects)
-        finally:
-            os.close(sub)
+    return iter([(name, st) for _, name, st in found])
+
+
+def _open_subdir(fd: int, name: str, key: str, links: list[str]) -> int | None:
+    """``name`` in ``fd`` opened with O_NOFOLLOW; None if it is gone or was swapped for a link
+    (noted in ``links``) or a file meanwhile."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            if is_link(fd, name):
+                links.append(key)
+            return None
+        raise
 
 
 def listing(store: Walked, prefix: str, recursive: bool, links: list[str],

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -331,6 +333,74 @@ def test_link_swapped_in_after_planning_is_refused_at_deletion(case: Swap, table
         assert any((b["shard_id"], b["generation"]) == case.held for b in unsafe), unsafe
     if case.orphans:
         assert result.orphans_deleted == 0
+
+
+def _data_file(t: Path) -> Path:
+    (f,) = (gen(t, S0, 2) / "data").iterdir()
+    return f
+
+
+# Swapped in after GC listed a batch of generations on a local disk and before it unlinks
+# them (the step between the phases of memwal.store.local_trees): every directory is checked
+# in place right before its tree's unlinks, every file lstat-ed right before its own.
+LISTED_SWAPS = [
+    Swap("generation-dir", lambda t, o: swap_out(gen(t, S0, 1), o), (S0, 1)),
+    Swap("generation-data-dir", lambda t, o: swap_out(gen(t, S0, 3) / "data", o), (S0, 3)),
+    Swap("generation-_versions", lambda t, o: swap_out(gen(t, S0, 2) / "_versions", o), (S0, 2)),
+    Swap("generation-data-file", lambda t, o: file_out(_data_file(t), o), (S0, 2)),
+    Swap("shard-dir", lambda t, o: swap_out(shard(t, S0), o), (S0, 1)),
+]
+
+
+@pytest.mark.parametrize("case", LISTED_SWAPS, ids=[s.name for s in LISTED_SWAPS])
+def test_link_swapped_in_after_listing_a_batch_is_refused_at_unlink(case: Swap, table: Path, outside: Path) -> None:
+    swapped: dict = {}
+
+    def swap() -> None:
+        swapped["link"] = case.swap(table, outside)
+        swapped["target"] = os.readlink(swapped["link"])
+        swapped["before"] = tree_digest(str(outside))
+
+    with running_at("store.trees-listed", swap) as reached:
+        result = memwal.open(str(table)).gc(grace_seconds=0).value
+    assert reached == ["store.trees-listed"]
+    link, target, before = swapped["link"], swapped["target"], swapped["before"]
+    assert tree_digest(str(outside)) == before  # nothing deleted in what was moved out, nor through the link
+    assert os.path.islink(link) and os.readlink(link) == target
+    unsafe = {(b["shard_id"], b["generation"]) for b in result.blocked if b["reason"] == "unsafe-path"}
+    assert case.held in unsafe and case.held not in {(d["shard_id"], d["generation"]) for d in result.deleted}
+    assert gen_dirs(table, S1) == set()  # the other shard's generations all went
+
+
+def test_a_file_written_after_listing_keeps_its_directories_until_the_next_run(table: Path) -> None:
+    late: dict = {}
+
+    def write() -> None:
+        late["file"] = gen(table, S0, 1) / "data" / "late.lance"
+        late["file"].write_bytes(b"written after the listing")
+
+    with running_at("store.trees-listed", write):
+        memwal.open(str(table)).gc(grace_seconds=0)
+    assert late["file"].read_bytes() == b"written after the listing"  # never listed: never unlinked
+    assert sorted(p.name for p in late["file"].parent.parent.iterdir()) == ["data"]  # the rest went
+    assert gen_dirs(table, S0) == {1} and gen_dirs(table, S1) == set()
+    memwal.open(str(table)).gc(grace_seconds=0)  # the shard manifest still lists it: the next run finishes
+    assert gen_dirs(table, S0) == set()
+
+
+def test_gc_holds_only_what_a_quarter_of_its_descriptors_allow(table: Path) -> None:
+    """Every directory of a batch stays open until it is removed: with a soft limit of 64
+    descriptors GC opens four trees at a time (not 512) and still collects everything."""
+    code = ("import resource, sys, memwal\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+            "from memwal.store.local_trees import trees_at_once\n"
+            "assert trees_at_once() == 4, trees_at_once()\n"
+            f"r = memwal.open({str(table)!r}).gc(grace_seconds=0).value\n"
+            "print(len(r.deleted), r.wal_entries_deleted, len(r.blocked))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(W.shards * W.generations), str(W.shards * W.generations), "0"]
+    assert gen_dirs(table, S0) == gen_dirs(table, S1) == set()
 
 
 def test_store_refuses_keys_whose_directory_became_a_link_after_listing(table: Path, outside: Path) -> None:
