@@ -9,8 +9,9 @@ fresh copies of it:
   three of each, interleaved, on fresh copies (the medians are compared), and checks that
   both give the identical base table and progress;
 * runs the Spark engine in this process with a stopwatch on each phase: start-up (JVM and
-  session), plan, executors (read, shuffle, dedupe or fold, write of the staged upserts:
-  wall time, plus the task seconds of each step summed over tasks), the staging commit, and
+  session), plan, executors (read, dedupe or fold, write of the staged upserts, by shard or
+  through a keyed shuffle, the job's ``shape``: wall time, plus the task seconds of each step
+  summed over tasks), the staging commit, and
   the driver's commits (the bound delete pass, the marked ``merge_insert``).
 
 The JSON document goes to ``OUT/spark_breakdown.json``. ``make bench`` calls :func:`run`.
@@ -120,6 +121,7 @@ def in_process(spark, table_uri: str) -> dict:
         "marked_commit_seconds": marked,
         "driver_commit_seconds": end - read_end,
         "total_seconds": end - t0,
+        "shape": t["shape"],
         "read_tasks": t["read_tasks"],
         "partitions": t["partitions"],
         "change_bytes": t["change_bytes"],
@@ -201,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         ph = pt["spark_phases"]
         print(f"{pt['change_rows']:>10,} rows: local {pt['local_process']['seconds']}s, "
               f"spark {pt['spark_process']['seconds']}s, ratio {pt.get('spark_over_local')}, "
-              f"identical {pt.get('identical')}; startup {ph['startup_seconds']}s, plan {ph['plan_seconds']}s, "
+              f"identical {pt.get('identical')}; {ph['shape']}; startup {ph['startup_seconds']}s, "
+              f"plan {ph['plan_seconds']}s, "
               f"executors {ph['executors_wall_seconds']}s (task s: read {ph['read_task_seconds']}, "
               f"dedupe {ph['dedupe_task_seconds']}, write {ph['write_task_seconds']}), "
               f"staging commit {ph['staging_commit_seconds']}s, delete pass {ph['delete_commit_seconds']}s, "

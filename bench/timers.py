@@ -72,7 +72,7 @@ MERGE = [
     "memwal.merge.operands:read_operands",
     "memwal.merge.operands:check_complete",
     "memwal.merge.operands:wal_keys_by_generation",
-    "memwal.merge.local:_own_chunks",
+    "memwal.merge.local:own_chunks",
     "memwal.merge.execute:commit_net_changes",
     "memwal.merge.execute:_guard_progress",
     "memwal.merge.execute:bound_delete_pass",

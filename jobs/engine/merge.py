@@ -1,28 +1,38 @@
 """The Spark merge engine: same plan, same Python reduce as the local engine, spread over executors.
 
-Shape of a run (one Spark job, two stages, then the driver's commits):
+Shape of a run: one Spark job, then the driver's commits. The job takes one of two shapes
+(the tasks themselves are in :mod:`memwal.spark.engine.merge_tasks`):
 
-1. **Read** (stage 1). Generations are packed into tasks by bytes (``read_task_bytes``):
-   many small generations share a task, and only a generation larger than a task is split
-   by fragment. A generation whose merge operators need its WAL operands
-   (``GenerationRef.wal_keys``) is always read whole. A task reads its whole generations
-   as the local engine does (a small thread pool, tagged in groups), then hash-partitions its rows by
-   primary key into ``partitions`` buckets (the local engine's own partition function) and
-   emits one Arrow IPC blob per bucket, so the shuffle moves a few large byte strings, not
-   rows converted to and from Spark SQL types.
-2. **Reduce and write** (stage 2). ``partitions`` follows the change set's size
-   (``partition_bytes``; at least the cluster's parallelism). Every key lands in exactly one
-   reduce task, which runs :func:`memwal.merge.changes.reducer`, the very function the local
-   engine runs: last write wins (:func:`dedupe`) or, when the table declares merge operators,
-   the fold over the base row and every operand (:func:`fold_changes`). The engines cannot
-   disagree because they share that code. The task writes its upserts as Lance fragments
-   under ``_mem_wal/_staging/<run>/`` and returns the fragments' metadata, its delete keys
-   (key columns only) and its row counts per shard.
-3. **Commit** (driver). The engine only returns :class:`NetChanges`; the commits are
-   ``memwal.merge.execute``'s: the delete pass bound to the plan's read version, then the
-   marked ``merge_insert`` whose progress marker lands in the same commit as the upserts,
-   each after ``_before_commit`` (lease, progress guard) and the merge intent. The staging
-   dataset is removed afterwards (``NetChanges.close``).
+1. **By shard** (the default): whole shards per task, each task reading every generation
+   of its shards, reducing and staging them, one stage and no shuffle. A primary key is
+   written to one shard only (MemWAL spec), so a task holds every version of its keys. The
+   tasks also return a 64-bit hash of each net key, and the driver checks that no hash is
+   in two tasks before it commits anything; if one is (a key written to two shards, or a
+   hash collision), the staged files are removed and the batch runs as a keyed shuffle,
+   which refuses the broken key by name or, for a mere collision, merges. A shard whose
+   change set is larger than ``shard_max_bytes``, or a batch of more than
+   :data:`BY_SHARD_MAX_ROWS` rows (the hashes go to the driver), takes the keyed shuffle.
+   At 2M change rows on local[2] (4 shards) the job took 1.0 s against the shuffle's 2.6 s
+   on warm workers (issue 23: the Spark engine within 3x of the local one).
+2. **Keyed shuffle**: generations packed into read tasks by bytes (``read_task_bytes``; a
+   generation larger than a task split by fragment, one with WAL operands read whole), rows
+   hash-partitioned by primary key into ``partitions`` Arrow IPC blobs (so the shuffle moves
+   a few large byte strings, not rows converted to and from Spark SQL types), then one reduce
+   task per partition (``partition_bytes``; at least the cluster's parallelism).
+
+Either way every key's versions meet in one task, which runs
+:func:`memwal.merge.changes.reducer`, the very function the local engine runs: last write
+wins (:func:`dedupe`) or, when the table declares merge operators, the fold over the base row
+and every operand (:func:`fold_changes`). The engines cannot disagree because they share that
+code. The task writes its upserts as Lance fragments under ``_mem_wal/_staging/<run>/`` and
+returns the fragments' metadata, its delete keys (key columns only) and its row counts per
+shard.
+
+**Commit** (driver). The engine only returns :class:`NetChanges`; the commits are
+``memwal.merge.execute``'s: the delete pass bound to the plan's read version, then the
+marked ``merge_insert`` whose progress marker lands in the same commit as the upserts,
+each after ``_before_commit`` (lease, progress guard) and the merge intent. The staging
+dataset is removed afterwards (``NetChanges.close``).
 
 Why the marked pass stays on the driver (atomicity of progress with data). pylance 14.0.2
 records a ``CompactedSsTable`` marker only through
@@ -36,12 +46,16 @@ second commit, and a crash between the two leaves data without progress: a rerun
 re-apply operands (wrong for ``sum``) and GC would see the generation as unmerged. So the
 one commit that carries data and marker together is the driver's ``merge_insert``, streaming
 from the staging dataset; everything before it (reading, shuffling, deduping or folding,
-writing) runs on executors. ``bench/spark_breakdown.py`` measures the driver's share: at 2M
-change rows on local[2] (1.8M upserts) the two commits took 1.7 s (marked pass 1.5 s, the
-same ``merge_insert`` the local engine runs, in the same time) against 1.7 s of executor
-wall time on warm Python workers (3.9 s on the first job, which starts them) and 2.6 s of
-session start-up with the JVM class archive (:mod:`memwal.spark.engine.jvm_archive`). As whole
-processes the Spark engine took 2.9x the local engine's time (8.9 s against 3.0 s).
+writing) runs on executors. When the staged upserts fit half the local engine's memory
+budget the driver reads them into one table first, as the local engine hands Lance its
+upserts (the marked pass at 2M change rows: 0.4-0.6 s against 0.85 s from the stream).
+
+Where a whole ``memwal merge --engine spark`` spends its time at 2M change rows on local[2]
+(``bench/spark_timeline.py``, 2026-11-23): imports 0.8 s, the session's start-up 2.1 s (with
+the JVM class archive, :mod:`memwal.spark.engine.jvm_archive`), the job 2.6-3.5 s of which
+about 1.7 s is Spark starting its Python workers for the first job, the driver's commits
+0.7 s, the JVM's exit 0.3 s: 2.85x the local engine (7.3 s against 2.6 s, medians of 3;
+4.65x before the by-shard shape).
 
 Nothing here assumes local mode: the table URI and storage options travel in closures, so
 the same code runs on a cluster whose executors have memwal-jobs and pylance installed.
@@ -55,21 +69,26 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
 
 import lance
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+from memwal.spark.engine.merge_tasks import (
+    read_buckets,
+    read_tasks,
+    reduce_buckets,
+    reduce_shards,
+    ref_bytes,
+    shard_tasks,
+)
 from memwal.spark.engine.session import active_or_local
 from pyspark.sql import SparkSession
 
 from memwal.core import steps
 from memwal.errors import MemWalError
-from memwal.merge.changes import NetChanges, count_by_shard, empty_keys, reducer
-from memwal.merge.local import partition_of
-from memwal.merge.model import GenerationRef, MergePlan
-from memwal.merge.read import SHARD, TOMBSTONE, read_generation, read_generations
+from memwal.merge.changes import NetChanges, empty_keys
+from memwal.merge.local import DEFAULT_MEMORY_BUDGET, own_chunks
+from memwal.merge.model import MergePlan
 from memwal.table import Table
 from memwal.table.naming import STAGING_DIR
 
@@ -79,10 +98,31 @@ log = logging.getLogger(__name__)
 READ_TASK_BYTES = 64 << 20
 #: Bytes of change rows one reduce task deduplicates (or folds) and writes.
 PARTITION_BYTES = 128 << 20
-#: Threads each read task reads its generations with (tasks already run side by side).
-TASK_READ_THREADS = 4
-#: A read item: a generation and the fragments to read (None: all of them).
-Item = tuple[dict, list[int] | None]
+#: A shard's change set one by-shard task may hold whole (larger: the keyed shuffle).
+SHARD_MAX_BYTES = 4 * PARTITION_BYTES
+#: Staged upserts up to this many bytes on storage are read into one table on the driver for
+#: the marked ``merge_insert`` (Arrow in memory is larger than Lance's files: half the budget).
+STAGED_TABLE_BYTES = DEFAULT_MEMORY_BUDGET // 2
+#: Change rows up to which a batch may run by shard: the net keys' 8-byte hashes come to
+#: the driver for the disjointness check (16M rows: at most 128 MiB there).
+BY_SHARD_MAX_ROWS = 16_000_000
+
+
+class _Stage:
+    """What every task of one run shares: options, the staging dataset, the timers."""
+
+    def __init__(self, table: Table, plan: MergePlan, schema: pa.Schema, sc) -> None:
+        self.plan, self.options = plan, dict(table.storage_options)
+        self.staging_key = f"{STAGING_DIR}/merge-{uuid.uuid4().hex[:12]}"
+        self.staging_uri = table.store.uri_for(self.staging_key)
+        self.schema_bytes = schema.serialize().to_pybytes()
+        self.spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write")}
+
+    def schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
+
+    def remove_staged(self, table: Table) -> None:
+        table.store.delete_many([o.key for o in table.store.list(f"{self.staging_key}/")])
 
 
 class SparkMergeEngine:
@@ -97,11 +137,14 @@ class SparkMergeEngine:
         partitions: int | None = None,
         read_task_bytes: int = READ_TASK_BYTES,
         partition_bytes: int = PARTITION_BYTES,
+        shard_max_bytes: int = SHARD_MAX_BYTES,
     ) -> None:
         self._spark = spark
+        #: Set, it makes every batch a keyed shuffle into this many partitions.
         self.partitions = partitions
         self.read_task_bytes = read_task_bytes
         self.partition_bytes = partition_bytes
+        self.shard_max_bytes = shard_max_bytes
         #: Wall and task seconds of the last run, for ``bench/spark_breakdown.py``.
         self.last_timings: dict[str, float] = {}
 
@@ -120,73 +163,99 @@ class SparkMergeEngine:
     def net_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> NetChanges:
         t0 = time.perf_counter()
         sc = self.spark.sparkContext
-        options = dict(table.storage_options)
-        staging_key = f"{STAGING_DIR}/merge-{uuid.uuid4().hex[:12]}"
-        staging_uri = table.store.uri_for(staging_key)
-        total = sum(_ref_bytes(r) for r in plan.generations)
-        tasks = read_tasks(plan.generations, self.read_task_bytes, options)
-        parts = self.partitions or max(sc.defaultParallelism, -(-total // self.partition_bytes))
-        spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write")}
-        shard_ids, pk = plan.shard_ids, plan.primary_key
-        schema_bytes = schema.serialize().to_pybytes()
+        stage = _Stage(table, plan, schema, sc)
+        shape, tasks = "shuffle", None
+        if self.partitions is None and plan.total_rows <= BY_SHARD_MAX_ROWS:
+            tasks = shard_tasks(plan, self.partition_bytes, self.shard_max_bytes, sc.defaultParallelism)
+        out = _run(table, stage, lambda: self._by_shard(sc, stage, tasks)) if tasks else None
+        if out is not None:
+            shape = "by-shard"
+        else:
+            if tasks:  # a key in two tasks: its own error, or a hash collision, comes from the shuffle
+                stage.remove_staged(table)
+                stage = _Stage(table, plan, schema, sc)
+            tasks = read_tasks(plan.generations, self.read_task_bytes, stage.options)
+            parts = self.partitions or max(sc.defaultParallelism,
+                                           -(-sum(ref_bytes(r) for r in plan.generations) // self.partition_bytes))
+            out = _run(table, stage, lambda: self._shuffled(sc, stage, tasks, parts))
+        t1 = time.perf_counter()
+        net = self._assemble(table, plan, schema, stage, [json.loads(o) for o in out])
+        self.last_timings = {
+            "shape": shape,
+            "executors_wall_seconds": t1 - t0,
+            "staging_commit_seconds": time.perf_counter() - t1,
+            "read_task_seconds": stage.spent["read"].value,
+            "reduce_task_seconds": stage.spent["reduce"].value,
+            "write_task_seconds": stage.spent["write"].value,
+            "read_tasks": len(tasks),
+            "partitions": len(tasks) if shape == "by-shard" else parts,
+            "change_bytes": sum(ref_bytes(r) for r in plan.generations),
+        }
+        return net
+
+    @staticmethod
+    def _by_shard(sc, stage: _Stage, tasks: list[list[dict]]) -> list[str] | None:
+        """One stage of whole-shard tasks; their documents, or None when a net key's hash came
+        from two tasks (nothing is committed then; the caller removes what was staged)."""
+        plan, options, uri, spent, schema_bytes = stage.plan, stage.options, stage.staging_uri, stage.spent, \
+            stage.schema_bytes
         barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
+
+        def task(indices: Iterable[int]) -> Iterator[tuple[str, bytes]]:
+            for i in indices:
+                steps.step("spark.merge.read-task", barrier=barrier)
+                schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+                yield from reduce_shards(tasks[i], plan, schema, options, uri, spent)
+
+        out = sc.parallelize(range(len(tasks)), len(tasks)).mapPartitions(task).collect()
+        hashes = np.sort(np.concatenate([np.frombuffer(h, dtype=np.uint64) for _, h in out] or
+                                        [np.zeros(0, np.uint64)]))  # np.sort: 0.02 s for 1.8M; np.unique 1.5 s
+        if np.any(hashes[1:] == hashes[:-1]):
+            log.warning("merge %s: a net key hash appears in two by-shard tasks; merging with a keyed shuffle",
+                        plan.table)
+            return None
+        return [doc for doc, _ in out]
+
+    @staticmethod
+    def _shuffled(sc, stage: _Stage, tasks: list, parts: int) -> list[str]:
+        """Read tasks, a shuffle of IPC blobs by key, one reduce task per partition."""
+        plan, options, uri, spent, schema_bytes = stage.plan, stage.options, stage.staging_uri, stage.spent, \
+            stage.schema_bytes
+        shard_ids, pk = plan.shard_ids, plan.primary_key
+        barrier = steps.barrier_for_tasks()
 
         def read(i: int) -> Iterator[tuple[int, bytes]]:
             steps.step("spark.merge.read-task", barrier=barrier)
             started = time.perf_counter()
-            base = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-            yield from _read_buckets(tasks[i], base, options, shard_ids, pk, parts)
+            yield from read_buckets(tasks[i], pa.ipc.read_schema(pa.py_buffer(schema_bytes)), options, shard_ids,
+                                    pk, parts)
             spent["read"].add(time.perf_counter() - started)
 
-        def reduce_and_write(pairs: Iterable[tuple[int, bytes]]) -> Iterator[str]:
-            base = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-            yield from _reduce_and_write(pairs, plan, base, options, staging_uri, spent)
+        def reduce(pairs: Iterable[tuple[int, bytes]]) -> Iterator[str]:
+            yield from reduce_buckets(pairs, plan, pa.ipc.read_schema(pa.py_buffer(schema_bytes)), options, uri,
+                                      spent)
 
-        try:
-            out = (
-                sc.parallelize(range(len(tasks)), max(1, len(tasks)))
-                .flatMap(read)
-                .partitionBy(parts, lambda k: k)
-                .mapPartitions(reduce_and_write)
-                .collect()
-            )
-        except Exception as exc:  # an executor's error: keep our message, drop the JVM trace
-            ours = executor_error(exc)
-            if ours is None:
-                raise
-            raise ours from None
-        t1 = time.perf_counter()
-        net = self._assemble(table, plan, schema, staging_key, staging_uri, [json.loads(o) for o in out])
-        self.last_timings = {
-            "executors_wall_seconds": t1 - t0,
-            "staging_commit_seconds": time.perf_counter() - t1,
-            "read_task_seconds": spent["read"].value,
-            "reduce_task_seconds": spent["reduce"].value,
-            "write_task_seconds": spent["write"].value,
-            "read_tasks": len(tasks),
-            "partitions": parts,
-            "change_bytes": total,
-        }
-        return net
+        return (sc.parallelize(range(len(tasks)), max(1, len(tasks))).flatMap(read)
+                .partitionBy(parts, lambda k: k).mapPartitions(reduce).collect())
 
-    def _assemble(
-        self, table: Table, plan: MergePlan, schema: pa.Schema, staging_key: str, staging_uri: str, out: list[dict]
-    ) -> NetChanges:
+    def _assemble(self, table: Table, plan: MergePlan, schema: pa.Schema, stage: _Stage,
+                  out: list[dict]) -> NetChanges:
         """The driver's half: one commit of the staged fragments (a dataset of its own under
         ``_staging``, never the table), the delete keys and the counts."""
         pk = plan.primary_key
         fragments = [lance.fragment.FragmentMetadata.from_json(json.dumps(f)) for o in out for f in o["fragments"]]
-
-        def cleanup() -> None:
-            table.store.delete_many([o.key for o in table.store.list(f"{staging_key}/")])
-
         net = NetChanges(schema=schema, primary_key=pk, delete_keys=empty_keys(schema, pk),
                          open_upserts=lambda: pa.RecordBatchReader.from_batches(schema, iter(())),
-                         cleanups=[cleanup])
+                         cleanups=[lambda: stage.remove_staged(table)])
         if fragments:
-            staged = lance.LanceDataset.commit(staging_uri, lance.LanceOperation.Overwrite(schema, fragments),
+            staged = lance.LanceDataset.commit(stage.staging_uri, lance.LanceOperation.Overwrite(schema, fragments),
                                                storage_options=table.storage_options or None)
             net.open_upserts = lambda: _staged_upserts(staged, schema)
+            staged_bytes = sum(f["file_size_bytes"] for o in out for fr in o["fragments"] for f in fr["files"])
+            if staged_bytes <= STAGED_TABLE_BYTES:
+                # as the local engine does within its budget: Lance's merge_insert of a table is
+                # faster than of a stream (2M change rows: 0.4-0.6 s against 0.85 s, the read 0.1 s)
+                net.upsert_table = own_chunks(staged.to_table(columns=schema.names).cast(schema))
         keys = [pa.ipc.open_stream(bytes.fromhex(o["deletes"])).read_all() for o in out if o["deletes"]]
         if keys:
             net.delete_keys = pa.concat_tables(keys).cast(pa.schema([schema.field(k) for k in pk]))
@@ -196,97 +265,21 @@ class SparkMergeEngine:
         return net
 
 
-def _ref_bytes(ref: GenerationRef) -> int:
-    """A generation's size for task sizing; the manifest's in-memory size, else a row estimate."""
-    return ref.bytes or ref.rows * 128
-
-
-def read_tasks(refs: list[GenerationRef], task_bytes: int, options: dict) -> list[list[Item]]:
-    """Pack generations into read tasks of about ``task_bytes``, in plan order.
-
-    Whole generations are packed together; one larger than a task is split by fragment
-    (opening only that generation), except when its operands come from its WAL entries,
-    which are read whole.
-    """
-    tasks: list[list[Item]] = []
-    current: list[Item] = []
-    size = 0
-    for ref in refs:
-        payload, n = asdict(ref), _ref_bytes(ref)
-        if n > task_bytes and not ref.wal_keys:
-            frags = [f.fragment_id for f in lance.dataset(ref.uri, storage_options=options or None).get_fragments()]
-            per = max(1, len(frags) * task_bytes // n)
-            tasks += [[(payload, frags[i : i + per])] for i in range(0, len(frags), per)]
-            continue
-        if current and size + n > task_bytes:
-            tasks.append(current)
-            current, size = [], 0
-        current.append((payload, None))
-        size += n
-    if current:
-        tasks.append(current)
-    return tasks
-
-
-def _read_buckets(
-    items: list[Item], schema: pa.Schema, options: dict, shard_ids: list[str], pk: list[str], parts: int
-) -> Iterator[tuple[int, bytes]]:
-    """One read task: its rows, tagged like the local engine's, as one IPC blob per bucket.
-
-    Whole generations are read as the local engine reads them (:func:`read_generations`:
-    a bounded thread pool, consecutive generations conformed and tagged together); a part
-    of a large generation is read by its fragments.
-    """
-    code_of = {sid: i for i, sid in enumerate(shard_ids)}
-    refs = [(GenerationRef(**{**payload, "wal_keys": tuple(payload["wal_keys"])}), fragment_ids)
-            for payload, fragment_ids in items]
-    frames = list(read_generations([r for r, f in refs if f is None], schema, options, code_of,
-                                   threads=TASK_READ_THREADS))
-    for ref, fragment_ids in refs:
-        if fragment_ids is not None:
-            frames += read_generation(ref, schema, options, code_of[ref.shard_id], fragment_ids=fragment_ids)
-    if not frames:
-        return
-    t = pa.concat_tables(frames, promote_options="permissive")
-    bucket = partition_of(t, pk, parts)
-    order = np.argsort(bucket, kind="stable")
-    t, bucket = t.take(pa.array(order)), bucket[order]
-    edges = np.flatnonzero(np.diff(bucket)) + 1
-    for start, end in zip(np.r_[0, edges], np.r_[edges, len(bucket)], strict=True):
-        yield int(bucket[start]), _ipc(t.slice(start, end - start))
-
-
-def _ipc(t: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, t.schema) as w:
-        w.write_table(t)
-    return sink.getvalue().to_pybytes()
-
-
-def _reduce_and_write(
-    pairs: Iterable[tuple[int, bytes]], plan: MergePlan, schema: pa.Schema, options: dict, staging_uri: str, spent: dict
-) -> Iterator[str]:
-    """One reduce task: the local engine's reducer over its keys, upserts staged as fragments."""
-    started = time.perf_counter()
-    tables = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
-    if not tables:
-        return
-    net = reducer(plan, options)(pa.concat_tables(tables, promote_options="permissive"))
-    tomb = net.column(TOMBSTONE)
-    dels, ups = net.filter(tomb), net.filter(pc.invert(tomb))
-    written = time.perf_counter()
-    spent["reduce"].add(written - started)
-    fragments = []
-    if ups.num_rows:
-        data = ups.select(schema.names).cast(schema)
-        fragments = lance.fragment.write_fragments(data, staging_uri, schema=schema, storage_options=options or None)
-    spent["write"].add(time.perf_counter() - written)
-    yield json.dumps({
-        "fragments": [f.to_json() for f in fragments],
-        "deletes": _ipc(dels.select(plan.primary_key)).hex() if dels.num_rows else "",
-        "upserted": dict(count_by_shard(ups.column(SHARD), plan.shard_ids)) if ups.num_rows else {},
-        "deleted": dict(count_by_shard(dels.column(SHARD), plan.shard_ids)) if dels.num_rows else {},
-    })
+def _run(table: Table, stage: _Stage, job):
+    """Run a Spark job; if it fails, what its tasks staged is removed, and an executor's error
+    of ours comes back with its class and one-line message (the exit code holds), the JVM's
+    trace dropped."""
+    try:
+        return job()
+    except Exception as exc:
+        try:
+            stage.remove_staged(table)
+        except Exception as left:  # the job's own error matters more; GC collects staging orphans
+            log.warning("merge %s: staged files left under %s: %s", table.uri, stage.staging_key, left)
+        ours = executor_error(exc)
+        if ours is None:
+            raise
+        raise ours from None
 
 
 def _staged_upserts(staged: lance.LanceDataset, schema: pa.Schema) -> pa.RecordBatchReader:

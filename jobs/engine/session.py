@@ -15,6 +15,7 @@ is the Spark engine's largest fixed cost, so it is cut twice:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -42,12 +43,24 @@ def local_session(app: str = "memwal-jobs") -> SparkSession:
     """
     archive = jvm_archive.java_options()
     try:
-        return build_session(app, archive)
+        session = build_session(app, archive)
     except Exception as exc:  # pyspark raises PySparkRuntimeError(JAVA_GATEWAY_EXITED)
         if not archive:
             raise
         jvm_archive.discard(f"the JVM did not start with it ({str(exc).splitlines()[0][:200]})")
-        return build_session(app, "")
+        session = build_session(app, "")
+    atexit.register(_close_gateway, session)
+    return session
+
+
+def _close_gateway(session: SparkSession) -> None:
+    """At exit, close the Py4J gateway of a session we started before the JVM sees its stdin
+    close: the JVM then stops (its shutdown hooks stop the context and remove Spark's
+    temporary folders) in 0.2 s instead of 0.5 s, and a caller that reads our output waits
+    for the JVM too, which holds it (issue 23: a whole ``memwal merge --engine spark``)."""
+    gateway = getattr(session.sparkContext, "_gateway", None)
+    if gateway is not None:
+        gateway.shutdown()
 
 
 def build_session(app: str, java_options: str, *, master: str | None = None) -> SparkSession:

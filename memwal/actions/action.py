@@ -34,6 +34,10 @@ class Action:
     problems: Callable[[dict], list[str]]  # the one place deciding that a result is a failure
     #: What a dry run shows, when not the plan itself (gc shows the result it would give).
     preview: Callable[[Table, Any], Any] | None = None
+    #: Whether a plan has anything to execute. Given, an engine that boots (a Spark session)
+    #: starts after planning and only for a plan with work: a merge with nothing to merge
+    #: boots no JVM. Without it the engine boots while the action plans (a long plan hides it).
+    has_work: Callable[[Any], bool] | None = None
 
     def engine(self, name: str) -> Any:
         """The engine object by name: ``local``, or one an installed package plugs in."""

@@ -202,7 +202,7 @@ ACTIONS: dict[str, Action] = {
         Action("merge", "merge flushed generations into the base table, in order, with atomic progress",
                MergeOptions, _plan_merge, _execute_merge,
                _local_merge,
-               _single("merge", wait=True), _merge_problems),
+               _single("merge", wait=True), _merge_problems, has_work=lambda plan: not plan.is_empty()),
         Action("catchup", "bring base-table indexes up to the merged generations",
                CatchupOptions, _plan_catchup, _execute_catchup,
                _local_catchup,

@@ -75,15 +75,20 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     """Plan, then (unless a dry run) take the leases and execute exactly that plan.
 
     The engine starts what it needs (a Spark session boots in the background) once the
-    table has opened, so bad input starts nothing; a dry run never starts an engine.
+    table has opened, so bad input starts nothing; a dry run never starts an engine. An
+    action that tells whether a plan has work (``Action.has_work``) starts it only after
+    planning, for a plan with work; the others start it while they plan.
     """
     act = action(name)
-    if not options.dry_run:
+    early = not options.dry_run and act.has_work is None
+    if early:
         engines.prepare(options.engine)
     plan = act.plan(table, options)
     steps.step(f"{name}.planned")
     if options.dry_run:
         return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
+    if not early and act.has_work(plan):
+        engines.prepare(options.engine)
     progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming
     engine = progress.engine(name, act.engine(options.engine))
     run_id = new_run_id()

@@ -68,7 +68,7 @@ def _chunked_indices(idx: np.ndarray) -> pa.ChunkedArray:
                             type=pa.int64())
 
 
-def _own_chunks(t: pa.Table) -> pa.Table:
+def own_chunks(t: pa.Table) -> pa.Table:
     """``t`` with chunks of at most TAKE_ROWS rows, each with buffers of its own (copied
     only when a chunk is larger; see TAKE_ROWS for why)."""
     if all(len(b) <= TAKE_ROWS for b in t.to_batches()):
@@ -174,7 +174,7 @@ def local_net_changes(
         net.delete_keys = pa.concat_tables(delete_parts)
     size = _table_bytes(upsert_tables, upsert_files)
     if (upsert_tables or upsert_files) and size <= memory_budget:
-        net.upsert_table = _own_chunks(pa.concat_tables([*upsert_tables, *map(_read_ipc, upsert_files)]))
+        net.upsert_table = own_chunks(pa.concat_tables([*upsert_tables, *map(_read_ipc, upsert_files)]))
     else:
         log.info("upserts of %d MiB exceed the %d MiB memory budget: streamed", size >> 20, memory_budget >> 20)
     return net

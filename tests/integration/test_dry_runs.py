@@ -47,3 +47,19 @@ def test_a_spark_dry_run_starts_no_jvm_and_writes_nothing(make_table, argv):
     assert probe == {"rc": 0, "spark": False, "engine_loaded": False, "children": []}, run.stderr
     assert json.loads(run.stdout)["dry_run"] is True
     assert tree_digest(table.uri) == before
+
+
+def test_a_spark_merge_with_nothing_to_merge_boots_no_jvm(make_table):
+    """The merge starts its session only after planning, for a plan with work (issue 23): a
+    scheduled run that finds nothing new costs what the local engine's does."""
+    import memwal
+
+    table, _ = make_table()
+    assert memwal.open(table.uri).merge().ok  # everything merged: the next plan is empty
+    run = subprocess.run([sys.executable, "-c", PROBE, "merge", table.uri, "--engine", "spark", "--json"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYSPARK_SUBMIT_ARGS": ""})
+    probe = json.loads(run.stderr.strip().splitlines()[-1])
+    # the Spark engine is loaded (a run takes its engine), but no session nor Java child exists
+    assert (probe["rc"], probe["spark"], probe["children"]) == (0, False, []), run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["version"] is None and doc["shards"] == []

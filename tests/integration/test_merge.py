@@ -240,8 +240,9 @@ def test_a_merge_that_loses_its_lease_stops_before_its_next_side_effect(make_tab
 
 def write_key_to_wrong_shard(table) -> int:
     """Put a key that another shard already holds unmerged: a broken sharding invariant."""
-    a, b = shard_ids_for(SMALL)[:2]
-    st_b = all_shard_manifests(table.store)[b]
+    states = all_shard_manifests(table.store)
+    a, b = sorted(states)[:2]
+    st_b = states[b]
     key = lance.dataset(table.store.uri_for(st_b.generation_key(st_b.flushed[0]))).to_table(columns=["id"])["id"][0]
     ds = table.dataset()
     row = ds.to_table(limit=1)

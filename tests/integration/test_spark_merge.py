@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from memwal.spark.engine.merge import SparkMergeEngine
 
 import memwal
@@ -18,17 +19,22 @@ from memwal.table import open_table
 from tests.conftest import table_rows
 from tests.helpers import ROOT
 
+#: The two shapes of a Spark merge job. The keyed shuffle with tiny read tasks (one generation
+#: each), so it really joins several tasks' rows; by shard, as users run it (two tasks on local[2]).
+# internal entry: the read task size and the partitions are no user options
+SHAPES = {"shuffle": dict(partitions=4, read_task_bytes=1), "by-shard": {}}
 
-def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark, tmp_path):
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark, tmp_path, shape):
     table, model = make_table(Workload(base_rows=400, shards=3, generations=5, rows_per_generation=50, seed=11))
     copy = tmp_path / "copy"
     shutil.copytree(table.uri, copy)
     local = memwal.open(table.uri).merge().value
     other = open_table(str(copy))
-    # tiny read tasks: one generation per task, so the shuffle really joins several tasks' rows
-    # internal entry: the read task size and the partitions are no user options
-    distributed = run_merge(other, engine=SparkMergeEngine(spark, partitions=4, read_task_bytes=1))
-    assert distributed.engine == "spark"
+    engine = SparkMergeEngine(spark, **SHAPES[shape])
+    distributed = run_merge(other, engine=engine)
+    assert distributed.engine == "spark" and engine.last_timings["shape"] == shape
     assert table_rows(other) == table_rows(table) == model.sorted_rows()
     assert other.manifest().compacted == table.manifest().compacted
     key = lambda r: r.shard_id  # noqa: E731
@@ -69,20 +75,24 @@ def test_spark_submit_entry_point(make_table, tmp_path):
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark):
-    import pytest
-
+def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark, caplog):
+    """By shard, the two shards of the key are two tasks (two shards on local[2]): the driver
+    finds the key's hash in both, stages nothing more, and the keyed shuffle names the key."""
     from memwal.errors import MemWalError
     from tests.integration.test_merge import write_key_to_wrong_shard
 
-    table, _ = make_table()
+    table, _ = make_table(Workload(base_rows=200, shards=2, generations=3, rows_per_generation=20, seed=5))
     key = write_key_to_wrong_shard(table)
     with pytest.raises(MemWalError, match=f"'id': {key}.*more than one shard"):
         memwal.open(table.uri).merge(engine="spark")
+    assert "appears in two by-shard tasks" in caplog.text
     assert table.manifest().compacted == {}
+    staging = Path(table.uri) / "_mem_wal" / "_staging"
+    assert not staging.exists() or not any(staging.rglob("*.lance"))  # what the by-shard tasks staged is gone
 
 
-def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_path):
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_path, shape):
     """Same Python fold on executors: identical base tables on copies of one folding table."""
     import lance
 
@@ -93,10 +103,12 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_pa
     copy = tmp_path / "copy"
     shutil.copytree(uri, copy)
     local = memwal.open(uri).merge().value
-    engine = SparkMergeEngine(spark, partitions=3, read_task_bytes=1)
+    engine = SparkMergeEngine(spark, **SHAPES[shape])
     # internal entry: the engine's own timings are read, and its partitions are no user option
     distributed = run_merge(open_table(str(copy)), engine=engine)
-    assert engine.last_timings["partitions"] == 3 and engine.last_timings["read_tasks"] > 1
+    assert engine.last_timings["shape"] == shape
+    if shape == "shuffle":
+        assert engine.last_timings["partitions"] == 4 and engine.last_timings["read_tasks"] > 1
     assert base_rows(str(copy)) == base_rows(uri)
     assert approx(base_rows(uri)) == approx(model.rows())
     assert open_table(str(copy)).manifest().compacted == open_table(uri).manifest().compacted
@@ -106,7 +118,7 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark, tmp_pa
 
 
 def test_read_tasks_pack_generations_by_bytes():
-    from memwal.spark.engine.merge import read_tasks
+    from memwal.spark.engine.merge_tasks import read_tasks
 
     from memwal.merge.model import GenerationRef
 

@@ -1,0 +1,198 @@
+"""The executors' half of the Spark merge: what a task gets and what it does with it.
+
+Two shapes of task (:mod:`memwal.spark.engine.merge` chooses):
+
+* **by shard** (:func:`shard_tasks`, :func:`reduce_shards`): whole shards per task. A
+  primary key is written to one shard only (MemWAL spec: "rows from different shards do not
+  need deduplication"), so a task that holds every generation of its shards holds every
+  version of its keys: it reads, reduces and stages them with no shuffle at all. It also
+  returns a 64-bit hash of each net key, so the driver can check that no key crossed tasks
+  (a broken sharding invariant) before anything is committed.
+* **keyed shuffle** (:func:`read_tasks`, :func:`read_buckets`, :func:`reduce_buckets`):
+  generations packed by bytes, rows hash-partitioned by key into Arrow IPC blobs, one reduce
+  task per partition. It takes any batch: shards too large for one task, many rows, or a
+  suspected broken invariant, which it then names exactly.
+
+Both end in :func:`reduce_and_write`: the local engine's own reducer
+(:func:`memwal.merge.changes.reducer`), then the upserts written as Lance fragments of the
+staging dataset, returned as a JSON document with the delete keys and the counts per shard.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+
+import lance
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal.merge.changes import count_by_shard, reducer
+from memwal.merge.local import partition_of
+from memwal.merge.model import GenerationRef, MergePlan
+from memwal.merge.read import SHARD, TOMBSTONE, read_generation, read_generations
+
+#: Threads each task reads its generations with (tasks already run side by side).
+TASK_READ_THREADS = 4
+#: A read item: a generation and the fragments to read (None: all of them).
+Item = tuple[dict, list[int] | None]
+
+
+def ref_bytes(ref: GenerationRef) -> int:
+    """A generation's size for task sizing; the manifest's in-memory size, else a row estimate."""
+    return ref.bytes or ref.rows * 128
+
+
+def _ref(payload: dict) -> GenerationRef:
+    return GenerationRef(**{**payload, "wal_keys": tuple(payload["wal_keys"])})
+
+
+# --------------------------------------------------------------------------- by shard
+
+
+def shard_tasks(plan: MergePlan, task_bytes: int, shard_max_bytes: int, parallelism: int) -> list[list[dict]] | None:
+    """Whole shards packed into tasks: at least ``min(shards, parallelism)`` tasks, more when the
+    batch is larger than that many ``task_bytes``; each shard to the least loaded task, the
+    largest first. A task's generations stay in plan order (a shard's are ascending and
+    contiguous, the order the reducer expects). None when one shard's change set is larger
+    than ``shard_max_bytes``: it would not fit one task, so the batch takes the keyed shuffle."""
+    sizes = {s.shard_id: sum(ref_bytes(g) for g in s.generations) for s in plan.shards}
+    if not sizes or max(sizes.values()) > shard_max_bytes:
+        return None
+    total = sum(sizes.values())
+    count = min(len(sizes), max(parallelism, -(-total // task_bytes)))
+    loads = [0] * count
+    owner: dict[str, int] = {}
+    for shard_id in sorted(sizes, key=lambda s: -sizes[s]):
+        i = loads.index(min(loads))
+        owner[shard_id] = i
+        loads[i] += sizes[shard_id]
+    tasks: list[list[dict]] = [[] for _ in range(count)]
+    for s in plan.shards:
+        tasks[owner[s.shard_id]] += [asdict(g) for g in s.generations]
+    return [t for t in tasks if t]
+
+
+def reduce_shards(payloads: list[dict], plan: MergePlan, schema: pa.Schema, options: dict, staging_uri: str,
+                  spent: dict) -> Iterator[tuple[str, bytes]]:
+    """One by-shard task: its shards' generations read whole (as the local engine reads them),
+    reduced and staged; the document and the net keys' hashes (:func:`key_hashes`)."""
+    started = time.perf_counter()
+    code_of = {sid: i for i, sid in enumerate(plan.shard_ids)}
+    frames = list(read_generations([_ref(p) for p in payloads], schema, options, code_of, threads=TASK_READ_THREADS))
+    spent["read"].add(time.perf_counter() - started)
+    if frames:
+        yield from reduce_and_write(pa.concat_tables(frames, promote_options="permissive"), plan, schema, options,
+                                    staging_uri, spent, with_key_hashes=True)
+
+
+def key_hashes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
+    """A 64-bit hash per row of its key columns, the same in every process (pandas' fixed
+    hash key): equal keys hash equal, so keys shared by two tasks show as a shared hash."""
+    return pd.util.hash_pandas_object(t.select(primary_key).to_pandas(), index=False).to_numpy()
+
+
+# --------------------------------------------------------------------------- keyed shuffle
+
+
+def read_tasks(refs: list[GenerationRef], task_bytes: int, options: dict) -> list[list[Item]]:
+    """Pack generations into read tasks of about ``task_bytes``, in plan order.
+
+    Whole generations are packed together; one larger than a task is split by fragment
+    (opening only that generation), except when its operands come from its WAL entries,
+    which are read whole.
+    """
+    tasks: list[list[Item]] = []
+    current: list[Item] = []
+    size = 0
+    for ref in refs:
+        payload, n = asdict(ref), ref_bytes(ref)
+        if n > task_bytes and not ref.wal_keys:
+            frags = [f.fragment_id for f in lance.dataset(ref.uri, storage_options=options or None).get_fragments()]
+            per = max(1, len(frags) * task_bytes // n)
+            tasks += [[(payload, frags[i : i + per])] for i in range(0, len(frags), per)]
+            continue
+        if current and size + n > task_bytes:
+            tasks.append(current)
+            current, size = [], 0
+        current.append((payload, None))
+        size += n
+    if current:
+        tasks.append(current)
+    return tasks
+
+
+def read_buckets(
+    items: list[Item], schema: pa.Schema, options: dict, shard_ids: list[str], pk: list[str], parts: int
+) -> Iterator[tuple[int, bytes]]:
+    """One read task: its rows, tagged like the local engine's, as one IPC blob per bucket.
+
+    Whole generations are read as the local engine reads them (:func:`read_generations`:
+    a bounded thread pool, consecutive generations conformed and tagged together); a part
+    of a large generation is read by its fragments.
+    """
+    code_of = {sid: i for i, sid in enumerate(shard_ids)}
+    refs = [(_ref(payload), fragment_ids) for payload, fragment_ids in items]
+    frames = list(read_generations([r for r, f in refs if f is None], schema, options, code_of,
+                                   threads=TASK_READ_THREADS))
+    for ref, fragment_ids in refs:
+        if fragment_ids is not None:
+            frames += read_generation(ref, schema, options, code_of[ref.shard_id], fragment_ids=fragment_ids)
+    if not frames:
+        return
+    t = pa.concat_tables(frames, promote_options="permissive")
+    bucket = partition_of(t, pk, parts)
+    order = np.argsort(bucket, kind="stable")
+    t, bucket = t.take(pa.array(order)), bucket[order]
+    edges = np.flatnonzero(np.diff(bucket)) + 1
+    for start, end in zip(np.r_[0, edges], np.r_[edges, len(bucket)], strict=True):
+        yield int(bucket[start]), ipc(t.slice(start, end - start))
+
+
+def reduce_buckets(pairs: Iterable[tuple[int, bytes]], plan: MergePlan, schema: pa.Schema, options: dict,
+                   staging_uri: str, spent: dict) -> Iterator[str]:
+    """One reduce task of the shuffle: every blob of its bucket, reduced and staged."""
+    tables = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
+    if tables:
+        for doc, _ in reduce_and_write(pa.concat_tables(tables, promote_options="permissive"), plan, schema,
+                                       options, staging_uri, spent):
+            yield doc
+
+
+def ipc(t: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    return sink.getvalue().to_pybytes()
+
+
+# --------------------------------------------------------------------------- both
+
+
+def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options: dict, staging_uri: str,
+                     spent: dict, *, with_key_hashes: bool = False) -> Iterator[tuple[str, bytes]]:
+    """The local engine's reducer over every version of the task's keys, then the upserts
+    staged as Lance fragments; yields the document (fragments, delete keys as IPC hex, counts
+    per shard) and, if asked, the net keys' hashes as bytes."""
+    started = time.perf_counter()
+    net = reducer(plan, options)(rows)
+    hashes = key_hashes(net, plan.primary_key).tobytes() if with_key_hashes else b""
+    tomb = net.column(TOMBSTONE)
+    dels, ups = net.filter(tomb), net.filter(pc.invert(tomb))
+    written = time.perf_counter()
+    spent["reduce"].add(written - started)
+    fragments = []
+    if ups.num_rows:
+        data = ups.select(schema.names).cast(schema)
+        fragments = lance.fragment.write_fragments(data, staging_uri, schema=schema, storage_options=options or None)
+    spent["write"].add(time.perf_counter() - written)
+    yield json.dumps({
+        "fragments": [f.to_json() for f in fragments],
+        "deletes": ipc(dels.select(plan.primary_key)).hex() if dels.num_rows else "",
+        "upserted": dict(count_by_shard(ups.column(SHARD), plan.shard_ids)) if ups.num_rows else {},
+        "deleted": dict(count_by_shard(dels.column(SHARD), plan.shard_ids)) if dels.num_rows else {},
+    }), hashes
