@@ -32,7 +32,6 @@ place right before, so nothing is ever deleted through a link.
 
 from __future__ import annotations
 
-import errno
 import os
 import resource
 import stat
@@ -42,8 +41,8 @@ from typing import TYPE_CHECKING
 
 from memwal.core import steps
 from memwal.core.pool import parallel_map
-from memwal.errors import LinkedPathError, MemWalError
-from memwal.store.local_walk import DIR_FLAGS, is_link
+from memwal.errors import LinkedPathError
+from memwal.store.local_walk import open_subdir, unlink_regular
 
 if TYPE_CHECKING:
     from memwal.store.local import LocalStore
@@ -78,7 +77,7 @@ class _Dir:
     name: str
     fd: int
     key: str
-    inode: int  # what the parent's entry named when it was listed
+    identity: tuple[int, int]  # (device, inode) of what was opened: stat's, as the check's
 
 
 @dataclass
@@ -149,25 +148,16 @@ def _open_tree(tree: _Tree) -> None:
     """Phase 1 for one tree: open and list every directory of it, noting links (a regular file
     where the tree should be is not a tree: nothing to delete)."""
     name = tree.prefix.rpartition("/")[2]
-    fd = _open_subdir(tree, tree.parent_fd, name, tree.prefix)
+    fd = open_subdir(tree.parent_fd, name, tree.prefix, tree.links)
     if fd is not None:
-        tree.dirs.append(_Dir(tree.parent_fd, name, fd, tree.prefix, os.fstat(fd).st_ino))
+        tree.dirs.append(_Dir(tree.parent_fd, name, fd, tree.prefix, _identity(os.fstat(fd))))
         _list(tree, fd, tree.prefix)
 
 
-def _open_subdir(tree: _Tree, fd: int, name: str, key: str) -> int | None:
-    """``name`` in ``fd`` opened with O_NOFOLLOW; None if gone, or swapped for a link (noted)
-    or a file meanwhile."""
-    try:
-        return os.open(name, DIR_FLAGS, dir_fd=fd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-            raise
-        if is_link(fd, name):
-            tree.links.append(key)
-        return None
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    """What tells a directory from another: its device and inode, both from stat (a listing's
+    inode number can differ from stat's, on overlayfs for one)."""
+    return st.st_dev, st.st_ino
 
 
 def _list(tree: _Tree, fd: int, rel: str) -> None:
@@ -184,12 +174,11 @@ def _list(tree: _Tree, fd: int, rel: str) -> None:
             if not e.is_dir(follow_symlinks=False):
                 tree.files.append((fd, e.name, key))
                 continue
-            inode = e.inode()
         except FileNotFoundError:
             continue  # deleted while listing
-        sub = _open_subdir(tree, fd, e.name, key)
+        sub = open_subdir(fd, e.name, key, tree.links)
         if sub is not None:
-            tree.dirs.append(_Dir(fd, e.name, sub, key, inode))
+            tree.dirs.append(_Dir(fd, e.name, sub, key, _identity(os.fstat(sub))))
             _list(tree, sub, key)
 
 
@@ -241,32 +230,23 @@ def _dir_moved(tree: _Tree) -> str | None:
             st = os.stat(d.name, dir_fd=d.parent_fd, follow_symlinks=False)
         except OSError:
             return d.key
-        if not stat.S_ISDIR(st.st_mode) or st.st_ino != d.inode:
+        if not stat.S_ISDIR(st.st_mode) or _identity(st) != d.identity:
             return d.key
     return None
 
 
 def _unlink(store: LocalStore, tree: _Tree, fd: int, name: str, key: str) -> None:
-    """Unlink one regular file through its directory's descriptor; a link swapped in is refused
-    (never unlinked); gone, or not a file (a directory made meanwhile stays, and so do its
-    parents; a FIFO is not an object): nothing to do."""
-    try:
-        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
+    """Unlink one regular file through its directory's descriptor (lstat-ed right before); a
+    link swapped in is refused, never unlinked; gone, or not a file (a directory made meanwhile
+    stays, and so do its parents; a FIFO is not an object): nothing to do."""
+    st = unlink_regular(store, fd, name, key)
+    if st is None:
         return
     if stat.S_ISLNK(st.st_mode):
         tree.refused.append(key)
-        return
-    if not stat.S_ISREG(st.st_mode):
-        return
-    try:
-        os.unlink(name, dir_fd=fd)
-    except FileNotFoundError:
-        return
-    except PermissionError as exc:
-        raise MemWalError(f"cannot delete {store.uri_for(key)}: {exc}") from exc
-    tree.objects += 1
-    tree.bytes += st.st_size
+    elif stat.S_ISREG(st.st_mode):
+        tree.objects += 1
+        tree.bytes += st.st_size
 
 
 def _remove_dirs(dirs: list[_Dir], threads: int) -> None:

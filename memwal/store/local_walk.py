@@ -65,7 +65,7 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
                     continue
                 if not recursive:
                     continue
-                sub = _open_subdir(dfd, name, key, links)
+                sub = open_subdir(dfd, name, key, links)
                 if sub is not None:
                     stack.append((sub, key + "/", _entries(sub, key + "/", "", links, objects)))
                     break
@@ -100,7 +100,7 @@ def _entries(fd: int, rel: str, name_prefix: str, links: list[str],
     return iter([(name, st) for _, name, st in found])
 
 
-def _open_subdir(fd: int, name: str, key: str, links: list[str]) -> int | None:
+def open_subdir(fd: int, name: str, key: str, links: list[str]) -> int | None:
     """``name`` in ``fd`` opened with O_NOFOLLOW; None if it is gone or was swapped for a link
     (noted in ``links``) or a file meanwhile."""
     try:
@@ -167,21 +167,12 @@ class TreeDeleter:
             self.refused.append(exc)
             return
         fd = self.fds[-1]
-        try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except (FileNotFoundError, NotADirectoryError):
+        st = unlink_regular(self.store, fd, name, key)
+        if st is None:
             return
-        if stat.S_ISDIR(st.st_mode):
-            return  # a "directory" is not an object
         if not stat.S_ISREG(st.st_mode):
             self.refused.append(LinkedPathError(key, self.store._path(key), link=stat.S_ISLNK(st.st_mode)))
             return
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            return
-        except PermissionError as exc:
-            raise MemWalError(f"cannot delete {self.store.uri_for(key)}: {exc}") from exc
         self.changed[-1] = True
 
     def _enter(self, parts: list[str], key: str) -> bool:
@@ -229,6 +220,27 @@ class TreeDeleter:
             for fd in self.fds:
                 os.close(fd)
             self.fds.clear()
+
+
+def unlink_regular(store: Walked, fd: int, name: str, key: str) -> os.stat_result | None:
+    """Unlink ``name`` in the directory ``fd`` if it is a regular file, checked by lstat right
+    before: its lstat, or None when it is gone or a directory (not an object). Anything else
+    (a link, a FIFO) comes back not unlinked: ``S_ISREG`` of the result tells."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return st
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        return None
+    except PermissionError as exc:
+        raise MemWalError(f"cannot delete {store.uri_for(key)}: {exc}") from exc
+    return st
 
 
 def is_link(dir_fd: int, name: str) -> bool:
