@@ -108,8 +108,8 @@ STAGED_TABLE_BYTES = DEFAULT_MEMORY_BUDGET // 2
 BY_SHARD_MAX_ROWS = 16_000_000
 
 
-class _Stage:
-    """What every task of one run shares: options, the staging dataset, the timers."""
+class _Job:
+    """What every task of one Spark job shares: options, its staging dataset, the timers."""
 
     def __init__(self, table: Table, plan: MergePlan, schema: pa.Schema, sc) -> None:
         self.plan, self.options = plan, dict(table.storage_options)
@@ -117,9 +117,6 @@ class _Stage:
         self.staging_uri = table.store.uri_for(self.staging_key)
         self.schema_bytes = schema.serialize().to_pybytes()
         self.spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write")}
-
-    def schema(self) -> pa.Schema:
-        return pa.ipc.read_schema(pa.py_buffer(self.schema_bytes))
 
     def remove_staged(self, table: Table) -> None:
         table.store.delete_many([o.key for o in table.store.list(f"{self.staging_key}/")])
@@ -163,30 +160,30 @@ class SparkMergeEngine:
     def net_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> NetChanges:
         t0 = time.perf_counter()
         sc = self.spark.sparkContext
-        stage = _Stage(table, plan, schema, sc)
+        job = _Job(table, plan, schema, sc)
         shape, tasks = "shuffle", None
         if self.partitions is None and plan.total_rows <= BY_SHARD_MAX_ROWS:
             tasks = shard_tasks(plan, self.partition_bytes, self.shard_max_bytes, sc.defaultParallelism)
-        out = _run(table, stage, lambda: self._by_shard(sc, stage, tasks)) if tasks else None
+        out = _run(table, job, lambda: self._by_shard(sc, job, tasks)) if tasks else None
         if out is not None:
             shape = "by-shard"
         else:
             if tasks:  # a key in two tasks: its own error, or a hash collision, comes from the shuffle
-                stage.remove_staged(table)
-                stage = _Stage(table, plan, schema, sc)
-            tasks = read_tasks(plan.generations, self.read_task_bytes, stage.options)
+                job.remove_staged(table)
+                job = _Job(table, plan, schema, sc)
+            tasks = read_tasks(plan.generations, self.read_task_bytes, job.options)
             parts = self.partitions or max(sc.defaultParallelism,
                                            -(-sum(ref_bytes(r) for r in plan.generations) // self.partition_bytes))
-            out = _run(table, stage, lambda: self._shuffled(sc, stage, tasks, parts))
+            out = _run(table, job, lambda: self._shuffled(sc, job, tasks, parts))
         t1 = time.perf_counter()
-        net = self._assemble(table, plan, schema, stage, [json.loads(o) for o in out])
+        net = self._assemble(table, plan, schema, job, [json.loads(o) for o in out])
         self.last_timings = {
             "shape": shape,
             "executors_wall_seconds": t1 - t0,
             "staging_commit_seconds": time.perf_counter() - t1,
-            "read_task_seconds": stage.spent["read"].value,
-            "reduce_task_seconds": stage.spent["reduce"].value,
-            "write_task_seconds": stage.spent["write"].value,
+            "read_task_seconds": job.spent["read"].value,
+            "reduce_task_seconds": job.spent["reduce"].value,
+            "write_task_seconds": job.spent["write"].value,
             "read_tasks": len(tasks),
             "partitions": len(tasks) if shape == "by-shard" else parts,
             "change_bytes": sum(ref_bytes(r) for r in plan.generations),
@@ -194,11 +191,11 @@ class SparkMergeEngine:
         return net
 
     @staticmethod
-    def _by_shard(sc, stage: _Stage, tasks: list[list[dict]]) -> list[str] | None:
+    def _by_shard(sc, job: _Job, tasks: list[list[dict]]) -> list[str] | None:
         """One stage of whole-shard tasks; their documents, or None when a net key's hash came
         from two tasks (nothing is committed then; the caller removes what was staged)."""
-        plan, options, uri, spent, schema_bytes = stage.plan, stage.options, stage.staging_uri, stage.spent, \
-            stage.schema_bytes
+        plan, options, uri, spent, schema_bytes = job.plan, job.options, job.staging_uri, job.spent, \
+            job.schema_bytes
         barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 
         def task(indices: Iterable[int]) -> Iterator[tuple[str, bytes]]:
@@ -217,10 +214,10 @@ class SparkMergeEngine:
         return [doc for doc, _ in out]
 
     @staticmethod
-    def _shuffled(sc, stage: _Stage, tasks: list, parts: int) -> list[str]:
+    def _shuffled(sc, job: _Job, tasks: list, parts: int) -> list[str]:
         """Read tasks, a shuffle of IPC blobs by key, one reduce task per partition."""
-        plan, options, uri, spent, schema_bytes = stage.plan, stage.options, stage.staging_uri, stage.spent, \
-            stage.schema_bytes
+        plan, options, uri, spent, schema_bytes = job.plan, job.options, job.staging_uri, job.spent, \
+            job.schema_bytes
         shard_ids, pk = plan.shard_ids, plan.primary_key
         barrier = steps.barrier_for_tasks()
 
@@ -238,7 +235,7 @@ class SparkMergeEngine:
         return (sc.parallelize(range(len(tasks)), max(1, len(tasks))).flatMap(read)
                 .partitionBy(parts, lambda k: k).mapPartitions(reduce).collect())
 
-    def _assemble(self, table: Table, plan: MergePlan, schema: pa.Schema, stage: _Stage,
+    def _assemble(self, table: Table, plan: MergePlan, schema: pa.Schema, job: _Job,
                   out: list[dict]) -> NetChanges:
         """The driver's half: one commit of the staged fragments (a dataset of its own under
         ``_staging``, never the table), the delete keys and the counts."""
@@ -246,9 +243,9 @@ class SparkMergeEngine:
         fragments = [lance.fragment.FragmentMetadata.from_json(json.dumps(f)) for o in out for f in o["fragments"]]
         net = NetChanges(schema=schema, primary_key=pk, delete_keys=empty_keys(schema, pk),
                          open_upserts=lambda: pa.RecordBatchReader.from_batches(schema, iter(())),
-                         cleanups=[lambda: stage.remove_staged(table)])
+                         cleanups=[lambda: job.remove_staged(table)])
         if fragments:
-            staged = lance.LanceDataset.commit(stage.staging_uri, lance.LanceOperation.Overwrite(schema, fragments),
+            staged = lance.LanceDataset.commit(job.staging_uri, lance.LanceOperation.Overwrite(schema, fragments),
                                                storage_options=table.storage_options or None)
             net.open_upserts = lambda: _staged_upserts(staged, schema)
             staged_bytes = sum(f["file_size_bytes"] for o in out for fr in o["fragments"] for f in fr["files"])
@@ -265,17 +262,17 @@ class SparkMergeEngine:
         return net
 
 
-def _run(table: Table, stage: _Stage, job):
-    """Run a Spark job; if it fails, what its tasks staged is removed, and an executor's error
-    of ours comes back with its class and one-line message (the exit code holds), the JVM's
-    trace dropped."""
+def _run(table: Table, job: _Job, collect):
+    """Run a Spark job (``collect``); if it fails, what its tasks staged is removed, and an
+    executor's error of ours comes back with its class and one-line message (the exit code
+    holds), the JVM's trace dropped."""
     try:
-        return job()
+        return collect()
     except Exception as exc:
         try:
-            stage.remove_staged(table)
+            job.remove_staged(table)
         except Exception as left:  # the job's own error matters more; GC collects staging orphans
-            log.warning("merge %s: staged files left under %s: %s", table.uri, stage.staging_key, left)
+            log.warning("merge %s: staged files left under %s: %s", table.uri, job.staging_key, left)
         ours = executor_error(exc)
         if ours is None:
             raise
