@@ -35,15 +35,22 @@ def spark_session(app: str) -> Iterator[object]:
     """The session spark-submit configured (its --conf wins), quiet, stopped on the way out.
 
     Quiet from the start: ``spark.log.level`` applies while the SparkContext starts, so its
-    INFO lines never print (``setLogLevel`` afterwards would come too late for them). A
-    ``--conf spark.log.level=...`` given to spark-submit is kept.
+    INFO lines never print (``setLogLevel`` afterwards would come too late for them). Python
+    workers import the installed pyspark when it matches Spark's (``PYTHON_DAEMON``: the
+    executors import memwal for every task anyway). A ``--conf`` given to spark-submit for
+    either is kept.
     """
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    from memwal.spark.engine.session import PYTHON_DAEMON
+
+    submitted = SparkConf()
     builder = SparkSession.builder.appName(app)
-    if not SparkConf().contains("spark.log.level"):
+    if not submitted.contains("spark.log.level"):
         builder = builder.config("spark.log.level", os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
+    if not submitted.contains("spark.python.daemon.module"):
+        builder = builder.config("spark.python.daemon.module", PYTHON_DAEMON)
     spark = builder.getOrCreate()
     try:
         yield spark

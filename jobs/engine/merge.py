@@ -51,11 +51,13 @@ budget the driver reads them into one table first, as the local engine hands Lan
 upserts (the marked pass at 2M change rows: 0.4-0.6 s against 0.85 s from the stream).
 
 Where a whole ``memwal merge --engine spark`` spends its time at 2M change rows on local[2]
-(``bench/spark_timeline.py``, 2026-11-23): imports 0.8 s, the session's start-up 2.1 s (with
-the JVM class archive, :mod:`memwal.spark.engine.jvm_archive`), the job 2.6-3.5 s of which
-about 1.7 s is Spark starting its Python workers for the first job, the driver's commits
-0.7 s, the JVM's exit 0.3 s: 2.85x the local engine (7.3 s against 2.6 s, medians of 3;
-4.65x before the by-shard shape).
+(``bench/spark_timeline.py``, 2026-11-23): imports 0.9 s, the session's start-up 1.9-2.1 s
+(with the JVM class archive, :mod:`memwal.spark.engine.jvm_archive`), the job 2.0-2.2 s, the
+driver's commits 0.55 s, the JVM's exit 0.3 s: 2.5-2.8x the local engine (6.0-6.3 s against
+2.2-2.4 s, medians of 3 and 5). The job took 2.6-3.5 s while Spark's Python workers compiled
+pyspark from its zip before the first task (:mod:`memwal.spark.engine.python_daemon`), and
+the whole was 4.65x before the by-shard shape. A bare SparkContext without a SparkSession
+came up 0.3 s sooner, but its first job was slower by as much: not kept.
 
 Nothing here assumes local mode: the table URI and storage options travel in closures, so
 the same code runs on a cluster whose executors have memwal-jobs and pylance installed.

@@ -89,3 +89,57 @@ def test_bad_input_starts_no_jvm(tmp_path: Path, bad: str) -> None:
                          cwd=tmp_path, env=_env(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("memwal: error: ")
+
+
+def _package(root: Path, package: str, version: str) -> None:
+    (root / package).mkdir(parents=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "version.py").write_text(f"__version__: str = '{version}'\n")
+
+
+def _zipped(path: Path, package: str, version: str) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{package}/__init__.py", "")
+        z.writestr(f"{package}/version.py", f"__version__ = '{version}'\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("installed", ["4.3.0", "4.2.1", None])
+def test_the_python_daemon_puts_spark_s_zip_behind_only_the_same_installed_version(tmp_path: Path,
+                                                                                  installed: str | None) -> None:
+    from memwal.spark.engine.python_daemon import prefer_installed
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    if installed:
+        _package(site, "pyspark", installed)
+    _package(site, "py4j", "0.10.9.9")
+    pyspark_zip = _zipped(tmp_path / "pyspark.zip", "pyspark", "4.3.0")
+    py4j_zip = _zipped(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
+    other_zip = _zipped(tmp_path / "user-deps.zip", "pyspark", "4.3.0")  # not Spark's: never moves
+    path = [pyspark_zip, py4j_zip, other_zip, str(site), "/usr/lib/python311.zip"]
+    moved = prefer_installed(path)
+    assert sorted(moved) == sorted(path)
+    if installed == "4.3.0":
+        assert moved == [other_zip, str(site), "/usr/lib/python311.zip", pyspark_zip, py4j_zip]
+    else:  # the JVM's pyspark stays first; py4j's zip still matches its installed copy
+        assert moved == [pyspark_zip, other_zip, str(site), "/usr/lib/python311.zip", py4j_zip]
+
+
+def test_our_session_s_workers_import_the_installed_pyspark(spark) -> None:
+    import pyspark
+
+    def where(_):
+        import sys
+
+        import pyspark as worker_pyspark
+        return worker_pyspark.__file__, worker_pyspark.__version__, [p for p in sys.path if p.endswith(".zip")]
+
+    found = spark.sparkContext.parallelize(range(2), 2).map(where).collect()
+    installed = str(Path(pyspark.__file__))
+    assert {f for f, _, _ in found} == {installed}
+    assert {v for _, v, _ in found} == {pyspark.__version__}
+    for _, _, zips in found:  # Spark's zips are still on the path, behind
+        assert Path(zips[-2]).name == "pyspark.zip" and Path(zips[-1]).name.startswith("py4j-")
