@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -151,8 +151,8 @@ def _delete_trees(store: Store, prefixes: list[str], before_batch: Callable[[], 
     return outcomes
 
 
-def survey(store: Store, prefixes: list[str], *,
-           links_under: str | None = None) -> tuple[dict[str, list[ObjectInfo]], list[str]]:
+def survey(store: Store, prefixes: list[str], *, links_under: str | None = None,
+           skip: Collection[str] = ()) -> tuple[dict[str, list[ObjectInfo]], list[str]]:
     """The objects under each directory and every link met, listed now.
 
     Many directories of one parent (a shard's generations) are found by one walk of the
@@ -160,11 +160,12 @@ def survey(store: Store, prefixes: list[str], *,
     to collect is not walked whole). With ``links_under`` (a folder holding every prefix),
     every link anywhere under it is reported too: a store with directories then walks that
     folder once for both (GC's plan: one walk instead of two, issue 23), an object store
-    has no links and lists as before.
+    has no links and lists as before. Folders keyed in ``skip`` are not looked into for
+    links (a link in a skipped folder's place is still reported).
     """
     objs: dict[str, list[ObjectInfo]] = {p: [] for p in prefixes}
     if links_under is not None and store.has_directories:
-        found, links = store.list_with_links(f"{links_under}/")
+        found, links = store.list_with_links(f"{links_under}/", skip=skip)
         for o in found:
             owner = o.key
             while owner and owner not in objs:
@@ -185,7 +186,8 @@ def survey(store: Store, prefixes: list[str], *,
                 if owner in objs and o.key.startswith(owner + "/"):
                     objs[owner].append(o)
     if links_under is not None:
-        links = sorted(set(links) | set(store.list_links(f"{links_under}/")))
+        inside = tuple(f"{k}/" for k in skip)
+        links = sorted(set(links) | {k for k in store.list_links(f"{links_under}/") if not k.startswith(inside)})
     return objs, links
 
 

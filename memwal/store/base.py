@@ -10,7 +10,7 @@ and batched deletes where a missing key is not an error.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from memwal.errors import BadInputError
@@ -147,9 +147,12 @@ class Store(abc.ABC):
         """
         return []
 
-    def list_with_links(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
-        """:meth:`list` and :meth:`list_links` of one prefix; a local store does both in one walk."""
-        return list(self.list(prefix)), self.list_links(prefix)
+    def list_with_links(self, prefix: str, *, skip: Collection[str] = ()) -> tuple[list[ObjectInfo], list[str]]:
+        """:meth:`list` and :meth:`list_links` of one prefix, but nothing under the folders keyed
+        in ``skip``; a local store does both in one walk and does not enter those folders."""
+        inside = tuple(f"{k}/" for k in skip)
+        objects = [o for o in self.list(prefix) if not o.key.startswith(inside)]
+        return objects, [k for k in self.list_links(prefix) if not k.startswith(inside)]
 
     #: A file system: directories exist apart from the objects in them, and GC deletes whole
     #: generation directories with :meth:`delete_trees`; an object store's "directories" are

@@ -12,7 +12,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError, NotFoundError
 from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
@@ -271,10 +271,11 @@ class LocalStore(LocalWrites, Store):
             pass
         return sorted(set(links))
 
-    def list_with_links(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
-        """Objects and links under ``prefix`` from one walk of the tree (GC's survey)."""
+    def list_with_links(self, prefix: str, *, skip: Collection[str] = ()) -> tuple[list[ObjectInfo], list[str]]:
+        """Objects and links under ``prefix`` from one walk of the tree (GC's survey); the
+        directories keyed in ``skip`` are not walked."""
         links: list[str] = []
-        objects = list(listing(self, prefix, True, links))
+        objects = list(listing(self, prefix, True, links, skip=skip))
         return objects, sorted(set(links))
 
     def list_dirs(self, prefix: str) -> list[str]:

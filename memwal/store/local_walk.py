@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Protocol
 
 from memwal.errors import LinkedPathError, MemWalError
@@ -43,7 +43,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str],
-         objects: bool = True) -> Iterator[ObjectInfo]:
+         objects: bool = True, skip: Collection[str] = ()) -> Iterator[ObjectInfo]:
     """Depth-first walk of an open directory yielding regular files in key order.
 
     Directories sort as ``name + "/"``, which makes depth-first order equal the order S3
@@ -51,6 +51,8 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
     link is never descended into or reported as an object: it is appended to ``links``.
     The walk keeps its own stack of open directories rather than nesting generators, so an
     object costs the same at any depth (GC plans walk 80,000 files five levels down).
+    A directory whose key is in ``skip`` is not descended into (a link in its place is still
+    reported).
     """
     stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result | None]]]] = [
         (fd, rel, _entries(fd, rel, name_prefix, links, objects))]
@@ -63,7 +65,7 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
                     if stat.S_ISREG(st.st_mode):
                         yield store._info(key, st)
                     continue
-                if not recursive:
+                if not recursive or key in skip:
                     continue
                 sub = open_subdir(dfd, name, key, links)
                 if sub is not None:
@@ -116,10 +118,11 @@ def open_subdir(fd: int, name: str, key: str, links: list[str]) -> int | None:
 
 
 def listing(store: Walked, prefix: str, recursive: bool, links: list[str],
-            objects: bool = True) -> Iterator[ObjectInfo]:
+            objects: bool = True, skip: Collection[str] = ()) -> Iterator[ObjectInfo]:
     """Objects under a (string) prefix; links met on the way, the prefix's own included, go to ``links``.
 
-    With ``objects=False`` only links are looked for: no file is stat-ed or yielded.
+    With ``objects=False`` only links are looked for: no file is stat-ed or yielded. The
+    directories keyed in ``skip`` are not walked.
     """
     p = clean_prefix(prefix)
     dir_part, _, name_prefix = p.rpartition("/")
@@ -132,7 +135,7 @@ def listing(store: Walked, prefix: str, recursive: bool, links: list[str],
     if fd is None:
         return
     try:
-        yield from scan(store, fd, dir_part + "/" if dir_part else "", name_prefix, recursive, links, objects)
+        yield from scan(store, fd, dir_part + "/" if dir_part else "", name_prefix, recursive, links, objects, skip)
     finally:
         os.close(fd)
 

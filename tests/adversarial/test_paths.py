@@ -246,6 +246,20 @@ def test_gc_never_deletes_through_a_planted_link(case: Case, table: Path, outsid
         assert {d["generation"] for d in doc["deleted"] if d["shard_id"] == S1} == {1, 2, 3}
 
 
+def test_a_link_among_the_run_records_is_refused_when_gc_prunes_them(table: Path, outside: Path) -> None:
+    """The plan does not walk ``_jobs/`` (a year of run records cost a stat each), but a link
+    planted among the run records it prunes is still reported by name and left in place, and
+    GC's own work is done."""
+    from memwal.history.log import record_key
+
+    key = record_key(1_000.0, "merge", "planted")
+    link = link_to(table / key, outside / "precious.txt")
+    run = run_cli(*GC, "--history-retention", "0", str(table))
+    assert_one_line_error(run, 1, key)
+    assert link.is_symlink() and (outside / "precious.txt").read_text() == "must survive"
+    assert gen_dirs(table, S0) == gen_dirs(table, S1) == set()
+
+
 def test_generation_link_holds_its_wal_entries_and_nothing_else(table: Path, outside: Path) -> None:
     """A generation held by a link keeps its WAL entries (they may go only with it); its shard's
     other generations still go."""
