@@ -40,10 +40,9 @@ def spark_session(app: str) -> Iterator[object]:
     executors import memwal for every task anyway). A ``--conf`` given to spark-submit for
     either is kept.
     """
+    from memwal.spark.engine.session import PYTHON_DAEMON
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
-
-    from memwal.spark.engine.session import PYTHON_DAEMON
 
     submitted = SparkConf()
     builder = SparkSession.builder.appName(app)

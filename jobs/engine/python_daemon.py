@@ -32,7 +32,12 @@ ZIPPED = {"pyspark.zip": "pyspark", "py4j": "py4j"}
 def _version_in(source: str) -> str | None:
     """``__version__`` assigned in a ``version.py`` (literal only), or None."""
     for node in ast.parse(source).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):  # ``__version__: str = "4.3.0"``, as pyspark writes it
+            targets = [node.target]
+        else:
+            continue
         if any(getattr(t, "id", None) == "__version__" for t in targets):
             value = node.value
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
