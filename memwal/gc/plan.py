@@ -30,7 +30,7 @@ from memwal.gc.gates import (
 from memwal.gc.model import GcPlan, GenerationDeletion, KeptWal, WalDeletion
 from memwal.gc.orphans import plan_generation_orphans, plan_staging_orphans, plan_unsafe_links
 from memwal.gc.versions import VersionProgress
-from memwal.history.log import HISTORY_PREFIX, expired_history
+from memwal.history.log import expired_history
 from memwal.history.run import current as current_run
 from memwal.store import LocalStore, Store
 from memwal.table import Table
@@ -127,13 +127,11 @@ def plan_gc(
         _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
         plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
     plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
-    # path safety (A): the links under _mem_wal/ and the planned generations' files, one walk on a local disk.
-    # Not into _jobs/: its records go only through delete_many, which refuses a link, and walking
-    # them cost a stat per record (a year of runs: 0.45 s); links among the run records GC prunes
-    # are still reported, from one listing of names.
+    # path safety (A): the links under _mem_wal/ and the planned generations' files, one walk on a local disk;
+    # _jobs/ is walked apart for its links only, by name: a stat per record of a year of runs cost 0.45 s.
     files, links = survey(table.store, [g.key for g in plan.generations], links_under=MEM_WAL_DIR,
                           skip=(JOBS_DIR,))
-    plan_unsafe_links(plan, sorted(set(links) | set(table.store.list_links(HISTORY_PREFIX, recursive=False))))
+    plan_unsafe_links(plan, sorted(set(links) | set(table.store.list_links(f"{JOBS_DIR}/"))))
     for g in plan.generations:
         g.objects, g.bytes = len(files[g.key]), sum(o.size for o in files[g.key])
     plan.retention = retention_report(held, now, grace_seconds)

@@ -246,13 +246,14 @@ def test_gc_never_deletes_through_a_planted_link(case: Case, table: Path, outsid
         assert {d["generation"] for d in doc["deleted"] if d["shard_id"] == S1} == {1, 2, 3}
 
 
-def test_a_link_among_the_run_records_is_refused_when_gc_prunes_them(table: Path, outside: Path) -> None:
-    """The plan does not walk ``_jobs/`` (a year of run records cost a stat each), but a link
-    planted among the run records it prunes is still reported by name and left in place, and
-    GC's own work is done."""
+@pytest.mark.parametrize("folder", ["history", "checkpoints"])
+def test_a_link_among_our_records_is_reported_and_left(table: Path, outside: Path, folder: str) -> None:
+    """The plan's survey does not stat ``_jobs/`` (a year of run records cost a stat each), but
+    its links are still found by name: one planted among the run records GC prunes, or among
+    the checkpoint records, is reported by name and left in place, and GC's own work is done."""
     from memwal.history.log import record_key
 
-    key = record_key(1_000.0, "merge", "planted")
+    key = record_key(1_000.0, "merge", "planted") if folder == "history" else "_mem_wal/_jobs/checkpoints/x.json"
     link = link_to(table / key, outside / "precious.txt")
     run = run_cli(*GC, "--history-retention", "0", str(table))
     assert_one_line_error(run, 1, key)
