@@ -163,6 +163,7 @@ class SparkMergeEngine:
         t0 = time.perf_counter()
         sc = self.spark.sparkContext
         job = _Job(table, plan, schema, sc)
+        change_bytes = sum(ref_bytes(r) for r in plan.generations)
         shape, tasks = "shuffle", None
         if self.partitions is None and plan.total_rows <= BY_SHARD_MAX_ROWS:
             tasks = shard_tasks(plan, self.partition_bytes, self.shard_max_bytes, sc.defaultParallelism)
@@ -174,8 +175,7 @@ class SparkMergeEngine:
                 job.remove_staged(table)
                 job = _Job(table, plan, schema, sc)
             tasks = read_tasks(plan.generations, self.read_task_bytes, job.options)
-            parts = self.partitions or max(sc.defaultParallelism,
-                                           -(-sum(ref_bytes(r) for r in plan.generations) // self.partition_bytes))
+            parts = self.partitions or max(sc.defaultParallelism, -(-change_bytes // self.partition_bytes))
             out = _run(table, job, lambda: self._shuffled(sc, job, tasks, parts))
         t1 = time.perf_counter()
         net = self._assemble(table, plan, schema, job, [json.loads(o) for o in out])
@@ -188,7 +188,7 @@ class SparkMergeEngine:
             "write_task_seconds": job.spent["write"].value,
             "read_tasks": len(tasks),
             "partitions": len(tasks) if shape == "by-shard" else parts,
-            "change_bytes": sum(ref_bytes(r) for r in plan.generations),
+            "change_bytes": change_bytes,
         }
         return net
 
@@ -203,8 +203,7 @@ class SparkMergeEngine:
         def task(indices: Iterable[int]) -> Iterator[tuple[str, bytes]]:
             for i in indices:
                 steps.step("spark.merge.read-task", barrier=barrier)
-                schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
-                yield from reduce_shards(tasks[i], plan, schema, options, uri, spent)
+                yield from reduce_shards(tasks[i], plan, _schema(schema_bytes), options, uri, spent)
 
         out = sc.parallelize(range(len(tasks)), len(tasks)).mapPartitions(task).collect()
         hashes = np.sort(np.concatenate([np.frombuffer(h, dtype=np.uint64) for _, h in out] or
@@ -226,13 +225,11 @@ class SparkMergeEngine:
         def read(i: int) -> Iterator[tuple[int, bytes]]:
             steps.step("spark.merge.read-task", barrier=barrier)
             started = time.perf_counter()
-            yield from read_buckets(tasks[i], pa.ipc.read_schema(pa.py_buffer(schema_bytes)), options, shard_ids,
-                                    pk, parts)
+            yield from read_buckets(tasks[i], _schema(schema_bytes), options, shard_ids, pk, parts)
             spent["read"].add(time.perf_counter() - started)
 
         def reduce(pairs: Iterable[tuple[int, bytes]]) -> Iterator[str]:
-            yield from reduce_buckets(pairs, plan, pa.ipc.read_schema(pa.py_buffer(schema_bytes)), options, uri,
-                                      spent)
+            yield from reduce_buckets(pairs, plan, _schema(schema_bytes), options, uri, spent)
 
         return (sc.parallelize(range(len(tasks)), max(1, len(tasks))).flatMap(read)
                 .partitionBy(parts, lambda k: k).mapPartitions(reduce).collect())
@@ -279,6 +276,11 @@ def _run(table: Table, job: _Job, collect):
         if ours is None:
             raise
         raise ours from None
+
+
+def _schema(schema_bytes: bytes) -> pa.Schema:
+    """The table schema a task receives as IPC bytes (:attr:`_Job.schema_bytes`)."""
+    return pa.ipc.read_schema(pa.py_buffer(schema_bytes))
 
 
 def _staged_upserts(staged: lance.LanceDataset, schema: pa.Schema) -> pa.RecordBatchReader:

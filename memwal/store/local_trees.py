@@ -219,7 +219,7 @@ def _parent_moved(store: LocalStore, tree: _Tree) -> str | None:
         held, now = os.fstat(tree.parent_fd), os.fstat(fd)
     finally:
         os.close(fd)
-    return None if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino) else parent
+    return None if _identity(held) == _identity(now) else parent
 
 
 def _dir_moved(tree: _Tree) -> str | None:
