@@ -37,15 +37,11 @@ import resource
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from memwal.core import steps
 from memwal.core.pool import parallel_map
 from memwal.errors import LinkedPathError
-from memwal.store.local_walk import open_subdir, unlink_regular
-
-if TYPE_CHECKING:
-    from memwal.store.local import LocalStore
+from memwal.store.local_walk import Walked, open_subdir, unlink_regular
 
 #: What one tree's deletion did: (objects deleted, bytes freed, keys refused as unsafe).
 TreeOutcome = tuple[int, int, list[str]]
@@ -92,7 +88,7 @@ class _Tree:
     refused: list[str] = field(default_factory=list)
 
 
-def delete_trees(store: LocalStore, prefixes: list[str], *, first: Callable[[str, str], bool],
+def delete_trees(store: Walked, prefixes: list[str], *, first: Callable[[str, str], bool],
                  threads: int) -> list[TreeOutcome]:
     """Delete every file and directory under each of ``prefixes`` (directory keys below the
     store root), ``first(key, prefix)`` files of a tree before its others; per prefix, in
@@ -105,7 +101,7 @@ def delete_trees(store: LocalStore, prefixes: list[str], *, first: Callable[[str
     return out
 
 
-def _delete_batch(store: LocalStore, prefixes: list[str], first: Callable[[str, str], bool],
+def _delete_batch(store: Walked, prefixes: list[str], first: Callable[[str, str], bool],
                   threads: int) -> list[TreeOutcome]:
     trees = [_Tree(p) for p in prefixes]
     parents: dict[str, tuple[int | None, list[str]]] = {}
@@ -135,7 +131,7 @@ def _delete_batch(store: LocalStore, prefixes: list[str], first: Callable[[str, 
     return [(t.objects, t.bytes, sorted(set(t.links or t.refused))) for t in trees]
 
 
-def _open_parent(store: LocalStore, parent: str) -> tuple[int | None, list[str]]:
+def _open_parent(store: Walked, parent: str) -> tuple[int | None, list[str]]:
     """The parent directory's descriptor (None if missing: so is every tree in it), or None and
     the link on the way to it (every tree in it is refused)."""
     try:
@@ -182,7 +178,7 @@ def _list(tree: _Tree, fd: int, rel: str) -> None:
             _list(tree, sub, key)
 
 
-def _unlink_trees(store: LocalStore, trees: list[_Tree], first: Callable[[str, str], bool]) -> None:
+def _unlink_trees(store: Walked, trees: list[_Tree], first: Callable[[str, str], bool]) -> None:
     """Phase 2 for some trees: their parents checked in place (reached afresh from the store
     root without a link: once per parent), then tree by tree, its directories checked in place,
     its first files, and (if none of those was refused) the others."""
@@ -197,7 +193,7 @@ def _unlink_trees(store: LocalStore, trees: list[_Tree], first: Callable[[str, s
             _unlink_tree(store, tree, first)
 
 
-def _unlink_tree(store: LocalStore, tree: _Tree, first: Callable[[str, str], bool]) -> None:
+def _unlink_tree(store: Walked, tree: _Tree, first: Callable[[str, str], bool]) -> None:
     """The tree's first files, then (if none of those was refused) the others, through the
     directories' descriptors."""
     for files in ([f for f in tree.files if first(f[2], tree.prefix)],
@@ -208,7 +204,7 @@ def _unlink_tree(store: LocalStore, tree: _Tree, first: Callable[[str, str], boo
             return
 
 
-def _parent_moved(store: LocalStore, tree: _Tree) -> str | None:
+def _parent_moved(store: Walked, tree: _Tree) -> str | None:
     """The key of the tree's parent directory, or of the link on the way to it, if it is no
     longer the directory that was opened (reached afresh from the store root); else None."""
     parent = tree.prefix.rpartition("/")[0]
@@ -235,7 +231,7 @@ def _dir_moved(tree: _Tree) -> str | None:
     return None
 
 
-def _unlink(store: LocalStore, tree: _Tree, fd: int, name: str, key: str) -> None:
+def _unlink(store: Walked, tree: _Tree, fd: int, name: str, key: str) -> None:
     """Unlink one regular file through its directory's descriptor (lstat-ed right before); a
     link swapped in is refused, never unlinked; gone, or not a file (a directory made meanwhile
     stays, and so do its parents; a FIFO is not an object): nothing to do."""
