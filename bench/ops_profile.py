@@ -33,7 +33,7 @@ KEY_FUNCTIONS = (
     "memwal.merge.local:local_net_changes", "memwal.merge.read:read_generations",
     "memwal.merge.read:_operands", "memwal.merge.operands:read_operands", "memwal.merge.operands:check_complete",
     "memwal.merge.changes:reducer", "memwal.merge.changes:base_rows_for_fold", "memwal.merge.changes:fold_changes",
-    "memwal.merge.changes:rows_with_keys", "memwal.merge.ops:fold", "memwal.merge.local:split_newest",
+    "memwal.merge.changes:key_mask", "memwal.merge.ops:fold", "memwal.merge.changes:newest_versions",
     "memwal.merge.execute:commit_net_changes", "memwal.merge.execute:bound_delete_pass",
     "memwal.merge.execute:marked_pass",
 )

@@ -22,7 +22,7 @@ Shape of a run: one Spark job, then the driver's commits. The job takes one of t
 
 Either way every key's versions meet in one task, which runs
 :func:`memwal.merge.changes.reducer`, the very function the local engine runs: last write
-wins (:func:`dedupe`) or, when the table declares merge operators, the fold over the base row
+wins (:func:`newest_versions`) or, when the table declares merge operators, the fold over the base row
 and every operand (:func:`fold_changes`). The engines cannot disagree because they share that
 code. The task writes its upserts as Lance fragments under ``_mem_wal/_staging/<run>/`` and
 returns the fragments' metadata, its delete keys (key columns only) and its row counts per
@@ -89,8 +89,9 @@ from pyspark.sql import SparkSession
 from memwal.core import steps
 from memwal.errors import MemWalError
 from memwal.merge.changes import NetChanges, empty_keys
-from memwal.merge.local import DEFAULT_MEMORY_BUDGET, own_chunks
+from memwal.merge.local import DEFAULT_MEMORY_BUDGET
 from memwal.merge.model import MergePlan
+from memwal.merge.take import own_chunks
 from memwal.table import Table
 from memwal.table.naming import STAGING_DIR
 

@@ -29,12 +29,11 @@ import lance
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal.merge.changes import count_by_shard, reducer
 from memwal.merge.local import partition_of
 from memwal.merge.model import GenerationRef, MergePlan
-from memwal.merge.read import SHARD, TOMBSTONE, read_generation, read_generations
+from memwal.merge.read import SHARD, read_generation, read_generations
 
 #: Threads each task reads its generations with (tasks already run side by side).
 TASK_READ_THREADS = 4
@@ -180,9 +179,10 @@ def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options
     per shard) and, if asked, the net keys' hashes as bytes."""
     started = time.perf_counter()
     net = reducer(plan, options)(rows)
-    hashes = key_hashes(net, plan.primary_key).tobytes() if with_key_hashes else b""
-    tomb = net.column(TOMBSTONE)
-    dels, ups = net.filter(tomb), net.filter(pc.invert(tomb))
+    ups, dels = net.upserts, net.deletes
+    pk = plan.primary_key
+    hashes = (key_hashes(pa.concat_tables([ups.select(pk), dels.select(pk)]), pk).tobytes()
+              if with_key_hashes else b"")
     written = time.perf_counter()
     spent["reduce"].add(written - started)
     fragments = []

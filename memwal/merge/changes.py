@@ -27,19 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.errors import MemWalError
+from memwal.merge.keys import key_codes
 from memwal.merge.model import MergePlan
-from memwal.merge.ops import MergeOps, fold
+from memwal.merge.ops import MergeOps, NotUniformError, fold
 from memwal.merge.read import GEN, ROWADDR, SHARD, TOMBSTONE
+from memwal.merge.take import take_rows
 
 _ROW = "__row"
 
-
-#: Rows per chunk of the upserts handed to merge_insert: Lance's batch size. Lance
-#: accounts each batch it slices from a chunk at the whole chunk's buffer size, so larger
-#: chunks exhaust merge_insert's 300 MB memory pool ("Resources exhausted ...
-#: HashJoinInput") with a fraction of that in rows (observed: one 300k-row chunk failed,
-#: the same rows in 8192-row chunks with buffers of their own pass).
-TAKE_ROWS = 8192
 
 
 @dataclass
@@ -87,44 +82,9 @@ def empty_keys(schema: pa.Schema, primary_key: list[str]) -> pa.Table:
     return pa.table({k: pa.array([], schema.field(k).type) for k in primary_key})
 
 
-def _refuse_cross_shard(g: pa.Table, primary_key: list[str]) -> None:
-    """Keys are disjoint across shards (spec), so a key seen in two shards is a broken
-    sharding invariant: refuse rather than pick one silently. ``g`` is a group-by with
-    the min and max shard code per key."""
-    bad = g.filter(pc.not_equal(g.column(f"{SHARD}_min"), g.column(f"{SHARD}_max")))
-    if bad.num_rows:
-        _cross_shard_error(bad, 0, primary_key)
-
-
 def _cross_shard_error(t: pa.Table, row: int, primary_key: list[str]) -> NoReturn:
     key = {k: t.column(k)[row].as_py() for k in primary_key}
     raise MemWalError(f"primary key {key} was written to more than one shard; the sharding invariant is broken")
-
-
-def key_codes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
-    """One int64 per row, equal exactly when the rows' keys are equal (nulls equal nulls).
-
-    A single non-null integer key is its own code (no work); other keys are hashed once
-    by Arrow (``dictionary_encode``) and several columns combined pairwise, re-coded
-    whenever the product of cardinalities could overflow.
-    """
-    codes: np.ndarray | None = None
-    card = 1
-    for k in primary_key:
-        col = t.column(k)
-        if len(primary_key) == 1 and pa.types.is_integer(col.type) and col.null_count == 0:
-            return col.to_numpy().astype(np.int64, copy=False)
-        enc = pc.dictionary_encode(col, null_encoding="encode").combine_chunks()
-        c = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        n = max(1, len(enc.dictionary))
-        if codes is None:
-            codes, card = c, n
-            continue
-        if card * n >= 2**62:
-            codes, uniques = pd.factorize(codes)
-            card = max(1, len(uniques))
-        codes, card = codes * n + c, card * n
-    return codes if codes is not None else np.zeros(t.num_rows, dtype=np.int64)
 
 
 def _in_lsm_order(t: pa.Table) -> bool:
@@ -176,13 +136,6 @@ def newest_rows(t: pa.Table, primary_key: list[str]) -> np.ndarray:
     return order[kept] if order is not None else kept
 
 
-def dedupe(t: pa.Table, primary_key: list[str]) -> pa.Table:
-    """Keep each key's newest row: highest generation, then highest row address."""
-    if t.num_rows == 0:
-        return t
-    return t.take(pa.array(newest_rows(t, primary_key)))
-
-
 def base_rows_for_fold(table_uri: str, version: int, storage_options: dict | None, primary_key: list[str],
                        ops: MergeOps) -> pa.Table:
     """The base table's keys and folding columns at the plan's read version (generation 0
@@ -191,43 +144,73 @@ def base_rows_for_fold(table_uri: str, version: int, storage_options: dict | Non
     return ds.to_table(columns=[*primary_key, *ops.folding_columns()])
 
 
-def rows_with_keys(t: pa.Table, keys: pa.Table, primary_key: list[str], *, anti: bool = False) -> pa.Array:
-    """Indices of the rows of ``t`` whose key is (``anti``: is not) among ``keys``' keys, ascending.
+def key_mask(t: pa.Table, keys: pa.Table, primary_key: list[str]) -> np.ndarray:
+    """Whether each row of ``t`` has its key among ``keys``' keys.
 
-    The join sees the key columns and a row number only, never ``t``'s other columns:
-    pyarrow's hash join refuses non-key columns of nested types (a vector column would
-    fail it), and carrying whole rows through a join is wasted work anyway. Rows are then
-    fetched with one ``take``.
+    A key of one integer column on both sides is matched as integers (:func:`_among`).
+    Other keys go through a join that sees the key columns and a row number only, never
+    ``t``'s other columns: pyarrow's hash join refuses non-key columns of nested types (a
+    vector column would fail it), and carrying whole rows through a join is wasted work.
+    The rows are then fetched with one ``filter`` (or ``take``), which, unlike a take,
+    costs no more across Lance's many small batches than within one.
     """
+    if len(primary_key) == 1:
+        left, right = t.column(primary_key[0]), keys.column(primary_key[0])
+        if all(pa.types.is_integer(c.type) and c.null_count == 0 for c in (left, right)):
+            return _among(left.to_numpy().astype(np.int64, copy=False), right.to_numpy().astype(np.int64, copy=False))
     numbered = t.select(primary_key).append_column(_ROW, pa.array(np.arange(t.num_rows, dtype=np.int64)))
-    found = numbered.join(keys.select(primary_key), primary_key, join_type="left anti" if anti else "left semi")
-    return pa.array(np.sort(found.column(_ROW).to_numpy().astype(np.int64, copy=False)), pa.int64())
+    found = numbered.join(keys.select(primary_key), primary_key, join_type="left semi")
+    mask = np.zeros(t.num_rows, dtype=bool)
+    mask[found.column(_ROW).to_numpy()] = True
+    return mask
 
 
-def fold_changes(t: pa.Table, primary_key: list[str], ops: MergeOps, base: pa.Table) -> pa.Table:
-    """The merge-operator counterpart of :func:`dedupe`: one row per key of ``t``, folded
-    over the base row (when the key has one) and every version in LSM order; a key whose
-    last version is a tombstone comes back as a tombstone row (key columns only)."""
-    if t.num_rows == 0:
-        return t
-    g = t.group_by(primary_key, use_threads=True).aggregate([(SHARD, "min"), (SHARD, "max")])
-    _refuse_cross_shard(g, primary_key)
-    old = base.take(rows_with_keys(base, g, primary_key))
-    prefix = {TOMBSTONE: pa.array(np.zeros(old.num_rows, dtype=bool)),
-              ROWADDR: pa.array(np.zeros(old.num_rows, dtype=np.uint64)),
-              GEN: pa.array(np.zeros(old.num_rows, dtype=np.int64)),
-              SHARD: pa.array(np.full(old.num_rows, -1, dtype=np.int32))}
-    cols = [old.column(c) if c in old.column_names else prefix.get(c, pa.nulls(old.num_rows, t.schema.field(c).type))
-            for c in t.column_names]
-    old = pa.Table.from_arrays([c.cast(t.schema.field(n).type) for c, n in zip(cols, t.column_names, strict=True)],
-                               schema=t.schema)
-    both = pa.concat_tables([old, t])
-    upserts, deleted = fold(both, primary_key, ops, order=[GEN, ROWADDR], tombstone=TOMBSTONE, carry=[SHARD])
-    upserts = upserts.append_column(TOMBSTONE, pa.array(np.zeros(upserts.num_rows, dtype=bool)))
-    gone = {c: deleted.column(c) if c in deleted.column_names
-            else pa.nulls(deleted.num_rows, upserts.schema.field(c).type) for c in upserts.column_names}
-    gone[TOMBSTONE] = pa.array(np.ones(deleted.num_rows, dtype=bool))
-    return pa.concat_tables([upserts, pa.table(gone, schema=upserts.schema)])
+def _among(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is among ``wanted`` (int64 both): a bitmap over the wanted
+    values' span when that span is within a few times the inputs' size (integer keys
+    usually are dense: one pass, no hashing), else a pandas hash lookup."""
+    if len(wanted) == 0:
+        return np.zeros(len(values), dtype=bool)
+    lo, hi = int(wanted.min()), int(wanted.max())
+    if hi - lo < 4 * (len(values) + len(wanted)) + 1024:
+        present = np.zeros(hi - lo + 1, dtype=bool)
+        present[wanted - np.int64(lo)] = True
+        inside = (values >= lo) & (values <= hi)
+        found = np.zeros(len(values), dtype=bool)
+        found[inside] = present[values[inside] - np.int64(lo)]
+        return found
+    return pd.Series(values).isin(wanted).to_numpy()
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """A batch of versions reduced to one per key: the upserted rows (every column of the
+    batch but the fold's order and tombstone, with the shard code) and the deleted keys
+    (key columns and shard code). Kept apart, never concatenated and filtered again: each
+    wide row is gathered exactly once."""
+
+    upserts: pa.Table
+    deletes: pa.Table
+
+
+def newest_versions(t: pa.Table, primary_key: list[str]) -> Reduced:
+    """Last write wins: each key's newest row, split into upserts and deleted keys."""
+    idx = newest_rows(t, primary_key)
+    tomb = t.column(TOMBSTONE).fill_null(False).to_numpy()[idx]
+    columns = [c for c in t.column_names if c not in (GEN, ROWADDR, TOMBSTONE)]
+    return Reduced(take_rows(t.select(columns), idx[~tomb]), take_rows(t.select([*primary_key, SHARD]), idx[tomb]))
+
+
+def fold_changes(t: pa.Table, primary_key: list[str], ops: MergeOps, base: pa.Table) -> Reduced:
+    """The merge-operator counterpart of :func:`newest_versions`: one row per key of ``t``,
+    folded over its ``base`` row (when it has one) and every version in LSM order."""
+    old = base.filter(pa.array(key_mask(base, t, primary_key)))
+    try:
+        upserts, deleted = fold(t, primary_key, ops, order=[GEN, ROWADDR], tombstone=TOMBSTONE, carry=[SHARD],
+                                uniform=SHARD, base=old)
+    except NotUniformError as exc:  # keys are disjoint across shards (spec)
+        _cross_shard_error(t, exc.row, primary_key)
+    return Reduced(upserts, deleted)
 
 
 def count_by_shard(codes: pa.Array | pa.ChunkedArray, shard_ids: list[str]) -> Counter:
@@ -238,11 +221,11 @@ def count_by_shard(codes: pa.Array | pa.ChunkedArray, shard_ids: list[str]) -> C
     return out
 
 
-def reducer(plan: MergePlan, storage_options: dict | None) -> Callable[[pa.Table], pa.Table]:
+def reducer(plan: MergePlan, storage_options: dict | None) -> Callable[[pa.Table], Reduced]:
     """Each key's net version: the newest row (last write wins), or the fold of every
     version onto the base row when the table declares merge operators."""
     ops = MergeOps(plan.merge_ops)
     if not ops.active:
-        return lambda t: dedupe(t, plan.primary_key)
+        return lambda t: newest_versions(t, plan.primary_key)
     base = base_rows_for_fold(plan.table, plan.read_version, storage_options, plan.primary_key, ops)
     return lambda t: fold_changes(t, plan.primary_key, ops, base)

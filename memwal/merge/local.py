@@ -8,18 +8,16 @@ import logging
 import os
 import shutil
 import tempfile
-from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from memwal.merge.changes import TAKE_ROWS, NetChanges, count_by_shard, empty_keys, newest_rows, reducer
+from memwal.merge.changes import NetChanges, count_by_shard, empty_keys, reducer
 from memwal.merge.model import MergePlan
-from memwal.merge.ops import MergeOps
-from memwal.merge.read import READ_THREADS, SHARD, TOMBSTONE, read_generations
+from memwal.merge.read import READ_THREADS, SHARD, read_generations
+from memwal.merge.take import own_chunks
 
 log = logging.getLogger(__name__)
 
@@ -39,41 +37,6 @@ def partition_of(t: pa.Table, primary_key: list[str], partitions: int) -> np.nda
     frame = t.select(primary_key).to_pandas()
     h = pd.util.hash_pandas_object(frame, index=False).to_numpy()
     return (h % np.uint64(partitions)).astype(np.int64)
-
-
-def split_newest(t: pa.Table, schema: pa.Schema, primary_key: list[str], shard_ids: list[str]
-                 ) -> tuple[pa.Table, pa.Table, Counter, Counter]:
-    """Last write wins, straight from row indices: ``(upserts, delete_keys, upserted per
-    shard, deleted per shard)``, with one ``take`` of the upserts' columns (in TAKE_ROWS
-    chunks) and one of the deleted keys, rather than deduping whole rows and then
-    filtering them twice."""
-    idx = newest_rows(t, primary_key)
-    tomb = t.column(TOMBSTONE).fill_null(False).to_numpy()[idx]
-    shard = t.column(SHARD).to_numpy()[idx]
-    ups, dels = idx[~tomb], idx[tomb]
-
-    def per_shard(codes: np.ndarray) -> Counter:
-        counts = np.bincount(codes, minlength=len(shard_ids))
-        return Counter({shard_ids[i]: int(n) for i, n in enumerate(counts) if n})
-
-    upserts = t.select(schema.names).take(_chunked_indices(ups)).cast(schema)
-    deletes = t.select(primary_key).take(_chunked_indices(dels))
-    return upserts, deletes, per_shard(shard[~tomb]), per_shard(shard[tomb])
-
-
-def _chunked_indices(idx: np.ndarray) -> pa.ChunkedArray:
-    """Take indices in TAKE_ROWS chunks: Arrow then gives each output chunk buffers of its
-    own (one pass, and faster than a single take)."""
-    return pa.chunked_array([pa.array(idx[i:i + TAKE_ROWS], pa.int64()) for i in range(0, len(idx), TAKE_ROWS)],
-                            type=pa.int64())
-
-
-def own_chunks(t: pa.Table) -> pa.Table:
-    """``t`` with chunks of at most TAKE_ROWS rows, each with buffers of its own (copied
-    only when a chunk is larger; see TAKE_ROWS for why)."""
-    if all(len(b) <= TAKE_ROWS for b in t.to_batches()):
-        return t
-    return t.take(_chunked_indices(np.arange(t.num_rows)))
 
 
 def _table_bytes(tables: list[pa.Table], files: list[str]) -> int:
@@ -119,24 +82,14 @@ def local_net_changes(
 
     net = NetChanges(schema=schema, primary_key=pk, delete_keys=empty_keys(schema, pk), open_upserts=open_upserts)
     delete_parts: list[pa.Table] = []
-    ops = MergeOps(plan.merge_ops)
-    reduce = reducer(plan, storage_options) if ops.active else None
+    reduce = reducer(plan, storage_options)
 
     def account(part: pa.Table) -> pa.Table:
-        if reduce is None:
-            ups, dels, n_up, n_del = split_newest(part, schema, pk, shard_ids)
-            net.rows_upserted.update(n_up)
-            net.rows_deleted.update(n_del)
-            delete_parts.append(dels)
-            return ups
-        part = reduce(part)
-        tomb = part.column(TOMBSTONE)
-        dels = part.filter(tomb)
-        ups = part.filter(pc.invert(tomb))
-        net.rows_deleted.update(count_by_shard(dels.column(SHARD), shard_ids))
-        net.rows_upserted.update(count_by_shard(ups.column(SHARD), shard_ids))
-        delete_parts.append(dels.select(pk))
-        return ups.select(schema.names).cast(schema)
+        reduced = reduce(part)
+        net.rows_upserted.update(count_by_shard(reduced.upserts.column(SHARD), shard_ids))
+        net.rows_deleted.update(count_by_shard(reduced.deletes.column(SHARD), shard_ids))
+        delete_parts.append(reduced.deletes.select(pk))
+        return reduced.upserts.select(schema.names).cast(schema)
 
     def frames() -> Iterator[pa.Table]:
         return read_generations(plan.generations, schema, storage_options, code_of, threads=read_threads)

@@ -18,11 +18,12 @@ import io
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal.core import steps
 from memwal.errors import MemWalError, NotFoundError
+from memwal.merge.keys import key_codes, small_codes
 from memwal.store import Store, open_store
 from memwal.table.shards import list_wal_entries, read_wal_entry_meta
 
@@ -69,43 +70,53 @@ def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[
     return rows.append_column("_rowaddr", pa.array(np.arange(rows.num_rows, dtype=np.uint64)))
 
 
-def check_complete(operands: pa.Table, flushed: pa.Table, primary_key: list[str], where: str) -> None:
-    """Refuse operands that do not reduce (last write wins) to the flushed generation."""
+def check_complete(operands: pa.Table, flushed: pa.Table, primary_key: list[str], where: str, *,
+                   generation: str | None = None) -> None:
+    """Refuse operands that do not reduce (last write wins) to the flushed generation.
 
-    def same(a: pa.Table, b: pa.Table) -> bool:
-        try:
-            return a.num_rows == b.num_rows and a.equals(b.cast(a.schema))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # types that cannot agree
-            return False
-
-    if operands.num_rows < flushed.num_rows or not same(newest(operands, primary_key),
-                                                        newest(flushed, primary_key)):
+    With ``generation`` (a column of both tables), several generations are checked at
+    once: each (generation, key) must reduce to its flushed row.
+    """
+    if not _reproduces(operands, flushed, primary_key, generation):
         raise OperandsIncompleteError(
             f"{where}: its WAL entries do not reproduce it, so the operands of its merge operators are incomplete; "
             "it cannot be folded (merge with no operators, or restore the WAL entries)"
         )
 
 
-def newest(t: pa.Table, primary_key: list[str]) -> pa.Table:
-    """Each key's last row (key and tombstone only), sorted by key.
+def _reproduces(operands: pa.Table, flushed: pa.Table, primary_key: list[str], generation: str | None) -> bool:
+    """Whether each generation has at least as many operands as flushed rows, each
+    (generation, key)'s last row has the same tombstone in both tables, and both have
+    the same (generation, key)s.
 
-    A stable sort by key keeps each key's rows in write order, so a key's last row is the one
-    whose next neighbour has another key: one sort and one comparison of neighbours, as
-    tables, never Python objects. This runs for every generation of a folding merge; Arrow's
-    hash aggregation cost several milliseconds per generation of a few thousand rows in
-    setting up its plan (issue 23: merge operators within 1.5x of a merge without).
+    Each row becomes one integer, (generation, key, tombstone) coded together
+    (:func:`~memwal.merge.keys.small_codes`), so a (generation, key)'s last row is one
+    pandas hash pass and the comparison two NumPy sorts; as Arrow tables the same check
+    sorted on several columns, and cost as much as reading the generations' keys (issue
+    23: merge operators within 1.5x of a merge without).
     """
-    t = t.select([*primary_key, TOMBSTONE])
-    n = t.num_rows
-    if n < 2:
-        return t
-    t = t.take(pc.sort_indices(t, sort_keys=[(k, "ascending") for k in primary_key]))
-    ends = None
-    for k in primary_key:
-        ahead, behind = t.column(k).slice(0, n - 1), t.column(k).slice(1)
-        differs = pc.not_equal(ahead, behind)
-        if ahead.null_count or behind.null_count:  # a null key equals a null key, nothing else
-            differs = pc.if_else(pc.or_(pc.is_null(ahead), pc.is_null(behind)),
-                                 pc.not_equal(pc.is_null(ahead), pc.is_null(behind)), differs)
-        ends = differs if ends is None else pc.or_(ends, differs)
-    return t.filter(pa.chunked_array([*ends.chunks, pa.array([True])]))
+    n = operands.num_rows
+    try:
+        keys = pa.concat_tables([operands.select(primary_key),
+                                 flushed.select(primary_key).cast(operands.select(primary_key).schema)])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # types that cannot agree
+        return False
+    if generation is None:
+        gen, gens_seen = np.zeros(keys.num_rows, dtype=np.int64), [0]
+    else:
+        gen, gens_seen = pd.factorize(np.r_[operands.column(generation).to_numpy(),
+                                            flushed.column(generation).to_numpy()])
+    if np.any(np.bincount(gen[:n], minlength=len(gens_seen)) < np.bincount(gen[n:], minlength=len(gens_seen))):
+        return False
+    key, span = small_codes(key_codes(keys, primary_key), 3 * len(gens_seen))
+    row = gen.astype(np.int64) * span + key
+    # A tombstone is false, true or null (a null is not a false: the check compares values).
+    tomb = pa.concat_arrays([operands.column(TOMBSTONE).combine_chunks(), flushed.column(TOMBSTONE).combine_chunks()])
+    state = np.where(tomb.is_null().to_numpy(zero_copy_only=False), 2,
+                     tomb.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64))
+
+    def newest(rows: np.ndarray, states: np.ndarray) -> np.ndarray:
+        last = ~pd.Series(rows).duplicated(keep="last").to_numpy()
+        return np.sort(rows[last] * 3 + states[last])
+
+    return np.array_equal(newest(row[:n], state[:n]), newest(row[n:], state[n:]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import lance
 import numpy as np
@@ -18,7 +19,9 @@ from memwal.core.pool import ordered_map
 from memwal.errors import BadInputError, first_line
 from memwal.merge.columns import arrow_field_ids, dataset_field_ids, to_base_names
 from memwal.merge.model import GenerationRef
+from memwal.merge.operands import OperandsIncompleteError, check_complete, read_operands
 from memwal.table.generations import GenerationUnreadableError, open_generation
+from memwal.table.schema import primary_key
 
 TOMBSTONE = "_tombstone"
 
@@ -102,10 +105,10 @@ def read_generation(
     """Rows of one generation (or some of its fragments) tagged with row address, generation
     and ``shard_code``, the shard's position in :meth:`MergePlan.shard_ids` (a small integer
     is far cheaper to carry through sorts and group-bys than the shard's UUID string)."""
-    ds = _open_checked(ref, storage_options)
     if ref.wal_keys:
-        yield _tag(conform(_operands(ref, ds, schema, storage_options), schema, ref.uri), ref, shard_code)
+        yield from read_generations([ref], schema, storage_options, {ref.shard_id: shard_code}, threads=1)
         return
+    ds = _open_checked(ref, storage_options)
     fragments = [ds.get_fragment(i) for i in fragment_ids] if fragment_ids is not None else None
     scanner = ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments)
     for batch in _attributed(ref, scanner.to_batches()):
@@ -139,6 +142,23 @@ def _attributed(ref: GenerationRef, batches: Iterator[pa.RecordBatch]) -> Iterat
         yield batch
 
 
+@dataclass(frozen=True)
+class _Scanned:
+    """One generation as read: its rows (names as in the base table) and, when its merge
+    operators' operands come from its WAL entries, the flushed keys and tombstones they
+    must reproduce."""
+
+    ref: GenerationRef
+    rows: pa.Table
+    flushed: pa.Table | None = None
+
+    def joins(self, group: list[_Scanned]) -> bool:
+        """Whether these rows can be conformed and checked with ``group``'s at once."""
+        head = group[0]
+        return (self.rows.schema.equals(head.rows.schema) and self.ref.renamed == head.ref.renamed
+                and (self.flushed is None) == (head.flushed is None))
+
+
 def read_generations(
     refs: Sequence[GenerationRef],
     schema: pa.Schema,
@@ -154,27 +174,30 @@ def read_generations(
     Conforming and tagging cost a few Python calls per table: done per generation, they
     were most of the time of a merge of 10,000 tiny generations. Here consecutive
     generations with one schema (up to ``group_rows`` rows) are concatenated first and
-    conformed once, and their generation and shard columns built in one go.
+    conformed once, and their generation and shard columns built in one go. Operands of
+    merge operators (WAL entries) are checked against their flushed generations the same
+    way, one check per group (a failing group is checked again generation by generation,
+    so the error names the first generation that fails).
     """
-    if any(ref.wal_keys for ref in refs):  # merge operators: operands come from WAL entries
-        for tables in ordered_map(
-                lambda ref: list(read_generation(ref, schema, storage_options, code_of[ref.shard_id])), refs, threads):
-            yield from tables
-        return
+    pk = primary_key(schema) if any(ref.wal_keys for ref in refs) else []
 
-    def scan(ref: GenerationRef) -> tuple[GenerationRef, pa.Table]:
+    def scan(ref: GenerationRef) -> _Scanned:
         ds = _open_checked(ref, storage_options)
+        if ref.wal_keys:
+            return _scan_operands(ref, ds, pk, storage_options)
         with _reading(ref):
-            return ref, ds.scanner(with_row_address=True, batch_size=65536).to_table()
+            return _Scanned(ref, to_base_names(ds.scanner(with_row_address=True, batch_size=65536).to_table(),
+                                               ref.renamed))
 
-    group: list[tuple[GenerationRef, pa.Table]] = []
+    group: list[_Scanned] = []
 
     def flush() -> pa.Table:
-        t = conform(to_base_names(pa.concat_tables([g[1] for g in group]), group[0][0].renamed), schema,
-                    group[0][0].uri)
-        counts = [g[1].num_rows for g in group]
-        gens = np.repeat(np.array([g[0].generation for g in group], dtype=np.int64), counts)
-        shards = np.repeat(np.array([code_of[g[0].shard_id] for g in group], dtype=np.int32), counts)
+        counts = [g.rows.num_rows for g in group]
+        gens = np.repeat(np.array([g.ref.generation for g in group], dtype=np.int64), counts)
+        shards = np.repeat(np.array([code_of[g.ref.shard_id] for g in group], dtype=np.int32), counts)
+        if group[0].flushed is not None:
+            _check_operands(group, pk)
+        t = conform(pa.concat_tables([g.rows for g in group]), schema, group[0].ref.uri)
         group.clear()
         return t.append_column(GEN, pa.array(gens)).append_column(SHARD, pa.array(shards))
 
@@ -182,13 +205,12 @@ def read_generations(
     size = max(1, min(64, len(refs) // (threads * 8)))  # a future per tiny generation costs more than its read
     chunks = [refs[i:i + size] for i in range(0, len(refs), size)]
     scanned = (item for part in ordered_map(lambda chunk: [scan(r) for r in chunk], chunks, threads) for item in part)
-    for ref, t in scanned:
-        same = t.schema.equals(group[0][1].schema) and ref.renamed == group[0][0].renamed if group else True
-        if group and (not same or rows + t.num_rows > group_rows):
+    for item in scanned:
+        if group and (not item.joins(group) or rows + item.rows.num_rows > group_rows):
             yield flush()
             rows = 0
-        group.append((ref, t))
-        rows += t.num_rows
+        group.append(item)
+        rows += item.rows.num_rows
     if group:
         yield flush()
 
@@ -199,12 +221,9 @@ def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
     return t.append_column(SHARD, pa.array(np.full(t.num_rows, shard_code, dtype=np.int32)))
 
 
-def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, storage_options: dict | None) -> pa.Table:
-    """Every operand of a generation from its WAL entries, checked against the flushed rows."""
-    from memwal.merge.operands import OperandsIncompleteError, check_complete, read_operands
-    from memwal.table.schema import primary_key
-
-    pk = primary_key(schema)
+def _scan_operands(ref: GenerationRef, ds: lance.LanceDataset, pk: list[str],
+                   storage_options: dict | None) -> _Scanned:
+    """Every operand of a generation from its WAL entries, and the flushed keys they must reproduce."""
     # A WAL entry names its columns as its writer did and records their field ids: each is
     # named as in the flushed generation (same field ids), then as in the base table.
     names_by_id = {fid: name for name, fid in dataset_field_ids(ds).items()}
@@ -213,14 +232,39 @@ def _operands(ref: GenerationRef, ds: lance.LanceDataset, schema: pa.Schema, sto
         ids = arrow_field_ids(t.schema)
         return t.rename_columns([names_by_id.get(ids[c], c) if c in ids else c for c in t.column_names])
 
-    where = f"shard {ref.shard_id} generation {ref.generation}"
-    try:
+    with _operands_of(ref):
         operands = read_operands(ref.table_uri, storage_options, ref.wal_keys, as_generation)
-        operands = to_base_names(operands, ref.renamed)
-        with _reading(ref):
-            flushed = to_base_names(ds.to_table(columns=[*pk, TOMBSTONE]), ref.renamed)
-        check_complete(operands, flushed, pk, where)
-    except OperandsIncompleteError as exc:  # this shard stops here (or re-plans: merged meanwhile)
-        detail = str(exc).removeprefix(f"{where}: ")
+    with _reading(ref):
+        flushed = ds.to_table(columns=[*pk, TOMBSTONE])
+    return _Scanned(ref, to_base_names(operands, ref.renamed), to_base_names(flushed, ref.renamed))
+
+
+def _check_operands(group: list[_Scanned], pk: list[str]) -> None:
+    """Refuse a group of generations whose WAL entries do not reproduce them: one check
+    over (generation, key) for the group, then, only when it fails, one per generation to
+    name the first that fails."""
+    def tagged(tables: list[pa.Table]) -> pa.Table:
+        gens = np.repeat(np.array([g.ref.generation for g in group], dtype=np.int64), [t.num_rows for t in tables])
+        return pa.concat_tables(tables).select([*pk, TOMBSTONE]).append_column(GEN, pa.array(gens))
+
+    if len(group) > 1:
+        try:
+            check_complete(tagged([g.rows for g in group]), tagged([g.flushed for g in group]), pk, "",
+                           generation=GEN)
+            return
+        except OperandsIncompleteError:
+            pass
+    for g in group:
+        with _operands_of(g.ref):
+            check_complete(g.rows, g.flushed, pk, f"shard {g.ref.shard_id} generation {g.ref.generation}")
+
+
+@contextmanager
+def _operands_of(ref: GenerationRef) -> Iterator[None]:
+    """Operands that are missing or incomplete stop the shard at this generation (or the
+    merge re-plans: it was merged meanwhile)."""
+    try:
+        yield
+    except OperandsIncompleteError as exc:
+        detail = str(exc).removeprefix(f"shard {ref.shard_id} generation {ref.generation}: ")
         raise GenerationUnreadableError(ref.shard_id, ref.generation, f"operands-missing: {detail}") from exc
-    return operands

@@ -9,7 +9,7 @@ equals the base table after it.
 
 Only the columns a read needs are folded, and the base table's other columns are never
 joined: keys are matched with key-only joins and rows fetched with ``take``
-(:func:`memwal.merge.changes.rows_with_keys`), so a column of any type (vectors, lists,
+(:func:`memwal.merge.changes.key_mask`), so a column of any type (vectors, lists,
 structs) is carried as it is. pyarrow's hash join refuses nested non-key columns, which
 is how a table with a vector column failed every folded read before.
 """
@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import lance
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal.merge.ops import MergeOps
 from memwal.table.paths import generation_key
@@ -85,8 +84,7 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
                 columns: list[str] | None = None, keys: pa.Table | None = None) -> pa.Table:
     """The live rows a reader sees (``columns``, all by default; only ``keys`` when given),
     folded by the table's merge operators. Rows come in no particular order."""
-    from memwal.merge.changes import fold_changes, rows_with_keys
-    from memwal.merge.read import SHARD, TOMBSTONE
+    from memwal.merge.changes import fold_changes, key_mask
     from memwal.table.schema import primary_key
 
     pk = primary_key(ds.schema)
@@ -95,16 +93,16 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
     base = ds.to_table(columns=wanted) if keys is None else base_rows_for_keys(ds, keys, pk, wanted)
     operands = generation_operands(table, ds, plan, wanted)
     if operands is not None and keys is not None:
-        operands = operands.take(rows_with_keys(operands, keys, pk))
+        operands = operands.filter(pa.array(key_mask(operands, keys, pk)))
     if operands is None or operands.num_rows == 0:
         return base.cast(schema)
     # The fold needs the base value of folding columns only: a replaced column takes the
     # newest put, which every folded key has.
     folding = MergeOps({c: op for c, op in ops.ops.items() if c in wanted})
     changes = fold_changes(operands, pk, folding, base.select(_unique([*pk, *folding.folding_columns()])))
-    untouched = base.take(rows_with_keys(base, changes, pk, anti=True))
-    live = changes.filter(pc.invert(changes.column(TOMBSTONE))).drop_columns([TOMBSTONE, SHARD])
-    return pa.concat_tables([t.select(wanted).cast(schema) for t in (untouched, live)])
+    touched = pa.concat_tables([changes.upserts.select(pk), changes.deletes.select(pk)])
+    untouched = base.filter(pa.array(~key_mask(base, touched, pk)))
+    return pa.concat_tables([t.select(wanted).cast(schema) for t in (untouched, changes.upserts)])
 
 
 def folded_scan(

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from memwal.core.pool import ordered_map
 from memwal.errors import BadInputError
-from memwal.merge.changes import key_codes
+from memwal.merge.keys import key_codes
 
 #: What ``keys`` may be: Arrow data holding the key columns, or Python values.
 Keys = pa.Table | pa.RecordBatch | pa.Array | pa.ChunkedArray | Iterable[Any] | Any

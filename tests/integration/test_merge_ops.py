@@ -91,6 +91,42 @@ def test_fold_is_associative_batch_then_base(events, cut):
     assert key(again) == key(whole)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(event, max_size=30), st.dictionaries(st.integers(0, 6), st.fixed_dictionaries(values), max_size=7))
+def test_fold_onto_base_rows_equals_the_model(events, base_rows):
+    """Base rows (keys and folding columns only) fold in as each key's first version; a base
+    key with no version in the batch gives nothing (what a merge does to the base table)."""
+    ops = {c: op for c, (op, _) in COLUMNS.items()}
+    folding = [c for c, op in ops.items() if op != "replace"]
+    base = pa.table({"id": pa.array(list(base_rows), pa.int64()),
+                     **{c: pa.array([r[c] for r in base_rows.values()], COLUMNS[c][1]) for c in folding}})
+    upserts, deleted = fold(to_table(events), ["id"], MergeOps(ops), order=["__gen"], tombstone="_tombstone",
+                            base=base)
+    touched = {k for k, _, _ in events}
+    first = [(k, False, {**row, "r": None}) for k, row in base_rows.items() if k in touched]
+    expect = {k: v for k, v in model_fold(first + events, ops).items() if k in touched}
+    got = {r["id"]: {c: r[c] for c in COLUMNS} for r in upserts.to_pylist()}
+    assert got == {k: v for k, v in expect.items() if v is not None}
+    assert sorted(deleted.column("id").to_pylist()) == sorted(k for k, v in expect.items() if v is None)
+
+
+@pytest.mark.parametrize("ctype", [pa.int8(), pa.int32(), pa.uint16(), pa.float32(), pa.float64()])
+@pytest.mark.parametrize("op", ["sum", "min", "max"])
+def test_fold_of_each_numeric_type_keeps_the_type(ctype, op):
+    events = [(1, False, [3, None]), (1, False, [4, 2]), (2, False, [None, None]), (2, False, [None, 5]),
+              (3, False, [None, None]), (3, False, [None, None])]
+    t = pa.table({"id": pa.array([k for k, _, _ in events], pa.int64()),
+                  "v": pa.array([row[0] for *_, row in events], ctype),
+                  "w": pa.array([row[1] for *_, row in events], ctype),
+                  "_tombstone": [tomb for _, tomb, _ in events], "__gen": pa.array(range(len(events)), pa.int64())})
+    up, _ = fold(t, ["id"], MergeOps({"v": op, "w": op}), order=["__gen"], tombstone="_tombstone")
+    assert up.schema == t.select(["id", "v", "w"]).schema
+    reduce = {"sum": sum, "min": min, "max": max}[op]
+    expect = {k: [reduce(x) if (x := [row[i] for kk, _, row in events if kk == k and row[i] is not None]) else None
+                  for i in (0, 1)] for k in (1, 2, 3)}
+    assert {r["id"]: [r["v"], r["w"]] for r in up.to_pylist()} == expect
+
+
 def test_fold_keeps_input_column_order_and_types():
     t = to_table([(1, False, {c: None for c in COLUMNS})])
     up, _ = fold(t, ["id"], MergeOps({"n": "sum"}), order=["__gen"], tombstone="_tombstone")

@@ -50,7 +50,7 @@ def changes_table(rng: np.random.Generator, n: int, shards: int, *, string_keys:
 
 @pytest.mark.parametrize("lsm_order", [True, False])
 @pytest.mark.parametrize(("string_keys", "two_keys"), [(False, False), (True, False), (False, True), (True, True)])
-def test_dedupe_keeps_each_keys_newest_row(lsm_order, string_keys, two_keys):
+def test_newest_versions_keep_each_keys_newest_row(lsm_order, string_keys, two_keys):
     rng = np.random.default_rng(7)
     pk = ["id", "part"] if two_keys else ["id"]
     for n, shards in ((0, 1), (1, 1), (50, 1), (300, 3), (2000, 4)):
@@ -60,12 +60,16 @@ def test_dedupe_keeps_each_keys_newest_row(lsm_order, string_keys, two_keys):
         if n > 1:  # several chunks, as concatenated generations are
             t = pa.concat_tables([t.slice(0, n // 2), t.slice(n // 2)])
         order = [(k, "ascending") for k in pk]
-        got = C.dedupe(t, pk).sort_by(order)
-        assert got.to_pylist() == reference_newest(t, pk).sort_by(order).to_pylist()
+        got = C.newest_versions(t, pk)
+        expect = reference_newest(t, pk).sort_by(order)
+        tomb = expect.column(R.TOMBSTONE)
+        assert got.upserts.sort_by(order).to_pylist() == \
+            expect.filter(pc.invert(tomb)).drop_columns([R.GEN, R.ROWADDR, R.TOMBSTONE]).to_pylist()
+        assert got.deletes.sort_by(order).to_pylist() == expect.filter(tomb).select([*pk, R.SHARD]).to_pylist()
 
 
 @pytest.mark.parametrize("lsm_order", [True, False])
-def test_dedupe_refuses_a_key_written_to_two_shards(lsm_order):
+def test_newest_versions_refuse_a_key_written_to_two_shards(lsm_order):
     t = pa.table({
         "id": [1, 2, 3, 1],
         R.TOMBSTONE: [False] * 4,
@@ -74,7 +78,7 @@ def test_dedupe_refuses_a_key_written_to_two_shards(lsm_order):
         R.SHARD: pa.array([0, 0, 1, 1], pa.int32()),
     })
     with pytest.raises(MemWalError, match=r"primary key \{'id': 1\} was written to more than one shard"):
-        C.dedupe(t, ["id"])
+        C.newest_versions(t, ["id"])
 
 
 def test_fold_replaces_vector_columns_with_the_last_row():

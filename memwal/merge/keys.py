@@ -1,0 +1,65 @@
+"""Keys as integers: one int64 code per row, equal exactly when the rows' keys are equal.
+
+Sorting, grouping and comparing keys as Arrow tables costs a multi-column sort or a hash
+plan per call; as one integer array the same work is a NumPy sort or a pandas hash pass.
+The merge's dedupe, its fold and its operand check all go through :func:`key_codes`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def key_codes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
+    """One int64 per row, equal exactly when the rows' keys are equal (nulls equal nulls).
+
+    A single non-null integer key is its own code (no work); other keys are hashed once
+    by Arrow (``dictionary_encode``) and several columns combined pairwise, re-coded
+    whenever the product of cardinalities could overflow.
+    """
+    codes: np.ndarray | None = None
+    card = 1
+    for k in primary_key:
+        col = t.column(k)
+        if len(primary_key) == 1 and pa.types.is_integer(col.type) and col.null_count == 0:
+            return col.to_numpy().astype(np.int64, copy=False)
+        enc = pc.dictionary_encode(col, null_encoding="encode").combine_chunks()
+        c = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        n = max(1, len(enc.dictionary))
+        if codes is None:
+            codes, card = c, n
+            continue
+        if card * n >= 2**62:
+            codes, uniques = pd.factorize(codes)
+            card = max(1, len(uniques))
+        codes, card = codes * n + c, card * n
+    return codes if codes is not None else np.zeros(t.num_rows, dtype=np.int64)
+
+
+def small_codes(codes: np.ndarray, room: int) -> tuple[np.ndarray, int]:
+    """``codes`` as integers in ``[0, span)``, equal and ordered as the codes are, and ``span``,
+    such that ``span * room`` fits in 62 bits: so each code can be combined with another
+    number below ``room`` into one int64 (a generation, a row position, a tombstone).
+
+    Integer keys usually span little (row ids, counters): shifting them by their minimum
+    costs two passes; only a wider span pays for a hash pass (``pd.factorize``).
+    """
+    if len(codes) == 0:
+        return codes.astype(np.int64), 1
+    lo, hi = int(codes.min()), int(codes.max())
+    if (hi - lo + 1) * room < 2**62:
+        return codes - np.int64(lo), hi - lo + 1
+    dense, uniques = pd.factorize(codes, sort=True)  # sorted: the order of the codes is kept
+    return dense.astype(np.int64, copy=False), max(1, len(uniques))
+
+
+def stable_order(codes: np.ndarray) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")``, in a fraction of its time: each code and its
+    position make one unique integer (:func:`small_codes`), sorted by NumPy's SIMD sort,
+    which a stable sort cannot use (20 ms against 2 at 300,000 rows)."""
+    n = len(codes)
+    dense, span = small_codes(codes, max(1, n))
+    return np.sort(dense * np.int64(n) + np.arange(n, dtype=np.int64)) % max(1, n)
