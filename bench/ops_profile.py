@@ -31,9 +31,10 @@ TARGET = 1.5
 KEY_FUNCTIONS = (
     "memwal.merge.plan:plan_merge", "memwal.merge.plan:attach_operands", "memwal.merge.operands:wal_keys_by_generation",
     "memwal.merge.local:local_net_changes", "memwal.merge.read:read_generations",
-    "memwal.merge.read:_operands", "memwal.merge.operands:read_operands", "memwal.merge.operands:check_complete",
+    "memwal.merge.read:_scan_operands", "memwal.merge.read:_check_operands", "memwal.merge.operands:read_operands",
+    "memwal.merge.operands:check_complete",
     "memwal.merge.changes:reducer", "memwal.merge.changes:base_rows_for_fold", "memwal.merge.changes:fold_changes",
-    "memwal.merge.changes:key_mask", "memwal.merge.ops:fold", "memwal.merge.changes:newest_versions",
+    "memwal.merge.changes:key_mask", "memwal.merge.fold:fold", "memwal.merge.changes:newest_versions",
     "memwal.merge.execute:commit_net_changes", "memwal.merge.execute:bound_delete_pass",
     "memwal.merge.execute:marked_pass",
 )

@@ -27,9 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.errors import MemWalError
+from memwal.merge.fold import NotUniformError, fold
 from memwal.merge.keys import key_codes
 from memwal.merge.model import MergePlan
-from memwal.merge.ops import MergeOps, NotUniformError, fold
+from memwal.merge.ops import MergeOps
 from memwal.merge.read import GEN, ROWADDR, SHARD, TOMBSTONE
 from memwal.merge.take import take_rows
 
@@ -151,8 +152,8 @@ def key_mask(t: pa.Table, keys: pa.Table, primary_key: list[str]) -> np.ndarray:
     Other keys go through a join that sees the key columns and a row number only, never
     ``t``'s other columns: pyarrow's hash join refuses non-key columns of nested types (a
     vector column would fail it), and carrying whole rows through a join is wasted work.
-    The rows are then fetched with one ``filter`` (or ``take``), which, unlike a take,
-    costs no more across Lance's many small batches than within one.
+    A mask lets callers fetch the rows with ``filter``, which, unlike a ``take``, costs no
+    more across Lance's many small batches than within one.
     """
     if len(primary_key) == 1:
         left, right = t.column(primary_key[0]), keys.column(primary_key[0])

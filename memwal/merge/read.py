@@ -196,7 +196,7 @@ def read_generations(
         gens = np.repeat(np.array([g.ref.generation for g in group], dtype=np.int64), counts)
         shards = np.repeat(np.array([code_of[g.ref.shard_id] for g in group], dtype=np.int32), counts)
         if group[0].flushed is not None:
-            _check_operands(group, pk)
+            _check_operands(group, pk, gens)
         t = conform(pa.concat_tables([g.rows for g in group]), schema, group[0].ref.uri)
         group.clear()
         return t.append_column(GEN, pa.array(gens)).append_column(SHARD, pa.array(shards))
@@ -239,18 +239,20 @@ def _scan_operands(ref: GenerationRef, ds: lance.LanceDataset, pk: list[str],
     return _Scanned(ref, to_base_names(operands, ref.renamed), to_base_names(flushed, ref.renamed))
 
 
-def _check_operands(group: list[_Scanned], pk: list[str]) -> None:
+def _check_operands(group: list[_Scanned], pk: list[str], gens: np.ndarray) -> None:
     """Refuse a group of generations whose WAL entries do not reproduce them: one check
-    over (generation, key) for the group, then, only when it fails, one per generation to
-    name the first that fails."""
-    def tagged(tables: list[pa.Table]) -> pa.Table:
-        gens = np.repeat(np.array([g.ref.generation for g in group], dtype=np.int64), [t.num_rows for t in tables])
-        return pa.concat_tables(tables).select([*pk, TOMBSTONE]).append_column(GEN, pa.array(gens))
-
+    over (generation, key) for the group (``gens``: each operand's generation), then, only
+    when it fails, one per generation to name the first that fails."""
     if len(group) > 1:
+        flushed_gens = np.repeat(np.array([g.ref.generation for g in group], dtype=np.int64),
+                                 [g.flushed.num_rows for g in group])
+
+        def tagged(tables: list[pa.Table], generations: np.ndarray) -> pa.Table:
+            return pa.concat_tables(tables).select([*pk, TOMBSTONE]).append_column(GEN, pa.array(generations))
+
         try:
-            check_complete(tagged([g.rows for g in group]), tagged([g.flushed for g in group]), pk, "",
-                           generation=GEN)
+            check_complete(tagged([g.rows for g in group], gens), tagged([g.flushed for g in group], flushed_gens),
+                           pk, "", generation=GEN)
             return
         except OperandsIncompleteError:
             pass

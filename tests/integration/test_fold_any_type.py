@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memwal.merge.ops import MergeOps, fold
+from memwal.merge.fold import fold
+from memwal.merge.ops import MergeOps
 from tests.helpers import assert_one_line_error, run_cli
 from tests.integration.test_merge_ops import model_fold
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memwal.errors import BadInputError
-from memwal.merge.ops import OPERATORS, MergeOps, fold, from_config, validate
+from memwal.merge.fold import fold
+from memwal.merge.ops import OPERATORS, MergeOps, from_config, validate
 
 # ---------------------------------------------------------------- the model
 

@@ -18,7 +18,8 @@ from memwal.merge import changes as C
 from memwal.merge import local as L
 from memwal.merge import read as R
 from memwal.merge.execute import LocalEngine, run_merge
-from memwal.merge.ops import MergeOps, fold
+from memwal.merge.fold import fold
+from memwal.merge.ops import MergeOps
 from memwal.merge.plan import WALK_SHARD_ABOVE, plan_merge
 from memwal.table import open_table
 from tests.conftest import lsm_rows, table_rows
