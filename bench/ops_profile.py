@@ -31,7 +31,8 @@ TARGET = 1.5
 KEY_FUNCTIONS = (
     "memwal.merge.plan:plan_merge", "memwal.merge.plan:attach_operands", "memwal.merge.operands:wal_keys_by_generation",
     "memwal.merge.local:local_net_changes", "memwal.merge.read:read_generations",
-    "memwal.merge.read:_scan_operands", "memwal.merge.read:_check_operands", "memwal.merge.operands:read_operands",
+    "memwal.merge.read:_scan_flushed", "memwal.merge.read:_decoded", "memwal.merge.read:_check_operands",
+    "memwal.merge.operands:fetch_operands", "memwal.merge.operands:decode_operands",
     "memwal.merge.operands:check_complete",
     "memwal.merge.changes:reducer", "memwal.merge.changes:base_rows_for_fold", "memwal.merge.changes:fold_changes",
     "memwal.merge.changes:key_mask", "memwal.merge.fold:fold", "memwal.merge.changes:newest_versions",

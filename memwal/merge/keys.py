@@ -63,3 +63,45 @@ def stable_order(codes: np.ndarray) -> np.ndarray:
     n = len(codes)
     dense, span = small_codes(codes, max(1, n))
     return np.sort(dense * np.int64(n) + np.arange(n, dtype=np.int64)) % max(1, n)
+
+
+class IntKeySet:
+    """A set of int64 keys, built once and asked about many values (a table's keys, or a
+    scan's batches one by one).
+
+    Integer keys are usually dense (row ids, counters): over a span within a few times the
+    number of values it will be asked about, membership is a bitmap, one pass and no
+    hashing. A wider span is a pandas index, whose hash table is built once and kept.
+    """
+
+    def __init__(self, wanted: np.ndarray, asked: int) -> None:
+        self._lo = int(wanted.min()) if len(wanted) else 0
+        hi = int(wanted.max()) if len(wanted) else -1
+        self._present: np.ndarray | None = None
+        self._index: pd.Index | None = None
+        if hi - self._lo < 4 * (asked + len(wanted)) + 1024:
+            self._present = np.zeros(hi - self._lo + 1, dtype=bool)
+            self._present[wanted - np.int64(self._lo)] = True
+        else:
+            self._index = pd.Index(np.unique(wanted))
+
+    def contains(self, values: np.ndarray) -> np.ndarray:
+        """Whether each of ``values`` (int64) is in the set."""
+        if self._index is not None:
+            return self._index.get_indexer(values) >= 0
+        found = np.zeros(len(values), dtype=bool)
+        inside = (values >= self._lo) & (values < self._lo + len(self._present))
+        found[inside] = self._present[values[inside] - np.int64(self._lo)]
+        return found
+
+
+def int_key(t: pa.Table | pa.RecordBatch, primary_key: list[str]) -> np.ndarray | None:
+    """The key of ``t`` as int64 when it is one integer column without nulls, else None
+    (such keys are matched as integers, :class:`IntKeySet`; others through Arrow's join).
+    A uint64 past 2**63 wraps to a negative int64: one to one, so equality is kept."""
+    if len(primary_key) != 1:
+        return None
+    col = t.column(primary_key[0])
+    if not pa.types.is_integer(col.type) or col.null_count:
+        return None
+    return col.to_numpy().astype(np.int64, copy=False)

@@ -14,7 +14,6 @@ is refused rather than folded from a partial history (:class:`OperandsIncomplete
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 
 import numpy as np
@@ -54,16 +53,22 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
     return {g: tuple(keys) for g, keys in out.items()}
 
 
-def read_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...],
-                  rename: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
-    """The rows of WAL entries in order, with a ``_rowaddr`` giving that order; ``rename``
-    names each entry's columns before they are put together (entries written before a
-    rename carry the old names)."""
+def fetch_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...]) -> list[bytes]:
+    """The bytes of a generation's WAL entries, in position order (:func:`decode_operands`
+    makes them rows). Apart because fetching waits on storage and releases the GIL, so a
+    thread pool hides an object store's latency, while decoding is mostly Python."""
     store = open_store(table_uri, storage_options)
     try:
-        tables = [pa.ipc.open_stream(io.BytesIO(store.get(key))).read_all() for key in wal_keys]
+        return [store.get(key) for key in wal_keys]
     except NotFoundError as exc:  # collected since the plan listed it: the generation was merged meanwhile
         raise OperandsIncompleteError(f"a WAL entry of the generation vanished: {exc}") from exc
+
+
+def decode_operands(entries: list[bytes], rename: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
+    """The rows of WAL entries (Arrow IPC streams) in order, with a ``_rowaddr`` giving
+    that order; ``rename`` names each entry's columns before they are put together
+    (entries written before a rename carry the old names)."""
+    tables = [pa.ipc.open_stream(pa.py_buffer(entry)).read_all() for entry in entries]
     if rename is not None:
         tables = [rename(t) for t in tables]
     rows = pa.concat_tables([t.replace_schema_metadata(None) for t in tables], promote_options="permissive")
@@ -89,11 +94,12 @@ def _reproduces(operands: pa.Table, flushed: pa.Table, primary_key: list[str], g
     (generation, key)'s last row has the same tombstone in both tables, and both have
     the same (generation, key)s.
 
-    Each row becomes one integer, (generation, key, tombstone) coded together
-    (:func:`~memwal.merge.keys.small_codes`), so a (generation, key)'s last row is one
-    pandas hash pass and the comparison two NumPy sorts; as Arrow tables the same check
-    sorted on several columns, and cost as much as reading the generations' keys (issue
-    23: merge operators within 1.5x of a merge without).
+    Each (generation, key) becomes one integer (:func:`~memwal.merge.keys.small_codes`).
+    A flushed generation holds one row per key, so the flushed rows are a hash index that
+    each operand is looked up in once; the operands then pass when they hit every flushed
+    row and the last hit of each has its tombstone (which also gives the counts). As
+    Arrow tables the same check sorted on several columns and cost as much as reading the
+    generations' keys (issue 23: merge operators within 1.5x of a merge without).
     """
     n = operands.num_rows
     try:
@@ -102,21 +108,40 @@ def _reproduces(operands: pa.Table, flushed: pa.Table, primary_key: list[str], g
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # types that cannot agree
         return False
     if generation is None:
-        gen, gens_seen = np.zeros(keys.num_rows, dtype=np.int64), [0]
+        gen, gens_seen = np.zeros(keys.num_rows, dtype=np.int64), 1
     else:
-        gen, gens_seen = pd.factorize(np.r_[operands.column(generation).to_numpy(),
-                                            flushed.column(generation).to_numpy()])
-    if np.any(np.bincount(gen[:n], minlength=len(gens_seen)) < np.bincount(gen[n:], minlength=len(gens_seen))):
+        gens = np.r_[operands.column(generation).to_numpy(), flushed.column(generation).to_numpy()]
+        gen, gens_seen = small_codes(gens, 1)
+        if gens_seen > len(gens):  # numbers far apart: numbered densely instead
+            gen, uniques = pd.factorize(gens)
+            gen, gens_seen = gen.astype(np.int64), max(1, len(uniques))
+    key, span = small_codes(key_codes(keys, primary_key), 3 * gens_seen)
+    row = gen * span + key
+    state = _tombstone_states(pa.concat_arrays([operands.column(TOMBSTONE).combine_chunks(),
+                                                flushed.column(TOMBSTONE).combine_chunks()]))
+    flushed_rows = pd.Index(row[n:])
+    if flushed_rows.is_unique:
+        at = flushed_rows.get_indexer(row[:n])
+        if np.any(at < 0):
+            return False  # an operand of a (generation, key) that was not flushed
+        last = np.full(len(flushed_rows), -1, dtype=np.int64)
+        np.maximum.at(last, at, np.arange(n, dtype=np.int64))
+        return bool(np.all(last >= 0) and np.array_equal(state[:n][last], state[n:]))
+    # A flushed (generation, key) twice: not what a writer flushes, so the general check.
+    if np.any(np.bincount(gen[:n], minlength=gens_seen) < np.bincount(gen[n:], minlength=gens_seen)):
         return False
-    key, span = small_codes(key_codes(keys, primary_key), 3 * len(gens_seen))
-    row = gen.astype(np.int64) * span + key
-    # A tombstone is false, true or null (a null is not a false: the check compares values).
-    tomb = pa.concat_arrays([operands.column(TOMBSTONE).combine_chunks(), flushed.column(TOMBSTONE).combine_chunks()])
-    state = np.where(tomb.is_null().to_numpy(zero_copy_only=False), 2,
-                     tomb.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64))
 
     def newest(rows: np.ndarray, states: np.ndarray) -> np.ndarray:
         last = ~pd.Series(rows).duplicated(keep="last").to_numpy()
         return np.sort(rows[last] * 3 + states[last])
 
     return np.array_equal(newest(row[:n], state[:n]), newest(row[n:], state[n:]))
+
+
+def _tombstone_states(tomb: pa.Array) -> np.ndarray:
+    """0, 1 or 2 for a false, true or null tombstone (a null is not a false: the check
+    compares values)."""
+    state = tomb.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
+    if tomb.null_count:
+        state[tomb.is_null().to_numpy(zero_copy_only=False)] = 2
+    return state

@@ -19,7 +19,7 @@ from memwal.core.pool import ordered_map
 from memwal.errors import BadInputError, first_line
 from memwal.merge.columns import arrow_field_ids, dataset_field_ids, to_base_names
 from memwal.merge.model import GenerationRef
-from memwal.merge.operands import OperandsIncompleteError, check_complete, read_operands
+from memwal.merge.operands import OperandsIncompleteError, check_complete, decode_operands, fetch_operands
 from memwal.table.generations import GenerationUnreadableError, open_generation
 from memwal.table.schema import primary_key
 
@@ -151,6 +151,9 @@ class _Scanned:
     ref: GenerationRef
     rows: pa.Table
     flushed: pa.Table | None = None
+    #: Operands only: the WAL entries as fetched, and the generation's field ids by name.
+    entries: list[bytes] | None = None
+    field_ids: dict[str, int] | None = None
 
     def joins(self, group: list[_Scanned]) -> bool:
         """Whether these rows can be conformed and checked with ``group``'s at once."""
@@ -184,7 +187,7 @@ def read_generations(
     def scan(ref: GenerationRef) -> _Scanned:
         ds = _open_checked(ref, storage_options)
         if ref.wal_keys:
-            return _scan_operands(ref, ds, pk, storage_options)
+            return _scan_flushed(ref, ds, pk, storage_options)
         with _reading(ref):
             return _Scanned(ref, to_base_names(ds.scanner(with_row_address=True, batch_size=65536).to_table(),
                                                ref.renamed))
@@ -206,6 +209,8 @@ def read_generations(
     chunks = [refs[i:i + size] for i in range(0, len(refs), size)]
     scanned = (item for part in ordered_map(lambda chunk: [scan(r) for r in chunk], chunks, threads) for item in part)
     for item in scanned:
+        if item.entries is not None:
+            item = _decoded(item)
         if group and (not item.joins(group) or rows + item.rows.num_rows > group_rows):
             yield flush()
             rows = 0
@@ -221,22 +226,34 @@ def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
     return t.append_column(SHARD, pa.array(np.full(t.num_rows, shard_code, dtype=np.int32)))
 
 
-def _scan_operands(ref: GenerationRef, ds: lance.LanceDataset, pk: list[str],
-                   storage_options: dict | None) -> _Scanned:
-    """Every operand of a generation from its WAL entries, and the flushed keys they must reproduce."""
+def _scan_flushed(ref: GenerationRef, ds: lance.LanceDataset, pk: list[str], storage_options: dict | None) -> _Scanned:
+    """A generation whose operands come from its WAL entries: the entries as fetched, and
+    the flushed keys and tombstones they must reproduce."""
+    with _operands_of(ref):
+        entries = fetch_operands(ref.table_uri, storage_options, ref.wal_keys)
+    with _reading(ref):
+        flushed = ds.to_table(columns=[*pk, TOMBSTONE])
+    return _Scanned(ref, pa.table({}), to_base_names(flushed, ref.renamed), entries, dataset_field_ids(ds))
+
+
+def _decoded(item: _Scanned) -> _Scanned:
+    """``item`` with its rows: every operand of its generation, decoded from its WAL entries.
+
+    Decoded by the consumer, not the pool: an entry is a small Arrow IPC stream whose
+    decoding and renaming are mostly Python; eight threads contending for the GIL over
+    them took three times as long as one, while the pool's Lance scans run on.
+    """
     # A WAL entry names its columns as its writer did and records their field ids: each is
     # named as in the flushed generation (same field ids), then as in the base table.
-    names_by_id = {fid: name for name, fid in dataset_field_ids(ds).items()}
+    names_by_id = {fid: name for name, fid in item.field_ids.items()}
 
     def as_generation(t: pa.Table) -> pa.Table:
         ids = arrow_field_ids(t.schema)
         return t.rename_columns([names_by_id.get(ids[c], c) if c in ids else c for c in t.column_names])
 
-    with _operands_of(ref):
-        operands = read_operands(ref.table_uri, storage_options, ref.wal_keys, as_generation)
-    with _reading(ref):
-        flushed = ds.to_table(columns=[*pk, TOMBSTONE])
-    return _Scanned(ref, to_base_names(operands, ref.renamed), to_base_names(flushed, ref.renamed))
+    with _operands_of(item.ref):
+        operands = decode_operands(item.entries, as_generation)
+    return _Scanned(item.ref, to_base_names(operands, item.ref.renamed), item.flushed)
 
 
 def _check_operands(group: list[_Scanned], pk: list[str], gens: np.ndarray) -> None:

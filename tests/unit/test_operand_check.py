@@ -71,3 +71,12 @@ def test_keys_of_types_that_cannot_agree_are_refused():
     flushed = table([(1, 1, "a", False)]).set_column(1, "id", pa.array([[1]], pa.list_(pa.int64())))
     with pytest.raises(OperandsIncompleteError, match="here: its WAL entries do not reproduce it"):
         check_complete(table([(1, 1, "a", False)]), flushed, ["id", "part"], "here")
+
+
+def test_generation_numbers_far_apart_are_checked_as_any_others():
+    far = 2**61
+    operands = [(1, 1, "a", False), (1, 1, "a", True), (far, 2, "b", False)]
+    flushed = [(1, 1, "a", True), (far, 2, "b", False)]
+    assert passes(table(operands), table(flushed), generation="gen")
+    assert not passes(table(operands[1:]), table(flushed + [(far, 3, "c", False)]), generation="gen")
+    assert not passes(table(operands), table(flushed + flushed), generation="gen")  # a flushed key twice: counts
