@@ -99,20 +99,24 @@ def add_versions(path: str, total: int) -> float:
 
 
 def add_history(path: str, runs_per_day: int, days: int = 365) -> int:
-    """Hard-link the table's one history record under a year of run keys (newest now)."""
-    from memwal.history.log import HISTORY_PREFIX, record_key
+    """Hard-link the table's one history record (and its detail object, when the record is
+    kept as a summary: 1,000 shards) under a year of run keys (newest now)."""
+    from memwal.history.log import HISTORY_PREFIX, detail_key, record_key
 
     folder = Path(path, HISTORY_PREFIX)
-    records = sorted(folder.glob("*.json"))
+    records = sorted(p for p in folder.glob("*.json") if not p.name.endswith(".detail.json"))
     if not records:
         raise RuntimeError(f"{folder}: no history record to copy")
     src = records[0]
+    detail = Path(detail_key(str(src)))
     now = time.time()
     step = 86400 / runs_per_day
     n = runs_per_day * days
     for i in range(n):
         key = record_key(now - 60 - i * step, JOBS[i % len(JOBS)], f"{i:016x}")
         os.link(src, Path(path, key))
+        if detail.exists():
+            os.link(detail, Path(path, detail_key(key)))
     return n
 
 

@@ -21,6 +21,7 @@ from memwal.gc.gates import DEFAULT_GRACE_SECONDS, GRACE_PERIOD, UNSAFE_PATH, Bl
 from memwal.gc.model import GcPlan, blocked_json
 from memwal.gc.plan import DEFAULT_ORPHAN_AGE_SECONDS, check_audit_destination, prepare_gc
 from memwal.gc.versions import ShardProgress, VersionProgress
+from memwal.history.log import with_details
 from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir, shard_dir
@@ -293,7 +294,7 @@ def run_gc(
         steps.step("gc.before-delete")
         result = execute_gc(table, plan, engine, lease=lease, orphans=orphans)
         if plan.history_keys:
-            delete_objects(table.store, plan.history_keys)
+            delete_objects(table.store, with_details(plan.history_keys))
             result.history_pruned = len(plan.history_keys)
         gone = {c.id for c in list_checkpoints(table) if not c.live(clocks.current()())}
         result.checkpoints_removed = remove_checkpoints(

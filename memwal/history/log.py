@@ -7,10 +7,17 @@ lets ``--job`` filter without reading. A record is created with ``put_if_absent`
 run starts (``running``) and rewritten once with ``put_if_match`` when it ends, so it works on
 every store the table can live on and a run that dies leaves its ``running`` record behind.
 GC prunes records older than the retention it is given.
+
+A record of a table with many shards would carry a list of shards (a merge's figures) and a
+lag by shard: 190 KB at 1,000 shards, which the status page parsed for each of the 200 runs it
+draws (0.76 s). Such a record keeps a summary (counts and :func:`~memwal.history.record.lag_total`)
+and puts its per-shard parts in a detail object next to it (``<record>.detail.json``, written
+first); :func:`read_runs` puts them back unless asked for summaries only.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator
@@ -26,6 +33,9 @@ HISTORY_PREFIX = f"{JOBS_DIR}/history/"
 #: Largest start time a key can hold, in milliseconds (the year 5138).
 _MAX_MS = 10**14 - 1
 _KEY_RE = re.compile(r"^(\d{14})-([a-z_.-]+)-([0-9a-f]{1,64})\.json$")
+#: A record longer than this keeps its per-shard parts in its detail object.
+DETAIL_BYTES = 16 * 1024
+_DETAIL_SUFFIX = ".detail.json"
 
 
 def record_key(started_at: float, job: str, run_id: str) -> str:
@@ -45,22 +55,33 @@ def begin(store: Store, record: RunRecord) -> str:
     return store.put_if_absent(record_key(record.started_at, record.job, record.run_id), record.dumps())
 
 
+def detail_key(key: str) -> str:
+    """Where the record at ``key`` keeps its per-shard parts, when it is a summary."""
+    return key.removesuffix(".json") + _DETAIL_SUFFIX
+
+
 def finish(store: Store, record: RunRecord, etag: str | None) -> None:
     """Rewrite the record with how the run ended (never raises: the history must not fail a job)."""
     key = record_key(record.started_at, record.job, record.run_id)
     try:
+        data = record.dumps()
+        if len(data) > DETAIL_BYTES:  # a summary that names its detail only once the detail exists
+            store.put(detail_key(key), json.dumps({"figures": record.figures, "lag": record.lag},
+                                                  sort_keys=True, default=str).encode())
+            data = record.summary().dumps()
         if etag is None:
-            store.put_if_absent(key, record.dumps())
+            store.put_if_absent(key, data)
         else:
-            store.put_if_match(key, record.dumps(), etag)
+            store.put_if_match(key, data, etag)
     except (MemWalError, OSError) as exc:
         log.warning("could not record the end of %s run %s in %s: %s", record.job, record.run_id,
                     store.uri_for(key), exc)
 
 
 def read_runs(store: Store, *, job: str | None = None, since: float | None = None,
-              limit: int | None = None) -> Iterator[RunRecord]:
-    """Runs newest first, optionally of one job and started at or after ``since``."""
+              limit: int | None = None, detail: bool = True) -> Iterator[RunRecord]:
+    """Runs newest first, optionally of one job and started at or after ``since``; with
+    ``detail=False``, a record kept as a summary is given as it is (no per-shard parts)."""
     found = 0
     for key in store.list_keys(HISTORY_PREFIX):  # a year of runs: names only, newest first
         parsed = _parse(key)
@@ -72,7 +93,10 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
         if job is not None and kind != job:
             continue
         try:
-            yield RunRecord.loads(store.get(key))
+            record = RunRecord.loads(store.get(key))
+            if detail and record.detail:
+                record = _with_detail(store, key, record)
+            yield record
         except NotFoundError:
             continue  # pruned since the listing
         except (ValueError, TypeError) as exc:
@@ -81,6 +105,21 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
         found += 1
         if limit is not None and found >= limit:
             return
+
+
+def _with_detail(store: Store, key: str, record: RunRecord) -> RunRecord:
+    """The summary ``record`` made whole from its detail object (as it is if that is gone or unreadable)."""
+    try:
+        return record.with_detail(json.loads(store.get(detail_key(key))))
+    except (NotFoundError, ValueError, TypeError, AttributeError) as exc:
+        log.warning("history record %s without its detail: %s", store.uri_for(key), exc)
+        return record
+
+
+def with_details(keys: list[str]) -> list[str]:
+    """The record ``keys`` and their detail objects (which exist only for summaries): what
+    pruning the records deletes."""
+    return [k for key in keys for k in (key, detail_key(key))]
 
 
 def expired_history(store: Store, older_than: float, *, keep_run: str | None = None) -> list[str]:
@@ -94,4 +133,5 @@ def expired_history(store: Store, older_than: float, *, keep_run: str | None = N
     return out
 
 
-__all__ = ["HISTORY_PREFIX", "begin", "expired_history", "finish", "read_runs", "record_key"]
+__all__ = ["HISTORY_PREFIX", "begin", "detail_key", "expired_history", "finish", "read_runs", "record_key",
+           "with_details"]

@@ -37,6 +37,11 @@ class RunRecord(Document):
     #: Per shard ``[unmerged generations, unmerged rows, oldest unmerged age in seconds]`` when
     #: the run ended: the lag over time the status page draws.
     lag: dict[str, list[float | int | None]] = field(default_factory=dict)
+    #: The lag summed over shards (:func:`lag_total`), kept in the record itself when its
+    #: per-shard parts are stored apart (``detail``, see :mod:`memwal.history.log`).
+    lag_total: dict[str, float | int] | None = None
+    #: Whether the per-shard figures and lag are in the run's detail object.
+    detail: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The record's fields as they are (no deep copy: ``dataclasses.asdict`` copied the
@@ -51,6 +56,35 @@ class RunRecord(Document):
     def loads(cls, data: bytes) -> RunRecord:
         obj = json.loads(data)
         return cls(**{k: obj.get(k) for k in cls.__dataclass_fields__ if k in obj})
+
+    def summary(self) -> RunRecord:
+        """This record without its per-shard parts: the merge's shard list and the lag by
+        shard give way to their counts and :func:`lag_total` (``detail`` set)."""
+        small = RunRecord(**self.to_dict())
+        small.figures = {k: v for k, v in self.figures.items() if k != "shards"}
+        if "shards" in self.figures:
+            small.figures["shard_count"] = len(self.figures["shards"])
+        small.lag, small.lag_total, small.detail = {}, lag_total(self.to_dict()), True
+        return small
+
+    def with_detail(self, detail: dict[str, Any]) -> RunRecord:
+        """A summary record made whole again from its detail object."""
+        whole = RunRecord(**self.to_dict())
+        whole.figures, whole.lag = detail.get("figures") or {}, detail.get("lag") or {}
+        return whole
+
+
+def lag_total(run: dict[str, Any]) -> dict[str, float | int] | None:
+    """A run's lag summed over shards: ``shards``, ``generations``, ``rows``, ``oldest_seconds``
+    (None when the run recorded none): from its summary, or summed from its lag by shard."""
+    if run.get("lag_total"):
+        return run["lag_total"]
+    lag = run.get("lag") or {}
+    if not lag:
+        return None
+    return {"shards": len(lag), "generations": sum(int(v[0] or 0) for v in lag.values()),
+            "rows": sum(int(v[1] or 0) for v in lag.values()),
+            "oldest_seconds": max((float(v[2] or 0) for v in lag.values()), default=0.0)}
 
 
 def outcome_of(job: str, doc: dict[str, Any], problems: list[str]) -> str:

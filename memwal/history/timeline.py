@@ -63,12 +63,14 @@ class History(Document):
         return {"table": self.table, "runs": self.runs}
 
 
-def history(table: Table, *, limit: int = 20, job: str | None = None, since: float | None = None) -> History:
+def history(table: Table, *, limit: int = 20, job: str | None = None, since: float | None = None,
+            detail: bool = True) -> History:
     """Runs newest first (at most ``limit``), of one ``job`` or all, started at or after
-    ``since``; without a job filter, external versions between and after them."""
+    ``since``; without a job filter, external versions between and after them. With
+    ``detail=False``, runs of many shards come as summaries (:func:`read_runs`)."""
     if job is not None and job not in JOBS:
         raise BadInputError(f"--job {job!r}: expected one of {', '.join(JOBS)}")
-    records = list(read_runs(table.store, job=job, since=since, limit=limit))
+    records = list(read_runs(table.store, job=job, since=since, limit=limit, detail=detail))
     live = _live_runs(table)
     out = History(table.uri)
     for r in records:

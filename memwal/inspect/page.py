@@ -24,6 +24,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
+from memwal.history.record import lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFA
     now = clocks.current()() if now is None else now
     st = status if status is not None else table_status(table, now=now)
     try:
-        docs = history(table, limit=runs).runs
+        docs = history(table, limit=runs, detail=False).runs  # totals and counts are all it draws
         error = None
     except Exception as exc:  # noqa: BLE001 - the page still shows the status without its history
         docs, error = [], str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -125,7 +126,7 @@ def run_summary(r: dict[str, Any]) -> str:
     f = r.get("figures") or {}
     job = r.get("job")
     if job == "merge" and f:
-        shards = len(f.get("shards") or [])
+        shards = f.get("shard_count", len(f.get("shards") or []))
         return (f"{fmt_int(f.get('generations', 0))} generations of {shards} shard{'s' * (shards != 1)}, "
                 f"{fmt_int(f.get('rows_upserted', 0))} rows upserted, {fmt_int(f.get('rows_deleted', 0))} deleted")
     if job == "catchup" and f.get("indexes"):
@@ -195,14 +196,13 @@ def lag_points(data: PageData) -> list[Point]:
     """Total unmerged generations each recorded run left, oldest first, then now."""
     points = []
     for r in reversed(data.runs):
-        lag = r.get("lag") or {}
-        if not lag or r.get("finished_at") is None:
+        total = lag_total(r)
+        if not total or r.get("finished_at") is None:
             continue
-        gens = sum(int(v[0] or 0) for v in lag.values())
-        rows = sum(int(v[1] or 0) for v in lag.values())
+        gens = int(total["generations"])
         points.append(Point(r["finished_at"], gens, f"after {r['job']} ({r['outcome']}) at "
-                            f"{fmt_time(r['finished_at'])} UTC: {gens} unmerged generations, {fmt_int(rows)} rows "
-                            f"over {len(lag)} shards", css=f"job-{r['job']}"))
+                            f"{fmt_time(r['finished_at'])} UTC: {gens} unmerged generations, "
+                            f"{fmt_int(int(total['rows']))} rows over {total['shards']} shards", css=f"job-{r['job']}"))
     st = data.status
     points.append(Point(data.now, st.unmerged_generations, f"now ({fmt_time(data.now)} UTC): "
                         f"{st.unmerged_generations} unmerged generations, "

@@ -188,3 +188,38 @@ def test_console_exporter_prints_the_instruments_of_a_merge(make_table):
     assert gens == {s["shard_id"]: s["to_generation"] - s["from_generation"] + 1 for s in doc["shards"]}
     assert all(p["value"] == 0 for p in found["memwal.shard.lag_generations"])
     assert any(n.startswith("lance_object_store") for n in found)  # Lance's own metrics, bridged
+
+
+def test_a_record_of_many_shards_keeps_a_summary_and_its_detail_apart(make_table, monkeypatch):
+    """A record past DETAIL_BYTES (190 KB at 1,000 shards) is a summary next to a detail
+    object: ``history`` shows it whole, the status page reads the summaries only, and GC
+    prunes both. Here every record is past the threshold."""
+    from memwal.history import log as history_log
+    from memwal.history.log import HISTORY_PREFIX, detail_key, read_runs
+    from memwal.history.record import RunRecord
+    from memwal.inspect.page import PageData, collect, lag_points
+
+    monkeypatch.setattr(history_log, "DETAIL_BYTES", 0)
+    table, _ = make_table()
+    merge = memwal.open(table.uri).merge(max_generations=1).to_dict()
+    [key] = [k for k in table.store.list_keys(HISTORY_PREFIX) if k.endswith("-merge-" + merge["run_id"] + ".json")]
+    stored = RunRecord.loads(table.store.get(key))
+    detail = json.loads(table.store.get(detail_key(key)))
+    shards = [{k: s[k] for k in ("shard_id", "from_generation", "to_generation", "rows_upserted", "rows_deleted")}
+              for s in merge["shards"]]
+    assert detail["figures"]["shards"] == shards and len(detail["lag"]) == len(shards) > 1
+    assert stored.detail and stored.lag == {} and "shards" not in stored.figures
+    assert stored.figures["shard_count"] == len(shards)
+    assert stored.lag_total == {"shards": len(shards), "generations": sum(v[0] for v in detail["lag"].values()),
+                                "rows": sum(v[1] for v in detail["lag"].values()),
+                                "oldest_seconds": max(float(v[2] or 0) for v in detail["lag"].values())}
+    assert stored.lag_total["generations"] > 0  # unmerged generations are left: a point worth drawing
+    [whole] = read_runs(table.store, job="merge")
+    assert whole.figures["shards"] == shards and whole.lag == detail["lag"]
+    assert cli_json("history", table.uri)["runs"][0]["figures"]["shards"] == shards
+    page = collect(table)
+    assert "shards" not in page.runs[0]["figures"]  # the page read the summary
+    [point, _now] = lag_points(PageData(page.status, page.runs, page.now))
+    assert point.value == stored.lag_total["generations"] and f"over {len(shards)} shards" in point.title
+    assert cli_json("gc", table.uri, "--history-retention", "0")["history_pruned"] == 1
+    assert not table.store.exists(key) and not table.store.exists(detail_key(key))
