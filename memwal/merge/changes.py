@@ -208,11 +208,14 @@ def newest_versions(t: pa.Table, primary_key: list[str]) -> Reduced:
 
 def fold_changes(t: pa.Table, primary_key: list[str], ops: MergeOps, base: pa.Table) -> Reduced:
     """The merge-operator counterpart of :func:`newest_versions`: one row per key of ``t``,
-    folded over its ``base`` row (when it has one) and every version in LSM order."""
-    old = base.filter(pa.array(key_mask(base, t, primary_key)))
+    folded over its ``base`` row (when it has one) and every version in LSM order.
+
+    ``base`` holds the base rows of ``t``'s keys (:func:`base_rows_for_fold`). A row of
+    another key gives nothing but costs its place in the fold's sort, so a caller holding
+    the whole base narrows it first (:func:`memwal.read.fold.folded_rows`)."""
     try:
         upserts, deleted = fold(t, primary_key, ops, order=[GEN, ROWADDR], tombstone=TOMBSTONE, carry=[SHARD],
-                                uniform=SHARD, base=old)
+                                uniform=SHARD, base=base)
     except NotUniformError as exc:  # keys are disjoint across shards (spec)
         _cross_shard_error(t, exc.row, primary_key)
     return Reduced(upserts, deleted)

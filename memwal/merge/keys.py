@@ -20,13 +20,12 @@ def key_codes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
     by Arrow (``dictionary_encode``) and several columns combined pairwise, re-coded
     whenever the product of cardinalities could overflow.
     """
+    if (ints := int_key(t, primary_key)) is not None:
+        return ints
     codes: np.ndarray | None = None
     card = 1
     for k in primary_key:
-        col = t.column(k)
-        if len(primary_key) == 1 and pa.types.is_integer(col.type) and col.null_count == 0:
-            return col.to_numpy().astype(np.int64, copy=False)
-        enc = pc.dictionary_encode(col, null_encoding="encode").combine_chunks()
+        enc = pc.dictionary_encode(t.column(k), null_encoding="encode").combine_chunks()
         c = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         n = max(1, len(enc.dictionary))
         if codes is None:

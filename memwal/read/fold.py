@@ -8,7 +8,7 @@ operands (their WAL entries, :mod:`memwal.merge.operands`), so a read before a m
 equals the base table after it.
 
 Only the columns a read needs are folded, and the base table's other columns are never
-joined: keys are matched with key-only joins and rows fetched with ``take``
+joined: keys are matched on the key columns alone and rows fetched with ``filter``
 (:func:`memwal.merge.changes.key_mask`), so a column of any type (vectors, lists,
 structs) is carried as it is. pyarrow's hash join refuses nested non-key columns, which
 is how a table with a vector column failed every folded read before.
@@ -99,9 +99,12 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
     # The fold needs the base value of folding columns only: a replaced column takes the
     # newest put, which every folded key has.
     folding = MergeOps({c: op for c, op in ops.ops.items() if c in wanted})
-    changes = fold_changes(operands, pk, folding, base.select(_unique([*pk, *folding.folding_columns()])))
-    touched = pa.concat_tables([changes.upserts.select(pk), changes.deletes.select(pk)])
-    untouched = base.filter(pa.array(~key_mask(base, touched, pk)))
+    # Every key with operands comes out of the fold, upserted or deleted: one mask splits
+    # the base into the rows the fold starts from and the rows it leaves as they are.
+    touched = key_mask(base, operands, pk)
+    changes = fold_changes(operands, pk, folding,
+                           base.filter(pa.array(touched)).select(_unique([*pk, *folding.folding_columns()])))
+    untouched = base.filter(pa.array(~touched))
     return pa.concat_tables([t.select(wanted).cast(schema) for t in (untouched, changes.upserts)])
 
 
