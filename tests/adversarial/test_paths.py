@@ -246,14 +246,21 @@ def test_gc_never_deletes_through_a_planted_link(case: Case, table: Path, outsid
         assert {d["generation"] for d in doc["deleted"] if d["shard_id"] == S1} == {1, 2, 3}
 
 
-@pytest.mark.parametrize("folder", ["history", "checkpoints"])
+@pytest.mark.parametrize("folder", ["history", "history-detail", "checkpoints"])
 def test_a_link_among_our_records_is_reported_and_left(table: Path, outside: Path, folder: str) -> None:
     """The plan's survey does not stat ``_jobs/`` (a year of run records cost a stat each), but
-    its links are still found by name: one planted among the run records GC prunes, or among
-    the checkpoint records, is reported by name and left in place, and GC's own work is done."""
-    from memwal.history.log import record_key
+    its links are still found by name: one planted among the run records GC prunes (or as the
+    detail object of an expired record, which GC prunes with it), or among the checkpoint
+    records, is reported by name and left in place, and GC's own work is done."""
+    from memwal.history.log import detail_key, record_key
+    from memwal.history.record import RunRecord
 
-    key = record_key(1_000.0, "merge", "planted") if folder == "history" else "_mem_wal/_jobs/checkpoints/x.json"
+    key = {"history": record_key(1_000.0, "merge", "planted"),
+           "history-detail": detail_key(record_key(1_000.0, "merge", "abc")),
+           "checkpoints": "_mem_wal/_jobs/checkpoints/x.json"}[folder]
+    if folder == "history-detail":  # the expired record itself is a regular file
+        record = RunRecord("merge", "abc", "local", None, "ok", 1_000.0, detail=True)
+        (table / record_key(1_000.0, "merge", "abc")).write_bytes(record.dumps())
     link = link_to(table / key, outside / "precious.txt")
     run = run_cli(*GC, "--history-retention", "0", str(table))
     assert_one_line_error(run, 1, key)
