@@ -126,6 +126,7 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
         c2, t2 = time.process_time(), time.perf_counter()
         result = run_gc(table, lease=lease, grace_seconds=0, plan=plan)
         c3, t3 = time.process_time(), time.perf_counter()
+    pace = getattr(table.store, "_pace", None)
     left = sum(len(list_generation_dirs(table.store, s)) + len(list_wal_entries(table.store, s))
                for s in list_shard_ids(table.store))
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -133,7 +134,10 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
             # CPU seconds of this process (all threads): steadier than wall time on a shared machine
             "cpu_s": round(c1 - c0 + c3 - c2, 3),
             "generations_deleted": len(result.deleted), "wal_entries_deleted": result.wal_entries_deleted,
-            "objects_deleted": result.objects_deleted, "objects_left": left}
+            "objects_deleted": result.objects_deleted, "objects_left": left,
+            # the threads the trees' deletion settled on, and the rates (items a second) it saw per count
+            "delete_threads": getattr(pace, "settled", None),
+            "delete_rates": {str(k): round(v) for k, v in getattr(pace, "rates", {}).items()}}
 
 
 def _doomed(run_dir: Path) -> list[str]:
@@ -204,6 +208,39 @@ def threaded_floor_run(pristine: Path, work: Path, threads: int) -> dict[str, fl
             "unlink_s": round(t2 - t1, 3), "rmdir_s": round(t3 - t2, 3), "files": len(files), "dirs": len(dirs)}
 
 
+def filesystem(path: Path) -> dict[str, Any]:
+    """The file system the runs delete on, from ``/proc/mounts``: type, device and options, and
+    for ext4 whether it keeps a journal. It decides the figure more than any code: ext4 without
+    a journal and mounted with ``discard`` frees each file's blocks with a discard request it
+    waits for inside ``unlink`` (seen in ``perf``: ``ext4_free_blocks`` ->
+    ``blkdev_issue_discard`` -> ``submit_bio_wait``), so every deletion, ours and ``rm -rf``,
+    waits on the host's disk; with a journal, discards are issued at the journal's commit."""
+    real = os.path.realpath(path)
+    best: list[str] = []  # the mount holding ``real`` with the longest mount point
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            mounts = [line.split()[:4] for line in f]
+    except OSError:
+        return {}
+    for device, point, kind, options in mounts:
+        point = point.replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and (not best or len(point) > len(best[1])):
+            best = [device, point, kind, options]
+    if not best:
+        return {}
+    device, point, kind, options = best
+    facts: dict[str, Any] = {"type": kind, "device": device, "mount_point": point, "options": options.split(",")}
+    facts["online_discard"] = "discard" in facts["options"]
+    if kind == "ext4":
+        try:
+            task = Path("/sys/fs/ext4", os.path.basename(device), "journal_task").read_text().strip()
+            facts["journal"] = task != "<none>"
+        except OSError:
+            pass
+    return facts
+
+
 def timers_run(pristine: Path, work: Path) -> dict[str, Any]:
     """One more GC run (plan and execute) with :mod:`bench.timers` around the core's functions."""
     from bench.timers import GC_RUN, Timers, preload
@@ -242,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             rm_rf.append(floor_run(pristine, work))
             threaded.append([threaded_floor_run(pristine, work, n) for n in (1, 4, 8)])
     doc = {"memwal": str(Path(memwal.__file__).parent), "generations": args.generations, "shards": args.shards,
-           "build_s": built, "runs": runs,
+           "build_s": built, "filesystem": filesystem(work), "runs": runs,
            "rm_rf_floor_s": statistics.median(rm_rf) if rm_rf else None, "rm_rf_runs": rm_rf,
            "threaded_unlink_runs": threaded,
            "median_total_s": statistics.median(r["total_s"] for r in runs) if runs else None}

@@ -44,11 +44,13 @@ PER_DIRECTORY_LISTING_MAX = 16
 
 
 #: Delete requests a batch is spread over at once, each of at least DELETE_SLICE_MIN keys
-#: (S3 takes 1,000 keys a request). On an object store this overlaps request latency; on a
-#: local disk the file system's unlink and rmdir wait on its journal, which concurrent
-#: calls share (measured on ext4: unlinking 82,500 files and removing 52,000 directories
-#: took 19 s in one thread, 11.5 s in four; GC of them 19.1 s with one delete thread, 11.9 s
-#: with sixteen). On tmpfs, where nothing waits, threads only add contention (3.3 s -> 4.5 s).
+#: (S3 takes 1,000 keys a request): on an object store this overlaps request latency. On a
+#: file system it is the most threads a batch of trees is deleted on; how many actually pay
+#: depends on the file system, so the store finds out from its own batches
+#: (:class:`memwal.store.local_trees.Pace`): one thread on ext4 with a journal (4.0 s for
+#: 10,000 generations against 6.8 s on eight), eight where each unlink waits for the disk
+#: (ext4 without a journal mounted with ``discard``: an unchecked unlink took 11-12 s on one
+#: thread, 4.3-5.4 s on eight).
 DELETE_THREADS = 8
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError, NotFoundError
 from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
-from memwal.store.local_trees import delete_trees
+from memwal.store.local_trees import Pace, delete_trees
 from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
 from memwal.store.local_writes import LocalWrites
 
@@ -58,6 +58,8 @@ class LocalStore(LocalWrites, Store):
         # (a child store's prefix is table data like any key).
         self._trusted = self._base
         self._sub: tuple[str, ...] = ()
+        # How many threads delete trees here, learnt from this store's own batches (Pace).
+        self._pace: Pace | None = None
 
     # -- helpers
 
@@ -323,8 +325,12 @@ class LocalStore(LocalWrites, Store):
     def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
                      threads: int) -> list[tuple[int, int, list[str]]]:
         """Whole directory trees in three phases, every directory held open from its listing to
-        its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks)."""
-        return delete_trees(self, [clean_key(p) for p in prefixes], first=first, threads=threads)
+        its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks), on at
+        most ``threads`` threads: as many as this store's file system was found to reward
+        (:class:`~memwal.store.local_trees.Pace`, kept across calls)."""
+        if self._pace is None or self._pace.most != threads:
+            self._pace = Pace(threads)
+        return delete_trees(self, [clean_key(p) for p in prefixes], first=first, pace=self._pace)
 
     # -- naming
 
