@@ -17,7 +17,6 @@ first); :func:`read_runs` puts them back unless asked for summaries only.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterator
@@ -66,8 +65,7 @@ def finish(store: Store, record: RunRecord, etag: str | None) -> None:
     try:
         data = record.dumps()
         if len(data) > DETAIL_BYTES:  # a summary that names its detail only once the detail exists
-            store.put(detail_key(key), json.dumps({"figures": record.figures, "lag": record.lag},
-                                                  sort_keys=True, default=str).encode())
+            store.put(detail_key(key), record.detail_dumps())
             data = record.summary().dumps()
         if etag is None:
             store.put_if_absent(key, data)
@@ -110,7 +108,7 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
 def _with_detail(store: Store, key: str, record: RunRecord) -> RunRecord:
     """The summary ``record`` made whole from its detail object (as it is if that is gone or unreadable)."""
     try:
-        return record.with_detail(json.loads(store.get(detail_key(key))))
+        return record.with_detail(store.get(detail_key(key)))
     except (NotFoundError, ValueError, TypeError, AttributeError) as exc:
         log.warning("history record %s without its detail: %s", store.uri_for(key), exc)
         return record

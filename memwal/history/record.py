@@ -67,8 +67,13 @@ class RunRecord(Document):
         small.lag, small.lag_total, small.detail = {}, lag_total(self.to_dict()), True
         return small
 
-    def with_detail(self, detail: dict[str, Any]) -> RunRecord:
-        """A summary record made whole again from its detail object."""
+    def detail_dumps(self) -> bytes:
+        """The per-shard parts :meth:`summary` leaves out, as the run's detail object holds them."""
+        return json.dumps({"figures": self.figures, "lag": self.lag}, sort_keys=True, default=str).encode()
+
+    def with_detail(self, data: bytes) -> RunRecord:
+        """A summary record made whole again from its detail object (:meth:`detail_dumps`)."""
+        detail = json.loads(data)
         whole = RunRecord(**self.to_dict())
         whole.figures, whole.lag = detail.get("figures") or {}, detail.get("lag") or {}
         return whole

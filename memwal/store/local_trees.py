@@ -98,12 +98,13 @@ class Pace:
     thread where it took 6.8 s on eight (plain ``rm -rf``: 2.7 s); on ext4 without a journal
     mounted with ``discard``, each unlink waits for a discard request to the disk, and an
     unchecked unlink took 11-12 s on one thread, 4.3-5.4 s on eight. Counts in between were
-    no better than the better end on either. So the first batch goes on ``most`` threads and the second on one, and the
-    count that deleted faster stays (one must be :data:`GAIN` faster to be chosen: it gives
-    up the overlap that a disk's bad moments need). A shared disk's speed swings from one
-    second to the next, so every :data:`REPROBE` batches one batch tries the other end again.
-    A try is a short batch (:data:`TRY_SHARE`), so trying the wrong end costs little.
-    Batches too small to judge (:data:`JUDGED_ITEMS`) change nothing."""
+    no better than the better end on either. So the first batch goes on ``most`` threads,
+    the second on one, and the count that deleted faster stays (one must be :data:`GAIN`
+    faster to be chosen: it gives up the overlap that a disk's bad moments need). A shared
+    disk's speed swings from one second to the next, so every :data:`REPROBE` batches one
+    batch tries the other end again; a try is a short batch (:data:`TRY_SHARE`), so trying
+    the wrong end costs little. Batches too small to judge (:data:`JUDGED_ITEMS`) change
+    nothing."""
 
     #: The other end must delete this much faster to be switched to.
     GAIN = 1.15
