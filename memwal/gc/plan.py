@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from memwal.checkpoint import Checkpoint, list_checkpoints
 from memwal.core import clock as clocks
-from memwal.core.pool import parallel_map
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError, UnsafePathError
 from memwal.gc.delete import survey
@@ -32,7 +31,7 @@ from memwal.gc.orphans import plan_generation_orphans, plan_staging_orphans, pla
 from memwal.gc.versions import VersionProgress
 from memwal.history.log import expired_history
 from memwal.history.run import current as current_run
-from memwal.store import LocalStore, Store
+from memwal.store import Store
 from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME
@@ -45,7 +44,7 @@ from memwal.table.shards import (
     list_generation_dirs,
     list_wal_entries,
     read_shard_manifests,
-    read_wal_entry_meta,
+    read_wal_entry_metas,
 )
 
 if TYPE_CHECKING:
@@ -59,10 +58,6 @@ DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
 
 #: Plans retried when a listed object vanished before it was read (a concurrent GC).
 PLAN_ATTEMPTS = 5
-
-
-#: Concurrent WAL entry reads (schema only) while planning on an object store.
-WAL_READ_THREADS = 16
 
 
 def plan_gc(
@@ -198,14 +193,14 @@ def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int
 
 
 def _wal_metas(store: Store, shard_id: str, entries: list[WalEntry]) -> list[WalEntryMeta]:
-    """Every entry's schema metadata: concurrently on an object store, where each read is a
-    request whose latency dominates; in order on a local disk, where a read is a few syscalls."""
-    threads = 1 if isinstance(store, LocalStore) else WAL_READ_THREADS
-    return parallel_map(partial(_read_wal_meta, store, shard_id), entries, threads, name="memwal-gc")
-
-
-def _read_wal_meta(store: Store, shard_id: str, entry: WalEntry) -> WalEntryMeta:
-    return read_wal_entry_meta(store, shard_id, entry.position)
+    """Every entry's schema metadata; NotFoundError for one listed and gone since (a
+    concurrent GC: the plan is made again)."""
+    out: list[WalEntryMeta] = []
+    for entry, meta in zip(entries, read_wal_entry_metas(store, shard_id, [e.position for e in entries]), strict=True):
+        if meta is None:
+            raise NotFoundError(f"object not found: {store.uri_for(entry.key)}")
+        out.append(meta)
+    return out
 
 
 def check_audit_destination(store: Store) -> None:

@@ -24,7 +24,7 @@ from memwal.core import steps
 from memwal.errors import MemWalError, NotFoundError
 from memwal.merge.keys import key_codes, small_codes
 from memwal.store import Store, open_store
-from memwal.table.shards import list_wal_entries, read_wal_entry_meta
+from memwal.table.shards import list_wal_entries, read_wal_entry_metas
 
 TOMBSTONE = "_tombstone"
 
@@ -43,12 +43,8 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
     out: dict[int, list[str]] = {g: [] for g in generations}
     entries = list_wal_entries(store, shard_id)
     steps.step("operands.after-wal-listing")
-    for entry in entries:
-        try:
-            meta = read_wal_entry_meta(store, shard_id, entry.position)
-        except NotFoundError:
-            continue
-        if meta.generation in out:
+    for entry, meta in zip(entries, read_wal_entry_metas(store, shard_id, [e.position for e in entries]), strict=True):
+        if meta is not None and meta.generation in out:
             out[meta.generation].append(entry.key)
     return {g: tuple(keys) for g, keys in out.items()}
 

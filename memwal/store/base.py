@@ -13,7 +13,8 @@ import abc
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
-from memwal.errors import BadInputError
+from memwal.core.pool import parallel_map
+from memwal.errors import BadInputError, NotFoundError
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,24 @@ class Store(abc.ABC):
         ``start`` counts from the end of the object, like a Python slice.  Bytes past the
         end are simply not returned (a short or empty result).  NotFoundError if absent.
         """
+
+    #: Reads :meth:`get_heads` keeps in flight: on a disk a read is a few system calls and
+    #: waits for nothing; an object store's request waits for the network (ObjectStore's).
+    READ_THREADS = 1
+
+    def get_heads(self, keys: list[str], length: int) -> list[bytes | None]:
+        """The first ``length`` bytes of each object, in order; None for one that is absent.
+
+        For many small reads at once (GC's plan reads every WAL entry's schema): an object
+        store keeps :data:`READ_THREADS` requests in flight, a disk store reaches each
+        directory once rather than once per key.
+        """
+        def read(key: str) -> bytes | None:
+            try:
+                return self.get_range(key, 0, length)
+            except NotFoundError:
+                return None
+        return parallel_map(read, keys, self.READ_THREADS, name="memwal-read")
 
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo | None:

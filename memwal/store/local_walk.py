@@ -237,13 +237,19 @@ def unlink_regular(store: Walked, fd: int, name: str, key: str) -> os.stat_resul
         return None
     if not stat.S_ISREG(st.st_mode):
         return st
+    return st if unlink_entry(store, fd, name, key) else None
+
+
+def unlink_entry(store: Walked, fd: int, name: str, key: str) -> bool:
+    """Unlink ``name`` in the directory ``fd`` as it is (unlinkat never follows a link): whether
+    it was there. The caller has made sure what it is."""
     try:
         os.unlink(name, dir_fd=fd)
     except FileNotFoundError:
-        return None
+        return False
     except PermissionError as exc:
         raise MemWalError(f"cannot delete {store.uri_for(key)}: {exc}") from exc
-    return st
+    return True
 
 
 def is_link(dir_fd: int, name: str) -> bool:

@@ -67,6 +67,9 @@ class ObjectStore(Store):
     (multiplier, max) seconds.
     """
 
+    #: Requests :meth:`get_heads` keeps in flight: each waits on the network, not on us.
+    READ_THREADS = 16
+
     def __init__(self, location: Location, backend: Any, options: ObstoreOptions) -> None:
         self.location = location
         self.root = location.root

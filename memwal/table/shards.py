@@ -10,13 +10,12 @@ and every caller stops that shard, never guesses.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from memwal.errors import BadInputError, MemWalError
+from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.pb import shard_manifest_pb2
 from memwal.store import Store
 from memwal.table.naming import (
@@ -279,22 +278,39 @@ class WalEntryMeta:
         return self.generation is None
 
 
-def read_wal_entry_meta(store: Store, shard_id: str, position: int, *, probe_bytes: int = 64 * 1024) -> WalEntryMeta:
-    """Generation and writer epoch of a WAL entry from its schema message only.
+#: Bytes read from the head of a WAL entry to find its schema (the whole file if it is longer).
+WAL_SCHEMA_PROBE = 64 * 1024
 
-    An Arrow IPC stream starts with the schema message, so a ranged read of the head of
-    the file is enough; we fall back to the whole file for an unusually large schema.
+
+def read_wal_entry_meta(store: Store, shard_id: str, position: int) -> WalEntryMeta:
+    """Generation and writer epoch of a WAL entry from its schema message only (NotFoundError if absent)."""
+    (meta,) = read_wal_entry_metas(store, shard_id, [position])
+    if meta is None:
+        raise NotFoundError(f"object not found: {store.uri_for(wal_key(shard_id, position))}")
+    return meta
+
+
+def read_wal_entry_metas(store: Store, shard_id: str, positions: list[int]) -> list[WalEntryMeta | None]:
+    """:func:`read_wal_entry_meta` of many entries of a shard, in order (None: the entry is
+    gone), read together (:meth:`Store.get_heads`).
+
+    An Arrow IPC stream starts with the schema message, so a read of the head of the file
+    is enough; we fall back to the whole file for an unusually large schema.
     """
-    key = wal_key(shard_id, position)
-    where = store.uri_for(key)
-    head = store.get_range(key, 0, probe_bytes)
+    keys = [wal_key(shard_id, p) for p in positions]
+    heads = store.get_heads(keys, WAL_SCHEMA_PROBE)
+    return [None if head is None else _wal_entry_meta(store, key, position, head)
+            for key, position, head in zip(keys, positions, heads, strict=True)]
+
+
+def _wal_entry_meta(store: Store, key: str, position: int, head: bytes) -> WalEntryMeta:
     for data in (head, None):
         if data is None:
-            if len(head) < probe_bytes:
+            if len(head) < WAL_SCHEMA_PROBE:
                 break
             data = store.get(key)
         try:
-            schema = pa.ipc.open_stream(io.BytesIO(data)).schema
+            schema = pa.ipc.read_schema(pa.py_buffer(data))  # the stream's first message
         except (pa.ArrowInvalid, OSError):
             continue
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
@@ -303,8 +319,9 @@ def read_wal_entry_meta(store: Store, shard_id: str, position: int, *, probe_byt
                 return WalEntryMeta(position, None, int(meta["writer_epoch"]))
             return WalEntryMeta(position, int(meta["generation"]), int(meta["writer_epoch"]))
         except (KeyError, ValueError) as exc:
-            raise BadInputError(f"{where}: WAL entry schema lacks generation/writer_epoch metadata") from exc
-    raise BadInputError(f"{where}: not an Arrow IPC stream")
+            raise BadInputError(
+                f"{store.uri_for(key)}: WAL entry schema lacks generation/writer_epoch metadata") from exc
+    raise BadInputError(f"{store.uri_for(key)}: not an Arrow IPC stream")
 
 
 def generation_readable(store: Store, key: str) -> bool:

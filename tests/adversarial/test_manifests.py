@@ -333,12 +333,13 @@ class RacingStore(LocalStore):
         self.other = other
         self.raced_key: str | None = None
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        if self.raced_key is None and "/wal/" in key:
-            self.raced_key = key
+    def get_heads(self, keys: list[str], length: int) -> list[bytes | None]:
+        wal = [k for k in keys if "/wal/" in k]
+        if self.raced_key is None and wal:
+            self.raced_key = wal[0]
             self.other()
-            assert not self.exists(key)  # so this very read fails with NotFoundError
-        return super().get_range(key, start, length)
+            assert not self.exists(wal[0])  # so this very read finds nothing
+        return super().get_heads(keys, length)
 
 
 def test_gc_that_loses_a_planning_race_replans_instead_of_failing(fresh):

@@ -27,7 +27,7 @@ import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import LinkedPathError, NotFoundError, UnsafePathError
 from memwal.gc import delete_objects, plan_gc
-from memwal.store import LocalStore, open_store
+from memwal.store import LocalStore, local_trees, open_store
 from memwal.table import open_table
 from memwal.table.naming import parse_generation_dir
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
@@ -374,8 +374,15 @@ LISTED_SWAPS = [
 ]
 
 
+@pytest.mark.parametrize("quiet", [False, True], ids=["recent-dirs", "quiet-dirs"])
 @pytest.mark.parametrize("case", LISTED_SWAPS, ids=[s.name for s in LISTED_SWAPS])
-def test_link_swapped_in_after_listing_a_batch_is_refused_at_unlink(case: Swap, table: Path, outside: Path) -> None:
+def test_link_swapped_in_after_listing_a_batch_is_refused_at_unlink(case: Swap, quiet: bool, table: Path, outside: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways a file is unlinked: lstat-ed again (the table's directories were made just
+    now), and as listed when its directory was quiet (every directory counts as quiet
+    here): the swap moves the directory's ctime, so the file is lstat-ed and refused."""
+    if quiet:
+        monkeypatch.setattr(local_trees, "QUIET_NS", 0)
     swapped: dict = {}
 
     def swap() -> None:
@@ -512,6 +519,8 @@ def test_local_store_lists_reads_and_writes_nothing_through_links(tmp_path: Path
         with pytest.raises(LinkedPathError):
             store.get_range(key, -4, 4)
         with pytest.raises(LinkedPathError):
+            store.get_heads(["a/real/f", key], 4)
+        with pytest.raises(LinkedPathError):
             store.put(key, b"overwritten")
         with pytest.raises(LinkedPathError):
             store.put_if_absent(key, b"overwritten")
@@ -534,6 +543,7 @@ def test_a_fifo_in_the_table_is_not_an_object_and_does_not_hang(tmp_path: Path) 
     with pytest.raises(NotFoundError):
         store.get("pipe")
     assert store.head("pipe") is None and list(store.list("")) == []
+    assert store.get_heads(["pipe"], 4) == [None]
 
 
 @pytest.mark.parametrize("kind", ["local", "s3"])

@@ -124,6 +124,19 @@ def test_get_range(store: Store) -> None:
     assert store.get_range("f", 3, 0) == b""
 
 
+def test_get_heads_reads_many_heads_in_order(store: Store) -> None:
+    files = {f"_mem_wal/s{i % 3}/wal/{i:04d}.arrow": bytes([i]) * (i + 1) for i in range(12)}
+    for key, data in files.items():
+        store.put(key, data)
+    keys = list(files)
+    keys.insert(5, "_mem_wal/s1/wal/gone.arrow")
+    keys.insert(0, "_mem_wal/nowhere/wal/x.arrow")
+    want = [None if k not in files else files[k][:8] for k in keys]
+    assert store.get_heads(keys, 8) == want
+    assert store.get_heads(keys, 1000) == [files.get(k) for k in keys]
+    assert store.get_heads([], 8) == []
+
+
 def test_uri_for_and_child(store: Store) -> None:
     store.put("_mem_wal/s1/0001_gen_1/data.lance", b"d")
     child = store.child("_mem_wal/s1")
