@@ -290,12 +290,7 @@ def _unlink_tree(store: Walked, tree: _Tree, first: Callable[[str, str], bool], 
     for files in ([f for f in tree.files if first(f[2], tree.prefix)],
                   [f for f in tree.files if not first(f[2], tree.prefix)]):
         for fd, name, key, size in files:
-            if fd in unchanged and size >= 0:
-                if unlink_entry(store, fd, name, key):
-                    tree.objects += 1
-                    tree.bytes += size
-            else:
-                _unlink(store, tree, fd, name, key)
+            _unlink(store, tree, fd, name, key, size if fd in unchanged and size >= 0 else None)
         if tree.refused:
             return
 
@@ -332,10 +327,16 @@ def _in_place(tree: _Tree) -> tuple[str | None, set[int]]:
     return None, unchanged
 
 
-def _unlink(store: Walked, tree: _Tree, fd: int, name: str, key: str) -> None:
-    """Unlink one regular file through its directory's descriptor (lstat-ed right before); a
-    link swapped in is refused, never unlinked; gone, or not a file (a directory made meanwhile
-    stays, and so do its parents; a FIFO is not an object): nothing to do."""
+def _unlink(store: Walked, tree: _Tree, fd: int, name: str, key: str, listed: int | None) -> None:
+    """Unlink one regular file through its directory's descriptor: as listed (``listed``, its
+    size then: its directory has not changed since), or lstat-ed right before; a link swapped
+    in is refused, never unlinked; gone, or not a file (a directory made meanwhile stays, and
+    so do its parents; a FIFO is not an object): nothing to do."""
+    if listed is not None:
+        if unlink_entry(store, fd, name, key):
+            tree.objects += 1
+            tree.bytes += listed
+        return
     st = unlink_regular(store, fd, name, key)
     if st is None:
         return

@@ -303,12 +303,17 @@ def read_wal_entry_metas(store: Store, shard_id: str, positions: list[int]) -> l
             for key, position, head in zip(keys, positions, heads, strict=True)]
 
 
-def _wal_entry_meta(store: Store, key: str, position: int, head: bytes) -> WalEntryMeta:
+def _wal_entry_meta(store: Store, key: str, position: int, head: bytes) -> WalEntryMeta | None:
+    """The entry's meta from its head, or from the whole entry for a longer schema (None if
+    the entry went between the two reads)."""
     for data in (head, None):
         if data is None:
             if len(head) < WAL_SCHEMA_PROBE:
                 break
-            data = store.get(key)
+            try:
+                data = store.get(key)
+            except NotFoundError:
+                return None
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(data))  # the stream's first message
         except (pa.ArrowInvalid, OSError):
