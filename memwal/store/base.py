@@ -96,12 +96,20 @@ class Store(abc.ABC):
         store keeps :data:`READ_THREADS` requests in flight, a disk store reaches each
         directory once rather than once per key.
         """
-        def read(key: str) -> bytes | None:
+        return self._each_object(keys, lambda key: self.get_range(key, 0, length))
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """Whole objects, in order; None for one that is absent. For many small objects at
+        once, as :meth:`get_heads` (GC's plan reads the manifest of every retained version)."""
+        return self._each_object(keys, self.get)
+
+    def _each_object(self, keys: list[str], read: Callable[[str], bytes]) -> list[bytes | None]:
+        def one(key: str) -> bytes | None:
             try:
-                return self.get_range(key, 0, length)
+                return read(key)
             except NotFoundError:
                 return None
-        return parallel_map(read, keys, self.READ_THREADS, name="memwal-read")
+        return parallel_map(one, keys, self.READ_THREADS, name="memwal-read")
 
     @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo | None:

@@ -231,6 +231,15 @@ class LocalStore(LocalWrites, Store):
         directory reached without following a link once, not once per key: GC's plan reads
         the heads of 10,000 WAL entries in 0.12 s, against 0.31 s with a :meth:`get_range`
         each. A link as a key or on its way raises LinkedPathError, as get_range does."""
+        return self._each_file(keys, lambda fd: _read_upto(fd, length))
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """Whole files, in order (None: absent or not a file), each directory reached once
+        as by :meth:`get_heads`: the manifests of 5,000 versions, which a :meth:`get` each
+        reaches through every folder above them."""
+        return self._each_file(keys, _read_all)
+
+    def _each_file(self, keys: list[str], read: Callable[[int], bytes]) -> list[bytes | None]:
         out: list[bytes | None] = []
         dirs: dict[str, int | None] = {}
         try:
@@ -250,7 +259,7 @@ class LocalStore(LocalWrites, Store):
                     out.append(None)
                     continue
                 try:
-                    out.append(_read_upto(fd, length))
+                    out.append(read(fd))
                 finally:
                     os.close(fd)
         finally:
@@ -385,6 +394,15 @@ class LocalStore(LocalWrites, Store):
         store = LocalStore(self.root.rstrip("/") + "/" + p)
         store._trusted, store._sub = self._trusted, self._sub + tuple(p.split("/"))
         return store
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything from the start of an open file to its end: as many bytes as fstat says in
+    one read, then until the end (a read of a fixed large size would allocate it each time)."""
+    chunks = [_read_upto(fd, os.fstat(fd).st_size)]
+    while more := os.read(fd, 1 << 16):
+        chunks.append(more)
+    return b"".join(chunks)
 
 
 def _read_upto(fd: int, length: int) -> bytes:

@@ -7,7 +7,8 @@ manifest, on the main line and on every branch under ``tree/<branch>/``.
 
 Every version is read, whatever its neighbours say: a ``restore`` commits an older
 manifest again, so progress is not monotone across versions. What keeps that cheap with
-thousands of versions (issue 23): the manifests are fetched concurrently on an object store,
+thousands of versions (issue 23): the manifests are read in batches (:meth:`Store.get_many`:
+concurrently on an object store, each folder reached once on a disk, not once per manifest),
 and the index section, where the MemWAL progress of every shard lives, is decoded once per
 distinct section (consecutive versions usually carry the same bytes), see
 :func:`memwal.table.manifest.decode_table_manifest`.
@@ -17,14 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memwal.core.pool import ordered_map
-from memwal.errors import BadInputError, first_line
-from memwal.store import LocalStore
+from memwal.errors import BadInputError, NotFoundError, first_line
+from memwal.store import Store
 from memwal.table import Table
 from memwal.table.manifest import IndexState, TableManifest, decode_table_manifest, list_versions
 
-#: Concurrent manifest reads on an object store (a local disk reads them in order).
-MANIFEST_READ_THREADS = 16
+#: Manifests read at once: a batch is in memory together (a manifest carries the progress of
+#: every shard), and on an object store it is what is in flight, :attr:`Store.READ_THREADS` at a time.
+READ_BATCH = 256
 
 
 @dataclass
@@ -73,14 +74,16 @@ def retained_versions(table: Table) -> list[RetainedVersion]:
     tags, branches = _holders(table)
     out: list[RetainedVersion] = []
     shared: dict[bytes, IndexState] = {}
-    lines: list[tuple[str | None, object]] = [(None, table.store)]
+    lines: list[tuple[str | None, Store]] = [(None, table.store)]
     lines += [(b, table.store.child(f"tree/{b}")) for b in table.store.list_dirs("tree/")]
-    threads = 1 if isinstance(table.store, LocalStore) else MANIFEST_READ_THREADS
     for branch, store in lines:
         listed = sorted(list_versions(store).items())
-        datas = ordered_map(store.get, [key for _, key in listed], threads, name="memwal-versions")
-        for (version, key), data in zip(listed, datas, strict=True):
-            manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
-            out.append(RetainedVersion(version, branch, manifest, tags.get((branch, version), []),
-                                       branches.get((branch, version), [])))
+        for start in range(0, len(listed), READ_BATCH):
+            batch = listed[start:start + READ_BATCH]
+            for (version, key), data in zip(batch, store.get_many([k for _, k in batch]), strict=True):
+                if data is None:  # cleaned up since the listing: as a get of it would have said
+                    raise NotFoundError(f"object not found: {store.uri_for(key)}")
+                manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
+                out.append(RetainedVersion(version, branch, manifest, tags.get((branch, version), []),
+                                           branches.get((branch, version), [])))
     return out

@@ -355,6 +355,38 @@ def test_gc_that_loses_a_planning_race_replans_instead_of_failing(fresh):
     assert_unmerged_intact(keep)
 
 
+class CleanedUpStore(LocalStore):
+    """The real local store; the first read of many manifests finds the oldest one deleted
+    after it was listed, as Lance's cleanup of old versions does while GC plans."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self.cleaned: str | None = None
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        manifests = [k for k in keys if k.startswith("_versions/")]
+        if self.cleaned is None and len(manifests) > 1:
+            self.cleaned = manifests[0]
+            self.delete_many([self.cleaned])
+        return super().get_many(keys)
+
+
+def test_a_version_cleaned_up_while_gc_plans_is_planned_again_without_it(fresh):
+    from memwal.gc.plan import plan_gc_settled
+    from memwal.table.manifest import list_versions
+
+    table, _ = fresh
+    for _ in range(2):  # versions to clean up: the same data committed again
+        table.dataset(table.dataset().version).restore()
+    listed = list_versions(table.store)
+    store = CleanedUpStore(table.uri)
+    racing = Table(table.uri)
+    racing.__dict__["store"] = store  # Table.store is a cached property
+    plan = plan_gc_settled(racing, grace_seconds=0)
+    assert store.cleaned is not None and not table.store.exists(store.cleaned)
+    assert plan.retained_versions == len(listed) - 1 == len(list_versions(table.store)) > 1
+
+
 def test_gates_are_rechecked_against_the_latest_version_before_deleting(fresh):
     table, _ = fresh
     options = dict(grace_seconds=0, orphan_age_seconds=0)

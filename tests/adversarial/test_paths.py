@@ -521,6 +521,8 @@ def test_local_store_lists_reads_and_writes_nothing_through_links(tmp_path: Path
         with pytest.raises(LinkedPathError):
             store.get_heads(["a/real/f", key], 4)
         with pytest.raises(LinkedPathError):
+            store.get_many(["a/real/f", key])
+        with pytest.raises(LinkedPathError):
             store.put(key, b"overwritten")
         with pytest.raises(LinkedPathError):
             store.put_if_absent(key, b"overwritten")
@@ -543,7 +545,7 @@ def test_a_fifo_in_the_table_is_not_an_object_and_does_not_hang(tmp_path: Path) 
     with pytest.raises(NotFoundError):
         store.get("pipe")
     assert store.head("pipe") is None and list(store.list("")) == []
-    assert store.get_heads(["pipe"], 4) == [None]
+    assert store.get_heads(["pipe"], 4) == [None] and store.get_many(["pipe"]) == [None]
 
 
 @pytest.mark.parametrize("kind", ["local", "s3"])

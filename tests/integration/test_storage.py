@@ -137,6 +137,19 @@ def test_get_heads_reads_many_heads_in_order(store: Store) -> None:
     assert store.get_heads([], 8) == []
 
 
+def test_get_many_reads_whole_objects_in_order(store: Store) -> None:
+    big = os.urandom(200_000)  # more than one read of a file (and than one fixed-size read)
+    files = {f"_versions/{i:020d}.manifest": bytes([i]) * (i * 37 + 1) for i in range(12)}
+    files["_versions/big.manifest"] = big
+    for key, data in files.items():
+        store.put(key, data)
+    keys = list(files)
+    keys.insert(5, "_versions/gone.manifest")
+    keys.insert(0, "nowhere/_versions/x.manifest")
+    assert store.get_many(keys) == [files.get(k) for k in keys]
+    assert store.get_many([]) == []
+
+
 def test_uri_for_and_child(store: Store) -> None:
     store.put("_mem_wal/s1/0001_gen_1/data.lance", b"d")
     child = store.child("_mem_wal/s1")
