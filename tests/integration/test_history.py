@@ -223,3 +223,26 @@ def test_a_record_of_many_shards_keeps_a_summary_and_its_detail_apart(make_table
     assert point.value == stored.lag_total["generations"] and f"over {len(shards)} shards" in point.title
     assert cli_json("gc", table.uri, "--history-retention", "0")["history_pruned"] == 1
     assert not table.store.exists(key) and not table.store.exists(detail_key(key))
+
+
+def test_expired_history_is_every_record_older_than_the_cut_to_the_millisecond(tmp_path):
+    """The records past the cut are found in the listing's tail (keys are newest first): the
+    records a millisecond or two either side of the cut, their detail objects and a stray
+    name go exactly where they belong, and the run planning is never its own victim."""
+    from memwal.history.log import HISTORY_PREFIX, detail_key, expired_history, record_key
+    from memwal.store import LocalStore
+
+    store = LocalStore(str(tmp_path))
+    cut = 1_700_000_000.5004  # between two milliseconds: a key holds 1_700_000_000_500
+    started = {f"{i:016x}": cut + d / 1000 for i, d in enumerate([-86_400_000, -2, -1, 0, 1, 2, 86_400_000])}
+    for run_id, at in started.items():
+        store.put(record_key(at, "merge", run_id), b"{}")
+        store.put(detail_key(record_key(at, "merge", run_id)), b"{}")
+    store.put(f"{HISTORY_PREFIX}not-a-record.json", b"{}")
+    want = sorted(record_key(at, "merge", r) for r, at in started.items() if int(at * 1000) / 1000 < cut)
+    assert len(want) == 4  # the run started in the cut's own millisecond (.500) is before it
+    assert sorted(expired_history(store, cut)) == want
+    own = next(iter(started))
+    assert sorted(expired_history(store, cut, keep_run=own)) == [k for k in want if own not in k]
+    assert expired_history(store, 0.0) == []
+    assert sorted(expired_history(store, 4e12)) == sorted(record_key(at, "merge", r) for r, at in started.items())
