@@ -198,7 +198,7 @@ def _wal_metas(store: Store, shard_id: str, entries: list[WalEntry]) -> list[Wal
     out: list[WalEntryMeta] = []
     for entry, meta in zip(entries, read_wal_entry_metas(store, shard_id, [e.position for e in entries]), strict=True):
         if meta is None:
-            raise NotFoundError(f"object not found: {store.uri_for(entry.key)}")
+            raise store.not_found(entry.key)
         out.append(meta)
     return out
 

@@ -204,6 +204,11 @@ class Store(abc.ABC):
     def uri_for(self, key: str) -> str:
         """Full URI of a key, for messages, reports and for handing paths to Lance."""
 
+    def not_found(self, key: str) -> NotFoundError:
+        """The error for an object that is not there (absent, or gone since it was listed),
+        naming its full URI: one message whichever store or caller finds it missing."""
+        return NotFoundError(f"object not found: {self.uri_for(key)}")
+
     @abc.abstractmethod
     def child(self, prefix: str) -> Store:
         """A store rooted at ``root/prefix`` (e.g. one generation dataset), same credentials."""

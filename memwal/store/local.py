@@ -14,7 +14,7 @@ import os
 import stat
 from collections.abc import Callable, Collection, Iterable, Iterator
 
-from memwal.errors import BadInputError, LinkedPathError, NotFoundError
+from memwal.errors import BadInputError, LinkedPathError
 from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
 from memwal.store.local_reads import read_all, read_each, read_upto
 from memwal.store.local_trees import Pace, delete_trees
@@ -193,10 +193,6 @@ class LocalStore(LocalWrites, Store):
             return None
         return fd
 
-    def _not_found(self, key: str) -> NotFoundError:
-        """The error for a missing object, naming its full path."""
-        return NotFoundError(f"object not found: {self.uri_for(key)}")
-
     # -- reads
 
     def get(self, key: str) -> bytes:
@@ -207,7 +203,7 @@ class LocalStore(LocalWrites, Store):
         """Read an object and the ETag of exactly those bytes (fstat of the open file)."""
         fd = self._open_file(key)
         if fd is None:
-            raise self._not_found(key)
+            raise self.not_found(key)
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             return f.read(), self._etag(st)
@@ -218,7 +214,7 @@ class LocalStore(LocalWrites, Store):
             raise ValueError("length must be >= 0")
         fd = self._open_file(key)
         if fd is None:
-            raise self._not_found(key)
+            raise self.not_found(key)
         with os.fdopen(fd, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             offset = max(size + start, 0) if start < 0 else start

@@ -68,7 +68,7 @@ class LocalWrites:
                 raise
             raise BadInputError(f"cannot write {self.uri_for(key)}: {exc.where} is not a directory") from None
         if dfd is None:  # the root vanished between makedirs and open
-            raise self._not_found("/".join(key.split("/")[:-1]) or key)
+            raise self.not_found("/".join(key.split("/")[:-1]) or key)
         return dfd, name
 
     @staticmethod

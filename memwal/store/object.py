@@ -167,14 +167,14 @@ class ObjectStore(Store):
         path = self._full(key)
         if length == 0:
             if self.head(key) is None:
-                raise NotFoundError(f"object not found: {self.uri_for(key)}")
+                raise self.not_found(key)
             return b""
 
         offset = start
         if start < 0 and self.location.scheme in ("az", "abfss"):  # Azure takes no suffix range: HEAD first
             info = self.head(key)
             if info is None:
-                raise NotFoundError(f"object not found: {self.uri_for(key)}")
+                raise self.not_found(key)
             offset = max(info.size + start, 0)
             length = min(length, info.size - offset)
             if length <= 0:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memwal.errors import BadInputError, NotFoundError, first_line
+from memwal.errors import BadInputError, first_line
 from memwal.store import Store
 from memwal.table import Table
 from memwal.table.manifest import IndexState, TableManifest, decode_table_manifest, list_versions
@@ -82,7 +82,7 @@ def retained_versions(table: Table) -> list[RetainedVersion]:
             batch = listed[start:start + READ_BATCH]
             for (version, key), data in zip(batch, store.get_many([k for _, k in batch]), strict=True):
                 if data is None:  # cleaned up since the listing: as a get of it would have said
-                    raise NotFoundError(f"object not found: {store.uri_for(key)}")
+                    raise store.not_found(key)
                 manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
                 out.append(RetainedVersion(version, branch, manifest, tags.get((branch, version), []),
                                            branches.get((branch, version), [])))

@@ -286,7 +286,7 @@ def read_wal_entry_meta(store: Store, shard_id: str, position: int) -> WalEntryM
     """Generation and writer epoch of a WAL entry from its schema message only (NotFoundError if absent)."""
     (meta,) = read_wal_entry_metas(store, shard_id, [position])
     if meta is None:
-        raise NotFoundError(f"object not found: {store.uri_for(wal_key(shard_id, position))}")
+        raise store.not_found(wal_key(shard_id, position))
     return meta
 
 
