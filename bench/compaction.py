@@ -84,16 +84,16 @@ def run(out: str | Path = "bench-results", *, merges: int = 200, spark: bool = T
     doc["local"] = {"seconds": round(seconds, 2), "fragments_before": result["fragments_before"],
                     "fragments_after": result["fragments_after"]}
     if spark:
-        from memwal.spark.engine.session import local_session
+        from memwal.spark.engine.session import active_or_local
 
         t0 = time.perf_counter()
-        session = local_session("memwal-bench-compaction")
+        sc = active_or_local("memwal-bench-compaction")
         startup = time.perf_counter() - t0
         try:
             copy = copy_table(pristine, str(work / "spark"))
             seconds, result = compact_seconds(copy, "spark")
         finally:
-            session.stop()
+            sc.stop()
         doc["spark"] = {"seconds": round(seconds, 2), "session_startup_seconds": round(startup, 2),
                         "fragments_after": result["fragments_after"]}
         doc["spark_over_local"] = round(seconds / doc["local"]["seconds"], 2)

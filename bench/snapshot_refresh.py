@@ -17,7 +17,7 @@ shard directories are copied or forged), then times:
   the shard manifests (``memwal.read.plan_read``), with and without the freshness check.
 
 Returns seconds and ratios; nothing is asserted (``bench/run.py`` records it).
-``spark``: a SparkSession to use, ``None`` to start a local one (and stop it after), or
+``spark``: a SparkContext to use, ``None`` to start a local one (and stop it after), or
 ``False`` to skip the Spark engine.
 """
 
@@ -130,10 +130,10 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
         from memwal.spark.engine.snapshot import SparkManifestReader
 
         if spark is None:
-            from memwal.spark.engine.session import local_session
+            from memwal.spark.engine.session import active_or_local
 
-            spark = local_session("memwal-bench-snapshot")
-            spark.sparkContext.setLogLevel("ERROR")
+            spark = active_or_local("memwal-bench-snapshot")
+            spark.setLogLevel("ERROR")
             started_here = True
     except Exception as exc:  # noqa: BLE001 - no Spark here: recorded, not fatal
         return {"skipped": f"{type(exc).__name__}: {exc}"}
@@ -152,7 +152,7 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
             "read_seconds_warm": round(warm_read, 4),
             "refresh_seconds_warm": round(warm_total, 4),
             "session_started_here": started_here,
-            "default_parallelism": spark.sparkContext.defaultParallelism,
+            "default_parallelism": spark.defaultParallelism,
             "storage": res.storage,
             "rows_equal_local": plan.rows == local_rows,
         }

@@ -90,7 +90,7 @@ def table_state(path: str) -> tuple:
     return rows.combine_chunks(), dict(table.manifest().compacted)
 
 
-def in_process(spark, table_uri: str) -> dict:
+def in_process(sc, table_uri: str) -> dict:
     """The Spark engine's phases, timed on the driver (see the module docstring)."""
     from memwal.spark.engine.merge import SparkMergeEngine
 
@@ -102,7 +102,7 @@ def in_process(spark, table_uri: str) -> dict:
     table = open_table(table_uri)
     plan = plan_merge(table)
     marks["plan"] = time.perf_counter()
-    engine = SparkMergeEngine(spark)
+    engine = SparkMergeEngine(sc)
     execute_merge(table, plan, engine, on_step=lambda name: marks.setdefault(name, time.perf_counter()))
     end = time.perf_counter()
     t = engine.last_timings
@@ -128,7 +128,7 @@ def in_process(spark, table_uri: str) -> dict:
     }
 
 
-def one_size(spark, startup: float, work: Path, change_rows: int, repeats: int = REPEATS) -> dict:
+def one_size(sc, startup: float, work: Path, change_rows: int, repeats: int = REPEATS) -> dict:
     pristine, info = ensure_table(work, change_rows)
     point: dict = {"change_rows": info["change_rows"], "generations": info["generations"], "table_bytes": info["bytes"]}
     runs: dict[str, list[dict]] = {"local": [], "spark": []}
@@ -154,7 +154,7 @@ def one_size(spark, startup: float, work: Path, change_rows: int, repeats: int =
         point["identical"] = local_rows.equals(spark_rows) and local_progress == spark_progress
         point["spark_over_local"] = round(point["spark_process"]["seconds"] / point["local_process"]["seconds"], 2)
     log(f"{change_rows:,}: Spark engine in process, phase by phase")
-    phases = in_process(spark, copies["inproc"])
+    phases = in_process(sc, copies["inproc"])
     phases["startup_seconds"] = startup
     point["spark_phases"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in phases.items()}
     for path in copies.values():
@@ -166,18 +166,18 @@ def run(out: str | Path = "bench-results", *, full: bool = False, work: str | Pa
     """Build (or reuse) the tables, measure every size, write ``OUT/spark_breakdown.json``."""
     import pyspark
     from memwal.spark.engine import jvm_archive
-    from memwal.spark.engine.session import local_session
+    from memwal.spark.engine.session import active_or_local
 
     out, work = Path(out), Path(work or Path(out) / "spark-work")
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    spark = local_session("memwal-spark-breakdown")
+    sc = active_or_local("memwal-spark-breakdown")
     startup = time.perf_counter() - t0
     try:
-        points = [one_size(spark, startup, work, n) for n in (FULL_SIZES if full else SIZES)]
+        points = [one_size(sc, startup, work, n) for n in (FULL_SIZES if full else SIZES)]
     finally:
-        spark.stop()
+        sc.stop()
     doc = {
         "master": os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"),
         "pyspark": pyspark.__version__,

@@ -39,7 +39,7 @@ NOISE = "Index __lance_mem_wal has no fields"
 PHASES = [
     ("CLI (after imports)", "memwal.cli:main"),
     ("open table", "memwal.table.handle:open_table"),
-    ("session start-up (background)", "memwal.spark.engine.session:local_session"),
+    ("session start-up (background)", "memwal.spark.engine.session:local_context"),
     ("plan", "memwal.merge.plan:plan_merge"),
     ("wait for the session", "memwal.spark.engine.session:active_or_local"),
     ("Spark job (collect)", "pyspark.rdd:RDD.collect"),

@@ -153,21 +153,19 @@ GC_RUN = STATUS_GC + [
 
 #: ``memwal merge --engine spark``: the merge path plus the session and the Spark job.
 SPARK = MERGE + [
-    "memwal.spark.engine.session:start_local_session",
-    "memwal.spark.engine.session:local_session",
-    "memwal.spark.engine.session:build_session",
+    "memwal.spark.engine.session:start_local_context",
+    "memwal.spark.engine.session:local_context",
+    "memwal.spark.engine.session:build_context",
     "memwal.spark.engine.session:active_or_local",
     "memwal.spark.engine.jvm_archive:java_options",
     "pyspark.java_gateway:launch_gateway",
     "pyspark.context:SparkContext.__init__",
-    "pyspark.sql.session:SparkSession.Builder.getOrCreate",
     "memwal.spark.engine.merge:SparkMergeEngine.from_active_or_local",
     "memwal.spark.engine.merge:SparkMergeEngine.net_changes",
     "memwal.spark.engine.merge:SparkMergeEngine._assemble",
     "memwal.spark.engine.merge:read_tasks",
     "pyspark.rdd:RDD.collect",
     "memwal.spark.engine.merge:_staged_upserts",
-    "pyspark.sql.session:SparkSession.stop",
     "pyspark.context:SparkContext.stop",
 ]
 

@@ -265,10 +265,9 @@ def _preload(contender: str) -> dict:
     extra: dict = {}
     if contender == "spark":
         t0 = time.perf_counter()
-        from memwal.spark.engine.session import local_session
+        from memwal.spark.engine.session import active_or_local
 
-        session = local_session("memwal-bench")
-        session.sparkContext.setLogLevel("ERROR")
+        active_or_local("memwal-bench").setLogLevel("ERROR")
         extra["spark_startup_seconds"] = time.perf_counter() - t0
     return extra
 
@@ -326,11 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.result, "w") as f:
         json.dump(doc, f)
     if args.contender == "spark":
-        from pyspark.sql import SparkSession
+        from memwal.spark.engine.session import active_or_local
 
-        active = SparkSession.getActiveSession()
-        if active is not None:
-            active.stop()
+        active_or_local().stop()
     return 0
 
 

@@ -1,8 +1,9 @@
 """Shared shell of the ``spark-submit`` entry points.
 
-Each job file is ``spark-submit jobs/<action>.py TABLE [options]``: it takes the session
-spark-submit configured (cluster or local) and runs the same CLI command with the Spark
-engine, so flags, JSON output and exit codes are those of ``memwal``.
+Each job file is ``spark-submit jobs/<action>.py TABLE [options]``: it makes the SparkContext
+spark-submit configured (cluster or local; no SparkSession, which the engines do not use)
+and runs the same CLI command with the Spark engine, so flags, JSON output and exit codes
+are those of ``memwal``.
 
 Credentials never belong in these arguments: spark-submit, its JVM and the Python driver
 all carry them in their command lines, which every local user can read. Launchers pass
@@ -31,8 +32,9 @@ def warn_secret_arguments(args: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def spark_session(app: str) -> Iterator[object]:
-    """The session spark-submit configured (its --conf wins), quiet, stopped on the way out.
+def spark_context(app: str) -> Iterator[object]:
+    """The context spark-submit configured (its --conf wins), quiet, the one every engine of
+    this process uses (:func:`memwal.spark.engine.session.use_context`), stopped on the way out.
 
     Quiet from the start: ``spark.log.level`` applies while the SparkContext starts, so its
     INFO lines never print (``setLogLevel`` afterwards would come too late for them). Python
@@ -40,21 +42,21 @@ def spark_session(app: str) -> Iterator[object]:
     executors import memwal for every task anyway). A ``--conf`` given to spark-submit for
     either is kept.
     """
-    from memwal.spark.engine.session import PYTHON_DAEMON
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
+    from memwal.spark.engine.session import PYTHON_DAEMON, use_context
+    from pyspark import SparkConf, SparkContext
 
-    submitted = SparkConf()
-    builder = SparkSession.builder.appName(app)
-    if not submitted.contains("spark.log.level"):
-        builder = builder.config("spark.log.level", os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
-    if not submitted.contains("spark.python.daemon.module"):
-        builder = builder.config("spark.python.daemon.module", PYTHON_DAEMON)
-    spark = builder.getOrCreate()
+    # The JVM first (spark-submit's, already running): a SparkConf made before it holds none of
+    # spark-submit's settings, and ours would then replace a --conf given for the same key.
+    SparkContext._ensure_initialized()
+    conf = SparkConf().setAppName(app)
+    conf.setIfMissing("spark.log.level", os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
+    conf.setIfMissing("spark.python.daemon.module", PYTHON_DAEMON)
+    sc = SparkContext.getOrCreate(conf)
+    use_context(sc)
     try:
-        yield spark
+        yield sc
     finally:
-        spark.stop()
+        sc.stop()
 
 
 def run(action: str, argv: Sequence[str] | None = None) -> int:
@@ -63,7 +65,7 @@ def run(action: str, argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     warn_secret_arguments(args)
-    with spark_session(f"memwal-{action}"):
+    with spark_context(f"memwal-{action}"):
         if "--engine" not in args:
             args += ["--engine", "spark"]
         return main([action, *args])

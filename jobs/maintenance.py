@@ -18,7 +18,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memwal.spark._entry import spark_session, warn_secret_arguments
+    from memwal.spark._entry import spark_context, warn_secret_arguments
 
     from memwal.actions import ACTIONS, run_action
     from memwal.backfill import FAILED, parse_jobs, run_job
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from memwal.observe.otel import configure_from_env
 
     configure_from_env()
-    with spark_session("memwal-maintenance"):
+    with spark_context("memwal-maintenance"):
         for job in jobs:
             run = run_job(run_action, args.table, job, storage_options, "spark", options[job])
             if run.result is not None:

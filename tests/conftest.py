@@ -152,19 +152,20 @@ def lsm_rows(table: Table) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One local-mode Spark session for the whole run (startup costs seconds)."""
+def spark_context():
+    """One local-mode SparkContext for the whole run (startup costs seconds), started the way
+    the engines start theirs, so an engine made with ``engine="spark"`` uses it too."""
     import logging
 
-    from memwal.spark.engine.session import local_session
+    from memwal.spark.engine.session import active_or_local
 
     # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
     # after pytest closed the streams its handlers write to.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    session = local_session("memwal-tests")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    sc = active_or_local("memwal-tests")
+    sc.setLogLevel("ERROR")
+    yield sc
+    sc.stop()
 
 
 def commit_shard_manifest(table: Table, shard_id: str, edit: Callable) -> None:

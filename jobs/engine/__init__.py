@@ -5,9 +5,9 @@ The core finds them through the entry point ``memwal.engines: spark`` (:data:`EN
 never names them. ``merge``: reading, deduplicating or folding and staging on executors
 (:mod:`.merge`); ``catchup``: index segments per fragment group (:mod:`.catchup`);
 ``compact``: one task per Lance compaction task (:mod:`.compact`); ``gc``: one task per shard
-(:mod:`.gc`); ``snapshot``: shard manifests read in parallel (:mod:`.snapshot`). The session
-is spark-submit's, or a local one started in the background (:mod:`.session`, with the
-driver JVM's class archive, :mod:`.jvm_archive`).
+(:mod:`.gc`); ``snapshot``: shard manifests read in parallel (:mod:`.snapshot`). The
+SparkContext is spark-submit's, or a local one started in the background (:mod:`.session`,
+with the driver JVM's class archive, :mod:`.jvm_archive`).
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ class SparkEngines:
         return self._factories[action]()
 
     def prepare(self) -> None:
-        """Boot a local session in the background while the job plans (spark-submit's wins)."""
-        from memwal.spark.engine.session import start_local_session
+        """Boot a local context in the background while the job plans (spark-submit's wins)."""
+        from memwal.spark.engine.session import start_local_context
 
-        start_local_session()
+        start_local_context()
 
 
 ENGINES = SparkEngines()

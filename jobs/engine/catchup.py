@@ -27,7 +27,7 @@ from typing import Any
 import lance
 from lance.indices import IndicesBuilder
 from memwal.spark.engine.session import active_or_local
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
 from memwal.table import Table
@@ -36,8 +36,8 @@ from memwal.table import Table
 class SparkCatchupEngine:
     name = "spark"
 
-    def __init__(self, spark: SparkSession, *, fragments_per_task: int = 8) -> None:
-        self.spark = spark
+    def __init__(self, sc: SparkContext, *, fragments_per_task: int = 8) -> None:
+        self.sc = sc
         self.fragments_per_task = fragments_per_task
 
     @classmethod
@@ -73,7 +73,7 @@ class SparkCatchupEngine:
             seg = d.create_index_uncommitted(column, index_type, name=name, fragment_ids=group, replace=True, **options)
             return pickle.dumps(seg)
 
-        blobs = self.spark.sparkContext.parallelize(groups, max(1, len(groups))).map(build).collect()
+        blobs = self.sc.parallelize(groups, max(1, len(groups))).map(build).collect()
         segments = [pickle.loads(b) for b in blobs]
         lance.dataset(uri, version=version, storage_options=storage or None).commit_existing_index_segments(
             name, column, segments

@@ -14,7 +14,7 @@ import pickle
 import lance
 from lance.optimize import RewriteResult
 from memwal.spark.engine.session import active_or_local
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from memwal.compact import CompactPlan
 from memwal.table import Table
@@ -23,8 +23,8 @@ from memwal.table import Table
 class SparkCompactEngine:
     name = "spark"
 
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+    def __init__(self, sc: SparkContext) -> None:
+        self.sc = sc
 
     @classmethod
     def from_active_or_local(cls) -> SparkCompactEngine:
@@ -40,5 +40,5 @@ class SparkCompactEngine:
             ds = lance.dataset(uri, version=version, storage_options=options or None)
             return pickle.dumps(pickle.loads(blob).execute(ds))
 
-        results = self.spark.sparkContext.parallelize(blobs, len(blobs)).map(rewrite).collect()
+        results = self.sc.parallelize(blobs, len(blobs)).map(rewrite).collect()
         return [pickle.loads(r) for r in results]

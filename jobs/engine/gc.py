@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 from memwal.spark.engine.session import active_or_local
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from memwal.gc import BATCH_OBJECTS, PrefixOutcome, delete_keys, delete_prefixes
 from memwal.store import Store, open_store
@@ -34,8 +34,8 @@ def _shard_of(key: str) -> str:
 class SparkGcEngine:
     name = "spark"
 
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+    def __init__(self, sc: SparkContext) -> None:
+        self.sc = sc
 
     @classmethod
     def from_active_or_local(cls) -> SparkGcEngine:
@@ -55,7 +55,7 @@ class SparkGcEngine:
             return list(zip(shard_keys, fn(open_store(uri, options), shard_keys), strict=True))
 
         items = sorted(groups.items())
-        return dict(self.spark.sparkContext.parallelize(items, len(items)).flatMap(task).collect())
+        return dict(self.sc.parallelize(items, len(items)).flatMap(task).collect())
 
     def _rounds(self, items: list[str], lease) -> Iterator[list[str]]:
         """``items`` in rounds of ROUND_ITEMS, the lease checked on the driver before each."""

@@ -11,7 +11,7 @@ The archive is a cache, never required: :func:`java_options` returns nothing whe
 none for this JVM, Spark and class path (they are part of its name), and a JVM that finds
 an archive it cannot use (class path changed) ignores it. A *truncated* archive crashes the
 JVM, so one is only ever published by renaming a file that a verification run already used
-with ``-Xshare:on``; :func:`memwal.spark.engine.session.local_session` still falls back to no
+with ``-Xshare:on``; :func:`memwal.spark.engine.session.local_context` still falls back to no
 archive (and removes it) if the JVM does not come up with it.
 
 Build it once per machine, after installing (``make install`` does; a cluster's edge node
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 #: A JVM that cannot use the archive (class path changed) says so on stdout; keep it quiet.
 QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"
-#: Seconds the dump run may take (start a session, run a small shuffle job, write the archive).
+#: Seconds the dump run may take (start a context, run a small shuffle job, write the archive).
 BUILD_TIMEOUT = 300
 
 
@@ -120,8 +120,8 @@ def discard(reason: str) -> None:
 def build(*, force: bool = False) -> Path | None:
     """Make the archive if it is missing (or ``force``); returns its path, None without Java/Spark.
 
-    A child process starts a session that dumps the classes it loaded when its JVM exits;
-    once that JVM is gone, a second child starts a session with the new file and
+    A child process starts a context that dumps the classes it loaded when its JVM exits;
+    once that JVM is gone, a second child starts a context with the new file and
     ``-Xshare:on`` (which fails unless the archive is whole and matches), and only then is
     the file renamed into place. Concurrent builds each use their own temporary file.
     """
@@ -183,13 +183,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _session_run(java_opts: str) -> int:
-    """In a child: a local session with ``java_opts`` runs a small shuffle job like the
+def _context_run(java_opts: str) -> int:
+    """In a child: a local context with ``java_opts`` runs a small shuffle job like the
     merge engine's (so its classes are loaded); returns the JVM's pid."""
-    from memwal.spark.engine.session import build_session
+    from memwal.spark.engine.session import build_context
 
-    spark = build_session("memwal-jvm-archive", java_opts, master="local[2]")
-    sc = spark.sparkContext
+    sc = build_context("memwal-jvm-archive", java_opts, master="local[2]")
     acc = sc.accumulator(0.0)
 
     def tag(i: int):
@@ -200,7 +199,7 @@ def _session_run(java_opts: str) -> int:
         lambda it: [sum(len(v) for _, v in it)]).collect()
     assert sum(out) == 8 * 64
     pid = int(sc._jvm.java.lang.ProcessHandle.current().pid())
-    spark.stop()
+    sc.stop()
     return pid
 
 
@@ -212,10 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verify", metavar="FILE", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.dump:
-        print(_session_run(f"-XX:ArchiveClassesAtExit={args.dump} {QUIET_CDS}"))
+        print(_context_run(f"-XX:ArchiveClassesAtExit={args.dump} {QUIET_CDS}"))
         return 0
     if args.verify:
-        print(_session_run(f"-Xshare:on -XX:SharedArchiveFile={args.verify} {QUIET_CDS}"))
+        print(_context_run(f"-Xshare:on -XX:SharedArchiveFile={args.verify} {QUIET_CDS}"))
         return 0
     if args.java_options:
         print(java_options())

@@ -56,8 +56,13 @@ Where a whole ``memwal merge --engine spark`` spends its time at 2M change rows 
 driver's commits 0.55 s, the JVM's exit 0.3 s: 2.5-2.8x the local engine (6.0-6.3 s against
 2.2-2.4 s, medians of 3 and 5). The job took 2.6-3.5 s while Spark's Python workers compiled
 pyspark from its zip before the first task (:mod:`memwal.spark.engine.python_daemon`), and
-the whole was 4.65x before the by-shard shape. A bare SparkContext without a SparkSession
-came up 0.3 s sooner, but its first job was slower by as much: not kept.
+the whole was 4.65x before the by-shard shape. With a bare SparkContext (no SparkSession,
+:mod:`memwal.spark.engine.session`, 2026-11-25) the start-up is 0.9 s, and the job 1.4-1.5 s
+of which 0.75 s is the first Python workers' start (their daemon, then lance, pyarrow and
+pandas imported). Measured and not kept: importing those in the daemon before it forks the
+workers (3.84 s against 3.81 s whole), a warm-up job started with the context (the merge
+waits for the context anyway: 0.1 s at best), tasks returning their upserts to the driver
+instead of staging them (collecting 68 MB took 0.5 s more than the staging).
 
 Nothing here assumes local mode: the table URI and storage options travel in closures, so
 the same code runs on a cluster whose executors have memwal-jobs and pylance installed.
@@ -84,7 +89,7 @@ from memwal.spark.engine.merge_tasks import (
     shard_tasks,
 )
 from memwal.spark.engine.session import active_or_local
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from memwal.core import steps
 from memwal.errors import MemWalError
@@ -132,14 +137,14 @@ class SparkMergeEngine:
 
     def __init__(
         self,
-        spark: SparkSession | None,
+        sc: SparkContext | None,
         *,
         partitions: int | None = None,
         read_task_bytes: int = READ_TASK_BYTES,
         partition_bytes: int = PARTITION_BYTES,
         shard_max_bytes: int = SHARD_MAX_BYTES,
     ) -> None:
-        self._spark = spark
+        self._sc = sc
         #: Set, it makes every batch a keyed shuffle into this many partitions.
         self.partitions = partitions
         self.read_task_bytes = read_task_bytes
@@ -149,12 +154,12 @@ class SparkMergeEngine:
         self.last_timings: dict[str, float] = {}
 
     @property
-    def spark(self) -> SparkSession:
-        """The session, waited for when a batch first needs it: a merge with nothing to merge
+    def sc(self) -> SparkContext:
+        """The context, waited for when a batch first needs it: a merge with nothing to merge
         never waits for the JVM (issue 23: 5.9 s against 1.8 s for a no-op before)."""
-        if self._spark is None:
-            self._spark = active_or_local()
-        return self._spark
+        if self._sc is None:
+            self._sc = active_or_local()
+        return self._sc
 
     @classmethod
     def from_active_or_local(cls) -> SparkMergeEngine:
@@ -162,7 +167,7 @@ class SparkMergeEngine:
 
     def net_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> NetChanges:
         t0 = time.perf_counter()
-        sc = self.spark.sparkContext
+        sc = self.sc
         job = _Job(table, plan, schema, sc)
         change_bytes = sum(ref_bytes(r) for r in plan.generations)
         shape, tasks = "shuffle", None

@@ -1,14 +1,23 @@
-"""The Spark session the engines run on: spark-submit's, or a local one started early.
+"""The SparkContext the engines run on: spark-submit's, or a local one started early.
 
-Under ``spark-submit`` the session exists before our code runs and every engine uses it.
-Elsewhere (``memwal merge --engine spark``, the Python API, tests, benchmarks) the engines
-start a session themselves, master ``$MEMWAL_SPARK_MASTER`` or ``local[2]``. Its start-up
-is the Spark engine's largest fixed cost, so it is cut twice:
+The engines need a SparkContext and nothing more: every stage is Python over Arrow bytes in
+RDD tasks, and every commit is the driver's. A SparkSession on top adds Spark SQL's set-up,
+which no engine uses and which cost 0.45-0.5 s of a local start on 2 cores (measured
+2026-11-25: a context and a first job ready 2.0-2.1 s after the start, 2.4-2.5 s with a
+session built by ``SparkSession.builder``; ``SparkSession(sc)`` alone took 0.48 s).
 
-* :func:`start_local_session` starts it in a background thread as soon as a job knows it
+Under ``spark-submit`` the entry point makes the context before our code runs and hands it
+over (:func:`use_context`). Elsewhere (``memwal merge --engine spark``, the Python API,
+tests, benchmarks) the engines start a local one themselves, master
+``$MEMWAL_SPARK_MASTER`` or ``local[2]``; inside an application that already has a
+SparkSession (a notebook, a job of the caller's), that session's context is used. The
+start-up is the Spark engine's largest fixed cost, so it is cut three times:
+
+* :func:`start_local_context` starts it in a background thread as soon as a job knows it
   will use Spark (``memwal.actions.run`` calls it through :func:`memwal.actions.engines.prepare`
   and :data:`memwal.spark.engine.ENGINES` once the table has opened, so bad input starts no
   JVM), and the JVM boots while the job reads manifests and plans;
+* no SparkSession (above);
 * the driver JVM maps its classes from this machine's archive when there is one
   (:mod:`memwal.spark.engine.jvm_archive`).
 
@@ -27,7 +36,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from memwal.spark.engine import jvm_archive
-from pyspark.sql import SparkSession
+from pyspark import SparkConf, SparkContext
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +46,14 @@ LOG4J = Path(__file__).resolve().parent.parent / "log4j2.properties"  # jobs/log
 PYTHON_DAEMON = "memwal.spark.engine.python_daemon"
 
 _lock = threading.Lock()
-_starting: Future | None = None
+#: The context the engines use: being started, started, or handed over (:func:`use_context`).
+_current: Future[SparkContext] | None = None
+#: Whether the exit of this process closes the gateway of the JVM it started (:func:`_close_gateway`).
+_closes_gateway = False
 
 
-def local_session(app: str = "memwal-jobs") -> SparkSession:
-    """A local-mode session (or ``$MEMWAL_SPARK_MASTER``'s): UI off unless
+def local_context(app: str = "memwal-jobs") -> SparkContext:
+    """A local-mode context (or ``$MEMWAL_SPARK_MASTER``'s): UI off unless
     ``MEMWAL_SPARK_UI=1``, warnings only in the log, the JVM class archive when built.
 
     A JVM that does not come up with the archive is retried once without it (and the
@@ -49,80 +61,101 @@ def local_session(app: str = "memwal-jobs") -> SparkSession:
     """
     archive = jvm_archive.java_options()
     try:
-        session = build_session(app, archive)
+        sc = build_context(app, archive)
     except Exception as exc:  # pyspark raises PySparkRuntimeError(JAVA_GATEWAY_EXITED)
         if not archive:
             raise
         jvm_archive.discard(f"the JVM did not start with it ({str(exc).splitlines()[0][:200]})")
-        session = build_session(app, "")
-    atexit.register(_close_gateway, session)
-    return session
+        sc = build_context(app, "")
+    global _closes_gateway
+    with _lock:
+        if not _closes_gateway:  # once: a context started again after a stop shares the JVM
+            atexit.register(_close_gateway)
+            _closes_gateway = True
+    return sc
 
 
-def _close_gateway(session: SparkSession) -> None:
-    """At exit, close the Py4J gateway of a session we started before the JVM sees its stdin
+def _close_gateway() -> None:
+    """At exit, close the Py4J gateway of the JVM we started before the JVM sees its stdin
     close: the JVM then stops (its shutdown hooks stop the context and remove Spark's
     temporary folders) in 0.2 s instead of 0.5 s, and a caller that reads our output waits
     for the JVM too, which holds it (issue 23: a whole ``memwal merge --engine spark``)."""
-    gateway = getattr(session.sparkContext, "_gateway", None)
+    gateway = SparkContext._gateway
     if gateway is not None:
         gateway.shutdown()
 
 
-def build_session(app: str, java_options: str, *, master: str | None = None) -> SparkSession:
-    """The one session configuration, with extra driver JVM options: what the engines run
-    on, and what ``memwal.spark.engine.jvm_archive`` dumps and verifies its archive with (so the
-    archive is made by the very JVM flags that will use it)."""
+def spark_conf(app: str, java_options: str, *, master: str | None = None) -> SparkConf:
+    """The one configuration of our local contexts, with extra driver JVM options."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     log4j = f"-Dlog4j2.configurationFile={LOG4J.as_uri()}"
     return (
-        SparkSession.builder.master(master or os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"))
-        .appName(app)
-        .config("spark.ui.enabled", "true" if os.environ.get("MEMWAL_SPARK_UI") == "1" else "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"{log4j} {java_options}".strip())
-        .config("spark.executor.extraJavaOptions", log4j)
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("MEMWAL_SPARK_DRIVER_MEMORY", "2g"))
-        .config("spark.python.daemon.module", PYTHON_DAEMON)
-        .getOrCreate()
+        SparkConf()
+        .setMaster(master or os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"))
+        .setAppName(app)
+        .set("spark.ui.enabled", "true" if os.environ.get("MEMWAL_SPARK_UI") == "1" else "false")
+        .set("spark.ui.showConsoleProgress", "false")
+        .set("spark.driver.extraJavaOptions", f"{log4j} {java_options}".strip())
+        .set("spark.executor.extraJavaOptions", log4j)
+        .set("spark.driver.memory", os.environ.get("MEMWAL_SPARK_DRIVER_MEMORY", "2g"))
+        .set("spark.python.daemon.module", PYTHON_DAEMON)
     )
 
 
-def start_local_session(app: str = "memwal-jobs") -> None:
-    """Start :func:`local_session` in a background thread, unless a session exists or is
-    starting. :func:`active_or_local` then waits for it (and raises what it raised)."""
-    global _starting
+def build_context(app: str, java_options: str, *, master: str | None = None) -> SparkContext:
+    """A context of :func:`spark_conf`: what the engines run on, and what
+    ``memwal.spark.engine.jvm_archive`` dumps and verifies its archive with (so the archive is
+    made by the very JVM flags that will use it)."""
+    return SparkContext(conf=spark_conf(app, java_options, master=master))
+
+
+def use_context(sc: SparkContext) -> None:
+    """Make ``sc`` the context every engine of this process uses (spark-submit's, made by
+    the entry point)."""
+    global _current
+    done: Future[SparkContext] = Future()
+    done.set_result(sc)
     with _lock:
-        if _starting is not None or SparkSession.getActiveSession() is not None:
+        _current = done
+
+
+def start_local_context(app: str = "memwal-jobs") -> None:
+    """Start :func:`local_context` in a background thread, unless a context is there or
+    starting; an application's own SparkSession lends its context instead.
+    :func:`active_or_local` then waits for it (and raises what it raised)."""
+    global _current
+    with _lock:
+        if _current is not None and not _stopped(_current):
             return
-        _starting = Future()
-        starting = _starting
+        starting: Future[SparkContext] = Future()
+        _current = starting
 
     def boot() -> None:
         try:
-            starting.set_result(local_session(app))
-        except BaseException as exc:  # handed to whoever waits for the session
+            from pyspark.sql import SparkSession  # None at once when no context runs: no JVM call
+
+            session = SparkSession.getActiveSession()
+            starting.set_result(session.sparkContext if session is not None else local_context(app))
+        except BaseException as exc:  # handed to whoever waits for the context
             starting.set_exception(exc)
 
     threading.Thread(target=boot, name="memwal-spark-start", daemon=True).start()
 
 
-def active_or_local(app: str = "memwal-jobs") -> SparkSession:
-    """The active session (spark-submit's), the one :func:`start_local_session` started, or a new local one."""
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    global _starting
+def _stopped(current: Future[SparkContext]) -> bool:
+    """Whether ``current`` holds a context stopped since (a failed start is not stopped:
+    whoever waits gets its error)."""
+    if not current.done() or current.exception() is not None:
+        return False
+    return current.result()._jsc is None
+
+
+def active_or_local(app: str = "memwal-jobs") -> SparkContext:
+    """The context of this process (spark-submit's, an application's session's, or the one
+    :func:`start_local_context` started), waited for; a new local one if none or stopped."""
+    start_local_context(app)
     with _lock:
-        starting = _starting
-    if starting is not None:
-        session = starting.result()  # what the start-up raised, if it failed
-        if session.sparkContext._jsc is not None:
-            return session
-        with _lock:  # stopped since: start afresh
-            if _starting is starting:
-                _starting = None
-    return local_session(app)
+        current = _current
+    assert current is not None
+    return current.result()  # what the start-up raised, if it failed

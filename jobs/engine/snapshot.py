@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from memwal.spark.engine.session import active_or_local
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from memwal.snapshot.format import FieldColumn, ShardRow
 from memwal.table import Table
@@ -68,8 +68,8 @@ class SparkManifestReader:
 
     name = "spark"
 
-    def __init__(self, spark: SparkSession, *, partitions: int | None = None, task_threads: int = TASK_THREADS):
-        self.spark = spark
+    def __init__(self, sc: SparkContext, *, partitions: int | None = None, task_threads: int = TASK_THREADS):
+        self.sc = sc
         self.partitions = partitions
         self.task_threads = task_threads
 
@@ -80,7 +80,7 @@ class SparkManifestReader:
     def read_rows(self, table: Table, shard_ids: list[str], columns: list[FieldColumn]) -> list[ShardRow]:
         if not shard_ids:
             return []
-        sc = self.spark.sparkContext
+        sc = self.sc
         n = self.partitions or max(
             1, min(len(shard_ids), max(sc.defaultParallelism, -(-len(shard_ids) // SHARDS_PER_TASK)))
         )

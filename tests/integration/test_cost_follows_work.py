@@ -172,8 +172,8 @@ def test_list_keys_names_what_a_shallow_listing_lists(store, tmp_path):
 # --------------------------------------------------------------------------- spark only for work
 
 
-def test_a_spark_merge_with_nothing_to_merge_never_asks_for_a_session(make_table):
-    """The Spark merge engine takes its session when a batch first needs it: a merge with
+def test_a_spark_merge_with_nothing_to_merge_never_asks_for_a_context(make_table):
+    """The Spark merge engine takes its context when a batch first needs it: a merge with
     nothing to merge reports the spark engine and never waited for a JVM."""
     from memwal.spark.engine.merge import SparkMergeEngine
 
@@ -182,5 +182,5 @@ def test_a_spark_merge_with_nothing_to_merge_never_asks_for_a_session(make_table
     engine = SparkMergeEngine.from_active_or_local()
     result = run_merge(table, engine=engine)  # internal entry: the engine object is inspected afterwards
     assert result.engine == "spark" and result.shards == [] and result.version is None
-    assert engine._spark is None
+    assert engine._sc is None
     assert table_rows(table) == model.sorted_rows()

@@ -1,6 +1,7 @@
-"""The driver JVM's class archive and the early-started local session (memwal.spark.engine.session).
+"""The driver JVM's class archive, the early-started local context (memwal.spark.engine.session)
+and the spark-submit entry's context.
 
-Each case runs Spark in a child process: the suite's own session (conftest) owns this
+Each case runs Spark in a child process: the suite's own context (conftest) is this
 process's SparkContext, and a JVM's start-up options only apply to a new JVM.
 """
 
@@ -15,15 +16,18 @@ import pytest
 
 from tests.helpers import ROOT
 
-#: Starts a session as the engines do and runs one job; prints the sum and the JVM's options.
+#: Starts a context as the engines do and runs one job; prints the sum and the JVM's options.
 SESSION_JOB = """
-from memwal.spark.engine.session import active_or_local, start_local_session
-start_local_session()
-start_local_session()  # idempotent: still one session
-spark = active_or_local()
-assert active_or_local() is spark
-print(spark.sparkContext.parallelize(range(10), 2).sum())
-print(spark.sparkContext.getConf().get("spark.driver.extraJavaOptions"))
+from memwal.spark.engine.session import active_or_local, start_local_context
+start_local_context()
+start_local_context()  # idempotent: still one context
+sc = active_or_local()
+assert active_or_local() is sc
+print(sc.parallelize(range(10), 2).sum())
+print(sc.getConf().get("spark.driver.extraJavaOptions"))
+sc.stop()
+again = active_or_local()  # stopped since: a new one
+assert again is not sc and again.parallelize(range(3)).count() == 3
 """
 
 
@@ -82,6 +86,32 @@ def test_build_once_then_sessions_use_it_and_survive_damage(tmp_path: Path) -> N
     assert not list(tmp_path.glob("hs_err_pid*.log"))  # the crash report went to the cache folder
 
 
+#: The spark-submit entry's context, in a Python started by pyspark's launcher as spark-submit
+#: starts the driver (PYSPARK_SUBMIT_ARGS: the same arguments, the same JVM system properties).
+ENTRY_CONTEXT = """
+from memwal.spark._entry import spark_context
+from memwal.spark.engine.session import active_or_local
+with spark_context("memwal-entry") as sc:
+    assert active_or_local() is sc  # every engine of the process uses it
+    conf = sc.getConf()
+    print(conf.get("spark.log.level"), conf.get("spark.python.daemon.module"), conf.get("spark.app.name"))
+"""
+
+
+@pytest.mark.parametrize("submitted, expected", [
+    ("", "WARN memwal.spark.engine.python_daemon memwal-entry"),
+    ("--conf spark.log.level=ERROR --conf spark.python.daemon.module=pyspark.daemon",
+     "ERROR pyspark.daemon memwal-entry"),
+], ids=["defaults", "submitted-conf-wins"])
+def test_the_entry_s_context_keeps_what_spark_submit_was_given(tmp_path: Path, submitted: str, expected: str) -> None:
+    env = _env(tmp_path / "cache")
+    env["PYSPARK_SUBMIT_ARGS"] = f"--master local[1] --conf spark.ui.enabled=false {submitted} pyspark-shell"
+    out = subprocess.run([sys.executable, "-c", ENTRY_CONTEXT], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == expected
+
+
 @pytest.mark.parametrize("bad", ["/nonexistent/table", "s3://bucket/t --storage-option bogus=1"])
 def test_bad_input_starts_no_jvm(tmp_path: Path, bad: str) -> None:
     """Spark starts only once the table opened: bad input is one line, exit 2, no JVM output."""
@@ -128,7 +158,7 @@ def test_the_python_daemon_puts_spark_s_zip_behind_only_the_same_installed_versi
         assert moved == [pyspark_zip, other_zip, str(site), "/usr/lib/python311.zip", py4j_zip]
 
 
-def test_our_session_s_workers_import_the_installed_pyspark(spark) -> None:
+def test_our_session_s_workers_import_the_installed_pyspark(spark_context) -> None:
     import pyspark
 
     def where(_):
@@ -137,7 +167,7 @@ def test_our_session_s_workers_import_the_installed_pyspark(spark) -> None:
         import pyspark as worker_pyspark
         return worker_pyspark.__file__, worker_pyspark.__version__, [p for p in sys.path if p.endswith(".zip")]
 
-    found = spark.sparkContext.parallelize(range(2), 2).map(where).collect()
+    found = spark_context.parallelize(range(2), 2).map(where).collect()
     installed = str(Path(pyspark.__file__))
     assert {f for f, _, _ in found} == {installed}
     assert {v for _, v, _ in found} == {pyspark.__version__}
