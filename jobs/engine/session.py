@@ -28,7 +28,6 @@ package rather than Spark's zip (:data:`PYTHON_DAEMON`).
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import sys
 import threading
@@ -37,8 +36,6 @@ from pathlib import Path
 
 from memwal.spark.engine import jvm_archive
 from pyspark import SparkConf, SparkContext
-
-log = logging.getLogger(__name__)
 
 LOG4J = Path(__file__).resolve().parent.parent / "log4j2.properties"  # jobs/log4j2.properties
 #: Python workers that import the installed pyspark, not Spark's zip, when they are the same
@@ -57,7 +54,9 @@ def local_context(app: str = "memwal-jobs") -> SparkContext:
     ``MEMWAL_SPARK_UI=1``, warnings only in the log, the JVM class archive when built.
 
     A JVM that does not come up with the archive is retried once without it (and the
-    archive removed): the archive is a cache and must never stop a job.
+    archive removed): the archive is a cache and must never stop a job. It makes a new
+    context (one already running is an error): callers go through :func:`active_or_local`,
+    which reuses the context of the process.
     """
     archive = jvm_archive.java_options()
     try:

@@ -158,7 +158,7 @@ def test_the_python_daemon_puts_spark_s_zip_behind_only_the_same_installed_versi
         assert moved == [pyspark_zip, other_zip, str(site), "/usr/lib/python311.zip", py4j_zip]
 
 
-def test_our_session_s_workers_import_the_installed_pyspark(spark_context) -> None:
+def test_our_context_s_workers_import_the_installed_pyspark(spark_context) -> None:
     import pyspark
 
     def where(_):
