@@ -26,7 +26,7 @@ from memwal.table import Table
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir, shard_dir
 from memwal.table.paths import check_deletable
-from memwal.table.retained import RetainedVersion, retained_versions
+from memwal.table.retained import RetainedVersion, remember_retained, retained_versions
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -199,7 +199,7 @@ def recheck_gc_plan(table: Table, plan: GcPlan, checkpoints: list[Checkpoint] | 
             if holders:
                 return f"retained-version:{holders[0].describe()}"
             first = progress.first_merged(g)
-            if first is None or now - first.manifest.timestamp < plan.grace_seconds:
+            if first is None or now - first.timestamp < plan.grace_seconds:
                 return GRACE_PERIOD
         return None
 
@@ -301,6 +301,7 @@ def run_gc(
             table, [c for c in list_checkpoints(table) if c.id in gone and c.id in plan.expired_checkpoints])
     finally:
         gc_finished(table.store, run_id)
+    remember_retained(table, left if left is not None else plan.versions)
     result.expired_versions = expired
     result.broken_shards = plan.broken_shards
     steps.step("gc.after-delete")

@@ -82,7 +82,7 @@ def verdict_of(
         reasons.append(f"retained-version:{holders[0].describe()}")
     # the first retained main-line version that merged g: when readers stopped needing it
     first = progress.first_merged(g)
-    merged_at = None if first is None else first.manifest.timestamp
+    merged_at = None if first is None else first.timestamp
     if (merged_at is None or now - merged_at < grace_seconds) and "not-merged" not in reasons:
         reasons.append(GRACE_PERIOD)
     evidence = {
@@ -109,13 +109,13 @@ def _freed_by_expiry(h: HeldGeneration, seconds: float, now: float, grace_second
     go, and if not which gates would still hold it: every gate, not just the first. Expiry
     can also remove the version that first merged it, which moves its grace period later."""
     def expired(v: RetainedVersion) -> bool:
-        return _held_by(v) is None and now - v.manifest.timestamp >= seconds
+        return _held_by(v) is None and now - v.timestamp >= seconds
 
     others = [r for r in h.reasons if not r.startswith("retained-version") and r != GRACE_PERIOD]
     if any(not expired(v) for v in h.holders):
         others.append("retained-version")
     first = h.progress.first_merged(h.generation, keep=lambda v: not expired(v))
-    merged_at = None if first is None else first.manifest.timestamp
+    merged_at = None if first is None else first.timestamp
     if merged_at is None or now - merged_at < grace_seconds:
         others.append(GRACE_PERIOD)
     return not others, others
@@ -170,7 +170,7 @@ def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> 
     tag = ", ".join(sorted(v.tags)) or None
     starts = ", ".join(sorted(v.child_branches)) or None
     return {"version": v.version, "branch": v.branch, "tag": tag, "starts_branch": starts, "held_by": _held_by(v),
-            "age_seconds": round(max(0.0, now - v.manifest.timestamp), 1), "generations_held": generations_held}
+            "age_seconds": round(max(0.0, now - v.timestamp), 1), "generations_held": generations_held}
 
 
 def _held_by(v: RetainedVersion) -> str | None:

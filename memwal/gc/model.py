@@ -7,13 +7,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from memwal.core.document import Document
-from memwal.gc.gates import (
-    Blocked,
-)
+from memwal.gc.gates import Blocked
 
 if TYPE_CHECKING:
-    pass
-
+    from memwal.table.retained import RetainedVersion
 
 
 @dataclass
@@ -82,6 +79,9 @@ class GcPlan(Document):
     expire_before: float | None = None
     expiring: list[int] = field(default_factory=list)
     older_than_seconds: float | None = None
+    #: Every retained version the plan read (before its expiry), for the run to remember
+    #: (:func:`memwal.table.retained.remember_retained`); not part of the document.
+    versions: list[RetainedVersion] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         return {

@@ -82,7 +82,7 @@ def plan_gc(
     ckpts = list_checkpoints(table)
     live = tuple(c for c in ckpts if c.live(now))
     plan = GcPlan(table=table.uri, read_version=latest.version, planned_at=now, grace_seconds=grace_seconds,
-                  retained_versions=len(versions), older_than_seconds=expire_versions_seconds)
+                  retained_versions=len(versions), older_than_seconds=expire_versions_seconds, versions=versions)
     if expire_versions_seconds is not None:
         plan.expire_before, gone = expiring_versions(versions, latest.version, expire_versions_seconds, live)
         plan.expiring = sorted(v.version for v in gone)
@@ -150,12 +150,12 @@ def expiring_versions(versions: list[RetainedVersion], latest: int, older_than_s
     it). The run re-checks the gates against the versions left after the cleanup.
     """
     cutoff = time.time() - older_than_seconds
-    pinned = [v.manifest.timestamp for v in versions if v.branch is None
+    pinned = [v.timestamp for v in versions if v.branch is None
               and any(c.version == v.version for c in checkpoints) and not v.tags]
     if pinned:
         cutoff = min(cutoff, min(pinned))
     gone = [v for v in versions if v.branch is None and v.version != latest and not v.tags
-            and not v.child_branches and v.manifest.timestamp < cutoff]
+            and not v.child_branches and v.timestamp < cutoff]
     return cutoff, gone
 
 

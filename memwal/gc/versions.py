@@ -65,7 +65,7 @@ class VersionProgress:
         self._maps: list[dict[str, int]] = []
         group = np.empty(len(versions), dtype=np.intp)
         for i, v in enumerate(versions):
-            m = v.manifest.compacted
+            m = v.compacted
             j = maps.get(id(m))
             if j is None:
                 j = maps[id(m)] = len(self._maps)

@@ -20,7 +20,7 @@ from memwal.pb import mem_wal_index_pb2, table_manifest_pb2
 from memwal.table.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, U64_MAX, shard_uuid_str
 
 if TYPE_CHECKING:
-    from memwal.store import Store
+    from memwal.store import ObjectInfo, Store
 
 _TRAILER = struct.Struct("<qhh4s")
 _MAGIC = b"LANC"
@@ -59,18 +59,33 @@ class TableManifest:
         return [i for i in self.indices if i.name != MEM_WAL_INDEX_NAME]
 
 
+def _version_of(key: str) -> int | None:
+    """The table version a ``_versions/`` key names, None for anything else."""
+    stem, _dot, ext = key.rsplit("/", 1)[-1].partition(".")
+    if ext != "manifest" or not stem.isdigit():
+        return None
+    n = int(stem)
+    # V2 names count down from u64::MAX; no real table reaches 2^63 versions.
+    return U64_MAX - n if n > (1 << 63) else n
+
+
 def list_versions(store: Store) -> dict[int, str]:
     """Every committed table version and its manifest key, for both naming schemes."""
     out: dict[int, str] = {}
     for key in store.list_keys("_versions/"):
-        name = key.rsplit("/", 1)[-1]
-        stem, dot, ext = name.partition(".")
-        if ext != "manifest" or not stem.isdigit():
-            continue
-        n = int(stem)
-        # V2 names count down from u64::MAX; no real table reaches 2^63 versions.
-        version = U64_MAX - n if n > (1 << 63) else n
-        out[version] = key
+        version = _version_of(key)
+        if version is not None:
+            out[version] = key
+    return out
+
+
+def list_version_infos(store: Store) -> dict[int, ObjectInfo]:
+    """:func:`list_versions` with each manifest's listing (its ETag tells one manifest from another)."""
+    out: dict[int, ObjectInfo] = {}
+    for info in store.list("_versions/", recursive=False):
+        version = _version_of(info.key)
+        if version is not None:
+            out[version] = info
     return out
 
 

@@ -5,10 +5,11 @@ that version had merged, and nothing more, so a generation merged *after* that v
 must stay until the version is cleaned up. We read progress straight from each version's
 manifest, on the main line and on every branch under ``tree/<branch>/``.
 
-Every version is read, whatever its neighbours say: a ``restore`` commits an older
-manifest again, so progress is not monotone across versions. What keeps that cheap with
-thousands of versions (issue 23): the manifests are read in batches (:meth:`Store.get_many`:
-concurrently on an object store, each folder reached once on a disk, not once per manifest),
+Every version counts, whatever its neighbours say: a ``restore`` commits an older manifest
+again, so progress is not monotone across versions. What keeps that cheap with thousands of
+versions (issue 23): a manifest a GC run has read before is not read again
+(:mod:`memwal.table.progress_digest`: same key, same ETag); the others are read in batches
+(:meth:`Store.get_many`: concurrently on an object store, each folder reached once on a disk),
 and the index section, where the MemWAL progress of every shard lives, is decoded once per
 distinct section (consecutive versions usually carry the same bytes), see
 :func:`memwal.table.manifest.decode_table_manifest`.
@@ -16,12 +17,14 @@ distinct section (consecutive versions usually carry the same bytes), see
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from memwal.errors import BadInputError, first_line
 from memwal.store import Store
 from memwal.table import Table
-from memwal.table.manifest import IndexState, TableManifest, decode_table_manifest, list_versions
+from memwal.table.manifest import IndexState, decode_table_manifest, list_version_infos
+from memwal.table.progress_digest import Remembered, load_digest, save_digest
 
 #: Manifests read at once: a batch is in memory together (a manifest carries the progress of
 #: every shard), and on an object store it is what is in flight, :attr:`Store.READ_THREADS` at a time.
@@ -32,7 +35,10 @@ READ_BATCH = 256
 class RetainedVersion:
     version: int
     branch: str | None
-    manifest: TableManifest
+    timestamp: float  # commit time (the manifest's)
+    compacted: dict[str, int]  # merge progress per shard; shared between versions: read-only
+    key: str  # the manifest's key from the table root
+    etag: str  # the manifest's ETag in the listing it was found in
     tags: list[str] = field(default_factory=list)
     child_branches: list[str] = field(default_factory=list)
 
@@ -72,18 +78,38 @@ def _holders(table: Table) -> tuple[Holders, Holders]:
 def retained_versions(table: Table) -> list[RetainedVersion]:
     """All versions whose manifests still exist, oldest first per line of history."""
     tags, branches = _holders(table)
+    known = load_digest(table.store)
     out: list[RetainedVersion] = []
     shared: dict[bytes, IndexState] = {}
-    lines: list[tuple[str | None, Store]] = [(None, table.store)]
-    lines += [(b, table.store.child(f"tree/{b}")) for b in table.store.list_dirs("tree/")]
-    for branch, store in lines:
-        listed = sorted(list_versions(store).items())
-        for start in range(0, len(listed), READ_BATCH):
-            batch = listed[start:start + READ_BATCH]
-            for (version, key), data in zip(batch, store.get_many([k for _, k in batch]), strict=True):
-                if data is None:  # cleaned up since the listing: as a get of it would have said
-                    raise store.not_found(key)
-                manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
-                out.append(RetainedVersion(version, branch, manifest, tags.get((branch, version), []),
-                                           branches.get((branch, version), [])))
+    lines: list[tuple[str | None, Store, str]] = [(None, table.store, "")]
+    lines += [(b, table.store.child(f"tree/{b}"), f"tree/{b}/") for b in table.store.list_dirs("tree/")]
+    for branch, store, root in lines:
+        listed = sorted(list_version_infos(store).items())
+        remembered = {v: known.get(root + info.key, info.etag, v) for v, info in listed}
+        unread = [(v, info.key) for v, info in listed if remembered[v] is None]
+        read = dict(_read(store, unread, shared))
+        for version, info in listed:
+            seen = remembered[version]
+            timestamp, compacted = (seen.timestamp, seen.compacted) if seen else read[version]
+            out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
+                                       tags.get((branch, version), []), branches.get((branch, version), [])))
     return out
+
+
+def _read(store: Store, listed: list[tuple[int, str]],
+          shared: dict[bytes, IndexState]) -> Iterator[tuple[int, tuple[float, dict[str, int]]]]:
+    """(version, (commit time, progress)) of each listed manifest, read :data:`READ_BATCH` at a time."""
+    for start in range(0, len(listed), READ_BATCH):
+        batch = listed[start:start + READ_BATCH]
+        for (version, key), data in zip(batch, store.get_many([k for _, k in batch]), strict=True):
+            if data is None:  # cleaned up since the listing: as a get of it would have said
+                raise store.not_found(key)
+            manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
+            yield version, (manifest.timestamp, manifest.compacted)
+
+
+def remember_retained(table: Table, versions: list[RetainedVersion]) -> bool:
+    """Leave what ``versions`` (every version retained now) had merged for the next plan to
+    read instead of their manifests; True when the digest was written (it is a cache: never raises)."""
+    return save_digest(table.store, [Remembered(v.key, v.etag, v.version, v.timestamp, v.compacted)
+                                     for v in versions])

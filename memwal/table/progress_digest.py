@@ -1,0 +1,154 @@
+"""What each retained version had merged, remembered between GC runs (issue 23).
+
+Gate (c) needs the merge progress of every version a reader may still open (:mod:`memwal.table.retained`),
+and the only place that progress lives is each version's manifest: a table with 5,000 versions
+made every gc plan read 5,000 manifests (125 MB at 1,000 shards), as many GETs on an object store.
+A manifest never changes once committed, so what it says can be remembered: a GC run that
+deletes leaves ``_mem_wal/_jobs/retained-progress.json`` behind, and the next plan (its dry run
+included) reads from the manifests only the versions committed since, the versions it has work for.
+
+Why this cannot hide a holder:
+- An entry is used only for the manifest it was read from: the same key *and* the same ETag
+  from this plan's listing (size, mtime and inode on a disk, the content's ETag on an object
+  store). A branch deleted and made again reuses keys, never the ETags, so its manifests are read.
+- The digest names only progress values and versions, never a key to read or delete: a forged or
+  stale entry can only be one that no listed manifest matches, or a value read from that manifest.
+- Anything malformed (not JSON, a wrong type, a negative generation) discards the whole digest:
+  the plan then reads every manifest, as without one. It is a cache, never a reason to fail.
+- Writing it is the run's last step, after the deletions, and it records facts about
+  immutable manifests: an author that lost its lease writes nothing wrong (hazard H5), and
+  two runs that race leave one complete digest (an atomic put each).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memwal.errors import MemWalError, NotFoundError
+from memwal.store import Store
+from memwal.table.naming import JOBS_DIR
+
+log = logging.getLogger(__name__)
+
+DIGEST_KEY = f"{JOBS_DIR}/retained-progress.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What one manifest said: its version, commit time and merge progress per shard."""
+
+    key: str  # the manifest's key from the table root
+    etag: str  # the listing's ETag of the manifest this was read from
+    version: int
+    timestamp: float
+    compacted: dict[str, int]  # shared by entries with the same progress: read-only
+
+
+class ProgressDigest:
+    """The remembered manifests, found by key and ETag."""
+
+    def __init__(self, entries: Iterable[Remembered] = ()) -> None:
+        self._by_key = {e.key: e for e in entries}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def get(self, key: str, etag: str, version: int) -> Remembered | None:
+        """The entry for exactly this manifest (key, ETag and version), or None: read it."""
+        e = self._by_key.get(key)
+        return e if e is not None and e.etag == etag and e.version == version else None
+
+    def same(self, entries: Iterable[Remembered]) -> bool:
+        """Whether ``entries`` are exactly the remembered ones (then there is nothing to write)."""
+        entries = list(entries)
+        return len(entries) == len(self._by_key) and all(self.get(e.key, e.etag, e.version) is not None
+                                                         for e in entries)
+
+
+def load_digest(store: Store) -> ProgressDigest:
+    """The digest in ``store``; an empty one when there is none or it is unusable (logged)."""
+    try:
+        data = store.get(DIGEST_KEY)
+    except NotFoundError:
+        return ProgressDigest()
+    except (MemWalError, OSError) as exc:
+        log.warning("not using %s: %s", store.uri_for(DIGEST_KEY), exc)
+        return ProgressDigest()
+    try:
+        return ProgressDigest(_decode(json.loads(data)))
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        log.warning("not using %s: malformed: %s", store.uri_for(DIGEST_KEY), exc)
+        return ProgressDigest()
+
+
+def save_digest(store: Store, entries: list[Remembered]) -> bool:
+    """Remember ``entries`` (the versions retained now) unless the digest says exactly that;
+    True when written. Never raises: a GC run that cannot leave its digest has still done its work."""
+    try:
+        if load_digest(store).same(entries):
+            return False
+        store.put(DIGEST_KEY, json.dumps(_encode(entries), separators=(",", ":")).encode())
+        return True
+    except (MemWalError, OSError) as exc:
+        log.warning("could not write %s: %s", store.uri_for(DIGEST_KEY), exc)
+        return False
+
+
+def _encode(entries: list[Remembered]) -> dict:
+    """Each distinct progress map once (consecutive versions mostly share one), shards by index."""
+    shards: dict[str, int] = {}
+    sections: list[list[int]] = []
+    by_id: dict[int, int] = {}
+    by_items: dict[tuple, int] = {}
+    section_of = []
+    for e in entries:
+        j = by_id.get(id(e.compacted))
+        if j is None:
+            items = tuple(sorted(e.compacted.items()))
+            j = by_items.get(items)
+            if j is None:
+                j = by_items[items] = len(sections)
+                sections.append([x for s, g in items for x in (shards.setdefault(s, len(shards)), g)])
+            by_id[id(e.compacted)] = j
+        section_of.append(j)
+    return {"format": FORMAT, "shards": list(shards), "sections": sections,
+            "keys": [e.key for e in entries], "etags": [e.etag for e in entries],
+            "versions": [e.version for e in entries], "timestamps": [e.timestamp for e in entries],
+            "section_of": section_of}
+
+
+def _decode(doc: dict) -> list[Remembered]:
+    if doc["format"] != FORMAT:
+        raise ValueError(f"format {doc['format']!r}, not {FORMAT}")
+    shards = doc["shards"]
+    if not all(isinstance(s, str) for s in shards):
+        raise TypeError("a shard id is not a string")
+    sections: list[dict[str, int]] = []
+    for flat in doc["sections"]:
+        pairs = dict(zip(flat[0::2], flat[1::2], strict=True))
+        if not all(type(i) is int and 0 <= i < len(shards) and type(g) is int and g >= 0 for i, g in pairs.items()):
+            raise ValueError("a progress value is not a generation")
+        sections.append({shards[i]: g for i, g in pairs.items()})
+    columns = [doc[c] for c in ("keys", "etags", "versions", "timestamps", "section_of")]
+    keys, etags, versions, timestamps, section_of = columns
+    if len({len(c) for c in columns}) != 1:
+        raise ValueError("columns of different lengths")
+    if not (_only(keys, str) and _only(etags, str) and _only(versions, int) and _only(section_of, int)
+            and _only(timestamps, int, float) and all(map(math.isfinite, timestamps))
+            and all(0 <= j < len(sections) for j in section_of)):
+        raise ValueError("a manifest entry is malformed")
+    return [Remembered(k, e, v, float(t), sections[j])
+            for k, e, v, t, j in zip(keys, etags, versions, timestamps, section_of, strict=True)]
+
+
+def _only(values: list, *types: type) -> bool:
+    """Every value is exactly one of ``types`` (``True`` is not a version)."""
+    return set(map(type, values)) <= set(types)
+
+
+__all__ = ["DIGEST_KEY", "ProgressDigest", "Remembered", "load_digest", "save_digest"]
