@@ -8,7 +8,7 @@ merge``; then copies of it grow what should not matter:
 * ``v10`` (the baseline): 10 table versions, no run history;
 * ``v1000`` / ``v5000``: 1,000 / 5,000 versions (``update_config`` commits: cheap, real);
 * ``v10+history`` and ``v5000+history``: plus a year of run records under
-  ``_mem_wal/_jobs/history/`` (the merge's own record hard-linked under one key per run,
+  ``_mem_wal/_jobs/history/<month>/`` (the merge's own record hard-linked under one key per run,
   start times spread over 365 days: ``--runs-per-day`` runs a day, jobs in turn; a hard link is
   a regular file to every reader, and costs no bytes).
 
@@ -112,7 +112,7 @@ def add_history(path: str, runs_per_day: int, days: int = 365) -> int:
     from memwal.history.log import HISTORY_PREFIX, detail_key, record_key
 
     folder = Path(path, HISTORY_PREFIX)
-    records = sorted(p for p in folder.glob("*.json") if not p.name.endswith(".detail.json"))
+    records = sorted(p for p in folder.glob("**/*.json") if not p.name.endswith(".detail.json"))
     if not records:
         raise RuntimeError(f"{folder}: no history record to copy")
     src = records[0]
@@ -122,6 +122,7 @@ def add_history(path: str, runs_per_day: int, days: int = 365) -> int:
     n = runs_per_day * days
     for i in range(n):
         key = record_key(now - 60 - i * step, JOBS[i % len(JOBS)], f"{i:016x}")
+        Path(path, key).parent.mkdir(exist_ok=True)
         os.link(src, Path(path, key))
         if detail.exists():
             os.link(detail, Path(path, detail_key(key)))

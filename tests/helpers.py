@@ -94,8 +94,9 @@ def assert_only_run_records(before: dict[str, str], after: dict[str, str], *jobs
     added = set(after) - set(before)
     assert not set(before) - set(after), sorted(set(before) - set(after))
     records = sorted(k for k in added if k.startswith(HISTORY) and not k.endswith("/"))
-    assert sorted(k[len(HISTORY):].split("-")[1] for k in records) == sorted(jobs), records
-    others = added - set(records) - {"_mem_wal/_jobs/", HISTORY, LEASES}
+    assert sorted(k.rsplit("/", 1)[-1].split("-")[1] for k in records) == sorted(jobs), records
+    folders = {k for k in added if k.startswith(HISTORY) and k.endswith("/")}  # a record's month folder
+    others = added - set(records) - folders - {"_mem_wal/_jobs/", HISTORY, LEASES}
     changed = {k for k in set(before) & set(after) if before[k] != after[k]}
     unexpected = sorted(k for k in others | changed if not k.startswith(LEASES) and k not in also)
     assert not unexpected, unexpected

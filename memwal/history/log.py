@@ -1,8 +1,12 @@
 """The run history in the table's own store: one object per run, newest first by key.
 
-``_mem_wal/_jobs/history/<inverted start time>-<job>-<run id>.json``: the start time is
-inverted (``MAX - milliseconds``) so that a plain listing, which every store returns in key
-order, yields the newest runs first and ``--limit N`` stops after N keys; the job in the key
+``_mem_wal/_jobs/history/<inverted month>/<inverted start time>-<job>-<run id>.json``: the
+month (UTC, ``99999 - (year * 12 + month - 1)``) and the start time (``MAX - milliseconds``)
+are inverted so that plain listings, which every store returns in key order, yield the
+newest runs first: ``--limit N`` and the status page's newest 200 runs list the newest month
+folders only, whatever a year of history holds, and GC lists only the months that reach past
+its retention (issue 23). Records written before the month folders lie directly under
+``history/``; they are read and pruned with the others until they age out. The job in the key
 lets ``--job`` filter without reading. A record is created with ``put_if_absent`` when the
 run starts (``running``) and rewritten once with ``put_if_match`` when it ends, so it works on
 every store the table can live on and a run that dies leaves its ``running`` record behind.
@@ -18,10 +22,12 @@ first); :func:`read_runs` puts them back unless asked for summaries only.
 from __future__ import annotations
 
 import bisect
+import heapq
 import logging
 import math
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from memwal.errors import MemWalError, NotFoundError
 from memwal.history.record import RunRecord
@@ -39,8 +45,46 @@ DETAIL_BYTES = 16 * 1024
 _DETAIL_SUFFIX = ".detail.json"
 
 
+#: Largest month a folder name can hold (``year * 12 + month - 1``).
+_MAX_MONTH = 99_999
+_MONTH_RE = re.compile(r"^\d{5}$")
+
+
 def record_key(started_at: float, job: str, run_id: str) -> str:
-    return f"{HISTORY_PREFIX}{_MAX_MS - int(started_at * 1000):014d}-{job}-{run_id}.json"
+    ms = int(started_at * 1000)
+    return f"{HISTORY_PREFIX}{_month_folder(ms)}/{_MAX_MS - ms:014d}-{job}-{run_id}.json"
+
+
+def _month_folder(ms: int) -> str:
+    at = datetime.fromtimestamp(ms / 1000, UTC)
+    return f"{_MAX_MONTH - (at.year * 12 + at.month - 1):05d}"
+
+
+def _month_start(folder: str) -> float:
+    """When the month of a folder began (seconds since the epoch); -inf for a name no record
+    key gives (year 0): its records are then listed and judged one by one."""
+    months = _MAX_MONTH - int(folder)
+    try:
+        return datetime(months // 12, months % 12 + 1, 1, tzinfo=UTC).timestamp()
+    except ValueError:
+        return -math.inf
+
+
+def _months(store: Store) -> list[str]:
+    """The month folders, newest first (links and other names are not ours: skipped)."""
+    return [m for m in store.list_dirs(HISTORY_PREFIX) if _MONTH_RE.match(m)]
+
+
+def _keys(store: Store, months: list[str] | None = None) -> Iterator[str]:
+    """Record and detail keys newest first: those of ``months`` (every month folder when
+    None), each listed only when reached, merged with the records from before the folders."""
+    folders = _months(store) if months is None else months
+    nested = (k for m in folders for k in store.list_keys(f"{HISTORY_PREFIX}{m}/"))
+    return heapq.merge(store.list_keys(HISTORY_PREFIX), nested, key=_name)
+
+
+def _name(key: str) -> str:
+    return key.rsplit("/", 1)[-1]
 
 
 def _parse(key: str) -> tuple[float, str, str] | None:
@@ -83,7 +127,7 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
     """Runs newest first, optionally of one job and started at or after ``since``; with
     ``detail=False``, a record kept as a summary is given as it is (no per-shard parts)."""
     found = 0
-    for key in store.list_keys(HISTORY_PREFIX):  # a year of runs: names only, newest first
+    for key in _keys(store):  # names only, newest first: the newest months are listed, not the year
         parsed = _parse(key)
         if parsed is None:
             continue
@@ -126,13 +170,14 @@ def expired_history(store: Store, older_than: float, *, keep_run: str | None = N
     """Keys of the records of runs started before ``older_than`` (GC plans to delete them),
     never the record of run ``keep_run`` (a GC planning again under its own record).
 
-    Keys are newest first, so the expired records are the listing's tail: the keys before
-    the first one that may be older than ``older_than`` (its millisecond rounded so that no
-    expired key falls before it) are not parsed, nor is any detail object. A year of runs is
-    70,000 keys, 0.08 s to parse all.
+    A month folder that began at or after ``older_than`` holds no such record and is not
+    listed; in the others (and among the records from before the folders) the keys before the
+    first one that may be older than ``older_than`` (its millisecond rounded so that no
+    expired key falls before it) are not parsed, nor is any detail object.
     """
-    keys = list(store.list_keys(HISTORY_PREFIX))
-    first = bisect.bisect_left(keys, f"{HISTORY_PREFIX}{_MAX_MS - math.ceil(older_than * 1000):014d}")
+    months = [m for m in _months(store) if _month_start(m) < older_than]
+    keys = list(_keys(store, months))
+    first = bisect.bisect_left([_name(k) for k in keys], f"{_MAX_MS - math.ceil(older_than * 1000):014d}")
     out = []
     for key in keys[first:]:
         if key.endswith(_DETAIL_SUFFIX):

@@ -20,6 +20,7 @@ from memwal.errors import BadInputError
 from memwal.history.log import read_runs
 from memwal.history.record import ABANDONED, RUNNING, RunRecord
 from memwal.history.run import RUN_ID_PROPERTY
+from memwal.table.manifest import list_version_infos
 
 if TYPE_CHECKING:
     from memwal.table import Table
@@ -93,11 +94,8 @@ def _with_external(table: Table, records: list[RunRecord], runs: list[dict], sin
     """Insert the stretches of versions no shown run committed, newest first."""
     ours = {v for r in records for v in r.versions}
     start = since if since is not None else (min((r.started_at for r in records), default=None))
-    versions = []
-    for obj in table.store.list("_versions/", recursive=False):
-        v = _version_of(obj.key)
-        if v is not None and v not in ours and (start is None or obj.mtime >= start):
-            versions.append((v, obj.mtime))
+    versions = [(v, obj.mtime) for v, obj in list_version_infos(table.store).items()
+                if v not in ours and (start is None or obj.mtime >= start)]
     if not versions:
         return runs
     versions.sort()
@@ -110,16 +108,6 @@ def _with_external(table: Table, records: list[RunRecord], runs: list[dict], sin
     entries = [_external(table, s) for s in stretches]
     entries = [e for e in entries if e is not None]
     return sorted(runs + entries, key=lambda d: d["started_at"], reverse=True)
-
-
-def _version_of(key: str) -> int | None:
-    from memwal.table.naming import U64_MAX
-
-    stem, _, ext = key.rsplit("/", 1)[-1].partition(".")
-    if ext != "manifest" or not stem.isdigit():
-        return None
-    n = int(stem)
-    return U64_MAX - n if n > (1 << 63) else n
 
 
 def _external(table: Table, stretch: list[tuple[int, float]]) -> dict[str, Any] | None:
@@ -142,7 +130,8 @@ def _external(table: Table, stretch: list[tuple[int, float]]) -> dict[str, Any] 
             operations[type(txn.operation).__name__ if txn is not None else "unknown"] += 1
         if not versions:
             return None
-    times = [t for v, t in stretch if v in versions]
+    left = set(versions)
+    times = [t for v, t in stretch if v in left]
     return {"job": "external", "run_id": None, "engine": None, "holder": None, "outcome": "committed",
             "started_at": min(times), "finished_at": max(times), "versions": versions, "error": None,
             "figures": {"operations": dict(sorted(operations.items())) if operations is not None else None},

@@ -260,6 +260,7 @@ def test_a_link_among_our_records_is_reported_and_left(table: Path, outside: Pat
            "checkpoints": "_mem_wal/_jobs/checkpoints/x.json"}[folder]
     if folder == "history-detail":  # the expired record itself is a regular file
         record = RunRecord("merge", "abc", "local", None, "ok", 1_000.0, detail=True)
+        (table / record_key(1_000.0, "merge", "abc")).parent.mkdir(parents=True, exist_ok=True)
         (table / record_key(1_000.0, "merge", "abc")).write_bytes(record.dumps())
     link = link_to(table / key, outside / "precious.txt")
     run = run_cli(*GC, "--history-retention", "0", str(table))

@@ -202,7 +202,7 @@ def test_a_record_of_many_shards_keeps_a_summary_and_its_detail_apart(make_table
     monkeypatch.setattr(history_log, "DETAIL_BYTES", 0)
     table, _ = make_table()
     merge = memwal.open(table.uri).merge(max_generations=1).to_dict()
-    [key] = [k for k in table.store.list_keys(HISTORY_PREFIX) if k.endswith("-merge-" + merge["run_id"] + ".json")]
+    [key] = [o.key for o in table.store.list(HISTORY_PREFIX) if o.key.endswith("-merge-" + merge["run_id"] + ".json")]
     stored = RunRecord.loads(table.store.get(key))
     detail = json.loads(table.store.get(detail_key(key)))
     shards = [{k: s[k] for k in ("shard_id", "from_generation", "to_generation", "rows_upserted", "rows_deleted")}
@@ -246,3 +246,38 @@ def test_expired_history_is_every_record_older_than_the_cut_to_the_millisecond(t
     assert sorted(expired_history(store, cut, keep_run=own)) == [k for k in want if own not in k]
     assert expired_history(store, 0.0) == []
     assert sorted(expired_history(store, 4e12)) == sorted(record_key(at, "merge", r) for r, at in started.items())
+
+
+def test_records_live_in_month_folders_and_older_flat_records_are_still_read_and_pruned(tmp_path):
+    """Keys ``history/<inverted month>/<inverted ms>-...``: runs newest first across months and
+    across the records written before the folders (directly under ``history/``), a limit
+    met in the newest month, and GC's expired records found in the months that began before
+    the cut, the flat ones included. A folder name no record key gives (year 0) is read and
+    judged record by record; other names under ``history/`` are not ours."""
+    from memwal.history.log import _MAX_MS, HISTORY_PREFIX, expired_history, read_runs, record_key
+    from memwal.history.record import RunRecord
+    from memwal.store import LocalStore
+
+    store = LocalStore(str(tmp_path))
+    day = 86_400.0
+    now = 1_700_000_000.0  # 2023-11-14
+    at = {"a": now - 70 * day, "b": now - 40 * day, "c": now - 3 * day, "d": now - 2 * day, "e": now - 1}
+    for run_id, started in at.items():
+        store.put(record_key(started, "merge", run_id), RunRecord("merge", run_id, "local", None, "ok",
+                                                                  started).dumps())
+    flat = {"f": now - 50 * day, "9": now - 1.5 * day}  # written before the month folders
+    for run_id, started in flat.items():
+        store.put(f"{HISTORY_PREFIX}{_MAX_MS - int(started * 1000):014d}-gc-{run_id}.json",
+                  RunRecord("gc", run_id, "local", None, "ok", started).dumps())
+    store.put(f"{HISTORY_PREFIX}99999/{_MAX_MS - 5_000:014d}-merge-0e.json",  # misplaced under year 0
+              RunRecord("merge", "0e", "local", None, "ok", 5.0).dumps())
+    store.put(f"{HISTORY_PREFIX}notes/{_MAX_MS - 6_000:014d}-merge-n.json", b"{}")
+    assert len({k.rsplit("/", 2)[-2] for k in (record_key(t, "merge", "x") for t in at.values())}) == 3
+
+    assert [r.run_id for r in read_runs(store)] == ["e", "9", "d", "c", "b", "f", "a", "0e"]
+    assert [r.run_id for r in read_runs(store, limit=2)] == ["e", "9"]
+    assert [r.run_id for r in read_runs(store, since=now - 45 * day)] == ["e", "9", "d", "c", "b"]
+    expired = expired_history(store, now - 30 * day)
+    assert sorted(k.rsplit("-", 1)[-1] for k in expired) == ["0e.json", "a.json", "b.json", "f.json"]
+    assert sorted(expired_history(store, now - 30 * day, keep_run="b")) == sorted(k for k in expired
+                                                                                   if not k.endswith("-b.json"))
