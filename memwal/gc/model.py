@@ -89,6 +89,8 @@ class GcPlan(Document):
             "read_version": self.read_version,
             "grace_seconds": self.grace_seconds,
             "retained_versions": self.retained_versions,
+            # of which manifests read (the others' progress came from the last run's digest)
+            "retained_manifests_read": sum(not v.remembered for v in self.versions),
             "would_delete": [
                 {"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
                 for g in self.generations

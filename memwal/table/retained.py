@@ -41,6 +41,7 @@ class RetainedVersion:
     etag: str  # the manifest's ETag in the listing it was found in
     tags: list[str] = field(default_factory=list)
     child_branches: list[str] = field(default_factory=list)
+    remembered: bool = False  # taken from the digest, its manifest not read
 
     def describe(self) -> str:
         """Which version holds the data back, and what holds that version (tag, branch)."""
@@ -92,7 +93,8 @@ def retained_versions(table: Table) -> list[RetainedVersion]:
             seen = remembered[version]
             timestamp, compacted = (seen.timestamp, seen.compacted) if seen else read[version]
             out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
-                                       tags.get((branch, version), []), branches.get((branch, version), [])))
+                                       tags.get((branch, version), []), branches.get((branch, version), []),
+                                       remembered=seen is not None))
     return out
 
 
