@@ -4,7 +4,8 @@
 looks at the whole process, as an operator runs it (local[2], ``MEMWAL_SPARK_MASTER``):
 
 * ``local`` and ``spark`` merges of the same table (``--change-rows``, default 2M, built once
-  by ``bench.spark_breakdown.ensure_table``), whole processes, interleaved, fresh copies;
+  by ``bench.spark_breakdown.ensure_table``), whole processes, interleaved, fresh copies,
+  after one untimed run of each (as ``bench.spark_breakdown``: both start warm);
 * the same two engines on a table with nothing to merge (the merged copy merged again): what a
   no-op run pays for Spark;
 * one run of each engine under :mod:`bench.timers` (set ``spark``): when each phase starts
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict = {"change_rows": info["change_rows"], "generations": info["generations"],
                  "master": os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"), "repeat": args.repeat,
                  "runs": {"local": [], "spark": [], "local_noop": [], "spark_noop": []}}
+    for engine in ("local", "spark"):  # not timed: each engine's code and jars in the page cache
+        log(f"{engine} (warm-up)")
+        whole(["merge", fresh_copy(pristine, work / f"timeline-{engine}"), "--engine", engine, "--json"])
     for r in range(args.repeat):
         for engine in ("local", "spark"):
             copy = fresh_copy(pristine, work / f"timeline-{engine}")
