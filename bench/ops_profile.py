@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--sizes", default="1000000,4000000", help="base rows, comma-separated")
     p.add_argument("--change-rows", type=int, default=200_000)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5, help="interleaved runs of each (medians)")
     p.add_argument("--smoke", action="store_true", help="tiny tables (checks the harness)")
     p.add_argument("--workdir")
     args = p.parse_args(argv)

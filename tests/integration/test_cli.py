@@ -8,6 +8,7 @@ and the ``memwal`` console script, end to end.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -199,3 +200,28 @@ def test_console_script_merges(make_table):
 def test_failing_command_exit_code_and_one_line_error(tmp_path):
     proc = program([sys.executable, "-m", "memwal.cli", "status", str(tmp_path / "nope")], 2)
     assert_one_line_error(CliRun(proc.returncode, proc.stdout, proc.stderr), 2, "nope")
+
+
+@pytest.mark.parametrize(("preset", "pyarrow_first", "pool"), [
+    (None, False, "system"),  # the CLI's choice (memwal.cli.main.configure_allocator)
+    ("mimalloc", False, "mimalloc"),  # the user's choice wins
+    (None, True, "mimalloc"),  # a host that imported pyarrow first keeps its pool
+])
+def test_cli_merges_on_the_system_allocator_unless_chosen(make_table, preset, pyarrow_first, pool):
+    table, model = make_table()
+    script = ("import os, sys\n"
+              + ("import pyarrow\n" if pyarrow_first else "")
+              + "from memwal.cli import main\n"
+              f"code = main(['merge', {table.uri!r}, '--json'])\n"
+              "import pyarrow\n"
+              "print(pyarrow.default_memory_pool().backend_name, os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))\n"
+              "sys.exit(code)\n")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if preset:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = preset
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    backend, variable = proc.stdout.splitlines()[-1].split()
+    assert backend == pool
+    assert variable == (preset or ("None" if pyarrow_first else "system"))
+    assert table_rows(table) == model.sorted_rows()
