@@ -126,7 +126,7 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
         c2, t2 = time.process_time(), time.perf_counter()
         result = run_gc(table, lease=lease, grace_seconds=0, plan=plan)
         c3, t3 = time.process_time(), time.perf_counter()
-    pace = getattr(table.store, "_pace", None)
+    pace = getattr(table.store, "delete_pace", None)
     left = sum(len(list_generation_dirs(table.store, s)) + len(list_wal_entries(table.store, s))
                for s in list_shard_ids(table.store))
     shutil.rmtree(run_dir, ignore_errors=True)

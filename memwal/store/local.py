@@ -348,6 +348,12 @@ class LocalStore(LocalWrites, Store):
             self._pace = Pace(threads)
         return delete_trees(self, [clean_key(p) for p in prefixes], first=first, pace=self._pace)
 
+    @property
+    def delete_pace(self) -> Pace | None:
+        """What the tree deletion has learnt here (threads chosen, rates seen), None before
+        the first: reported by ``bench/gc_many.py`` next to its times."""
+        return self._pace
+
     # -- naming
 
     def uri_for(self, key: str) -> str:
