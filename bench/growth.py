@@ -100,7 +100,8 @@ def table_digest(path: str) -> dict:
 def copy_fresh(src: str, dst: Path) -> str:
     """A fresh copy of ``src`` at ``dst``, written back to disk before it is returned: the
     write-back of a copy just made (90 MB at 1M rows, 1.4 GB at 16M) otherwise lands in
-    whichever timed run comes next, and the contenders' runs differed by up to 2x for it."""
+    whichever timed run comes next, on one contender more than another (as in
+    :mod:`bench.gc_many`)."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
     os.sync()
