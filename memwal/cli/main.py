@@ -2,9 +2,9 @@
 
 The contract is what automation depends on: exit code 0 done,
 1 failed, 2 bad usage or bad input, 3 lost lease or fenced; logs on stderr, the ``--json``
-document alone on stdout. Each command lives in ``memwal/commands/<name>.py`` as a thin
-shell over the core's plan/execute calls; this module only parses, dispatches and maps
-errors to exit codes.
+document alone on stdout. Each command lives in ``memwal/cli/commands/<name>.py`` as a thin
+shell over the core's plan/execute calls; this module only sets up the process (logging,
+Arrow's allocator), parses, dispatches and maps errors to exit codes.
 """
 
 from __future__ import annotations
