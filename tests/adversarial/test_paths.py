@@ -246,26 +246,39 @@ def test_gc_never_deletes_through_a_planted_link(case: Case, table: Path, outsid
         assert {d["generation"] for d in doc["deleted"] if d["shard_id"] == S1} == {1, 2, 3}
 
 
-@pytest.mark.parametrize("folder", ["history", "history-detail", "checkpoints"])
+@pytest.mark.parametrize("folder", ["history", "history-detail", "history-month", "checkpoints", "digest"])
 def test_a_link_among_our_records_is_reported_and_left(table: Path, outside: Path, folder: str) -> None:
     """The plan's survey does not stat ``_jobs/`` (a year of run records cost a stat each), but
     its links are still found by name: one planted among the run records GC prunes (or as the
-    detail object of an expired record, which GC prunes with it), or among the checkpoint
-    records, is reported by name and left in place, and GC's own work is done."""
+    detail object of an expired record, which GC prunes with it, or as the month folder of
+    expired records), among the checkpoint records, or as the retained-progress digest a GC
+    run reads and rewrites, is reported by name and left in place (neither read, nor written,
+    nor pruned through), and GC's own work is done."""
     from memwal.history.log import detail_key, record_key
     from memwal.history.record import RunRecord
+    from memwal.table.progress_digest import DIGEST_KEY
 
+    expired = record_key(1_000.0, "merge", "abc")
+    record = RunRecord("merge", "abc", "local", None, "ok", 1_000.0, detail=True)
     key = {"history": record_key(1_000.0, "merge", "planted"),
-           "history-detail": detail_key(record_key(1_000.0, "merge", "abc")),
-           "checkpoints": "_mem_wal/_jobs/checkpoints/x.json"}[folder]
+           "history-detail": detail_key(expired),
+           "history-month": expired.rsplit("/", 1)[0],
+           "checkpoints": "_mem_wal/_jobs/checkpoints/x.json",
+           "digest": DIGEST_KEY}[folder]
+    target = outside / "precious.txt"
     if folder == "history-detail":  # the expired record itself is a regular file
-        record = RunRecord("merge", "abc", "local", None, "ok", 1_000.0, detail=True)
-        (table / record_key(1_000.0, "merge", "abc")).parent.mkdir(parents=True, exist_ok=True)
-        (table / record_key(1_000.0, "merge", "abc")).write_bytes(record.dumps())
-    link = link_to(table / key, outside / "precious.txt")
+        (table / expired).parent.mkdir(parents=True, exist_ok=True)
+        (table / expired).write_bytes(record.dumps())
+    if folder == "history-month":  # the link's folder holds what would be an expired record
+        target = outside / "month"
+        target.mkdir()
+        (target / expired.rsplit("/", 1)[1]).write_bytes(record.dumps())
+    before = tree_digest(outside)
+    link = link_to(table / key, target)
     run = run_cli(*GC, "--history-retention", "0", str(table))
     assert_one_line_error(run, 1, key)
-    assert link.is_symlink() and (outside / "precious.txt").read_text() == "must survive"
+    assert link.is_symlink() and tree_digest(outside) == before
+    assert (outside / "precious.txt").read_text() == "must survive"
     assert gen_dirs(table, S0) == gen_dirs(table, S1) == set()
 
 
