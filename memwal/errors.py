@@ -37,6 +37,21 @@ class NotFoundError(BadInputError):
     """An object that must exist does not."""
 
 
+class TooLargeError(BadInputError):
+    """An object read from the table's storage is larger than what its kind may hold.
+
+    Whoever can write a table's storage can write run records, checkpoints and leases of any
+    size: every such read is capped (``Store.get(key, max_bytes=...)``), so one planted object
+    cannot exhaust a job's or a web server's memory. Views skip such an object with a warning.
+    """
+
+    def __init__(self, uri: str, size: int, limit: int) -> None:
+        super().__init__(f"{uri}: {size:,} bytes, more than the {limit:,} such an object may hold")
+        self.uri = uri
+        self.size = size
+        self.limit = limit
+
+
 class PreconditionFailedError(MemWalError):
     """A conditional write lost its race (object exists, or ETag changed)."""
 

@@ -26,6 +26,7 @@ from memwal.cli.commands.common import (
     write_failure,
 )
 from memwal.core.secrets import with_options_file
+from memwal.core.text import one_line
 from memwal.errors import MemWalError, first_line
 from memwal.store.options import check_storage_options
 
@@ -54,10 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class SafeFormatter(logging.Formatter):
+    """Log lines whose message is one line of visible characters: a value from storage in a
+    message (a record's job, a checkpoint's name) can neither drive the terminal nor forge a
+    line of its own. A traceback (``--debug``) follows as it is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
 def configure_logging(debug: bool) -> None:
     """Our logs go to stderr whatever the host process configured for the root logger."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("memwal",):  # memwal.spark and memwal.airflow log below it
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
@@ -103,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemWalError as exc:
         if args.debug:
             log.exception("failed")
-        print(f"memwal: error: {exc}", file=sys.stderr)
+        print(f"memwal: error: {one_line(str(exc))}", file=sys.stderr)
         write_failure(result_file, str(exc), exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -121,6 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = getattr(args, "table", None) or getattr(args, "dir", None)
         where = f"{target}: " if isinstance(target, str) and target not in str(exc) else ""
         line = f"{where}{first_line(exc, target if isinstance(target, str) else None)}"
-        print(f"memwal: error: {line} (rerun with --debug for the traceback)", file=sys.stderr)
+        print(f"memwal: error: {one_line(line)} (rerun with --debug for the traceback)", file=sys.stderr)
         write_failure(result_file, line, EXIT_FAILED)
         return EXIT_FAILED

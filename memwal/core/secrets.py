@@ -12,6 +12,7 @@ mask the value of every key that looks like a credential.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import stat
@@ -21,6 +22,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from memwal.errors import BadInputError
+
+log = logging.getLogger(__name__)
 
 # Substrings of storage-option keys whose values are credentials (Lance / object_store key
 # names): aws_secret_access_key, aws_session_token, azure_storage_account_key, sas_key,
@@ -115,9 +118,16 @@ def read_storage_options_file(path: str) -> dict[str, str]:
     """
     where = f"--storage-options-file {path}"
     try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        # O_NONBLOCK: opening a FIFO waits for a writer otherwise; the type is checked on the
+        # open descriptor (no race with a swap), before anything is read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
                 raise BadInputError(f"{where}: not a regular file")
+            if st.st_mode & 0o077:
+                log.warning("%s: readable by others (mode %04o): it holds credentials, keep it mode 0600", where,
+                            stat.S_IMODE(st.st_mode))
             data = f.read(MAX_OPTIONS_FILE_BYTES + 1)
     except IsADirectoryError:
         raise BadInputError(f"{where}: is a directory") from None

@@ -36,6 +36,7 @@ from memwal.backfill import (
 )
 from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, common_options, emit, positive_int
 from memwal.cli.options import add_arguments
+from memwal.core.text import one_line
 from memwal.errors import BadInputError
 
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         )
     emit(args, report.to_dict(), lambda: render(report))
     for t in report.failed_tables:
-        print(f"memwal: error: backfill of {t.table} failed: {t.error}", file=sys.stderr)
+        print(f"memwal: error: backfill of {t.table} failed: {one_line(t.error or '')}", file=sys.stderr)
     if report.failed_tables:
         names = ", ".join(t.table for t in report.failed_tables)
         print(
@@ -168,7 +169,7 @@ class PlainProgress:
             took = f" in {run.seconds:.1f}s" if run.status in (DONE, FAILED) else ""
             print(
                 f"memwal backfill: [{self.count}/{self.total}] {run.table} {run.job}: {run.status}{took}"
-                + (f" ({detail})" if detail else ""),
+                + (f" ({one_line(detail)})" if detail else ""),
                 file=sys.stderr,
                 flush=True,
             )
@@ -211,7 +212,10 @@ class RichProgress:
             if task is not None:
                 self.progress.remove_task(task)
             if run.status == FAILED:
-                self.progress.console.print(f"[red]failed[/red] {run.table} {run.job}: {run.error}")
+                from rich.markup import escape
+
+                self.progress.console.print(f"[red]failed[/red] {escape(run.table)} {run.job}: "
+                                            f"{escape(one_line(run.error or ''))}")
             self.progress.advance(self.overall)
 
 
