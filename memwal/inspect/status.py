@@ -117,7 +117,7 @@ class TableStatus(Document):
         """Publish the lag and catch-up gauges (a no-op without an OpenTelemetry SDK)."""
         from memwal.observe.metrics import record_lag
 
-        record_lag(self.lag(), self.catchup_behind())
+        record_lag(self.table, self.lag(), self.catchup_behind())
 
 
 def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:
