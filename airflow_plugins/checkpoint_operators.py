@@ -45,7 +45,7 @@ class _CheckpointOperator(BaseOperator):
 
     def _open(self):
         hook = MemWalHook(self.memwal_conn_id or None, table=self.table or None, storage_options=self.storage_options)
-        table = self._guard(hook.get_conn)
+        table = self._guard(hook.get_conn).table  # opened through memwal.open
         note_table(self, table.uri, table.storage_options)
         return table
 

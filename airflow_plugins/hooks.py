@@ -1,37 +1,62 @@
-"""``MemWalHook``: a MemWAL table from an Airflow connection of type ``memwal``.
+"""``MemWalHook``: a MemWAL table from an Airflow connection, and the jobs run on it.
 
-The connection holds the table URI and its storage options (Lance's key names, the same
-ones ``memwal --storage-option`` takes):
+The hook owns the work, as the Amazon provider's hooks do (``EmrServerlessHook``): the
+connection, the client, the submission, the result protocol and the waiting. Operators pass
+options in and push what the hook returns (:mod:`memwal.airflow.operators`).
+
+**The table.** A connection of type ``memwal`` holds the table URI and its storage options
+(Lance's key names, the same ones ``memwal --storage-option`` takes):
 
 - ``host``: the table URI (``s3://``, ``az://``, ``abfss://``, ``gs://`` or a local path); ``extra.table``
-  works too (URIs do not always survive the connection-URI syntax).
-- ``extra.storage_options``: a JSON object of storage options.
-- ``login`` / ``password`` (optional): the object store's access key id and secret, kept
-  in Airflow's encrypted password field and shown masked by the UI; they become
+  works too (URIs do not always survive the connection-URI syntax);
+- ``extra.storage_options``: a JSON object of storage options;
+- ``login`` / ``password`` (optional): the object store's access key id and secret, kept in
+  Airflow's encrypted password field and shown masked by the UI; they become
   ``aws_access_key_id`` / ``aws_secret_access_key`` unless the extras set those.
 
 Instead of a ``memwal`` connection, ``memwal_conn_id`` may name one of Airflow's own cloud
 connections (``aws``, ``wasb``, ``adls``, ``google_cloud_platform``): its credentials become
 the storage options (``memwal.airflow.connections``) and the table URI comes from ``table=``.
 
-Credentials never reach logs or rendered templates: every credential-like storage option
-is registered with Airflow's secrets masker as soon as it is read, storage options are
-never template fields, and operators hand them to spark-submit only in a 0600 file in a
-private directory (``--storage-options-file``), never as command-line arguments.
+**The jobs**, through the public API: ``engine="local"`` runs an action as
+``memwal.open(uri).<job>(**options)`` and a cycle through :func:`memwal.cycle.run_cycle` in the
+task's process; ``engine="spark"`` submits ``jobs/<job>.py`` (``maintenance.py`` for a cycle,
+``fleet_chunk.py`` for a fleet's tables) through the Spark provider's ``SparkSubmitHook``
+(:mod:`memwal.airflow.spark_jobs`) and reads the job's result file. Either way a failure is one
+line from the job's exit code: bad input (2) raises ``AirflowFailException`` (never retried), a
+lost or held lease (3) and other failures raise ``AirflowException`` (retried).
+
+Credentials never reach logs or rendered templates: every credential-like storage option is
+registered with Airflow's secrets masker as soon as it is read, storage options are never
+template fields, and spark-submit gets them only in a 0600 file in a private directory.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from memwal.airflow.provider import CONN_TYPE
+from memwal.airflow.spark_jobs import SparkJobOutcome, SparkSettings, SparkSubmission
 
-from memwal.core.secrets import is_secret_key, redact_options
+from memwal.actions.options import ENGINES
+from memwal.core.secrets import is_secret_key
+
+if TYPE_CHECKING:
+    from memwal.api import MemWalTable
+    from memwal.cycle import CycleResult
+    from memwal.fleet.run import TableWork
+
+log = logging.getLogger(__name__)
 
 
-def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
+def mask_storage_options(storage_options: Mapping[str, Any] | None) -> None:
     """Register every credential-like storage option value with Airflow's secrets masker.
 
     Which keys are credentials is ``memwal.core.secrets.is_secret_key``: one rule for the
@@ -47,11 +72,6 @@ def mask_storage_options(storage_options: dict[str, Any] | None) -> None:
             mask_secret(text)
 
 
-def redacted(storage_options: dict[str, Any] | None) -> dict[str, str]:
-    """Storage options safe to print: credential values replaced by ``***``."""
-    return redact_options(storage_options)
-
-
 def _coerce_storage_options(value: Any, where: str) -> dict[str, str]:
     if value in (None, ""):
         return {}
@@ -65,12 +85,40 @@ def _coerce_storage_options(value: Any, where: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def job_failed(where: str, error: str | None, exit_code: int | None) -> AirflowException:
+    """The task failure for a job that failed with ``exit_code``: bad input (2) is never
+    retried; a lost or held lease (3) and any other failure are."""
+    what = {2: "bad input", 3: "lost or contended lease"}.get(exit_code or 1, "failed")
+    return (AirflowFailException if exit_code == 2 else AirflowException)(f"{where}: {what}: {error}")
+
+
+def check_engine(engine: str | None, where: str) -> str:
+    name = (engine or "local").strip()
+    if name not in ENGINES:
+        raise AirflowFailException(f"{where}: unknown engine {name!r}: expected {' or '.join(ENGINES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class ActionRun:
+    """One action's run: its result document (``memwal <job> --json``) and, when the run is a
+    failure by the action's own verdict (the CLI would exit 1), why."""
+
+    job: str
+    table: str
+    document: dict[str, Any]
+    problems: tuple[str, ...] = ()
+
+
 class MemWalHook(BaseHook):
-    """A MemWAL table resolved from a ``memwal`` connection, explicit arguments, or both.
+    """A MemWAL table resolved from a ``memwal`` connection, explicit arguments, or both, and
+    the jobs run on it (see the module docstring).
 
     :param memwal_conn_id: connection of type ``memwal`` (optional when ``table`` is given).
     :param table: table URI; overrides the connection's.
     :param storage_options: storage options; override the connection's key by key.
+    :param engine: ``local`` or ``spark``.
+    :param spark: how Spark jobs are submitted (:class:`memwal.airflow.spark_jobs.SparkSettings`).
     """
 
     conn_name_attr = "memwal_conn_id"
@@ -78,19 +126,17 @@ class MemWalHook(BaseHook):
     conn_type = CONN_TYPE
     hook_name = "MemWAL table"
 
-    def __init__(
-        self,
-        memwal_conn_id: str | None = None,
-        *,
-        table: str | None = None,
-        storage_options: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, memwal_conn_id: str | None = None, *, table: str | None = None,
+                 storage_options: Mapping[str, Any] | None = None, engine: str = "local",
+                 spark: SparkSettings | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.memwal_conn_id = memwal_conn_id
         self._table = table
         self._storage_options = dict(storage_options or {})
+        self.engine = engine
+        self.spark = spark or SparkSettings()
         self._resolved: tuple[str, dict[str, str]] | None = None
+        self._submission: SparkSubmission | None = None
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -120,6 +166,13 @@ class MemWalHook(BaseHook):
             options["aws_secret_access_key"] = conn.password
         return uri, options
 
+    @classmethod
+    def connection_options(cls, conn_id: str) -> dict[str, str]:
+        """The storage options a connection holds, registered for masking (its table URI aside)."""
+        options = cls.from_connection(cls.get_connection(conn_id))[1]
+        mask_storage_options(options)
+        return options
+
     def resolve(self) -> tuple[str, dict[str, str]]:
         """``(table_uri, storage_options)``, with every credential registered for masking."""
         if self._resolved is None:
@@ -144,18 +197,16 @@ class MemWalHook(BaseHook):
     def storage_options(self) -> dict[str, str]:
         return dict(self.resolve()[1])
 
-    def get_conn(self):
-        """The opened ``memwal.table.Table`` (validated: a Lance table with a MemWAL index)."""
-        from memwal.table import open_table
+    def get_conn(self) -> MemWalTable:
+        """The table, opened through the public API (``memwal.open``: a Lance table with a MemWAL index)."""
+        import memwal
 
         uri, options = self.resolve()
-        return open_table(uri, options)
+        return memwal.open(uri, storage_options=options)
 
-    def status(self):
-        """``memwal.inspect.status.table_status`` of the table (manifests only, never generation data)."""
-        from memwal.inspect.status import table_status
-
-        return table_status(self.get_conn())
+    def status(self) -> Any:
+        """``memwal status`` of the table (manifests only, never generation data)."""
+        return self.get_conn().status()
 
     def test_connection(self) -> tuple[bool, str]:
         try:
@@ -163,3 +214,122 @@ class MemWalHook(BaseHook):
         except Exception as exc:  # noqa: BLE001 - reported to the UI, not raised
             return False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return True, f"{st.table}: version {st.version}, {len(st.shards)} shards, {st.unmerged_generations} unmerged"
+
+    # -- running jobs ---------------------------------------------------------------
+    def _where(self, job: str) -> str:
+        return f"memwal {job} {self.table_uri}"
+
+    def _guarded(self, job: str, call: Any) -> Any:
+        """``call()``, its memwal errors turned into task failures by their exit codes."""
+        from memwal.errors import MemWalError, first_line
+
+        try:
+            return call()
+        except MemWalError as exc:
+            raise job_failed(self._where(job), first_line(exc, self.table_uri), exc.exit_code) from None
+
+    def run_action(self, job: str, options: Mapping[str, Any], *, dry_run: bool = False) -> ActionRun:
+        """Run ``job`` with ``options`` (the Python API's keywords: ``max_generations=8``):
+        its document and its verdict. A failure to run raises (see the module docstring)."""
+        from memwal.actions import ACTIONS
+
+        engine = check_engine(self.engine, f"memwal {job}")
+        given = {**options, "engine": engine, "dry_run": dry_run}
+        validated = self._guarded(job, lambda: ACTIONS[job].options.from_kwargs(**given))
+        uri, storage_options = self.resolve()
+        if engine == "local":
+            result = self._guarded(job, lambda: getattr(self.get_conn(), job)(**given))
+            doc = json.loads(result.to_json())
+        else:
+            outcome = self._submit(job, uri, validated.to_argv(), storage_options)
+            doc = self._result(job, outcome, lambda d: bool(ACTIONS[job].problems(d)))
+            if doc is None:
+                return ActionRun(job, uri, {"table": uri, "engine": "spark", "result": None})
+        return ActionRun(job, uri, doc, tuple(ACTIONS[job].problems(doc)))
+
+    def run_cycle(self, jobs: Sequence[str], options: Mapping[str, Mapping[str, Any]], *,
+                  dry_run: bool = False) -> CycleResult:
+        """The maintenance cycle (``memwal cycle``): in the task's process, or as ONE
+        spark-submit of ``jobs/maintenance.py``. A job that fails is an outcome of the result,
+        not an exception (:meth:`raise_for_cycle` makes it the task's failure)."""
+        from memwal.backfill import validated_options
+        from memwal.cycle import CycleResult, parse_jobs, run_cycle
+
+        engine = check_engine(self.engine, "memwal maintenance")
+        names = self._guarded("maintenance", lambda: parse_jobs(list(jobs)))
+        validated = self._guarded("maintenance", lambda: validated_options(names, options, engine=engine,
+                                                                           dry_run=dry_run))
+        uri, storage_options = self.resolve()
+        if engine == "local":
+            return run_cycle(self._guarded("maintenance", lambda: self.get_conn().table), names, validated)
+        # each job's flags; a shared --lease-ttl repeats with one value, which argparse accepts
+        argv = ["--jobs", ",".join(names), *(a for o in validated.values() for a in o.to_argv())]
+        if dry_run:
+            argv.append("--dry-run")
+        outcome = self._submit("maintenance", uri, argv, storage_options)
+        doc = self._result("maintenance", outcome, lambda d: any(j.get("status") == "failed" for j in d["jobs"]))
+        if doc is None:
+            raise AirflowException(f"{self._where('maintenance')}: spark-submit wrote no result file (cluster deploy "
+                                   "mode?): the cycle's outcome is unknown")
+        return CycleResult.from_dict(doc)
+
+    def raise_for_cycle(self, result: CycleResult) -> None:
+        """The task's failure for a cycle that failed (by its failed job's exit code)."""
+        failed = result.failed
+        if failed is not None:
+            raise job_failed(f"memwal maintenance {failed.job} {result.table}", failed.error, failed.exit_code)
+
+    def run_work(self, work: Sequence[TableWork], *, workers: int, max_seconds: float | None) -> list[CycleResult]:
+        """A fleet's tables, each its planned jobs through the cycle runner, at most ``workers``
+        at once, none started after ``max_seconds`` (:mod:`memwal.fleet.run`): on threads of this
+        process, or as ONE spark-submit of ``jobs/fleet_chunk.py`` (a Spark task per small table).
+        A table's failure is its own result; this raises only when the work could not run."""
+        from memwal.cycle import CycleResult
+        from memwal.fleet.run import LocalTableRunner
+
+        engine = check_engine(self.engine, "memwal fleet")
+        if engine == "local":
+            deadline = None if max_seconds is None else time.monotonic() + max_seconds
+            return list(LocalTableRunner().run(work, workers, deadline))
+        if max_seconds is not None and max_seconds <= 0:
+            return []
+        argv = ["--workers", str(workers), *(["--max-seconds", str(max_seconds)] if max_seconds is not None else [])]
+        content = json.dumps({"work": [w.to_dict(storage_options=True) for w in work]}).encode()
+        self._submission = SparkSubmission("fleet_chunk", self.spark)
+        try:
+            outcome = self._submission.run(None, argv, private_target=content)
+        finally:
+            self._submission = None
+        doc = self._result("fleet_chunk", outcome, lambda d: "tables" in d, where=f"memwal fleet ({len(work)} tables)")
+        if doc is None:
+            raise AirflowException("memwal fleet: spark-submit wrote no result file (cluster deploy mode?)")
+        return [CycleResult.from_dict(d) for d in doc["tables"]]
+
+    def _submit(self, job: str, uri: str, argv: list[str], storage_options: Mapping[str, str]) -> SparkJobOutcome:
+        self._submission = SparkSubmission(job, self.spark)
+        try:
+            return self._submission.run(uri, argv, storage_options=storage_options)
+        finally:
+            self._submission = None
+
+    def _result(self, job: str, outcome: SparkJobOutcome, explains_failure: Any,
+                where: str | None = None) -> dict[str, Any] | None:
+        """The result-file protocol: the job's document, or its failure raised; None when
+        spark-submit succeeded without writing one (cluster deploy mode)."""
+        where = where or self._where(job)
+        submitted = f"{where} (spark-submit {job}.py)"
+        if outcome.doc is None:
+            if outcome.exited_ok:
+                log.warning("%s: spark-submit succeeded but wrote no result file (cluster deploy mode?)", submitted)
+                return None
+            raise AirflowException(f"{submitted}: failed before the job wrote its result: see the spark-submit output")
+        failure = outcome.doc.get("failure")
+        if failure:
+            raise job_failed(where, failure.get("error"), failure.get("exit_code"))
+        if not outcome.exited_ok and not explains_failure(outcome.doc):
+            raise AirflowException(f"{submitted}: spark-submit failed after the job wrote its result")
+        return outcome.doc
+
+    def on_kill(self) -> None:
+        if self._submission is not None:
+            self._submission.on_kill()

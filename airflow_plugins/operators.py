@@ -1,53 +1,55 @@
-"""Operators for the maintenance actions (merge, catch-up, compact, snapshot, GC) and the whole cycle.
+"""Operators for the maintenance actions (merge, catch-up, compact, snapshot, GC).
 
-Each operator is a thin shell over the same plan/execute as the ``memwal`` CLI; its job
-options are the keyword arguments of the action's options class (``memwal.actions.options``:
-``max_generations=``, ``grace_seconds=``, ...), validated by that class, and passed to
-spark-submit as the same flags the CLI takes:
+Thin, as the Amazon provider's are: options in, one :class:`memwal.airflow.hooks.MemWalHook`
+call, XCom and lineage out. The hook runs the job through the public API (``memwal.open``) in
+the task's process (``engine="local"``) or through spark-submit (``engine="spark"``), and turns
+a failure into one line: a lost or held lease and a merge gap fail the task (retries apply);
+bad input (no table, no MemWAL index, corrupt manifest) fails it without retries.
 
-- ``engine="local"`` calls ``memwal.actions.run_action`` in the task process;
-- ``engine="spark"`` runs ``spark-submit jobs/<action>.py TABLE [options]
-  --storage-options-file O --result-file F`` (``O``: the storage options in a 0600 file in
-  a private directory, removed when the job ends; in cluster deploy mode the driver cannot
-  read it, so credentials must then come from the cluster)
-  through the Spark provider's ``SparkSubmitHook`` as it is (master, queue, deploy mode...
-  from a ``spark`` connection; ``spark_conf``, ``spark_env`` and any other
-  ``SparkSubmitHook`` argument through ``spark_submit_kwargs``) and reads the outcome from
-  ``F``: the JSON result, or ``{"failure": {"error", "exit_code"}}`` (what the job's
-  one-line error said, and its exit code). Nothing is read from the log text.
+An operator's job options are the keyword arguments of the action's options class
+(:mod:`memwal.actions.options`: ``max_generations=``, ``grace_seconds=``, ...) or
+``job_options={...}`` (templated); the hook validates them with that class. The JSON result
+document (the one ``memwal <action> --json`` prints) is the task's return value, so it lands
+in XCom; a run that the action itself judges failed (the CLI would exit 1) pushes it too, then
+fails the task. Every ``execute`` is timed and reported (:mod:`memwal.airflow.reporting`:
+Airflow's metrics, and the facts OpenLineage asks for).
 
-The JSON result document (the one ``memwal <action> --json`` prints) is the task's return
-value, so it lands in XCom. Failures are one clear line: a lost or held lease and a merge
-gap fail the task (retries apply); bad input (no table, no MemWAL index, corrupt manifest)
-fails it without retries.
-
-The merge operator names an ``AssetAlias`` in its outlets and, only when its merge
-committed a new table version, attaches an event for the table's Asset
-(``memwal.airflow.hooks.table_asset``) to it: downstream DAGs scheduled on that Asset
-run on fresh data, and runs that merged nothing emit nothing.
+The merge operator names an ``AssetAlias`` in its outlets and, only when its merge committed a
+new table version, attaches an event for the table's Asset (:mod:`memwal.airflow.assets`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, ClassVar
 
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from memwal.airflow.assets import DEFAULT_MERGED_ALIAS, emit_merged_event
-from memwal.airflow.hooks import MemWalHook, redacted
+from memwal.airflow.hooks import MemWalHook
 from memwal.airflow.reporting import note_table, observed, report_of
-from memwal.airflow.spark_jobs import MemWalSparkSubmitHook
+from memwal.airflow.spark_jobs import SparkSettings
 
-ENGINES = ("local", "spark")
-
-def jsonable(doc: Any) -> Any:
-    return json.loads(json.dumps(doc, default=str))
+from memwal.core.secrets import redact_options
 
 
-class MemWalActionOperator(BaseOperator):
-    """Run one maintenance action on one table (base class of the action operators).
+def params_object(context: Any, name: str | None, what: str) -> dict[str, str]:
+    """The object a DAG param (a run conf key) holds, read at run time, never rendered."""
+    if not name:
+        return {}
+    value = (context.get("params") or {}).get(name) or {}
+    if not isinstance(value, dict):
+        raise AirflowFailException(f"param {name!r} must be an object of {what}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def push(context: Any, key: str, value: Any) -> None:
+    ti = context.get("ti") if hasattr(context, "get") else None
+    if ti is not None:
+        ti.xcom_push(key=key, value=value)
+
+
+class MemWalTableOperator(BaseOperator):
+    """What the operators on one table share: the table, the engine, how Spark runs, the hook.
 
     :param table: table URI (templated); overrides the connection's.
     :param memwal_conn_id: ``memwal`` connection holding the table URI and storage options (templated).
@@ -57,44 +59,28 @@ class MemWalActionOperator(BaseOperator):
     :param engine: ``local`` or ``spark`` (templated).
     :param dry_run: plan only, change nothing.
     :param lease_ttl: lease time-to-live in seconds.
-    :param job_options: the action's options by name (templated: a DAG config or run conf
-        can set them); each subclass also takes them as keyword arguments.
+    :param job_options: the options by name (templated: a DAG config or run conf can set them).
     :param spark_conn_id: ``spark`` connection (master, deploy mode, queue) for ``engine="spark"``.
     :param spark_conf: ``--conf`` settings for spark-submit (the UI is off and Spark's logs are
-        quiet unless these say otherwise).
-    :param spark_env: environment of the spark-submit process (``PYSPARK_DRIVER_PYTHON``
-        defaults to this worker's interpreter, which has memwal-jobs installed).
-    :param spark_submit_kwargs: any other ``SparkSubmitHook`` argument (``executor_memory``,
-        ``num_executors``, ``archives``, ``py_files``, ``deploy_mode`` ...).
+        quiet unless these say otherwise); ``spark_conf_param`` names a DAG param adding more.
+    :param spark_env: environment of the spark-submit process.
+    :param spark_submit_kwargs: any other ``SparkSubmitHook`` argument (``executor_memory``, ...).
     """
 
     action: ClassVar[str] = ""
     # Never storage options or Spark settings (either may hold credentials): those are read
     # at run time from a DAG param (storage_options_param, spark_conf_param), never rendered.
-    template_fields = ("table", "memwal_conn_id", "engine", "spark_conn_id", "job_options")
+    template_fields: tuple[str, ...] = ("table", "memwal_conn_id", "engine", "spark_conn_id", "job_options")
     template_fields_renderers = {"job_options": "json"}
     ui_color = "#cfe3f7"
 
-    def __init__(
-        self,
-        *,
-        table: str | None = None,
-        memwal_conn_id: str | None = None,
-        storage_options: dict[str, str] | None = None,
-        storage_options_param: str | None = None,
-        engine: str = "local",
-        dry_run: bool = False,
-        lease_ttl: float | None = None,
-        job_options: dict[str, Any] | None = None,
-        spark_conn_id: str = "spark_default",
-        spark_conf: dict[str, Any] | None = None,
-        spark_conf_param: str | None = None,
-        spark_env: dict[str, str] | None = None,
-        spark_submit_kwargs: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        names = self.option_names()
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+    def __init__(self, *, table: str | None = None, memwal_conn_id: str | None = None,
+                 storage_options: dict[str, str] | None = None, storage_options_param: str | None = None,
+                 engine: str = "local", dry_run: bool = False, lease_ttl: float | None = None,
+                 job_options: dict[str, Any] | None = None, spark_conn_id: str = "spark_default",
+                 spark_conf: dict[str, Any] | None = None, spark_conf_param: str | None = None,
+                 spark_env: dict[str, str] | None = None, spark_submit_kwargs: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not table and not memwal_conn_id:
             raise ValueError(f"{type(self).__name__}: give `table` or `memwal_conn_id`")
@@ -104,7 +90,7 @@ class MemWalActionOperator(BaseOperator):
         self.storage_options_param = storage_options_param
         self.engine = engine
         self.dry_run = dry_run
-        self.job_options = {**(job_options or {}), **options}
+        self.job_options = dict(job_options or {})
         if lease_ttl is not None:
             self.job_options["lease_ttl"] = lease_ttl
         self.spark_conn_id = spark_conn_id
@@ -112,7 +98,56 @@ class MemWalActionOperator(BaseOperator):
         self.spark_conf_param = spark_conf_param
         self.spark_env = dict(spark_env or {})
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
-        self._spark_hook = None
+        self._hook: MemWalHook | None = None
+
+    def hook(self, context: Any) -> MemWalHook:
+        """The hook of this try: the table resolved (credentials registered for masking)."""
+        storage = {**self.storage_options, **params_object(context, self.storage_options_param, "KEY: VALUE")}
+        conf = {**self.spark_conf, **params_object(context, self.spark_conf_param, "spark conf settings")}
+        hook = MemWalHook(self.memwal_conn_id or None, table=self.table or None, storage_options=storage,
+                          engine=self.engine, spark=SparkSettings(self.spark_conn_id or "spark_default", conf,
+                                                                  self.spark_env, self.spark_submit_kwargs))
+        try:
+            uri, options = hook.resolve()
+        except ValueError as exc:
+            raise AirflowFailException(f"memwal {self.action}: {exc}") from None
+        note_table(self, uri, options)
+        self.log.info("memwal %s %s, engine %s%s, storage options %s", self.action, uri, self.engine,
+                      " (dry run)" if self.dry_run else "", redact_options(options))
+        self._hook = hook
+        return hook
+
+    def execute(self, context: Any) -> Any:
+        """The job (:meth:`_execute`), timed and reported (:mod:`memwal.airflow.reporting`)."""
+        return observed(self, context, self._execute,
+                        storage_options=lambda: self._hook.resolve() if self._hook else self.hook(context).resolve())
+
+    def _execute(self, context: Any) -> Any:
+        raise NotImplementedError
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The table as input and output, and the ``memwal`` run facet (:mod:`memwal.airflow.lineage`)."""
+        from memwal.airflow.lineage import operator_lineage
+
+        return operator_lineage(self.__dict__.get("_memwal_report"))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+
+class MemWalActionOperator(MemWalTableOperator):
+    """Run one maintenance action on one table (base class of the action operators); each
+    subclass also takes its action's options as keyword arguments."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        names = self.option_names()
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+        super().__init__(**kwargs)
+        self.job_options = {**self.job_options, **options}
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -135,7 +170,7 @@ class MemWalActionOperator(BaseOperator):
         return None
 
     def options(self, engine: str) -> Any:
-        """The validated options object (bad values fail the task without retries)."""
+        """The validated options object, as the hook will run the job with it."""
         from memwal.actions import ACTIONS
         from memwal.errors import BadInputError
 
@@ -147,142 +182,16 @@ class MemWalActionOperator(BaseOperator):
     def on_result(self, doc: dict[str, Any], uri: str, context: Any) -> None:
         """Hook for a successful result (the merge operator emits its Asset event here)."""
 
-    # -- execution ----------------------------------------------------------------
-    def _storage_options(self, context: Any) -> dict[str, str]:
-        options = dict(self.storage_options)
-        if self.storage_options_param:
-            extra = (context.get("params") or {}).get(self.storage_options_param) or {}
-            if not isinstance(extra, dict):
-                raise AirflowFailException(f"param {self.storage_options_param!r} must be an object of KEY: VALUE")
-            options.update({str(k): str(v) for k, v in extra.items()})
-        return options
-
-    def resolve(self, context: Any) -> tuple[str, dict[str, str]]:
-        hook = MemWalHook(
-            self.memwal_conn_id or None, table=self.table or None, storage_options=self._storage_options(context)
-        )
-        try:
-            uri, options = hook.resolve()
-        except ValueError as exc:
-            raise AirflowFailException(f"memwal {self.action}: {exc}") from None
-        note_table(self, uri, options)
-        return uri, options
-
-    def _engine(self) -> str:
-        engine = (self.engine or "local").strip()
-        if engine not in ENGINES:
-            raise AirflowFailException(f"memwal {self.action}: unknown engine {engine!r}: expected local or spark")
-        return engine
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        """The job (:meth:`_execute`), timed and reported: Airflow's metrics, and the facts
-        OpenLineage asks for (:mod:`memwal.airflow.reporting`)."""
-        return observed(self, context, self._execute, storage_options=lambda: self.resolve(context))
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """The table as input and output, and the ``memwal`` run facet (:mod:`memwal.airflow.lineage`)."""
-        from memwal.airflow.lineage import operator_lineage
-
-        return operator_lineage(self.__dict__.get("_memwal_report"))
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        return self.get_openlineage_facets_on_complete(task_instance)
-
     def _execute(self, context: Any) -> dict[str, Any]:
-        uri, storage_options = self.resolve(context)  # credentials are registered for masking here
-        engine = self._engine()
-        options = self.options(engine)
-        self.log.info("memwal %s %s, engine %s%s, storage options %s", self.action, uri, engine,
-                      " (dry run)" if self.dry_run else "", redacted(storage_options))
-        if engine == "local":
-            doc = self._run_local(uri, storage_options, options)
-        else:
-            doc = self._run_spark(uri, storage_options, self.action, options.to_argv(), context)
-            self.raise_failure(doc.pop("failure", None), uri)
-        doc = jsonable(doc)
-        report_of(self).docs[self.action] = doc
-        self.check_result(self.action, doc, uri, context)
-        self.on_result(doc, uri, context)
-        return doc
-
-    def check_result(self, action: str, doc: dict[str, Any], uri: str, context: Any) -> None:
-        """Fail the task exactly when the CLI would exit 1 (the action's ``problems``); what
-        the action did do is still pushed to XCom."""
-        from memwal.actions import ACTIONS
-
-        problems = ACTIONS[action].problems(doc)
-        if not problems:
-            return
-        ti = context.get("ti") if hasattr(context, "get") else None
-        if ti is not None:
-            ti.xcom_push(key="return_value", value=doc)
-        done = f" (version {doc['version']} committed)" if doc.get("version") is not None else ""
-        raise AirflowException(f"memwal {action} {uri}: {'; '.join(problems)}{done}")
-
-    def _run_local(self, uri: str, storage_options: dict[str, str], options: Any) -> dict[str, Any]:
-        from memwal import actions
-        from memwal.errors import BadInputError, LeaseHeldError, LeaseLostError, MemWalError
-        from memwal.table import open_table
-
-        try:
-            return actions.run(self.action, open_table(uri, storage_options), options).to_dict()
-        except BadInputError as exc:
-            raise AirflowFailException(f"memwal {self.action} {uri}: bad input: {exc}") from None
-        except LeaseLostError as exc:
-            raise AirflowException(f"memwal {self.action} {uri}: lost its lease and stopped: {exc}") from None
-        except LeaseHeldError as exc:
-            raise AirflowException(f"memwal {self.action} {uri}: another job holds the lease: {exc}") from None
-        except MemWalError as exc:
-            raise AirflowException(f"memwal {self.action} {uri} failed: {exc}") from None
-
-    def spark_conf_for(self, context: Any) -> dict[str, str]:
-        """``spark_conf``, and the run conf's (``spark_conf_param``) over it."""
-        extra = (context.get("params") or {}).get(self.spark_conf_param) or {} if self.spark_conf_param else {}
-        if not isinstance(extra, dict):
-            raise AirflowFailException(f"param {self.spark_conf_param!r} must be an object of spark conf settings")
-        return {**self.spark_conf, **{str(k): str(v) for k, v in extra.items()}}
-
-    def _run_spark(self, uri: str, storage_options: dict[str, str], job: str, job_args: list[str],
-                   context: Any) -> dict[str, Any]:
-        """The job through :class:`MemWalSparkSubmitHook`: its result document (with a
-        ``failure`` entry when the job failed)."""
-        hook = MemWalSparkSubmitHook(job, spark_conn_id=self.spark_conn_id, conf=self.spark_conf_for(context),
-                                     env=self.spark_env, submit_kwargs=self.spark_submit_kwargs)
-        self._spark_hook = hook
-        try:
-            outcome = hook.submit_job(uri, storage_options, job_args)
-        finally:
-            self._spark_hook = None
-        where = f"memwal {job} {uri} (spark-submit {os.path.basename(hook.application)})"
-        if outcome.doc is None:
-            if outcome.exited_ok:
-                self.log.warning("spark-submit succeeded but wrote no result file (cluster deploy mode?)")
-                return {"table": uri, "engine": "spark", "result": None}
-            raise AirflowException(f"{where}: failed before the job wrote its result: see the spark-submit output")
-        if not outcome.exited_ok and "failure" not in outcome.doc and not self._reports_failure(outcome.doc):
-            raise AirflowException(f"{where}: spark-submit failed after the job wrote its result")
-        return outcome.doc
-
-    def raise_failure(self, failure: dict[str, Any] | None, uri: str) -> None:
-        """A failed job's task failure, from its result file: exit 2 (bad input) fails the
-        task for good, 3 (a lease lost or held) and 1 let Airflow retry."""
-        if failure is None:
-            return
-        code = failure.get("exit_code")
-        what = {2: "bad input", 3: "lost or contended lease"}.get(code, f"exit code {code}")
-        job = f" {failure['job']}" if failure.get("job") else ""
-        message = f"memwal {self.action}{job} {uri}: {what}: {failure.get('error')}"
-        raise (AirflowFailException if code == 2 else AirflowException)(message)
-
-    def _reports_failure(self, doc: dict[str, Any]) -> bool:
-        """Whether the result document itself explains an exit code 1 (check_result raises then)."""
-        from memwal.actions import ACTIONS
-
-        return bool(ACTIONS[self.action].problems(doc))
-
-    def on_kill(self) -> None:
-        if self._spark_hook is not None:
-            self._spark_hook.on_kill()
+        run = self.hook(context).run_action(self.action, self.job_options, dry_run=self.dry_run)
+        report_of(self).docs[self.action] = run.document
+        if run.problems:  # what the action did do is still in XCom
+            push(context, "return_value", run.document)
+            version = run.document.get("version")
+            done = f" (version {version} committed)" if version is not None else ""
+            raise AirflowException(f"memwal {self.action} {run.table}: {'; '.join(run.problems)}{done}")
+        self.on_result(run.document, run.table, context)
+        return run.document
 
 
 class MemWalMergeOperator(MemWalActionOperator):

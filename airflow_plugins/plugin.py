@@ -35,9 +35,9 @@ def asset_name(table: str) -> str:
 
 def redact_storage_options(storage_options: dict) -> dict:
     """Storage options with credential values replaced by ``***`` (safe to render)."""
-    from memwal.airflow.hooks import redacted
+    from memwal.core.secrets import redact_options
 
-    return redacted(storage_options)
+    return redact_options(storage_options)
 
 
 def _views() -> tuple[list[dict], list[dict]]:

@@ -1,4 +1,5 @@
-"""The hook that runs one memwal job file through spark-submit and reads its outcome.
+"""spark-submit of one memwal job file, and the result file it leaves: the Spark client of
+:class:`memwal.airflow.hooks.MemWalHook` (operators never use it directly).
 
 It wraps the Spark provider's ``SparkSubmitHook`` as it is (master, queue and deploy mode
 come from a ``spark`` connection) and adds what a memwal job needs around it:
@@ -7,9 +8,10 @@ come from a ``spark`` connection) and adds what a memwal job needs around it:
 - quiet Spark logs (the project's log4j2 config), no UI and, for a driver on this worker,
   this machine's JVM class archive (``memwal.spark.engine.jvm_archive``), unless the
   caller's ``conf`` says otherwise;
-- the storage options only as the path of a 0600 file (``--storage-options-file``),
-  because spark-submit, its JVM and the Python driver show their command lines to every
-  local user (``ps``, ``/proc/<pid>/cmdline``); the file is removed when the job ends;
+- credentials only in 0600 files in a private directory (the storage options as
+  ``--storage-options-file``, a fleet chunk's work file), because spark-submit, its JVM and
+  the Python driver show their command lines to every local user (``ps``,
+  ``/proc/<pid>/cmdline``); the files are removed when the job ends;
 - the outcome read from the job's ``--result-file``: the JSON result document, or
   ``{"failure": {"error", "exit_code"}}``; never from the log text.
 """
@@ -21,13 +23,26 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from memwal.core.secrets import storage_options_file
+from memwal.core.secrets import storage_options_file, write_private_file
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How jobs are submitted: the ``spark`` connection (master, deploy mode, queue), ``--conf``
+    settings over the quiet defaults, the environment of spark-submit (``PYSPARK_DRIVER_PYTHON``
+    defaults to this worker's interpreter, which has memwal-jobs installed) and any other
+    ``SparkSubmitHook`` argument (``executor_memory``, ``num_executors``, ``deploy_mode`` ...)."""
+
+    conn_id: str = "spark_default"
+    conf: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    submit: Mapping[str, Any] = field(default_factory=dict)
 
 
 def job_file(job: str) -> str:
@@ -41,16 +56,16 @@ def job_file(job: str) -> str:
     return path
 
 
-def application_args(uri: str, options_file: str | None, result_file: str, job_args: list[str]) -> list[str]:
-    """The arguments of the job file: the table, the job's flags, the storage options' file
-    (never the options themselves) and the result file."""
-    args = [uri, *job_args]
+def application_args(target: str, options_file: str | None, result_file: str, job_args: list[str]) -> list[str]:
+    """The arguments of the job file: its target (the table, or a fleet chunk's work file), the
+    job's flags, the storage options' file (never the options themselves) and the result file."""
+    args = [target, *job_args]
     if options_file:
         args += ["--storage-options-file", options_file]
     return [*args, "--result-file", result_file]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SparkJobOutcome:
     """What a submitted job left: its result file's document (None: it wrote none) and
     whether spark-submit exited 0."""
@@ -59,26 +74,14 @@ class SparkJobOutcome:
     exited_ok: bool
 
 
-class MemWalSparkSubmitHook(BaseHook):
-    """Submit ``jobs/<job>.py`` for one table and return its outcome (see the module docstring).
+class SparkSubmission:
+    """One job file submitted, run to its end, and its result file read."""
 
-    :param job: ``merge``, ``catchup``, ``compact``, ``snapshot``, ``gc`` or ``maintenance``.
-    :param spark_conn_id: the ``spark`` connection (master, deploy mode, queue).
-    :param conf: ``--conf`` settings, over the quiet defaults (:meth:`default_conf`).
-    :param env: environment of spark-submit (``PYSPARK_DRIVER_PYTHON`` defaults to this
-        worker's interpreter, which has memwal-jobs installed).
-    :param submit_kwargs: any other ``SparkSubmitHook`` argument.
-    """
-
-    def __init__(self, job: str, *, spark_conn_id: str = "spark_default", conf: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None, submit_kwargs: dict[str, Any] | None = None) -> None:
-        super().__init__()
+    def __init__(self, job: str, settings: SparkSettings) -> None:
         self.job = job
         self.application = job_file(job)
-        self.spark_conn_id = spark_conn_id
-        self.conf = {**self.default_conf(), **(conf or {})}
-        self.env = dict(env or {})
-        self.submit_kwargs = dict(submit_kwargs or {})
+        self.settings = settings
+        self.conf = {**self.default_conf(), **dict(settings.conf)}
         self._submitting: Any = None
 
     def default_conf(self) -> dict[str, str]:
@@ -92,26 +95,31 @@ class MemWalSparkSubmitHook(BaseHook):
             "spark.executor.extraJavaOptions": quiet,
         }
 
-    def submit_job(self, uri: str, storage_options: dict[str, str], job_args: list[str]) -> SparkJobOutcome:
-        """Run the job to its end (spark-submit exiting non-zero is an outcome, not an error)."""
+    def run(self, target: str | None, job_args: list[str], *, storage_options: Mapping[str, str] | None = None,
+            private_target: bytes | None = None) -> SparkJobOutcome:
+        """Run the job to its end (spark-submit exiting non-zero is an outcome, not an error).
+        ``private_target``: the target is this content, in a 0600 file of its own."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        env = dict(self.env)
+        env = dict(self.settings.env)
         if "PYSPARK_DRIVER_PYTHON" not in env and "PYSPARK_DRIVER_PYTHON" not in os.environ:
             env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # client mode: the driver runs on this worker
         with (
             tempfile.TemporaryDirectory(prefix=f"memwal-{self.job}-") as tmp,
-            storage_options_file(storage_options, prefix=f"memwal-{self.job}-options-") as options_file,
+            storage_options_file(storage_options or {}, prefix=f"memwal-{self.job}-options-") as options_file,
         ):
+            if private_target is not None:
+                target = os.path.join(tmp, "target.json")
+                write_private_file(target, private_target)
             result_file = os.path.join(tmp, "result.json")
             self._submitting = SparkSubmitHook(
                 conf=self.conf,
-                conn_id=self.spark_conn_id,
+                conn_id=self.settings.conn_id,
                 name=f"memwal-{self.job}",
-                application_args=application_args(uri, options_file if storage_options else None, result_file,
-                                                  job_args),
+                application_args=application_args(target or "", options_file if storage_options else None,
+                                                  result_file, job_args),
                 env_vars=env or None,
-                **self.submit_kwargs,
+                **dict(self.settings.submit),
             )
             exited_ok = True
             try:

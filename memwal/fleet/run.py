@@ -52,6 +52,23 @@ class TableWork:
     #: Large enough for the per-table Spark engines (the spark runner only).
     large: bool = False
 
+    def to_dict(self, *, storage_options: bool = False) -> dict[str, Any]:
+        """Plain JSON data; the storage options (credentials) only when asked for, for a
+        private file, never for a document that is stored or shown (an Airflow XCom)."""
+        doc: dict[str, Any] = {"table": self.table, "source": self.source, "debt": self.debt, "jobs": list(self.jobs),
+                               "options": {j: dict(o) for j, o in self.options.items()}, "large": self.large}
+        if storage_options:
+            doc["storage_options"] = dict(self.storage_options)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], storage_options: Mapping[str, str] | None = None) -> TableWork:
+        """The work a :meth:`to_dict` document describes; ``storage_options`` over its own."""
+        options = {**dict(doc.get("storage_options") or {}), **dict(storage_options or {})}
+        return cls(str(doc["table"]), str(doc.get("source") or ""), float(doc.get("debt") or 0.0),
+                   tuple(str(j) for j in doc["jobs"]), {str(j): dict(o) for j, o in dict(doc["options"]).items()},
+                   {str(k): str(v) for k, v in options.items()}, bool(doc.get("large")))
+
 
 def run_table_work(work: TableWork) -> CycleResult:
     """Run one table's work: options validated here too, so a task on an executor refuses
@@ -208,10 +225,16 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,
           dry_run: bool) -> TableWork | None:
     jobs = tuple(j for j in t.jobs if j in wanted and quiet.get((t.table, j)) != t.facts.fingerprint)
+    return work_for(t, policy, jobs, engine=engine, dry_run=dry_run)
+
+
+def work_for(t: TablePlan, policy: Policy, jobs: Sequence[str], *, engine: str, dry_run: bool) -> TableWork | None:
+    """A planned table's work: ``jobs`` (of its planned ones) with the options its policy gives
+    them (None: no job)."""
     if not jobs:
         return None
     tp = policy.for_table(t.table, t.source)
-    return TableWork(t.table, t.source, t.debt, jobs,
+    return TableWork(t.table, t.source, t.debt, tuple(jobs),
                      {j: options_for(tp, j, engine=engine, dry_run=dry_run) for j in jobs},
                      dict(t.ref.storage_options), large=t.state.unmerged_bytes >= tp.spark_min_bytes)
 
@@ -237,4 +260,4 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
 
 
 __all__ = ["FleetRunResult", "LocalTableRunner", "Round", "TableRunner", "TableWork", "options_for", "run_fleet",
-           "run_table_work", "table_runner"]
+           "run_table_work", "table_runner", "work_for"]
