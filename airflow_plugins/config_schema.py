@@ -1,25 +1,35 @@
-"""The JSON schema of the ``memwal_tables`` DAG config, and the validation against it.
+"""The JSON schemas of the DAG configs, and the validation against them.
 
-The config (``MEMWAL_CONFIG``, see ``dags/memwal_tables.example.yaml``) is checked by a
-JSON schema that ships with the package (``memwal_tables.schema.json`` next to this
-module), so editors and CI can check a config without Airflow, and every error names the
-schema. Each job's options and their types come from that job's options class
-(:mod:`memwal.actions.options`): the schema file is generated from them (``make schema``,
-``python -m memwal.airflow.config_schema``) and a test fails when it is stale. The values
-themselves (a NaN grace period, a negative count) are then checked by the same options
-classes as on the command line.
+Two configs, each checked by a JSON schema that ships with the package (next to this module),
+so editors and CI can check a config without Airflow, and every error names the schema:
+
+- ``memwal_tables.schema.json``: the ``memwal_tables`` DAGs' config (``MEMWAL_CONFIG``, see
+  ``dags/memwal_tables.example.yaml``);
+- ``memwal_fleet.schema.json``: the ``memwal_fleet`` DAG's config (``MEMWAL_FLEET_CONFIG``, see
+  ``dags/memwal_fleet.example.yaml``).
+
+Both are generated from the models they describe: each job's options and their types from that
+job's options class (:mod:`memwal.actions.options`), the fleet policy from its dataclasses
+(:mod:`memwal.fleet.policy`), the fleet DAG's own settings from :mod:`memwal.airflow.fleet`'s
+dataclasses. ``make schema`` (``python -m memwal.airflow.config_schema``) writes the files and a
+test fails when one is stale. The values themselves (a NaN grace period, a negative count) are
+then checked by the same classes as on the command line.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from dataclasses import fields
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 SCHEMA_FILE = Path(__file__).with_name("memwal_tables.schema.json")
 SCHEMA_NAME = SCHEMA_FILE.name
+FLEET_SCHEMA_FILE = Path(__file__).with_name("memwal_fleet.schema.json")
+FLEET_SCHEMA_NAME = FLEET_SCHEMA_FILE.name
 
 #: JSON types of each kind of option value (memwal.actions.options.Spec.kind).
 _KIND_TYPES: dict[str, dict[str, Any]] = {
@@ -57,6 +67,12 @@ def build_schema() -> dict[str, Any]:
     settings: dict[str, Any] = {
         "schedule": {"type": ["string", "null"],
                      "description": "cron, preset, or null (lag-triggered and manual runs)"},
+        "jitter": {"type": "boolean", "description": "spread @hourly and @daily over the period by a stable hash "
+                                                     "of the table's name (default true); a cron is kept as written"},
+        "pool": {"type": "string", "minLength": 1, "description": "the Airflow pool of the table's tasks"},
+        "pool_slots": {"type": "integer", "minimum": 1},
+        "priority_weight": {"type": "integer"},
+        "queue": {"type": ["string", "null"], "description": "the executor queue of the table's tasks"},
         "engine": {"enum": ["local", "spark"]},
         "jobs": {"type": "array", "items": {"enum": jobs}, "minItems": 1, "uniqueItems": True},
         "one_application": {"type": "boolean", "description": "engine spark: the whole cycle as one spark-submit"},
@@ -77,6 +93,8 @@ def build_schema() -> dict[str, Any]:
         },
         **{job: _job_options(job) for job in jobs},
         "lag": {
+            "description": "opt-in: a DAG memwal_<name>_lag whose deferrable sensor triggers early runs (the fleet DAG "
+                           "checks lag in its planning pass instead)",
             "oneOf": [
                 {"const": False},
                 {
@@ -126,20 +144,123 @@ def build_schema() -> dict[str, Any]:
     }
 
 
-def config_problems(doc: Any) -> list[str]:
-    """Every place where ``doc`` breaks the shipped schema, as ``<path>: <message>``, in order."""
-    import jsonschema
+def _type_schema(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON schema of a dataclass field's type (the types the configs use)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        out = _type_schema(inner[0], meta)
+        if type(None) in args and "type" in out:
+            out["type"] = [*([out["type"]] if isinstance(out["type"], str) else out["type"]), "null"]
+        return out
+    if meta.get("enum"):
+        return {"enum": list(meta["enum"])}
+    if is_dataclass(tp):
+        return dataclass_schema(tp)
+    if tp is bool:
+        return {"type": "boolean"}
+    if tp is int or tp is float:
+        out: dict[str, Any] = {"type": "integer" if tp is int else "number", "minimum": meta.get("minimum", 0)}
+        return out
+    if tp is str:
+        return {"type": "string", "minLength": 1}
+    if origin is tuple:
+        return {"type": "array", "items": _type_schema(args[0], {}), "uniqueItems": True}
+    if origin in (dict, Mapping, typing.Mapping) or tp is dict:
+        # values: text, or what YAML reads a bare word as (allow_http: true), taken as its text
+        return {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+    return {}
 
-    schema = json.loads(SCHEMA_FILE.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    out = []
-    for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
-        best = jsonschema.exceptions.best_match([err])
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in best.absolute_path).lstrip(".")
-        out.append(f"{where or 'the config'}: {best.message}")
+
+def dataclass_schema(cls: type, *, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object schema from a dataclass: each field's type and its ``help`` (fields whose
+    metadata says ``schema: False`` are not part of a config)."""
+    hints = typing.get_type_hints(cls)
+    props = {}
+    for f in fields(cls):
+        if f.metadata.get("schema") is False:
+            continue
+        props[f.name] = {**_type_schema(hints[f.name], f.metadata)}
+        if f.metadata.get("help"):
+            props[f.name]["description"] = f.metadata["help"]
+    needed = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+              and f.metadata.get("schema") is not False]
+    out = {"type": "object", "additionalProperties": False, "properties": props}
+    if needed or required:
+        out["required"] = sorted({*needed, *required})
     return out
 
 
+def policy_schema() -> dict[str, Any]:
+    """The fleet policy (:func:`memwal.fleet.policy.policy_from`) from its dataclasses."""
+    from memwal.actions import ACTIONS
+    from memwal.fleet.policy import Batch, Thresholds, Weights
+
+    def partial(cls: type) -> dict[str, Any]:
+        out = dataclass_schema(cls)
+        out.pop("required", None)
+        return out
+
+    table = {"type": "object", "additionalProperties": False, "properties": {
+        "thresholds": partial(Thresholds), "weights": partial(Weights), "batch": partial(Batch),
+        "options": {"type": "object", "additionalProperties": False,
+                    "properties": {job: _job_options(job) for job in ACTIONS},
+                    "description": "job options by job, as the job's command takes them"},
+        "spark_min_bytes": {"type": "integer", "minimum": 0, "description": "engine spark: a table with more "
+                            "unmerged bytes runs through the per-table Spark engines"}}}
+    overrides = {"type": ["object", "null"], "additionalProperties": table}
+    return {"type": ["object", "null"], "additionalProperties": False, "properties": {
+        "defaults": table,
+        "sources": {**overrides, "description": "by the source string, or a glob over table URIs"},
+        "tables": {**overrides, "description": "by table URI (or glob): the last word"}}}
+
+
+def build_fleet_schema() -> dict[str, Any]:
+    """The ``memwal_fleet`` config's schema, from :class:`memwal.airflow.fleet.FleetConfig`."""
+    from memwal.airflow.fleet import FleetConfig, FleetSource
+
+    out = dataclass_schema(FleetConfig)
+    source = dataclass_schema(FleetSource)
+    out["properties"]["sources"] = {"type": "array", "minItems": 1, "description": "where the tables come from",
+                                    "items": {"type": ["string", "object"], "minLength": 1,
+                                              "if": {"type": "object"}, "then": source}}
+    out["properties"]["jobs"]["items"] = {"enum": list(FleetConfig.__dataclass_fields__["jobs"].default)}
+    out["properties"]["jobs"]["minItems"] = 1
+    out["properties"]["policy"] = {**policy_schema(), "description": out["properties"]["policy"]["description"]}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"https://memwal-jobs/{FLEET_SCHEMA_NAME}",
+            "title": "memwal_fleet DAG config",
+            "description": "One DAG for a fleet of MemWAL tables (dags/memwal_fleet.py; MEMWAL_FLEET_CONFIG names "
+                           "the file).", **out}
+
+
+SCHEMAS = {SCHEMA_NAME: (SCHEMA_FILE, build_schema), FLEET_SCHEMA_NAME: (FLEET_SCHEMA_FILE, build_fleet_schema)}
+
+
+def schema_errors(doc: Any, name: str = SCHEMA_NAME) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every place where ``doc`` breaks the shipped schema ``name``: (path, message), in order."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMAS[name][0].read_text()))
+    out = []
+    for err in sorted(validator.iter_errors(doc), key=lambda e: [(0, p) if isinstance(p, int) else (1, str(p))
+                                                                 for p in e.absolute_path]):
+        best = jsonschema.exceptions.best_match([err])
+        out.append((tuple(best.absolute_path), best.message))
+    return out
+
+
+def place(path: tuple[str | int, ...]) -> str:
+    """``("tables", 0, "gc")`` -> ``tables[0].gc``."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "the config"
+
+
+def config_problems(doc: Any, name: str = SCHEMA_NAME) -> list[str]:
+    """Every place where ``doc`` breaks the shipped schema ``name``, as ``<path>: <message>``, in order."""
+    return [f"{place(path)}: {message}" for path, message in schema_errors(doc, name)]
+
+
 if __name__ == "__main__":  # make schema
-    json.dump(build_schema(), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    for _name, (_file, _build) in SCHEMAS.items():
+        _file.write_text(json.dumps(_build(), indent=2) + "\n")
+        print(f"wrote {_file}")

@@ -41,10 +41,10 @@ def get_provider_info() -> dict:
         ],
         "operators": [{"integration-name": "Lance MemWAL",
                        "python-modules": ["memwal.airflow.operators", "memwal.airflow.maintenance_operators",
-                                          "memwal.airflow.checkpoint_operators"]}],
+                                          "memwal.airflow.checkpoint_operators", "memwal.airflow.fleet_operators"]}],
         "sensors": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.sensors"]}],
         "hooks": [{"integration-name": "Lance MemWAL",
-                   "python-modules": ["memwal.airflow.hooks", "memwal.airflow.spark_jobs"]}],
+                   "python-modules": ["memwal.airflow.hooks"]}],
         "triggers": [{"integration-name": "Lance MemWAL", "python-modules": ["memwal.airflow.triggers"]}],
         "connection-types": [
             {

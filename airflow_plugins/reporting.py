@@ -12,15 +12,23 @@ Datadog or OpenTelemetry as its ``[metrics]`` configuration says (nothing when i
 | ``memwal.<job>.<outcome>`` (``ok``, ``nothing_to_do``, ``failed``) | counter | as above |
 | ``memwal.merge.generations``, ``memwal.merge.rows_upserted``, ``memwal.merge.rows_deleted`` | counters | |
 | ``memwal.gc.bytes_deleted``, ``memwal.gc.generations_deleted`` | counters | |
-| ``memwal.lag.generations``, ``memwal.lag.rows``, ``memwal.lag.oldest_seconds`` | gauges | table |
+| ``memwal.table.{lag_generations,lag_rows,lag_seconds,debt}.<key>`` | gauges | table |
+| ``memwal.fleet.tables.<state>``, ``memwal.fleet.debt``, ``memwal.fleet.discovered`` | gauges | state |
+| ``memwal.fleet.jobs.<status>``, ``memwal.fleet.tables_failed`` | gauges | dag_id |
 
-The job is in the name (not only in a tag) because plain StatsD drops tags. The lag is what the
-run's history record says it left (every shard's unmerged generations and rows, the oldest age).
+The job is in the name (not only in a tag) because plain StatsD drops tags; for the same reason a
+table's gauges carry ``<key>`` (:func:`table_key`: the URI made name-safe, plus 8 hex digits of
+its hash), so that two tables never share a series, whatever backend; the ``table`` tag is the
+full table URI (with ``statsd_influxdb_enabled``, put ``table`` in ``[metrics]
+statsd_disabled_tags``: StatsD's line cannot carry a URI's ``:``). A job's lag is what its
+run's history record says it left (every shard's unmerged generations and rows, the oldest
+age); the fleet's are its planning pass's (:mod:`memwal.airflow.fleet_operators`).
 Reporting never fails a task: a metrics or history problem is logged and the task goes on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -120,22 +128,43 @@ def _tag(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(value))[:100]
 
 
-def table_tag(uri: str | None) -> str:
-    """The table's short name: its last path component (``s3://lake/events`` -> ``events``)."""
-    if not uri:
-        return "unknown"
-    return _tag(uri.rstrip("/").rsplit("/", 1)[-1] or uri)
+def table_key(uri: str) -> str:
+    """A metric name's part unique per table: the URI with every run of characters a metric
+    name cannot hold made ``_`` (its last 48), then 8 hex digits of its SHA-1
+    (``s3://a/events`` -> ``s3_a_events_<8 hex>``; ``s3://b/events`` differs)."""
+    name = re.sub(r"[^A-Za-z0-9-]+", "_", uri).strip("_")[-48:].lstrip("_") or "table"
+    return f"{name}_{hashlib.sha1(uri.encode()).hexdigest()[:8]}"
+
+
+def stats_client() -> Any:
+    """Airflow's ``Stats`` (None on an Airflow without it: no metrics rather than a failed task)."""
+    try:
+        from airflow.sdk.observability import stats
+    except ImportError:  # pragma: no cover - older Airflow
+        return None
+    return stats
+
+
+def table_gauges(stats: Any, uri: str, *, generations: int, seconds: float, rows: int | None = None,
+                 debt: float | None = None) -> None:
+    """One table's lag (and debt) gauges: named by :func:`table_key`, tagged with the full URI."""
+    key, tags = table_key(uri), {"table": uri}
+    stats.gauge(f"memwal.table.lag_generations.{key}", generations, tags=tags)
+    stats.gauge(f"memwal.table.lag_seconds.{key}", round(seconds, 3), tags=tags)
+    if rows is not None:
+        stats.gauge(f"memwal.table.lag_rows.{key}", rows, tags=tags)
+    if debt is not None:
+        stats.gauge(f"memwal.table.debt.{key}", debt, tags=tags)
 
 
 def _emit_stats(op: Any, report: RunReport, context: Any) -> None:
-    try:
-        from airflow.sdk.observability import stats
-    except ImportError:  # pragma: no cover - older Airflow: no metrics rather than a failed task
+    stats = stats_client()
+    if stats is None:
         return
     try:
         ti = context.get("ti") if hasattr(context, "get") else None
         outcome = report.outcome
-        tags = {"table": table_tag(report.uri), "outcome": _tag(outcome),
+        tags = {"table": report.uri or "unknown", "outcome": _tag(outcome),
                 "dag_id": _tag(getattr(ti, "dag_id", None) or getattr(op, "dag_id", "")),
                 "task_id": _tag(getattr(op, "task_id", ""))}
         jobs = list(report.docs) or [report.action]
@@ -151,12 +180,10 @@ def _emit_stats(op: Any, report: RunReport, context: Any) -> None:
             stats.incr(f"memwal.{_tag(job)}.{job_tags['outcome'].replace('-', '_')}", tags=job_tags)
             _job_figures(stats, job, doc, tags)
         lag = next((r["lag"] for r in reversed(list(report.records.values())) if r.get("lag")), None)
-        if lag:
-            table = {"table": tags["table"]}
-            stats.gauge("memwal.lag.generations", sum(int(v[0] or 0) for v in lag.values()), tags=table)
-            stats.gauge("memwal.lag.rows", sum(int(v[1] or 0) for v in lag.values()), tags=table)
-            stats.gauge("memwal.lag.oldest_seconds", max((float(v[2] or 0) for v in lag.values()), default=0.0),
-                        tags=table)
+        if lag and report.uri:
+            table_gauges(stats, report.uri, generations=sum(int(v[0] or 0) for v in lag.values()),
+                         rows=sum(int(v[1] or 0) for v in lag.values()),
+                         seconds=max((float(v[2] or 0) for v in lag.values()), default=0.0))
     except Exception as exc:  # noqa: BLE001 - metrics never fail a task
         op.log.warning("memwal: metrics not reported: %s", exc)
 

@@ -8,7 +8,9 @@ of type ``memwal``:
 
 - ``/memwal/``: the list of tables;
 - ``/memwal/tables/config/<name>`` and ``/memwal/tables/connection/<conn_id>``: the status page
-  of one table (:mod:`memwal.inspect.page`), read when asked for (manifests and history only).
+  of one table (:mod:`memwal.inspect.page`), read when asked for (manifests and history only);
+- ``/memwal/fleet`` and ``/memwal/fleet/tables?uri=...``: the ``memwal_fleet`` DAG's tables
+  (``MEMWAL_FLEET_CONFIG``), ranked by debt, and each one's status page (:mod:`memwal.airflow.fleet_view`).
 
 Every route requires an authenticated Airflow user allowed to see the website (Airflow's own
 auth manager decides: the session cookie the UI sets, or a bearer token). Storage options and
@@ -35,10 +37,11 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from memwal.airflow.tables_config import CONFIG_ENV
+
 from memwal.inspect.policy import SECURITY_HEADERS, header_policy, meta_policy
 
 URL_PREFIX = "/memwal"
-CONFIG_ENV = "MEMWAL_CONFIG"
 #: The navigation icon: three bars of different heights (an inline SVG: nothing to fetch).
 ICON = ("data:image/svg+xml;utf8,<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 24 24' fill='%233b7ddd'>"
         "<rect x='3' y='10' width='4' height='11' rx='1'/><rect x='10' y='4' width='4' height='17' rx='1'/>"
@@ -68,13 +71,14 @@ def config_tables() -> tuple[list[TableRef], str | None]:
     if not path:
         return [], None
     try:
-        from memwal.airflow.example_dags.memwal_tables import load_config, table_specs
+        from memwal.airflow.tables_config import load_config, table_specs
 
-        specs = table_specs(load_config(path))
+        chosen = table_specs(load_config(path))
     except Exception as exc:  # noqa: BLE001 - a bad config is shown, as the DAG file shows it
         return [], f"{CONFIG_ENV}={path}: {exc}"
-    return [TableRef("config", s["name"], s["table"], s.get("conn_id"), dict(s.get("storage_options") or {}),
-                     dag_id=f"memwal_{s['name']}") for s in specs], None
+    good = [TableRef("config", s["name"], s["table"], s.get("conn_id"), dict(s.get("storage_options") or {}),
+                     dag_id=f"memwal_{s['name']}") for s in chosen.specs]
+    return good + [TableRef("config", name, None, problem=problem) for name, problem in chosen.broken.items()], None
 
 
 def connection_tables() -> list[TableRef]:
@@ -140,7 +144,7 @@ def secured(response: Any, css: str) -> Any:
     return response
 
 
-def index_page(tables: list[TableRef], error: str | None) -> str:
+def index_page(tables: list[TableRef], error: str | None, fleet: bool = False) -> str:
     rows = []
     for t in tables:
         name = f'<a class="table-link" href="{escape(t.href)}">{escape(t.key)}</a>'
@@ -149,12 +153,15 @@ def index_page(tables: list[TableRef], error: str | None) -> str:
         rows.append(f'<tr class="table" data-source="{escape(t.source)}" data-key="{escape(t.key)}"><td>{name}</td>'
                     f'<td>{dag}</td><td class="uri">{detail}</td></tr>')
     body = ["<h1>MemWAL tables</h1>"]
+    if fleet:
+        body.append('<p><a class="fleet-link" href="fleet">The fleet</a>: every table of the memwal_fleet DAG\'s '
+                    "sources, ranked by debt</p>")
     if error:
         body.append(f'<p class="error">{escape(error)}</p>')
     if rows:
         body.append(f'<table id="tables"><thead><tr><th>table</th><th>maintained by</th><th>URI</th></tr></thead>'
                     f'<tbody>{"".join(rows)}</tbody></table>')
-    else:
+    elif not fleet:
         body.append(f'<p class="empty">No MemWAL table: set {CONFIG_ENV} to the memwal_tables DAG config, or add a '
                     "connection of type memwal.</p>")
     return _doc("MemWAL tables", "".join(body))
@@ -173,9 +180,9 @@ def table_page(ref: TableRef) -> Iterator[str]:
     return status_page(open_table(uri, options), links=links)
 
 
-def error_page(ref: TableRef, message: str) -> str:
-    return _doc(f"MemWAL · {ref.key}", f'<p><a href="../../">← all MemWAL tables</a></p><h1>{escape(ref.key)}</h1>'
-                f'<p class="error" id="error">cannot read this table: {escape(message)}</p>')
+def error_page(title: str, message: str, back: str = "../../") -> str:
+    return _doc(f"MemWAL · {title}", f'<p><a href="{escape(back)}">← back</a></p><h1>{escape(title)}</h1>'
+                f'<p class="error" id="error">cannot read it: {escape(message)}</p>')
 
 
 def create_app() -> Any:
@@ -184,6 +191,7 @@ def create_app() -> Any:
     from airflow.api_fastapi.core_api.security import requires_access_view
     from fastapi import Depends, FastAPI, HTTPException
     from fastapi.responses import HTMLResponse, StreamingResponse
+    from memwal.airflow import fleet_view
 
     from memwal.errors import first_line
     from memwal.inspect.page import stylesheet
@@ -198,7 +206,7 @@ def create_app() -> Any:
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> HTMLResponse:
-        return secured(HTMLResponse(index_page(*known())), _STYLE)
+        return secured(HTMLResponse(index_page(*known(), fleet=fleet_view.configured())), _STYLE)
 
     @app.get("/tables/{source}/{key}", response_class=HTMLResponse, response_model=None)
     def table(source: str, key: str) -> HTMLResponse | StreamingResponse:
@@ -208,8 +216,10 @@ def create_app() -> Any:
         try:
             chunks = table_page(ref)
         except Exception as exc:  # noqa: BLE001 - shown on the page: the UI must not break on one table
-            return secured(HTMLResponse(error_page(ref, first_line(exc)), status_code=502), _STYLE)
+            return secured(HTMLResponse(error_page(ref.key, first_line(exc)), status_code=502), _STYLE)
         return secured(StreamingResponse(chunks, media_type="text/html; charset=utf-8"), stylesheet())
+
+    fleet_view.add_routes(app, secured, _STYLE, error_page)
 
     return app
 

@@ -250,22 +250,18 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
     config = tmp_path / "memwal.yaml"
     config.write_text(
         "defaults:\n  engine: spark\n  spark: {conf: {spark.executor.memory: 2g}}\n"
-        "  gc: {grace_seconds: 900}\n"
+        "  gc: {grace_seconds: 900}\n  pool: memwal\n  priority_weight: 5\n"
         "tables:\n"
         "  - {name: events, table: s3://lake/events, conn_id: memwal_lake, schedule: '15 * * * *'}\n"
         "  - table: /data/users.lance\n    storage_options: {aws_region: us-east-1}\n    engine: local\n"
         "    jobs: [merge, gc]\n    lag: {max_unmerged_bytes: 1000, max_unmerged_generations: null}\n"
+        "    queue: small\n"
     )
     monkeypatch.setenv("MEMWAL_CONFIG", str(config))
     bag = dagbag()
     assert bag.import_errors == {}
-    assert sorted(bag.dag_ids) == [
-        "memwal_events",
-        "memwal_events_lag",
-        "memwal_maintenance",
-        "memwal_users",
-        "memwal_users_lag",
-    ]
+    # the lag DAG is opt-in (users asks for it; events does not: the fleet plans lag instead)
+    assert sorted(bag.dag_ids) == ["memwal_events", "memwal_maintenance", "memwal_users", "memwal_users_lag"]
     events = bag.dags["memwal_events"]
     assert events.max_active_runs == 1
     # engine spark: the whole cycle is one spark-submit, each job's options as given
@@ -274,23 +270,27 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
     assert cycle.engine == "spark" and cycle.spark_conf == {"spark.executor.memory": "2g"}
     assert cycle.jobs == ["merge", "catchup", "compact", "snapshot", "gc"]
     assert cycle.retries == 3 and cycle.retry_exponential_backoff == 2.0
+    assert (cycle.pool, cycle.priority_weight) == ("memwal", 5)
     assert AssetAlias("memwal-merged:events") in cycle.outlets
     assert cycle.job_options["gc"] == {"grace_seconds": 900}  # versions expire after 7 days: the option's default
+    assert events.timetable.expression == "15 * * * *"  # a cron is kept as written
     users = bag.dags["memwal_users"]
     assert [t.task_id for t in users.topological_sort()] == ["merge", "gc"]
     assert users.get_task("merge").engine == "local"
+    assert (users.get_task("merge").queue, users.get_task("gc").pool) == ("small", "memwal")
     assert users.get_task("gc").job_options == {"grace_seconds": 900}
     assert users.get_task("gc").options("local").expire_versions == 7 * 24 * 3600
     lag = bag.dags["memwal_users_lag"]
     sensor = lag.get_task("wait_for_lag")
     assert isinstance(sensor, MergeLagSensor) and sensor.deferrable and sensor.soft_fail
     assert sensor.max_unmerged_bytes == 1000 and sensor.max_unmerged_generations is None
+    assert sensor.poke_interval == 30 and sensor.timeout == 240  # the lag defaults under what the entry gave
     assert lag.get_task("trigger_early_merge").trigger_dag_id == "memwal_users"
     assert lag.max_active_runs == 1
 
     config.write_text("tables:\n  - table: s3://a/t\n    engine: flink\n    gc: {grace: 1}\n")
     (error,) = dagbag().import_errors.values()
-    assert "tables[0].engine: 'flink' is not one of ['local', 'spark']" in error
+    assert "table t: tables[0].engine: 'flink' is not one of ['local', 'spark']" in error
     assert "tables[0].gc: Additional properties are not allowed ('grace' was unexpected)" in error
     assert "(schema memwal_tables.schema.json)" in error and str(config) in error
     config.write_text("tables:\n  - table: s3://a/t\n    gc: {grace_seconds: .nan}\n")
@@ -299,6 +299,64 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
     config.write_text("tables:\n  - table: s3://a/t\n    gc: {expire_versions: null}\n    engine: local\n")
     keep_all = dagbag().dags["memwal_t"].get_task("gc")
     assert keep_all.options("local").expire_versions is None
+    # what every table shares failing fails the file
+    config.write_text("defaults: {engine: flink}\ntables: [s3://a/t]\n")
+    (error,) = dagbag().import_errors.values()
+    assert "defaults.engine: 'flink' is not one of" in error and "memwal_t" not in dagbag().dag_ids
+
+
+def json_lines(out: str):
+    """The JSON document of an ``airflow ... -o json`` output (Python warnings may print first)."""
+    return json.loads(next(line for line in out.splitlines() if line.startswith("[")))
+
+
+def test_a_bad_table_entry_fails_only_its_own_dag(airflow_env, monkeypatch, tmp_path):
+    """One typo in one table's entry is an import error naming that table; every other table's
+    DAG stays. Checked in the DagBag and, after the DAG processor stored the file's DAGs, by
+    ``airflow dags list-import-errors`` and ``airflow dags list``."""
+    config = tmp_path / "memwal.yaml"
+    config.write_text("tables:\n  - s3://lake/events\n  - {table: s3://lake/users, merge: {max_generation: 3}}\n"
+                      "  - {table: s3://lake/orders, gc: {grace_seconds: -1}}\n  - s3://lake/audit\n")
+    monkeypatch.setenv("MEMWAL_CONFIG", str(config))
+    bag = dagbag()
+    assert {"memwal_events", "memwal_audit"} <= set(bag.dag_ids)
+    assert not {"memwal_users", "memwal_orders"} & set(bag.dag_ids)
+    (error,) = bag.import_errors.values()
+    assert "table users: tables[1].merge: Additional properties are not allowed ('max_generation' was " in error
+    assert "table orders: tables[2]: gc: grace_seconds" in error and "memwal_tables.py" in next(iter(bag.import_errors))
+
+    env = {**airflow_env[0], "MEMWAL_CONFIG": str(config)}
+    assert airflow_cli(env, "dags", "reserialize").returncode == 0  # what the DAG processor stores
+    (stored,) = json_lines(airflow_cli(env, "dags", "list-import-errors", "-o", "json").stdout)
+    assert stored["filepath"] == "memwal_tables.py" and "table users: tables[1].merge" in stored["error"]
+    listed = {d["dag_id"] for d in json_lines(airflow_cli(env, "dags", "list", "-o", "json").stdout)}
+    assert {"memwal_events", "memwal_audit"} <= listed and not {"memwal_users", "memwal_orders"} & listed
+
+
+def test_a_task_parses_only_its_own_table(monkeypatch, tmp_path):
+    """Airflow's parsing context: a task of ``memwal_users`` builds ``memwal_users`` (and its lag
+    DAG) only; its start does not pay for the other tables, nor fail on their typos."""
+    config = tmp_path / "memwal.yaml"
+    entries = "".join(f"  - s3://lake/t{i}\n" for i in range(50))
+    config.write_text(f"tables:\n{entries}  - {{table: s3://lake/users, lag: {{max_unmerged_generations: 8}}}}\n"
+                      "  - {table: s3://lake/typo, engine: flink}\n")
+    monkeypatch.setenv("MEMWAL_CONFIG", str(config))
+    assert len(dagbag().dag_ids) == 53  # 50 + users + its lag DAG + the ad-hoc DAG; the bad one aside
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "memwal_users")
+    bag = dagbag()
+    assert sorted(d for d in bag.dag_ids if d.startswith("memwal_users")) == ["memwal_users", "memwal_users_lag"]
+    assert not any(d.startswith("memwal_t") for d in bag.dag_ids) and bag.import_errors == {}
+
+
+def test_schedules_are_spread_by_a_stable_hash_of_the_name():
+    from memwal.airflow.tables_config import jittered
+
+    hourly = {jittered("@hourly", f"t{i}") for i in range(1000)}
+    assert len({s.split()[0] for s in hourly}) == 60  # every minute of the hour is used
+    assert jittered("@hourly", "events") == jittered("@hourly", "events") != jittered("@hourly", "users")
+    minute, hour, *rest = jittered("@daily", "events").split()
+    assert 0 <= int(minute) < 60 and 0 <= int(hour) < 24 and rest == ["*", "*", "*"]
+    assert jittered("15 * * * *", "events") == "15 * * * *" and jittered(None, "events") is None
 
 
 # -- operators ----------------------------------------------------------------------------
@@ -502,12 +560,15 @@ def test_hook_connection_and_masking(make_table, monkeypatch):
     assert MemWalHook.get_ui_field_behaviour()["relabeling"]["host"] == "Table URI"
 
 
-def test_the_shipped_config_schema_is_generated_from_the_options_and_accepts_the_example():
+def test_the_shipped_config_schemas_are_generated_from_the_models_and_accept_the_examples():
     import yaml
-    from memwal.airflow.config_schema import SCHEMA_FILE, build_schema, config_problems
+    from memwal.airflow.config_schema import FLEET_SCHEMA_NAME, SCHEMAS, config_problems
 
-    assert json.loads(SCHEMA_FILE.read_text()) == build_schema(), "stale: run `make schema`"
+    for name, (path, build) in SCHEMAS.items():
+        assert json.loads(path.read_text()) == build(), f"{name} is stale: run `make schema`"
     assert config_problems(yaml.safe_load((DAGS / "memwal_tables.example.yaml").read_text())) == []
+    for example in ("memwal_fleet.example.yaml", "memwal_fleet.local.yaml"):
+        assert config_problems(yaml.safe_load((DAGS / example).read_text()), FLEET_SCHEMA_NAME) == [], example
     assert config_problems({"tables": [{"table": "s3://a/t", "merge": {"max_generations": "x", "shard": ["a"]}}]}) == [
         "tables[0].merge: Additional properties are not allowed ('shard' was unexpected)"]
 

@@ -1,0 +1,276 @@
+"""The ``memwal_fleet`` DAG's config, and what its tasks do with it (discovery, the plan, chunks).
+
+The config is the YAML (or JSON) file ``MEMWAL_FLEET_CONFIG`` names; ``dags/memwal_fleet.example.yaml``
+has every key. It names sources, never tables (:mod:`memwal.fleet.sources`: a table URI, a root
+searched at any depth, ``namespace:dir`` / ``namespace:rest`` with ``properties``), each with the
+connection its credentials come from (``conn_id``: a ``memwal``, ``aws``, ``wasb``, ``adls`` or
+``google_cloud_platform`` connection) and non-secret ``storage_options``; a credential written in
+the file is refused. Then the schedule, the jobs, the engine, the fleet policy
+(:mod:`memwal.fleet.policy`: ``defaults``, ``sources``, ``tables``), the budget (:class:`Budget`),
+the probe cache's file and the Spark settings. Relative paths are relative to the config file.
+
+The file is checked against the JSON schema generated from these dataclasses and the policy's
+(``memwal_fleet.schema.json``, :mod:`memwal.airflow.config_schema`), then the policy's values
+by :func:`memwal.fleet.policy.policy_from`: a bad config is one :class:`FleetConfigError` naming
+the file and every bad key, before any task runs.
+
+Nothing here lists a source at parse time: :func:`plan` (the plan task) discovers the tables
+when it runs, so a table created tomorrow is maintained with no edit, and the DAG file's parse
+time does not depend on how many tables the sources hold. The work travels to the mapped tasks
+as plain dicts without credentials; each task resolves its tables' storage options again from
+their source's connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memwal.airflow.spark_jobs import SparkSettings
+
+from memwal.core.secrets import is_secret_key
+from memwal.fleet.policy import Policy
+
+if TYPE_CHECKING:
+    from memwal.fleet.plan import FleetPlan
+    from memwal.fleet.run import TableWork
+    from memwal.fleet.sources import Discovery
+
+log = logging.getLogger(__name__)
+
+CONFIG_ENV = "MEMWAL_FLEET_CONFIG"
+MAX_CONFIG_BYTES = 1 << 20
+#: Airflow's own bound on a mapped task's instances (``[core] max_map_length``) when it cannot be read.
+DEFAULT_MAX_MAP_LENGTH = 1024
+
+
+class FleetConfigError(ValueError):
+    """A bad fleet config: one line naming the file and the keys."""
+
+
+@dataclass(frozen=True)
+class FleetSource:
+    """One source of tables and where its credentials come from."""
+
+    source: str = field(metadata={"help": "a table URI, a root URI (every table below it), namespace:dir or "
+                                          "namespace:rest"})
+    conn_id: str | None = field(default=None, metadata={
+        "help": "the connection holding the storage options (memwal, aws, wasb, adls, google_cloud_platform)"})
+    storage_options: Mapping[str, str] = field(default_factory=dict, metadata={
+        "help": "non-secret storage options (aws_region, aws_endpoint, allow_http, ...); credentials go in conn_id"})
+    properties: Mapping[str, str] = field(default_factory=dict, metadata={
+        "help": "a Lance Namespace's properties (root=..., uri=...)"})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of Airflow the fleet takes at once, and for how long."""
+
+    workers: int = field(default=4, metadata={"help": "mapped tasks running at once (max_active_tis_per_dagrun)",
+                                              "minimum": 1})
+    tables_per_task: int = field(default=25, metadata={
+        "help": "tables per mapped task (raised when the chunks would pass [core] max_map_length)", "minimum": 1})
+    threads: int = field(default=2, metadata={"help": "tables run at once inside one task", "minimum": 1})
+    max_seconds: float | None = field(default=None, metadata={
+        "help": "no table starts later than this after the DAG run started (the rest waits for the next run)"})
+    pool: str = field(default="default_pool", metadata={"help": "the Airflow pool of the table tasks"})
+    pool_slots: int = field(default=1, metadata={"help": "pool slots one table task takes", "minimum": 1})
+    priority_weight: int = field(default=1, metadata={"help": "the tasks' priority weight"})
+    queue: str | None = field(default=None, metadata={"help": "the executor queue of the tasks (null: Airflow's "
+                                                              "default)"})
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """The ``memwal_fleet`` DAG's settings (see the module docstring)."""
+
+    sources: tuple[FleetSource, ...] = field(metadata={"help": "where the tables come from"})
+    schedule: str | None = field(default="*/10 * * * *", metadata={
+        "help": "cron, preset, or null (manual runs only): each run plans every table once"})
+    engine: str = field(default="local", metadata={"help": "local: tables on the task's threads; spark: one "
+                                                           "spark-submit per task, a Spark task per small table",
+                                                   "enum": ("local", "spark")})
+    jobs: tuple[str, ...] = field(default=("merge", "catchup", "compact", "snapshot", "gc"), metadata={
+        "help": "the jobs the fleet may run (each table gets those its debt calls for)"})
+    policy: Policy = field(default_factory=Policy, metadata={
+        "help": "the fleet policy (memwal.fleet.policy): defaults, then overrides by source and by table"})
+    budget: Budget = field(default_factory=Budget, metadata={"help": "the budget"})
+    cache: str | None = field(default=None, metadata={
+        "help": "a file for the probe cache: an unchanged table then costs 3 listings a run"})
+    top: int = field(default=50, metadata={"help": "tables listed by the fleet page", "minimum": 1})
+    plan_workers: int = field(default=8, metadata={"help": "tables probed at once while planning", "minimum": 1})
+    spark: SparkSettings = field(default_factory=SparkSettings, metadata={"help": "engine spark: how to submit"})
+    retries: int = field(default=0, metadata={"help": "retries of a table task (its tables' jobs are idempotent)",
+                                              "minimum": 0})
+    asset_alias: str | None = field(default="memwal-merged", metadata={
+        "help": "the AssetAlias a table's merge commit emits its Asset event through (null: none)"})
+    tags: tuple[str, ...] = field(default=(), metadata={"help": "more DAG tags"})
+    #: The parsed policy document (for the record); :attr:`policy` is the checked policy.
+    policy_doc: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False,
+                                          metadata={"schema": False})
+    path: str = field(default="", compare=False, metadata={"schema": False})
+
+    def source(self, name: str) -> FleetSource:
+        found = next((s for s in self.sources if s.source == name), None)
+        if found is None:
+            raise FleetConfigError(f"{self.path}: no source {name!r} (the config changed since the plan?)")
+        return found
+
+
+def load_fleet_config(path: str | None = None) -> FleetConfig:
+    """The config at ``path`` (default: ``$MEMWAL_FLEET_CONFIG``), every key checked."""
+    import yaml
+    from memwal.airflow.config_schema import FLEET_SCHEMA_NAME, config_problems
+
+    from memwal.core.files import read_small_file
+    from memwal.errors import BadInputError
+    from memwal.fleet.policy import policy_from
+
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        raise FleetConfigError(f"no fleet config: set {CONFIG_ENV} to its file")
+    try:
+        doc = yaml.safe_load(read_small_file(path, MAX_CONFIG_BYTES, flag=CONFIG_ENV, what="YAML config"))
+    except BadInputError as exc:
+        raise FleetConfigError(str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise FleetConfigError(f"{path}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    problems = config_problems(doc, FLEET_SCHEMA_NAME)
+    if problems:
+        raise FleetConfigError(f"{path}: {'; '.join(problems)} (schema {FLEET_SCHEMA_NAME})")
+    try:
+        policy = policy_from(doc.get("policy"), "policy")
+    except BadInputError as exc:
+        raise FleetConfigError(f"{path}: {exc}") from None
+    base = os.path.dirname(os.path.abspath(path))
+    sources = tuple(_source(s, i, base, path) for i, s in enumerate(doc["sources"]))
+    budget = Budget(**(doc.get("budget") or {}))
+    spark = doc.get("spark") or {}
+    given = {k: v for k, v in doc.items() if k not in ("sources", "policy", "budget", "spark")}
+    for key in ("jobs", "tags"):
+        if key in given:
+            given[key] = tuple(given[key])
+    if given.get("cache"):
+        given["cache"] = os.path.normpath(os.path.join(base, given["cache"]))
+    return FleetConfig(sources=sources, policy=policy, policy_doc=doc.get("policy") or {}, budget=budget,
+                       spark=SparkSettings(spark.get("conn_id") or "spark_default", spark.get("conf") or {},
+                                           spark.get("env") or {}, spark.get("submit") or {}),
+                       path=path, **given)
+
+
+def _source(entry: Any, i: int, base: str, path: str) -> FleetSource:
+    from memwal.fleet.sources import NAMESPACE_PREFIX
+
+    doc = {"source": entry} if isinstance(entry, str) else dict(entry)
+    for part in ("storage_options", "properties"):
+        for key in doc.get(part) or {}:
+            if is_secret_key(key):
+                raise FleetConfigError(f"{path}: sources[{i}].{part}.{key}: a credential in the config file: put it "
+                                       "in the connection conn_id names")
+    name = str(doc["source"])
+    if "://" not in name and not name.startswith(NAMESPACE_PREFIX):
+        name = os.path.normpath(os.path.join(base, name))
+    return FleetSource(name, doc.get("conn_id"), _texts(doc.get("storage_options")), _texts(doc.get("properties")))
+
+
+def _texts(values: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in (values or {}).items()}
+
+
+def storage_options_of(source: FleetSource) -> dict[str, str]:
+    """A source's storage options: its connection's (registered for masking), then the file's."""
+    from memwal.airflow.hooks import MemWalHook
+
+    options = MemWalHook.connection_options(source.conn_id) if source.conn_id else {}
+    return {**options, **source.storage_options}
+
+
+def discover_fleet(config: FleetConfig, known: frozenset[str] = frozenset()) -> Discovery:
+    """Every table the sources hold, each source with its own storage options; a source that
+    holds no table, or cannot be searched, is a problem of the fleet (named), not a stop."""
+    from memwal.errors import BadInputError
+    from memwal.fleet.sources import Discovery, SourceProblem, discover
+
+    tables: dict[str, Any] = {}
+    skipped, problems = [], []
+    for src in config.sources:
+        try:
+            found = discover([src.source], storage_options=storage_options_of(src),
+                             namespace_properties=src.properties, known=known)
+        except BadInputError as exc:
+            problems.append(SourceProblem(src.source, str(exc)))
+            continue
+        for ref in found.tables:
+            tables.setdefault(ref.uri, ref)
+        skipped += found.skipped
+        problems += found.problems
+    return Discovery(tuple(tables.values()), tuple(skipped), tuple(problems))
+
+
+def plan(config: FleetConfig) -> FleetPlan:
+    """The fleet's plan (read only), with the probe cache of ``config.cache`` read and saved."""
+    from memwal.fleet.plan import plan_fleet
+    from memwal.fleet.probe import ProbeCache
+
+    cache = ProbeCache.load(config.cache)
+    result = plan_fleet(discover_fleet(config, cache.known_tables()), config.policy, cache=cache,
+                        workers=config.plan_workers)
+    if config.cache:
+        cache.save(config.cache)
+    return result
+
+
+def planned_work(config: FleetConfig, fleet: FleetPlan) -> list[TableWork]:
+    """Each table with work, highest debt first, with the jobs the config allows."""
+    from memwal.fleet.run import work_for
+
+    out = []
+    for t in fleet.with_work():
+        w = work_for(t, config.policy, [j for j in t.jobs if j in config.jobs], engine=config.engine, dry_run=False)
+        if w is not None:
+            out.append(w)
+    return out
+
+
+def max_map_length() -> int:
+    try:
+        from airflow.configuration import conf
+
+        return conf.getint("core", "max_map_length", fallback=DEFAULT_MAX_MAP_LENGTH)
+    except Exception:  # noqa: BLE001 - a worker without the config reads Airflow's default
+        return DEFAULT_MAX_MAP_LENGTH
+
+
+def chunks(work: Sequence[TableWork], per_task: int, limit: int) -> list[list[dict[str, Any]]]:
+    """The work as plain dicts in chunks of ``per_task`` tables, in debt order (the first chunk
+    has the most debt), fewer than ``limit`` chunks (larger ones if need be). No credential
+    travels: a namespace's secret storage options are dropped (give the source a conn_id)."""
+    size = max(per_task, math.ceil(len(work) / max(1, limit - 1)))
+    docs = []
+    for w in work:
+        doc = w.to_dict()
+        public = {k: v for k, v in w.storage_options.items() if not is_secret_key(k)}
+        if len(public) < len(w.storage_options):
+            log.warning("%s: its namespace gave credentials, which a task cannot be handed: the source's conn_id "
+                        "must give them", w.table)
+        doc["storage_options"] = public
+        docs.append(doc)
+    return [docs[i:i + size] for i in range(0, len(docs), size)]
+
+
+def work_of(config: FleetConfig, docs: Sequence[Mapping[str, Any]]) -> list[TableWork]:
+    """The work of one chunk, each table with its source's storage options resolved here."""
+    from memwal.fleet.run import TableWork
+
+    options: dict[str, dict[str, str]] = {}
+    out = []
+    for doc in docs:
+        source = str(doc.get("source") or "")
+        if source not in options:
+            options[source] = storage_options_of(config.source(source))
+        out.append(TableWork.from_dict(doc, options[source]))
+    return out

@@ -1,0 +1,373 @@
+"""The ``memwal_fleet`` DAG on real Airflow and real tables written by pylance's ShardWriter.
+
+``airflow dags test memwal_fleet`` draining a nested lake to its writers' rows, then an idle run
+that changes nothing; the DAG file parsed with 10 and with 1,000 tables behind its source
+without listing it; one bad config key as one import error; two task instances of one table at
+once (step hooks, no sleeps) committing once; each table's lag on Airflow's StatsD under a name
+of its own; a chunk as one spark-submit; and the fleet page inside Airflow's UI (a real
+api-server, Chromium) with table names that carry markup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from airflow.sdk import AssetAlias
+from airflow.sdk.execution_time.context import OutletEventAccessors
+from memwal.airflow.assets import table_asset
+
+import memwal
+from memwal.core import steps
+from memwal.demo import Workload, create_base_table, write_generations
+from memwal.history.log import read_runs
+from memwal.table import open_table
+from tests.airflow_server import api_server, get_with_headers
+from tests.browser import browser, canary
+from tests.conftest import table_rows
+from tests.helpers import ROOT, migrated_airflow_home, tree_digest
+from tests.integration.test_airflow_observe import StatsdListener, metric
+
+DAGS = ROOT / "dags"
+VENV_BIN = Path(sys.executable).parent
+WL = Workload(base_rows=300, shards=2, generations=3, rows_per_generation=20, seed=7)
+SECRET = "memwal-fleet-secret-0123456789"
+
+
+def make(path: Path, wl: Workload = WL):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _, model = create_base_table(str(path), wl)
+    write_generations(str(path), wl, model)
+    return model
+
+
+def write_config(path: Path, lake: Path, extra: str = "") -> Path:
+    path.write_text(f"sources: [{json.dumps(str(lake))}]\nschedule: null\ncache: fleet-cache.json\n"
+                    "budget: {tables_per_task: 2, threads: 2}\n" + extra)
+    return path
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory):
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow-fleet"))
+
+
+def airflow_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def fake_ti():
+    class TI:
+        dag_id = "memwal_fleet"
+
+        def __init__(self) -> None:
+            self.xcom: dict[str, object] = {}
+
+        def xcom_push(self, key: str, value: object) -> None:
+            self.xcom[key] = value
+
+    return TI()
+
+
+def context() -> dict:
+    return {"ti": fake_ti(), "outlet_events": OutletEventAccessors(), "params": {}}
+
+
+# -- the DAG on real Airflow ------------------------------------------------------------------------
+def test_dags_test_drains_the_fleet_to_its_writers_rows_and_an_idle_rerun_commits_nothing(airflow_env, tmp_path):
+    lake = tmp_path / "lake"
+    models = {str(lake / "a" / "events"): make(lake / "a" / "events"),
+              str(lake / "b" / "deep" / "events"): make(lake / "b" / "deep" / "events"),
+              str(lake / "t3"): make(lake / "t3")}
+    (lake / "stray").mkdir()
+    # compaction is not this test's subject: the merge's deletions alone would ask for one next run
+    no_compaction = "policy: {defaults: {thresholds: {compact_deleted_fraction: 1}}}\n"
+    config = write_config(tmp_path / "fleet.yaml", lake, no_compaction)
+    env = {**airflow_env, "MEMWAL_FLEET_CONFIG": str(config)}
+    proc = airflow_cli(env, "dags", "test", "memwal_fleet")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "state=success" in out, out[-4000:]
+    for uri, model in models.items():
+        assert table_rows(open_table(uri)) == model.sorted_rows()
+        assert memwal.open(uri).status().unmerged_generations == 0
+        assert memwal.open(uri).verify().ok
+    home = Path(env["AIRFLOW_HOME"])
+    import sqlite3
+
+    with sqlite3.connect(home / "airflow.db") as db:
+        events = db.execute("select a.uri from asset_event e join asset a on a.id = e.asset_id "
+                            "where e.source_dag_id = 'memwal_fleet'").fetchall()
+        mapped = db.execute("select count(*) from task_instance where dag_id = 'memwal_fleet' and "
+                            "task_id = 'run_tables'").fetchone()[0]
+    assert sorted(u for (u,) in events) == sorted(table_asset(uri).uri for uri in models)  # one per merge commit
+    assert mapped == 2  # 3 tables with work, 2 a task
+    assert (tmp_path / "fleet-cache.json").exists()
+
+    after = {uri: tree_digest(uri) for uri in models}
+    again = airflow_cli(env, "dags", "test", "memwal_fleet")
+    assert again.returncode == 0 and "state=success" in again.stdout + again.stderr, again.stderr[-4000:]
+    assert "0 with work in 0 chunks" in again.stdout + again.stderr
+    assert {uri: tree_digest(uri) for uri in models} == after  # not a commit, not even a history record
+
+
+def test_the_dag_file_lists_no_source_when_parsed_whatever_it_holds(tmp_path, monkeypatch):
+    """Parsed with 10 and with 1,000 tables behind its source, the DAG file reads its config
+    and nothing else: no listing, no open, no stat of anything under the source (counted by
+    Python's audit hooks), and the same DAG."""
+    from airflow.models import DagBag
+
+    touched: list[tuple[str, str]] = []
+    watching: dict[str, str] = {}
+
+    def audit(event: str, args: tuple) -> None:
+        if watching and event in ("open", "os.listdir", "os.scandir", "os.stat", "os.lstat"):
+            path = args[0] if args else None
+            if isinstance(path, str | bytes | os.PathLike):
+                where = os.path.abspath(os.fsdecode(path))
+                if where == watching["root"] or where.startswith(watching["root"] + os.sep):
+                    touched.append((event, where))
+
+    sys.addaudithook(audit)
+    shapes = {}
+    for n in (10, 1000):
+        lake = tmp_path / f"lake-{n}"
+        for i in range(n):
+            (lake / f"tenant-{i % 10}" / f"t{i}" / "_versions").mkdir(parents=True)
+        config = write_config(tmp_path / f"fleet-{n}.yaml", lake)
+        monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+        watching["root"] = str(lake)
+        try:
+            bag = DagBag(dag_folder=str(DAGS / "memwal_fleet.py"))
+        finally:
+            watching.clear()
+        assert bag.import_errors == {}
+        dag = bag.dags["memwal_fleet"]
+        shapes[n] = [(t.task_id, sorted(t.downstream_task_ids)) for t in dag.topological_sort()]
+        assert touched == [], touched[:5]
+    assert shapes[10] == shapes[1000] == [("plan", ["run_tables"]), ("run_tables", ["summary"]), ("summary", [])]
+
+
+def test_a_bad_fleet_config_is_one_import_error_naming_the_key(tmp_path, monkeypatch):
+    from airflow.models import DagBag
+
+    lake = tmp_path / "lake"
+    config = tmp_path / "fleet.yaml"
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+
+    def error() -> str:
+        bag = DagBag(dag_folder=str(DAGS / "memwal_fleet.py"))
+        assert "memwal_fleet" not in bag.dag_ids
+        (message,) = bag.import_errors.values()
+        return message
+
+    config.write_text(f"sources: [{lake}]\nbudget: {{worker: 4}}\nengine: flink\n")
+    message = error()
+    assert "budget: Additional properties are not allowed ('worker' was unexpected)" in message
+    assert "engine: 'flink' is not one of ['local', 'spark']" in message and "memwal_fleet.schema.json" in message
+    config.write_text(f"sources: [{lake}]\npolicy: {{defaults: {{options: {{gc: {{grace_seconds: .nan}}}}}}}}\n")
+    assert "policy defaults.options.gc: grace_seconds" in error()
+    config.write_text(f"sources: [{{source: {lake}, storage_options: {{aws_secret_access_key: {SECRET}}}}}]\n")
+    message = error()
+    assert "sources[0].storage_options.aws_secret_access_key: a credential in the config file" in message
+    assert SECRET not in message
+    config.write_text("sources: []\n")
+    assert "sources: [] should be non-empty" in error()
+
+
+# -- two task instances of one table at once ------------------------------------------------------------
+class HoldFirst:
+    """Holds the first thread that reaches ``step`` until released; every other thread passes."""
+
+    def __init__(self, step: str) -> None:
+        self.step, self.reached, self.go, self.held = step, threading.Event(), threading.Event(), None
+
+    def __call__(self, name: str) -> None:
+        if name == self.step and self.held is None:
+            self.held = threading.current_thread()
+            self.reached.set()
+            assert self.go.wait(300)
+
+
+def test_two_task_instances_of_one_table_commit_once(tmp_path, monkeypatch):
+    """What two schedulers or a duplicate trigger would do: the same chunk run twice at once.
+    A is held right before its marked merge commit; B runs whole meanwhile and finds the merge
+    lease held; then A commits. Rows equal the model, one merge committed; a third run finds
+    nothing to merge."""
+    from memwal.airflow.fleet_operators import MemWalFleetOperator, MemWalFleetPlanOperator
+
+    lake = tmp_path / "lake"
+    model = make(lake / "events")
+    uri = str(lake / "events")
+    config = write_config(tmp_path / "fleet.yaml", lake, "policy: {defaults: {options: {merge: {lease_wait: 0}, "
+                                                         "snapshot: {lease_wait: 0}}}}\n")
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+    (chunk,) = MemWalFleetPlanOperator(task_id="plan").execute(context())
+    assert [w["table"] for w in chunk] == [uri] and chunk[0]["jobs"][0] == "merge"
+
+    def run_tables() -> dict:
+        op = MemWalFleetOperator(task_id="run_tables", work=chunk, asset_alias="memwal-merged")
+        return op.execute(context())
+
+    hold = HoldFirst("merge.before-marked-commit")
+    first: dict = {}
+    with steps.hooked(hold):
+        a = threading.Thread(target=lambda: first.update(run_tables()))
+        a.start()
+        assert hold.reached.wait(120), "A never reached its merge commit"
+        second = run_tables()  # B, whole, while A holds the merge lease
+        hold.go.set()
+        a.join(300)
+    (b_table,) = second["tables"]
+    b_merge = b_table["jobs"][0]
+    assert b_merge["job"] == "merge" and b_merge["status"] == "held" and b_merge["version"] is None
+    (a_table,) = first["tables"]
+    assert a_table["jobs"][0]["status"] == "done" and a_table["jobs"][0]["version"] is not None
+    assert table_rows(open_table(uri)) == model.sorted_rows()
+    merges = [r for r in read_runs(open_table(uri).store, job="merge") if r.versions]
+    assert len(merges) == 1 and merges[0].versions[-1] == a_table["jobs"][0]["version"]  # one run (its passes)
+
+    (third,) = run_tables()["tables"]
+    assert third["jobs"][0]["status"] == "done" and third["jobs"][0]["summary"] == "nothing to merge"
+    assert table_rows(open_table(uri)) == model.sorted_rows()
+
+
+# -- metrics ----------------------------------------------------------------------------------------------
+def test_each_tables_lag_has_a_series_of_its_own_on_airflows_statsd(tmp_path, monkeypatch):
+    """Two tables named ``events`` under different roots: plain StatsD drops tags, so their
+    gauges' names differ (a name-safe URI and a hash); with InfluxDB tags on, the ``table`` tag
+    is the full URI. The fleet's gauges count the tables by state."""
+    from airflow.sdk._shared.observability.metrics import stats
+    from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
+    from airflow.sdk._shared.observability.metrics.statsd_logger import get_statsd_logger
+    from memwal.airflow.fleet_operators import MemWalFleetPlanOperator
+    from memwal.airflow.reporting import table_key
+    from statsd import StatsClient
+
+    assert table_key("s3://a/events") != table_key("s3://b/events")
+    assert table_key("s3://a/events").startswith("s3_a_events_")
+    lake = tmp_path / "lake"
+    a, b = lake / "a" / "events", lake / "b" / "events"
+    make(a), make(b)
+    memwal.open(str(b)).merge()  # b is behind by nothing to merge, a by every generation
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(write_config(tmp_path / "fleet.yaml", lake)))
+    for influx in (False, True):
+        statsd = StatsdListener()
+        stats.initialize(factory=lambda influx=influx, port=statsd.port: get_statsd_logger(
+            stats_class=StatsClient, host="127.0.0.1", port=port, prefix="airflow",
+            influxdb_tags_enabled=influx, statsd_influxdb_enabled=influx), export_legacy_names=False)
+        try:
+            MemWalFleetPlanOperator(task_id="plan").execute(context())
+        finally:
+            stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
+            lines = statsd.close()
+        if not influx:
+            assert metric(lines, f"memwal.table.lag_generations.{table_key(str(a))}") == ["6|g"]
+            assert metric(lines, f"memwal.table.lag_generations.{table_key(str(b))}") == ["0|g"]
+            assert len(metric(lines, f"memwal.table.debt.{table_key(str(a))}")) == 1
+            assert metric(lines, "memwal.fleet.tables.behind") == ["2|g"]  # b: catch-up, snapshot owed
+            assert metric(lines, "memwal.fleet.discovered") == ["2|g"]
+        else:
+            name = f"airflow.memwal.table.lag_generations.{table_key(str(a))}"
+            assert [line for line in lines if line.startswith(f"{name},")] == [f"{name},table={a}:6|g"]
+
+
+# -- Spark --------------------------------------------------------------------------------------------------
+def test_a_chunk_on_spark_is_one_spark_submit(tmp_path, monkeypatch):
+    """engine spark: the mapped task submits ``jobs/fleet_chunk.py`` once for its chunk; the
+    tables' storage options travel in a private file, never on the command line."""
+    from memwal.airflow.fleet_operators import MemWalFleetOperator, MemWalFleetPlanOperator
+
+    lake = tmp_path / "lake"
+    models = {str(lake / "t1"): make(lake / "t1"), str(lake / "t2"): make(lake / "t2")}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    extra = ("engine: spark\nspark: {conn_id: spark_local, env: {PYSPARK_PYTHON: " + json.dumps(sys.executable)
+             + "}}\nbudget: {tables_per_task: 5}\n")
+    config = tmp_path / "fleet.yaml"
+    config.write_text(f"sources: [{json.dumps(str(lake))}]\nschedule: null\n" + extra)
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+    (chunk,) = MemWalFleetPlanOperator(task_id="plan").execute(context())
+    ctx = context()
+    doc = MemWalFleetOperator(task_id="run_tables", work=chunk, asset_alias="memwal-merged").execute(ctx)
+    assert sorted(t["table"] for t in doc["tables"]) == sorted(models) and doc["not_started"] == []
+    assert all(t["status"] == "ok" and t["jobs"][0]["version"] is not None for t in doc["tables"])
+    for uri, model in models.items():
+        assert table_rows(open_table(uri)) == model.sorted_rows()
+        assert {r.engine for r in read_runs(open_table(uri).store, job="merge")} == {"local"}  # inside its task
+    assert len(ctx["outlet_events"][AssetAlias("memwal-merged")].asset_alias_events) == 2
+
+
+def test_chunks_stay_below_max_map_length_in_debt_order_and_carry_no_credential():
+    from memwal.airflow.fleet import chunks
+
+    from memwal.fleet.run import TableWork
+
+    work = [TableWork(f"s3://lake/t{i}", "s3://lake", 5000 - i, ("merge",), {"merge": {"engine": "local"}},
+                      {"aws_region": "eu-west-1", "aws_secret_access_key": SECRET}) for i in range(5000)]
+    out = chunks(work, 2, 1024)
+    assert len(out) < 1024 and sum(len(c) for c in out) == 5000
+    assert [d["table"] for c in out for d in c] == [w.table for w in work]  # the most debt first
+    assert SECRET not in json.dumps(out) and out[0][0]["storage_options"] == {"aws_region": "eu-west-1"}
+    assert len(chunks(work[:10], 4, 1024)) == 3
+
+
+# -- the fleet page in Airflow's UI ---------------------------------------------------------------------------
+def codes(text: str) -> str:
+    return ",".join(str(ord(c)) for c in text)
+
+
+def test_the_fleet_page_inside_the_airflow_ui_ranks_links_and_runs_no_script(airflow_env, tmp_path):
+    lake = tmp_path / "lake"
+    with canary() as c:
+        # folder names (a table URI is storage's to choose) that try to run script in the page
+        tables = {"a/events": lake / "a" / "events", "b/events": lake / "b" / "events",
+                  "hostile": lake / f"<img src=x onerror=\"fetch(String.fromCharCode({codes(c.url('img'))}))\">",
+                  "svg": lake / f"<svg onload='fetch(String.fromCharCode({codes(c.url('svg'))}))'>x"}
+        make(tables["a/events"], Workload(base_rows=100, shards=2, generations=4, rows_per_generation=10, seed=1))
+        make(tables["b/events"])
+        small = Workload(base_rows=50, shards=1, generations=1, rows_per_generation=5, seed=2)
+        make(tables["hostile"], small), make(tables["svg"], small)
+        config = write_config(tmp_path / "fleet.yaml", lake)
+        with api_server({**airflow_env, "MEMWAL_FLEET_CONFIG": str(config)}, tmp_path) as (base, _, _):
+            status, headers, page = get_with_headers(f"{base}/memwal/fleet")
+            assert status == 200
+            policy = headers["content-security-policy"]
+            assert "script-src 'none'" in policy and "sandbox" in policy and "allow-scripts" not in policy
+            assert "<img src=x onerror" not in page and "&lt;img src=x onerror" in page
+            assert get_with_headers(f"{base}/memwal/fleet/tables?uri=/etc")[0] == 404  # only the fleet's tables
+            with browser() as b:
+                b.navigate(f"{base}/plugin/memwal")
+                b.wait_for_frame("/memwal/", "document.readyState === 'complete' && "
+                                             "!!document.querySelector('a.fleet-link')")
+                b.frame_evaluate("/memwal/", "document.querySelector('a.fleet-link').click()")
+                seen = b.wait_for_frame("/memwal/fleet", """(() => {
+                    const rows = document.querySelectorAll('tr.table-row');
+                    if (document.readyState !== 'complete' || !rows.length) return null;
+                    return {tables: [...rows].map(r => r.dataset.table),
+                            debts: [...rows].map(r => +r.querySelectorAll('td.num')[1].textContent),
+                            links: [...rows].map(r => r.querySelector('a').textContent),
+                            kpis: Object.fromEntries([...document.querySelectorAll('div.kpi[data-state]')].map(
+                                k => [k.dataset.state, +k.querySelector('.value').textContent])),
+                            scripts: document.querySelectorAll('script, img, svg').length,
+                            handlers: [...document.querySelectorAll('*')].filter(
+                                e => [...e.attributes].some(a => a.name.startsWith('on'))).length}; })()""")
+                assert seen["tables"][0] == str(tables["a/events"])  # 8 unmerged generations: the most debt
+                assert seen["debts"] == sorted(seen["debts"], reverse=True) and seen["debts"][-1] > 0
+                assert sorted(seen["tables"]) == sorted(map(str, tables.values())) == sorted(seen["links"])
+                assert seen["kpis"] == {"behind": 4, "held": 0, "problem": 0, "idle": 0}
+                assert seen["scripts"] == 0 and seen["handlers"] == 0
+                # the hostile table's link opens its status page inside the UI
+                index = seen["tables"].index(str(tables["hostile"]))
+                b.frame_evaluate("/memwal/fleet", f"document.querySelectorAll('tr.table-row a')[{index}].click()")
+                shown = b.wait_for_frame("/memwal/fleet/tables", """(() => {
+                    const uri = document.querySelector('#table-uri');
+                    if (document.readyState !== 'complete' || !uri) return null;
+                    return {uri: uri.textContent, scripts: document.querySelectorAll('script, img').length}; })()""")
+            assert shown == {"uri": str(tables["hostile"]), "scripts": 0}
+        hits = list(c.hits)
+    assert hits == []
