@@ -147,7 +147,8 @@ class MemWalFleetSummaryOperator(_FleetOperator):
         planned = ti.xcom_pull(task_ids=self.plan_task_id, key=PLAN_KEY)
         if planned is None:
             raise AirflowException("memwal fleet: the plan task reported nothing (it failed: see its log)")
-        reported = [c for c in (ti.xcom_pull(task_ids=self.run_task_id) or []) if c is not None]
+        # a list of task ids: every map index's value, as a list even when there is one chunk
+        reported = [c for c in (ti.xcom_pull(task_ids=[self.run_task_id]) or []) if c is not None]
         jobs: Counter[str] = Counter()
         failed, not_started = [], []
         for chunk in reported:

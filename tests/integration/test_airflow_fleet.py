@@ -108,6 +108,15 @@ def test_dags_test_drains_the_fleet_to_its_writers_rows_and_an_idle_rerun_commit
     assert mapped == 2  # 3 tables with work, 2 a task
     assert (tmp_path / "fleet-cache.json").exists()
 
+    # new data on one table: the next run merges it alone (one chunk, one task)
+    t3 = str(lake / "t3")
+    models[t3] = write_generations(t3, WL, models[t3], generations=1, seed_offset=100)
+    proc = airflow_cli(env, "dags", "test", "memwal_fleet")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "state=success" in out, out[-4000:]
+    assert "1 with work in 1 chunks" in out and "'tables_run': 1" in out
+    assert table_rows(open_table(t3)) == models[t3].sorted_rows()
+
     after = {uri: tree_digest(uri) for uri in models}
     again = airflow_cli(env, "dags", "test", "memwal_fleet")
     assert again.returncode == 0 and "state=success" in again.stdout + again.stderr, again.stderr[-4000:]
