@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto schema lint lock clean jvm-archive azurite browser screenshot
+.PHONY: install test demo bench proto schema lint lock clean jvm-archive azurite browser screenshot airflow
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -43,9 +43,10 @@ jvm-archive: $(STAMP)
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/memwal/pb/*.proto
 
-# The DAG config's JSON schema, generated from the jobs' options classes (a test fails when stale).
+# The DAG configs' JSON schemas (memwal_tables, memwal_fleet), generated from the jobs' options
+# classes, the fleet policy's and the fleet config's dataclasses (a test fails when one is stale).
 schema: $(STAMP)
-	$(PY) -m memwal.airflow.config_schema > airflow_plugins/memwal_tables.schema.json
+	$(PY) -m memwal.airflow.config_schema
 
 # The status page is tested in a real headless browser: Debian's chromium, installed once
 # (a no-op when /usr/bin/chromium is there; needs root or sudo for apt-get).
@@ -104,11 +105,31 @@ bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --runs 3 --floor --timers --out bench-results
 	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
 
+# Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
+# .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on
+# http://127.0.0.1:$(AIRFLOW_PORT), scheduler, DAG processor, triggerer) with AIRFLOW_HOME=$(AIRFLOW_HOME),
+# this repository's dags/ as the DAG folder and dags/memwal_fleet.local.yaml as the fleet's config.
+# The login is `admin`, its password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated
+# (printed at start). DAGs start unpaused here; elsewhere a new DAG is paused until unpaused.
+AIRFLOW_HOME ?= $(abspath airflow-home)
+AIRFLOW_PORT ?= 8080
+FLEET_DEMO := .demo/fleet
+airflow: $(STAMP)
+	@rm -rf $(FLEET_DEMO) .demo/fleet-cache.json && mkdir -p $(FLEET_DEMO)/tenants/acme $(FLEET_DEMO)/tenants/globex
+	$(VENV)/bin/memwal demo-data $(FLEET_DEMO)/events
+	$(VENV)/bin/memwal demo-data --generations 2 --seed 2 $(FLEET_DEMO)/tenants/acme/orders
+	$(VENV)/bin/memwal demo-data --generations 6 --seed 3 $(FLEET_DEMO)/tenants/globex/clicks
+	AIRFLOW_HOME=$(AIRFLOW_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(abspath dags) AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$(AIRFLOW_PORT)/execution/ \
+	MEMWAL_FLEET_CONFIG=$(abspath dags/memwal_fleet.local.yaml) PATH=$(abspath $(VENV)/bin):$$PATH \
+	$(VENV)/bin/airflow standalone
+
 # The README's picture of the status page (memwal status --html) on a demo table after a few runs.
 screenshot: $(STAMP) browser
 	rm -rf /tmp/memwal-demo-lake
 	$(PY) docs/status_page_demo.py --keep /tmp/memwal-demo-lake --out docs/status-page.png
 
 clean:
-	rm -rf $(DEMO_DIR) bench-results
+	rm -rf $(DEMO_DIR) bench-results airflow-home
 	find build -mindepth 1 -maxdepth 1 ! -name .gitignore -exec rm -rf {} +

@@ -157,18 +157,6 @@ class MemWalActionOperator(MemWalTableOperator):
 
         return option_names(ACTIONS[cls.action].options, common=False) if cls.action in ACTIONS else []
 
-    @classmethod
-    def option_problem(cls, values: dict[str, Any]) -> str | None:
-        """What is wrong with these option values (None: nothing), for checks at DAG parse time."""
-        from memwal.actions import ACTIONS
-        from memwal.errors import BadInputError
-
-        try:
-            ACTIONS[cls.action].options.from_kwargs(**values)
-        except BadInputError as exc:
-            return str(exc)
-        return None
-
     def options(self, engine: str) -> Any:
         """The validated options object, as the hook will run the job with it."""
         from memwal.actions import ACTIONS
