@@ -174,10 +174,9 @@ class MemWalStatusTrigger(BaseTrigger):
 
     @staticmethod
     def _status(uri: str, options: dict[str, str]):
-        from memwal.inspect.status import table_status
-        from memwal.table import open_table
+        import memwal
 
-        return table_status(open_table(uri, options))
+        return memwal.open(uri, storage_options=options).status()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from memwal.errors import BadInputError
