@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto schema lint lock clean jvm-archive azurite browser screenshot
+.PHONY: install test demo bench proto schema lint typecheck lock clean jvm-archive azurite browser screenshot
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -68,8 +68,12 @@ lock:
 	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
-lint: $(STAMP)
+lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
+
+# mypy --strict over memwal/, as configured in pyproject.toml's [tool.mypy].
+typecheck: $(STAMP)
+	$(PY) -m mypy
 
 SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(VENV)/bin/spark-submit \
 	--master local[2] --conf spark.ui.enabled=false \
