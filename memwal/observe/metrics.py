@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -30,44 +31,61 @@ from opentelemetry import metrics
 from memwal.core.version import __version__
 
 
+@dataclass(frozen=True)
+class _Instruments:
+    """The instruments, made once (``metrics._Gauge`` is what the API exports for ``create_gauge``)."""
+
+    duration: metrics.Histogram
+    merge_rows: metrics.Counter
+    merge_generations: metrics.Counter
+    lag_generations: metrics._Gauge
+    lag_rows: metrics._Gauge
+    lag_seconds: metrics._Gauge
+    catchup_behind: metrics._Gauge
+    gc_bytes: metrics.Counter
+    gc_blocked: metrics.Counter
+    renewals: metrics.Counter
+    lost: metrics.Counter
+
+
 @cache
-def _instruments() -> dict[str, Any]:
+def _instruments() -> _Instruments:
     meter = metrics.get_meter("memwal", __version__)
-    return {
-        "duration": meter.create_histogram("memwal.job.duration", unit="s", description="wall time of a job run"),
-        "merge_rows": meter.create_counter("memwal.merge.rows", unit="{row}", description="rows merged"),
-        "merge_generations": meter.create_counter("memwal.merge.generations", unit="{generation}",
-                                                  description="generations merged"),
-        "lag_generations": meter.create_gauge("memwal.shard.lag_generations", unit="{generation}",
-                                              description="flushed generations not merged yet"),
-        "lag_rows": meter.create_gauge("memwal.shard.lag_rows", unit="{row}", description="rows not merged yet"),
-        "lag_seconds": meter.create_gauge("memwal.shard.lag_seconds", unit="s",
-                                          description="age of the oldest unmerged generation"),
-        "catchup_behind": meter.create_gauge("memwal.catchup.behind_generations", unit="{generation}",
-                                             description="merged generations an index has not caught up with"),
-        "gc_bytes": meter.create_counter("memwal.gc.bytes_deleted", unit="By", description="bytes GC deleted"),
-        "gc_blocked": meter.create_counter("memwal.gc.blocked", unit="{generation}",
-                                           description="generations GC kept, by the gate that kept them"),
-        "renewals": meter.create_counter("memwal.lease.renewals", unit="{renewal}",
-                                         description="lease renewals by heartbeats"),
-        "lost": meter.create_counter("memwal.lease.lost", unit="{lease}", description="leases found lost"),
-    }
+    return _Instruments(
+        duration=meter.create_histogram("memwal.job.duration", unit="s", description="wall time of a job run"),
+        merge_rows=meter.create_counter("memwal.merge.rows", unit="{row}", description="rows merged"),
+        merge_generations=meter.create_counter("memwal.merge.generations", unit="{generation}",
+                                               description="generations merged"),
+        lag_generations=meter.create_gauge("memwal.shard.lag_generations", unit="{generation}",
+                                           description="flushed generations not merged yet"),
+        lag_rows=meter.create_gauge("memwal.shard.lag_rows", unit="{row}", description="rows not merged yet"),
+        lag_seconds=meter.create_gauge("memwal.shard.lag_seconds", unit="s",
+                                       description="age of the oldest unmerged generation"),
+        catchup_behind=meter.create_gauge("memwal.catchup.behind_generations", unit="{generation}",
+                                          description="merged generations an index has not caught up with"),
+        gc_bytes=meter.create_counter("memwal.gc.bytes_deleted", unit="By", description="bytes GC deleted"),
+        gc_blocked=meter.create_counter("memwal.gc.blocked", unit="{generation}",
+                                        description="generations GC kept, by the gate that kept them"),
+        renewals=meter.create_counter("memwal.lease.renewals", unit="{renewal}",
+                                      description="lease renewals by heartbeats"),
+        lost=meter.create_counter("memwal.lease.lost", unit="{lease}", description="leases found lost"),
+    )
 
 
 def record_run(job: str, outcome: str, engine: str, seconds: float, doc: Mapping[str, Any]) -> None:
     """The metrics of one finished run (its outcome, wall time and result document)."""
     m = _instruments()
-    m["duration"].record(max(0.0, seconds), {"job": job, "outcome": outcome, "engine": engine})
+    m.duration.record(max(0.0, seconds), {"job": job, "outcome": outcome, "engine": engine})
     if job == "merge":
         for s in doc.get("shards", []):
             shard = {"shard": s["shard_id"]}
-            m["merge_rows"].add(s["rows_upserted"], {**shard, "op": "upsert"})
-            m["merge_rows"].add(s["rows_deleted"], {**shard, "op": "delete"})
-            m["merge_generations"].add(s["to_generation"] - s["from_generation"] + 1, shard)
+            m.merge_rows.add(s["rows_upserted"], {**shard, "op": "upsert"})
+            m.merge_rows.add(s["rows_deleted"], {**shard, "op": "delete"})
+            m.merge_generations.add(s["to_generation"] - s["from_generation"] + 1, shard)
     elif job == "gc":
-        m["gc_bytes"].add(doc.get("bytes_freed", 0))
+        m.gc_bytes.add(doc.get("bytes_freed", 0))
         for reason, n in Counter(b["reason"].split(":", 1)[0] for b in doc.get("blocked", [])).items():
-            m["gc_blocked"].add(n, {"reason": reason})
+            m.gc_blocked.add(n, {"reason": reason})
 
 
 def record_lag(lag: Mapping[str, tuple[int, int, float | None]], behind: Mapping[str, int]) -> None:
@@ -76,16 +94,16 @@ def record_lag(lag: Mapping[str, tuple[int, int, float | None]], behind: Mapping
     m = _instruments()
     for shard_id, (generations, rows, age) in lag.items():
         shard = {"shard": shard_id}
-        m["lag_generations"].set(generations, shard)
-        m["lag_rows"].set(rows, shard)
-        m["lag_seconds"].set(age or 0.0, shard)
+        m.lag_generations.set(generations, shard)
+        m.lag_rows.set(rows, shard)
+        m.lag_seconds.set(age or 0.0, shard)
     for name, n in behind.items():
-        m["catchup_behind"].set(n, {"index": name})
+        m.catchup_behind.set(n, {"index": name})
 
 
 def lease_renewed(kind: str) -> None:
-    _instruments()["renewals"].add(1, {"job": kind})
+    _instruments().renewals.add(1, {"job": kind})
 
 
 def lease_lost(kind: str) -> None:
-    _instruments()["lost"].add(1, {"job": kind})
+    _instruments().lost.add(1, {"job": kind})
