@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from memwal.core.document import Document
-from memwal.history.schema import checked, checked_detail
+from memwal.history.schema import LagTotal, checked, checked_detail
 
 #: Outcomes of a run. ``running`` is what a record says until its run ends (a run whose
 #: process died stays ``running``; ``memwal history`` shows it as ``abandoned`` once no live
@@ -40,7 +41,7 @@ class RunRecord(Document):
     lag: dict[str, list[float | int | None]] = field(default_factory=dict)
     #: The lag summed over shards (:func:`lag_total`), kept in the record itself when its
     #: per-shard parts are stored apart (``detail``, see :mod:`memwal.history.log`).
-    lag_total: dict[str, float | int] | None = None
+    lag_total: LagTotal | None = None
     #: Whether the per-shard figures and lag are in the run's detail object.
     detail: bool = False
 
@@ -80,11 +81,12 @@ class RunRecord(Document):
         return whole
 
 
-def lag_total(run: dict[str, Any]) -> dict[str, float | int] | None:
+def lag_total(run: Mapping[str, Any]) -> LagTotal | None:
     """A run's lag summed over shards: ``shards``, ``generations``, ``rows``, ``oldest_seconds``
     (None when the run recorded none): from its summary, or summed from its lag by shard."""
-    if run.get("lag_total"):
-        return run["lag_total"]
+    summary: LagTotal | None = run.get("lag_total")
+    if summary:
+        return summary
     lag = run.get("lag") or {}
     if not lag:
         return None
@@ -93,7 +95,7 @@ def lag_total(run: dict[str, Any]) -> dict[str, float | int] | None:
             "oldest_seconds": max((float(v[2] or 0) for v in lag.values()), default=0.0)}
 
 
-def outcome_of(job: str, doc: dict[str, Any], problems: list[str]) -> str:
+def outcome_of(job: str, doc: Mapping[str, Any], problems: list[str]) -> str:
     """ok, nothing-to-do or failed, from a finished run's result document."""
     if problems:
         return FAILED
@@ -103,7 +105,7 @@ def outcome_of(job: str, doc: dict[str, Any], problems: list[str]) -> str:
     return OK if did else NOTHING
 
 
-def figures(job: str, doc: dict[str, Any]) -> dict[str, Any]:
+def figures(job: str, doc: Mapping[str, Any]) -> dict[str, Any]:
     """The job's own figures, from its result document (the ``--json`` of the command)."""
     if job == "merge":
         return {"shards": [{k: s[k] for k in ("shard_id", "from_generation", "to_generation", "rows_upserted",

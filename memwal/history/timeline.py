@@ -106,7 +106,8 @@ def _live_runs(table: Table) -> set[str]:
     return {i.run_id for i in list_leases(table.store) if i.state == LIVE and i.run_id}
 
 
-def _with_external(table: Table, records: list[RunRecord], runs: list[dict], since: float | None) -> list[dict]:
+def _with_external(table: Table, records: list[RunRecord], runs: list[dict[str, Any]],
+                   since: float | None) -> list[dict[str, Any]]:
     """Insert the stretches of versions no shown run committed, newest first."""
     ours = {v for r in records for v in r.versions}
     start = since if since is not None else (min((r.started_at for r in records), default=None))
@@ -121,8 +122,7 @@ def _with_external(table: Table, records: list[RunRecord], runs: list[dict], sin
             stretches[-1].append((v, t))
         else:
             stretches.append([(v, t)])
-    entries = [_external(table, s) for s in stretches]
-    entries = [e for e in entries if e is not None]
+    entries = [e for e in (_external(table, s) for s in stretches) if e is not None]
     return sorted(runs + entries, key=lambda d: d["started_at"], reverse=True)
 
 
