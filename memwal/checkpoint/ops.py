@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from lance.mem_wal import ShardSnapshot
@@ -120,11 +120,11 @@ def _view(table: Table) -> tuple[int, dict[str, PinnedShard]]:
     shards = {}
     for sid, state in sorted(found.states.items()):
         merged = manifest.compacted_generation(sid)
-        gens = []
+        gens: list[tuple[int, str]] = []
         for fg in state.flushed:
             if fg.generation > merged:
                 generation_key(sid, fg.path)  # an unsafe path is refused before it is pinned
-                gens.append([fg.generation, fg.path])
+                gens.append((fg.generation, fg.path))
         shards[sid] = PinnedShard(state.current_generation, state.manifest.shard_spec_id, gens)
     return manifest.version, shards
 
@@ -140,7 +140,7 @@ def missing_from_view(table: Table, ckpt: Checkpoint) -> str | None:
     return None
 
 
-def create_checkpoint(table: Table, *, lifetime_seconds: float, name: str | None = None) -> Checkpoint:
+def create_checkpoint(table: Table, *, lifetime_seconds: float | timedelta, name: str | None = None) -> Checkpoint:
     """Pin the LSM view of now for ``lifetime_seconds`` (see the module docstrings)."""
     seconds = lifetime(lifetime_seconds)
     name = checkpoint_name(name)
@@ -173,7 +173,7 @@ def create_checkpoint(table: Table, *, lifetime_seconds: float, name: str | None
     return after_conflict(attempt, what=f"{table.uri}: checkpoint", attempts=CREATE_ATTEMPTS)
 
 
-def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float) -> Checkpoint:
+def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float | timedelta) -> Checkpoint:
     """Extend a live checkpoint to now + ``lifetime_seconds`` (compare-and-swap on its record).
 
     An expired checkpoint is not revived: GC may already have freed what it pinned.

@@ -27,16 +27,16 @@ MAX_INT = 2**63 - 1
 
 
 #: What ``float()`` converts (anything else is not a number).
-_FLOATS = (str, bytes, bytearray, memoryview, SupportsFloat, SupportsIndex)
+FLOATS = (str, bytes, bytearray, memoryview, SupportsFloat, SupportsIndex)
 #: What ``int()`` converts.
-_INTS = (str, bytes, bytearray, SupportsInt, SupportsIndex)
+INTS = (str, bytes, bytearray, SupportsInt, SupportsIndex)
 
 
 def _number(name: str, value: object) -> float:
     """A finite float from ``value`` (text or number); bools and NaN/inf are refused."""
     if isinstance(value, bool):
         raise BadInputError(f"{name}: expected a number, got {value!r}")
-    if not isinstance(value, _FLOATS):
+    if not isinstance(value, FLOATS):
         raise BadInputError(f"{name}: {value!r} is not a number")
     try:
         n = float(value)
@@ -70,7 +70,7 @@ def positive_int(name: str, value: object) -> int:
     """A count: an integer from 1 to 2**63-1 (text like ``1e3`` or ``2.5`` is refused)."""
     if isinstance(value, bool) or isinstance(value, float):
         raise BadInputError(f"{name}: expected an integer, got {value!r}")
-    if not isinstance(value, _INTS):
+    if not isinstance(value, INTS):
         raise BadInputError(f"{name}: {value!r} is not an integer")
     try:
         n = int(value)

@@ -67,3 +67,12 @@ def test_a_bad_duration_is_bad_input(given):
 def test_a_zero_timedelta_is_no_lease_ttl():
     with pytest.raises(BadInputError, match=r"lease_ttl: datetime.timedelta\(0\) must be positive"):
         validate.lease_ttl("lease_ttl", timedelta(0))
+
+
+def test_a_checkpoint_lifetime_is_seconds_or_a_timedelta():
+    from memwal.checkpoint import lifetime
+
+    assert lifetime(timedelta(hours=1)) == lifetime(3600) == lifetime("3600") == 3600.0
+    for bad in (timedelta(0), timedelta(days=400), object(), [60]):
+        with pytest.raises(BadInputError, match="lifetime"):
+            lifetime(bad)
