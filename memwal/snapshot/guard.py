@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import lance
-from lance.dataset import Index
+from lance.dataset import Index, IndexFile
 
 from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
@@ -91,7 +91,7 @@ class GuardedCommit:
     attempts: int = 0
     repairs: int = 0
     interleaved_commits: int = 0
-    repaired: list[dict] = field(default_factory=list)
+    repaired: list[dict[str, Any]] = field(default_factory=list)  # describe_slot + "to", "from"
     recovered: bool = False
 
 
@@ -102,15 +102,18 @@ def _require_details(m: TableManifest, uri: str) -> mem_wal_index_pb2.MemWalInde
 
 
 def _commit_replacement(
-    table: Table, latest: TableManifest, details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str, files
+    table: Table, latest: TableManifest, details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str,
+    files: list[IndexFile] | None
 ) -> int:
     old = mem_wal_entry(latest)
+    if old is None:  # _require_details checked it on this same manifest
+        raise BadInputError(f"{table.uri}: table version {latest.version} has no MemWAL index")
     removed = Index(
         uuid=old.uuid,
         name=MEM_WAL_INDEX_NAME,
         fields=[],
         dataset_version=old.dataset_version,
-        fragment_ids=set(),
+        fragment_ids=set(),  # type: ignore[arg-type]  # Lance takes a set here (Index's docstring); typed Bitmap
         index_version=0,
     )
     new = Index(
@@ -118,7 +121,7 @@ def _commit_replacement(
         name=MEM_WAL_INDEX_NAME,
         fields=[],
         dataset_version=latest.version,
-        fragment_ids=set(),
+        fragment_ids=set(),  # type: ignore[arg-type]  # as above
         index_version=0,
         files=files,
         index_details=(MEM_WAL_DETAILS_TYPE_URL, details.SerializeToString()),
@@ -189,7 +192,7 @@ def _recover_fixes(table: Table, rounds: list[dict[str, Any]]) -> dict[Slot, tup
 
 def commit_mem_wal_details(
     table: Table,
-    update: Callable[[mem_wal_index_pb2.MemWalIndexDetails, str, bool], Any],
+    update: Callable[[mem_wal_index_pb2.MemWalIndexDetails, str, bool], list[IndexFile] | None],
     *,
     index_uuid: str | None = None,
     lease: Lease | None = None,

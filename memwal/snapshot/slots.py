@@ -8,13 +8,11 @@ the repair.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.table.naming import shard_uuid_bytes, shard_uuid_str
-
-if TYPE_CHECKING:
-    pass
 
 Slot = tuple[str, ...]
 
@@ -107,7 +105,8 @@ def _uuid_msg(shard_id: str) -> shard_manifest_pb2.UUID:
     return shard_manifest_pb2.UUID(uuid=shard_uuid_bytes(shard_id))
 
 
-def _entries(existing, want: dict[str, int]) -> list:
+def _entries(existing: Iterable[mem_wal_index_pb2.CompactedSsTable],
+             want: dict[str, int]) -> list[mem_wal_index_pb2.CompactedSsTable]:
     """Per-shard generation entries: the existing shards that stay, in their order, with
     their wanted values, then the new shards, sorted (entries of dropped shards go)."""
     want = dict(want)
