@@ -14,8 +14,12 @@ this package imports neither Spark nor Airflow: the Spark engine lives in ``jobs
 """
 
 import os
+from typing import TYPE_CHECKING
 
 from memwal.core.version import __version__
+
+if TYPE_CHECKING:  # what the checker sees; at run time __getattr__ imports the API on first use
+    from memwal.api import MemWalTable, open
 
 # Lance logs "Index __lance_mem_wal has no fields" on every merge_insert, a warning
 # whenever a staging dataset is created, and pylance 14's LsmVectorSearchPlanner makes each
@@ -31,7 +35,7 @@ os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
 __all__ = ["MemWalTable", "open", "__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in ("open", "MemWalTable"):
         from memwal import api
 

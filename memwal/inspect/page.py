@@ -39,6 +39,8 @@ from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
 from memwal.inspect.policy import meta_policy
 
 if TYPE_CHECKING:
+    import jinja2
+
     from memwal.inspect.status import ShardStatus, TableStatus
     from memwal.table import Table
 
@@ -307,7 +309,7 @@ def view(data: PageData) -> dict[str, Any]:
 
 
 @cache
-def _template() -> Any:
+def _template() -> jinja2.Template:
     import jinja2
 
     text = resources.files("memwal.inspect").joinpath("status_page.html.j2").read_text(encoding="utf-8")

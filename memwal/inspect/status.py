@@ -10,6 +10,7 @@ damaged generation that stops a shard's merges is named as that shard's ``proble
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from memwal.core import clock as clocks
 from memwal.core.document import Document
@@ -80,7 +81,7 @@ class TableStatus(Document):
     #: Checkpoint records that are no checkpoint (corrupt, too large, misnamed): why, each.
     unreadable_checkpoints: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
