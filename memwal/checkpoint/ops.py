@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from lance.mem_wal import ShardSnapshot
-
 from memwal.checkpoint.handshake import ViewLostError, wait_for_gc
 from memwal.checkpoint.record import (
     CHECKPOINT_PREFIX,
@@ -245,14 +243,7 @@ def read_plan(table: Table, ckpt: Checkpoint) -> ReadPlan:
     plan = ReadPlan(table=table.uri, version=ckpt.version, source=f"checkpoint:{ckpt.id}",
                     snapshot_ts_millis=int(ckpt.created_at * 1000), snapshots=[])
     for sid, shard in sorted(ckpt.shards.items()):
-        snap = ShardSnapshot(sid).with_current_generation(shard.current_generation)
-        if shard.spec_id:
-            snap = snap.with_spec_id(shard.spec_id)
-        for g, path in shard.generations:
-            generation_key(sid, path)
-            snap = snap.with_sstable(g, path)
-            plan.generations.append((sid, g, path))
-        plan.snapshots.append(snap)
+        plan.read_shard(sid, shard.current_generation, shard.spec_id, shard.generations)
         plan.shards.append({"shard_id": sid, "source": plan.source, "manifest_version": None,
                             "generations": shard.numbers, "pruned": False})
     return plan

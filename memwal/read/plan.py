@@ -134,6 +134,18 @@ class ReadPlan(Document):
             "pruned": self.pruned,
         }
 
+    def read_shard(self, shard_id: str, current_generation: int, spec_id: int,
+                   generations: Iterable[tuple[int, str]]) -> None:
+        """Add the snapshot of one shard reading ``generations`` ((generation, path), ascending)."""
+        snapshot = ShardSnapshot(shard_id).with_current_generation(current_generation)
+        if spec_id:
+            snapshot = snapshot.with_spec_id(spec_id)
+        for g, p in generations:
+            generation_key(shard_id, p)  # refuse unsafe paths before a reader opens them (invariant 5)
+            snapshot = snapshot.with_sstable(g, p)
+            self.generations.append((shard_id, g, p))
+        self.snapshots.append(snapshot)
+
 
 def _threads(table: Table) -> int:
     """Threads for per-shard reads: object stores are latency bound, a local disk is not."""
@@ -330,14 +342,7 @@ def plan_read(
         if not keep[sid]:
             plan.pruned.append(sid)
             continue
-        shard = ShardSnapshot(sid).with_current_generation(v.current_generation)
-        if v.shard_spec_id:
-            shard = shard.with_spec_id(v.shard_spec_id)
-        for g, p in gens:
-            generation_key(sid, p)  # refuse unsafe paths before a reader opens them (invariant 5)
-            shard = shard.with_sstable(g, p)
-            plan.generations.append((sid, g, p))
-        plan.snapshots.append(shard)
+        plan.read_shard(sid, v.current_generation, v.shard_spec_id, gens)
     return plan
 
 
