@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from memwal.core import clock as clocks
 from memwal.core.text import clip
@@ -67,6 +67,14 @@ class PageData:
     history_skipped: int = 0
 
 
+class CollectOptions(TypedDict, total=False):
+    """What :func:`collect` reads, as :func:`status_page` passes it on."""
+
+    status: TableStatus | None
+    runs: int
+    now: float | None
+
+
 def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFAULT_RUNS,
             now: float | None = None) -> PageData:
     """Read what the page shows (``status`` when the caller already has it)."""
@@ -84,7 +92,8 @@ def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFA
     return PageData(st, docs, now, error, len(skipped))
 
 
-def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None, **options: Any) -> Iterator[str]:
+def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None,
+                **options: Unpack[CollectOptions]) -> Iterator[str]:
     """The page of ``table``, piece by piece (see :func:`collect` for the options; ``links``:
     ``(href, label, target)`` shown above the title, e.g. back to a list of tables). The
     table is read before the first piece is given: a failure to read it raises here."""

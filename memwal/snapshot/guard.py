@@ -52,7 +52,7 @@ import json
 import logging
 import uuid as uuidlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import lance
@@ -144,43 +144,51 @@ def _find_commit(versions: TableVersions, read_version: int, index_uuid: str) ->
     return None
 
 
+@dataclass(frozen=True)
+class _Round:
+    """One replacement commit of a refresh: the version it read, the index UUID it wrote."""
+
+    read_version: int
+    index_uuid: str
+
+
 class _Journal:
     """``pending.json``: the rounds of a refresh whose commits are not yet checked for H1."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.rounds: list[dict[str, Any]] = []
+        self.rounds: list[_Round] = []
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[_Round]:
         try:
             raw = self.store.get(JOURNAL_KEY)
         except NotFoundError:
             return []
         try:
             rounds = json.loads(raw)["rounds"]
-            return [{"read_version": int(r["read_version"]), "index_uuid": str(r["index_uuid"])} for r in rounds]
+            return [_Round(int(r["read_version"]), str(r["index_uuid"])) for r in rounds]
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring a corrupt snapshot journal at %s", self.store.uri_for(JOURNAL_KEY))
             return []
 
     def add(self, read_version: int, index_uuid: str) -> None:
-        self.rounds.append({"read_version": read_version, "index_uuid": index_uuid})
-        self.store.put(JOURNAL_KEY, json.dumps({"rounds": self.rounds}).encode())
+        self.rounds.append(_Round(read_version, index_uuid))
+        self.store.put(JOURNAL_KEY, json.dumps({"rounds": [asdict(r) for r in self.rounds]}).encode())
 
     def clear(self) -> None:
         self.rounds = []
         self.store.delete_many([JOURNAL_KEY])
 
 
-def _recover_fixes(table: Table, rounds: list[dict[str, Any]]) -> dict[Slot, tuple[Any, Any]] | None:
+def _recover_fixes(table: Table, rounds: list[_Round]) -> dict[Slot, tuple[Any, Any]] | None:
     """Analyse the last committed round of an interrupted refresh; None when none committed."""
     versions = TableVersions(table.store)
     for r in reversed(rounds):
         try:
-            w = _find_commit(versions, r["read_version"], r["index_uuid"])
+            w = _find_commit(versions, r.read_version, r.index_uuid)
             if w is None:
                 continue
-            read = slots_of(_require_details(versions.at(r["read_version"]), table.uri))
+            read = slots_of(_require_details(versions.at(r.read_version), table.uri))
             wrote = slots_of(_require_details(versions.at(w), table.uri))
             before = slots_of(_require_details(versions.at(w - 1), table.uri))
         except (NotFoundError, BadInputError) as exc:
