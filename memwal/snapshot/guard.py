@@ -62,7 +62,7 @@ from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.history import run as history
 from memwal.pb import mem_wal_index_pb2
-from memwal.snapshot.slots import analyse_round, apply_slots, describe_slot, desired_after, slots_of
+from memwal.snapshot.slots import Fixes, analyse_round, apply_slots, describe_slot, desired_after, slots_of
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
@@ -74,7 +74,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
-Slot = tuple[str, ...]
 
 
 #: Written before each commit, removed once the commit is proven to have lost nothing.
@@ -180,7 +179,7 @@ class _Journal:
         self.store.delete_many([JOURNAL_KEY])
 
 
-def _recover_fixes(table: Table, rounds: list[_Round]) -> dict[Slot, tuple[Any, Any]] | None:
+def _recover_fixes(table: Table, rounds: list[_Round]) -> Fixes | None:
     """Analyse the last committed round of an interrupted refresh; None when none committed."""
     versions = TableVersions(table.store)
     for r in reversed(rounds):
@@ -217,7 +216,7 @@ def commit_mem_wal_details(
     store = table.store
     journal = _Journal(store)
     outcome = GuardedCommit(version=0, read_version=0, index_uuid=index_uuid or "")
-    fixes: dict[Slot, tuple[Any, Any]] = {}
+    fixes: Fixes = {}
     pending = journal.load()
     if pending:
         recovered = _recover_fixes(table, pending)
