@@ -15,11 +15,11 @@ import json
 import logging
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from memwal.core.files import read_small_bytes
 from memwal.errors import BadInputError
 
 log = logging.getLogger(__name__)
@@ -116,24 +116,10 @@ def read_storage_options_file(path: str) -> dict[str, str]:
     Values are never quoted back (they are credentials); keys are, so a typo can be found.
     """
     where = f"--storage-options-file {path}"
-    try:
-        # O_NONBLOCK: opening a FIFO waits for a writer otherwise; the type is checked on the
-        # open descriptor (no race with a swap), before anything is read.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise BadInputError(f"{where}: not a regular file")
-            if st.st_mode & 0o077:
-                log.warning("%s: readable by others (mode %04o): it holds credentials, keep it mode 0600", where,
-                            stat.S_IMODE(st.st_mode))
-            data = f.read(MAX_OPTIONS_FILE_BYTES + 1)
-    except IsADirectoryError:
-        raise BadInputError(f"{where}: is a directory") from None
-    except OSError as exc:
-        raise BadInputError(f"{where}: {exc.strerror or 'cannot read'}") from None
-    if len(data) > MAX_OPTIONS_FILE_BYTES:
-        raise BadInputError(f"{where}: larger than {MAX_OPTIONS_FILE_BYTES} bytes")
+    data, mode = read_small_bytes(path, MAX_OPTIONS_FILE_BYTES, flag="--storage-options-file",
+                                  what="JSON object of storage options")
+    if mode & 0o077:
+        log.warning("%s: readable by others (mode %04o): it holds credentials, keep it mode 0600", where, mode)
     try:
         doc = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError:

@@ -160,6 +160,13 @@ class Store(abc.ABC):
         Paginated underneath, so it is safe on directories with many objects.
         """
 
+    def list_around(self, prefix: str, skip_dir: str) -> Iterator[ObjectInfo]:
+        """Objects under directory ``prefix``, in key order, except those under its child
+        directory ``skip_dir`` (a name): a listing that never pages through that directory
+        (an object store lists up to it, then starts again after it)."""
+        skip = f"{dir_prefix(prefix)}{skip_dir}/"
+        return (o for o in self.list(prefix) if not o.key.startswith(skip))
+
     def list_keys(self, prefix: str) -> Iterator[str]:
         """Keys of the objects directly under ``prefix``, in key order: a non-recursive
         :meth:`list` without sizes or times. A local store reads them from the directory

@@ -257,6 +257,11 @@ class LocalStore(LocalWrites, Store):
         """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
         yield from listing(self, prefix, recursive, [])
 
+    def list_around(self, prefix: str, skip_dir: str) -> Iterator[ObjectInfo]:
+        """As :meth:`Store.list_around`: the skipped directory is not walked."""
+        base = dir_prefix(prefix)
+        yield from listing(self, base, True, [], skip=(f"{base}{skip_dir}",))
+
     def _names_in(self, dir_key: str, keep: Callable[[os.DirEntry], bool]) -> list[str]:
         """Sorted names of the entries of directory ``dir_key`` that ``keep`` accepts, from one
         ``scandir`` of a directory reached without following a link (a linked or missing

@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "lease",
     "history",
     "merge_ops",
+    "cycle",
     "backfill",
     "demo_data",
 ]
