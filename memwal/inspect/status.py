@@ -81,7 +81,11 @@ class TableStatus(Document):
     unreadable_checkpoints: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The table's fields, its shards, and the totals over its shards."""
+        return {**asdict(self), "unmerged_generations": self.unmerged_generations,
+                "unmerged_rows": sum(s.unmerged_rows for s in self.shards), "unmerged_bytes": self.unmerged_bytes,
+                "oldest_unmerged_age_seconds": self.oldest_unmerged_age_seconds,
+                "broken_shards": [s.shard_id for s in self.broken]}
 
     @property
     def broken(self) -> list[ShardStatus]:

@@ -20,6 +20,7 @@ import argparse
 import sys
 from typing import Any
 
+from memwal.actions.options import ENGINES
 from memwal.cli.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -45,7 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--max-seconds", type=float, metavar="S", help="start no table after S seconds")
     run.add_argument("--max-rounds", type=positive_int, metavar="N", help="plan and run at most N rounds")
     run.add_argument("--jobs", metavar="LIST", help="only these jobs (comma-separated; default: all)")
-    run.add_argument("--engine", choices=["local", "spark"], default="local",
+    run.add_argument("--engine", choices=ENGINES, default="local",
                      help="local: tables on threads here; spark: small tables as tasks of one Spark application, "
                           "large ones through the per-table Spark engines")
     run.add_argument("--dry-run", action="store_true", help="one round of every planned job's dry run")
