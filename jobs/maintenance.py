@@ -8,4 +8,4 @@ document (:class:`memwal.cycle.CycleResult`) and exit codes are the CLI's.
 from memwal.spark._entry import run
 
 if __name__ == "__main__":
-    raise SystemExit(run("cycle"))
+    raise SystemExit(run("cycle", app="memwal-maintenance"))

@@ -13,14 +13,12 @@ A status says what a scheduler should do next, not only what happened:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memwal.core.document import Document
-
-if TYPE_CHECKING:
-    from memwal.actions import JobResult
 
 
 class JobStatus(StrEnum):
@@ -35,7 +33,8 @@ class JobStatus(StrEnum):
 @dataclass(frozen=True)
 class JobOutcome(Document):
     """One job on one table: its status, how long it took, one line of what it did or why
-    not, and the action's result (None when it did not run)."""
+    not, and the job's result document (``memwal <job> --json``; None when it did not run).
+    Plain data throughout, so an outcome travels (from a Spark executor, into XCom) whole."""
 
     table: str
     job: str
@@ -44,20 +43,24 @@ class JobOutcome(Document):
     summary: str = ""
     error: str | None = None
     exit_code: int | None = None
-    result: JobResult[Any] | None = field(default=None, compare=False, repr=False)
+    document: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def version(self) -> int | None:
         """The table version the job committed (None: it committed nothing)."""
-        if self.result is None:
-            return None
-        v = self.result.to_dict().get("version")
+        v = (self.document or {}).get("version")
         return v if isinstance(v, int) else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "job": self.job, "status": str(self.status), "seconds": round(self.seconds, 3),
                 "summary": self.summary, "error": self.error, "exit_code": self.exit_code,
-                "result": self.result.to_dict() if self.result is not None else None}
+                "result": dict(self.document) if self.document is not None else None}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> JobOutcome:
+        """An outcome from its :meth:`to_dict` (as it comes back from an executor)."""
+        return cls(str(doc["table"]), str(doc["job"]), JobStatus(doc["status"]), float(doc["seconds"]),
+                   str(doc.get("summary") or ""), doc.get("error"), doc.get("exit_code"), doc.get("result"))
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,10 @@ class CycleResult(Document):
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "status": "failed" if self.failed else "ok", "error": self.error,
                 "jobs": [j.to_dict() for j in self.jobs]}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> CycleResult:
+        return cls(str(doc["table"]), tuple(JobOutcome.from_dict(j) for j in doc["jobs"]))
 
 
 def summarize(job: str, doc: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ many tables goes on with the others.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -61,15 +62,15 @@ def run_job(table: Table, job: str, options: JobOptions) -> JobOutcome:
         return JobOutcome(table.uri, job, JobStatus.FAILED, time.monotonic() - started,
                           error=first_line(exc, table.uri), exit_code=1)
     seconds = time.monotonic() - started
-    doc = result.to_dict()
+    doc = json.loads(result.to_json())  # plain JSON data: it travels and never aliases the result
     if result.problems:
         return JobOutcome(table.uri, job, JobStatus.FAILED, seconds, error="; ".join(result.problems), exit_code=1,
-                          result=result)
+                          document=doc)
     summary = summarize(job, doc)
     if waits_for_time(job, doc):
-        return JobOutcome(table.uri, job, JobStatus.WAITING, seconds, result=result,
+        return JobOutcome(table.uri, job, JobStatus.WAITING, seconds, document=doc,
                           summary=f"{summary}; more becomes free with time: rerun later")
-    return JobOutcome(table.uri, job, JobStatus.DONE, seconds, summary=summary, result=result)
+    return JobOutcome(table.uri, job, JobStatus.DONE, seconds, summary=summary, document=doc)
 
 
 def run_cycle(table: Table, jobs: Sequence[str], options: Mapping[str, JobOptions], *,

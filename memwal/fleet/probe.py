@@ -20,9 +20,12 @@ every gate; a wrong figure can only order the work differently, never do unsafe 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import os
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from pyroaring import BitMap
 
@@ -31,6 +34,8 @@ from memwal.store import ObjectInfo, Store
 from memwal.table.manifest import TableManifest, decode_table_manifest, fragment_stats, maintained_indexes
 from memwal.table.naming import MEM_WAL_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir
 from memwal.table.shards import decode_shard_manifest, parse_manifest_name
+
+log = logging.getLogger(__name__)
 
 _JOBS_FOLDER = "_jobs"
 #: V2 manifest names are ``u64::MAX - version`` in 20 digits: in key order, newest first.
@@ -47,9 +52,11 @@ class ShardFacts:
     #: above the merged one, and the rows of those the shard manifest lists.
     unmerged: dict[int, tuple[int, float]]
     unmerged_rows: int
-    #: Generation folders at or below every index's catch-up (GC may take them) and their bytes.
+    #: Generation folders at or below every index's catch-up (GC may take them), their bytes,
+    #: and the oldest one's flush time (none can go before it is older than GC's retention).
     collectable: int
     collectable_bytes: int
+    collectable_since: float | None
     #: Generations merged but not yet indexed, per maintained index.
     index_behind: dict[str, int]
     #: When its newest manifest was written (a writer's last flush).
@@ -76,14 +83,38 @@ class TableFacts:
     requests: int = field(default=0, compare=False)
 
 
+@dataclass(frozen=True)
+class ManifestFacts:
+    """What the fleet takes from one table manifest (plain data: it is cached, and saved)."""
+
+    tag: str  # the manifest's key and ETag
+    version: int
+    mem_wal: bool
+    indexes: tuple[str, ...]
+    compacted: dict[str, int]
+    catchup: dict[str, dict[str, int]]
+    snapshot_at: float | None
+    fragments: int
+    live_rows: int
+    deleted_rows: int
+    unindexed_fraction: dict[str, float]
+
+
 @dataclass
 class ProbeCache:
-    """Facts and manifests of earlier probes, by table (in-process; thread-safe)."""
+    """Manifest facts and table facts of earlier probes, by table (thread-safe); saved to and
+    loaded from a JSON file so that separate runs (an Airflow task each tick) share it. A cache
+    is only ever used under the same manifest tag or listing fingerprint: it saves reads, it
+    never stands in for a table that changed. An unreadable cache file is ignored whole."""
 
+    manifests: dict[str, ManifestFacts] = field(default_factory=dict)
     facts: dict[str, TableFacts] = field(default_factory=dict)
-    manifests: dict[str, tuple[str, TableManifest, tuple[int, int, int, dict[str, float]]]] = field(
-        default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def known_tables(self) -> frozenset[str]:
+        """The tables earlier probes found (discovery need not list their folders again)."""
+        with self._lock:
+            return frozenset(self.manifests)
 
     def get_facts(self, uri: str, fingerprint: str) -> TableFacts | None:
         with self._lock:
@@ -93,6 +124,53 @@ class ProbeCache:
     def put_facts(self, facts: TableFacts) -> None:
         with self._lock:
             self.facts[facts.uri] = facts
+
+    def get_manifest(self, uri: str, tag: str) -> ManifestFacts | None:
+        with self._lock:
+            cached = self.manifests.get(uri)
+        return cached if cached is not None and cached.tag == tag else None
+
+    def put_manifest(self, uri: str, facts: ManifestFacts) -> None:
+        with self._lock:
+            self.manifests[uri] = facts
+
+    def save(self, path: str) -> None:
+        """Write the cache to ``path`` atomically (a file of our own: never a link followed)."""
+        from memwal.inspect.page import write_chunks
+
+        with self._lock:
+            doc = {"format": 1, "manifests": {u: asdict(m) for u, m in self.manifests.items()},
+                   "facts": {u: asdict(f) for u, f in self.facts.items()}}
+        write_chunks(path, [json.dumps(doc)])
+
+    @classmethod
+    def load(cls, path: str | None) -> ProbeCache:
+        cache = cls()
+        if not path or not os.path.isfile(path):
+            return cache
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read(MAX_CACHE_BYTES + 1)
+            if len(text) > MAX_CACHE_BYTES:
+                raise ValueError(f"larger than {MAX_CACHE_BYTES:,} bytes")
+            doc = json.loads(text)
+            if doc.get("format") != 1:
+                return cache
+            for uri, m in doc["manifests"].items():
+                cache.manifests[uri] = ManifestFacts(**{**m, "indexes": tuple(m["indexes"])})
+            for uri, t in doc["facts"].items():
+                shards = tuple(ShardFacts(**{**s, "unmerged": {int(g): tuple(v) for g, v in s["unmerged"].items()}})
+                               for s in t["shards"])
+                cache.facts[uri] = TableFacts(**{**t, "shards": shards, "maintained_indexes":
+                                                 tuple(t["maintained_indexes"]), "problems": tuple(t["problems"])})
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            log.warning("ignoring the fleet cache %s: %s", path, exc)
+            return cls()
+        return cache
+
+
+#: Largest cache file read (some 2 KB a table).
+MAX_CACHE_BYTES = 256 << 20
 
 
 def _latest_manifest(store: Store) -> ObjectInfo:
@@ -128,51 +206,51 @@ def _index_coverage(manifest: TableManifest, live: dict[int, int], indexes: Iter
     return out
 
 
+def _manifest_facts(store: Store, latest: ObjectInfo, tag: str) -> ManifestFacts:
+    data = store.get(latest.key)
+    where = store.uri_for(latest.key)
+    manifest = decode_table_manifest(data, key=latest.key, where=where)
+    stats = fragment_stats(data, where=where)
+    mem_wal = manifest.mem_wal is not None
+    indexes = tuple(i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME) if mem_wal else ()
+    snapshot = manifest.mem_wal.snapshot_ts_millis if manifest.mem_wal is not None else 0
+    return ManifestFacts(tag, manifest.version, mem_wal, indexes, dict(manifest.compacted),
+                         {k: dict(v) for k, v in manifest.index_catchup.items()}, snapshot / 1000 if snapshot else None,
+                         stats.fragments, stats.physical_rows - stats.deleted_rows, stats.deleted_rows,
+                         _index_coverage(manifest, stats.live_rows, indexes))
+
+
 def probe(uri: str, store: Store, cache: ProbeCache | None = None) -> TableFacts:
     """The facts of the table at ``uri`` (see the module docstring)."""
     cache = cache or ProbeCache()
     requests = 1
     latest = _latest_manifest(store)
-    remembered = cache.manifests.get(uri)
-    if remembered is not None and remembered[0] == f"{latest.key}:{latest.etag}":
-        manifest, (fragments, live_rows, deleted, unindexed) = remembered[1], remembered[2]
-    else:
-        data = store.get(latest.key)
+    tag = f"{latest.key}:{latest.etag}"
+    m = cache.get_manifest(uri, tag)
+    if m is None:
+        m = _manifest_facts(store, latest, tag)
         requests += 1
-        manifest = decode_table_manifest(data, key=latest.key, where=store.uri_for(latest.key))
-        stats = fragment_stats(data, where=store.uri_for(latest.key))
-        indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME] if manifest.mem_wal else []
-        unindexed = _index_coverage(manifest, stats.live_rows, indexes)
-        fragments, live_rows, deleted = stats.fragments, stats.physical_rows - stats.deleted_rows, stats.deleted_rows
-        cache.manifests[uri] = (f"{latest.key}:{latest.etag}", manifest, (fragments, live_rows, deleted, unindexed))
-    if manifest.mem_wal is None:
-        return TableFacts(uri, manifest.version, False, (), (), fragments, live_rows, deleted, {}, None,
-                          f"{latest.key}:{latest.etag}", requests=requests)
+        cache.put_manifest(uri, m)
+    if not m.mem_wal:
+        return TableFacts(uri, m.version, False, (), (), m.fragments, m.live_rows, m.deleted_rows, {}, None, tag,
+                          requests=requests)
     listing = list(store.list_around(f"{MEM_WAL_DIR}/", _JOBS_FOLDER))
     requests += 2
-    digest = hashlib.sha1(f"{latest.key}:{latest.etag}".encode())
+    digest = hashlib.sha1(tag.encode())
     for o in listing:
         digest.update(f"\n{o.key}\t{o.size}\t{o.etag}".encode())
     fingerprint = digest.hexdigest()
     known = cache.get_facts(uri, fingerprint)
     if known is not None:
-        return _replace_requests(known, requests)
-    indexes = tuple(i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME)
-    shards, problems, reads = _shards(store, manifest, indexes, listing)
-    snapshot_at = manifest.mem_wal.snapshot_ts_millis / 1000 if manifest.mem_wal.snapshot_ts_millis else None
-    facts = TableFacts(uri, manifest.version, True, indexes, shards, fragments, live_rows, deleted, unindexed,
-                       snapshot_at, fingerprint, problems, requests + reads)
+        return replace(known, requests=requests)
+    shards, problems, reads = _shards(store, m, listing)
+    facts = TableFacts(uri, m.version, True, m.indexes, shards, m.fragments, m.live_rows, m.deleted_rows,
+                       m.unindexed_fraction, m.snapshot_at, fingerprint, problems, requests + reads)
     cache.put_facts(facts)
     return facts
 
 
-def _replace_requests(facts: TableFacts, requests: int) -> TableFacts:
-    from dataclasses import replace
-
-    return replace(facts, requests=requests)
-
-
-def _shards(store: Store, manifest: TableManifest, indexes: tuple[str, ...],
+def _shards(store: Store, m: ManifestFacts,
             listing: list[ObjectInfo]) -> tuple[tuple[ShardFacts, ...], tuple[str, ...], int]:
     """Per shard, from the listing (and the latest manifest of a shard with unmerged data)."""
     folders: dict[str, dict[int, list[ObjectInfo]]] = {}
@@ -192,11 +270,11 @@ def _shards(store: Store, manifest: TableManifest, indexes: tuple[str, ...],
             folders.setdefault(shard, {}).setdefault(g, []).append(o)
     out, problems, reads = [], [], 0
     for shard in sorted(set(folders) | set(manifests)):
-        merged = manifest.compacted_generation(shard)
+        merged = m.compacted.get(shard, 0)
         gens = folders.get(shard, {})
         unmerged = {g: (sum(o.size for o in objs), min(o.mtime for o in objs)) for g, objs in gens.items()
                     if g > merged}
-        caught = min([manifest.index_catchup.get(i, {}).get(shard, 0) for i in indexes] + [merged])
+        caught = min([m.catchup.get(i, {}).get(shard, 0) for i in m.indexes] + [merged])
         collectable = {g: objs for g, objs in gens.items() if g <= caught}
         versions = sorted(manifests.get(shard, []), key=lambda v: v[0])
         rows = 0
@@ -213,9 +291,10 @@ def _shards(store: Store, manifest: TableManifest, indexes: tuple[str, ...],
                 problems.append(f"shard {shard}: {exc}")
         out.append(ShardFacts(
             shard, merged, unmerged, rows, len(collectable), sum(o.size for objs in collectable.values() for o in objs),
-            {i: max(0, merged - manifest.index_catchup.get(i, {}).get(shard, 0)) for i in indexes},
+            min((o.mtime for objs in collectable.values() for o in objs), default=None),
+            {i: max(0, merged - m.catchup.get(i, {}).get(shard, 0)) for i in m.indexes},
             versions[-1][1].mtime if versions else None))
     return tuple(out), tuple(problems), reads
 
 
-__all__ = ["ProbeCache", "ShardFacts", "TableFacts", "probe"]
+__all__ = ["ManifestFacts", "ProbeCache", "ShardFacts", "TableFacts", "probe"]

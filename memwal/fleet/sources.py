@@ -18,7 +18,7 @@ skipped with the reason. A source that yields no table is bad input.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,10 @@ def _is_uri(text: str) -> bool:
 
 
 def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | None = None,
-             namespace_properties: Mapping[str, str] | None = None) -> Discovery:
-    """Every table the ``sources`` hold (each table once, in the order found)."""
+             namespace_properties: Mapping[str, str] | None = None, known: Collection[str] = ()) -> Discovery:
+    """Every table the ``sources`` hold (each table once, in the order found). A folder under a
+    root whose URI is in ``known`` (tables an earlier plan found) is taken as a table without
+    listing it again: the probe's listing of its ``_versions/`` tells if it still is one."""
     if not sources:
         raise BadInputError("no source given: pass table or root URIs, namespace:dir|rest, or --tables-file")
     tables: dict[str, TableRef] = {}
@@ -79,7 +81,8 @@ def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | Non
     for source in sources:
         before = len(skipped)
         try:
-            found = list(_search(source, dict(storage_options or {}), dict(namespace_properties or {}), skipped))
+            found = list(_search(source, dict(storage_options or {}), dict(namespace_properties or {}), skipped,
+                                 frozenset(known)))
         except BadInputError:
             raise
         except (MemWalError, OSError, ValueError, RuntimeError) as exc:
@@ -94,14 +97,14 @@ def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | Non
 
 
 def _search(source: str, options: dict[str, str], ns_properties: dict[str, str],
-            skipped: list[Skipped]) -> Iterator[TableRef]:
+            skipped: list[Skipped], known: frozenset[str]) -> Iterator[TableRef]:
     if source.startswith(NAMESPACE_PREFIX):
         yield from _namespace_tables(source, ns_properties)
         return
-    yield from _walk(source, options, skipped)
+    yield from _walk(source, options, skipped, known)
 
 
-def _walk(root: str, options: dict[str, str], skipped: list[Skipped]) -> Iterator[TableRef]:
+def _walk(root: str, options: dict[str, str], skipped: list[Skipped], known: frozenset[str]) -> Iterator[TableRef]:
     """Tables at or under ``root``: one directory listing per folder, never through a link."""
     from memwal.store import open_store
 
@@ -111,6 +114,9 @@ def _walk(root: str, options: dict[str, str], skipped: list[Skipped]) -> Iterato
     while pending:
         prefix, depth = pending.pop()
         where = f"{base}/{prefix}".rstrip("/")
+        if prefix and where in known:
+            yield TableRef(where, root, options)
+            continue
         children = store.list_dirs(prefix)
         for link in store.list_links(prefix, recursive=False):
             skipped.append(Skipped(f"{base}/{link}", "a symbolic link: never followed"))

@@ -96,7 +96,10 @@ def history(table: Table, *, limit: int = 20, job: str | None = None, since: flo
             doc["outcome"] = ABANDONED  # its process ended without recording how
         out.runs.append(doc)
     if job is None:
-        out.runs = _with_external(table, records, out.runs, since)
+        # External versions older than the oldest run shown belong to runs not shown, unless
+        # every run was shown (no limit reached): then the timeline goes back to version 1.
+        complete = since is None and len(records) < limit
+        out.runs = _with_external(table, records, out.runs, since, complete=complete)
     return out
 
 
@@ -106,11 +109,12 @@ def _live_runs(table: Table) -> set[str]:
     return {i.run_id for i in list_leases(table.store) if i.state == LIVE and i.run_id}
 
 
-def _with_external(table: Table, records: list[RunRecord], runs: list[RunEntry],
-                   since: float | None) -> list[RunEntry]:
-    """Insert the stretches of versions no shown run committed, newest first."""
+def _with_external(table: Table, records: list[RunRecord], runs: list[RunEntry], since: float | None, *,
+                   complete: bool = False) -> list[RunEntry]:
+    """Insert the stretches of versions no shown run committed, newest first: from ``since``,
+    or from the oldest run shown, or (``complete``: every run is shown) from the first version."""
     ours = {v for r in records for v in r.versions}
-    start = since if since is not None else (min((r.started_at for r in records), default=None))
+    start = since if since is not None or complete else (min((r.started_at for r in records), default=None))
     versions = [(v, obj.mtime) for v, obj in list_version_infos(table.store).items()
                 if v not in ours and (start is None or obj.mtime >= start)]
     if not versions:

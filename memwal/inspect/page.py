@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -101,7 +101,12 @@ def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None
 
 
 def write_page(path: str, data: PageData) -> None:
-    """Write the page atomically (a browser refreshing it never sees half a file), streamed.
+    """Write the page to ``path`` (:func:`write_chunks`)."""
+    write_chunks(path, render_chunks(data))
+
+
+def write_chunks(path: str, chunks: Iterable[str]) -> None:
+    """Write a page atomically (a browser refreshing it never sees half a file), streamed.
 
     The temporary file is created, never opened: a random name made with ``O_EXCL`` beside
     ``path`` (:func:`tempfile.mkstemp`), so a link planted at a predictable name cannot
@@ -111,7 +116,7 @@ def write_page(path: str, data: PageData) -> None:
     try:
         os.fchmod(fd, 0o644)  # a page to share, as an ordinary file written here would be
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for chunk in render_chunks(data):
+            for chunk in chunks:
                 f.write(chunk)
         os.replace(tmp, path)
     except BaseException:
@@ -351,4 +356,5 @@ def render(data: PageData, *, links: list[tuple[str, str, str]] | None = None) -
     return "".join(render_chunks(data, links=links))
 
 
-__all__ = ["PageData", "collect", "render", "render_chunks", "status_page", "stylesheet", "write_page"]
+__all__ = ["PageData", "collect", "fmt_age", "fmt_time", "render", "render_chunks", "status_page", "stylesheet",
+           "write_chunks", "write_page"]

@@ -82,7 +82,11 @@ class TableStatus(Document):
     unreadable_checkpoints: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The table's fields, its shards, and the totals over its shards."""
+        return {**asdict(self), "unmerged_generations": self.unmerged_generations,
+                "unmerged_rows": sum(s.unmerged_rows for s in self.shards), "unmerged_bytes": self.unmerged_bytes,
+                "oldest_unmerged_age_seconds": self.oldest_unmerged_age_seconds,
+                "broken_shards": [s.shard_id for s in self.broken]}
 
     @property
     def broken(self) -> list[ShardStatus]:
@@ -118,7 +122,7 @@ class TableStatus(Document):
         """Publish the lag and catch-up gauges (a no-op without an OpenTelemetry SDK)."""
         from memwal.observe.metrics import record_lag
 
-        record_lag(self.lag(), self.catchup_behind())
+        record_lag(self.table, self.lag(), self.catchup_behind())
 
 
 def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:

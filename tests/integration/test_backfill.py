@@ -208,13 +208,13 @@ def test_gc_held_only_by_the_grace_period_is_not_recorded_as_done(make_table, tm
     jobs = ["merge", "catchup", "gc"]
     first = run_backfill([table.uri], jobs, state=state, job_options=options)
     assert [str(j.status) for j in first.tables[0].jobs] == ["done", "done", "waiting"]
-    assert first.tables[0].jobs[2].result.to_dict()["time_will_free"] is True
+    assert first.tables[0].jobs[2].document["time_will_free"] is True
     assert "more becomes free with time" in first.tables[0].jobs[2].summary and not first.failed_tables
     assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "catchup"}
     again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                          job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
     assert [str(j.status) for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
-    gc = again.tables[0].jobs[2].result.to_dict()
+    gc = again.tables[0].jobs[2].document
     assert gc["deleted"] and not gc["time_will_free"]
 
 
@@ -226,11 +226,11 @@ def test_a_rerun_with_other_options_is_new_work(make_table, tmp_path):
     jobs = ["merge", "catchup", "gc"]
     first = run_backfill([table.uri], jobs, state=state, job_options={"gc": {"expire_versions": "never"}})
     assert [str(j.status) for j in first.tables[0].jobs] == ["done", "done", "done"]
-    assert first.tables[0].jobs[2].result.to_dict()["deleted"] == []  # every version kept: nothing could go
+    assert first.tables[0].jobs[2].document["deleted"] == []  # every version kept: nothing could go
     again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                          job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
     assert [str(j.status) for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
-    assert len(again.tables[0].jobs[2].result.to_dict()["deleted"]) == SMALL.shards * SMALL.generations
+    assert len(again.tables[0].jobs[2].document["deleted"]) == SMALL.shards * SMALL.generations
     same = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
     assert [str(j.status) for j in same.tables[0].jobs] == ["skipped", "skipped", "skipped"]

@@ -16,5 +16,6 @@ COMMAND_MODULES = [
     "merge_ops",
     "cycle",
     "backfill",
+    "fleet",
     "demo_data",
 ]

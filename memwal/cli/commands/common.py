@@ -72,15 +72,6 @@ def table_command(sub: argparse._SubParsersAction, name: str, help: str) -> argp
     return p
 
 
-def add_engine(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engine",
-        choices=["local", "spark"],
-        default="local",
-        help="local: in-process; spark: the active Spark session or a local one",
-    )
-
-
 def _converter(check: Callable[[str, Any], Any], doc: str) -> Callable[[str], Any]:
     """An argparse ``type=`` from a :mod:`memwal.core.validate` check (the one rule for each kind
     of value, shared with the Python API); argparse names the option in its message."""
