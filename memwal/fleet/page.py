@@ -16,7 +16,7 @@ from typing import Any
 
 from memwal.core.text import clip
 from memwal.fleet.status import STATES, FleetStatus
-from memwal.inspect.page import fmt_age, stylesheet
+from memwal.inspect.page import fmt_age, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
 
 _BADGE = {"idle": "ok", "behind": "running", "held": "fenced", "problem": "failed"}
@@ -54,4 +54,9 @@ def fleet_page_chunks(st: FleetStatus, *, link: Callable[[str], str] | None = No
         css=Markup(css), policy=meta_policy(css))
 
 
-__all__ = ["fleet_page_chunks"]
+def write_fleet_page(path: str, status: FleetStatus) -> None:
+    """The fleet page written atomically to ``path`` (as the table page is)."""
+    write_chunks(path, fleet_page_chunks(status))
+
+
+__all__ = ["fleet_page_chunks", "write_fleet_page"]

@@ -136,8 +136,9 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from memwal.fleet.page import write_fleet_page
     from memwal.fleet.probe import ProbeCache
-    from memwal.fleet.status import fleet_status, write_fleet_page
+    from memwal.fleet.status import fleet_status
 
     if args.html:
         check_output_file("--html", args.html)
