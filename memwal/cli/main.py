@@ -14,7 +14,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from memwal.cli.commands import COMMAND_MODULES
 from memwal.cli.commands.common import (
@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_storage_options(args.storage_options)
         check_result_file(getattr(args, "result_file", None))
         result_file = getattr(args, "result_file", None)
-        return args.run(args)
+        command: Callable[[argparse.Namespace], int] = args.run
+        return command(args)
     except MemWalError as exc:
         if args.debug:
             log.exception("failed")

@@ -48,10 +48,11 @@ def fleet_page_chunks(st: FleetStatus, *, link: Callable[[str], str] | None = No
                      "reasons": clip("; ".join(t.reasons), 1000), "href": link(t.table) if link else None,
                      "target": target})
     css = stylesheet()
-    return _template().generate(
+    chunks: Iterator[str] = _template().generate(
         version=__version__, st=st, now=datetime.fromtimestamp(st.now, UTC).strftime("%Y-%m-%d %H:%M:%S"),
         states=[(s, st.by_state.get(s, 0)) for s in STATES], notes=_NOTES, rows=rows, links=list(links or []),
         css=Markup(css), policy=meta_policy(css))
+    return chunks
 
 
 def write_fleet_page(path: str, status: FleetStatus) -> None:

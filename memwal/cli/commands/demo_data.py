@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from memwal.cli.commands.common import EXIT_OK, common_options, positive_int
+from memwal.cli.commands.common import EXIT_OK, Subparsers, common_options, positive_int
 from memwal.errors import BadInputError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     help_text = "write a demo MemWAL table (bucket sharding, BTREE and vector index) with ShardWriter"
     p = sub.add_parser(
         "demo-data",

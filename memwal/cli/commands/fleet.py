@@ -24,6 +24,7 @@ from memwal.actions.options import ENGINES
 from memwal.cli.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
+    Subparsers,
     check_output_file,
     common_options,
     emit,
@@ -35,7 +36,7 @@ from memwal.core.text import one_line
 DEFAULT_TOP = 50
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subparsers) -> None:
     help_text = "many tables: discover them from sources, rank them by debt, maintain them under a budget"
     fleet = sub.add_parser("fleet", help=help_text, description=help_text)
     verbs = fleet.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -58,7 +59,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     status.set_defaults(run=run_status)
 
 
-def _verb(verbs: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
+def _verb(verbs: Subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
     p = verbs.add_parser(name, parents=[common_options()], help=help_text, description=help_text)
     p.add_argument("sources", metavar="SOURCE", nargs="*", help="table URI, root URI, namespace:dir or namespace:rest")
     p.add_argument("--tables-file", metavar="F", help="file with one table URI per line (# comments; - for stdin)")
