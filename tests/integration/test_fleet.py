@@ -208,7 +208,8 @@ def test_an_idle_table_on_s3_costs_at_most_four_requests(s3_server, tmp_path):
     requests = s3_server.requests[mark:]
     assert all(t["jobs"] == [] for t in again["tables"])
     per_table = len(requests) / len(uris)
-    assert per_table <= 4, "\n".join(f"{m} {p}" for m, p in requests)  # per table: _versions/, _mem_wal/ twice; the root listing is shared
+    # per table: _versions/ and _mem_wal/ twice; the root's listing is shared by all
+    assert per_table <= 4, "\n".join(f"{m} {p}" for m, p in requests)
 
 
 def test_the_spark_engine_runs_small_tables_as_tasks_of_one_application(lake, spark_context):
