@@ -133,6 +133,7 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
         raise FleetConfigError(f"no fleet config: set {CONFIG_ENV} to its file")
+    path = os.path.abspath(path)  # the tasks read it again, from another folder maybe
     try:
         doc = yaml.safe_load(read_small_file(path, MAX_CONFIG_BYTES, flag=CONFIG_ENV, what="YAML config"))
     except BadInputError as exc:
