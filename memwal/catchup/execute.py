@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
 from memwal.core import steps
@@ -44,12 +44,22 @@ class CatchupResult(Document):
     def all_recorded(self) -> bool:
         return all(i.recorded for i in self.indexes)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "engine": self.engine,
                 "all_recorded": self.all_recorded, "indexes": [asdict(i) for i in self.indexes]}
 
 
 ALL_DELTAS = 1 << 30
+
+
+class CatchupEngine(Protocol):
+    """Builds what a plan's indexes lack (local: Lance's ``optimize_indices``; spark: segments on
+    executors); returns the versions it committed, calling ``fence`` right before each commit."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan], fence: Fence = None) -> list[int]: ...
 
 
 class LocalCatchupEngine:
@@ -65,13 +75,13 @@ class LocalCatchupEngine:
     def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan], fence: Fence = None) -> list[int]:
         """Run the work; the versions it committed (``fence`` is called right before each
         commit: a lease check, so a job that lost its lease commits nothing more)."""
-        groups = [
+        groups: list[tuple[list[str], dict[str, int | bool]]] = [
             ([i.index_name for i in work if i.action == OPTIMIZE], {"num_indices_to_merge": 1}),
             ([i.index_name for i in work if i.action == RETRAIN and i.is_vector], {"retrain": True}),
             ([i.index_name for i in work if i.action == RETRAIN and not i.is_vector],
              {"num_indices_to_merge": ALL_DELTAS}),
         ]
-        committed = []
+        committed: list[int] = []
         for names, options in groups:
             if names:
                 ds = table.dataset()
@@ -84,7 +94,8 @@ class LocalCatchupEngine:
         return committed
 
 
-def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Lease | None = None) -> CatchupResult:
+def execute_catchup(table: Table, plan: CatchupPlan, engine: CatchupEngine | None = None, *,
+                    lease: Lease | None = None) -> CatchupResult:
     """Run the plan's work; the result names only the versions this run committed (never one
     another holder committed meanwhile), and whether Lance recorded each index's catch-up.
 
@@ -128,7 +139,8 @@ def _others_committed(table: Table, since: int) -> bool:
     return False
 
 
-def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine=None, lease: Lease | None = None,
+def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine: CatchupEngine | None = None,
+                lease: Lease | None = None,
                 indexes: list[str] | None = None, thresholds: CatchupThresholds | None = None,
                 max_attempts: int = 6) -> CatchupResult:
     """Execute ``plan`` (or a fresh one) and insist that Lance recorded the catch-up.

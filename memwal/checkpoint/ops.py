@@ -11,10 +11,8 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
-
-from lance.mem_wal import ShardSnapshot
 
 from memwal.checkpoint.handshake import ViewLostError, wait_for_gc
 from memwal.checkpoint.record import (
@@ -120,11 +118,11 @@ def _view(table: Table) -> tuple[int, dict[str, PinnedShard]]:
     shards = {}
     for sid, state in sorted(found.states.items()):
         merged = manifest.compacted_generation(sid)
-        gens = []
+        gens: list[tuple[int, str]] = []
         for fg in state.flushed:
             if fg.generation > merged:
                 generation_key(sid, fg.path)  # an unsafe path is refused before it is pinned
-                gens.append([fg.generation, fg.path])
+                gens.append((fg.generation, fg.path))
         shards[sid] = PinnedShard(state.current_generation, state.manifest.shard_spec_id, gens)
     return manifest.version, shards
 
@@ -140,7 +138,7 @@ def missing_from_view(table: Table, ckpt: Checkpoint) -> str | None:
     return None
 
 
-def create_checkpoint(table: Table, *, lifetime_seconds: float, name: str | None = None) -> Checkpoint:
+def create_checkpoint(table: Table, *, lifetime_seconds: float | timedelta, name: str | None = None) -> Checkpoint:
     """Pin the LSM view of now for ``lifetime_seconds`` (see the module docstrings)."""
     seconds = lifetime(lifetime_seconds)
     name = checkpoint_name(name)
@@ -173,7 +171,7 @@ def create_checkpoint(table: Table, *, lifetime_seconds: float, name: str | None
     return after_conflict(attempt, what=f"{table.uri}: checkpoint", attempts=CREATE_ATTEMPTS)
 
 
-def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float) -> Checkpoint:
+def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float | timedelta) -> Checkpoint:
     """Extend a live checkpoint to now + ``lifetime_seconds`` (compare-and-swap on its record).
 
     An expired checkpoint is not revived: GC may already have freed what it pinned.
@@ -245,14 +243,7 @@ def read_plan(table: Table, ckpt: Checkpoint) -> ReadPlan:
     plan = ReadPlan(table=table.uri, version=ckpt.version, source=f"checkpoint:{ckpt.id}",
                     snapshot_ts_millis=int(ckpt.created_at * 1000), snapshots=[])
     for sid, shard in sorted(ckpt.shards.items()):
-        snap = ShardSnapshot(sid).with_current_generation(shard.current_generation)
-        if shard.spec_id:
-            snap = snap.with_spec_id(shard.spec_id)
-        for g, path in shard.generations:
-            generation_key(sid, path)
-            snap = snap.with_sstable(g, path)
-            plan.generations.append((sid, g, path))
-        plan.snapshots.append(snap)
+        plan.read_shard(sid, shard.current_generation, shard.spec_id, shard.generations)
         plan.shards.append({"shard_id": sid, "source": plan.source, "manifest_version": None,
                             "generations": shard.numbers, "pruned": False})
     return plan

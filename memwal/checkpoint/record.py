@@ -14,9 +14,11 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.core.validate import FLOATS
 from memwal.errors import BadInputError
 from memwal.table.naming import JOBS_DIR
 
@@ -37,10 +39,15 @@ LONG_PIN_SECONDS = 7 * 24 * 3600.0
 _ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
-def lifetime(value: Any) -> float:
-    """A checkpoint lifetime in seconds: finite, positive, at most a year (exit 2 otherwise)."""
+def lifetime(value: object) -> float:
+    """A checkpoint lifetime in seconds (a number, its text or a :class:`~datetime.timedelta`):
+    finite, positive, at most a year (exit 2 otherwise)."""
     if isinstance(value, bool):
         raise BadInputError(f"lifetime: expected seconds, got {value!r}")
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if not isinstance(value, FLOATS):
+        raise BadInputError(f"lifetime: {value!r} is not a number of seconds")
     try:
         n = float(value)
     except (TypeError, ValueError):
@@ -82,8 +89,8 @@ class PinnedShard:
 
     current_generation: int
     spec_id: int
-    #: ``[generation, path]`` of every generation the view reads, ascending.
-    generations: list[list[Any]] = field(default_factory=list)
+    #: ``(generation, path)`` of every generation the view reads, ascending (stored as pairs).
+    generations: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def numbers(self) -> list[int]:
@@ -139,7 +146,7 @@ class Checkpoint(Document):
         try:
             obj = json.loads(data)
             shards = {str(s): PinnedShard(int(p["current_generation"]), int(p["spec_id"]),
-                                          [[int(g), str(path)] for g, path in p["generations"]])
+                                          [(int(g), str(path)) for g, path in p["generations"]])
                       for s, p in obj["shards"].items()}
             ckpt = cls(id=checkpoint_id(obj["id"]), name=checkpoint_name(obj.get("name")),
                        version=int(obj["version"]), created_at=float(obj["created_at"]),

@@ -14,7 +14,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from memwal.cli.commands import COMMAND_MODULES
 from memwal.cli.commands.common import (
@@ -25,6 +25,7 @@ from memwal.cli.commands.common import (
     parse_storage_options,
     write_failure,
 )
+from memwal.core.process import configure_process
 from memwal.core.secrets import with_options_file
 from memwal.core.text import one_line
 from memwal.errors import MemWalError, first_line
@@ -76,27 +77,8 @@ def configure_logging(debug: bool) -> None:
         logger.propagate = False
 
 
-#: The environment variable Arrow reads, once, when pyarrow is imported.
-ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
-
-
-def configure_allocator() -> None:
-    """Arrow's buffers from the C library's allocator, unless the user chose one.
-
-    pyarrow 26 defaults to mimalloc. Measured on ``memwal merge`` (1M-row base, 200,000
-    change rows, 2 cores, ten runs of each allocator interleaved): the system allocator's
-    median was 0.29 s against 0.34 s, and 0.35 s against 0.37 s with a merge operator; its
-    slowest run 0.34 s against 0.41 s and 0.38 s against 0.46 s (issue 23). Peak memory
-    stayed within 3% (the growth series at 1M and 16M rows). Arrow reads the choice when
-    pyarrow is first imported, so it is made before any command imports it; a process that
-    imported pyarrow first (a host embedding the CLI) keeps its pool.
-    """
-    if "pyarrow" not in sys.modules:
-        os.environ.setdefault(ARROW_POOL_VARIABLE, "system")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    configure_allocator()
+    configure_process()
     args = build_parser().parse_args(argv)
     configure_logging(args.debug)
     from memwal.observe.otel import configure_from_env
@@ -110,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_storage_options(args.storage_options)
         check_result_file(getattr(args, "result_file", None))
         result_file = getattr(args, "result_file", None)
-        return args.run(args)
+        command: Callable[[argparse.Namespace], int] = args.run
+        return command(args)
     except MemWalError as exc:
         if args.debug:
             log.exception("failed")

@@ -18,7 +18,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 from memwal.core.files import read_small_bytes
 from memwal.errors import BadInputError
@@ -41,7 +40,7 @@ def is_secret_key(key: str) -> bool:
     return any(part in k for part in SENSITIVE_KEY_PARTS)
 
 
-def redact_options(options: Mapping[str, Any] | None) -> dict[str, str]:
+def redact_options(options: Mapping[str, object] | None) -> dict[str, str]:
     """The options safe to print or log: every credential-like value replaced by ``***``."""
     return {str(k): (MASK if is_secret_key(k) else str(v)) for k, v in (options or {}).items()}
 
@@ -96,7 +95,7 @@ def write_private_file(path: str, data: bytes) -> None:
 
 
 @contextmanager
-def storage_options_file(options: Mapping[str, Any], prefix: str = "memwal-") -> Iterator[str]:
+def storage_options_file(options: Mapping[str, object], prefix: str = "memwal-") -> Iterator[str]:
     """A 0600 JSON file of ``options`` in a fresh 0700 directory, removed on exit (whatever happens).
 
     Pass its path to a job as ``--storage-options-file PATH``: only the path is on the

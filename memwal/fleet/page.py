@@ -16,7 +16,7 @@ from typing import Any
 
 from memwal.core.text import clip
 from memwal.fleet.status import STATES, FleetStatus
-from memwal.inspect.page import fmt_age, stylesheet
+from memwal.inspect.page import fmt_age, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
 
 _BADGE = {"idle": "ok", "behind": "running", "held": "fenced", "problem": "failed"}
@@ -48,10 +48,16 @@ def fleet_page_chunks(st: FleetStatus, *, link: Callable[[str], str] | None = No
                      "reasons": clip("; ".join(t.reasons), 1000), "href": link(t.table) if link else None,
                      "target": target})
     css = stylesheet()
-    return _template().generate(
+    chunks: Iterator[str] = _template().generate(
         version=__version__, st=st, now=datetime.fromtimestamp(st.now, UTC).strftime("%Y-%m-%d %H:%M:%S"),
         states=[(s, st.by_state.get(s, 0)) for s in STATES], notes=_NOTES, rows=rows, links=list(links or []),
         css=Markup(css), policy=meta_policy(css))
+    return chunks
 
 
-__all__ = ["fleet_page_chunks"]
+def write_fleet_page(path: str, status: FleetStatus) -> None:
+    """The fleet page written atomically to ``path`` (as the table page is)."""
+    write_chunks(path, fleet_page_chunks(status))
+
+
+__all__ = ["fleet_page_chunks", "write_fleet_page"]

@@ -18,7 +18,7 @@ skipped with the reason. A source that yields no table is bad input.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,13 +130,14 @@ def _walk(root: str, options: dict[str, str], skipped: list[Skipped], known: fro
         if depth >= MAX_DEPTH:
             skipped.append(Skipped(where, f"deeper than {MAX_DEPTH} folders: not searched"))
             continue
-        pending += [(f"{prefix}{name}/", depth + 1) for name in reversed(children)]
+        pending += [(f"{prefix}{child}/", depth + 1) for child in reversed(children)]
 
 
 def _namespace_tables(source: str, properties: dict[str, str]) -> Iterator[TableRef]:
     """Every table of a Lance Namespace (``namespace:dir`` or ``namespace:rest``), nested
     namespaces included, with the location and storage options ``describe_table`` gives."""
-    import lance.namespace as lns
+    from lance.namespace import DirectoryNamespace, RestNamespace
+    from lance_namespace import DescribeTableRequest, LanceNamespace, ListNamespacesRequest, ListTablesRequest
 
     impl = source.removeprefix(NAMESPACE_PREFIX)
     if impl not in NAMESPACE_IMPLS:
@@ -145,24 +146,34 @@ def _namespace_tables(source: str, properties: dict[str, str]) -> Iterator[Table
     if needed not in properties:
         raise BadInputError(f"source {source}: needs the namespace property {needed} (--namespace-property "
                             f"{needed}=...)")
-    ns: Any = lns.DirectoryNamespace(**properties) if impl == "dir" else lns.RestNamespace(**properties)
+    ns: LanceNamespace = (DirectoryNamespace(**properties) if impl == "dir"  # type: ignore[no-untyped-call]
+                          else RestNamespace(**properties))  # type: ignore[no-untyped-call]
     pending: list[list[str]] = [[]]
     while pending:
         path = pending.pop()
-        for name in _paged(lambda token, p=path: ns.list_namespaces(lns.ListNamespacesRequest(id=p, page_token=token))):
+
+        def children(token: str | None, p: list[str] = path) -> Any:
+            return ns.list_namespaces(ListNamespacesRequest(id=p, page_token=token))
+
+        def tables(token: str | None, p: list[str] = path) -> Any:
+            return ns.list_tables(ListTablesRequest(id=p, page_token=token))
+
+        for name in _paged(children):
             pending.append([*path, name])
-        for name in _paged(lambda token, p=path: ns.list_tables(lns.ListTablesRequest(id=p, page_token=token))):
-            described = ns.describe_table(lns.DescribeTableRequest(id=[*path, name], with_table_uri=True))
+        for name in _paged(tables):
+            described = ns.describe_table(DescribeTableRequest(id=[*path, name], with_table_uri=True))
             location = described.table_uri or described.location
             if location:
                 yield TableRef(str(location), source, dict(described.storage_options or {}))
 
 
-def _paged(call: Any) -> Iterator[str]:
+def _paged(call: Callable[[str | None], Any]) -> Iterator[str]:
+    """Every name of a paged namespace listing (its namespaces or its tables)."""
     token: str | None = None
     while True:
         page = call(token)
-        yield from page.namespaces if hasattr(page, "namespaces") else page.tables
+        names: list[str] = list(page.namespaces if hasattr(page, "namespaces") else page.tables)
+        yield from names
         token = getattr(page, "page_token", None)
         if not token:
             return

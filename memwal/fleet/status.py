@@ -136,12 +136,4 @@ def fleet_status(sources: Sequence[str], *, policy: Policy | None = None,
     return status_of(plan, top=top, workers=workers)
 
 
-def write_fleet_page(path: str, status: FleetStatus) -> None:
-    """The fleet page (:mod:`memwal.fleet.page`) written atomically to ``path``."""
-    from memwal.fleet.page import fleet_page_chunks
-    from memwal.inspect.page import write_chunks
-
-    write_chunks(path, fleet_page_chunks(status))
-
-
-__all__ = ["STATES", "FleetStatus", "LastRun", "TableLine", "fleet_status", "status_of", "write_fleet_page"]
+__all__ = ["STATES", "FleetStatus", "LastRun", "TableLine", "fleet_status", "status_of"]

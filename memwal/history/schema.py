@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 #: Latest start time a record can state (the history key's limit, the year 5138).
 MAX_TIMESTAMP = (10**14 - 1) / 1000
@@ -29,7 +29,16 @@ class BadRecord(ValueError):
     """A stored run record that does not match the model (the message names the field)."""
 
 
-def _int(name: str, v: Any, *, optional: bool = False) -> int | None:
+class LagTotal(TypedDict):
+    """A run's lag summed over shards (``memwal.history.record.lag_total``)."""
+
+    shards: int
+    generations: int
+    rows: int
+    oldest_seconds: float
+
+
+def _int(name: str, v: object, *, optional: bool = False) -> int | None:
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -37,7 +46,7 @@ def _int(name: str, v: Any, *, optional: bool = False) -> int | None:
     return v
 
 
-def _number(name: str, v: Any, *, optional: bool = False, low: float = 0.0, high: float = math.inf) -> float | None:
+def _number(name: str, v: object, *, optional: bool = False, low: float = 0.0, high: float = math.inf) -> float | None:
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not low <= v <= high:
@@ -45,7 +54,7 @@ def _number(name: str, v: Any, *, optional: bool = False, low: float = 0.0, high
     return float(v)
 
 
-def _text(name: str, v: Any, *, optional: bool = True, limit: int | None = MAX_NAME_CHARS) -> str | None:
+def _text(name: str, v: object, *, optional: bool = True, limit: int | None = MAX_NAME_CHARS) -> str | None:
     if v is None and optional:
         return None
     if not isinstance(v, str) or (limit is not None and len(v) > limit):
@@ -53,35 +62,35 @@ def _text(name: str, v: Any, *, optional: bool = True, limit: int | None = MAX_N
     return v
 
 
-def _flag(name: str, v: Any) -> bool:
+def _flag(name: str, v: object) -> bool:
     if not isinstance(v, bool):
         raise BadRecord(f"{name}: expected true or false, got {_show(v)}")
     return v
 
 
-def _list(name: str, v: Any) -> list[Any]:
+def _list(name: str, v: object) -> list[Any]:
     if not isinstance(v, list) or len(v) > MAX_ITEMS:
         raise BadRecord(f"{name}: expected a list of at most {MAX_ITEMS:,} items, got {_show(v)}")
     return v
 
 
-def _dict(name: str, v: Any) -> dict[str, Any]:
+def _dict(name: str, v: object) -> dict[str, Any]:
     if not isinstance(v, dict) or len(v) > MAX_ITEMS:
         raise BadRecord(f"{name}: expected an object of at most {MAX_ITEMS:,} keys, got {_show(v)}")
     return v
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     text = repr(v)
     return text if len(text) <= 40 else text[:40] + "…"
 
 
-def _counts(name: str, v: Any) -> dict[str, int]:
+def _counts(name: str, v: object) -> dict[str, int]:
     return {str(_text(f"{name} key", k, optional=False)): int(_int(f"{name}[{k!r}]", n) or 0)
             for k, n in _dict(name, v).items()}
 
 
-def _shard_figure(name: str, v: Any) -> dict[str, Any]:
+def _shard_figure(name: str, v: object) -> dict[str, Any]:
     d = _dict(name, v)
     out: dict[str, Any] = {"shard_id": _text(f"{name}.shard_id", d.get("shard_id"), optional=False)}
     for k in ("from_generation", "to_generation", "rows_upserted", "rows_deleted"):
@@ -89,14 +98,14 @@ def _shard_figure(name: str, v: Any) -> dict[str, Any]:
     return out
 
 
-def _index_figure(name: str, v: Any) -> dict[str, Any]:
+def _index_figure(name: str, v: object) -> dict[str, Any]:
     d = _dict(name, v)
     return {"index_name": _text(f"{name}.index_name", d.get("index_name"), optional=False),
             "action": _text(f"{name}.action", d.get("action"), optional=False),
             "recorded": _flag(f"{name}.recorded", d.get("recorded"))}
 
 
-def _plain(name: str, v: Any, depth: int = 0) -> Any:
+def _plain(name: str, v: object, depth: int = 0) -> object:
     """An unknown figure: a JSON value of bounded depth (it is only printed as JSON)."""
     if v is None or isinstance(v, bool | int | str) or (isinstance(v, float) and math.isfinite(v)):
         return v
@@ -108,7 +117,7 @@ def _plain(name: str, v: Any, depth: int = 0) -> Any:
 
 
 #: The figures the jobs write (memwal.history.record.figures) and what each may hold.
-_FIGURES: dict[str, Callable[[str, Any], Any]] = {
+_FIGURES: dict[str, Callable[[str, object], object]] = {
     **{k: lambda n, v: _int(n, v, optional=True) for k in (
         "generations", "rows_upserted", "rows_deleted", "blocked", "shard_count", "wal_entries", "objects", "bytes",
         "checkpoints_removed", "expired_versions", "num_shards", "repairs", "fragments_before", "fragments_after",
@@ -124,11 +133,11 @@ _FIGURES: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-def checked_figures(v: Any) -> dict[str, Any]:
+def checked_figures(v: object) -> dict[str, Any]:
     return {str(k): _FIGURES.get(str(k), _plain)(f"figures.{k}", x) for k, x in _dict("figures", v).items()}
 
 
-def checked_lag(v: Any) -> dict[str, list[float | int | None]]:
+def checked_lag(v: object) -> dict[str, list[float | int | None]]:
     out: dict[str, list[float | int | None]] = {}
     for shard, row in _dict("lag", v).items():
         if not isinstance(row, list) or len(row) != 3:
@@ -139,7 +148,7 @@ def checked_lag(v: Any) -> dict[str, list[float | int | None]]:
     return out
 
 
-def checked_lag_total(v: Any) -> dict[str, float | int] | None:
+def checked_lag_total(v: object) -> LagTotal | None:
     if v is None:
         return None
     d = _dict("lag_total", v)
@@ -149,7 +158,7 @@ def checked_lag_total(v: Any) -> dict[str, float | int] | None:
             "oldest_seconds": float(_number("lag_total.oldest_seconds", d.get("oldest_seconds", 0.0)) or 0.0)}
 
 
-def checked(obj: Any, outcomes: tuple[str, ...]) -> dict[str, Any]:
+def checked(obj: object, outcomes: tuple[str, ...]) -> dict[str, Any]:
     """The fields of a run record from its parsed JSON, each checked (BadRecord otherwise)."""
     d = _dict("record", obj)
     job = _text("job", d.get("job"), optional=False)
@@ -177,10 +186,10 @@ def checked(obj: Any, outcomes: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-def checked_detail(obj: Any) -> tuple[dict[str, Any], dict[str, list[float | int | None]]]:
+def checked_detail(obj: object) -> tuple[dict[str, Any], dict[str, list[float | int | None]]]:
     """The figures and lag of a record's detail object, checked as a record's are."""
     d = _dict("detail", obj)
     return checked_figures(d.get("figures") or {}), checked_lag(d.get("lag") or {})
 
 
-__all__ = ["MAX_TIMESTAMP", "BadRecord", "checked", "checked_detail"]
+__all__ = ["MAX_TIMESTAMP", "BadRecord", "LagTotal", "checked", "checked_detail"]

@@ -20,7 +20,7 @@ from memwal.core.document import Document
 from memwal.core.text import clip, one_line
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
-from memwal.history.record import ABANDONED, RUNNING, RunRecord
+from memwal.history.record import ABANDONED, RUNNING, RunEntry, RunRecord
 from memwal.history.run import RUN_ID_PROPERTY
 from memwal.history.schema import MAX_TIMESTAMP
 from memwal.table.manifest import list_version_infos
@@ -70,7 +70,7 @@ def _in_range(value: object, at: float) -> float:
 @dataclass
 class History(Document):
     table: str
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[RunEntry] = field(default_factory=list)
     #: Records skipped as unreadable (too large, not matching the model, dated in the future),
     #: each as ``"<uri>: <why>"``.
     skipped: list[str] = field(default_factory=list)
@@ -91,12 +91,15 @@ def history(table: Table, *, limit: int = 20, job: str | None = None, since: flo
     live = _live_runs(table)
     out = History(table.uri, skipped=skipped)
     for r in records:
-        doc = r.to_dict()
+        doc = r.entry()
         if r.outcome == RUNNING and r.run_id not in live:
             doc["outcome"] = ABANDONED  # its process ended without recording how
         out.runs.append(doc)
     if job is None:
-        out.runs = _with_external(table, records, out.runs, since)
+        # External versions older than the oldest run shown belong to runs not shown, unless
+        # every run was shown (no limit reached): then the timeline goes back to version 1.
+        complete = since is None and len(records) < limit
+        out.runs = _with_external(table, records, out.runs, since, complete=complete)
     return out
 
 
@@ -106,10 +109,12 @@ def _live_runs(table: Table) -> set[str]:
     return {i.run_id for i in list_leases(table.store) if i.state == LIVE and i.run_id}
 
 
-def _with_external(table: Table, records: list[RunRecord], runs: list[dict], since: float | None) -> list[dict]:
-    """Insert the stretches of versions no shown run committed, newest first."""
+def _with_external(table: Table, records: list[RunRecord], runs: list[RunEntry], since: float | None, *,
+                   complete: bool = False) -> list[RunEntry]:
+    """Insert the stretches of versions no shown run committed, newest first: from ``since``,
+    or from the oldest run shown, or (``complete``: every run is shown) from the first version."""
     ours = {v for r in records for v in r.versions}
-    start = since if since is not None else (min((r.started_at for r in records), default=None))
+    start = since if since is not None or complete else (min((r.started_at for r in records), default=None))
     versions = [(v, obj.mtime) for v, obj in list_version_infos(table.store).items()
                 if v not in ours and (start is None or obj.mtime >= start)]
     if not versions:
@@ -121,12 +126,11 @@ def _with_external(table: Table, records: list[RunRecord], runs: list[dict], sin
             stretches[-1].append((v, t))
         else:
             stretches.append([(v, t)])
-    entries = [_external(table, s) for s in stretches]
-    entries = [e for e in entries if e is not None]
+    entries = [e for e in (_external(table, s) for s in stretches) if e is not None]
     return sorted(runs + entries, key=lambda d: d["started_at"], reverse=True)
 
 
-def _external(table: Table, stretch: list[tuple[int, float]]) -> dict[str, Any] | None:
+def _external(table: Table, stretch: list[tuple[int, float]]) -> RunEntry | None:
     """One external stretch; None when every version in it carries one of our run ids (a run
     whose record was pruned or not shown)."""
     versions = [v for v, _ in stretch]
@@ -162,10 +166,11 @@ def render(h: History) -> str:
     lines = [f"{h.table}: {n} entr{'ies' if n != 1 else 'y'}, newest first{skipped}"]
     for r in h.runs:
         when = datetime.fromtimestamp(r["started_at"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-        took = "" if not r.get("finished_at") else f" {r['finished_at'] - r['started_at']:.1f}s"
+        finished, failure = r["finished_at"], r["error"]
+        took = "" if not finished else f" {finished - r['started_at']:.1f}s"
         versions = _span(r["versions"])
         what = _summary(r)
-        error = f" error: {clip(one_line(r['error']))}" if r.get("error") else ""
+        error = f" error: {clip(one_line(failure))}" if failure else ""
         lines.append(f"  {when}{took:>8}  {r['job']:<8} {r['outcome']:<13} versions {versions}{what}{error}")
     return "\n".join(lines)
 
@@ -177,7 +182,7 @@ def _span(vs: list[int]) -> str:
         else ",".join(map(str, vs))
 
 
-def _summary(r: dict[str, Any]) -> str:
+def _summary(r: RunEntry) -> str:
     f = r.get("figures") or {}
     if r["job"] == "merge" and f:
         return f"  {f.get('generations', 0)} generations, {f.get('rows_upserted', 0)} upserted, " \

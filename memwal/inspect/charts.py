@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
@@ -74,7 +74,7 @@ def _attrs(data: dict[str, str]) -> str:
     return "".join(f' data-{escape(k)}="{escape(str(v))}"' for k, v in data.items())
 
 
-def _y_axis(ticks: list[float], scale, label: str, height: float) -> list[str]:
+def _y_axis(ticks: list[float], scale: Callable[[float], float], label: str, height: float) -> list[str]:
     out = []
     for t in ticks:
         y = scale(t)

@@ -30,15 +30,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from memwal.core import clock as clocks
 from memwal.core.text import clip
-from memwal.history.record import lag_total
+from memwal.history.record import RunEntry, lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
 from memwal.inspect.policy import meta_policy
 
 if TYPE_CHECKING:
+    import jinja2
+
     from memwal.inspect.status import ShardStatus, TableStatus
     from memwal.table import Table
 
@@ -58,11 +60,19 @@ class PageData:
     """What the page shows: the status now and the history read for it."""
 
     status: TableStatus
-    runs: list[dict[str, Any]] = field(default_factory=list)  # ``memwal history --json`` runs, newest first
+    runs: list[RunEntry] = field(default_factory=list)  # ``memwal history --json`` runs, newest first
     now: float = 0.0
     history_error: str | None = None
     #: History records skipped as unreadable (too large, not matching the model, far future).
     history_skipped: int = 0
+
+
+class CollectOptions(TypedDict, total=False):
+    """What :func:`collect` reads, as :func:`status_page` passes it on."""
+
+    status: TableStatus | None
+    runs: int
+    now: float | None
 
 
 def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFAULT_RUNS,
@@ -82,7 +92,8 @@ def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFA
     return PageData(st, docs, now, error, len(skipped))
 
 
-def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None, **options: Any) -> Iterator[str]:
+def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None,
+                **options: Unpack[CollectOptions]) -> Iterator[str]:
     """The page of ``table``, piece by piece (see :func:`collect` for the options; ``links``:
     ``(href, label, target)`` shown above the title, e.g. back to a list of tables). The
     table is read before the first piece is given: a failure to read it raises here."""
@@ -155,7 +166,20 @@ def span(values: list[int]) -> str:
     return ", ".join(map(str, values[:6])) + (" …" if len(values) > 6 else "")
 
 
-def run_summary(r: dict[str, Any]) -> str:
+def _run_view(r: RunEntry) -> dict[str, str | None]:
+    """One row of the recent runs table, formatted."""
+    finished, error = r.get("finished_at"), r.get("error")
+    took = finished - r["started_at"] if finished else None
+    return {
+        "job": r.get("job"), "outcome": r.get("outcome"), "started": fmt_time(r.get("started_at")),
+        "took": "-" if took is None else fmt_age(took) if took >= 1 else f"{took:.1f}s",
+        "versions": span(list(r.get("versions") or [])), "summary": clip(run_summary(r)),
+        "run_id": clip(r.get("run_id") or "", 80), "engine": clip(r.get("engine") or "", 80),
+        "error": clip(error) if error else None,
+    }
+
+
+def run_summary(r: RunEntry) -> str:
     """One line of what a run did, from its figures."""
     f = r.get("figures") or {}
     job = r.get("job")
@@ -286,14 +310,7 @@ def view(data: PageData) -> dict[str, Any]:
         "lag_points": len(points),
         "lag_over_time": line_chart(points, y_label="unmerged generations", chart_id="lag-over-time",
                                     caption="unmerged generations over time: after each recorded run, then now"),
-        "runs": [{
-            "job": r.get("job"), "outcome": r.get("outcome"), "started": fmt_time(r.get("started_at")),
-            "took": "-" if not r.get("finished_at") else fmt_age(r["finished_at"] - r["started_at"])
-            if r["finished_at"] - r["started_at"] >= 1 else f"{r['finished_at'] - r['started_at']:.1f}s",
-            "versions": span(list(r.get("versions") or [])), "summary": clip(run_summary(r)),
-            "run_id": clip(r.get("run_id") or "", 80), "engine": clip(r.get("engine") or "", 80),
-            "error": clip(r["error"]) if r.get("error") else None,
-        } for r in runs[:RECENT_RUNS]],
+        "runs": [_run_view(r) for r in runs[:RECENT_RUNS]],
         "runs_read": len(runs),
         "history_error": data.history_error,
         "history_skipped": data.history_skipped,
@@ -312,7 +329,7 @@ def view(data: PageData) -> dict[str, Any]:
 
 
 @cache
-def _template() -> Any:
+def _template() -> jinja2.Template:
     import jinja2
 
     text = resources.files("memwal.inspect").joinpath("status_page.html.j2").read_text(encoding="utf-8")

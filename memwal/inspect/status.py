@@ -10,6 +10,7 @@ damaged generation that stops a shard's merges is named as that shard's ``proble
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from memwal.core import clock as clocks
 from memwal.core.document import Document
@@ -80,8 +81,12 @@ class TableStatus(Document):
     #: Checkpoint records that are no checkpoint (corrupt, too large, misnamed): why, each.
     unreadable_checkpoints: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        """The table's fields, its shards, and the totals over its shards."""
+        return {**asdict(self), "unmerged_generations": self.unmerged_generations,
+                "unmerged_rows": sum(s.unmerged_rows for s in self.shards), "unmerged_bytes": self.unmerged_bytes,
+                "oldest_unmerged_age_seconds": self.oldest_unmerged_age_seconds,
+                "broken_shards": [s.shard_id for s in self.broken]}
 
     @property
     def broken(self) -> list[ShardStatus]:

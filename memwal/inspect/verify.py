@@ -15,6 +15,7 @@ naming the object by its full path.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -59,7 +60,7 @@ class VerifyResult(Document):
     def ok(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ok"] = self.ok
         return d

@@ -18,11 +18,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar, runtime_checkable
+
+_TableIn = TypeVar("_TableIn", contravariant=True)
+_LeaseIn = TypeVar("_LeaseIn", contravariant=True)
+_Table = TypeVar("_Table")
+_Lease = TypeVar("_Lease")
+_Outcome = TypeVar("_Outcome")
+_Engine = TypeVar("_Engine")
 
 
 class Listener(Protocol):
-    def planned(self, job: str, plan: Any) -> None: ...
+    def planned(self, job: str, plan: object) -> None: ...
 
     def shard_done(self, job: str, shard_id: str, *, generations: int = 0, wal_entries: int = 0) -> None: ...
 
@@ -39,7 +46,7 @@ def listening(listener: Listener) -> Iterator[None]:
         _listeners.remove(listener)
 
 
-def planned(job: str, plan: Any) -> None:
+def planned(job: str, plan: object) -> None:
     for listener in list(_listeners):
         listener.planned(job, plan)
 
@@ -49,9 +56,22 @@ def shard_done(job: str, shard_id: str, *, generations: int = 0, wal_entries: in
         listener.shard_done(job, shard_id, generations=generations, wal_entries=wal_entries)
 
 
-def engine(job: str, inner: Any) -> Any:
+@runtime_checkable
+class Deleter(Protocol[_TableIn, _LeaseIn, _Outcome]):
+    """What GC asks of its engine (``memwal.gc.delete.LocalGcEngine``, the Spark one): typed by
+    the table, lease and per-prefix outcome the engine works with."""
+
+    @property
+    def name(self) -> str: ...
+
+    def delete_prefixes(self, table: _TableIn, prefixes: list[str], lease: _LeaseIn, /) -> list[_Outcome]: ...
+
+    def delete_keys(self, table: _TableIn, keys: list[str], lease: _LeaseIn, /) -> list[str]: ...
+
+
+def engine(job: str, inner: _Engine) -> _Engine | ShardByShard[object, object, object]:
     """The engine a job runs on: ``inner``, or for GC with a listener, :class:`ShardByShard`."""
-    if not _listeners or job != "gc":
+    if not _listeners or job != "gc" or not isinstance(inner, Deleter):
         return inner
     return ShardByShard(inner)
 
@@ -71,7 +91,7 @@ def _by_shard(keys: list[str]) -> dict[str | None, list[int]]:
     return groups
 
 
-class ShardByShard:
+class ShardByShard(Generic[_Table, _Lease, _Outcome]):
     """A GC engine that deletes one shard at a time and says so after each.
 
     Each call to the engine it wraps is the same call GC makes (same checks, same batches, a
@@ -80,14 +100,14 @@ class ShardByShard:
     object), and its shards are reported when the pass ends.
     """
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Deleter[_Table, _Lease, _Outcome]) -> None:
         self.inner = inner
         self.name = inner.name
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def delete_prefixes(self, table: Any, prefixes: list[str], lease: Any) -> list[Any]:
+    def delete_prefixes(self, table: _Table, prefixes: list[str], lease: _Lease) -> list[_Outcome]:
         groups = _by_shard(prefixes)
         if self.name != "local":
             out = self.inner.delete_prefixes(table, prefixes, lease)
@@ -95,24 +115,24 @@ class ShardByShard:
                 if shard is not None:
                     shard_done("gc", shard, generations=len(idx))
             return out
-        results: list[Any] = [None] * len(prefixes)
+        results: dict[int, _Outcome] = {}
         for shard, idx in groups.items():
             for i, outcome in zip(idx, self.inner.delete_prefixes(table, [prefixes[i] for i in idx], lease),
                                   strict=True):
                 results[i] = outcome
             if shard is not None:
                 shard_done("gc", shard, generations=len(idx))
-        return results
+        return [results[i] for i in range(len(prefixes))]
 
-    def delete_keys(self, table: Any, keys: list[str], lease: Any) -> list[str]:
+    def delete_keys(self, table: _Table, keys: list[str], lease: _Lease) -> list[str]:
         groups = _by_shard(keys)
         if self.name != "local":
-            refused = self.inner.delete_keys(table, keys, lease)
+            all_refused = self.inner.delete_keys(table, keys, lease)
             for shard, idx in groups.items():
                 if shard is not None:
                     shard_done("gc", shard, wal_entries=len(idx))
-            return refused
-        refused = []
+            return all_refused
+        refused: list[str] = []
         for shard, idx in groups.items():
             refused += list(self.inner.delete_keys(table, [keys[i] for i in idx], lease) or [])
             if shard is not None:

@@ -52,17 +52,17 @@ import json
 import logging
 import uuid as uuidlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import lance
-from lance.dataset import Index
+from lance.dataset import Index, IndexFile
 
 from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.history import run as history
 from memwal.pb import mem_wal_index_pb2
-from memwal.snapshot.slots import analyse_round, apply_slots, describe_slot, desired_after, slots_of
+from memwal.snapshot.slots import Fixes, analyse_round, apply_slots, describe_slot, desired_after, slots_of
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
@@ -74,7 +74,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
-Slot = tuple[str, ...]
 
 
 #: Written before each commit, removed once the commit is proven to have lost nothing.
@@ -91,7 +90,7 @@ class GuardedCommit:
     attempts: int = 0
     repairs: int = 0
     interleaved_commits: int = 0
-    repaired: list[dict] = field(default_factory=list)
+    repaired: list[dict[str, Any]] = field(default_factory=list)  # describe_slot + "to", "from"
     recovered: bool = False
 
 
@@ -102,15 +101,18 @@ def _require_details(m: TableManifest, uri: str) -> mem_wal_index_pb2.MemWalInde
 
 
 def _commit_replacement(
-    table: Table, latest: TableManifest, details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str, files
+    table: Table, latest: TableManifest, details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str,
+    files: list[IndexFile] | None
 ) -> int:
     old = mem_wal_entry(latest)
+    if old is None:  # _require_details checked it on this same manifest
+        raise BadInputError(f"{table.uri}: table version {latest.version} has no MemWAL index")
     removed = Index(
         uuid=old.uuid,
         name=MEM_WAL_INDEX_NAME,
         fields=[],
         dataset_version=old.dataset_version,
-        fragment_ids=set(),
+        fragment_ids=set(),  # type: ignore[arg-type]  # Lance takes a set here (Index's docstring); typed Bitmap
         index_version=0,
     )
     new = Index(
@@ -118,7 +120,7 @@ def _commit_replacement(
         name=MEM_WAL_INDEX_NAME,
         fields=[],
         dataset_version=latest.version,
-        fragment_ids=set(),
+        fragment_ids=set(),  # type: ignore[arg-type]  # as above
         index_version=0,
         files=files,
         index_details=(MEM_WAL_DETAILS_TYPE_URL, details.SerializeToString()),
@@ -141,43 +143,51 @@ def _find_commit(versions: TableVersions, read_version: int, index_uuid: str) ->
     return None
 
 
+@dataclass(frozen=True)
+class _Round:
+    """One replacement commit of a refresh: the version it read, the index UUID it wrote."""
+
+    read_version: int
+    index_uuid: str
+
+
 class _Journal:
     """``pending.json``: the rounds of a refresh whose commits are not yet checked for H1."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.rounds: list[dict[str, Any]] = []
+        self.rounds: list[_Round] = []
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[_Round]:
         try:
             raw = self.store.get(JOURNAL_KEY)
         except NotFoundError:
             return []
         try:
             rounds = json.loads(raw)["rounds"]
-            return [{"read_version": int(r["read_version"]), "index_uuid": str(r["index_uuid"])} for r in rounds]
+            return [_Round(int(r["read_version"]), str(r["index_uuid"])) for r in rounds]
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring a corrupt snapshot journal at %s", self.store.uri_for(JOURNAL_KEY))
             return []
 
     def add(self, read_version: int, index_uuid: str) -> None:
-        self.rounds.append({"read_version": read_version, "index_uuid": index_uuid})
-        self.store.put(JOURNAL_KEY, json.dumps({"rounds": self.rounds}).encode())
+        self.rounds.append(_Round(read_version, index_uuid))
+        self.store.put(JOURNAL_KEY, json.dumps({"rounds": [asdict(r) for r in self.rounds]}).encode())
 
     def clear(self) -> None:
         self.rounds = []
         self.store.delete_many([JOURNAL_KEY])
 
 
-def _recover_fixes(table: Table, rounds: list[dict[str, Any]]) -> dict[Slot, tuple[Any, Any]] | None:
+def _recover_fixes(table: Table, rounds: list[_Round]) -> Fixes | None:
     """Analyse the last committed round of an interrupted refresh; None when none committed."""
     versions = TableVersions(table.store)
     for r in reversed(rounds):
         try:
-            w = _find_commit(versions, r["read_version"], r["index_uuid"])
+            w = _find_commit(versions, r.read_version, r.index_uuid)
             if w is None:
                 continue
-            read = slots_of(_require_details(versions.at(r["read_version"]), table.uri))
+            read = slots_of(_require_details(versions.at(r.read_version), table.uri))
             wrote = slots_of(_require_details(versions.at(w), table.uri))
             before = slots_of(_require_details(versions.at(w - 1), table.uri))
         except (NotFoundError, BadInputError) as exc:
@@ -189,7 +199,7 @@ def _recover_fixes(table: Table, rounds: list[dict[str, Any]]) -> dict[Slot, tup
 
 def commit_mem_wal_details(
     table: Table,
-    update: Callable[[mem_wal_index_pb2.MemWalIndexDetails, str, bool], Any],
+    update: Callable[[mem_wal_index_pb2.MemWalIndexDetails, str, bool], list[IndexFile] | None],
     *,
     index_uuid: str | None = None,
     lease: Lease | None = None,
@@ -206,7 +216,7 @@ def commit_mem_wal_details(
     store = table.store
     journal = _Journal(store)
     outcome = GuardedCommit(version=0, read_version=0, index_uuid=index_uuid or "")
-    fixes: dict[Slot, tuple[Any, Any]] = {}
+    fixes: Fixes = {}
     pending = journal.load()
     if pending:
         recovered = _recover_fixes(table, pending)

@@ -208,7 +208,8 @@ def test_an_idle_table_on_s3_costs_at_most_four_requests(s3_server, tmp_path):
     requests = s3_server.requests[mark:]
     assert all(t["jobs"] == [] for t in again["tables"])
     per_table = len(requests) / len(uris)
-    assert per_table <= 4, "\n".join(f"{m} {p}" for m, p in requests)  # per table: _versions/, _mem_wal/ twice; the root listing is shared
+    # per table: _versions/ and _mem_wal/ twice; the root's listing is shared by all
+    assert per_table <= 4, "\n".join(f"{m} {p}" for m, p in requests)
 
 
 def test_a_maintained_table_with_new_data_reads_only_its_planned_jobs_leases(s3_server, tmp_path):

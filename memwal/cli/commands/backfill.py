@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any
 
+from memwal.actions.action import Action
 from memwal.actions.options import JobOptions, option_names
 from memwal.backfill import (
     DEFAULT_STATE_FILE,
@@ -28,14 +29,14 @@ from memwal.backfill import (
     table_uri_problem,
     unique_tables,
 )
-from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, common_options, emit, positive_int
+from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Subparsers, common_options, emit, positive_int
 from memwal.cli.options import add_arguments
 from memwal.core.text import one_line
 from memwal.cycle import JobOutcome, JobStatus
 from memwal.errors import BadInputError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     help_text = "run maintenance jobs over many tables, resumably"
     p = sub.add_parser("backfill", parents=[common_options()], help=help_text, description=help_text)
     p.add_argument("tables", metavar="TABLE", nargs="*", help="table URIs (local paths or s3://bucket/prefix)")
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _actions() -> dict:
+def _actions() -> dict[str, Action[Any, Any, Any]]:
     from memwal.actions import ACTIONS
 
     return ACTIONS

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, argparse_type, common_options, emit, open_table_arg
+from memwal.cli.commands.common import EXIT_OK, Subparsers, argparse_type, common_options, emit, open_table_arg
 
 HELP = "pin the LSM view of now for long readers: create, list, refresh, delete"
 
@@ -23,21 +24,24 @@ def _lifetime(name: str, value: str) -> float:
     return lifetime(value)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("checkpoint", help=HELP, description=HELP)
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    life = {"type": argparse_type(_lifetime), "required": True, "metavar": "SECONDS",
-            "help": "how long the checkpoint pins its view (at most a year; refresh it before it runs out)"}
+    def lifetime_flag(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--lifetime", type=argparse_type(_lifetime), required=True, metavar="SECONDS",
+                            help="how long the checkpoint pins its view (at most a year; refresh it before it "
+                                 "runs out)")
+
     create = verbs.add_parser("create", parents=[common_options()], help="pin the view of now")
     create.add_argument("table", metavar="TABLE", help="table URI")
-    create.add_argument("--lifetime", **life)
+    lifetime_flag(create)
     create.add_argument("--name", help="a name for people (shown by list)")
     ls = verbs.add_parser("list", parents=[common_options()], help="the table's checkpoints")
     ls.add_argument("table", metavar="TABLE", help="table URI")
     refresh = verbs.add_parser("refresh", parents=[common_options()], help="extend a live checkpoint")
     refresh.add_argument("table", metavar="TABLE", help="table URI")
     refresh.add_argument("id", metavar="ID", help="checkpoint id")
-    refresh.add_argument("--lifetime", **life)
+    lifetime_flag(refresh)
     delete = verbs.add_parser("delete", parents=[common_options()], help="release a checkpoint")
     delete.add_argument("table", metavar="TABLE", help="table URI")
     delete.add_argument("id", metavar="ID", help="checkpoint id")
@@ -81,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _count(doc: dict) -> int:
+def _count(doc: dict[str, Any]) -> int:
     return sum(len(g) for g in doc["shards"].values())
 
 
@@ -89,7 +93,7 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
 
 
-def render(uri: str, items: list[dict], unreadable: list[dict]) -> str:
+def render(uri: str, items: list[dict[str, Any]], unreadable: list[dict[str, Any]]) -> str:
     lines = [f"{uri}: {len(items)} checkpoint{'s' * (len(items) != 1)}" if items else f"{uri}: no checkpoints"]
     for c in items:
         state = "live" if c["live"] else "EXPIRED (gc removes it)"

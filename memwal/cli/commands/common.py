@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from memwal.core import validate
 from memwal.core.secrets import redact_pair
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from memwal.table import Table
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE = 0, 1, 2, 3
+#: What ``add_subparsers`` returns (generic only to the type checker).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class Parser(argparse.ArgumentParser):
@@ -66,19 +68,10 @@ def common_options(*, json_flag: bool = True) -> argparse.ArgumentParser:
     return p
 
 
-def table_command(sub: argparse._SubParsersAction, name: str, help: str) -> argparse.ArgumentParser:
+def table_command(sub: Subparsers, name: str, help: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, parents=[common_options()], help=help, description=help)
     p.add_argument("table", metavar="TABLE", help="local path or s3://bucket/prefix of the base table")
     return p
-
-
-def add_engine(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engine",
-        choices=["local", "spark"],
-        default="local",
-        help="local: in-process; spark: the active Spark session or a local one",
-    )
 
 
 def _converter(check: Callable[[str, Any], Any], doc: str) -> Callable[[str], Any]:

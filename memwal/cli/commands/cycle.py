@@ -14,14 +14,14 @@ import logging
 import sys
 
 from memwal.cli.commands.backfill import add_job_arguments, job_options_from
-from memwal.cli.commands.common import EXIT_OK, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
 from memwal.core.text import one_line
 from memwal.cycle import JOB_ORDER, CycleResult, JobOutcome, JobStatus, parse_jobs, run_cycle
 
 log = logging.getLogger("memwal.cycle")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = table_command(sub, "cycle", "the whole maintenance cycle of one table: merge, catchup, compact, snapshot, gc")
     p.add_argument("--jobs", default=",".join(JOB_ORDER), metavar="LIST",
                    help=f"comma-separated jobs, run in the order {', '.join(JOB_ORDER)} (default: all)")

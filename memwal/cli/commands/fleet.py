@@ -20,9 +20,11 @@ import argparse
 import sys
 from typing import Any
 
+from memwal.actions.options import ENGINES
 from memwal.cli.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
+    Subparsers,
     check_output_file,
     common_options,
     emit,
@@ -34,7 +36,7 @@ from memwal.core.text import one_line
 DEFAULT_TOP = 50
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subparsers) -> None:
     help_text = "many tables: discover them from sources, rank them by debt, maintain them under a budget"
     fleet = sub.add_parser("fleet", help=help_text, description=help_text)
     verbs = fleet.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -45,7 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--max-seconds", type=float, metavar="S", help="start no table after S seconds")
     run.add_argument("--max-rounds", type=positive_int, metavar="N", help="plan and run at most N rounds")
     run.add_argument("--jobs", metavar="LIST", help="only these jobs (comma-separated; default: all)")
-    run.add_argument("--engine", choices=["local", "spark"], default="local",
+    run.add_argument("--engine", choices=ENGINES, default="local",
                      help="local: tables on threads here; spark: small tables as tasks of one Spark application, "
                           "large ones through the per-table Spark engines")
     run.add_argument("--dry-run", action="store_true", help="one round of every planned job's dry run")
@@ -57,7 +59,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     status.set_defaults(run=run_status)
 
 
-def _verb(verbs: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
+def _verb(verbs: Subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
     p = verbs.add_parser(name, parents=[common_options()], help=help_text, description=help_text)
     p.add_argument("sources", metavar="SOURCE", nargs="*", help="table URI, root URI, namespace:dir or namespace:rest")
     p.add_argument("--tables-file", metavar="F", help="file with one table URI per line (# comments; - for stdin)")
@@ -135,8 +137,9 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from memwal.fleet.page import write_fleet_page
     from memwal.fleet.probe import ProbeCache
-    from memwal.fleet.status import fleet_status, write_fleet_page
+    from memwal.fleet.status import fleet_status
 
     if args.html:
         check_output_file("--html", args.html)

@@ -71,7 +71,7 @@ class JobDisplay:
         self.shard_totals: dict[str, list[int]] = {}  # shard -> [generations, wal entries] planned
         self.deleted = [0, 0]  # generations, WAL entries: what GC said it deleted
         self.shards_done: set[str] = set()
-        self._handlers: list[tuple[logging.StreamHandler, Any]] = []
+        self._handlers: list[tuple[logging.StreamHandler[Any], Any]] = []
 
     # -- the display's lifetime: logs written through it while it is live
     def __enter__(self) -> JobDisplay:

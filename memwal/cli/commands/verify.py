@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Subparsers, emit, open_table_arg, table_command
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     return table_command(sub, "verify", "check the table's MemWAL invariants (changes nothing)")
 
 
