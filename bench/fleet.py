@@ -294,7 +294,7 @@ def goals(phase: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.fleet_chart import chart, summary
+    from bench.fleet_chart import chart, publish, summary
     from bench.harness import machine_info
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -327,16 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode in cfg.phases.split(","):
         doc["phases"][mode] = run_phase(mode, cfg, work / "pristine", names, work)
         doc["phases"][mode]["goals"] = goals(doc["phases"][mode])
-    doc["total_seconds"] = round(time.perf_counter() - started, 1)
-    doc["machine"]["load_average_at_end"] = os.getloadavg()
-    print(summary(doc), file=sys.stderr)
-    json.dump(doc, sys.stdout, indent=1)
-    print()
-    if cfg.out:
-        out = Path(cfg.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "fleet.json").write_text(json.dumps(doc, indent=1))
-        chart(doc, out / "fleet.png")
+    publish(doc, cfg.out, "fleet", started, summary, chart)
     return 0
 
 

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +121,9 @@ def summary(doc: dict[str, Any]) -> str:
                      f" (goal p99 <= 2: {'met' if g['p99_met'] else 'NOT MET'}; under capacity: {g['under_capacity']},"
                      f" busiest tick {ph['load']['busy_share_max']:.0%})")
         lines.append(f"    fairness (mean lag max/min in a class): {g['fairness_max_over_min']} "
-                     f"({'met' if g['fairness_met'] else 'NOT MET'}); starved tables: {g['starved']}; GC backlog max "
-                     f"{ph['gc_backlog']['max']}, at the end {ph['gc_backlog']['last']}")
+                     f"({'met' if g['fairness_met'] else 'NOT MET'}); starved tables: {g['starved']}; GC backlog mean "
+                     f"{ph['gc_backlog']['mean']}, max {ph['gc_backlog']['max']} (all generations on storage: max "
+                     f"{ph['gc_backlog']['on_storage_max']})")
         lines.append(f"    idle table requests per tick: mean {g['idle_requests_per_tick_mean']}, max "
                      f"{g['idle_requests_per_tick_max']} ({'met' if g['idle_met'] else 'NOT MET'}); rows after a final "
                      f"merge: {'ok' if g['rows_ok'] else 'WRONG'}; failed runs {ph['failed_runs']}")
@@ -202,3 +208,20 @@ def plan_summary(doc: dict[str, Any]) -> str:
         lines.append(f"    today's shape on an idle table: memwal status {today['status']['per_table']:g}, "
                      f"memwal cycle {today['cycle']['per_table']:g} requests")
     return "\n".join(lines)
+
+
+def publish(doc: dict[str, Any], out: str | None, name: str, started: float, text: Callable[[dict[str, Any]], str],
+            draw: Callable[[dict[str, Any], Path], None]) -> None:
+    """The run's seconds (since the ``perf_counter`` value ``started``) and the machine's load into
+    the document; its summary to stderr, the document to stdout, with ``out`` ``OUT/NAME.json`` and
+    its chart ``OUT/NAME.png``."""
+    doc["total_seconds"] = round(time.perf_counter() - started, 1)
+    doc["machine"]["load_average_at_end"] = os.getloadavg()
+    print(text(doc), file=sys.stderr)
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(json.dumps(doc, indent=1))
+        draw(doc, folder / f"{name}.png")

@@ -131,8 +131,11 @@ def gc_backlog(samples: list[dict[str, Any]], merges: list[dict[str, Any]], *, t
         series.append({"tick": round((s["at"] - t0) / tick, 2), "merged_on_storage": backlog,
                        "unmerged_on_storage": unmerged})
     values = [p["merged_on_storage"] for p in series]
+    total = [p["merged_on_storage"] + p["unmerged_on_storage"] for p in series]
     return {"series": series, "max": max(values, default=0),
-            "mean": round(statistics.fmean(values), 1) if values else 0, "last": values[-1] if values else 0}
+            "mean": round(statistics.fmean(values), 1) if values else 0, "last": values[-1] if values else 0,
+            "on_storage_max": max(total, default=0),
+            "on_storage_mean": round(statistics.fmean(total), 1) if total else 0}
 
 
 def request_figures(per_tick: list[Mapping[str, int]], classes: Mapping[str, str]) -> dict[str, Any]:

@@ -314,7 +314,7 @@ def measure_store(kind: str, server: Any, lake: Path, sizes: list[int], n: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.fleet_chart import plan_chart, plan_summary
+    from bench.fleet_chart import plan_chart, plan_summary, publish
     from bench.harness import machine_info
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -349,17 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 doc[name] = measure_store(kind, server, work / "lake", sizes, args.store_tables, work)
             finally:
                 server.stop()
-    doc["total_seconds"] = round(time.perf_counter() - started, 1)
-    doc["machine"]["load_average_at_end"] = os.getloadavg()
-    text = plan_summary(doc)
-    print(text, file=sys.stderr)
-    json.dump(doc, sys.stdout, indent=1)
-    print()
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "fleet_plan.json").write_text(json.dumps(doc, indent=1))
-        plan_chart(doc, out / "fleet_plan.png")
+    publish(doc, args.out, "fleet_plan", started, plan_summary, plan_chart)
     return 0
 
 
