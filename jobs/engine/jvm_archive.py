@@ -1,11 +1,10 @@
 """A class-data-sharing archive (AppCDS) for the driver JVM: Spark starts in half the time.
 
-Starting a local Spark session costs about 5.5 s on 2 cores, most of it loading and
-verifying some 15,000 classes. The JVM can map them from an archive made by an earlier run
-of the same JVM with the same class path (``-XX:SharedArchiveFile``, JDK 13+); with the
-archive and the C1 compiler only (``-XX:TieredStopAtLevel=1``: the driver of a maintenance
-job is short-lived and its Java side only schedules) it took 2.6 s here. That is the
-largest share of the Spark engine's fixed cost on small batches (``bench/spark_breakdown.py``).
+Most of a local Spark start is the driver JVM loading and verifying some 15,000 classes. The
+JVM can map them from an archive made by an earlier run of the same JVM with the same class
+path (``-XX:SharedArchiveFile``, JDK 13+), and the driver of a maintenance job is short-lived
+and only schedules, so it runs with the C1 compiler only (``-XX:TieredStopAtLevel=1``). The
+start-up halves (figures and how to reproduce them: docs/decisions/0012-spark-start-up.md).
 
 The archive is a cache, never required: :func:`java_options` returns nothing when there is
 none for this JVM, Spark and class path (they are part of its name), and a JVM that finds

@@ -1,17 +1,15 @@
-"""The Python worker daemon of our sessions: pyspark's own, importing pyspark from the installed
-package instead of Spark's ``pyspark.zip`` when both are the same version.
+"""The Python worker daemon of our sessions: pyspark's own, importing pyspark from the
+installed package instead of Spark's ``pyspark.zip`` when both are the same version.
 
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` (and py4j's zip) first on every Python
-worker's path. A zip holds sources only and Python caches no bytecode for it, so every daemon
-and every worker it forks compiles pyspark again: 0.7 to 0.9 s on this machine before a
-job's first task could run, most of the first Python job's 1.2 to 1.4 s (measured
-2026-11-23: a trivial job on a fresh local[2] context; the same job afterwards 0.07 s). A
-pip-installed pyspark beside it has its bytecode cached. Spark names the daemon module in
-``spark.python.daemon.module``; :func:`memwal.spark.engine.session.spark_conf` sets this
-one, which moves those zips behind the installed packages of the *same* version (read from
-each one's ``version.py``; a different or missing installed version keeps the zip first, so
-the workers always run the pyspark of the JVM) and then runs :func:`pyspark.daemon.manager`
-unchanged.
+worker's path. A zip holds sources only and Python caches no bytecode for it, so every
+daemon and every worker it forks compiles pyspark again before a job's first task can run
+(its cost: docs/decisions/0012-spark-start-up.md). A pip-installed pyspark beside it has its
+bytecode cached. Spark names the daemon module in ``spark.python.daemon.module``;
+:func:`memwal.spark.engine.session.spark_conf` sets this one, which moves those zips behind
+the installed packages of the *same* version (read from each one's ``version.py``; a
+different or missing installed version keeps the zip first, so the workers always run the
+pyspark of the JVM) and then runs :func:`pyspark.daemon.manager` unchanged.
 
 It imports nothing of memwal but its own package ``__init__`` files, which import nothing
 heavy: the daemon must stay small, and its children fork from it.

@@ -2,9 +2,7 @@
 
 The engines need a SparkContext and nothing more: every stage is Python over Arrow bytes in
 RDD tasks, and every commit is the driver's. A SparkSession on top adds Spark SQL's set-up,
-which no engine uses and which cost 0.45-0.5 s of a local start on 2 cores (measured
-2026-11-25: a context and a first job ready 2.0-2.1 s after the start, 2.4-2.5 s with a
-session built by ``SparkSession.builder``; ``SparkSession(sc)`` alone took 0.48 s).
+which no engine uses (its cost: docs/decisions/0012-spark-start-up.md).
 
 Under ``spark-submit`` the entry point makes the context before our code runs and hands it
 over (:func:`use_context`). Elsewhere (``memwal merge --engine spark``, the Python API,

@@ -1,49 +1,28 @@
 """Guarded replacement of the ``__lance_mem_wal`` details, and its crash journal (hazard H1).
 
-A refresh publishes by committing a replacement ``__lance_mem_wal`` entry through
-``LanceOperation.CreateIndex`` whose details are the latest committed details with only
-the snapshot fields changed.
-Lance accepts that replacement even when commits landed between the version it was based
-on (``read_version``) and the version it gets, and the replacement then *erases* whatever
-those commits recorded in the details (``compacted_sstables`` from merges,
-``index_catchup`` from index commits). Observed with pylance 14.0.2, also with
-``max_retries=0`` (the conflict check rebases our transaction before the first attempt)
-and with the entry claiming every fragment. ``LanceOperation.Rewrite`` of the entry
-(``rewritten_indices``), which could have been a compare-and-swap on the entry's UUID
-(Lance gives it a new UUID on every update), is refused ("did not store fragment bitmap")
-while the entry exists and is a silent no-op once it was replaced. So Lance cannot be made
-to reject the stale replacement. Mergers and index commits, for their part, apply their
-progress onto the latest details and keep the snapshot fields (observed). The protocol
-here, :func:`commit_mem_wal_details`, is therefore *detect and repair*:
+A refresh publishes by committing a replacement ``__lance_mem_wal`` entry
+(``LanceOperation.CreateIndex``) whose details are the latest details with only the snapshot
+fields changed. Lance accepts it even when commits landed after the version it read, and it
+then *erases* what those commits recorded (merge progress, index catch-up); Lance cannot be
+made to reject it (docs/decisions/0011-h1-detect-and-repair.md). So
+:func:`commit_mem_wal_details` detects and repairs:
 
-1. Read the latest version ``L`` and its details right before committing (the slow shard
-   reads happen earlier, in the plan), commit with ``read_version=L``: version ``W``.
-2. ``W == L + 1``: nothing can have been erased (our base was our predecessor). Done.
-3. Otherwise compare, slot by slot (per shard merge progress, per index and shard
-   catch-up, and each configuration field), what ``W`` holds with what ``W - 1`` held (the
-   cumulative effect of every interleaved commit) and what we read at ``L``. A slot we did
-   not mean to change must equal ``W - 1``'s value; a slot we meant to change (a repair)
-   combines with an interleaved change by ``max`` for progress (both are raises) or gives
-   way to a decrease (a restore or a withdrawn catch-up is someone's decision).
-4. Any slot that is wrong is repaired by another replacement built from the now latest
-   details: a slot nobody touched since ``W`` gets the correct value, a slot raised since
-   gets ``max(correct, latest)``, a slot lowered since keeps the latest value. That commit
-   is checked the same way; the loop ends when a commit had no wrong slot.
+1. Read the latest version ``L`` right before committing; commit with ``read_version=L``: ``W``.
+2. ``W == L + 1``: nothing can have been erased. Done.
+3. Otherwise compare every slot (per shard merge progress, per index and shard catch-up, each
+   configuration field) of ``W`` with ``W - 1`` (every interleaved commit's effect) and ``L``.
+   A slot we did not mean to change must equal ``W - 1``'s; one we meant to change (a repair)
+   combines with an interleaved raise by ``max`` and gives way to a decrease (a restore is
+   someone's decision).
+4. Wrong slots are repaired by another replacement from the latest details (correct value, or
+   ``max`` with a later raise, or a later decrease kept), checked the same way, until a commit
+   has no wrong slot.
 
-A journal (``_mem_wal/_jobs/snapshot/pending.json``, written under the snapshot lease
-before each commit and removed after the check) makes a crash between an erasing commit and
-its repair harmless: the next refresh finds the journal, analyses the last committed round
-the same way and repairs before doing anything else.
-
-The residual window: between an erasing commit and its repair (milliseconds, or until the
-next refresh after a crash) the latest version shows lower progress, and a merger that
-planned *and* committed inside it would merge again the generations the erasure hid.
-memwal-jobs closes it for its own mergers: the snapshot action holds the merge lease for
-the duration of the refresh (``memwal.actions.snapshot_action``), so no memwal merge runs
-concurrently. Writers outside memwal-jobs (a hand-written merge loop) are covered only by
-the detect-and-repair above.
-While the erasing version is retained, GC's retained-version gate is stricter, never
-looser. tests/integration/test_snapshot.py's race test reports how often repairs were needed.
+A journal (``_mem_wal/_jobs/snapshot/pending.json``) written before each commit and removed
+after its check lets the next refresh finish a repair a crash interrupted. Between an erasing
+commit and its repair the latest version shows lower progress: memwal-jobs' own mergers stay
+out of that window (the refresh holds the merge lease); other writers rely on the repair. GC's
+retained-version gate is only stricter while the erasing version is retained.
 """
 
 from __future__ import annotations
