@@ -25,8 +25,9 @@ fairness within a class, starved tables, GC's backlog over time, requests per ta
 through memwal's store layer (``bench/fleet_count.py``; Lance's own I/O not counted), how busy
 the workers were, and a final check: after the phase, every table merged to the end holds
 exactly its base rows and every row its writers put. Goals: p99 lag at most 2 ticks while the
-load is under capacity, no table's mean lag above 2x another's of its class, an idle table at
-most 4 requests a tick. Writes ``OUT/fleet.json`` and ``OUT/fleet.png``; asserts nothing.
+load is under capacity, no table's mean lag above 2x another's of its class (counted from the start
+of each flush's tick: see ``bench/fleet_lag.py``), an idle table at most 4 requests a tick. Writes
+``OUT/fleet.json`` and ``OUT/fleet.png``; asserts nothing.
 """
 
 from __future__ import annotations
@@ -229,8 +230,9 @@ def run_phase(mode: str, cfg: argparse.Namespace, pristine: Path, names: list[st
         conf.write_text(json.dumps({"tables": tables, "tick_seconds": cfg.tick, "load_ticks": cfg.load_ticks,
                                     "start_at": start_at, "seed": cfg.seed, "rows": ROWS_PER_GENERATION}))
         flush_logs.append(flush_log)
-        writers.append(subprocess.Popen([sys.executable, "-m", "bench.fleet_load", str(conf), str(flush_log)],
-                                        cwd=ROOT, stderr=open(work / mode / f"writers-{group}.log", "wb")))
+        with open(work / mode / f"writers-{group}.log", "wb") as err:  # the child keeps its own handle
+            writers.append(subprocess.Popen([sys.executable, "-m", "bench.fleet_load", str(conf), str(flush_log)],
+                                            cwd=ROOT, stderr=err))
     total = cfg.load_ticks + cfg.cooldown_ticks
     samples: list[dict[str, Any]] = []
 

@@ -2,11 +2,12 @@
 
 Usage::
 
-    .venv/bin/python -m bench.fleet_plan --work bench-results/fleet-work [--tables 1000] [--out DIR]
+    .venv/bin/python -m bench.fleet_plan --work bench-results/fleet-work [--sizes 100,300,1000] [--out DIR]
 
-The lake: small tables written by pylance's ``ShardWriter`` (300 base rows, a BTREE
-and an IVF_PQ index, 2 shards, 3 generations of 10 rows per shard, none merged: every table has
-work, the plan's dearest case: it reads each shard's manifest and the lease folder too), built
+The lake: small tables written by pylance's ``ShardWriter`` (300 base rows, a BTREE and an
+IVF_PQ index, 2 shards, 3 generations of 10 rows per shard, none merged: every table has work,
+the plan's dearest case: it reads each shard's manifest and the lease folder too; with fewer than
+256 rows Lance records no catch-up of the IVF_PQ index, and such a table's catchup fails), built
 once into ``<work>/lake`` and reused while its recipe is the same. The tables are spread over
 folders by ``--sizes`` (100, 300, 1,000: ``p0`` holds the first 100, ``p1`` the next 200, ...),
 so that the sources ``p0``, ``p0 p1``, ``p0 p1 p2`` are fleets of each size, discovery included.
@@ -20,7 +21,7 @@ Local disk, interleaved over the sizes ``--runs`` times (medians):
 
 On S3 (moto) and Azure (Azurite), requests counted by the servers themselves (as
 ``bench/object_stores.py`` counts them), for ``--store-tables`` idle tables (the lake's tables
-uploaded, then drained by ``memwal fleet run`` with GC's grace period and version expiry at 0)
+uploaded, then drained by the fleet runner with GC's grace period and version expiry at 0)
 and as many tables with work: each plan as a whole CLI process, cold (no cache), warm (the cache
 of the run before, nothing changed) and, for the tables with work, warm after a writer flushed
 one more generation to each shard (and the maintained tables, which hold lease records and run
