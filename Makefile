@@ -98,7 +98,9 @@ demo: $(STAMP)
 # none, Spark's time split and its whole-process timeline, compaction (scan before/after, local vs
 # Spark), GC of 10,000 generations against rm -rf and threaded unlinks, and requests per generation
 # (GC) and per shard (status) on moto and Azurite with GC of 1,000 generations against raw
-# DeleteObjects. JSON and charts in bench-results/.
+# DeleteObjects; fleets: `memwal fleet plan` on 100-1,000 tables (time) and on moto and Azurite
+# (requests per table), and a few minutes of a simulated fleet with live writers under the fleet
+# runner against today's fixed per-table schedule. JSON and charts in bench-results/.
 bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
@@ -109,6 +111,8 @@ bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.compaction --out bench-results
 	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --runs 3 --floor --timers --out bench-results
 	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
+	$(PY) -m bench.fleet_plan --work bench-results/fleet-work --out bench-results
+	$(PY) -m bench.fleet --work bench-results/fleet-sim --out bench-results
 
 # Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
 # .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on

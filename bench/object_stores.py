@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _kind(method: str, path: str) -> str:
+def request_kind(method: str, path: str) -> str:
     """A request's kind from its method and query (S3 and Azure spellings)."""
     if "comp=batch" in path or (method == "POST" and "delete" in path):
         return "bulk-delete"
@@ -41,11 +41,11 @@ def _kind(method: str, path: str) -> str:
     return {"HEAD": "head", "GET": "get", "PUT": "put", "DELETE": "delete", "POST": "post"}.get(method, method)
 
 
-def _files(pristine: Path) -> list[tuple[str, bytes]]:
+def table_files(pristine: Path) -> list[tuple[str, bytes]]:
     return [(str(p.relative_to(pristine)), p.read_bytes()) for p in sorted(pristine.rglob("*")) if p.is_file()]
 
 
-def _upload_s3(server: Any, bucket: str, prefix: str, files: list[tuple[str, bytes]]) -> None:
+def upload_s3(server: Any, bucket: str, prefix: str, files: list[tuple[str, bytes]]) -> None:
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
 
@@ -55,7 +55,7 @@ def _upload_s3(server: Any, bucket: str, prefix: str, files: list[tuple[str, byt
             backend.put_object(bucket, f"{prefix}/{key}", body)
 
 
-def _upload_azure(server: Any, container: str, prefix: str, files: list[tuple[str, bytes]]) -> None:
+def upload_azure(server: Any, container: str, prefix: str, files: list[tuple[str, bytes]]) -> None:
     import obstore
     from obstore.store import AzureStore
 
@@ -76,7 +76,7 @@ def _upload_azure(server: Any, container: str, prefix: str, files: list[tuple[st
     asyncio.run(run())
 
 
-class _Counter:
+class RequestCounter:
     """Requests the server saw between two calls of :meth:`take`."""
 
     def __init__(self, kind: str, server: Any) -> None:
@@ -94,10 +94,14 @@ class _Counter:
                 out.append((method, path))
         return out
 
-    def take(self) -> Counter[str]:
+    def take_requests(self) -> list[tuple[str, str]]:
+        """The requests (method, path with query) seen since the last take."""
         reqs = self._all()
         new, self.seen = reqs[self.seen:], len(reqs)
-        return Counter(_kind(m, p) for m, p in new)
+        return new
+
+    def take(self) -> Counter[str]:
+        return Counter(request_kind(m, p) for m, p in self.take_requests())
 
 
 def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, Any]:
@@ -109,11 +113,11 @@ def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, An
 
     uri, opts = server.new_table("bench")
     bucket = server.last_bucket if kind == "s3" else server.last_container
-    files = _files(pristine)
+    files = table_files(pristine)
     t0 = time.perf_counter()
-    (_upload_s3 if kind == "s3" else _upload_azure)(server, bucket, "bench", files)
+    (upload_s3 if kind == "s3" else upload_azure)(server, bucket, "bench", files)
     upload_s = time.perf_counter() - t0
-    counter = _Counter(kind, server)
+    counter = RequestCounter(kind, server)
     counter.take()
     table = open_table(uri, opts)
     status = table_status(table)
@@ -144,7 +148,7 @@ def raw_delete_objects(server: Any, pristine: Path, keys: list[str]) -> dict[str
     """Upload the same table again; delete GC's keys with raw DeleteObjects calls of 1,000 keys."""
     server.new_table("raw")
     bucket = server.last_bucket
-    _upload_s3(server, bucket, "raw", _files(pristine))
+    upload_s3(server, bucket, "raw", table_files(pristine))
     client = server.client()
     full = [f"raw/{k}" for k in keys]
     t0 = time.perf_counter()  # what GC cannot skip: finding the files (one listing of the MemWAL folder)

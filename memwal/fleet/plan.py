@@ -56,7 +56,8 @@ class FleetPlan(Document):
     tables: tuple[TablePlan, ...]
     skipped: tuple[Skipped, ...]
     problems: tuple[TableProblem, ...]
-    #: Requests the plan sent to the tables' stores (listings and reads), discovery aside.
+    #: Requests the plan sent to the tables' stores (listings and reads, lease records included),
+    #: discovery aside.
     requests: int = 0
     seconds: float = 0.0
 
@@ -79,16 +80,21 @@ class FleetPlan(Document):
                 "requests": self.requests, "seconds": round(self.seconds, 3)}
 
 
-def _held_leases(ref: TableRef, now: float) -> tuple[str, ...]:
-    """Job kinds whose lease a live holder has (only read for tables that have work)."""
-    from memwal.lease import LIVE, list_leases
+def _held_leases(ref: TableRef, jobs: tuple[str, ...], now: float) -> tuple[tuple[str, ...], int]:
+    """The planned jobs whose lease a live holder has (only read for tables that have work), and
+    the requests that took: one listing of the lease folder, then the records of the planned jobs
+    alone (the table's other leases do not change its state; on an object store each is a GET)."""
+    from memwal.lease import LEASE_PREFIX, LIVE, describe_lease
     from memwal.store import open_store
 
     try:
-        return tuple(sorted(i.kind for i in list_leases(open_store(ref.uri, dict(ref.storage_options)))
-                            if i.state == LIVE))
+        store = open_store(ref.uri, dict(ref.storage_options))
+        stored = {o.key.rsplit("/", 1)[-1].removesuffix(".json") for o in store.list(LEASE_PREFIX, recursive=False)
+                  if o.key.endswith(".json")}
+        infos = [describe_lease(store, job, now) for job in jobs if job in stored]
     except MemWalError:
-        return ()
+        return (), 1
+    return tuple(sorted(i.kind for i in infos if i is not None and i.state == LIVE)), 1 + len(infos)
 
 
 def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None = None, now: float | None = None,
@@ -117,7 +123,8 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
         if d.jobs:
             from dataclasses import replace
 
-            state = replace(state, leases_held=_held_leases(ref, at))
+            held, requests = _held_leases(ref, d.jobs, at)
+            state, facts = replace(state, leases_held=held), replace(facts, requests=facts.requests + requests)
         reasons = d.reasons + tuple(f"problem: {p}" for p in facts.problems)
         return TablePlan(ref.uri, ref.source, d.debt, d.jobs, reasons, state, ref, facts)
 

@@ -152,3 +152,58 @@ def test_ops_profile_bench_smoke(tmp_path):
     assert p["same_progress"] and p["ops_over_plain_inner"] > 0
     assert "memwal.merge.changes:fold_changes" in p["timers"]["ops"]["functions"]
     assert "memwal.merge.changes:fold_changes" not in p["timers"]["plain"]["functions"]
+
+
+def test_fleet_plan_bench_smoke(tmp_path):
+    """bench/fleet_plan.py at a tiny size: the plan timed at each fleet size, requests counted on
+    moto and Azurite for idle and busy tables, and what today's per-table shape costs beside them."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.fleet_plan", ["--work", str(tmp_path / "work"), "--sizes", "4,8", "--runs", "1",
+                                           "--store-tables", "2", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "fleet_plan.json").read_text())
+    assert (out / "fleet_plan.png").stat().st_size > 0
+    assert doc["lake"]["tables"] == 8 and doc["lake"]["files"] > 0
+    points = doc["local"]["points"]
+    assert [p["tables"] for p in points] == [4, 8] and [p["discovered"] for p in points] == [4, 8]
+    for p in points:
+        assert p["with_work"] == p["tables"] and p["problems"] == 0
+        assert p["cli_cold_seconds"] > 0 and p["cli_warm_seconds"] > 0 and p["ms_per_table_in_process"] > 0
+    assert isinstance(doc["local"]["goal_met"], bool) and isinstance(doc["local"]["linear_met"], bool)
+    for store in ("moto", "azurite"):
+        s = doc[store]
+        assert s["drain_failed"] == []
+        assert s["idle_warm"]["with_work"] == 0 and s["idle_warm"]["discovered"] == 2
+        assert s["idle_warm"]["per_table_max"] <= 4  # a count: the goal of an idle table
+        assert s["work_cold"]["with_work"] == 2 and s["work_warm_after_a_flush"]["with_work"] == 2
+        assert s["maintained_warm_after_a_flush"]["with_work"] == 2
+        assert s["today_per_idle_table"]["cycle"]["per_table"] > s["today_per_idle_table"]["status"]["per_table"] > 0
+
+
+def test_fleet_simulation_bench_smoke(tmp_path):
+    """bench/fleet.py at a tiny size: both phases ran live writers, every generation's lag, the
+    starvation, GC backlog, requests and load figures are in the document, and every table holds
+    exactly the rows its writers put once merged to the end."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.fleet", ["--work", str(tmp_path / "work"), "--tables", "5", "--hot", "1", "--idle", "2",
+                                      "--tick", "2", "--load-ticks", "3", "--cooldown-ticks", "2", "--every", "2",
+                                      "--hot-rate", "2", "--cold-rate", "1", "--writer-start-seconds", "4",
+                                      "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "fleet.json").read_text())
+    assert (out / "fleet.png").stat().st_size > 0
+    assert set(doc["phases"]) == {"fleet", "fixed"}
+    for mode, phase in doc["phases"].items():
+        assert phase["writer_exit_codes"] == [0, 0], mode
+        assert phase["check"]["rows_ok"], (mode, phase["check"])
+        assert phase["classes"] == {"hot": 1, "cold": 2, "idle": 2}
+        lag = phase["lag"]
+        assert lag["generations"] == phase["generations_flushed"] > 0 and phase["puts"] > 0
+        assert {"p50", "p99", "max"} <= set(lag["ticks"]) and {"p50", "p99", "max"} <= set(lag["seconds"])
+        assert len(phase["gc_backlog"]["series"]) == 5 and len(phase["ticks"]) == 5
+        assert set(phase["requests"]["per_table_per_tick"]) == {"hot", "cold", "idle"}
+        assert phase["starvation"]["threshold_ticks"] == 3 and "starved" in phase["starvation"]
+        goals = phase["goals"]
+        for key in ("p99_met", "fairness_met", "idle_met", "under_capacity"):
+            assert isinstance(goals[key], bool), key
+    assert doc["phases"]["fixed"]["job_statuses"].get("merge done", 0) > 0

@@ -212,6 +212,41 @@ def test_an_idle_table_on_s3_costs_at_most_four_requests(s3_server, tmp_path):
     assert per_table <= 4, "\n".join(f"{m} {p}" for m, p in requests)
 
 
+def test_a_maintained_table_with_new_data_reads_only_its_planned_jobs_leases(s3_server, tmp_path):
+    """A table whose jobs all ran has a lease record per job; with new data, the plan reads the
+    lease folder once and the records of the jobs it plans, and shows a held one as held."""
+    from urllib.parse import unquote
+
+    uri, opts = s3_server.new_table("fleet/t1")
+    model = create_base_table(uri, WL, opts)[1]
+    write_generations(uri, WL, model, storage_options=opts)
+    flags = [f for k, v in opts.items() for f in ("--storage-option", f"{k}={v}")]
+    policy = tmp_path / "policy.yaml"  # every job runs once, so every job's lease record exists
+    policy.write_text("defaults: {thresholds: {compact_fragments: 1}, options: {gc: {grace_seconds: 0, "
+                      "expire_versions: 0}}}\n")
+    run = run_cli("fleet", "run", uri, *flags, "--policy", str(policy), "--json")
+    assert run.rc == 0, run.stderr
+    store = open_table(uri, opts).store
+    records = sorted(k.rsplit("/", 1)[-1] for k in store.list_keys("_mem_wal/_jobs/leases/"))
+    assert records == ["catchup.json", "compact.json", "gc.json", "merge.json", "snapshot.json"]
+    write_generations(uri, WL, model, storage_options=opts, generations=1, seed_offset=9)
+    other = Lease(store, "merge", holder="elsewhere:1:x", ttl_seconds=600).acquire()
+    try:
+        mark = len(s3_server.requests)
+        doc = plan_json(uri, *flags)
+        requests = [unquote(p) for _, p in s3_server.requests[mark:]]
+        (table,) = doc["tables"]
+        assert table["jobs"] == ["merge", "catchup"] and table["state"]["leases_held"] == ["merge"]
+        leases = [p for p in requests if "/leases/" in p]
+        assert len(leases) == 1 + 2, leases  # the listing, merge.json, catchup.json
+        assert not any(p.endswith(("snapshot.json", "gc.json", "compact.json")) for p in leases)
+        assert doc["requests"] == len(requests) - 1  # all but discovery's listing of the table's folder
+        status = json.loads(run_cli("fleet", "status", uri, *flags, "--json").stdout)
+        assert status["by_state"]["held"] == 1
+    finally:
+        other.release()
+
+
 def test_the_spark_engine_runs_small_tables_as_tasks_of_one_application(lake, spark_context):
     root, models = lake
     run = run_cli("fleet", "run", str(root), "--engine", "spark", "--json")

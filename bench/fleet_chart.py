@@ -1,0 +1,227 @@
+"""The charts and text summaries of the fleet benches: ``bench/fleet.py`` (the simulation) and
+``bench/fleet_plan.py`` (the plan's cost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+COLORS = {"fleet": "#2471a3", "fixed": "#c0392b"}
+CLASSES = ("hot", "cold", "idle")
+
+
+def _label(doc: dict[str, Any], mode: str) -> str:
+    if mode == "fixed":
+        return f"fixed schedule (every {doc['config']['every']} ticks)"
+    return "fleet runner"
+
+
+def chart(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.fleet import GOAL_IDLE_REQUESTS, GOAL_P99_TICKS
+
+    phases = doc["phases"]
+    fig, axes = plt.subplots(1, 5, figsize=(26, 5))
+    width = 0.8 / max(len(phases), 1)
+
+    ax = axes[0]
+    for k, (mode, ph) in enumerate(phases.items()):
+        by = ph["lag"]["by_class_ticks"]
+        present = [c for c in CLASSES if by.get(c, {}).get("n")]
+        xs = [CLASSES.index(c) + k * width for c in present]
+        ax.bar(xs, [by[c]["p99"] for c in present], width=width, color=COLORS.get(mode), alpha=0.45,
+               label=f"{_label(doc, mode)}: p99")
+        ax.bar(xs, [by[c]["p50"] for c in present], width=width, color=COLORS.get(mode), label="p50")
+        ax.scatter(xs, [by[c]["max"] for c in present], color=COLORS.get(mode), marker="_", s=200, label="max")
+    ax.axhline(GOAL_P99_TICKS, color="black", linestyle="--", linewidth=1, label=f"goal: p99 ≤ {GOAL_P99_TICKS:g}")
+    ax.set_xticks([i + width * (len(phases) - 1) / 2 for i in range(2)], list(CLASSES[:2]))
+    ax.set_ylabel("flush → merged lag (ticks)")
+    ax.set_title(f"lag ({doc['config']['tick']:g} s ticks)", fontsize=9)
+    ax.legend(fontsize=7)
+
+    ax = axes[1]
+    for mode, ph in phases.items():
+        for k, cls in enumerate(c for c in CLASSES[:2]):
+            vals = [v for t, v in ph["lag"]["per_table_mean_ticks"].items() if t.rsplit("/", 1)[-1] in
+                    _names_of(ph, cls)]
+            xs = [k + (0.15 if mode == "fixed" else -0.15)] * len(vals)
+            ax.scatter(xs, vals, color=COLORS.get(mode), alpha=0.6, s=18,
+                       label=_label(doc, mode) if k == 0 else None)
+    ax.set_xticks([0, 1], list(CLASSES[:2]))
+    ax.set_ylabel("mean lag of each table, from its flush's tick start (ticks)")
+    ax.set_title("fairness within a class (goal: max ≤ 2 x min)", fontsize=9)
+    ax.legend(fontsize=7)
+
+    ax = axes[2]
+    for mode, ph in phases.items():
+        s = ph["gc_backlog"]["series"]
+        ax.plot([p["tick"] for p in s], [p["merged_on_storage"] for p in s], color=COLORS.get(mode),
+                label=f"{_label(doc, mode)}: merged, on storage")
+        ax.plot([p["tick"] for p in s], [p["unmerged_on_storage"] for p in s], color=COLORS.get(mode),
+                linestyle=":", label="unmerged")
+    ax.axvline(doc["config"]["load_ticks"], color="grey", linewidth=0.8)
+    ax.set_xlabel("tick (the writers stop at the grey line)")
+    ax.set_ylabel("generations, all tables")
+    ax.set_title("GC backlog", fontsize=9)
+    ax.legend(fontsize=7)
+
+    ax = axes[3]
+    for k, (mode, ph) in enumerate(phases.items()):
+        r = ph["requests"]["per_table_per_tick"]
+        xs = [i + k * width for i, c in enumerate(CLASSES) if c in r]
+        means = [r[c]["mean"] for c in CLASSES if c in r]
+        maxes = [r[c]["max"] for c in CLASSES if c in r]
+        ax.bar(xs, means, width=width, color=COLORS.get(mode), label=f"{_label(doc, mode)}: mean")
+        ax.scatter(xs, maxes, color=COLORS.get(mode), marker="_", s=200, label="max")
+        for x, m in zip(xs, means, strict=True):
+            ax.text(x, m, f"{m:g}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(GOAL_IDLE_REQUESTS, color="black", linestyle="--", linewidth=1, label="goal: idle ≤ 4")
+    ax.set_yscale("symlog")
+    ax.set_xticks([i + width * (len(phases) - 1) / 2 for i in range(3)], list(CLASSES))
+    ax.set_ylabel("store requests per table per tick")
+    ax.set_title("requests (memwal's store layer; Lance's own I/O not counted)", fontsize=9)
+    ax.legend(fontsize=7)
+
+    ax = axes[4]
+    for mode, ph in phases.items():
+        share = ph["load"]["busy_share_per_tick"]
+        ax.plot(range(len(share)), share, color=COLORS.get(mode), marker=".", label=_label(doc, mode))
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="capacity")
+    ax.set_xlabel("tick")
+    ax.set_ylabel(f"table-run seconds / ({doc['config']['workers']} workers x tick)")
+    ax.set_title("how busy the budget was", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _names_of(phase: dict[str, Any], cls: str) -> set[str]:
+    return set(phase.get("class_of", {}).get(cls, ()))
+
+
+def summary(doc: dict[str, Any]) -> str:
+    c = doc["config"]
+    lines = [f"fleet simulation: {c['tables']} tables ({c['hot']} hot at {c['hot_rate']:g} generations a tick, "
+             f"{c['idle']} idle, the rest cold at {c['cold_rate']:g}), {c['load_ticks']} + {c['cooldown_ticks']} ticks "
+             f"of {c['tick']:g}s, {c['workers']} workers"]
+    for mode, ph in doc["phases"].items():
+        g, lag = ph["goals"], ph["lag"]
+        lines.append(f"  {_label(doc, mode)}: {lag['generations']} generations ({lag['censored']} never merged), lag "
+                     f"p50 {lag['ticks'].get('p50')} p99 {lag['ticks'].get('p99')} max {lag['ticks'].get('max')} ticks"
+                     f" (goal p99 <= 2: {'met' if g['p99_met'] else 'NOT MET'}; under capacity: {g['under_capacity']},"
+                     f" busiest tick {ph['load']['busy_share_max']:.0%})")
+        lines.append(f"    fairness (mean lag max/min in a class): {g['fairness_max_over_min']} "
+                     f"({'met' if g['fairness_met'] else 'NOT MET'}); starved tables: {g['starved']}; GC backlog mean "
+                     f"{ph['gc_backlog']['mean']}, max {ph['gc_backlog']['max']} (all generations on storage: max "
+                     f"{ph['gc_backlog']['on_storage_max']})")
+        lines.append(f"    idle table requests per tick: mean {g['idle_requests_per_tick_mean']}, max "
+                     f"{g['idle_requests_per_tick_max']} ({'met' if g['idle_met'] else 'NOT MET'}); rows after a final "
+                     f"merge: {'ok' if g['rows_ok'] else 'WRONG'}; failed runs {ph['failed_runs']}")
+    return "\n".join(lines)
+
+
+def plan_chart(doc: dict[str, Any], path: Path) -> None:
+    """bench/fleet_plan.py's chart: time against fleet size, per-table cost, requests on object stores."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.fleet_plan import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    pts = doc["local"]["points"]
+    xs = [p["tables"] for p in pts]
+    ax = axes[0]
+    for key, label, color in (("cli_cold_seconds", "memwal fleet plan (no cache)", "#2471a3"),
+                              ("cli_warm_seconds", "with a warm --cache", "#27ae60"),
+                              ("in_process_seconds", "discovery + plan in-process", "#7f8c8d")):
+        ax.plot(xs, [p[key] for p in pts], marker="o", color=color, label=label)
+    ax.axhline(GOAL_SECONDS, color="#c0392b", linestyle="--", linewidth=1, label=f"goal {GOAL_SECONDS:g} s")
+    ax.set_xlabel("tables (local disk)")
+    ax.set_ylabel("seconds (median)")
+    ax.set_title("fleet plan, one process on 2 cores", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax = axes[1]
+    ax.bar([str(x) for x in xs], [p["ms_per_table_in_process"] for p in pts], color="#7f8c8d")
+    ax.set_xlabel("tables")
+    ax.set_ylabel("ms per table, in-process")
+    ax.set_title(f"linearity: {doc['local']['largest_over_smallest_per_table']:.2f}x per table at {xs[-1]} vs "
+                 f"{xs[0]} (goal ≤ {GOAL_LINEAR:g}x)", fontsize=9)
+    ax = axes[2]
+    scenarios = ("idle_cold", "idle_warm", "work_cold", "work_warm", "work_warm_after_a_flush",
+                 "maintained_warm_after_a_flush")
+    stores = [s for s in ("moto", "azurite") if isinstance(doc.get(s), dict) and "idle_warm" in doc[s]]
+    width = 0.8 / max(len(stores), 1)
+    for k, store in enumerate(stores):
+        vals = [doc[store][s]["per_table"] for s in scenarios]
+        ax.bar([i + k * width for i in range(len(scenarios))], vals, width=width, label=store,
+               color=["#e67e22", "#8e44ad"][k])
+        for i, v in enumerate(vals):
+            ax.text(i + k * width, v, f"{v:g}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(GOAL_IDLE_REQUESTS, color="#c0392b", linestyle="--", linewidth=1, label="goal: idle, warm ≤ 4")
+    ax.set_xticks([i + width * (len(stores) - 1) / 2 for i in range(len(scenarios))],
+                  [s.replace("_", "\n") for s in scenarios], fontsize=7)
+    ax.set_ylabel("requests per table (counted at the server)")
+    ax.set_title("fleet plan on object stores", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plan_summary(doc: dict[str, Any]) -> str:
+    from bench.fleet_plan import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS
+
+    loc = doc["local"]
+    lines = [f"fleet plan: {doc['lake']['tables']} tables ({doc['lake']['files']:,} files), {doc['machine']['cores']} "
+             "cores"]
+    for p in loc["points"]:
+        lines.append(f"  {p['tables']:>5} tables: CLI {p['cli_cold_seconds']:.2f}s cold, {p['cli_warm_seconds']:.2f}s "
+                     f"warm cache; in-process {p['in_process_seconds']:.2f}s ({p['ms_per_table_in_process']:.2f} ms a "
+                     f"table; discovery {p['discover_seconds']:.2f}s)")
+    lines.append(f"  goal: {loc['points'][-1]['tables']} tables in <= {GOAL_SECONDS:g}s: "
+                 f"{'met' if loc['goal_met'] else 'NOT MET'}; linear (<= {GOAL_LINEAR:g}x per table): "
+                 f"{loc['largest_over_smallest_per_table']:.2f}x, {'met' if loc['linear_met'] else 'NOT MET'}")
+    for store in ("moto", "azurite"):
+        s = doc.get(store)
+        if not isinstance(s, dict) or "idle_warm" not in s:
+            lines.append(f"  {store}: {s}")
+            continue
+        parts = [f"{k.replace('_', ' ')} {s[k]['per_table']:g}" for k in
+                 ("idle_cold", "idle_warm", "work_cold", "work_warm", "work_warm_after_a_flush",
+                  "maintained_warm_after_a_flush")]
+        lines.append(f"  {store} requests per table: " + ", ".join(parts)
+                     + f" (idle, warm <= {GOAL_IDLE_REQUESTS:g}: {'met' if s['idle_goal_met'] else 'NOT MET'})")
+        today = s["today_per_idle_table"]
+        lines.append(f"    today's shape on an idle table: memwal status {today['status']['per_table']:g}, "
+                     f"memwal cycle {today['cycle']['per_table']:g} requests")
+    return "\n".join(lines)
+
+
+def publish(doc: dict[str, Any], out: str | None, name: str, started: float, text: Callable[[dict[str, Any]], str],
+            draw: Callable[[dict[str, Any], Path], None]) -> None:
+    """The run's seconds (since the ``perf_counter`` value ``started``) and the machine's load into
+    the document; its summary to stderr, the document to stdout, with ``out`` ``OUT/NAME.json`` and
+    its chart ``OUT/NAME.png``."""
+    doc["total_seconds"] = round(time.perf_counter() - started, 1)
+    doc["machine"]["load_average_at_end"] = os.getloadavg()
+    print(text(doc), file=sys.stderr)
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(json.dumps(doc, indent=1))
+        draw(doc, folder / f"{name}.png")
