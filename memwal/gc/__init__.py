@@ -14,8 +14,10 @@ A generation g of shard s is deleted only when all of these hold (invariant 4, d
 (e) a WAL entry goes only when its generation is deletable and it is not past the shard
     manifest's ``replay_after_wal_entry_position``; one past it is *kept*, not blocking:
     it is reported in ``kept_wal_entries`` (``wal-needed-for-replay``) while its generation
-    goes, and so is a fence sentinel (``fence-sentinel``: deleting it would free a position
-    a fenced-out writer could claim);
+    goes. A fence sentinel belongs to no generation: it stops the writer its epoch superseded,
+    which nothing on storage shows gone, so it stays (``fence-sentinel``) unless it is of an
+    older epoch than the shard's writer, at or below that position, and older than the
+    version-expiry bound (:func:`memwal.gc.plan.sentinel_may_go`);
 (f) ``checkpoint:<id>``: no live reader checkpoint lists g (memwal.checkpoint); its record
     pins its base version by itself (the run expires exactly the plan's versions, never one a
     live record names, never by a clock difference; the Lance tag is a convenience), so gate

@@ -212,7 +212,10 @@ def recheck_gc_plan(table: Table, plan: GcPlan, checkpoints: list[Checkpoint] | 
     for d in plan.generations:
         keep(d.shard_id, d.generation, d, out.generations)
     for w in plan.wal_entries:
-        keep(w.shard_id, w.generation, w, out.wal_entries, wal=w.position)
+        if w.generation is None:  # a fence sentinel: nothing in the table decides its fate
+            out.wal_entries.append(w)
+        else:
+            keep(w.shard_id, w.generation, w, out.wal_entries, wal=w.position)
     for o in plan.orphans:
         g = parse_generation_dir(o.path) if o.kind == "generation" else None
         if g is None or o.shard_id is None:

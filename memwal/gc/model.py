@@ -29,7 +29,7 @@ class GenerationDeletion:
 class WalDeletion:
     shard_id: str
     position: int
-    generation: int
+    generation: int | None  # None for a fence sentinel
     key: str
     size: int
 

@@ -38,6 +38,7 @@ from memwal.table.paths import generation_key
 from memwal.table.retained import RetainedVersion, retained_versions
 from memwal.table.shards import (
     ShardManifestError,
+    ShardState,
     WalEntry,
     WalEntryMeta,
     list_generation_dirs,
@@ -119,7 +120,7 @@ def plan_gc(
             deletable.add(g)
             if present.get(g) == key.rsplit("/", 1)[-1]:
                 plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, verdict.evidence))
-        _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
+        _plan_wal(table.store, state, deletable, plan)
         plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
     plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
     # path safety (A): the links under _mem_wal/ and the planned generations' files, one walk on a local disk;
@@ -180,26 +181,46 @@ def _plan_broken_shard(store: Store, err: ShardManifestError, plan: GcPlan) -> N
         plan.blocked.append(Blocked(err.shard_id, g, err.reason, [err.reason, str(err)]))
 
 
-def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int], plan: GcPlan) -> None:
-    """WAL entries that go with deletable generations; those kept on purpose are reported as kept.
+def _plan_wal(store: Store, state: ShardState, deletable: set[int], plan: GcPlan) -> None:
+    """WAL entries that go with deletable generations, the fence sentinels that may go, and
+    those kept on purpose (reported as kept, not blocked).
 
     An entry past ``replay_after`` is still needed to rebuild the writer's MemTable after a
     crash, whatever happened to its generation (which may well go: a generation's files and
-    its WAL entry are separate copies). A fence sentinel belongs to no generation and keeps
-    a writer epoch's claim on its position. Neither is a blocked generation.
+    its WAL entry are separate copies). A fence sentinel belongs to no generation: it stops
+    the writer its epoch superseded (:func:`sentinel_may_go` says until when).
     """
-    if not deletable:
+    shard_id = state.shard_id
+    if not deletable and plan.expire_before is None:
         return  # no WAL entry can go: skip reading every entry's schema
     entries = list_wal_entries(store, shard_id)
     for entry, meta in zip(entries, _wal_metas(store, shard_id, entries), strict=True):
         if meta.is_fence_sentinel:
-            plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, None, FENCE_SENTINEL))
+            if sentinel_may_go(entry, meta, state, plan.expire_before):
+                plan.wal_entries.append(WalDeletion(shard_id, entry.position, None, entry.key, entry.size))
+            else:
+                plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, None, FENCE_SENTINEL))
         elif meta.generation not in deletable:
             continue  # kept with its generation, which is reported blocked
-        elif entry.position > replay_after:
+        elif entry.position > state.replay_after_wal_entry_position:
             plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, meta.generation, WAL_NEEDED_FOR_REPLAY))
         else:
             plan.wal_entries.append(WalDeletion(shard_id, entry.position, meta.generation, entry.key, entry.size))
+
+
+def sentinel_may_go(entry: WalEntry, meta: WalEntryMeta, state: ShardState, expire_before: float | None) -> bool:
+    """Whether a fence sentinel may be deleted (docs/decisions/0001-fence-sentinels.md).
+
+    A sentinel stops one writer: the one its epoch superseded, whose next append lands on
+    its position and fails as fenced (pylance 14 checks the epoch only then, or at a flush).
+    Storage never shows that writer gone, so a sentinel goes only under the bound the table
+    already assumes for writers of older state, the version expiry: it must be of an older
+    epoch than the shard's writer now (the newest sentinel always stays), at or below
+    ``replay_after`` (replay never reads it), and written before the plan's expiry cut-off
+    (none with ``--expire-versions never``: every sentinel stays).
+    """
+    return (expire_before is not None and meta.writer_epoch < state.writer_epoch
+            and entry.position <= state.replay_after_wal_entry_position and entry.mtime < expire_before)
 
 
 def _wal_metas(store: Store, shard_id: str, entries: list[WalEntry]) -> list[WalEntryMeta]:
