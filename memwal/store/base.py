@@ -55,6 +55,29 @@ def clean_prefix(prefix: str) -> str:
     return body + "/" if trailing else body
 
 
+#: Folders a listing leaves out: their keys, or a predicate of a folder's key (no trailing slash).
+Skip = Collection[str] | Callable[[str], bool]
+
+
+def skipping(skip: Skip) -> Callable[[str], bool]:
+    """``skip`` as a predicate of a folder key."""
+    if callable(skip):
+        return skip
+    folders = frozenset(skip)
+    return folders.__contains__
+
+
+def pruned_folder(key: str, prefix: str, pruned: Callable[[str], bool]) -> str | None:
+    """The outermost folder below ``prefix`` holding ``key`` that ``pruned`` leaves out (None: keep it)."""
+    start = len(clean_prefix(prefix).rpartition("/")[0])
+    cut = key.find("/", start + 1 if start else 0)
+    while cut != -1:
+        if pruned(key[:cut]):
+            return key[:cut]
+        cut = key.find("/", cut + 1)
+    return None
+
+
 def dir_prefix(prefix: str) -> str:
     """A prefix forced to name a directory (``a/b`` -> ``a/b/``), for list_dirs."""
     p = clean_prefix(prefix)
@@ -174,12 +197,14 @@ class Store(abc.ABC):
         """
         return []
 
-    def list_with_links(self, prefix: str, *, skip: Collection[str] = ()) -> tuple[list[ObjectInfo], list[str]]:
-        """:meth:`list` and :meth:`list_links` of one prefix, but nothing under the folders keyed
-        in ``skip``; a local store does both in one walk and does not enter those folders."""
-        inside = tuple(f"{k}/" for k in skip)
-        objects = [o for o in self.list(prefix) if not o.key.startswith(inside)]
-        return objects, [k for k in self.list_links(prefix) if not k.startswith(inside)]
+    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[list[ObjectInfo], list[str]]:
+        """:meth:`list` and :meth:`list_links` of one prefix, but nothing under the folders ``skip``
+        names (folder keys, or a predicate of a folder key: GC's and status's one listing of
+        ``_mem_wal/`` without ``_jobs/``). A local store does both in one walk and does not
+        enter those folders; an object store lists past them (:meth:`ObjectStore.list_with_links`)."""
+        pruned = skipping(skip)
+        objects = [o for o in self.list(prefix) if pruned_folder(o.key, prefix, pruned) is None]
+        return objects, [k for k in self.list_links(prefix) if pruned_folder(k, prefix, pruned) is None]
 
     #: A file system: directories exist apart from the objects in them, and GC deletes whole
     #: generation directories with :meth:`delete_trees`; an object store's "directories" are

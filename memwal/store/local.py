@@ -12,10 +12,10 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError
-from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
+from memwal.store.base import ObjectInfo, Skip, Store, clean_key, clean_prefix, dir_prefix
 from memwal.store.local_reads import read_all, read_each, read_upto
 from memwal.store.local_trees import Pace, delete_trees
 from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
@@ -289,9 +289,9 @@ class LocalStore(LocalWrites, Store):
             pass
         return sorted(set(links))
 
-    def list_with_links(self, prefix: str, *, skip: Collection[str] = ()) -> tuple[list[ObjectInfo], list[str]]:
+    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[list[ObjectInfo], list[str]]:
         """Objects and links under ``prefix`` from one walk of the tree (GC's survey); the
-        directories keyed in ``skip`` are not walked."""
+        directories ``skip`` names are not walked."""
         links: list[str] = []
         objects = list(listing(self, prefix, True, links, skip=skip))
         return objects, sorted(set(links))
