@@ -10,6 +10,7 @@ and batched deletes where a missing key is not an error.
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -112,7 +113,7 @@ class Store(abc.ABC):
     #: waits for nothing; an object store's request waits for the network (ObjectStore's).
     READ_THREADS = 1
 
-    def get_heads(self, keys: list[str], length: int) -> list[bytes | None]:
+    def get_heads(self, keys: builtins.list[str], length: int) -> builtins.list[bytes | None]:
         """The first ``length`` bytes of each object, in order; None for one that is absent.
 
         For many small reads at once (GC's plan reads every WAL entry's schema): an object
@@ -121,12 +122,12 @@ class Store(abc.ABC):
         """
         return self._each_object(keys, lambda key: self.get_range(key, 0, length))
 
-    def get_many(self, keys: list[str]) -> list[bytes | None]:
+    def get_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
         """Whole objects, in order; None for one that is absent. For many small objects at
         once, as :meth:`get_heads` (GC's plan reads the manifest of every retained version)."""
         return self._each_object(keys, self.get)
 
-    def _each_object(self, keys: list[str], read: Callable[[str], bytes]) -> list[bytes | None]:
+    def _each_object(self, keys: builtins.list[str], read: Callable[[str], bytes]) -> builtins.list[bytes | None]:
         def one(key: str) -> bytes | None:
             try:
                 return read(key)
@@ -182,13 +183,13 @@ class Store(abc.ABC):
         return (o.key for o in self.list(prefix, recursive=False))
 
     @abc.abstractmethod
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate child "directory" names under ``prefix`` (no trailing slash), sorted.
 
         Like S3 CommonPrefixes with delimiter ``/``: finds shards and generations.
         """
 
-    def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
+    def list_links(self, prefix: str, *, recursive: bool = True) -> builtins.list[str]:
         """Keys of symbolic links at or under ``prefix`` (sorted), including a linked component
         of ``prefix`` itself: listings skip links and never follow them, this reports them.
         With ``recursive=False`` only the entries directly under ``prefix`` are looked at.
@@ -197,7 +198,7 @@ class Store(abc.ABC):
         """
         return []
 
-    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[list[ObjectInfo], list[str]]:
+    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         """:meth:`list` and :meth:`list_links` of one prefix, but nothing under the folders ``skip``
         names (folder keys, or a predicate of a folder key: GC's and status's one listing of
         ``_mem_wal/`` without ``_jobs/``). A local store does both in one walk and does not
@@ -211,8 +212,8 @@ class Store(abc.ABC):
     #: only key prefixes, listed and deleted in requests of many keys.
     has_directories: bool = False
 
-    def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
-                     threads: int) -> list[tuple[int, int, list[str]]]:
+    def delete_trees(self, prefixes: builtins.list[str], *, first: Callable[[str, str], bool],
+                     threads: int) -> builtins.list[tuple[int, int, builtins.list[str]]]:
         """Delete every file and directory under each of ``prefixes``, ``first(key, prefix)``
         files of a tree before its others; per prefix (objects deleted, bytes freed, keys refused
         as links). Only stores with directories implement it (:class:`~memwal.store.local.LocalStore`)."""
