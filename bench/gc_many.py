@@ -16,7 +16,7 @@ the gates GC checks stand.
 
 Each run copies the pristine table (``cp -a``: real files, not links; then ``sync``, as
 generations are long written when GC runs), takes a GC lease
-as the CLI does, then times ``prepare_gc`` (plan) and ``run_gc(plan=...)`` (execute) and
+as the CLI does, then times ``prepare_gc`` (plan) and ``run_gc(table, plan)`` (execute) and
 checks that every generation and WAL entry went. Wall and CPU seconds are reported: on a
 shared machine CPU time is the steadier measure of the code's own cost, wall time on a
 disk is bounded below by the file system (``--floor`` times a plain ``rm -rf``). The script imports ``memwal`` from
@@ -107,8 +107,23 @@ def build(uri: str, generations: int, shards: int) -> float:
     return time.perf_counter() - t0
 
 
-def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
-    """Copy the pristine table, then plan and execute GC under a lease; returns timings."""
+class FixedPace:
+    """A :class:`memwal.store.delete_pace.Pace` that never changes its count (the baseline the
+    adaptive pace must beat to be kept: ``--pace``)."""
+
+    def __init__(self, most: int, threads: int) -> None:
+        self.most, self.settled, self.threads, self.rates = most, threads, threads, {}
+
+    def batch(self, trees: int) -> int:
+        return trees
+
+    def took(self, items: int, seconds: float) -> None:
+        pass
+
+
+def one_run(pristine: Path, work: Path, i: int, fixed_threads: int | None = None) -> dict[str, Any]:
+    """Copy the pristine table, then plan and execute GC under a lease; returns timings
+    (``fixed_threads``: the trees deleted on that many threads, never adapted)."""
     from memwal.gc import prepare_gc, run_gc
     from memwal.lease import Lease
     from memwal.table import open_table
@@ -119,12 +134,16 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
     subprocess.run(["cp", "-a", str(pristine), str(run_dir)], check=True)
     os.sync()  # otherwise GC's deletes wait behind the write-back of the copy just made
     table = open_table(str(run_dir))
+    if fixed_threads is not None:
+        from memwal.gc.delete import DELETE_THREADS
+
+        table.store._pace = FixedPace(DELETE_THREADS, fixed_threads)
     c0, t0 = time.process_time(), time.perf_counter()
     plan = prepare_gc(table, grace_seconds=0)
     c1, t1 = time.process_time(), time.perf_counter()
     with Lease(table.store, "gc", ttl_seconds=300) as lease:
         c2, t2 = time.process_time(), time.perf_counter()
-        result = run_gc(table, lease=lease, grace_seconds=0, plan=plan)
+        result = run_gc(table, plan, lease=lease)
         c3, t3 = time.process_time(), time.perf_counter()
     pace = getattr(table.store, "delete_pace", None)
     left = sum(len(list_generation_dirs(table.store, s)) + len(list_wal_entries(table.store, s))
@@ -261,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor", action="store_true", help="also time a plain rm -rf of the same files, and "
                    "unlinks of them by 1, 4 and 8 threads (interleaved with the GC runs)")
     p.add_argument("--timers", action="store_true", help="one more GC run with bench.timers: seconds per function")
+    p.add_argument("--pace", action="store_true", help="also GC with the trees deleted on a fixed 1 and 8 threads "
+                   "(interleaved): the adaptive pace is kept only if it is about as fast as the better of them")
     p.add_argument("--out", help="also write the document to OUT/gc_many.json")
     args = p.parse_args(argv)
     import memwal
@@ -273,8 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         pristine.parent.mkdir(parents=True, exist_ok=True)
         built = round(build(str(pristine), args.generations, args.shards), 1)
     runs, rm_rf, threaded = [], [], []
+    fixed: dict[int, list[dict[str, Any]]] = {1: [], 8: []}
     for i in range(args.runs):  # interleaved: GC, then the baselines, on fresh copies each
         runs.append(one_run(pristine, work, i))
+        if args.pace:
+            for n in fixed:
+                fixed[n].append(one_run(pristine, work, i, fixed_threads=n))
         if args.floor:
             rm_rf.append(floor_run(pristine, work))
             threaded.append([threaded_floor_run(pristine, work, n) for n in (1, 4, 8)])
@@ -289,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         best = min(doc["threaded_unlink_median_s"].values())
         doc["gc_over_rm_rf"] = round(doc["median_total_s"] / doc["rm_rf_floor_s"], 2)
         doc["gc_over_best_threaded_unlink"] = round(doc["median_total_s"] / best, 2)
+    if args.pace:
+        doc["fixed_pace_runs"] = {str(n): r for n, r in fixed.items()}
+        doc["pace_median_total_s"] = {"adaptive": doc["median_total_s"],
+                                      **{f"fixed-{n}": statistics.median(x["total_s"] for x in r)
+                                         for n, r in fixed.items()}}
+        best = min(v for k, v in doc["pace_median_total_s"].items() if k != "adaptive")
+        doc["adaptive_over_best_fixed"] = round(doc["median_total_s"] / best, 2)
     if args.timers:
         doc["timers"] = timers_run(pristine, work)
     json.dump(doc, sys.stdout, indent=1)

@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 
 
 #: Objects deleted per batch: the lease is checked before each batch, and a batch is two
-#: rounds of requests (its manifests, then its other files), so a lost lease stops the run
-#: within one batch while thousands of generations cost a few dozen checks, not one each.
-BATCH_OBJECTS = 4000
+#: rounds of requests (its manifests, then its other files: on S3 eight requests of 1,000 keys
+#: at most, sent at once), so a lost lease stops the run within one batch while thousands of
+#: generations cost a few checks and about as many requests as their keys need.
+BATCH_OBJECTS = 8000
 
 
 #: Objects in a generation directory, about (Lance's manifest, transaction, data file, primary
@@ -46,7 +47,7 @@ OBJECTS_PER_GENERATION = 8
 #: Delete requests (or, on a file system, threads) a batch is spread over at once, each of at
 #: least DELETE_SLICE_MIN keys unless a request takes fewer: this overlaps the latency of an
 #: object store's requests. How many threads pay on a file system is the file system's to say
-#: (:class:`memwal.store.local_trees.Pace` finds out).
+#: (:class:`memwal.store.delete_pace.Pace` finds out).
 DELETE_THREADS = 8
 
 
@@ -229,13 +230,14 @@ def _delete_concurrently(store: Store, keys: list[str]) -> set[str]:
     so what the caller orders across calls stays ordered.
     """
     per_request = getattr(store, "delete_batch", 0)  # an object store's keys per delete request
-    step = max(min(DELETE_SLICE_MIN, per_request or DELETE_SLICE_MIN), -(-len(keys) // DELETE_THREADS))
+    threads = getattr(store, "deletes_in_flight", DELETE_THREADS)
+    step = max(min(DELETE_SLICE_MIN, per_request or DELETE_SLICE_MIN), -(-len(keys) // threads))
     if per_request > 1:
         step = -(-step // per_request) * per_request  # whole requests: 1,000 keys each on S3, not 375
     slices = [keys[i:i + step] for i in range(0, len(keys), step)]
     if len(slices) <= 1:
         return set(delete_objects(store, keys))
-    parts = parallel_map(partial(delete_objects, store), slices, DELETE_THREADS, name="memwal-delete")
+    parts = parallel_map(partial(delete_objects, store), slices, threads, name="memwal-delete")
     return {k for refused in parts for k in refused}
 
 

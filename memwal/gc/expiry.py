@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from lance import LanceDataset
+
 from memwal.checkpoint import Checkpoint
 from memwal.core import steps
 from memwal.gc.model import ExpiredVersions
@@ -34,21 +36,23 @@ class VersionExpiry:
     def preview(self) -> ExpiredVersions:
         return ExpiredVersions(self.expire_before, self.planned)
 
-    def collect(self, table: Table, keep: Iterable[Checkpoint] = ()) -> ExpiredVersions:
-        """Expire the planned versions, less those ``keep`` (the live checkpoints) name."""
+    def collect(self, table: Table, keep: Iterable[Checkpoint] = ()) -> tuple[ExpiredVersions, LanceDataset | None]:
+        """Expire the planned versions, less those ``keep`` (the live checkpoints) name; the
+        figures, and the dataset handle the cleanup ran on (None: nothing to expire)."""
         from memwal.snapshot.locate import snapshot_file_kept
 
         pinned = {c.version for c in keep}
         doomed = [v for v in self.planned if v not in pinned]
-        removed, freed = 0, 0
+        removed, freed, ds = 0, 0, None
         with snapshot_file_kept(table) as kept:
             if doomed:
                 steps.step("gc.before-expiry")
                 # A fresh handle: Lance's cleanup keeps the version its handle was opened at as the latest.
-                stats = table.dataset().cleanup_old_versions(versions=doomed, error_if_tagged_old_versions=False)
+                ds = table.dataset()
+                stats = ds.cleanup_old_versions(versions=doomed, error_if_tagged_old_versions=False)
                 steps.step("gc.after-expiry")
                 removed, freed = stats.old_versions, stats.bytes_removed
-        return ExpiredVersions(self.expire_before, self.planned, freed, removed, tuple(kept))
+        return ExpiredVersions(self.expire_before, self.planned, freed, removed, tuple(kept)), ds
 
 
 def plan_version_expiry(versions: Iterable[RetainedVersion], latest: int, older_than_seconds: float,

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING
 
 from memwal.checkpoint import Checkpoint
 from memwal.checkpoint.expiry import CheckpointSweep, sweep_checkpoints
@@ -39,6 +38,7 @@ from memwal.gc.model import (
     seconds,
 )
 from memwal.gc.orphans import hold_linked, plan_shard_orphans, plan_staging_orphans
+from memwal.gc.result import GcResult
 from memwal.gc.wal import plan_shard_wal
 from memwal.history.prune import HistoryPruning, plan_history_pruning
 from memwal.history.run import current as current_run
@@ -47,12 +47,10 @@ from memwal.table import Table
 from memwal.table.listing import list_mem_wal
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
+from memwal.table.progress_digest import ProgressDigest, load_digest
 from memwal.table.retained import RetainedVersion, retained_versions
 from memwal.table.shards import read_listed_manifests
 from memwal.table.wal_digest import Header, WalDigest, load_wal_digest
-
-if TYPE_CHECKING:
-    from memwal.gc.result import GcResult
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +83,8 @@ class GcPlan(Document):
     #: What the WAL entries' headers said (read or remembered), and the digest they came from.
     wal_headers: Mapping[str, Header] = field(default_factory=dict, repr=False)
     wal_digest: WalDigest = field(default_factory=WalDigest, repr=False)
+    #: The retained-progress digest as the plan read it.
+    progress_digest: ProgressDigest = field(default_factory=ProgressDigest, repr=False)
 
     @property
     def generations(self) -> tuple[GenerationDeletion, ...]:
@@ -141,12 +141,16 @@ class GcPlan(Document):
             "versions_to_expire": [] if self.version_expiry is None else list(self.version_expiry.planned),
         }
 
+    def result(self, *, dry_run: bool, engine: str = "local") -> GcResult:
+        """A result carrying the plan's explanations (blocked, kept, retention), nothing deleted yet."""
+        return GcResult(table=self.table, dry_run=dry_run, engine=engine, blocked=self.blocked, orphans=self.orphans,
+                        broken_shards=self.broken_shards, kept_wal_entries=self.kept_wal_entries,
+                        retention=self.retention, time_will_free=self.time_will_free, checkpoints=self.checkpoints)
+
     def preview(self) -> GcResult:
         """The result a run of this plan would give, with nothing deleted: the dry run's document."""
-        from memwal.gc.result import GcResult
-
         return replace(
-            GcResult.of_plan(self, dry_run=True),
+            self.result(dry_run=True),
             deleted=tuple(DeletedGeneration(g.shard_id, g.generation, g.path, g.objects, g.bytes, g.gates)
                           for g in self.generations),
             wal_entries_deleted=len(self.wal_deletions),
@@ -176,7 +180,8 @@ def plan_gc(
     grace = seconds(grace_seconds)
     latest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
-    versions = retained_versions(table)
+    progress_digest = load_digest(table.store)
+    versions = retained_versions(table, known=progress_digest)
     sweep = sweep_checkpoints(table, now)
     _warn_lost_views(table, versions, sweep.live)
     expiry: VersionExpiry | None = None
@@ -216,7 +221,7 @@ def plan_gc(
                                        keep_run=None if me is None else me.run_id)
     return GcPlan(table.uri, latest.version, now, grace, replace(generations, deletions=held.generations),
                   held.wal, tuple(kept), held.orphans, tuple(blocked) + held.blocked, expiry, sweep, history,
-                  tuple(versions), headers, digest)
+                  tuple(versions), headers, digest, progress_digest)
 
 
 def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:

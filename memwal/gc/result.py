@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memwal.core.document import Document
 from memwal.gc.gates import UNSAFE_PATH
@@ -20,9 +20,6 @@ from memwal.gc.model import (
     Orphan,
     Retention,
 )
-
-if TYPE_CHECKING:
-    from memwal.gc.plan import GcPlan
 
 
 @dataclass(frozen=True)
@@ -51,13 +48,6 @@ class GcResult(Document):
     checkpoints_removed: tuple[str, ...] = ()
     #: Run-history records older than the retention that the run deleted (or would delete).
     history_pruned: int = 0
-
-    @classmethod
-    def of_plan(cls, plan: GcPlan, *, dry_run: bool, engine: str = "local") -> GcResult:
-        """A result carrying the plan's explanations (blocked, kept, retention), nothing deleted yet."""
-        return cls(table=plan.table, dry_run=dry_run, engine=engine, blocked=plan.blocked, orphans=plan.orphans,
-                   broken_shards=plan.broken_shards, kept_wal_entries=plan.kept_wal_entries,
-                   retention=plan.retention, time_will_free=plan.time_will_free, checkpoints=plan.checkpoints)
 
     def to_dict(self) -> Json:
         return {

@@ -68,8 +68,8 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         if plan.version_expiry is not None:
             if lease:
                 lease.check()
-            expired = plan.version_expiry.collect(table, keep=checkpoints.live)
-            left = retained_versions(table)
+            expired, handle = plan.version_expiry.collect(table, keep=checkpoints.live)
+            left = retained_versions(table, known=plan.progress_digest, dataset=handle)
         plan = recheck(table, plan, checkpoints.live, left)
         steps.step("gc.before-delete")
         result = _delete(table, plan, engine, lease, orphans)
@@ -77,7 +77,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
                          checkpoints_removed=checkpoints.remove(table, plan.checkpoint_sweep.expired_ids))
     finally:
         gc_finished(table.store, run_id)
-    remember_retained(table, left if left is not None else list(plan.versions))
+    remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest)
     gone = {w.key for w in plan.wal_deletions}
     save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
     result = replace(result, expired_versions=expired)
@@ -123,7 +123,7 @@ def _delete(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, o
                 _unsafe(unsafe, o.shard_id, parse_generation_dir(o.path) or 0, refused)
             else:
                 orphans_deleted += 1
-    result = GcResult.of_plan(plan, dry_run=False, engine=engine.name)
+    result = plan.result(dry_run=False, engine=engine.name)
     return replace(result, deleted=tuple(deleted), wal_entries_deleted=len(done), objects_deleted=objects,
                    bytes_freed=freed, orphans_deleted=orphans_deleted, blocked=result.blocked + tuple(unsafe))
 

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError
 from memwal.store.base import ObjectInfo, Skip, Store, clean_key, clean_prefix, dir_prefix
+from memwal.store.delete_pace import Pace
 from memwal.store.local_reads import read_all, read_each, read_upto
-from memwal.store.local_trees import Pace, delete_trees
+from memwal.store.local_trees import delete_trees
 from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
 from memwal.store.local_writes import LocalWrites
 
@@ -343,7 +344,7 @@ class LocalStore(LocalWrites, Store):
         """Whole directory trees in two phases, every directory held open from its listing to
         its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks), on at
         most ``threads`` threads: as many as this store's file system was found to reward
-        (:class:`~memwal.store.local_trees.Pace`, kept across calls)."""
+        (:class:`~memwal.store.delete_pace.Pace`, kept across calls)."""
         if self._pace is None or self._pace.most != threads:
             self._pace = Pace(threads)
         return delete_trees(self, [clean_key(p) for p in prefixes], first=first, pace=self._pace)

@@ -54,6 +54,13 @@ T = TypeVar("T")
 DELETE_BATCH = {"s3": 1000, "az": 256, "abfss": 256, "gs": 1, "memory": 1000}
 
 
+#: Delete requests a caller keeps in flight at once (GC's batches). One blob batch at a time on
+#: Azure: Azurite serves batches one after another, slower as the container grows, so more in
+#: flight only queue into the client's 30 s timeout (observed: 2,560 blobs took 10.5 s on one or
+#: eight; at 6,656 blobs a single batch took 18 s). S3 and GCS take them side by side.
+DELETES_IN_FLIGHT = {"s3": 8, "az": 1, "abfss": 1, "gs": 8, "memory": 1}
+
+
 #: Objects per listing page: what one request returns (S3 and GCS at most 1,000; Azure 5,000).
 LIST_CHUNK = {"s3": 1000, "az": 5000, "abfss": 5000, "gs": 1000, "memory": 1000}
 
@@ -95,6 +102,7 @@ class ObjectStore(Store):
         self.retry_wait: tuple[float, float] = (0.1, 5.0)
         self.delete_batch = DELETE_BATCH.get(location.scheme, 1000)
         self.list_chunk = LIST_CHUNK.get(location.scheme, 1000)
+        self.deletes_in_flight = DELETES_IN_FLIGHT.get(location.scheme, 8)
 
     # -- construction
 
@@ -426,4 +434,5 @@ class ObjectStore(Store):
         loc = Location(self.location.scheme, self.location.bucket, full, self.location.authority)
         c = ObjectStore(loc, self._backend, self._options)
         c.retry_wait, c.delete_batch, c.list_chunk = self.retry_wait, self.delete_batch, self.list_chunk
+        c.deletes_in_flight = self.deletes_in_flight
         return c

@@ -22,8 +22,8 @@ from memwal.table.naming import (
     MEM_WAL_DIR,
     STAGING_DIR,
     is_shard_dir_name,
-    parse_bitrev64,
     parse_generation_dir,
+    parse_manifest_name,
     parse_wal_name,
 )
 
@@ -111,7 +111,7 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True) -> Mem
                     if parse_generation_dir(name) is not None:
                         s.gens.setdefault(name, [])
                 s.manifest_dirs |= {v for d in store.list_dirs(f"{root}{sid}/manifest/")
-                                    if (v := _version_name(d)) is not None}
+                                    if (v := parse_manifest_name(d)) is not None}
     return MemWalListing({sid: s.done(sid, wal) for sid, s in sorted(shards.items())},
                          {k: tuple(v) for k, v in sorted(stage.items())}, tuple(sorted(set(links))))
 
@@ -128,7 +128,7 @@ class _Shard:
     def add(self, rest: list[str], o: ObjectInfo) -> None:
         name = rest[0]
         if name == "manifest":
-            version = _version_name(rest[1])
+            version = parse_manifest_name(rest[1])
             if version is not None and len(rest) == 2:
                 self.manifests[version] = o
             elif version is not None:
@@ -144,17 +144,6 @@ class _Shard:
         return ShardListing(shard_id, dict(sorted(self.manifests.items())), tuple(sorted(self.manifest_dirs)),
                             {k: tuple(v) for k, v in sorted(self.gens.items())},
                             tuple(sorted(self.wal, key=lambda e: e.position)), wal)
-
-
-def _version_name(name: str) -> int | None:
-    """The version of a ``<bitrev64>.binpb`` name under ``manifest/``, or None for another name."""
-    stem, dot, ext = name.rpartition(".")
-    if not dot or ext != "binpb":
-        return None
-    try:
-        return parse_bitrev64(stem)
-    except ValueError:
-        return None
 
 
 def _is_table_manifest(key: str, name: str) -> bool:

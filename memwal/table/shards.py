@@ -24,8 +24,8 @@ from memwal.table.naming import (
     bitrev64,
     is_shard_dir_name,
     manifest_key,
-    parse_bitrev64,
     parse_generation_dir,
+    parse_manifest_name,
     parse_wal_name,
     shard_dir,
     shard_uuid_str,
@@ -147,22 +147,11 @@ UNREADABLE = "shard-manifest-unreadable"
 MISSING = "shard-manifest-missing"
 
 
-def _parse_version_name(name: str) -> int | None:
-    """The version of a ``<bitrev64>.binpb`` name under ``manifest/``, or None for another name."""
-    stem, dot, ext = name.rpartition(".")
-    if not dot or ext != "binpb":
-        return None
-    try:
-        return parse_bitrev64(stem)
-    except ValueError:
-        return None
-
-
 def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]:
     """Manifest versions stored as files, and versions whose name is a directory (never valid)."""
     prefix = f"{shard_dir(shard_id)}/manifest/"
-    files = [_parse_version_name(o.key.rsplit("/", 1)[-1]) for o in store.list(prefix, recursive=False)]
-    dirs = [_parse_version_name(d) for d in store.list_dirs(prefix)]
+    files = [parse_manifest_name(o.key.rsplit("/", 1)[-1]) for o in store.list(prefix, recursive=False)]
+    dirs = [parse_manifest_name(d) for d in store.list_dirs(prefix)]
     return sorted(v for v in files if v is not None), sorted(v for v in dirs if v is not None)
 
 

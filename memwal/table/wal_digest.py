@@ -23,9 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memwal.errors import MemWalError, NotFoundError
+from memwal.errors import MemWalError
 from memwal.store import Store
 from memwal.table.naming import JOBS_DIR
+from memwal.table.progress_digest import load_cache
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +62,7 @@ class WalDigest:
 
 def load_wal_digest(store: Store) -> WalDigest:
     """The digest in ``store``; an empty one when there is none or it is unusable (logged)."""
-    try:
-        data = store.get(DIGEST_KEY)
-    except NotFoundError:
-        return WalDigest()
-    except (MemWalError, OSError) as exc:
-        log.warning("not using %s: %s", store.uri_for(DIGEST_KEY), exc)
-        return WalDigest()
-    try:
-        return WalDigest(_decode(json.loads(data)))
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
-        log.warning("not using %s: malformed: %s", store.uri_for(DIGEST_KEY), exc)
-        return WalDigest()
+    return load_cache(store, DIGEST_KEY, lambda doc: WalDigest(_decode(doc)), WalDigest())
 
 
 def save_wal_digest(store: Store, headers: Mapping[str, Header], before: WalDigest) -> bool:

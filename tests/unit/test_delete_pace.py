@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from memwal.store import LocalStore
-from memwal.store.local_trees import Pace, delete_trees
+from memwal.store.delete_pace import Pace
+from memwal.store.local_trees import delete_trees
 
 
 def _counts(rate_of, batches: int, most: int = 8) -> list[int]:

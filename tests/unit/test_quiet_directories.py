@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from memwal.store import LocalStore, local_trees
-from memwal.store.local_trees import Pace, delete_trees
+from memwal.store.delete_pace import Pace
+from memwal.store.local_trees import delete_trees
 from tests.interleave import running_at
 
 FILES = (("_versions/1.manifest", 10), ("data/a.lance", 100), ("data/b.lance", 7))
