@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto schema lint lock clean jvm-archive azurite browser screenshot
+.PHONY: install test demo bench proto schema lint typecheck lock clean jvm-archive azurite browser screenshot
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -68,8 +68,12 @@ lock:
 	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
-lint: $(STAMP)
+lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
+
+# mypy --strict over memwal/, as configured in pyproject.toml's [tool.mypy].
+typecheck: $(STAMP)
+	$(PY) -m mypy
 
 SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(VENV)/bin/spark-submit \
 	--master local[2] --conf spark.ui.enabled=false \
@@ -85,6 +89,7 @@ demo: $(STAMP)
 	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table --grace-seconds 0 --expire-versions 0
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
+	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
 
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
 # in-process, peak memory), the merge as the base grows (1M-16M rows; Lance's key index or a scan),

@@ -13,6 +13,7 @@ and read back that Lance recorded the catch-up. GC waits for that record (gate b
 
 from memwal.catchup.execute import (
     ALL_DELTAS,
+    CatchupEngine,
     CatchupResult,
     IndexResult,
     LocalCatchupEngine,
@@ -22,6 +23,6 @@ from memwal.catchup.execute import (
 from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
 
 __all__ = [
-    "ALL_DELTAS", "CatchupPlan", "CatchupResult", "CatchupThresholds", "IndexPlan", "IndexResult",
+    "ALL_DELTAS", "CatchupEngine", "CatchupPlan", "CatchupResult", "CatchupThresholds", "IndexPlan", "IndexResult",
     "LocalCatchupEngine", "NONE", "OPTIMIZE", "RETRAIN", "execute_catchup", "plan_catchup", "run_catchup",
 ]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memwal.core.document import Document
 from memwal.errors import BadInputError
@@ -12,7 +12,7 @@ from memwal.table import Table
 from memwal.table.manifest import TableManifest, maintained_indexes
 
 if TYPE_CHECKING:
-    pass
+    import lance
 
 
 
@@ -58,12 +58,12 @@ class CatchupPlan(Document):
     def work(self) -> list[IndexPlan]:
         return [i for i in self.indexes if i.action != NONE]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "read_version": self.read_version, "compacted": self.compacted,
                 "indexes": [asdict(i) for i in self.indexes]}
 
 
-def _index_stats(ds, name: str) -> dict:
+def _index_stats(ds: lance.LanceDataset, name: str) -> dict[str, Any]:
     try:
         return ds.stats.index_stats(name)
     except (ValueError, OSError, RuntimeError) as exc:

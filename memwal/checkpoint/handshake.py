@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 
 from memwal.core import clock as clocks
 from memwal.core import steps
@@ -48,19 +49,30 @@ def gc_started(store: Store, run_id: str) -> None:
 def gc_finished(store: Store, run_id: str) -> None:
     """The run deleted all it will: checkpoints need not wait for it any more."""
     current = read_marker(store)
-    if current is not None and current.get("run_id") not in (run_id, None):
+    if current is not None and current.run_id not in (run_id, None):
         return  # a newer run owns the marker now
     store.put(MARKER_KEY, json.dumps({"run_id": run_id, "state": DONE, "at": clocks.current()()}).encode())
 
 
-def read_marker(store: Store) -> dict | None:
+@dataclass(frozen=True)
+class GcMarker:
+    """What the marker says: the run that wrote it (None: unknown) and its state."""
+
+    run_id: str | None
+    state: str | None
+
+
+def read_marker(store: Store) -> GcMarker | None:
     try:
         doc = json.loads(store.get(MARKER_KEY))
     except NotFoundError:
         return None
     except ValueError:
-        return {"run_id": None, "state": RUNNING}  # unreadable: assume a run, let the lease decide
-    return doc if isinstance(doc, dict) else None
+        return GcMarker(None, RUNNING)  # unreadable: assume a run, let the lease decide
+    if not isinstance(doc, dict):
+        return None
+    run_id, state = doc.get("run_id"), doc.get("state")
+    return GcMarker(run_id if isinstance(run_id, str) else None, state if isinstance(state, str) else None)
 
 
 def _gc_alive(store: Store, run_id: str | None) -> bool:
@@ -85,8 +97,8 @@ def wait_for_gc(store: Store, *, timeout_seconds: float) -> bool:
 
     def no_gc_deleting() -> None:
         marker = read_marker(store)
-        if marker is not None and marker.get("state") == RUNNING and _gc_alive(store, marker.get("run_id")):
-            raise _GcDeleting(marker.get("run_id"))
+        if marker is not None and marker.state == RUNNING and _gc_alive(store, marker.run_id):
+            raise _GcDeleting(marker.run_id)
 
     def say_why(exc: BaseException) -> None:
         steps.step("checkpoint.waiting-for-gc")

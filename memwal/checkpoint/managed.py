@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from memwal.checkpoint.ops import create_checkpoint, delete_checkpoint, read_plan, refresh_checkpoint
 from memwal.checkpoint.record import Checkpoint
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from memwal.read import ReadPlan
+    from memwal.read.keys import Keys
+    from memwal.read.vector import NearestOptions, Vector
     from memwal.table import Table
 
 log = logging.getLogger(__name__)
@@ -71,13 +73,13 @@ class ManagedCheckpoint(Document):
 
         return lsm_scan(self.table, columns=columns, filter=filter, limit=limit, plan=self.read_plan())
 
-    def lookup(self, keys: Any, *, columns: list[str] | None = None) -> pa.Table:
+    def lookup(self, keys: Keys, *, columns: list[str] | None = None) -> pa.Table:
         """The rows of primary keys ``keys`` as a reader saw them at the checkpoint's moment."""
         from memwal.read import lookup
 
         return lookup(self.table, keys, columns=columns, plan=self.read_plan())
 
-    def nearest(self, column: str, query: Any, *, k: int = 10, **options: Any) -> pa.Table:
+    def nearest(self, column: str, query: Vector, *, k: int = 10, **options: Unpack[NearestOptions]) -> pa.Table:
         """The ``k`` rows of the checkpoint's moment nearest to ``query`` (``memwal.read.nearest``)."""
         from memwal.read import nearest
 

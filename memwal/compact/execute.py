@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lance.optimize import Compaction, RewriteResult
+from lance.optimize import Compaction, CompactionOptions, RewriteResult
 
-from memwal.catchup import CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
+from memwal.catchup import CatchupEngine, CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
 from memwal.compact.plan import CompactPlan, plan_compaction
 from memwal.core import steps
 from memwal.core.document import Document
@@ -57,7 +57,7 @@ class CompactResult(Document):
     attempts: int = 1
     catchup_repaired: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -83,7 +83,7 @@ class LocalCompactEngine:
 
 def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | None = None, *,
                        lease: Lease | None = None, on_step: Step | None = None,
-                       catchup_engine=None) -> CompactResult:
+                       catchup_engine: CatchupEngine | None = None) -> CompactResult:
     """Run the plan's tasks, commit them once, check progress, re-earn index catch-up.
 
     Raises on a commit conflict (nothing committed); :func:`run_compact` re-plans.
@@ -163,7 +163,7 @@ def _behind(before: dict[str, dict[str, int]], after: TableManifest) -> list[str
                   if any(after.index_catchup.get(name, {}).get(s, 0) < g for s, g in shards.items()))
 
 
-def restore_catchup(table: Table, before: dict[str, dict[str, int]], catchup_engine=None, *,
+def restore_catchup(table: Table, before: dict[str, dict[str, int]], catchup_engine: CatchupEngine | None = None, *,
                     lease: Lease | None = None) -> int | None:
     """Re-earn the catch-up record the compaction commit dropped, and read it back.
 
@@ -206,9 +206,9 @@ def finish(table: Table, before: dict[str, dict[str, int]], result: CompactResul
         raise MemWalError(f"{table.uri}: index catch-up of {', '.join(behind)} went backwards during compaction")
 
 
-def run_compact(table: Table, *, plan: CompactPlan | None = None, options: Mapping[str, Any] | None = None,
-                engine: CompactEngine | None = None, lease: Lease | None = None, catchup_engine=None,
-                max_attempts: int = 6, on_step: Step | None = None,
+def run_compact(table: Table, *, plan: CompactPlan | None = None, options: CompactionOptions | None = None,
+                engine: CompactEngine | None = None, lease: Lease | None = None,
+                catchup_engine: CatchupEngine | None = None, max_attempts: int = 6, on_step: Step | None = None,
                 sleep: Callable[[float], None] = time.sleep) -> CompactResult:
     """Execute ``plan`` (or a fresh one with Lance's compaction ``options``), re-planning with
     the same options only after a commit conflict.
@@ -239,7 +239,7 @@ def run_compact(table: Table, *, plan: CompactPlan | None = None, options: Mappi
 
 
 def _nothing_to_compact(table: Table, plan: CompactPlan, engine: CompactEngine, *, lease: Lease | None,
-                        catchup_engine) -> CompactResult:
+                        catchup_engine: CatchupEngine | None) -> CompactResult:
     result = CompactResult(table=table.uri, version=None, fragments_before=plan.fragments_before,
                            fragments_after=plan.fragments_before, engine=engine.name)
     if plan.catchup_repair:

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lance.optimize import Compaction, CompactionTask
+from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
 from memwal.core.document import Document
 from memwal.errors import MemWalError, first_line
@@ -17,15 +16,18 @@ from memwal.table.manifest import TableManifest, maintained_indexes
 
 def lance_options(*, target_rows_per_fragment: int | None = None, max_rows_per_group: int | None = None,
                   materialize_deletions_threshold: float | None = None,
-                  max_fragments: int | None = None) -> dict[str, Any]:
+                  max_fragments: int | None = None) -> CompactionOptions:
     """Lance's ``CompactionOptions`` (unset values keep Lance's and the table config's defaults)."""
-    out: dict[str, Any] = {
-        "target_rows_per_fragment": target_rows_per_fragment,
-        "max_rows_per_group": max_rows_per_group,
-        "materialize_deletions_threshold": materialize_deletions_threshold,
-        "max_source_fragments": max_fragments,
-    }
-    return {k: v for k, v in out.items() if v is not None}
+    out: CompactionOptions = {}
+    if target_rows_per_fragment is not None:
+        out["target_rows_per_fragment"] = target_rows_per_fragment
+    if max_rows_per_group is not None:
+        out["max_rows_per_group"] = max_rows_per_group
+    if materialize_deletions_threshold is not None:
+        out["materialize_deletions_threshold"] = materialize_deletions_threshold
+    if max_fragments is not None:
+        out["max_source_fragments"] = max_fragments
+    return out
 
 
 @dataclass
@@ -41,7 +43,7 @@ class TaskPlan:
 class CompactPlan(Document):
     table: str
     read_version: int
-    options: dict[str, Any]
+    options: CompactionOptions
     fragments_before: int
     compacted: dict[str, int]
     index_catchup: dict[str, dict[str, int]]
@@ -61,7 +63,7 @@ class CompactPlan(Document):
         compaction must leave recorded (or higher) when it is done."""
         return {name: shards for name, shards in self.index_catchup.items() if name in self.indexes}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "read_version": self.read_version,
@@ -76,13 +78,13 @@ class CompactPlan(Document):
         }
 
 
-def plan_compaction(table: Table, options: Mapping[str, Any] | None = None,
+def plan_compaction(table: Table, options: CompactionOptions | None = None,
                     manifest: TableManifest | None = None) -> CompactPlan:
     """Pure: which fragments Lance would rewrite (with Lance's compaction ``options``, see
     :func:`lance_options`), and the progress the commit must keep."""
     manifest = manifest or table.require_mem_wal()
     ds = table.dataset(manifest.version)
-    lance_opts = dict(options or {})
+    lance_opts: CompactionOptions = {**options} if options else {}
     try:
         lance_plan = Compaction.plan(ds, lance_opts)
     except (ValueError, OSError, RuntimeError) as exc:

@@ -17,8 +17,6 @@ from typing import TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-_END = object()
-
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, *, name: str = "memwal") -> Iterator[R]:
     """``map(fn, items)`` on a pool of ``threads``, results in ``items`` order, with at most
@@ -28,20 +26,18 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], threads: int, *, name:
     if threads <= 1 or len(items) <= 1:
         yield from map(fn, items)
         return
-    todo = iter(items)
-    pending: deque[Future] = deque()
+    pending: deque[Future[R]] = deque()
     with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix=name) as pool:
         try:
-            for item in todo:
-                pending.append(pool.submit(fn, item))
-                if len(pending) >= 2 * threads:
-                    break
-            while pending:
+            for item in items:
+                if len(pending) < 2 * threads:
+                    pending.append(pool.submit(fn, item))
+                    continue
                 done = pending.popleft().result()
-                nxt = next(todo, _END)
-                if nxt is not _END:
-                    pending.append(pool.submit(fn, nxt))
+                pending.append(pool.submit(fn, item))
                 yield done
+            while pending:
+                yield pending.popleft().result()
         finally:
             for f in pending:  # a failed or abandoned call: start nothing more
                 f.cancel()

@@ -169,8 +169,9 @@ def while_busy(
         return clock() + poll_seconds > deadline
 
     def before_sleep(state: RetryCallState) -> None:
-        if state.attempt_number == 1 and on_first_wait is not None and state.outcome is not None:
-            on_first_wait(state.outcome.exception())
+        failed = state.outcome.exception() if state.outcome is not None else None
+        if state.attempt_number == 1 and on_first_wait is not None and failed is not None:
+            on_first_wait(failed)
 
     retrying = Retrying(
         stop=past_deadline,

@@ -13,7 +13,8 @@ gate; ``inf`` or ``1e300`` seconds overflow datetime arithmetic deep inside a jo
 from __future__ import annotations
 
 import math
-from typing import Any
+from datetime import timedelta
+from typing import SupportsFloat, SupportsIndex, SupportsInt
 
 from memwal.errors import BadInputError
 
@@ -25,10 +26,18 @@ MAX_DURATION_SECONDS = 100 * 365.25 * 24 * 3600
 MAX_INT = 2**63 - 1
 
 
-def _number(name: str, value: Any) -> float:
+#: What ``float()`` converts (anything else is not a number).
+FLOATS = (str, bytes, bytearray, memoryview, SupportsFloat, SupportsIndex)
+#: What ``int()`` converts.
+INTS = (str, bytes, bytearray, SupportsInt, SupportsIndex)
+
+
+def _number(name: str, value: object) -> float:
     """A finite float from ``value`` (text or number); bools and NaN/inf are refused."""
     if isinstance(value, bool):
         raise BadInputError(f"{name}: expected a number, got {value!r}")
+    if not isinstance(value, FLOATS):
+        raise BadInputError(f"{name}: {value!r} is not a number")
     try:
         n = float(value)
     except (TypeError, ValueError):
@@ -38,9 +47,10 @@ def _number(name: str, value: Any) -> float:
     return n
 
 
-def duration(name: str, value: Any, *, allow_zero: bool = True) -> float:
-    """Seconds: finite, not negative (positive unless ``allow_zero``), at most 100 years."""
-    n = _number(name, value)
+def duration(name: str, value: object, *, allow_zero: bool = True) -> float:
+    """Seconds (a number, its text, or a :class:`~datetime.timedelta`): finite, not negative
+    (positive unless ``allow_zero``), at most 100 years."""
+    n = _number(name, value.total_seconds() if isinstance(value, timedelta) else value)
     if n < 0 or (n == 0 and not allow_zero):
         raise BadInputError(f"{name}: {value!r} must be {'non-negative' if allow_zero else 'positive'}")
     if n > MAX_DURATION_SECONDS:
@@ -48,7 +58,7 @@ def duration(name: str, value: Any, *, allow_zero: bool = True) -> float:
     return n
 
 
-def fraction(name: str, value: Any) -> float:
+def fraction(name: str, value: object) -> float:
     """A fraction of rows: finite and in [0, 1]."""
     n = _number(name, value)
     if not 0.0 <= n <= 1.0:
@@ -56,10 +66,12 @@ def fraction(name: str, value: Any) -> float:
     return n
 
 
-def positive_int(name: str, value: Any) -> int:
+def positive_int(name: str, value: object) -> int:
     """A count: an integer from 1 to 2**63-1 (text like ``1e3`` or ``2.5`` is refused)."""
     if isinstance(value, bool) or isinstance(value, float):
         raise BadInputError(f"{name}: expected an integer, got {value!r}")
+    if not isinstance(value, INTS):
+        raise BadInputError(f"{name}: {value!r} is not an integer")
     try:
         n = int(value)
     except (TypeError, ValueError):
@@ -75,14 +87,14 @@ def positive_int(name: str, value: Any) -> int:
 NEVER = "never"
 
 
-def expiry(name: str, value: Any) -> float | str:
+def expiry(name: str, value: object) -> float | str:
     """A version-expiry age in seconds, or ``never`` (keep every version)."""
     if isinstance(value, str) and value.strip().lower() in (NEVER, "none"):
         return NEVER
     return duration(name, value)
 
 
-def lease_ttl(name: str, value: Any) -> float:
+def lease_ttl(name: str, value: object) -> float:
     """A lease TTL: a positive duration (a zero TTL would expire at once)."""
     return duration(name, value, allow_zero=False)
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import lance
 import numpy as np
 import pyarrow as pa
 from lance.mem_wal import evaluate_sharding_spec
+
+from memwal.errors import BadInputError
 
 PK_META = {"lance-schema:unenforced-primary-key": "true"}
 
@@ -51,11 +54,15 @@ class Workload:
     seed: int = 0
 
 
+#: One row as ``pa.Table.to_pylist`` gives it: column -> value.
+Row = dict[str, Any]
+
+
 @dataclass
 class Model:
     """The live rows a reader must see: primary key -> row dict."""
 
-    rows: dict[int, dict] = field(default_factory=dict)
+    rows: dict[int, Row] = field(default_factory=dict)
 
     def put(self, table: pa.Table) -> None:
         for row in table.to_pylist():  # later rows win, as within a generation
@@ -65,7 +72,7 @@ class Model:
         for k in keys:
             self.rows.pop(k, None)
 
-    def sorted_rows(self, columns: list[str] | None = None) -> list[dict]:
+    def sorted_rows(self, columns: list[str] | None = None) -> list[Row]:
         out = [self.rows[k] for k in sorted(self.rows)]
         if columns:
             out = [{c: r[c] for c in columns} for r in out]
@@ -94,7 +101,7 @@ class _RowFactory:
 
 
 def create_base_table(
-    uri: str, workload: Workload, storage_options: dict | None = None
+    uri: str, workload: Workload, storage_options: dict[str, str] | None = None
 ) -> tuple[lance.LanceDataset, Model]:
     """Write the base table, its indexes and the MemWAL index (bucket sharding on ``id``)."""
     rng = random.Random(workload.seed)
@@ -118,9 +125,13 @@ def create_base_table(
 
 def bucket_of(ds: lance.LanceDataset, ids: list[int]) -> list[int]:
     """Lance's own routing of primary keys to buckets (the oracle our users route with)."""
-    spec = ds.mem_wal_index_details()["sharding_specs"][0]
+    details = ds.mem_wal_index_details()
+    if details is None:
+        raise BadInputError(f"{ds.uri}: the table has no MemWAL index")
     batch = pa.record_batch({"id": pa.array(ids, pa.int64())})
-    return evaluate_sharding_spec(batch, spec, ds.lance_schema).column(0).to_pylist()
+    routed = evaluate_sharding_spec(batch, details["sharding_specs"][0], ds.lance_schema)
+    buckets: list[int] = routed.column(0).to_pylist()
+    return buckets
 
 
 def keys_by_bucket(ds: lance.LanceDataset, keys: list[int], buckets: int) -> dict[int, list[int]]:
@@ -143,7 +154,7 @@ def write_generations(
     workload: Workload,
     model: Model,
     *,
-    storage_options: dict | None = None,
+    storage_options: dict[str, str] | None = None,
     generations: int | None = None,
     seed_offset: int = 0,
 ) -> Model:
@@ -198,7 +209,7 @@ def write_generations(
     return model
 
 
-def make_demo_table(uri: str, workload: Workload | None = None, storage_options: dict | None = None) -> Model:
+def make_demo_table(uri: str, workload: Workload | None = None, storage_options: dict[str, str] | None = None) -> Model:
     workload = workload or Workload()
     _, model = create_base_table(uri, workload, storage_options)
     return write_generations(uri, workload, model, storage_options=storage_options)

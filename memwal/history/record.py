@@ -10,16 +10,37 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from memwal.core.document import Document
+from memwal.history.schema import LagTotal, checked, checked_detail
 
 #: Outcomes of a run. ``running`` is what a record says until its run ends (a run whose
 #: process died stays ``running``; ``memwal history`` shows it as ``abandoned`` once no live
 #: lease of its run is left).
 RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED = "running", "ok", "nothing-to-do", "failed", "fenced", "abandoned"
 OUTCOMES = (RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED)
+
+
+class RunEntry(TypedDict):
+    """One entry of ``memwal history --json``: a run record's fields, or a stretch of versions
+    others committed (``job`` ``external``: no run id, engine or holder; no summary fields)."""
+
+    job: str
+    run_id: str | None
+    engine: str | None
+    holder: str | None
+    outcome: str
+    started_at: float
+    finished_at: float | None
+    versions: list[int]
+    error: str | None
+    figures: dict[str, Any]
+    lag: dict[str, list[float | int | None]]
+    lag_total: NotRequired[LagTotal | None]
+    detail: NotRequired[bool]
 
 
 @dataclass
@@ -39,7 +60,7 @@ class RunRecord(Document):
     lag: dict[str, list[float | int | None]] = field(default_factory=dict)
     #: The lag summed over shards (:func:`lag_total`), kept in the record itself when its
     #: per-shard parts are stored apart (``detail``, see :mod:`memwal.history.log`).
-    lag_total: dict[str, float | int] | None = None
+    lag_total: LagTotal | None = None
     #: Whether the per-shard figures and lag are in the run's detail object.
     detail: bool = False
 
@@ -49,13 +70,21 @@ class RunRecord(Document):
         the status page's 200 runs cost 14 s). Callers replace values, never edit them in place."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def entry(self) -> RunEntry:
+        """The same fields, typed as ``memwal history`` lists them (no copy either)."""
+        return {"job": self.job, "run_id": self.run_id, "engine": self.engine, "holder": self.holder,
+                "outcome": self.outcome, "started_at": self.started_at, "finished_at": self.finished_at,
+                "versions": self.versions, "error": self.error, "figures": self.figures, "lag": self.lag,
+                "lag_total": self.lag_total, "detail": self.detail}
+
     def dumps(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
 
     @classmethod
     def loads(cls, data: bytes) -> RunRecord:
-        obj = json.loads(data)
-        return cls(**{k: obj.get(k) for k in cls.__dataclass_fields__ if k in obj})
+        """A stored record, every field checked against the model (:mod:`memwal.history.schema`):
+        ValueError naming the field for one that does not match (the reader skips it)."""
+        return cls(**checked(json.loads(data), OUTCOMES))
 
     def summary(self) -> RunRecord:
         """This record without its per-shard parts: the merge's shard list and the lag by
@@ -73,17 +102,17 @@ class RunRecord(Document):
 
     def with_detail(self, data: bytes) -> RunRecord:
         """A summary record made whole again from its detail object (:meth:`detail_dumps`)."""
-        detail = json.loads(data)
         whole = RunRecord(**self.to_dict())
-        whole.figures, whole.lag = detail.get("figures") or {}, detail.get("lag") or {}
+        whole.figures, whole.lag = checked_detail(json.loads(data))
         return whole
 
 
-def lag_total(run: dict[str, Any]) -> dict[str, float | int] | None:
+def lag_total(run: Mapping[str, Any]) -> LagTotal | None:
     """A run's lag summed over shards: ``shards``, ``generations``, ``rows``, ``oldest_seconds``
     (None when the run recorded none): from its summary, or summed from its lag by shard."""
-    if run.get("lag_total"):
-        return run["lag_total"]
+    summary: LagTotal | None = run.get("lag_total")
+    if summary:
+        return summary
     lag = run.get("lag") or {}
     if not lag:
         return None
@@ -92,7 +121,7 @@ def lag_total(run: dict[str, Any]) -> dict[str, float | int] | None:
             "oldest_seconds": max((float(v[2] or 0) for v in lag.values()), default=0.0)}
 
 
-def outcome_of(job: str, doc: dict[str, Any], problems: list[str]) -> str:
+def outcome_of(job: str, doc: Mapping[str, Any], problems: list[str]) -> str:
     """ok, nothing-to-do or failed, from a finished run's result document."""
     if problems:
         return FAILED
@@ -102,7 +131,7 @@ def outcome_of(job: str, doc: dict[str, Any], problems: list[str]) -> str:
     return OK if did else NOTHING
 
 
-def figures(job: str, doc: dict[str, Any]) -> dict[str, Any]:
+def figures(job: str, doc: Mapping[str, Any]) -> dict[str, Any]:
     """The job's own figures, from its result document (the ``--json`` of the command)."""
     if job == "merge":
         return {"shards": [{k: s[k] for k in ("shard_id", "from_generation", "to_generation", "rows_upserted",

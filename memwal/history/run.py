@@ -65,7 +65,7 @@ def transaction_properties() -> dict[str, str]:
 
 @contextlib.contextmanager
 def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | None,
-             lag: Callable[[Table], dict[str, list[Any]]] | None = None) -> Iterator[RunContext]:
+             lag: Callable[[Table], dict[str, list[float | int | None]]] | None = None) -> Iterator[RunContext]:
     """Record one run of ``job`` in the table's history (see the module docstring).
 
     ``lag`` reads the lag the run left (per shard [generations, rows, oldest age]); it is

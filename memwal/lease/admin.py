@@ -11,6 +11,7 @@ import json
 import logging
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from memwal.core import clock as clocks
 from memwal.core.document import Document
@@ -52,7 +53,7 @@ class LeaseInfo(Document):
     renewed: str | None = None
     problem: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON form (all fields)."""
         return asdict(self)
 
@@ -144,5 +145,6 @@ def _salvage(data: bytes) -> tuple[str, int, float]:
     if isinstance(token, bool) or not isinstance(token, int) or token < 0:
         token = int(clocks.current()() * 1000)
     acquired = obj.get("acquired_at")
-    ok = isinstance(acquired, int | float) and not isinstance(acquired, bool) and math.isfinite(acquired)
-    return holder, token, float(acquired) if ok and 0 <= acquired <= MAX_TIMESTAMP else 0.0
+    if isinstance(acquired, bool) or not isinstance(acquired, int | float):
+        return holder, token, 0.0
+    return holder, token, float(acquired) if math.isfinite(acquired) and 0 <= acquired <= MAX_TIMESTAMP else 0.0

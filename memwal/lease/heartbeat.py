@@ -34,6 +34,15 @@ def renewal_interval(ttl_seconds: float, *, jitter: float = 0.2, rng: Callable[[
     return ttl_seconds / 3 * (1 - jitter * rng())
 
 
+class _BeatThread(threading.Thread):
+    """A heartbeat's daemon thread; ``clock`` names the clock it sleeps on (a test clock finds
+    the threads waiting on it by this attribute)."""
+
+    def __init__(self, target: Callable[[], None], name: str, clock: Clock) -> None:
+        super().__init__(target=target, name=name, daemon=True)
+        self.clock = clock
+
+
 class Heartbeat:
     """Calls ``beat()`` at the times it asks for, on a daemon thread, until stopped."""
 
@@ -43,15 +52,14 @@ class Heartbeat:
         self._due = first_due
         self._clock = clock
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: _BeatThread | None = None
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> Heartbeat:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.clock = self._clock  # type: ignore[attr-defined]  # which clock it sleeps on (tests)
+        self._thread = _BeatThread(self._run, self.name, self._clock)
         self._thread.start()
         return self
 

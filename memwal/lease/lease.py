@@ -211,8 +211,9 @@ class Lease(Renewing):
         log.info("acquired %s lease on %s: holder %s, token %d, ttl %gs, expires %s", self.kind, self.store.root,
                  rec.holder, rec.token, self.ttl_seconds, fmt_time(rec.expires_at))
         if self.use_heartbeat:
+            renewed = rec.acquired_at if rec.renewed_at is None else rec.renewed_at  # a record we wrote: set
             self._heartbeat = Heartbeat(f"{self.kind}-{self.token}", self._beat,
-                                        rec.renewed_at + renewal_interval(self.ttl_seconds), self.clock).start()
+                                        renewed + renewal_interval(self.ttl_seconds), self.clock).start()
 
     # -- check / renew
 

@@ -23,11 +23,15 @@ import atexit
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the SDK is the otel extra's, imported only when asked for
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
 
 log = logging.getLogger(__name__)
 
-_configured: Any = None
+_configured: MeterProvider | None = None
 
 
 def exporters_from_env() -> list[str]:
@@ -35,7 +39,7 @@ def exporters_from_env() -> list[str]:
     return [e.strip().lower() for e in value.split(",") if e.strip() and e.strip().lower() != "none"]
 
 
-def configure_from_env() -> Any:
+def configure_from_env() -> MeterProvider | None:
     """The process's MeterProvider built from ``OTEL_*`` (None when no exporter is asked for)."""
     global _configured
     names = exporters_from_env()
@@ -60,7 +64,7 @@ def configure_from_env() -> Any:
     return provider
 
 
-def _reader(name: str) -> Any:
+def _reader(name: str) -> MetricReader | None:
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
 
     if name == "console":
@@ -69,10 +73,12 @@ def _reader(name: str) -> Any:
         protocol = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
                     or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
         if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        else:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        return PeriodicExportingMetricReader(OTLPMetricExporter())
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as OverGrpc
+
+            return PeriodicExportingMetricReader(OverGrpc())
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as OverHttp
+
+        return PeriodicExportingMetricReader(OverHttp())
     if name == "prometheus":
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import start_http_server
@@ -84,7 +90,7 @@ def _reader(name: str) -> Any:
     return None
 
 
-def _bridge_lance(provider: Any) -> None:
+def _bridge_lance(provider: MeterProvider) -> None:
     """Lance's object-store metrics in the same provider (a no-op where pylance cannot)."""
     try:
         from lance.otel import instrument_lance_metrics

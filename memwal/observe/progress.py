@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
+
+_Engine = TypeVar("_Engine")
 
 
 class Listener(Protocol):
-    def planned(self, job: str, plan: Any) -> None: ...
+    def planned(self, job: str, plan: object) -> None: ...
 
     def shard_done(self, job: str, shard_id: str, *, generations: int = 0, wal_entries: int = 0) -> None: ...
 
@@ -39,7 +41,7 @@ def listening(listener: Listener) -> Iterator[None]:
         _listeners.remove(listener)
 
 
-def planned(job: str, plan: Any) -> None:
+def planned(job: str, plan: object) -> None:
     for listener in list(_listeners):
         listener.planned(job, plan)
 
@@ -49,6 +51,6 @@ def shard_done(job: str, shard_id: str, *, generations: int = 0, wal_entries: in
         listener.shard_done(job, shard_id, generations=generations, wal_entries=wal_entries)
 
 
-def engine(job: str, inner: Any) -> Any:
+def engine(job: str, inner: _Engine) -> _Engine:
     """The engine a job runs on: ``inner`` (a display listens; it never wraps or reshapes it)."""
     return inner

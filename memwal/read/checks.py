@@ -11,7 +11,7 @@ Lance's build machine (:func:`memwal.errors.first_line`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -39,7 +39,7 @@ def reading(table: Table) -> Iterator[None]:
         raise ReadError(f"{table.uri}: cannot read: {first_line(exc, table.uri)}") from exc
 
 
-def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:
+def check_columns(schema: pa.Schema, columns: Sequence[str] | None) -> None:
     if columns is None:
         return
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):

@@ -10,7 +10,7 @@ and :func:`lookup_each`; the folded reads and the vector search reuse them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +19,12 @@ from memwal.core.pool import ordered_map
 from memwal.errors import BadInputError
 from memwal.merge.keys import key_codes
 
-#: What ``keys`` may be: Arrow data holding the key columns, or Python values.
-Keys = pa.Table | pa.RecordBatch | pa.Array | pa.ChunkedArray | Iterable[Any] | Any
+if TYPE_CHECKING:
+    from lance.mem_wal import LsmPointLookupPlanner
+
+#: What ``keys`` may be: Arrow data holding the key columns, or Python values (one key, or an
+#: iterable of them; a composite key as a tuple or a mapping by column name).
+Keys: TypeAlias = pa.Table | pa.RecordBatch | pa.Array | pa.ChunkedArray | Iterable[object] | object
 
 
 def key_table(keys: Keys, schema: pa.Schema, primary_key: list[str]) -> pa.Table:
@@ -57,7 +61,7 @@ def _single(primary_key: list[str], what: str) -> None:
                             f"{what} gives one: pass tuples, mappings or a table")
 
 
-def _from_python(values: list[Any], types: pa.Schema, primary_key: list[str]) -> pa.Table:
+def _from_python(values: list[object], types: pa.Schema, primary_key: list[str]) -> pa.Table:
     if len(primary_key) == 1:
         if any(isinstance(v, Mapping) for v in values):
             values = [v[primary_key[0]] if isinstance(v, Mapping) else v for v in values]
@@ -99,7 +103,7 @@ def key_values(keys: pa.Table, primary_key: list[str]) -> Iterator[pa.Array]:
 LOOKUP_THREADS = 8
 
 
-def lookup_each(planner: Any, keys: pa.Table, primary_key: list[str], columns: list[str],
+def lookup_each(planner: LsmPointLookupPlanner, keys: pa.Table, primary_key: list[str], columns: list[str],
                 schema: pa.Schema) -> pa.Table:
     """One ``plan_lookup`` per key (a few in parallel), rows in ``keys``' order."""
     values = list(key_values(keys, primary_key))

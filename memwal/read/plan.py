@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import lance
 import pyarrow as pa
@@ -59,16 +59,40 @@ from memwal.table.manifest import TableManifest
 from memwal.table.naming import manifest_key
 from memwal.table.paths import generation_key
 from memwal.table.schema import primary_key
-from memwal.table.sharding import field_names_from_lance_schema, shard_field_value_from_bytes, spec_to_dict
+from memwal.table.sharding import (
+    ShardingFieldDict,
+    ShardingSpecDict,
+    ShardValue,
+    field_names_from_lance_schema,
+    shard_field_value_from_bytes,
+    spec_to_dict,
+)
 from memwal.table.shards import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
+
+if TYPE_CHECKING:
+    from lance.schema import LanceSchema
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("index", "manifests")
 _THREADS = 16
 
-T = TypeVar("T")
-R = TypeVar("R")
+
+class ShardListing(TypedDict):
+    """One shard of a read plan, as its document lists it."""
+
+    shard_id: str
+    source: str  # index, manifests or checkpoint:<id>
+    manifest_version: int | None
+    generations: list[int]  # the generations the read lists
+    pruned: bool  # left out by the filter
+
+
+class Fallback(TypedDict):
+    """A shard (None: every shard) read from its manifest instead of the snapshot, and why."""
+
+    shard_id: str | None
+    reason: str
 
 
 @dataclass
@@ -80,7 +104,7 @@ class ShardView:
     shard_spec_id: int
     current_generation: int
     flushed: list[tuple[int, str]]
-    fields: dict[str, Any]
+    fields: dict[str, ShardValue]
     source: str
 
 
@@ -93,8 +117,8 @@ class ReadPlan(Document):
     source: str
     snapshot_ts_millis: int
     snapshots: list[ShardSnapshot]
-    shards: list[dict[str, Any]] = field(default_factory=list)
-    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    shards: list[ShardListing] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
     pruned: list[str] = field(default_factory=list)
     #: (shard_id, generation, path) of every generation the snapshots list, in order.
     generations: list[tuple[str, int, str]] = field(default_factory=list)
@@ -110,14 +134,26 @@ class ReadPlan(Document):
             "pruned": self.pruned,
         }
 
+    def read_shard(self, shard_id: str, current_generation: int, spec_id: int,
+                   generations: Iterable[tuple[int, str]]) -> None:
+        """Add the snapshot of one shard reading ``generations`` ((generation, path), ascending)."""
+        snapshot = ShardSnapshot(shard_id).with_current_generation(current_generation)
+        if spec_id:
+            snapshot = snapshot.with_spec_id(spec_id)
+        for g, p in generations:
+            generation_key(shard_id, p)  # refuse unsafe paths before a reader opens them (invariant 5)
+            snapshot = snapshot.with_sstable(g, p)
+            self.generations.append((shard_id, g, p))
+        self.snapshots.append(snapshot)
+
 
 def _threads(table: Table) -> int:
     """Threads for per-shard reads: object stores are latency bound, a local disk is not."""
     return 1 if isinstance(table.store, LocalStore) else _THREADS
 
 
-def _view_from_state(state: ShardState, specs: dict[int, dict]) -> ShardView:
-    values: dict[str, Any] = {}
+def _view_from_state(state: ShardState, specs: dict[int, ShardingSpecDict]) -> ShardView:
+    values: dict[str, ShardValue] = {}
     spec = specs.get(state.manifest.shard_spec_id)
     types = {f["field_id"]: f["result_type"] for f in spec["fields"]} if spec else {}
     for fid, raw in state.field_entries().items():
@@ -152,12 +188,12 @@ def _stale_reason(table: Table, view: ShardView, manifest: TableManifest, includ
     return None
 
 
-def _from_manifests(table: Table, shard_ids: list[str], specs: dict[int, dict]) -> dict[str, ShardView]:
+def _from_manifests(table: Table, shard_ids: list[str], specs: dict[int, ShardingSpecDict]) -> dict[str, ShardView]:
     states = parallel_map(lambda sid: latest_shard_manifest(table.store, sid), shard_ids, _threads(table))
     return {s.shard_id: _view_from_state(s, specs) for s in states if s is not None}
 
 
-def _prunable_fields(spec: dict, field_names: dict[int, str], pk: set[str]) -> list[dict]:
+def _prunable_fields(spec: ShardingSpecDict, field_names: dict[int, str], pk: set[str]) -> list[ShardingFieldDict]:
     """Fields whose value depends on primary-key columns only (see the module docstring)."""
     out = []
     for f in spec["fields"]:
@@ -168,8 +204,9 @@ def _prunable_fields(spec: dict, field_names: dict[int, str], pk: set[str]) -> l
 
 
 def _inferred_values(
-    table: Table, view: ShardView, gens: list[tuple[int, str]], spec: dict, lance_schema: Any, columns: list[str]
-) -> dict[str, set[Any]] | None:
+    table: Table, view: ShardView, gens: list[tuple[int, str]], spec: ShardingSpecDict, lance_schema: LanceSchema,
+    columns: list[str]
+) -> dict[str, set[ShardValue]] | None:
     """Every shard field value Lance routes the rows in ``gens`` to; None when unknown."""
 
     def batches() -> Iterable[pa.RecordBatch]:
@@ -190,7 +227,7 @@ def _inferred_values(
 class _Pruner:
     def __init__(self, table: Table, manifest: TableManifest, filter: str) -> None:
         self.table = table
-        self.by_spec: dict[int, tuple[dict, dict[str, set[Any]], list[str]]] = {}
+        self.by_spec: dict[int, tuple[ShardingSpecDict, dict[str, set[ShardValue]], list[str]]] = {}
         literals = filter_literals(filter)
         if not literals or manifest.mem_wal is None:
             return
@@ -203,7 +240,8 @@ class _Pruner:
             fields = _prunable_fields(spec, field_names, pk)
             allowed = allowed_shard_values({"spec_id": spec["spec_id"], "fields": fields}, self.lance_schema, literals)
             if allowed:
-                narrow = {"spec_id": spec["spec_id"], "fields": [f for f in fields if f["field_id"] in allowed]}
+                narrow: ShardingSpecDict = {"spec_id": spec["spec_id"],
+                                            "fields": [f for f in fields if f["field_id"] in allowed]}
                 columns = sorted({c for f in narrow["fields"] for c in source_columns(f, field_names) or []})
                 self.by_spec[spec["spec_id"]] = (narrow, allowed, columns)
 
@@ -238,7 +276,7 @@ def plan_read(
     manifest = manifest or table.require_mem_wal()
     specs = {s.spec_id: spec_to_dict(s) for s in (manifest.mem_wal.sharding_specs if manifest.mem_wal else [])}
     views: dict[str, ShardView] = {}
-    fallbacks: list[dict[str, Any]] = []
+    fallbacks: list[Fallback] = []
     ts = 0
     to_read: list[str] = []
     if source == "index":
@@ -304,14 +342,7 @@ def plan_read(
         if not keep[sid]:
             plan.pruned.append(sid)
             continue
-        snap = ShardSnapshot(sid).with_current_generation(v.current_generation)
-        if v.shard_spec_id:
-            snap = snap.with_spec_id(v.shard_spec_id)
-        for g, p in gens:
-            generation_key(sid, p)  # refuse unsafe paths before a reader opens them (invariant 5)
-            snap = snap.with_sstable(g, p)
-            plan.generations.append((sid, g, p))
-        plan.snapshots.append(snap)
+        plan.read_shard(sid, v.current_generation, v.shard_spec_id, gens)
     return plan
 
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 import sqlglot
@@ -39,7 +39,16 @@ from lance.mem_wal import evaluate_sharding_spec
 from sqlglot import exp, tokens
 from sqlglot.dialects.dialect import Dialect
 
-from memwal.table.sharding import field_names_from_lance_schema, spec_to_dict
+from memwal.table.sharding import (
+    ShardingFieldDict,
+    ShardingSpecDict,
+    ShardValue,
+    field_names_from_lance_schema,
+    spec_to_dict,
+)
+
+if TYPE_CHECKING:
+    from lance.schema import LanceSchema
 
 __all__ = [
     "filter_literals",
@@ -53,8 +62,10 @@ __all__ = [
 #: Most literal combinations expanded for a field computed from several columns.
 MAX_COMBINATIONS = 10_000
 
+#: A literal a filter compares a column with.
+LiteralValue: TypeAlias = int | str | bool
 #: A literal with its kind: ``(bool, True)`` and ``(int, 1)`` must stay apart (``True == 1``).
-_Lit = tuple[type, Any]
+_Lit = tuple[type[int] | type[str] | type[bool], LiteralValue]
 #: Column -> the literals it may take; a column absent from the dict is unconstrained.
 _Constraints = dict[str, frozenset[_Lit]]
 
@@ -68,7 +79,7 @@ class _LanceFilterDialect(Dialect):
         STRING_ESCAPES = ["'"]
 
 
-def filter_literals(expr: str | None) -> dict[str, list[Any]]:
+def filter_literals(expr: str | None) -> dict[str, list[LiteralValue]]:
     """Column -> literals (int, str or bool) every row matching ``expr`` has in that column.
 
     A column not in the answer is unconstrained; an empty list means no row can match. A
@@ -97,7 +108,7 @@ def filter_columns(expr: str) -> set[str] | None:
         return None
 
 
-def _constraints(node: exp.Expression) -> _Constraints:
+def _constraints(node: exp.Expr) -> _Constraints:
     """Necessary conditions ``column IN literals`` implied by ``node`` being true."""
     if isinstance(node, exp.Paren):
         return _constraints(node.this)
@@ -114,9 +125,9 @@ def _constraints(node: exp.Expression) -> _Constraints:
         return {}
     if isinstance(node, exp.In) and {k for k, v in node.args.items() if v} == {"this", "expressions"}:
         col = _column_name(node.this)
-        lits = [_literal(e) for e in node.expressions]
-        if col is not None and lits and None not in lits:
-            return {col: frozenset(lits)}  # type: ignore[arg-type]
+        lits = [lit for e in node.expressions if (lit := _literal(e)) is not None]
+        if col is not None and lits and len(lits) == len(node.expressions):
+            return {col: frozenset(lits)}
     return {}
 
 
@@ -135,14 +146,14 @@ def _conjoin(left: _Constraints, right: _Constraints) -> _Constraints:
     return out
 
 
-def _column_name(node: exp.Expression) -> str | None:
+def _column_name(node: exp.Expr) -> str | None:
     """A plain (unqualified) column reference's name, else None."""
     if isinstance(node, exp.Column) and not node.table and isinstance(node.this, exp.Identifier):
         return node.this.name
     return None
 
 
-def _literal(node: exp.Expression) -> _Lit | None:
+def _literal(node: exp.Expr) -> _Lit | None:
     """An integer, string or boolean literal, else None (floats, NULL, expressions...)."""
     negate = False
     if isinstance(node, exp.Neg):
@@ -164,7 +175,7 @@ def _literal(node: exp.Expression) -> _Lit | None:
 # ---------------------------------------------------------------------------
 
 
-def source_columns(field: Mapping[str, Any], field_names: Mapping[int, str]) -> list[str] | None:
+def source_columns(field: ShardingFieldDict, field_names: Mapping[int, str]) -> list[str] | None:
     """Columns a spec field reads (a non-blank ``column`` parameter overrides ``source_ids``,
     as in Lance); None when a source id is unknown; empty for ``unsharded``."""
     column = (field["parameters"].get("column") or "").strip()
@@ -176,9 +187,10 @@ def source_columns(field: Mapping[str, Any], field_names: Mapping[int, str]) -> 
     return list(dict.fromkeys(n for n in names if n is not None))
 
 
-def _literal_array(values: list[Any], t: pa.DataType) -> pa.Array | None:
+def _literal_array(values: list[LiteralValue], t: pa.DataType) -> pa.Array | None:
     """``values`` as an array of type ``t`` when each converts exactly, else None."""
     kinds = {type(v) for v in values}
+    allowed: set[type]
     if pa.types.is_integer(t):
         allowed = {int}
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -196,8 +208,9 @@ def _literal_array(values: list[Any], t: pa.DataType) -> pa.Array | None:
 
 
 def allowed_shard_values(
-    spec: Any, lance_schema: Any, literals: Mapping[str, list[Any]], *, max_combinations: int = MAX_COMBINATIONS
-) -> dict[str, set[Any]]:
+    spec: object, lance_schema: LanceSchema, literals: Mapping[str, Sequence[LiteralValue]], *,
+    max_combinations: int = MAX_COMBINATIONS
+) -> dict[str, set[ShardValue]]:
     """Field id -> the shard values a row allowed by ``literals`` can have (Lance's routing).
 
     ``lance_schema`` is the table's ``ds.lance_schema`` (it resolves source ids and gives
@@ -206,15 +219,15 @@ def allowed_shard_values(
     d = spec_to_dict(spec)
     names = field_names_from_lance_schema(lance_schema)
     types = {f.name: f.type for f in lance_schema.to_pyarrow()}
-    out: dict[str, set[Any]] = {}
+    out: dict[str, set[ShardValue]] = {}
     for field in d["fields"]:
         cols = source_columns(field, names)
         if not cols or any(c not in literals or c not in types for c in cols):
             continue
-        arrays = [_literal_array(list(literals[c]), types[c]) for c in cols]
-        if any(a is None for a in arrays):
+        arrays = [a for c in cols if (a := _literal_array(list(literals[c]), types[c])) is not None]
+        if len(arrays) != len(cols):
             continue
-        distinct = [list(dict.fromkeys(a.to_pylist())) for a in arrays]  # type: ignore[union-attr]
+        distinct = [list(dict.fromkeys(a.to_pylist())) for a in arrays]
         if math.prod(len(v) for v in distinct) > max_combinations:
             continue
         rows = list(itertools.product(*distinct))
@@ -230,7 +243,8 @@ def allowed_shard_values(
     return out
 
 
-def _route(batch: pa.RecordBatch, spec: dict[str, Any], lance_schema: Any) -> dict[str, set[Any]] | None:
+def _route(batch: pa.RecordBatch, spec: ShardingSpecDict,
+           lance_schema: LanceSchema) -> dict[str, set[ShardValue]] | None:
     """Lance's shard values of ``batch`` per field; None when any is NULL or Lance refuses."""
     try:
         result = evaluate_sharding_spec(batch, spec, lance_schema)
@@ -242,14 +256,15 @@ def _route(batch: pa.RecordBatch, spec: dict[str, Any], lance_schema: Any) -> di
     return out
 
 
-def routed_values(batches: Iterable[pa.RecordBatch], spec: Any, lance_schema: Any) -> dict[str, set[Any]] | None:
+def routed_values(batches: Iterable[pa.RecordBatch], spec: object,
+                  lance_schema: LanceSchema) -> dict[str, set[ShardValue]] | None:
     """Every shard field value Lance routes the rows of ``batches`` to; None when unknown.
 
     Evaluating a shard's own rows (not trusting that its writer routed them correctly)
     gives exactly the values a filter must be checked against.
     """
     d = spec_to_dict(spec)
-    out: dict[str, set[Any]] = {f["field_id"]: set() for f in d["fields"]}
+    out: dict[str, set[ShardValue]] = {f["field_id"]: set() for f in d["fields"]}
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -261,7 +276,7 @@ def routed_values(batches: Iterable[pa.RecordBatch], spec: Any, lance_schema: An
     return out
 
 
-def shard_matches(shard_field_values: Mapping[str, Any], allowed: Mapping[str, set[Any] | None]) -> bool:
+def shard_matches(shard_field_values: Mapping[str, ShardValue], allowed: Mapping[str, set[ShardValue] | None]) -> bool:
     """False only when a known shard field value is outside the allowed set.
 
     Unknown (missing or ``None``) values, fields without a constraint, and values whose

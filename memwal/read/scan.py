@@ -62,8 +62,10 @@ def lsm_scan(
             manifest = manifest or table.require_mem_wal()
             ds = table.dataset(manifest.version)
             check_filter(ds, filter)
+            listed = snapshots
         else:
             plan, ds = open_plan(table, plan, source=source, filter=filter, manifest=manifest)
+            listed = snapshots if snapshots is not None else plan.snapshots
         check_columns(ds.schema, columns)
         ops = table_ops(ds)
         if ops.active:
@@ -71,7 +73,7 @@ def lsm_scan(
                 raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, "
                                     "not snapshots")
             return folded_scan(table, ds, plan, ops, columns=columns, filter=filter, limit=limit)
-        scanner = LsmScanner.from_snapshots(ds, snapshots if snapshots is not None else plan.snapshots)
+        scanner = LsmScanner.from_snapshots(ds, listed)
         if columns:
             scanner = scanner.project(columns)
         if filter:

@@ -29,15 +29,17 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 import lance
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from memwal.errors import BadInputError
 
 if TYPE_CHECKING:
+    from memwal.merge.ops import MergeOps
     from memwal.read.plan import ReadPlan
     from memwal.table import Table
 
@@ -75,7 +77,22 @@ def _generation_has_index(table: Table, uri: str, column: str) -> bool:
                for d in ds.describe_indices())
 
 
-def query_vector(query: Any, field: pa.Field) -> np.ndarray:
+#: A query vector: numbers (a list, a numpy array) or an Arrow array of them.
+Vector: TypeAlias = npt.ArrayLike | pa.Array
+
+
+class NearestOptions(TypedDict, total=False):
+    """The search options of :func:`nearest` past ``k`` that a caller with its own plan passes on."""
+
+    filter: str | None
+    columns: Sequence[str] | None
+    metric: str | None
+    nprobes: int
+    refine: bool
+    overfetch: float
+
+
+def query_vector(query: Vector, field: pa.Field) -> npt.NDArray[np.float32]:
     """The query as float32 of the column's dimension, or BadInputError."""
     t = field.type
     if not (pa.types.is_fixed_size_list(t) and pa.types.is_floating(t.value_type)):
@@ -93,21 +110,25 @@ def query_vector(query: Any, field: pa.Field) -> np.ndarray:
     return q
 
 
-def distances(vectors: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+def distances(vectors: npt.NDArray[np.float32], q: npt.NDArray[np.float32], metric: str) -> npt.NDArray[np.float32]:
     """Lance's distances (smaller is nearer), in float32 as Lance gives them."""
+    d: npt.NDArray[np.float32]
     if metric == "l2":
         diff = vectors - q
-        return np.einsum("ij,ij->i", diff, diff)
+        d = np.einsum("ij,ij->i", diff, diff)
+        return d
     dot = vectors @ q
     if metric == "dot":
-        return (1.0 - dot).astype(np.float32)
+        d = (1.0 - dot).astype(np.float32)
+        return d
     norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(q)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (1.0 - dot / norms).astype(np.float32)
+        d = (1.0 - dot / norms).astype(np.float32)
+    return d
 
 
 def _exact_reason(table: Table, ds: lance.LanceDataset, plan: ReadPlan, column: str, metric: str,
-                  index: VectorIndex | None, ops, filter: str | None) -> str | None:
+                  index: VectorIndex | None, ops: MergeOps, filter: str | None) -> str | None:
     """Why the planner would miss rows of this view (None: it will not)."""
     from memwal.read.pruning import filter_columns
     from memwal.table.paths import generation_key
@@ -130,7 +151,7 @@ def _exact_reason(table: Table, ds: lance.LanceDataset, plan: ReadPlan, column: 
     return None
 
 
-def nearest(table: Table, column: str, query: Any, *, k: int = 10, filter: str | None = None,
+def nearest(table: Table, column: str, query: Vector, *, k: int = 10, filter: str | None = None,
             columns: Sequence[str] | None = None, metric: str | None = None, nprobes: int = 20,
             refine: bool = True, overfetch: float = 2.0, plan: ReadPlan | None = None,
             source: str = "index") -> pa.Table:
@@ -179,7 +200,9 @@ def nearest(table: Table, column: str, query: Any, *, k: int = 10, filter: str |
         return rows.select(out).replace_schema_metadata({SEARCH_METADATA: how})
 
 
-def _planned(ds, plan, column, q, k, filter, pk, wanted, metric, nprobes, refine, overfetch, *, folded):
+def _planned(ds: lance.LanceDataset, plan: ReadPlan, column: str, q: npt.NDArray[np.float32], k: int,
+             filter: str | None, pk: list[str], wanted: list[str], metric: str, nprobes: int, refine: bool,
+             overfetch: float, *, folded: bool) -> pa.Table:
     from lance.mem_wal import LsmVectorSearchPlanner
 
     planner = LsmVectorSearchPlanner(ds, plan.snapshots, column, pk_columns=pk, distance_type=metric, filter=filter)
@@ -188,7 +211,7 @@ def _planned(ds, plan, column, q, k, filter, pk, wanted, metric, nprobes, refine
                                refine_base_table=refine, overfetch_factor=float(overfetch)).to_table()
 
 
-def _exact(view: pa.Table, column: str, q: np.ndarray, k: int, metric: str) -> pa.Table:
+def _exact(view: pa.Table, column: str, q: npt.NDArray[np.float32], k: int, metric: str) -> pa.Table:
     col = view.column(column)
     present = np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False))
     if present.size == 0:

@@ -52,7 +52,7 @@ class SnapshotResult(Document):
     repairs: int
     attempts: int
     interleaved_commits: int
-    repaired: list[dict]
+    repaired: list[dict[str, Any]]  # each slot a refresh restored: its kind, names, "to" and "from"
     recovered: bool
     engine: str
     read_seconds: float
@@ -107,7 +107,8 @@ def execute_snapshot(
     data_cache: dict[int, bytes] = {}
     written: list[str] = []
 
-    def update(details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str, is_repair: bool):
+    def update(details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str,
+               is_repair: bool) -> list[IndexFile] | None:
         # The timestamp only grows, so readers can find a file snapshot by binary search (H3).
         ts = ts_holder.setdefault("ts", max(plan.planned_at_ms, details.snapshot_ts_millis + 1))
         data = data_cache.setdefault(ts, encode(ts))

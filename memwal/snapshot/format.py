@@ -22,7 +22,7 @@ from lance.file import LanceFileReader, LanceFileWriter
 from memwal.errors import BadInputError, MemWalError, first_line
 from memwal.pb import mem_wal_index_pb2
 from memwal.table.naming import shard_uuid_bytes, shard_uuid_str
-from memwal.table.sharding import shard_field_value_from_bytes
+from memwal.table.sharding import ShardValue, shard_field_value_from_bytes
 from memwal.table.shards import ShardState
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class ShardRow:
     wal_entry_position_last_seen: int
     current_generation: int
     flushed_generations: list[tuple[int, str]]
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, ShardValue] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -147,7 +147,7 @@ def shard_row(state: ShardState, columns: Iterable[FieldColumn]) -> ShardRow:
     """
     m = state.manifest
     entries = state.field_entries()
-    values: dict[str, Any] = {}
+    values: dict[str, ShardValue] = {}
     for c in columns:
         raw = entries.get(c.field_id)
         if raw is None:

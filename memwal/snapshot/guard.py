@@ -1,49 +1,28 @@
 """Guarded replacement of the ``__lance_mem_wal`` details, and its crash journal (hazard H1).
 
-A refresh publishes by committing a replacement ``__lance_mem_wal`` entry through
-``LanceOperation.CreateIndex`` whose details are the latest committed details with only
-the snapshot fields changed.
-Lance accepts that replacement even when commits landed between the version it was based
-on (``read_version``) and the version it gets, and the replacement then *erases* whatever
-those commits recorded in the details (``compacted_sstables`` from merges,
-``index_catchup`` from index commits). Observed with pylance 14.0.2, also with
-``max_retries=0`` (the conflict check rebases our transaction before the first attempt)
-and with the entry claiming every fragment. ``LanceOperation.Rewrite`` of the entry
-(``rewritten_indices``), which could have been a compare-and-swap on the entry's UUID
-(Lance gives it a new UUID on every update), is refused ("did not store fragment bitmap")
-while the entry exists and is a silent no-op once it was replaced. So Lance cannot be made
-to reject the stale replacement. Mergers and index commits, for their part, apply their
-progress onto the latest details and keep the snapshot fields (observed). The protocol
-here, :func:`commit_mem_wal_details`, is therefore *detect and repair*:
+A refresh publishes by committing a replacement ``__lance_mem_wal`` entry
+(``LanceOperation.CreateIndex``) whose details are the latest details with only the snapshot
+fields changed. Lance accepts it even when commits landed after the version it read, and it
+then *erases* what those commits recorded (merge progress, index catch-up); Lance cannot be
+made to reject it (docs/decisions/0011-h1-detect-and-repair.md). So
+:func:`commit_mem_wal_details` detects and repairs:
 
-1. Read the latest version ``L`` and its details right before committing (the slow shard
-   reads happen earlier, in the plan), commit with ``read_version=L``: version ``W``.
-2. ``W == L + 1``: nothing can have been erased (our base was our predecessor). Done.
-3. Otherwise compare, slot by slot (per shard merge progress, per index and shard
-   catch-up, and each configuration field), what ``W`` holds with what ``W - 1`` held (the
-   cumulative effect of every interleaved commit) and what we read at ``L``. A slot we did
-   not mean to change must equal ``W - 1``'s value; a slot we meant to change (a repair)
-   combines with an interleaved change by ``max`` for progress (both are raises) or gives
-   way to a decrease (a restore or a withdrawn catch-up is someone's decision).
-4. Any slot that is wrong is repaired by another replacement built from the now latest
-   details: a slot nobody touched since ``W`` gets the correct value, a slot raised since
-   gets ``max(correct, latest)``, a slot lowered since keeps the latest value. That commit
-   is checked the same way; the loop ends when a commit had no wrong slot.
+1. Read the latest version ``L`` right before committing; commit with ``read_version=L``: ``W``.
+2. ``W == L + 1``: nothing can have been erased. Done.
+3. Otherwise compare every slot (per shard merge progress, per index and shard catch-up, each
+   configuration field) of ``W`` with ``W - 1`` (every interleaved commit's effect) and ``L``.
+   A slot we did not mean to change must equal ``W - 1``'s; one we meant to change (a repair)
+   combines with an interleaved raise by ``max`` and gives way to a decrease (a restore is
+   someone's decision).
+4. Wrong slots are repaired by another replacement from the latest details (correct value, or
+   ``max`` with a later raise, or a later decrease kept), checked the same way, until a commit
+   has no wrong slot.
 
-A journal (``_mem_wal/_jobs/snapshot/pending.json``, written under the snapshot lease
-before each commit and removed after the check) makes a crash between an erasing commit and
-its repair harmless: the next refresh finds the journal, analyses the last committed round
-the same way and repairs before doing anything else.
-
-The residual window: between an erasing commit and its repair (milliseconds, or until the
-next refresh after a crash) the latest version shows lower progress, and a merger that
-planned *and* committed inside it would merge again the generations the erasure hid.
-memwal-jobs closes it for its own mergers: the snapshot action holds the merge lease for
-the duration of the refresh (``memwal.actions.snapshot_action``), so no memwal merge runs
-concurrently. Writers outside memwal-jobs (a hand-written merge loop) are covered only by
-the detect-and-repair above.
-While the erasing version is retained, GC's retained-version gate is stricter, never
-looser. tests/integration/test_snapshot.py's race test reports how often repairs were needed.
+A journal (``_mem_wal/_jobs/snapshot/pending.json``) written before each commit and removed
+after its check lets the next refresh finish a repair a crash interrupted. Between an erasing
+commit and its repair the latest version shows lower progress: memwal-jobs' own mergers stay
+out of that window (the refresh holds the merge lease); other writers rely on the repair. GC's
+retained-version gate is only stricter while the erasing version is retained.
 """
 
 from __future__ import annotations
@@ -52,17 +31,17 @@ import json
 import logging
 import uuid as uuidlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import lance
-from lance.dataset import Index
+from lance.dataset import Index, IndexFile
 
 from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.history import run as history
 from memwal.pb import mem_wal_index_pb2
-from memwal.snapshot.slots import analyse_round, apply_slots, describe_slot, desired_after, slots_of
+from memwal.snapshot.slots import Fixes, analyse_round, apply_slots, describe_slot, desired_after, slots_of
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
@@ -74,7 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
-Slot = tuple[str, ...]
 
 
 #: Written before each commit, removed once the commit is proven to have lost nothing.
@@ -91,7 +69,7 @@ class GuardedCommit:
     attempts: int = 0
     repairs: int = 0
     interleaved_commits: int = 0
-    repaired: list[dict] = field(default_factory=list)
+    repaired: list[dict[str, Any]] = field(default_factory=list)  # describe_slot + "to", "from"
     recovered: bool = False
 
 
@@ -102,15 +80,18 @@ def _require_details(m: TableManifest, uri: str) -> mem_wal_index_pb2.MemWalInde
 
 
 def _commit_replacement(
-    table: Table, latest: TableManifest, details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str, files
+    table: Table, latest: TableManifest, details: mem_wal_index_pb2.MemWalIndexDetails, index_uuid: str,
+    files: list[IndexFile] | None
 ) -> int:
     old = mem_wal_entry(latest)
+    if old is None:  # _require_details checked it on this same manifest
+        raise BadInputError(f"{table.uri}: table version {latest.version} has no MemWAL index")
     removed = Index(
         uuid=old.uuid,
         name=MEM_WAL_INDEX_NAME,
         fields=[],
         dataset_version=old.dataset_version,
-        fragment_ids=set(),
+        fragment_ids=set(),  # type: ignore[arg-type]  # Lance takes a set here (Index's docstring); typed Bitmap
         index_version=0,
     )
     new = Index(
@@ -118,7 +99,7 @@ def _commit_replacement(
         name=MEM_WAL_INDEX_NAME,
         fields=[],
         dataset_version=latest.version,
-        fragment_ids=set(),
+        fragment_ids=set(),  # type: ignore[arg-type]  # as above
         index_version=0,
         files=files,
         index_details=(MEM_WAL_DETAILS_TYPE_URL, details.SerializeToString()),
@@ -141,43 +122,51 @@ def _find_commit(versions: TableVersions, read_version: int, index_uuid: str) ->
     return None
 
 
+@dataclass(frozen=True)
+class _Round:
+    """One replacement commit of a refresh: the version it read, the index UUID it wrote."""
+
+    read_version: int
+    index_uuid: str
+
+
 class _Journal:
     """``pending.json``: the rounds of a refresh whose commits are not yet checked for H1."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.rounds: list[dict[str, Any]] = []
+        self.rounds: list[_Round] = []
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[_Round]:
         try:
             raw = self.store.get(JOURNAL_KEY)
         except NotFoundError:
             return []
         try:
             rounds = json.loads(raw)["rounds"]
-            return [{"read_version": int(r["read_version"]), "index_uuid": str(r["index_uuid"])} for r in rounds]
+            return [_Round(int(r["read_version"]), str(r["index_uuid"])) for r in rounds]
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring a corrupt snapshot journal at %s", self.store.uri_for(JOURNAL_KEY))
             return []
 
     def add(self, read_version: int, index_uuid: str) -> None:
-        self.rounds.append({"read_version": read_version, "index_uuid": index_uuid})
-        self.store.put(JOURNAL_KEY, json.dumps({"rounds": self.rounds}).encode())
+        self.rounds.append(_Round(read_version, index_uuid))
+        self.store.put(JOURNAL_KEY, json.dumps({"rounds": [asdict(r) for r in self.rounds]}).encode())
 
     def clear(self) -> None:
         self.rounds = []
         self.store.delete_many([JOURNAL_KEY])
 
 
-def _recover_fixes(table: Table, rounds: list[dict[str, Any]]) -> dict[Slot, tuple[Any, Any]] | None:
+def _recover_fixes(table: Table, rounds: list[_Round]) -> Fixes | None:
     """Analyse the last committed round of an interrupted refresh; None when none committed."""
     versions = TableVersions(table.store)
     for r in reversed(rounds):
         try:
-            w = _find_commit(versions, r["read_version"], r["index_uuid"])
+            w = _find_commit(versions, r.read_version, r.index_uuid)
             if w is None:
                 continue
-            read = slots_of(_require_details(versions.at(r["read_version"]), table.uri))
+            read = slots_of(_require_details(versions.at(r.read_version), table.uri))
             wrote = slots_of(_require_details(versions.at(w), table.uri))
             before = slots_of(_require_details(versions.at(w - 1), table.uri))
         except (NotFoundError, BadInputError) as exc:
@@ -189,7 +178,7 @@ def _recover_fixes(table: Table, rounds: list[dict[str, Any]]) -> dict[Slot, tup
 
 def commit_mem_wal_details(
     table: Table,
-    update: Callable[[mem_wal_index_pb2.MemWalIndexDetails, str, bool], Any],
+    update: Callable[[mem_wal_index_pb2.MemWalIndexDetails, str, bool], list[IndexFile] | None],
     *,
     index_uuid: str | None = None,
     lease: Lease | None = None,
@@ -206,7 +195,7 @@ def commit_mem_wal_details(
     store = table.store
     journal = _Journal(store)
     outcome = GuardedCommit(version=0, read_version=0, index_uuid=index_uuid or "")
-    fixes: dict[Slot, tuple[Any, Any]] = {}
+    fixes: Fixes = {}
     pending = journal.load()
     if pending:
         recovered = _recover_fixes(table, pending)

@@ -102,6 +102,20 @@ class LocalManifestReader:
         return [r for part in parts for r in part]
 
 
+@dataclass(frozen=True)
+class UnsafeGeneration:
+    """A generation a shard manifest lists under a path that is refused (invariant 5)."""
+
+    shard_id: str
+    generation: int
+    detail: str
+    reason: str = "unsafe-path"
+
+    def to_dict(self) -> dict[str, str | int]:
+        return {"shard_id": self.shard_id, "generation": self.generation, "reason": self.reason,
+                "detail": self.detail}
+
+
 @dataclass
 class SnapshotPlan(Document):
     table: str
@@ -113,7 +127,7 @@ class SnapshotPlan(Document):
     previous_snapshot_ts_millis: int
     engine: str = "local"
     read_seconds: float = 0.0
-    problems: list[dict] = field(default_factory=list)
+    problems: list[UnsafeGeneration] = field(default_factory=list)
     #: Why nothing needs publishing (None: publish): see :func:`unchanged_reason`.
     noop_reason: str | None = None
 
@@ -142,7 +156,7 @@ class SnapshotPlan(Document):
             "engine": self.engine,
             "read_seconds": round(self.read_seconds, 3),
             "field_columns": [c.column for c in self.columns],
-            "problems": self.problems,
+            "problems": [p.to_dict() for p in self.problems],
             "shards": [
                 {
                     "shard_id": r.shard_id,
@@ -177,13 +191,13 @@ def plan_snapshot(
     shard_ids = list_shard_ids(table.store)
     rows = reader.read_rows(table, shard_ids, columns)
     elapsed = time.perf_counter() - start
-    problems = []
+    problems: list[UnsafeGeneration] = []
     for r in rows:
         for g, p in r.flushed_generations:
             try:
                 generation_key(r.shard_id, p)
             except UnsafePathError as exc:
-                problems.append({"shard_id": r.shard_id, "generation": g, "reason": "unsafe-path", "detail": str(exc)})
+                problems.append(UnsafeGeneration(r.shard_id, g, str(exc)))
     plan = SnapshotPlan(
         table=table.uri,
         read_version=manifest.version,

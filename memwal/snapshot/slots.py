@@ -8,15 +8,16 @@ the repair.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
 
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.table.naming import shard_uuid_bytes, shard_uuid_str
 
-if TYPE_CHECKING:
-    pass
-
 Slot = tuple[str, ...]
+#: A slot's value: a generation (merge progress, catch-up) or a configuration field's bytes.
+SlotValue = int | bytes
+#: Slots a commit got wrong: ``slot -> (correct value, value the commit holds)`` (None: absent).
+Fixes = dict[Slot, tuple[SlotValue | None, SlotValue | None]]
 
 
 #: Details fields other than the snapshot and progress fields, compared as opaque values.
@@ -33,9 +34,9 @@ def _config_bytes(d: mem_wal_index_pb2.MemWalIndexDetails, name: str) -> bytes:
     return part.SerializeToString(deterministic=True)
 
 
-def slots_of(d: mem_wal_index_pb2.MemWalIndexDetails) -> dict[Slot, Any]:
+def slots_of(d: mem_wal_index_pb2.MemWalIndexDetails) -> dict[Slot, SlotValue]:
     """Every value a replacement must not lose: progress per shard and index, and configuration."""
-    out: dict[Slot, Any] = {}
+    out: dict[Slot, SlotValue] = {}
     for c in d.compacted_sstables:
         out[("compacted", shard_uuid_str(c.shard_id.uuid))] = c.generation
     for p in d.index_catchup:
@@ -50,15 +51,20 @@ def _monotone(slot: Slot) -> bool:
     return slot[0] in ("compacted", "catchup")
 
 
-def _gt(a: Any, b: Any) -> bool:
-    return (a if a is not None else -1) > (b if b is not None else -1)
+def _generation(v: SlotValue | None) -> int:
+    """A monotone slot's generation (-1: absent)."""
+    return v if isinstance(v, int) else -1
 
 
-def _max(a: Any, b: Any) -> Any:
+def _gt(a: SlotValue | None, b: SlotValue | None) -> bool:
+    return _generation(a) > _generation(b)
+
+
+def _max(a: SlotValue | None, b: SlotValue | None) -> SlotValue | None:
     return a if _gt(a, b) else b
 
 
-def describe_slot(slot: Slot) -> dict[str, Any]:
+def describe_slot(slot: Slot) -> dict[str, str]:
     if slot[0] == "compacted":
         return {"kind": "compacted", "shard_id": slot[1]}
     if slot[0] == "catchup":
@@ -67,14 +73,14 @@ def describe_slot(slot: Slot) -> dict[str, Any]:
 
 
 def analyse_round(
-    read: dict[Slot, Any], wrote: dict[Slot, Any], before: dict[Slot, Any]
-) -> dict[Slot, tuple[Any, Any]]:
+    read: Mapping[Slot, SlotValue], wrote: Mapping[Slot, SlotValue], before: Mapping[Slot, SlotValue]
+) -> Fixes:
     """Slots our commit got wrong: ``slot -> (correct value, value our commit holds)``.
 
     ``read``: the details at our read version; ``wrote``: what our commit holds;
     ``before``: the version just before ours (every interleaved commit's cumulative effect).
     """
-    fixes: dict[Slot, tuple[Any, Any]] = {}
+    fixes: Fixes = {}
     for slot in set(read) | set(wrote) | set(before):
         r, c, b = read.get(slot), wrote.get(slot), before.get(slot)
         if c == r:  # we did not mean to change it: the interleaved value stands
@@ -90,9 +96,9 @@ def analyse_round(
     return fixes
 
 
-def desired_after(fixes: dict[Slot, tuple[Any, Any]], latest: dict[Slot, Any]) -> dict[Slot, Any]:
+def desired_after(fixes: Fixes, latest: Mapping[Slot, SlotValue]) -> dict[Slot, SlotValue | None]:
     """Values the repair commit must carry, given what commits after ours did to each slot."""
-    out = dict(latest)
+    out: dict[Slot, SlotValue | None] = dict(latest)
     for slot, (correct, ours) in fixes.items():
         now = latest.get(slot)
         if now == ours:  # untouched since our commit
@@ -107,11 +113,12 @@ def _uuid_msg(shard_id: str) -> shard_manifest_pb2.UUID:
     return shard_manifest_pb2.UUID(uuid=shard_uuid_bytes(shard_id))
 
 
-def _entries(existing, want: dict[str, int]) -> list:
+def _entries(existing: Iterable[mem_wal_index_pb2.CompactedSsTable],
+             want: dict[str, int]) -> list[mem_wal_index_pb2.CompactedSsTable]:
     """Per-shard generation entries: the existing shards that stay, in their order, with
     their wanted values, then the new shards, sorted (entries of dropped shards go)."""
     want = dict(want)
-    out = []
+    out: list[mem_wal_index_pb2.CompactedSsTable] = []
     for c in existing:
         sid = shard_uuid_str(c.shard_id.uuid)
         if sid in want:
@@ -120,21 +127,22 @@ def _entries(existing, want: dict[str, int]) -> list:
     return out + [mem_wal_index_pb2.CompactedSsTable(shard_id=_uuid_msg(s), generation=g) for s, g in new]
 
 
-def apply_slots(d: mem_wal_index_pb2.MemWalIndexDetails, values: dict[Slot, Any]) -> None:
+def apply_slots(d: mem_wal_index_pb2.MemWalIndexDetails, values: Mapping[Slot, SlotValue | None]) -> None:
     """Make ``d`` carry ``values`` for every slot, keeping entry order where it can."""
     current = slots_of(d)
     if all(current.get(s) == v for s, v in values.items()) and all(s in values for s in current):
         return
     # Merge progress.
-    kept = _entries(d.compacted_sstables, {s[1]: v for s, v in values.items() if s[0] == "compacted" and v is not None})
+    kept = _entries(d.compacted_sstables,
+                    {s[1]: v for s, v in values.items() if s[0] == "compacted" and isinstance(v, int)})
     del d.compacted_sstables[:]
     d.compacted_sstables.extend(kept)
     # Index catch-up.
     by_index: dict[str, dict[str, int]] = {}
     for s, v in values.items():
-        if s[0] == "catchup" and v is not None:
+        if s[0] == "catchup" and isinstance(v, int):
             by_index.setdefault(s[1], {})[s[2]] = v
-    progress = []
+    progress: list[mem_wal_index_pb2.IndexCatchupProgress] = []
     for p in d.index_catchup:
         if p.index_name not in by_index:
             continue
@@ -147,7 +155,8 @@ def apply_slots(d: mem_wal_index_pb2.MemWalIndexDetails, values: dict[Slot, Any]
     d.index_catchup.extend(progress)
     # Configuration.
     for name in CONFIG_FIELDS:
-        v = values.get(("config", name), b"")
-        if _config_bytes(d, name) != v:
+        config = values.get(("config", name), b"")
+        config = config if isinstance(config, bytes) else b""
+        if _config_bytes(d, name) != config:
             d.ClearField(name)
-            d.MergeFromString(v)
+            d.MergeFromString(config)

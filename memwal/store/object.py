@@ -169,16 +169,14 @@ class ObjectStore(Store):
 
     # -- reads
 
-    def get(self, key: str) -> bytes:
-        """Read a whole object (NotFoundError naming the URI if absent)."""
-        return self.get_with_etag(key)[0]
-
-    def get_with_etag(self, key: str) -> tuple[bytes, str]:
-        """GET an object; the body is read inside the retry (a dropped stream is sent again)."""
+    def get_with_etag(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str]:
+        """GET an object; the body is read inside the retry (a dropped stream is sent again).
+        Over ``max_bytes`` (the response's size, known before its body), the body is never read."""
         path = self._full(key)
 
         def op() -> tuple[bytes, str]:
             result = obstore.get(self._backend, path)
+            self.check_size(key, int(result.meta["size"]), max_bytes)
             return bytes(result.bytes()), self._token(result.meta)
 
         return self._call("get", key, op)

@@ -12,12 +12,15 @@
 The handle is imported lazily: the layout modules are needed below the store layer.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what the checker sees; at run time __getattr__ imports the handle on first use
+    from memwal.table.handle import OWN_FOLDERS, Table, check_own_folders, open_table
 
 __all__ = ["Table", "open_table", "check_own_folders", "OWN_FOLDERS"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in __all__:
         from memwal.table import handle
 

@@ -20,6 +20,7 @@ import re
 from functools import lru_cache
 
 import lance
+from lance.lance import _Session as Session  # what lance.Session is; pylance's stubs leave it out of __all__
 
 from memwal.errors import MemWalError, first_line
 from memwal.store import Store
@@ -49,14 +50,14 @@ _MESSAGE = re.compile(r"^shard (\S+) generation (\d+): (.*)$", re.DOTALL)
 
 
 @lru_cache(maxsize=1)
-def generation_session() -> lance.Session:
+def generation_session() -> Session:
     """One Lance session for every generation dataset a process opens: its object-store
     registry and metadata cache make the second open of a generation (plan, then read)
     nearly free, and the first one cheaper (measured: 0.16 ms instead of 0.36 ms)."""
-    return lance.Session()
+    return Session()
 
 
-def open_generation(uri: str, storage_options: dict | None) -> lance.LanceDataset:
+def open_generation(uri: str, storage_options: dict[str, str] | None) -> lance.LanceDataset:
     """A generation dataset, opened through the shared session."""
     return lance.dataset(uri, storage_options=storage_options or None, session=generation_session())
 
@@ -65,7 +66,7 @@ def _lance_failure(exc: BaseException) -> bool:
     return isinstance(exc, Exception) or type(exc).__name__ == _PANIC
 
 
-def generation_damage(store: Store, key: str, uri: str, storage_options: dict | None) -> str | None:
+def generation_damage(store: Store, key: str, uri: str, storage_options: dict[str, str] | None) -> str | None:
     """None when the generation at ``key`` reads; else what is wrong, naming the file.
 
     ``"unopenable"``-style reasons (no readable Lance manifest) start with ``missing:``,
@@ -87,7 +88,7 @@ def generation_damage(store: Store, key: str, uri: str, storage_options: dict | 
     return None
 
 
-def _fragment_files(key: str, fragment) -> list[tuple[str, str, int | None]]:
+def _fragment_files(key: str, fragment: lance.LanceFragment) -> list[tuple[str, str, int | None]]:
     """(kind, store key, recorded size or None) of a fragment's data files and deletion file."""
     md = fragment.metadata
     files = [("data file", f"{key}/data/{f.path}", f.file_size_bytes or None) for f in md.files]
@@ -96,7 +97,7 @@ def _fragment_files(key: str, fragment) -> list[tuple[str, str, int | None]]:
     return files
 
 
-def _broken_file(store: Store, key: str, fragment, exc: BaseException) -> str:
+def _broken_file(store: Store, key: str, fragment: lance.LanceFragment, exc: BaseException) -> str:
     """Which of the fragment's files Lance could not read, and why, in one line."""
     detail = first_line(exc)
     files = _fragment_files(key, fragment)

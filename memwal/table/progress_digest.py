@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from memwal.errors import MemWalError, NotFoundError
 from memwal.store import Store
@@ -108,13 +108,26 @@ def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDige
         return False
 
 
-def _encode(entries: list[Remembered]) -> dict:
+class _Document(TypedDict):
+    """The digest as stored: columns of the remembered manifests, progress maps once each."""
+
+    format: int
+    shards: list[str]  # shard ids, referred to by index
+    sections: list[list[int]]  # each a flat [shard index, generation, ...] progress map
+    keys: list[str]
+    etags: list[str]
+    versions: list[int]
+    timestamps: list[float]
+    section_of: list[int]  # each entry's progress map, by index into sections
+
+
+def _encode(entries: list[Remembered]) -> _Document:
     """Each distinct progress map once (consecutive versions mostly share one), shards by index."""
     shards: dict[str, int] = {}
     sections: list[list[int]] = []
     by_id: dict[int, int] = {}
-    by_items: dict[tuple, int] = {}
-    section_of = []
+    by_items: dict[tuple[tuple[str, int], ...], int] = {}
+    section_of: list[int] = []
     for e in entries:
         j = by_id.get(id(e.compacted))
         if j is None:
@@ -131,7 +144,8 @@ def _encode(entries: list[Remembered]) -> dict:
             "section_of": section_of}
 
 
-def _decode(doc: dict) -> list[Remembered]:
+def _decode(doc: Any) -> list[Remembered]:
+    """The entries of a parsed document (untrusted JSON: every value is checked here)."""
     if doc["format"] != FORMAT:
         raise ValueError(f"format {doc['format']!r}, not {FORMAT}")
     shards = doc["shards"]
@@ -155,7 +169,7 @@ def _decode(doc: dict) -> list[Remembered]:
             for k, e, v, t, j in zip(keys, etags, versions, timestamps, section_of, strict=True)]
 
 
-def _only(values: list, *types: type) -> bool:
+def _only(values: Sequence[object], *types: type) -> bool:
     """Every value is exactly one of ``types`` (``True`` is not a version)."""
     return set(map(type, values)) <= set(types)
 

@@ -72,10 +72,10 @@ def _holders(table: Table, ds: lance.LanceDataset | None = None) -> tuple[Holder
         raise BadInputError(f"{table.uri}: unreadable tag or branch reference: {first_line(exc, table.uri)}") from exc
     tags: Holders = {}
     branches: Holders = {}
-    for name, doc in tag_docs.items():
-        tags.setdefault((doc["branch"], int(doc["version"])), []).append(name)
-    for name, doc in branch_docs.items():
-        branches.setdefault((doc["parent_branch"], int(doc["parent_version"])), []).append(name)
+    for name, tag in tag_docs.items():
+        tags.setdefault((tag["branch"], int(tag["version"])), []).append(name)
+    for name, branch in branch_docs.items():
+        branches.setdefault((branch["parent_branch"], int(branch["parent_version"])), []).append(name)
     return tags, branches
 
 

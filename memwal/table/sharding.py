@@ -19,21 +19,51 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from typing import Any
+from datetime import date
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyarrow as pa
 
 from memwal.errors import BadInputError
 
+if TYPE_CHECKING:  # Lance itself loads only when a spec is resolved
+    import lance
+    from lance.lance.schema import LanceField
+    from lance.schema import LanceSchema
+
 __all__ = [
+    "ShardValue",
+    "ShardingFieldDict",
+    "ShardingSpecDict",
     "spec_to_dict",
     "field_names_from_lance_schema",
     "shard_field_value_from_bytes",
     "shard_field_value_to_bytes",
 ]
 
+#: A shard field's value, as Lance's evaluation (and pyarrow's ``to_pylist``) gives it; None is NULL.
+ShardValue = str | bytes | bool | int | float | date | None
 
-def spec_to_dict(spec: Any) -> dict[str, Any]:
+
+class ShardingFieldDict(TypedDict):
+    """One field of a sharding spec, as ``mem_wal_index_details()`` gives it."""
+
+    field_id: str
+    source_ids: list[int]
+    transform: str | None
+    expression: str | None
+    result_type: str
+    parameters: dict[str, str]
+
+
+class ShardingSpecDict(TypedDict):
+    """A sharding spec, as ``mem_wal_index_details()`` gives it (and Lance's routing takes it)."""
+
+    spec_id: int
+    fields: list[ShardingFieldDict]
+
+
+def spec_to_dict(spec: object) -> ShardingSpecDict:
     """Normalise a sharding spec to the dict shape ``mem_wal_index_details()`` returns.
 
     Accepts that dict itself, a protobuf ``ShardingSpec`` (proto3 strings: an empty
@@ -49,29 +79,28 @@ def spec_to_dict(spec: Any) -> dict[str, Any]:
         spec_id = spec.spec_id
     else:
         raise BadInputError(f"not a sharding spec: {spec!r}")
-    fields = []
+    fields: list[ShardingFieldDict] = []
     for f in raw_fields:
-        if isinstance(f, Mapping):
-            get = f.get
-        else:
-
-            def get(key: str, default: Any = None, _f: Any = f) -> Any:
-                return getattr(_f, key, default)
-
         fields.append(
             {
-                "field_id": str(get("field_id", "") or ""),
-                "source_ids": [int(s) for s in (get("source_ids", None) or [])],
-                "transform": get("transform", None) or None,
-                "expression": get("expression", None) or None,
-                "result_type": str(get("result_type", "") or ""),
-                "parameters": {str(k): str(v) for k, v in dict(get("parameters", None) or {}).items()},
+                "field_id": str(_field_value(f, "field_id") or ""),
+                "source_ids": [int(s) for s in (_field_value(f, "source_ids") or [])],
+                "transform": _field_value(f, "transform") or None,
+                "expression": _field_value(f, "expression") or None,
+                "result_type": str(_field_value(f, "result_type") or ""),
+                "parameters": {str(k): str(v) for k, v in dict(_field_value(f, "parameters") or {}).items()},
             }
         )
     return {"spec_id": int(spec_id or 0), "fields": fields}
 
 
-def field_names_from_lance_schema(schema_or_dataset: Any) -> dict[int, str]:
+def _field_value(field: object, key: str) -> Any:
+    """``key`` of a sharding field given as a dict, a protobuf message or Lance's dataclass
+    (None when absent): the one place the three shapes are read alike."""
+    return field.get(key) if isinstance(field, Mapping) else getattr(field, key, None)
+
+
+def field_names_from_lance_schema(schema_or_dataset: lance.LanceDataset | LanceSchema | pa.Schema) -> dict[int, str]:
     """Map Lance field id -> column name, the way Lance resolves ``source_ids``.
 
     Accepts a ``LanceDataset`` (uses ``.lance_schema``, the only place pylance exposes
@@ -79,18 +108,18 @@ def field_names_from_lance_schema(schema_or_dataset: Any) -> dict[int, str]:
     pre-order, which matches only a table whose columns were never dropped or reordered).
     Nested fields map to their dotted path (``"struct.child"``), as in Lance.
     """
-    obj = schema_or_dataset
+    from lance.schema import LanceSchema
+
+    obj: object = schema_or_dataset
     if hasattr(obj, "lance_schema"):
         obj = obj.lance_schema
     if isinstance(obj, pa.Schema):
-        from lance.schema import LanceSchema
-
         obj = LanceSchema.from_pyarrow(obj)
-    if not hasattr(obj, "fields"):
+    if not isinstance(obj, LanceSchema):
         raise BadInputError(f"not a Lance schema or dataset: {type(schema_or_dataset)!r}")
     out: dict[int, str] = {}
 
-    def walk(fields: Iterable[Any], prefix: str) -> None:
+    def walk(fields: Iterable[LanceField], prefix: str) -> None:
         for f in fields:
             name = prefix + f.name()
             out[int(f.id())] = name
@@ -131,7 +160,7 @@ def _norm_type(result_type: str) -> str:
     return (result_type or "").strip().lower()
 
 
-def shard_field_value_from_bytes(result_type: str, value: bytes) -> Any:
+def shard_field_value_from_bytes(result_type: str, value: bytes) -> ShardValue:
     """Decode ``ShardFieldEntry.value`` to the Python value evaluation produces.
 
     Assumed encoding (pylance 14.0.2's writers never fill ``shard_field_entries``, so it
@@ -167,20 +196,26 @@ def shard_field_value_from_bytes(result_type: str, value: bytes) -> Any:
             f"shard field value of type {result_type!r} has {len(raw)} bytes, expected {struct.calcsize(fmt)}"
         )
     (v,) = struct.unpack(fmt, raw)
+    day: date
     if t.startswith("date32"):
-        return pa.array([v], pa.int32()).view(pa.date32()).to_pylist()[0]
+        day = pa.array([v], pa.int32()).view(pa.date32()).to_pylist()[0]
+        return day
     if t.startswith("date64"):
-        return pa.array([v], pa.int64()).view(pa.date64()).to_pylist()[0]
-    return v
+        day = pa.array([v], pa.int64()).view(pa.date64()).to_pylist()[0]
+        return day
+    number: int | float = v
+    return number
 
 
-def shard_field_value_to_bytes(result_type: str, value: Any) -> bytes:
+def shard_field_value_to_bytes(result_type: str, value: ShardValue) -> bytes:
     """Inverse of :func:`shard_field_value_from_bytes` (same assumed encoding)."""
     t = _norm_type(result_type)
     if t in _STRING_TYPES:
         return str(value).encode("utf-8")
     if t in _BINARY_TYPES:
-        return bytes(value)
+        if not isinstance(value, bytes):
+            raise BadInputError(f"value {value!r} of shard field type {result_type!r} is not bytes")
+        return value
     if value is None:
         if t in _BOOL_TYPES or t in _FIXED_FORMATS:
             return b""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from datetime import timedelta
 
 import pytest
 
@@ -152,6 +153,14 @@ def test_airflow_setup_and_teardown_hold_a_checkpoint_around_a_reader(make_table
 
     with pytest.raises(AirflowFailException, match="lifetime"):
         MemWalCreateCheckpointOperator(task_id="bad", table=table.uri, lifetime="nan").execute(context())
+
+
+def test_a_checkpoint_lifetime_may_be_a_timedelta(make_table):
+    table, _ = make_table()
+    t = memwal.open(table.uri)
+    with t.checkpoint(lifetime=timedelta(minutes=10), refresh=False) as cp:
+        [listed] = t.checkpoints()
+        assert listed.id == cp.id and listed.expires_at - listed.created_at == pytest.approx(600.0)
 
 
 def test_lookup_and_nearest_read_the_checkpoints_moment(make_table):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, argparse_type, common_options, emit, open_table_arg
+from memwal.cli.commands.common import EXIT_OK, Subparsers, argparse_type, common_options, emit, open_table_arg
 
 HELP = "pin the LSM view of now for long readers: create, list, refresh, delete"
 
@@ -23,21 +24,24 @@ def _lifetime(name: str, value: str) -> float:
     return lifetime(value)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("checkpoint", help=HELP, description=HELP)
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    life = {"type": argparse_type(_lifetime), "required": True, "metavar": "SECONDS",
-            "help": "how long the checkpoint pins its view (at most a year; refresh it before it runs out)"}
+    def lifetime_flag(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--lifetime", type=argparse_type(_lifetime), required=True, metavar="SECONDS",
+                            help="how long the checkpoint pins its view (at most a year; refresh it before it "
+                                 "runs out)")
+
     create = verbs.add_parser("create", parents=[common_options()], help="pin the view of now")
     create.add_argument("table", metavar="TABLE", help="table URI")
-    create.add_argument("--lifetime", **life)
+    lifetime_flag(create)
     create.add_argument("--name", help="a name for people (shown by list)")
     ls = verbs.add_parser("list", parents=[common_options()], help="the table's checkpoints")
     ls.add_argument("table", metavar="TABLE", help="table URI")
     refresh = verbs.add_parser("refresh", parents=[common_options()], help="extend a live checkpoint")
     refresh.add_argument("table", metavar="TABLE", help="table URI")
     refresh.add_argument("id", metavar="ID", help="checkpoint id")
-    refresh.add_argument("--lifetime", **life)
+    lifetime_flag(refresh)
     delete = verbs.add_parser("delete", parents=[common_options()], help="release a checkpoint")
     delete.add_argument("table", metavar="TABLE", help="table URI")
     delete.add_argument("id", metavar="ID", help="checkpoint id")
@@ -60,21 +64,28 @@ def run(args: argparse.Namespace) -> int:
         from memwal.core import clock as clocks
 
         now = clocks.current()()
-        items = [{**c.to_dict(), "live": c.live(now)} for c in ck.list_checkpoints(table)]
-        doc = {"table": table.uri, "checkpoints": items}
-        emit(args, doc, lambda: render(table.uri, items))
+        records = ck.read_checkpoints(table, now)
+        items = [{**c.to_dict(), "live": c.live(now)} for c in records.checkpoints]
+        doc = {"table": table.uri, "checkpoints": items,
+               "unreadable": [{"uri": u.uri, "reason": u.reason} for u in records.unreadable]}
+        emit(args, doc, lambda: render(table.uri, items, doc["unreadable"]))
     elif args.verb == "refresh":
         c = ck.refresh_checkpoint(table, args.id, lifetime_seconds=args.lifetime)
         doc = c.to_dict()
         emit(args, doc, lambda: f"{table.uri}: checkpoint {c.id} pinned until {_when(c.expires_at)}")
     else:
-        c = ck.delete_checkpoint(table, args.id)
-        doc = {**c.to_dict(), "deleted": True}
-        emit(args, doc, lambda: f"{table.uri}: deleted checkpoint {c.id} (version {c.version} is no longer pinned)")
+        gone = ck.delete_checkpoint(table, args.id)
+        if gone is None:  # a record that was no checkpoint, removed by its file's id
+            doc = {"id": checkpoint_id(args.id), "deleted": True, "unreadable": True}
+            emit(args, doc, lambda: f"{table.uri}: removed the unreadable checkpoint record {doc['id']}")
+        else:
+            doc = {**gone.to_dict(), "deleted": True}
+            emit(args, doc, lambda: f"{table.uri}: deleted checkpoint {gone.id} (version {gone.version} is no longer "
+                                    "pinned)")
     return EXIT_OK
 
 
-def _count(doc: dict) -> int:
+def _count(doc: dict[str, Any]) -> int:
     return sum(len(g) for g in doc["shards"].values())
 
 
@@ -82,13 +93,14 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
 
 
-def render(uri: str, items: list[dict]) -> str:
-    if not items:
-        return f"{uri}: no checkpoints"
-    lines = [f"{uri}: {len(items)} checkpoint(s)"]
+def render(uri: str, items: list[dict[str, Any]], unreadable: list[dict[str, Any]]) -> str:
+    lines = [f"{uri}: {len(items)} checkpoint{'s' * (len(items) != 1)}" if items else f"{uri}: no checkpoints"]
     for c in items:
         state = "live" if c["live"] else "EXPIRED (gc removes it)"
         name = f" {c['name']!r}" if c["name"] else ""
+        capped = f" (its record claimed {_when(c['claimed_expiry'])}: capped)" if c.get("claimed_expiry") else ""
         lines.append(f"  {c['id']}{name}: version {c['version']}, {_count(c)} generations, {state}, "
-                     f"expires {_when(c['expires_at'])}")
+                     f"expires {_when(c['expires_at'])}{capped}")
+    for u in unreadable:
+        lines.append(f"  UNREADABLE {u['reason']} (memwal checkpoint delete removes it)")
     return "\n".join(lines)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from memwal.cli.commands.common import EXIT_OK, common_options, positive_int
+from memwal.cli.commands.common import EXIT_OK, Subparsers, common_options, positive_int
 from memwal.errors import BadInputError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     help_text = "write a demo MemWAL table (bucket sharding, BTREE and vector index) with ShardWriter"
     p = sub.add_parser(
         "demo-data",
@@ -46,7 +45,6 @@ def run(args: argparse.Namespace) -> int:
     model = make_demo_table(args.dir, wl, args.storage_options or None)
     print(
         f"wrote {args.dir}: {wl.base_rows} base rows, {wl.shards} shards x {wl.generations} generations; "
-        f"{len(model.rows)} live rows",
-        file=sys.stderr,
-    )
+        f"{len(model.rows)} live rows"
+    )  # the command's result: stdout (logs go to stderr)
     return EXIT_OK

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 
-from memwal.cli.commands.common import EXIT_OK, emit, open_table_arg, positive_int, table_command
+from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, positive_int, table_command
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = table_command(sub, "history", "every job run on the table, newest first, with what it did")
     p.add_argument("--limit", type=positive_int, default=20, metavar="N", help="at most N runs (default 20)")
     p.add_argument("--job", choices=["merge", "catchup", "compact", "snapshot", "gc"], help="only this job's runs")

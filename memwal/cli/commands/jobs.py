@@ -13,12 +13,13 @@ import argparse
 import sys
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
-from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Subparsers, emit, open_table_arg, table_command
 from memwal.cli.options import add_arguments, from_namespace
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subparsers) -> None:
     from memwal.actions import ACTIONS
 
     for name, act in ACTIONS.items():
@@ -42,7 +43,7 @@ def run(name: str, args: argparse.Namespace) -> int:
     return EXIT_FAILED if result.problems else EXIT_OK
 
 
-def _merge_plan(doc: dict) -> str:
+def _merge_plan(doc: dict[str, Any]) -> str:
     lines = [f"merge plan for {doc['table']} at version {doc['read_version']} (dry run: nothing written)"]
     for s in doc["shards"]:
         rows = sum(g["rows"] for g in s["generations"])
@@ -57,7 +58,7 @@ def _merge_plan(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _merge_result(doc: dict) -> str:
+def _merge_result(doc: dict[str, Any]) -> str:
     if doc["version"] is None:
         return f"{doc['table']}: nothing to merge"
     lines = [
@@ -71,7 +72,7 @@ def _merge_result(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _catchup(doc: dict) -> str:
+def _catchup(doc: dict[str, Any]) -> str:
     head = "catch-up plan (dry run: nothing written)" if doc.get("dry_run") else f"catch-up: version {doc['version']}"
     lines = [f"{doc['table']}: {head}"]
     for i in doc["indexes"]:
@@ -85,7 +86,7 @@ def _catchup(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _compact(doc: dict) -> str:
+def _compact(doc: dict[str, Any]) -> str:
     if doc.get("dry_run"):
         if not doc["tasks"]:
             repair = (f"; would re-earn the catch-up of {', '.join(doc['catchup_repair'])}, which an earlier "
@@ -105,7 +106,7 @@ def _compact(doc: dict) -> str:
             f"engine {doc['engine']})")
 
 
-def _snapshot_plan(doc: dict) -> str:
+def _snapshot_plan(doc: dict[str, Any]) -> str:
     lines = [
         f"snapshot plan for {doc['table']} at version {doc['read_version']} (dry run: nothing written): "
         f"{doc['num_shards']} shards, stored {doc['storage']} (threshold {doc['inline_threshold']}), "
@@ -122,7 +123,7 @@ def _snapshot_plan(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _snapshot_result(doc: dict) -> str:
+def _snapshot_result(doc: dict[str, Any]) -> str:
     if doc["version"] is None:
         return f"{doc['table']}: nothing committed: {doc.get('reason') or 'the published snapshot is current'}"
     where = "inline" if doc["storage"] == "inline" else doc["path"]
@@ -138,21 +139,21 @@ def _snapshot_result(doc: dict) -> str:
     return line
 
 
-def _merge(doc: dict) -> str:
+def _merge(doc: dict[str, Any]) -> str:
     return _merge_plan(doc) if doc.get("dry_run") else _merge_result(doc)
 
 
-def _gc(doc: dict) -> str:
+def _gc(doc: dict[str, Any]) -> str:
     from memwal.gc import render_gc
 
     return render_gc(doc)
 
 
-def _snapshot(doc: dict) -> str:
+def _snapshot(doc: dict[str, Any]) -> str:
     return _snapshot_plan(doc) if doc.get("dry_run") else _snapshot_result(doc)
 
 
 #: Human rendering of each action's document (plan or result).
-RENDER: dict[str, Callable[[dict], str]] = {
+RENDER: dict[str, Callable[[dict[str, Any]], str]] = {
     "merge": _merge, "catchup": _catchup, "compact": _compact, "snapshot": _snapshot, "gc": _gc,
 }

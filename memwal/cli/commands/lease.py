@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
 from memwal.errors import BadInputError
 from memwal.lease import CORRUPT, EXPIRED, RELEASED, LeaseInfo, break_lease, describe_lease, lease_key, list_leases
 
@@ -21,7 +21,7 @@ from memwal.lease import CORRUPT, EXPIRED, RELEASED, LeaseInfo, break_lease, des
 JOB_KINDS = ("merge", "catchup", "compact", "snapshot", "gc")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = table_command(sub, "lease", "list the table's job leases, or break a stuck one")
     p.add_argument("--break", dest="break_kind", metavar="KIND", help="clear the lease of this job kind")
     p.add_argument("--yes", action="store_true", help="really break it (without: only say what would be broken)")
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         if args.yes:
             raise BadInputError("--yes only goes with --break KIND")
         infos = list_leases(table.store)
-        doc = {"table": table.uri, "leases": [i.to_dict() for i in infos]}
+        doc: dict[str, Any] = {"table": table.uri, "leases": [i.to_dict() for i in infos]}
         emit(args, doc, lambda: render(table.uri, infos))
         return EXIT_OK
     kind = args.break_kind
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.yes:
         raise BadInputError(f"would break {_what(info)}: rerun with --yes to break it")
     rec = break_lease(table.store, kind)
-    doc: dict[str, Any] = {"table": table.uri, "broken": {**info.to_dict(), "token": rec.token}}
+    doc = {"table": table.uri, "broken": {**info.to_dict(), "token": rec.token}}
     emit(args, doc, lambda: f"{table.uri}: broke {_what(info)}; the next {kind} job takes token {rec.token + 1}")
     return EXIT_OK
 

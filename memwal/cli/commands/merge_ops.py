@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = table_command(sub, "merge-ops", "show or change the columns' merge operators (sum, max, partial update, ...)")
     p.add_argument("--set", action="append", default=[], metavar="COL=OP",
                    help="give COL the operator OP: replace, sum, min, max, last_non_null, first_non_null, "
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def render(doc: dict) -> str:
+def render(doc: dict[str, Any]) -> str:
     ops = doc["merge_ops"]
     head = (f"{doc['table']}: committed version {doc['version']}" if doc["version"] is not None
             else f"{doc['table']}: no change")

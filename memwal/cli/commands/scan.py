@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, emit, open_table_arg, positive_int, table_command
+from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, positive_int, table_command
 from memwal.errors import BadInputError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = table_command(sub, "scan", "show the current rows (base table plus unmerged generations)")
     p.add_argument("--filter", metavar="EXPR", help='SQL filter, e.g. "id IN (1, 2) AND value > 0.5"')
     p.add_argument("--columns", metavar="A,B", help="comma-separated columns to show (default: all)")
@@ -81,7 +81,7 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def render(doc: dict) -> str:
+def render(doc: dict[str, Any]) -> str:
     pruned = len(doc["pruned"])
     fallbacks = [f for f in doc["fallbacks"] if f["shard_id"]]
     head = (

@@ -5,10 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, check_output_file, emit, open_table_arg, table_command
+from memwal.cli.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Subparsers,
+    check_output_file,
+    emit,
+    open_table_arg,
+    table_command,
+)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = table_command(sub, "status", "per-shard merge, lag and index catch-up state")
     p.add_argument("--html", metavar="PATH", help="also write the status page to PATH: one self-contained HTML "
                    "file (lag per shard, index catch-up, lag over time, recent runs, checkpoints)")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Subparsers, emit, open_table_arg, table_command
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     return table_command(sub, "verify", "check the table's MemWAL invariants (changes nothing)")
 
 
@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
             f"({len(res.checks)} checks, {res.base_rows} base rows, {res.lsm_rows} rows in the LSM view)"
         ]
         lines += [f"  {p.check}: {p.shard_id or '-'}: {p.detail}" for p in res.problems]
+        lines += [f"  warning: {p.check}: {p.detail}" for p in res.warnings]
         return "\n".join(lines)
 
     emit(args, res.to_dict(), human)

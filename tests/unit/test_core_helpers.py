@@ -1,0 +1,78 @@
+"""memwal.core's small helpers: the thread pool's order and bounds, durations as timedelta."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from memwal.core import validate
+from memwal.core.pool import ordered_map, parallel_map
+from memwal.errors import BadInputError
+
+
+def test_ordered_map_keeps_input_order_and_at_most_two_calls_per_thread_in_flight():
+    lock = threading.Lock()
+    running, most = 0, 0
+    release = threading.Event()
+
+    def work(i: int) -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        release.wait(0.001 * (i % 3))
+        with lock:
+            running -= 1
+        return i * i
+
+    assert list(ordered_map(work, range(50), threads=3)) == [i * i for i in range(50)]
+    assert 1 <= most <= 3  # three workers; the window of 2 * threads queued calls never runs more
+    assert parallel_map(work, range(50), threads=3, chunks_per_thread=2) == [i * i for i in range(50)]
+
+
+def test_ordered_map_starts_nothing_past_its_window_after_a_failure():
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def work(i: int) -> int:
+        with lock:
+            started.append(i)
+        if i == 5:
+            raise ValueError("boom")
+        return i
+
+    seen = []
+    with pytest.raises(ValueError, match="boom"):
+        for value in ordered_map(work, range(100), threads=2):
+            seen.append(value)
+    assert seen == [0, 1, 2, 3, 4]
+    assert max(started) < 5 + 2 * 2 + 1  # the failed item, then at most the window behind it
+
+
+@pytest.mark.parametrize("given, seconds", [(timedelta(minutes=10), 600.0), (600, 600.0), ("600", 600.0),
+                                            (timedelta(milliseconds=1500), 1.5)])
+def test_a_duration_is_seconds_or_a_timedelta(given, seconds):
+    assert validate.duration("grace_seconds", given) == seconds
+    assert validate.expiry("expire_versions", given) == seconds
+
+
+@pytest.mark.parametrize("given", [timedelta(seconds=-1), timedelta(days=365 * 101), object(), None, [1]])
+def test_a_bad_duration_is_bad_input(given):
+    with pytest.raises(BadInputError, match="grace_seconds"):
+        validate.duration("grace_seconds", given)
+
+
+def test_a_zero_timedelta_is_no_lease_ttl():
+    with pytest.raises(BadInputError, match=r"lease_ttl: datetime.timedelta\(0\) must be positive"):
+        validate.lease_ttl("lease_ttl", timedelta(0))
+
+
+def test_a_checkpoint_lifetime_is_seconds_or_a_timedelta():
+    from memwal.checkpoint import lifetime
+
+    assert lifetime(timedelta(hours=1)) == lifetime(3600) == lifetime("3600") == 3600.0
+    for bad in (timedelta(0), timedelta(days=400), object(), [60]):
+        with pytest.raises(BadInputError, match="lifetime"):
+            lifetime(bad)
