@@ -107,23 +107,9 @@ def build(uri: str, generations: int, shards: int) -> float:
     return time.perf_counter() - t0
 
 
-class FixedPace:
-    """A :class:`memwal.store.delete_pace.Pace` that never changes its count (the baseline the
-    adaptive pace must beat to be kept: ``--pace``)."""
-
-    def __init__(self, most: int, threads: int) -> None:
-        self.most, self.settled, self.threads, self.rates = most, threads, threads, {}
-
-    def batch(self, trees: int) -> int:
-        return trees
-
-    def took(self, items: int, seconds: float) -> None:
-        pass
-
-
-def one_run(pristine: Path, work: Path, i: int, fixed_threads: int | None = None) -> dict[str, Any]:
+def one_run(pristine: Path, work: Path, i: int, threads: int | None = None) -> dict[str, Any]:
     """Copy the pristine table, then plan and execute GC under a lease; returns timings
-    (``fixed_threads``: the trees deleted on that many threads, never adapted)."""
+    (``threads``: the trees deleted on that many threads, not ``DELETE_THREADS``)."""
     from memwal.gc import prepare_gc, run_gc
     from memwal.lease import Lease
     from memwal.table import open_table
@@ -134,10 +120,10 @@ def one_run(pristine: Path, work: Path, i: int, fixed_threads: int | None = None
     subprocess.run(["cp", "-a", str(pristine), str(run_dir)], check=True)
     os.sync()  # otherwise GC's deletes wait behind the write-back of the copy just made
     table = open_table(str(run_dir))
-    if fixed_threads is not None:
-        from memwal.gc.delete import DELETE_THREADS
+    import memwal.gc.delete
 
-        table.store._pace = FixedPace(DELETE_THREADS, fixed_threads)
+    default = memwal.gc.delete.DELETE_THREADS
+    memwal.gc.delete.DELETE_THREADS = threads or default
     c0, t0 = time.process_time(), time.perf_counter()
     plan = prepare_gc(table, grace_seconds=0)
     c1, t1 = time.process_time(), time.perf_counter()
@@ -145,7 +131,7 @@ def one_run(pristine: Path, work: Path, i: int, fixed_threads: int | None = None
         c2, t2 = time.process_time(), time.perf_counter()
         result = run_gc(table, plan, lease=lease)
         c3, t3 = time.process_time(), time.perf_counter()
-    pace = getattr(table.store, "delete_pace", None)
+    memwal.gc.delete.DELETE_THREADS = default
     left = sum(len(list_generation_dirs(table.store, s)) + len(list_wal_entries(table.store, s))
                for s in list_shard_ids(table.store))
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -154,9 +140,7 @@ def one_run(pristine: Path, work: Path, i: int, fixed_threads: int | None = None
             "cpu_s": round(c1 - c0 + c3 - c2, 3),
             "generations_deleted": len(result.deleted), "wal_entries_deleted": result.wal_entries_deleted,
             "objects_deleted": result.objects_deleted, "objects_left": left,
-            # the threads the trees' deletion settled on, and the rates (items a second) it saw per count
-            "delete_threads": getattr(pace, "settled", None),
-            "delete_rates": {str(k): round(v) for k, v in getattr(pace, "rates", {}).items()}}
+            "delete_threads": threads or default}
 
 
 def _doomed(run_dir: Path) -> list[str]:
@@ -280,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor", action="store_true", help="also time a plain rm -rf of the same files, and "
                    "unlinks of them by 1, 4 and 8 threads (interleaved with the GC runs)")
     p.add_argument("--timers", action="store_true", help="one more GC run with bench.timers: seconds per function")
-    p.add_argument("--pace", action="store_true", help="also GC with the trees deleted on a fixed 1 and 8 threads "
-                   "(interleaved): the adaptive pace is kept only if it is about as fast as the better of them")
+    p.add_argument("--threads", help="also GC with the trees deleted on these thread counts (comma-separated, "
+                   "interleaved with the runs): docs/decisions/0002-delete-threads.md")
     p.add_argument("--out", help="also write the document to OUT/gc_many.json")
     args = p.parse_args(argv)
     import memwal
@@ -294,12 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         pristine.parent.mkdir(parents=True, exist_ok=True)
         built = round(build(str(pristine), args.generations, args.shards), 1)
     runs, rm_rf, threaded = [], [], []
-    fixed: dict[int, list[dict[str, Any]]] = {1: [], 8: []}
+    fixed: dict[int, list[dict[str, Any]]] = {int(n): [] for n in (args.threads or "").split(",") if n}
     for i in range(args.runs):  # interleaved: GC, then the baselines, on fresh copies each
         runs.append(one_run(pristine, work, i))
-        if args.pace:
-            for n in fixed:
-                fixed[n].append(one_run(pristine, work, i, fixed_threads=n))
+        for n in fixed:
+            fixed[n].append(one_run(pristine, work, i, threads=n))
         if args.floor:
             rm_rf.append(floor_run(pristine, work))
             threaded.append([threaded_floor_run(pristine, work, n) for n in (1, 4, 8)])
@@ -314,13 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         best = min(doc["threaded_unlink_median_s"].values())
         doc["gc_over_rm_rf"] = round(doc["median_total_s"] / doc["rm_rf_floor_s"], 2)
         doc["gc_over_best_threaded_unlink"] = round(doc["median_total_s"] / best, 2)
-    if args.pace:
-        doc["fixed_pace_runs"] = {str(n): r for n, r in fixed.items()}
-        doc["pace_median_total_s"] = {"adaptive": doc["median_total_s"],
-                                      **{f"fixed-{n}": statistics.median(x["total_s"] for x in r)
-                                         for n, r in fixed.items()}}
-        best = min(v for k, v in doc["pace_median_total_s"].items() if k != "adaptive")
-        doc["adaptive_over_best_fixed"] = round(doc["median_total_s"] / best, 2)
+    if fixed:
+        doc["thread_runs"] = {str(n): r for n, r in fixed.items()}
+        doc["threads_median_total_s"] = {str(n): statistics.median(x["total_s"] for x in r) for n, r in fixed.items()}
     if args.timers:
         doc["timers"] = timers_run(pristine, work)
     json.dump(doc, sys.stdout, indent=1)

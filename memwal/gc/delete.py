@@ -46,8 +46,8 @@ OBJECTS_PER_GENERATION = 8
 
 #: Delete requests (or, on a file system, threads) a batch is spread over at once, each of at
 #: least DELETE_SLICE_MIN keys unless a request takes fewer: this overlaps the latency of an
-#: object store's requests. How many threads pay on a file system is the file system's to say
-#: (:class:`memwal.store.delete_pace.Pace` finds out).
+#: object store's requests, and of a disk's where each unlink waits (on a journalled ext4,
+#: where one thread would do, eight cost little: docs/decisions/0002-delete-threads.md).
 DELETE_THREADS = 8
 
 

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError
 from memwal.store.base import ObjectInfo, Skip, Store, clean_key, clean_prefix, dir_prefix
-from memwal.store.delete_pace import Pace
 from memwal.store.local_reads import read_all, read_each, read_upto
 from memwal.store.local_trees import delete_trees
 from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
@@ -60,8 +59,6 @@ class LocalStore(LocalWrites, Store):
         # (a child store's prefix is table data like any key).
         self._trusted = self._base
         self._sub: tuple[str, ...] = ()
-        # How many threads delete trees here, learnt from this store's own batches (Pace).
-        self._pace: Pace | None = None
 
     # -- helpers
 
@@ -342,18 +339,9 @@ class LocalStore(LocalWrites, Store):
     def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
                      threads: int) -> list[tuple[int, int, list[str]]]:
         """Whole directory trees in two phases, every directory held open from its listing to
-        its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks), on at
-        most ``threads`` threads: as many as this store's file system was found to reward
-        (:class:`~memwal.store.delete_pace.Pace`, kept across calls)."""
-        if self._pace is None or self._pace.most != threads:
-            self._pace = Pace(threads)
-        return delete_trees(self, [clean_key(p) for p in prefixes], first=first, pace=self._pace)
-
-    @property
-    def delete_pace(self) -> Pace | None:
-        """What the tree deletion has learnt here (threads chosen, rates seen), None before
-        the first: reported by ``bench/gc_many.py`` next to its times."""
-        return self._pace
+        its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks), on
+        ``threads`` threads."""
+        return delete_trees(self, [clean_key(p) for p in prefixes], first=first, threads=threads)
 
     # -- naming
 

@@ -4,8 +4,7 @@ A generation is a directory of a few small files in a few subdirectories; GC del
 thousands at once. On ext4 the order of the system calls decides the cost more than their
 number: threads that first list every tree of a batch, then unlink every file, then remove
 the directories, as a fast ``rm -rf`` does, spend about half the kernel time of threads that
-list, unlink and remove one directory after another (docs/decisions/0002-adaptive-delete-pace.md
-has the figures). So a batch of trees is deleted in phases:
+list, unlink and remove one directory after another. So a batch of trees is deleted in phases:
 
 1. **open**: every directory of every tree is opened from its parent's descriptor with
    ``O_NOFOLLOW`` and listed (the entry type comes with the listing); a link at or under a
@@ -30,8 +29,9 @@ has the figures). So a batch of trees is deleted in phases:
 Every directory of a batch stays open from phase 1 until its own removal (closed just
 before it: ext4 puts a directory removed while open on its orphan list, a journalled and
 serialised list, which doubles the removals), so each call opens as many trees at once as
-a quarter of the process's descriptors allows (:func:`trees_at_once`). Phase 2 runs on as
-many threads as the file system was found to reward (:class:`memwal.store.delete_pace.Pace`).
+a quarter of the process's descriptors allows (:func:`trees_at_once`). Phase 2 runs on the
+caller's threads: eight, which were the fastest or within 7% of it on each disk measured
+(docs/decisions/0002-delete-threads.md).
 Every unlink and rmdir acts through the descriptor of a directory opened with O_NOFOLLOW and
 checked in place right before, so nothing is ever deleted through a link.
 """
@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from memwal.core import steps
 from memwal.core.pool import parallel_map
 from memwal.errors import LinkedPathError
-from memwal.store.delete_pace import Pace
 from memwal.store.local_walk import Walked, open_subdir, unlink_entry, unlink_regular
 
 #: What one tree's deletion did: (objects deleted, bytes freed, keys refused as unsafe).
@@ -106,23 +105,20 @@ class _Tree:
 
 
 def delete_trees(store: Walked, prefixes: list[str], *, first: Callable[[str, str], bool],
-                 pace: Pace) -> list[TreeOutcome]:
+                 threads: int) -> list[TreeOutcome]:
     """Delete every file and directory under each of ``prefixes`` (directory keys below the
     store root), ``first(key, prefix)`` files of a tree before its others; per prefix, in
     order, (objects deleted, bytes freed, keys refused: links met, or files swapped for one).
     See the module docstring for the phases and what each checks."""
+    step = trees_at_once()
     out: list[TreeOutcome] = []
-    step, i = trees_at_once(), 0
-    while i < len(prefixes):
-        n = pace.batch(step)
-        out += _delete_batch(store, prefixes[i:i + n], first, pace)
-        i += n
+    for i in range(0, len(prefixes), step):
+        out += _delete_batch(store, prefixes[i:i + step], first, max(1, threads))
     return out
 
 
 def _delete_batch(store: Walked, prefixes: list[str], first: Callable[[str, str], bool],
-                  pace: Pace) -> list[TreeOutcome]:
-    threads = pace.threads
+                  threads: int) -> list[TreeOutcome]:
     trees = [_Tree(p) for p in prefixes]
     parents: dict[str, tuple[int | None, list[str]]] = {}
     try:
@@ -135,12 +131,10 @@ def _delete_batch(store: Walked, prefixes: list[str], first: Callable[[str, str]
         parallel_map(_open_tree, [t for t in trees if t.parent_fd >= 0 and not t.links], min(threads, LIST_THREADS),
                      name="memwal-delete", chunks_per_thread=1)
         steps.step("store.trees-listed")
-        started = time.perf_counter()
         ready = [t for t in trees if t.dirs and not t.links]
         size = max(1, -(-len(ready) // (threads * UNLINK_CHUNKS_PER_THREAD)))
         parallel_map(lambda chunk: _unlink_trees(store, chunk, first),
                      [ready[i:i + size] for i in range(0, len(ready), size)], threads, name="memwal-delete")
-        pace.took(sum(t.objects + len(t.dirs) for t in ready if not t.links), time.perf_counter() - started)
     finally:
         for t in trees:
             for d in t.dirs:
