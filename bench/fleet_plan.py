@@ -178,8 +178,7 @@ def measure_local(lake: Path, sizes: list[int], runs: int, work: Path) -> dict[s
             s["in_process"].append(inner["seconds"])
             s["discover"].append(inner["discover_seconds"])
             s["plan"].append(inner["plan_seconds"])
-            seen[n] = {"discovered": cold["discovered"], "with_work": cold["with_work"], "problems": cold["problems"],
-                       "probe_requests_per_table": round(cold["probe_requests"] / max(cold["discovered"], 1), 2)}
+            seen[n] = {"discovered": cold["discovered"], "with_work": cold["with_work"], "problems": cold["problems"]}
             log(f"run {r + 1}/{runs}, {n} tables: cold {cold['seconds']:.2f}s, warm {warm['seconds']:.2f}s, "
                 f"in-process {inner['seconds']:.2f}s")
     points = []
@@ -266,7 +265,7 @@ def _today(counter: Any, tables: list[str], opts: dict[str, str]) -> dict[str, A
 
 def measure_store(kind: str, server: Any, lake: Path, sizes: list[int], n: int, work: Path) -> dict[str, Any]:
     """Idle and busy tables on one object store: requests per table, counted by the server."""
-    from bench.object_stores import RequestCounter, table_files, upload_azure, upload_s3
+    from bench.object_stores import RequestCounter, table_files, upload
     from memwal.fleet.policy import policy_from
     from memwal.fleet.run import run_fleet
 
@@ -279,7 +278,7 @@ def measure_store(kind: str, server: Any, lake: Path, sizes: list[int], n: int, 
     for group, members in groups.items():
         for i in members:
             files = table_files(lake / part / table_name(i))
-            (upload_s3 if kind == "s3" else upload_azure)(server, bucket, f"fleet/{group}/{table_name(i)}", files)
+            upload(kind, server, bucket, f"fleet/{group}/{table_name(i)}", files)
     upload_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     drained = run_fleet([f"{root}/idle"], policy=policy_from(DRAIN_POLICY), storage_options=opts, workers=2)

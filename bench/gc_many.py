@@ -16,7 +16,7 @@ the gates GC checks stand.
 
 Each run copies the pristine table (``cp -a``: real files, not links; then ``sync``, as
 generations are long written when GC runs), takes a GC lease
-as the CLI does, then times ``prepare_gc`` (plan) and ``run_gc(plan=...)`` (execute) and
+as the CLI does, then times ``prepare_gc`` (plan) and ``run_gc(table, plan)`` (execute) and
 checks that every generation and WAL entry went. Wall and CPU seconds are reported: on a
 shared machine CPU time is the steadier measure of the code's own cost, wall time on a
 disk is bounded below by the file system (``--floor`` times a plain ``rm -rf``). The script imports ``memwal`` from
@@ -107,8 +107,9 @@ def build(uri: str, generations: int, shards: int) -> float:
     return time.perf_counter() - t0
 
 
-def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
-    """Copy the pristine table, then plan and execute GC under a lease; returns timings."""
+def one_run(pristine: Path, work: Path, i: int, threads: int | None = None) -> dict[str, Any]:
+    """Copy the pristine table, then plan and execute GC under a lease; returns timings
+    (``threads``: the trees deleted on that many threads, not ``DELETE_THREADS``)."""
     from memwal.gc import prepare_gc, run_gc
     from memwal.lease import Lease
     from memwal.table import open_table
@@ -119,14 +120,18 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
     subprocess.run(["cp", "-a", str(pristine), str(run_dir)], check=True)
     os.sync()  # otherwise GC's deletes wait behind the write-back of the copy just made
     table = open_table(str(run_dir))
+    import memwal.gc.delete
+
+    default = memwal.gc.delete.DELETE_THREADS
+    memwal.gc.delete.DELETE_THREADS = threads or default
     c0, t0 = time.process_time(), time.perf_counter()
     plan = prepare_gc(table, grace_seconds=0)
     c1, t1 = time.process_time(), time.perf_counter()
     with Lease(table.store, "gc", ttl_seconds=300) as lease:
         c2, t2 = time.process_time(), time.perf_counter()
-        result = run_gc(table, lease=lease, grace_seconds=0, plan=plan)
+        result = run_gc(table, plan, lease=lease)
         c3, t3 = time.process_time(), time.perf_counter()
-    pace = getattr(table.store, "delete_pace", None)
+    memwal.gc.delete.DELETE_THREADS = default
     left = sum(len(list_generation_dirs(table.store, s)) + len(list_wal_entries(table.store, s))
                for s in list_shard_ids(table.store))
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -135,9 +140,7 @@ def one_run(pristine: Path, work: Path, i: int) -> dict[str, Any]:
             "cpu_s": round(c1 - c0 + c3 - c2, 3),
             "generations_deleted": len(result.deleted), "wal_entries_deleted": result.wal_entries_deleted,
             "objects_deleted": result.objects_deleted, "objects_left": left,
-            # the threads the trees' deletion settled on, and the rates (items a second) it saw per count
-            "delete_threads": getattr(pace, "settled", None),
-            "delete_rates": {str(k): round(v) for k, v in getattr(pace, "rates", {}).items()}}
+            "delete_threads": threads or default}
 
 
 def _doomed(run_dir: Path) -> list[str]:
@@ -261,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor", action="store_true", help="also time a plain rm -rf of the same files, and "
                    "unlinks of them by 1, 4 and 8 threads (interleaved with the GC runs)")
     p.add_argument("--timers", action="store_true", help="one more GC run with bench.timers: seconds per function")
+    p.add_argument("--threads", help="also GC with the trees deleted on these thread counts (comma-separated, "
+                   "interleaved with the runs): docs/decisions/0002-delete-threads.md")
     p.add_argument("--out", help="also write the document to OUT/gc_many.json")
     args = p.parse_args(argv)
     import memwal
@@ -273,8 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         pristine.parent.mkdir(parents=True, exist_ok=True)
         built = round(build(str(pristine), args.generations, args.shards), 1)
     runs, rm_rf, threaded = [], [], []
+    fixed: dict[int, list[dict[str, Any]]] = {int(n): [] for n in (args.threads or "").split(",") if n}
     for i in range(args.runs):  # interleaved: GC, then the baselines, on fresh copies each
         runs.append(one_run(pristine, work, i))
+        for n in fixed:
+            fixed[n].append(one_run(pristine, work, i, threads=n))
         if args.floor:
             rm_rf.append(floor_run(pristine, work))
             threaded.append([threaded_floor_run(pristine, work, n) for n in (1, 4, 8)])
@@ -289,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         best = min(doc["threaded_unlink_median_s"].values())
         doc["gc_over_rm_rf"] = round(doc["median_total_s"] / doc["rm_rf_floor_s"], 2)
         doc["gc_over_best_threaded_unlink"] = round(doc["median_total_s"] / best, 2)
+    if fixed:
+        doc["thread_runs"] = {str(n): r for n, r in fixed.items()}
+        doc["threads_median_total_s"] = {str(n): statistics.median(x["total_s"] for x in r) for n, r in fixed.items()}
     if args.timers:
         doc["timers"] = timers_run(pristine, work)
     json.dump(doc, sys.stdout, indent=1)

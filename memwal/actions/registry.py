@@ -123,7 +123,7 @@ def _plan_gc(table: Table, o: GcOptions) -> Any:
 
     # Plans once, before the lease: bad input (a corrupt WAL entry, an audit path that is a
     # file) fails with nothing written. A concurrent GC deleting what we listed is retried
-    # inside; run_gc re-checks the gates against the latest table version right before it
+    # inside; the run re-checks the gates against the latest table version right before it
     # deletes, so a plan made before the lease stays safe.
     return prepare_gc(table, audit=o.audit, grace_seconds=o.grace_seconds, orphan_age_seconds=o.orphan_age_seconds,
                       history_retention_seconds=o.history_retention, expire_versions_seconds=o.expire_versions)
@@ -132,26 +132,17 @@ def _plan_gc(table: Table, o: GcOptions) -> Any:
 def _execute_gc(table: Table, plan: Any, o: GcOptions, engine: Any, lease: Any) -> Any:
     from memwal.gc import run_gc
 
-    return run_gc(table, plan=plan, engine=engine, lease=lease, expire_versions_seconds=o.expire_versions,
-                  orphans=o.orphans, audit=o.audit, grace_seconds=o.grace_seconds,
-                  orphan_age_seconds=o.orphan_age_seconds, history_retention_seconds=o.history_retention)
+    return run_gc(table, plan, engine=engine, lease=lease, orphans=o.orphans, audit=o.audit)
 
 
 def _preview_gc(table: Table, plan: Any) -> Any:
-    from memwal.gc import dry_run_result
-
-    return dry_run_result(table, plan)
+    return plan.preview()
 
 
 def _gc_problems(doc: dict) -> list[str]:
-    # Other shards were collected; a broken shard was left whole, and a link planted in
-    # the table (or a manifest path leaving its shard) needs an operator.
-    out = [f"{b['detail']} (nothing in it was collected)" for b in doc.get("broken_shards", [])]
-    unsafe = [", ".join(b.get("reasons", [])[1:]) or f"shard {b['shard_id']} generation {b['generation']}"
-              for b in doc["blocked"] if b["reason"] == "unsafe-path"]
-    if unsafe:
-        out.append(f"unsafe paths refused, nothing deleted through them: {'; '.join(unsafe)}")
-    return out
+    from memwal.gc import problems_in
+
+    return problems_in(doc)  # GcResult.problems(), on the document
 
 
 def _single(kind: str, *, wait: bool = False) -> Callable[..., Any]:

@@ -87,14 +87,14 @@ def _held_leases(ref: TableRef, jobs: tuple[str, ...], now: float) -> tuple[tupl
     from memwal.lease import LEASE_PREFIX, LIVE, describe_lease
     from memwal.store import open_store
 
+    store = open_store(ref.uri, dict(ref.storage_options))
     try:
-        store = open_store(ref.uri, dict(ref.storage_options))
         stored = {o.key.rsplit("/", 1)[-1].removesuffix(".json") for o in store.list(LEASE_PREFIX, recursive=False)
                   if o.key.endswith(".json")}
         infos = [describe_lease(store, job, now) for job in jobs if job in stored]
     except MemWalError:
-        return (), 1
-    return tuple(sorted(i.kind for i in infos if i is not None and i.state == LIVE)), 1 + len(infos)
+        return (), store.requests_sent
+    return tuple(sorted(i.kind for i in infos if i is not None and i.state == LIVE)), store.requests_sent
 
 
 def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None = None, now: float | None = None,

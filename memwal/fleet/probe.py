@@ -12,7 +12,9 @@ Per table, in requests on an object store:
 4. only a shard holding unmerged generations has its latest manifest read (their rows).
 
 The listings make a fingerprint: a table whose fingerprint is the cached one reuses its
-cached facts, so an idle table costs the two listings (three requests) and nothing more.
+cached facts, so an idle table costs the two listings (two requests while ``_mem_wal/``'s
+keys fit on a page) and nothing more. ``requests`` are counted by the store as they are sent
+(none on a local disk).
 Everything here is an estimate for ranking: each job plans again from the real state, with
 every gate; a wrong figure can only order the work differently, never do unsafe work.
 """
@@ -32,8 +34,8 @@ from pyroaring import BitMap
 from memwal.errors import BadInputError, NotFoundError
 from memwal.store import ObjectInfo, Store
 from memwal.table.manifest import TableManifest, decode_table_manifest, fragment_stats, maintained_indexes
-from memwal.table.naming import MEM_WAL_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir
-from memwal.table.shards import decode_shard_manifest, parse_manifest_name
+from memwal.table.naming import MEM_WAL_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir, parse_manifest_name
+from memwal.table.shards import decode_shard_manifest
 
 log = logging.getLogger(__name__)
 
@@ -223,35 +225,33 @@ def _manifest_facts(store: Store, latest: ObjectInfo, tag: str) -> ManifestFacts
 def probe(uri: str, store: Store, cache: ProbeCache | None = None) -> TableFacts:
     """The facts of the table at ``uri`` (see the module docstring)."""
     cache = cache or ProbeCache()
-    requests = 1
+    sent = store.requests_sent
     latest = _latest_manifest(store)
     tag = f"{latest.key}:{latest.etag}"
     m = cache.get_manifest(uri, tag)
     if m is None:
         m = _manifest_facts(store, latest, tag)
-        requests += 1
         cache.put_manifest(uri, m)
     if not m.mem_wal:
         return TableFacts(uri, m.version, False, (), (), m.fragments, m.live_rows, m.deleted_rows, {}, None, tag,
-                          requests=requests)
+                          requests=store.requests_sent - sent)
     listing = list(store.list_around(f"{MEM_WAL_DIR}/", _JOBS_FOLDER))
-    requests += 2
     digest = hashlib.sha1(tag.encode())
     for o in listing:
         digest.update(f"\n{o.key}\t{o.size}\t{o.etag}".encode())
     fingerprint = digest.hexdigest()
     known = cache.get_facts(uri, fingerprint)
     if known is not None:
-        return replace(known, requests=requests)
-    shards, problems, reads = _shards(store, m, listing)
+        return replace(known, requests=store.requests_sent - sent)
+    shards, problems = _shards(store, m, listing)
     facts = TableFacts(uri, m.version, True, m.indexes, shards, m.fragments, m.live_rows, m.deleted_rows,
-                       m.unindexed_fraction, m.snapshot_at, fingerprint, problems, requests + reads)
+                       m.unindexed_fraction, m.snapshot_at, fingerprint, problems, store.requests_sent - sent)
     cache.put_facts(facts)
     return facts
 
 
 def _shards(store: Store, m: ManifestFacts,
-            listing: list[ObjectInfo]) -> tuple[tuple[ShardFacts, ...], tuple[str, ...], int]:
+            listing: list[ObjectInfo]) -> tuple[tuple[ShardFacts, ...], tuple[str, ...]]:
     """Per shard, from the listing (and the latest manifest of a shard with unmerged data)."""
     folders: dict[str, dict[int, list[ObjectInfo]]] = {}
     manifests: dict[str, list[tuple[int, ObjectInfo]]] = {}
@@ -268,7 +268,7 @@ def _shards(store: Store, m: ManifestFacts,
         g = parse_generation_dir(top)
         if g is not None:
             folders.setdefault(shard, {}).setdefault(g, []).append(o)
-    out, problems, reads = [], [], 0
+    out, problems = [], []
     for shard in sorted(set(folders) | set(manifests)):
         merged = m.compacted.get(shard, 0)
         gens = folders.get(shard, {})
@@ -285,7 +285,6 @@ def _shards(store: Store, m: ManifestFacts,
             try:
                 state = decode_shard_manifest(store.get(obj.key), shard_id=shard, version=version,
                                               where=store.uri_for(obj.key))
-                reads += 1
                 rows = sum(fg.physical_rows for fg in state.flushed if fg.generation > merged)
             except (NotFoundError, BadInputError) as exc:
                 problems.append(f"shard {shard}: {exc}")
@@ -294,7 +293,7 @@ def _shards(store: Store, m: ManifestFacts,
             min((o.mtime for objs in collectable.values() for o in objs), default=None),
             {i: max(0, merged - m.catchup.get(i, {}).get(shard, 0)) for i in m.indexes},
             versions[-1][1].mtime if versions else None))
-    return tuple(out), tuple(problems), reads
+    return tuple(out), tuple(problems)
 
 
 __all__ = ["ManifestFacts", "ProbeCache", "ShardFacts", "TableFacts", "probe"]

@@ -1,19 +1,24 @@
 """The one way GC deletes: link-safe, batched, manifests first, checked at deletion time.
 
-Two strategies behind one call, :func:`delete_prefixes`, chosen by the store: on an object
-store, the directories are listed (a shard's at once) and their keys deleted in requests of
-many keys; on a file system, whole directory trees go in phases through descriptors held
-open from listing to removal (:meth:`Store.delete_trees`, :mod:`memwal.store.local_trees`),
-which is what makes 10,000 generations cost about the same as an unchecked ``rm`` (issue 23).
+Two strategies behind one call, :func:`delete_prefixes`, chosen by the store. On an object
+store a folder's objects are the ones the plan listed (the one listing of ``_mem_wal/``: no
+second listing), deleted in requests of many keys (S3 1,000, an Azure blob batch 256; GCS a
+key a request, several at once); a file written into a planned folder since is left for the
+next run. On a file system whole directory trees go in phases through descriptors held open
+from listing to removal (:meth:`Store.delete_trees`, :mod:`memwal.store.local_trees`): a
+link is refused where it is found, at deletion time. Either way every key must be one of
+ours (:func:`memwal.table.paths.check_deletable`), each batch's Lance manifests go before its
+other files, and ``before_batch`` (the lease check) runs before each batch. ``done`` hears the
+folders (or keys) each batch finished: a display's progress, never a change of batches.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from memwal.core.pool import parallel_map
 from memwal.errors import LinkedPathError, UnsafePathError
@@ -28,9 +33,10 @@ log = logging.getLogger(__name__)
 
 
 #: Objects deleted per batch: the lease is checked before each batch, and a batch is two
-#: store calls (its manifests, then its other files), so a lost lease stops the run within
-#: one batch while thousands of generations cost a few dozen checks, not one each.
-BATCH_OBJECTS = 4000
+#: rounds of requests (its manifests, then its other files: on S3 eight requests of 1,000 keys
+#: at most, sent at once), so a lost lease stops the run within one batch while thousands of
+#: generations cost a few checks and about as many requests as their keys need.
+BATCH_OBJECTS = 8000
 
 
 #: Objects in a generation directory, about (Lance's manifest, transaction, data file, primary
@@ -38,23 +44,46 @@ BATCH_OBJECTS = 4000
 OBJECTS_PER_GENERATION = 8
 
 
-#: Up to this many directories of one parent are listed one by one; more, and the parent
-#: (a shard directory) is listed once: one walk instead of one per generation.
-PER_DIRECTORY_LISTING_MAX = 16
-
-
-#: Delete requests a batch is spread over at once, each of at least DELETE_SLICE_MIN keys
-#: (S3 takes 1,000 keys a request): on an object store this overlaps request latency. On a
-#: file system it is the most threads a batch of trees is deleted on; how many actually pay
-#: depends on the file system, so the store finds out from its own batches
-#: (:class:`memwal.store.local_trees.Pace`): one thread on ext4 with a journal (4.0 s for
-#: 10,000 generations against 6.8 s on eight), eight where each unlink waits for the disk
-#: (ext4 without a journal mounted with ``discard``: an unchecked unlink took 11-12 s on one
-#: thread, 4.3-5.4 s on eight).
+#: Delete requests (or, on a file system, threads) a batch is spread over at once, each of at
+#: least DELETE_SLICE_MIN keys unless a request takes fewer: this overlaps the latency of an
+#: object store's requests, and of a disk's where each unlink waits (on a journalled ext4,
+#: where one thread would do, eight cost little: docs/decisions/0002-delete-threads.md).
 DELETE_THREADS = 8
 
 
 DELETE_SLICE_MIN = 250
+
+
+#: Told the folders (or keys) a batch finished, in order.
+Done = Callable[[list[str]], None]
+
+
+class Target(NamedTuple):
+    """A folder to delete whole, and the objects the plan listed in it (an object store deletes
+    exactly those; a file system walks the folder again)."""
+
+    prefix: str
+    listed: tuple[ObjectInfo, ...] = ()
+
+
+class PrefixOutcome(NamedTuple):
+    """What deleting one directory did (picklable: Spark executors return it)."""
+
+    objects: int  # objects deleted
+    bytes: int  # bytes freed
+    unsafe: list[str]  # keys refused: links found, or paths that crossed one at deletion time
+
+
+class GcEngine(Protocol):
+    """Where GC's deletions run: in-process (:class:`LocalGcEngine`) or spread over Spark executors."""
+
+    name: str
+
+    def delete_prefixes(self, table: Table, targets: Sequence[Target], lease: Lease | None,
+                        done: Done | None = None) -> list[PrefixOutcome]: ...
+
+    def delete_keys(self, table: Table, keys: Sequence[str], lease: Lease | None,
+                    done: Done | None = None) -> list[str]: ...
 
 
 def under(key: str, prefix: str) -> bool:
@@ -68,15 +97,7 @@ def check_under(key: str, prefix: str) -> None:
         raise UnsafePathError(shard_of_key(prefix + "/x"), key, f"not under {prefix}")
 
 
-class PrefixOutcome(NamedTuple):
-    """What deleting one directory did (picklable: Spark executors return it)."""
-
-    objects: int  # objects deleted
-    bytes: int  # bytes freed
-    unsafe: list[str]  # keys refused: links found, or paths that crossed one at deletion time
-
-
-def delete_objects(store: Store, keys: list[str]) -> list[str]:
+def delete_objects(store: Store, keys: Sequence[str]) -> list[str]:
     """The one way GC deletes objects, for every engine and store; returns the keys refused.
 
     Every key must be one of ours (:func:`check_deletable`; otherwise UnsafePathError and
@@ -97,48 +118,33 @@ def delete_objects(store: Store, keys: list[str]) -> list[str]:
     return []
 
 
-def delete_prefix(store: Store, prefix: str) -> PrefixOutcome:
-    """Delete everything under one generation (or staging) directory (see :func:`delete_prefixes`)."""
-    return delete_prefixes(store, [prefix])[0]
+def delete_prefixes(store: Store, targets: Sequence[Target], *, before_batch: Callable[[], None] | None = None,
+                    done: Done | None = None) -> list[PrefixOutcome]:
+    """Delete everything under generation (or staging) folders, batch by batch, manifests first
+    (see the module docstring); outcomes in ``targets`` order.
 
-
-def delete_prefixes(store: Store, prefixes: list[str], *,
-                    before_batch: Callable[[], None] | None = None) -> list[PrefixOutcome]:
-    """Delete everything under generation (or staging) directories, batch by batch, manifests first.
-
-    Checked now, at execution, not only when planned: a link at or anywhere under a
-    directory, or on the way to it, refuses that whole directory (nothing in it is deleted,
-    the links are reported), and a link swapped in after this check is refused per key by
-    the store. In each batch every directory's Lance manifests (``_versions/``) go before
-    any of their other files, and a directory whose manifest was refused keeps its other
-    files too, so no directory is left half-deleted because of a link. ``before_batch``
-    (the lease check) runs before each batch of about :data:`BATCH_OBJECTS` objects, so a
-    lost lease stops the run before its next batch. Outcomes are in ``prefixes`` order.
-    On a file system the same rules hold per directory tree, checked in place right before
-    its unlinks (:func:`_delete_trees`).
+    In each batch every folder's Lance manifests (``_versions/``) go before any of its other
+    files, and a folder whose manifest was refused keeps its other files too, so no folder is
+    left half-deleted because of a link.
     """
-    for prefix in prefixes:
-        check_deletable(prefix)
+    for t in targets:
+        check_deletable(t.prefix)
     if store.has_directories:
-        return _delete_trees(store, prefixes, before_batch)
-    objs, links = survey(store, prefixes)
+        return _delete_trees(store, [t.prefix for t in targets], before_batch, done)
+    objs = {t.prefix: list(t.listed) for t in targets}
     outcomes: dict[str, PrefixOutcome] = {}
-    ready: list[str] = []
-    for prefix in objs:
-        bad = sorted({link for link in links if under(link, prefix) or under(prefix, link)})
-        if bad:
-            outcomes[prefix] = PrefixOutcome(0, 0, bad)
-        else:
-            ready.append(prefix)
     deleter = partial(_delete_concurrently, store)
-    for batch in _batches(ready, objs):
+    for batch in _batches([t.prefix for t in targets], objs):
         if before_batch:
             before_batch()
         outcomes.update(_delete_batch(deleter, batch, objs))
-    return [outcomes[p] for p in prefixes]
+        if done:
+            done(batch)
+    return [outcomes[t.prefix] for t in targets]
 
 
-def _delete_trees(store: Store, prefixes: list[str], before_batch: Callable[[], None] | None) -> list[PrefixOutcome]:
+def _delete_trees(store: Store, prefixes: list[str], before_batch: Callable[[], None] | None,
+                  done: Done | None) -> list[PrefixOutcome]:
     """On a file system: whole directories, about :data:`BATCH_OBJECTS` objects a batch (a
     generation holds about :data:`OBJECTS_PER_GENERATION`), each batch listed, unlinked and
     removed in phases by the store (:meth:`Store.delete_trees`) with the same rules as on an
@@ -148,49 +154,11 @@ def _delete_trees(store: Store, prefixes: list[str], before_batch: Callable[[], 
     for i in range(0, len(prefixes), per_batch):
         if before_batch:
             before_batch()
-        done = store.delete_trees(prefixes[i:i + per_batch], first=_is_manifest, threads=DELETE_THREADS)
-        outcomes += [PrefixOutcome(*o) for o in done]
+        batch = prefixes[i:i + per_batch]
+        outcomes += [PrefixOutcome(*o) for o in store.delete_trees(batch, first=_is_manifest, threads=DELETE_THREADS)]
+        if done:
+            done(batch)
     return outcomes
-
-
-def survey(store: Store, prefixes: list[str], *, links_under: str | None = None,
-           skip: Collection[str] = ()) -> tuple[dict[str, list[ObjectInfo]], list[str]]:
-    """The objects under each directory and every link met, listed now.
-
-    Many directories of one parent (a shard's generations) are found by one walk of the
-    parent instead of one walk each; a few are listed one by one (a big shard with little
-    to collect is not walked whole). With ``links_under`` (a folder holding every prefix),
-    every link anywhere under it is reported too: a store with directories then walks that
-    folder once for both (GC's plan: one walk instead of two, issue 23), an object store
-    has no links and lists as before. Folders keyed in ``skip`` are not looked into for
-    links (a link in a skipped folder's place is still reported).
-    """
-    objs: dict[str, list[ObjectInfo]] = {p: [] for p in prefixes}
-    if links_under is not None and store.has_directories:
-        found, links = store.list_with_links(f"{links_under}/", skip=skip)
-        for o in found:
-            owner = o.key
-            while owner and owner not in objs:
-                owner = owner.rpartition("/")[0]
-            if owner:
-                objs[owner].append(o)
-        return objs, links
-    by_parent: dict[str, list[str]] = defaultdict(list)
-    for prefix in objs:
-        by_parent[prefix.rpartition("/")[0]].append(prefix)
-    links = []
-    for parent, group in by_parent.items():
-        for root in [parent] if len(group) > PER_DIRECTORY_LISTING_MAX else group:
-            found, found_links = store.list_with_links(f"{root}/")
-            links += found_links
-            for o in found:
-                owner = f"{parent}/{o.key[len(parent) + 1:].split('/', 1)[0]}"
-                if owner in objs and o.key.startswith(owner + "/"):
-                    objs[owner].append(o)
-    if links_under is not None:
-        inside = tuple(f"{k}/" for k in skip)
-        links = sorted(set(links) | {k for k in store.list_links(f"{links_under}/") if not k.startswith(inside)})
-    return objs, links
 
 
 def _batches(prefixes: list[str], objs: dict[str, list[ObjectInfo]]) -> Iterator[list[str]]:
@@ -239,13 +207,18 @@ def _is_manifest(key: str, prefix: str) -> bool:
     return "/_versions/" in key[len(prefix):]
 
 
-def delete_keys(store: Store, keys: list[str], *, before_batch: Callable[[], None] | None = None) -> list[str]:
-    """Delete single objects (WAL entries) in batches, ``before_batch`` before each; returns the keys refused."""
+def delete_keys(store: Store, keys: Sequence[str], *, before_batch: Callable[[], None] | None = None,
+                done: Done | None = None) -> list[str]:
+    """Delete single objects (WAL entries, run records) in batches, ``before_batch`` before each;
+    returns the keys refused."""
     refused: set[str] = set()
     for i in range(0, len(keys), BATCH_OBJECTS):
         if before_batch:
             before_batch()
-        refused |= _delete_concurrently(store, keys[i:i + BATCH_OBJECTS])
+        batch = list(keys[i:i + BATCH_OBJECTS])
+        refused |= _delete_concurrently(store, batch)
+        if done:
+            done(batch)
     return [k for k in keys if k in refused]
 
 
@@ -256,14 +229,15 @@ def _delete_concurrently(store: Store, keys: list[str]) -> set[str]:
     latency of the requests of an object store. The call returns when every slice is done,
     so what the caller orders across calls stays ordered.
     """
-    step = max(DELETE_SLICE_MIN, -(-len(keys) // DELETE_THREADS))
     per_request = getattr(store, "delete_batch", 0)  # an object store's keys per delete request
+    threads = getattr(store, "deletes_in_flight", DELETE_THREADS)
+    step = max(min(DELETE_SLICE_MIN, per_request or DELETE_SLICE_MIN), -(-len(keys) // threads))
     if per_request > 1:
         step = -(-step // per_request) * per_request  # whole requests: 1,000 keys each on S3, not 375
     slices = [keys[i:i + step] for i in range(0, len(keys), step)]
     if len(slices) <= 1:
         return set(delete_objects(store, keys))
-    parts = parallel_map(partial(delete_objects, store), slices, DELETE_THREADS, name="memwal-delete")
+    parts = parallel_map(partial(delete_objects, store), slices, threads, name="memwal-delete")
     return {k for refused in parts for k in refused}
 
 
@@ -273,9 +247,11 @@ class LocalGcEngine:
 
     name = "local"
 
-    def delete_prefixes(self, table: Table, prefixes: list[str], lease: Lease | None) -> list[PrefixOutcome]:
-        return delete_prefixes(table.store, prefixes, before_batch=lease.check if lease else None)
+    def delete_prefixes(self, table: Table, targets: Sequence[Target], lease: Lease | None,
+                        done: Done | None = None) -> list[PrefixOutcome]:
+        return delete_prefixes(table.store, targets, before_batch=lease.check if lease else None, done=done)
 
-    def delete_keys(self, table: Table, keys: list[str], lease: Lease | None) -> list[str]:
+    def delete_keys(self, table: Table, keys: Sequence[str], lease: Lease | None,
+                    done: Done | None = None) -> list[str]:
         """Delete single objects (WAL entries); returns the keys refused as unsafe."""
-        return delete_keys(table.store, keys, before_batch=lease.check if lease else None)
+        return delete_keys(table.store, keys, before_batch=lease.check if lease else None, done=done)

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from memwal.checkpoint import TAG_PREFIX, Checkpoint
+from memwal.gc.model import BlockingVersion, GateEvidence, Retention
 from memwal.gc.versions import ShardProgress
 from memwal.table.retained import RetainedVersion
 from memwal.table.shards import GAP, MISSING, UNREADABLE
-
-if TYPE_CHECKING:
-    pass
-
-
 
 DEFAULT_GRACE_SECONDS = 600.0
 
@@ -35,10 +31,13 @@ FENCE_SENTINEL = "fence-sentinel"
 GRACE_PERIOD = "grace-period"
 
 
+NOT_MERGED = "not-merged"
+
+
 #: Gates named by a code alone, and gates named by a code and what they name (``checkpoint:<id>``,
 #: ``retained-version:<version (tag ...)>``): what a blocked item's ``reasons`` hold before
 #: its details (a broken shard's message, a link's path, an orphan's name).
-GATE_CODES = frozenset({"not-merged", GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING})
+GATE_CODES = frozenset({NOT_MERGED, GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING})
 GATE_PREFIXES = ("index-not-caught-up:", "checkpoint:", "retained-version:", "orphan-", "changed-since-plan:")
 
 
@@ -47,20 +46,11 @@ def is_gate(reason: str) -> bool:
     return reason in GATE_CODES or reason.startswith(GATE_PREFIXES)
 
 
-@dataclass
-class Blocked:
-    shard_id: str
-    generation: int
-    reason: str
-    reasons: list[str] = field(default_factory=list)
-    wal_position: int | None = None
-
-
 class Verdict(NamedTuple):
     """What the gates say about one generation."""
 
     reasons: list[str]  # every gate that blocks it (empty when deletable)
-    evidence: dict  # the values the gates compared
+    evidence: GateEvidence  # the values the gates compared
     holders: list[RetainedVersion]  # retained versions that still need it (gate c)
 
 
@@ -69,12 +59,12 @@ def verdict_of(
     g: int,
     *,
     compacted: int,
-    catchup: dict[str, dict[str, int]],
+    catchup: Mapping[str, Mapping[str, int]],
     indexes: list[str],
     progress: ShardProgress,
     now: float,
     grace_seconds: float,
-    checkpoints: tuple[Checkpoint, ...] = (),
+    checkpoints: Iterable[Checkpoint] = (),
 ) -> Verdict:
     """Every gate that blocks generation g, and the evidence.
 
@@ -83,8 +73,8 @@ def verdict_of(
     """
     reasons: list[str] = []
     if g > compacted:
-        reasons.append("not-merged")
-    caught = {}
+        reasons.append(NOT_MERGED)
+    caught: dict[str, int] = {}
     for name in indexes:
         caught[name] = catchup.get(name, {}).get(shard_id, 0)
         if g > caught[name]:
@@ -96,16 +86,9 @@ def verdict_of(
     # the first retained main-line version that merged g: when readers stopped needing it
     first = progress.first_merged(g)
     merged_at = None if first is None else first.timestamp
-    if (merged_at is None or now - merged_at < grace_seconds) and "not-merged" not in reasons:
+    if (merged_at is None or now - merged_at < grace_seconds) and NOT_MERGED not in reasons:
         reasons.append(GRACE_PERIOD)
-    evidence = {
-        "merged_generation": compacted,
-        "index_catchup": caught,
-        "oldest_retained_progress": progress.low,
-        "merged_at": merged_at,
-        "grace_seconds": grace_seconds,
-    }
-    return Verdict(reasons, evidence, holders)
+    return Verdict(reasons, GateEvidence(compacted, caught, progress.low, merged_at, grace_seconds), holders)
 
 
 class HeldGeneration(NamedTuple):
@@ -134,7 +117,7 @@ def _freed_by_expiry(h: HeldGeneration, seconds: float, now: float, grace_second
     return not others, others
 
 
-def retention_report(held: list[HeldGeneration], now: float, grace_seconds: float = 0.0) -> dict | None:
+def retention_report(held: list[HeldGeneration], now: float, grace_seconds: float = 0.0) -> Retention | None:
     """Which retained versions hold merged generations back, and what would free each.
 
     ``held`` lists the merged generations the retained-version gate blocks. Untagged
@@ -150,11 +133,11 @@ def retention_report(held: list[HeldGeneration], now: float, grace_seconds: floa
     counts: Counter[int] = Counter(id(v) for h in held for v in h.holders)
     versions = {id(v): v for h in held for v in h.holders}
     rows = sorted((_blocking_version(v, counts[i], now) for i, v in versions.items()),
-                  key=lambda r: (r["branch"] or "", r["version"]))
-    expirable = [r for r in rows if r["held_by"] is None]
+                  key=lambda r: (r.branch or "", r.version))
+    expirable = [r for r in rows if r.held_by is None]
     hints = []
     if expirable:
-        seconds = max(0, math.floor(min(r["age_seconds"] for r in expirable)))
+        seconds = max(0, math.floor(min(r.age_seconds for r in expirable)))
         outcomes = [_freed_by_expiry(h, seconds, now, grace_seconds) for h in held]
         freed = sum(ok for ok, _ in outcomes)
         still = Counter(r for ok, rs in outcomes if not ok for r in rs)
@@ -164,26 +147,26 @@ def retention_report(held: list[HeldGeneration], now: float, grace_seconds: floa
                      f"to expire them, which frees {freed} of the {len(held)} generation(s) retained versions hold"
                      + rest)
     for r in rows:
-        if r["held_by"] == "checkpoint":
-            ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in r["tag"].split(", "))
-            hints.append(f"version {r['version']} is pinned by checkpoint {ids}: it is freed when the checkpoint "
+        if r.held_by == "checkpoint":
+            ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in (r.tag or "").split(", "))
+            hints.append(f"version {r.version} is pinned by checkpoint {ids}: it is freed when the checkpoint "
                          "expires or is deleted (memwal checkpoint delete)")
-        elif r["tag"]:
-            hints.append(f"version {r['version']} is tagged {r['tag']}: delete the tag to free it "
+        elif r.tag:
+            hints.append(f"version {r.version} is tagged {r.tag}: delete the tag to free it "
                          "(GC never deletes tags)")
-        elif r["held_by"] == "branch":
-            where = r["branch"] or r["starts_branch"]
-            hints.append(f"version {r['version']} is kept by branch {where}: delete the branch to free it "
+        elif r.held_by == "branch":
+            where = r.branch or r.starts_branch
+            hints.append(f"version {r.version} is kept by branch {where}: delete the branch to free it "
                          "(GC never deletes branches)")
-    return {"blocking_versions": rows, "hint": "; ".join(hints)}
+    return Retention(tuple(rows), "; ".join(hints))
 
 
-def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> dict:
+def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> BlockingVersion:
     """One ``retention.blocking_versions`` entry: the version, what keeps it, how much it holds."""
     tag = ", ".join(sorted(v.tags)) or None
     starts = ", ".join(sorted(v.child_branches)) or None
-    return {"version": v.version, "branch": v.branch, "tag": tag, "starts_branch": starts, "held_by": _held_by(v),
-            "age_seconds": round(max(0.0, now - v.timestamp), 1), "generations_held": generations_held}
+    return BlockingVersion(v.version, v.branch, tag, starts, _held_by(v), round(max(0.0, now - v.timestamp), 1),
+                           generations_held)
 
 
 def _held_by(v: RetainedVersion) -> str | None:
@@ -196,7 +179,7 @@ def _held_by(v: RetainedVersion) -> str | None:
     return "branch" if v.branch is not None or v.child_branches else None
 
 
-def _versions_text(rows: list[dict]) -> str:
+def _versions_text(rows: list[BlockingVersion]) -> str:
     """``3, 4, 5`` (or ``3..40`` for a long run) for a hint."""
-    vs = sorted(r["version"] for r in rows)
+    vs = sorted(r.version for r in rows)
     return f"{vs[0]}..{vs[-1]}" if len(vs) > 5 else ", ".join(map(str, vs))

@@ -1,40 +1,115 @@
-"""What a GC plan is made of: the deletions it will make, and every item it keeps with why.
+"""What GC plans and reports, item by item: frozen values whose ``to_dict()`` is the JSON of
+``memwal gc --json`` (DESIGN 5), key for key.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
 
-from memwal.core.document import Document
-from memwal.gc.gates import Blocked
+from memwal.store import ObjectInfo
 
-if TYPE_CHECKING:
-    from memwal.table.retained import RetainedVersion
+#: A JSON document (what ``to_dict`` returns): its values are of every JSON type.
+Json = dict[str, Any]
+
+#: A duration: seconds, or a ``timedelta``.
+Duration = float | timedelta
 
 
-@dataclass
+def seconds(d: Duration) -> float:
+    """A duration in seconds (finite and not negative: options were checked; this is belt and braces)."""
+    value = d.total_seconds() if isinstance(d, timedelta) else float(d)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"a duration must be finite and not negative, not {d!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GateEvidence:
+    """The values the gates compared for a generation that may go (``deleted[].gates``)."""
+
+    merged_generation: int
+    index_catchup: Mapping[str, int]
+    oldest_retained_progress: int
+    merged_at: float | None
+    grace_seconds: float
+
+    def to_dict(self) -> Json:
+        return {"merged_generation": self.merged_generation, "index_catchup": dict(self.index_catchup),
+                "oldest_retained_progress": self.oldest_retained_progress, "merged_at": self.merged_at,
+                "grace_seconds": self.grace_seconds}
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """Something kept, with every gate that keeps it: ``reasons`` holds the gates, then their
+    details (a broken shard's message, a link's path, an orphan's name); ``reason`` the first gate."""
+
+    shard_id: str | None
+    generation: int
+    reason: str
+    reasons: tuple[str, ...] = ()
+    wal_position: int | None = None
+
+    def to_dict(self) -> Json:
+        d: Json = {"shard_id": self.shard_id, "generation": self.generation, "reason": self.reason}
+        if len(self.reasons) > 1:
+            d["reasons"] = list(self.reasons)
+        if self.wal_position is not None:
+            d["wal_position"] = self.wal_position
+        return d
+
+
+@dataclass(frozen=True)
 class GenerationDeletion:
+    """A generation the plan deletes: its folder and its files as the plan listed them."""
+
     shard_id: str
     generation: int
     path: str
     key: str
-    gates: dict
-    #: Its files as listed when planned (the dry run's figures; the run lists again as it deletes).
-    objects: int = 0
-    bytes: int = 0
+    gates: GateEvidence
+    listed: tuple[ObjectInfo, ...] = ()
+
+    @property
+    def objects(self) -> int:
+        return len(self.listed)
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.listed)
 
 
-@dataclass
+@dataclass(frozen=True)
 class WalDeletion:
+    """A WAL entry the plan deletes. ``generations`` is the span of generations it may belong to
+    (one when its header was read; several when the manifests and the listing place it among
+    entries of those, every one of them deletable); None for a fence sentinel."""
+
     shard_id: str
     position: int
-    generation: int
     key: str
     size: int
+    generations: tuple[int, int] | None
+
+    @property
+    def generation(self) -> int | None:
+        span = self.generations
+        return span[0] if span is not None and span[0] == span[1] else None
+
+    def may_belong_to(self, generation: int) -> bool:
+        """Whether it may be an entry of ``generation`` (a fence sentinel belongs to none)."""
+        return self.generations is not None and self.generations[0] <= generation <= self.generations[1]
+
+    def to_dict(self) -> Json:
+        return {"shard_id": self.shard_id, "position": self.position, "generation": self.generation,
+                "key": self.key, "size": self.size}
 
 
-@dataclass
+@dataclass(frozen=True)
 class KeptWal:
     """A WAL entry GC keeps although nothing blocks its generation (or it has none)."""
 
@@ -43,76 +118,105 @@ class KeptWal:
     generation: int | None  # None for a fence sentinel
     reason: str  # WAL_NEEDED_FOR_REPLAY or FENCE_SENTINEL
 
+    def to_dict(self) -> Json:
+        return {"shard_id": self.shard_id, "position": self.position, "generation": self.generation,
+                "reason": self.reason}
 
-@dataclass
+
+@dataclass(frozen=True)
 class Orphan:
     kind: str  # "generation" or "staging"
     shard_id: str | None
     path: str
     key: str
     age_seconds: float
+    listed: tuple[ObjectInfo, ...] = field(default=(), compare=False)
+
+    def to_dict(self) -> Json:
+        return {"kind": self.kind, "shard_id": self.shard_id, "path": self.path, "key": self.key,
+                "age_seconds": self.age_seconds}
 
 
-@dataclass
-class GcPlan(Document):
-    table: str
-    read_version: int
-    planned_at: float
-    grace_seconds: float
-    generations: list[GenerationDeletion] = field(default_factory=list)
-    wal_entries: list[WalDeletion] = field(default_factory=list)
-    blocked: list[Blocked] = field(default_factory=list)
-    orphans: list[Orphan] = field(default_factory=list)
-    retained_versions: int = 0
-    broken_shards: list[dict] = field(default_factory=list)
-    kept_wal_entries: list[KeptWal] = field(default_factory=list)
-    retention: dict | None = None
-    time_will_free: bool = False
-    #: Live checkpoints (id, version, expires_at) and the expired ones this run removes.
-    checkpoints: list[dict] = field(default_factory=list)
-    expired_checkpoints: list[str] = field(default_factory=list)
-    #: Run-history records older than the retention: this run deletes exactly these.
-    history_keys: list[str] = field(default_factory=list)
-    #: The planned version expiry: Lance's cleanup removes the untagged versions committed
-    #: before ``expire_before`` (a timestamp, so the run removes what the plan counted), and
-    #: the gates above were computed as if ``expiring`` were gone already.
-    expire_before: float | None = None
-    expiring: list[int] = field(default_factory=list)
-    older_than_seconds: float | None = None
-    #: Every retained version the plan read (before its expiry), for the run to remember
-    #: (:func:`memwal.table.retained.remember_retained`); not part of the document.
-    versions: list[RetainedVersion] = field(default_factory=list, repr=False)
+@dataclass(frozen=True)
+class BrokenShard:
+    """A shard whose latest manifest cannot be established: everything in it is kept."""
 
-    def to_dict(self) -> dict:
-        return {
-            "table": self.table,
-            "read_version": self.read_version,
-            "grace_seconds": self.grace_seconds,
-            "retained_versions": self.retained_versions,
-            # of which manifests read (the others' progress came from the last run's digest)
-            "retained_manifests_read": sum(not v.remembered for v in self.versions),
-            "would_delete": [
-                {"shard_id": g.shard_id, "generation": g.generation, "path": g.path, "gates": g.gates}
-                for g in self.generations
-            ],
-            "would_delete_wal_entries": [asdict(w) for w in self.wal_entries],
-            "blocked": [blocked_json(b) for b in self.blocked],
-            "orphans": [asdict(o) for o in self.orphans],
-            "broken_shards": self.broken_shards,
-            "kept_wal_entries": [asdict(k) for k in self.kept_wal_entries],
-            "retention": self.retention,
-            "time_will_free": self.time_will_free,
-            "checkpoints": self.checkpoints,
-            "expired_checkpoints": self.expired_checkpoints,
-            "history_records_to_prune": len(self.history_keys),
-            "versions_to_expire": self.expiring,
-        }
+    shard_id: str
+    reason: str
+    detail: str
+
+    def to_dict(self) -> Json:
+        return {"shard_id": self.shard_id, "reason": self.reason, "detail": self.detail}
 
 
-def blocked_json(b: Blocked) -> dict:
-    d = {"shard_id": b.shard_id, "generation": b.generation, "reason": b.reason}
-    if len(b.reasons) > 1:
-        d["reasons"] = b.reasons
-    if b.wal_position is not None:
-        d["wal_position"] = b.wal_position
-    return d
+@dataclass(frozen=True)
+class LiveCheckpoint:
+    """A live reader checkpoint the run honours."""
+
+    id: str
+    name: str | None
+    version: int
+    expires_at: float
+
+    def to_dict(self) -> Json:
+        return {"id": self.id, "name": self.name, "version": self.version, "expires_at": self.expires_at}
+
+
+@dataclass(frozen=True)
+class BlockingVersion:
+    """A retained version that holds merged generations back, and what keeps that version."""
+
+    version: int
+    branch: str | None
+    tag: str | None
+    starts_branch: str | None
+    held_by: str | None  # "checkpoint", "tag", "branch", or None: only its age
+    age_seconds: float
+    generations_held: int
+
+    def to_dict(self) -> Json:
+        return {"version": self.version, "branch": self.branch, "tag": self.tag, "starts_branch": self.starts_branch,
+                "held_by": self.held_by, "age_seconds": self.age_seconds, "generations_held": self.generations_held}
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Which retained versions block, and what would free them (``retention``)."""
+
+    blocking_versions: tuple[BlockingVersion, ...]
+    hint: str
+
+    def to_dict(self) -> Json:
+        return {"blocking_versions": [v.to_dict() for v in self.blocking_versions], "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class DeletedGeneration:
+    shard_id: str
+    generation: int
+    path: str
+    objects: int
+    bytes: int
+    gates: GateEvidence
+
+    def to_dict(self) -> Json:
+        return {"shard_id": self.shard_id, "generation": self.generation, "path": self.path,
+                "objects": self.objects, "bytes": self.bytes, "gates": self.gates.to_dict()}
+
+
+@dataclass(frozen=True)
+class ExpiredVersions:
+    """The version expiry: planned (a dry run) or done (with Lance's figures)."""
+
+    expire_before: float
+    planned: tuple[int, ...]
+    bytes_removed: int | None = None
+    old_versions: int | None = None
+    snapshot_file_kept: tuple[str, ...] = ()
+
+    def to_dict(self) -> Json:
+        if self.old_versions is None:
+            return {"expire_before": self.expire_before, "planned": list(self.planned)}
+        return {"expire_before": self.expire_before, "bytes_removed": self.bytes_removed,
+                "old_versions": self.old_versions, "snapshot_file_kept": list(self.snapshot_file_kept),
+                "planned": list(self.planned)}

@@ -1,106 +1,124 @@
-"""What no manifest lists (orphans) and what a symbolic link could redirect: planned, never followed.
+"""The orphans collector, and what a symbolic link could redirect: planned, never followed.
+
+An orphan is a generation folder no manifest version ever listed (a failed flush's retry) or
+the staging a crashed Spark merge left. Both are found in the one listing of ``_mem_wal/``,
+with their files and times; they go only with ``--orphans`` and past ``--orphan-age-seconds``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from memwal.errors import MemWalError
 from memwal.gc.delete import under
-from memwal.gc.gates import (
-    UNSAFE_PATH,
-    Blocked,
-)
-from memwal.gc.model import GcPlan, Orphan
-from memwal.store import Store
+from memwal.gc.gates import UNSAFE_PATH, Verdict
+from memwal.gc.model import Blocked, GenerationDeletion, Orphan, WalDeletion
+from memwal.store import ObjectInfo, Store
+from memwal.table.listing import MemWalListing, ShardListing
 from memwal.table.naming import STAGING_DIR, parse_generation_dir, shard_dir
 from memwal.table.paths import shard_of_key
-from memwal.table.shards import (
-    UNREADABLE,
-    ShardState,
-    list_manifest_versions,
-    read_shard_manifest,
-)
-
-if TYPE_CHECKING:
-    pass
+from memwal.table.shards import UNREADABLE, ShardState, decode_shard_manifest
 
 
+@dataclass(frozen=True)
+class OrphanPlan:
+    orphans: tuple[Orphan, ...] = ()
+    blocked: tuple[Blocked, ...] = ()
 
-def _newest_mtime(store: Store, prefix: str) -> float | None:
-    times = [o.mtime for o in store.list(prefix)]
+
+def _newest(objects: Iterable[ObjectInfo]) -> float | None:
+    times = [o.mtime for o in objects]
     return max(times) if times else None
 
 
-def plan_generation_orphans(store: Store, state: ShardState, dirs: dict[str, int],
-                             gates: Callable[[int], tuple[list[str], dict]], now: float, min_age: float,
-                             plan: GcPlan) -> None:
-    """Generation directories no manifest version ever listed (e.g. a failed flush's retry).
+def plan_shard_orphans(store: Store, state: ShardState, listed: ShardListing, gates: Callable[[int], Verdict],
+                       now: float, min_age: float) -> OrphanPlan:
+    """Generation folders no manifest version ever listed (e.g. a failed flush's retry).
 
-    A directory whose generation is above the shard's merged generation is never one: it
-    may hold the only copy of rows a manifest we cannot see (or a writer mid-flush) lists,
-    so it is kept and reported (``orphan-not-merged``), whatever the manifests say. The
-    other gates apply too (``orphan-<gate>``): "unlisted" is only as true as the manifests
-    we read, and a reader may hold a listing that named the directory.
+    A folder whose generation is above the shard's merged generation is never one: it may
+    hold the only copy of rows a manifest we cannot see (or a writer mid-flush) lists, so it
+    is kept and reported (``orphan-not-merged``), whatever the manifests say. The other gates
+    apply too (``orphan-<gate>``): "unlisted" is only as true as the manifests we read, and a
+    reader may hold a listing that named the folder.
     """
     shard_id = state.shard_id
+    dirs = listed.generation_dirs()
     unlisted = set(dirs) - {s.path for s in state.manifest.sstables}
+    blocked: list[Blocked] = []
     if unlisted:  # the usual case is none: only then are older manifest versions read
+        older = [(v, o) for v, o in listed.manifests.items() if v < state.version]
         try:
-            for v in list_manifest_versions(store, shard_id):
-                if v < state.version:
-                    unlisted -= {s.path for s in read_shard_manifest(store, shard_id, v).manifest.sstables}
+            for (v, o), data in zip(older, store.get_many([o.key for _, o in older]), strict=True):
+                if data is None:
+                    raise store.not_found(o.key)
+                manifest = decode_shard_manifest(data, shard_id=shard_id, version=v, where=store.uri_for(o.key))
+                unlisted -= {s.path for s in manifest.manifest.sstables}
         except MemWalError as exc:  # an older version we cannot read may list any of them
-            for name in sorted(unlisted):
-                plan.blocked.append(Blocked(shard_id, dirs[name], UNREADABLE, [UNREADABLE, f"{name}: {exc}"]))
-            return
+            return OrphanPlan((), tuple(Blocked(shard_id, dirs[name], UNREADABLE, (UNREADABLE, f"{name}: {exc}"))
+                                        for name in sorted(unlisted)))
+    orphans: list[Orphan] = []
     for name in sorted(unlisted):
-        reasons = [f"orphan-{r}" for r in gates(dirs[name])[0]]
+        reasons = [f"orphan-{r}" for r in gates(dirs[name]).reasons]
         if reasons:
-            plan.blocked.append(Blocked(shard_id, dirs[name], reasons[0], [*reasons, name]))
+            blocked.append(Blocked(shard_id, dirs[name], reasons[0], (*reasons, name)))
             continue
-        key = f"{shard_dir(shard_id)}/{name}"
-        newest = _newest_mtime(store, f"{key}/")
+        objects = listed.generations[name]
+        newest = _newest(objects)
         if newest is not None and now - newest >= min_age:
-            plan.orphans.append(Orphan("generation", shard_id, name, key, now - newest))
+            orphans.append(Orphan("generation", shard_id, name, f"{shard_dir(shard_id)}/{name}", now - newest, objects))
+    return OrphanPlan(tuple(orphans), tuple(blocked))
 
 
-def plan_staging_orphans(store: Store, now: float, min_age: float, plan: GcPlan) -> None:
+def plan_staging_orphans(listing: MemWalListing, now: float, min_age: float) -> tuple[Orphan, ...]:
     """Staging left by a crashed Spark merge (a finished merge removes its own)."""
-    for name in store.list_dirs(f"{STAGING_DIR}/"):
-        key = f"{STAGING_DIR}/{name}"
-        newest = _newest_mtime(store, f"{key}/")
+    out = []
+    for name, objects in listing.staging.items():
+        newest = _newest(objects)
         if newest is not None and now - newest >= min_age:
-            plan.orphans.append(Orphan("staging", None, name, key, now - newest))
+            out.append(Orphan("staging", None, name, f"{STAGING_DIR}/{name}", now - newest, objects))
+    return tuple(out)
 
 
-def plan_unsafe_links(plan: GcPlan, links: list[str]) -> None:
-    """Report every symbolic link under ``_mem_wal/`` (``links``, as listed by the plan's survey)
-    as ``unsafe-path`` and keep what it could redirect.
+@dataclass(frozen=True)
+class Held:
+    """What is left to delete once every link holds what it could redirect."""
 
-    Links are never followed (the store skips them in listings), but a deletion planned
-    next to one is held too: a link at or inside a generation directory holds that
-    generation and its WAL entries; anywhere else in a shard (the shard directory itself,
-    ``wal/``, ``manifest/``) every deletion in the shard; under ``_staging/`` that staging
-    directory; ``_mem_wal`` itself everything.
+    generations: tuple[GenerationDeletion, ...]
+    wal: tuple[WalDeletion, ...]
+    orphans: tuple[Orphan, ...]
+    blocked: tuple[Blocked, ...]
+
+
+def hold_linked(links: Iterable[str], generations: tuple[GenerationDeletion, ...], wal: tuple[WalDeletion, ...],
+                orphans: tuple[Orphan, ...]) -> Held:
+    """Report every symbolic link under ``_mem_wal/`` as ``unsafe-path`` and keep what it could redirect.
+
+    Links are never followed (the listing skips them), but a deletion planned next to one is
+    held too: a link at or inside a generation folder holds that generation and its WAL
+    entries; anywhere else in a shard (the shard folder itself, ``wal/``, ``manifest/``)
+    every deletion in the shard; under ``_staging/`` that staging folder; ``_mem_wal`` itself
+    everything.
     """
+    blocked: list[Blocked] = []
     for link in links:
         scope, shard_id, generation = _link_scope(link)
-        plan.blocked.append(Blocked(shard_id, generation, UNSAFE_PATH, [UNSAFE_PATH, _link_detail(link)]))
-        held = {(g.shard_id, g.generation) for g in plan.generations if under(g.key, scope)}
-        if generation:  # the linked directory is not listed as one, but its WAL entries may be planned
+        detail = f"{link}: symbolic link, never followed"
+        blocked.append(Blocked(shard_id, generation, UNSAFE_PATH, (UNSAFE_PATH, detail)))
+        held = {(g.shard_id, g.generation) for g in generations if under(g.key, scope)}
+        if generation and shard_id is not None:  # the linked folder is not listed, but its WAL entries may be planned
             held.add((shard_id, generation))
-        plan.generations = [g for g in plan.generations if (g.shard_id, g.generation) not in held]
-        plan.wal_entries = [w for w in plan.wal_entries
-                            if not under(w.key, scope) and (w.shard_id, w.generation) not in held]
-        plan.orphans = [o for o in plan.orphans if not under(o.key, scope) and not under(scope, o.key)]
+        generations = tuple(g for g in generations if (g.shard_id, g.generation) not in held)
+        wal = tuple(w for w in wal if not under(w.key, scope)
+                    and not any(s == w.shard_id and w.may_belong_to(g) for s, g in held))
+        orphans = tuple(o for o in orphans if not under(o.key, scope) and not under(scope, o.key))
+    return Held(generations, wal, orphans, tuple(blocked))
 
 
 def _link_scope(link: str) -> tuple[str, str | None, int]:
     """(key prefix whose deletions a link holds, its shard or None, its generation or 0)."""
     parts = link.split("/")
-    shard_id = shard_of_key(link + "/x")  # the link may be the shard directory itself
+    shard_id = shard_of_key(link + "/x")  # the link may be the shard folder itself
     if shard_id is None:
         depth = 3 if len(parts) > 2 and f"{parts[0]}/{parts[1]}" == STAGING_DIR else 2
         return "/".join(parts[:depth]), None, 0
@@ -110,6 +128,4 @@ def _link_scope(link: str) -> tuple[str, str | None, int]:
     return "/".join(parts[:3]), shard_id, generation
 
 
-def _link_detail(key: str) -> str:
-    """The explanation carried in a blocked entry's ``reasons`` for a link found in the table."""
-    return f"{key}: symbolic link, never followed"
+__all__ = ["Held", "OrphanPlan", "hold_linked", "plan_shard_orphans", "plan_staging_orphans"]

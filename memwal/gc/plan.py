@@ -1,164 +1,230 @@
-"""Planning GC: what may go, and for everything that may not, every gate that holds it.
+"""A GC plan: what each collector would do, read once, before anything is written (the dry run).
 
-Pure: it reads manifests, listings and checkpoints and writes nothing (the dry run).
-The gates themselves are in :mod:`memwal.gc.gates`.
+:func:`plan_gc` reads the latest table manifest, the retained versions (the digest saves most
+manifest reads), the checkpoints, one listing of ``_mem_wal/`` and each shard's latest
+manifest, then asks each collector: version expiry first (the other gates count without the
+versions it removes), generations, their WAL entries, orphans, run history; a symbolic link
+met on the way holds whatever it could redirect. It writes nothing.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING
 
-from memwal.checkpoint import Checkpoint, list_checkpoints
+from memwal.checkpoint import Checkpoint
+from memwal.checkpoint.expiry import CheckpointSweep, sweep_checkpoints
 from memwal.core import clock as clocks
+from memwal.core.document import Document
 from memwal.core.retry import after_conflict
-from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError, UnsafePathError
-from memwal.gc.delete import survey
-from memwal.gc.gates import (
-    DEFAULT_GRACE_SECONDS,
-    FENCE_SENTINEL,
-    GRACE_PERIOD,
-    WAL_NEEDED_FOR_REPLAY,
+from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError
+from memwal.gc.expiry import VersionExpiry, plan_version_expiry
+from memwal.gc.gates import DEFAULT_GRACE_SECONDS
+from memwal.gc.generations import Gates, GenerationsPlan, plan_generations
+from memwal.gc.model import (
     Blocked,
-    HeldGeneration,
-    retention_report,
-    verdict_of,
+    BrokenShard,
+    DeletedGeneration,
+    Duration,
+    GenerationDeletion,
+    Json,
+    KeptWal,
+    LiveCheckpoint,
+    Orphan,
+    Retention,
+    WalDeletion,
+    seconds,
 )
-from memwal.gc.model import GcPlan, GenerationDeletion, KeptWal, WalDeletion
-from memwal.gc.orphans import plan_generation_orphans, plan_staging_orphans, plan_unsafe_links
-from memwal.gc.versions import VersionProgress
-from memwal.history.log import expired_history
+from memwal.gc.orphans import hold_linked, plan_shard_orphans, plan_staging_orphans
+from memwal.gc.result import GcResult
+from memwal.gc.wal import plan_shard_wal
+from memwal.history.prune import HistoryPruning, plan_history_pruning
 from memwal.history.run import current as current_run
 from memwal.store import Store
 from memwal.table import Table
+from memwal.table.listing import list_mem_wal
 from memwal.table.manifest import maintained_indexes
-from memwal.table.naming import JOBS_DIR, MEM_WAL_DIR, MEM_WAL_INDEX_NAME
-from memwal.table.paths import generation_key
+from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
+from memwal.table.progress_digest import ProgressDigest, load_digest
 from memwal.table.retained import RetainedVersion, retained_versions
-from memwal.table.shards import (
-    ShardManifestError,
-    WalEntry,
-    WalEntryMeta,
-    list_generation_dirs,
-    list_wal_entries,
-    read_shard_manifests,
-    read_wal_entry_metas,
-)
-
-if TYPE_CHECKING:
-    pass
+from memwal.table.shards import read_listed_manifests
+from memwal.table.wal_digest import Header, WalDigest, load_wal_digest
 
 log = logging.getLogger(__name__)
 
-
 DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
-
 
 #: Plans retried when a listed object vanished before it was read (a concurrent GC).
 PLAN_ATTEMPTS = 5
 
 
+@dataclass(frozen=True)
+class GcPlan(Document):
+    """Every collector's plan, and what the run needs to remember afterwards."""
+
+    table: str
+    read_version: int
+    planned_at: float
+    grace_seconds: float
+    generation_plan: GenerationsPlan
+    wal_deletions: tuple[WalDeletion, ...] = ()
+    kept_wal_entries: tuple[KeptWal, ...] = ()
+    orphans: tuple[Orphan, ...] = ()
+    #: Kept by an orphan gate, a symbolic link, or (after the run's re-check) a changed gate.
+    other_blocked: tuple[Blocked, ...] = ()
+    version_expiry: VersionExpiry | None = None
+    checkpoint_sweep: CheckpointSweep = field(default_factory=CheckpointSweep)
+    history: HistoryPruning = field(default_factory=HistoryPruning)
+    #: Every retained version read (before the expiry), for the run to remember
+    #: (:func:`memwal.table.retained.remember_retained`); not part of the document.
+    versions: tuple[RetainedVersion, ...] = field(default=(), repr=False)
+    #: What the WAL entries' headers said (read or remembered), and the digest they came from.
+    wal_headers: Mapping[str, Header] = field(default_factory=dict, repr=False)
+    wal_digest: WalDigest = field(default_factory=WalDigest, repr=False)
+    #: The retained-progress digest as the plan read it.
+    progress_digest: ProgressDigest = field(default_factory=ProgressDigest, repr=False)
+
+    @property
+    def generations(self) -> tuple[GenerationDeletion, ...]:
+        return self.generation_plan.deletions
+
+    @property
+    def wal_entries(self) -> tuple[WalDeletion, ...]:
+        return self.wal_deletions
+
+    @property
+    def blocked(self) -> tuple[Blocked, ...]:
+        return self.generation_plan.blocked + self.other_blocked
+
+    @property
+    def broken_shards(self) -> tuple[BrokenShard, ...]:
+        return self.generation_plan.broken
+
+    @property
+    def retention(self) -> Retention | None:
+        return self.generation_plan.retention
+
+    @property
+    def time_will_free(self) -> bool:
+        return self.generation_plan.time_will_free
+
+    @property
+    def retained_versions(self) -> int:
+        return len(self.versions)
+
+    @property
+    def checkpoints(self) -> tuple[LiveCheckpoint, ...]:
+        return tuple(LiveCheckpoint(c.id, c.name, c.version, c.expires_at) for c in self.checkpoint_sweep.live)
+
+    def to_dict(self) -> Json:
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "grace_seconds": self.grace_seconds,
+            "retained_versions": self.retained_versions,
+            # of which manifests read (the others' progress came from the last run's digest)
+            "retained_manifests_read": sum(not v.remembered for v in self.versions),
+            "would_delete": [{"shard_id": g.shard_id, "generation": g.generation, "path": g.path,
+                              "gates": g.gates.to_dict()} for g in self.generations],
+            "would_delete_wal_entries": [w.to_dict() for w in self.wal_deletions],
+            "blocked": [b.to_dict() for b in self.blocked],
+            "orphans": [o.to_dict() for o in self.orphans],
+            "broken_shards": [b.to_dict() for b in self.broken_shards],
+            "kept_wal_entries": [k.to_dict() for k in self.kept_wal_entries],
+            "retention": None if self.retention is None else self.retention.to_dict(),
+            "time_will_free": self.time_will_free,
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
+            "expired_checkpoints": list(self.checkpoint_sweep.expired_ids),
+            "history_records_to_prune": len(self.history.keys),
+            "versions_to_expire": [] if self.version_expiry is None else list(self.version_expiry.planned),
+        }
+
+    def result(self, *, dry_run: bool, engine: str = "local") -> GcResult:
+        """A result carrying the plan's explanations (blocked, kept, retention), nothing deleted yet."""
+        return GcResult(table=self.table, dry_run=dry_run, engine=engine, blocked=self.blocked, orphans=self.orphans,
+                        broken_shards=self.broken_shards, kept_wal_entries=self.kept_wal_entries,
+                        retention=self.retention, time_will_free=self.time_will_free, checkpoints=self.checkpoints)
+
+    def preview(self) -> GcResult:
+        """The result a run of this plan would give, with nothing deleted: the dry run's document."""
+        return replace(
+            self.result(dry_run=True),
+            deleted=tuple(DeletedGeneration(g.shard_id, g.generation, g.path, g.objects, g.bytes, g.gates)
+                          for g in self.generations),
+            wal_entries_deleted=len(self.wal_deletions),
+            objects_deleted=sum(g.objects for g in self.generations) + len(self.wal_deletions),
+            bytes_freed=sum(g.bytes for g in self.generations) + sum(w.size for w in self.wal_deletions),
+            expired_versions=None if self.version_expiry is None else self.version_expiry.preview(),
+            checkpoints_removed=self.checkpoint_sweep.expired_ids,
+            history_pruned=len(self.history.keys))
+
+
 def plan_gc(
     table: Table,
     *,
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-    orphan_age_seconds: float = DEFAULT_ORPHAN_AGE_SECONDS,
-    history_retention_seconds: float | None = None,
-    expire_versions_seconds: float | None = None,
+    grace_seconds: Duration = DEFAULT_GRACE_SECONDS,
+    orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
+    history_retention_seconds: Duration | None = None,
+    expire_versions_seconds: Duration | None = None,
     now: float | None = None,
 ) -> GcPlan:
-    """Pure: what may go and, for everything that may not, which gate holds it.
+    """Pure: what each collector may do and, for everything kept, which gate keeps it.
 
-    With ``expire_versions_seconds``, the version expiry is a step of the plan: the versions
-    Lance's cleanup will remove are named, and every gate is computed without them, so the
-    dry run lists exactly what the run deletes (:func:`expiring_versions`).
+    Durations are seconds or ``timedelta``. With ``expire_versions_seconds`` the version
+    expiry is a step of the plan: the versions it removes are named, and every gate is
+    computed without them, so the dry run lists exactly what the run deletes.
     """
     now = clocks.current()() if now is None else now
+    grace = seconds(grace_seconds)
     latest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
-    versions = retained_versions(table)
-    ckpts = list_checkpoints(table)
-    live = tuple(c for c in ckpts if c.live(now))
-    plan = GcPlan(table=table.uri, read_version=latest.version, planned_at=now, grace_seconds=grace_seconds,
-                  retained_versions=len(versions), older_than_seconds=expire_versions_seconds, versions=versions)
-    _warn_lost_views(table, versions, live)
+    progress_digest = load_digest(table.store)
+    versions = retained_versions(table, known=progress_digest)
+    sweep = sweep_checkpoints(table, now)
+    _warn_lost_views(table, versions, sweep.live)
+    expiry: VersionExpiry | None = None
+    left = versions
     if expire_versions_seconds is not None:
-        plan.expire_before, gone = expiring_versions(versions, latest.version, expire_versions_seconds, live, now)
-        plan.expiring = sorted(v.version for v in gone)
-        versions = [v for v in versions if v not in gone]
-    plan.checkpoints = [{"id": c.id, "name": c.name, "version": c.version, "expires_at": c.expires_at}
-                        for c in live]
-    plan.expired_checkpoints = [c.id for c in ckpts if not c.live(now)]
-    held: list[HeldGeneration] = []  # per merged generation a retained version blocks
-    by_shard = VersionProgress(versions)
-    found = read_shard_manifests(table.store)
-    for err in found.broken.values():
-        _plan_broken_shard(table.store, err, plan)
-    for shard_id, state in found.states.items():
-        compacted = latest.compacted_generation(shard_id)
-        dirs = list_generation_dirs(table.store, shard_id)
-        present = {g: name for name, g in dirs.items()}
-        deletable: set[int] = set()
-        progress = by_shard.shard(shard_id)
-        gates = partial(verdict_of, shard_id, compacted=compacted, catchup=latest.index_catchup, indexes=indexes,
-                        progress=progress, now=now, grace_seconds=grace_seconds, checkpoints=live)
-        for fg in state.flushed:
-            g = fg.generation
-            try:
-                key = generation_key(shard_id, fg.path)
-            except UnsafePathError as exc:
-                plan.blocked.append(Blocked(shard_id, g, "unsafe-path", ["unsafe-path", str(exc)]))
-                continue
-            verdict = gates(g)
-            if verdict.reasons:
-                plan.blocked.append(Blocked(shard_id, g, verdict.reasons[0], verdict.reasons))
-                if verdict.holders and g <= compacted:
-                    held.append(HeldGeneration(g, verdict.holders, progress, verdict.reasons))
-                continue
-            deletable.add(g)
-            if present.get(g) == key.rsplit("/", 1)[-1]:
-                plan.generations.append(GenerationDeletion(shard_id, g, fg.path, key, verdict.evidence))
-        _plan_wal(table.store, shard_id, state.replay_after_wal_entry_position, deletable, plan)
-        plan_generation_orphans(table.store, state, dirs, gates, now, orphan_age_seconds, plan)
-    plan_staging_orphans(table.store, now, orphan_age_seconds, plan)
-    # path safety (A): the links under _mem_wal/ and the planned generations' files, one walk on a local disk;
-    # _jobs/ is walked apart for its links only, by name: a stat per record of a year of runs cost 0.45 s.
-    files, links = survey(table.store, [g.key for g in plan.generations], links_under=MEM_WAL_DIR,
-                          skip=(JOBS_DIR,))
-    plan_unsafe_links(plan, sorted(set(links) | set(table.store.list_links(f"{JOBS_DIR}/"))))
-    for g in plan.generations:
-        g.objects, g.bytes = len(files[g.key]), sum(o.size for o in files[g.key])
-    plan.retention = retention_report(held, now, grace_seconds)
-    plan.time_will_free = any(b.reasons == [GRACE_PERIOD] for b in plan.blocked)
+        expiry, gone = plan_version_expiry(versions, latest.version, seconds(expire_versions_seconds), sweep.live, now)
+        going = {id(v) for v in gone}
+        left = [v for v in versions if id(v) not in going]
+    gates = Gates(latest, indexes, left, sweep.live, now, grace)
+    store = table.store
+    listing = list_mem_wal(store)
+    shards = read_listed_manifests(store, listing)
+    generations = plan_generations(shards, listing, gates)
+    digest = load_wal_digest(store)
+    wal: list[WalDeletion] = []
+    kept: list[KeptWal] = []
+    orphans: list[Orphan] = []
+    blocked: list[Blocked] = []
+    headers: dict[str, Header] = {}
+    for sid, state in shards.states.items():
+        w = plan_shard_wal(store, state, listing.shards[sid], generations.deletable.get(sid, frozenset()),
+                           None if expiry is None else expiry.expire_before, digest)
+        wal += w.deletions
+        kept += w.kept
+        headers.update(w.headers)
+        o = plan_shard_orphans(store, state, listing.shards[sid], partial(gates.verdict, sid), now,
+                               seconds(orphan_age_seconds))
+        orphans += o.orphans
+        blocked += o.blocked
+    orphans += plan_staging_orphans(listing, now, seconds(orphan_age_seconds))
+    links = sorted(set(listing.links) | set(store.list_links(f"{JOBS_DIR}/")))
+    held = hold_linked(links, generations.deletions, tuple(wal), tuple(orphans))
+    history = HistoryPruning()
     if history_retention_seconds is not None:
         me = current_run()
-        plan.history_keys = expired_history(table.store, now - history_retention_seconds,
-                                            keep_run=None if me is None else me.run_id)
-    return plan
+        history = plan_history_pruning(store, now - seconds(history_retention_seconds),
+                                       keep_run=None if me is None else me.run_id)
+    return GcPlan(table.uri, latest.version, now, grace, replace(generations, deletions=held.generations),
+                  held.wal, tuple(kept), held.orphans, tuple(blocked) + held.blocked, expiry, sweep, history,
+                  tuple(versions), headers, digest, progress_digest)
 
 
-def expiring_versions(versions: list[RetainedVersion], latest: int, older_than_seconds: float,
-                      checkpoints: tuple[Checkpoint, ...] = (), now: float | None = None,
-                      ) -> tuple[float, list[RetainedVersion]]:
-    """The cut-off and exactly the versions the run hands Lance's cleanup to remove.
-
-    Main-line versions committed before ``now - older_than``, except the latest, tagged ones,
-    ones a branch starts from, and every version a live checkpoint's record names: the record
-    pins its version by itself, its Lance tag is a convenience that a kill between record and
-    tag, or a deleted tag, leaves missing (invariant 10). The run passes Lance these numbers
-    (``cleanup_old_versions(versions=...)``), never a clock difference, and re-checks the gates
-    against the versions left after the cleanup.
-    """
-    now = clocks.current()() if now is None else now
-    cutoff = now - older_than_seconds
-    pinned = {c.version for c in checkpoints}
-    gone = [v for v in versions if v.branch is None and v.version != latest and not v.tags
-            and not v.child_branches and v.version not in pinned and v.timestamp < cutoff]
-    return cutoff, gone
-
-
-def _warn_lost_views(table: Table, versions: list[RetainedVersion], live: tuple[Checkpoint, ...]) -> None:
+def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:
     """Say which live checkpoint lost its base version (expired by hand, or before this
     fix without its tag): its view cannot be read any more. GC goes on, and still keeps the
     generations the record lists (gate f is as strict as ever)."""
@@ -167,50 +233,6 @@ def _warn_lost_views(table: Table, versions: list[RetainedVersion], live: tuple[
         if c.version not in main:
             log.warning("%s: checkpoint %s pins table version %d, which is gone: its view can no longer be "
                         "read (delete it with memwal checkpoint delete); gc goes on", table.uri, c.id, c.version)
-
-
-def _plan_broken_shard(store: Store, err: ShardManifestError, plan: GcPlan) -> None:
-    """A shard whose latest manifest is unknown keeps everything: its generations, WAL and orphans.
-
-    Without the latest manifest nothing tells which generations are listed or replayable,
-    so each generation directory on storage is reported as blocked by the shard's problem.
-    """
-    plan.broken_shards.append({"shard_id": err.shard_id, "reason": err.reason, "detail": str(err)})
-    for g in sorted(set(list_generation_dirs(store, err.shard_id).values())):
-        plan.blocked.append(Blocked(err.shard_id, g, err.reason, [err.reason, str(err)]))
-
-
-def _plan_wal(store: Store, shard_id: str, replay_after: int, deletable: set[int], plan: GcPlan) -> None:
-    """WAL entries that go with deletable generations; those kept on purpose are reported as kept.
-
-    An entry past ``replay_after`` is still needed to rebuild the writer's MemTable after a
-    crash, whatever happened to its generation (which may well go: a generation's files and
-    its WAL entry are separate copies). A fence sentinel belongs to no generation and keeps
-    a writer epoch's claim on its position. Neither is a blocked generation.
-    """
-    if not deletable:
-        return  # no WAL entry can go: skip reading every entry's schema
-    entries = list_wal_entries(store, shard_id)
-    for entry, meta in zip(entries, _wal_metas(store, shard_id, entries), strict=True):
-        if meta.is_fence_sentinel:
-            plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, None, FENCE_SENTINEL))
-        elif meta.generation not in deletable:
-            continue  # kept with its generation, which is reported blocked
-        elif entry.position > replay_after:
-            plan.kept_wal_entries.append(KeptWal(shard_id, entry.position, meta.generation, WAL_NEEDED_FOR_REPLAY))
-        else:
-            plan.wal_entries.append(WalDeletion(shard_id, entry.position, meta.generation, entry.key, entry.size))
-
-
-def _wal_metas(store: Store, shard_id: str, entries: list[WalEntry]) -> list[WalEntryMeta]:
-    """Every entry's schema metadata; NotFoundError for one listed and gone since (a
-    concurrent GC: the plan is made again)."""
-    out: list[WalEntryMeta] = []
-    for entry, meta in zip(entries, read_wal_entry_metas(store, shard_id, [e.position for e in entries]), strict=True):
-        if meta is None:
-            raise store.not_found(entry.key)
-        out.append(meta)
-    return out
 
 
 def check_audit_destination(store: Store) -> None:
@@ -224,7 +246,10 @@ def check_audit_destination(store: Store) -> None:
             raise BadInputError(f"{store.uri_for(key)} is a file, not a folder: the GC audit record cannot go there")
 
 
-def plan_gc_settled(table: Table, **options) -> GcPlan:
+def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SECONDS,
+                    orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
+                    history_retention_seconds: Duration | None = None,
+                    expire_versions_seconds: Duration | None = None, now: float | None = None) -> GcPlan:
     """:func:`plan_gc`, planned again when a listed object vanished before it was read.
 
     A concurrent GC deletes WAL entries and generations between our listing and our read:
@@ -232,7 +257,9 @@ def plan_gc_settled(table: Table, **options) -> GcPlan:
     """
     def attempt(_n: int) -> GcPlan:
         try:
-            return plan_gc(table, **options)
+            return plan_gc(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
+                           history_retention_seconds=history_retention_seconds,
+                           expire_versions_seconds=expire_versions_seconds, now=now)
         except NotFoundError as exc:
             raise StateMovedError(f"{exc} vanished while planning") from exc
 
@@ -243,8 +270,13 @@ def plan_gc_settled(table: Table, **options) -> GcPlan:
                           f"{exc.__cause__ or exc}") from exc
 
 
-def prepare_gc(table: Table, *, audit: bool = False, **options) -> GcPlan:
+def prepare_gc(table: Table, *, audit: bool = False, grace_seconds: Duration = DEFAULT_GRACE_SECONDS,
+               orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
+               history_retention_seconds: Duration | None = None,
+               expire_versions_seconds: Duration | None = None) -> GcPlan:
     """Everything a GC run reads, checked before its first write (lease, expiry, deletion, audit)."""
     if audit:
         check_audit_destination(table.store)
-    return plan_gc_settled(table, **options)
+    return plan_gc_settled(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
+                           history_retention_seconds=history_retention_seconds,
+                           expire_versions_seconds=expire_versions_seconds)

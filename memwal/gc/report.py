@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any
 
 from memwal.gc.gates import GRACE_PERIOD, WAL_NEEDED_FOR_REPLAY, is_gate
 
-if TYPE_CHECKING:
-    pass
 
-
-def render_gc(doc: dict) -> str:
+def render_gc(doc: Mapping[str, Any]) -> str:
     """The human summary of a GC document (a result or a dry run): what went, per shard as
     generation ranges (a run may collect thousands), then why the rest stays and what would
     free it."""

@@ -1,10 +1,13 @@
 """`memwal status`: the state of every shard against the base table's progress.
 
 This is what an operator looks at first (how far behind is the merger? are indexes caught
-up?) and what the lag sensor polls, so by default it reads only manifests: never generation
-data. ``memwal status`` also checks every unmerged generation's files (``check_files``:
-Lance opens it and validates each fragment's data file footers and deletion files), so a
-damaged generation that stops a shard's merges is named as that shard's ``problem``.
+up?) and what the lag sensor polls, so it reads only what it shows: the latest table
+manifest, one listing of ``_mem_wal/`` without the WAL and the run history
+(:func:`memwal.table.listing.list_mem_wal`: which generation folders exist, their bytes on
+storage, when each was flushed) and each shard's latest manifest; never generation data.
+``memwal status`` also checks every unmerged generation's files (``check_files``: Lance opens
+it and validates each fragment's data file footers and deletion files), so a damaged
+generation that stops a shard's merges is named as that shard's ``problem``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from memwal.core.document import Document
 from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.generations import generation_damage
+from memwal.table.listing import MemWalListing, ShardListing, list_mem_wal
 from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
-from memwal.table.naming import MEM_WAL_INDEX_NAME, shard_dir
-from memwal.table.shards import ShardManifestError, ShardState, list_generation_dirs, read_shard_manifests
+from memwal.table.naming import MEM_WAL_INDEX_NAME
+from memwal.table.shards import ShardManifestError, ShardState, read_listed_manifests
 
 
 @dataclass
@@ -125,23 +129,15 @@ class TableStatus(Document):
         record_lag(self.table, self.lag(), self.catchup_behind())
 
 
-def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:
-    """Age of a generation from the time its Lance manifest was written."""
-    times = [o.mtime for o in table.store.list(f"{path_key}/_versions/", recursive=False)]
-    return now - min(times) if times else None
-
-
-def shard_status(
-    table: Table, manifest: TableManifest, state: ShardState, indexes: list[str], now: float
-) -> ShardStatus:
+def shard_status(manifest: TableManifest, state: ShardState, listed: ShardListing, indexes: list[str],
+                 now: float) -> ShardStatus:
+    """One shard from its latest manifest and its listing (no other request)."""
     compacted = manifest.compacted_generation(state.shard_id)
     flushed = state.flushed
     # The writer never drops a generation from its manifest; GC removes the directory.
-    on_disk = set(list_generation_dirs(table.store, state.shard_id))
+    on_disk = set(listed.generations)
     unmerged = [g for g in flushed if g.generation > compacted]
-    age = None
-    if unmerged:
-        age = _generation_age(table, state, state.generation_key(unmerged[0]), now)
+    flushed_at = listed.flushed_at(unmerged[0].path) if unmerged else None
     return ShardStatus(
         shard_id=state.shard_id,
         status=state.status,
@@ -152,16 +148,17 @@ def shard_status(
         collected_generations=[g.generation for g in flushed if g.path not in on_disk],
         compacted_generation=compacted,
         unmerged_generations=[g.generation for g in unmerged],
-        unmerged=[UnmergedGeneration(g.generation, g.path, g.physical_rows, g.in_memory_bytes) for g in unmerged],
+        unmerged=[UnmergedGeneration(g.generation, g.path, g.physical_rows, listed.bytes_under(g.path))
+                  for g in unmerged],
         unmerged_rows=sum(g.physical_rows for g in unmerged),
-        unmerged_bytes=sum(g.in_memory_bytes for g in unmerged),
-        oldest_unmerged_age_seconds=age,
+        unmerged_bytes=sum(listed.bytes_under(g.path) for g in unmerged),
+        oldest_unmerged_age_seconds=None if flushed_at is None else now - flushed_at,
         index_catchup={name: manifest.index_catchup.get(name, {}).get(state.shard_id, 0) for name in indexes},
     )
 
 
 def broken_shard_status(
-    table: Table, manifest: TableManifest, err: ShardManifestError, indexes: list[str]
+    manifest: TableManifest, err: ShardManifestError, listed: ShardListing, indexes: list[str]
 ) -> ShardStatus:
     """A shard whose manifest is unknown: what storage and the table still tell about it.
 
@@ -169,7 +166,7 @@ def broken_shard_status(
     lag check still sees them; rows and sizes are unknown without the manifest.
     """
     compacted = manifest.compacted_generation(err.shard_id)
-    on_disk = sorted(set(list_generation_dirs(table.store, err.shard_id).values()))
+    on_disk = sorted(set(listed.generation_dirs().values()))
     return ShardStatus(
         shard_id=err.shard_id,
         status="broken",
@@ -208,11 +205,14 @@ def first_damaged_generation(table: Table, state: ShardState, compacted: int) ->
 
 
 def table_status(table: Table, *, now: float | None = None, check_files: bool = False) -> TableStatus:
+    """The table's status: the latest table manifest, one listing of ``_mem_wal/`` (no WAL, no
+    run history), each shard's latest manifest, and the live checkpoints."""
     now = clocks.current()() if now is None else now
     manifest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
-    found = read_shard_manifests(table.store)
-    shards = [shard_status(table, manifest, s, indexes, now) for s in found.states.values()]
+    listing = list_mem_wal(table.store, wal=False, staging=False)
+    found = read_listed_manifests(table.store, listing)
+    shards = [shard_status(manifest, s, listing.shards[sid], indexes, now) for sid, s in found.states.items()]
     if check_files:
         for st in shards:
             try:
@@ -220,16 +220,17 @@ def table_status(table: Table, *, now: float | None = None, check_files: bool = 
             except UnsafePathError as exc:
                 why = str(exc)
             st.problem = f"shard {st.shard_id}: {why}" if why else None
-    shards += [broken_shard_status(table, manifest, e, indexes) for e in found.broken.values()]
+    shards += [broken_shard_status(manifest, e, listing.shards[sid], indexes) for sid, e in found.broken.items()]
     shards.sort(key=lambda s: s.shard_id)
-    checkpoints, unreadable = checkpoint_status(table, manifest, now)
+    checkpoints, unreadable = checkpoint_status(table, manifest, listing, now)
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
                        checkpoints=checkpoints, unreadable_checkpoints=unreadable)
 
 
-def checkpoint_status(table: Table, latest: TableManifest, now: float) -> tuple[list[CheckpointStatus], list[str]]:
-    """Live checkpoints and the bytes each holds back (one listing per held generation), and
-    why each unreadable checkpoint record is one."""
+def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListing,
+                      now: float) -> tuple[list[CheckpointStatus], list[str]]:
+    """Live checkpoints and the bytes each holds back (from the listing: no request per
+    generation), and why each unreadable checkpoint record is one."""
     from memwal.checkpoint import read_checkpoints
 
     records = read_checkpoints(table, now)
@@ -242,10 +243,11 @@ def checkpoint_status(table: Table, latest: TableManifest, now: float) -> tuple[
         held, size = 0, 0
         for shard_id in sorted(latest.compacted):
             since = at.compacted_generation(shard_id) if at is not None else 0
-            for name, g in list_generation_dirs(table.store, shard_id).items():
+            listed = listing.shards.get(shard_id)
+            for name, g in (listed.generation_dirs() if listed else {}).items():
                 if since < g <= latest.compacted_generation(shard_id):
                     held += 1
-                    size += sum(o.size for o in table.store.list(f"{shard_dir(shard_id)}/{name}/"))
+                    size += listed.bytes_under(name) if listed else 0
         out.append(CheckpointStatus(c.id, c.name, c.version, c.expires_at,
                                     sum(len(p.generations) for p in c.shards.values()), held, size,
                                     version_gone=at is None, long_pin=c.long_pin(now),

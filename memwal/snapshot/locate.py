@@ -9,14 +9,17 @@ timestamp stored in the file's schema metadata.
 Lance's version cleanup removes an index directory once no retained version names its
 UUID, so expiring the versions up to the latest would delete the published file while the
 latest entry still publishes it (observed past 100 shards: scan fell back to manifests
-with "snapshot file ... not found"). GC's version expiry therefore holds the file's bytes
-(:func:`hold_snapshot_file`) and puts a copy under the *live* entry's own UUID, the spec's
-path, which the cleanup keeps (:func:`keep_snapshot_file`), before and again after the
-cleanup (a merge in between moves the live entry once more).
+with "snapshot file ... not found"). So whatever expires versions does it inside
+:func:`snapshot_file_kept`: it holds the file's bytes (:func:`hold_snapshot_file`) and puts a
+copy under the *live* entry's own UUID, the spec's path, which the cleanup keeps
+(:func:`keep_snapshot_file`), before and again after the cleanup (a merge in between moves
+the live entry once more).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -189,3 +192,20 @@ def keep_snapshot_file(table: Table, held: HeldSnapshot) -> str | None:
     except PreconditionFailedError:
         return None  # written meanwhile (by another keeper): checked by the next read
     return key
+
+
+@contextlib.contextmanager
+def snapshot_file_kept(table: Table) -> Iterator[list[str]]:
+    """Around an expiry of table versions: the published file snapshot stays readable (H3).
+
+    Yields the list of the copies written (store keys), filled before the block and after it.
+    """
+    held = hold_snapshot_file(table)
+    kept: list[str] = []
+    if held is not None and (key := keep_snapshot_file(table, held)):
+        kept.append(key)
+    try:
+        yield kept
+    finally:
+        if held is not None and (key := keep_snapshot_file(table, held)):
+            kept.append(key)

@@ -10,6 +10,7 @@ and batched deletes where a missing key is not an error.
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -55,6 +56,29 @@ def clean_prefix(prefix: str) -> str:
     return body + "/" if trailing else body
 
 
+#: Folders a listing leaves out: their keys, or a predicate of a folder's key (no trailing slash).
+Skip = Collection[str] | Callable[[str], bool]
+
+
+def skipping(skip: Skip) -> Callable[[str], bool]:
+    """``skip`` as a predicate of a folder key."""
+    if callable(skip):
+        return skip
+    folders = frozenset(skip)
+    return folders.__contains__
+
+
+def pruned_folder(key: str, prefix: str, pruned: Callable[[str], bool]) -> str | None:
+    """The outermost folder below ``prefix`` holding ``key`` that ``pruned`` leaves out (None: keep it)."""
+    start = len(clean_prefix(prefix).rpartition("/")[0])
+    cut = key.find("/", start + 1 if start else 0)
+    while cut != -1:
+        if pruned(key[:cut]):
+            return key[:cut]
+        cut = key.find("/", cut + 1)
+    return None
+
+
 def dir_prefix(prefix: str) -> str:
     """A prefix forced to name a directory (``a/b`` -> ``a/b/``), for list_dirs."""
     p = clean_prefix(prefix)
@@ -98,7 +122,7 @@ class Store(abc.ABC):
     #: waits for nothing; an object store's request waits for the network (ObjectStore's).
     READ_THREADS = 1
 
-    def get_heads(self, keys: list[str], length: int) -> list[bytes | None]:
+    def get_heads(self, keys: builtins.list[str], length: int) -> builtins.list[bytes | None]:
         """The first ``length`` bytes of each object, in order; None for one that is absent.
 
         For many small reads at once (GC's plan reads every WAL entry's schema): an object
@@ -107,12 +131,12 @@ class Store(abc.ABC):
         """
         return self._each_object(keys, lambda key: self.get_range(key, 0, length))
 
-    def get_many(self, keys: list[str]) -> list[bytes | None]:
+    def get_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
         """Whole objects, in order; None for one that is absent. For many small objects at
         once, as :meth:`get_heads` (GC's plan reads the manifest of every retained version)."""
         return self._each_object(keys, self.get)
 
-    def _each_object(self, keys: list[str], read: Callable[[str], bytes]) -> list[bytes | None]:
+    def _each_object(self, keys: builtins.list[str], read: Callable[[str], bytes]) -> builtins.list[bytes | None]:
         def one(key: str) -> bytes | None:
             try:
                 return read(key)
@@ -162,10 +186,10 @@ class Store(abc.ABC):
 
     def list_around(self, prefix: str, skip_dir: str) -> Iterator[ObjectInfo]:
         """Objects under directory ``prefix``, in key order, except those under its child
-        directory ``skip_dir`` (a name): a listing that never pages through that directory
-        (an object store lists up to it, then starts again after it)."""
-        skip = f"{dir_prefix(prefix)}{skip_dir}/"
-        return (o for o in self.list(prefix) if not o.key.startswith(skip))
+        directory ``skip_dir`` (a name): :meth:`list_with_links` leaving that folder out (an
+        object store pages past it, a disk does not walk it)."""
+        folder = f"{dir_prefix(prefix)}{skip_dir}"
+        return iter(self.list_with_links(prefix, skip=(folder,))[0])
 
     def list_keys(self, prefix: str) -> Iterator[str]:
         """Keys of the objects directly under ``prefix``, in key order: a non-recursive
@@ -175,13 +199,13 @@ class Store(abc.ABC):
         return (o.key for o in self.list(prefix, recursive=False))
 
     @abc.abstractmethod
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate child "directory" names under ``prefix`` (no trailing slash), sorted.
 
         Like S3 CommonPrefixes with delimiter ``/``: finds shards and generations.
         """
 
-    def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
+    def list_links(self, prefix: str, *, recursive: bool = True) -> builtins.list[str]:
         """Keys of symbolic links at or under ``prefix`` (sorted), including a linked component
         of ``prefix`` itself: listings skip links and never follow them, this reports them.
         With ``recursive=False`` only the entries directly under ``prefix`` are looked at.
@@ -190,20 +214,27 @@ class Store(abc.ABC):
         """
         return []
 
-    def list_with_links(self, prefix: str, *, skip: Collection[str] = ()) -> tuple[list[ObjectInfo], list[str]]:
-        """:meth:`list` and :meth:`list_links` of one prefix, but nothing under the folders keyed
-        in ``skip``; a local store does both in one walk and does not enter those folders."""
-        inside = tuple(f"{k}/" for k in skip)
-        objects = [o for o in self.list(prefix) if not o.key.startswith(inside)]
-        return objects, [k for k in self.list_links(prefix) if not k.startswith(inside)]
+    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        """:meth:`list` and :meth:`list_links` of one prefix, but nothing under the folders ``skip``
+        names (folder keys, or a predicate of a folder key: GC's and status's one listing of
+        ``_mem_wal/`` without ``_jobs/``). A local store does both in one walk and does not
+        enter those folders; an object store lists past them (:meth:`ObjectStore.list_with_links`)."""
+        pruned = skipping(skip)
+        objects = [o for o in self.list(prefix) if pruned_folder(o.key, prefix, pruned) is None]
+        return objects, [k for k in self.list_links(prefix) if pruned_folder(k, prefix, pruned) is None]
 
     #: A file system: directories exist apart from the objects in them, and GC deletes whole
     #: generation directories with :meth:`delete_trees`; an object store's "directories" are
     #: only key prefixes, listed and deleted in requests of many keys.
     has_directories: bool = False
 
-    def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
-                     threads: int) -> list[tuple[int, int, list[str]]]:
+    @property
+    def requests_sent(self) -> int:
+        """Requests sent to the backend so far: an object store counts them; a disk sends none."""
+        return 0
+
+    def delete_trees(self, prefixes: builtins.list[str], *, first: Callable[[str, str], bool],
+                     threads: int) -> builtins.list[tuple[int, int, builtins.list[str]]]:
         """Delete every file and directory under each of ``prefixes``, ``first(key, prefix)``
         files of a tree before its others; per prefix (objects deleted, bytes freed, keys refused
         as links). Only stores with directories implement it (:class:`~memwal.store.local.LocalStore`)."""

@@ -12,12 +12,12 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from memwal.errors import BadInputError, LinkedPathError
-from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix, dir_prefix
+from memwal.store.base import ObjectInfo, Skip, Store, clean_key, clean_prefix, dir_prefix
 from memwal.store.local_reads import read_all, read_each, read_upto
-from memwal.store.local_trees import Pace, delete_trees
+from memwal.store.local_trees import delete_trees
 from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
 from memwal.store.local_writes import LocalWrites
 
@@ -59,8 +59,6 @@ class LocalStore(LocalWrites, Store):
         # (a child store's prefix is table data like any key).
         self._trusted = self._base
         self._sub: tuple[str, ...] = ()
-        # How many threads delete trees here, learnt from this store's own batches (Pace).
-        self._pace: Pace | None = None
 
     # -- helpers
 
@@ -257,11 +255,6 @@ class LocalStore(LocalWrites, Store):
         """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
         yield from listing(self, prefix, recursive, [])
 
-    def list_around(self, prefix: str, skip_dir: str) -> Iterator[ObjectInfo]:
-        """As :meth:`Store.list_around`: the skipped directory is not walked."""
-        base = dir_prefix(prefix)
-        yield from listing(self, base, True, [], skip=(f"{base}{skip_dir}",))
-
     def _names_in(self, dir_key: str, keep: Callable[[os.DirEntry], bool]) -> list[str]:
         """Sorted names of the entries of directory ``dir_key`` that ``keep`` accepts, from one
         ``scandir`` of a directory reached without following a link (a linked or missing
@@ -294,9 +287,9 @@ class LocalStore(LocalWrites, Store):
             pass
         return sorted(set(links))
 
-    def list_with_links(self, prefix: str, *, skip: Collection[str] = ()) -> tuple[list[ObjectInfo], list[str]]:
+    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[list[ObjectInfo], list[str]]:
         """Objects and links under ``prefix`` from one walk of the tree (GC's survey); the
-        directories keyed in ``skip`` are not walked."""
+        directories ``skip`` names are not walked."""
         links: list[str] = []
         objects = list(listing(self, prefix, True, links, skip=skip))
         return objects, sorted(set(links))
@@ -346,18 +339,9 @@ class LocalStore(LocalWrites, Store):
     def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
                      threads: int) -> list[tuple[int, int, list[str]]]:
         """Whole directory trees in two phases, every directory held open from its listing to
-        its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks), on at
-        most ``threads`` threads: as many as this store's file system was found to reward
-        (:class:`~memwal.store.local_trees.Pace`, kept across calls)."""
-        if self._pace is None or self._pace.most != threads:
-            self._pace = Pace(threads)
-        return delete_trees(self, [clean_key(p) for p in prefixes], first=first, pace=self._pace)
-
-    @property
-    def delete_pace(self) -> Pace | None:
-        """What the tree deletion has learnt here (threads chosen, rates seen), None before
-        the first: reported by ``bench/gc_many.py`` next to its times."""
-        return self._pace
+        its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks), on
+        ``threads`` threads."""
+        return delete_trees(self, [clean_key(p) for p in prefixes], first=first, threads=threads)
 
     # -- naming
 

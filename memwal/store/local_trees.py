@@ -2,12 +2,9 @@
 
 A generation is a directory of a few small files in a few subdirectories; GC deletes
 thousands at once. On ext4 the order of the system calls decides the cost more than their
-number (issue 23, 10,000 generations: 82,500 files and 52,500 directories): a thread that
-lists, unlinks and removes one directory after another spends twice the kernel time of
-threads that first list every tree of a batch, then unlink every file, then remove the
-directories, as a fast ``rm -rf`` does (measured on this machine, 8 threads: 4.7 s of
-system time against 9.7 s; reopening each directory for its unlinks instead of holding it
-open cost 8.8 s). So a batch of trees is deleted in phases:
+number: threads that first list every tree of a batch, then unlink every file, then remove
+the directories, as a fast ``rm -rf`` does, spend about half the kernel time of threads that
+list, unlink and remove one directory after another. So a batch of trees is deleted in phases:
 
 1. **open**: every directory of every tree is opened from its parent's descriptor with
    ``O_NOFOLLOW`` and listed (the entry type comes with the listing); a link at or under a
@@ -22,24 +19,21 @@ open cost 8.8 s). So a batch of trees is deleted in phases:
    reads its ctime, which every change of its entries moves (a rename, an unlink, a link
    made): a directory that had been quiet when it was listed (:data:`QUIET_NS`) and whose
    ctime has not moved since holds exactly the files listed, each as ``lstat``-ed then,
-   and they are unlinked without another look. A file of any other directory is
-   ``lstat``-ed through its directory's descriptor right before its unlink. On ext4
-   mounted with ``discard`` that second look cost 1.4 s of 10 s (10,000 generations,
-   eight threads): each system call there is also a handover of the interpreter's lock
-   among threads waiting for the disk. Then the tree's directories are removed, children
-   before parents, each from its parent's descriptor; one that is not empty (something
-   new in it, or a file refused) stays, and so does its parent. Removing them right
-   after the tree's unlinks, rather than the whole batch's directories level by level
-   after all its unlinks, waits on no other thread: 0.5 s less of 7.5 s on ext4 mounted
-   with ``discard``, the same on ext4 with a journal.
+   and they are unlinked without another look (on a disk where each system call waits,
+   that second look is a tenth of the time). A file of any other directory is ``lstat``-ed
+   through its directory's descriptor right before its unlink. Then the tree's directories
+   are removed, children before parents, each from its parent's descriptor, right after the
+   tree's unlinks (waiting on no other thread); one that is not empty (something new in it,
+   or a file refused) stays, and so does its parent.
 
 Every directory of a batch stays open from phase 1 until its own removal (closed just
 before it: ext4 puts a directory removed while open on its orphan list, a journalled and
-serialised list, which doubled the removals), so each call opens as many trees at once as
-a quarter of the process's descriptors allows (:func:`trees_at_once`). Phase 2 runs on as
-many threads as the file system was found to reward (:class:`Pace`). Every unlink and
-rmdir acts through the descriptor of a directory opened with O_NOFOLLOW and checked in
-place right before, so nothing is ever deleted through a link.
+serialised list, which doubles the removals), so each call opens as many trees at once as
+a quarter of the process's descriptors allows (:func:`trees_at_once`). Phase 2 runs on the
+caller's threads: eight, which were the fastest or within 7% of it on each disk measured
+(docs/decisions/0002-delete-threads.md).
+Every unlink and rmdir acts through the descriptor of a directory opened with O_NOFOLLOW and
+checked in place right before, so nothing is ever deleted through a link.
 """
 
 from __future__ import annotations
@@ -60,7 +54,7 @@ from memwal.store.local_walk import Walked, open_subdir, unlink_entry, unlink_re
 TreeOutcome = tuple[int, int, list[str]]
 
 #: Threads listing a batch (phase 1): opens and listings only wait for the CPU, and more
-#: threads than cores add contention (10,000 generations: 1.1 s on two threads, 1.6 s on eight).
+#: threads than cores add contention.
 LIST_THREADS = 2
 
 #: Phase 2 hands each thread its trees in about this many chunks (a chunk checks its parents once).
@@ -110,75 +104,21 @@ class _Tree:
     refused: list[str] = field(default_factory=list)
 
 
-class Pace:
-    """How many threads unlink and remove the next batch: one or ``most``, found by trying, per store.
-
-    The best count is the file system's, not ours (10,000 generations): on ext4 with a
-    journal the kernel's work is CPU and shared locks, and this deletion took 4.0 s on one
-    thread where it took 6.8 s on eight (plain ``rm -rf``: 2.7 s); on ext4 without a journal
-    mounted with ``discard``, each unlink waits for a discard request to the disk, and an
-    unchecked unlink took 11-12 s on one thread, 4.3-5.4 s on eight. Counts in between were
-    no better than the better end on either. So the first batch goes on ``most`` threads,
-    the second on one, and the count that deleted faster stays (one must be :data:`GAIN`
-    faster to be chosen: it gives up the overlap that a disk's bad moments need). A shared
-    disk's speed swings from one second to the next, so every :data:`REPROBE` batches one
-    batch tries the other end again; a try is a short batch (:data:`TRY_SHARE`), so trying
-    the wrong end costs little. Batches too small to judge (:data:`JUDGED_ITEMS`) change
-    nothing."""
-
-    #: The other end must delete this much faster to be switched to.
-    GAIN = 1.15
-    #: Files and directories a batch must delete to be judged.
-    JUDGED_ITEMS = 256
-    #: Batches on the chosen count between two tries of the other end.
-    REPROBE = 6
-    #: A try deletes this share of a batch: on the wrong end a batch is up to 2.5x slower.
-    TRY_SHARE = 0.25
-
-    def __init__(self, most: int) -> None:
-        self.most = max(1, most)
-        self.settled = self.most  # the count chosen
-        self.threads = self.most  # the count of the next batch: ``settled``, or the other end while trying it
-        self.waited = self.REPROBE - 1  # batches on the chosen count since the last try
-        self.rates: dict[int, float] = {}  # threads -> files and directories deleted a second, latest
-
-    def batch(self, trees: int) -> int:
-        """How many of ``trees`` (a full batch) the next batch takes: fewer while trying."""
-        return trees if self.threads == self.settled else max(1, int(trees * self.TRY_SHARE))
-
-    def took(self, items: int, seconds: float) -> None:
-        """A batch on :attr:`threads` threads deleted ``items`` files and directories in ``seconds``."""
-        if items < self.JUDGED_ITEMS or self.most == 1:
-            return
-        rate = self.rates[self.threads] = items / max(seconds, 1e-6)
-        if self.threads != self.settled:  # a try of the other end
-            if rate >= self.GAIN * self.rates.get(self.settled, 0.0):
-                self.settled = self.threads
-            self.threads, self.waited = self.settled, 0
-            return
-        self.waited += 1
-        if self.waited >= self.REPROBE:
-            self.threads = 1 if self.settled == self.most else self.most
-
-
 def delete_trees(store: Walked, prefixes: list[str], *, first: Callable[[str, str], bool],
-                 pace: Pace) -> list[TreeOutcome]:
+                 threads: int) -> list[TreeOutcome]:
     """Delete every file and directory under each of ``prefixes`` (directory keys below the
     store root), ``first(key, prefix)`` files of a tree before its others; per prefix, in
     order, (objects deleted, bytes freed, keys refused: links met, or files swapped for one).
     See the module docstring for the phases and what each checks."""
+    step = trees_at_once()
     out: list[TreeOutcome] = []
-    step, i = trees_at_once(), 0
-    while i < len(prefixes):
-        n = pace.batch(step)
-        out += _delete_batch(store, prefixes[i:i + n], first, pace)
-        i += n
+    for i in range(0, len(prefixes), step):
+        out += _delete_batch(store, prefixes[i:i + step], first, max(1, threads))
     return out
 
 
 def _delete_batch(store: Walked, prefixes: list[str], first: Callable[[str, str], bool],
-                  pace: Pace) -> list[TreeOutcome]:
-    threads = pace.threads
+                  threads: int) -> list[TreeOutcome]:
     trees = [_Tree(p) for p in prefixes]
     parents: dict[str, tuple[int | None, list[str]]] = {}
     try:
@@ -191,12 +131,10 @@ def _delete_batch(store: Walked, prefixes: list[str], first: Callable[[str, str]
         parallel_map(_open_tree, [t for t in trees if t.parent_fd >= 0 and not t.links], min(threads, LIST_THREADS),
                      name="memwal-delete", chunks_per_thread=1)
         steps.step("store.trees-listed")
-        started = time.perf_counter()
         ready = [t for t in trees if t.dirs and not t.links]
         size = max(1, -(-len(ready) // (threads * UNLINK_CHUNKS_PER_THREAD)))
         parallel_map(lambda chunk: _unlink_trees(store, chunk, first),
                      [ready[i:i + size] for i in range(0, len(ready), size)], threads, name="memwal-delete")
-        pace.took(sum(t.objects + len(t.dirs) for t in ready if not t.links), time.perf_counter() - started)
     finally:
         for t in trees:
             for d in t.dirs:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from typing import Protocol
 
 from memwal.errors import LinkedPathError, MemWalError
-from memwal.store.base import ObjectInfo, clean_prefix
+from memwal.store.base import ObjectInfo, Skip, clean_prefix, skipping
 
 
 class Walked(Protocol):
@@ -43,7 +43,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, links: list[str],
-         objects: bool = True, skip: Collection[str] = ()) -> Iterator[ObjectInfo]:
+         objects: bool = True, skip: Skip = ()) -> Iterator[ObjectInfo]:
     """Depth-first walk of an open directory yielding regular files in key order.
 
     Directories sort as ``name + "/"``, which makes depth-first order equal the order S3
@@ -51,9 +51,10 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
     link is never descended into or reported as an object: it is appended to ``links``.
     The walk keeps its own stack of open directories rather than nesting generators, so an
     object costs the same at any depth (GC plans walk 80,000 files five levels down).
-    A directory whose key is in ``skip`` is not descended into (a link in its place is still
-    reported).
+    A directory ``skip`` names (its key, or a predicate of it) is not descended into (a link in
+    its place is still reported).
     """
+    pruned = skipping(skip)
     stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result | None]]]] = [
         (fd, rel, _entries(fd, rel, name_prefix, links, objects))]
     try:
@@ -65,7 +66,7 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
                     if stat.S_ISREG(st.st_mode):
                         yield store._info(key, st)
                     continue
-                if not recursive or key in skip:
+                if not recursive or pruned(key):
                     continue
                 sub = open_subdir(dfd, name, key, links)
                 if sub is not None:
@@ -118,11 +119,11 @@ def open_subdir(fd: int, name: str, key: str, links: list[str]) -> int | None:
 
 
 def listing(store: Walked, prefix: str, recursive: bool, links: list[str],
-            objects: bool = True, skip: Collection[str] = ()) -> Iterator[ObjectInfo]:
+            objects: bool = True, skip: Skip = ()) -> Iterator[ObjectInfo]:
     """Objects under a (string) prefix; links met on the way, the prefix's own included, go to ``links``.
 
     With ``objects=False`` only links are looked for: no file is stat-ed or yielded. The
-    directories keyed in ``skip`` are not walked.
+    directories ``skip`` names are not walked.
     """
     p = clean_prefix(prefix)
     dir_part, _, name_prefix = p.rpartition("/")

@@ -52,6 +52,17 @@ def wal_key(shard_id: str, position: int) -> str:
     return f"{shard_dir(shard_id)}/wal/{bitrev64(position)}.arrow"
 
 
+def parse_manifest_name(name: str) -> int | None:
+    """The version of a ``<bitrev64>.binpb`` name under a shard's ``manifest/``, or None for another name."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or ext != "binpb":
+        return None
+    try:
+        return parse_bitrev64(stem)
+    except ValueError:
+        return None
+
+
 def parse_wal_name(name: str) -> int | None:
     """The WAL position of a file name under ``wal/``, or None for a foreign file."""
     stem, dot, ext = name.rpartition(".")

@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from memwal.errors import MemWalError, NotFoundError
 from memwal.store import Store
@@ -36,6 +36,7 @@ from memwal.table.naming import JOBS_DIR
 log = logging.getLogger(__name__)
 
 DIGEST_KEY = f"{JOBS_DIR}/retained-progress.json"
+T = TypeVar("T")
 FORMAT = 1
 
 
@@ -73,25 +74,32 @@ class ProgressDigest:
 
 def load_digest(store: Store) -> ProgressDigest:
     """The digest in ``store``; an empty one when there is none or it is unusable (logged)."""
+    return load_cache(store, DIGEST_KEY, lambda doc: ProgressDigest(_decode(doc)), ProgressDigest())
+
+
+def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T) -> T:
+    """A JSON cache GC keeps under ``_jobs/`` (this digest, the WAL headers' one), decoded; ``empty``
+    when there is none, it cannot be read, or it is malformed in any way (logged): never a failure."""
     try:
-        data = store.get(DIGEST_KEY)
+        data = store.get(key)
     except NotFoundError:
-        return ProgressDigest()
+        return empty
     except (MemWalError, OSError) as exc:
-        log.warning("not using %s: %s", store.uri_for(DIGEST_KEY), exc)
-        return ProgressDigest()
+        log.warning("not using %s: %s", store.uri_for(key), exc)
+        return empty
     try:
-        return ProgressDigest(_decode(json.loads(data)))
+        return decode(json.loads(data))
     except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
-        log.warning("not using %s: malformed: %s", store.uri_for(DIGEST_KEY), exc)
-        return ProgressDigest()
+        log.warning("not using %s: malformed: %s", store.uri_for(key), exc)
+        return empty
 
 
-def save_digest(store: Store, entries: list[Remembered]) -> bool:
-    """Remember ``entries`` (the versions retained now) unless the digest says exactly that;
-    True when written. Never raises: a GC run that cannot leave its digest has still done its work."""
+def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDigest | None = None) -> bool:
+    """Remember ``entries`` (the versions retained now) unless the digest (``before``, as read
+    earlier by the caller, else read now) says exactly that; True when written. Never raises:
+    a GC run that cannot leave its digest has still done its work."""
     try:
-        if load_digest(store).same(entries):
+        if (load_digest(store) if before is None else before).same(entries):
             return False
         store.put(DIGEST_KEY, json.dumps(_encode(entries), separators=(",", ":")).encode())
         return True
@@ -166,4 +174,4 @@ def _only(values: Sequence[object], *types: type) -> bool:
     return set(map(type, values)) <= set(types)
 
 
-__all__ = ["DIGEST_KEY", "ProgressDigest", "Remembered", "load_digest", "save_digest"]
+__all__ = ["DIGEST_KEY", "ProgressDigest", "Remembered", "load_cache", "load_digest", "save_digest"]

@@ -20,11 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import lance
+
 from memwal.errors import BadInputError, first_line
 from memwal.store import Store
 from memwal.table import Table
 from memwal.table.manifest import IndexState, decode_table_manifest, list_version_infos
-from memwal.table.progress_digest import Remembered, load_digest, save_digest
+from memwal.table.progress_digest import ProgressDigest, Remembered, load_digest, save_digest
 
 #: Manifests read at once: a batch is in memory together (a manifest carries the progress of
 #: every shard), and on an object store it is what is in flight, :attr:`Store.READ_THREADS` at a time.
@@ -56,13 +58,14 @@ class RetainedVersion:
 Holders = dict[tuple[str | None, int], list[str]]
 
 
-def _holders(table: Table) -> tuple[Holders, Holders]:
+def _holders(table: Table, ds: lance.LanceDataset | None = None) -> tuple[Holders, Holders]:
     """Tags and child branches by the (branch, version) they hold, from Lance's own ref API.
 
     ``ds.tags.list()`` and ``ds.branches.list()`` read ``_refs/`` as Lance defines it, so a
-    format change in Lance cannot leave GC reading stale references by hand.
+    format change in Lance cannot leave GC reading stale references by hand. They read
+    ``_refs/`` afresh whatever version ``ds`` (a handle the caller has, else the latest) is at.
     """
-    ds = table.dataset()
+    ds = table.dataset() if ds is None else ds
     try:
         tag_docs, branch_docs = ds.tags.list(), ds.branches.list()
     except (RuntimeError, OSError, ValueError) as exc:
@@ -76,10 +79,13 @@ def _holders(table: Table) -> tuple[Holders, Holders]:
     return tags, branches
 
 
-def retained_versions(table: Table) -> list[RetainedVersion]:
-    """All versions whose manifests still exist, oldest first per line of history."""
-    tags, branches = _holders(table)
-    known = load_digest(table.store)
+def retained_versions(table: Table, *, known: ProgressDigest | None = None,
+                      dataset: lance.LanceDataset | None = None) -> list[RetainedVersion]:
+    """All versions whose manifests still exist, oldest first per line of history (``known``:
+    the retained-progress digest when the caller has it already, else it is read; ``dataset``:
+    an open handle to list tags and branches through, else the latest is opened)."""
+    tags, branches = _holders(table, dataset)
+    known = load_digest(table.store) if known is None else known
     out: list[RetainedVersion] = []
     shared: dict[bytes, IndexState] = {}
     lines: list[tuple[str | None, Store, str]] = [(None, table.store, "")]
@@ -110,8 +116,9 @@ def _read(store: Store, listed: list[tuple[int, str]],
             yield version, (manifest.timestamp, manifest.compacted)
 
 
-def remember_retained(table: Table, versions: list[RetainedVersion]) -> bool:
+def remember_retained(table: Table, versions: list[RetainedVersion], *, before: ProgressDigest | None = None) -> bool:
     """Leave what ``versions`` (every version retained now) had merged for the next plan to
-    read instead of their manifests; True when the digest was written (it is a cache: never raises)."""
+    read instead of their manifests (``before``: the digest as read, else it is read again to
+    compare); True when the digest was written (it is a cache: never raises)."""
     return save_digest(table.store, [Remembered(v.key, v.etag, v.version, v.timestamp, v.compacted)
-                                     for v in versions])
+                                     for v in versions], before=before)

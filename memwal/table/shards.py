@@ -18,13 +18,14 @@ from google.protobuf.message import DecodeError
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.pb import shard_manifest_pb2
 from memwal.store import Store
+from memwal.table.listing import MemWalListing, WalEntry
 from memwal.table.naming import (
     MEM_WAL_DIR,
     bitrev64,
     is_shard_dir_name,
     manifest_key,
-    parse_bitrev64,
     parse_generation_dir,
+    parse_manifest_name,
     parse_wal_name,
     shard_dir,
     shard_uuid_str,
@@ -146,17 +147,6 @@ UNREADABLE = "shard-manifest-unreadable"
 MISSING = "shard-manifest-missing"
 
 
-def parse_manifest_name(name: str) -> int | None:
-    """The version of a ``<bitrev64>.binpb`` name under ``manifest/``, or None for another name."""
-    stem, dot, ext = name.rpartition(".")
-    if not dot or ext != "binpb":
-        return None
-    try:
-        return parse_bitrev64(stem)
-    except ValueError:
-        return None
-
-
 def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]:
     """Manifest versions stored as files, and versions whose name is a directory (never valid)."""
     prefix = f"{shard_dir(shard_id)}/manifest/"
@@ -175,13 +165,18 @@ def latest_shard_version(store: Store, shard_id: str) -> int:
     :class:`ShardManifestError`, because the latest state is then unknown.
     """
     files, dirs = _listed_versions(store, shard_id)
+    return _latest_of(store, shard_id, files, dirs)
+
+
+def _latest_of(store: Store, shard_id: str, files: list[int], dirs: list[int]) -> int:
+    """The latest of the listed versions (0: none); ShardManifestError for a gap or a folder."""
     listed = sorted(set(files) | set(dirs))
     if not listed:
         return 0
     where = store.uri_for(f"{shard_dir(shard_id)}/manifest/")
     if dirs:
         raise ShardManifestError(
-            shard_id, UNREADABLE, f"manifest version {dirs[-1]} is not a file: {where}{bitrev64(dirs[-1])}.binpb"
+            shard_id, UNREADABLE, f"manifest version {max(dirs)} is not a file: {where}{bitrev64(max(dirs))}.binpb"
         )
     missing = sorted(set(range(listed[0], listed[-1] + 1)) - set(listed))
     if missing:
@@ -236,6 +231,35 @@ def read_shard_manifests(store: Store) -> ShardManifests:
     return ShardManifests(states, broken)
 
 
+def read_listed_manifests(store: Store, listing: MemWalListing) -> ShardManifests:
+    """:func:`read_shard_manifests` from a listing of ``_mem_wal/``: the latest manifest of
+    every listed shard, read together (one GET each, no HEAD: the listing gave its time)."""
+    broken: dict[str, ShardManifestError] = {}
+    latest: dict[str, int] = {}
+    for sid, shard in listing.shards.items():
+        try:
+            v = _latest_of(store, sid, list(shard.manifests), list(shard.manifest_dirs))
+        except ShardManifestError as exc:
+            broken[sid] = exc
+            continue
+        if v:
+            latest[sid] = v
+        elif shard.generations or shard.wal:
+            where = store.uri_for(f"{shard_dir(sid)}/manifest/")
+            broken[sid] = ShardManifestError(sid, MISSING, f"generations or WAL entries but no manifest: {where}")
+    keys = [listing.shards[sid].manifests[v].key for sid, v in latest.items()]
+    states: dict[str, ShardState] = {}
+    for (sid, v), key, data in zip(latest.items(), keys, store.get_many(keys), strict=True):
+        try:
+            if data is None:
+                raise store.not_found(key)
+            states[sid] = decode_shard_manifest(data, shard_id=sid, version=v, where=store.uri_for(key),
+                                                mtime=listing.shards[sid].manifests[v].mtime)
+        except (MemWalError, OSError) as exc:  # corrupt, foreign, or gone since the listing
+            broken[sid] = ShardManifestError(sid, UNREADABLE, f"latest manifest version {v} is unreadable: {exc}")
+    return ShardManifests(dict(sorted(states.items())), dict(sorted(broken.items())))
+
+
 def all_shard_manifests(store: Store) -> dict[str, ShardState]:
     """Latest manifest of every shard that has one; raises the first ShardManifestError.
 
@@ -248,20 +272,12 @@ def all_shard_manifests(store: Store) -> dict[str, ShardState]:
     return found.states
 
 
-@dataclass(frozen=True)
-class WalEntry:
-    position: int
-    key: str
-    size: int
-    mtime: float
-
-
 def list_wal_entries(store: Store, shard_id: str) -> list[WalEntry]:
     out = []
     for obj in store.list(f"{shard_dir(shard_id)}/wal/", recursive=False):
         pos = parse_wal_name(obj.key.rsplit("/", 1)[-1])
         if pos is not None:
-            out.append(WalEntry(pos, obj.key, obj.size, obj.mtime))
+            out.append(WalEntry(pos, obj.key, obj.size, obj.mtime, obj.etag))
     return sorted(out, key=lambda e: e.position)
 
 

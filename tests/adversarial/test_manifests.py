@@ -314,9 +314,9 @@ def test_second_gc_planned_before_the_first_deleted_still_succeeds(fresh):
     assert len(dry["deleted"]) == 6 and dry["wal_entries_deleted"]
     runs = []
     with running_at("gc.planned", lambda: runs.append(run_cli(*GC, table.uri))) as reached:
-        result = memwal.open(table.uri).gc(**options).value  # planned; everything it planned is then gone
+        result = memwal.open(table.uri).gc(**options).to_dict()  # planned; everything it planned is then gone
     assert reached and runs[0].rc == 0, runs[0].stderr
-    assert len(result.deleted) == 6 and all(d["objects"] == 0 for d in result.deleted)
+    assert len(result["deleted"]) == 6 and all(d["objects"] == 0 for d in result["deleted"])
     assert all(set(list_generation_dirs(table.store, s).values()) == {3, 4} for s in SHARDS)
     assert_unmerged_intact(keep)
 
@@ -325,21 +325,24 @@ class RacingStore(LocalStore):
     """The real local store; the first WAL read lets another GC run to completion first.
 
     That is the interleaving of two GCs: ours listed the WAL entries, the other deleted
-    some of them, ours then reads one that is gone.
+    some of them, ours then reads one that is gone (``vanished``: the WAL reads of ours that
+    found nothing).
     """
 
     def __init__(self, uri: str, other: Callable[[], None]) -> None:
         super().__init__(uri)
         self.other = other
         self.raced_key: str | None = None
+        self.vanished: list[str] = []
 
     def get_heads(self, keys: list[str], length: int) -> list[bytes | None]:
         wal = [k for k in keys if "/wal/" in k]
         if self.raced_key is None and wal:
             self.raced_key = wal[0]
             self.other()
-            assert not self.exists(wal[0])  # so this very read finds nothing
-        return super().get_heads(keys, length)
+        heads = super().get_heads(keys, length)
+        self.vanished += [k for k, h in zip(keys, heads, strict=True) if h is None and "/wal/" in k]
+        return heads
 
 
 def test_gc_that_loses_a_planning_race_replans_instead_of_failing(fresh):
@@ -349,7 +352,7 @@ def test_gc_that_loses_a_planning_race_replans_instead_of_failing(fresh):
     racing = Table(table.uri)
     racing.__dict__["store"] = store  # Table.store is a cached property
     doc = run_action("gc", racing, grace_seconds=0)
-    assert store.raced_key is not None
+    assert store.raced_key is not None and store.vanished  # ours did read an entry the other had deleted
     assert doc["deleted"] == [] or all(d["objects"] == 0 for d in doc["deleted"])
     assert all(set(list_generation_dirs(table.store, s).values()) == {3, 4} for s in SHARDS)
     assert_unmerged_intact(keep)
@@ -398,9 +401,9 @@ def test_gates_are_rechecked_against_the_latest_version_before_deleting(fresh):
         assert table.manifest().index_catchup == {}
 
     with running_at("gc.planned", compaction) as reached:  # after the plan, before the run deletes
-        result = memwal.open(table.uri).gc(**options).value
+        result = memwal.open(table.uri).gc(**options).to_dict()
     assert reached
-    assert result.deleted == [] and result.wal_entries_deleted == 0
-    assert {b["reason"] for b in result.blocked if b["generation"] <= MERGED} == {
+    assert result["deleted"] == [] and result["wal_entries_deleted"] == 0
+    assert {b["reason"] for b in result["blocked"] if b["generation"] <= MERGED} == {
         "changed-since-plan:index-not-caught-up:id_idx"}
     assert {s: tree_digest(str(Path(table.uri, shard_dir(s)))) for s in SHARDS} == before

@@ -26,10 +26,11 @@ import pytest
 import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import LinkedPathError, NotFoundError, UnsafePathError
-from memwal.gc import delete_objects, plan_gc
+from memwal.gc import delete_objects
 from memwal.store import LocalStore, local_trees, open_store
 from memwal.table import open_table
 from memwal.table.naming import parse_generation_dir
+from memwal.table.shards import list_wal_entries, read_wal_entry_meta
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.interleave import running_at
 
@@ -285,8 +286,9 @@ def test_a_link_among_our_records_is_reported_and_left(table: Path, outside: Pat
 def test_generation_link_holds_its_wal_entries_and_nothing_else(table: Path, outside: Path) -> None:
     """A generation held by a link keeps its WAL entries (they may go only with it); its shard's
     other generations still go."""
-    plan = plan_gc(open_table(str(table)), grace_seconds=0)
-    gen1_wal = {w.key for w in plan.wal_entries if w.shard_id == S0 and w.generation == 1}
+    store = open_table(str(table)).store
+    gen1_wal = {e.key for e in list_wal_entries(store, S0)
+                if read_wal_entry_meta(store, S0, e.position).generation == 1}
     assert gen1_wal
     swap_out(gen(table, S0, 1), outside)
     run = run_cli(*GC, str(table))
@@ -357,18 +359,18 @@ def test_link_swapped_in_after_planning_is_refused_at_deletion(case: Swap, table
         assert os.path.islink(swapped["link"]) and os.readlink(swapped["link"]) == swapped["target"]
         return
     with running_at("gc.before-delete", swap):
-        result = memwal.open(str(table)).gc(**options).value
+        result = memwal.open(str(table)).gc(**options).to_dict()
     link, target, before = swapped["link"], swapped["target"], swapped["before"]
 
     assert tree_digest(str(outside)) == before  # byte-for-byte: nothing deleted through the link
     assert os.path.islink(link) and os.readlink(link) == target
-    unsafe = [b for b in result.blocked if b["reason"] == "unsafe-path"]
-    assert unsafe, result.blocked
+    unsafe = [b for b in result["blocked"] if b["reason"] == "unsafe-path"]
+    assert unsafe, result["blocked"]
     if case.held:
-        assert case.held not in {(d["shard_id"], d["generation"]) for d in result.deleted}
+        assert case.held not in {(d["shard_id"], d["generation"]) for d in result["deleted"]}
         assert any((b["shard_id"], b["generation"]) == case.held for b in unsafe), unsafe
     if case.orphans:
-        assert result.orphans_deleted == 0
+        assert result["orphans_deleted"] == 0
 
 
 def _data_file(t: Path) -> Path:
@@ -405,13 +407,13 @@ def test_link_swapped_in_after_listing_a_batch_is_refused_at_unlink(case: Swap, 
         swapped["before"] = tree_digest(str(outside))
 
     with running_at("store.trees-listed", swap) as reached:
-        result = memwal.open(str(table)).gc(grace_seconds=0).value
+        result = memwal.open(str(table)).gc(grace_seconds=0).to_dict()
     assert reached == ["store.trees-listed"]
     link, target, before = swapped["link"], swapped["target"], swapped["before"]
     assert tree_digest(str(outside)) == before  # nothing deleted in what was moved out, nor through the link
     assert os.path.islink(link) and os.readlink(link) == target
-    unsafe = {(b["shard_id"], b["generation"]) for b in result.blocked if b["reason"] == "unsafe-path"}
-    assert case.held in unsafe and case.held not in {(d["shard_id"], d["generation"]) for d in result.deleted}
+    unsafe = {(b["shard_id"], b["generation"]) for b in result["blocked"] if b["reason"] == "unsafe-path"}
+    assert case.held in unsafe and case.held not in {(d["shard_id"], d["generation"]) for d in result["deleted"]}
     assert gen_dirs(table, S1) == set()  # the other shard's generations all went
 
 
@@ -438,8 +440,8 @@ def test_gc_holds_only_what_a_quarter_of_its_descriptors_allow(table: Path) -> N
             "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
             "from memwal.store.local_trees import trees_at_once\n"
             "assert trees_at_once() == 4, trees_at_once()\n"
-            f"r = memwal.open({str(table)!r}).gc(grace_seconds=0).value\n"
-            "print(len(r.deleted), r.wal_entries_deleted, len(r.blocked))\n")
+            f"r = memwal.open({str(table)!r}).gc(grace_seconds=0).to_dict()\n"
+            "print(len(r['deleted']), r['wal_entries_deleted'], len(r['blocked']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [str(W.shards * W.generations), str(W.shards * W.generations), "0"]

@@ -113,19 +113,19 @@ def test_many_versions_and_a_restore_block_exactly_the_generations_they_need(mak
     plan = plan_gc(table, grace_seconds=0)  # internal entry: the plan's own fields (retention, reasons)
     assert plan.retained_versions == 2 + 1 + 40 and m > r > b
     shards = shard_ids_for(SMALL)
-    blocked = {(x.shard_id, x.generation): x.reasons for x in plan.blocked}
+    blocked = {(x.shard_id, x.generation): list(x.reasons) for x in plan.blocked}
     assert blocked == {(s, g): [f"retained-version:{r if g < 4 else b}"] for s in shards for g in (2, 3, 4)}
     assert {(d.shard_id, d.generation) for d in plan.generations} == {(s, 1) for s in shards}
-    assert all(d.gates["oldest_retained_progress"] == 1 for d in plan.generations)
+    assert all(d.gates.oldest_retained_progress == 1 for d in plan.generations)
     for s in shards:  # the same answers as a pass over every version, decoded one by one
         naive = _naive_verdicts(table, s, [1, 2, 3, 4])
         assert naive == {1: None, 2: r, 3: r, 4: b}
-    held = {row["version"]: row["generations_held"] for row in plan.retention["blocking_versions"]}
+    held = {row.version: row.generations_held for row in plan.retention.blocking_versions}
     assert held == {b: len(shards), r: 3 * len(shards)}
     # the run deletes exactly generation 1 of each shard, and time travel to R still reads its rows
     rows_r = table_rows(table, r)
-    result = memwal.open(table.uri).gc(grace_seconds=0).value
-    assert {(d["shard_id"], d["generation"]) for d in result.deleted} == {(s, 1) for s in shards}
+    result = memwal.open(table.uri).gc(grace_seconds=0).to_dict()
+    assert {(d["shard_id"], d["generation"]) for d in result["deleted"]} == {(s, 1) for s in shards}
     assert all(set(list_generation_dirs(table.store, s).values()) == {2, 3, 4} for s in shards)
     assert table_rows(table, r) == rows_r
     assert table_rows(table) == model.sorted_rows()
@@ -142,7 +142,7 @@ def test_a_branch_forked_before_the_merge_holds_every_generation_among_many_vers
     for i in range(20):
         ds.update_config({"test.commit": str(i)})
     plan = plan_gc(open_table(table.uri), grace_seconds=0)  # internal entry: the plan's own fields
-    assert plan.generations == [] and len(plan.blocked) == SMALL.shards * SMALL.generations
+    assert plan.generations == () and len(plan.blocked) == SMALL.shards * SMALL.generations
     assert all(b.reasons[0].startswith("retained-version:") and "(branch before-merge" in b.reasons[0]
                for b in plan.blocked)
 

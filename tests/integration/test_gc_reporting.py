@@ -34,31 +34,31 @@ def test_reopened_writer_fence_sentinels_are_kept_and_reported(make_table):
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
 
-    result = t.gc(grace_seconds=0).value
+    result = t.gc(grace_seconds=0).to_dict()
 
-    assert len(result.deleted) == SMALL.shards * (SMALL.generations + 1)
-    assert result.blocked == []
-    assert {(k["shard_id"], k["position"]) for k in result.kept_wal_entries} == sentinels
-    assert all(k["reason"] == "fence-sentinel" and k["generation"] is None for k in result.kept_wal_entries)
+    assert len(result["deleted"]) == SMALL.shards * (SMALL.generations + 1)
+    assert result["blocked"] == []
+    assert {(k["shard_id"], k["position"]) for k in result["kept_wal_entries"]} == sentinels
+    assert all(k["reason"] == "fence-sentinel" and k["generation"] is None for k in result["kept_wal_entries"])
     left = {(s, e.position) for s in shard_ids_for(SMALL) for e in list_wal_entries(table.store, s)}
     assert left == sentinels  # every other WAL entry went with its generation
-    assert "fence-sentinel" in render_gc(result.to_dict())
+    assert "fence-sentinel" in render_gc(result)
     assert lsm_rows(table) == model.sorted_rows() == table_rows(table)
 
 
 def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table):
     table, _ = ready_table(make_table, expire=False)
-    plan = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).value
-    retention = plan.retention
-    assert retention is not None and plan.time_will_free is False
+    plan = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).to_dict()
+    retention = plan["retention"]
+    assert retention is not None and plan["time_will_free"] is False
     rows = retention["blocking_versions"]
     assert rows and all(r["held_by"] is None and r["tag"] is None and r["branch"] is None for r in rows)
     assert max(r["generations_held"] for r in rows) == GENERATIONS  # the pre-merge versions hold all of them
     seconds = max(0, math.floor(min(r["age_seconds"] for r in rows)))
     assert f"--expire-versions {seconds} " in retention["hint"]
     # the value given is enough: expiring with exactly it frees every generation
-    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=seconds).value
-    assert len(result.deleted) == GENERATIONS and result.retention is None
+    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=seconds).to_dict()
+    assert len(result["deleted"]) == GENERATIONS and result["retention"] is None
 
 
 def test_the_expiry_hint_counts_every_gate_and_the_text_names_them_all(make_table):
@@ -67,14 +67,14 @@ def test_the_expiry_hint_counts_every_gate_and_the_text_names_them_all(make_tabl
     table, _ = ready_table(make_table, expire=False)
     t = memwal.open(table.uri)
     dry = t.gc(grace_seconds=600, dry_run=True)
-    hint = dry.value.retention["hint"]
+    hint = dry.to_dict()["retention"]["hint"]
     assert f"frees 0 of the {GENERATIONS} generation(s)" in hint
     assert f"still be held by grace-period ({GENERATIONS})" in hint
     text = render_gc(dry.to_dict())
     assert f"blocked: {GENERATIONS} x retained-version:" in text and " + grace-period" in text
     seconds = int(hint.split("--expire-versions ")[1].split()[0])
-    result = t.gc(grace_seconds=600, expire_versions=seconds).value
-    assert result.deleted == []  # exactly what the hint said: nothing, the grace period holds them
+    result = t.gc(grace_seconds=600, expire_versions=seconds).to_dict()
+    assert result["deleted"] == []  # exactly what the hint said: nothing, the grace period holds them
 
 
 def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
@@ -85,34 +85,34 @@ def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
     t = memwal.open(table.uri)
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
-    result = t.gc(grace_seconds=0).value
-    assert result.deleted == []
-    rows = {(r["version"], r["branch"]): r for r in result.retention["blocking_versions"]}
+    result = t.gc(grace_seconds=0).to_dict()
+    assert result["deleted"] == []
+    rows = {(r["version"], r["branch"]): r for r in result["retention"]["blocking_versions"]}
     tagged = rows[(before_merge, None)]
     assert tagged["tag"] == "audit-2026" and tagged["held_by"] == "tag" and tagged["starts_branch"] == "experiment"
     assert tagged["generations_held"] == GENERATIONS
     assert any(r["branch"] == "experiment" and r["held_by"] == "branch" for r in rows.values())
-    hint = result.retention["hint"]
+    hint = result["retention"]["hint"]
     assert "tagged audit-2026: delete the tag" in hint and "branch experiment" in hint
     assert "--expire-versions" not in hint  # expiry cannot remove a tag or a branch
-    assert "retained versions:" in render_gc(result.to_dict())
+    assert "retained versions:" in render_gc(result)
 
 
 def test_time_will_free_only_when_the_grace_period_alone_blocks(make_table):
     table, _ = ready_table(make_table)
-    waiting = memwal.open(table.uri).gc().value  # default grace period: merged a moment ago
-    assert waiting.deleted == [] and waiting.time_will_free is True
-    assert "wait only for the reader grace period" in render_gc(waiting.to_dict())
+    waiting = memwal.open(table.uri).gc().to_dict()  # default grace period: merged a moment ago
+    assert waiting["deleted"] == [] and waiting["time_will_free"] is True
+    assert "wait only for the reader grace period" in render_gc(waiting)
     later = time.time() + 601
     with clocks.use(ScriptedClock(lambda: later)):
-        done = memwal.open(table.uri).gc().value
-    assert len(done.deleted) == GENERATIONS and done.time_will_free is False
+        done = memwal.open(table.uri).gc().to_dict()
+    assert len(done["deleted"]) == GENERATIONS and done["time_will_free"] is False
 
     unmerged, _ = make_table()  # not merged: waiting changes nothing
-    assert memwal.open(unmerged.uri).gc(grace_seconds=0).value.time_will_free is False
+    assert memwal.open(unmerged.uri).gc(grace_seconds=0).to_dict()["time_will_free"] is False
     held, _ = ready_table(make_table, expire=False)  # grace passed but old versions hold: needs expiry
-    result = memwal.open(held.uri).gc().value
-    assert result.time_will_free is False and result.retention is not None
+    result = memwal.open(held.uri).gc().to_dict()
+    assert result["time_will_free"] is False and result["retention"] is not None
 
 
 def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table, monkeypatch):
@@ -137,7 +137,7 @@ def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table,
     assert sum(len(list_wal_entries(table.store, s)) for s in shard_ids_for(SMALL)) > 0  # WAL goes last
     assert lsm_rows(table) == model.sorted_rows()
     with clocks.use(ScriptedClock(lambda: start + 86_400)):  # the time the lost run's clock read
-        result = memwal.open(table.uri).gc(grace_seconds=0).value
-    assert len(result.deleted) == remaining
+        result = memwal.open(table.uri).gc(grace_seconds=0).to_dict()
+    assert len(result["deleted"]) == remaining
     assert gen_dirs(table) == {s: set() for s in shard_ids_for(SMALL)}
     assert lsm_rows(table) == model.sorted_rows()

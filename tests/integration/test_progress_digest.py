@@ -221,6 +221,6 @@ def test_time_travel_to_a_remembered_holder_reads_its_rows_after_the_next_run(ma
     rows = table_rows(table, v["restored"])
     for tag in ("low", "restored"):  # kept through the expiry of every version before L
         table.dataset().tags.create(tag, v[tag])
-    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0).value
-    assert {(d["shard_id"], d["generation"]) for d in result.deleted} == {(s, 1) for s in shard_ids_for(SMALL)}
+    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0).to_dict()
+    assert {(d["shard_id"], d["generation"]) for d in result["deleted"]} == {(s, 1) for s in shard_ids_for(SMALL)}
     assert table_rows(table, v["restored"]) == rows

@@ -45,8 +45,8 @@ def test_spark_gc_spreads_shards_over_executors(make_table, spark_context):
     t = memwal.open(table.uri)
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
-    result = t.gc(grace_seconds=0, engine="spark").value
-    assert result.engine == "spark" and len(result.deleted) == 12 and result.wal_entries_deleted > 0
+    result = t.gc(grace_seconds=0, engine="spark").to_dict()
+    assert result["engine"] == "spark" and len(result["deleted"]) == 12 and result["wal_entries_deleted"] > 0
     assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
     assert lsm_rows(table) == model.sorted_rows()
 

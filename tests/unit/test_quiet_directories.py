@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memwal.store import LocalStore, local_trees
-from memwal.store.local_trees import Pace, delete_trees
+from memwal.store.local_trees import delete_trees
 from tests.interleave import running_at
 
 FILES = (("_versions/1.manifest", 10), ("data/a.lance", 100), ("data/b.lance", 7))
@@ -39,7 +39,7 @@ def _delete_growing_a_file(root: Path) -> list[tuple[int, int, list[str]]]:
             f.write(b"y" * GROWN)
 
     with running_at("store.trees-listed", grow) as reached:
-        out = delete_trees(LocalStore(str(root)), prefixes, pace=Pace(2), first=lambda key, _: "/_versions/" in key)
+        out = delete_trees(LocalStore(str(root)), prefixes, threads=2, first=lambda key, _: "/_versions/" in key)
     assert reached == ["store.trees-listed"]
     assert os.listdir(root / "shard") == []  # every tree went whole either way
     return out

@@ -1,0 +1,65 @@
+"""The version-expiry collector: Lance's own cleanup of exactly the versions the plan names.
+
+Planned (:func:`plan_version_expiry`): the main-line versions committed before ``now -
+older_than``, except the latest, tagged ones, ones a branch starts from, and every version a
+live checkpoint's record names: the record pins by itself, its Lance tag is a convenience that
+a kill between record and tag, or a deleted tag, leaves missing (invariant 10). The rest of the
+plan's gates are computed as if they were gone already, so the dry run lists what the run
+deletes. Run (:meth:`VersionExpiry.collect`): those numbers go to
+``cleanup_old_versions(versions=...)``, less every version a checkpoint read again after the
+GC marker names, never a clock difference; the published file snapshot is kept around it
+(hazard H3, :func:`memwal.snapshot.locate.snapshot_file_kept`). Lance's cleanup lists the
+table's files itself (``bench/object_stores.py`` counts its requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from lance import LanceDataset
+
+from memwal.checkpoint import Checkpoint
+from memwal.core import steps
+from memwal.gc.model import ExpiredVersions
+from memwal.table import Table
+from memwal.table.retained import RetainedVersion
+
+
+@dataclass(frozen=True)
+class VersionExpiry:
+    """The planned expiry: the cut-off it counted from, and exactly the versions that go."""
+
+    expire_before: float
+    planned: tuple[int, ...]
+
+    def preview(self) -> ExpiredVersions:
+        return ExpiredVersions(self.expire_before, self.planned)
+
+    def collect(self, table: Table, keep: Iterable[Checkpoint] = ()) -> tuple[ExpiredVersions, LanceDataset | None]:
+        """Expire the planned versions, less those ``keep`` (the live checkpoints) name; the
+        figures, and the dataset handle the cleanup ran on (None: nothing to expire)."""
+        from memwal.snapshot.locate import snapshot_file_kept
+
+        pinned = {c.version for c in keep}
+        doomed = [v for v in self.planned if v not in pinned]
+        removed, freed, ds = 0, 0, None
+        with snapshot_file_kept(table) as kept:
+            if doomed:
+                steps.step("gc.before-expiry")
+                # A fresh handle: Lance's cleanup keeps the version its handle was opened at as the latest.
+                ds = table.dataset()
+                stats = ds.cleanup_old_versions(versions=doomed, error_if_tagged_old_versions=False)
+                steps.step("gc.after-expiry")
+                removed, freed = stats.old_versions, stats.bytes_removed
+        return ExpiredVersions(self.expire_before, self.planned, freed, removed, tuple(kept)), ds
+
+
+def plan_version_expiry(versions: Iterable[RetainedVersion], latest: int, older_than_seconds: float,
+                        checkpoints: Iterable[Checkpoint], now: float) -> tuple[VersionExpiry, list[RetainedVersion]]:
+    """The planned expiry, and the versions it removes (see the module docstring)."""
+    cutoff = now - older_than_seconds
+    pinned = {c.version for c in checkpoints}
+    gone = [v for v in versions if v.branch is None and v.version != latest and not v.tags
+            and not v.child_branches and v.version not in pinned and v.timestamp < cutoff]
+    return VersionExpiry(cutoff, tuple(sorted(v.version for v in gone))), gone

@@ -1,0 +1,99 @@
+"""The re-check right before deleting: drop from the plan what the table no longer allows.
+
+Merge progress and catch-up only grow in normal operation, but a table restored to an older
+version, or a commit that drops catch-up records (Lance's own compaction does), lowers them
+after the plan was made: generations above the new values are needed again. The live
+checkpoints are the ones read after the GC marker (a checkpoint created since the plan keeps
+what it pins), and the retained versions the ones left after the planned expiry (one the plan
+expected gone, tagged meanwhile, still holds what it had not merged; the grace period runs
+from the first version left that merged a generation). It never adds anything: the run
+deletes the plan, or less, and each item dropped is reported with ``changed-since-plan:<gate>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from memwal.checkpoint import Checkpoint
+from memwal.core import clock as clocks
+from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED
+from memwal.gc.model import Blocked
+from memwal.gc.plan import GcPlan
+from memwal.gc.versions import ShardProgress, VersionProgress
+from memwal.table import Table
+from memwal.table.manifest import TableManifest, maintained_indexes
+from memwal.table.naming import MEM_WAL_INDEX_NAME, parse_generation_dir
+from memwal.table.retained import RetainedVersion
+
+
+class SincePlan:
+    """Which gate no longer lets a generation go, against the table as it is now."""
+
+    def __init__(self, latest: TableManifest, checkpoints: Iterable[Checkpoint],
+                 versions: list[RetainedVersion] | None, now: float, grace_seconds: float) -> None:
+        self.latest, self.now, self.grace_seconds = latest, now, grace_seconds
+        self.indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
+        self.pins = tuple(checkpoints)
+        self.progress = VersionProgress(versions) if versions is not None else None
+        self._shards: dict[str, ShardProgress] = {}
+        self._seen: dict[tuple[str, int, bool], str | None] = {}
+
+    def lost(self, shard_id: str, g: int, *, catchup: bool = True) -> str | None:
+        key = (shard_id, g, catchup)
+        if key not in self._seen:
+            self._seen[key] = self._lost(shard_id, g, catchup)
+        return self._seen[key]
+
+    def _lost(self, shard_id: str, g: int, catchup: bool) -> str | None:
+        if g > self.latest.compacted_generation(shard_id):
+            return NOT_MERGED
+        for name in self.indexes if catchup else []:
+            if g > self.latest.index_catchup.get(name, {}).get(shard_id, 0):
+                return f"index-not-caught-up:{name}"
+        for c in self.pins:
+            if c.pins(shard_id, g):
+                return f"checkpoint:{c.id}"
+        if self.progress is None:
+            return None
+        if shard_id not in self._shards:
+            self._shards[shard_id] = self.progress.shard(shard_id)
+        holders = self._shards[shard_id].holders(g)
+        if holders:
+            return f"retained-version:{holders[0].describe()}"
+        first = self._shards[shard_id].first_merged(g)
+        if first is None or self.now - first.timestamp < self.grace_seconds:
+            return GRACE_PERIOD
+        return None
+
+
+def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
+            versions: list[RetainedVersion] | None) -> GcPlan:
+    """``plan`` less what the latest table version, ``checkpoints`` and ``versions`` keep now."""
+    since = SincePlan(table.require_mem_wal(), checkpoints, versions, clocks.current()(), plan.grace_seconds)
+    changed: list[Blocked] = []
+
+    def keeps(shard_id: str, g: int, *, catchup: bool = True, wal: int | None = None) -> bool:
+        why = since.lost(shard_id, g, catchup=catchup)
+        if why is not None:
+            reason = f"changed-since-plan:{why}"
+            changed.append(Blocked(shard_id, g, reason, (reason,), wal_position=wal))
+        return why is None
+
+    generations = tuple(d for d in plan.generations if keeps(d.shard_id, d.generation))
+    wal = []
+    for w in plan.wal_deletions:
+        span = w.generations
+        if span is None:  # a fence sentinel: nothing in the table decides its fate
+            wal.append(w)
+            continue
+        lost = next((g for g in range(span[0], span[1] + 1) if since.lost(w.shard_id, g) is not None), None)
+        if lost is None or keeps(w.shard_id, lost, wal=w.position):
+            wal.append(w)
+    orphans = []
+    for o in plan.orphans:
+        g = parse_generation_dir(o.path) if o.kind == "generation" else None
+        if g is None or o.shard_id is None or keeps(o.shard_id, g, catchup=False):
+            orphans.append(o)
+    return replace(plan, generation_plan=replace(plan.generation_plan, deletions=generations),
+                   wal_deletions=tuple(wal), orphans=tuple(orphans), other_blocked=plan.other_blocked + tuple(changed))

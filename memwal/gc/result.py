@@ -1,0 +1,96 @@
+"""What a GC run did (or, for a dry run, would do): the document of ``memwal gc --json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memwal.core.document import Document
+from memwal.gc.gates import UNSAFE_PATH
+from memwal.gc.model import (
+    Blocked,
+    BrokenShard,
+    DeletedGeneration,
+    ExpiredVersions,
+    Json,
+    KeptWal,
+    LiveCheckpoint,
+    Orphan,
+    Retention,
+)
+
+
+@dataclass(frozen=True)
+class GcResult(Document):
+    table: str
+    dry_run: bool
+    deleted: tuple[DeletedGeneration, ...] = ()
+    wal_entries_deleted: int = 0
+    bytes_freed: int = 0
+    objects_deleted: int = 0
+    blocked: tuple[Blocked, ...] = ()
+    orphans: tuple[Orphan, ...] = ()
+    orphans_deleted: int = 0
+    expired_versions: ExpiredVersions | None = None
+    audit_key: str | None = None
+    engine: str = "local"
+    broken_shards: tuple[BrokenShard, ...] = ()
+    #: WAL entries kept on purpose (replay, fence sentinels): not blocked generations.
+    kept_wal_entries: tuple[KeptWal, ...] = ()
+    #: Which retained versions block, and what would free them (None when none blocks).
+    retention: Retention | None = None
+    #: Whether a later run with nothing else changed would free something (grace period only).
+    time_will_free: bool = False
+    #: Live checkpoints the run honoured, and the expired ones it removed (or would remove).
+    checkpoints: tuple[LiveCheckpoint, ...] = ()
+    checkpoints_removed: tuple[str, ...] = ()
+    #: Run-history records older than the retention that the run deleted (or would delete).
+    history_pruned: int = 0
+
+    def to_dict(self) -> Json:
+        return {
+            "table": self.table,
+            "dry_run": self.dry_run,
+            "deleted": [d.to_dict() for d in self.deleted],
+            "wal_entries_deleted": self.wal_entries_deleted,
+            "bytes_freed": self.bytes_freed,
+            "objects_deleted": self.objects_deleted,
+            "blocked": [b.to_dict() for b in self.blocked],
+            "orphans": [o.to_dict() for o in self.orphans],
+            "orphans_deleted": self.orphans_deleted,
+            "expired_versions": None if self.expired_versions is None else self.expired_versions.to_dict(),
+            "audit_key": self.audit_key,
+            "engine": self.engine,
+            "broken_shards": [b.to_dict() for b in self.broken_shards],
+            "kept_wal_entries": [k.to_dict() for k in self.kept_wal_entries],
+            "retention": None if self.retention is None else self.retention.to_dict(),
+            "time_will_free": self.time_will_free,
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
+            "checkpoints_removed": list(self.checkpoints_removed),
+            "history_pruned": self.history_pruned,
+        }
+
+    def problems(self) -> list[str]:
+        """One line per thing that makes this run a failure (exit 1): a broken shard (left
+        whole; the other shards were collected), a link planted in the table or a manifest
+        path leaving its shard (nothing was deleted through it; it needs an operator)."""
+        return problems_of(self.broken_shards, self.blocked)
+
+
+def problems_of(broken: Iterable[BrokenShard], blocked: Iterable[Blocked]) -> list[str]:
+    out = [f"{b.detail} (nothing in it was collected)" for b in broken]
+    unsafe = [", ".join(b.reasons[1:]) or f"shard {b.shard_id} generation {b.generation}"
+              for b in blocked if b.reason == UNSAFE_PATH]
+    if unsafe:
+        out.append(f"unsafe paths refused, nothing deleted through them: {'; '.join(unsafe)}")
+    return out
+
+
+def problems_in(doc: Mapping[str, Any]) -> list[str]:
+    """:meth:`GcResult.problems` of a result's document (what ``memwal backfill`` keeps)."""
+    broken = [BrokenShard(b["shard_id"], b["reason"], b["detail"]) for b in doc.get("broken_shards", [])]
+    blocked = [Blocked(b["shard_id"], b["generation"], b["reason"], tuple(b.get("reasons", [b["reason"]])))
+               for b in doc.get("blocked", [])]
+    return problems_of(broken, blocked)

@@ -1,0 +1,160 @@
+"""One GC run: the collectors' plans executed in order, exactly as planned (or less).
+
+1. the GC marker, then the checkpoints read again (the handshake of
+   :mod:`memwal.checkpoint.handshake`: one created meanwhile is seen here and kept);
+2. the version expiry (:class:`memwal.gc.expiry.VersionExpiry`), less every live checkpoint's version;
+3. the re-check of every deletion against the table now (:func:`memwal.gc.recheck.recheck`);
+4. generations (Lance manifests first in every batch), then the WAL entries only deleted
+   generations needed, then orphans when asked: through the engine, the lease checked before
+   each batch, a path refused at deletion time reported, not deleted through;
+5. the run history past its retention, the expired checkpoints, the marker's end;
+6. what the run learnt, for the next plan: the retained-progress and WAL-header digests;
+   then the audit record when asked.
+
+A crash anywhere leaves what a rerun finishes: a generation's manifests go before its other
+files, its WAL entries after it, and every digest is a cache written last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from memwal.checkpoint.expiry import sweep_checkpoints
+from memwal.checkpoint.handshake import gc_finished, gc_started
+from memwal.core import clock as clocks
+from memwal.core import steps
+from memwal.gc.delete import GcEngine, LocalGcEngine, Target, check_under
+from memwal.gc.gates import UNSAFE_PATH
+from memwal.gc.model import Blocked, DeletedGeneration, ExpiredVersions
+from memwal.gc.plan import GcPlan, check_audit_destination
+from memwal.gc.recheck import recheck
+from memwal.gc.result import GcResult
+from memwal.observe import progress
+from memwal.table import Table
+from memwal.table.naming import JOBS_DIR, parse_generation_dir, shard_dir
+from memwal.table.paths import check_deletable, shard_of_key
+from memwal.table.retained import RetainedVersion, remember_retained, retained_versions
+from memwal.table.wal_digest import save_wal_digest
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
+
+log = logging.getLogger(__name__)
+
+
+def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease: Lease | None = None,
+           orphans: bool = False, audit: bool = False) -> GcResult:
+    """Execute ``plan`` (see the module docstring); the run's result."""
+    engine = engine or LocalGcEngine()
+    if audit:
+        check_audit_destination(table.store)
+    for key in [g.key for g in plan.generations] + [o.key for o in plan.orphans]:
+        check_deletable(key)  # the whole plan is ours before anything is deleted
+    run_id = lease.run_id if lease is not None and lease.run_id else uuid.uuid4().hex[:16]
+    if lease:
+        lease.check()
+    steps.step("gc.before-marker")
+    gc_started(table.store, run_id)
+    expired: ExpiredVersions | None = None
+    left: list[RetainedVersion] | None = None
+    try:
+        checkpoints = sweep_checkpoints(table, clocks.current()())
+        if plan.version_expiry is not None:
+            if lease:
+                lease.check()
+            expired, handle = plan.version_expiry.collect(table, keep=checkpoints.live)
+            left = retained_versions(table, known=plan.progress_digest, dataset=handle)
+        plan = recheck(table, plan, checkpoints.live, left)
+        steps.step("gc.before-delete")
+        result = _delete(table, plan, engine, lease, orphans)
+        result = replace(result, history_pruned=plan.history.prune(table.store),
+                         checkpoints_removed=checkpoints.remove(table, plan.checkpoint_sweep.expired_ids))
+    finally:
+        gc_finished(table.store, run_id)
+    remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest)
+    gone = {w.key for w in plan.wal_deletions}
+    save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
+    result = replace(result, expired_versions=expired)
+    steps.step("gc.after-delete")
+    if audit:
+        result = replace(result, audit_key=write_audit(table, result))
+    log.info("gc %s: %d generations, %d WAL entries, %d bytes freed, %d blocked", table.uri, len(result.deleted),
+             result.wal_entries_deleted, result.bytes_freed, len(result.blocked))
+    return result
+
+
+def _delete(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, orphans: bool) -> GcResult:
+    """Generations, then the WAL entries of those that went, then (asked) orphans."""
+    unsafe: list[Blocked] = []
+    deleted: list[DeletedGeneration] = []
+    objects, freed = 0, 0
+    held: set[tuple[str, int]] = set()
+    outcomes = engine.delete_prefixes(table, [Target(g.key, g.listed) for g in plan.generations], lease,
+                                      _report(generations=True))
+    for g, (n, size, refused) in zip(plan.generations, outcomes, strict=True):
+        objects, freed = objects + n, freed + size
+        if refused:
+            held.add((g.shard_id, g.generation))
+            _unsafe(unsafe, g.shard_id, g.generation, refused)
+        else:
+            deleted.append(DeletedGeneration(g.shard_id, g.generation, g.path, n, size, g.gates))
+    wal = [w for w in plan.wal_deletions if not any(s == w.shard_id and w.may_belong_to(g) for s, g in held)]
+    for w in wal:
+        check_under(w.key, f"{shard_dir(w.shard_id)}/wal")
+    refused_keys = set(engine.delete_keys(table, [w.key for w in wal], lease, _report(generations=False)))
+    done = [w for w in wal if w.key not in refused_keys]
+    for w in wal:
+        if w.key in refused_keys:
+            _unsafe(unsafe, w.shard_id, w.generation or 0, [w.key])
+    objects += len(done)
+    freed += sum(w.size for w in done)
+    orphans_deleted = 0
+    if orphans and plan.orphans:
+        ostats = engine.delete_prefixes(table, [Target(o.key, o.listed) for o in plan.orphans], lease)
+        for o, (n, size, refused) in zip(plan.orphans, ostats, strict=True):
+            objects, freed = objects + n, freed + size
+            if refused:
+                _unsafe(unsafe, o.shard_id, parse_generation_dir(o.path) or 0, refused)
+            else:
+                orphans_deleted += 1
+    result = plan.result(dry_run=False, engine=engine.name)
+    return replace(result, deleted=tuple(deleted), wal_entries_deleted=len(done), objects_deleted=objects,
+                   bytes_freed=freed, orphans_deleted=orphans_deleted, blocked=result.blocked + tuple(unsafe))
+
+
+def _unsafe(into: list[Blocked], shard_id: str | None, generation: int, keys: Sequence[str]) -> None:
+    """An ``unsafe-path`` entry for keys refused at deletion time (once per entry)."""
+    b = Blocked(shard_id, generation, UNSAFE_PATH,
+                (UNSAFE_PATH, *(f"{k}: crosses a symbolic link or a non-directory, never followed" for k in keys)))
+    if b not in into:
+        into.append(b)
+
+
+def _report(*, generations: bool) -> Callable[[list[str]], None]:
+    """Tell a display (:mod:`memwal.observe.progress`) which shards a batch advanced, and by how much."""
+    def done(keys: list[str]) -> None:
+        per_shard: dict[str, int] = {}
+        for key in keys:
+            sid = shard_of_key(key)
+            if sid is not None:
+                per_shard[sid] = per_shard.get(sid, 0) + 1
+        for sid, n in per_shard.items():
+            if generations:
+                progress.shard_done("gc", sid, generations=n)
+            else:
+                progress.shard_done("gc", sid, wal_entries=n)
+    return done
+
+
+def write_audit(table: Table, result: GcResult) -> str:
+    """Persist the run's record (what went, which gates allowed it) in the table's store."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    key = f"{JOBS_DIR}/audit/gc-{stamp}-{uuid.uuid4().hex[:8]}.json"
+    table.store.put_if_absent(key, json.dumps(result.to_dict(), indent=2, default=str).encode())
+    return key

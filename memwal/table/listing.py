@@ -1,0 +1,151 @@
+"""One listing of a table's ``_mem_wal/``: every shard's manifests, generation folders and WAL.
+
+GC and ``status`` need, per shard, the manifest versions (to find the latest, and gaps), the
+generation folders present with their files (what to delete, the bytes not yet merged, when a
+generation was flushed) and, for GC, the WAL entries. One paged listing of ``_mem_wal/`` tells
+all of it: every object with its size, ETag and time comes with the listing. It leaves out
+what neither reads here: ``_jobs/`` (leases, run history, checkpoints: their packages read
+them), folders that are not shards, and, when asked, the WAL (status) or the merge staging.
+On an object store a page that ends inside a left-out folder is followed by a request that
+starts after it (:meth:`memwal.store.Store.list_with_links`), so a year of run records costs
+one request, not thirty-five. On a disk the same walk also reports every symbolic link met
+(never followed): GC holds what a link could redirect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from memwal.store import ObjectInfo, Store
+from memwal.table.naming import (
+    MEM_WAL_DIR,
+    STAGING_DIR,
+    is_shard_dir_name,
+    parse_generation_dir,
+    parse_manifest_name,
+    parse_wal_name,
+)
+
+STAGING = STAGING_DIR.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class WalEntry:
+    position: int
+    key: str
+    size: int
+    mtime: float
+    etag: str = ""
+
+
+@dataclass(frozen=True)
+class ShardListing:
+    """What the listing found in one shard's folder."""
+
+    shard_id: str
+    #: Files directly under ``manifest/`` by version (names that are no version are left out).
+    manifests: Mapping[int, ObjectInfo] = field(default_factory=dict)
+    #: Versions whose name under ``manifest/`` is a folder (never valid).
+    manifest_dirs: tuple[int, ...] = ()
+    #: Generation folders present: name -> every object under it, in key order.
+    generations: Mapping[str, tuple[ObjectInfo, ...]] = field(default_factory=dict)
+    #: WAL entries in position order (empty when the WAL was not listed).
+    wal: tuple[WalEntry, ...] = ()
+    wal_listed: bool = True
+
+    def generation_dirs(self) -> dict[str, int]:
+        """Generation folders present, name -> generation (as :func:`memwal.table.shards.list_generation_dirs`)."""
+        return {name: g for name in self.generations if (g := parse_generation_dir(name)) is not None}
+
+    def bytes_under(self, name: str) -> int:
+        return sum(o.size for o in self.generations.get(name, ()))
+
+    def flushed_at(self, name: str) -> float | None:
+        """When a generation folder's Lance manifest was written (None: it has none)."""
+        times = [o.mtime for o in self.generations.get(name, ()) if _is_table_manifest(o.key, name)]
+        return min(times) if times else None
+
+    def readable(self, name: str) -> bool:
+        """Whether Lance can open the generation: it holds a table manifest (GC deletes those first)."""
+        return any(_is_table_manifest(o.key, name) for o in self.generations.get(name, ()))
+
+
+@dataclass(frozen=True)
+class MemWalListing:
+    shards: Mapping[str, ShardListing]
+    #: Merge staging folders: name -> every object under it (empty when not listed).
+    staging: Mapping[str, tuple[ObjectInfo, ...]] = field(default_factory=dict)
+    #: Symbolic links met under ``_mem_wal/`` outside ``_jobs/`` (a disk only), never followed.
+    links: tuple[str, ...] = ()
+
+
+def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True) -> MemWalListing:
+    """One listing of ``_mem_wal/`` (see the module docstring); ``wal=False`` leaves every WAL
+    out, ``staging=False`` the merge staging."""
+    root = f"{MEM_WAL_DIR}/"
+
+    def left_out(folder: str) -> bool:
+        parts = folder[len(root):].split("/")
+        if len(parts) == 1:
+            return not (is_shard_dir_name(parts[0]) or (staging and parts[0] == STAGING))
+        return not wal and len(parts) == 2 and parts[1] == "wal" and is_shard_dir_name(parts[0])
+
+    objects, links = store.list_with_links(root, skip=left_out)
+    shards: dict[str, _Shard] = {}
+    stage: dict[str, list[ObjectInfo]] = {}
+    for o in objects:
+        parts = o.key[len(root):].split("/")
+        if len(parts) < 3:
+            continue  # a file directly in _mem_wal/ or in a shard's folder: not ours to read
+        top = parts[0]
+        if top == STAGING:
+            stage.setdefault(parts[1], []).append(o)
+        elif is_shard_dir_name(top):
+            shards.setdefault(top, _Shard()).add(parts[1:], o)
+    if store.has_directories:  # empty folders exist on a disk only: a shard, generation or version with no file
+        for sid in store.list_dirs(root):
+            if is_shard_dir_name(sid):
+                s = shards.setdefault(sid, _Shard())
+                for name in store.list_dirs(f"{root}{sid}/"):
+                    if parse_generation_dir(name) is not None:
+                        s.gens.setdefault(name, [])
+                s.manifest_dirs |= {v for d in store.list_dirs(f"{root}{sid}/manifest/")
+                                    if (v := parse_manifest_name(d)) is not None}
+    return MemWalListing({sid: s.done(sid, wal) for sid, s in sorted(shards.items())},
+                         {k: tuple(v) for k, v in sorted(stage.items())}, tuple(sorted(set(links))))
+
+
+class _Shard:
+    """A shard's objects as the listing meets them."""
+
+    def __init__(self) -> None:
+        self.manifests: dict[int, ObjectInfo] = {}
+        self.manifest_dirs: set[int] = set()
+        self.gens: dict[str, list[ObjectInfo]] = {}
+        self.wal: list[WalEntry] = []
+
+    def add(self, rest: list[str], o: ObjectInfo) -> None:
+        name = rest[0]
+        if name == "manifest":
+            version = parse_manifest_name(rest[1])
+            if version is not None and len(rest) == 2:
+                self.manifests[version] = o
+            elif version is not None:
+                self.manifest_dirs.add(version)
+        elif name == "wal":
+            position = parse_wal_name(rest[1]) if len(rest) == 2 else None
+            if position is not None:
+                self.wal.append(WalEntry(position, o.key, o.size, o.mtime, o.etag))
+        elif parse_generation_dir(name) is not None:
+            self.gens.setdefault(name, []).append(o)
+
+    def done(self, shard_id: str, wal: bool) -> ShardListing:
+        return ShardListing(shard_id, dict(sorted(self.manifests.items())), tuple(sorted(self.manifest_dirs)),
+                            {k: tuple(v) for k, v in sorted(self.gens.items())},
+                            tuple(sorted(self.wal, key=lambda e: e.position)), wal)
+
+
+def _is_table_manifest(key: str, name: str) -> bool:
+    head, _, file = key.rpartition("/")
+    return head.endswith(f"{name}/_versions") and file.endswith(".manifest")

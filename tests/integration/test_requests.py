@@ -1,0 +1,207 @@
+"""Requests are money (issue 41): GC and status at the object store's floor, counted at the server.
+
+moto's own request log and Azurite's access log count every request, Lance's included. The
+budgets are counts, never times: ``status`` reads at most 2 requests per shard; a GC run costs
+at most 0.02 requests per deleted object, and what grows with the objects (its listing of
+``_mem_wal/`` and its deletes) stays within 1.5x of the raw floor, one listing plus batched
+deletes of the same keys; gate (e) reads no WAL entry's header that the manifests, the listing
+or its own digest already tell, and a header once only.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memwal
+from bench.gc_many import build
+from bench.object_stores import RequestCounter, table_files, upload
+from memwal.core import steps
+from memwal.demo import shard_ids_for, write_generations
+from memwal.inspect.status import table_status
+from memwal.store import open_store
+from memwal.table import open_table
+from memwal.table.listing import list_mem_wal
+from memwal.table.wal_digest import DIGEST_KEY
+from tests.conftest import SMALL
+from tests.integration.test_gc import expire_all
+
+SHARDS = 4
+#: Merged generations of the table: on S3 ~6,600 objects, enough that a run's fixed requests are
+#: spread thin; Azurite deletes slower the fuller a container (46 blobs a second at 6,600), so
+#: there the table is smaller and the budget checked is what grows with the objects.
+GENERATIONS = {"s3": 800, "azure": 300}
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """Tables of GENERATIONS merged generations over SHARDS shards (bench/gc_many.py's), on disk."""
+    out = {}
+    for n in sorted(set(GENERATIONS.values())):
+        out[n] = tmp_path_factory.mktemp("requests") / f"pristine-{n}"
+        build(str(out[n]), n, SHARDS)
+    return out
+
+
+@pytest.fixture(params=["s3", "azure"])
+def remote(request: pytest.FixtureRequest) -> tuple[str, Any]:
+    return request.param, request.getfixturevalue(f"{request.param}_server")
+
+
+@pytest.fixture
+def pristine(remote: tuple[str, Any], tables: dict[int, Path]) -> Path:
+    return tables[GENERATIONS[remote[0]]]
+
+
+def uploaded(kind: str, server: Any, pristine: Path, name: str = "t") -> tuple[str, dict[str, str], list[str]]:
+    """The pristine table in a fresh bucket or container: (uri, options, its keys)."""
+    uri, opts = server.new_table(name)
+    bucket = server.last_bucket if kind == "s3" else server.last_container
+    files = table_files(pristine)
+    upload(kind, server, bucket, name, files)
+    return uri, opts, [k for k, _ in files]
+
+
+def test_status_reads_the_listing_it_needs_and_each_shard_manifest(remote, pristine):
+    """The table manifest, one listing of ``_mem_wal/``, each shard's latest manifest and the
+    checkpoints, nothing per generation: with every merged generation still on storage, the
+    listing pages through their files (after GC, 2 requests a shard: below)."""
+    kind, server = remote
+    uri, opts, keys = uploaded(kind, server, pristine)
+    opened = open_table(uri, opts)
+    counter = RequestCounter(kind, server)
+    counter.take()
+    backlog = table_status(opened)
+    used = counter.take()
+    page = 1000 if kind == "s3" else 5000
+    assert len(backlog.shards) == SHARDS and backlog.unmerged_generations == 0
+    assert sum(used.values()) <= 2 * SHARDS + math.ceil(len(keys) / page), used
+
+
+def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the_floor(remote, pristine):
+    """At scale (S3 here) 0.02 requests per deleted object or fewer, Lance's expiry included; what
+    grows with the objects within 1.5x of the floor; and status after it at most 2 a shard."""
+    kind, server = remote
+    uri, opts, keys = uploaded(kind, server, pristine)
+    for i in range(3):  # versions for the expiry to remove: it counts in the same budget
+        open_table(uri, opts).dataset().update_config({"test.commit": str(i)})
+    counter = RequestCounter(kind, server)
+    counter.take()
+    start = counter.seen
+    deleting: list[int] = []
+    with steps.hooked(lambda name: deleting.append(len(counter._all())) if name in DELETION else None):
+        result = memwal.open(uri, opts).gc(grace_seconds=0, expire_versions=0).value
+    used = counter.take()
+    doomed = [k for k in keys if "_gen_" in k or "/wal/" in k]
+    assert len(result.deleted) == GENERATIONS[kind] and result.objects_deleted == len(doomed)
+    assert result.expired_versions is not None and result.expired_versions.old_versions == 3
+    if kind == "s3":
+        assert sum(used.values()) <= 0.02 * result.objects_deleted, used
+    # What grows with the objects, against the floor of one listing and the batched deletes of
+    # the same keys (S3: pages and DeleteObjects of 1,000; Azure: pages of 5,000, batches of 256).
+    requests = counter._all()
+    listings = sum(1 for m, p in requests[start:] if _lists_mem_wal(p))
+    deletes = sum(1 for m, p in requests[deleting[0]:deleting[1]]
+                  if "comp=batch" in p or (m == "POST" and "delete" in p))
+    page, batch = (1000, 1000) if kind == "s3" else (5000, 256)
+    floor = math.ceil(len(keys) / page) + math.ceil(len(doomed) / batch)
+    assert listings + deletes <= 1.5 * floor, (listings, deletes, floor)
+    assert all(not s.generations and not s.wal for s in list_mem_wal(open_store(uri, opts)).shards.values())
+    # status once GC has collected what is merged: at most 2 requests a shard
+    table = open_table(uri, opts)
+    counter.take()
+    st = table_status(table)
+    used = counter.take()
+    assert [s.collected_generations for s in st.shards] == [s.flushed_generations for s in st.shards]
+    assert sum(used.values()) <= 2 * SHARDS, used
+
+
+#: The named steps around GC's own deletions.
+DELETION = ("gc.before-delete", "gc.after-delete")
+
+
+def _lists_mem_wal(path: str) -> bool:
+    """Whether a request is a listing of the table's ``_mem_wal/`` (GC's one listing, any page)."""
+    return ("list-type=2" in path or "comp=list" in path) and "prefix=t%2F_mem_wal%2F&" in path + "&" \
+        and "delimiter" not in path
+
+
+def test_a_missing_key_never_fails_a_batch(remote):
+    kind, server = remote
+    uri, opts = server.new_table("missing")
+    store = open_store(uri, opts)
+    present = [f"_mem_wal/_jobs/x/{i:04d}" for i in range(300)]
+    bucket = server.last_bucket if kind == "s3" else server.last_container
+    if kind == "s3":
+        server.seed_objects(bucket, [f"missing/{k}" for k in present])
+    else:
+        server.seed_blobs(bucket, [f"missing/{k}" for k in present])
+    ghosts = [f"_mem_wal/_jobs/x/ghost-{i}" for i in range(40)]
+    counter = RequestCounter(kind, server)
+    counter.take()
+    store.delete_many(ghosts[:20] + present + ghosts[20:])
+    used = counter.take()
+    assert not list(store.list("_mem_wal/_jobs/x/"))
+    assert used == {"bulk-delete": 1 if kind == "s3" else 2}, used  # one request per batch, none per key
+
+
+def test_gate_e_reads_no_header_the_manifests_and_the_listing_tell(s3_server, make_table):
+    """Half merged, every WAL entry is placed by a binary search of a few headers (fewer than one
+    a shard's entries); all merged, none is read: the manifest and the listing tell it all."""
+    uri, opts = s3_server.new_table("gate-e")
+    table, model = make_table(uri=uri, storage_options=opts)
+    t = memwal.open(uri, opts)
+    assert t.merge(max_generations=2).ok and t.catchup().ok
+    expire_all(table)
+    entries = {s: len(list_mem_wal(table.store).shards[s].wal) for s in shard_ids_for(SMALL)}
+    n = len(s3_server.requests)
+    first = t.gc(grace_seconds=0, expire_versions="never").to_dict()
+    reads = _wal_reads(s3_server, n)
+    assert first["wal_entries_deleted"] > 0 and first["blocked"]
+    for s, count in entries.items():
+        assert 0 < reads[s] <= math.ceil(math.log2(count)) + 1 < count, (reads, entries)
+    assert t.merge().ok and t.catchup().ok
+    expire_all(table)
+    n = len(s3_server.requests)
+    second = t.gc(grace_seconds=0, expire_versions="never").to_dict()
+    assert second["wal_entries_deleted"] > 0 and not second["blocked"]
+    assert _wal_reads(s3_server, n) == {}
+    assert all(not s.wal for s in list_mem_wal(table.store).shards.values())
+    assert sorted(memwal.open(uri, opts).scan().to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
+
+
+def test_a_header_is_read_once_and_a_bad_digest_is_ignored(s3_server, make_table):
+    """Fence sentinels (small entries, so read) kept within the expiry bound: the first run reads
+    each once and remembers it; the next reads none; a malformed digest is ignored whole (the
+    headers are read again, the plan is the same)."""
+    uri, opts = s3_server.new_table("sentinels")
+    table, model = make_table(uri=uri, storage_options=opts)
+    write_generations(uri, SMALL, model, generations=1, seed_offset=99, storage_options=opts)
+    t = memwal.open(uri, opts)
+    assert t.merge().ok and t.catchup().ok
+    expire_all(table)
+    n = len(s3_server.requests)
+    first = t.gc(grace_seconds=0, expire_versions=3600).to_dict()
+    assert sum(_wal_reads(s3_server, n).values()) == len(first["kept_wal_entries"]) == SMALL.shards
+    n = len(s3_server.requests)
+    again = t.gc(grace_seconds=0, expire_versions=3600, dry_run=True).to_dict()
+    assert _wal_reads(s3_server, n) == {} and again["kept_wal_entries"] == first["kept_wal_entries"]
+    table.store.put(DIGEST_KEY, b'{"format": 1, "keys": ["x"], "etags": [], "generations": [], "epochs": []}')
+    n = len(s3_server.requests)
+    bad = t.gc(grace_seconds=0, expire_versions=3600, dry_run=True).to_dict()
+    assert sum(_wal_reads(s3_server, n).values()) == SMALL.shards and bad["kept_wal_entries"] == first[
+        "kept_wal_entries"]
+
+
+def _wal_reads(server: Any, since: int) -> dict[str, int]:
+    """GETs of WAL entries since request ``since``, per shard."""
+    out: dict[str, int] = {}
+    for method, path in server.requests[since:]:
+        inside = path.split("/_mem_wal/", 1)[1] if "/_mem_wal/" in path else ""
+        if method == "GET" and inside.count("/") == 2 and inside.split("/")[1] == "wal":
+            out[inside.split("/")[0]] = out.get(inside.split("/")[0], 0) + 1
+    return out
+
