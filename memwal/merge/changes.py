@@ -85,6 +85,12 @@ def empty_keys(schema: pa.Schema, primary_key: list[str]) -> pa.Table:
     return pa.table({k: pa.array([], schema.field(k).type) for k in primary_key})
 
 
+def no_changes(schema: pa.Schema, primary_key: list[str]) -> NetChanges:
+    """The change set of a batch whose data is all in the base already: the marker alone."""
+    return NetChanges(schema=schema, primary_key=primary_key, delete_keys=empty_keys(schema, primary_key),
+                      open_upserts=lambda: pa.RecordBatchReader.from_batches(schema, iter(())))
+
+
 def _cross_shard_error(t: pa.Table, row: int, primary_key: list[str]) -> NoReturn:
     key = {k: t.column(k)[row].as_py() for k in primary_key}
     raise MemWalError(f"primary key {key} was written to more than one shard; the sharding invariant is broken")

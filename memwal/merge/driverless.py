@@ -1,0 +1,210 @@
+"""The driverless commit: rows an engine's executors already wrote into the base table,
+committed by the driver as metadata only (last-write-wins batches).
+
+An engine hands over :class:`TableChanges`: new fragments written into the base table's own
+data folder, the base fragments' new metadata (one deletion file per fragment, masking every
+base row of a key the batch re-puts or deletes; the id alone when no row is left) and the
+counts per shard. :func:`commit_table_changes` is the one commit step (upstream Lance's
+``commit_preassigned_rows`` replaces its two commits with one when pylance exposes it):
+
+1. **data commit**: a ``LanceOperation.Update`` of those fragments bound to the plan's read
+   version, carrying the run id and the merge intent's id and data ranges in its
+   ``transaction_properties`` (:func:`memwal.merge.intents.data_properties`);
+2. **marker commit**: an empty-source marked ``merge_insert`` (progress only).
+
+Guarantees, and why:
+
+* **A lost race, never a lost row.** Lance rejects the bound data commit (retryable, the run
+  re-plans) when a commit since its read version rewrote, deleted from or compacted a fragment
+  it changes; an index commit or an append is rebased, which is right.
+* **A stale merger's data commit is harmless (H5).** Bound to its read version, Lance would
+  still rebase its new rows over a newer merge that inserted the same keys (observed: the keys
+  then live twice). So it also names the *fence fragment* (the lowest fragment id at the read
+  version, unchanged), and every merge that may race an unfinished driverless merge names it in
+  its first commit (this data commit, or :func:`claim_fence`): whichever commits second is
+  rejected. Fragment ids only grow, so two read versions agree on the fence while it lives,
+  and a commit that removed it conflicts with the older one anyway.
+* **Between the commits** the generations stay unmerged: readers see each key's newest value
+  (the generation holds the row the base now holds), GC keeps them, and the next plan finds the
+  data commit (:mod:`memwal.merge.applied`) and commits only the marker.
+* **No uncommitted file is left** when the data commit loses a race or is never attempted
+  (:meth:`TableChanges.discard`); after a kill, Lance's ``cleanup_old_versions`` (``gc
+  --expire-versions``) removes unreferenced files once they are older than its unverified window.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import lance
+from lance.fragment import FragmentMetadata
+
+from memwal.core import steps
+from memwal.core.retry import is_conflict
+from memwal.errors import MemWalError, StateMovedError
+from memwal.history import run as history
+from memwal.merge import intents
+from memwal.merge.changes import empty_keys
+from memwal.merge.guard import before_commit, markers
+from memwal.merge.join import join_builder
+from memwal.merge.model import MergePlan
+from memwal.table import Table
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
+
+log = logging.getLogger(__name__)
+
+#: Files an engine writes into the base table, by store key: data files and deletion files.
+_WRITTEN = re.compile(r"^(data/[0-9A-Za-z_-]+\.lance|_deletions/\d+-\d+-\d+\.(arrow|bin))$")
+
+
+def deletion_file_key(fragment: FragmentMetadata) -> str:
+    """The store key of a fragment's deletion file (Lance: ``_deletions/<id>-<version>-<n>.<ext>``)."""
+    d = fragment.deletion_file
+    if d is None:
+        raise ValueError(f"fragment {fragment.id} has no deletion file")
+    return f"_deletions/{fragment.id}-{d.read_version}-{d.id}.{'arrow' if d.file_type == 'array' else 'bin'}"
+
+
+def data_file_keys(fragment: FragmentMetadata) -> list[str]:
+    return [f"data/{f.path}" for f in fragment.files]
+
+
+@dataclass
+class TableChanges:
+    """What an engine wrote into the base table for one batch, not yet committed."""
+
+    new_fragments: list[FragmentMetadata]
+    updated_fragments: list[FragmentMetadata]
+    removed_fragment_ids: list[int]
+    rows_upserted: Counter[str] = field(default_factory=Counter)
+    rows_deleted: Counter[str] = field(default_factory=Counter)
+    #: Store keys of every file written (``data/...``, ``_deletions/...``).
+    written: list[str] = field(default_factory=list)
+    #: Committed, or possibly committed (a commit that failed on the way): never removed then.
+    settled: bool = False
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    def discard(self, table: Table) -> None:
+        """Remove the written files; only for changes that will never be committed."""
+        keys = [k for k in self.written if _WRITTEN.match(k)]
+        if len(keys) != len(self.written):
+            raise MemWalError(f"{table.uri}: refusing to remove unexpected keys "
+                              f"{sorted(set(self.written) - set(keys))[:3]}")
+        table.store.delete_many(keys)
+        self.written = []
+
+    def close(self, table: Table) -> None:
+        """After the commit step: what was never committed is removed; safe to call twice."""
+        if not self.settled and self.written:
+            try:
+                self.discard(table)
+            except MemWalError as exc:  # Lance's cleanup collects unreferenced files later
+                log.warning("merge %s: files left uncommitted: %s", table.uri, exc)
+        while self.cleanups:
+            self.cleanups.pop()()
+
+
+def fence_fragment(ds: lance.LanceDataset) -> FragmentMetadata | None:
+    """The fragment every racing merge names in its first commit: the lowest id (None: the
+    table has no fragment, and a commit that removed the fence conflicts with older ones)."""
+    fragments = ds.get_fragments()
+    return min(fragments, key=lambda f: f.fragment_id).metadata if fragments else None
+
+
+def data_commit(table: Table, plan: MergePlan, changes: TableChanges, intent: str) -> int:
+    """Commit 1: the fragments, bound to the plan's read version, with the fence; returns the version."""
+    ds = table.dataset(plan.read_version)
+    updated = list(changes.updated_fragments)
+    fence = fence_fragment(ds)
+    if fence is not None and fence.id not in {f.id for f in updated} | set(changes.removed_fragment_ids):
+        updated.append(fence)
+    op = lance.LanceOperation.Update(removed_fragment_ids=sorted(changes.removed_fragment_ids),
+                                     updated_fragments=updated, new_fragments=changes.new_fragments)
+    data = {s.shard_id: (s.from_generation, s.to_generation) for s in plan.data_plan().shards}
+    props = {**history.transaction_properties(), **intents.data_properties(intent, data)}
+    done = lance.LanceDataset.commit(table.uri, lance.Transaction(plan.read_version, op, transaction_properties=props),
+                                     read_version=plan.read_version, storage_options=table.storage_options or None)
+    history.committed(done.version)
+    return done.version
+
+
+def marker_commit(table: Table, plan: MergePlan) -> int:
+    """Commit 2: the progress marker alone, through an empty-source marked ``merge_insert``
+    (``execute()``: the uncommitted path drops the marker, H2). Lance rejects it when another
+    merger recorded progress at or above ours."""
+    ds = table.dataset()
+    join_builder(ds, plan.primary_key, 0).when_matched_delete().mark_sstables_as_compacted(
+        markers(plan)).execute(empty_keys(ds.schema, plan.primary_key))
+    version = table.dataset().version
+    history.committed(version)
+    return version
+
+
+def claim_fence(table: Table, plan: MergePlan) -> int | None:
+    """Name the fence fragment, unchanged, in a commit bound to the plan's read version: an
+    unfinished driverless merge's data commit, bound to an older version, is then rejected.
+    None when the table has no fragment (nothing to name, and nothing older can commit)."""
+    ds = table.dataset(plan.read_version)
+    fence = fence_fragment(ds)
+    if fence is None:
+        return None
+    txn = lance.Transaction(plan.read_version, lance.LanceOperation.Update(updated_fragments=[fence]),
+                            transaction_properties=history.transaction_properties())
+    done = lance.LanceDataset.commit(table.uri, txn, read_version=plan.read_version,
+                                     storage_options=table.storage_options or None)
+    history.committed(done.version)
+    return done.version
+
+
+def commit_table_changes(table: Table, plan: MergePlan, changes: TableChanges, *, lease: Lease | None,
+                         on_step: Callable[[str], None] | None = None) -> tuple[int, int]:
+    """The data commit then the marker commit (see the module docstring). Returns (version, commits).
+
+    The intent is written before the lease check that precedes the data commit. An unfinished
+    merge that commits with the driver may land its marked pass between our two commits over
+    rows we committed: then we do not commit driverless at all (a lost race: the run re-plans
+    on the driver path). What was written and not committed is removed when the data commit
+    is refused or never attempted; once it may have landed, the intent stays for the next plan.
+    """
+    step = steps.scoped("merge", on_step)
+    store = table.store
+    intent = intents.write_intent(store, {s.shard_id: s.to_generation for s in plan.shards}, plan.read_version,
+                                  lease.holder if lease else "no-lease", commit_path=intents.DRIVERLESS)
+    attempted = False
+    try:
+        others = intents.others_pending(store, intent, table.manifest(), set(plan.shard_ids))
+        if any(i.commit_path == intents.DRIVER for i in others):
+            raise StateMovedError(f"{table.uri}: an unfinished merge commits with the driver on these shards; "
+                                  "this batch re-plans on the driver path")
+        before_commit(table, plan, lease, step, "before-data-commit")
+        attempted = True
+        data_commit(table, plan, changes, intent)
+    except BaseException as exc:
+        if not attempted or is_conflict(exc):  # refused or never sent: nothing of ours is in the table
+            _abandon(table, changes, intent)
+        else:
+            changes.settled = True
+        raise
+    changes.settled = True
+    step("after-data-commit")
+    before_commit(table, plan, lease, step, "before-marked-commit")
+    version = marker_commit(table, plan)
+    intents.finish(store, intent, table.manifest())
+    step("after-marked-commit")
+    return version, 2
+
+
+def _abandon(table: Table, changes: TableChanges, intent: str) -> None:
+    """Remove what a batch that committed nothing wrote: its files, then its intent."""
+    try:
+        changes.discard(table)
+        table.store.delete_many([intent])
+    except MemWalError as exc:  # the batch's own error matters more; later merges prune the intent
+        log.warning("merge %s: could not remove what an uncommitted batch wrote: %s", table.uri, exc)
