@@ -24,9 +24,11 @@ What leaves the executors depends on the commit path the core chose for the batc
   the driver's marked ``merge_insert`` applies them, because folding must land data and marker
   in one commit (``memwal.merge.execute``). The staging dataset is removed afterwards.
 
-Whatever a failed job wrote is removed when its files are known (the staging dataset; a
-driverless batch's files once collected); files of tasks whose job failed before collecting
-are unreferenced by any version, and Lance's ``cleanup_old_versions`` removes them.
+Whatever a failed job wrote is removed: the staging dataset, or the files the driverless
+tasks' receipts list (each task lists what it wrote into the table under the job's folder in
+``_mem_wal/_staging/``; a retried task attempt's files go the same way once the job succeeds).
+A killed driver leaves that folder to ``gc --orphans`` and the files to Lance's
+``cleanup_old_versions``, which removes files no version names.
 
 Nothing here assumes local mode: the table URI and storage options travel in closures, so the
 same code runs on a cluster whose executors have memwal-jobs and pylance installed. Measured
@@ -91,24 +93,33 @@ BY_SHARD_MAX_ROWS = 16_000_000
 
 
 class _Job:
-    """What every task of one Spark job shares: options, its write target, the timers."""
+    """What every task of one Spark job shares: options, its write target, the timers.
+
+    Its folder under ``_mem_wal/_staging/`` holds the staging dataset (driver path) or the
+    tasks' receipts of the files they wrote into the table (driverless)."""
 
     def __init__(self, table: Table, plan: MergePlan, schema: pa.Schema, sc: SparkContext, *,
                  driverless: bool) -> None:
         self.plan, self.options, self.table_uri = plan, dict(table.storage_options), table.uri
         self.driverless = driverless
-        self.staging_key = None if driverless else f"{STAGING_DIR}/merge-{uuid.uuid4().hex[:12]}"
-        self.target = (Target(table.uri, plan.read_version) if driverless
-                       else Target(table.store.uri_for(f"{self.staging_key}")))
+        self.folder = f"{STAGING_DIR}/merge-{uuid.uuid4().hex[:12]}"
+        self.target = (Target(table.uri, plan.read_version, self.folder) if driverless
+                       else Target(table.store.uri_for(self.folder)))
         self.schema_bytes = schema.serialize().to_pybytes()
         self.spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write")}
         #: Partitions of the retire stage: the base fragments at the read version, at most the parallelism.
         self.retire_parts = (max(1, min(len(table.dataset(plan.read_version).get_fragments()), sc.defaultParallelism))
                              if driverless else 0)
 
-    def remove_staged(self, table: Table) -> None:
-        if self.staging_key is not None:
-            table.store.delete_many([o.key for o in table.store.list(f"{self.staging_key}/")])
+    def remove_written(self, table: Table, *, keep: frozenset[str] = frozenset()) -> None:
+        """Remove the job's folder and, driverless, every file its receipts list but ``keep``
+        (what the driver will commit): a failed job's, a retried task attempt's."""
+        store = table.store
+        folder = [o.key for o in store.list(f"{self.folder}/")]
+        if self.driverless:
+            listed = {str(k) for key in folder if key.endswith(".json") for k in json.loads(store.get(key))}
+            TableChanges([], [], [], written=sorted(listed - keep)).discard(table)
+        store.delete_many(folder)
 
 
 @dataclass
@@ -198,8 +209,9 @@ class SparkMergeEngine:
 
     def table_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> TableChanges:
         """The driverless path: fragments and deletion files written into the base table."""
-        _job, out = self._collect(table, plan, schema, driverless=True)
+        job, out = self._collect(table, plan, schema, driverless=True)
         self.last_timings["staging_commit_seconds"] = 0.0
+        job.remove_written(table, keep=frozenset(out.written()))
         removed = sorted(fid for fid, m in out.retired if m is None)
         return TableChanges(new_fragments=out.new_fragments(), removed_fragment_ids=removed,
                             updated_fragments=[m for _, m in sorted(out.retired, key=lambda r: r[0]) if m is not None],
@@ -223,7 +235,7 @@ class SparkMergeEngine:
             else:  # a key in two tasks: its own error, or a hash collision, comes from the shuffle
                 log.warning("merge %s: a net key hash appears in two by-shard tasks; merging with a keyed shuffle",
                             plan.table)
-                _discard(table, job, out)
+                job.remove_written(table)
                 job, out = _Job(table, plan, schema, sc, driverless=driverless), None
         parts = 0
         if out is None:
@@ -284,9 +296,9 @@ class SparkMergeEngine:
 def _retired(rdd: Any, job: _Job) -> Any:
     """The retire stage after the reduce tasks: their offsets shuffled by base fragment, one
     deletion file per fragment (:func:`memwal.spark.engine.merge_tasks.retire_fragments`)."""
-    uri, version, options, spent = job.table_uri, job.plan.read_version, job.options, job.spent
+    target, options, spent = job.target, job.options, job.spent
     return rdd.partitionBy(job.retire_parts, retire_partition).mapPartitions(
-        lambda pairs: retire_fragments(pairs, uri, version, options, spent))
+        lambda pairs: retire_fragments(pairs, target, options, spent))
 
 
 def _keys_disjoint(out: _Output) -> bool:
@@ -296,14 +308,6 @@ def _keys_disjoint(out: _Output) -> bool:
     return not np.any(hashes[1:] == hashes[:-1])
 
 
-def _discard(table: Table, job: _Job, out: _Output) -> None:
-    """Remove what a job wrote that will not be committed."""
-    if job.driverless:
-        TableChanges([], [], [], written=out.written()).discard(table)
-    else:
-        job.remove_staged(table)
-
-
 def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetChanges:
     """The driver path's half: one commit of the staged fragments (a dataset of its own under
     ``_staging``, never the table), the delete keys and the counts."""
@@ -311,7 +315,7 @@ def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetCh
     fragments = out.new_fragments()
     net = NetChanges(schema=schema, primary_key=pk, delete_keys=empty_keys(schema, pk),
                      open_upserts=lambda: pa.RecordBatchReader.from_batches(schema, iter(())),
-                     cleanups=[lambda: job.remove_staged(table)])
+                     cleanups=[lambda: job.remove_written(table)])
     if fragments:
         staged = lance.LanceDataset.commit(job.target.uri, lance.LanceOperation.Overwrite(schema, fragments),
                                            storage_options=table.storage_options or None)
@@ -330,16 +334,16 @@ def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetCh
 
 
 def _run(table: Table, job: _Job, collect: Callable[[], _Output]) -> _Output:
-    """Run a Spark job (``collect``); if it fails, what its tasks staged is removed, and an
+    """Run a Spark job (``collect``); if it fails, what its tasks wrote is removed, and an
     executor's error of ours comes back with its class and one-line message (the exit code
     holds), the JVM's trace dropped."""
     try:
         return collect()
     except Exception as exc:
         try:
-            job.remove_staged(table)
+            job.remove_written(table)
         except Exception as left:  # the job's own error matters more; GC collects staging orphans
-            log.warning("merge %s: staged files left under %s: %s", table.uri, job.staging_key, left)
+            log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
         ours = executor_error(exc)
         if ours is None:
             raise

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
@@ -36,9 +37,11 @@ import pyarrow as pa
 
 from memwal.merge.base_rows import base_addresses, by_fragment, merge_offsets, retire
 from memwal.merge.changes import count_by_shard, reducer
+from memwal.merge.driverless import data_file_keys, deletion_file_key
 from memwal.merge.local import partition_of
 from memwal.merge.model import GenerationRef, MergePlan
 from memwal.merge.read import SHARD, read_generation, read_generations
+from memwal.store import open_store
 
 #: Threads each task reads its generations with (tasks already run side by side).
 TASK_READ_THREADS = 4
@@ -179,10 +182,20 @@ def ipc(t: pa.Table) -> bytes:
 @dataclass(frozen=True)
 class Target:
     """Where a task writes its upserts (``uri``: a staging dataset, or the base table) and, for
-    the driverless path, the table version whose base rows the batch retires (``retire_at``)."""
+    the driverless path, the table version whose base rows the batch retires (``retire_at``)
+    and the folder (a store key under the table) where each task lists the files it wrote
+    (``receipts``): what a failed job or a retried task attempt wrote is found and removed."""
 
     uri: str
     retire_at: int | None = None
+    receipts: str | None = None
+
+
+def receipt(target: Target, options: dict, keys: list[str]) -> None:
+    """List ``keys`` (files just written into the table) in a receipt of the job's folder."""
+    if target.receipts is not None and keys:
+        store = open_store(target.uri, options)
+        store.put(f"{target.receipts}/{uuid.uuid4().hex}.json", json.dumps(keys).encode())
 
 
 #: The key a task's document travels under through the retire stage (fragment ids are >= 0).
@@ -209,6 +222,7 @@ def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options
     if ups.num_rows:
         data = ups.select(schema.names).cast(schema)
         fragments = lance.fragment.write_fragments(data, target.uri, schema=schema, storage_options=options or None)
+        receipt(target, options, [k for f in fragments for k in data_file_keys(f)])
     retired = {}
     if target.retire_at is not None:
         ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)
@@ -233,7 +247,7 @@ def retire_partition(key: int) -> int:
     return max(key, 0)
 
 
-def retire_fragments(pairs: Iterable[tuple[int, object]], table_uri: str, version: int, options: dict,
+def retire_fragments(pairs: Iterable[tuple[int, object]], target: Target, options: dict,
                      spent: dict) -> Iterator[tuple[str, str, bytes]]:
     """One retire task: the documents it was sent pass through as ``("doc", document, hashes)``;
     its fragments' offsets, joined per fragment, become one deletion file each
@@ -248,7 +262,8 @@ def retire_fragments(pairs: Iterable[tuple[int, object]], table_uri: str, versio
             offsets.append((key, value))  # type: ignore[arg-type]
     if offsets:
         started = time.perf_counter()
-        ds = lance.dataset(table_uri, version=version, storage_options=options or None)
+        ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)
         done = retire(ds, merge_offsets(offsets))
+        receipt(target, options, [deletion_file_key(m) for _, m in done if m is not None])
         spent["write"].add(time.perf_counter() - started)
         yield "retired", json.dumps([[fid, meta.to_json() if meta is not None else None] for fid, meta in done]), b""

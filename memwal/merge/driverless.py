@@ -118,13 +118,20 @@ def fence_fragment(ds: lance.LanceDataset) -> FragmentMetadata | None:
     return min(fragments, key=lambda f: f.fragment_id).metadata if fragments else None
 
 
+def with_fence(ds: lance.LanceDataset, updated: list[FragmentMetadata],
+               removed: list[int]) -> list[FragmentMetadata]:
+    """``updated`` naming the fence fragment too (unchanged, as of ``ds``) unless the commit
+    already changes or removes it."""
+    fence = fence_fragment(ds)
+    if fence is None or fence.id in {f.id for f in updated} | set(removed):
+        return updated
+    return [*updated, fence]
+
+
 def data_commit(table: Table, plan: MergePlan, changes: TableChanges, intent: str) -> int:
     """Commit 1: the fragments, bound to the plan's read version, with the fence; returns the version."""
     ds = table.dataset(plan.read_version)
-    updated = list(changes.updated_fragments)
-    fence = fence_fragment(ds)
-    if fence is not None and fence.id not in {f.id for f in updated} | set(changes.removed_fragment_ids):
-        updated.append(fence)
+    updated = with_fence(ds, list(changes.updated_fragments), changes.removed_fragment_ids)
     op = lance.LanceOperation.Update(removed_fragment_ids=sorted(changes.removed_fragment_ids),
                                      updated_fragments=updated, new_fragments=changes.new_fragments)
     data = {s.shard_id: (s.from_generation, s.to_generation) for s in plan.data_plan().shards}
@@ -148,9 +155,10 @@ def marker_commit(table: Table, plan: MergePlan) -> int:
 
 
 def claim_fence(table: Table, plan: MergePlan) -> int | None:
-    """Name the fence fragment, unchanged, in a commit bound to the plan's read version: an
-    unfinished driverless merge's data commit, bound to an older version, is then rejected.
-    None when the table has no fragment (nothing to name, and nothing older can commit)."""
+    """Name the fence fragment, unchanged, in a commit of its own bound to the plan's read
+    version (for a batch with no bound commit of its own to name it in): an unfinished
+    driverless merge's data commit, bound to an older version, is then rejected. None when
+    the table has no fragment (nothing to name, and nothing older can commit)."""
     ds = table.dataset(plan.read_version)
     fence = fence_fragment(ds)
     if fence is None:

@@ -49,7 +49,7 @@ from memwal.errors import StateMovedError, first_line
 from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import NetChanges, no_changes
-from memwal.merge.driverless import TableChanges, claim_fence, commit_table_changes, fence_fragment
+from memwal.merge.driverless import TableChanges, claim_fence, commit_table_changes, fence_fragment, with_fence
 from memwal.merge.guard import StaleProgressError as StaleProgressError  # re-exported: callers catch it here
 from memwal.merge.guard import before_commit, markers
 from memwal.merge.join import join_builder
@@ -135,15 +135,19 @@ class MergeResult(Document):
         return not self.blocked
 
 
-def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table) -> int:
+def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: bool = False) -> int:
     """Delete the rows of ``keys`` that existed at the plan's read version, committed
-    against that version (no marker). Returns the new table version.
+    against that version (no marker); with ``fence``, naming the fence fragment too
+    (:func:`memwal.merge.driverless.with_fence`). Returns the new table version.
 
     Raises ``CommitConflictError`` when a commit since then touched those rows.
     """
     ds = table.dataset(plan.read_version)
     builder = join_builder(ds, plan.primary_key, keys.num_rows)
     txn, _stats = builder.when_matched_delete().execute_uncommitted(keys)
+    if fence:
+        op = txn.operation
+        op.updated_fragments = with_fence(ds, list(op.updated_fragments), list(op.removed_fragment_ids))
     txn.transaction_properties = {**(txn.transaction_properties or {}), **history.transaction_properties()}
     done = lance.LanceDataset.commit(
         ds.uri, txn, read_version=plan.read_version, storage_options=table.storage_options or None
@@ -173,8 +177,9 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
 def commit_net_changes(
     table: Table, plan: MergePlan, net: NetChanges, *, lease: Lease | None, on_step: Step | None = None
 ) -> tuple[int, int]:
-    """The driver path: the fence claim when an unfinished driverless merge races this batch,
-    the bound delete pass (no marker), then the marked pass. Returns (version, commits)."""
+    """The driver path: the bound delete pass (no marker), then the marked pass. When an
+    unfinished driverless merge may race this batch, its first commit names the fence fragment:
+    the delete pass, or a claim of its own before the marked pass. Returns (version, commits)."""
     step = steps.scoped("merge", on_step)
     commits = 0
     # Written before the lease check that precedes our first commit (memwal.merge.intents).
@@ -183,15 +188,15 @@ def commit_net_changes(
     found = {c.intent for c in plan.applied}
     racing = [i for i in intents.others_pending(table.store, intent, table.manifest(), set(plan.shard_ids))
               if i.commit_path == intents.DRIVERLESS and i.id not in found]
-    if racing:
+    if net.num_deletes and net.num_upserts:
+        before_commit(table, plan, lease, step, "before-delete-commit")
+        bound_delete_pass(table, plan, net.delete_keys, fence=bool(racing))
+        commits += 1
+        step("after-delete-pass")
+    elif racing:
         before_commit(table, plan, lease, step, "before-fence-commit")
         if claim_fence(table, plan) is not None:
             commits += 1
-    if net.num_deletes and net.num_upserts:
-        before_commit(table, plan, lease, step, "before-delete-commit")
-        bound_delete_pass(table, plan, net.delete_keys)
-        commits += 1
-        step("after-delete-pass")
     before_commit(table, plan, lease, step, "before-marked-commit")
     version = marked_pass(table, plan, net)
     commits += 1
