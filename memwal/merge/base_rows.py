@@ -50,9 +50,9 @@ def base_addresses(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str
     if (wanted is not None and pa.types.is_signed_integer(keys.schema.field(primary_key[0]).type)
             and _PLAIN_NAME.match(primary_key[0]) and use_key_index(len(wanted), base_rows)):
         found = []
-        values = np.unique(wanted)
-        for start in range(0, len(values), INDEX_CHUNK_KEYS):
-            listed = ",".join(str(int(v)) for v in values[start:start + INDEX_CHUNK_KEYS])
+        distinct = np.unique(wanted)
+        for start in range(0, len(distinct), INDEX_CHUNK_KEYS):
+            listed = ",".join(str(int(v)) for v in distinct[start:start + INDEX_CHUNK_KEYS])
             t = ds.scanner(columns=primary_key, filter=f"{primary_key[0]} IN ({listed})",
                            with_row_address=True).to_table()
             found.append(t.column(ROWADDR).to_numpy())

@@ -139,7 +139,7 @@ def data_commit(table: Table, plan: MergePlan, changes: TableChanges, intent: st
     done = lance.LanceDataset.commit(table.uri, lance.Transaction(plan.read_version, op, transaction_properties=props),
                                      read_version=plan.read_version, storage_options=table.storage_options or None)
     history.committed(done.version)
-    return done.version
+    return int(done.version)
 
 
 def marker_commit(table: Table, plan: MergePlan) -> int:
@@ -149,7 +149,7 @@ def marker_commit(table: Table, plan: MergePlan) -> int:
     ds = table.dataset()
     join_builder(ds, plan.primary_key, 0).when_matched_delete().mark_sstables_as_compacted(
         markers(plan)).execute(empty_keys(ds.schema, plan.primary_key))
-    version = table.dataset().version
+    version = int(table.dataset().version)
     history.committed(version)
     return version
 
@@ -168,7 +168,7 @@ def claim_fence(table: Table, plan: MergePlan) -> int | None:
     done = lance.LanceDataset.commit(table.uri, txn, read_version=plan.read_version,
                                      storage_options=table.storage_options or None)
     history.committed(done.version)
-    return done.version
+    return int(done.version)
 
 
 def commit_table_changes(table: Table, plan: MergePlan, changes: TableChanges, *, lease: Lease | None,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import lance
 import pyarrow as pa
@@ -120,14 +120,14 @@ class MergeResult(Document):
     table: str
     version: int | None
     shards: list[ShardMergeResult] = field(default_factory=list)
-    blocked: list[dict] = field(default_factory=list)
+    blocked: list[dict[str, Any]] = field(default_factory=list)
     commits: int = 0
     attempts: int = 1
     engine: str = "local"
     #: How the batch committed: ``driverless``, ``driver`` or ``marker``; None when nothing was.
     commit_path: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
@@ -147,6 +147,7 @@ def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: b
     txn, _stats = builder.when_matched_delete().execute_uncommitted(keys)
     if fence:
         op = txn.operation
+        assert isinstance(op, lance.LanceOperation.Update), type(op)  # what a delete-only merge_insert makes
         op.updated_fragments = with_fence(ds, list(op.updated_fragments), list(op.removed_fragment_ids))
     txn.transaction_properties = {**(txn.transaction_properties or {}), **history.transaction_properties()}
     done = lance.LanceDataset.commit(
@@ -169,7 +170,7 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
         builder = builder.when_matched_delete()
         data = net.delete_keys
     builder.mark_sstables_as_compacted(markers(plan)).execute(data)
-    version = table.dataset().version
+    version = int(table.dataset().version)
     history.committed(version)
     return version
 

@@ -7,6 +7,7 @@ is :mod:`memwal.merge.plan`, how its inputs are checked :mod:`memwal.merge.input
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from memwal.core.document import Document
 from memwal.merge.applied import DataCommit
@@ -94,7 +95,7 @@ class MergePlan(Document):
                 shards.append(replace(s, generations=todo))
         return replace(self, shards=shards, blocked=[])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "read_version": self.read_version,

@@ -228,3 +228,40 @@ def test_key_lookup_through_the_index_and_the_scan_find_the_same_rows(make_table
     rows = ds.scanner(columns=["id"], with_row_address=True).to_table()
     want = {a for i, a in zip(rows["id"].to_pylist(), rows["_rowaddr"].to_pylist(), strict=True) if i in wanted}
     assert len(want) == 43 and set(by_filter.tolist()) == set(by_scan.tolist()) == want
+
+
+def test_applied_data_counts_only_while_no_marker_landed_after_it(make_table, spark_context):
+    """A driverless batch stops between its commits; then a stale merger's marked pass (made up
+    here with Lance's own API: the driver-path intents keep a real one out of that window)
+    writes generation 1's older values of one shard and marks it merged. The next plan must not
+    trust the data commit for that shard any more (those rows may be older now): it merges
+    generations 2.. of it again, and the table is the model."""
+    from lance.mem_wal import CompactedSsTable
+
+    from memwal.core import steps
+
+    class Crash(Exception):
+        pass
+
+    def crash(name: str) -> None:
+        if name == "merge.after-data-commit":
+            raise Crash(name)
+
+    table, model = make_table()
+    with steps.hooked(crash), pytest.raises(Crash):
+        memwal.open(table.uri).merge(engine="spark")
+    sid, st = sorted(all_shard_manifests(table.store).items())[0]
+    gen1 = lance.dataset(table.store.uri_for(st.generation_key(st.generation(1)))).to_table()
+    stale = gen1.filter(pa.compute.invert(gen1.column("_tombstone"))).drop_columns(["_tombstone"])
+    stale = stale.select(table.dataset().schema.names).cast(table.dataset().schema)
+    # internal entry: a stale driver-path merger's marked pass of shard generation 1
+    table.dataset().merge_insert("id").when_matched_update_all().when_not_matched_insert_all() \
+        .mark_sstables_as_compacted([CompactedSsTable(sid, 1)]).execute(stale)
+    assert table_rows(table) != model.sorted_rows()
+    plan = memwal.open(table.uri).merge(dry_run=True).value
+    by_shard = {s.shard_id: s for s in plan.shards}
+    assert by_shard[sid].applied_generation == 0 and by_shard[sid].from_generation == 2
+    assert {s.applied_generation for k, s in by_shard.items() if k != sid} == {SMALL.generations}
+    done = memwal.open(table.uri).merge(engine="spark").value
+    assert done.commit_path == "driverless"
+    assert_converged(table, model)
