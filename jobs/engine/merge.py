@@ -302,7 +302,7 @@ def _retired(rdd: Any, job: _Job) -> Any:
 
 
 def _keys_disjoint(out: _Output) -> bool:
-    """Whether no net key hash came from two by-shard tasks (np.sort: 0.02 s for 1.8M hashes)."""
+    """Whether no net key hash came from two by-shard tasks (a sort and a neighbour compare)."""
     hashes = np.sort(np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in out.hashes] or
                                     [np.zeros(0, np.uint64)]))
     return not np.any(hashes[1:] == hashes[:-1])

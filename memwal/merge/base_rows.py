@@ -70,10 +70,15 @@ def base_addresses(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str
 
 
 def by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
-    """Row addresses grouped by fragment id: each fragment's offsets (uint32, sorted, unique)."""
-    fragment = (addresses >> np.uint64(32)).astype(np.int64)
-    offsets = (addresses & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    return {int(f): np.unique(offsets[fragment == f]) for f in np.unique(fragment)}
+    """Row addresses grouped by fragment id: each fragment's offsets (uint32, sorted, unique).
+    One sort of the addresses, then one split at the fragment boundaries."""
+    ordered = np.unique(addresses.astype(np.uint64, copy=False))
+    if not len(ordered):
+        return {}
+    fragment = ordered >> np.uint64(32)
+    edges = np.flatnonzero(fragment[1:] != fragment[:-1]) + 1
+    return {int(chunk[0] >> np.uint64(32)): (chunk & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            for chunk in np.split(ordered, edges)}
 
 
 def retire(ds: lance.LanceDataset, offsets: dict[int, np.ndarray],
