@@ -19,6 +19,8 @@ after one untimed run of each:
 * data bytes added: the files the merge added under the table's ``data/`` and ``_deletions/``
   (its commit metadata, ``_versions/`` and ``_transactions/``, apart).
 
+The tables' writers maintain the key index only (:func:`ensure_table`).
+
 The driver share is the driver's ``write_bytes`` over the data bytes added. ``--cluster`` also
 runs every size on a standalone cluster on 127.0.0.1 (a master and 2 workers of 1 core each,
 ``tests/sparkcluster.py``). Writes ``OUT/driver_share.json`` and ``OUT/driver_share.png``.
@@ -149,20 +151,28 @@ class TreeIO:
 
 def worker(table: str, path: str, result: str, watch: list[int]) -> int:
     """One merge as users run it (``memwal merge TABLE --engine spark --json``) with the io of
-    this process and of the executors' processes; ``path=driver``: the engine is asked not to
-    write the table (bench only: the core then takes the driver's marked merge_insert)."""
+    this process and of the executors' processes, the engine's own timings and when each named
+    step of the commits was reached. ``path=driver``: the engine is asked not to write the table
+    (bench only: the core then takes the driver's marked merge_insert)."""
     from unittest import mock
 
     from memwal.spark.engine.merge import SparkMergeEngine
 
     from memwal.cli import main
+    from memwal.core import steps
 
+    engines: list[SparkMergeEngine] = []
+
+    def engine(cls: type[SparkMergeEngine]) -> SparkMergeEngine:
+        engines.append(cls(None, driverless=path == "driverless"))
+        return engines[-1]
+
+    marks: dict[str, float] = {}
     before = proc_io(os.getpid())
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        if path == "driver":
-            stack.enter_context(mock.patch.object(SparkMergeEngine, "from_active_or_local",
-                                                  classmethod(lambda cls: cls(None, driverless=False))))
+        stack.enter_context(mock.patch.object(SparkMergeEngine, "from_active_or_local", classmethod(engine)))
+        stack.enter_context(steps.hooked(lambda name: marks.setdefault(name, time.perf_counter() - t0)))
         executors = stack.enter_context(TreeIO(watch or [os.getpid()], skip=os.getpid()))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -170,10 +180,17 @@ def worker(table: str, path: str, result: str, watch: list[int]) -> int:
         merge_seconds = time.perf_counter() - t0
     after = proc_io(os.getpid())
     doc = json.loads(out.getvalue()) if code == 0 else {}
+    timings = engines[-1].last_timings if engines else {}
+    first = marks.get("merge.before-data-commit", marks.get("merge.before-delete-commit",
+                                                             marks.get("merge.before-marked-commit", 0.0)))
     with open(result, "w") as f:
         json.dump({
             "exit_code": code, "merge_seconds": merge_seconds, "commit_path": doc.get("commit_path"),
             "commits": doc.get("commits"), "version": doc.get("version"),
+            "executors_wall_seconds": timings.get("executors_wall_seconds"), "shape": timings.get("shape"),
+            "context_wait_seconds": timings.get("context_wait_seconds"),
+            "commit_seconds": max(marks.get("merge.before-report", 0.0) - first, 0.0),
+            "steps": marks,
             "driver": {k: after.get(k, 0) - before.get(k, 0) for k in ("write_bytes", "wchar", "syscw")},
             "executors": {"write_bytes": executors.totals("write_bytes"), "wchar": executors.totals("wchar"),
                           "write_bytes_by_worker": executors.by_root("write_bytes")},
@@ -197,11 +214,14 @@ def _files(path: str) -> dict[str, int]:
 def ensure_table(work: Path, change_rows: int, base_rows: int) -> tuple[str, dict]:
     from bench.tables import TableSpec, build_table
 
-    path, info_file = work / f"table-{change_rows}-{base_rows}", work / f"table-{change_rows}-{base_rows}.json"
+    name = f"table-{change_rows}-{base_rows}-id-maintained"
+    path, info_file = work / name, work / f"{name}.json"
     if path.exists() and info_file.exists():
         return str(path), json.loads(info_file.read_text())
     log(f"building a table with {change_rows:,} change rows over {base_rows:,} base rows (once per --work)")
-    info = build_table(str(path), TableSpec(base_rows=base_rows, change_rows=change_rows))
+    # The writers maintain the key index only: an HNSW graph in every MemTable would make the
+    # 20M-row table take hours to write, and no merge path reads or writes the vector index.
+    info = build_table(str(path), TableSpec(base_rows=base_rows, change_rows=change_rows, maintain_vector_index=False))
     info_file.write_text(json.dumps(info))
     return str(path), info
 
@@ -260,6 +280,9 @@ def one_size(work: Path, change_rows: int, base_rows: int, env: dict, watch: lis
         point[p] = {
             "whole_seconds": statistics.median(r["whole_seconds"] for r in done),
             "merge_seconds": statistics.median(r["merge_seconds"] for r in done),
+            "executors_wall_seconds": statistics.median(r["executors_wall_seconds"] for r in done),
+            "commit_seconds": statistics.median(r["commit_seconds"] for r in done),
+            "shape": done[-1]["shape"],
             "driver_share": statistics.median(r["driver_share"] for r in done),
             "driver_share_wchar": statistics.median(r["driver_share_wchar"] for r in done),
             "executors_share": statistics.median(r["executors_share"] for r in done),

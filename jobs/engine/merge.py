@@ -221,8 +221,9 @@ class SparkMergeEngine:
     def _collect(self, table: Table, plan: MergePlan, schema: pa.Schema, *, driverless: bool) -> tuple[_Job, _Output]:
         """Run the batch's job, by shard when it may, else (or when a key hash came from two
         tasks) as the keyed shuffle."""
-        t0 = time.perf_counter()
+        waited = time.perf_counter()
         sc = self.sc
+        t0 = time.perf_counter()
         job = _Job(table, plan, schema, sc, driverless=driverless)
         change_bytes = sum(ref_bytes(r) for r in plan.generations)
         shape, tasks, out = "shuffle", None, None
@@ -246,6 +247,7 @@ class SparkMergeEngine:
         self.last_timings = {
             "shape": shape,
             "commit_path": "driverless" if driverless else "driver",
+            "context_wait_seconds": t0 - waited,
             "executors_wall_seconds": time.perf_counter() - t0,
             "read_task_seconds": job.spent["read"].value,
             "reduce_task_seconds": job.spent["reduce"].value,
