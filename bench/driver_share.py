@@ -235,6 +235,7 @@ def one_run(pristine: str, copy: Path, path: str, env: dict, watch: list[int], l
     result.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "bench.driver_share", "worker", str(copy), "--path", path, "--result", str(result),
            *[a for pid in watch for a in ("--watch", str(pid))]]
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     whole = time.perf_counter() - t0
@@ -248,6 +249,7 @@ def one_run(pristine: str, copy: Path, path: str, env: dict, watch: list[int], l
     meta = sum(v for k, v in added.items() if k.startswith(("_versions/", "_transactions/")))
     executors = sum(doc["executors"]["write_bytes"].values())
     return {**doc, "whole_seconds": round(whole, 3), "data_bytes_added": data, "metadata_bytes_added": meta,
+            "load_average_before": round(load, 2), "load_average_after": round(os.getloadavg()[0], 2),
             "driver_share": doc["driver"]["write_bytes"] / data if data else None,
             "driver_share_wchar": doc["driver"]["wchar"] / data if data else None,
             "executors_share": executors / data if data else None}

@@ -119,6 +119,8 @@ def in_process(sc, table_uri: str) -> dict:
         "read_task_seconds": t["read_task_seconds"],
         "dedupe_task_seconds": t["reduce_task_seconds"],
         "write_task_seconds": t["write_task_seconds"],
+        "find_base_rows_task_seconds": t["find_task_seconds"],
+        "retire_task_seconds": t["retire_task_seconds"],
         "staging_commit_seconds": t["staging_commit_seconds"],
         "engine_seconds": read_end - marks["plan"],
         "delete_commit_seconds": delete,

@@ -106,7 +106,7 @@ class _Job:
         self.target = (Target(table.uri, plan.read_version, self.folder) if driverless
                        else Target(table.store.uri_for(self.folder)))
         self.schema_bytes = schema.serialize().to_pybytes()
-        self.spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write")}
+        self.spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write", "find", "retire")}
         #: Partitions of the retire stage: the base fragments at the read version, at most the parallelism.
         self.retire_parts = (max(1, min(len(table.dataset(plan.read_version).get_fragments()), sc.defaultParallelism))
                              if driverless else 0)
@@ -252,6 +252,8 @@ class SparkMergeEngine:
             "read_task_seconds": job.spent["read"].value,
             "reduce_task_seconds": job.spent["reduce"].value,
             "write_task_seconds": job.spent["write"].value,
+            "find_task_seconds": job.spent["find"].value,
+            "retire_task_seconds": job.spent["retire"].value,
             "read_tasks": len(tasks or []),
             "partitions": len(tasks or []) if shape == "by-shard" else parts,
             "retire_partitions": job.retire_parts,

@@ -50,7 +50,7 @@ def base_addresses(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str
     if (wanted is not None and pa.types.is_signed_integer(keys.schema.field(primary_key[0]).type)
             and _PLAIN_NAME.match(primary_key[0]) and use_key_index(len(wanted), base_rows)):
         found = []
-        distinct = np.unique(wanted)
+        distinct = sorted_unique(wanted)
         for start in range(0, len(distinct), INDEX_CHUNK_KEYS):
             listed = ",".join(str(int(v)) for v in distinct[start:start + INDEX_CHUNK_KEYS])
             t = ds.scanner(columns=primary_key, filter=f"{primary_key[0]} IN ({listed})",
@@ -72,7 +72,7 @@ def base_addresses(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str
 def by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
     """Row addresses grouped by fragment id: each fragment's offsets (uint32, sorted, unique).
     One sort of the addresses, then one split at the fragment boundaries."""
-    ordered = np.unique(addresses.astype(np.uint64, copy=False))
+    ordered = sorted_unique(addresses.astype(np.uint64, copy=False))
     if not len(ordered):
         return {}
     fragment = ordered >> np.uint64(32)
@@ -98,4 +98,11 @@ def merge_offsets(parts: Iterable[tuple[int, bytes]]) -> dict[int, np.ndarray]:
     out: dict[int, list[np.ndarray]] = {}
     for fid, raw in parts:
         out.setdefault(fid, []).append(np.frombuffer(raw, dtype=np.uint32))
-    return {fid: np.unique(np.concatenate(arrays)) for fid, arrays in out.items()}
+    return {fid: sorted_unique(np.concatenate(arrays)) for fid, arrays in out.items()}
+
+
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``a`` sorted without repeats: one sort and one neighbour compare (NumPy's own ``unique``
+    hashes integers, far slower on millions of keys: docs/decisions/0002-driverless-merge.md)."""
+    ordered = np.sort(a)
+    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
