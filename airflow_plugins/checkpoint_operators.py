@@ -123,18 +123,16 @@ class MemWalDeleteCheckpointOperator(_CheckpointOperator):
     job = "checkpoint-delete"
 
     def _execute(self, context: Any) -> dict[str, Any]:
-        from memwal.checkpoint import delete_checkpoint, get_checkpoint
-        from memwal.checkpoint.record import checkpoint_id
-        from memwal.errors import BadInputError
+        from memwal.checkpoint import delete_checkpoint
+        from memwal.checkpoint.record import checkpoint_id, record_key
 
         cid = self._guard(checkpoint_id, str(self.checkpoint_id))
         table = self._open()
-        try:
-            get_checkpoint(table, cid)
-        except BadInputError:
+        if not table.store.exists(record_key(cid)):
             self.log.info("checkpoint %s of %s is already gone", cid, table.uri)
             report_of(self).docs[self.job] = {"id": cid, "deleted": False}
             return {"id": cid, "deleted": False}
-        ckpt = self._guard(delete_checkpoint, table, cid)
-        report_of(self).docs[self.job] = {**ckpt.to_dict(), "deleted": True}
-        return {**ckpt.to_dict(), "deleted": True}
+        ckpt = self._guard(delete_checkpoint, table, cid)  # an unreadable record is removed too
+        doc = {**ckpt.to_dict(), "deleted": True} if ckpt else {"id": cid, "deleted": True, "unreadable": True}
+        report_of(self).docs[self.job] = doc
+        return doc

@@ -65,9 +65,17 @@ class MemWalMaintenanceOperator(MemWalActionOperator):
         argv = ["--jobs", ",".join(self.jobs), *(a for o in options.values() for a in o.to_argv())]
         self.log.info("memwal maintenance %s: %s as one spark-submit, storage options %s", uri, ",".join(self.jobs),
                       redacted(storage_options))
-        docs = jsonable(self._run_spark(uri, storage_options, "maintenance", argv, context))
-        failure = docs.pop("failure", None)
-        report_of(self).docs.update({job: doc for job, doc in docs.items() if isinstance(doc, dict)})
+        cycle = jsonable(self._run_spark(uri, storage_options, "maintenance", argv, context))  # memwal cycle's document
+        failure = cycle.get("failure")
+        outcomes = {j["job"]: j for j in cycle.get("jobs", [])}
+        docs = {job: o["result"] for job, o in outcomes.items() if o.get("result") is not None}
+        failed = next((o for o in outcomes.values() if o["status"] == "failed"), None)
+        if failure is None and failed is not None:
+            failure = {"job": failed["job"], "error": failed["error"], "exit_code": failed["exit_code"]}
+        for o in outcomes.values():
+            if o["status"] == "held":
+                self.log.info("memwal maintenance %s: %s %s", uri, o["job"], o["summary"])
+        report_of(self).docs.update(docs)
         ti = context.get("ti") if hasattr(context, "get") else None
         for job, doc in docs.items():
             if ti is not None:
@@ -76,12 +84,10 @@ class MemWalMaintenanceOperator(MemWalActionOperator):
         if "merge" in docs:
             emit_merged_event(self, self.asset_alias, False, docs["merge"], uri, context)
         self.raise_failure(failure, uri)
-        missing = [j for j in self.jobs if j not in docs]
+        missing = [j for j in self.jobs if j not in outcomes]
         if missing:
             raise AirflowException(f"memwal maintenance {uri}: stopped before {', '.join(missing)}")
         return docs
 
     def _reports_failure(self, doc: dict[str, Any]) -> bool:
-        from memwal.actions import ACTIONS
-
-        return any(ACTIONS[job].problems(d) for job, d in doc.items() if job in ACTIONS)
+        return any(j.get("status") == "failed" for j in doc.get("jobs", []))

@@ -14,6 +14,13 @@ Every route requires an authenticated Airflow user allowed to see the website (A
 auth manager decides: the session cookie the UI sets, or a bearer token). Storage options and
 credentials stay on the server: the page never shows them.
 
+The pages show values from the tables' storage, which whoever can write that storage controls.
+Airflow's UI frames external views with ``sandbox="allow-scripts allow-same-origin"``, so a
+script in a page would act with the viewer's Airflow session. Every response therefore carries
+a Content-Security-Policy with ``sandbox`` (:func:`memwal.inspect.policy.header_policy`): the
+browser runs no script in it and gives it an opaque origin, whatever the frame allows. The
+status page of a table is streamed from size-capped, type-checked records.
+
 The FastAPI application is built on its first request (:class:`LazyApp`), so the other
 Airflow components that import the plugin (scheduler, workers) never import FastAPI's security
 machinery for it.
@@ -23,9 +30,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
+
+from memwal.inspect.policy import SECURITY_HEADERS, header_policy, meta_policy
 
 URL_PREFIX = "/memwal"
 CONFIG_ENV = "MEMWAL_CONFIG"
@@ -118,8 +128,16 @@ a { color: #3b7ddd; text-decoration: none; } a:hover { text-decoration: underlin
 
 
 def _doc(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f"<style>{_STYLE}</style></head><body><main>{body}</main></body></html>")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{escape(meta_policy(_STYLE))}">'
+            f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body><main>{body}</main></body></html>")
+
+
+def secured(response: Any, css: str) -> Any:
+    """``response`` with the sandboxing policy of a page whose one stylesheet is ``css``."""
+    response.headers["Content-Security-Policy"] = header_policy(css)
+    response.headers.update(SECURITY_HEADERS)
+    return response
 
 
 def index_page(tables: list[TableRef], error: str | None) -> str:
@@ -142,7 +160,9 @@ def index_page(tables: list[TableRef], error: str | None) -> str:
     return _doc("MemWAL tables", "".join(body))
 
 
-def table_page(ref: TableRef) -> str:
+def table_page(ref: TableRef) -> Iterator[str]:
+    """The status page of ``ref``, piece by piece (read before the first piece: a failure
+    to read the table raises here, before anything is sent)."""
     from memwal.inspect.page import status_page
     from memwal.table import open_table
 
@@ -163,9 +183,10 @@ def create_app() -> Any:
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
     from airflow.api_fastapi.core_api.security import requires_access_view
     from fastapi import Depends, FastAPI, HTTPException
-    from fastapi.responses import HTMLResponse
+    from fastapi.responses import HTMLResponse, StreamingResponse
 
     from memwal.errors import first_line
+    from memwal.inspect.page import stylesheet
 
     app = FastAPI(title="MemWAL", description="Status pages of the MemWAL tables Airflow maintains",
                   dependencies=[Depends(requires_access_view(AccessView.WEBSITE))], docs_url=None, redoc_url=None,
@@ -176,18 +197,19 @@ def create_app() -> Any:
         return tables + connection_tables(), error
 
     @app.get("/", response_class=HTMLResponse)
-    def index() -> str:
-        return index_page(*known())
+    def index() -> HTMLResponse:
+        return secured(HTMLResponse(index_page(*known())), _STYLE)
 
-    @app.get("/tables/{source}/{key}", response_class=HTMLResponse)
-    def table(source: str, key: str) -> HTMLResponse:
+    @app.get("/tables/{source}/{key}", response_class=HTMLResponse, response_model=None)
+    def table(source: str, key: str) -> HTMLResponse | StreamingResponse:
         ref = next((t for t in known()[0] if t.source == source and t.key == key), None)
         if ref is None:
             raise HTTPException(status_code=404, detail=f"no MemWAL table {source}/{key}")
         try:
-            return HTMLResponse(table_page(ref))
+            chunks = table_page(ref)
         except Exception as exc:  # noqa: BLE001 - shown on the page: the UI must not break on one table
-            return HTMLResponse(error_page(ref, first_line(exc)), status_code=502)
+            return secured(HTMLResponse(error_page(ref, first_line(exc)), status_code=502), _STYLE)
+        return secured(StreamingResponse(chunks, media_type="text/html; charset=utf-8"), stylesheet())
 
     return app
 

@@ -59,13 +59,14 @@ def spark_context(app: str) -> Iterator[object]:
         sc.stop()
 
 
-def run(action: str, argv: Sequence[str] | None = None) -> int:
-    """``memwal <action> ARGS --engine spark`` inside the submitted application."""
+def run(action: str, argv: Sequence[str] | None = None, *, app: str | None = None) -> int:
+    """``memwal <action> ARGS --engine spark`` inside the submitted application (named
+    ``memwal-<action>`` unless ``app`` says otherwise)."""
     from memwal.cli import main
 
     args = list(sys.argv[1:] if argv is None else argv)
     warn_secret_arguments(args)
-    with spark_context(f"memwal-{action}"):
+    with spark_context(app or f"memwal-{action}"):
         if "--engine" not in args:
             args += ["--engine", "spark"]
         return main([action, *args])

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
 
     from memwal.actions import JobResult
     from memwal.actions.merge_ops import MergeOpsChange
+    from memwal.actions.options import Engine  # the one list of engines
     from memwal.catchup import CatchupPlan, CatchupResult
     from memwal.checkpoint import Checkpoint, ManagedCheckpoint
     from memwal.compact import CompactPlan, CompactResult
@@ -35,9 +36,6 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.read import ReadPlan
     from memwal.snapshot import SnapshotPlan, SnapshotResult
     from memwal.table import Table
-
-#: Where an action runs: in-process, or on Spark (the active session, or a local one).
-Engine = Literal["local", "spark"]
 
 
 class MemWalTable:
@@ -211,6 +209,9 @@ class MemWalTable:
 def open(uri: str, storage_options: dict[str, str] | None = None) -> MemWalTable:  # noqa: A001 - the API's name
     """Open a MemWAL table (local path or ``s3://bucket/prefix``); bad input raises
     :class:`~memwal.errors.BadInputError` naming what is wrong."""
+    from memwal.core.process import quiet_lance
+
+    quiet_lance()  # before Lance loads (its log filter is read then)
     from memwal.store.options import check_storage_options
     from memwal.table import open_table
 

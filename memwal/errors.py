@@ -37,6 +37,21 @@ class NotFoundError(BadInputError):
     """An object that must exist does not."""
 
 
+class TooLargeError(BadInputError):
+    """An object read from the table's storage is larger than what its kind may hold.
+
+    Whoever can write a table's storage can write run records, checkpoints and leases of any
+    size: every such read is capped (``Store.get(key, max_bytes=...)``), so one planted object
+    cannot exhaust a job's or a web server's memory. Views skip such an object with a warning.
+    """
+
+    def __init__(self, uri: str, size: int, limit: int) -> None:
+        super().__init__(f"{uri}: {size:,} bytes, more than the {limit:,} such an object may hold")
+        self.uri = uri
+        self.size = size
+        self.limit = limit
+
+
 class PreconditionFailedError(MemWalError):
     """A conditional write lost its race (object exists, or ETag changed)."""
 
@@ -102,19 +117,13 @@ class LinkedPathError(UnsafePathError):
     The table's tree is data as much as its manifests are: a link planted in it, or swapped
     in after a check, must not redirect a read, a write or a delete to files outside the
     table. ``refused`` lists every key an operation refused (a batch delete goes on with the
-    safe keys, then raises this naming all the others).
+    safe keys, then raises this naming all the others). The key names the object (its shard,
+    for a caller that needs it, is ``memwal.table.paths.shard_of_key(path)``).
     """
 
     def __init__(self, key: str, where: str, *, link: bool) -> None:
         why = f"{where} is a symbolic link (never followed)" if link else f"{where} is not a directory"
-        super().__init__(_shard_of(key), key, why)
+        super().__init__(None, key, why)
         self.where = where  # full path of the offending component
         self.link = link
         self.refused: list[str] = [key]
-
-
-def _shard_of(key: str) -> str | None:
-    """The shard a store key lies in (``_mem_wal/<shard>/...``; our own folders start with ``_``),
-    for messages (memwal.table.paths.shard_of_key is the full rule)."""
-    parts = key.split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "_mem_wal" and not parts[1].startswith("_") else None

@@ -157,15 +157,56 @@ class Browser:
         self._stack = contextlib.ExitStack()
         self.ws = self._stack.enter_context(connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30))
         self._ids = itertools.count(1)
+        self._sessions: dict[str, str] = {}
 
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
+    def call(self, method: str, *, session: str | None = None, **params: Any) -> dict[str, Any]:
+        """One DevTools command (to an attached target's ``session`` when given)."""
         n = next(self._ids)
-        self.ws.send(json.dumps({"id": n, "method": method, "params": params}))
+        msg: dict[str, Any] = {"id": n, "method": method, "params": params}
+        if session is not None:
+            msg["sessionId"] = session
+        self.ws.send(json.dumps(msg))
         while True:
-            msg = json.loads(self.ws.recv(timeout=60))
-            if msg.get("id") == n:
-                assert "error" not in msg, msg["error"]
-                return msg.get("result", {})
+            reply = json.loads(self.ws.recv(timeout=60))
+            if reply.get("id") == n:
+                assert "error" not in reply, reply["error"]
+                return reply.get("result", {})
+
+    def frame_evaluate(self, url_part: str, expression: str) -> Any:
+        """Evaluate ``expression`` on the DOM of the (i)frame whose URL contains ``url_part``,
+        None while there is none: for frames the page itself may not reach (a sandboxed
+        document has an opaque origin). In an isolated world: the frame's DOM, none of its
+        script's globals. An out-of-process frame is reached through its own target."""
+        for target in self.call("Target.getTargets")["targetInfos"]:
+            if target["type"] == "iframe" and url_part in target["url"]:
+                session = self._sessions.get(target["targetId"])
+                if session is None:
+                    session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
+                    self._sessions[target["targetId"]] = session
+                result = self.call("Runtime.evaluate", session=session, expression=expression, returnByValue=True)
+                assert "exceptionDetails" not in result, result["exceptionDetails"]
+                return result["result"].get("value")
+        frames = [self.call("Page.getFrameTree")["frameTree"]]
+        while frames:
+            node = frames.pop()
+            frames += node.get("childFrames", [])
+            if node["frame"].get("parentId") and url_part in node["frame"]["url"]:
+                world = self.call("Page.createIsolatedWorld", frameId=node["frame"]["id"], worldName="memwal-test")
+                result = self.call("Runtime.evaluate", contextId=world["executionContextId"], expression=expression,
+                                   returnByValue=True)
+                assert "exceptionDetails" not in result, result["exceptionDetails"]
+                return result["result"].get("value")
+        return None
+
+    def wait_for_frame(self, url_part: str, expression: str, *, timeout: float = 60.0) -> Any:
+        """:meth:`frame_evaluate` until it returns something truthy."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.frame_evaluate(url_part, expression)
+            if value:
+                return value
+            assert time.monotonic() < deadline, f"timed out waiting in frame {url_part}: {expression}"
+            time.sleep(0.1)
 
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)
@@ -213,3 +254,49 @@ def browser() -> Iterator[Browser]:
         yield b
     finally:
         b.close()
+
+
+class Canary:
+    """A loopback HTTP server that records every request it gets: what a script or a fetch
+    injected into a page would call. ``hits`` empty after the page was shown means nothing
+    injected ran or loaded."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        hits: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _hit(self) -> None:
+                hits.append(f"{self.command} {self.path}")
+                self.send_response(204)
+                self.send_header("Access-Control-Allow-Origin", "*")
+                self.end_headers()
+
+            do_GET = do_POST = do_OPTIONS = _hit  # noqa: N815 - http.server's names
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.hits = hits
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"{self.base}/{path}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def canary() -> Iterator[Canary]:
+    c = Canary()
+    try:
+        yield c
+    finally:
+        c.close()

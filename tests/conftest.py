@@ -20,6 +20,10 @@ atexit.register(shutil.rmtree, _IN_PROCESS_AIRFLOW_HOME, True)
 os.environ.setdefault("AIRFLOW_HOME", _IN_PROCESS_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
+from memwal.core.process import quiet_lance  # noqa: E402
+
+quiet_lance()  # as the CLI and memwal.open do, before anything loads Lance
+
 from memwal.demo import Model, Workload, create_base_table, write_generations  # noqa: E402
 from memwal.store import Store, open_store  # noqa: E402
 from memwal.table import Table, open_table  # noqa: E402

@@ -5,7 +5,8 @@ The core finds them through the entry point ``memwal.engines: spark`` (:data:`EN
 never names them. ``merge``: reading, deduplicating or folding and staging on executors
 (:mod:`.merge`); ``catchup``: index segments per fragment group (:mod:`.catchup`);
 ``compact``: one task per Lance compaction task (:mod:`.compact`); ``gc``: one task per shard
-(:mod:`.gc`); ``snapshot``: shard manifests read in parallel (:mod:`.snapshot`). The
+(:mod:`.gc`); ``snapshot``: shard manifests read in parallel (:mod:`.snapshot`); ``fleet``:
+small tables as tasks of one application (:mod:`.fleet`). The
 SparkContext is spark-submit's, or a local one started in the background (:mod:`.session`,
 with the driver JVM's class archive, :mod:`.jvm_archive`).
 """
@@ -45,11 +46,18 @@ def _gc() -> Any:
     return SparkGcEngine.from_active_or_local()
 
 
+def _fleet() -> Any:
+    from memwal.spark.engine.fleet import SparkTableRunner
+
+    return SparkTableRunner.from_active_or_local()
+
+
 class SparkEngines:
     """What the entry point hands the core: the engine of each action, and the session start."""
 
     name = "spark"
-    _factories = {"merge": _merge, "catchup": _catchup, "compact": _compact, "snapshot": _snapshot, "gc": _gc}
+    _factories = {"merge": _merge, "catchup": _catchup, "compact": _compact, "snapshot": _snapshot, "gc": _gc,
+                  "fleet": _fleet}
 
     def engine(self, action: str) -> Any:
         return self._factories[action]()

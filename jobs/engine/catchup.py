@@ -30,6 +30,7 @@ from memwal.spark.engine.session import active_or_local
 from pyspark import SparkContext
 
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
+from memwal.catchup.execute import Fence
 from memwal.table import Table
 
 
@@ -44,21 +45,23 @@ class SparkCatchupEngine:
     def from_active_or_local(cls) -> SparkCatchupEngine:
         return cls(active_or_local())
 
-    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan]) -> None:
-        rest = []
+    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan], fence: Fence = None) -> list[int]:
+        """As :meth:`LocalCatchupEngine.run`: the versions committed, ``fence`` before each."""
+        rest, committed = [], []
         for ip in work:
             if ip.action != RETRAIN:
                 rest.append(ip)
             elif not ip.is_vector and (options := scalar_options(table.dataset(), ip.index_name)) is not None:
-                self._rebuild(table, ip, _scalar_type(ip.index_type), options)
+                committed.append(self._rebuild(table, ip, _scalar_type(ip.index_type), options, fence))
             elif (options := vector_model(table.dataset(), ip.index_name)) is not None:
-                self._rebuild(table, ip, options.pop("index_type"), options)
+                committed.append(self._rebuild(table, ip, options.pop("index_type"), options, fence))
             else:
                 rest.append(ip)
         if rest:
-            LocalCatchupEngine().run(table, plan, rest)
+            committed += LocalCatchupEngine().run(table, plan, rest, fence)
+        return committed
 
-    def _rebuild(self, table: Table, ip: IndexPlan, index_type: str, options: dict[str, Any]) -> None:
+    def _rebuild(self, table: Table, ip: IndexPlan, index_type: str, options: dict[str, Any], fence: Fence) -> int:
         """Segments over fragment groups on executors, one commit on the driver."""
         ds = table.dataset()
         meta = next(i for i in ds.describe_indices() if i.name == ip.index_name)
@@ -75,9 +78,11 @@ class SparkCatchupEngine:
 
         blobs = self.sc.parallelize(groups, max(1, len(groups))).map(build).collect()
         segments = [pickle.loads(b) for b in blobs]
-        lance.dataset(uri, version=version, storage_options=storage or None).commit_existing_index_segments(
-            name, column, segments
-        )
+        if fence is not None:
+            fence()
+        committer = lance.dataset(uri, version=version, storage_options=storage or None)
+        committer.commit_existing_index_segments(name, column, segments)
+        return committer.version
 
 
 def scalar_options(ds: lance.LanceDataset, name: str) -> dict[str, Any] | None:

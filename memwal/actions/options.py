@@ -14,7 +14,7 @@ the same way from the command line, from Python and from a DAG config.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Self
+from typing import Any, Literal, Self, get_args
 
 from memwal.core import validate
 from memwal.errors import BadInputError
@@ -23,7 +23,10 @@ DEFAULT_LEASE_TTL = 300.0
 #: A merge and a snapshot refresh wait this long for the merge lease: long enough to sit out
 #: the other's short hold, short enough that a stuck holder is reported, not waited on.
 DEFAULT_LEASE_WAIT = 30.0
-ENGINES = ("local", "spark")
+#: Where a job's heavy work runs: in-process, or on Spark (the active context, or a local one).
+#: The one list of engines: the CLI's choices, the API's keyword type, Airflow's and the DAG config's.
+Engine = Literal["local", "spark"]
+ENGINES: tuple[Engine, ...] = get_args(Engine)
 
 
 @dataclass(frozen=True)

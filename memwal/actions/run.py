@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memwal.actions import engines
-from memwal.actions.action import Action
+from memwal.actions.action import Action, HeldLeases
 from memwal.actions.options import JobOptions
 from memwal.actions.registry import ACTIONS
 from memwal.core import steps
 from memwal.core.document import Document
-from memwal.errors import BadInputError
+from memwal.errors import BadInputError, LeaseLostError, first_line
 from memwal.history.run import recorded
 from memwal.inspect.status import lag_now
 from memwal.observe import progress
@@ -95,10 +95,32 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     with act.leases(table, options, run_id=run_id) as leases:
         with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder,
                       lag=lag_now) as ctx:
-            result = JobResult(name, False, act.execute(table, plan, options, engine, leases.primary), run_id)
+            try:
+                value = act.execute(table, plan, options, engine, leases.primary)
+            except Exception as exc:
+                lost = _lost_lease(leases, exc)
+                if lost is None:
+                    raise
+                raise lost from exc
+            result = JobResult(name, False, value, run_id)
             leases.check()
             ctx.doc, ctx.problems = result.to_dict(), result.problems
     return result
+
+
+def _lost_lease(leases: HeldLeases, exc: Exception) -> LeaseLostError | None:
+    """The error a failed run reports when it lost its lease meanwhile (None: it did not, or
+    ``exc`` says so already). A job taken over while it was frozen fails on whatever the new
+    holder changed under it (a commit conflict, say): its cause is the lost lease, exit 3."""
+    if isinstance(exc, LeaseLostError):
+        return None
+    try:
+        leases.check()
+    except LeaseLostError as lost:
+        return LeaseLostError(f"{lost}; then it failed: {first_line(exc)}")
+    except Exception:  # noqa: BLE001 - the lease could not be read: the failure itself is what to report
+        return None
+    return None
 
 
 def run_action(name: str, table: str | Table, storage_options: dict[str, str] | None = None,

@@ -1,41 +1,23 @@
-"""Backfills: the maintenance jobs over many tables, resumable.
+"""Backfills: the maintenance cycle over many tables, resumable.
 
-``run_backfill(tables, jobs, ...)`` runs, for each table, the chosen jobs in the canonical
-order (merge, catchup, compact, snapshot, gc) through ``memwal.actions``, as the CLI and
-the Airflow operators do; whether a job failed is the action's own verdict. Tables run
-concurrently (``concurrency`` threads);
-a table's jobs run one after the other, and the first failure stops that table (its later
-jobs are reported as not run) without stopping the others.
+``run_backfill(tables, jobs, ...)`` runs the cycle (:mod:`memwal.cycle`: merge, catchup,
+compact, snapshot, gc, in that order) on each table, tables concurrently; a table's first
+failure stops that table (its later jobs are not run) without stopping the others. Every
+``done`` job is recorded in a JSON state file as it finishes; a rerun skips recorded pairs
+unless ``restart`` or their options changed. A dry run runs every job's dry run and records
+nothing.
 
-Resumability: every finished (table, job) pair is recorded in a JSON state file as soon
-as it finishes; a rerun skips recorded pairs unless ``restart``. A failed job is never
-recorded, so a rerun retries it (and the jobs after it).
-
-No Airflow, no Spark import here: the CLI (``memwal backfill``) adds progress and output.
-
-- :mod:`memwal.backfill.tables`: the tables and jobs given, checked whole before anything runs;
+- :mod:`memwal.backfill.tables`: the tables given, checked whole before anything runs;
 - :mod:`memwal.backfill.state`: the state file of finished (table, job) pairs;
-- :mod:`memwal.backfill.run`: running the jobs.
+- :mod:`memwal.backfill.run`: the runs.
 """
 
-from memwal.backfill.run import (
-    DONE,
-    FAILED,
-    NOT_RUN,
-    SKIPPED,
-    WAITING,
-    BackfillReport,
-    JobRun,
-    TableRun,
-    run_backfill,
-    run_job,
-    summarize,
-)
+from memwal.backfill.run import BackfillReport, run_backfill, validated_options
 from memwal.backfill.state import DEFAULT_STATE_FILE, BackfillState, options_fingerprint
-from memwal.backfill.tables import JOB_ORDER, parse_jobs, read_tables_file, table_key, table_uri_problem, unique_tables
+from memwal.backfill.tables import read_tables_file, table_key, table_uri_problem, unique_tables
+from memwal.cycle import JOB_ORDER, parse_jobs
 
 __all__ = [
-    "DEFAULT_STATE_FILE", "DONE", "FAILED", "JOB_ORDER", "NOT_RUN", "SKIPPED", "WAITING", "BackfillReport",
-    "BackfillState", "JobRun", "TableRun", "options_fingerprint", "parse_jobs", "read_tables_file", "run_backfill",
-    "run_job", "summarize", "table_key", "table_uri_problem", "unique_tables",
+    "DEFAULT_STATE_FILE", "JOB_ORDER", "BackfillReport", "BackfillState", "options_fingerprint", "parse_jobs",
+    "read_tables_file", "run_backfill", "table_key", "table_uri_problem", "unique_tables", "validated_options",
 ]

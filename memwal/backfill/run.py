@@ -1,73 +1,42 @@
-"""Running a backfill: per table the jobs in order, tables concurrently, resumable.
+"""Running a backfill: the maintenance cycle (:mod:`memwal.cycle`) over many tables, resumable.
+
+A backfill adds two things to the cycle runner: tables run concurrently, and every job that
+is ``done`` is recorded in the state file as it finishes, so a rerun skips it (unless its
+options changed, or ``restart``). Nothing else is recorded: a ``waiting`` GC, a ``held``
+lease and a failure all run again next time. A dry run records nothing.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from memwal.actions import action
+from memwal.actions import ACTIONS
+from memwal.actions.options import JobOptions
 from memwal.backfill.state import DEFAULT_STATE_FILE, BackfillState, options_fingerprint
-from memwal.backfill.tables import parse_jobs, unique_tables
+from memwal.backfill.tables import unique_tables
 from memwal.core.document import Document
 from memwal.core.pool import parallel_map
-from memwal.errors import BadInputError, MemWalError
-
-# statuses of one (table, job); WAITING: it ran and did what it could, but time alone will
-# let a rerun do more (a gc held by the reader grace period), so it is not recorded as done
-DONE, WAITING, SKIPPED, FAILED, NOT_RUN = "done", "waiting", "skipped", "failed", "not-run"
+from memwal.cycle import CycleResult, JobOutcome, JobStatus, Notify, parse_jobs, run_cycle_at
+from memwal.errors import BadInputError
 
 
-@dataclass
-class JobRun:
-    table: str
-    job: str
-    status: str
-    seconds: float = 0.0
-    summary: str = ""
-    error: str | None = None
-    exit_code: int | None = None
-    result: dict[str, Any] | None = None
-
-
-@dataclass
-class TableRun(Document):
-    table: str
-    jobs: list[JobRun] = field(default_factory=list)
-
-    @property
-    def failed(self) -> bool:
-        return any(j.status == FAILED for j in self.jobs)
-
-    @property
-    def error(self) -> str | None:
-        return next((f"{j.job}: {j.error}" for j in self.jobs if j.status == FAILED), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "status": "failed" if self.failed else "ok",
-            "error": self.error,
-            "jobs": [asdict(j) for j in self.jobs],
-        }
-
-
-@dataclass
+@dataclass(frozen=True)
 class BackfillReport(Document):
-    jobs: list[str]
-    tables: list[TableRun]
+    jobs: tuple[str, ...]
+    tables: tuple[CycleResult, ...]
     state_file: str
     seconds: float = 0.0
+    dry_run: bool = False
 
     @property
-    def failed_tables(self) -> list[TableRun]:
-        return [t for t in self.tables if t.failed]
+    def failed_tables(self) -> list[CycleResult]:
+        return [t for t in self.tables if t.failed is not None]
 
-    def counts(self) -> dict[str, int]:
-        out = {DONE: 0, WAITING: 0, SKIPPED: 0, FAILED: 0, NOT_RUN: 0}
+    def counts(self) -> dict[JobStatus, int]:
+        out = dict.fromkeys(JobStatus, 0)
         for t in self.tables:
             for j in t.jobs:
                 out[j.status] += 1
@@ -75,69 +44,28 @@ class BackfillReport(Document):
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "jobs": self.jobs,
+            "jobs": list(self.jobs),
             "state_file": self.state_file,
+            "dry_run": self.dry_run,
             "seconds": round(self.seconds, 3),
-            "summary": {"tables": len(self.tables), "tables_failed": len(self.failed_tables), **self.counts()},
+            "summary": {"tables": len(self.tables), "tables_failed": len(self.failed_tables),
+                        **{str(k): v for k, v in self.counts().items()}},
             "failed_tables": [t.table for t in self.failed_tables],
             "tables": [t.to_dict() for t in self.tables],
         }
 
 
-#: Runs one job: ``runner(job, table, **options)`` -> its ``--json`` document (memwal.actions.run_action).
-Runner = Callable[..., dict[str, Any]]
-#: Hears ``("start"|"end", JobRun)`` as jobs start and end (the CLI's progress display).
-Progress = Callable[[str, JobRun], None]
-
-
-def summarize(job: str, doc: dict[str, Any]) -> str:
-    """One short phrase for a job's result document (the summary table's cell)."""
-    if job == "merge":
-        if doc.get("version") is None:
-            return "nothing to merge"
-        gens = sum(s["to_generation"] - s["from_generation"] + 1 for s in doc.get("shards", []))
-        return f"v{doc['version']}: {gens} generations"
-    if job == "catchup":
-        if not doc.get("indexes"):
-            return "no index to catch up"
-        state = "recorded" if doc.get("all_recorded") else "not all recorded"
-        return f"v{doc['version']}: {len(doc['indexes'])} indexes {state}" if doc.get("version") else state
-    if job == "compact":
-        if doc.get("version") is None:
-            return "nothing to compact"
-        return f"v{doc['version']}: {doc.get('fragments_before')} -> {doc.get('fragments_after')} fragments"
-    if job == "snapshot":
-        return f"v{doc['version']}" if doc.get("version") is not None else "unchanged"
-    if job == "gc":
-        return f"{len(doc.get('deleted', []))} deleted, {len(doc.get('blocked', []))} blocked"
-    return "done"
-
-
-def run_job(
-    runner: Runner, table: str, job: str, storage_options: dict[str, str], engine: str, options: dict[str, Any]
-) -> JobRun:
-    """Run one job on one table; the outcome, never an exception (one table's failure must
-    not stop the others). Failure is the action's own verdict (its ``problems``)."""
-    started = time.monotonic()
-    run = JobRun(table=table, job=job, status=DONE)
-    try:
-        doc = runner(job, table, storage_options, engine=engine, dry_run=False, **options)
-        run.result = json.loads(json.dumps(doc, default=str))
-        problems = action(job).problems(doc)  # the same verdict as the CLI's exit code
-        if problems:
-            run.status, run.error, run.exit_code = FAILED, "; ".join(problems), 1
-        else:
-            run.summary = summarize(job, doc)
-            if doc.get("time_will_free"):
-                run.status = WAITING
-                run.summary += "; more becomes free after the reader grace period: rerun later"
-    except MemWalError as exc:
-        run.status, run.error, run.exit_code = FAILED, str(exc).strip() or type(exc).__name__, exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
-        text = (str(exc).strip().splitlines() or [""])[0]
-        run.status, run.error, run.exit_code = FAILED, f"{type(exc).__name__}: {text}".rstrip(": "), 1
-    run.seconds = time.monotonic() - started
-    return run
+def validated_options(jobs: Sequence[str], given: Mapping[str, Mapping[str, Any]] | None, *, engine: str,
+                dry_run: bool) -> dict[str, JobOptions]:
+    """Each job's options, validated before anything runs (bad input: exit 2, nothing written)."""
+    out: dict[str, JobOptions] = {}
+    for job in jobs:
+        try:
+            out[job] = ACTIONS[job].options.from_kwargs(**{**(given or {}).get(job, {}), "engine": engine,
+                                                          "dry_run": dry_run})
+        except BadInputError as exc:
+            raise BadInputError(f"{job}: {exc}") from None
+    return out
 
 
 def run_backfill(
@@ -149,59 +77,45 @@ def run_backfill(
     concurrency: int = 1,
     state: BackfillState | None = None,
     restart: bool = False,
-    job_options: dict[str, dict[str, Any]] | None = None,
-    progress: Progress | None = None,
-    runner: Runner | None = None,
+    job_options: Mapping[str, Mapping[str, Any]] | None = None,
+    dry_run: bool = False,
+    progress: Notify | None = None,
 ) -> BackfillReport:
-    """Run ``jobs`` over ``tables``; see the module docstring. ``progress(event, job_run)``
-    is called with ``"start"`` and ``"end"`` from worker threads."""
-    if runner is None:
-        from memwal.actions import run_action as runner
+    """Run ``jobs`` over ``tables`` (see the module docstring). ``progress(event, outcome)`` is
+    called with ``"start"`` and ``"end"`` from worker threads."""
     if concurrency < 1:
         raise BadInputError("--concurrency must be at least 1")
-    tables = unique_tables(tables)
-    if not tables:
+    uris = unique_tables(tables)
+    if not uris:
         raise BadInputError("no table given")
-    jobs = parse_jobs(list(jobs))
+    names = parse_jobs(list(jobs))
+    options = validated_options(names, job_options, engine=engine, dry_run=dry_run)
     state = state or BackfillState(DEFAULT_STATE_FILE)
-    if restart:
-        state.forget(tables)
-    options = job_options or {}
-    notify = progress or (lambda event, run: None)
+    if restart and not dry_run:
+        state.forget(uris)
+    prints = {job: options_fingerprint(engine, dict((job_options or {}).get(job, {}))) for job in names}
     started = time.monotonic()
 
-    def one_table(table: str) -> TableRun:
-        out = TableRun(table=table)
-        stopped_by: str | None = None
-        for job in jobs:
-            if stopped_by:
-                run = JobRun(table, job, NOT_RUN, error=f"not run: {stopped_by} failed")
-                out.jobs.append(run)
-                notify("end", run)
-                continue
-            record = state.is_done(table, job)
-            fingerprint = options_fingerprint(engine, options.get(job, {}))
-            if record is not None and record.get("options", fingerprint) == fingerprint:
-                earlier = record.get("summary") or ""
-                summary = f"finished earlier ({earlier})" if earlier else "finished earlier"
-                run = JobRun(table, job, SKIPPED, summary=summary)
-                out.jobs.append(run)
-                notify("end", run)
-                continue
-            notify("start", JobRun(table, job, "running"))
-            run = run_job(runner, table, job, dict(storage_options or {}), engine, options.get(job, {}))
-            if run.status == DONE:  # WAITING is not recorded: a rerun does the rest
-                state.mark_done(
-                    table,
-                    job,
-                    {"finished_at": time.time(), "summary": run.summary, "version": (run.result or {}).get("version"),
-                     "options": fingerprint},
-                )
-            elif run.status == FAILED:
-                stopped_by = job
-            out.jobs.append(run)
-            notify("end", run)
-        return out
+    def skip(uri: str, job: str) -> str | None:
+        record = state.is_done(uri, job)
+        if record is None or record.get("options", prints[job]) != prints[job]:
+            return None
+        earlier = record.get("summary") or ""
+        return f"finished earlier ({earlier})" if earlier else "finished earlier"
 
-    results = parallel_map(one_table, tables, concurrency, name="memwal-backfill")
-    return BackfillReport(jobs=jobs, tables=results, state_file=state.path, seconds=time.monotonic() - started)
+    def record(event: str, outcome: JobOutcome) -> None:
+        if event == "end" and outcome.status is JobStatus.DONE and not dry_run:
+            state.mark_done(outcome.table, outcome.job, {"finished_at": time.time(), "summary": outcome.summary,
+                                                          "version": outcome.version, "options": prints[outcome.job]})
+        if progress is not None:
+            progress(event, outcome)
+
+    def one_table(uri: str) -> CycleResult:
+        return run_cycle_at(uri, storage_options, names, options, notify=record, skip=None if dry_run else skip)
+
+    results = parallel_map(one_table, uris, concurrency, name="memwal-backfill")
+    return BackfillReport(jobs=tuple(names), tables=tuple(results), state_file=state.path,
+                          seconds=time.monotonic() - started, dry_run=dry_run)
+
+
+__all__ = ["BackfillReport", "run_backfill", "validated_options"]

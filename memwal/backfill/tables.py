@@ -6,23 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from memwal.actions import ACTIONS as JOB_ORDER
+from memwal.core.files import decode_text, read_small_bytes
 from memwal.errors import BadInputError
-
-
-def parse_jobs(text: str | Sequence[str] | None) -> list[str]:
-    """``"merge,gc"`` -> ``["merge", "gc"]`` in canonical order; unknown names are bad input."""
-    if text is None:
-        return list(JOB_ORDER)
-    items = text.split(",") if isinstance(text, str) else list(text)
-    names = {s.strip() for s in items if s.strip()}
-    unknown = sorted(names - set(JOB_ORDER))
-    if unknown:
-        raise BadInputError(f"unknown job {', '.join(unknown)}: expected some of {','.join(JOB_ORDER)}")
-    if not names:
-        raise BadInputError("no job given")
-    return [j for j in JOB_ORDER if j in names]
-
 
 # A tables file lists table URIs; 16 MiB is some 200,000 of them. A bigger "list" is a mistake
 # (a data file, /dev/zero) and must not be read into memory whole.
@@ -41,7 +26,10 @@ def read_tables_file(path: str) -> list[str]:
     file (and the line).
     """
     where = f"--tables-file {path}"
-    text = _decode_tables_file(_read_tables_bytes(path, where), where)
+    data, _ = read_small_bytes(path, MAX_TABLES_FILE_BYTES, flag="--tables-file", what="file of table URIs")
+    if not data.strip():
+        raise BadInputError(f"{where}: the file is empty (or only whitespace)")
+    text = decode_text(data, where, "file of table URIs")
     out = []
     for number, line in enumerate(text.split("\n"), 1):
         uri = line.split("#", 1)[0].strip()
@@ -54,45 +42,6 @@ def read_tables_file(path: str) -> list[str]:
     if not out:
         raise BadInputError(f"{where}: no table URI in it (only blank lines and # comments)")
     return out
-
-
-def _read_tables_bytes(path: str, where: str) -> bytes:
-    """The file's bytes, refusing what is not a regular file before opening it (a FIFO would block)."""
-    import stat
-    import sys
-
-    if path == "-":
-        stream = getattr(sys.stdin, "buffer", None)
-        data = stream.read(MAX_TABLES_FILE_BYTES + 1) if stream else sys.stdin.read().encode()
-    else:
-        try:
-            st = os.stat(path)
-            if stat.S_ISDIR(st.st_mode):
-                raise BadInputError(f"{where}: is a directory, not a file of table URIs")
-            if not stat.S_ISREG(st.st_mode):
-                raise BadInputError(f"{where}: not a regular file")
-            with open(path, "rb") as f:
-                data = f.read(MAX_TABLES_FILE_BYTES + 1)
-        except OSError as exc:
-            raise BadInputError(f"{where}: {exc.strerror or 'cannot read'}") from None
-    if len(data) > MAX_TABLES_FILE_BYTES:
-        raise BadInputError(f"{where}: larger than {MAX_TABLES_FILE_BYTES >> 20} MiB, not a list of table URIs")
-    if not data.strip():
-        raise BadInputError(f"{where}: the file is empty (or only whitespace)")
-    return data
-
-
-def _decode_tables_file(data: bytes, where: str) -> str:
-    """UTF-8 text (a BOM is fine, Windows line ends too); binary content names its first bad line."""
-    if b"\x00" in data:
-        line = data[: data.index(b"\x00")].count(b"\n") + 1
-        raise BadInputError(f"{where} line {line}: binary content (NUL byte), not a text file of table URIs")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise BadInputError(f"{where} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
-    return text.replace("\r\n", "\n")
 
 
 def table_uri_problem(uri: str) -> str | None:

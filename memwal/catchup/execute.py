@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,9 @@ from memwal.table import Table
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
+
+#: Called right before each commit of an engine (the lease check); None: no check.
+Fence = Callable[[], None] | None
 
 log = logging.getLogger(__name__)
 
@@ -58,32 +62,44 @@ class LocalCatchupEngine:
 
     name = "local"
 
-    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan]) -> None:
+    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan], fence: Fence = None) -> list[int]:
+        """Run the work; the versions it committed (``fence`` is called right before each
+        commit: a lease check, so a job that lost its lease commits nothing more)."""
         groups = [
             ([i.index_name for i in work if i.action == OPTIMIZE], {"num_indices_to_merge": 1}),
             ([i.index_name for i in work if i.action == RETRAIN and i.is_vector], {"retrain": True}),
             ([i.index_name for i in work if i.action == RETRAIN and not i.is_vector],
              {"num_indices_to_merge": ALL_DELTAS}),
         ]
+        committed = []
         for names, options in groups:
             if names:
-                table.dataset().optimize.optimize_indices(index_names=names, **options)
+                ds = table.dataset()
+                before = ds.version
+                if fence is not None:
+                    fence()
+                ds.optimize.optimize_indices(index_names=names, **options)
+                if ds.version != before:  # the handle moved to its own commit (a no-op commits nothing)
+                    committed.append(ds.version)
+        return committed
 
 
 def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Lease | None = None) -> CatchupResult:
+    """Run the plan's work; the result names only the versions this run committed (never one
+    another holder committed meanwhile), and whether Lance recorded each index's catch-up.
+
+    The lease is checked right before each commit, after the named step (a job frozen at the
+    step and taken over meanwhile stops there, exit 3, with nothing committed)."""
     engine = engine or LocalCatchupEngine()
     work = plan.work()
     result = CatchupResult(table=table.uri, version=None, engine=engine.name)
-    before = table.dataset().version
     if work:
-        if lease:
-            lease.check()
         steps.step("catchup.before-build")
-        engine.run(table, plan, work)
+        committed = engine.run(table, plan, work, lease.check if lease else None)
+        for v in committed:
+            history.committed(v)
+        result.version = max(committed, default=None)
     after = table.manifest()
-    if work:
-        result.version = after.version
-        _record_index_commits(table, before, after.version)
     for ip in plan.indexes:
         caught = {s: after.index_catchup.get(ip.index_name, {}).get(s, 0) for s in after.compacted}
         # Read back what Lance recorded: every shard at least at the progress we planned against.
@@ -93,19 +109,6 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine=None, *, lease: Leas
             log.warning("index %s: Lance did not record catch-up to %s (recorded %s)", ip.index_name,
                         plan.compacted, caught)
     return result
-
-
-def _record_index_commits(table: Table, before: int, after: int) -> None:
-    """Name the index commits of this catch-up in the run's history: an engine commits one
-    version per group of indexes, and a merge may commit in between (it is not ours)."""
-    ds = table.dataset()
-    for v in range(before + 1, after + 1):
-        try:
-            txn = ds.read_transaction(v)
-        except (OSError, ValueError, RuntimeError, TypeError):  # pylance 14 cannot read a Rewrite's
-            continue
-        if txn is not None and type(txn.operation).__name__ == "CreateIndex":
-            history.committed(v)
 
 
 def _others_committed(table: Table, since: int) -> bool:

@@ -13,12 +13,16 @@ removes expired ones.
 
 from memwal.checkpoint.managed import ManagedCheckpoint
 from memwal.checkpoint.ops import (
+    CheckpointRecords,
+    UnreadableCheckpoint,
     checkpoint_or_error,
     create_checkpoint,
     delete_checkpoint,
     get_checkpoint,
     list_checkpoints,
     live_checkpoints,
+    missing_from_view,
+    read_checkpoints,
     read_plan,
     refresh_checkpoint,
     remove_checkpoints,
@@ -26,7 +30,8 @@ from memwal.checkpoint.ops import (
 from memwal.checkpoint.record import TAG_PREFIX, Checkpoint, lifetime
 
 __all__ = [
-    "TAG_PREFIX", "Checkpoint", "ManagedCheckpoint", "checkpoint_or_error", "create_checkpoint",
-    "delete_checkpoint", "get_checkpoint", "lifetime", "list_checkpoints", "live_checkpoints", "read_plan",
+    "TAG_PREFIX", "Checkpoint", "CheckpointRecords", "ManagedCheckpoint", "UnreadableCheckpoint",
+    "checkpoint_or_error", "create_checkpoint", "delete_checkpoint", "get_checkpoint", "lifetime",
+    "list_checkpoints", "live_checkpoints", "missing_from_view", "read_checkpoints", "read_plan",
     "refresh_checkpoint", "remove_checkpoints",
 ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from lance.mem_wal import ShardSnapshot
@@ -17,6 +19,7 @@ from lance.mem_wal import ShardSnapshot
 from memwal.checkpoint.handshake import ViewLostError, wait_for_gc
 from memwal.checkpoint.record import (
     CHECKPOINT_PREFIX,
+    RECORD_MAX_BYTES,
     Checkpoint,
     PinnedShard,
     checkpoint_id,
@@ -45,33 +48,66 @@ CREATE_ATTEMPTS = 5
 GC_WAIT_SECONDS = 600.0
 
 
-def list_checkpoints(table: Table) -> list[Checkpoint]:
-    """Every checkpoint record of the table (live and expired), oldest first."""
-    out = []
+@dataclass(frozen=True)
+class UnreadableCheckpoint:
+    """A file among the checkpoint records that is no checkpoint: what it is, and why."""
+
+    uri: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckpointRecords:
+    """The table's checkpoint records as read: the valid ones, oldest first, and the others."""
+
+    checkpoints: list[Checkpoint]
+    unreadable: list[UnreadableCheckpoint]
+
+
+def read_checkpoints(table: Table, now: float | None = None) -> CheckpointRecords:
+    """Every checkpoint record of the table (live and expired), each read size-capped and
+    checked: one that is corrupt, too large, or not named by its own id is skipped with a
+    warning and listed in ``unreadable``, never fatal (storage is untrusted input; a GC or a
+    status must go on). Skipping one cannot free what a real checkpoint pins: ours are written
+    whole (``put_if_absent``) by :func:`create_checkpoint`, and only ever read back valid."""
+    now = clocks.current()() if now is None else now
+    out, bad = [], []
     for obj in table.store.list(CHECKPOINT_PREFIX, recursive=False):
         name = obj.key.rsplit("/", 1)[-1]
         if not name.endswith(".json"):
             continue
+        uri = table.store.uri_for(obj.key)
         try:
-            out.append(Checkpoint.loads(table.store.get(obj.key), where=table.store.uri_for(obj.key)))
+            out.append(Checkpoint.loads(table.store.get(obj.key, max_bytes=RECORD_MAX_BYTES), where=uri,
+                                        cid=name.removesuffix(".json"), now=now))
         except NotFoundError:
             continue  # deleted since the listing
-    return sorted(out, key=lambda c: (c.created_at, c.id))
+        except BadInputError as exc:
+            log.warning("skipping %s", exc)
+            bad.append(UnreadableCheckpoint(uri, str(exc)))
+    return CheckpointRecords(sorted(out, key=lambda c: (c.created_at, c.id)), bad)
+
+
+def list_checkpoints(table: Table, now: float | None = None) -> list[Checkpoint]:
+    """Every readable checkpoint of the table (live and expired), oldest first."""
+    return read_checkpoints(table, now).checkpoints
 
 
 def live_checkpoints(table: Table, now: float | None = None) -> list[Checkpoint]:
     now = clocks.current()() if now is None else now
-    return [c for c in list_checkpoints(table) if c.live(now)]
+    return [c for c in list_checkpoints(table, now) if c.live(now)]
 
 
 def get_checkpoint(table: Table, cid: str) -> Checkpoint:
-    """One checkpoint by id; an unknown id is bad input naming it (exit 2)."""
+    """One checkpoint by id; an unknown id, or a record that is not a checkpoint, is bad input
+    naming it (exit 2)."""
     cid = checkpoint_id(cid)
     key = record_key(cid)
     try:
-        return Checkpoint.loads(table.store.get(key), where=table.store.uri_for(key))
+        data = table.store.get(key, max_bytes=RECORD_MAX_BYTES)
     except NotFoundError:
         raise BadInputError(f"{table.uri}: no checkpoint {cid} (see memwal checkpoint list)") from None
+    return Checkpoint.loads(data, where=table.store.uri_for(key), cid=cid, now=clocks.current()())
 
 
 def _view(table: Table) -> tuple[int, dict[str, PinnedShard]]:
@@ -93,7 +129,7 @@ def _view(table: Table) -> tuple[int, dict[str, PinnedShard]]:
     return manifest.version, shards
 
 
-def _missing(table: Table, ckpt: Checkpoint) -> str | None:
+def missing_from_view(table: Table, ckpt: Checkpoint) -> str | None:
     """What of a checkpoint's view is gone (None when all of it is there)."""
     if ckpt.version not in list_versions(table.store):
         return f"base version {ckpt.version}"
@@ -123,14 +159,15 @@ def create_checkpoint(table: Table, *, lifetime_seconds: float, name: str | None
                 raise ViewLostError(f"base version {version} went before it was tagged: {exc}") from exc
             steps.step("checkpoint.before-marker-read")
             wait_for_gc(table.store, timeout_seconds=GC_WAIT_SECONDS)
-            gone = _missing(table, ckpt)
+            gone = missing_from_view(table, ckpt)
             if gone is not None:
                 raise ViewLostError(f"{gone} was collected while the checkpoint was taken")
         except BaseException:
-            _remove(table, ckpt)
+            _remove(table, ckpt.id)
             raise
         log.info("checkpoint %s of %s: version %d, %d generations pinned until %s", cid, table.uri, version,
-                 sum(len(s.generations) for s in shards.values()), ckpt.expires_at)
+                 sum(len(s.generations) for s in shards.values()),
+                 datetime.fromtimestamp(ckpt.expires_at, UTC).isoformat(timespec="seconds"))
         return ckpt
 
     return after_conflict(attempt, what=f"{table.uri}: checkpoint", attempts=CREATE_ATTEMPTS)
@@ -147,11 +184,11 @@ def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float) -> Ch
 
     def attempt(_n: int) -> Checkpoint:
         try:
-            data, etag = table.store.get_with_etag(key)
+            data, etag = table.store.get_with_etag(key, max_bytes=RECORD_MAX_BYTES)
         except NotFoundError:
             raise BadInputError(f"{table.uri}: no checkpoint {cid} (see memwal checkpoint list)") from None
-        ckpt = Checkpoint.loads(data, where=table.store.uri_for(key))
         now = clocks.current()()
+        ckpt = Checkpoint.loads(data, where=table.store.uri_for(key), cid=cid, now=now)
         if not ckpt.live(now):
             raise BadInputError(f"{table.uri}: checkpoint {cid} expired at {ckpt.expires_at:.0f} and may have lost "
                                 "what it pinned: create a new one")
@@ -163,29 +200,41 @@ def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float) -> Ch
                           base_seconds=0.01, max_seconds=0.2)
 
 
-def delete_checkpoint(table: Table, cid: str) -> Checkpoint:
-    """Release a checkpoint: its tag, then its record (an unknown id is bad input)."""
-    ckpt = get_checkpoint(table, cid)
-    _remove(table, ckpt)
-    log.info("deleted checkpoint %s of %s", ckpt.id, table.uri)
+def delete_checkpoint(table: Table, cid: str) -> Checkpoint | None:
+    """Release a checkpoint: its tag, then its record (an unknown id is bad input). A record
+    that is not a valid checkpoint (corrupt, or not named by its own id) is removed too, by
+    its file's id: that is how an operator clears one. Returns the checkpoint, None for such
+    a record."""
+    cid = checkpoint_id(cid)
+    try:
+        ckpt: Checkpoint | None = get_checkpoint(table, cid)
+    except BadInputError as exc:
+        if not table.store.exists(record_key(cid)):
+            raise
+        log.warning("removing a checkpoint record that is no checkpoint: %s", exc)
+        ckpt = None
+    _remove(table, cid)
+    log.info("deleted checkpoint %s of %s", cid, table.uri)
     return ckpt
 
 
-def _remove(table: Table, ckpt: Checkpoint) -> None:
+def _remove(table: Table, cid: str) -> None:
     """Tag first, record last: a record without its tag still pins its generations, while a
-    tag without a record would keep a version nobody knows about."""
+    tag without a record would keep a version nobody knows about. The tag is always the one
+    named by the id (never one a record names: a record from storage could name a user's tag)."""
+    tag = tag_name(cid)
     try:
-        table.dataset().tags.delete(ckpt.tag)
+        table.dataset().tags.delete(tag)
     except ValueError as exc:
         if "not found" not in str(exc).lower() and "does not exist" not in str(exc).lower():
-            raise MemWalError(f"{table.uri}: cannot delete tag {ckpt.tag}: {exc}") from exc
-    table.store.delete_many([record_key(ckpt.id)])
+            raise MemWalError(f"{table.uri}: cannot delete tag {tag}: {exc}") from exc
+    table.store.delete_many([record_key(cid)])
 
 
 def remove_checkpoints(table: Table, ckpts: list[Checkpoint]) -> list[str]:
     """Remove checkpoints (GC removes the expired ones); returns their ids."""
     for ckpt in ckpts:
-        _remove(table, ckpt)
+        _remove(table, ckpt.id)
     return [c.id for c in ckpts]
 
 
@@ -210,15 +259,20 @@ def read_plan(table: Table, ckpt: Checkpoint) -> ReadPlan:
 
 
 def checkpoint_or_error(table: Table, cid: str, now: float | None = None) -> Checkpoint:
-    """A live checkpoint to read at (an expired one is bad input: its data may be gone)."""
+    """A live checkpoint to read at (an expired one is bad input: its data may be gone; so is
+    one whose base version is gone, which only a cleanup outside memwal-jobs can do)."""
     ckpt = get_checkpoint(table, cid)
     now = clocks.current()() if now is None else now
     if not ckpt.live(now):
         raise BadInputError(f"{table.uri}: checkpoint {ckpt.id} expired; its view may be gone")
+    if ckpt.version not in list_versions(table.store):
+        raise BadInputError(f"{table.uri}: checkpoint {ckpt.id} pins version {ckpt.version}, which is gone (expired "
+                            "by a cleanup that did not honour it): its view cannot be read; delete it")
     return ckpt
 
 
 __all__ = [
-    "checkpoint_or_error", "create_checkpoint", "delete_checkpoint", "get_checkpoint",
-    "list_checkpoints", "live_checkpoints", "read_plan", "refresh_checkpoint", "remove_checkpoints",
+    "CheckpointRecords", "UnreadableCheckpoint", "checkpoint_or_error", "create_checkpoint", "delete_checkpoint",
+    "get_checkpoint", "list_checkpoints", "live_checkpoints", "missing_from_view", "read_checkpoints", "read_plan",
+    "refresh_checkpoint", "remove_checkpoints",
 ]

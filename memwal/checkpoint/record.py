@@ -29,6 +29,10 @@ TAG_PREFIX = "memwal-checkpoint-"
 MAX_LIFETIME_SECONDS = 365 * 24 * 3600.0
 #: Longest checkpoint name.
 MAX_NAME = 200
+#: Largest checkpoint record read (a record lists every pinned generation: ~60 bytes each).
+RECORD_MAX_BYTES = 64 * 1024 * 1024
+#: A checkpoint pinned for longer than this from now is shown as a long pin (status, verify).
+LONG_PIN_SECONDS = 7 * 24 * 3600.0
 
 _ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -97,6 +101,9 @@ class Checkpoint(Document):
     expires_at: float
     shards: dict[str, PinnedShard]
     tag: str = ""
+    #: The expiry the record stated, when it was beyond what any checkpoint may hold (now +
+    #: :data:`MAX_LIFETIME_SECONDS`) and :attr:`expires_at` was capped to that on read.
+    claimed_expiry: float | None = None
 
     def live(self, now: float) -> bool:
         return self.expires_at > now
@@ -109,25 +116,40 @@ class Checkpoint(Document):
         """The CLI's document: ``shards`` as ``{shard_id: [generations]}``."""
         return {"id": self.id, "name": self.name, "version": self.version, "created_at": self.created_at,
                 "expires_at": self.expires_at, "tag": self.tag,
-                "shards": {s: p.numbers for s, p in sorted(self.shards.items())}}
+                "shards": {s: p.numbers for s, p in sorted(self.shards.items())},
+                **({"claimed_expiry": self.claimed_expiry} if self.claimed_expiry is not None else {})}
+
+    def long_pin(self, now: float) -> bool:
+        """Whether it pins storage for longer than :data:`LONG_PIN_SECONDS` from ``now``."""
+        return self.expires_at - now > LONG_PIN_SECONDS
 
     def dumps(self) -> bytes:
         doc = {**asdict(self), "format": 1}
+        doc.pop("claimed_expiry")
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
-    def loads(cls, data: bytes, *, where: str) -> Checkpoint:
-        """Parse a record; a corrupt one is bad input naming it (never guessed at)."""
+    def loads(cls, data: bytes, *, where: str, cid: str, now: float) -> Checkpoint:
+        """Parse the record stored as checkpoint ``cid``; a corrupt one is bad input naming it
+        (never guessed at), and so is one whose id is not its file's.
+
+        The record comes from whoever can write the table's storage: an expiry beyond now plus
+        the longest lifetime :func:`lifetime` allows is capped to that (and remembered in
+        :attr:`claimed_expiry`), so a planted record cannot pin storage for a century."""
         try:
             obj = json.loads(data)
             shards = {str(s): PinnedShard(int(p["current_generation"]), int(p["spec_id"]),
                                           [[int(g), str(path)] for g, path in p["generations"]])
                       for s, p in obj["shards"].items()}
-            ckpt = cls(id=checkpoint_id(obj["id"]), name=obj.get("name"), version=int(obj["version"]),
-                       created_at=float(obj["created_at"]), expires_at=float(obj["expires_at"]), shards=shards,
-                       tag=str(obj.get("tag") or tag_name(obj["id"])))
+            ckpt = cls(id=checkpoint_id(obj["id"]), name=checkpoint_name(obj.get("name")),
+                       version=int(obj["version"]), created_at=float(obj["created_at"]),
+                       expires_at=float(obj["expires_at"]), shards=shards, tag=tag_name(obj["id"]))
         except (ValueError, TypeError, KeyError, AttributeError, BadInputError) as exc:
             raise BadInputError(f"corrupt checkpoint record {where}: {exc}") from exc
-        if not (math.isfinite(ckpt.created_at) and math.isfinite(ckpt.expires_at)):
+        if ckpt.id != cid:
+            raise BadInputError(f"corrupt checkpoint record {where}: its id {ckpt.id} is not its file's")
+        if not (math.isfinite(ckpt.created_at) and math.isfinite(ckpt.expires_at)) or ckpt.version < 0:
             raise BadInputError(f"corrupt checkpoint record {where}: timestamps are not finite")
+        if ckpt.expires_at > now + MAX_LIFETIME_SECONDS:
+            ckpt.claimed_expiry, ckpt.expires_at = ckpt.expires_at, now + MAX_LIFETIME_SECONDS
         return ckpt

@@ -25,7 +25,9 @@ from memwal.cli.commands.common import (
     parse_storage_options,
     write_failure,
 )
+from memwal.core.process import configure_process
 from memwal.core.secrets import with_options_file
+from memwal.core.text import one_line
 from memwal.errors import MemWalError, first_line
 from memwal.store.options import check_storage_options
 
@@ -54,10 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class SafeFormatter(logging.Formatter):
+    """Log lines whose message is one line of visible characters: a value from storage in a
+    message (a record's job, a checkpoint's name) can neither drive the terminal nor forge a
+    line of its own. A traceback (``--debug``) follows as it is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
 def configure_logging(debug: bool) -> None:
     """Our logs go to stderr whatever the host process configured for the root logger."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("memwal",):  # memwal.spark and memwal.airflow log below it
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]
@@ -65,27 +77,8 @@ def configure_logging(debug: bool) -> None:
         logger.propagate = False
 
 
-#: The environment variable Arrow reads, once, when pyarrow is imported.
-ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
-
-
-def configure_allocator() -> None:
-    """Arrow's buffers from the C library's allocator, unless the user chose one.
-
-    pyarrow 26 defaults to mimalloc. Measured on ``memwal merge`` (1M-row base, 200,000
-    change rows, 2 cores, ten runs of each allocator interleaved): the system allocator's
-    median was 0.29 s against 0.34 s, and 0.35 s against 0.37 s with a merge operator; its
-    slowest run 0.34 s against 0.41 s and 0.38 s against 0.46 s (issue 23). Peak memory
-    stayed within 3% (the growth series at 1M and 16M rows). Arrow reads the choice when
-    pyarrow is first imported, so it is made before any command imports it; a process that
-    imported pyarrow first (a host embedding the CLI) keeps its pool.
-    """
-    if "pyarrow" not in sys.modules:
-        os.environ.setdefault(ARROW_POOL_VARIABLE, "system")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    configure_allocator()
+    configure_process()
     args = build_parser().parse_args(argv)
     configure_logging(args.debug)
     from memwal.observe.otel import configure_from_env
@@ -103,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemWalError as exc:
         if args.debug:
             log.exception("failed")
-        print(f"memwal: error: {exc}", file=sys.stderr)
+        print(f"memwal: error: {one_line(str(exc))}", file=sys.stderr)
         write_failure(result_file, str(exc), exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -121,6 +114,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = getattr(args, "table", None) or getattr(args, "dir", None)
         where = f"{target}: " if isinstance(target, str) and target not in str(exc) else ""
         line = f"{where}{first_line(exc, target if isinstance(target, str) else None)}"
-        print(f"memwal: error: {line} (rerun with --debug for the traceback)", file=sys.stderr)
+        print(f"memwal: error: {one_line(line)} (rerun with --debug for the traceback)", file=sys.stderr)
         write_failure(result_file, line, EXIT_FAILED)
         return EXIT_FAILED

@@ -12,15 +12,18 @@ mask the value of every key that looks like a credential.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from memwal.core.files import read_small_bytes
 from memwal.errors import BadInputError
+
+log = logging.getLogger(__name__)
 
 # Substrings of storage-option keys whose values are credentials (Lance / object_store key
 # names): aws_secret_access_key, aws_session_token, azure_storage_account_key, sas_key,
@@ -114,17 +117,10 @@ def read_storage_options_file(path: str) -> dict[str, str]:
     Values are never quoted back (they are credentials); keys are, so a typo can be found.
     """
     where = f"--storage-options-file {path}"
-    try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise BadInputError(f"{where}: not a regular file")
-            data = f.read(MAX_OPTIONS_FILE_BYTES + 1)
-    except IsADirectoryError:
-        raise BadInputError(f"{where}: is a directory") from None
-    except OSError as exc:
-        raise BadInputError(f"{where}: {exc.strerror or 'cannot read'}") from None
-    if len(data) > MAX_OPTIONS_FILE_BYTES:
-        raise BadInputError(f"{where}: larger than {MAX_OPTIONS_FILE_BYTES} bytes")
+    data, mode = read_small_bytes(path, MAX_OPTIONS_FILE_BYTES, flag="--storage-options-file",
+                                  what="JSON object of storage options")
+    if mode & 0o077:
+        log.warning("%s: readable by others (mode %04o): it holds credentials, keep it mode 0600", where, mode)
     try:
         doc = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError:

@@ -16,8 +16,11 @@ A generation g of shard s is deleted only when all of these hold (invariant 4, d
     it is reported in ``kept_wal_entries`` (``wal-needed-for-replay``) while its generation
     goes, and so is a fence sentinel (``fence-sentinel``: deleting it would free a position
     a fenced-out writer could claim);
-(f) ``checkpoint:<id>``: no live reader checkpoint lists g (memwal.checkpoint); its base
-    version is tagged, so Lance's cleanup keeps it and gate (c) holds what merged after it.
+(f) ``checkpoint:<id>``: no live reader checkpoint lists g (memwal.checkpoint); its record
+    pins its base version by itself (the run expires exactly the plan's versions, never one a
+    live record names, never by a clock difference; the Lance tag is a convenience), so gate
+    (c) holds what merged after it. A checkpoint whose version is gone anyway is named in a
+    warning and GC goes on.
     Expired checkpoints are removed by the run (tag, then record). Before it deletes, a run
     writes the GC marker and reads the checkpoints again (memwal.checkpoint.handshake), so a
     checkpoint created meanwhile is either seen and kept, or sees the run and checks its view;

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from memwal.checkpoint import Checkpoint, list_checkpoints, live_checkpoints, remove_checkpoints
@@ -126,32 +125,29 @@ def execute_gc(table: Table, plan: GcPlan, engine=None, *, lease: Lease | None =
     return result
 
 
-def expire_versions(table: Table, expire_before: float, *, keep: list[Checkpoint] = ()) -> dict:
-    """Lance's own cleanup of the versions committed before ``expire_before`` (the plan's
-    cut-off, a wall-clock timestamp: Lance keeps tagged versions and the latest).
+def expire_versions(table: Table, plan: GcPlan, *, keep: list[Checkpoint] = ()) -> dict:
+    """Lance's own cleanup of exactly the plan's versions (``plan.expiring``), less every
+    version a live checkpoint's record names (read again after the GC marker: its tag may be
+    missing, the record pins by itself). Lance also keeps tagged versions and the latest.
 
-    A live checkpoint's version carries its tag, except for the moment between the record's
-    creation and the tag's: such a version is kept by expiring less (the cut-off moved
-    before it), never by trusting that the tag will arrive in time. The published file
-    snapshot is kept (hazard H3): a copy under the live MemWAL entry's own path, which the
-    cleanup keeps, before and after it (memwal.snapshot.locate).
+    The published file snapshot is kept (hazard H3): a copy under the live MemWAL entry's own
+    path, which the cleanup keeps, before and after it (memwal.snapshot.locate).
     """
     from memwal.snapshot.locate import hold_snapshot_file, keep_snapshot_file
 
-    tagged = {t["version"] for t in table.dataset().tags.list().values()}
-    pinned = [table.manifest(c.version).timestamp for c in keep if c.version not in tagged]
-    expire_before = min([expire_before, *pinned])
-    older_than_seconds = max(0.0, time.time() - expire_before)
+    pinned = {c.version for c in keep}
+    doomed = [v for v in plan.expiring if v not in pinned]
     held = hold_snapshot_file(table)
     kept = [keep_snapshot_file(table, held)] if held else []
-    # A fresh handle: Lance's cleanup keeps the version its handle was opened at as the latest.
-    stats = table.dataset().cleanup_old_versions(
-        older_than=timedelta(seconds=older_than_seconds), error_if_tagged_old_versions=False
-    )
+    removed, freed = 0, 0
+    if doomed:
+        # A fresh handle: Lance's cleanup keeps the version its handle was opened at as the latest.
+        stats = table.dataset().cleanup_old_versions(versions=doomed, error_if_tagged_old_versions=False)
+        removed, freed = stats.old_versions, stats.bytes_removed
     if held:
         kept.append(keep_snapshot_file(table, held))
-    return {"expire_before": expire_before, "bytes_removed": stats.bytes_removed,
-            "old_versions": stats.old_versions, "snapshot_file_kept": [k for k in kept if k]}
+    return {"expire_before": plan.expire_before, "bytes_removed": freed,
+            "old_versions": removed, "snapshot_file_kept": [k for k in kept if k]}
 
 
 def write_audit(table: Table, result: GcResult) -> str:
@@ -287,7 +283,7 @@ def run_gc(
         if plan.expire_before is not None:
             if lease:
                 lease.check()
-            expired = expire_versions(table, plan.expire_before, keep=live)
+            expired = expire_versions(table, plan, keep=live)
             expired["planned"] = plan.expiring
             left = retained_versions(table)
         plan = recheck_gc_plan(table, plan, live, left)

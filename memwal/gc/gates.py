@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from memwal.checkpoint import TAG_PREFIX, Checkpoint
 from memwal.gc.versions import ShardProgress
 from memwal.table.retained import RetainedVersion
+from memwal.table.shards import GAP, MISSING, UNREADABLE
 
 if TYPE_CHECKING:
     pass
@@ -32,6 +33,18 @@ FENCE_SENTINEL = "fence-sentinel"
 
 
 GRACE_PERIOD = "grace-period"
+
+
+#: Gates named by a code alone, and gates named by a code and what they name (``checkpoint:<id>``,
+#: ``retained-version:<version (tag ...)>``): what a blocked item's ``reasons`` hold before
+#: its details (a broken shard's message, a link's path, an orphan's name).
+GATE_CODES = frozenset({"not-merged", GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING})
+GATE_PREFIXES = ("index-not-caught-up:", "checkpoint:", "retained-version:", "orphan-", "changed-since-plan:")
+
+
+def is_gate(reason: str) -> bool:
+    """Whether a ``reasons`` entry names a gate (else it is a detail of one)."""
+    return reason in GATE_CODES or reason.startswith(GATE_PREFIXES)
 
 
 @dataclass

@@ -7,7 +7,6 @@ The gates themselves are in :mod:`memwal.gc.gates`.
 from __future__ import annotations
 
 import logging
-import time
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -83,8 +82,9 @@ def plan_gc(
     live = tuple(c for c in ckpts if c.live(now))
     plan = GcPlan(table=table.uri, read_version=latest.version, planned_at=now, grace_seconds=grace_seconds,
                   retained_versions=len(versions), older_than_seconds=expire_versions_seconds, versions=versions)
+    _warn_lost_views(table, versions, live)
     if expire_versions_seconds is not None:
-        plan.expire_before, gone = expiring_versions(versions, latest.version, expire_versions_seconds, live)
+        plan.expire_before, gone = expiring_versions(versions, latest.version, expire_versions_seconds, live, now)
         plan.expiring = sorted(v.version for v in gone)
         versions = [v for v in versions if v not in gone]
     plan.checkpoints = [{"id": c.id, "name": c.name, "version": c.version, "expires_at": c.expires_at}
@@ -139,24 +139,34 @@ def plan_gc(
 
 
 def expiring_versions(versions: list[RetainedVersion], latest: int, older_than_seconds: float,
-                      checkpoints: tuple[Checkpoint, ...] = ()) -> tuple[float, list[RetainedVersion]]:
-    """The cut-off and the versions Lance's ``cleanup_old_versions`` will remove.
+                      checkpoints: tuple[Checkpoint, ...] = (), now: float | None = None,
+                      ) -> tuple[float, list[RetainedVersion]]:
+    """The cut-off and exactly the versions the run hands Lance's cleanup to remove.
 
-    Lance removes main-line versions committed before ``now - older_than`` except the latest
-    and tagged ones; it compares with the wall clock, so the cut-off is a timestamp of the
-    wall clock and the run passes Lance exactly that moment. A version a branch starts from
-    is assumed kept (if Lance removes it, the run only finds fewer holders than planned), and
-    a live checkpoint's version is kept even before its tag exists (the cut-off moves before
-    it). The run re-checks the gates against the versions left after the cleanup.
+    Main-line versions committed before ``now - older_than``, except the latest, tagged ones,
+    ones a branch starts from, and every version a live checkpoint's record names: the record
+    pins its version by itself, its Lance tag is a convenience that a kill between record and
+    tag, or a deleted tag, leaves missing (invariant 10). The run passes Lance these numbers
+    (``cleanup_old_versions(versions=...)``), never a clock difference, and re-checks the gates
+    against the versions left after the cleanup.
     """
-    cutoff = time.time() - older_than_seconds
-    pinned = [v.timestamp for v in versions if v.branch is None
-              and any(c.version == v.version for c in checkpoints) and not v.tags]
-    if pinned:
-        cutoff = min(cutoff, min(pinned))
+    now = clocks.current()() if now is None else now
+    cutoff = now - older_than_seconds
+    pinned = {c.version for c in checkpoints}
     gone = [v for v in versions if v.branch is None and v.version != latest and not v.tags
-            and not v.child_branches and v.timestamp < cutoff]
+            and not v.child_branches and v.version not in pinned and v.timestamp < cutoff]
     return cutoff, gone
+
+
+def _warn_lost_views(table: Table, versions: list[RetainedVersion], live: tuple[Checkpoint, ...]) -> None:
+    """Say which live checkpoint lost its base version (expired by hand, or before this
+    fix without its tag): its view cannot be read any more. GC goes on, and still keeps the
+    generations the record lists (gate f is as strict as ever)."""
+    main = {v.version for v in versions if v.branch is None}
+    for c in live:
+        if c.version not in main:
+            log.warning("%s: checkpoint %s pins table version %d, which is gone: its view can no longer be "
+                        "read (delete it with memwal checkpoint delete); gc goes on", table.uri, c.id, c.version)
 
 
 def _plan_broken_shard(store: Store, err: ShardManifestError, plan: GcPlan) -> None:

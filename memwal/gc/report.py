@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
-from memwal.gc.gates import GRACE_PERIOD, WAL_NEEDED_FOR_REPLAY
+from memwal.gc.gates import GRACE_PERIOD, WAL_NEEDED_FOR_REPLAY, is_gate
 
 if TYPE_CHECKING:
     pass
@@ -24,7 +24,7 @@ def render_gc(doc: dict) -> str:
         by_shard[d["shard_id"]].append(d["generation"])
     for shard_id, gens in sorted(by_shard.items()):
         lines.append(f"  {verb} shard {shard_id} generations {_ranges(gens)}")
-    gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if " " not in r and "/" not in r)
+    gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if is_gate(r)) or b["reason"]
                     for b in doc["blocked"])
     for reasons, n in sorted(gates.items()):
         lines.append(f"  blocked: {n} x {reasons}")

@@ -29,8 +29,10 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from memwal.errors import MemWalError, NotFoundError
+from memwal.core import clock as clocks
+from memwal.errors import MemWalError, NotFoundError, TooLargeError
 from memwal.history.record import RunRecord
+from memwal.history.schema import BadRecord
 from memwal.store import Store
 from memwal.table.naming import JOBS_DIR
 
@@ -43,6 +45,15 @@ _KEY_RE = re.compile(r"^(\d{14})-([a-z_.-]+)-([0-9a-f]{1,64})\.json$")
 #: A record longer than this keeps its per-shard parts in its detail object.
 DETAIL_BYTES = 16 * 1024
 _DETAIL_SUFFIX = ".detail.json"
+#: Largest record and detail object read (storage is untrusted: a larger one is skipped with a
+#: warning, never loaded). A summary is at most a few KB; a detail is ~150 bytes a shard.
+RECORD_MAX_BYTES = 1024 * 1024
+DETAIL_MAX_BYTES = 32 * 1024 * 1024
+#: A record dated more than this ahead of now is an anomaly (a writer's clock far off, or a
+#: record planted to stay on top): views skip it and GC prunes it.
+FUTURE_SKEW_SECONDS = 24 * 3600.0
+#: Unreadable records a reader skips before it stops looking further back.
+MAX_SKIPPED = 1000
 
 
 #: Largest month a folder name can hold (``year * 12 + month - 1``).
@@ -123,10 +134,19 @@ def finish(store: Store, record: RunRecord, etag: str | None) -> None:
 
 
 def read_runs(store: Store, *, job: str | None = None, since: float | None = None,
-              limit: int | None = None, detail: bool = True) -> Iterator[RunRecord]:
+              limit: int | None = None, detail: bool = True, now: float | None = None,
+              skipped: list[str] | None = None) -> Iterator[RunRecord]:
     """Runs newest first, optionally of one job and started at or after ``since``; with
-    ``detail=False``, a record kept as a summary is given as it is (no per-shard parts)."""
-    found = 0
+    ``detail=False``, a record kept as a summary is given as it is (no per-shard parts).
+
+    Every record is size-capped and checked against the model (:mod:`memwal.history.schema`)
+    as it is read; one that does not match, is larger than :data:`RECORD_MAX_BYTES`, names
+    another job than its key, or is dated more than :data:`FUTURE_SKEW_SECONDS` ahead of
+    ``now`` is skipped with a warning (and its reason appended to ``skipped``). After
+    :data:`MAX_SKIPPED` of them the reader stops: planted records cannot make it read forever.
+    """
+    found = bad = 0
+    future = (clocks.current()() if now is None else now) + FUTURE_SKEW_SECONDS
     for key in _keys(store):  # names only, newest first: the newest months are listed, not the year
         parsed = _parse(key)
         if parsed is None:
@@ -137,25 +157,38 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
         if job is not None and kind != job:
             continue
         try:
-            record = RunRecord.loads(store.get(key))
+            if started > future:
+                raise BadRecord(f"dated {started - future + FUTURE_SKEW_SECONDS:,.0f} s in the future (an anomaly; "
+                                "GC prunes it)")
+            record = RunRecord.loads(store.get(key, max_bytes=RECORD_MAX_BYTES))
+            if record.job != kind:
+                raise BadRecord(f"job {record.job!r} differs from its key's {kind!r}")
             if detail and record.detail:
                 record = _with_detail(store, key, record)
-            yield record
         except NotFoundError:
             continue  # pruned since the listing
-        except (ValueError, TypeError) as exc:
-            log.warning("skipping unreadable history record %s: %s", store.uri_for(key), exc)
+        except (ValueError, TypeError, TooLargeError) as exc:
+            bad += 1
+            reason = str(exc) if isinstance(exc, TooLargeError) else f"{store.uri_for(key)}: {exc}"  # it names it
+            log.warning("skipping history record %s", reason)
+            if skipped is not None:
+                skipped.append(reason)
+            if bad >= MAX_SKIPPED:
+                log.warning("stopped reading the history of %s after %d unreadable records", store.root, bad)
+                return
             continue
+        yield record
         found += 1
         if limit is not None and found >= limit:
             return
 
 
 def _with_detail(store: Store, key: str, record: RunRecord) -> RunRecord:
-    """The summary ``record`` made whole from its detail object (as it is if that is gone or unreadable)."""
+    """The summary ``record`` made whole from its detail object (as it is if that is gone,
+    too large or does not match the model)."""
     try:
-        return record.with_detail(store.get(detail_key(key)))
-    except (NotFoundError, ValueError, TypeError, AttributeError) as exc:
+        return record.with_detail(store.get(detail_key(key), max_bytes=DETAIL_MAX_BYTES))
+    except (NotFoundError, ValueError, TypeError, TooLargeError) as exc:
         log.warning("history record %s without its detail: %s", store.uri_for(key), exc)
         return record
 
@@ -166,27 +199,35 @@ def with_details(keys: list[str]) -> list[str]:
     return [k for key in keys for k in (key, detail_key(key))]
 
 
-def expired_history(store: Store, older_than: float, *, keep_run: str | None = None) -> list[str]:
+def expired_history(store: Store, older_than: float, *, keep_run: str | None = None,
+                    now: float | None = None) -> list[str]:
     """Keys of the records of runs started before ``older_than`` (GC plans to delete them),
-    never the record of run ``keep_run`` (a GC planning again under its own record).
+    and of records dated more than :data:`FUTURE_SKEW_SECONDS` after ``now`` (anomalies that
+    would otherwise stay on top for ever), never the record of run ``keep_run`` (a GC
+    planning again under its own record).
 
-    A month folder that began at or after ``older_than`` holds no such record and is not
-    listed; in the others (and among the records from before the folders) the keys before the
-    first one that may be older than ``older_than`` (its millisecond rounded so that no
-    expired key falls before it) are not parsed, nor is any detail object.
+    A month folder that began at or after ``older_than`` holds no expired record and is not
+    listed (unless it lies in the anomalous future); in the others (and among the records
+    from before the folders) the keys before the first one that may be older than
+    ``older_than`` (its millisecond rounded so that no expired key falls before it) are not
+    parsed, nor is any detail object, except the anomalies at the head of the order.
     """
-    months = [m for m in _months(store) if _month_start(m) < older_than]
+    future = (clocks.current()() if now is None else now) + FUTURE_SKEW_SECONDS
+    future_folder = _month_folder(int(future * 1000))
+    months = [m for m in _months(store) if _month_start(m) < older_than or m <= future_folder]
     keys = list(_keys(store, months))
-    first = bisect.bisect_left([_name(k) for k in keys], f"{_MAX_MS - math.ceil(older_than * 1000):014d}")
+    names = [_name(k) for k in keys]
+    first = bisect.bisect_left(names, f"{_MAX_MS - math.ceil(older_than * 1000):014d}")
+    ahead = bisect.bisect_left(names, f"{_MAX_MS - math.floor(future * 1000):014d}", hi=first)
     out = []
-    for key in keys[first:]:
+    for key in keys[:ahead] + keys[first:]:
         if key.endswith(_DETAIL_SUFFIX):
             continue
         parsed = _parse(key)
-        if parsed is not None and parsed[0] < older_than and parsed[2] != keep_run:
+        if parsed is not None and (parsed[0] < older_than or parsed[0] > future) and parsed[2] != keep_run:
             out.append(key)
     return out
 
 
-__all__ = ["HISTORY_PREFIX", "begin", "detail_key", "expired_history", "finish", "read_runs", "record_key",
-           "with_details"]
+__all__ = ["FUTURE_SKEW_SECONDS", "HISTORY_PREFIX", "RECORD_MAX_BYTES", "begin", "detail_key", "expired_history",
+           "finish", "read_runs", "record_key", "with_details"]

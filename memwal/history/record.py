@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.history.schema import checked, checked_detail
 
 #: Outcomes of a run. ``running`` is what a record says until its run ends (a run whose
 #: process died stays ``running``; ``memwal history`` shows it as ``abandoned`` once no live
@@ -54,8 +55,9 @@ class RunRecord(Document):
 
     @classmethod
     def loads(cls, data: bytes) -> RunRecord:
-        obj = json.loads(data)
-        return cls(**{k: obj.get(k) for k in cls.__dataclass_fields__ if k in obj})
+        """A stored record, every field checked against the model (:mod:`memwal.history.schema`):
+        ValueError naming the field for one that does not match (the reader skips it)."""
+        return cls(**checked(json.loads(data), OUTCOMES))
 
     def summary(self) -> RunRecord:
         """This record without its per-shard parts: the merge's shard list and the lag by
@@ -73,9 +75,8 @@ class RunRecord(Document):
 
     def with_detail(self, data: bytes) -> RunRecord:
         """A summary record made whole again from its detail object (:meth:`detail_dumps`)."""
-        detail = json.loads(data)
         whole = RunRecord(**self.to_dict())
-        whole.figures, whole.lag = detail.get("figures") or {}, detail.get("lag") or {}
+        whole.figures, whole.lag = checked_detail(json.loads(data))
         return whole
 
 

@@ -8,6 +8,7 @@ an operator sees that 40 appends landed between last night's merge and this morn
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
 from memwal.core.document import Document
+from memwal.core.text import clip, one_line
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
 from memwal.history.record import ABANDONED, RUNNING, RunRecord
 from memwal.history.run import RUN_ID_PROPERTY
+from memwal.history.schema import MAX_TIMESTAMP
 from memwal.table.manifest import list_version_infos
 
 if TYPE_CHECKING:
@@ -30,6 +33,7 @@ JOBS = ("merge", "catchup", "compact", "snapshot", "gc")
 _OPERATIONS_READ_MAX = 100
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_LAST_YEAR = datetime.fromtimestamp(MAX_TIMESTAMP, UTC).year
 
 
 def parse_since(value: str | float | None, now: float | None = None) -> float | None:
@@ -39,12 +43,12 @@ def parse_since(value: str | float | None, now: float | None = None) -> float | 
         return None
     now = clocks.current()() if now is None else now
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        return _in_range(value, float(value))
     text = str(value).strip()
     if m := _RELATIVE.match(text):
-        return now - float(m.group(1)) * _UNIT[m.group(2)]
+        return _in_range(value, now - float(m.group(1)) * _UNIT[m.group(2)])
     try:
-        return float(text)
+        return _in_range(value, float(text))
     except ValueError:
         pass
     try:
@@ -52,16 +56,27 @@ def parse_since(value: str | float | None, now: float | None = None) -> float | 
     except ValueError:
         raise BadInputError(f"--since {value!r}: expected an ISO date/time, epoch seconds or a duration "
                             "like 90m, 24h, 7d") from None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+    return _in_range(value, (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp())
+
+
+def _in_range(value: object, at: float) -> float:
+    """``at`` if a record could have started then (not nan, not infinite, not before 1970 or
+    past the history keys' year 5138): bad input otherwise, naming what was typed."""
+    if not math.isfinite(at) or not 0 <= at <= MAX_TIMESTAMP:
+        raise BadInputError(f"--since {value!r}: not a time a run can have started at (1970 to {_LAST_YEAR})")
+    return at
 
 
 @dataclass
 class History(Document):
     table: str
     runs: list[dict[str, Any]] = field(default_factory=list)
+    #: Records skipped as unreadable (too large, not matching the model, dated in the future),
+    #: each as ``"<uri>: <why>"``.
+    skipped: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "runs": self.runs}
+        return {"table": self.table, "runs": self.runs, "skipped": self.skipped}
 
 
 def history(table: Table, *, limit: int = 20, job: str | None = None, since: float | None = None,
@@ -71,16 +86,20 @@ def history(table: Table, *, limit: int = 20, job: str | None = None, since: flo
     ``detail=False``, runs of many shards come as summaries (:func:`read_runs`)."""
     if job is not None and job not in JOBS:
         raise BadInputError(f"--job {job!r}: expected one of {', '.join(JOBS)}")
-    records = list(read_runs(table.store, job=job, since=since, limit=limit, detail=detail))
+    skipped: list[str] = []
+    records = list(read_runs(table.store, job=job, since=since, limit=limit, detail=detail, skipped=skipped))
     live = _live_runs(table)
-    out = History(table.uri)
+    out = History(table.uri, skipped=skipped)
     for r in records:
         doc = r.to_dict()
         if r.outcome == RUNNING and r.run_id not in live:
             doc["outcome"] = ABANDONED  # its process ended without recording how
         out.runs.append(doc)
     if job is None:
-        out.runs = _with_external(table, records, out.runs, since)
+        # External versions older than the oldest run shown belong to runs not shown, unless
+        # every run was shown (no limit reached): then the timeline goes back to version 1.
+        complete = since is None and len(records) < limit
+        out.runs = _with_external(table, records, out.runs, since, complete=complete)
     return out
 
 
@@ -90,10 +109,12 @@ def _live_runs(table: Table) -> set[str]:
     return {i.run_id for i in list_leases(table.store) if i.state == LIVE and i.run_id}
 
 
-def _with_external(table: Table, records: list[RunRecord], runs: list[dict], since: float | None) -> list[dict]:
-    """Insert the stretches of versions no shown run committed, newest first."""
+def _with_external(table: Table, records: list[RunRecord], runs: list[dict], since: float | None, *,
+                   complete: bool = False) -> list[dict]:
+    """Insert the stretches of versions no shown run committed, newest first: from ``since``,
+    or from the oldest run shown, or (``complete``: every run is shown) from the first version."""
     ours = {v for r in records for v in r.versions}
-    start = since if since is not None else (min((r.started_at for r in records), default=None))
+    start = since if since is not None or complete else (min((r.started_at for r in records), default=None))
     versions = [(v, obj.mtime) for v, obj in list_version_infos(table.store).items()
                 if v not in ours and (start is None or obj.mtime >= start)]
     if not versions:
@@ -139,15 +160,17 @@ def _external(table: Table, stretch: list[tuple[int, float]]) -> dict[str, Any] 
 
 
 def render(h: History) -> str:
+    skipped = f"; {len(h.skipped)} unreadable record{'s' * (len(h.skipped) != 1)} skipped" if h.skipped else ""
     if not h.runs:
-        return f"{h.table}: no runs recorded"
-    lines = [f"{h.table}: {len(h.runs)} entries, newest first"]
+        return f"{h.table}: no runs recorded{skipped}"
+    n = len(h.runs)
+    lines = [f"{h.table}: {n} entr{'ies' if n != 1 else 'y'}, newest first{skipped}"]
     for r in h.runs:
         when = datetime.fromtimestamp(r["started_at"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
         took = "" if not r.get("finished_at") else f" {r['finished_at'] - r['started_at']:.1f}s"
         versions = _span(r["versions"])
         what = _summary(r)
-        error = f" error: {r['error']}" if r.get("error") else ""
+        error = f" error: {clip(one_line(r['error']))}" if r.get("error") else ""
         lines.append(f"  {when}{took:>8}  {r['job']:<8} {r['outcome']:<13} versions {versions}{what}{error}")
     return "\n".join(lines)
 

@@ -3,13 +3,16 @@
 The page must open anywhere, offline and inside an Airflow iframe, so its charts are plain SVG
 written here: no script, no font or stylesheet fetched, colours from the page's CSS classes.
 Every mark carries a ``<title>`` (the browser shows it on hover) and ``data-*`` attributes
-naming what it stands for, so a test can check what a person sees. Charts scale with their
+naming what it stands for, so a test can check what a person sees. Titles, labels and
+attributes may carry values from storage: every one is escaped where it is written, and
+class names are plain tokens (:func:`_classes`). Charts scale with their
 container (``viewBox`` + ``width: 100%``); with many shards the bars get thin, never fewer.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,6 +55,15 @@ def nice_ticks(top: float, count: int = 4) -> list[float]:
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     n = math.ceil(top / step - 1e-9)
     return [i * step for i in range(n + 1)]
+
+
+_CLASS_TOKEN = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
+
+
+def _classes(*names: str) -> str:
+    """A ``class`` attribute's value from plain tokens only: a name from storage (a run's job)
+    that is not a plain token is dropped, and what is kept is escaped too."""
+    return escape(" ".join(n for n in names if n and _CLASS_TOKEN.match(n)))
 
 
 def _num(v: float) -> str:
@@ -99,7 +111,7 @@ def bar_chart(bars: Sequence[Bar], *, y_label: str, chart_id: str, caption: str,
             h = max(TOP + plot_h - y, 1.0)
         else:
             y, h = TOP + plot_h - 2, 2.0
-        css = " ".join(c for c in ("bar", "zero" if b.value <= 0 else "", b.css) if c)
+        css = _classes("bar", "zero" if b.value <= 0 else "", *b.css.split())
         parts.append(f'<rect class="{css}" x="{x:.2f}" y="{y:.2f}" width="{w:.2f}" height="{h:.2f}"'
                      f'{_attrs({"label": b.label, "value": _num(b.value), **b.data})}>'
                      f"<title>{escape(b.title)}</title></rect>")
@@ -149,7 +161,7 @@ def line_chart(points: Sequence[Point], *, y_label: str, chart_id: str, caption:
         parts.append(f'<polygon class="area" points="{area}"/>')
         parts.append(f'<polyline class="series" points="{path}"/>')
     for (x, y), p in zip(xy, points, strict=True):
-        css = " ".join(c for c in ("point", p.css) if c)
+        css = _classes("point", *p.css.split())
         parts.append(f'<circle class="{css}" cx="{x:.1f}" cy="{y:.1f}" r="3.5" data-value="{_num(p.value)}">'
                      f"<title>{escape(p.title)}</title></circle>")
     for at in (t0, t0 + span / 2, t1) if len(points) > 1 else (t0,):

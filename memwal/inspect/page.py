@@ -12,11 +12,20 @@ own store holds, reading manifests and history records only (never generation da
 
 The page has no script and fetches nothing: CSS and SVG are inline (:mod:`memwal.inspect.charts`),
 so it opens offline, from a CI artifact, or inside an iframe with a strict sandbox.
+
+Everything it shows from storage (run records, checkpoint names, shard ids) is untrusted
+(DESIGN 3.9): records are size-capped and checked against their model when read (a bad one
+is skipped and counted), every value is escaped where it lands (Jinja's autoescape for text
+and attributes, :mod:`memwal.inspect.charts` for SVG), long texts are clipped, and the page
+carries a Content-Security-Policy that allows no script at all (:mod:`memwal.inspect.policy`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -24,8 +33,10 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
+from memwal.core.text import clip
 from memwal.history.record import lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
+from memwal.inspect.policy import meta_policy
 
 if TYPE_CHECKING:
     from memwal.inspect.status import ShardStatus, TableStatus
@@ -38,6 +49,10 @@ RECENT_RUNS = 25
 WEEK = 7 * 86400
 
 
+#: Live checkpoints listed (the others are counted).
+CHECKPOINTS_SHOWN = 100
+
+
 @dataclass
 class PageData:
     """What the page shows: the status now and the history read for it."""
@@ -46,6 +61,8 @@ class PageData:
     runs: list[dict[str, Any]] = field(default_factory=list)  # ``memwal history --json`` runs, newest first
     now: float = 0.0
     history_error: str | None = None
+    #: History records skipped as unreadable (too large, not matching the model, far future).
+    history_skipped: int = 0
 
 
 def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFAULT_RUNS,
@@ -56,28 +73,45 @@ def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFA
 
     now = clocks.current()() if now is None else now
     st = status if status is not None else table_status(table, now=now)
+    skipped: list[str] = []
     try:
-        docs = history(table, limit=runs, detail=False).runs  # totals and counts are all it draws
-        error = None
+        h = history(table, limit=runs, detail=False)  # totals and counts are all it draws
+        docs, skipped, error = h.runs, h.skipped, None
     except Exception as exc:  # noqa: BLE001 - the page still shows the status without its history
         docs, error = [], str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return PageData(st, docs, now, error)
+    return PageData(st, docs, now, error, len(skipped))
 
 
-def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None, **options: Any) -> str:
-    """The page of ``table`` as one HTML string (see :func:`collect` for the options; ``links``:
-    ``(href, label, target)`` shown above the title, e.g. back to a list of tables)."""
-    return render(collect(table, **options), links=links)
+def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None, **options: Any) -> Iterator[str]:
+    """The page of ``table``, piece by piece (see :func:`collect` for the options; ``links``:
+    ``(href, label, target)`` shown above the title, e.g. back to a list of tables). The
+    table is read before the first piece is given: a failure to read it raises here."""
+    return render_chunks(collect(table, **options), links=links)
 
 
 def write_page(path: str, data: PageData) -> None:
-    """Write the page atomically (a browser refreshing it never sees half a file)."""
-    html = render(data)
+    """Write the page to ``path`` (:func:`write_chunks`)."""
+    write_chunks(path, render_chunks(data))
+
+
+def write_chunks(path: str, chunks: Iterable[str]) -> None:
+    """Write a page atomically (a browser refreshing it never sees half a file), streamed.
+
+    The temporary file is created, never opened: a random name made with ``O_EXCL`` beside
+    ``path`` (:func:`tempfile.mkstemp`), so a link planted at a predictable name cannot
+    redirect the write to a file elsewhere."""
     folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(html)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # a page to share, as an ordinary file written here would be
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 # -- formatting -------------------------------------------------------------------------------------
@@ -256,20 +290,29 @@ def view(data: PageData) -> dict[str, Any]:
             "job": r.get("job"), "outcome": r.get("outcome"), "started": fmt_time(r.get("started_at")),
             "took": "-" if not r.get("finished_at") else fmt_age(r["finished_at"] - r["started_at"])
             if r["finished_at"] - r["started_at"] >= 1 else f"{r['finished_at'] - r['started_at']:.1f}s",
-            "versions": span(list(r.get("versions") or [])), "summary": run_summary(r),
-            "run_id": r.get("run_id") or "", "engine": r.get("engine") or "", "error": r.get("error"),
+            "versions": span(list(r.get("versions") or [])), "summary": clip(run_summary(r)),
+            "run_id": clip(r.get("run_id") or "", 80), "engine": clip(r.get("engine") or "", 80),
+            "error": clip(r["error"]) if r.get("error") else None,
         } for r in runs[:RECENT_RUNS]],
         "runs_read": len(runs),
         "history_error": data.history_error,
+        "history_skipped": data.history_skipped,
         "checkpoints": [{
-            "id": c.id, "name": c.name or "", "version": c.version, "expires": fmt_age(c.expires_at - data.now),
+            "id": c.id, "name": clip(c.name or "", 200), "version": c.version,
+            "expires": fmt_age(c.expires_at - data.now),
             "pinned": c.generations_pinned, "held": c.generations_held, "bytes": fmt_bytes(c.bytes_held),
-        } for c in st.checkpoints],
+            "problem": ("its version is gone: readers of it fail; delete it" if c.version_gone else "")
+            + ("; " if c.version_gone and c.long_pin else "")
+            + (f"pinned for {fmt_age(c.expires_at - data.now)}" if c.long_pin else "")
+            + (" (its record claimed longer: capped)" if c.claimed_expiry is not None else ""),
+        } for c in st.checkpoints[:CHECKPOINTS_SHOWN]],
+        "unreadable_checkpoints": [clip(why, 500) for why in st.unreadable_checkpoints[:CHECKPOINTS_SHOWN]],
+        "checkpoints_more": max(0, len(st.checkpoints) - CHECKPOINTS_SHOWN),
     }
 
 
 @cache
-def _template():
+def _template() -> Any:
     import jinja2
 
     text = resources.files("memwal.inspect").joinpath("status_page.html.j2").read_text(encoding="utf-8")
@@ -277,9 +320,24 @@ def _template():
     return env.from_string(text)
 
 
+@cache
+def stylesheet() -> str:
+    """The page's one inline stylesheet (its hash is the only style the page's policy allows)."""
+    return resources.files("memwal.inspect").joinpath("status_page.css").read_text(encoding="utf-8")
+
+
+def render_chunks(data: PageData, *, links: list[tuple[str, str, str]] | None = None) -> Iterator[str]:
+    """The page as it is written out, piece by piece (a server streams it, a file takes it)."""
+    from markupsafe import Markup
+
+    css = stylesheet()
+    return _template().generate(**view(data), links=list(links or []), css=Markup(css), policy=meta_policy(css))
+
+
 def render(data: PageData, *, links: list[tuple[str, str, str]] | None = None) -> str:
     """The page as one HTML document."""
-    return _template().render(**view(data), links=list(links or []))
+    return "".join(render_chunks(data, links=links))
 
 
-__all__ = ["PageData", "collect", "render", "status_page", "write_page"]
+__all__ = ["PageData", "collect", "fmt_age", "fmt_time", "render", "render_chunks", "status_page", "stylesheet",
+           "write_chunks", "write_page"]

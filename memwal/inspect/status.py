@@ -62,6 +62,12 @@ class CheckpointStatus:
     generations_pinned: int
     generations_held: int
     bytes_held: int
+    #: Its base version is gone (expired by a cleanup that did not honour it): readers fail.
+    version_gone: bool = False
+    #: It pins storage for more than a week from now.
+    long_pin: bool = False
+    #: The expiry its record stated, when beyond any checkpoint's longest lifetime (capped).
+    claimed_expiry: float | None = None
 
 
 @dataclass
@@ -71,9 +77,15 @@ class TableStatus(Document):
     maintained_indexes: list[str]
     shards: list[ShardStatus]
     checkpoints: list[CheckpointStatus] = field(default_factory=list)
+    #: Checkpoint records that are no checkpoint (corrupt, too large, misnamed): why, each.
+    unreadable_checkpoints: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The table's fields, its shards, and the totals over its shards."""
+        return {**asdict(self), "unmerged_generations": self.unmerged_generations,
+                "unmerged_rows": sum(s.unmerged_rows for s in self.shards), "unmerged_bytes": self.unmerged_bytes,
+                "oldest_unmerged_age_seconds": self.oldest_unmerged_age_seconds,
+                "broken_shards": [s.shard_id for s in self.broken]}
 
     @property
     def broken(self) -> list[ShardStatus]:
@@ -109,7 +121,7 @@ class TableStatus(Document):
         """Publish the lag and catch-up gauges (a no-op without an OpenTelemetry SDK)."""
         from memwal.observe.metrics import record_lag
 
-        record_lag(self.lag(), self.catchup_behind())
+        record_lag(self.table, self.lag(), self.catchup_behind())
 
 
 def _generation_age(table: Table, state: ShardState, path_key: str, now: float) -> float | None:
@@ -209,17 +221,23 @@ def table_status(table: Table, *, now: float | None = None, check_files: bool = 
             st.problem = f"shard {st.shard_id}: {why}" if why else None
     shards += [broken_shard_status(table, manifest, e, indexes) for e in found.broken.values()]
     shards.sort(key=lambda s: s.shard_id)
+    checkpoints, unreadable = checkpoint_status(table, manifest, now)
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
-                       checkpoints=checkpoint_status(table, manifest, now))
+                       checkpoints=checkpoints, unreadable_checkpoints=unreadable)
 
 
-def checkpoint_status(table: Table, latest: TableManifest, now: float) -> list[CheckpointStatus]:
-    """Live checkpoints and the bytes each holds back (one listing per held generation)."""
-    from memwal.checkpoint import live_checkpoints
+def checkpoint_status(table: Table, latest: TableManifest, now: float) -> tuple[list[CheckpointStatus], list[str]]:
+    """Live checkpoints and the bytes each holds back (one listing per held generation), and
+    why each unreadable checkpoint record is one."""
+    from memwal.checkpoint import read_checkpoints
 
+    records = read_checkpoints(table, now)
     out = []
-    for c in live_checkpoints(table, now):
-        at = table.manifest(c.version) if c.version in list_versions(table.store) else None
+    versions = set(list_versions(table.store)) if records.checkpoints else set()
+    for c in records.checkpoints:
+        if not c.live(now):
+            continue
+        at = table.manifest(c.version) if c.version in versions else None
         held, size = 0, 0
         for shard_id in sorted(latest.compacted):
             since = at.compacted_generation(shard_id) if at is not None else 0
@@ -228,8 +246,10 @@ def checkpoint_status(table: Table, latest: TableManifest, now: float) -> list[C
                     held += 1
                     size += sum(o.size for o in table.store.list(f"{shard_dir(shard_id)}/{name}/"))
         out.append(CheckpointStatus(c.id, c.name, c.version, c.expires_at,
-                                    sum(len(p.generations) for p in c.shards.values()), held, size))
-    return out
+                                    sum(len(p.generations) for p in c.shards.values()), held, size,
+                                    version_gone=at is None, long_pin=c.long_pin(now),
+                                    claimed_expiry=c.claimed_expiry))
+    return out, [u.reason for u in records.unreadable]
 
 
 def lag_now(table: Table) -> dict[str, list[float | int | None]]:
@@ -287,8 +307,12 @@ def render_status(st: TableStatus) -> str:
     )
     for c in st.checkpoints:
         name = f" {c.name!r}" if c.name else ""
+        notes = "; ITS VERSION IS GONE: readers of it fail, delete it" if c.version_gone else ""
+        notes += f"; pinned for {(c.expires_at - clocks.current()()) / 86400:.0f} more days" if c.long_pin else ""
+        notes += " (its record claimed longer: capped)" if c.claimed_expiry is not None else ""
         lines.append(f"checkpoint {c.id}{name}: version {c.version}, {c.generations_pinned} generations pinned, "
-                     f"holds back {c.generations_held} merged generations ({_human_bytes(c.bytes_held)})")
+                     f"holds back {c.generations_held} merged generations ({_human_bytes(c.bytes_held)}){notes}")
+    lines += [f"UNREADABLE checkpoint record: {why}" for why in st.unreadable_checkpoints]
     lines += [f"BROKEN {s.problem}" for s in st.broken]
     return "\n".join(lines)
 

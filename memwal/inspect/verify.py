@@ -20,6 +20,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal.core import clock as clocks
 from memwal.core import steps
 from memwal.core.document import Document
 from memwal.core.retry import after_conflict
@@ -51,6 +52,8 @@ class VerifyResult(Document):
     problems: list[Problem] = field(default_factory=list)
     base_rows: int = 0
     lsm_rows: int = 0
+    #: What deserves a look but breaks no invariant (a checkpoint pinning storage for weeks).
+    warnings: list[Problem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -153,6 +156,7 @@ def _verify_once(table: Table) -> VerifyResult:
                 res.problems.append(Problem("generations-readable", detail, shard_id))
             else:
                 unmerged.append((shard_id, g.generation, key))
+    _check_checkpoints(table, res)
     res.checks.append("shard-snapshot-readable")
     try:  # what readers start from (hazard H3: a file snapshot can lose its file)
         read_snapshot(table, manifest)
@@ -170,6 +174,28 @@ def _verify_once(table: Table) -> VerifyResult:
             res.problems.append(Problem("lsm-view-readable", detail))
             res.problems += _broken_generations(table, pk, unmerged)
     return res
+
+
+def _check_checkpoints(table: Table, res: VerifyResult) -> None:
+    """Every live checkpoint's view is still there (its base version and every generation it
+    lists); every checkpoint record is readable. A long pin is a warning."""
+    from memwal.checkpoint import missing_from_view, read_checkpoints
+
+    res.checks.append("checkpoints-readable")
+    now = clocks.current()()
+    records = read_checkpoints(table, now)
+    for bad in records.unreadable:
+        res.problems.append(Problem("checkpoints-readable", f"{bad.reason} (memwal checkpoint delete removes it)"))
+    for c in records.checkpoints:
+        if not c.live(now):
+            continue
+        gone = missing_from_view(table, c)
+        if gone is not None:
+            res.problems.append(Problem("checkpoints-readable", f"checkpoint {c.id}: {gone} of its view is gone"))
+        if c.long_pin(now):
+            claimed = " (its record claimed longer: capped)" if c.claimed_expiry is not None else ""
+            res.warnings.append(Problem("checkpoints-readable", f"checkpoint {c.id} pins version {c.version} for "
+                                        f"{(c.expires_at - now) / 86400:.0f} more days{claimed}"))
 
 
 def _broken_generations(table: Table, pk: list[str], unmerged: list[tuple[str, int, str]]) -> list[Problem]:

@@ -4,15 +4,20 @@ The core records with the OpenTelemetry *API*: without an SDK configured every c
 no-op, so a library user pays nothing; the CLI and the Spark jobs configure the SDK from the
 standard ``OTEL_*`` variables (:mod:`memwal.observe.otel`). Names follow OpenTelemetry's
 conventions: dotted lower case under ``memwal.``, units on the instrument, low-cardinality
-attributes (``job``, ``outcome``, ``engine``, ``shard``, ``index``, ``reason``).
+attributes (``job``, ``outcome``, ``engine``, ``shard``, ``index``, ``reason``), except
+``table``: the table's full URI on every per-table gauge, so that two tables (``s3://a/events``
+and ``s3://b/events``) never share a series; a fleet of N tables makes N series per gauge.
 
 | instrument | kind | attributes |
 |---|---|---|
 | ``memwal.job.duration`` (s) | histogram | job, outcome, engine |
 | ``memwal.merge.rows`` ({row}) | counter | shard, op (upsert, delete) |
 | ``memwal.merge.generations`` | counter | shard |
-| ``memwal.shard.lag_generations`` / ``lag_rows`` / ``lag_seconds`` | gauges | shard |
-| ``memwal.catchup.behind_generations`` | gauge | index |
+| ``memwal.shard.lag_generations`` / ``lag_rows`` / ``lag_seconds`` | gauges | table, shard |
+| ``memwal.catchup.behind_generations`` | gauge | table, index |
+| ``memwal.table.debt`` / ``memwal.table.lag_generations`` / ``memwal.table.lag_seconds`` | gauges | table |
+| ``memwal.fleet.tables`` | gauge | state (idle, behind, held, problem) |
+| ``memwal.fleet.debt`` | gauge | |
 | ``memwal.gc.bytes_deleted`` (By) | counter | |
 | ``memwal.gc.blocked`` | counter | reason (the gate, without ids) |
 | ``memwal.lease.renewals`` / ``memwal.lease.lost`` | counters | job |
@@ -45,6 +50,14 @@ def _instruments() -> dict[str, Any]:
                                           description="age of the oldest unmerged generation"),
         "catchup_behind": meter.create_gauge("memwal.catchup.behind_generations", unit="{generation}",
                                              description="merged generations an index has not caught up with"),
+        "table_debt": meter.create_gauge("memwal.table.debt", unit="1", description="a table's debt (memwal fleet)"),
+        "table_lag_generations": meter.create_gauge("memwal.table.lag_generations", unit="{generation}",
+                                                    description="a table's unmerged generations, all shards"),
+        "table_lag_seconds": meter.create_gauge("memwal.table.lag_seconds", unit="s",
+                                                description="age of a table's oldest unmerged generation"),
+        "fleet_tables": meter.create_gauge("memwal.fleet.tables", unit="{table}",
+                                           description="the fleet's tables by state"),
+        "fleet_debt": meter.create_gauge("memwal.fleet.debt", unit="1", description="the fleet's total debt"),
         "gc_bytes": meter.create_counter("memwal.gc.bytes_deleted", unit="By", description="bytes GC deleted"),
         "gc_blocked": meter.create_counter("memwal.gc.blocked", unit="{generation}",
                                            description="generations GC kept, by the gate that kept them"),
@@ -70,17 +83,37 @@ def record_run(job: str, outcome: str, engine: str, seconds: float, doc: Mapping
             m["gc_blocked"].add(n, {"reason": reason})
 
 
-def record_lag(lag: Mapping[str, tuple[int, int, float | None]], behind: Mapping[str, int]) -> None:
+def record_lag(table: str, lag: Mapping[str, tuple[int, int, float | None]], behind: Mapping[str, int]) -> None:
     """Per shard lag gauges (unmerged generations, rows, oldest age) and per index catch-up
-    gauges (merged generations not caught up), at every job's end and on ``status``."""
+    gauges (merged generations not caught up) of ``table``, at every job's end and on ``status``."""
     m = _instruments()
     for shard_id, (generations, rows, age) in lag.items():
-        shard = {"shard": shard_id}
+        shard = {"table": table, "shard": shard_id}
         m["lag_generations"].set(generations, shard)
         m["lag_rows"].set(rows, shard)
         m["lag_seconds"].set(age or 0.0, shard)
     for name, n in behind.items():
-        m["catchup_behind"].set(n, {"index": name})
+        m["catchup_behind"].set(n, {"table": table, "index": name})
+    record_table(table, generations=sum(g for g, _, _ in lag.values()),
+                 oldest_seconds=max((a or 0.0 for _, _, a in lag.values()), default=0.0))
+
+
+def record_table(table: str, *, generations: int, oldest_seconds: float, debt: float | None = None) -> None:
+    """One table's gauges, by its full URI."""
+    m = _instruments()
+    attrs = {"table": table}
+    m["table_lag_generations"].set(generations, attrs)
+    m["table_lag_seconds"].set(oldest_seconds, attrs)
+    if debt is not None:
+        m["table_debt"].set(debt, attrs)
+
+
+def record_fleet(by_state: Mapping[str, int], debt: float) -> None:
+    """The fleet's gauges: tables by state, total debt."""
+    m = _instruments()
+    for state, n in by_state.items():
+        m["fleet_tables"].set(n, {"state": state})
+    m["fleet_debt"].set(debt)
 
 
 def lease_renewed(kind: str) -> None:

@@ -58,3 +58,25 @@ class IndexSection(_message.Message):
     INDICES_FIELD_NUMBER: _ClassVar[int]
     indices: _containers.RepeatedCompositeFieldContainer[IndexMetadata]
     def __init__(self, indices: _Optional[_Iterable[_Union[IndexMetadata, _Mapping]]] = ...) -> None: ...
+
+class ManifestFragments(_message.Message):
+    __slots__ = ("fragments",)
+    FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    fragments: _containers.RepeatedCompositeFieldContainer[DataFragment]
+    def __init__(self, fragments: _Optional[_Iterable[_Union[DataFragment, _Mapping]]] = ...) -> None: ...
+
+class DataFragment(_message.Message):
+    __slots__ = ("id", "deletion_file", "physical_rows")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DELETION_FILE_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    deletion_file: DeletionFile
+    physical_rows: int
+    def __init__(self, id: _Optional[int] = ..., deletion_file: _Optional[_Union[DeletionFile, _Mapping]] = ..., physical_rows: _Optional[int] = ...) -> None: ...
+
+class DeletionFile(_message.Message):
+    __slots__ = ("num_deleted_rows",)
+    NUM_DELETED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    num_deleted_rows: int
+    def __init__(self, num_deleted_rows: _Optional[int] = ...) -> None: ...

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from memwal.core.pool import parallel_map
-from memwal.errors import BadInputError, NotFoundError
+from memwal.errors import BadInputError, NotFoundError, TooLargeError
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,22 @@ class Store(abc.ABC):
 
     root: str
 
-    @abc.abstractmethod
-    def get(self, key: str) -> bytes:
-        """Read a whole object (NotFoundError if absent): manifests, hints, lease records."""
+    def get(self, key: str, *, max_bytes: int | None = None) -> bytes:
+        """Read a whole object (NotFoundError if absent): manifests, hints, lease records.
+
+        ``max_bytes``: TooLargeError, naming the object, for a larger one, before its body is
+        read (storage is untrusted: a record planted at a gigabyte must not be loaded)."""
+        return self.get_with_etag(key, max_bytes=max_bytes)[0]
 
     @abc.abstractmethod
-    def get_with_etag(self, key: str) -> tuple[bytes, str]:
-        """Read an object and the ETag of exactly those bytes, to CAS-write it back later."""
+    def get_with_etag(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str]:
+        """Read an object and the ETag of exactly those bytes, to CAS-write it back later
+        (``max_bytes`` as in :meth:`get`)."""
+
+    def check_size(self, key: str, size: int, max_bytes: int | None) -> None:
+        """TooLargeError if an object of ``size`` bytes is over ``max_bytes`` (None: no cap)."""
+        if max_bytes is not None and size > max_bytes:
+            raise TooLargeError(self.uri_for(key), size, max_bytes)
 
     @abc.abstractmethod
     def get_range(self, key: str, start: int, length: int) -> bytes:
@@ -150,6 +159,13 @@ class Store(abc.ABC):
         ``recursive=False`` only objects directly under it are yielded (S3 ``Delimiter='/'``).
         Paginated underneath, so it is safe on directories with many objects.
         """
+
+    def list_around(self, prefix: str, skip_dir: str) -> Iterator[ObjectInfo]:
+        """Objects under directory ``prefix``, in key order, except those under its child
+        directory ``skip_dir`` (a name): a listing that never pages through that directory
+        (an object store lists up to it, then starts again after it)."""
+        skip = f"{dir_prefix(prefix)}{skip_dir}/"
+        return (o for o in self.list(prefix) if not o.key.startswith(skip))
 
     def list_keys(self, prefix: str) -> Iterator[str]:
         """Keys of the objects directly under ``prefix``, in key order: a non-recursive

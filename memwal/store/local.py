@@ -195,18 +195,18 @@ class LocalStore(LocalWrites, Store):
 
     # -- reads
 
-    def get(self, key: str) -> bytes:
-        """Read a whole object (NotFoundError if absent): manifests, hints, lease records."""
-        return self.get_with_etag(key)[0]
-
-    def get_with_etag(self, key: str) -> tuple[bytes, str]:
-        """Read an object and the ETag of exactly those bytes (fstat of the open file)."""
+    def get_with_etag(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str]:
+        """Read an object and the ETag of exactly those bytes (fstat of the open file); a file
+        that grows past ``max_bytes`` while it is read is refused as well."""
         fd = self._open_file(key)
         if fd is None:
             raise self.not_found(key)
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            return f.read(), self._etag(st)
+            self.check_size(key, st.st_size, max_bytes)
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+            self.check_size(key, len(data), max_bytes)
+            return data, self._etag(st)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Read ``length`` bytes from ``start`` (negative: from the end) to read trailers cheaply."""
@@ -256,6 +256,11 @@ class LocalStore(LocalWrites, Store):
     def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
         """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
         yield from listing(self, prefix, recursive, [])
+
+    def list_around(self, prefix: str, skip_dir: str) -> Iterator[ObjectInfo]:
+        """As :meth:`Store.list_around`: the skipped directory is not walked."""
+        base = dir_prefix(prefix)
+        yield from listing(self, base, True, [], skip=(f"{base}{skip_dir}",))
 
     def _names_in(self, dir_key: str, keep: Callable[[os.DirEntry], bool]) -> list[str]:
         """Sorted names of the entries of directory ``dir_key`` that ``keep`` accepts, from one

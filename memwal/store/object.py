@@ -146,16 +146,14 @@ class ObjectStore(Store):
 
     # -- reads
 
-    def get(self, key: str) -> bytes:
-        """Read a whole object (NotFoundError naming the URI if absent)."""
-        return self.get_with_etag(key)[0]
-
-    def get_with_etag(self, key: str) -> tuple[bytes, str]:
-        """GET an object; the body is read inside the retry (a dropped stream is sent again)."""
+    def get_with_etag(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str]:
+        """GET an object; the body is read inside the retry (a dropped stream is sent again).
+        Over ``max_bytes`` (the response's size, known before its body), the body is never read."""
         path = self._full(key)
 
         def op() -> tuple[bytes, str]:
             result = obstore.get(self._backend, path)
+            self.check_size(key, int(result.meta["size"]), max_bytes)
             return bytes(result.bytes()), self._token(result.meta)
 
         return self._call("get", key, op)
@@ -260,15 +258,16 @@ class ObjectStore(Store):
 
     # -- listing
 
-    def _pages(self, full_prefix: str) -> Iterator[list[dict[str, Any]]]:
-        """Listing pages under a directory prefix, each page's request retried on its own.
+    def _pages(self, full_prefix: str, offset: str | None = None) -> Iterator[list[dict[str, Any]]]:
+        """Listing pages under a directory prefix (after the full path ``offset``, if given),
+        each page's request retried on its own.
 
         A stream that failed is finished: the next attempt opens a new one that starts after
         the last key already yielded, so a retry neither repeats nor drops a key.
         """
         prefix = full_prefix.rstrip("/") or None
-        last: str | None = None
-        stream = iter(obstore.list(self._backend, prefix, chunk_size=LIST_CHUNK))
+        last: str | None = offset
+        stream = iter(obstore.list(self._backend, prefix, offset=offset, chunk_size=LIST_CHUNK))
 
         def next_page() -> list[dict[str, Any]] | None:
             nonlocal stream
@@ -284,6 +283,26 @@ class ObjectStore(Store):
                 return
             last = str(page[-1]["path"])
             yield page
+
+    def list_around(self, prefix: str, skip_dir: str) -> Iterator[ObjectInfo]:
+        """As :meth:`Store.list_around`: the keys before ``skip_dir/``, then a listing that
+        starts after every key under it (``skip_dir`` + the character after ``/``)."""
+        full = self._full_prefix(dir_prefix(prefix))
+        skip = f"{full}{skip_dir}/"
+        for page in self._pages(full):
+            for meta in page:
+                path = str(meta["path"])
+                if path >= skip:
+                    break
+                if not path.endswith("/"):
+                    yield self._info(meta)
+            else:
+                continue
+            break
+        for page in self._pages(full, offset=f"{full}{skip_dir}0"):  # '0' follows '/': past the skipped folder
+            for meta in page:
+                if not str(meta["path"]).endswith("/"):
+                    yield self._info(meta)
 
     def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
         """Objects under ``prefix`` in key order (a string prefix, as on S3).

@@ -36,6 +36,8 @@ class IndexEntry:
     fields: tuple[int, ...]
     type_url: str
     details: bytes
+    #: The fragments it covers: a portable 32-bit Roaring bitmap (empty for the MemWAL index).
+    fragment_bitmap: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,32 @@ def decode_table_manifest(data: bytes, *, key: str, where: str,
     )
 
 
+@dataclass(frozen=True)
+class FragmentStats:
+    """The base table's fragments at one version: how many, their rows, and the rows deleted."""
+
+    fragments: int
+    physical_rows: int
+    deleted_rows: int
+    #: Live rows of each fragment, by fragment id.
+    live_rows: dict[int, int]
+
+
+def fragment_stats(data: bytes, *, where: str) -> FragmentStats:
+    """The fragment list of a manifest's bytes (decoded apart from :func:`decode_table_manifest`,
+    which skips it: most readers never need it)."""
+    if len(data) < _TRAILER.size:
+        raise BadInputError(f"{where}: truncated manifest ({len(data)} bytes)")
+    offset = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)[0]
+    try:
+        frags = table_manifest_pb2.ManifestFragments.FromString(_message_at(data, offset, where, "manifest")).fragments
+    except DecodeError as exc:
+        raise BadInputError(f"{where}: corrupt manifest: {exc}") from exc
+    live = {f.id: max(0, f.physical_rows - f.deletion_file.num_deleted_rows) for f in frags}
+    physical = sum(f.physical_rows for f in frags)
+    return FragmentStats(len(frags), physical, physical - sum(live.values()), live)
+
+
 def _decode_index_section(section: bytes) -> IndexState:
     indices: list[IndexEntry] = []
     mem_wal = None
@@ -189,6 +217,7 @@ def _decode_index_section(section: bytes) -> IndexState:
                 fields=tuple(meta.fields),
                 type_url=meta.index_details.type_url,
                 details=meta.index_details.value,
+                fragment_bitmap=meta.fragment_bitmap,
             )
         )
         if meta.name == MEM_WAL_INDEX_NAME and meta.index_details.type_url.endswith(

@@ -146,7 +146,7 @@ UNREADABLE = "shard-manifest-unreadable"
 MISSING = "shard-manifest-missing"
 
 
-def _parse_version_name(name: str) -> int | None:
+def parse_manifest_name(name: str) -> int | None:
     """The version of a ``<bitrev64>.binpb`` name under ``manifest/``, or None for another name."""
     stem, dot, ext = name.rpartition(".")
     if not dot or ext != "binpb":
@@ -160,8 +160,8 @@ def _parse_version_name(name: str) -> int | None:
 def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]:
     """Manifest versions stored as files, and versions whose name is a directory (never valid)."""
     prefix = f"{shard_dir(shard_id)}/manifest/"
-    files = [_parse_version_name(o.key.rsplit("/", 1)[-1]) for o in store.list(prefix, recursive=False)]
-    dirs = [_parse_version_name(d) for d in store.list_dirs(prefix)]
+    files = [parse_manifest_name(o.key.rsplit("/", 1)[-1]) for o in store.list(prefix, recursive=False)]
+    dirs = [parse_manifest_name(d) for d in store.list_dirs(prefix)]
     return sorted(v for v in files if v is not None), sorted(v for v in dirs if v is not None)
 
 

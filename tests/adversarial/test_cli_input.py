@@ -376,3 +376,42 @@ def test_verify_reports_a_broken_generation(fresh):
     broken = [p for p in problems if p["check"] == "generations-readable"]
     assert len(broken) == 1 and str(gen) in broken[0]["detail"]
     assert all(" tmp/" not in p["detail"] and ".rs:" not in p["detail"] for p in problems)
+
+
+# -- issue 38, L5: bad input that was not refused -----------------------------------------------------
+@pytest.mark.parametrize("since", ["nan", "inf", "-inf", "1e400", "-5", "1e300", "99999999999999999d"])
+def test_history_since_that_no_run_can_have_is_bad_input(shared, unchanged, since):
+    with unchanged(shared):
+        run = run_cli("history", shared, f"--since={since}")
+    assert_error(run, 2, "--since", since)
+
+
+def test_a_fifo_as_storage_options_file_is_refused_at_once(shared, unchanged, tmp_path):
+    fifo = tmp_path / "options.json"
+    os.mkfifo(fifo)
+    with unchanged(shared):
+        # a child process: a read that waited for a writer would hang this test, not fail it
+        proc = subprocess.run([sys.executable, "-m", "memwal.cli", "status", shared, "--storage-options-file",
+                               str(fifo)], capture_output=True, text=True, timeout=60)
+    run = CliRun(proc.returncode, proc.stdout, proc.stderr)
+    assert_error(run, 2, "--storage-options-file", str(fifo), "not a regular file")
+
+
+def test_an_options_file_others_can_read_is_used_with_a_warning(shared, tmp_path):
+    loose = tmp_path / "options.json"
+    loose.write_text("{}")
+    loose.chmod(0o644)
+    run = run_cli("status", shared, "--storage-options-file", str(loose))
+    assert run.rc == 0, run.stderr
+    assert "readable by others (mode 0644)" in run.stderr and str(loose) in run.stderr
+    loose.chmod(0o600)
+    assert "readable by others" not in run_cli("status", shared, "--storage-options-file", str(loose)).stderr
+
+
+@pytest.mark.parametrize("argv", [["merge", "--max-generations"], ["gc"], ["merge", "T", "--bogus"],
+                                  ["checkpoint", "create", "T", "--lifetime", "x"], ["nope"]])
+def test_an_argument_error_is_one_line(argv):
+    run = run_cli(*argv)
+    assert run.rc == 2
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert run.stderr.startswith("memwal: error: ") and "--help)" in run.stderr

@@ -283,7 +283,8 @@ def test_spark_submit_maintenance_reads_its_options_file(make_table, tmp_path):
         )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert SECRET not in proc.stdout + proc.stderr
-    assert json.loads(result.read_text())["merge"]["version"] == table.manifest().version
+    (merge,) = json.loads(result.read_text())["jobs"]  # memwal cycle's document
+    assert merge["job"] == "merge" and merge["result"]["version"] == table.manifest().version
     assert table_rows(table) == model.sorted_rows()
     watch.assert_no_secret_and_private_file(SECRET)
 

@@ -10,9 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,9 @@ from memwal.airflow.operators import MemWalMergeOperator
 import memwal
 from memwal.demo import shard_ids_for
 from memwal.history.log import read_runs
-from tests.browser import browser, stop_group
+from tests.airflow_server import api_server as running_api_server
+from tests.airflow_server import get
+from tests.browser import browser
 from tests.conftest import SMALL
 from tests.helpers import ROOT, migrated_airflow_home
 
@@ -190,48 +189,11 @@ def test_openlineage_dataset_names_follow_the_naming_conventions(uri, options, e
 
 
 # -- the MemWAL view in the Airflow UI ---------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 @pytest.fixture
 def api_server(airflow_home, tmp_path):
-    """A real ``airflow api-server`` on a free loopback port (simple auth manager, every user an admin,
-    so the browser needs no login), yielding its base URL; the process group is stopped after."""
     env, _ = airflow_home
-    port = free_port()
-    config = tmp_path / "memwal.yaml"
-    env = {**env, "MEMWAL_CONFIG": str(config), "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-           "AIRFLOW__API_AUTH__JWT_SECRET": "memwal-test-jwt-secret-0123456789", "AIRFLOW__API__WORKERS": "1"}
-    log = open(tmp_path / "api-server.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([str(VENV_BIN / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, (tmp_path / "api-server.log").read_text()[-3000:]
-            try:
-                if get(f"{base}/api/v2/monitor/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "api-server did not start"
-            time.sleep(0.2)
-        yield base, config, env
-    finally:
-        stop_group(proc)
-        log.close()
+    with running_api_server(env, tmp_path) as server:
+        yield server
 
 
 def test_memwal_view_shows_each_table_page_inside_the_airflow_ui(api_server, make_table):
@@ -255,30 +217,27 @@ def test_memwal_view_shows_each_table_page_inside_the_airflow_ui(api_server, mak
     assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == ["/memwal"]
 
     with browser() as b:
-        # the UI's navigation has the MemWAL entry; its page frames the list of tables
+        # the UI's navigation has the MemWAL entry; its page frames the list of tables, which the
+        # UI cannot reach into: the view's policy sandboxes it (an opaque origin, no script)
         b.navigate(f"{base}/plugin/memwal")
-        tables = b.wait_for("""(() => { const f = document.querySelector('iframe[title="MemWAL"]');
-            const d = f && f.contentDocument; const rows = d && d.querySelectorAll('tr.table');
-            return rows && rows.length ? [...rows].map(r => r.dataset.source + '/' + r.dataset.key) : null; })()""")
+        tables = b.wait_for_frame("/memwal/", """(() => { const rows = document.querySelectorAll('tr.table');
+            if (document.readyState !== 'complete' || !rows.length) return null;
+            return [...rows].map(r => r.dataset.source + '/' + r.dataset.key); })()""")
         assert tables == ["config/events", "connection/memwal_users"]
         assert b.evaluate("[...document.querySelectorAll('a')].some(a => a.textContent.trim() === 'MemWAL')")
+        assert b.evaluate("""(() => { const f = document.querySelector('iframe[title="MemWAL"]');
+            try { return f.contentDocument === null; } catch (e) { return true; } })()""")
         # a click on the table opens its status page inside the UI: every shard listed, one bar each
-        b.evaluate("""document.querySelector('iframe[title="MemWAL"]').contentDocument
-                      .querySelector('a.table-link').click()""")
-        seen = b.wait_for("""(() => { const d = document.querySelector('iframe[title="MemWAL"]').contentDocument;
-            const bars = d && d.querySelectorAll('svg#lag rect.bar');
-            if (!bars || !bars.length) return null;
-            return {uri: d.querySelector('#table-uri').textContent,
-                    shards: [...d.querySelectorAll('tr.shard')].map(r => r.dataset.shard),
+        b.frame_evaluate("/memwal/", "document.querySelector('a.table-link').click()")
+        seen = b.wait_for_frame("/tables/config/events", """(() => {
+            const bars = document.querySelectorAll('svg#lag rect.bar');
+            if (document.readyState !== 'complete' || !bars.length) return null;
+            return {uri: document.querySelector('#table-uri').textContent,
+                    shards: [...document.querySelectorAll('tr.shard')].map(r => r.dataset.shard),
                     bars: Object.fromEntries([...bars].map(b => [b.dataset.shard, +b.dataset.value]))}; })()""")
-        # the UI follows the frame: Airflow moves its own address after the frame has loaded, which
-        # may be after the page's bars are drawn, so its address is waited for on its own
-        top = b.wait_for("""(() => location.pathname.endsWith('/tables/config/events') ? location.pathname
-                            : null)()""")
     assert seen["uri"] == events.uri
     assert sorted(seen["shards"]) == sorted(ids) and seen["shards"][-1] == ids[0]  # merged: least behind
     assert seen["bars"] == {ids[0]: 0, ids[1]: 4, ids[2]: 4}
-    assert top == "/plugin/memwal/memwal/tables/config/events"
 
     # the connection's table, straight from the API server; the credential is never shown
     status, page = get(f"{base}/memwal/tables/connection/memwal_users")

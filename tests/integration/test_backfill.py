@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from memwal import cli
-from memwal.actions import run_action
 from memwal.backfill import BackfillState, parse_jobs, run_backfill
 from memwal.demo import shard_ids_for
-from memwal.errors import BadInputError, LeaseHeldError
+from memwal.errors import BadInputError
+from memwal.lease import Lease
 from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL, table_rows
+from tests.helpers import run_cli, tree_digest
 
 
 def backfill(*args: str, cwd: Path, rc: int | None = None) -> subprocess.CompletedProcess:
@@ -33,6 +34,7 @@ def statuses(doc: dict) -> dict[str, dict[str, str]]:
 
 ALL_DONE = {"merge": "done", "catchup": "done", "compact": "done", "snapshot": "done", "gc": "done"}
 ALL_SKIPPED = {"merge": "skipped", "catchup": "skipped", "compact": "skipped", "snapshot": "skipped", "gc": "skipped"}
+HELD_BY_TIME = {**ALL_DONE, "gc": "waiting"}
 BAD_RUN = {"merge": "failed", "catchup": "not-run", "compact": "not-run", "snapshot": "not-run", "gc": "not-run"}
 
 
@@ -47,10 +49,11 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
         uris[0], uris[1], "--tables-file", str(tables_file), "--concurrency", "2", "--json", cwd=tmp_path, rc=1
     )
     doc = json.loads(first.stdout)
-    assert statuses(doc) == {uris[0]: ALL_DONE, uris[1]: ALL_DONE, uris[2]: ALL_DONE, bad: BAD_RUN}
+    # GC is held by the young versions the 7-day expiry keeps (and the grace period): waiting, not done
+    assert statuses(doc) == {uris[0]: HELD_BY_TIME, uris[1]: HELD_BY_TIME, uris[2]: HELD_BY_TIME, bad: BAD_RUN}
     assert doc["failed_tables"] == [bad]
-    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 15, "waiting": 0, "skipped": 0, "failed": 1,
-                              "not-run": 4}
+    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 12, "waiting": 3, "held": 0, "skipped": 0,
+                              "failed": 1, "not-run": 4}
     (bad_doc,) = [t for t in doc["tables"] if t["table"] == bad]
     assert bad_doc["jobs"][0]["exit_code"] == 2 and "no Lance table" in bad_doc["error"]
     assert f"backfill of {bad} failed: merge:" in first.stderr
@@ -65,24 +68,26 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
         assert m.index_catchup == {"id_idx": m.compacted, "vec_idx": m.compacted}
         assert table_rows(table) == model.sorted_rows()
 
-    # a rerun skips everything finished and retries only the failure (never recorded)
+    # a rerun skips everything finished and retries the failure and the waiting GCs (never recorded)
     second = json.loads(backfill(*uris, bad, "--json", cwd=tmp_path, rc=1).stdout)
-    assert statuses(second) == {uris[0]: ALL_SKIPPED, uris[1]: ALL_SKIPPED, uris[2]: ALL_SKIPPED, bad: BAD_RUN}
-    assert second["summary"]["skipped"] == 15 and second["summary"]["failed"] == 1
+    again = {**ALL_SKIPPED, "gc": "waiting"}
+    assert statuses(second) == {uris[0]: again, uris[1]: again, uris[2]: again, bad: BAD_RUN}
+    assert second["summary"]["skipped"] == 12 and second["summary"]["failed"] == 1
     versions = [t.manifest().version for t, _ in built]
     assert versions == [t.manifest().version for t, _ in built]  # nothing ran again
 
     # --restart forgets the progress of the named tables (only those); --jobs picks jobs
     third = json.loads(
         backfill(
-            uris[1], "--jobs", "gc,merge", "--restart", "--grace-seconds", "0", "--json", cwd=tmp_path, rc=0
+            uris[1], "--jobs", "gc,merge", "--restart", "--grace-seconds", "0", "--expire-versions", "0", "--json",
+            cwd=tmp_path, rc=0
         ).stdout
     )
     assert third["jobs"] == ["merge", "gc"]
     assert statuses(third) == {uris[1]: {"merge": "done", "gc": "done"}}
     assert third["tables"][0]["jobs"][0]["result"]["version"] is None  # nothing left to merge
     recorded = json.loads(state_file.read_text())["finished"]
-    assert set(recorded[uris[1]]) == {"merge", "gc"} and set(recorded[uris[0]]) == set(ALL_DONE)
+    assert set(recorded[uris[1]]) == {"merge", "gc"} and set(recorded[uris[0]]) == set(ALL_DONE) - {"gc"}
     assert bad not in recorded
 
 
@@ -101,37 +106,54 @@ def test_human_summary_table(make_table, tmp_path):
     assert f"memwal: error: 1 of 2 tables failed: {bad}" in proc.stderr
 
 
-def test_failed_job_is_not_recorded_and_a_rerun_resumes_from_it(make_table, tmp_path):
+def test_a_held_lease_is_not_a_failure_nor_recorded_and_a_rerun_runs_that_job(make_table, tmp_path):
     table, model = make_table()
-    calls: list[str] = []
-    fail_catchup = {"once": True}
-
-    def flaky(job, uri, storage_options, **options):
-        calls.append(job)
-        if job == "catchup" and fail_catchup.pop("once", False):
-            raise LeaseHeldError("another catchup holds the lease")
-        return run_action(job, uri, storage_options, **options)
-
+    other = Lease(table.store, "catchup", holder="someone-else:1:x", ttl_seconds=600).acquire()
     state = BackfillState(str(tmp_path / "state.json"))
-    first = run_backfill([table.uri], ["merge", "catchup", "snapshot", "gc"], state=state, runner=flaky)
-    assert [(j.job, j.status) for j in first.tables[0].jobs] == [
-        ("merge", "done"),
-        ("catchup", "failed"),
-        ("snapshot", "not-run"),
-        ("gc", "not-run"),
-    ]
-    assert first.tables[0].jobs[1].exit_code == 3 and first.failed_tables
-    assert set(BackfillState(state.path).finished[table.uri]) == {"merge"}
-
-    calls.clear()
-    second = run_backfill(
-        [table.uri], ["gc", "snapshot", "catchup", "merge"], state=BackfillState(state.path), runner=flaky
-    )
-    assert calls == ["catchup", "snapshot", "gc"]
-    assert [j.status for j in second.tables[0].jobs] == ["skipped", "done", "done", "done"]
-    assert not second.failed_tables
+    first = run_backfill([table.uri], ["merge", "catchup", "snapshot", "gc"], state=state,
+                         job_options={"gc": {"expire_versions": "never"}})
+    assert [(j.job, str(j.status)) for j in first.tables[0].jobs] == [
+        ("merge", "done"), ("catchup", "held"), ("snapshot", "done"), ("gc", "done")]
+    held = first.tables[0].jobs[1]
+    assert held.exit_code == 3 and "someone-else:1:x" in held.summary and not first.failed_tables
+    assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "snapshot", "gc"}
+    other.release()
+    second = run_backfill([table.uri], ["gc", "snapshot", "catchup", "merge"], state=BackfillState(state.path),
+                          job_options={"gc": {"expire_versions": "never"}})
+    assert [str(j.status) for j in second.tables[0].jobs] == ["skipped", "done", "skipped", "skipped"]
     assert table.manifest().index_catchup["id_idx"] == table.manifest().compacted
     assert table_rows(table) == model.sorted_rows()
+
+
+def test_a_failed_job_is_not_recorded_and_a_rerun_resumes_from_it(make_table, tmp_path):
+    table, _ = make_table()
+    victim = shard_ids_for(SMALL)[0]
+    st = all_shard_manifests(table.store)[victim]
+    gen2 = Path(table.uri, st.generation_key(st.generation(2)))
+    gen2.rename(gen2.with_name("moved-away"))
+    state = BackfillState(str(tmp_path / "state.json"))
+    first = run_backfill([table.uri], ["merge", "catchup"], state=state)
+    assert [str(j.status) for j in first.tables[0].jobs] == ["failed", "not-run"]
+    assert BackfillState(state.path).finished.get(table.uri, {}) == {}
+    gen2.with_name("moved-away").rename(gen2)
+    second = run_backfill([table.uri], ["merge", "catchup"], state=BackfillState(state.path))
+    assert [str(j.status) for j in second.tables[0].jobs] == ["done", "done"]
+    assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "catchup"}
+
+
+def test_a_dry_run_writes_and_records_nothing(make_table, tmp_path):
+    table, _ = make_table()
+    before = tree_digest(table.uri)
+    state = str(tmp_path / "state.json")
+    run = run_cli("backfill", table.uri, "--dry-run", "--state-file", state, "--json")
+    assert run.rc == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["dry_run"] is True
+    jobs = doc["tables"][0]["jobs"]
+    assert [j["job"] for j in jobs] == ["merge", "catchup", "compact", "snapshot", "gc"]
+    assert all(j["result"]["dry_run"] for j in jobs)
+    assert jobs[0]["summary"].startswith("would merge 12 generations")
+    assert tree_digest(table.uri) == before and not Path(state).exists()
 
 
 def test_a_merge_gap_fails_that_table_only(make_table, tmp_path):
@@ -147,8 +169,8 @@ def test_a_merge_gap_fails_that_table_only(make_table, tmp_path):
     assert [t.table for t in report.failed_tables] == [gappy.uri]
     (failed,) = report.failed_tables
     assert f"shard {victim} stopped at generation 2: missing" in failed.error
-    assert failed.jobs[0].result["version"] is not None  # the other shards merged
-    assert [j.status for j in report.tables[0].jobs] == ["done", "done"]
+    assert failed.jobs[0].version is not None  # the other shards merged
+    assert [str(j.status) for j in report.tables[0].jobs] == ["done", "done"]
 
 
 def test_bad_usage_exits_2(tmp_path, capsys):
@@ -185,14 +207,15 @@ def test_gc_held_only_by_the_grace_period_is_not_recorded_as_done(make_table, tm
     options = {"gc": {"expire_versions": 0}}  # no retained version holds anything back: only time does
     jobs = ["merge", "catchup", "gc"]
     first = run_backfill([table.uri], jobs, state=state, job_options=options)
-    assert [j.status for j in first.tables[0].jobs] == ["done", "done", "waiting"]
-    assert first.tables[0].jobs[2].result["time_will_free"] is True
-    assert "grace period" in first.tables[0].jobs[2].summary and not first.failed_tables
+    assert [str(j.status) for j in first.tables[0].jobs] == ["done", "done", "waiting"]
+    assert first.tables[0].jobs[2].document["time_will_free"] is True
+    assert "more becomes free with time" in first.tables[0].jobs[2].summary and not first.failed_tables
     assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "catchup"}
     again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                          job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
-    assert [j.status for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
-    assert again.tables[0].jobs[2].result["deleted"] and not again.tables[0].jobs[2].result["time_will_free"]
+    assert [str(j.status) for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
+    gc = again.tables[0].jobs[2].document
+    assert gc["deleted"] and not gc["time_will_free"]
 
 
 def test_a_rerun_with_other_options_is_new_work(make_table, tmp_path):
@@ -202,12 +225,12 @@ def test_a_rerun_with_other_options_is_new_work(make_table, tmp_path):
     state = BackfillState(str(tmp_path / "state.json"))
     jobs = ["merge", "catchup", "gc"]
     first = run_backfill([table.uri], jobs, state=state, job_options={"gc": {"expire_versions": "never"}})
-    assert [j.status for j in first.tables[0].jobs] == ["done", "done", "done"]
-    assert first.tables[0].jobs[2].result["deleted"] == []  # every version kept: nothing could go
+    assert [str(j.status) for j in first.tables[0].jobs] == ["done", "done", "done"]
+    assert first.tables[0].jobs[2].document["deleted"] == []  # every version kept: nothing could go
     again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                          job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
-    assert [j.status for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
-    assert len(again.tables[0].jobs[2].result["deleted"]) == SMALL.shards * SMALL.generations
+    assert [str(j.status) for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
+    assert len(again.tables[0].jobs[2].document["deleted"]) == SMALL.shards * SMALL.generations
     same = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
-    assert [j.status for j in same.tables[0].jobs] == ["skipped", "skipped", "skipped"]
+    assert [str(j.status) for j in same.tables[0].jobs] == ["skipped", "skipped", "skipped"]

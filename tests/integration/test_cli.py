@@ -50,6 +50,11 @@ def test_status_json_contract(make_table):
         assert s["unmerged_rows"] == 4 * 44 and s["unmerged_bytes"] > 0
         assert s["oldest_unmerged_age_seconds"] >= 0
         assert s["writer_epoch"] == 1 and s["status"] == "active"
+    # the totals over shards, as the Python TableStatus has them
+    assert doc["unmerged_generations"] == 12 and doc["unmerged_rows"] == 3 * 4 * 44
+    assert doc["unmerged_bytes"] == sum(s["unmerged_bytes"] for s in doc["shards"])
+    assert doc["oldest_unmerged_age_seconds"] == max(s["oldest_unmerged_age_seconds"] for s in doc["shards"])
+    assert doc["broken_shards"] == [] and doc["checkpoints"] == [] and doc["unreadable_checkpoints"] == []
     human = memwal("status", table.uri).stdout
     assert "3 shards, 12 unmerged generations" in human
 
@@ -204,7 +209,7 @@ def test_failing_command_exit_code_and_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize(("preset", "pyarrow_first", "pool"), [
-    (None, False, "system"),  # the CLI's choice (memwal.cli.main.configure_allocator)
+    (None, False, "system"),  # the CLI's choice (memwal.core.process.configure_process)
     ("mimalloc", False, "mimalloc"),  # the user's choice wins
     (None, True, "mimalloc"),  # a host that imported pyarrow first keeps its pool
 ])

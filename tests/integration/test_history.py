@@ -41,7 +41,10 @@ def test_every_job_is_recorded_with_its_figures_and_real_versions(make_table):
     gc = cli_json("gc", uri, "--grace-seconds", "0")
     runs = cli_json("history", uri, "--limit", "50")["runs"]
     ours = [r for r in runs if r["job"] != "external"]
-    assert ours == runs  # every version since the first run is one of these runs' (compaction's two included)
+    # every version since the first run is one of these runs' (compaction's two included); before
+    # them, the table's creation (every run is shown, so the timeline goes back to version 1)
+    assert runs[:len(ours)] == ours and [r["job"] for r in runs[len(ours):]] == ["external"]
+    assert runs[-1]["versions"][0] == 1
     assert [r["job"] for r in ours] == ["gc", "snapshot", "compact", "catchup", "merge", "merge"]
     # gc without --expire-versions keeps every version, which holds every merged generation
     assert [r["outcome"] for r in ours] == ["nothing-to-do", "ok", "ok", "ok", "ok", "ok"]
@@ -94,6 +97,21 @@ def test_versions_committed_by_others_fill_the_timeline(make_table):
     assert external["figures"]["operations"] == {"UpdateConfig": 2}
 
 
+def test_the_versions_before_the_first_run_stay_in_the_timeline_after_it(make_table):
+    """The table's creation (versions written before any run) was listed before a merge and
+    vanished after it; with every run shown, the timeline goes back to version 1."""
+    table, _ = make_table()
+    created = table.manifest().version
+    before = cli_json("history", table.uri)["runs"]
+    assert [(r["job"], r["versions"]) for r in before] == [("external", list(range(1, created + 1)))]
+    cli_json("merge", table.uri)
+    after = cli_json("history", table.uri)["runs"]
+    assert [r["job"] for r in after] == ["merge", "external"]
+    assert after[1]["versions"] == list(range(1, created + 1))
+    limited = cli_json("history", table.uri, "--limit", "1")["runs"]  # older runs not shown: nor their versions
+    assert [r["job"] for r in limited] == ["merge"]
+
+
 def test_a_run_that_failed_or_was_fenced_is_recorded(make_table):
     table, _ = make_table()
 
@@ -117,11 +135,11 @@ def test_a_run_whose_process_died_shows_as_abandoned(make_table, tmp_path):
         proc = subprocess.Popen([str(VENV_BIN / "memwal"), "merge", table.uri], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         barrier.wait_reached()
-        [running] = cli_json("history", table.uri)["runs"]
+        [running] = cli_json("history", table.uri, "--job", "merge")["runs"]
         assert running["outcome"] == "running"  # its lease is live
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    [dead] = cli_json("history", table.uri)["runs"]
+    [dead] = cli_json("history", table.uri, "--job", "merge")["runs"]
     assert (dead["run_id"], dead["outcome"], dead["finished_at"]) == (running["run_id"], "abandoned", None)
 
 
@@ -131,7 +149,7 @@ def test_gc_prunes_history_past_its_retention_and_the_dry_run_says_so(make_table
         cli_json("snapshot", table.uri)
     dry = cli_json("gc", table.uri, "--history-retention", "0", "--dry-run")
     assert dry["history_pruned"] == 3
-    assert len(cli_json("history", table.uri)["runs"]) == 3
+    assert len([r for r in cli_json("history", table.uri)["runs"] if r["job"] != "external"]) == 3
     done = cli_json("gc", table.uri, "--history-retention", "0")
     assert done["history_pruned"] == 3
     assert [r["job"] for r in cli_json("history", table.uri)["runs"] if r["job"] != "external"] == ["gc"]

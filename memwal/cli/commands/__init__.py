@@ -14,6 +14,8 @@ COMMAND_MODULES = [
     "lease",
     "history",
     "merge_ops",
+    "cycle",
     "backfill",
+    "fleet",
     "demo_data",
 ]

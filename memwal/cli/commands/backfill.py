@@ -19,15 +19,9 @@ from typing import Any
 from memwal.actions.options import JobOptions, option_names
 from memwal.backfill import (
     DEFAULT_STATE_FILE,
-    DONE,
-    FAILED,
     JOB_ORDER,
-    NOT_RUN,
-    SKIPPED,
-    WAITING,
     BackfillReport,
     BackfillState,
-    JobRun,
     parse_jobs,
     read_tables_file,
     run_backfill,
@@ -36,6 +30,8 @@ from memwal.backfill import (
 )
 from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, common_options, emit, positive_int
 from memwal.cli.options import add_arguments
+from memwal.core.text import one_line
+from memwal.cycle import JobOutcome, JobStatus
 from memwal.errors import BadInputError
 
 
@@ -58,6 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help=f"where finished (table, job) pairs are recorded (default {DEFAULT_STATE_FILE})",
     )
     p.add_argument("--restart", action="store_true", help="forget the recorded progress of these tables first")
+    p.add_argument("--dry-run", action="store_true", help="every job's dry run on every table; nothing written, "
+                   "nothing recorded")
     add_job_arguments(p)
     return p
 
@@ -91,11 +89,12 @@ def run(args: argparse.Namespace) -> int:
             state=state,
             restart=args.restart,
             job_options=job_options,
+            dry_run=args.dry_run,
             progress=display.update,
         )
     emit(args, report.to_dict(), lambda: render(report))
     for t in report.failed_tables:
-        print(f"memwal: error: backfill of {t.table} failed: {t.error}", file=sys.stderr)
+        print(f"memwal: error: backfill of {t.table} failed: {one_line(t.error or '')}", file=sys.stderr)
     if report.failed_tables:
         names = ", ".join(t.table for t in report.failed_tables)
         print(
@@ -159,16 +158,16 @@ class PlainProgress:
     def __exit__(self, *exc: object) -> None:
         pass
 
-    def update(self, event: str, run: JobRun) -> None:
+    def update(self, event: str, run: JobOutcome) -> None:
         if event != "end":
             return
         with self._lock:
             self.count += 1
-            detail = run.error if run.status in (FAILED, NOT_RUN) else run.summary
-            took = f" in {run.seconds:.1f}s" if run.status in (DONE, FAILED) else ""
+            detail = run.error if run.status in (JobStatus.FAILED, JobStatus.NOT_RUN) else run.summary
+            took = f" in {run.seconds:.1f}s" if run.status in (JobStatus.DONE, JobStatus.FAILED) else ""
             print(
                 f"memwal backfill: [{self.count}/{self.total}] {run.table} {run.job}: {run.status}{took}"
-                + (f" ({detail})" if detail else ""),
+                + (f" ({one_line(detail)})" if detail else ""),
                 file=sys.stderr,
                 flush=True,
             )
@@ -201,7 +200,7 @@ class RichProgress:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def update(self, event: str, run: JobRun) -> None:
+    def update(self, event: str, run: JobOutcome) -> None:
         with self._lock:
             key = (run.table, run.job)
             if event == "start":
@@ -210,28 +209,31 @@ class RichProgress:
             task = self.running.pop(key, None)
             if task is not None:
                 self.progress.remove_task(task)
-            if run.status == FAILED:
-                self.progress.console.print(f"[red]failed[/red] {run.table} {run.job}: {run.error}")
+            if run.status is JobStatus.FAILED:
+                from rich.markup import escape
+
+                self.progress.console.print(f"[red]failed[/red] {escape(run.table)} {run.job}: "
+                                            f"{escape(one_line(run.error or ''))}")
             self.progress.advance(self.overall)
 
 
 # -- summary ----------------------------------------------------------------------------
-_CELL = {DONE: "done", WAITING: "waiting", SKIPPED: "skipped", FAILED: "FAILED", NOT_RUN: "not run"}
+_CELL = {JobStatus.DONE: "done", JobStatus.WAITING: "waiting", JobStatus.HELD: "held", JobStatus.SKIPPED: "skipped",
+         JobStatus.FAILED: "FAILED", JobStatus.NOT_RUN: "not run"}
 
 
 def render(report: BackfillReport) -> str:
     header = ["table", *report.jobs, "time"]
     rows = [header]
     for t in report.tables:
-        by_job = {j.job: j for j in t.jobs}
         cells = [t.table]
         for job in report.jobs:
-            j = by_job.get(job)
+            j = t.outcome(job)
             if j is None:
                 cells.append("-")
                 continue
-            cell = _CELL.get(j.status, j.status)
-            if j.status in (DONE, WAITING) and j.summary:
+            cell = _CELL[j.status]
+            if j.status in (JobStatus.DONE, JobStatus.WAITING, JobStatus.HELD) and j.summary:
                 cell += f" ({j.summary})"
             cells.append(cell)
         cells.append(f"{sum(j.seconds for j in t.jobs):.1f}s")
@@ -241,13 +243,15 @@ def render(report: BackfillReport) -> str:
     c = report.counts()
     failed = report.failed_tables
     lines.append(
-        f"{len(report.tables) - len(failed)} of {len(report.tables)} tables ok; jobs: {c[DONE]} done, "
-        + (f"{c[WAITING]} waiting for the grace period (not recorded: rerun later), " if c[WAITING] else "")
-        + f"{c[SKIPPED]} skipped (finished earlier), {c[FAILED]} failed, {c[NOT_RUN]} not run; "
-        f"{report.seconds:.1f}s; state {report.state_file}"
+        f"{len(report.tables) - len(failed)} of {len(report.tables)} tables ok; jobs: {c[JobStatus.DONE]} "
+        + ("planned (dry run: nothing written, nothing recorded), " if report.dry_run else "done, ")
+        + (f"{c[JobStatus.WAITING]} waiting for time (not recorded: rerun later), " if c[JobStatus.WAITING] else "")
+        + (f"{c[JobStatus.HELD]} held by another lease holder (not recorded), " if c[JobStatus.HELD] else "")
+        + f"{c[JobStatus.SKIPPED]} skipped (finished earlier), {c[JobStatus.FAILED]} failed, "
+        f"{c[JobStatus.NOT_RUN]} not run; {report.seconds:.1f}s; state {report.state_file}"
     )
     for t in failed:
         lines.append(f"FAILED {t.table}: {t.error}")
-    if c[SKIPPED]:
+    if c[JobStatus.SKIPPED]:
         lines.append("(a rerun skips finished jobs; --restart runs them again)")
     return "\n".join(lines)

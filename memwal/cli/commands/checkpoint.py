@@ -60,17 +60,24 @@ def run(args: argparse.Namespace) -> int:
         from memwal.core import clock as clocks
 
         now = clocks.current()()
-        items = [{**c.to_dict(), "live": c.live(now)} for c in ck.list_checkpoints(table)]
-        doc = {"table": table.uri, "checkpoints": items}
-        emit(args, doc, lambda: render(table.uri, items))
+        records = ck.read_checkpoints(table, now)
+        items = [{**c.to_dict(), "live": c.live(now)} for c in records.checkpoints]
+        doc = {"table": table.uri, "checkpoints": items,
+               "unreadable": [{"uri": u.uri, "reason": u.reason} for u in records.unreadable]}
+        emit(args, doc, lambda: render(table.uri, items, doc["unreadable"]))
     elif args.verb == "refresh":
         c = ck.refresh_checkpoint(table, args.id, lifetime_seconds=args.lifetime)
         doc = c.to_dict()
         emit(args, doc, lambda: f"{table.uri}: checkpoint {c.id} pinned until {_when(c.expires_at)}")
     else:
-        c = ck.delete_checkpoint(table, args.id)
-        doc = {**c.to_dict(), "deleted": True}
-        emit(args, doc, lambda: f"{table.uri}: deleted checkpoint {c.id} (version {c.version} is no longer pinned)")
+        gone = ck.delete_checkpoint(table, args.id)
+        if gone is None:  # a record that was no checkpoint, removed by its file's id
+            doc = {"id": checkpoint_id(args.id), "deleted": True, "unreadable": True}
+            emit(args, doc, lambda: f"{table.uri}: removed the unreadable checkpoint record {doc['id']}")
+        else:
+            doc = {**gone.to_dict(), "deleted": True}
+            emit(args, doc, lambda: f"{table.uri}: deleted checkpoint {gone.id} (version {gone.version} is no longer "
+                                    "pinned)")
     return EXIT_OK
 
 
@@ -82,13 +89,14 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds")
 
 
-def render(uri: str, items: list[dict]) -> str:
-    if not items:
-        return f"{uri}: no checkpoints"
-    lines = [f"{uri}: {len(items)} checkpoint(s)"]
+def render(uri: str, items: list[dict], unreadable: list[dict]) -> str:
+    lines = [f"{uri}: {len(items)} checkpoint{'s' * (len(items) != 1)}" if items else f"{uri}: no checkpoints"]
     for c in items:
         state = "live" if c["live"] else "EXPIRED (gc removes it)"
         name = f" {c['name']!r}" if c["name"] else ""
+        capped = f" (its record claimed {_when(c['claimed_expiry'])}: capped)" if c.get("claimed_expiry") else ""
         lines.append(f"  {c['id']}{name}: version {c['version']}, {_count(c)} generations, {state}, "
-                     f"expires {_when(c['expires_at'])}")
+                     f"expires {_when(c['expires_at'])}{capped}")
+    for u in unreadable:
+        lines.append(f"  UNREADABLE {u['reason']} (memwal checkpoint delete removes it)")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from memwal.core import validate
 from memwal.core.secrets import redact_pair
+from memwal.core.text import one_line, terminal_safe
 from memwal.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -20,11 +21,13 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE = 0, 1, 2, 3
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse already exits 2 on bad usage; we make the message one clear line."""
+    """argparse already exits 2 on bad usage; we make the message one clear line that names
+    the command and where its usage is (not the usage itself: six lines around one error)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"memwal: error: {message}", file=sys.stderr)
+        command = self.prog.removeprefix("memwal").strip()
+        where = f"{command}: " if command else ""
+        print(f"memwal: error: {where}{one_line(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
 
@@ -67,15 +70,6 @@ def table_command(sub: argparse._SubParsersAction, name: str, help: str) -> argp
     p = sub.add_parser(name, parents=[common_options()], help=help, description=help)
     p.add_argument("table", metavar="TABLE", help="local path or s3://bucket/prefix of the base table")
     return p
-
-
-def add_engine(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engine",
-        choices=["local", "spark"],
-        default="local",
-        help="local: in-process; spark: the active Spark session or a local one",
-    )
 
 
 def _converter(check: Callable[[str, Any], Any], doc: str) -> Callable[[str], Any]:
@@ -147,7 +141,7 @@ def emit(args: argparse.Namespace, doc: dict[str, Any], human: Callable[[], str]
         with open(args.result_file, "w") as f:
             json.dump(doc, f, indent=2, default=str)
     if getattr(args, "json", False):
-        json.dump(doc, sys.stdout, indent=2, default=str)
+        json.dump(doc, sys.stdout, indent=2, default=str)  # escapes every control character
         sys.stdout.write("\n")
     else:
-        print(human())
+        print(terminal_safe(human()))  # values from storage print, they never act on the terminal

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from memwal.cli.commands.common import EXIT_OK, common_options, positive_int
 from memwal.errors import BadInputError
@@ -46,7 +45,6 @@ def run(args: argparse.Namespace) -> int:
     model = make_demo_table(args.dir, wl, args.storage_options or None)
     print(
         f"wrote {args.dir}: {wl.base_rows} base rows, {wl.shards} shards x {wl.generations} generations; "
-        f"{len(model.rows)} live rows",
-        file=sys.stderr,
-    )
+        f"{len(model.rows)} live rows"
+    )  # the command's result: stdout (logs go to stderr)
     return EXIT_OK

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from memwal.core.text import one_line
+
 #: At most this many shard lines are printed for a merge batch (then a count of the others).
 MAX_LINES = 20
 
@@ -105,12 +107,15 @@ class JobDisplay:
             self._gc_planned(plan)
 
     def _merge_planned(self, doc: dict[str, Any]) -> None:
+        from rich.markup import escape as escape_markup
+
         shards = doc["shards"]
         gens = sum(len(s["generations"]) for s in shards)
         rows = sum(g["rows"] for s in shards for g in s["generations"])
         for s in shards[:MAX_LINES]:
             n = len(s["generations"])
-            self.console.print(f"  shard {s['shard_id']}: generations {s['from_generation']}..{s['to_generation']} "
+            shard = escape_markup(one_line(s["shard_id"]))
+            self.console.print(f"  shard {shard}: generations {s['from_generation']}..{s['to_generation']} "
                                f"({n} generation{'s' * (n != 1)}, {sum(g['rows'] for g in s['generations']):,} rows)")
         if len(shards) > MAX_LINES:
             self.console.print(f"  ... and {len(shards) - MAX_LINES} more shards")

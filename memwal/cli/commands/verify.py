@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
             f"({len(res.checks)} checks, {res.base_rows} base rows, {res.lsm_rows} rows in the LSM view)"
         ]
         lines += [f"  {p.check}: {p.shard_id or '-'}: {p.detail}" for p in res.problems]
+        lines += [f"  warning: {p.check}: {p.detail}" for p in res.warnings]
         return "\n".join(lines)
 
     emit(args, res.to_dict(), human)

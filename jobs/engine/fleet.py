@@ -1,0 +1,59 @@
+"""The fleet on Spark: many small tables as tasks of one application, large ones on the driver.
+
+:class:`memwal.fleet.run.TableRunner` for ``memwal fleet run --engine spark``. A small
+table's work is one task (the table's cycle with the local engine inside the executor, as
+``memwal cycle`` runs it): a fleet of thousands of small tables spreads over the cluster's
+cores in one Spark job. A table whose unmerged bytes pass the policy's ``spark_min_bytes``
+(``TableWork.large``) runs on the driver through the per-table Spark engines, its own stages
+spread over the same executors. A task returns its cycle's result as plain data; a task
+that fails (an executor lost) is Spark's to retry, and every job it ran is a ``memwal <job>``
+run with its leases and fences, so a retried task redoes nothing twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from memwal.cycle import CycleResult
+from memwal.fleet.run import TableWork, run_table_work
+
+
+def _task(work: TableWork) -> dict[str, Any]:
+    """One small table on an executor, the local engine inside."""
+    local = {job: {**opts, "engine": "local"} for job, opts in work.options.items()}
+    return run_table_work(replace(work, options=local)).to_dict()
+
+
+class SparkTableRunner:
+    name = "spark"
+
+    def __init__(self, sc: Any) -> None:
+        self.sc = sc
+
+    @classmethod
+    def from_active_or_local(cls) -> SparkTableRunner:
+        from memwal.spark.engine.session import active_or_local
+
+        return cls(active_or_local("memwal-fleet"))
+
+    def run(self, work: Sequence[TableWork], workers: int, deadline: float | None) -> Iterator[CycleResult]:
+        """Small tables as one Spark job (a task each), large ones on the driver meanwhile
+        (``workers`` of them at once); none started after ``deadline``."""
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        small = [w for w in work if not w.large]
+        large = [w for w in work if w.large]
+        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="memwal-fleet-large") as pool:
+            big = [pool.submit(run_table_work, w) for w in large]
+            if small:
+                docs = self.sc.parallelize(small, len(small)).map(_task).collect()
+                yield from (CycleResult.from_dict(d) for d in docs)
+            for f in big:
+                yield f.result()
+
+
+__all__ = ["SparkTableRunner"]

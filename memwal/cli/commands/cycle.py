@@ -1,0 +1,57 @@
+"""``memwal cycle TABLE [--jobs LIST] [--engine local|spark] [--dry-run] [job options] [--json]``.
+
+The whole maintenance cycle of one table (merge, catchup, compact, snapshot, gc, in that
+order), through :func:`memwal.cycle.run_cycle`: ``spark-submit jobs/maintenance.py`` is this
+command on the Spark engine, one application for all five jobs. Every job's options are the
+flags of its own command. The cycle stops at the first job that fails; a job whose lease
+another holder has is ``held`` (reported, not a failure). Exit code: 0, or the failed job's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from memwal.cli.commands.backfill import add_job_arguments, job_options_from
+from memwal.cli.commands.common import EXIT_OK, emit, open_table_arg, table_command
+from memwal.core.text import one_line
+from memwal.cycle import JOB_ORDER, CycleResult, JobOutcome, JobStatus, parse_jobs, run_cycle
+
+log = logging.getLogger("memwal.cycle")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = table_command(sub, "cycle", "the whole maintenance cycle of one table: merge, catchup, compact, snapshot, gc")
+    p.add_argument("--jobs", default=",".join(JOB_ORDER), metavar="LIST",
+                   help=f"comma-separated jobs, run in the order {', '.join(JOB_ORDER)} (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="every job's dry run; nothing written")
+    add_job_arguments(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from memwal.backfill import validated_options
+
+    jobs = parse_jobs(args.jobs)
+    options = validated_options(jobs, job_options_from(args), engine=args.engine or "local", dry_run=args.dry_run)
+    result = run_cycle(open_table_arg(args), jobs, options, notify=_log)
+    emit(args, result.to_dict(), lambda: render(result))
+    failed = result.failed
+    if failed is not None:
+        print(f"memwal: error: {failed.job}: {one_line(failed.error or '')}", file=sys.stderr)
+        return failed.exit_code or 1
+    return EXIT_OK
+
+
+def _log(event: str, outcome: JobOutcome) -> None:
+    if event == "end" and outcome.status is not JobStatus.FAILED:
+        log.info("%s %s: %s (%s)", outcome.table, outcome.job, outcome.status, outcome.summary or outcome.error)
+
+
+def render(result: CycleResult) -> str:
+    lines = [f"{result.table}: maintenance cycle"]
+    for j in result.jobs:
+        took = f" {j.seconds:.1f}s" if j.status in (JobStatus.DONE, JobStatus.WAITING, JobStatus.FAILED) else ""
+        lines.append(f"  {j.job:<8} {j.status:<8}{took}  {j.summary or j.error or ''}".rstrip())
+    return "\n".join(lines)

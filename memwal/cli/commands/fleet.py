@@ -1,0 +1,200 @@
+"""``memwal fleet plan|run|status SOURCE...``: many tables, found from sources, ranked by debt.
+
+A SOURCE is a table URI, a root URI (every MemWAL table below it, at any depth, never through
+a link), or ``namespace:dir`` / ``namespace:rest`` (a Lance Namespace; its properties with
+``--namespace-property KEY=VALUE``); ``--tables-file`` adds a file of table URIs.
+
+- ``plan``: read only; every discovered table with its debt, jobs and reasons, highest first.
+- ``run``: the plan's work in debt order, ``--workers`` tables at a time, plan again between
+  rounds, nothing started after ``--max-seconds``.
+- ``status``: the fleet ranked by debt with each table's last run, bounded (``--top``).
+
+Exit codes: 0 done (held leases and waiting GCs are reasons, not failures); 1 when a table
+failed or could not be read (each named on stderr); 2 for bad input (a source with no
+MemWAL table included), with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from memwal.actions.options import ENGINES
+from memwal.cli.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    check_output_file,
+    common_options,
+    emit,
+    parse_storage_options,
+    positive_int,
+)
+from memwal.core.text import one_line
+
+DEFAULT_TOP = 50
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    help_text = "many tables: discover them from sources, rank them by debt, maintain them under a budget"
+    fleet = sub.add_parser("fleet", help=help_text, description=help_text)
+    verbs = fleet.add_subparsers(dest="verb", required=True, metavar="VERB")
+    plan = _verb(verbs, "plan", "every discovered table with its debt, its jobs and why (reads only)")
+    plan.set_defaults(run=run_plan)
+    run = _verb(verbs, "run", "run the planned work in debt order under a budget, planning again between rounds")
+    run.add_argument("--workers", type=positive_int, default=2, metavar="N", help="tables run at once (default 2)")
+    run.add_argument("--max-seconds", type=float, metavar="S", help="start no table after S seconds")
+    run.add_argument("--max-rounds", type=positive_int, metavar="N", help="plan and run at most N rounds")
+    run.add_argument("--jobs", metavar="LIST", help="only these jobs (comma-separated; default: all)")
+    run.add_argument("--engine", choices=ENGINES, default="local",
+                     help="local: tables on threads here; spark: small tables as tasks of one Spark application, "
+                          "large ones through the per-table Spark engines")
+    run.add_argument("--dry-run", action="store_true", help="one round of every planned job's dry run")
+    run.set_defaults(run=run_run)
+    status = _verb(verbs, "status", "the fleet ranked by debt, with each table's last run and problems")
+    status.add_argument("--top", type=positive_int, default=DEFAULT_TOP, metavar="N",
+                        help=f"list the N tables with the most debt (default {DEFAULT_TOP}); all are counted")
+    status.add_argument("--html", metavar="PATH", help="also write the fleet page to PATH")
+    status.set_defaults(run=run_status)
+
+
+def _verb(verbs: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
+    p = verbs.add_parser(name, parents=[common_options()], help=help_text, description=help_text)
+    p.add_argument("sources", metavar="SOURCE", nargs="*", help="table URI, root URI, namespace:dir or namespace:rest")
+    p.add_argument("--tables-file", metavar="F", help="file with one table URI per line (# comments; - for stdin)")
+    p.add_argument("--policy", metavar="FILE", help="policy file (YAML or JSON): thresholds, weights, batch, options")
+    p.add_argument("--namespace-property", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Lance Namespace property (root=..., uri=...; repeatable)")
+    p.add_argument("--plan-workers", type=positive_int, default=8, metavar="N",
+                   help="tables probed at once while planning (default 8)")
+    p.add_argument("--cache", metavar="PATH", help="remember what each table's manifest and listings showed, in "
+                   "this file: an unchanged table is then not read again (a run's own file; a bad one is ignored)")
+    return p
+
+
+def _inputs(args: argparse.Namespace) -> tuple[list[str], Any, dict[str, str]]:
+    """The sources, policy and namespace properties, all checked before anything is read."""
+    from memwal.backfill import read_tables_file, table_uri_problem
+    from memwal.errors import BadInputError
+    from memwal.fleet.policy import load_policy
+    from memwal.fleet.sources import NAMESPACE_PREFIX
+
+    sources = [s.strip() for s in args.sources]
+    for s in sources:
+        problem = None if s.startswith(NAMESPACE_PREFIX) else (table_uri_problem(s) if s else "empty source")
+        if problem:
+            raise BadInputError(problem)
+    if args.tables_file:
+        sources += read_tables_file(args.tables_file)
+    if not sources:
+        raise BadInputError("no source given: pass table or root URIs, namespace:dir|rest, or --tables-file")
+    policy = load_policy(args.policy)
+    properties = parse_storage_options(args.namespace_property)
+    return list(dict.fromkeys(sources)), policy, properties
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from memwal.fleet.plan import check_sources_yield_tables, plan_fleet
+    from memwal.fleet.probe import ProbeCache
+    from memwal.fleet.sources import discover
+
+    sources, policy, properties = _inputs(args)
+    cache = ProbeCache.load(args.cache)
+    plan = plan_fleet(discover(sources, storage_options=args.storage_options, namespace_properties=properties,
+                               known=cache.known_tables()), policy, workers=args.plan_workers, cache=cache)
+    check_sources_yield_tables(plan, sources)
+    if args.cache:
+        cache.save(args.cache)
+    emit(args, plan.to_dict(), lambda: render_plan(plan.to_dict()))
+    return _problems(plan.to_dict()["problems"])
+
+
+def run_run(args: argparse.Namespace) -> int:
+    import logging
+
+    from memwal.fleet.probe import ProbeCache
+    from memwal.fleet.run import run_fleet
+
+    sources, policy, properties = _inputs(args)
+    cache = ProbeCache.load(args.cache)
+    if args.max_seconds is not None and not args.max_seconds > 0:
+        from memwal.errors import BadInputError
+
+        raise BadInputError(f"--max-seconds {args.max_seconds}: expected a positive number of seconds")
+    if not args.debug:  # per-job lease and commit logs would drown the fleet's own lines
+        logging.getLogger("memwal").setLevel(logging.WARNING)
+    result = run_fleet(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
+                       workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs), engine=args.engine,
+                       dry_run=args.dry_run, max_rounds=args.max_rounds, notify=_progress, cache=cache)
+    if args.cache:
+        cache.save(args.cache)
+    doc = result.to_dict()
+    emit(args, doc, lambda: render_run(doc))
+    for failed in result.failed:
+        print(f"memwal: error: {failed.table}: {one_line(failed.error or '')}", file=sys.stderr)
+    return _problems(doc["problems"]) or (EXIT_FAILED if result.failed else EXIT_OK)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from memwal.fleet.probe import ProbeCache
+    from memwal.fleet.status import fleet_status, write_fleet_page
+
+    if args.html:
+        check_output_file("--html", args.html)
+    sources, policy, properties = _inputs(args)
+    cache = ProbeCache.load(args.cache)
+    st = fleet_status(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
+                      top=args.top, workers=args.plan_workers, cache=cache)
+    if args.cache:
+        cache.save(args.cache)
+    if args.html:
+        write_fleet_page(args.html, st)
+    doc = st.to_dict()
+    emit(args, doc, lambda: st.render() + (f"\nfleet page: {args.html}" if args.html else ""))
+    return _problems(doc["problems"])
+
+
+def _jobs(text: str | None) -> list[str] | None:
+    from memwal.cycle import parse_jobs
+
+    return parse_jobs(text) if text else None
+
+
+def _problems(problems: list[dict[str, str]] | list[str]) -> int:
+    for p in problems:
+        line = f"{p['table']}: {p['error']}" if isinstance(p, dict) else p
+        print(f"memwal: error: {one_line(line)}", file=sys.stderr)
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+def _progress(event: str, value: Any) -> None:
+    if event == "table" and sys.stderr.isatty():
+        print(f"memwal fleet: {value.table}: {'failed' if value.failed else 'ok'}", file=sys.stderr)
+
+
+def render_plan(doc: dict[str, Any], top: int = DEFAULT_TOP) -> str:
+    tables = doc["tables"]
+    busy = [t for t in tables if t["jobs"]]
+    lines = [f"{doc['discovered']} tables, {len(busy)} with work, debt {doc['debt']:g}; {len(doc['skipped'])} skipped, "
+             f"{len(doc['problems'])} problems; {doc['requests']} requests in {doc['seconds']:.2f}s"]
+    for t in busy[:top]:
+        lines.append(f"  {t['debt']:>8g}  {t['table']}  {','.join(t['jobs'])}")
+        lines += [f"            {r}" for r in t["reasons"]]
+    if len(busy) > top:
+        lines.append(f"  ... and {len(busy) - top} more tables with work")
+    lines += [f"  skipped {s['path']}: {s['reason']}" for s in doc["skipped"][:top]]
+    return "\n".join(lines)
+
+
+def render_run(doc: dict[str, Any]) -> str:
+    s = doc["summary"]
+    lines = [f"{doc['rounds']} round{'s' * (doc['rounds'] != 1)} in {doc['seconds']:.1f}s on {doc['engine']}"
+             + (" (dry run)" if doc["dry_run"] else "") + ": "
+             + ", ".join(f"{n} {k}" for k, n in s.items() if n)]
+    for r in doc["runs"]:
+        jobs = ", ".join(f"{j['job']} {j['status']}" + (f" ({j['summary'] or j['error']})" if
+                                                       j["status"] != "done" else "") for j in r["jobs"])
+        lines.append(f"  round {r['round']}  {r['table']}: {jobs}")
+    if doc["not_started"]:
+        lines.append(f"  not started before --max-seconds: {', '.join(doc['not_started'])}")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Text read from storage, made safe for where it is shown.
+
+Run records, checkpoints, lease records and names come from whoever can write the table's
+storage (DESIGN 3.9). HTML pages escape through Jinja's autoescape and
+:func:`markupsafe.escape`; this module is the terminal's side and the length bound shared by
+both:
+
+- :func:`terminal_safe`: control and format characters (ESC sequences that move the cursor,
+  rewrite the title or the clipboard; C1 controls; bidirectional overrides that reorder what is
+  read) are shown as visible escapes, never sent raw;
+- :func:`clip`: a long text shown whole would bury the rest of the screen or page.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+#: Longest text from storage a view shows in one place (an error, a name, a reason).
+MAX_SHOWN_CHARS = 2000
+
+
+def _visible(ch: str, keep: str) -> str:
+    if ch in keep:
+        return ch
+    if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+        code = ord(ch)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return ch
+
+
+def terminal_safe(text: str, *, keep: str = "\n\t") -> str:
+    """``text`` with every control or format character except those in ``keep`` shown as an
+    escape (``\\x1b``, ``\\u202e``): what reaches a terminal prints, it never acts."""
+    if text.isprintable() and not any(ch in "\u2028\u2029" for ch in text):
+        return text
+    return "".join(_visible(ch, keep) for ch in text)
+
+
+def one_line(text: str) -> str:
+    """:func:`terminal_safe` with newlines and tabs escaped too: a value that cannot forge a
+    second log or output line."""
+    return terminal_safe(text, keep="")
+
+
+def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+__all__ = ["MAX_SHOWN_CHARS", "clip", "one_line", "terminal_safe"]

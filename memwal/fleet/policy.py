@@ -1,0 +1,204 @@
+"""A fleet's policy: when a table needs a job, how much each job's debt weighs, how big a batch
+one run may take, and with which job options.
+
+A policy file (YAML or JSON) has ``defaults`` and optional overrides, each a partial policy
+laid over what it overrides::
+
+    defaults:
+      thresholds: {merge_generations: 1, compact_fragments: 64}
+      weights: {merge: 2}
+      batch: {max_generations: 32}
+      options: {gc: {grace_seconds: 600}}
+    sources:                 # by the source string, or a glob over table URIs
+      "s3://lake/hot/*": {thresholds: {merge_age_seconds: 60}}
+    tables:                  # by table URI (or glob): the last word
+      "s3://lake/hot/events": {weights: {merge: 5}}
+
+Every key is checked when the file is read: an unknown key or a bad value is bad input
+naming its place (``tables."s3://x".thresholds.merge_generations``), before anything runs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from memwal.errors import BadInputError
+
+JOBS = ("merge", "catchup", "compact", "snapshot", "gc")
+#: Largest policy file read.
+MAX_POLICY_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a table needs each job (each reason names the threshold it passed)."""
+
+    merge_generations: int = 1  # unmerged generations in one shard
+    merge_age_seconds: float = 0.0  # or its oldest unmerged generation this old (0: off)
+    catchup_generations: int = 1  # merged generations an index has not caught up with
+    catchup_unindexed_fraction: float = 0.05  # or this share of live rows outside an index
+    compact_fragments: int = 64  # fragments in the base table
+    compact_deleted_fraction: float = 0.1  # or this share of its rows deleted
+    gc_generations: int = 1  # merged, caught-up generations still on storage
+    snapshot_age_seconds: float = 300.0  # republish when a writer flushed after the snapshot and it is this old
+    gc_retry_seconds: float = 600.0  # after a GC that waits for time, plan it again only this much later
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How much one unit of each job's debt counts in the table's debt."""
+
+    merge: float = 1.0
+    catchup: float = 1.0
+    compact: float = 1.0
+    snapshot: float = 1.0
+    gc: float = 1.0
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The most one run of a job takes on, so that no table waits behind one huge one."""
+
+    max_generations: int | None = 32  # merge: generations per shard
+    max_rows: int | None = None  # merge: change rows
+    max_fragments: int | None = 256  # compact: fragments rewritten
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    weights: Weights = field(default_factory=Weights)
+    batch: Batch = field(default_factory=Batch)
+    #: Job options by job (as the job's command takes them): ``{"gc": {"grace_seconds": 600}}``.
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: On the Spark engine, a table with more unmerged bytes than this runs through the per-table
+    #: Spark engines; smaller ones run as tasks of one Spark application, the local engine inside.
+    spark_min_bytes: int = 1 << 30
+
+
+@dataclass(frozen=True)
+class Policy:
+    defaults: TablePolicy = field(default_factory=TablePolicy)
+    #: ``(pattern, overrides)``, applied in order: a source string, or a glob over table URIs.
+    sources: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    tables: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+
+    def for_table(self, uri: str, source: str) -> TablePolicy:
+        """The defaults, then every matching source override, then every matching table override."""
+        out = self.defaults
+        for pattern, over in self.sources:
+            if pattern == source or fnmatch.fnmatchcase(uri, pattern):
+                out = _overlay(out, over, f"sources.{json.dumps(pattern)}")
+        for pattern, over in self.tables:
+            if pattern == uri or fnmatch.fnmatchcase(uri, pattern):
+                out = _overlay(out, over, f"tables.{json.dumps(pattern)}")
+        return out
+
+
+def _number(where: str, value: Any, kind: type, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise BadInputError(f"policy {where}: expected a number at least 0, got {value!r}")
+    if kind is int and value != int(value):
+        raise BadInputError(f"policy {where}: expected a whole number, got {value!r}")
+    return kind(value)
+
+
+def _section(cls: type, base: Any, over: Any, where: str) -> Any:
+    if not isinstance(over, Mapping):
+        raise BadInputError(f"policy {where}: expected a mapping, got {type(over).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    changes = {}
+    for key, value in over.items():
+        if key not in known:
+            raise BadInputError(f"policy {where}.{key}: unknown key (expected one of {', '.join(known)})")
+        default = getattr(cls(), key)
+        kind = int if isinstance(default, int) or (default is None and key.startswith("max_")) else float
+        changes[key] = _number(f"{where}.{key}", value, kind, optional=default is None)
+    return replace(base, **changes)
+
+
+def _overlay(base: TablePolicy, over: Any, where: str) -> TablePolicy:
+    """``base`` with the partial policy ``over`` laid on it, every key checked."""
+    if not isinstance(over, Mapping):
+        raise BadInputError(f"policy {where}: expected a mapping, got {type(over).__name__}")
+    out = base
+    for key, value in over.items():
+        if key == "thresholds":
+            out = replace(out, thresholds=_section(Thresholds, out.thresholds, value, f"{where}.thresholds"))
+        elif key == "weights":
+            out = replace(out, weights=_section(Weights, out.weights, value, f"{where}.weights"))
+        elif key == "batch":
+            out = replace(out, batch=_section(Batch, out.batch, value, f"{where}.batch"))
+        elif key == "options":
+            out = replace(out, options=_job_options(out.options, value, f"{where}.options"))
+        elif key == "spark_min_bytes":
+            out = replace(out, spark_min_bytes=_number(f"{where}.spark_min_bytes", value, int))
+        else:
+            raise BadInputError(f"policy {where}.{key}: unknown key (expected thresholds, weights, batch, options, "
+                                "spark_min_bytes)")
+    return out
+
+
+def _job_options(base: Mapping[str, Mapping[str, Any]], over: Any, where: str) -> dict[str, Mapping[str, Any]]:
+    from memwal.actions import ACTIONS
+
+    if not isinstance(over, Mapping):
+        raise BadInputError(f"policy {where}: expected a mapping of job: options")
+    out = dict(base)
+    for job, options in over.items():
+        if job not in ACTIONS:
+            raise BadInputError(f"policy {where}.{job}: not a job (expected one of {', '.join(JOBS)})")
+        merged = {**out.get(job, {}), **(options or {})}
+        try:
+            ACTIONS[job].options.from_kwargs(**merged)
+        except BadInputError as exc:
+            raise BadInputError(f"policy {where}.{job}: {exc}") from None
+        out[job] = merged
+    return out
+
+
+def policy_from(doc: Any, where: str = "policy") -> Policy:
+    """A policy from its parsed document (see the module docstring)."""
+    if doc is None:
+        return Policy()
+    if not isinstance(doc, Mapping):
+        raise BadInputError(f"{where}: expected a mapping with defaults, sources, tables")
+    unknown = sorted(set(doc) - {"defaults", "sources", "tables"})
+    if unknown:
+        raise BadInputError(f"{where}: unknown key {unknown[0]!r} (expected defaults, sources, tables)")
+    defaults = _overlay(TablePolicy(), doc.get("defaults") or {}, "defaults")
+    pairs: dict[str, tuple[tuple[str, Mapping[str, Any]], ...]] = {}
+    for part in ("sources", "tables"):
+        given = doc.get(part) or {}
+        if not isinstance(given, Mapping):
+            raise BadInputError(f"{where}: {part} must map a pattern to overrides")
+        for pattern, over in given.items():
+            _overlay(defaults, over, f"{part}.{json.dumps(pattern)}")  # checked now, not when a table matches
+        pairs[part] = tuple((str(p), o) for p, o in given.items())
+    return Policy(defaults, pairs["sources"], pairs["tables"])
+
+
+def load_policy(path: str | None) -> Policy:
+    """The policy in a YAML or JSON file (None: the defaults); every problem names the file."""
+    if path is None:
+        return Policy()
+    import yaml
+
+    from memwal.core.files import read_small_file
+
+    text = read_small_file(path, MAX_POLICY_BYTES, flag="--policy")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BadInputError(f"--policy {path}: not YAML or JSON: {str(exc).splitlines()[0]}") from None
+    return policy_from(doc, f"--policy {path}")
+
+
+__all__ = ["JOBS", "Batch", "Policy", "TablePolicy", "Thresholds", "Weights", "load_policy", "policy_from"]

@@ -1,0 +1,240 @@
+"""Running a fleet: plan, run the planned work in debt order under a budget, plan again.
+
+A round plans every table (:func:`memwal.fleet.plan.plan_fleet`), then runs the tables that
+have work, highest debt first, ``workers`` tables at a time, each table's planned jobs in
+cycle order through the one cycle runner (:func:`memwal.cycle.run_cycle_at`): every job is
+a ``memwal <job>`` run, with its leases, its history record, its own verdict. A table's
+failure stays with it; a job whose lease another holder has is ``held`` (skipped, with the
+reason). The policy bounds each job's batch (``--max-generations``, ``--max-fragments``),
+so no table waits behind one huge one.
+
+Rounds go on until a round finds no work, or does none (everything it ran was held,
+waiting or had nothing to do), or ``max_seconds`` passes: no table is started after it. A
+job that ran and found nothing to do is not planned again for that table until the table
+changes (its probe fingerprint), nor is one that failed without committing anything; a GC
+that waits for time is not planned again before the policy's ``gc_retry_seconds``. An idle
+fleet runs nothing and so commits nothing.
+
+Tables run on a :class:`TableRunner`: threads in this process (``local``), or, on the
+``spark`` engine, small tables as tasks of one Spark application (a table per task, the
+local engine inside) and tables above the policy's ``spark_min_bytes`` through the per-table
+Spark engines on the driver (``memwal.spark.engine.fleet``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memwal.actions import ACTIONS
+from memwal.core import clock as clocks
+from memwal.core.document import Document
+from memwal.cycle import CycleResult, JobStatus, parse_jobs, run_cycle_at
+from memwal.fleet.plan import FleetPlan, TablePlan, check_sources_yield_tables, plan_fleet
+from memwal.fleet.policy import Policy, TablePolicy
+from memwal.fleet.probe import ProbeCache
+from memwal.fleet.sources import discover
+
+
+@dataclass(frozen=True)
+class TableWork:
+    """One table's planned jobs, with the options they run with (plain data: it travels)."""
+
+    table: str
+    source: str
+    debt: float
+    jobs: tuple[str, ...]
+    options: Mapping[str, Mapping[str, Any]]
+    storage_options: Mapping[str, str] = field(repr=False)
+    #: Large enough for the per-table Spark engines (the spark runner only).
+    large: bool = False
+
+
+def run_table_work(work: TableWork) -> CycleResult:
+    """Run one table's work: options validated here too, so a task on an executor refuses
+    what the driver would."""
+    options = {job: ACTIONS[job].options.from_kwargs(**dict(work.options.get(job, {}))) for job in work.jobs}
+    return run_cycle_at(work.table, work.storage_options, work.jobs, options)
+
+
+class TableRunner(Protocol):
+    name: str
+
+    def run(self, work: Sequence[TableWork], workers: int, deadline: float | None) -> Iterator[CycleResult]:
+        """Run each table's work (in the given order, at most ``workers`` at once), starting
+        none after the monotonic ``deadline``; yield each table's result as it ends."""
+        ...
+
+
+class LocalTableRunner:
+    """Tables on threads of this process, the local engine inside."""
+
+    name = "local"
+
+    def run(self, work: Sequence[TableWork], workers: int, deadline: float | None) -> Iterator[CycleResult]:
+        queue = list(work)
+        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="memwal-fleet") as pool:
+            running: set[Future[CycleResult]] = set()
+            while queue or running:
+                while queue and len(running) < workers and (deadline is None or time.monotonic() < deadline):
+                    running.add(pool.submit(run_table_work, queue.pop(0)))
+                if not running:
+                    return  # past the deadline: the rest waits for the next run
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield f.result()
+
+
+def table_runner(engine: str) -> TableRunner:
+    if engine == "local":
+        return LocalTableRunner()
+    from memwal.actions.engines import plugged
+
+    runner: TableRunner = plugged(engine).engine("fleet")
+    return runner
+
+
+def options_for(policy: TablePolicy, job: str, *, engine: str, dry_run: bool) -> dict[str, Any]:
+    """A job's options under the table's policy: its own options, the batch bounds, the engine."""
+    out: dict[str, Any] = dict(policy.options.get(job, {}))
+    if job == "merge":
+        out.setdefault("max_generations", policy.batch.max_generations)
+        out.setdefault("max_rows", policy.batch.max_rows)
+    if job == "compact":
+        out.setdefault("max_fragments", policy.batch.max_fragments)
+    out.update(engine=engine, dry_run=dry_run)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Round:
+    number: int
+    plan: FleetPlan
+    results: tuple[CycleResult, ...]
+
+
+@dataclass(frozen=True)
+class FleetRunResult(Document):
+    rounds: tuple[Round, ...]
+    seconds: float
+    engine: str
+    dry_run: bool
+    #: Tables planned but not started before ``max_seconds``.
+    not_started: tuple[str, ...] = ()
+
+    @property
+    def results(self) -> list[CycleResult]:
+        return [r for rnd in self.rounds for r in rnd.results]
+
+    @property
+    def failed(self) -> list[CycleResult]:
+        """The tables whose last cycle of this run failed (each once)."""
+        last = {r.table: r for r in self.results}
+        return [r for r in last.values() if r.failed is not None]
+
+    @property
+    def problems(self) -> list[str]:
+        last = self.rounds[-1].plan if self.rounds else None
+        return [f"{p.table}: {p.error}" for p in (last.problems if last else ())]
+
+    def counts(self) -> dict[str, int]:
+        out = {str(s): 0 for s in JobStatus}
+        for r in self.results:
+            for j in r.jobs:
+                out[str(j.status)] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        last = self.rounds[-1].plan if self.rounds else None
+        return {
+            "engine": self.engine, "dry_run": self.dry_run, "rounds": len(self.rounds),
+            "seconds": round(self.seconds, 3), "summary": self.counts(),
+            "failed_tables": [r.table for r in self.failed], "problems": self.problems,
+            "not_started": list(self.not_started),
+            "runs": [{"round": rnd.number, **r.to_dict()} for rnd in self.rounds for r in rnd.results],
+            "plan": last.to_dict() if last is not None else None,
+        }
+
+
+Notify = Callable[[str, Any], None]
+
+
+def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_options: Mapping[str, str] | None = None,
+              namespace_properties: Mapping[str, str] | None = None, workers: int = 2,
+              max_seconds: float | None = None, jobs: Sequence[str] | None = None, engine: str = "local",
+              dry_run: bool = False, max_rounds: int | None = None, cache: ProbeCache | None = None,
+              notify: Notify | None = None, runner: TableRunner | None = None) -> FleetRunResult:
+    """Run the fleet (see the module docstring); ``notify("round", plan)`` and
+    ``notify("table", CycleResult)`` as rounds are planned and tables end."""
+    started = time.monotonic()
+    deadline = None if max_seconds is None else started + max_seconds
+    policy = policy or Policy()
+    wanted = set(parse_jobs(list(jobs) if jobs else None))
+    cache = cache or ProbeCache()
+    runner = runner or table_runner(engine)
+    hear = notify or (lambda event, value: None)
+    backoff: dict[str, dict[str, float]] = {}
+    quiet: dict[tuple[str, str], str] = {}  # (table, job) -> the fingerprint at which it found nothing to do
+    rounds: list[Round] = []
+    not_started: tuple[str, ...] = ()
+    while True:
+        discovery = discover(sources, storage_options=storage_options, namespace_properties=namespace_properties,
+                             known=cache.known_tables())
+        plan = plan_fleet(discovery, policy, cache=cache, now=clocks.current()(), backoff=backoff)
+        if not rounds:
+            check_sources_yield_tables(plan, list(sources))
+        hear("round", plan)
+        work = [w for t in plan.with_work() if (w := _work(t, policy, wanted, quiet, engine, dry_run)) is not None]
+        if not work:
+            rounds.append(Round(len(rounds) + 1, plan, ()))
+            break
+        results = []
+        for result in runner.run(work, workers, deadline):
+            results.append(result)
+            hear("table", result)
+        ended = {r.table for r in results}
+        not_started = tuple(w.table for w in work if w.table not in ended)
+        rounds.append(Round(len(rounds) + 1, plan, tuple(results)))
+        progressed = _remember(results, plan, policy, backoff, quiet)
+        if dry_run or not progressed or (deadline is not None and time.monotonic() >= deadline) \
+                or (max_rounds is not None and len(rounds) >= max_rounds):
+            break
+    return FleetRunResult(tuple(rounds), time.monotonic() - started, engine, dry_run, not_started)
+
+
+def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,
+          dry_run: bool) -> TableWork | None:
+    jobs = tuple(j for j in t.jobs if j in wanted and quiet.get((t.table, j)) != t.facts.fingerprint)
+    if not jobs:
+        return None
+    tp = policy.for_table(t.table, t.source)
+    return TableWork(t.table, t.source, t.debt, jobs,
+                     {j: options_for(tp, j, engine=engine, dry_run=dry_run) for j in jobs},
+                     dict(t.ref.storage_options), large=t.state.unmerged_bytes >= tp.spark_min_bytes)
+
+
+def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, backoff: dict[str, dict[str, float]],
+              quiet: dict[tuple[str, str], str]) -> bool:
+    """Note what not to plan again soon; whether the round did any work (committed or deleted)."""
+    now = clocks.current()()
+    fingerprints = {t.table: t.facts.fingerprint for t in plan.tables}
+    sources = {t.table: t.source for t in plan.tables}
+    progressed = False
+    for r in results:
+        for j in r.jobs:
+            doc = j.document or {}
+            did = j.version is not None or bool(doc.get("deleted")) or bool(doc.get("wal_entries_deleted"))
+            progressed |= did and j.status is JobStatus.DONE
+            if j.status is JobStatus.WAITING and j.job == "gc":
+                retry = policy.for_table(r.table, sources.get(r.table, "")).thresholds.gc_retry_seconds
+                backoff.setdefault(r.table, {})["gc"] = now + retry
+            elif j.status in (JobStatus.DONE, JobStatus.FAILED) and not did and r.table in fingerprints:
+                quiet[(r.table, j.job)] = fingerprints[r.table]  # not again until the table changes
+    return progressed
+
+
+__all__ = ["FleetRunResult", "LocalTableRunner", "Round", "TableRunner", "TableWork", "options_for", "run_fleet",
+           "run_table_work", "table_runner"]
