@@ -47,7 +47,8 @@ SIZES = (2_000_000, 20_000_000)
 SMOKE_SIZES = (20_000,)
 BASE_ROWS = 500_000
 PATHS = ("driverless", "driver")
-REPEATS = 3
+#: Runs of each path per size, interleaved: the machine is shared, so medians need several.
+REPEATS = 5
 #: Seconds between whole-process runs, not timed: a finished run's JVM takes a moment to exit.
 PAUSE = 2.0
 DRIVER_SHARE_MAX = 0.05
@@ -281,6 +282,7 @@ def one_size(work: Path, change_rows: int, base_rows: int, env: dict, watch: lis
     for p, done in runs.items():
         point[p] = {
             "whole_seconds": statistics.median(r["whole_seconds"] for r in done),
+            "whole_seconds_min": min(r["whole_seconds"] for r in done),
             "merge_seconds": statistics.median(r["merge_seconds"] for r in done),
             "executors_wall_seconds": statistics.median(r["executors_wall_seconds"] for r in done),
             "commit_seconds": statistics.median(r["commit_seconds"] for r in done),
@@ -297,6 +299,8 @@ def one_size(work: Path, change_rows: int, base_rows: int, env: dict, watch: lis
     point["identical"] = a[0].equals(b[0]) and a[1] == b[1]
     point["driverless_over_driver_seconds"] = round(point["driverless"]["whole_seconds"] /
                                                     point["driver"]["whole_seconds"], 3)
+    point["driverless_over_driver_seconds_min"] = round(point["driverless"]["whole_seconds_min"] /
+                                                        point["driver"]["whole_seconds_min"], 3)
     for c in copies.values():
         shutil.rmtree(c, ignore_errors=True)
     return point
@@ -314,18 +318,22 @@ def run(out: str | Path = "bench-results", *, sizes: tuple[int, ...] = SIZES, ba
         repeats: int = REPEATS, cluster: bool = False, work: str | Path | None = None, smoke: bool = False) -> dict:
     from bench.harness import machine_info
 
-    out, work = Path(out), Path(work or Path(out) / "driver-share-work")
+    # absolute: a cluster's executors run in folders of their own
+    out, work = Path(out).resolve(), Path(work or Path(out) / "driver-share-work").resolve()
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     doc: dict = {"mode": "smoke" if smoke else "full", "machine": machine_info(), "measure": "write_bytes",
                  "goals": {"driver_share_max": DRIVER_SHARE_MAX, "driverless_over_driver_seconds_max": 1.0}}
     doc["local"] = {"master": os.environ.get("MEMWAL_SPARK_MASTER", "local[2]"),
                     "points": [one_size(work, n, base_rows, _env(None), [], repeats) for n in sizes]}
+    (out / "driver_share.json").write_text(json.dumps(doc, indent=2))  # kept if the cluster part fails
     if cluster:
         sys.path.insert(0, str(ROOT))
         from tests.sparkcluster import standalone_cluster
 
         pids: list[int] = []
+        shutil.rmtree(work / "cluster", ignore_errors=True)
+        (work / "cluster").mkdir(parents=True)
         with standalone_cluster(work / "cluster", workers=2, cores=1, memory="3g", pids=pids) as (url, _ui, _w):
             doc["cluster"] = {"master": url, "workers": 2, "cores_per_worker": 1,
                               "points": [one_size(work, n, base_rows, _env(url), pids, repeats) for n in sizes]}

@@ -69,7 +69,7 @@ from pyspark import SparkContext
 from memwal.core import steps
 from memwal.errors import MemWalError
 from memwal.merge.changes import NetChanges, empty_keys
-from memwal.merge.driverless import TableChanges, data_file_keys, deletion_file_key
+from memwal.merge.driverless import TableChanges, data_file_keys, deletion_file_key, remove_uncommitted
 from memwal.merge.local import DEFAULT_MEMORY_BUDGET
 from memwal.merge.model import MergePlan
 from memwal.merge.take import own_chunks
@@ -87,6 +87,8 @@ SHARD_MAX_BYTES = 4 * PARTITION_BYTES
 #: Staged upserts up to this many bytes on storage are read into one table on the driver for
 #: the marked ``merge_insert`` (Arrow in memory is larger than Lance's files: half the budget).
 STAGED_TABLE_BYTES = DEFAULT_MEMORY_BUDGET // 2
+#: A task's receipt larger than this is not read (storage is untrusted input).
+RECEIPT_MAX_BYTES = 16 << 20
 #: Change rows up to which a batch may run by shard: the net keys' 8-byte hashes come to
 #: the driver for the disjointness check (16M rows: at most 128 MiB there).
 BY_SHARD_MAX_ROWS = 16_000_000
@@ -117,8 +119,17 @@ class _Job:
         store = table.store
         folder = [o.key for o in store.list(f"{self.folder}/")]
         if self.driverless:
-            listed = {str(k) for key in folder if key.endswith(".json") for k in json.loads(store.get(key))}
-            TableChanges([], [], [], written=sorted(listed - keep)).discard(table)
+            listed: set[str] = set()
+            for key in folder:
+                if not key.endswith(".json"):
+                    continue
+                try:
+                    doc = json.loads(store.get(key, max_bytes=RECEIPT_MAX_BYTES))
+                except (MemWalError, ValueError) as exc:  # a receipt not ours: its files stay for Lance's cleanup
+                    log.warning("merge %s: receipt %s not read: %s", table.uri, store.uri_for(key), exc)
+                    continue
+                listed |= {k for k in doc if isinstance(k, str)} if isinstance(doc, list) else set()
+            remove_uncommitted(table, sorted(listed - keep))
         store.delete_many(folder)
 
 

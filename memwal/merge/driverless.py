@@ -89,15 +89,11 @@ class TableChanges:
     written: list[str] = field(default_factory=list)
     #: Committed, or possibly committed (a commit that failed on the way): never removed then.
     settled: bool = False
-    cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def discard(self, table: Table) -> None:
-        """Remove the written files; only for changes that will never be committed."""
-        keys = [k for k in self.written if _WRITTEN.match(k)]
-        if len(keys) != len(self.written):
-            raise MemWalError(f"{table.uri}: refusing to remove unexpected keys "
-                              f"{sorted(set(self.written) - set(keys))[:3]}")
-        table.store.delete_many(keys)
+        """Remove the written files; only for changes that will never be committed. A key of
+        another shape, or one the table's latest version names, is refused, never removed."""
+        remove_uncommitted(table, self.written)
         self.written = []
 
     def close(self, table: Table) -> None:
@@ -107,8 +103,33 @@ class TableChanges:
                 self.discard(table)
             except MemWalError as exc:  # Lance's cleanup collects unreferenced files later
                 log.warning("merge %s: files left uncommitted: %s", table.uri, exc)
-        while self.cleanups:
-            self.cleanups.pop()()
+
+
+def named_files(ds: lance.LanceDataset) -> set[str]:
+    """The data and deletion files ``ds``'s fragments name, as store keys."""
+    out: set[str] = set()
+    for f in ds.get_fragments():
+        meta = f.metadata
+        out.update(data_file_keys(meta))
+        if meta.deletion_file is not None:
+            out.add(deletion_file_key(meta))
+    return out
+
+
+def remove_uncommitted(table: Table, keys: list[str]) -> None:
+    """Remove files a merge wrote into the table and never committed. ``keys`` may come from
+    storage (a task's receipt): only data and deletion file names are accepted, and none the
+    table's latest version names (that would be a reader's data) is ever removed."""
+    odd = sorted(k for k in keys if not _WRITTEN.match(k))
+    if odd:
+        raise MemWalError(f"{table.uri}: refusing to remove unexpected keys {odd[:3]}")
+    if not keys:
+        return
+    live = named_files(table.dataset()) & set(keys)
+    if live:
+        log.warning("merge %s: %d files listed as uncommitted are in the table; kept: %s", table.uri, len(live),
+                    sorted(live)[:3])
+    table.store.delete_many(sorted(set(keys) - live))
 
 
 def fence_fragment(ds: lance.LanceDataset) -> FragmentMetadata | None:

@@ -39,6 +39,8 @@ from memwal.table.naming import JOBS_DIR
 log = logging.getLogger(__name__)
 
 INTENTS_DIR = f"{JOBS_DIR}/merge-intents"
+#: An intent larger than this is not read (storage is untrusted input): the merge stops on it.
+INTENT_MAX_BYTES = 1 << 20
 #: How a merge commits: its data in a commit of its own, then the marker (``DRIVERLESS``),
 #: or data and marker in the driver's marked ``merge_insert`` (``DRIVER``; also every intent
 #: written before intents said how).
@@ -92,7 +94,7 @@ def read_intents(store: Store) -> list[Intent]:
         if not obj.key.endswith(".json"):
             continue
         try:
-            doc = json.loads(store.get(obj.key))
+            doc = json.loads(store.get(obj.key, max_bytes=INTENT_MAX_BYTES))
             shards = {str(s): int(g) for s, g in doc["shards"].items()}
             read_version = int(doc.get("read_version") or 0)
             path = doc.get("commit_path", DRIVER)
