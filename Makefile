@@ -108,6 +108,7 @@ bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.ops_profile --out bench-results
 	$(PY) -m bench.spark_breakdown --out bench-results
 	$(PY) -m bench.spark_timeline --out bench-results
+	$(PY) -m bench.driver_share --cluster --out bench-results
 	$(PY) -m bench.compaction --out bench-results
 	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --runs 3 --floor --timers --out bench-results
 	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results

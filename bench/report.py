@@ -27,7 +27,7 @@ HOTSPOTS = [
     ("ours: conform", "memwal/merge/read.py", "conform"),
     ("ours: dedupe", "memwal/merge/changes.py", "dedupe"),
     ("ours: commit_net_changes", "memwal/merge/execute.py", "commit_net_changes"),
-    ("ours: _guard_progress", "memwal/merge/execute.py", "_guard_progress"),
+    ("ours: guard_progress", "memwal/merge/guard.py", "guard_progress"),
     ("ours: table manifest reads", "memwal/table/manifest.py", "read_table_manifest"),
     ("ours: lease acquire", "memwal/lease/lease.py", "__enter__"),
     ("ours: lease release", "memwal/lease/lease.py", "__exit__"),

@@ -14,7 +14,8 @@ fresh copies of it:
   session), plan, executors (read, dedupe or fold, write of the staged upserts, by shard or
   through a keyed shuffle, the job's ``shape``: wall time, plus the task seconds of each step
   summed over tasks), the staging commit, and
-  the driver's commits (the bound delete pass, the marked ``merge_insert``).
+  the driver's commits (driverless: the data commit and the marker; on the driver path the
+  bound delete pass and the marked ``merge_insert``).
 
 The JSON document goes to ``OUT/spark_breakdown.json``. ``make bench`` calls :func:`run`.
 """
@@ -110,16 +111,21 @@ def in_process(sc, table_uri: str) -> dict:
     t = engine.last_timings
     read_end = marks["after-read"]
     delete = marks["after-delete-pass"] - marks["before-delete-commit"] if "before-delete-commit" in marks else 0.0
-    marked = marks.get("after-upsert-commit", end) - marks["before-marked-commit"]
+    data = marks["after-data-commit"] - marks["before-data-commit"] if "before-data-commit" in marks else 0.0
+    marked = marks.get("after-upsert-commit", marks.get("after-marked-commit", end)) - marks["before-marked-commit"]
     return {
         "plan_seconds": marks["plan"] - t0,
         "executors_wall_seconds": t["executors_wall_seconds"],
         "read_task_seconds": t["read_task_seconds"],
         "dedupe_task_seconds": t["reduce_task_seconds"],
         "write_task_seconds": t["write_task_seconds"],
+        "find_base_rows_task_seconds": t["find_task_seconds"],
+        "retire_task_seconds": t["retire_task_seconds"],
         "staging_commit_seconds": t["staging_commit_seconds"],
         "engine_seconds": read_end - marks["plan"],
         "delete_commit_seconds": delete,
+        "data_commit_seconds": data,
+        "commit_path": t["commit_path"],
         "marked_commit_seconds": marked,
         "driver_commit_seconds": end - read_end,
         "total_seconds": end - t0,

@@ -44,10 +44,12 @@ PHASES = [
     ("plan", "memwal.merge.plan:plan_merge"),
     ("wait for the session", "memwal.spark.engine.session:active_or_local"),
     ("Spark job (collect)", "pyspark.rdd:RDD.collect"),
-    ("staging commit", "memwal.spark.engine.merge:SparkMergeEngine._assemble"),
+    ("staging commit", "memwal.spark.engine.merge:_assemble"),
     ("local net changes", "memwal.merge.local:local_net_changes"),
     ("delete pass", "memwal.merge.execute:bound_delete_pass"),
     ("marked pass", "memwal.merge.execute:marked_pass"),
+    ("data commit (driverless)", "memwal.merge.driverless:data_commit"),
+    ("marker commit (driverless)", "memwal.merge.driverless:marker_commit"),
 ]
 
 

@@ -41,6 +41,7 @@ class TableSpec:
     shards: int = 4
     generations_per_shard: int = 35
     indexes: bool = True
+    maintain_vector_index: bool = True
     seed: int = 7
 
     @property
@@ -55,6 +56,7 @@ class TableSpec:
             generations=self.generations_per_shard,
             rows_per_generation=self.rows_per_generation,
             indexes=self.indexes,
+            maintain_vector_index=self.maintain_vector_index,
             seed=self.seed,
         )
 

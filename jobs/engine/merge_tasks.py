@@ -5,7 +5,7 @@ Two shapes of task (:mod:`memwal.spark.engine.merge` chooses):
 * **by shard** (:func:`shard_tasks`, :func:`reduce_shards`): whole shards per task. A
   primary key is written to one shard only (MemWAL spec: "rows from different shards do not
   need deduplication"), so a task that holds every generation of its shards holds every
-  version of its keys: it reads, reduces and stages them with no shuffle at all. It also
+  version of its keys: it reads, reduces and writes them with no shuffle at all. It also
   returns a 64-bit hash of each net key, so the driver can check that no key crossed tasks
   (a broken sharding invariant) before anything is committed.
 * **keyed shuffle** (:func:`read_tasks`, :func:`read_buckets`, :func:`reduce_buckets`):
@@ -15,25 +15,33 @@ Two shapes of task (:mod:`memwal.spark.engine.merge` chooses):
 
 Both end in :func:`reduce_and_write`: the local engine's own reducer
 (:func:`memwal.merge.changes.reducer`), then the upserts written as Lance fragments of the
-staging dataset, returned as a JSON document with the delete keys and the counts per shard.
+write target. The driver path's target is a staging dataset; the driverless path's is the
+base table itself, and the task then also finds the base rows of its net keys at the plan's
+read version (:func:`memwal.merge.base_rows.base_addresses`) and sends their offsets, keyed
+by base fragment, to the retire stage (:func:`retire_fragments`: one task per group of
+fragments, so each base fragment gets exactly one deletion file).
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import lance
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from memwal.merge.base_rows import base_addresses, by_fragment, merge_offsets, retire
 from memwal.merge.changes import count_by_shard, reducer
+from memwal.merge.driverless import data_file_keys, deletion_file_key
 from memwal.merge.local import partition_of
 from memwal.merge.model import GenerationRef, MergePlan
 from memwal.merge.read import SHARD, read_generation, read_generations
+from memwal.store import open_store
 
 #: Threads each task reads its generations with (tasks already run side by side).
 TASK_READ_THREADS = 4
@@ -76,17 +84,17 @@ def shard_tasks(plan: MergePlan, task_bytes: int, shard_max_bytes: int, parallel
     return [t for t in tasks if t]
 
 
-def reduce_shards(payloads: list[dict], plan: MergePlan, schema: pa.Schema, options: dict, staging_uri: str,
-                  spent: dict) -> Iterator[tuple[str, bytes]]:
+def reduce_shards(payloads: list[dict], plan: MergePlan, schema: pa.Schema, options: dict, target: Target,
+                  spent: dict) -> Iterator[tuple]:
     """One by-shard task: its shards' generations read whole (as the local engine reads them),
-    reduced and staged; the document and the net keys' hashes (:func:`key_hashes`)."""
+    reduced and written (:func:`reduce_and_write`, with the net keys' hashes)."""
     started = time.perf_counter()
     code_of = {sid: i for i, sid in enumerate(plan.shard_ids)}
     frames = list(read_generations([_ref(p) for p in payloads], schema, options, code_of, threads=TASK_READ_THREADS))
     spent["read"].add(time.perf_counter() - started)
     if frames:
         yield from reduce_and_write(pa.concat_tables(frames, promote_options="permissive"), plan, schema, options,
-                                    staging_uri, spent, with_key_hashes=True)
+                                    target, spent, with_key_hashes=True)
 
 
 def key_hashes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
@@ -153,13 +161,12 @@ def read_buckets(
 
 
 def reduce_buckets(pairs: Iterable[tuple[int, bytes]], plan: MergePlan, schema: pa.Schema, options: dict,
-                   staging_uri: str, spent: dict) -> Iterator[str]:
-    """One reduce task of the shuffle: every blob of its bucket, reduced and staged."""
+                   target: Target, spent: dict) -> Iterator[tuple]:
+    """One reduce task of the shuffle: every blob of its bucket, reduced and written."""
     tables = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
     if tables:
-        for doc, _ in reduce_and_write(pa.concat_tables(tables, promote_options="permissive"), plan, schema,
-                                       options, staging_uri, spent):
-            yield doc
+        yield from reduce_and_write(pa.concat_tables(tables, promote_options="permissive"), plan, schema, options,
+                                    target, spent)
 
 
 def ipc(t: pa.Table) -> bytes:
@@ -172,27 +179,93 @@ def ipc(t: pa.Table) -> bytes:
 # --------------------------------------------------------------------------- both
 
 
-def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options: dict, staging_uri: str,
-                     spent: dict, *, with_key_hashes: bool = False) -> Iterator[tuple[str, bytes]]:
+@dataclass(frozen=True)
+class Target:
+    """Where a task writes its upserts (``uri``: a staging dataset, or the base table) and, for
+    the driverless path, the table version whose base rows the batch retires (``retire_at``)
+    and the folder (a store key under the table) where each task lists the files it wrote
+    (``receipts``): what a failed job or a retried task attempt wrote is found and removed."""
+
+    uri: str
+    retire_at: int | None = None
+    receipts: str | None = None
+
+
+def receipt(target: Target, options: dict, keys: list[str]) -> None:
+    """List ``keys`` (files just written into the table) in a receipt of the job's folder."""
+    if target.receipts is not None and keys:
+        store = open_store(target.uri, options)
+        store.put(f"{target.receipts}/{uuid.uuid4().hex}.json", json.dumps(keys).encode())
+
+
+#: The key a task's document travels under through the retire stage (fragment ids are >= 0).
+DOC_KEY = -1
+
+
+def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options: dict, target: Target,
+                     spent: dict, *, with_key_hashes: bool = False) -> Iterator[tuple]:
     """The local engine's reducer over every version of the task's keys, then the upserts
-    staged as Lance fragments; yields the document (fragments, delete keys as IPC hex, counts
-    per shard) and, if asked, the net keys' hashes as bytes."""
+    written as Lance fragments of ``target``. The document holds the fragments, the delete keys
+    (driver path only: IPC hex) and the counts per shard; with it go, if asked, the net keys'
+    hashes as bytes. Driver path: yields ``(document, hashes)``. Driverless: yields
+    ``(DOC_KEY, (document, hashes))`` and, per base fragment holding rows of the net keys,
+    ``(fragment id, offsets as uint32 bytes)`` for :func:`retire_fragments`."""
     started = time.perf_counter()
     net = reducer(plan, options)(rows)
     ups, dels = net.upserts, net.deletes
     pk = plan.primary_key
-    hashes = (key_hashes(pa.concat_tables([ups.select(pk), dels.select(pk)]), pk).tobytes()
-              if with_key_hashes else b"")
+    keys = pa.concat_tables([ups.select(pk), dels.select(pk)])
+    hashes = key_hashes(keys, pk).tobytes() if with_key_hashes else b""
     written = time.perf_counter()
     spent["reduce"].add(written - started)
     fragments = []
     if ups.num_rows:
         data = ups.select(schema.names).cast(schema)
-        fragments = lance.fragment.write_fragments(data, staging_uri, schema=schema, storage_options=options or None)
-    spent["write"].add(time.perf_counter() - written)
-    yield json.dumps({
+        fragments = lance.fragment.write_fragments(data, target.uri, schema=schema, storage_options=options or None)
+        receipt(target, options, [k for f in fragments for k in data_file_keys(f)])
+    found = time.perf_counter()
+    spent["write"].add(found - written)
+    retired = {}
+    if target.retire_at is not None:
+        ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)
+        retired = by_fragment(base_addresses(ds, keys, pk))
+        spent["find"].add(time.perf_counter() - found)
+    doc = json.dumps({
         "fragments": [f.to_json() for f in fragments],
-        "deletes": ipc(dels.select(plan.primary_key)).hex() if dels.num_rows else "",
+        "deletes": ipc(dels.select(pk)).hex() if dels.num_rows and target.retire_at is None else "",
         "upserted": dict(count_by_shard(ups.column(SHARD), plan.shard_ids)) if ups.num_rows else {},
         "deleted": dict(count_by_shard(dels.column(SHARD), plan.shard_ids)) if dels.num_rows else {},
-    }), hashes
+    })
+    if target.retire_at is None:
+        yield doc, hashes
+        return
+    yield DOC_KEY, (doc, hashes)
+    for fid, offsets in retired.items():
+        yield fid, offsets.tobytes()
+
+
+def retire_partition(key: int) -> int:
+    """The retire stage's partition of a key: a fragment by its id, documents with fragment 0's."""
+    return max(key, 0)
+
+
+def retire_fragments(pairs: Iterable[tuple[int, object]], target: Target, options: dict,
+                     spent: dict) -> Iterator[tuple[str, str, bytes]]:
+    """One retire task: the documents it was sent pass through as ``("doc", document, hashes)``;
+    its fragments' offsets, joined per fragment, become one deletion file each
+    (:func:`memwal.merge.base_rows.retire`), returned as ``("retired", [[id, metadata or
+    None], ...], b"")``."""
+    offsets: list[tuple[int, bytes]] = []
+    for key, value in pairs:
+        if key == DOC_KEY:
+            doc, hashes = value  # type: ignore[misc]
+            yield "doc", doc, hashes
+        else:
+            offsets.append((key, value))  # type: ignore[arg-type]
+    if offsets:
+        started = time.perf_counter()
+        ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)
+        done = retire(ds, merge_offsets(offsets))
+        receipt(target, options, [deletion_file_key(m) for _, m in done if m is not None])
+        spent["retire"].add(time.perf_counter() - started)
+        yield "retired", json.dumps([[fid, meta.to_json() if meta is not None else None] for fid, meta in done]), b""

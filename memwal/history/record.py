@@ -139,7 +139,7 @@ def figures(job: str, doc: Mapping[str, Any]) -> dict[str, Any]:
                 "rows_upserted": sum(s["rows_upserted"] for s in doc.get("shards", [])),
                 "rows_deleted": sum(s["rows_deleted"] for s in doc.get("shards", [])),
                 "generations": sum(s["to_generation"] - s["from_generation"] + 1 for s in doc.get("shards", [])),
-                "blocked": len(doc.get("blocked", []))}
+                "blocked": len(doc.get("blocked", [])), "commit_path": doc.get("commit_path")}
     if job == "catchup":
         return {"indexes": [{"index_name": i["index_name"], "action": i["action"], "recorded": i["recorded"]}
                             for i in doc.get("indexes", [])]}

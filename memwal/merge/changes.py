@@ -1,16 +1,13 @@
 """The net change set of a merge batch: each key's newest version, split into upserts and deletes.
 
 Newest means highest generation, then highest row address (spec: "LSM Tree Merging
-Read"); a newest version with ``_tombstone = true`` deletes the key. Both engines produce
-a :class:`NetChanges`; the local engine builds it here with pyarrow, hash-partitioning the
-input through temporary Arrow IPC files when it is larger than one partition, so memory
-stays bounded by the partition size rather than by the change set.
-
-Where the local engine's time goes (measured, 2 cores): reading generations (a bounded
-thread pool, results in plan order: :mod:`memwal.merge.read`), finding each key's newest row
-(one hash pass over the keys, one ``take``), and Lance's ``merge_insert``. That last call is
-handed a materialised table when the upserts fit a memory budget: at a 10M-row base a stream
-cost 2.5x the memory and 1.3x the time of the same rows as one table.
+Read"); a newest version with ``_tombstone = true`` deletes the key; with merge operators
+the versions fold instead (:func:`fold_changes`). Every engine reduces with :func:`reducer`,
+so engines cannot disagree. Engines that commit through the driver hand over a
+:class:`NetChanges` (delete keys, and upserts as a stream or, when they fit the engine's
+memory budget, as one table for ``merge_insert``: docs/decisions/0003-merge-insert-gets-a-table.md);
+the local engine builds it with pyarrow, hash-partitioning the input through temporary
+Arrow IPC files past one partition, so memory follows the partition size, not the change set.
 """
 
 from __future__ import annotations
@@ -83,6 +80,12 @@ class NetChanges:
 
 def empty_keys(schema: pa.Schema, primary_key: list[str]) -> pa.Table:
     return pa.table({k: pa.array([], schema.field(k).type) for k in primary_key})
+
+
+def no_changes(schema: pa.Schema, primary_key: list[str]) -> NetChanges:
+    """The change set of a batch whose data is all in the base already: the marker alone."""
+    return NetChanges(schema=schema, primary_key=primary_key, delete_keys=empty_keys(schema, primary_key),
+                      open_upserts=lambda: pa.RecordBatchReader.from_batches(schema, iter(())))
 
 
 def _cross_shard_error(t: pa.Table, row: int, primary_key: list[str]) -> NoReturn:

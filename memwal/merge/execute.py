@@ -1,48 +1,35 @@
-"""Execute a merge plan: at most two commits, the last one carrying the progress marker.
+"""Execute a merge plan: the batch's data, then its progress marker, by one of three paths.
 
-Pass 1 deletes the keys whose newest version is a tombstone, with no marker. Pass 2
-upserts every other key and records ``mark_sstables_as_compacted`` for every shard in the
-batch, through ``execute()`` (the uncommitted path drops the marker). When a batch has
-only deletes, the delete pass is the marked pass. A crash between passes leaves progress
-untouched; the rerun recomputes the same net change set, whose deletes are idempotent and
-whose upserts are disjoint from them, so it converges to the same table (invariant 2).
+The path is chosen per batch (:func:`commit_path`), logged, and reported (``commit_path``):
 
-Fencing. A lease check is not a fence: a merger can stall past its lease TTL after its
-last check and commit later, while a merger that took the lease over has merged newer
-generations. Every commit must therefore be harmless when its author lost the lease.
+* ``driverless`` (last write wins, an engine that writes the base table itself, e.g. Spark):
+  executors write the rows and deletion files, the driver commits metadata only
+  (:mod:`memwal.merge.driverless`: a data commit, then the marker alone).
+* ``driver`` (merge operators, the local engine, or an unfinished driver-path merge on these
+  shards): at most two commits, the last carrying the marker. Pass 1 deletes the keys whose
+  newest version is a tombstone, with no marker; pass 2 upserts every other key with
+  ``mark_sstables_as_compacted`` through ``execute()`` (the uncommitted path drops the
+  marker, H2). A batch of deletes only has one pass, the marked one. A crash between passes
+  leaves progress untouched; the rerun recomputes the same change set, whose deletes are
+  idempotent and whose upserts are disjoint from them: it converges (invariant 2).
+* ``marker``: every generation's data is already in the base (an unfinished driverless
+  merge's data commit, :mod:`memwal.merge.applied`): the marker alone.
 
-* The marked pass is fenced by Lance: a marker not greater than the recorded generation
-  fails the whole commit ("Stale SSTable compaction").
-* The unmarked delete pass is bound to the plan's read version V: it is built with
-  ``execute_uncommitted()`` on the table as of V (so it removes only rows that existed at
-  V) and committed with ``read_version=V``, so Lance resolves it against whatever was
-  committed since, instead of re-applying the delete to the latest table. Observed with
-  pylance 14.0.2 when another merge committed after V:
+Fences (a lease check is not one, H5; the last checks before each commit are in
+:mod:`memwal.merge.guard`):
 
-  - it updated the rows the pass deletes (re-put keys): Lance rejects the pass
-    (``CommitConflictError``, retryable); the newer rows survive.
-  - it deleted those rows: rejected the same way; the rows stay deleted, as wanted.
-  - it inserted rows with those keys (absent at V): the pass commits but deletes nothing
-    of them, because it only names rows that existed at V; the new rows survive.
-  - it touched other rows only: in a fragment the pass also touches, rejected; elsewhere
-    the pass commits. Either is harmless: a merge that left our keys alone merged no
-    generation mentioning them (keys are disjoint across shards, and a merge covering our
-    generations would have deleted or re-put those rows), so deleting them is still what
-    the log says.
-
-  A rejected pass re-plans (:func:`run_merge`); a committed one is harmless, and the
-  marked pass then decides: a newer merge makes its marker stale.
-* ``_guard_progress`` runs right before each commit and still adds one case that neither
-  fence catches: a takeover merger with a smaller budget that merged only a *prefix* of
-  our generations (recorded progress below our marker, so Lance accepts our marker) and
-  re-inserted a key our batch deletes. The bound delete does not see that row (it did not
-  exist at V) and the marked upsert would leave it in place. The guard refuses once the
-  recorded progress of a shard has moved since planning. What remains is a stall between
-  the guard's read and Lance's commit, with such a prefix merger in that instant. Folding
-  the deletes into the marked commit (``when_not_matched_by_source_delete``) would not
-  close it: Lance rebases a merge_insert over a concurrent insert-only commit without
-  re-running its join (observed), so that window merely moves inside Lance, at the price
-  of a full-table scan per merge.
+* Lance rejects a marker not above the recorded generation ("Stale SSTable compaction").
+* The unmarked delete pass is built with ``execute_uncommitted()`` on the table as of the
+  plan's read version V and committed with ``read_version=V``, so Lance resolves it against
+  what was committed since instead of re-applying it to the latest table. Observed (pylance
+  14.0.2) when another merge committed after V: it re-put or deleted the rows the pass
+  deletes, or touched other rows of its fragments: rejected (retryable, re-planned); it
+  inserted those keys (absent at V): the pass deletes nothing of them; it touched other
+  fragments only: the pass commits, harmlessly (keys are disjoint across shards, and a merge
+  covering our generations would have deleted or re-put those rows).
+* A driver-path or marker-only batch racing an unfinished driverless merge names the fence
+  fragment first (:func:`memwal.merge.driverless.claim_fence`), so that merge's data commit
+  can no longer land over ours.
 """
 
 from __future__ import annotations
@@ -50,22 +37,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import lance
 import pyarrow as pa
-from lance.mem_wal import CompactedSsTable
 
 from memwal.core import steps
 from memwal.core.document import Document
 from memwal.core.retry import after_conflict, vanished
-from memwal.errors import ConflictError, StateMovedError, first_line
+from memwal.errors import StateMovedError, first_line
 from memwal.history import run as history
 from memwal.merge import intents
-from memwal.merge.changes import NetChanges
+from memwal.merge.changes import NetChanges, no_changes
+from memwal.merge.driverless import TableChanges, claim_fence, commit_table_changes, fence_fragment, with_fence
+from memwal.merge.guard import StaleProgressError as StaleProgressError  # re-exported: callers catch it here
+from memwal.merge.guard import before_commit, markers
 from memwal.merge.join import join_builder
 from memwal.merge.local import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, local_net_changes
 from memwal.merge.model import BlockedShard, MergePlan
+from memwal.merge.ops import MergeOps
 from memwal.merge.plan import plan_merge
 from memwal.table import Table
 from memwal.table.generations import GenerationUnreadableError
@@ -77,13 +67,29 @@ log = logging.getLogger(__name__)
 
 Step = Callable[[str], None]
 
+#: The commit paths of a batch (see the module docstring).
+DRIVERLESS, DRIVER, MARKER = "driverless", "driver", "marker"
+
 
 class MergeEngine(Protocol):
     """Computes the net change set of a plan (local: pyarrow; spark: executors)."""
 
     name: str
 
-    def net_changes(self, table: Table, plan: MergePlan, schema) -> NetChanges: ...
+    def net_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> NetChanges: ...
+
+
+class TableWritingEngine(MergeEngine, Protocol):
+    """An engine whose workers can also write a last-write-wins batch into the base table."""
+
+    #: Whether it does so (an engine may be asked not to, e.g. to measure the driver path).
+    driverless: bool
+
+    def table_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> TableChanges: ...
+
+
+def writes_table(engine: MergeEngine) -> TypeGuard[TableWritingEngine]:
+    return bool(getattr(engine, "driverless", False)) and callable(getattr(engine, "table_changes", None))
 
 
 class LocalEngine:
@@ -95,7 +101,7 @@ class LocalEngine:
         self.partition_rows = partition_rows
         self.memory_budget = memory_budget
 
-    def net_changes(self, table: Table, plan: MergePlan, schema) -> NetChanges:
+    def net_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> NetChanges:
         return local_net_changes(plan, schema, table.storage_options, partition_rows=self.partition_rows,
                                  memory_budget=self.memory_budget)
 
@@ -114,12 +120,14 @@ class MergeResult(Document):
     table: str
     version: int | None
     shards: list[ShardMergeResult] = field(default_factory=list)
-    blocked: list[dict] = field(default_factory=list)
+    blocked: list[dict[str, Any]] = field(default_factory=list)
     commits: int = 0
     attempts: int = 1
     engine: str = "local"
+    #: How the batch committed: ``driverless``, ``driver`` or ``marker``; None when nothing was.
+    commit_path: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
@@ -127,35 +135,20 @@ class MergeResult(Document):
         return not self.blocked
 
 
-class StaleProgressError(ConflictError):
-    """Another merger recorded progress for a shard of this batch first (a lost race)."""
-
-
-def _markers(plan: MergePlan) -> list[CompactedSsTable]:
-    return [CompactedSsTable(s.shard_id, s.to_generation) for s in plan.shards]
-
-
-def _before_commit(table: Table, plan: MergePlan, lease: Lease | None, step: Step, name: str) -> None:
-    """The last checks before a commit: the lease, then progress; then the test hook.
-
-    The hook runs after both checks, so a test that stalls there proves what the commit
-    itself does when its author lost the lease (the fence), not what the checks catch.
-    """
-    if lease:
-        lease.check()
-    _guard_progress(table, plan)
-    step(name)
-
-
-def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table) -> int:
+def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: bool = False) -> int:
     """Delete the rows of ``keys`` that existed at the plan's read version, committed
-    against that version (no marker). Returns the new table version.
+    against that version (no marker); with ``fence``, naming the fence fragment too
+    (:func:`memwal.merge.driverless.with_fence`). Returns the new table version.
 
     Raises ``CommitConflictError`` when a commit since then touched those rows.
     """
     ds = table.dataset(plan.read_version)
     builder = join_builder(ds, plan.primary_key, keys.num_rows)
     txn, _stats = builder.when_matched_delete().execute_uncommitted(keys)
+    if fence:
+        op = txn.operation
+        assert isinstance(op, lance.LanceOperation.Update), type(op)  # what a delete-only merge_insert makes
+        op.updated_fragments = with_fence(ds, list(op.updated_fragments), list(op.removed_fragment_ids))
     txn.transaction_properties = {**(txn.transaction_properties or {}), **history.transaction_properties()}
     done = lance.LanceDataset.commit(
         ds.uri, txn, read_version=plan.read_version, storage_options=table.storage_options or None
@@ -166,9 +159,9 @@ def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table) -> int:
 
 def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
     """The pass carrying the progress marker, through ``execute()`` (the uncommitted path
-    drops the marker): upserts, or the deletes when the batch has no upsert. Lance
-    rejects it when another merger recorded progress at or above ours. Returns the new
-    table version."""
+    drops the marker): upserts, or the deletes when the batch has no upsert (none at all:
+    the marker alone). Lance rejects it when another merger recorded progress at or above
+    ours. Returns the new table version."""
     builder = join_builder(table.dataset(), plan.primary_key, net.num_upserts or net.num_deletes)
     if net.num_upserts:
         builder = builder.when_matched_update_all().when_not_matched_insert_all()
@@ -176,8 +169,8 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
     else:
         builder = builder.when_matched_delete()
         data = net.delete_keys
-    builder.mark_sstables_as_compacted(_markers(plan)).execute(data)
-    version = table.dataset().version
+    builder.mark_sstables_as_compacted(markers(plan)).execute(data)
+    version = int(table.dataset().version)
     history.committed(version)
     return version
 
@@ -185,18 +178,27 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
 def commit_net_changes(
     table: Table, plan: MergePlan, net: NetChanges, *, lease: Lease | None, on_step: Step | None = None
 ) -> tuple[int, int]:
-    """The bound delete pass (no marker) then the marked pass. Returns (version, commits)."""
+    """The driver path: the bound delete pass (no marker), then the marked pass. When an
+    unfinished driverless merge may race this batch, its first commit names the fence fragment:
+    the delete pass, or a claim of its own before the marked pass. Returns (version, commits)."""
     step = steps.scoped("merge", on_step)
     commits = 0
     # Written before the lease check that precedes our first commit (memwal.merge.intents).
     intent = intents.write_intent(table.store, {s.shard_id: s.to_generation for s in plan.shards},
                                   plan.read_version, lease.holder if lease else "no-lease")
+    found = {c.intent for c in plan.applied}
+    racing = [i for i in intents.others_pending(table.store, intent, table.manifest(), set(plan.shard_ids))
+              if i.commit_path == intents.DRIVERLESS and i.id not in found]
     if net.num_deletes and net.num_upserts:
-        _before_commit(table, plan, lease, step, "before-delete-commit")
-        bound_delete_pass(table, plan, net.delete_keys)
+        before_commit(table, plan, lease, step, "before-delete-commit")
+        bound_delete_pass(table, plan, net.delete_keys, fence=bool(racing))
         commits += 1
         step("after-delete-pass")
-    _before_commit(table, plan, lease, step, "before-marked-commit")
+    elif racing:
+        before_commit(table, plan, lease, step, "before-fence-commit")
+        if claim_fence(table, plan) is not None:
+            commits += 1
+    before_commit(table, plan, lease, step, "before-marked-commit")
     version = marked_pass(table, plan, net)
     commits += 1
     intents.finish(table.store, intent, table.manifest())
@@ -207,21 +209,18 @@ def commit_net_changes(
     return version, commits
 
 
-def _guard_progress(table: Table, plan: MergePlan) -> None:
-    """Refuse to commit when another merger moved a shard of this batch since planning.
-
-    Lance rejects a marker only when it is not above the recorded one; a merger that
-    merged a prefix of our generations records less, and its re-inserted rows are
-    invisible to our bound delete. Reading the latest progress first catches it.
-    """
-    latest = table.manifest()
-    for s in plan.shards:
-        now = latest.compacted_generation(s.shard_id)
-        if now != s.compacted_generation:
-            raise StaleProgressError(
-                f"Stale SSTable compaction: shard {s.shard_id} progress moved from "
-                f"{s.compacted_generation} to {now} while merging"
-            )
+def commit_path(table: Table, plan: MergePlan, engine: MergeEngine) -> str:
+    """How this batch commits (the module docstring): driverless only for last write wins, on
+    an engine that writes the table, on a table with a fence fragment, and with no unfinished
+    driver-path merge on its shards (its marked pass could land between our two commits)."""
+    if plan.data_plan().is_empty():
+        return MARKER
+    if not writes_table(engine) or MergeOps(plan.merge_ops).active:
+        return DRIVER
+    if fence_fragment(table.dataset(plan.read_version)) is None:
+        return DRIVER
+    pending = intents.others_pending(table.store, "", table.manifest(), set(plan.shard_ids))
+    return DRIVER if any(i.commit_path == intents.DRIVER for i in pending) else DRIVERLESS
 
 
 def execute_merge(
@@ -233,27 +232,31 @@ def execute_merge(
     if plan.is_empty():
         return result
     schema = table.dataset(plan.read_version).schema
+    path = commit_path(table, plan, engine)
+    log.info("merge %s: %d shards at version %d commit %s", table.uri, len(plan.shards), plan.read_version, path)
     if lease:
         lease.check()
     step("before-read")
-    net = engine.net_changes(table, plan, schema)
-    try:
-        step("after-read")
-        version, commits = commit_net_changes(table, plan, net, lease=lease, on_step=on_step)
-    finally:
-        net.close()
-    result.version = version
-    result.commits = commits
-    result.shards = [
-        ShardMergeResult(
-            s.shard_id,
-            s.from_generation,
-            s.to_generation,
-            net.rows_upserted.get(s.shard_id, 0),
-            net.rows_deleted.get(s.shard_id, 0),
-        )
-        for s in plan.shards
-    ]
+    data = plan.data_plan()
+    if path == DRIVERLESS and writes_table(engine):
+        changes = engine.table_changes(table, data, schema)
+        try:
+            step("after-read")
+            version, commits = commit_table_changes(table, plan, changes, lease=lease, on_step=on_step)
+        finally:
+            changes.close(table)
+        upserted, deleted = changes.rows_upserted, changes.rows_deleted
+    else:
+        net = no_changes(schema, plan.primary_key) if path == MARKER else engine.net_changes(table, data, schema)
+        try:
+            step("after-read")
+            version, commits = commit_net_changes(table, plan, net, lease=lease, on_step=on_step)
+        finally:
+            net.close()
+        upserted, deleted = net.rows_upserted, net.rows_deleted
+    result.version, result.commits, result.commit_path = version, commits, path
+    result.shards = [ShardMergeResult(s.shard_id, s.from_generation, s.to_generation, upserted.get(s.shard_id, 0),
+                                      deleted.get(s.shard_id, 0)) for s in plan.shards]
     step("before-report")
     return result
 

@@ -81,8 +81,9 @@ class IntKeySet:
         if hi - self._lo < 4 * (asked + len(wanted)) + 1024:
             self._present = np.zeros(hi - self._lo + 1, dtype=bool)
             self._present[wanted - np.int64(self._lo)] = True
-        else:
-            self._index = pd.Index(np.unique(wanted))
+        else:  # sorted, then repeats dropped by one compare (NumPy's hashing ``unique`` is far slower)
+            ordered = np.sort(wanted)
+            self._index = pd.Index(ordered[np.r_[True, ordered[1:] != ordered[:-1]]])
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Whether each of ``values`` (int64) is in the set."""

@@ -6,9 +6,11 @@ is :mod:`memwal.merge.plan`, how its inputs are checked :mod:`memwal.merge.input
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from memwal.core.document import Document
+from memwal.merge.applied import DataCommit
 from memwal.merge.columns import Renames
 
 
@@ -35,6 +37,9 @@ class ShardMergePlan:
     shard_id: str
     compacted_generation: int
     generations: list[GenerationRef]
+    #: Generations up to this one already have their data in the base table (an unfinished
+    #: driverless merge's data commit, memwal.merge.applied): they need only the marker.
+    applied_generation: int = 0
 
     @property
     def from_generation(self) -> int:
@@ -61,6 +66,8 @@ class MergePlan(Document):
     blocked: list[BlockedShard] = field(default_factory=list)
     #: Column -> merge operator at the read version (empty: last write wins).
     merge_ops: dict[str, str] = field(default_factory=dict)
+    #: The unfinished driverless merges' data commits this plan found (memwal.merge.applied).
+    applied: list[DataCommit] = field(default_factory=list)
 
     @property
     def generations(self) -> list[GenerationRef]:
@@ -78,7 +85,17 @@ class MergePlan(Document):
     def is_empty(self) -> bool:
         return not self.shards
 
-    def to_dict(self) -> dict:
+    def data_plan(self) -> MergePlan:
+        """The generations whose data is still to be merged: each shard's above its
+        ``applied_generation`` (shards with none left out). The marker covers the whole plan."""
+        shards = []
+        for s in self.shards:
+            todo = [g for g in s.generations if g.generation > s.applied_generation]
+            if todo:
+                shards.append(replace(s, generations=todo))
+        return replace(self, shards=shards, blocked=[])
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "read_version": self.read_version,
@@ -89,10 +106,13 @@ class MergePlan(Document):
                     "compacted_generation": s.compacted_generation,
                     "from_generation": s.from_generation,
                     "to_generation": s.to_generation,
+                    "applied_generation": s.applied_generation,
                     "generations": [asdict(g) for g in s.generations],
                 }
                 for s in self.shards
             ],
             "blocked": [asdict(b) for b in self.blocked],
             "merge_ops": self.merge_ops,
+            "applied": [{"intent": c.intent, "version": c.version, "data": {k: list(v) for k, v in c.data.items()}}
+                        for c in self.applied],
         }

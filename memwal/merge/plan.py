@@ -15,6 +15,7 @@ from memwal.core.pool import parallel_map
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, StateMovedError, UnsafePathError
 from memwal.merge import intents
+from memwal.merge.applied import applied_data
 from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_generation
 from memwal.merge.model import BlockedShard, GenerationRef, MergePlan, ShardMergePlan
 from memwal.merge.operands import wal_keys_by_generation
@@ -169,7 +170,8 @@ def _plan_merge_once(
         if not shards or shard_id in shards:
             nxt = manifest.compacted_generation(shard_id) + 1
             plan.blocked.append(BlockedShard(shard_id, nxt, f"{err.reason}: {err.detail}"))
-    floor = intents.floors(table.store, manifest)
+    unfinished = intents.read_intents(table.store)
+    floor = intents.floors(unfinished, manifest)
     per_shard: list[tuple[str, int, list[GenerationRef]]] = []
     for shard_id, state in states.items():
         if shards and shard_id not in shards:
@@ -213,6 +215,7 @@ def _plan_merge_once(
                 taken[sid] = needed
         if taken[sid]:
             plan.shards.append(ShardMergePlan(sid, compacted, taken[sid]))
+    _take_applied(table, manifest, unfinished, plan)
     if MergeOps(plan.merge_ops).active:
         attach_operands(table, plan)
     racy = {b.shard_id for b in plan.blocked if b.reason.startswith(_RACY)}
@@ -228,6 +231,24 @@ def _plan_merge_once(
             raise StateMovedError(f"{table.uri}: merged while planning ({exc})") from exc
         raise
     return plan
+
+
+def _take_applied(table: Table, manifest: TableManifest, unfinished: list[intents.Intent], plan: MergePlan) -> None:
+    """Mark the generations whose data an unfinished driverless merge already committed
+    (memwal.merge.applied): they need only the marker. A folding plan stops a shard whose
+    data may or may not be in the base (folding it twice would be wrong); last write wins
+    merges such data again, which changes nothing."""
+    found = applied_data(table, manifest, unfinished, set(plan.shard_ids))
+    plan.applied = found.commits
+    folds = MergeOps(plan.merge_ops).active
+    for s in list(plan.shards):
+        if folds and s.shard_id in found.unknown:
+            plan.shards.remove(s)
+            plan.blocked.append(BlockedShard(
+                s.shard_id, s.compacted_generation + 1, "merge-intent-unknown: an unfinished merge's data commit "
+                "cannot be told from the table's versions (expired or restored), and folding twice would be wrong"))
+        else:
+            s.applied_generation = min(found.generation.get(s.shard_id, 0), s.to_generation)
 
 
 def _linked_shards(table: Table) -> dict[str, str]:
@@ -251,9 +272,13 @@ def attach_operands(table: Table, plan: MergePlan) -> None:
     """
     kept: list[ShardMergePlan] = []
     for s in plan.shards:
-        wal = wal_keys_by_generation(table.store, s.shard_id, {g.generation for g in s.generations})
+        wal = wal_keys_by_generation(table.store, s.shard_id,
+                                     {g.generation for g in s.generations if g.generation > s.applied_generation})
         refs = []
         for ref in s.generations:
+            if ref.generation <= s.applied_generation:  # its data is in the base: no operand is read
+                refs.append(ref)
+                continue
             if not wal[ref.generation]:
                 plan.blocked.append(BlockedShard(s.shard_id, ref.generation,
                                                  "operands-missing: no WAL entry of this generation is left, "
@@ -261,5 +286,5 @@ def attach_operands(table: Table, plan: MergePlan) -> None:
                 break
             refs.append(replace(ref, table_uri=table.uri, wal_keys=wal[ref.generation]))
         if refs:
-            kept.append(ShardMergePlan(s.shard_id, s.compacted_generation, refs))
+            kept.append(ShardMergePlan(s.shard_id, s.compacted_generation, refs, s.applied_generation))
     plan.shards = kept

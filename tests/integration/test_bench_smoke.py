@@ -207,3 +207,24 @@ def test_fleet_simulation_bench_smoke(tmp_path):
         for key in ("p99_met", "fairness_met", "idle_met", "under_capacity"):
             assert isinstance(goals[key], bool), key
     assert doc["phases"]["fixed"]["job_statuses"].get("merge done", 0) > 0
+
+
+def test_driver_share_bench_smoke(tmp_path):
+    """bench/driver_share.py at a tiny size on local[2]: both commit paths gave the same table,
+    bytes were counted from /proc for the driver and the executors, the chart exists. Byte
+    counts, not times: the driverless driver writes a small fraction of what the driver's
+    merge_insert writes, which is about the data itself."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.driver_share", ["--smoke", "--out", str(out), "--work", str(tmp_path / "work")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "driver_share.json").read_text())
+    assert (out / "driver_share.png").stat().st_size > 0
+    assert doc["mode"] == "smoke" and doc["identical"] and isinstance(doc["goals"]["met"], bool)
+    (p,) = doc["local"]["points"]
+    driverless, driver = p["driverless"], p["driver"]
+    assert (driverless["commit_path"], driver["commit_path"]) == ("driverless", "driver")
+    assert driverless["data_bytes_added"] > 0 and driverless["whole_seconds"] > 0
+    run = driverless["runs"][0]
+    assert run["driver"]["wchar"] > 0 and sum(run["executors"]["write_bytes"].values()) > run["data_bytes_added"] / 2
+    assert driver["driver_share_wchar"] > 0.9  # the driver's merge_insert writes the data again
+    assert driverless["driver_share_wchar"] < driver["driver_share_wchar"] / 10

@@ -85,6 +85,7 @@ def test_merge_json_contract_and_dry_run_writes_nothing(make_table):
         "commits": 0,
         "attempts": 1,
         "engine": "local",
+        "commit_path": None,
     }
     memwal("verify", table.uri)
 

@@ -33,6 +33,7 @@ def test_the_policy_uses_the_index_for_few_keys_and_scans_for_many():
     assert not use_key_index(200_000, 1_000_000) and not use_key_index(200_000, 16_000_000)
     assert not use_key_index(2_000, 1_000_000) and use_key_index(2_000, 16_000_000)  # the threshold grows with the base
     assert use_key_index(300, 1_000_000) and not use_key_index(400, 1_000_000)
+    assert not use_key_index(0, 1_000_000)  # the marker alone: the scan join returns at once
 
 
 def _scan_plan_or_none(builder, schema) -> str | None:

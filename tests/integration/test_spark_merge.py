@@ -18,6 +18,7 @@ from memwal.merge import run_merge
 from memwal.table import open_table
 from tests.conftest import table_rows
 from tests.helpers import ROOT
+from tests.integration.test_driverless_merge import unreferenced
 
 #: The two shapes of a Spark merge job. The keyed shuffle with tiny read tasks (one generation
 #: each), so it really joins several tasks' rows; by shard, as users run it (two tasks on local[2]).
@@ -25,16 +26,21 @@ from tests.helpers import ROOT
 SHAPES = {"shuffle": dict(partitions=4, read_task_bytes=1), "by-shard": {}}
 
 
+@pytest.mark.parametrize("path", ["driverless", "driver"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark_context, tmp_path, shape):
+def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark_context, tmp_path, shape, path):
+    """Both shapes, both commit paths (the driver's is the one merge operators take; asked of
+    a last-write-wins table here): the local engine's table, row for row."""
     table, model = make_table(Workload(base_rows=400, shards=3, generations=5, rows_per_generation=50, seed=11))
     copy = tmp_path / "copy"
     shutil.copytree(table.uri, copy)
     local = memwal.open(table.uri).merge().value
     other = open_table(str(copy))
-    engine = SparkMergeEngine(spark_context, **SHAPES[shape])
+    # internal entry: the commit path is the core's choice, no user option
+    engine = SparkMergeEngine(spark_context, **SHAPES[shape], driverless=path == "driverless")
     distributed = run_merge(other, engine=engine)
     assert distributed.engine == "spark" and engine.last_timings["shape"] == shape
+    assert (distributed.commit_path, local.commit_path) == (path, "driver")
     assert table_rows(other) == table_rows(table) == model.sorted_rows()
     assert other.manifest().compacted == table.manifest().compacted
     key = lambda r: r.shard_id  # noqa: E731
@@ -89,6 +95,7 @@ def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark_context, cap
     assert table.manifest().compacted == {}
     staging = Path(table.uri) / "_mem_wal" / "_staging"
     assert not staging.exists() or not any(staging.rglob("*.lance"))  # what the by-shard tasks staged is gone
+    assert not unreferenced(table)  # and what they wrote into the table, driverless
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -106,7 +113,7 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark_context
     engine = SparkMergeEngine(spark_context, **SHAPES[shape])
     # internal entry: the engine's own timings are read, and its partitions are no user option
     distributed = run_merge(open_table(str(copy)), engine=engine)
-    assert engine.last_timings["shape"] == shape
+    assert engine.last_timings["shape"] == shape and distributed.commit_path == "driver"  # folding: one commit
     if shape == "shuffle":
         assert engine.last_timings["partitions"] == 4 and engine.last_timings["read_tasks"] > 1
     assert base_rows(str(copy)) == base_rows(uri)

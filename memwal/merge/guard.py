@@ -1,0 +1,61 @@
+"""The checks right before every merge commit, whichever path commits: the lease, then progress.
+
+Neither is a fence (a merger can stall right after them, hazard H5): the fences are Lance's
+(a marker must grow, a bound commit conflicts with what changed its fragments since its read
+version, the fence fragment of memwal.merge.driverless). These checks only stop early what
+would fail or need a re-plan anyway, and add the one case no fence catches: a takeover merger
+with a smaller budget that merged only a *prefix* of our generations (recorded progress below
+our marker, so Lance would accept it) and re-inserted a key our batch deletes, which our
+delete, bound to the plan's read version, cannot see. Refusing once a shard's recorded
+progress moved since planning catches it; what remains is a stall between this read and
+Lance's commit with such a prefix merger in that instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lance.mem_wal import CompactedSsTable
+
+from memwal.errors import ConflictError
+from memwal.merge.model import MergePlan
+from memwal.table import Table
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
+
+Step = Callable[[str], None]
+
+
+class StaleProgressError(ConflictError):
+    """Another merger recorded progress for a shard of this batch first (a lost race)."""
+
+
+def markers(plan: MergePlan) -> list[CompactedSsTable]:
+    """The progress marker of the whole plan: one entry per shard, its last generation."""
+    return [CompactedSsTable(s.shard_id, s.to_generation) for s in plan.shards]
+
+
+def before_commit(table: Table, plan: MergePlan, lease: Lease | None, step: Step, name: str) -> None:
+    """The lease, then progress; then the test hook ``name``.
+
+    The hook runs after both checks, so a test that stalls there proves what the commit
+    itself does when its author lost the lease (the fence), not what the checks catch.
+    """
+    if lease:
+        lease.check()
+    guard_progress(table, plan)
+    step(name)
+
+
+def guard_progress(table: Table, plan: MergePlan) -> None:
+    """Refuse to commit when another merger moved a shard of this batch since planning."""
+    latest = table.manifest()
+    for s in plan.shards:
+        now = latest.compacted_generation(s.shard_id)
+        if now != s.compacted_generation:
+            raise StaleProgressError(
+                f"Stale SSTable compaction: shard {s.shard_id} progress moved from "
+                f"{s.compacted_generation} to {now} while merging"
+            )
