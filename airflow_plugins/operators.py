@@ -29,7 +29,7 @@ from memwal.airflow.hooks import MemWalHook
 from memwal.airflow.reporting import note_table, observed, report_of
 from memwal.airflow.spark_jobs import SparkSettings
 
-from memwal.core.secrets import redact_options
+from memwal.core.secrets import redact_storage_options
 
 
 def params_object(context: Any, name: str | None, what: str) -> dict[str, str]:
@@ -113,7 +113,7 @@ class MemWalTableOperator(BaseOperator):
             raise AirflowFailException(f"memwal {self.action}: {exc}") from None
         note_table(self, uri, options)
         self.log.info("memwal %s %s, engine %s%s, storage options %s", self.action, uri, self.engine,
-                      " (dry run)" if self.dry_run else "", redact_options(options))
+                      " (dry run)" if self.dry_run else "", redact_storage_options(options))
         self._hook = hook
         return hook
 

@@ -18,6 +18,8 @@ try:  # the Task SDK's class when present; Airflow checks plugins by class name 
 except ImportError:  # pragma: no cover - older layouts
     from airflow.plugins_manager import AirflowPlugin
 
+from memwal.core.secrets import redact_storage_options  # the one redaction rule, as a macro too
+
 
 def asset_uri(table: str) -> str:
     """URI of the Asset that receives an event each time a merge of ``table`` commits."""
@@ -31,13 +33,6 @@ def asset_name(table: str) -> str:
     from memwal.airflow.assets import table_asset
 
     return table_asset(table).name
-
-
-def redact_storage_options(storage_options: dict) -> dict:
-    """Storage options with credential values replaced by ``***`` (safe to render)."""
-    from memwal.core.secrets import redact_options
-
-    return redact_options(storage_options)
 
 
 def _views() -> tuple[list[dict], list[dict]]:

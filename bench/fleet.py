@@ -52,11 +52,9 @@ if str(ROOT) not in sys.path:
 
 from bench import fleet_lag  # noqa: E402
 from bench.fleet_count import counting  # noqa: E402
+from bench.fleet_goals import GOAL_FAIRNESS, GOAL_IDLE_REQUESTS, GOAL_P99_TICKS  # noqa: E402
 from bench.fleet_record import Recorder, shards_on_storage  # noqa: E402
 
-GOAL_P99_TICKS = 2.0
-GOAL_FAIRNESS = 2.0
-GOAL_IDLE_REQUESTS = 4.0
 ROWS_PER_GENERATION = 10
 
 

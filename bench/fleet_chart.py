@@ -27,7 +27,7 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bench.fleet import GOAL_IDLE_REQUESTS, GOAL_P99_TICKS
+    from bench.fleet_goals import GOAL_IDLE_REQUESTS, GOAL_P99_TICKS
 
     phases = doc["phases"]
     fig, axes = plt.subplots(1, 5, figsize=(26, 5))
@@ -137,7 +137,7 @@ def plan_chart(doc: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from bench.fleet_plan import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS
+    from bench.fleet_goals import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     pts = doc["local"]["points"]
@@ -182,7 +182,7 @@ def plan_chart(doc: dict[str, Any], path: Path) -> None:
 
 
 def plan_summary(doc: dict[str, Any]) -> str:
-    from bench.fleet_plan import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS
+    from bench.fleet_goals import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS
 
     loc = doc["local"]
     lines = [f"fleet plan: {doc['lake']['tables']} tables ({doc['lake']['files']:,} files), {doc['machine']['cores']} "

@@ -53,10 +53,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.fleet_goals import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS  # noqa: E402
+
 NOISE = "Index __lance_mem_wal has no fields"
-GOAL_SECONDS = 10.0
-GOAL_LINEAR = 1.25
-GOAL_IDLE_REQUESTS = 4.0
 #: The recipe of the lake's tables (a cached lake is reused only with the same recipe).
 RECIPE = {"format": 1, "base_rows": 300, "shards": 2, "generations": 3, "rows_per_generation": 10, "indexes": True}
 #: Drains a table completely: GC takes every merged generation at once.

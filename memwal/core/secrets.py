@@ -5,7 +5,7 @@ so a launcher (the Airflow operators, scripts around ``spark-submit jobs/<action
 hands storage options to a job in a file only its user can read, written by
 ``storage_options_file`` and named with ``--storage-options-file PATH``; the file lives in
 a private directory and is removed when the job ends. Everything that prints or logs
-options or a malformed option goes through ``redact_options`` / ``redact_pair``, which
+options or a malformed option goes through ``redact_storage_options`` / ``redact_pair``, which
 mask the value of every key that looks like a credential.
 """
 
@@ -40,7 +40,7 @@ def is_secret_key(key: str) -> bool:
     return any(part in k for part in SENSITIVE_KEY_PARTS)
 
 
-def redact_options(options: Mapping[str, object] | None) -> dict[str, str]:
+def redact_storage_options(options: Mapping[str, object] | None) -> dict[str, str]:
     """The options safe to print or log: every credential-like value replaced by ``***``."""
     return {str(k): (MASK if is_secret_key(k) else str(v)) for k, v in (options or {}).items()}
 
