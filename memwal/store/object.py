@@ -56,9 +56,9 @@ DELETE_BATCH = {"s3": 1000, "az": 256, "abfss": 256, "gs": 1, "memory": 1000}
 
 
 #: Delete requests a caller keeps in flight at once (GC's batches). One blob batch at a time on
-#: Azure: Azurite serves batches one after another, slower as the container grows, so more in
-#: flight only queue into the client's 30 s timeout (observed: 2,560 blobs took 10.5 s on one or
-#: eight; at 6,656 blobs a single batch took 18 s). S3 and GCS take them side by side.
+#: Azure: Azurite serves batches one after another, so more in flight only queue into the
+#: client's timeout (docs/decisions/0023-azure-one-delete-batch-in-flight.md). S3 and GCS take
+#: them side by side.
 DELETES_IN_FLIGHT = {"s3": 8, "az": 1, "abfss": 1, "gs": 8, "memory": 1}
 
 
