@@ -7,7 +7,8 @@ in order, whatever its neighbours say: a ``restore`` commits an older manifest a
 progress is not monotone across versions, and no answer may assume it is.
 
 Asked naively, that is a pass over every version per shard and per generation (what that
-cost: docs/decisions/0015-retained-progress-once.md). Here the per-version work is done once: versions whose manifests share one decoded index section
+cost: docs/decisions/0015-retained-progress-once.md). Here the per-version work is done
+once: versions whose manifests share one decoded index section
 (:func:`memwal.table.manifest.decode_table_manifest`) share one progress map, so a shard's
 progress over all versions costs one lookup per *distinct* map plus one array gather; then
 "no version holds g" is a comparison with the minimum, and the oldest main-line version

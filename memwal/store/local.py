@@ -224,7 +224,8 @@ class LocalStore(LocalWrites, Store):
     def get_heads(self, keys: list[str], length: int) -> list[bytes | None]:
         """The first ``length`` bytes of each file, in order (None: absent or not a file), each
         directory reached without following a link once, not once per key (against a
-        :meth:`get_range` each: docs/decisions/0022-local-heads-by-directory.md). A link as a key or on its way raises LinkedPathError, as get_range does."""
+        :meth:`get_range` each: docs/decisions/0022-local-heads-by-directory.md). A link as a
+        key or on its way raises LinkedPathError, as get_range does."""
         return read_each(self, keys, lambda fd: read_upto(fd, length))
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:

@@ -3,9 +3,10 @@
 Gate (c) needs the merge progress of every version a reader may still open (:mod:`memwal.table.retained`),
 and the only place that progress lives is each version's manifest: without this digest every gc
 plan reads every retained version's manifest, a GET each on an object store
-(docs/decisions/0015-retained-progress-once.md). A manifest never changes once committed, so what it says can be remembered: a GC run that
-deletes leaves ``_mem_wal/_jobs/retained-progress.json`` behind, and the next plan (its dry run
-included) reads from the manifests only the versions committed since, the versions it has work for.
+(docs/decisions/0015-retained-progress-once.md). A manifest never changes once committed, so
+what it says can be remembered: a GC run that deletes leaves
+``_mem_wal/_jobs/retained-progress.json`` behind, and the next plan (its dry run included) reads
+from the manifests only the versions committed since, the versions it has work for.
 
 Why this cannot hide a holder:
 - An entry is used only for the manifest it was read from: the same key *and* the same ETag
