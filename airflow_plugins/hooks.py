@@ -4,27 +4,20 @@ The hook owns the work, as the Amazon provider's hooks do (``EmrServerlessHook``
 connection, the client, the submission, the result protocol and the waiting. Operators pass
 options in and push what the hook returns (:mod:`memwal.airflow.operators`).
 
-**The table.** A connection of type ``memwal`` holds the table URI and its storage options
-(Lance's key names, the same ones ``memwal --storage-option`` takes):
+**The table.** A ``memwal`` connection holds the table URI (``host``, or ``extra.table``: URIs do
+not always survive the connection-URI syntax) and its storage options (``extra.storage_options``,
+a JSON object with Lance's key names, as ``memwal --storage-option`` takes them); an optional
+``login`` / ``password`` (Airflow's encrypted, masked field) become ``aws_access_key_id`` /
+``aws_secret_access_key`` unless the extras set those. ``memwal_conn_id`` may instead name one of
+Airflow's cloud connections (``aws``, ``wasb``, ``adls``, ``google_cloud_platform``): its
+credentials become the storage options (``memwal.airflow.connections``), the URI comes from ``table=``.
 
-- ``host``: the table URI (``s3://``, ``az://``, ``abfss://``, ``gs://`` or a local path); ``extra.table``
-  works too (URIs do not always survive the connection-URI syntax);
-- ``extra.storage_options``: a JSON object of storage options;
-- ``login`` / ``password`` (optional): the object store's access key id and secret, kept in
-  Airflow's encrypted password field and shown masked by the UI; they become
-  ``aws_access_key_id`` / ``aws_secret_access_key`` unless the extras set those.
-
-Instead of a ``memwal`` connection, ``memwal_conn_id`` may name one of Airflow's own cloud
-connections (``aws``, ``wasb``, ``adls``, ``google_cloud_platform``): its credentials become
-the storage options (``memwal.airflow.connections``) and the table URI comes from ``table=``.
-
-**The jobs**, through the public API: ``engine="local"`` runs an action as
-``memwal.open(uri).<job>(**options)`` and a cycle through :func:`memwal.cycle.run_cycle` in the
-task's process; ``engine="spark"`` submits ``jobs/<job>.py`` (``maintenance.py`` for a cycle,
-``fleet_chunk.py`` for a fleet's tables) through the Spark provider's ``SparkSubmitHook``
-(:mod:`memwal.airflow.spark_jobs`) and reads the job's result file. Either way a failure is one
-line from the job's exit code: bad input (2) raises ``AirflowFailException`` (never retried), a
-lost or held lease (3) and other failures raise ``AirflowException`` (retried).
+**The jobs**, through the public API: ``engine="local"`` runs ``memwal.open(uri).<job>(**options)``
+or a cycle (:func:`memwal.cycle.run_cycle`) in the task's process; ``engine="spark"`` submits
+``jobs/<job>.py`` (``maintenance.py`` for a cycle, ``fleet_chunk.py`` for a fleet's tables)
+through the Spark provider's ``SparkSubmitHook`` (:mod:`memwal.airflow.spark_jobs`) and reads the
+job's result file. A failure is one line from the job's exit code: bad input (2) raises
+``AirflowFailException`` (never retried), a lost or held lease (3) and others ``AirflowException`` (retried).
 
 Credentials never reach logs or rendered templates: every credential-like storage option is
 registered with Airflow's secrets masker as soon as it is read, storage options are never

@@ -1,10 +1,9 @@
 """What a MemWAL task tells Airflow besides its XCom: Airflow's own metrics, and the facts lineage needs.
 
 Every operator's ``execute`` runs through :func:`observed`, which times the job, keeps a
-:class:`RunReport` on the operator (the table, the result documents, the history records of the
-runs: :mod:`memwal.airflow.lineage` reads it when the OpenLineage listener asks), and reports
-through Airflow's ``Stats`` (``airflow.sdk.observability.stats``), which Airflow sends to StatsD,
-Datadog or OpenTelemetry as its ``[metrics]`` configuration says (nothing when it says nothing):
+:class:`RunReport` on the operator (the table, the result documents and the runs' history
+records, for :mod:`memwal.airflow.lineage`), and reports through Airflow's ``Stats``, which
+goes where Airflow's ``[metrics]`` configuration says (StatsD, Datadog, OpenTelemetry, or nowhere):
 
 | metric | kind | tags |
 |---|---|---|
@@ -16,14 +15,11 @@ Datadog or OpenTelemetry as its ``[metrics]`` configuration says (nothing when i
 | ``memwal.fleet.tables.<state>``, ``memwal.fleet.debt``, ``memwal.fleet.discovered`` | gauges | state |
 | ``memwal.fleet.jobs.<status>``, ``memwal.fleet.tables_failed`` | gauges | dag_id |
 
-The job is in the name (not only in a tag) because plain StatsD drops tags; for the same reason a
-table's gauges carry ``<key>`` (:func:`table_key`: the URI made name-safe, plus 8 hex digits of
-its hash), so that two tables never share a series, whatever backend; the ``table`` tag is the
-full table URI (with ``statsd_influxdb_enabled``, put ``table`` in ``[metrics]
-statsd_disabled_tags``: StatsD's line cannot carry a URI's ``:``). A job's lag is what its
-run's history record says it left (every shard's unmerged generations and rows, the oldest
-age); the fleet's are its planning pass's (:mod:`memwal.airflow.fleet_operators`).
-Reporting never fails a task: a metrics or history problem is logged and the task goes on.
+The job, and a table's ``<key>`` (:func:`table_key`: the URI made name-safe plus 8 hex digits of
+its hash), are in the name because plain StatsD drops tags; the ``table`` tag is the full URI
+(with ``statsd_influxdb_enabled``, list ``table`` in ``statsd_disabled_tags``: StatsD's line
+cannot carry a ``:``). A job's lag is what its run's history record says it left; the fleet's,
+its planning pass's (:mod:`memwal.airflow.fleet_operators`). Reporting never fails a task.
 """
 
 from __future__ import annotations

@@ -1,31 +1,26 @@
 """The "MemWAL" view of the Airflow 3 UI: the status page of every table Airflow maintains.
 
 The plugin (:mod:`memwal.airflow.plugin`) mounts :data:`app` at ``/memwal`` of the API server
-(``fastapi_apps``) and adds an ``external_views`` entry named "MemWAL" to the navigation, which
-the UI shows in an iframe. The tables are those of the ``memwal_tables`` DAG config (the file
-``MEMWAL_CONFIG`` names, with each table's connection or storage options) and every connection
-of type ``memwal``:
+(``fastapi_apps``) and adds an ``external_views`` entry "MemWAL", which the UI shows in an
+iframe. The tables are those of the ``memwal_tables`` DAG config (``MEMWAL_CONFIG``) and every
+connection of type ``memwal``:
 
 - ``/memwal/``: the list of tables;
-- ``/memwal/tables/config/<name>`` and ``/memwal/tables/connection/<conn_id>``: the status page
-  of one table (:mod:`memwal.inspect.page`), read when asked for (manifests and history only);
-- ``/memwal/fleet`` and ``/memwal/fleet/tables?uri=...``: the ``memwal_fleet`` DAG's tables
-  (``MEMWAL_FLEET_CONFIG``), ranked by debt, and each one's status page (:mod:`memwal.airflow.fleet_view`).
+- ``/memwal/tables/config/<name>``, ``/memwal/tables/connection/<conn_id>``: one table's status
+  page (:mod:`memwal.inspect.page`), read when asked for (manifests and history only);
+- ``/memwal/fleet``, ``/memwal/fleet/tables?uri=...``: the ``memwal_fleet`` DAG's tables
+  (``MEMWAL_FLEET_CONFIG``) by debt, and each one's page (:mod:`memwal.airflow.fleet_view`).
 
-Every route requires an authenticated Airflow user allowed to see the website (Airflow's own
-auth manager decides: the session cookie the UI sets, or a bearer token). Storage options and
-credentials stay on the server: the page never shows them.
+Every route requires an authenticated Airflow user allowed to see the website (Airflow's auth
+manager decides). Storage options and credentials stay on the server.
 
-The pages show values from the tables' storage, which whoever can write that storage controls.
-Airflow's UI frames external views with ``sandbox="allow-scripts allow-same-origin"``, so a
-script in a page would act with the viewer's Airflow session. Every response therefore carries
-a Content-Security-Policy with ``sandbox`` (:func:`memwal.inspect.policy.header_policy`): the
-browser runs no script in it and gives it an opaque origin, whatever the frame allows. The
-status page of a table is streamed from size-capped, type-checked records.
-
-The FastAPI application is built on its first request (:class:`LazyApp`), so the other
-Airflow components that import the plugin (scheduler, workers) never import FastAPI's security
-machinery for it.
+The pages show values from the tables' storage, which whoever can write it controls, and
+Airflow frames external views with ``sandbox="allow-scripts allow-same-origin"``. So every
+response carries a Content-Security-Policy with ``sandbox``
+(:func:`memwal.inspect.policy.header_policy`): no script runs, the page gets an opaque origin,
+whatever the frame allows; a status page is streamed from size-capped, type-checked records.
+The FastAPI application is built on its first request (:class:`LazyApp`), so the scheduler and
+workers, which import the plugin too, never import FastAPI's security machinery for it.
 """
 
 from __future__ import annotations

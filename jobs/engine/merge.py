@@ -2,38 +2,26 @@
 
 Contract. One Spark job per batch computes every key's net version with
 :func:`memwal.merge.changes.reducer`, the very function the local engine runs (last write wins,
-or the fold of the table's merge operators), so the engines cannot disagree. The job has one of
-two shapes (:mod:`memwal.spark.engine.merge_tasks`): **by shard** (whole shards per task, no
-shuffle; a primary key lives in one shard, so a task holds every version of its keys; the
-driver checks the net keys' hashes are disjoint across tasks before anything is committed, and
-otherwise runs the batch as the shuffle, which names a key in two shards or merges a mere hash
-collision) or **keyed shuffle** (generations packed into read tasks by bytes, rows
-hash-partitioned by key as Arrow IPC blobs, one reduce task per partition) for large shards,
-large batches or :attr:`SparkMergeEngine.partitions`.
+or the fold of the table's merge operators), so the engines cannot disagree. The job is **by
+shard** (whole shards per task, no shuffle: a primary key lives in one shard; the driver checks
+the net keys' hashes are disjoint across tasks before anything is committed, else runs the batch
+as the shuffle, which names a key in two shards) or a **keyed shuffle** (read tasks packed by
+bytes, rows hash-partitioned by key, one reduce task per partition) for large shards, large
+batches or :attr:`SparkMergeEngine.partitions` (:mod:`memwal.spark.engine.merge_tasks`).
 
-What leaves the executors depends on the commit path the core chose for the batch
-(:func:`memwal.merge.execute.commit_path`):
+What leaves the executors follows the core's commit path (:func:`memwal.merge.execute.commit_path`):
+**driverless** (:meth:`SparkMergeEngine.table_changes`, last-write-wins tables): tasks write the
+upserts as base-table fragments and one deletion file per base fragment; the driver commits their
+metadata only (:mod:`memwal.merge.driverless`). **driver** (:meth:`SparkMergeEngine.net_changes`:
+merge operators, or ``driverless=False``): tasks stage upserts under ``_mem_wal/_staging/<run>/``
+and return delete keys; the driver's marked ``merge_insert`` applies them (data and marker in one
+commit, H2).
 
-* **driverless** (:meth:`SparkMergeEngine.table_changes`, the default for last-write-wins
-  tables): the reduce tasks write the upserts as fragments of the base table itself and find
-  the base rows of their net keys at the plan's read version; a retire stage, partitioned by
-  base fragment, writes one deletion file per fragment. The driver receives fragment metadata
-  and counts only, and commits them (:mod:`memwal.merge.driverless`): no row passes through it.
-* **driver** (:meth:`SparkMergeEngine.net_changes`: merge operators, or ``driverless=False``):
-  the tasks stage their upserts under ``_mem_wal/_staging/<run>/`` and return their delete keys;
-  the driver's marked ``merge_insert`` applies them, because folding must land data and marker
-  in one commit (``memwal.merge.execute``). The staging dataset is removed afterwards.
-
-Whatever a failed job wrote is removed: the staging dataset, or the files the driverless
-tasks' receipts list (each task lists what it wrote into the table under the job's folder in
-``_mem_wal/_staging/``; a retried task attempt's files go the same way once the job succeeds).
-A killed driver leaves that folder to ``gc --orphans`` and the files to Lance's
-``cleanup_old_versions``, which removes files no version names.
-
-Nothing here assumes local mode: the table URI and storage options travel in closures, so the
-same code runs on a cluster whose executors have memwal-jobs and pylance installed. Measured
-shapes and what was tried: docs/decisions/0005-spark-merge-shapes.md,
-docs/decisions/0002-driverless-merge.md.
+Whatever a failed job wrote is removed (the staging dataset, or the files the tasks' receipts
+under the job's staging folder list, a retried attempt's included); a killed driver leaves that
+folder to ``gc --orphans`` and the files to Lance's ``cleanup_old_versions``. Nothing assumes
+local mode: the table URI and storage options travel in closures, so executors need only
+memwal-jobs and pylance installed. Why these shapes: docs/decisions/0005 and 0014.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from pyspark import SparkConf, SparkContext
 
 LOG4J = Path(__file__).resolve().parent.parent / "log4j2.properties"  # jobs/log4j2.properties
 #: Python workers that import the installed pyspark, not Spark's zip, when they are the same
-#: version (:mod:`memwal.spark.engine.python_daemon`: a job's first task 0.8 s sooner).
+#: version (:mod:`memwal.spark.engine.python_daemon`; what it saves: docs/decisions/0012).
 PYTHON_DAEMON = "memwal.spark.engine.python_daemon"
 
 _lock = threading.Lock()
@@ -74,9 +74,9 @@ def local_context(app: str = "memwal-jobs") -> SparkContext:
 
 def _close_gateway() -> None:
     """At exit, close the Py4J gateway of the JVM we started before the JVM sees its stdin
-    close: the JVM then stops (its shutdown hooks stop the context and remove Spark's
-    temporary folders) in 0.2 s instead of 0.5 s, and a caller that reads our output waits
-    for the JVM too, which holds it (issue 23: a whole ``memwal merge --engine spark``)."""
+    close: the JVM then stops sooner (its shutdown hooks stop the context and remove Spark's
+    temporary folders), and a caller that reads our output waits for the JVM too, which
+    holds it (docs/decisions/0012-spark-start-up.md)."""
     gateway = SparkContext._gateway
     if gateway is not None:
         gateway.shutdown()

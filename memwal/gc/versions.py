@@ -6,9 +6,9 @@ merged it was committed (the grace period runs from there). Every retained versi
 in order, whatever its neighbours say: a ``restore`` commits an older manifest again, so
 progress is not monotone across versions, and no answer may assume it is.
 
-Asked naively, that is a pass over every version per shard and per generation: 1,000 shards
-x 5,000 versions made ``gc --dry-run`` 15x slower than on a fresh table (issue 23). Here the
-per-version work is done once: versions whose manifests share one decoded index section
+Asked naively, that is a pass over every version per shard and per generation (what that
+cost: docs/decisions/0015-retained-progress-once.md). Here the per-version work is done
+once: versions whose manifests share one decoded index section
 (:func:`memwal.table.manifest.decode_table_manifest`) share one progress map, so a shard's
 progress over all versions costs one lookup per *distinct* map plus one array gather; then
 "no version holds g" is a comparison with the minimum, and the oldest main-line version

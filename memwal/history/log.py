@@ -13,10 +13,11 @@ every store the table can live on and a run that dies leaves its ``running`` rec
 GC prunes records older than the retention it is given.
 
 A record of a table with many shards would carry a list of shards (a merge's figures) and a
-lag by shard: 190 KB at 1,000 shards, which the status page parsed for each of the 200 runs it
-draws (0.76 s). Such a record keeps a summary (counts and :func:`~memwal.history.record.lag_total`)
-and puts its per-shard parts in a detail object next to it (``<record>.detail.json``, written
-first); :func:`read_runs` puts them back unless asked for summaries only.
+lag by shard, which the status page would parse for each run it draws
+(docs/decisions/0016-history-records-summary-and-detail.md). Such a record keeps a summary
+(counts and :func:`~memwal.history.record.lag_total`) and puts its per-shard parts in a detail
+object next to it (``<record>.detail.json``, written first); :func:`read_runs` puts them back
+unless asked for summaries only.
 """
 
 from __future__ import annotations

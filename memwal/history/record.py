@@ -65,9 +65,9 @@ class RunRecord(Document):
     detail: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """The record's fields as they are (no deep copy: ``dataclasses.asdict`` copied the
-        per-shard lag and figures of every record, 70 ms a record at 1,000 shards, which made
-        the status page's 200 runs cost 14 s). Callers replace values, never edit them in place."""
+        """The record's fields as they are, not deep-copied (a deep copy of every record's
+        per-shard lag and figures dominated the status page: docs/decisions/0016). Callers
+        replace values, never edit them in place."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def entry(self) -> RunEntry:

@@ -10,7 +10,7 @@ every TTL/3 (with jitter), so a job may run for many TTLs and a single step (a l
 stage, a big ``merge_insert``, a slow store) may outlast the TTL. When a renewal finds the
 lease taken over, already expired (the process was frozen or partitioned past its TTL), or
 the store unreachable until the lease ran out, the lease is **fenced**: :meth:`Lease.check`,
-which every job calls before each side effect, then raises :class:`LeaseLostError` (exit 3).
+which every job calls before each side effect, then raises :class:`~memwal.errors.LeaseLostError` (exit 3).
 A frozen process (SIGSTOP) cannot renew, so another job can still take the lease over; the
 commit fences of each job (bound delete pass, merge intents, progress markers) keep a late
 commit harmless: a lease check is not a fence (hazard H5).

@@ -103,6 +103,6 @@ def merge_offsets(parts: Iterable[tuple[int, bytes]]) -> dict[int, np.ndarray]:
 
 def sorted_unique(a: np.ndarray) -> np.ndarray:
     """``a`` sorted without repeats: one sort and one neighbour compare (NumPy's own ``unique``
-    hashes integers, far slower on millions of keys: docs/decisions/0002-driverless-merge.md)."""
+    hashes integers, far slower on millions of keys: docs/decisions/0005-spark-merge-shapes.md)."""
     ordered = np.sort(a)
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered

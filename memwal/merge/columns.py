@@ -1,28 +1,26 @@
 """Which base-table column each generation column is: by Lance field id, as Lance's readers decide.
 
-Lance keeps a field id per column; a rename (``alter_columns({"path": "v", "name": "v2"})``)
-keeps the id, a dropped column's id is never given out again (``max_field_id`` only grows),
-and pylance's ``ShardWriter`` writes generations and WAL entries with the base table's
-field ids (the WAL's Arrow fields carry them as ``lance:field_id``). pylance's
-``LsmScanner`` matches a generation's columns to the base's by those ids, so after a rename
-it shows a generation's ``v`` under ``v2`` (observed with pylance 14.0.2). The merger and
+Lance keeps a field id per column; a rename keeps the id, a dropped column's id is never given
+out again (``max_field_id`` only grows), and pylance's ``ShardWriter`` writes generations and
+WAL entries with the base table's field ids (``lance:field_id`` on the WAL's Arrow fields).
+pylance's ``LsmScanner`` matches a generation's columns to the base's by those ids, so after a
+rename it shows a generation's ``v`` under ``v2`` (observed with pylance 14.0.2). The merger and
 memwal's folded reader follow the same mapping, so a merge never changes what readers see:
 
-* a generation column whose field id is a base column's maps to that column, whatever
-  either is called now (a rename, or a column dropped and re-added under the old name:
-  the old values stay with the renamed column, the re-added one gets nulls);
+* a generation column whose field id is a base column's maps to that column, whatever either
+  is called now (after a drop and re-add under the old name, the old values stay with the
+  renamed column and the re-added one gets nulls);
 * a field id at or below the base's ``max_field_id`` that no base column has any more was
   dropped from the base: its values are not merged (readers do not show them either);
-* a field id above the base's ``max_field_id`` names a column the base never had (a
-  generation not written against this table, or a table restored to before the column
-  existed): refused, because merging would lose its values;
-* ``_tombstone`` is the MemWAL's own column, matched by name (its field id is simply the
-  next free one when the generation was written, and may equal a column added since).
+* a field id above ``max_field_id`` names a column the base never had (a generation not
+  written against this table, or a table restored to before the column existed): refused,
+  because merging would lose its values;
+* ``_tombstone`` is the MemWAL's own column, matched by name (its field id may equal a column's
+  added since).
 
-pylance 14.0.2 refuses the other schema changes on a table with a MemWAL attached (a type
-change, which takes a new field id; renaming a primary-key column; a computed new column),
-so types of one field id only differ in generations written by something else; those
-widen losslessly or are refused (:mod:`memwal.merge.inputs`).
+pylance 14.0.2 refuses other schema changes on a table with a MemWAL (a type change, renaming a
+primary-key column, a computed column), so types of one field id differ only in generations
+written by something else; those widen losslessly or are refused (:mod:`memwal.merge.inputs`).
 """
 
 from __future__ import annotations

@@ -1,35 +1,27 @@
 """The driverless commit: rows an engine's executors already wrote into the base table,
 committed by the driver as metadata only (last-write-wins batches).
 
-An engine hands over :class:`TableChanges`: new fragments written into the base table's own
-data folder, the base fragments' new metadata (one deletion file per fragment, masking every
-base row of a key the batch re-puts or deletes; the id alone when no row is left) and the
-counts per shard. :func:`commit_table_changes` is the one commit step (upstream Lance's
-``commit_preassigned_rows`` replaces its two commits with one when pylance exposes it):
+An engine hands over :class:`TableChanges`: new fragments in the base table's own data folder,
+the base fragments' new metadata (one deletion file per fragment masking every base row of a key
+the batch re-puts or deletes; the id alone when no row is left) and counts per shard.
+:func:`commit_table_changes` is the one commit step, two commits (one when pylance exposes
+upstream Lance's ``commit_preassigned_rows``): a **data commit**, a ``LanceOperation.Update``
+bound to the plan's read version carrying the run id and the intent's id and data ranges
+(:func:`memwal.merge.intents.data_properties`); then a **marker commit**, an empty-source marked
+``merge_insert`` (progress only). Why: docs/decisions/0014-driverless-merge.md.
 
-1. **data commit**: a ``LanceOperation.Update`` of those fragments bound to the plan's read
-   version, carrying the run id and the merge intent's id and data ranges in its
-   ``transaction_properties`` (:func:`memwal.merge.intents.data_properties`);
-2. **marker commit**: an empty-source marked ``merge_insert`` (progress only).
-
-Guarantees, and why:
-
-* **A lost race, never a lost row.** Lance rejects the bound data commit (retryable, the run
-  re-plans) when a commit since its read version rewrote, deleted from or compacted a fragment
-  it changes; an index commit or an append is rebased, which is right.
-* **A stale merger's data commit is harmless (H5).** Bound to its read version, Lance would
-  still rebase its new rows over a newer merge that inserted the same keys (observed: the keys
-  then live twice). So it also names the *fence fragment* (the lowest fragment id at the read
-  version, unchanged), and every merge that may race an unfinished driverless merge names it in
-  its first commit (this data commit, or :func:`claim_fence`): whichever commits second is
-  rejected. Fragment ids only grow, so two read versions agree on the fence while it lives,
-  and a commit that removed it conflicts with the older one anyway.
-* **Between the commits** the generations stay unmerged: readers see each key's newest value
-  (the generation holds the row the base now holds), GC keeps them, and the next plan finds the
-  data commit (:mod:`memwal.merge.applied`) and commits only the marker.
-* **No uncommitted file is left** when the data commit loses a race or is never attempted
-  (:meth:`TableChanges.discard`); after a kill, Lance's ``cleanup_old_versions`` (``gc
-  --expire-versions``) removes unreferenced files once they are older than its unverified window.
+* **A lost race, never a lost row.** Lance rejects the bound data commit (retryable, re-planned)
+  when a commit since its read version rewrote, deleted from or compacted a fragment it changes.
+* **A stale merger's data commit is harmless (H5).** Lance would still rebase its new rows over
+  a newer merge that inserted the same keys (observed: the keys then live twice), so it also
+  names the *fence fragment* (the lowest fragment id at the read version), and every merge that
+  may race an unfinished driverless merge names it in its first commit (:func:`claim_fence`):
+  whichever commits second is rejected. Fragment ids only grow, so the fence is stable.
+* **Between the commits** the generations stay unmerged (readers see each key's newest value, GC
+  keeps them); the next plan finds the data commit (:mod:`memwal.merge.applied`), commits the marker.
+* **No uncommitted file is left** when the data commit loses or is never tried
+  (:meth:`TableChanges.discard`); after a kill, ``gc --expire-versions`` (Lance's
+  ``cleanup_old_versions``) removes unreferenced files past its unverified window.
 """
 
 from __future__ import annotations

@@ -1,32 +1,24 @@
 """Execute a merge plan: the batch's data, then its progress marker, by one of three paths.
 
 The path is chosen per batch (:func:`commit_path`), logged, and reported (``commit_path``):
-
 * ``driverless`` (last write wins, an engine that writes the base table itself, e.g. Spark):
-  executors write the rows and deletion files, the driver commits metadata only
+  executors write rows and deletion files, the driver commits metadata only
   (:mod:`memwal.merge.driverless`: a data commit, then the marker alone).
 * ``driver`` (merge operators, the local engine, or an unfinished driver-path merge on these
-  shards): at most two commits, the last carrying the marker. Pass 1 deletes the keys whose
-  newest version is a tombstone, with no marker; pass 2 upserts every other key with
-  ``mark_sstables_as_compacted`` through ``execute()`` (the uncommitted path drops the
-  marker, H2). A batch of deletes only has one pass, the marked one. A crash between passes
-  leaves progress untouched; the rerun recomputes the same change set, whose deletes are
-  idempotent and whose upserts are disjoint from them: it converges (invariant 2).
-* ``marker``: every generation's data is already in the base (an unfinished driverless
-  merge's data commit, :mod:`memwal.merge.applied`): the marker alone.
+  shards): pass 1 deletes the keys whose newest version is a tombstone, unmarked; pass 2 upserts
+  every other key with ``mark_sstables_as_compacted`` through ``execute()`` (the uncommitted
+  path drops the marker, H2); deletes only: the marked pass alone. A crash between passes leaves
+  progress untouched, and the rerun converges (idempotent deletes, disjoint upserts: invariant 2).
+* ``marker``: every generation's data is already in the base (:mod:`memwal.merge.applied`).
 
-Fences (a lease check is not one, H5; the last checks before each commit are in
-:mod:`memwal.merge.guard`):
+Fences (a lease check is not one, H5; the last checks before each commit: :mod:`memwal.merge.guard`):
 
 * Lance rejects a marker not above the recorded generation ("Stale SSTable compaction").
-* The unmarked delete pass is built with ``execute_uncommitted()`` on the table as of the
-  plan's read version V and committed with ``read_version=V``, so Lance resolves it against
-  what was committed since instead of re-applying it to the latest table. Observed (pylance
-  14.0.2) when another merge committed after V: it re-put or deleted the rows the pass
-  deletes, or touched other rows of its fragments: rejected (retryable, re-planned); it
-  inserted those keys (absent at V): the pass deletes nothing of them; it touched other
-  fragments only: the pass commits, harmlessly (keys are disjoint across shards, and a merge
-  covering our generations would have deleted or re-put those rows).
+* The unmarked delete pass is built with ``execute_uncommitted()`` at the plan's read version V
+  and committed with ``read_version=V``, so Lance resolves it against what was committed since.
+  Observed (pylance 14.0.2) when another merge committed after V: rejected (retryable) if that
+  merge touched the rows or fragments the pass deletes from; keys it inserted are not deleted;
+  other fragments only: committed, harmlessly (keys are disjoint across shards).
 * A driver-path or marker-only batch racing an unfinished driverless merge names the fence
   fragment first (:func:`memwal.merge.driverless.claim_fence`), so that merge's data commit
   can no longer land over ours.

@@ -30,7 +30,7 @@ def use_key_index(keys: int, base_rows: int) -> bool:
     """Whether a pass of ``keys`` change keys against ``base_rows`` rows should join through
     the key index (True) or scan the base (False). With no key at all (the marker alone) the
     scan join returns at once, while the index join still reads the fragments the index does
-    not cover (docs/decisions/0002-driverless-merge.md)."""
+    not cover (docs/decisions/0004-key-index-or-scan-join.md)."""
     if keys == 0:
         return False
     return keys <= INDEX_JOIN_MIN_KEYS or keys * INDEX_JOIN_BASE_ROWS_PER_KEY <= base_rows

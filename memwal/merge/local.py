@@ -27,9 +27,8 @@ DEFAULT_MEMORY_BUDGET = 512 * 1024 * 1024
 
 
 #: Change rows deduped in one pass; more are hash-partitioned through temporary files.
-#: Partitioning bounds memory but costs about a third more time, so it starts only where
-#: a single pass would need several GiB (at the benchmark's ~100-byte rows, 5M change rows
-#: take about as much memory in one pass as the single-pass floor itself).
+#: Partitioning bounds memory but costs time, so it starts only where a single pass would
+#: need several GiB (docs/decisions/0019-dedupe-partitions-above-8m-rows.md).
 DEFAULT_PARTITION_ROWS = 8_000_000
 
 

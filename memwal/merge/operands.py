@@ -93,9 +93,8 @@ def _reproduces(operands: pa.Table, flushed: pa.Table, primary_key: list[str], g
     Each (generation, key) becomes one integer (:func:`~memwal.merge.keys.small_codes`).
     A flushed generation holds one row per key, so the flushed rows are a hash index that
     each operand is looked up in once; the operands then pass when they hit every flushed
-    row and the last hit of each has its tombstone (which also gives the counts). As
-    Arrow tables the same check sorted on several columns and cost as much as reading the
-    generations' keys (issue 23: merge operators within 1.5x of a merge without).
+    row and the last hit of each has its tombstone (which also gives the counts); why not
+    as Arrow tables: docs/decisions/0024-operand-check-by-lookup.md.
     """
     n = operands.num_rows
     try:

@@ -42,8 +42,8 @@ INTERNAL = (TOMBSTONE, ROWADDR, GEN, SHARD, ORD)
 
 
 #: Generations read at once. Reads are mostly waiting on storage and Lance's own
-#: decoding, which release the GIL: 8 threads read 140 local generations in 0.32 s
-#: instead of 0.52 s on 2 cores, and hide the latency of object stores.
+#: decoding, which release the GIL, so more threads than cores pay, and they hide the
+#: latency of object stores (docs/decisions/0017-generations-read-on-eight-threads.md).
 READ_THREADS = 8
 
 

@@ -5,35 +5,23 @@ generation that GC may collect (``LsmScanner`` fails, it does not skip, when a l
 generation is missing: hazard H6, docs/architecture.md).
 
 Where shard state comes from (``source``):
+* ``"manifests"``: every shard's latest manifest (authoritative). A shard whose latest manifest
+  is unknown (a gap in its versions, an unreadable latest version) fails the read, naming the
+  shard: an older state would silently miss its newest rows.
+* ``"index"``: the snapshot ``memwal snapshot`` published in the MemWAL index, one read for all
+  shards. pylance's reader does not skip a missing generation and a shard flushed after the
+  snapshot would be invisible, so by default (``check_fresh=True``) a shard is read from its
+  manifest when the snapshot is older than it, lists a missing generation above the merge
+  progress, or lacks the shard (one listing of ``_mem_wal/``, a HEAD per shard, a listing per
+  listed generation). No snapshot (or an unreadable one): every shard from its manifest.
 
-* ``"manifests"``: every shard's latest manifest (authoritative, one listing of its
-  ``manifest/`` and a manifest read per shard). A shard whose latest manifest is unknown
-  (a gap in its versions, an unreadable latest version) fails the read, naming the shard:
-  reading an older state would silently miss its newest rows.
-* ``"index"``: the shard snapshot published in the MemWAL index by ``memwal snapshot``
-  (memwal.snapshot), one read for all shards. The spec allows a stale snapshot to cost
-  freshness only, but pylance's reader does not skip a missing generation, and a shard
-  flushed after the snapshot would be invisible, so by default (``check_fresh=True``) a
-  shard is read from its manifest instead when the snapshot is older than its manifest
-  (its next manifest version exists), when a generation the snapshot lists above the merge
-  progress is missing from storage, or when the shard is not in the snapshot. That costs
-  one listing of ``_mem_wal/`` plus one HEAD per shard and one listing per listed
-  generation, instead of reading every manifest. No snapshot published (or an unreadable
-  one) means: every shard from its manifest.
-
-Shard pruning (spec: "Shard Pruning") with a ``filter``: :func:`memwal.read.pruning.filter_literals`
-gives the literals the filter allows per column, :func:`memwal.read.pruning.allowed_shard_values` the
-shard field values Lance routes those rows to. A shard is skipped only when its values are known
-to be outside that set, and only on shard fields computed from primary-key columns alone:
-then every version of a key (base row, updates, tombstones, which carry only the key) has
-the same shard value, so none of the shard's keys can match the filter and leaving its
-generations out changes nothing. (A field on a non-key column is never used: an update
-could move a key out of the filter, and leaving that update out would resurrect the old
-base row.) A shard's values come from its ``shard_field_entries`` when the writer recorded
-them; pylance 14's ``ShardWriter`` does not, so they are then *inferred* by routing (with
-Lance) the primary keys of **every** row in the generations the reader would open. That
-is exact (it does not assume the writer routed correctly) and costs a key-column read of
-those generations only when the filter constrains a prunable field.
+Shard pruning with a ``filter`` (:mod:`memwal.read.pruning`) skips a shard only when its field
+values are known to be outside what the filter allows, and only on fields computed from
+primary-key columns alone, which every version of a key shares (on a non-key column an update
+could move a key out of the filter, and leaving it out would resurrect the old base row). As
+pylance 14's ``ShardWriter`` records no ``shard_field_entries``, the values are inferred by
+routing the keys of the generations the reader would open, only when the filter constrains a
+prunable field.
 """
 
 from __future__ import annotations

@@ -4,25 +4,22 @@ Lance routes rows (``lance.mem_wal.evaluate_sharding_spec``) but offers a reader
 skip shards. What this module adds, each step conservative (when unsure: no constraint,
 which prunes nothing; a wrong constraint would skip a shard holding matching rows):
 
-* :func:`filter_literals`: per column, the finite set of literals a Lance filter allows,
-  read with sqlglot from ``col = v``, ``v = col``, ``col IN (v, ...)`` and any ``AND``/``OR``
-  nesting of them. Anything else (ranges, ``NOT``, ``IS NULL``, functions, casts, an
-  unparseable filter) constrains nothing. Refusing a filter is Lance's job when it scans.
-* :func:`allowed_shard_values`: per shard field, the values rows allowed by those literals
-  can have: the literals, converted exactly to the column type, go through Lance's routing
-  as a small batch. A field is left out when a source column is unconstrained, a literal
-  does not convert exactly, or Lance cannot evaluate the field.
-* :func:`routed_values`: the shard field values Lance gives a shard's actual rows, for
-  shards whose manifest records none.
+* :func:`filter_literals`: per column, the finite set of literals a Lance filter allows, read
+  with sqlglot from ``col = v``, ``v = col``, ``col IN (v, ...)`` and ``AND``/``OR`` nestings
+  of them; anything else (ranges, ``NOT``, ``IS NULL``, functions, casts, an unparseable
+  filter) constrains nothing. Refusing a filter is Lance's job when it scans.
+* :func:`allowed_shard_values`: per shard field, the values those literals route to (Lance's
+  routing of a small batch); a field is left out when a source column is unconstrained, a
+  literal does not convert exactly, or Lance cannot evaluate the field.
+* :func:`routed_values`: the field values Lance gives a shard's rows, when its manifest has none.
 * :func:`shard_matches`: False only when a known shard field value is outside the allowed set.
 
 Lance's filter syntax as observed in pylance 14.0.2 (the sqlglot dialect follows it): single
-and double quotes both delimit strings (``"id" = 1`` compares a string, it does not name a
-column), backticks quote identifiers, ``''`` is the only string escape (a backslash is a
-plain character), a column whose name is written exactly resolves to itself (``ID`` and
-``id`` are different columns when both exist), and a literal must convert exactly to the
-column's type or the filter is rejected (``id = 2.0`` and ``id = '2'`` fail on an int64
-column), so only integer, string and boolean literals on columns of those kinds are used.
+and double quotes both delimit strings (``"id" = 1`` compares a string), backticks quote
+identifiers, ``''`` is the only string escape, a column name resolves exactly (``ID`` and
+``id`` differ when both exist), and a literal must convert exactly to the column's type or the
+filter is rejected (``id = 2.0`` fails on an int64 column): only integer, string and boolean
+literals on columns of those kinds are used.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def lsm_scan(
     left to this function (or given as ``plan``), which needs the generations' paths.
     ``plan`` is a :func:`plan_read` already made for this read: the base table is read at
     its version. Bad input (a filter Lance refuses, an unknown column) raises
-    :class:`BadInputError` before anything is read; a failed read, :class:`ReadError`.
+    :class:`BadInputError` before anything is read; a failed read, :class:`~memwal.errors.ReadError`.
     """
     from memwal.read.fold import folded_scan
 

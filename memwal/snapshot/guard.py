@@ -1,22 +1,19 @@
 """Guarded replacement of the ``__lance_mem_wal`` details, and its crash journal (hazard H1).
 
 A refresh publishes by committing a replacement ``__lance_mem_wal`` entry
-(``LanceOperation.CreateIndex``) whose details are the latest details with only the snapshot
-fields changed. Lance accepts it even when commits landed after the version it read, and it
-then *erases* what those commits recorded (merge progress, index catch-up); Lance cannot be
-made to reject it (docs/decisions/0011-h1-detect-and-repair.md). So
-:func:`commit_mem_wal_details` detects and repairs:
+(``LanceOperation.CreateIndex``): the latest details with only the snapshot fields changed.
+Lance accepts it even when commits landed after the version it read, and then *erases* what
+they recorded (merge progress, index catch-up); Lance cannot be made to reject it
+(docs/decisions/0011-h1-detect-and-repair.md). So :func:`commit_mem_wal_details` detects and repairs:
 
 1. Read the latest version ``L`` right before committing; commit with ``read_version=L``: ``W``.
 2. ``W == L + 1``: nothing can have been erased. Done.
 3. Otherwise compare every slot (per shard merge progress, per index and shard catch-up, each
    configuration field) of ``W`` with ``W - 1`` (every interleaved commit's effect) and ``L``.
    A slot we did not mean to change must equal ``W - 1``'s; one we meant to change (a repair)
-   combines with an interleaved raise by ``max`` and gives way to a decrease (a restore is
-   someone's decision).
-4. Wrong slots are repaired by another replacement from the latest details (correct value, or
-   ``max`` with a later raise, or a later decrease kept), checked the same way, until a commit
-   has no wrong slot.
+   combines with an interleaved raise by ``max`` and gives way to a decrease (a restore).
+4. Wrong slots are repaired by another replacement from the latest details, checked the same
+   way, until a commit has no wrong slot.
 
 A journal (``_mem_wal/_jobs/snapshot/pending.json``) written before each commit and removed
 after its check lets the next refresh finish a repair a crash interrupted. Between an erasing

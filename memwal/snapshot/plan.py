@@ -79,9 +79,9 @@ def read_rows_from_store(store: Store, shard_ids: Iterable[str], columns: list[F
 class LocalManifestReader:
     """Reads shard manifests in a thread pool on object stores (latency bound), in one thread on a local disk.
 
-    ``threads=None`` chooses: measured on a 2-core machine, 16 threads read 1,000 local
-    manifests 2.5x slower than one (the decoding holds the GIL), while S3 reads wait on the
-    network and gain from every thread.
+    ``threads=None`` chooses: decoding a manifest holds the GIL, so threads only slow a local
+    disk down, while S3 reads wait on the network and gain from every thread
+    (docs/decisions/0021-snapshot-manifest-reads-threads.md).
     """
 
     name = "local"

@@ -210,7 +210,7 @@ class Store(abc.ABC):
         of ``prefix`` itself: listings skip links and never follow them, this reports them.
         With ``recursive=False`` only the entries directly under ``prefix`` are looked at.
 
-        Object stores have no links, so the default is none; :class:`LocalStore` overrides it.
+        Object stores have no links, so the default is none; :class:`~memwal.store.local.LocalStore` overrides it.
         """
         return []
 

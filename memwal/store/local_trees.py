@@ -1,39 +1,26 @@
 """Deleting whole directory trees on a local file system: GC's generations, in two phases.
 
-A generation is a directory of a few small files in a few subdirectories; GC deletes
-thousands at once. On ext4 the order of the system calls decides the cost more than their
-number: threads that first list every tree of a batch, then unlink every file, then remove
-the directories, as a fast ``rm -rf`` does, spend about half the kernel time of threads that
-list, unlink and remove one directory after another. So a batch of trees is deleted in phases:
+A generation is a directory of a few small files in a few subdirectories; GC deletes thousands
+at once. On ext4 the order of the system calls decides the cost more than their number, so, as
+a fast ``rm -rf`` does, a batch is first listed whole, then unlinked, then removed:
 
 1. **open**: every directory of every tree is opened from its parent's descriptor with
-   ``O_NOFOLLOW`` and listed (the entry type comes with the listing); a link at or under a
-   tree, or on the way to it, refuses that whole tree, which is then left untouched.
-2. **unlink and remove**, tree by tree: first every directory of the tree is checked to be still
-   where it was listed (reached from the store root without a link, the same inode), so
-   a directory moved away and replaced by a link meanwhile is refused as a link, and
-   nothing in it is removed; then every file, the ``first`` ones (its Lance manifests)
-   before the others, so a file swapped for a link is refused, not removed; a tree whose
-   first files were refused keeps its other files too. What a file is, is known either
-   from its directory or from the file itself. The same check of the directory also
-   reads its ctime, which every change of its entries moves (a rename, an unlink, a link
-   made): a directory that had been quiet when it was listed (:data:`QUIET_NS`) and whose
-   ctime has not moved since holds exactly the files listed, each as ``lstat``-ed then,
-   and they are unlinked without another look (on a disk where each system call waits,
-   that second look is a tenth of the time). A file of any other directory is ``lstat``-ed
-   through its directory's descriptor right before its unlink. Then the tree's directories
-   are removed, children before parents, each from its parent's descriptor, right after the
-   tree's unlinks (waiting on no other thread); one that is not empty (something new in it,
-   or a file refused) stays, and so does its parent.
+   ``O_NOFOLLOW`` and listed; a link at or under a tree, or on the way to it, refuses that
+   whole tree, which is then left untouched.
+2. **unlink and remove**, tree by tree: every directory of the tree is first checked to be still
+   where it was listed (from the store root without a link, the same inode), so one moved away
+   and replaced by a link is refused and nothing in it removed; then every file, the ``first``
+   ones (its Lance manifests) before the others (a tree whose first files were refused keeps
+   the rest). A directory quiet when listed (:data:`QUIET_NS`) whose ctime has not moved since
+   holds exactly the files listed, which are unlinked without another look; any other file is
+   ``lstat``-ed through its directory's descriptor right before its unlink. Then the tree's
+   directories go, children first, each from its parent's descriptor; one not empty stays,
+   and so does its parent.
 
-Every directory of a batch stays open from phase 1 until its own removal (closed just
-before it: ext4 puts a directory removed while open on its orphan list, a journalled and
-serialised list, which doubles the removals), so each call opens as many trees at once as
+Every directory stays open from phase 1 until just before its own removal (ext4 puts a
+directory removed while open on its journalled orphan list), so a call opens as many trees as
 a quarter of the process's descriptors allows (:func:`trees_at_once`). Phase 2 runs on the
-caller's threads: eight, which were the fastest or within 7% of it on each disk measured
-(docs/decisions/0002-delete-threads.md).
-Every unlink and rmdir acts through the descriptor of a directory opened with O_NOFOLLOW and
-checked in place right before, so nothing is ever deleted through a link.
+caller's threads (docs/decisions/0002-delete-threads.md). Nothing is ever deleted through a link.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ class Walked(Protocol):
 
     def uri_for(self, key: str) -> str: ...
 
-#: Temporary files written by :class:`LocalStore` carry this marker in their name, so
+#: Temporary files written by :class:`~memwal.store.local.LocalStore` carry this marker in their name, so
 #: listings can skip them (a crashed writer may leave one behind).
 TEMP_MARKER = ".memwal-tmp-"
 

@@ -1,25 +1,20 @@
 """Tables on S3, Azure Blob Storage and Google Cloud Storage: one store on obstore.
 
-obstore is the Python binding of the Rust ``object_store`` crate, the one Lance itself uses,
-so our store speaks to the same endpoints with the same options as Lance does. One class
-serves every scheme (``s3://``, ``az://``/``abfss://``, ``gs://``, and obstore's in-memory
-store for tests); what differs is only what obstore already abstracts, plus two details:
+obstore is the Python binding of the Rust ``object_store`` crate, the one Lance itself uses, so
+our store speaks to the same endpoints with the same options. One class serves every scheme
+(``s3://``, ``az://``/``abfss://``, ``gs://``, and obstore's in-memory store for tests):
 
-- **Conditional writes** are ``obstore.put`` with ``mode="create"`` (``If-None-Match: *``)
-  or an update by version: the ETag on S3 and Azure, the object *generation* on GCS (GCS
-  conditional updates match ``x-goog-if-generation-match``, not the ETag). The opaque token
-  this store hands out as an object's ``etag`` is therefore the generation on GCS, the
-  ETag elsewhere; callers only hand it back to :meth:`put_if_match`.
-- **Bulk deletes** go through ``obstore.delete`` in requests of the backend's size: S3
-  DeleteObjects takes 1,000 keys and ignores missing ones; obstore 0.12 sends an Azure blob
-  batch of 256 as one request, in which every key is deleted on its own and a missing one is
-  then reported (observed on Azurite: the others are gone), so that report ends the batch;
-  GCS has no batch delete, so a key is a request (callers run several at once) and a missing
-  key is ignored. A missing key never fails a batch, so a rerun of GC converges.
-- **Listings** ask for the backend's page size (S3 and GCS 1,000 keys, Azure 5,000) and can
-  leave folders out (:meth:`ObjectStore.list_with_links`): when a page ends inside one, the
-  next request starts after it (S3 ``start-after``, Azure ``startFrom``, GCS ``startOffset``),
-  so GC and status list ``_mem_wal/`` once without the run history under ``_jobs/``.
+- **Conditional writes** are ``obstore.put`` with ``mode="create"`` (``If-None-Match: *``) or an
+  update by version: the ETag on S3 and Azure, the object *generation* on GCS (matched by
+  ``x-goog-if-generation-match``). The opaque ``etag`` this store hands out is therefore the
+  generation on GCS, the ETag elsewhere; callers only hand it back to :meth:`put_if_match`.
+- **Bulk deletes** go in the backend's batches: S3 DeleteObjects of 1,000 keys (missing ones
+  ignored); an Azure blob batch of 256, each key deleted on its own, a missing one reported
+  (observed on Azurite: the others are gone), which ends the batch; GCS one request a key. A
+  missing key never fails a batch, so a rerun of GC converges.
+- **Listings** ask for the backend's page size and can leave folders out
+  (:meth:`ObjectStore.list_with_links`): a page ending inside one makes the next request start
+  after it, so GC and status list ``_mem_wal/`` once without the run history under ``_jobs/``.
 
 Every request goes through :func:`memwal.core.retry.after_transient` (object_store's own retries
 are off): a 503 or a dropped connection is sent again, a 4xx is final and becomes a typed
@@ -56,9 +51,9 @@ DELETE_BATCH = {"s3": 1000, "az": 256, "abfss": 256, "gs": 1, "memory": 1000}
 
 
 #: Delete requests a caller keeps in flight at once (GC's batches). One blob batch at a time on
-#: Azure: Azurite serves batches one after another, slower as the container grows, so more in
-#: flight only queue into the client's 30 s timeout (observed: 2,560 blobs took 10.5 s on one or
-#: eight; at 6,656 blobs a single batch took 18 s). S3 and GCS take them side by side.
+#: Azure: Azurite serves batches one after another, so more in flight only queue into the
+#: client's timeout (docs/decisions/0023-azure-one-delete-batch-in-flight.md). S3 and GCS take
+#: them side by side.
 DELETES_IN_FLIGHT = {"s3": 8, "az": 1, "abfss": 1, "gs": 8, "memory": 1}
 
 

@@ -1,11 +1,12 @@
 """What each retained version had merged, remembered between GC runs (issue 23).
 
 Gate (c) needs the merge progress of every version a reader may still open (:mod:`memwal.table.retained`),
-and the only place that progress lives is each version's manifest: a table with 5,000 versions
-made every gc plan read 5,000 manifests (125 MB at 1,000 shards), as many GETs on an object store.
-A manifest never changes once committed, so what it says can be remembered: a GC run that
-deletes leaves ``_mem_wal/_jobs/retained-progress.json`` behind, and the next plan (its dry run
-included) reads from the manifests only the versions committed since, the versions it has work for.
+and the only place that progress lives is each version's manifest: without this digest every gc
+plan reads every retained version's manifest, a GET each on an object store
+(docs/decisions/0015-retained-progress-once.md). A manifest never changes once committed, so
+what it says can be remembered: a GC run that deletes leaves
+``_mem_wal/_jobs/retained-progress.json`` behind, and the next plan (its dry run included) reads
+from the manifests only the versions committed since, the versions it has work for.
 
 Why this cannot hide a holder:
 - An entry is used only for the manifest it was read from: the same key *and* the same ETag
