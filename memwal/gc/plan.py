@@ -21,8 +21,8 @@ from memwal.core.document import Document
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError
 from memwal.gc.expiry import VersionExpiry, plan_version_expiry
-from memwal.gc.gates import DEFAULT_GRACE_SECONDS
-from memwal.gc.generations import Gates, GenerationsPlan, plan_generations
+from memwal.gc.gates import DEFAULT_GRACE_SECONDS, Gates
+from memwal.gc.generations import GenerationsPlan, plan_generations
 from memwal.gc.model import (
     Blocked,
     BrokenShard,
