@@ -80,7 +80,7 @@ def verdict_of(
         caught[name] = catchup.get(name, {}).get(shard_id, 0)
         if g > caught[name]:
             reasons.append(f"index-not-caught-up:{name}")
-    reasons += [f"checkpoint:{c.id}" for c in checkpoints if c.pins(shard_id, g)]
+    reasons += [c.gate for c in checkpoints if c.pins(shard_id, g)]
     holders = progress.holders(g)
     if holders:
         reasons.append(f"retained-version:{holders[0].describe()}")
