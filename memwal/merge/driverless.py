@@ -51,6 +51,7 @@ from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import empty_keys
 from memwal.merge.guard import before_commit, markers
+from memwal.observe import progress
 from memwal.merge.join import join_builder
 from memwal.merge.model import MergePlan
 from memwal.table import Table
@@ -202,7 +203,7 @@ def commit_table_changes(table: Table, plan: MergePlan, changes: TableChanges, *
     on the driver path). What was written and not committed is removed when the data commit
     is refused or never attempted; once it may have landed, the intent stays for the next plan.
     """
-    step = steps.scoped("merge", on_step)
+    step = progress.phased("merge", steps.scoped("merge", on_step))
     store = table.store
     intent = intents.write_intent(store, {s.shard_id: s.to_generation for s in plan.shards}, plan.read_version,
                                   lease.holder if lease else "no-lease", commit_path=intents.DRIVERLESS)
