@@ -51,9 +51,9 @@ from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import empty_keys
 from memwal.merge.guard import before_commit, markers
-from memwal.observe import progress
 from memwal.merge.join import join_builder
 from memwal.merge.model import MergePlan
+from memwal.observe import progress
 from memwal.table import Table
 
 if TYPE_CHECKING:
