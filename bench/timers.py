@@ -117,7 +117,7 @@ STATUS_GC = [
     "memwal.gc.orphans:plan_shard_orphans",
     "memwal.gc.orphans:plan_staging_orphans",
     "memwal.gc.orphans:hold_linked",
-    "memwal.gc.gates:retention_report",
+    "memwal.gc.retention:retention_report",
     "memwal.history.log:expired_history",
     "memwal.history.log:read_runs",
     "memwal.inspect.page:collect",

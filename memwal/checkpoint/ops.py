@@ -128,7 +128,10 @@ def _view(table: Table) -> tuple[int, dict[str, PinnedShard]]:
 
 
 def missing_from_view(table: Table, ckpt: Checkpoint) -> str | None:
-    """What of a checkpoint's view is gone (None when all of it is there)."""
+    """What of a checkpoint's view is gone (None when all of it is there, or when its record
+    is of a newer format: what it names is not known here)."""
+    if ckpt.newer_format is not None:
+        return None
     if ckpt.version not in list_versions(table.store):
         return f"base version {ckpt.version}"
     for sid, shard in ckpt.shards.items():
@@ -186,7 +189,8 @@ def refresh_checkpoint(table: Table, cid: str, *, lifetime_seconds: float | time
         except NotFoundError:
             raise BadInputError(f"{table.uri}: no checkpoint {cid} (see memwal checkpoint list)") from None
         now = clocks.current()()
-        ckpt = Checkpoint.loads(data, where=table.store.uri_for(key), cid=cid, now=now)
+        where = table.store.uri_for(key)
+        ckpt = Checkpoint.loads(data, where=where, cid=cid, now=now).understood(where)
         if not ckpt.live(now):
             raise BadInputError(f"{table.uri}: checkpoint {cid} expired at {ckpt.expires_at:.0f} and may have lost "
                                 "what it pinned: create a new one")
@@ -252,7 +256,7 @@ def read_plan(table: Table, ckpt: Checkpoint) -> ReadPlan:
 def checkpoint_or_error(table: Table, cid: str, now: float | None = None) -> Checkpoint:
     """A live checkpoint to read at (an expired one is bad input: its data may be gone; so is
     one whose base version is gone, which only a cleanup outside memwal-jobs can do)."""
-    ckpt = get_checkpoint(table, cid)
+    ckpt = get_checkpoint(table, cid).understood(table.store.uri_for(record_key(cid)))
     now = clocks.current()() if now is None else now
     if not ckpt.live(now):
         raise BadInputError(f"{table.uri}: checkpoint {ckpt.id} expired; its view may be gone")

@@ -6,6 +6,13 @@ progress) with its path, so a reader can rebuild exactly that view later. It liv
 ``_mem_wal/_jobs/checkpoints/<id>.json`` in the table's own store (created with
 ``put_if_absent``, refreshed with ``put_if_match``), and the base version carries a Lance tag
 ``memwal-checkpoint-<id>`` so Lance's own cleanup never expires it.
+
+A record states its ``format`` (:data:`FORMAT`; none is 1). One of a newer format, written by a
+newer memwal, is not understood here, yet may pin anything: it is read as a checkpoint that is
+live whatever its expiry, pins every generation of every shard and every table version
+(:attr:`Checkpoint.newer_format`), so GC holds, with the reason ``checkpoint:<id> unknown format
+N``, and never removes it. Reading at it or refreshing it is refused (exit 2); an operator's
+``memwal checkpoint delete`` removes it, as it removes a corrupt record.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ MAX_NAME = 200
 RECORD_MAX_BYTES = 64 * 1024 * 1024
 #: A checkpoint pinned for longer than this from now is shown as a long pin (status, verify).
 LONG_PIN_SECONDS = 7 * 24 * 3600.0
+
+#: The record format this code writes and understands.
+FORMAT = 1
 
 _ID_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -111,28 +121,54 @@ class Checkpoint(Document):
     #: The expiry the record stated, when it was beyond what any checkpoint may hold (now +
     #: :data:`MAX_LIFETIME_SECONDS`) and :attr:`expires_at` was capped to that on read.
     claimed_expiry: float | None = None
+    #: The record's format when newer than :data:`FORMAT` (see the module docstring); then
+    #: only ``id`` and ``tag`` are known, and it pins everything.
+    newer_format: int | None = None
 
     def live(self, now: float) -> bool:
-        return self.expires_at > now
+        return self.newer_format is not None or self.expires_at > now
 
     def pins(self, shard_id: str, generation: int) -> bool:
+        if self.newer_format is not None:
+            return True
         shard = self.shards.get(shard_id)
         return shard is not None and generation in shard.numbers
+
+    def pins_version(self, version: int) -> bool:
+        return self.newer_format is not None or version == self.version
+
+    @property
+    def gate(self) -> str:
+        """The GC gate it is (a blocked generation's reason)."""
+        return f"checkpoint:{self.id}" + ("" if self.newer_format is None else f" unknown format {self.newer_format}")
+
+    def understood(self, where: str) -> Checkpoint:
+        """Itself, when this code understands its record (else bad input: reading at it or
+        refreshing it is for the memwal that wrote it)."""
+        if self.newer_format is not None:
+            raise BadInputError(f"checkpoint record {where} has format {self.newer_format}, newer than this memwal "
+                                f"knows ({FORMAT}): use the memwal that wrote it")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """The CLI's document: ``shards`` as ``{shard_id: [generations]}``."""
         return {"id": self.id, "name": self.name, "version": self.version, "created_at": self.created_at,
                 "expires_at": self.expires_at, "tag": self.tag,
                 "shards": {s: p.numbers for s, p in sorted(self.shards.items())},
-                **({"claimed_expiry": self.claimed_expiry} if self.claimed_expiry is not None else {})}
+                **({"claimed_expiry": self.claimed_expiry} if self.claimed_expiry is not None else {}),
+                **({"newer_format": self.newer_format} if self.newer_format is not None else {})}
 
     def long_pin(self, now: float) -> bool:
-        """Whether it pins storage for longer than :data:`LONG_PIN_SECONDS` from ``now``."""
-        return self.expires_at - now > LONG_PIN_SECONDS
+        """Whether it pins storage for longer than :data:`LONG_PIN_SECONDS` from ``now`` (one of a
+        newer format has no expiry known here)."""
+        return self.newer_format is None and self.expires_at - now > LONG_PIN_SECONDS
 
     def dumps(self) -> bytes:
-        doc = {**asdict(self), "format": 1}
+        if self.newer_format is not None:
+            raise BadInputError(f"checkpoint {self.id} has format {self.newer_format}: this memwal cannot write it")
+        doc = {**asdict(self), "format": FORMAT}
         doc.pop("claimed_expiry")
+        doc.pop("newer_format")
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -145,6 +181,12 @@ class Checkpoint(Document):
         :attr:`claimed_expiry`), so a planted record cannot pin storage for a century."""
         try:
             obj = json.loads(data)
+            newer = _newer_format(obj)
+            if newer is not None:
+                if checkpoint_id(cid) != cid:
+                    raise BadInputError(f"{cid!r} is not a checkpoint id")
+                return cls(id=cid, name=None, version=-1, created_at=now, expires_at=now + MAX_LIFETIME_SECONDS,
+                           shards={}, tag=tag_name(cid), newer_format=newer)
             shards = {str(s): PinnedShard(int(p["current_generation"]), int(p["spec_id"]),
                                           [(int(g), str(path)) for g, path in p["generations"]])
                       for s, p in obj["shards"].items()}
@@ -160,3 +202,12 @@ class Checkpoint(Document):
         if ckpt.expires_at > now + MAX_LIFETIME_SECONDS:
             ckpt.claimed_expiry, ckpt.expires_at = ckpt.expires_at, now + MAX_LIFETIME_SECONDS
         return ckpt
+
+
+def _newer_format(obj: object) -> int | None:
+    """A record's format when newer than :data:`FORMAT` (None: 1, or no format stated); one
+    that is not a positive whole number is a corrupt record."""
+    fmt = obj.get("format", FORMAT) if isinstance(obj, dict) else FORMAT
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
+        raise ValueError(f"format {fmt!r} is not a record format")
+    return fmt if fmt > FORMAT else None

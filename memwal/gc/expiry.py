@@ -2,8 +2,9 @@
 
 Planned (:func:`plan_version_expiry`): the main-line versions committed before ``now -
 older_than``, except the latest, tagged ones, ones a branch starts from, and every version a
-live checkpoint's record names: the record pins by itself, its Lance tag is a convenience that
-a kill between record and tag, or a deleted tag, leaves missing (invariant 10). The rest of the
+live checkpoint's record names (all of them while a record of a newer format is live: it may
+pin any): the record pins by itself, its Lance tag is a convenience that a kill between record
+and tag, or a deleted tag, leaves missing (invariant 10). The rest of the
 plan's gates are computed as if they were gone already, so the dry run lists what the run
 deletes. Run (:meth:`VersionExpiry.collect`): those numbers go to
 ``cleanup_old_versions(versions=...)``, less every version a checkpoint read again after the
@@ -41,8 +42,8 @@ class VersionExpiry:
         figures, and the dataset handle the cleanup ran on (None: nothing to expire)."""
         from memwal.snapshot.locate import snapshot_file_kept
 
-        pinned = {c.version for c in keep}
-        doomed = [v for v in self.planned if v not in pinned]
+        pins = tuple(keep)
+        doomed = [v for v in self.planned if not any(c.pins_version(v) for c in pins)]
         removed, freed, ds = 0, 0, None
         with snapshot_file_kept(table) as kept:
             if doomed:
@@ -59,7 +60,7 @@ def plan_version_expiry(versions: Iterable[RetainedVersion], latest: int, older_
                         checkpoints: Iterable[Checkpoint], now: float) -> tuple[VersionExpiry, list[RetainedVersion]]:
     """The planned expiry, and the versions it removes (see the module docstring)."""
     cutoff = now - older_than_seconds
-    pinned = {c.version for c in checkpoints}
+    pins = tuple(checkpoints)
     gone = [v for v in versions if v.branch is None and v.version != latest and not v.tags
-            and not v.child_branches and v.version not in pinned and v.timestamp < cutoff]
+            and not v.child_branches and v.timestamp < cutoff and not any(c.pins_version(v.version) for c in pins)]
     return VersionExpiry(cutoff, tuple(sorted(v.version for v in gone))), gone

@@ -1,16 +1,17 @@
-"""The gates a generation must pass to be deleted, and what would free the ones retained versions hold.
+"""The gates a generation must pass to be deleted: each gate's code, and one generation's verdict.
+
+What would free the generations retained versions hold is :mod:`memwal.gc.retention`'s.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from memwal.checkpoint import TAG_PREFIX, Checkpoint
-from memwal.gc.model import BlockingVersion, GateEvidence, Retention
-from memwal.gc.versions import ShardProgress
+from memwal.checkpoint import Checkpoint
+from memwal.gc.model import GateEvidence
+from memwal.gc.versions import ShardProgress, VersionProgress
+from memwal.table.manifest import TableManifest
 from memwal.table.retained import RetainedVersion
 from memwal.table.shards import GAP, MISSING, UNREADABLE
 
@@ -79,7 +80,7 @@ def verdict_of(
         caught[name] = catchup.get(name, {}).get(shard_id, 0)
         if g > caught[name]:
             reasons.append(f"index-not-caught-up:{name}")
-    reasons += [f"checkpoint:{c.id}" for c in checkpoints if c.pins(shard_id, g)]
+    reasons += [c.gate for c in checkpoints if c.pins(shard_id, g)]
     holders = progress.holders(g)
     if holders:
         reasons.append(f"retained-version:{holders[0].describe()}")
@@ -91,95 +92,29 @@ def verdict_of(
     return Verdict(reasons, GateEvidence(compacted, caught, progress.low, merged_at, grace_seconds), holders)
 
 
-class HeldGeneration(NamedTuple):
-    """A merged generation the retained-version gate blocks, with what decides its fate."""
+class Gates:
+    """The gates of a table at one moment, per shard (each shard's retained progress read once)."""
 
-    generation: int
-    holders: list[RetainedVersion]  # retained versions that had not merged it
-    progress: ShardProgress  # every retained version's progress for its shard
-    reasons: list[str]  # every gate that blocks it now
+    def __init__(self, latest: TableManifest, indexes: Iterable[str], versions: Iterable[RetainedVersion],
+                 checkpoints: Iterable[Checkpoint], now: float, grace_seconds: float) -> None:
+        self.latest, self.indexes, self.now, self.grace_seconds = latest, list(indexes), now, grace_seconds
+        self.versions = list(versions)
+        self.checkpoints = tuple(checkpoints)
+        self.progress = VersionProgress(self.versions)
+        self._shards: dict[str, ShardProgress] = {}
 
+    def shard(self, shard_id: str) -> ShardProgress:
+        if shard_id not in self._shards:
+            self._shards[shard_id] = self.progress.shard(shard_id)
+        return self._shards[shard_id]
 
-def _freed_by_expiry(h: HeldGeneration, seconds: float, now: float, grace_seconds: float) -> tuple[bool, list[str]]:
-    """Whether expiring the untagged versions older than ``seconds`` would let the generation
-    go, and if not which gates would still hold it: every gate, not just the first. Expiry
-    can also remove the version that first merged it, which moves its grace period later."""
-    def expired(v: RetainedVersion) -> bool:
-        return _held_by(v) is None and now - v.timestamp >= seconds
+    def verdict(self, shard_id: str, g: int) -> Verdict:
+        return verdict_of(shard_id, g, compacted=self.latest.compacted_generation(shard_id),
+                          catchup=self.latest.index_catchup, indexes=self.indexes, progress=self.shard(shard_id),
+                          now=self.now, grace_seconds=self.grace_seconds, checkpoints=self.checkpoints)
 
-    others = [r for r in h.reasons if not r.startswith("retained-version") and r != GRACE_PERIOD]
-    if any(not expired(v) for v in h.holders):
-        others.append("retained-version")
-    first = h.progress.first_merged(h.generation, keep=lambda v: not expired(v))
-    merged_at = None if first is None else first.timestamp
-    if merged_at is None or now - merged_at < grace_seconds:
-        others.append(GRACE_PERIOD)
-    return not others, others
-
-
-def retention_report(held: list[HeldGeneration], now: float, grace_seconds: float = 0.0) -> Retention | None:
-    """Which retained versions hold merged generations back, and what would free each.
-
-    ``held`` lists the merged generations the retained-version gate blocks. Untagged
-    main-line versions go with Lance's cleanup (``--expire-versions SECONDS``): the hint gives
-    the largest value that still expires every blocking one (it keeps the most history; ages
-    only grow, so it stays valid), and how many generations that frees once every gate is
-    counted (indexes, checkpoints, and the grace period, which expiry can move later), naming
-    the gates that would still hold the rest. A tag, a branch, or a version a branch starts
-    from is the user's to delete: no GC option removes it.
-    """
-    if not held:
-        return None
-    counts: Counter[int] = Counter(id(v) for h in held for v in h.holders)
-    versions = {id(v): v for h in held for v in h.holders}
-    rows = sorted((_blocking_version(v, counts[i], now) for i, v in versions.items()),
-                  key=lambda r: (r.branch or "", r.version))
-    expirable = [r for r in rows if r.held_by is None]
-    hints = []
-    if expirable:
-        seconds = max(0, math.floor(min(r.age_seconds for r in expirable)))
-        outcomes = [_freed_by_expiry(h, seconds, now, grace_seconds) for h in held]
-        freed = sum(ok for ok, _ in outcomes)
-        still = Counter(r for ok, rs in outcomes if not ok for r in rs)
-        rest = ("" if not still else "; the others would still be held by "
-                + ", ".join(f"{r} ({n})" for r, n in sorted(still.items())))
-        hints.append(f"untagged version(s) {_versions_text(expirable)}: run gc with --expire-versions {seconds} "
-                     f"to expire them, which frees {freed} of the {len(held)} generation(s) retained versions hold"
-                     + rest)
-    for r in rows:
-        if r.held_by == "checkpoint":
-            ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in (r.tag or "").split(", "))
-            hints.append(f"version {r.version} is pinned by checkpoint {ids}: it is freed when the checkpoint "
-                         "expires or is deleted (memwal checkpoint delete)")
-        elif r.tag:
-            hints.append(f"version {r.version} is tagged {r.tag}: delete the tag to free it "
-                         "(GC never deletes tags)")
-        elif r.held_by == "branch":
-            where = r.branch or r.starts_branch
-            hints.append(f"version {r.version} is kept by branch {where}: delete the branch to free it "
-                         "(GC never deletes branches)")
-    return Retention(tuple(rows), "; ".join(hints))
-
-
-def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> BlockingVersion:
-    """One ``retention.blocking_versions`` entry: the version, what keeps it, how much it holds."""
-    tag = ", ".join(sorted(v.tags)) or None
-    starts = ", ".join(sorted(v.child_branches)) or None
-    return BlockingVersion(v.version, v.branch, tag, starts, _held_by(v), round(max(0.0, now - v.timestamp), 1),
-                           generations_held)
-
-
-def _held_by(v: RetainedVersion) -> str | None:
-    """What keeps a version from Lance's cleanup: ``"checkpoint"`` (only checkpoint tags), ``"tag"``,
-    ``"branch"``, or None (only its age)."""
-    if v.tags and all(t.startswith(TAG_PREFIX) for t in v.tags):
-        return "checkpoint"
-    if v.tags:
-        return "tag"
-    return "branch" if v.branch is not None or v.child_branches else None
-
-
-def _versions_text(rows: list[BlockingVersion]) -> str:
-    """``3, 4, 5`` (or ``3..40`` for a long run) for a hint."""
-    vs = sorted(r.version for r in rows)
-    return f"{vs[0]}..{vs[-1]}" if len(vs) > 5 else ", ".join(map(str, vs))
+    def without(self, gone: Iterable[RetainedVersion]) -> Gates:
+        """The same gates with the versions ``gone`` expired."""
+        going = {id(v) for v in gone}
+        return Gates(self.latest, self.indexes, [v for v in self.versions if id(v) not in going],
+                     self.checkpoints, self.now, self.grace_seconds)

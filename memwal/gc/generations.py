@@ -4,23 +4,21 @@ Planned from the latest table manifest (merge progress, catch-up), the retained 
 after the planned expiry (gate c, :mod:`memwal.gc.versions`), the live checkpoints, each
 shard's latest manifest and the one listing of ``_mem_wal/`` (which folders are present, with
 their files: the run deletes exactly those on an object store). A shard whose latest manifest
-is unknown keeps every folder, each reported with the shard's problem.
+is unknown keeps every folder, each reported with the shard's problem. A merged generation whose
+folder is gone was collected already: nothing holds it, so it is never reported blocked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from memwal.checkpoint import Checkpoint
 from memwal.errors import UnsafePathError
-from memwal.gc.gates import GRACE_PERIOD, UNSAFE_PATH, HeldGeneration, Verdict, retention_report, verdict_of
+from memwal.gc.gates import GRACE_PERIOD, UNSAFE_PATH, Gates
 from memwal.gc.model import Blocked, BrokenShard, GenerationDeletion, Retention
-from memwal.gc.versions import ShardProgress, VersionProgress
+from memwal.gc.retention import HeldGeneration, retention_report
 from memwal.table.listing import MemWalListing
-from memwal.table.manifest import TableManifest
 from memwal.table.paths import generation_key
-from memwal.table.retained import RetainedVersion
 from memwal.table.shards import ShardManifests
 
 
@@ -37,27 +35,6 @@ class GenerationsPlan:
     def time_will_free(self) -> bool:
         """Whether a later run with nothing else changed would free something (grace period only)."""
         return any(b.reasons == (GRACE_PERIOD,) for b in self.blocked)
-
-
-class Gates:
-    """The gates of a table at one moment, per shard (each shard's retained progress read once)."""
-
-    def __init__(self, latest: TableManifest, indexes: Iterable[str], versions: Iterable[RetainedVersion],
-                 checkpoints: Iterable[Checkpoint], now: float, grace_seconds: float) -> None:
-        self.latest, self.indexes, self.now, self.grace_seconds = latest, list(indexes), now, grace_seconds
-        self.checkpoints = tuple(checkpoints)
-        self.progress = VersionProgress(list(versions))
-        self._shards: dict[str, ShardProgress] = {}
-
-    def shard(self, shard_id: str) -> ShardProgress:
-        if shard_id not in self._shards:
-            self._shards[shard_id] = self.progress.shard(shard_id)
-        return self._shards[shard_id]
-
-    def verdict(self, shard_id: str, g: int) -> Verdict:
-        return verdict_of(shard_id, g, compacted=self.latest.compacted_generation(shard_id),
-                          catchup=self.latest.index_catchup, indexes=self.indexes, progress=self.shard(shard_id),
-                          now=self.now, grace_seconds=self.grace_seconds, checkpoints=self.checkpoints)
 
 
 def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gates) -> GenerationsPlan:
@@ -84,9 +61,11 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
                 continue
             verdict = gates.verdict(sid, fg.generation)
             if verdict.reasons:
+                if fg.generation <= compacted and fg.path not in listed.generations:
+                    continue  # merged and its folder gone: collected already, nothing holds it
                 blocked.append(Blocked(sid, fg.generation, verdict.reasons[0], tuple(verdict.reasons)))
                 if verdict.holders and fg.generation <= compacted:
-                    held.append(HeldGeneration(fg.generation, verdict.holders, gates.shard(sid), verdict.reasons))
+                    held.append(HeldGeneration(sid, fg.generation, verdict.holders))
                 continue
             going.add(fg.generation)
             if fg.path in listed.generations:
@@ -94,4 +73,4 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
                                                     listed.generations[fg.path]))
         deletable[sid] = frozenset(going)
     return GenerationsPlan(tuple(deletions), tuple(blocked), tuple(broken),
-                           retention_report(held, gates.now, gates.grace_seconds), deletable)
+                           retention_report(held, gates), deletable)

@@ -21,8 +21,8 @@ from memwal.core.document import Document
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError
 from memwal.gc.expiry import VersionExpiry, plan_version_expiry
-from memwal.gc.gates import DEFAULT_GRACE_SECONDS
-from memwal.gc.generations import Gates, GenerationsPlan, plan_generations
+from memwal.gc.gates import DEFAULT_GRACE_SECONDS, Gates
+from memwal.gc.generations import GenerationsPlan, plan_generations
 from memwal.gc.model import (
     Blocked,
     BrokenShard,
@@ -230,7 +230,7 @@ def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: It
     generations the record lists (gate f is as strict as ever)."""
     main = {v.version for v in versions if v.branch is None}
     for c in live:
-        if c.version not in main:
+        if c.newer_format is None and c.version not in main:
             log.warning("%s: checkpoint %s pins table version %d, which is gone: its view can no longer be "
                         "read (delete it with memwal checkpoint delete); gc goes on", table.uri, c.id, c.version)
 

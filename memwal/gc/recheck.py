@@ -53,7 +53,7 @@ class SincePlan:
                 return f"index-not-caught-up:{name}"
         for c in self.pins:
             if c.pins(shard_id, g):
-                return f"checkpoint:{c.id}"
+                return c.gate
         if self.progress is None:
             return None
         if shard_id not in self._shards:

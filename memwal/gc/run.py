@@ -82,6 +82,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
     save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
     result = replace(result, expired_versions=expired)
     steps.step("gc.after-delete")
+    progress.phase("gc", "after-delete")
     if audit:
         result = replace(result, audit_key=write_audit(table, result))
     log.info("gc %s: %d generations, %d WAL entries, %d bytes freed, %d blocked", table.uri, len(result.deleted),

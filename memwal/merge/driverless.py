@@ -45,6 +45,7 @@ from memwal.merge.changes import empty_keys
 from memwal.merge.guard import before_commit, markers
 from memwal.merge.join import join_builder
 from memwal.merge.model import MergePlan
+from memwal.observe import progress
 from memwal.table import Table
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def commit_table_changes(table: Table, plan: MergePlan, changes: TableChanges, *
     on the driver path). What was written and not committed is removed when the data commit
     is refused or never attempted; once it may have landed, the intent stays for the next plan.
     """
-    step = steps.scoped("merge", on_step)
+    step = progress.phased("merge", steps.scoped("merge", on_step))
     store = table.store
     intent = intents.write_intent(store, {s.shard_id: s.to_generation for s in plan.shards}, plan.read_version,
                                   lease.holder if lease else "no-lease", commit_path=intents.DRIVERLESS)

@@ -49,6 +49,7 @@ from memwal.merge.local import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, lo
 from memwal.merge.model import BlockedShard, MergePlan
 from memwal.merge.ops import MergeOps
 from memwal.merge.plan import plan_merge
+from memwal.observe import progress
 from memwal.table import Table
 from memwal.table.generations import GenerationUnreadableError
 
@@ -173,7 +174,7 @@ def commit_net_changes(
     """The driver path: the bound delete pass (no marker), then the marked pass. When an
     unfinished driverless merge may race this batch, its first commit names the fence fragment:
     the delete pass, or a claim of its own before the marked pass. Returns (version, commits)."""
-    step = steps.scoped("merge", on_step)
+    step = progress.phased("merge", steps.scoped("merge", on_step))
     commits = 0
     # Written before the lease check that precedes our first commit (memwal.merge.intents).
     intent = intents.write_intent(table.store, {s.shard_id: s.to_generation for s in plan.shards},
@@ -219,7 +220,7 @@ def execute_merge(
     table: Table, plan: MergePlan, engine: MergeEngine, *, lease: Lease | None = None, on_step: Step | None = None
 ) -> MergeResult:
     """Run one planned batch. Raises on conflict; :func:`run_merge` re-plans and retries."""
-    step = steps.scoped("merge", on_step)
+    step = progress.phased("merge", steps.scoped("merge", on_step))
     result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=[asdict(b) for b in plan.blocked])
     if plan.is_empty():
         return result

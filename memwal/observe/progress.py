@@ -7,8 +7,9 @@ so jobs run by the API, Spark or Airflow pay nothing. What a listener hears:
 - ``shard_done(job, shard_id, generations=, wal_entries=)``: a batch of GC's deletions
   finished that many of a shard's generations, or WAL entries (GC tells it after each batch,
   whoever listens: a display never changes how GC batches its deletes);
-- the job's named steps (``merge.before-read``, ``gc.before-delete``...): through
-  :func:`memwal.core.steps.hooked`, which the display installs itself.
+- ``phase(job, name)``: the job reached one of its named steps (``before-read`` of ``merge``,
+  ``after-delete`` of ``gc``...). A job tells it beside the step itself (:func:`phased` makes
+  both one call), so a display never installs a test hook (:func:`memwal.core.steps.hooked`).
 
 A merge commits every shard of its batch in one commit (its progress marker covers them all),
 so its shards complete together; a display shows their batch and the phase the merge is in.
@@ -17,7 +18,7 @@ so its shards complete together; a display shows their batch and the phase the m
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
 _Engine = TypeVar("_Engine")
@@ -27,6 +28,8 @@ class Listener(Protocol):
     def planned(self, job: str, plan: object) -> None: ...
 
     def shard_done(self, job: str, shard_id: str, *, generations: int = 0, wal_entries: int = 0) -> None: ...
+
+    def phase(self, job: str, name: str) -> None: ...
 
 
 _listeners: list[Listener] = []
@@ -49,6 +52,22 @@ def planned(job: str, plan: object) -> None:
 def shard_done(job: str, shard_id: str, *, generations: int = 0, wal_entries: int = 0) -> None:
     for listener in list(_listeners):
         listener.shard_done(job, shard_id, generations=generations, wal_entries=wal_entries)
+
+
+def phase(job: str, name: str) -> None:
+    for listener in list(_listeners):
+        listener.phase(job, name)
+
+
+def phased(job: str, step: Callable[[str], None]) -> Callable[[str], None]:
+    """``step`` (a job's named steps, :func:`memwal.core.steps.scoped`), each also told as
+    ``phase(job, name)`` once the step lets the job go on."""
+
+    def step_and_phase(name: str) -> None:
+        step(name)
+        phase(job, name)
+
+    return step_and_phase
 
 
 def engine(job: str, inner: _Engine) -> _Engine:

@@ -4,7 +4,9 @@ A checkpoint record is neither trusted nor fatal: one that is corrupt or misname
 skipped by every view and job, and ``checkpoint delete`` removes it; an expiry a century away is
 capped to the longest lifetime and shown as a long pin; a record that names a tag of the user's
 own never makes GC delete that tag; a checkpoint whose base version is gone is reported by
-``verify`` and ``status``, and ``scan --checkpoint`` says why it cannot read it.
+``verify`` and ``status``, and ``scan --checkpoint`` says why it cannot read it. A record of a
+newer format than this code knows holds GC (every generation, every version) and is never
+removed as expired or malformed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from pathlib import Path
 import pytest
 
 import memwal
+from memwal.checkpoint.ops import refresh_checkpoint
 from memwal.checkpoint.record import MAX_LIFETIME_SECONDS, record_key
+from memwal.demo import shard_ids_for
+from memwal.errors import BadInputError
+from memwal.table.shards import list_generation_dirs
+from tests.conftest import SMALL
 from tests.helpers import assert_one_line_error, run_cli
 
 
@@ -121,3 +128,45 @@ def test_a_checkpoint_whose_version_is_gone_is_reported_and_scan_says_why(table)
     assert [c["version_gone"] for c in status["checkpoints"]] == [True]
     scan = run_cli("scan", table, "--checkpoint", cid)
     assert_one_line_error(scan, 2, cid, f"pins version {version}, which is gone")
+
+
+def _folders(uri: str) -> dict[str, dict[str, int]]:
+    """Every generation folder of the table on disk, with its bytes."""
+    store = memwal.open(uri).table.store
+    out = {}
+    for s in shard_ids_for(SMALL):
+        for name in list_generation_dirs(store, s):
+            out[f"{s}/{name}"] = sum(p.stat().st_size for p in Path(uri, "_mem_wal", s, name).rglob("*") if p.is_file())
+    return out
+
+
+def test_a_record_of_a_newer_format_holds_gc_and_is_never_removed(table):
+    """A newer memwal's record (format 2, a shape this code cannot read, its expiry passed by
+    this code's reading) may pin any generation and any version: GC keeps them all, naming it,
+    and neither removes it as expired nor skips it as corrupt; reading at it or refreshing it is
+    refused; an operator's delete removes it, and then GC collects."""
+    cid = "a" * 32
+    path = plant(table, cid, {"id": cid, "format": 2, "expires": time.time() - 3600,
+                              "views": [{"shard": "s", "upto": 99}]})
+    t = memwal.open(table)
+    versions = {v["version"] for v in t.table.dataset().versions()}
+    assert len(versions) > 1
+    before = _folders(table)
+    assert len(before) == SMALL.shards * SMALL.generations and all(before.values())
+    reason = f"checkpoint:{cid} unknown format 2"
+    dry = t.gc(grace_seconds=0, expire_versions=0, dry_run=True).to_dict()
+    assert dry["deleted"] == [] and dry["checkpoints_removed"] == []
+    assert dry["expired_versions"]["planned"] == []  # every version is held too
+    assert len(dry["blocked"]) == len(before) and all(reason in b["reasons"] for b in dry["blocked"])
+    done = t.gc(grace_seconds=0, expire_versions=0).to_dict()
+    assert done["deleted"] == [] and done["checkpoints_removed"] == []
+    assert _folders(table) == before and path.exists()
+    assert {v["version"] for v in t.table.dataset().versions()} == versions
+    listed = json.loads(run_cli("checkpoint", "list", table, "--json").stdout)
+    assert listed["unreadable"] == [] and [c["newer_format"] for c in listed["checkpoints"]] == [2]
+    assert_one_line_error(run_cli("scan", table, "--checkpoint", cid), 2, "format 2, newer than this memwal knows")
+    with pytest.raises(BadInputError, match="format 2"):
+        refresh_checkpoint(t.table, cid, lifetime_seconds=600)
+    assert json.loads(path.read_text())["format"] == 2  # untouched
+    assert run_cli("checkpoint", "delete", table, cid).rc == 0 and not path.exists()
+    assert len(t.gc(grace_seconds=0, expire_versions=0).to_dict()["deleted"]) == len(before)

@@ -4,8 +4,8 @@ wait, and batched deletion still stops on a lost lease before its next batch."""
 
 from __future__ import annotations
 
-import math
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,27 +54,91 @@ def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table)
     rows = retention["blocking_versions"]
     assert rows and all(r["held_by"] is None and r["tag"] is None and r["branch"] is None for r in rows)
     assert max(r["generations_held"] for r in rows) == GENERATIONS  # the pre-merge versions hold all of them
-    seconds = max(0, math.floor(min(r["age_seconds"] for r in rows)))
-    assert f"--expire-versions {seconds} " in retention["hint"]
+    seconds = int(retention["hint"].split("run gc with --expire-versions ")[1].split()[0])
+    assert 0 <= seconds < min(r["age_seconds"] for r in rows) + 0.05  # it expires every one of them (ages rounded)
     # the value given is enough: expiring with exactly it frees every generation
+    assert "still be held" not in retention["hint"]  # the expiry removes every holder
+    assert f"frees {GENERATIONS} of the {GENERATIONS} generation(s)" in retention["hint"]
     result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=seconds).to_dict()
     assert len(result["deleted"]) == GENERATIONS and result["retention"] is None
 
 
-def test_the_expiry_hint_counts_every_gate_and_the_text_names_them_all(make_table):
-    """With the reader grace period blocking too, the hint must not promise what expiry alone
-    cannot free (it used to say "frees 24 of the 24", then nothing went)."""
+def test_the_expiry_hint_counts_every_gate_and_proposes_no_value_that_frees_nothing(make_table):
+    """With the reader grace period blocking too, no expiry frees anything (expiring the old
+    versions removes the merge's too, and the latest one merged a moment ago): the hint must
+    not propose a value (it used to say "frees 24 of the 24", then "frees 0 of the 24"), and
+    names the gate that would still hold them, never one the expiry removes."""
     table, _ = ready_table(make_table, expire=False)
     t = memwal.open(table.uri)
     dry = t.gc(grace_seconds=600, dry_run=True)
     hint = dry.to_dict()["retention"]["hint"]
-    assert f"frees 0 of the {GENERATIONS} generation(s)" in hint
-    assert f"still be held by grace-period ({GENERATIONS})" in hint
+    assert "--expire-versions 0" not in hint and "run gc with --expire-versions" not in hint
+    assert f"frees none of the {GENERATIONS} generation(s)" in hint
+    assert f"still be held by grace-period ({GENERATIONS})" in hint and "retained-version (" not in hint
     text = render_gc(dry.to_dict())
     assert f"blocked: {GENERATIONS} x retained-version:" in text and " + grace-period" in text
-    seconds = int(hint.split("--expire-versions ")[1].split()[0])
-    result = t.gc(grace_seconds=600, expire_versions=seconds).to_dict()
-    assert result["deleted"] == []  # exactly what the hint said: nothing, the grace period holds them
+    before = gen_dirs(table)
+    result = t.gc(grace_seconds=600, expire_versions=0).to_dict()  # the most any expiry removes
+    assert result["deleted"] == [] and gen_dirs(table) == before  # exactly what the hint said: nothing
+
+
+def _folder_bytes(table, shard_id: str, name: str) -> int:
+    root = Path(table.uri) / "_mem_wal" / shard_id / name
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def test_the_hinted_expiry_frees_exactly_the_generations_it_names(make_table):
+    """A tag on the first merge's version keeps it, old enough for the grace period: expiring
+    the versions before it frees the generations that merge took, and only those (the tag
+    still holds the later ones). The hint says how many; the dry run with its value lists
+    them; the run with it removes exactly those folders from storage."""
+    table, model = make_table()
+    t = memwal.open(table.uri)
+    assert t.merge(max_generations=2).ok
+    first_merge = table.dataset().version
+    table.dataset().tags.create("first-merge", first_merge)
+    assert t.merge().ok and t.catchup().ok
+    later = time.time() + 1000  # every version is older than the grace period
+    shards = shard_ids_for(SMALL)
+    with clocks.use(ScriptedClock(lambda: later)):
+        dry = t.gc(grace_seconds=600, dry_run=True).to_dict()
+        hint = dry["retention"]["hint"]
+        seconds = int(hint.split("run gc with --expire-versions ")[1].split()[0])
+        freed = SMALL.shards * 2
+        assert f"frees {freed} of the {GENERATIONS} generation(s)" in hint
+        assert f"still be held by retained-version ({GENERATIONS - freed})" in hint  # the tag, not the expiry
+        assert "tagged first-merge: delete the tag" in hint
+        listed = t.gc(grace_seconds=600, expire_versions=seconds, dry_run=True).to_dict()
+        assert {(d["shard_id"], d["generation"]) for d in listed["deleted"]} == {(s, g) for s in shards for g in (1, 2)}
+        names = {s: {g: n for n, g in list_generation_dirs(table.store, s).items()} for s in shards}
+        size = sum(_folder_bytes(table, s, names[s][g]) for s in shards for g in (1, 2))
+        assert size > 0
+        result = t.gc(grace_seconds=600, expire_versions=seconds).to_dict()
+    assert {(d["shard_id"], d["generation"]) for d in result["deleted"]} == {(s, g) for s in shards for g in (1, 2)}
+    assert gen_dirs(table) == {s: {3, 4} for s in shards}
+    assert all(not (Path(table.uri) / "_mem_wal" / s / names[s][g]).exists() for s in shards for g in (1, 2))
+    assert sum(d["bytes"] for d in result["deleted"]) == size
+    assert lsm_rows(table) == model.sorted_rows() == table_rows(table)
+
+
+def test_collected_generations_are_never_reported_blocked(make_table):
+    """A dry run after a GC run (with a longer grace period, as an operator's default would be)
+    lists nothing blocked that is not on storage: the collected generations are gone, not held."""
+    table, model = ready_table(make_table, merged=2)
+    t = memwal.open(table.uri)
+    assert len(t.gc(grace_seconds=0).to_dict()["deleted"]) == SMALL.shards * 2
+    assert gen_dirs(table) == {s: {3, 4} for s in shard_ids_for(SMALL)}
+    dry = t.gc(grace_seconds=600, dry_run=True).to_dict()
+    on_storage = {(s, g) for s, gens in gen_dirs(table).items() for g in gens}
+    assert {(b["shard_id"], b["generation"]) for b in dry["blocked"]} == on_storage
+    assert {b["reason"] for b in dry["blocked"]} == {"not-merged"}
+    assert dry["retention"] is None and dry["time_will_free"] is False
+    assert t.merge().ok and t.catchup().ok
+    expire_all(table)
+    assert len(t.gc(grace_seconds=0).to_dict()["deleted"]) == SMALL.shards * 2
+    again = t.gc(grace_seconds=600, dry_run=True).to_dict()
+    assert again["blocked"] == [] and again["deleted"] == [] and "blocked" not in render_gc(again)
+    assert lsm_rows(table) == model.sorted_rows()
 
 
 def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):

@@ -1,7 +1,7 @@
 """Progress bars for the job commands on a terminal (rich), as ``memwal backfill`` has.
 
 Only when stderr is a terminal and the command prints no ``--json`` document; never for a dry
-run. The display listens to the job (:mod:`memwal.observe.progress` and the job's named steps):
+run. The display listens to the job's progress events only (:mod:`memwal.observe.progress`):
 
 - merge: the batch, one line per shard (its generations and rows, at most :data:`MAX_LINES`),
   then a bar through the phases a merge goes through: reading the generations, the delete pass,
@@ -27,12 +27,12 @@ MAX_LINES = 20
 
 #: Merge phases by the named step that starts them, and how far along the bar each puts it.
 MERGE_PHASES = {
-    "merge.before-read": ("reading generations", 0),
-    "merge.after-read": ("changes computed", 1),
-    "merge.before-delete-commit": ("delete pass", 1),
-    "merge.after-delete-pass": ("delete pass committed", 2),
-    "merge.before-marked-commit": ("committing with the progress marker", 2),
-    "merge.after-upsert-commit": ("committed", 3),
+    "before-read": ("reading generations", 0),
+    "after-read": ("changes computed", 1),
+    "before-delete-commit": ("delete pass", 1),
+    "after-delete-pass": ("delete pass committed", 2),
+    "before-marked-commit": ("committing with the progress marker", 2),
+    "after-upsert-commit": ("committed", 3),
 }
 
 
@@ -46,11 +46,10 @@ def job_progress(job: str, args: Any) -> Iterator[None]:
     if job not in ("merge", "gc") or not wanted(args):
         yield
         return
-    from memwal.core import steps
     from memwal.observe import progress
 
     display = JobDisplay(job)
-    with display, progress.listening(display), steps.hooked(display.step):
+    with display, progress.listening(display):
         yield
 
 
@@ -145,11 +144,11 @@ class JobDisplay:
         self.progress.update(self.main, advance=generations + wal_entries, refresh=True,
                              description=f"{self.base}: shard {shard_id[:8]} {kind}")
 
-    def step(self, name: str) -> None:
-        if self.main is None:
+    def phase(self, job: str, name: str) -> None:
+        if job != self.job or self.main is None:
             return
         if self.job == "merge" and name in MERGE_PHASES:
             phase, done = MERGE_PHASES[name]
             self.progress.update(self.main, completed=done, description=f"{self.base}: {phase}", refresh=True)
-        elif self.job == "gc" and name == "gc.after-delete":
+        elif self.job == "gc" and name == "after-delete":
             self.progress.update(self.main, completed=self.progress.tasks[self.main].total)

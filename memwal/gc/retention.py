@@ -1,0 +1,150 @@
+"""What would free the merged generations that retained versions hold (a GC plan's ``retention``).
+
+Each retained version that holds merged generations back is named with what keeps it: a
+checkpoint, a tag or a branch is the user's to delete (GC never deletes them); an untagged
+main-line version goes with Lance's cleanup (``--expire-versions SECONDS``).
+
+The hint proposes a value only if it really frees generations, and says exactly how many. Each
+candidate is tried the way the run would plan it: :func:`memwal.gc.expiry.plan_version_expiry`
+picks the versions that go, then every gate is asked again without them
+(:meth:`memwal.gc.gates.Gates.without`). Expiry can also remove the version that first merged a
+generation, which moves its grace period later, so expiring more may free less. The candidates
+are, per held generation, the largest whole number of seconds that still expires its youngest
+holder. Between two candidates a larger value expires the same holders and keeps more versions,
+so it never frees less. The hint names the candidate that frees the most (the largest among
+equals: it keeps the most history, and ages only grow, so it stays valid). When none frees any,
+the hint proposes no value and names the gates that would still hold the generations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import NamedTuple
+
+from memwal.checkpoint import TAG_PREFIX
+from memwal.gc.expiry import plan_version_expiry
+from memwal.gc.gates import Gates
+from memwal.gc.model import BlockingVersion, Retention
+from memwal.table.retained import RetainedVersion
+
+#: At most this many ``--expire-versions`` values are tried for the hint (the largest ones, and
+#: the smallest, which expires every untagged holder): each is one more pass of the gates.
+MAX_TRIALS = 16
+
+RETAINED_VERSION = "retained-version"
+
+
+class HeldGeneration(NamedTuple):
+    """A merged generation the retained-version gate blocks."""
+
+    shard_id: str
+    generation: int
+    holders: list[RetainedVersion]  # retained versions that had not merged it
+
+
+class ExpiryTrial(NamedTuple):
+    """What expiring the versions older than ``seconds`` would do to the held generations."""
+
+    seconds: int
+    gone: frozenset[int]  # the versions it expires
+    freed: int
+    still: Counter[str]  # gate -> how many of the held generations it would still hold
+
+
+def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | None:
+    """Which retained versions hold merged generations back, and what would free each (see
+    the module docstring). ``held`` lists the merged generations the retained-version gate
+    blocks; ``gates`` are the gates they were judged by."""
+    if not held:
+        return None
+    now = gates.now
+    counts: Counter[int] = Counter(id(v) for h in held for v in h.holders)
+    versions = {id(v): v for h in held for v in h.holders}
+    rows = sorted((_blocking_version(v, counts[i], now) for i, v in versions.items()),
+                  key=lambda r: (r.branch or "", r.version))
+    expirable = [r for r in rows if r.held_by is None]
+    hints = []
+    if expirable:
+        hints.append(_expiry_hint(held, gates, expirable))
+    for r in rows:
+        if r.held_by == "checkpoint":
+            ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in (r.tag or "").split(", "))
+            hints.append(f"version {r.version} is pinned by checkpoint {ids}: it is freed when the checkpoint "
+                         "expires or is deleted (memwal checkpoint delete)")
+        elif r.tag:
+            hints.append(f"version {r.version} is tagged {r.tag}: delete the tag to free it "
+                         "(GC never deletes tags)")
+        elif r.held_by == "branch":
+            where = r.branch or r.starts_branch
+            hints.append(f"version {r.version} is kept by branch {where}: delete the branch to free it "
+                         "(GC never deletes branches)")
+    return Retention(tuple(rows), "; ".join(hints))
+
+
+def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[BlockingVersion]) -> str:
+    """The ``--expire-versions`` sentence: the value that frees the most, or why none frees any."""
+    trials = [t for t in (try_expiry(held, gates, s) for s in expiry_candidates(held, gates.now)) if t is not None]
+    best = max(trials, key=lambda t: (t.freed, t.seconds), default=None)
+    if best is not None and best.freed:
+        named = [r for r in expirable if r.version in best.gone] or expirable
+        return (f"untagged version(s) {_versions_text(named)}: run gc with --expire-versions {best.seconds} "
+                f"to expire them, which frees {best.freed} of the {len(held)} generation(s) retained versions hold"
+                + _still_text(best.still, "; the others would still be held by "))
+    most = min(trials, key=lambda t: t.seconds, default=None)
+    return (f"untagged version(s) {_versions_text(expirable)}: expiring them (gc --expire-versions) frees none of "
+            f"the {len(held)} generation(s) retained versions hold now"
+            + ("" if most is None else _still_text(most.still, ": they would still be held by ")))
+
+
+def expiry_candidates(held: list[HeldGeneration], now: float) -> list[int]:
+    """The ``--expire-versions`` values worth trying (see the module docstring), largest first."""
+    youngest = {min(now - v.timestamp for v in h.holders) for h in held
+                if all(_held_by(v) is None for v in h.holders)}
+    values = sorted({math.ceil(age) - 1 for age in youngest if age > 0}, reverse=True)
+    values = [v for v in values if v >= 0]
+    return values if len(values) <= MAX_TRIALS else [*values[:MAX_TRIALS - 1], values[-1]]
+
+
+def try_expiry(held: list[HeldGeneration], gates: Gates, seconds: int) -> ExpiryTrial | None:
+    """What ``--expire-versions seconds`` would free of ``held``, every gate asked again
+    without the versions the run would expire (None: it expires nothing)."""
+    _, gone = plan_version_expiry(gates.versions, gates.latest.version, seconds, gates.checkpoints, gates.now)
+    if not gone:
+        return None
+    after = gates.without(gone)
+    still: Counter[str] = Counter()
+    freed = 0
+    for h in held:
+        reasons = after.verdict(h.shard_id, h.generation).reasons
+        freed += not reasons
+        still.update(RETAINED_VERSION if r.startswith(f"{RETAINED_VERSION}:") else r for r in reasons)
+    return ExpiryTrial(seconds, frozenset(v.version for v in gone), freed, still)
+
+
+def _still_text(still: Counter[str], lead: str) -> str:
+    return "" if not still else lead + ", ".join(f"{r} ({n})" for r, n in sorted(still.items()))
+
+
+def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> BlockingVersion:
+    """One ``retention.blocking_versions`` entry: the version, what keeps it, how much it holds."""
+    tag = ", ".join(sorted(v.tags)) or None
+    starts = ", ".join(sorted(v.child_branches)) or None
+    return BlockingVersion(v.version, v.branch, tag, starts, _held_by(v), round(max(0.0, now - v.timestamp), 1),
+                           generations_held)
+
+
+def _held_by(v: RetainedVersion) -> str | None:
+    """What keeps a version from Lance's cleanup: ``"checkpoint"`` (only checkpoint tags), ``"tag"``,
+    ``"branch"``, or None (only its age)."""
+    if v.tags and all(t.startswith(TAG_PREFIX) for t in v.tags):
+        return "checkpoint"
+    if v.tags:
+        return "tag"
+    return "branch" if v.branch is not None or v.child_branches else None
+
+
+def _versions_text(rows: list[BlockingVersion]) -> str:
+    """``3, 4, 5`` (or ``3..40`` for a long run) for a hint."""
+    vs = sorted(r.version for r in rows)
+    return f"{vs[0]}..{vs[-1]}" if len(vs) > 5 else ", ".join(map(str, vs))
