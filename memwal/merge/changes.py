@@ -49,8 +49,8 @@ class NetChanges:
     primary_key: list[str]
     delete_keys: pa.Table
     open_upserts: Callable[[], pa.RecordBatchReader]
-    rows_upserted: Counter = field(default_factory=Counter)
-    rows_deleted: Counter = field(default_factory=Counter)
+    rows_upserted: Counter[str] = field(default_factory=Counter)
+    rows_deleted: Counter[str] = field(default_factory=Counter)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     #: The upserts as one in-memory table, set by an engine when they fit its memory
     #: budget; None means stream them (``open_upserts``).
@@ -62,10 +62,7 @@ class NetChanges:
 
     @property
     def num_deletes(self) -> int:
-        return self.delete_keys.num_rows
-
-    def upsert_reader(self) -> pa.RecordBatchReader:
-        return self.open_upserts()
+        return int(self.delete_keys.num_rows)
 
     def upsert_data(self) -> pa.Table | pa.RecordBatchReader:
         """What ``merge_insert`` gets: the materialised table when there is one (Lance
@@ -223,15 +220,15 @@ def fold_changes(t: pa.Table, primary_key: list[str], ops: MergeOps, base: pa.Ta
     return Reduced(upserts, deleted)
 
 
-def count_by_shard(codes: pa.Array | pa.ChunkedArray, shard_ids: list[str]) -> Counter:
+def count_by_shard(codes: pa.Array | pa.ChunkedArray, shard_ids: list[str]) -> Counter[str]:
     """Rows per shard id from a column of shard codes."""
-    out: Counter = Counter()
+    out: Counter[str] = Counter()
     for item in pc.value_counts(codes).to_pylist():
         out[shard_ids[item["values"]]] += item["counts"]
     return out
 
 
-def reducer(plan: MergePlan, storage_options: dict | None) -> Callable[[pa.Table], Reduced]:
+def reducer(plan: MergePlan, storage_options: dict[str, str] | None) -> Callable[[pa.Table], Reduced]:
     """Each key's net version: the newest row (last write wins), or the fold of every
     version onto the base row when the table declares merge operators.
 

@@ -101,11 +101,6 @@ def to_base_names(t: pa.Table, renamed: Renames) -> pa.Table:
     return t.rename_columns([mapping.get(c) or c for c in t.column_names])
 
 
-def base_name(column: str, renamed: Renames) -> str | None:
-    """The base-table name of a generation column (None: dropped from the base)."""
-    return dict(renamed).get(column, column)
-
-
 def describe(renamed: Renames) -> str:
     """``v -> v2, old -> (dropped)`` for messages and logs."""
     return ", ".join(f"{a} -> {b or '(dropped)'}" for a, b in renamed)

@@ -7,6 +7,8 @@ row address. The merger (:func:`memwal.merge.changes.fold_changes`) and the fold
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +47,7 @@ def fold(
     *,
     order: list[str],
     tombstone: str,
-    carry: list[str] = (),
+    carry: Sequence[str] = (),
     uniform: str | None = None,
     base: pa.Table | None = None,
 ) -> tuple[pa.Table, pa.Table]:
@@ -77,7 +79,7 @@ def fold(
     nb = 0 if base is None else base.num_rows
     n = nb + t.num_rows
     keys = t.select(primary_key)
-    if nb:
+    if base is not None and nb:
         keys = pa.concat_tables([base.select(primary_key).cast(keys.schema), keys])
     codes = key_codes(keys, primary_key)
     idx = _fold_order(t, nb, codes, order)
@@ -148,7 +150,8 @@ def _fold_order(t: pa.Table, nb: int, codes: np.ndarray, order: list[str]) -> np
     keys = pa.table({"__key": codes, "__src": np.arange(len(codes)) >= nb,
                      **{f"__o{i}": pa.concat_arrays([pa.nulls(nb, t.schema.field(c).type),
                                                      t.column(c).combine_chunks()]) for i, c in enumerate(order)}})
-    return pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in keys.column_names]).to_numpy()
+    ordered: np.ndarray = pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in keys.column_names]).to_numpy()
+    return ordered
 
 
 def _check_uniform(t: pa.Table, column: str, rows: np.ndarray, starts: np.ndarray, from_t: np.ndarray) -> None:
@@ -235,7 +238,7 @@ def _reduce_runs(column: pa.ChunkedArray, op: str, starts: np.ndarray) -> pa.Arr
     return pa.array(reduced, out_type, mask=empty)
 
 
-def _rename(grouped: pa.Table, aggs: list[tuple]) -> pa.Table:
+def _rename(grouped: pa.Table, aggs: list[tuple[str, str, pc.FunctionOptions | None]]) -> pa.Table:
     """group_by names outputs ``<column>_<function>``: give the columns their names back."""
     names = {f"{c}_{name}": c for c, name, _ in aggs}
     return grouped.rename_columns([names.get(n, n) for n in grouped.column_names])

@@ -54,7 +54,7 @@ def links_by_generation(store: Store, shard_prefix: str, keys: Iterable[str]) ->
 
     A link on the shard directory itself (or above it) is reported for every generation.
     """
-    wanted = {k: [] for k in keys}
+    wanted: dict[str, list[str]] = {k: [] for k in keys}
     depth = shard_prefix.rstrip("/").count("/") + 2  # components of a generation key
     for link in store.list_links(shard_prefix):
         parts = link.split("/")
@@ -62,9 +62,9 @@ def links_by_generation(store: Store, shard_prefix: str, keys: Iterable[str]) ->
             for found in wanted.values():
                 found.append(link)
         else:
-            found = wanted.get("/".join(parts[:depth]))
-            if found is not None:
-                found.append(link)
+            under = wanted.get("/".join(parts[:depth]))
+            if under is not None:
+                under.append(link)
     return wanted
 
 # Bits of a float's significand: integer types of at most this many bits convert exactly.
@@ -76,8 +76,8 @@ def _int_fits(src: pa.DataType, dst: pa.DataType) -> bool:
     if s_signed and not d_signed:
         return False
     if s_signed == d_signed:
-        return dst.bit_width >= src.bit_width
-    return dst.bit_width > src.bit_width  # unsigned into signed needs one more bit
+        return bool(dst.bit_width >= src.bit_width)
+    return bool(dst.bit_width > src.bit_width)  # unsigned into signed needs one more bit
 
 
 def lossless(src: pa.DataType, dst: pa.DataType) -> bool:
@@ -88,9 +88,9 @@ def lossless(src: pa.DataType, dst: pa.DataType) -> bool:
     if pt.is_integer(src) and pt.is_integer(dst):
         return _int_fits(src, dst)
     if pt.is_floating(src) and pt.is_floating(dst):
-        return dst.bit_width >= src.bit_width
+        return bool(dst.bit_width >= src.bit_width)
     if pt.is_integer(src) and pt.is_floating(dst):
-        return src.bit_width <= _MANTISSA_BITS[dst.bit_width]
+        return bool(src.bit_width <= _MANTISSA_BITS[dst.bit_width])
     if (pt.is_string(src) and pt.is_large_string(dst)) or (pt.is_binary(src) and pt.is_large_binary(dst)):
         return True
     if pt.is_date32(src) and pt.is_date64(dst):
@@ -160,15 +160,7 @@ def null_key(ds: lance.LanceDataset, primary_key: list[str], schema: pa.Schema |
     return None
 
 
-def check_keys(ref: GenerationRef, ds: lance.LanceDataset, primary_key: list[str],
-               schema: pa.Schema | None = None) -> None:
-    """Refuse a generation with a null primary key (read only for nullable key columns)."""
-    k = null_key(ds, primary_key, schema)
-    if k is not None:
-        raise BadInputError(f"{_where(ref)}: primary key column {k} holds null values")
-
-
-def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options: dict | None,
+def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options: dict[str, str] | None,
                       threads: int = OPEN_THREADS) -> None:
     """Every planned generation must merge losslessly: BadInputError (exit 2) otherwise.
 

@@ -88,10 +88,13 @@ class IntKeySet:
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Whether each of ``values`` (int64) is in the set."""
         if self._index is not None:
-            return self._index.get_indexer(values) >= 0
+            known: np.ndarray = self._index.get_indexer(values) >= 0
+            return known
+        present = self._present
+        assert present is not None  # one of the bitmap and the index is built
         found = np.zeros(len(values), dtype=bool)
-        inside = (values >= self._lo) & (values < self._lo + len(self._present))
-        found[inside] = self._present[values[inside] - np.int64(self._lo)]
+        inside = (values >= self._lo) & (values < self._lo + len(present))
+        found[inside] = present[values[inside] - np.int64(self._lo)]
         return found
 
 
@@ -104,4 +107,5 @@ def int_key(t: pa.Table | pa.RecordBatch, primary_key: list[str]) -> np.ndarray 
     col = t.column(primary_key[0])
     if not pa.types.is_integer(col.type) or col.null_count:
         return None
-    return col.to_numpy().astype(np.int64, copy=False)
+    key: np.ndarray = col.to_numpy().astype(np.int64, copy=False)
+    return key

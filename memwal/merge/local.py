@@ -34,13 +34,13 @@ DEFAULT_PARTITION_ROWS = 8_000_000
 
 def partition_of(t: pa.Table, primary_key: list[str], partitions: int) -> np.ndarray:
     frame = t.select(primary_key).to_pandas()
-    h = pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    h: np.ndarray = pd.util.hash_pandas_object(frame, index=False).to_numpy()
     return (h % np.uint64(partitions)).astype(np.int64)
 
 
 def _table_bytes(tables: list[pa.Table], files: list[str]) -> int:
     """Arrow buffer bytes of the upserts: in memory, or in uncompressed IPC files."""
-    return sum(t.get_total_buffer_size() for t in tables) + sum(os.path.getsize(f) for f in files)
+    return sum(int(t.get_total_buffer_size()) for t in tables) + sum(os.path.getsize(f) for f in files)
 
 
 def _read_ipc(path: str) -> pa.Table:
@@ -51,7 +51,7 @@ def _read_ipc(path: str) -> pa.Table:
 def local_net_changes(
     plan: MergePlan,
     schema: pa.Schema,
-    storage_options: dict | None = None,
+    storage_options: dict[str, str] | None = None,
     *,
     partition_rows: int = DEFAULT_PARTITION_ROWS,
     tempdir: str | None = None,

@@ -49,7 +49,7 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
     return {g: tuple(keys) for g, keys in out.items()}
 
 
-def fetch_operands(table_uri: str, storage_options: dict | None, wal_keys: tuple[str, ...]) -> list[bytes]:
+def fetch_operands(table_uri: str, storage_options: dict[str, str] | None, wal_keys: tuple[str, ...]) -> list[bytes]:
     """The bytes of a generation's WAL entries, in position order (:func:`decode_operands`
     makes them rows). Apart because fetching waits on storage and releases the GIL, so a
     thread pool hides an object store's latency, while decoding is mostly Python."""
@@ -136,7 +136,7 @@ def _reproduces(operands: pa.Table, flushed: pa.Table, primary_key: list[str], g
 def _tombstone_states(tomb: pa.Array) -> np.ndarray:
     """0, 1 or 2 for a false, true or null tombstone (a null is not a false: the check
     compares values)."""
-    state = tomb.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
+    state: np.ndarray = tomb.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
     if tomb.null_count:
         state[tomb.is_null().to_numpy(zero_copy_only=False)] = 2
     return state

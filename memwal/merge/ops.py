@@ -26,10 +26,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal.errors import BadInputError
+from memwal.table import Table
 
 CONFIG_PREFIX = "memwal.merge-op."
 #: The field id of the column an operator was set on (see :func:`resolved_keys`).
@@ -50,7 +52,7 @@ OPERATORS = tuple(AGGREGATES)
 
 
 def _numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
 def _orderable(t: pa.DataType) -> bool:
@@ -153,7 +155,7 @@ def resolved_keys(config: Mapping[str, str], columns: Mapping[int, str], *, stri
     return out
 
 
-def table_ops(ds) -> MergeOps:
+def table_ops(ds: lance.LanceDataset) -> MergeOps:
     """The operators of one version of a Lance dataset, each on the column its field id names."""
     return from_config(ds.config(), {f.id(): f.name() for f in ds.lance_schema.fields()})
 
@@ -174,6 +176,6 @@ def validate(ops: Mapping[str, str], schema: pa.Schema, primary_key: list[str]) 
             raise BadInputError(f"column {column}: merge operator {op} needs a {check[1]} column, not {ctype}")
 
 
-def table_merge_ops(table, version: int | None = None) -> MergeOps:
+def table_merge_ops(table: Table, version: int | None = None) -> MergeOps:
     """The operators a table declares at ``version`` (latest by default)."""
     return table_ops(table.dataset(version))

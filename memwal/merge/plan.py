@@ -90,8 +90,8 @@ def plan_shard(
     if linked is not None:
         # Lance follows links when it opens a dataset: nothing at or past a link is opened.
         fg, key = candidates[linked]
-        why = f"unsafe-path: {', '.join(links[key])}: symbolic link, never followed"
-        candidates, stop = candidates[:linked], BlockedShard(state.shard_id, fg.generation, why)
+        unsafe = f"unsafe-path: {', '.join(links[key])}: symbolic link, never followed"
+        candidates, stop = candidates[:linked], BlockedShard(state.shard_id, fg.generation, unsafe)
     uris = [store.uri_for(key) for _, key in candidates]
     damage = parallel_map(lambda item: generation_damage(store, item[0], item[1], table.storage_options),
                           [(key, uri) for (_, key), uri in zip(candidates, uris, strict=True)], OPEN_THREADS)

@@ -83,7 +83,7 @@ def conform(batch: pa.RecordBatch | pa.Table, schema: pa.Schema, where: str) -> 
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
-def _open_checked(ref: GenerationRef, storage_options: dict | None) -> lance.LanceDataset:
+def _open_checked(ref: GenerationRef, storage_options: dict[str, str] | None) -> lance.LanceDataset:
     try:
         ds = open_generation(ref.uri, storage_options)
     except (ValueError, OSError) as exc:
@@ -97,7 +97,7 @@ def _open_checked(ref: GenerationRef, storage_options: dict | None) -> lance.Lan
 def read_generation(
     ref: GenerationRef,
     schema: pa.Schema,
-    storage_options: dict | None,
+    storage_options: dict[str, str] | None,
     shard_code: int,
     batch_size: int = 65536,
     fragment_ids: list[int] | None = None,
@@ -109,11 +109,22 @@ def read_generation(
         yield from read_generations([ref], schema, storage_options, {ref.shard_id: shard_code}, threads=1)
         return
     ds = _open_checked(ref, storage_options)
-    fragments = [ds.get_fragment(i) for i in fragment_ids] if fragment_ids is not None else None
+    fragments = _fragments(ds, ref, fragment_ids) if fragment_ids is not None else None
     scanner = ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments)
     for batch in _attributed(ref, scanner.to_batches()):
         yield _tag(conform(to_base_names(pa.Table.from_batches([batch]), ref.renamed), schema, ref.uri), ref,
                    shard_code)
+
+
+def _fragments(ds: lance.LanceDataset, ref: GenerationRef, ids: list[int]) -> list[lance.LanceFragment]:
+    """The fragments ``ids`` of a generation: one it does not hold makes it unreadable."""
+    out = []
+    for i in ids:
+        fragment = ds.get_fragment(i)
+        if fragment is None:
+            raise GenerationUnreadableError(ref.shard_id, ref.generation, f"unreadable: {ref.uri}: no fragment {i}")
+        out.append(fragment)
+    return out
 
 
 @contextmanager
@@ -143,6 +154,15 @@ def _attributed(ref: GenerationRef, batches: Iterator[pa.RecordBatch]) -> Iterat
 
 
 @dataclass(frozen=True)
+class _Fetched:
+    """A generation's operands before decoding: its WAL entries as fetched, and the
+    generation's field ids by name."""
+
+    entries: list[bytes]
+    field_ids: dict[str, int]
+
+
+@dataclass(frozen=True)
 class _Scanned:
     """One generation as read: its rows (names as in the base table) and, when its merge
     operators' operands come from its WAL entries, the flushed keys and tombstones they
@@ -151,9 +171,8 @@ class _Scanned:
     ref: GenerationRef
     rows: pa.Table
     flushed: pa.Table | None = None
-    #: Operands only: the WAL entries as fetched, and the generation's field ids by name.
-    entries: list[bytes] | None = None
-    field_ids: dict[str, int] | None = None
+    #: Operands only, until they are decoded into ``rows``.
+    fetched: _Fetched | None = None
 
     def joins(self, group: list[_Scanned]) -> bool:
         """Whether these rows can be conformed and checked with ``group``'s at once."""
@@ -165,7 +184,7 @@ class _Scanned:
 def read_generations(
     refs: Sequence[GenerationRef],
     schema: pa.Schema,
-    storage_options: dict | None,
+    storage_options: dict[str, str] | None,
     code_of: dict[str, int],
     *,
     threads: int = READ_THREADS,
@@ -198,8 +217,9 @@ def read_generations(
         counts = [g.rows.num_rows for g in group]
         gens = np.repeat(np.array([g.ref.generation for g in group], dtype=np.int64), counts)
         shards = np.repeat(np.array([code_of[g.ref.shard_id] for g in group], dtype=np.int32), counts)
-        if group[0].flushed is not None:
-            _check_operands(group, pk, gens)
+        flushed = [g.flushed for g in group if g.flushed is not None]  # all or none (joins)
+        if flushed:
+            _check_operands(group, flushed, pk, gens)
         t = conform(pa.concat_tables([g.rows for g in group]), schema, group[0].ref.uri)
         group.clear()
         return t.append_column(GEN, pa.array(gens)).append_column(SHARD, pa.array(shards))
@@ -209,8 +229,8 @@ def read_generations(
     chunks = [refs[i:i + size] for i in range(0, len(refs), size)]
     scanned = (item for part in ordered_map(lambda chunk: [scan(r) for r in chunk], chunks, threads) for item in part)
     for item in scanned:
-        if item.entries is not None:
-            item = _decoded(item)
+        if item.fetched is not None:
+            item = _decoded(item, item.fetched)
         if group and (not item.joins(group) or rows + item.rows.num_rows > group_rows):
             yield flush()
             rows = 0
@@ -226,17 +246,18 @@ def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
     return t.append_column(SHARD, pa.array(np.full(t.num_rows, shard_code, dtype=np.int32)))
 
 
-def _scan_flushed(ref: GenerationRef, ds: lance.LanceDataset, pk: list[str], storage_options: dict | None) -> _Scanned:
+def _scan_flushed(ref: GenerationRef, ds: lance.LanceDataset, pk: list[str],
+                  storage_options: dict[str, str] | None) -> _Scanned:
     """A generation whose operands come from its WAL entries: the entries as fetched, and
     the flushed keys and tombstones they must reproduce."""
     with _operands_of(ref):
         entries = fetch_operands(ref.table_uri, storage_options, ref.wal_keys)
     with _reading(ref):
         flushed = ds.to_table(columns=[*pk, TOMBSTONE])
-    return _Scanned(ref, pa.table({}), to_base_names(flushed, ref.renamed), entries, dataset_field_ids(ds))
+    return _Scanned(ref, pa.table({}), to_base_names(flushed, ref.renamed), _Fetched(entries, dataset_field_ids(ds)))
 
 
-def _decoded(item: _Scanned) -> _Scanned:
+def _decoded(item: _Scanned, fetched: _Fetched) -> _Scanned:
     """``item`` with its rows: every operand of its generation, decoded from its WAL entries.
 
     Decoded by the consumer, not the pool: an entry is a small Arrow IPC stream whose
@@ -245,37 +266,38 @@ def _decoded(item: _Scanned) -> _Scanned:
     """
     # A WAL entry names its columns as its writer did and records their field ids: each is
     # named as in the flushed generation (same field ids), then as in the base table.
-    names_by_id = {fid: name for name, fid in item.field_ids.items()}
+    names_by_id = {fid: name for name, fid in fetched.field_ids.items()}
 
     def as_generation(t: pa.Table) -> pa.Table:
         ids = arrow_field_ids(t.schema)
         return t.rename_columns([names_by_id.get(ids[c], c) if c in ids else c for c in t.column_names])
 
     with _operands_of(item.ref):
-        operands = decode_operands(item.entries, as_generation)
+        operands = decode_operands(fetched.entries, as_generation)
     return _Scanned(item.ref, to_base_names(operands, item.ref.renamed), item.flushed)
 
 
-def _check_operands(group: list[_Scanned], pk: list[str], gens: np.ndarray) -> None:
-    """Refuse a group of generations whose WAL entries do not reproduce them: one check
-    over (generation, key) for the group (``gens``: each operand's generation), then, only
-    when it fails, one per generation to name the first that fails."""
+def _check_operands(group: list[_Scanned], flushed: list[pa.Table], pk: list[str], gens: np.ndarray) -> None:
+    """Refuse a group of generations whose WAL entries do not reproduce them (``flushed``:
+    each one's flushed keys and tombstones): one check over (generation, key) for the group
+    (``gens``: each operand's generation), then, only when it fails, one per generation to
+    name the first that fails."""
     if len(group) > 1:
         flushed_gens = np.repeat(np.array([g.ref.generation for g in group], dtype=np.int64),
-                                 [g.flushed.num_rows for g in group])
+                                 [f.num_rows for f in flushed])
 
         def tagged(tables: list[pa.Table], generations: np.ndarray) -> pa.Table:
             return pa.concat_tables(tables).select([*pk, TOMBSTONE]).append_column(GEN, pa.array(generations))
 
         try:
-            check_complete(tagged([g.rows for g in group], gens), tagged([g.flushed for g in group], flushed_gens),
+            check_complete(tagged([g.rows for g in group], gens), tagged(flushed, flushed_gens),
                            pk, "", generation=GEN)
             return
         except OperandsIncompleteError:
             pass
-    for g in group:
+    for g, f in zip(group, flushed, strict=True):
         with _operands_of(g.ref):
-            check_complete(g.rows, g.flushed, pk, f"shard {g.ref.shard_id} generation {g.ref.generation}")
+            check_complete(g.rows, f, pk, f"shard {g.ref.shard_id} generation {g.ref.generation}")
 
 
 @contextmanager

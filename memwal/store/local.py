@@ -8,6 +8,7 @@ directory ``flock``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -221,14 +222,14 @@ class LocalStore(LocalWrites, Store):
             f.seek(offset)
             return f.read(length)
 
-    def get_heads(self, keys: list[str], length: int) -> list[bytes | None]:
+    def get_heads(self, keys: builtins.list[str], length: int) -> builtins.list[bytes | None]:
         """The first ``length`` bytes of each file, in order (None: absent or not a file), each
         directory reached without following a link once, not once per key (against a
         :meth:`get_range` each: docs/decisions/0022-local-heads-by-directory.md). A link as a
         key or on its way raises LinkedPathError, as get_range does."""
         return read_each(self, keys, lambda fd: read_upto(fd, length))
 
-    def get_many(self, keys: list[str]) -> list[bytes | None]:
+    def get_many(self, keys: builtins.list[str]) -> builtins.list[bytes | None]:
         """Whole files, in order (None: absent or not a file), each directory reached once
         as by :meth:`get_heads`: the manifests of 5,000 versions, which a :meth:`get` each
         reaches through every folder above them."""
@@ -255,7 +256,7 @@ class LocalStore(LocalWrites, Store):
         """Objects under ``prefix`` in key order, skipping our temporary files and every link."""
         yield from listing(self, prefix, recursive, [])
 
-    def _names_in(self, dir_key: str, keep: Callable[[os.DirEntry], bool]) -> list[str]:
+    def _names_in(self, dir_key: str, keep: Callable[[os.DirEntry[str]], bool]) -> builtins.list[str]:
         """Sorted names of the entries of directory ``dir_key`` that ``keep`` accepts, from one
         ``scandir`` of a directory reached without following a link (a linked or missing
         directory has none). The entry type comes with the listing (d_type): no stat per entry."""
@@ -280,21 +281,21 @@ class LocalStore(LocalWrites, Store):
         rel = f"{dir_part}/" if dir_part else ""
         return iter([rel + name for name in names])
 
-    def list_links(self, prefix: str, *, recursive: bool = True) -> list[str]:
+    def list_links(self, prefix: str, *, recursive: bool = True) -> builtins.list[str]:
         """Symbolic links at or under ``prefix`` (sorted keys), found without following any."""
         links: list[str] = []
         for _ in listing(self, prefix, recursive, links, objects=False):
             pass
         return sorted(set(links))
 
-    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[list[ObjectInfo], list[str]]:
+    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         """Objects and links under ``prefix`` from one walk of the tree (GC's survey); the
         directories ``skip`` names are not walked."""
         links: list[str] = []
         objects = list(listing(self, prefix, True, links, skip=skip))
         return objects, sorted(set(links))
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate subdirectory names under ``prefix``, sorted; links to directories are not listed."""
         return self._names_in(dir_prefix(prefix).rstrip("/"), lambda e: e.is_dir(follow_symlinks=False))
 
@@ -336,8 +337,8 @@ class LocalStore(LocalWrites, Store):
 
     has_directories = True
 
-    def delete_trees(self, prefixes: list[str], *, first: Callable[[str, str], bool],
-                     threads: int) -> list[tuple[int, int, list[str]]]:
+    def delete_trees(self, prefixes: builtins.list[str], *, first: Callable[[str, str], bool],
+                     threads: int) -> builtins.list[tuple[int, int, builtins.list[str]]]:
         """Whole directory trees in two phases, every directory held open from its listing to
         its removal (:mod:`memwal.store.local_trees`: why, and what each phase checks), on
         ``threads`` threads."""

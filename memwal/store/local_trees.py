@@ -198,8 +198,9 @@ def _unlink_trees(store: Walked, trees: list[_Tree], first: Callable[[str, str],
     for tree in trees:
         if tree.parent_fd not in moved:
             moved[tree.parent_fd] = _parent_moved(store, tree)
-        if moved[tree.parent_fd] is not None:
-            tree.links.append(moved[tree.parent_fd])
+        parent_moved = moved[tree.parent_fd]
+        if parent_moved is not None:
+            tree.links.append(parent_moved)
             continue
         where, unchanged = _in_place(tree)
         if where is not None:

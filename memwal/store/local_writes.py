@@ -10,6 +10,7 @@ Mixed into :class:`memwal.store.local.LocalStore`, whose no-follow opens it uses
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import os
@@ -17,12 +18,28 @@ import uuid
 
 from memwal.core.retry import after_transient
 from memwal.errors import BadInputError, LinkedPathError, PreconditionFailedError
-from memwal.store.base import clean_key
+from memwal.store.base import Store, clean_key
 from memwal.store.local_walk import TEMP_MARKER
 
 
-class LocalWrites:
+class LocalWrites(Store):
     """Atomic and conditional writes of :class:`~memwal.store.local.LocalStore`."""
+
+    # The no-follow opens these writes go through, implemented by LocalStore.
+
+    @abc.abstractmethod
+    def _open_parent(self, key: str, *, create: bool = False) -> tuple[int | None, str]: ...
+
+    @abc.abstractmethod
+    def _refuse_if_link(self, dfd: int, key: str) -> None: ...
+
+    @staticmethod
+    @abc.abstractmethod
+    def _lstat_regular(dfd: int, name: str) -> os.stat_result | None: ...
+
+    @staticmethod
+    @abc.abstractmethod
+    def _etag(st: os.stat_result) -> str: ...
 
     def _write_temp(self, key: str, data: bytes) -> tuple[int, str, str]:
         """Write ``data`` to a new temporary file in ``key``'s directory.

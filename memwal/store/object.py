@@ -23,10 +23,12 @@ error (:mod:`memwal.store.failures`).
 
 from __future__ import annotations
 
+import builtins
+import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import obstore
 from obstore.store import MemoryStore
@@ -38,6 +40,9 @@ from memwal.store.base import ObjectInfo, Skip, Store, clean_key, clean_prefix, 
 from memwal.store.failures import is_transient, summary, to_memwal_error
 from memwal.store.options import ObstoreOptions, for_obstore
 from memwal.store.uri import Location, parse_location
+
+if TYPE_CHECKING:  # obstore's TypedDicts exist in its stubs only
+    from obstore import ObjectMeta, PutMode, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -147,13 +152,13 @@ class ObjectStore(Store):
     def _rel(self, path: str) -> str:
         return path[len(self.prefix) + 1:] if self.prefix else path
 
-    def _token(self, meta: dict[str, Any]) -> str:
+    def _token(self, meta: ObjectMeta | PutResult) -> str:
         """The opaque version token of an object (see the module docstring)."""
         if self._by_version and meta.get("version"):
             return str(meta["version"])
         return _quoted(meta.get("e_tag"))
 
-    def _info(self, meta: dict[str, Any]) -> ObjectInfo:
+    def _info(self, meta: ObjectMeta) -> ObjectInfo:
         modified = meta.get("last_modified")
         return ObjectInfo(key=self._rel(str(meta["path"])), size=int(meta["size"]), etag=self._token(meta),
                           mtime=modified.timestamp() if modified is not None else 0.0)
@@ -252,7 +257,7 @@ class ObjectStore(Store):
         return self._call("put", key, lambda: self._token(
             obstore.put(self._backend, path, data, mode="overwrite", use_multipart=False)))
 
-    def _conditional_put(self, what: str, key: str, data: bytes, mode: Any) -> str:
+    def _conditional_put(self, what: str, key: str, data: bytes, mode: PutMode) -> str:
         """A conditional PUT that tells a lost race from its own earlier attempt having landed.
 
         If an attempt fails transiently after the server applied it, the next one loses its
@@ -286,7 +291,7 @@ class ObjectStore(Store):
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Replace only if the object is still at ``etag`` (``PutMode`` update by ETag, or generation on GCS)."""
-        mode = {"version": etag} if self._by_version else {"e_tag": etag}
+        mode: PutMode = {"version": etag} if self._by_version else {"e_tag": etag}
         try:
             return self._conditional_put("put_if_match", key, data, mode)
         except NotFoundError as exc:
@@ -296,7 +301,7 @@ class ObjectStore(Store):
 
     # -- listing
 
-    def _pages(self, full_prefix: str, offset: str | None = None) -> Iterator[list[dict[str, Any]]]:
+    def _pages(self, full_prefix: str, offset: str | None = None) -> Iterator[Sequence[ObjectMeta]]:
         """Listing pages under a directory prefix (after the full path ``offset``, if given),
         each page's request retried on its own.
 
@@ -307,7 +312,7 @@ class ObjectStore(Store):
         last: str | None = offset
         stream = iter(obstore.list(self._backend, prefix, offset=offset, chunk_size=self.list_chunk))
 
-        def next_page() -> list[dict[str, Any]] | None:
+        def next_page() -> Sequence[ObjectMeta] | None:
             nonlocal stream
             try:
                 return next(stream, None)
@@ -349,11 +354,11 @@ class ObjectStore(Store):
         """Objects directly in a directory (and, recursively, in its matching subdirectories), in order."""
         listed = self._call("list", "", lambda: obstore.list_with_delimiter(self._backend,
                                                                             full_dir.rstrip("/") or None))
-        entries: list[tuple[str, dict[str, Any] | None]] = []
-        for meta in listed["objects"]:
-            name = str(meta["path"])[len(full_dir):]
+        entries: builtins.list[tuple[str, ObjectMeta | None]] = []
+        for obj in listed["objects"]:
+            name = str(obj["path"])[len(full_dir):]
             if name.startswith(name_prefix) and name:
-                entries.append((name, meta))
+                entries.append((name, obj))
         if recursive:
             for cp in listed["common_prefixes"]:
                 name = str(cp)[len(full_dir):].rstrip("/")
@@ -367,7 +372,7 @@ class ObjectStore(Store):
                     for m in page:
                         yield self._info(m)
 
-    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[list[ObjectInfo], list[str]]:
+    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         """Every object under ``prefix`` but those in the folders ``skip`` names, in key order
         (an object store has no links): one paged listing which, when a page ends inside a
         left-out folder, asks for the next page from past that folder instead."""
@@ -398,7 +403,7 @@ class ObjectStore(Store):
                 return out, []
             offset = f"{self._full(jump)}/{PAST}"
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate "directory" names under ``prefix`` (one delimiter listing), sorted."""
         full = self._full_prefix(dir_prefix(prefix))
         listed = self._call("list", "", lambda: obstore.list_with_delimiter(self._backend, full.rstrip("/") or None))
@@ -413,7 +418,7 @@ class ObjectStore(Store):
             self._delete_batch(paths[i:i + self.delete_batch])
         return len(paths)
 
-    def _delete_batch(self, paths: list[str]) -> None:
+    def _delete_batch(self, paths: builtins.list[str]) -> None:
         """One delete request; a key reported missing never fails it (see the module docstring).
 
         Where the backend stops at a missing key (GCS, obstore's memory store), the rest of
@@ -430,7 +435,7 @@ class ObjectStore(Store):
                 return
         for path in paths:
             try:
-                self._call("delete", self._rel(path), lambda p=path: obstore.delete(self._backend, p))
+                self._call("delete", self._rel(path), functools.partial(obstore.delete, self._backend, path))
             except NotFoundError as exc:
                 if type(exc) is not NotFoundError:
                     raise
