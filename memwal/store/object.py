@@ -27,7 +27,7 @@ import builtins
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import obstore
@@ -36,8 +36,9 @@ from obstore.store import MemoryStore
 from memwal.core.retry import after_transient
 from memwal.errors import BadInputError, NotFoundError, PreconditionFailedError
 from memwal.store.backends import backend_for
-from memwal.store.base import ObjectInfo, Skip, Store, clean_key, clean_prefix, dir_prefix, pruned_folder, skipping
+from memwal.store.base import ObjectInfo, Store, clean_key, clean_prefix
 from memwal.store.failures import is_transient, summary, to_memwal_error
+from memwal.store.object_listing import LIST_CHUNK, ObjectListing
 from memwal.store.options import ObstoreOptions, for_obstore
 from memwal.store.uri import Location, parse_location
 
@@ -62,14 +63,6 @@ DELETE_BATCH = {"s3": 1000, "az": 256, "abfss": 256, "gs": 1, "memory": 1000}
 DELETES_IN_FLIGHT = {"s3": 8, "az": 1, "abfss": 1, "gs": 8, "memory": 1}
 
 
-#: Objects per listing page: what one request returns (S3 and GCS at most 1,000; Azure 5,000).
-LIST_CHUNK = {"s3": 1000, "az": 5000, "abfss": 5000, "gs": 1000, "memory": 1000}
-
-
-#: Sorts after every character a key can hold: ``folder/`` + this starts a listing past ``folder/``.
-PAST = "\U0010ffff"
-
-
 #: Backends whose bulk delete deletes every key it is given and reports a missing one afterwards.
 REPORTS_AFTER_BATCH = frozenset({"az", "abfss"})
 
@@ -81,7 +74,7 @@ def _quoted(etag: str | None) -> str:
     return etag if etag.startswith(('"', 'W/"')) else f'"{etag}"'
 
 
-class ObjectStore(Store):
+class ObjectStore(ObjectListing, Store):
     """A prefix of a bucket (container) on an object store, through obstore.
 
     Keys are joined to the prefix here, so a :meth:`child` shares the parent's obstore
@@ -298,116 +291,6 @@ class ObjectStore(Store):
             if type(exc) is not NotFoundError:
                 raise  # the bucket is missing, not the object
             raise PreconditionFailedError(f"conditional write failed, object is gone: {self.uri_for(key)}") from exc
-
-    # -- listing
-
-    def _pages(self, full_prefix: str, offset: str | None = None) -> Iterator[Sequence[ObjectMeta]]:
-        """Listing pages under a directory prefix (after the full path ``offset``, if given),
-        each page's request retried on its own.
-
-        A stream that failed is finished: the next attempt opens a new one that starts after
-        the last key already yielded, so a retry neither repeats nor drops a key.
-        """
-        prefix = full_prefix.rstrip("/") or None
-        last: str | None = offset
-        stream = iter(obstore.list(self._backend, prefix, offset=offset, chunk_size=self.list_chunk))
-
-        def next_page() -> Sequence[ObjectMeta] | None:
-            nonlocal stream
-            try:
-                return next(stream, None)
-            except BaseException:
-                stream = iter(obstore.list(self._backend, prefix, offset=last, chunk_size=self.list_chunk))
-                raise
-
-        first = True
-        while True:
-            page = self._call("list", "", next_page, counted=False)
-            if first or page:
-                self._count()
-            first = False
-            if not page:
-                return
-            last = str(page[-1]["path"])
-            yield page
-
-    def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
-        """Objects under ``prefix`` in key order (a string prefix, as on S3).
-
-        object_store lists "directories"; a prefix that ends inside a name (``gen/000``) is
-        served by listing its parent one level deep and recursing only into matching names.
-        """
-        full = self._full_prefix(prefix)
-        if full == "" or full.endswith("/"):
-            if recursive:
-                for page in self._pages(full):
-                    for meta in page:
-                        if not str(meta["path"]).endswith("/"):
-                            yield self._info(meta)
-            else:
-                yield from self._one_level(full, "")
-            return
-        parent, _, name_prefix = full.rpartition("/")
-        yield from self._one_level(parent + "/" if parent else "", name_prefix, recursive=recursive)
-
-    def _one_level(self, full_dir: str, name_prefix: str, *, recursive: bool = False) -> Iterator[ObjectInfo]:
-        """Objects directly in a directory (and, recursively, in its matching subdirectories), in order."""
-        listed = self._call("list", "", lambda: obstore.list_with_delimiter(self._backend,
-                                                                            full_dir.rstrip("/") or None))
-        entries: builtins.list[tuple[str, ObjectMeta | None]] = []
-        for obj in listed["objects"]:
-            name = str(obj["path"])[len(full_dir):]
-            if name.startswith(name_prefix) and name:
-                entries.append((name, obj))
-        if recursive:
-            for cp in listed["common_prefixes"]:
-                name = str(cp)[len(full_dir):].rstrip("/")
-                if name.startswith(name_prefix):
-                    entries.append((name + "/", None))
-        for name, meta in sorted(entries, key=lambda e: e[0]):
-            if meta is not None:
-                yield self._info(meta)
-            else:
-                for page in self._pages(full_dir + name):
-                    for m in page:
-                        yield self._info(m)
-
-    def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        """Every object under ``prefix`` but those in the folders ``skip`` names, in key order
-        (an object store has no links): one paged listing which, when a page ends inside a
-        left-out folder, asks for the next page from past that folder instead."""
-        pruned = skipping(skip)
-        full = self._full_prefix(dir_prefix(prefix))
-        rel_prefix = clean_prefix(dir_prefix(prefix))
-        decided: dict[str, str | None] = {}
-        out: list[ObjectInfo] = []
-        offset: str | None = None
-        while True:
-            jump: str | None = None
-            for page in self._pages(full, offset):
-                for meta in page:
-                    if str(meta["path"]).endswith("/"):
-                        continue
-                    info = self._info(meta)
-                    parent = info.key.rpartition("/")[0]
-                    if parent not in decided:
-                        decided[parent] = pruned_folder(info.key, rel_prefix, pruned)
-                    if decided[parent] is None:
-                        out.append(info)
-                if len(page) < self.list_chunk:
-                    break  # a short page is the last: nothing to jump over
-                jump = decided.get(self._rel(str(page[-1]["path"])).rpartition("/")[0])
-                if jump is not None:
-                    break
-            if jump is None:
-                return out, []
-            offset = f"{self._full(jump)}/{PAST}"
-
-    def list_dirs(self, prefix: str) -> builtins.list[str]:
-        """Immediate "directory" names under ``prefix`` (one delimiter listing), sorted."""
-        full = self._full_prefix(dir_prefix(prefix))
-        listed = self._call("list", "", lambda: obstore.list_with_delimiter(self._backend, full.rstrip("/") or None))
-        return sorted(n for n in (str(cp)[len(full):].rstrip("/") for cp in listed["common_prefixes"]) if n)
 
     # -- deletes
 
