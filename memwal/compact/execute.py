@@ -60,6 +60,10 @@ class CompactResult(Document):
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def problems(self) -> list[str]:
+        """What makes this run a failure: nothing here (a failed compaction raises, exit 1 or 3)."""
+        return []
+
 
 class CompactEngine(Protocol):
     """Runs a plan's Lance tasks (local: in-process; spark: one Spark task per Lance task)."""

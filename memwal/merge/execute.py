@@ -54,7 +54,7 @@ from memwal.merge.guard import StaleProgressError as StaleProgressError  # re-ex
 from memwal.merge.guard import before_commit, markers
 from memwal.merge.join import join_builder
 from memwal.merge.local import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, local_net_changes
-from memwal.merge.model import BlockedShard, MergePlan
+from memwal.merge.model import BlockedShard, MergePlan, blocked_problems
 from memwal.merge.ops import MergeOps
 from memwal.merge.plan import plan_merge
 from memwal.table import Table
@@ -120,7 +120,7 @@ class MergeResult(Document):
     table: str
     version: int | None
     shards: list[ShardMergeResult] = field(default_factory=list)
-    blocked: list[dict[str, Any]] = field(default_factory=list)
+    blocked: list[BlockedShard] = field(default_factory=list)
     commits: int = 0
     attempts: int = 1
     engine: str = "local"
@@ -133,6 +133,10 @@ class MergeResult(Document):
     @property
     def ok(self) -> bool:
         return not self.blocked
+
+    def problems(self) -> list[str]:
+        """What makes this run a failure: the shards it stopped (:func:`blocked_problems`)."""
+        return blocked_problems(self.blocked)
 
 
 def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: bool = False) -> int:
@@ -228,7 +232,7 @@ def execute_merge(
 ) -> MergeResult:
     """Run one planned batch. Raises on conflict; :func:`run_merge` re-plans and retries."""
     step = steps.scoped("merge", on_step)
-    result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=[asdict(b) for b in plan.blocked])
+    result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=list(plan.blocked))
     if plan.is_empty():
         return result
     schema = table.dataset(plan.read_version).schema

@@ -65,6 +65,10 @@ class SnapshotResult(Document):
         d["commit_seconds"] = round(self.commit_seconds, 3)
         return d
 
+    def problems(self) -> list[str]:
+        """What makes this run a failure: nothing here (a failed refresh raises, exit 1 or 3)."""
+        return []
+
 
 def unchanged_result(table: Table, plan: SnapshotPlan) -> SnapshotResult:
     """The result of a no-op plan: nothing committed, the published snapshot's timestamp kept."""
