@@ -2,9 +2,9 @@
 
 An :class:`Action` is a name, an options class, a pure ``plan``, an ``execute`` that runs
 exactly that plan on an engine, the leases it takes and the verdicts that decide whether a
-run is a failure. It is generic in its options ``O``, plan ``P``, result ``R`` and engine
-``E`` (the action's engine ``Protocol``), so a caller of :func:`memwal.actions.run` gets
-the action's own types. The actions are declared in :mod:`memwal.actions.registry`;
+run is a failure. It is generic in its options, plan, result and engine (the action's
+engine ``Protocol``), e.g. ``Action[MergeOptions, MergePlan, MergeResult, MergeEngine]``, so
+its caller gets the action's own types. The actions are declared in :mod:`memwal.actions.registry`;
 :mod:`memwal.actions.run` runs them.
 
 The verdict is one function per action: the result's ``problems()`` method (a run), the
@@ -36,10 +36,10 @@ class Verdict(Protocol):
     def problems(self) -> list[str]: ...
 
 
-O = TypeVar("O", bound=JobOptions)
-P = TypeVar("P", bound=Document)
-R = TypeVar("R", bound=Verdict)
-E = TypeVar("E")
+OptionsT = TypeVar("OptionsT", bound=JobOptions)
+PlanT = TypeVar("PlanT", bound=Document)
+ResultT = TypeVar("ResultT", bound=Verdict)
+EngineT = TypeVar("EngineT")
 
 #: A document's verdict: one line per thing that makes it a failure.
 DocumentVerdict = Callable[[Mapping[str, Any]], list[str]]
@@ -58,30 +58,30 @@ def no_problems(_: object) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Action(Generic[O, P, R, E]):
+class Action(Generic[OptionsT, PlanT, ResultT, EngineT]):
     """One maintenance action: what it takes, how it plans and executes, what it locks."""
 
     name: str
     help: str
-    options: type[O]
-    plan: Callable[[Table, O], P]
-    execute: Callable[[Table, P, O, E, Lease], R]
-    local: Callable[[], E]  # the in-process engine (other engines plug in: memwal.actions.engines)
+    options: type[OptionsT]
+    plan: Callable[[Table, OptionsT], PlanT]
+    execute: Callable[[Table, PlanT, OptionsT, EngineT, Lease], ResultT]
+    local: Callable[[], EngineT]  # the in-process engine (other engines plug in: memwal.actions.engines)
     leases: Leases
     #: The verdict of a result's (or a dry run's) document read back from another process.
     document_problems: DocumentVerdict = no_problems
     #: The verdict of a dry run, on its plan (a run's is its result's ``problems()``).
-    plan_problems: Callable[[P], list[str]] = no_problems
+    plan_problems: Callable[[PlanT], list[str]] = no_problems
     #: What a dry run shows, when not the plan itself (gc shows the result it would give).
-    preview: Callable[[Table, P], Document] | None = None
+    preview: Callable[[Table, PlanT], Document] | None = None
     #: Whether a plan has anything to execute. Given, an engine that boots (a Spark session)
     #: starts after planning and only for a plan with work: a merge with nothing to merge
     #: boots no JVM. Without it the engine boots while the action plans (a long plan hides it).
-    has_work: Callable[[P], bool] | None = None
+    has_work: Callable[[PlanT], bool] | None = None
 
-    def engine(self, name: str) -> E:
+    def engine(self, name: str) -> EngineT:
         """The engine object by name: ``local``, or one an installed package plugs in."""
-        engine: E = engine_for(self.name, name, self.local)
+        engine: EngineT = engine_for(self.name, name, self.local)
         return engine
 
 

@@ -26,14 +26,18 @@ if TYPE_CHECKING:
 
     from lance.optimize import CompactionOptions
 
-    from memwal.catchup import CatchupEngine, CatchupPlan, CatchupResult, CatchupThresholds
-    from memwal.compact import CompactEngine, CompactPlan, CompactResult
+    from memwal.catchup import CatchupPlan, CatchupResult, CatchupThresholds
+    from memwal.catchup.engine import CatchupEngine
+    from memwal.compact import CompactPlan, CompactResult
+    from memwal.compact.engine import CompactEngine
     from memwal.core.document import Document
-    from memwal.gc import GcEngine, GcPlan, GcResult
+    from memwal.gc import GcPlan, GcResult
+    from memwal.gc.engine import GcEngine
     from memwal.lease import Lease
     from memwal.merge import MergePlan, MergeResult
-    from memwal.merge.execute import MergeEngine
-    from memwal.snapshot import ManifestReader, SnapshotPlan, SnapshotResult
+    from memwal.merge.engine import MergeEngine
+    from memwal.snapshot import SnapshotPlan, SnapshotResult
+    from memwal.snapshot.engine import SnapshotEngine
     from memwal.table import Table
 
 
@@ -124,7 +128,7 @@ def plan_snapshot(table: Table, o: SnapshotOptions) -> SnapshotPlan:
     return plan_snapshot(table, reader=reader)
 
 
-def execute_snapshot(table: Table, plan: SnapshotPlan, o: SnapshotOptions, engine: ManifestReader,
+def execute_snapshot(table: Table, plan: SnapshotPlan, o: SnapshotOptions, engine: SnapshotEngine,
                      lease: Lease) -> SnapshotResult:
     from memwal.snapshot import execute_snapshot
 
@@ -190,31 +194,31 @@ def _snapshot_leases(table: Table, options: JobOptions, *,
 
 
 def _local_merge() -> MergeEngine:
-    from memwal.merge.execute import LocalEngine
+    from memwal.merge.engine import LocalMergeEngine
 
-    return LocalEngine()
+    return LocalMergeEngine()
 
 
 def _local_catchup() -> CatchupEngine:
-    from memwal.catchup import LocalCatchupEngine
+    from memwal.catchup.engine import LocalCatchupEngine
 
     return LocalCatchupEngine()
 
 
 def _local_compact() -> CompactEngine:
-    from memwal.compact import LocalCompactEngine
+    from memwal.compact.engine import LocalCompactEngine
 
     return LocalCompactEngine()
 
 
-def _local_snapshot() -> ManifestReader:
-    from memwal.snapshot import LocalManifestReader
+def _local_snapshot() -> SnapshotEngine:
+    from memwal.snapshot.engine import LocalSnapshotEngine
 
-    return LocalManifestReader()
+    return LocalSnapshotEngine()
 
 
 def _local_gc() -> GcEngine:
-    from memwal.gc import LocalGcEngine
+    from memwal.gc.engine import LocalGcEngine
 
     return LocalGcEngine()
 
@@ -237,7 +241,7 @@ CATCHUP: Action[CatchupOptions, CatchupPlan, CatchupResult, CatchupEngine] = Act
 COMPACT: Action[CompactOptions, CompactPlan, CompactResult, CompactEngine] = Action(
     "compact", "rewrite small fragments and materialise deletions, keeping progress and index catch-up",
     CompactOptions, plan_compact, execute_compact, _local_compact, _single("compact"))
-SNAPSHOT: Action[SnapshotOptions, SnapshotPlan, SnapshotResult, ManifestReader] = Action(
+SNAPSHOT: Action[SnapshotOptions, SnapshotPlan, SnapshotResult, SnapshotEngine] = Action(
     "snapshot", "publish every shard's state in the MemWAL index (the shard snapshot)",
     SnapshotOptions, plan_snapshot, execute_snapshot, _local_snapshot, _snapshot_leases)
 GC: Action[GcOptions, GcPlan, GcResult, GcEngine] = Action(
