@@ -48,7 +48,7 @@ DocumentVerdict = Callable[[Mapping[str, Any]], list[str]]
 class Leases(Protocol):
     """Takes an action's leases: ``(table, options, run_id=)`` -> the held leases."""
 
-    def __call__(self, table: Table, options: Any, *,
+    def __call__(self, table: Table, options: JobOptions, *,
                  run_id: str | None = None) -> contextlib.AbstractContextManager[HeldLeases]: ...
 
 
