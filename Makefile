@@ -59,7 +59,7 @@ browser:
 # One worker per core (pytest-xdist), a test file stays on one worker: module fixtures (an
 # Airflow home, a Spark session) start once per file as in a serial run. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP) $(AZURITE) browser
+test: $(STAMP) $(AZURITE) browser typecheck
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).

@@ -235,10 +235,10 @@ class MemWalHook(BaseHook):
             doc = json.loads(result.to_json())
         else:
             outcome = self._submit(job, uri, validated.to_argv(), storage_options)
-            doc = self._result(job, outcome, lambda d: bool(ACTIONS[job].problems(d)))
+            doc = self._result(job, outcome, lambda d: bool(ACTIONS[job].document_problems(d)))
             if doc is None:
                 return ActionRun(job, uri, {"table": uri, "engine": "spark", "result": None})
-        return ActionRun(job, uri, doc, tuple(ACTIONS[job].problems(doc)))
+        return ActionRun(job, uri, doc, tuple(ACTIONS[job].document_problems(doc)))
 
     def run_cycle(self, jobs: Sequence[str], options: Mapping[str, Mapping[str, Any]], *,
                   dry_run: bool = False) -> CycleResult:

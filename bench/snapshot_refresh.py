@@ -54,7 +54,7 @@ def build(uri: str, shards: int) -> float:
 
 def run(workdir: str, shards: int = 1000, spark: Any = None) -> dict[str, Any]:
     from memwal.read import plan_read
-    from memwal.snapshot import LocalManifestReader, execute_snapshot, plan_snapshot
+    from memwal.snapshot import LocalSnapshotEngine, execute_snapshot, plan_snapshot
     from memwal.table import open_table
 
     work = Path(workdir)
@@ -65,19 +65,19 @@ def run(workdir: str, shards: int = 1000, spark: Any = None) -> dict[str, Any]:
     doc["build_seconds"] = round(build(uri, shards), 3)
     table = open_table(uri)
 
-    seq_read, _ = _median(lambda: plan_snapshot(table, reader=LocalManifestReader(threads=1)))
-    pool16_read, _ = _median(lambda: plan_snapshot(table, reader=LocalManifestReader(threads=16)))
-    pool_read, plan = _median(lambda: plan_snapshot(table, reader=LocalManifestReader()))  # its own choice
+    seq_read, _ = _median(lambda: plan_snapshot(table, reader=LocalSnapshotEngine(threads=1)))
+    pool16_read, _ = _median(lambda: plan_snapshot(table, reader=LocalSnapshotEngine(threads=16)))
+    pool_read, plan = _median(lambda: plan_snapshot(table, reader=LocalSnapshotEngine()))  # its own choice
     assert plan.num_shards == shards, (plan.num_shards, shards)
 
     def local_refresh():
-        p = plan_snapshot(table, reader=LocalManifestReader(), force=True)
+        p = plan_snapshot(table, reader=LocalSnapshotEngine(), force=True)
         return execute_snapshot(table, p)
 
     local_total, res = _median(local_refresh)
 
     def idle_refresh():
-        return execute_snapshot(table, plan_snapshot(table, reader=LocalManifestReader()))
+        return execute_snapshot(table, plan_snapshot(table, reader=LocalSnapshotEngine()))
 
     idle_total, idle = _median(idle_refresh)
     assert idle.version is None, idle.to_dict()

@@ -3,22 +3,28 @@
 Each method is the CLI command of the same name: it takes the command's options as keyword
 arguments of the same names (``dry_run=``, ``engine=``, ``shards=``, ``grace_seconds=``, ...;
 validated by the action's options class, so ``grace_seconds=float("nan")`` is refused as on
-the command line) and returns a typed result whose ``to_dict()`` is exactly the ``--json``
-document and ``to_json()`` the same as text.
+the command line; a duration is seconds or a ``timedelta``) and returns a typed result whose
+``to_dict()`` is exactly the ``--json`` document and ``to_json()`` the same as text. Overloads
+type the value: ``t.merge(dry_run=True).value`` is a ``MergePlan``, ``t.merge().value`` a
+``MergeResult``; ``t.plan_merge()`` returns the plan alone.
 Errors are the exceptions of :mod:`memwal.errors`, whose ``exit_code`` is the CLI's.
 
+>>> from datetime import timedelta
 >>> import memwal
 >>> t = memwal.open("s3://lake/events", storage_options={"aws_region": "us-east-1"})
->>> t.merge(max_generations=8).to_dict()["version"]          # doctest: +SKIP
->>> t.gc(dry_run=True).to_dict()["blocked"]                   # doctest: +SKIP
+>>> t.merge(max_generations=8).value.version                 # doctest: +SKIP
+>>> t.gc(dry_run=True, grace_seconds=timedelta(minutes=10)).value.blocked  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
+    from typing import Unpack
+
     import pyarrow as pa
 
     from memwal.actions import JobResult
@@ -27,7 +33,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.catchup import CatchupPlan, CatchupResult
     from memwal.checkpoint import Checkpoint, ManagedCheckpoint
     from memwal.compact import CompactPlan, CompactResult
-    from memwal.gc import GcResult
+    from memwal.gc import GcPlan, GcResult
     from memwal.history.timeline import History
     from memwal.inspect.status import TableStatus
     from memwal.inspect.verify import VerifyResult
@@ -36,6 +42,77 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.read import ReadPlan
     from memwal.snapshot import SnapshotPlan, SnapshotResult
     from memwal.table import Table
+
+#: A duration: seconds, or a :class:`~datetime.timedelta` (converted where options are validated).
+Seconds = float | timedelta
+
+
+# Each action's options as keywords (None: the option's default, declared once in
+# memwal.actions.options). The ``plan_<job>`` methods take the planning ones; ``<job>()`` adds
+# the running ones (engine, leases). tests/unit/test_api.py keeps them in step with the
+# options classes, which the CLI's flags come from.
+
+
+class MergePlanOptions(TypedDict, total=False):
+    shards: Sequence[str] | None
+    max_generations: int | None
+    max_rows: int | None
+    max_bytes: int | None
+
+
+class CatchupPlanOptions(TypedDict, total=False):
+    indexes: Sequence[str] | None
+    max_deltas: int | None
+    max_unindexed_fraction: float | None
+
+
+class CompactPlanOptions(TypedDict, total=False):
+    target_rows_per_fragment: int | None
+    max_rows_per_group: int | None
+    materialize_deletions_threshold: float | None
+    max_fragments: int | None
+
+
+class SnapshotPlanOptions(TypedDict, total=False):
+    pass
+
+
+class GcPlanOptions(TypedDict, total=False):
+    grace_seconds: Seconds | None
+    expire_versions: Seconds | Literal["never"] | None
+    orphans: bool
+    orphan_age_seconds: Seconds | None
+    audit: bool
+    history_retention: Seconds | None
+
+
+class RunOptions(TypedDict, total=False):
+    engine: Engine | None
+    lease_ttl: Seconds | None
+
+
+class WaitingRunOptions(RunOptions, total=False):
+    lease_wait: Seconds | None
+
+
+class MergeRunOptions(MergePlanOptions, WaitingRunOptions, total=False):
+    pass
+
+
+class CatchupRunOptions(CatchupPlanOptions, RunOptions, total=False):
+    pass
+
+
+class CompactRunOptions(CompactPlanOptions, RunOptions, total=False):
+    pass
+
+
+class SnapshotRunOptions(SnapshotPlanOptions, WaitingRunOptions, total=False):
+    pass
+
+
+class GcRunOptions(GcPlanOptions, RunOptions, total=False):
+    pass
 
 
 class MemWalTable:
@@ -58,50 +135,131 @@ class MemWalTable:
 
     # -- the actions: plan, then execute exactly that plan (or only plan: dry_run=True)
     #
-    # Each takes its command's options as keywords, by the same names; None (the default)
-    # means the option's default, declared once in memwal.actions.options (and shown by
-    # `memwal <command> --help`). tests/unit/test_api_signatures.py keeps both in step.
+    # Each takes its command's options as keywords, by the same names. A dry run's value is
+    # the plan (gc: the result the run would give), typed by the overloads: a caller never
+    # tests the type. plan_<job>() returns the plan alone.
 
     def _run(self, name: str, options: dict[str, Any]) -> JobResult[Any]:
         from memwal import actions
 
-        options.pop("self", None)
         opts = actions.action(name).options.from_kwargs(**options)
         return actions.run(name, self._table, opts)
 
+    def _plan(self, name: str, options: dict[str, Any]) -> Any:
+        """The plan of a dry run with ``options``: nothing written, no engine started."""
+        from memwal import actions
+
+        act = actions.action(name)
+        return act.plan(self._table, act.options.from_kwargs(**options, dry_run=True))
+
+    @overload
+    def merge(self, *, dry_run: Literal[True], **options: Unpack[MergeRunOptions]) -> JobResult[MergePlan]: ...
+    @overload
+    def merge(self, *, dry_run: Literal[False] = False,
+              **options: Unpack[MergeRunOptions]) -> JobResult[MergeResult]: ...
+    @overload
+    def merge(self, *, dry_run: bool,
+              **options: Unpack[MergeRunOptions]) -> JobResult[MergePlan] | JobResult[MergeResult]: ...
+
     def merge(self, *, shards: Sequence[str] | None = None, max_generations: int | None = None,
               max_rows: int | None = None, max_bytes: int | None = None, engine: Engine | None = None,
-              dry_run: bool = False, lease_ttl: float | None = None,
-              lease_wait: float | None = None) -> JobResult[MergePlan | MergeResult]:
+              dry_run: bool = False, lease_ttl: Seconds | None = None,
+              lease_wait: Seconds | None = None) -> JobResult[MergePlan] | JobResult[MergeResult]:
         """Merge flushed generations into the base table: per shard in order, progress in
         the same commit as the rows. A dry run's value is the :class:`MergePlan`."""
-        return self._run("merge", locals())
+        return self._run("merge", dict(shards=shards, max_generations=max_generations, max_rows=max_rows,
+                                       max_bytes=max_bytes, engine=engine, dry_run=dry_run, lease_ttl=lease_ttl,
+                                       lease_wait=lease_wait))
+
+    def plan_merge(self, **options: Unpack[MergePlanOptions]) -> MergePlan:
+        """What :meth:`merge` would merge (its dry run's value)."""
+        plan: MergePlan = self._plan("merge", dict(options))
+        return plan
+
+    @overload
+    def catchup(self, *, dry_run: Literal[True], **options: Unpack[CatchupRunOptions]) -> JobResult[CatchupPlan]: ...
+    @overload
+    def catchup(self, *, dry_run: Literal[False] = False,
+                **options: Unpack[CatchupRunOptions]) -> JobResult[CatchupResult]: ...
+    @overload
+    def catchup(self, *, dry_run: bool,
+                **options: Unpack[CatchupRunOptions]) -> JobResult[CatchupPlan] | JobResult[CatchupResult]: ...
 
     def catchup(self, *, indexes: Sequence[str] | None = None, max_deltas: int | None = None,
                 max_unindexed_fraction: float | None = None, engine: Engine | None = None, dry_run: bool = False,
-                lease_ttl: float | None = None) -> JobResult[CatchupPlan | CatchupResult]:
+                lease_ttl: Seconds | None = None) -> JobResult[CatchupPlan] | JobResult[CatchupResult]:
         """Bring the maintained indexes up to the merged generations."""
-        return self._run("catchup", locals())
+        return self._run("catchup", dict(indexes=indexes, max_deltas=max_deltas,
+                                         max_unindexed_fraction=max_unindexed_fraction, engine=engine,
+                                         dry_run=dry_run, lease_ttl=lease_ttl))
+
+    def plan_catchup(self, **options: Unpack[CatchupPlanOptions]) -> CatchupPlan:
+        """What :meth:`catchup` would do (its dry run's value)."""
+        plan: CatchupPlan = self._plan("catchup", dict(options))
+        return plan
+
+    @overload
+    def compact(self, *, dry_run: Literal[True], **options: Unpack[CompactRunOptions]) -> JobResult[CompactPlan]: ...
+    @overload
+    def compact(self, *, dry_run: Literal[False] = False,
+                **options: Unpack[CompactRunOptions]) -> JobResult[CompactResult]: ...
+    @overload
+    def compact(self, *, dry_run: bool,
+                **options: Unpack[CompactRunOptions]) -> JobResult[CompactPlan] | JobResult[CompactResult]: ...
 
     def compact(self, *, target_rows_per_fragment: int | None = None, max_rows_per_group: int | None = None,
                 materialize_deletions_threshold: float | None = None, max_fragments: int | None = None,
                 engine: Engine | None = None, dry_run: bool = False,
-                lease_ttl: float | None = None) -> JobResult[CompactPlan | CompactResult]:
+                lease_ttl: Seconds | None = None) -> JobResult[CompactPlan] | JobResult[CompactResult]:
         """Compact fragments, keeping the merge progress and the index catch-up."""
-        return self._run("compact", locals())
+        return self._run("compact", dict(target_rows_per_fragment=target_rows_per_fragment,
+                                         max_rows_per_group=max_rows_per_group,
+                                         materialize_deletions_threshold=materialize_deletions_threshold,
+                                         max_fragments=max_fragments, engine=engine, dry_run=dry_run,
+                                         lease_ttl=lease_ttl))
 
-    def snapshot(self, *, engine: Engine | None = None, dry_run: bool = False, lease_ttl: float | None = None,
-                 lease_wait: float | None = None) -> JobResult[SnapshotPlan | SnapshotResult]:
+    def plan_compact(self, **options: Unpack[CompactPlanOptions]) -> CompactPlan:
+        """What :meth:`compact` would rewrite (its dry run's value)."""
+        plan: CompactPlan = self._plan("compact", dict(options))
+        return plan
+
+    @overload
+    def snapshot(self, *, dry_run: Literal[True],
+                 **options: Unpack[SnapshotRunOptions]) -> JobResult[SnapshotPlan]: ...
+    @overload
+    def snapshot(self, *, dry_run: Literal[False] = False,
+                 **options: Unpack[SnapshotRunOptions]) -> JobResult[SnapshotResult]: ...
+    @overload
+    def snapshot(self, *, dry_run: bool,
+                 **options: Unpack[SnapshotRunOptions]) -> JobResult[SnapshotPlan] | JobResult[SnapshotResult]: ...
+
+    def snapshot(self, *, engine: Engine | None = None, dry_run: bool = False, lease_ttl: Seconds | None = None,
+                 lease_wait: Seconds | None = None) -> JobResult[SnapshotPlan] | JobResult[SnapshotResult]:
         """Publish every shard's state in the MemWAL index (the shard snapshot)."""
-        return self._run("snapshot", locals())
+        return self._run("snapshot", dict(engine=engine, dry_run=dry_run, lease_ttl=lease_ttl,
+                                          lease_wait=lease_wait))
 
-    def gc(self, *, grace_seconds: float | None = None, expire_versions: float | Literal["never"] | None = None,
-           orphans: bool = False, orphan_age_seconds: float | None = None, audit: bool = False,
-           history_retention: float | None = None, engine: Engine | None = None, dry_run: bool = False,
-           lease_ttl: float | None = None) -> JobResult[GcResult]:
+    def plan_snapshot(self, **options: Unpack[SnapshotPlanOptions]) -> SnapshotPlan:
+        """What :meth:`snapshot` would publish (its dry run's value; manifests read in-process)."""
+        plan: SnapshotPlan = self._plan("snapshot", dict(options))
+        return plan
+
+    def gc(self, *, grace_seconds: Seconds | None = None, expire_versions: Seconds | Literal["never"] | None = None,
+           orphans: bool = False, orphan_age_seconds: Seconds | None = None, audit: bool = False,
+           history_retention: Seconds | None = None, engine: Engine | None = None, dry_run: bool = False,
+           lease_ttl: Seconds | None = None) -> JobResult[GcResult]:
         """Delete what nothing can need any more; every kept item says which gates keep it.
-        A dry run's value is what the run would do (same items, same bytes)."""
-        return self._run("gc", locals())
+        A dry run's value is what the run would do (same items, same bytes: :meth:`GcPlan.preview`)."""
+        return self._run("gc", dict(grace_seconds=grace_seconds, expire_versions=expire_versions, orphans=orphans,
+                                    orphan_age_seconds=orphan_age_seconds, audit=audit,
+                                    history_retention=history_retention, engine=engine, dry_run=dry_run,
+                                    lease_ttl=lease_ttl))
+
+    def plan_gc(self, **options: Unpack[GcPlanOptions]) -> GcPlan:
+        """The GC plan (every collector's, each kept item with its gates); ``preview()`` is the
+        result a run would give, the dry run's value."""
+        plan: GcPlan = self._plan("gc", dict(options))
+        return plan
 
     # -- looking
 

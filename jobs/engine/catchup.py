@@ -30,7 +30,7 @@ from memwal.spark.engine.session import active_or_local
 from pyspark import SparkContext
 
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
-from memwal.catchup.execute import Fence
+from memwal.catchup.engine import Fence
 from memwal.table import Table
 
 

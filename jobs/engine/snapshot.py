@@ -49,14 +49,14 @@ class BrokenShard:
 
 def _read_partition(uri: str, options: dict[str, str], columns: list[FieldColumn], threads: int):
     def run(ids: Iterator[str]) -> Iterator[ShardRow | BrokenShard]:
-        from memwal.snapshot.plan import LocalManifestReader
+        from memwal.snapshot.engine import LocalSnapshotEngine
         from memwal.table import Table as _Table
 
         shard_ids = list(ids)
         if not shard_ids:
             return iter(())
         try:
-            return iter(LocalManifestReader(threads).read_rows(_Table(uri, dict(options)), shard_ids, columns))
+            return iter(LocalSnapshotEngine(threads).read_rows(_Table(uri, dict(options)), shard_ids, columns))
         except ShardManifestError as exc:
             return iter([BrokenShard.of(exc)])
 
@@ -64,7 +64,7 @@ def _read_partition(uri: str, options: dict[str, str], columns: list[FieldColumn
 
 
 class SparkManifestReader:
-    """A :class:`memwal.snapshot.ManifestReader` that reads on Spark executors."""
+    """A :class:`memwal.snapshot.SnapshotEngine` that reads on Spark executors."""
 
     name = "spark"
 

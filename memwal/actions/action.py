@@ -1,47 +1,88 @@
 """What an action is, and the leases a run holds.
 
 An :class:`Action` is a name, an options class, a pure ``plan``, an ``execute`` that runs
-exactly that plan, the leases it takes and the one function (``problems``) that decides
-whether its result is a failure. The actions themselves are declared in
-:mod:`memwal.actions.registry`; :mod:`memwal.actions.run` runs them.
+exactly that plan on an engine, the leases it takes and the verdicts that decide whether a
+run is a failure. It is generic in its options, plan, result and engine (the action's
+engine ``Protocol``), e.g. ``Action[MergeOptions, MergePlan, MergeResult, MergeEngine]``, so
+its caller gets the action's own types. The actions are declared in :mod:`memwal.actions.registry`;
+:mod:`memwal.actions.run` runs them.
+
+The verdict is one function per action: the result's ``problems()`` method (a run), the
+plan's (``plan_problems``, a dry run), and ``document_problems`` for a document that
+arrives from another process (a spark-submit result file), each built on the same function.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from memwal.actions.engines import engine_for
 from memwal.actions.options import JobOptions
+from memwal.core.document import Document
 
 if TYPE_CHECKING:
+    from memwal.lease import Lease
     from memwal.table import Table
 
 
+class Verdict(Protocol):
+    """A result: its document, and what makes it a failure (exit code 1)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def problems(self) -> list[str]: ...
+
+
+OptionsT = TypeVar("OptionsT", bound=JobOptions)
+PlanT = TypeVar("PlanT", bound=Document)
+ResultT = TypeVar("ResultT", bound=Verdict)
+EngineT = TypeVar("EngineT")
+
+#: A document's verdict: one line per thing that makes it a failure.
+DocumentVerdict = Callable[[Mapping[str, Any]], list[str]]
+
+
+class Leases(Protocol):
+    """Takes an action's leases: ``(table, options, run_id=)`` -> the held leases."""
+
+    def __call__(self, table: Table, options: JobOptions, *,
+                 run_id: str | None = None) -> contextlib.AbstractContextManager[HeldLeases]: ...
+
+
+def no_problems(_: object) -> list[str]:
+    """The verdict of an action whose failures raise: nothing in a plan or result fails it."""
+    return []
+
+
 @dataclass(frozen=True)
-class Action:
+class Action(Generic[OptionsT, PlanT, ResultT, EngineT]):
     """One maintenance action: what it takes, how it plans and executes, what it locks."""
 
     name: str
     help: str
-    options: type[JobOptions]
-    plan: Callable[[Table, Any], Any]  # (table, options) -> plan (a Document)
-    execute: Callable[[Table, Any, Any, Any, Any], Any]  # (table, plan, options, engine, lease) -> result
-    local: Callable[[], Any]  # the in-process engine (other engines plug in: memwal.actions.engines)
-    leases: Callable[..., contextlib.AbstractContextManager]  # (table, options, run_id=) -> held leases
-    problems: Callable[[dict], list[str]]  # the one place deciding that a result is a failure
+    options: type[OptionsT]
+    plan: Callable[[Table, OptionsT], PlanT]
+    execute: Callable[[Table, PlanT, OptionsT, EngineT, Lease], ResultT]
+    local: Callable[[], EngineT]  # the in-process engine (other engines plug in: memwal.actions.engines)
+    leases: Leases
+    #: The verdict of a result's (or a dry run's) document read back from another process.
+    document_problems: DocumentVerdict = no_problems
+    #: The verdict of a dry run, on its plan (a run's is its result's ``problems()``).
+    plan_problems: Callable[[PlanT], list[str]] = no_problems
     #: What a dry run shows, when not the plan itself (gc shows the result it would give).
-    preview: Callable[[Table, Any], Any] | None = None
+    preview: Callable[[Table, PlanT], Document] | None = None
     #: Whether a plan has anything to execute. Given, an engine that boots (a Spark session)
     #: starts after planning and only for a plan with work: a merge with nothing to merge
     #: boots no JVM. Without it the engine boots while the action plans (a long plan hides it).
-    has_work: Callable[[Any], bool] | None = None
+    has_work: Callable[[PlanT], bool] | None = None
 
-    def engine(self, name: str) -> Any:
+    def engine(self, name: str) -> EngineT:
         """The engine object by name: ``local``, or one an installed package plugs in."""
-        return engine_for(self.name, name, self.local)
+        engine: EngineT = engine_for(self.name, name, self.local)
+        return engine
 
 
 def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[str, ...] = (),
@@ -74,11 +115,11 @@ def lease_set(table: Table, options: JobOptions, *kinds: str, wait_for: tuple[st
     return held()
 
 
-class HeldLeases(list):
+class HeldLeases(list["Lease"]):
     """The leases a job holds, its own kind first."""
 
     @property
-    def primary(self) -> Any:
+    def primary(self) -> Lease:
         return self[0]
 
     def check(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from memwal.core.document import Document
 from memwal.errors import BadInputError
@@ -29,7 +30,7 @@ class MergeOpsChange(Document):
     changed: dict[str, str | None]
     unmerged_generations: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "merge_ops": self.merge_ops,
                 "changed": self.changed, "unmerged_generations": self.unmerged_generations}
 
@@ -78,7 +79,7 @@ def change_merge_ops(table: Table, *, set_ops: Mapping[str, str] | None = None, 
         # older name too); a set operator is recorded with the column's field id.
         owners = resolved_keys(config, {fid: name for name, fid in ids.items()}, strict=False)
         stale = {k for k, column in owners.items() if column in changed} | {c for c in changed if c in owners}
-        values = {}
+        values: dict[str, str | None] = {}
         for c, op in changed.items():
             if op is not None and op != "replace":
                 values[f"{CONFIG_PREFIX}{c}"] = op

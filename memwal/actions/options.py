@@ -13,7 +13,8 @@ the same way from the command line, from Python and from a DAG config.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, Literal, Self, get_args
 
 from memwal.core import validate
@@ -65,8 +66,11 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
+#: The check of a kind of value: ``(option name, value) -> the value to keep``.
+Check = Callable[[str, Any], object]
+
 #: The check of each kind of value (memwal.core.validate), shared by every entry point.
-CHECKS = {
+CHECKS: dict[str, Check] = {
     "count": validate.positive_int,
     "duration": validate.duration,
     "fraction": validate.fraction,
@@ -77,8 +81,9 @@ CHECKS = {
 }
 
 
-def spec_of(f) -> Spec:
-    return f.metadata["spec"]
+def spec_of(f: Field[Any]) -> Spec:
+    spec: Spec = f.metadata["spec"]
+    return spec
 
 
 def flag_of(name: str, spec: Spec) -> str:
@@ -106,7 +111,7 @@ class JobOptions:
         unknown = sorted(set(kwargs) - set(known))
         if unknown:
             raise BadInputError(f"unknown option {unknown[0]!r}: expected one of {', '.join(sorted(known))}")
-        values = {}
+        values: dict[str, Any] = {}
         for name, value in kwargs.items():
             if value is None:
                 continue

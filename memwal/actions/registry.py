@@ -1,56 +1,73 @@
 """The five maintenance actions, declared once each: options, plan, execute, leases, verdict.
 
-The plan and execute functions are thin: each calls its job's package (``memwal.merge``,
-``memwal.catchup``, ``memwal.compact``, ``memwal.snapshot``, ``memwal.gc``), imported when the
-job runs so that ``memwal --help`` does not load Lance.
+Each is an ``Action[Options, Plan, Result, Engine]`` of its job's own types. The plan and
+execute functions are thin: each calls its job's package (``memwal.merge``,
+``memwal.catchup``, ``memwal.compact``, ``memwal.snapshot``, ``memwal.gc``), imported when
+the job runs so that ``memwal --help`` does not load Lance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memwal.actions.action import Action, lease_set
+from memwal.actions.action import Action, HeldLeases, Leases, lease_set
 from memwal.actions.options import (
     CatchupOptions,
     CompactOptions,
     GcOptions,
+    JobOptions,
     MergeOptions,
     SnapshotOptions,
 )
 
 if TYPE_CHECKING:
+    import contextlib
+
+    from lance.optimize import CompactionOptions
+
+    from memwal.catchup import CatchupPlan, CatchupResult, CatchupThresholds
+    from memwal.catchup.engine import CatchupEngine
+    from memwal.compact import CompactPlan, CompactResult
+    from memwal.compact.engine import CompactEngine
+    from memwal.core.document import Document
+    from memwal.gc import GcPlan, GcResult
+    from memwal.gc.engine import GcEngine
+    from memwal.lease import Lease
+    from memwal.merge import MergePlan, MergeResult
+    from memwal.merge.engine import MergeEngine
+    from memwal.snapshot import SnapshotPlan, SnapshotResult
+    from memwal.snapshot.engine import SnapshotEngine
     from memwal.table import Table
 
 
 # ----------------------------------------------------------------------------- merge
 
 
-def _plan_merge(table: Table, o: MergeOptions) -> Any:
+def plan_merge(table: Table, o: MergeOptions) -> MergePlan:
     from memwal.merge import plan_merge
 
-    return plan_merge(table, **_budget(o))
+    return plan_merge(table, shards=list(o.shards) or None, max_generations=o.max_generations,
+                      max_rows=o.max_rows, max_bytes=o.max_bytes)
 
 
-def _budget(o: MergeOptions) -> dict[str, Any]:
-    return dict(shards=list(o.shards) or None, max_generations=o.max_generations, max_rows=o.max_rows,
-                max_bytes=o.max_bytes)
-
-
-def _execute_merge(table: Table, plan: Any, o: MergeOptions, engine: Any, lease: Any) -> Any:
+def execute_merge(table: Table, plan: MergePlan, o: MergeOptions, engine: MergeEngine, lease: Lease) -> MergeResult:
     from memwal.merge import run_merge
 
-    return run_merge(table, plan=plan, engine=engine, lease=lease, **_budget(o))
+    return run_merge(table, plan=plan, engine=engine, lease=lease, shards=list(o.shards) or None,
+                     max_generations=o.max_generations, max_rows=o.max_rows, max_bytes=o.max_bytes)
 
 
-def _merge_problems(doc: dict) -> list[str]:
-    return [f"shard {b['shard_id']} stopped at generation {b['generation']}: {b['reason']}" for b in doc["blocked"]]
+def merge_document_problems(doc: Mapping[str, Any]) -> list[str]:
+    from memwal.merge.model import problems_in
+
+    return problems_in(doc)  # MergeResult.problems() / MergePlan.problems(), on the document
 
 
 # ----------------------------------------------------------------------------- catchup
 
 
-def _thresholds(o: CatchupOptions) -> Any:
+def _thresholds(o: CatchupOptions) -> CatchupThresholds:
     from memwal.catchup import CatchupThresholds
 
     t = CatchupThresholds()
@@ -61,13 +78,14 @@ def _thresholds(o: CatchupOptions) -> Any:
     return t
 
 
-def _plan_catchup(table: Table, o: CatchupOptions) -> Any:
+def plan_catchup(table: Table, o: CatchupOptions) -> CatchupPlan:
     from memwal.catchup import plan_catchup
 
     return plan_catchup(table, indexes=list(o.indexes) or None, thresholds=_thresholds(o))
 
 
-def _execute_catchup(table: Table, plan: Any, o: CatchupOptions, engine: Any, lease: Any) -> Any:
+def execute_catchup(table: Table, plan: CatchupPlan, o: CatchupOptions, engine: CatchupEngine,
+                    lease: Lease) -> CatchupResult:
     from memwal.catchup import run_catchup
 
     return run_catchup(table, plan=plan, engine=engine, lease=lease)
@@ -76,7 +94,7 @@ def _execute_catchup(table: Table, plan: Any, o: CatchupOptions, engine: Any, le
 # ----------------------------------------------------------------------------- compact
 
 
-def _compaction(o: CompactOptions) -> dict[str, Any]:
+def _compaction(o: CompactOptions) -> CompactionOptions:
     from memwal.compact import lance_options
 
     return lance_options(target_rows_per_fragment=o.target_rows_per_fragment, max_rows_per_group=o.max_rows_per_group,
@@ -84,16 +102,17 @@ def _compaction(o: CompactOptions) -> dict[str, Any]:
                          max_fragments=o.max_fragments)
 
 
-def _plan_compact(table: Table, o: CompactOptions) -> Any:
+def plan_compact(table: Table, o: CompactOptions) -> CompactPlan:
     from memwal.compact import plan_compaction
 
     return plan_compaction(table, _compaction(o))
 
 
-def _execute_compact(table: Table, plan: Any, o: CompactOptions, engine: Any, lease: Any) -> Any:
+def execute_compact(table: Table, plan: CompactPlan, o: CompactOptions, engine: CompactEngine,
+                    lease: Lease) -> CompactResult:
     from memwal.compact import run_compact
 
-    catchup_engine = ACTIONS["catchup"].engine(o.engine)  # re-earns what the compaction commit dropped (H4)
+    catchup_engine = CATCHUP.engine(o.engine)  # re-earns what the compaction commit dropped (H4)
     return run_compact(table, plan=plan, options=_compaction(o), engine=engine, lease=lease,
                        catchup_engine=catchup_engine)
 
@@ -101,15 +120,16 @@ def _execute_compact(table: Table, plan: Any, o: CompactOptions, engine: Any, le
 # ----------------------------------------------------------------------------- snapshot
 
 
-def _plan_snapshot(table: Table, o: SnapshotOptions) -> Any:
+def plan_snapshot(table: Table, o: SnapshotOptions) -> SnapshotPlan:
     from memwal.snapshot import plan_snapshot
 
     # A dry run reads the manifests in-process: it never starts an engine (a Spark session).
-    reader = ACTIONS["snapshot"].engine("local" if o.dry_run else o.engine)
+    reader = SNAPSHOT.engine("local" if o.dry_run else o.engine)
     return plan_snapshot(table, reader=reader)
 
 
-def _execute_snapshot(table: Table, plan: Any, o: SnapshotOptions, engine: Any, lease: Any) -> Any:
+def execute_snapshot(table: Table, plan: SnapshotPlan, o: SnapshotOptions, engine: SnapshotEngine,
+                     lease: Lease) -> SnapshotResult:
     from memwal.snapshot import execute_snapshot
 
     return execute_snapshot(table, plan, lease=lease)
@@ -118,7 +138,7 @@ def _execute_snapshot(table: Table, plan: Any, o: SnapshotOptions, engine: Any, 
 # ----------------------------------------------------------------------------- gc
 
 
-def _plan_gc(table: Table, o: GcOptions) -> Any:
+def plan_gc(table: Table, o: GcOptions) -> GcPlan:
     from memwal.gc import prepare_gc
 
     # Plans once, before the lease: bad input (a corrupt WAL entry, an audit path that is a
@@ -129,90 +149,105 @@ def _plan_gc(table: Table, o: GcOptions) -> Any:
                       history_retention_seconds=o.history_retention, expire_versions_seconds=o.expire_versions)
 
 
-def _execute_gc(table: Table, plan: Any, o: GcOptions, engine: Any, lease: Any) -> Any:
+def execute_gc(table: Table, plan: GcPlan, o: GcOptions, engine: GcEngine, lease: Lease) -> GcResult:
     from memwal.gc import run_gc
 
     return run_gc(table, plan, engine=engine, lease=lease, orphans=o.orphans, audit=o.audit)
 
 
-def _preview_gc(table: Table, plan: Any) -> Any:
+def preview_gc(table: Table, plan: GcPlan) -> Document:
     return plan.preview()
 
 
-def _gc_problems(doc: dict) -> list[str]:
+def gc_plan_problems(plan: GcPlan) -> list[str]:
+    from memwal.gc.result import problems_of
+
+    return problems_of(plan.broken_shards, plan.blocked)  # GcResult.problems() of its preview
+
+
+def gc_document_problems(doc: Mapping[str, Any]) -> list[str]:
     from memwal.gc import problems_in
 
     return problems_in(doc)  # GcResult.problems(), on the document
 
 
-def _single(kind: str, *, wait: bool = False) -> Callable[..., Any]:
-    return lambda table, o, run_id=None: lease_set(table, o, kind, wait_for=(kind,) if wait else (), run_id=run_id)
+# ----------------------------------------------------------------------------- leases
 
 
-def _none(doc: dict) -> list[str]:
-    return []
+def _single(kind: str, *, wait: bool = False) -> Leases:
+    def take(table: Table, options: JobOptions, *,
+             run_id: str | None = None) -> contextlib.AbstractContextManager[HeldLeases]:
+        return lease_set(table, options, kind, wait_for=(kind,) if wait else (), run_id=run_id)
+
+    return take
+
+
+def _snapshot_leases(table: Table, options: JobOptions, *,
+                     run_id: str | None = None) -> contextlib.AbstractContextManager[HeldLeases]:
+    # The refresh replaces the MemWAL index entry, which can erase progress committed
+    # concurrently (hazard H1). It also holds the merge lease, so memwal-jobs' own
+    # mergers never commit during it; its detect-and-repair covers every other writer.
+    return lease_set(table, options, "snapshot", "merge", wait_for=("merge",), run_id=run_id)
 
 
 # The in-process engines, imported when a job runs (``memwal --help`` must not load Lance).
 
 
-def _local_merge() -> Any:
-    from memwal.merge.execute import LocalEngine
+def _local_merge() -> MergeEngine:
+    from memwal.merge.engine import LocalMergeEngine
 
-    return LocalEngine()
+    return LocalMergeEngine()
 
 
-def _local_catchup() -> Any:
-    from memwal.catchup import LocalCatchupEngine
+def _local_catchup() -> CatchupEngine:
+    from memwal.catchup.engine import LocalCatchupEngine
 
     return LocalCatchupEngine()
 
 
-def _local_compact() -> Any:
-    from memwal.compact import LocalCompactEngine
+def _local_compact() -> CompactEngine:
+    from memwal.compact.engine import LocalCompactEngine
 
     return LocalCompactEngine()
 
 
-def _local_snapshot() -> Any:
-    from memwal.snapshot import LocalManifestReader
+def _local_snapshot() -> SnapshotEngine:
+    from memwal.snapshot.engine import LocalSnapshotEngine
 
-    return LocalManifestReader()
+    return LocalSnapshotEngine()
 
 
-def _local_gc() -> Any:
-    from memwal.gc import LocalGcEngine
+def _local_gc() -> GcEngine:
+    from memwal.gc.engine import LocalGcEngine
 
     return LocalGcEngine()
 
 
+def _merge_has_work(plan: MergePlan) -> bool:
+    return not plan.is_empty()
+
+
+def _merge_plan_problems(plan: MergePlan) -> list[str]:
+    return plan.problems()
+
+
+MERGE: Action[MergeOptions, MergePlan, MergeResult, MergeEngine] = Action(
+    "merge", "merge flushed generations into the base table, in order, with atomic progress",
+    MergeOptions, plan_merge, execute_merge, _local_merge, _single("merge", wait=True),
+    document_problems=merge_document_problems, plan_problems=_merge_plan_problems, has_work=_merge_has_work)
+CATCHUP: Action[CatchupOptions, CatchupPlan, CatchupResult, CatchupEngine] = Action(
+    "catchup", "bring base-table indexes up to the merged generations",
+    CatchupOptions, plan_catchup, execute_catchup, _local_catchup, _single("catchup"))
+COMPACT: Action[CompactOptions, CompactPlan, CompactResult, CompactEngine] = Action(
+    "compact", "rewrite small fragments and materialise deletions, keeping progress and index catch-up",
+    CompactOptions, plan_compact, execute_compact, _local_compact, _single("compact"))
+SNAPSHOT: Action[SnapshotOptions, SnapshotPlan, SnapshotResult, SnapshotEngine] = Action(
+    "snapshot", "publish every shard's state in the MemWAL index (the shard snapshot)",
+    SnapshotOptions, plan_snapshot, execute_snapshot, _local_snapshot, _snapshot_leases)
+GC: Action[GcOptions, GcPlan, GcResult, GcEngine] = Action(
+    "gc", "delete merged, indexed, unretained generations and their WAL entries",
+    GcOptions, plan_gc, execute_gc, _local_gc, _single("gc"),
+    document_problems=gc_document_problems, plan_problems=gc_plan_problems, preview=preview_gc)
+
 #: Every action, in the order a maintenance cycle runs them.
-ACTIONS: dict[str, Action] = {
-    a.name: a
-    for a in (
-        Action("merge", "merge flushed generations into the base table, in order, with atomic progress",
-               MergeOptions, _plan_merge, _execute_merge,
-               _local_merge,
-               _single("merge", wait=True), _merge_problems, has_work=lambda plan: not plan.is_empty()),
-        Action("catchup", "bring base-table indexes up to the merged generations",
-               CatchupOptions, _plan_catchup, _execute_catchup,
-               _local_catchup,
-               _single("catchup"), _none),
-        Action("compact", "rewrite small fragments and materialise deletions, keeping progress and index catch-up",
-               CompactOptions, _plan_compact, _execute_compact,
-               _local_compact,
-               _single("compact"), _none),
-        # The refresh replaces the MemWAL index entry, which can erase progress committed
-        # concurrently (hazard H1). It also holds the merge lease, so memwal-jobs' own
-        # mergers never commit during it; its detect-and-repair covers every other writer.
-        Action("snapshot", "publish every shard's state in the MemWAL index (the shard snapshot)",
-               SnapshotOptions, _plan_snapshot, _execute_snapshot,
-               _local_snapshot,
-               lambda table, o, run_id=None: lease_set(table, o, "snapshot", "merge", wait_for=("merge",),
-                                                       run_id=run_id), _none),
-        Action("gc", "delete merged, indexed, unretained generations and their WAL entries",
-               GcOptions, _plan_gc, _execute_gc,
-               _local_gc,
-               _single("gc"), _gc_problems, _preview_gc),
-    )
-}
+ACTIONS: dict[str, Action[Any, Any, Any, Any]] = {a.name: a for a in (MERGE, CATCHUP, COMPACT, SNAPSHOT, GC)}

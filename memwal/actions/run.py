@@ -9,7 +9,7 @@ failure is decided in one place: the action's ``problems``.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memwal.actions import engines
@@ -26,8 +26,8 @@ from memwal.observe import progress
 if TYPE_CHECKING:
     from memwal.table import Table
 
-#: The type of a :class:`JobResult`'s value: a plan or a result, each a :class:`~memwal.core.document.Document`.
-V = TypeVar("V")
+#: The type of a :class:`JobResult`'s value: the action's plan (a dry run) or result.
+V = TypeVar("V", bound=Document)
 
 
 @dataclass
@@ -36,12 +36,15 @@ class JobResult(Document, Generic[V]):
 
     ``value`` is the action's own object (``MergePlan`` for a merge's dry run,
     ``MergeResult`` for its run, ...); each has ``to_dict()``, the document of the CLI.
+    ``problems`` holds one line per thing that makes it a failure (exit code 1): the
+    result's ``problems()``, or for a dry run the action's ``plan_problems`` of its plan.
     """
 
     action: str
     dry_run: bool
     value: V
     run_id: str | None = None  # the run's id in the table's history (None for a dry run)
+    problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the CLI's ``--json`` document (a run's names its ``run_id``: ``memwal history``)."""
@@ -51,16 +54,11 @@ class JobResult(Document, Generic[V]):
         return {"dry_run": True, **doc} if self.dry_run and "dry_run" not in doc else doc
 
     @property
-    def problems(self) -> list[str]:
-        """One line per thing that makes this run a failure (exit code 1)."""
-        return ACTIONS[self.action].problems(self.to_dict())
-
-    @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def action(name: str) -> Action:
+def action(name: str) -> Action[Any, Any, Any, Any]:
     if name not in ACTIONS:
         raise BadInputError(f"unknown job {name!r}: expected one of {', '.join(ACTIONS)}")
     return ACTIONS[name]
@@ -71,7 +69,7 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def run(name: str, table: Table, options: JobOptions) -> JobResult:
+def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
     """Plan, then (unless a dry run) take the leases and execute exactly that plan.
 
     The engine starts what it needs (a Spark session boots in the background) once the
@@ -86,8 +84,9 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
     plan = act.plan(table, options)
     steps.step(f"{name}.planned")
     if options.dry_run:
-        return JobResult(name, True, act.preview(table, plan) if act.preview else plan)
-    if not early and act.has_work(plan):
+        shown = act.preview(table, plan) if act.preview else plan
+        return JobResult(name, True, shown, problems=act.plan_problems(plan))
+    if not early and act.has_work is not None and act.has_work(plan):
         engines.prepare(options.engine)
     progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming
     engine = progress.engine(name, act.engine(options.engine))
@@ -102,7 +101,7 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult:
                 if lost is None:
                     raise
                 raise lost from exc
-            result = JobResult(name, False, value, run_id)
+            result = JobResult(name, False, value, run_id, value.problems())
             leases.check()
             ctx.doc, ctx.problems = result.to_dict(), result.problems
     return result

@@ -8,18 +8,12 @@ deltas, or too large an unindexed fraction, like Zeppelin's retrain threshold), 
 and read back that Lance recorded the catch-up. GC waits for that record (gate b).
 
 - :mod:`memwal.catchup.plan`: the plan (pure: the dry run);
+- :mod:`memwal.catchup.engine`: where the index work runs (:class:`LocalCatchupEngine` in-process);
 - :mod:`memwal.catchup.execute`: running exactly that plan.
 """
 
-from memwal.catchup.execute import (
-    ALL_DELTAS,
-    CatchupEngine,
-    CatchupResult,
-    IndexResult,
-    LocalCatchupEngine,
-    execute_catchup,
-    run_catchup,
-)
+from memwal.catchup.engine import ALL_DELTAS, CatchupEngine, LocalCatchupEngine
+from memwal.catchup.execute import CatchupResult, IndexResult, execute_catchup, run_catchup
 from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
 
 __all__ = [

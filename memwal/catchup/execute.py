@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
+from memwal.catchup.engine import CatchupEngine, LocalCatchupEngine
+from memwal.catchup.plan import NONE, CatchupPlan, CatchupThresholds, plan_catchup
 from memwal.core import steps
 from memwal.core.document import Document
 from memwal.core.retry import after_conflict, vanished
@@ -18,9 +18,6 @@ from memwal.table import Table
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
-
-#: Called right before each commit of an engine (the lease check); None: no check.
-Fence = Callable[[], None] | None
 
 log = logging.getLogger(__name__)
 
@@ -48,50 +45,9 @@ class CatchupResult(Document):
         return {"table": self.table, "version": self.version, "engine": self.engine,
                 "all_recorded": self.all_recorded, "indexes": [asdict(i) for i in self.indexes]}
 
-
-ALL_DELTAS = 1 << 30
-
-
-class CatchupEngine(Protocol):
-    """Builds what a plan's indexes lack (local: Lance's ``optimize_indices``; spark: segments on
-    executors); returns the versions it committed, calling ``fence`` right before each commit."""
-
-    @property
-    def name(self) -> str: ...
-
-    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan], fence: Fence = None) -> list[int]: ...
-
-
-class LocalCatchupEngine:
-    """Lance's own optimize_indices, in-process: one commit per kind of work.
-
-    Incremental: the unindexed fragments become part of the newest delta. Rebuild: a
-    vector index is retrained (new centroids for drifted data); a scalar index has no
-    training, so its rebuild is merging every delta into one.
-    """
-
-    name = "local"
-
-    def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan], fence: Fence = None) -> list[int]:
-        """Run the work; the versions it committed (``fence`` is called right before each
-        commit: a lease check, so a job that lost its lease commits nothing more)."""
-        groups: list[tuple[list[str], dict[str, int | bool]]] = [
-            ([i.index_name for i in work if i.action == OPTIMIZE], {"num_indices_to_merge": 1}),
-            ([i.index_name for i in work if i.action == RETRAIN and i.is_vector], {"retrain": True}),
-            ([i.index_name for i in work if i.action == RETRAIN and not i.is_vector],
-             {"num_indices_to_merge": ALL_DELTAS}),
-        ]
-        committed: list[int] = []
-        for names, options in groups:
-            if names:
-                ds = table.dataset()
-                before = ds.version
-                if fence is not None:
-                    fence()
-                ds.optimize.optimize_indices(index_names=names, **options)
-                if ds.version != before:  # the handle moved to its own commit (a no-op commits nothing)
-                    committed.append(ds.version)
-        return committed
+    def problems(self) -> list[str]:
+        """What makes this run a failure: nothing here (a failed catch-up raises, exit 1 or 3)."""
+        return []
 
 
 def execute_catchup(table: Table, plan: CatchupPlan, engine: CatchupEngine | None = None, *,

@@ -13,15 +13,15 @@ touched the same fragments): the rewrite was made against an older version, so i
 be redone against the new one.
 
 - :mod:`memwal.compact.plan`: the plan (pure: the dry run);
+- :mod:`memwal.compact.engine`: where the rewrite tasks run (:class:`LocalCompactEngine` in-process);
 - :mod:`memwal.compact.execute`: running exactly that plan.
 """
 
+from memwal.compact.engine import CompactEngine, LocalCompactEngine
 from memwal.compact.execute import (
     CATCHUP_ATTEMPTS,
-    CompactEngine,
     CompactResult,
     IndexCatchup,
-    LocalCompactEngine,
     check_progress_kept,
     execute_compaction,
     finish,

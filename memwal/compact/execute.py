@@ -7,11 +7,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from lance.optimize import Compaction, CompactionOptions, RewriteResult
+from lance.optimize import Compaction, CompactionOptions
 
 from memwal.catchup import CatchupEngine, CatchupThresholds, LocalCatchupEngine, execute_catchup, plan_catchup
+from memwal.compact.engine import CompactEngine, LocalCompactEngine
 from memwal.compact.plan import CompactPlan, plan_compaction
 from memwal.core import steps
 from memwal.core.document import Document
@@ -60,25 +61,9 @@ class CompactResult(Document):
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-
-class CompactEngine(Protocol):
-    """Runs a plan's Lance tasks (local: in-process; spark: one Spark task per Lance task)."""
-
-    name: str
-
-    def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]: ...
-
-
-class LocalCompactEngine:
-    name = "local"
-
-    @classmethod
-    def from_active_or_local(cls) -> LocalCompactEngine:
-        return cls()
-
-    def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]:
-        ds = table.dataset(plan.read_version)
-        return [task.execute(ds) for task in plan.lance_tasks]
+    def problems(self) -> list[str]:
+        """What makes this run a failure: nothing here (a failed compaction raises, exit 1 or 3)."""
+        return []
 
 
 def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | None = None, *,

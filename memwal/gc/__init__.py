@@ -26,14 +26,13 @@ executes exactly it after a re-check that only drops items (:mod:`memwal.gc.rech
 
 from memwal.gc.delete import (
     BATCH_OBJECTS,
-    GcEngine,
-    LocalGcEngine,
     PrefixOutcome,
     Target,
     delete_keys,
     delete_objects,
     delete_prefixes,
 )
+from memwal.gc.engine import GcEngine, LocalGcEngine
 from memwal.gc.gates import DEFAULT_GRACE_SECONDS, FENCE_SENTINEL, GRACE_PERIOD, UNSAFE_PATH, WAL_NEEDED_FOR_REPLAY
 from memwal.gc.plan import DEFAULT_ORPHAN_AGE_SECONDS, GcPlan, plan_gc, plan_gc_settled, prepare_gc
 from memwal.gc.report import render_gc

@@ -18,16 +18,12 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple
 
 from memwal.core.pool import parallel_map
 from memwal.errors import LinkedPathError, UnsafePathError
 from memwal.store import ObjectInfo, Store
-from memwal.table import Table
 from memwal.table.paths import check_deletable, shard_of_key
-
-if TYPE_CHECKING:
-    from memwal.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +68,6 @@ class PrefixOutcome(NamedTuple):
     objects: int  # objects deleted
     bytes: int  # bytes freed
     unsafe: list[str]  # keys refused: links found, or paths that crossed one at deletion time
-
-
-class GcEngine(Protocol):
-    """Where GC's deletions run: in-process (:class:`LocalGcEngine`) or spread over Spark executors."""
-
-    name: str
-
-    def delete_prefixes(self, table: Table, targets: Sequence[Target], lease: Lease | None,
-                        done: Done | None = None) -> list[PrefixOutcome]: ...
-
-    def delete_keys(self, table: Table, keys: Sequence[str], lease: Lease | None,
-                    done: Done | None = None) -> list[str]: ...
 
 
 def under(key: str, prefix: str) -> bool:
@@ -239,19 +223,3 @@ def _delete_concurrently(store: Store, keys: list[str]) -> set[str]:
         return set(delete_objects(store, keys))
     parts = parallel_map(partial(delete_objects, store), slices, threads, name="memwal-delete")
     return {k for refused in parts for k in refused}
-
-
-class LocalGcEngine:
-    """Deletes in-process, through the same :func:`delete_prefixes` / :func:`delete_keys` as Spark,
-    checking the lease before every batch."""
-
-    name = "local"
-
-    def delete_prefixes(self, table: Table, targets: Sequence[Target], lease: Lease | None,
-                        done: Done | None = None) -> list[PrefixOutcome]:
-        return delete_prefixes(table.store, targets, before_batch=lease.check if lease else None, done=done)
-
-    def delete_keys(self, table: Table, keys: Sequence[str], lease: Lease | None,
-                    done: Done | None = None) -> list[str]:
-        """Delete single objects (WAL entries); returns the keys refused as unsafe."""
-        return delete_keys(table.store, keys, before_batch=lease.check if lease else None, done=done)

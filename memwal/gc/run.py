@@ -29,7 +29,8 @@ from memwal.checkpoint.expiry import sweep_checkpoints
 from memwal.checkpoint.handshake import gc_finished, gc_started
 from memwal.core import clock as clocks
 from memwal.core import steps
-from memwal.gc.delete import GcEngine, LocalGcEngine, Target, check_under
+from memwal.gc.delete import Target, check_under
+from memwal.gc.engine import GcEngine, LocalGcEngine
 from memwal.gc.gates import UNSAFE_PATH
 from memwal.gc.model import Blocked, DeletedGeneration, ExpiredVersions
 from memwal.gc.plan import GcPlan, check_audit_destination

@@ -5,12 +5,15 @@ computes the net change set, and the merge lease. Each pass joins its change set
 base through the key index or a scan, by the measured rule of :mod:`memwal.merge.join`.
 """
 
+from memwal.merge.engine import LocalMergeEngine, MergeEngine
 from memwal.merge.execute import MergeResult, ShardMergeResult, execute_merge, run_merge
 from memwal.merge.model import GenerationRef, MergePlan, ShardMergePlan
 from memwal.merge.plan import plan_merge
 
 __all__ = [
     "GenerationRef",
+    "LocalMergeEngine",
+    "MergeEngine",
     "MergePlan",
     "MergeResult",
     "ShardMergePlan",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow as pa
@@ -41,12 +41,12 @@ from memwal.errors import StateMovedError, first_line
 from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import NetChanges, no_changes
-from memwal.merge.driverless import TableChanges, claim_fence, commit_table_changes, fence_fragment, with_fence
+from memwal.merge.driverless import claim_fence, commit_table_changes, fence_fragment, with_fence
+from memwal.merge.engine import LocalMergeEngine, MergeEngine, writes_table
 from memwal.merge.guard import StaleProgressError as StaleProgressError  # re-exported: callers catch it here
 from memwal.merge.guard import before_commit, markers
 from memwal.merge.join import join_builder
-from memwal.merge.local import DEFAULT_MEMORY_BUDGET, DEFAULT_PARTITION_ROWS, local_net_changes
-from memwal.merge.model import BlockedShard, MergePlan
+from memwal.merge.model import BlockedShard, MergePlan, blocked_problems
 from memwal.merge.ops import MergeOps
 from memwal.merge.plan import plan_merge
 from memwal.observe import progress
@@ -64,41 +64,6 @@ Step = Callable[[str], None]
 DRIVERLESS, DRIVER, MARKER = "driverless", "driver", "marker"
 
 
-class MergeEngine(Protocol):
-    """Computes the net change set of a plan (local: pyarrow; spark: executors)."""
-
-    name: str
-
-    def net_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> NetChanges: ...
-
-
-class TableWritingEngine(MergeEngine, Protocol):
-    """An engine whose workers can also write a last-write-wins batch into the base table."""
-
-    #: Whether it does so (an engine may be asked not to, e.g. to measure the driver path).
-    driverless: bool
-
-    def table_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> TableChanges: ...
-
-
-def writes_table(engine: MergeEngine) -> TypeGuard[TableWritingEngine]:
-    return bool(getattr(engine, "driverless", False)) and callable(getattr(engine, "table_changes", None))
-
-
-class LocalEngine:
-    name = "local"
-
-    def __init__(
-        self, partition_rows: int = DEFAULT_PARTITION_ROWS, memory_budget: int = DEFAULT_MEMORY_BUDGET
-    ) -> None:
-        self.partition_rows = partition_rows
-        self.memory_budget = memory_budget
-
-    def net_changes(self, table: Table, plan: MergePlan, schema: pa.Schema) -> NetChanges:
-        return local_net_changes(plan, schema, table.storage_options, partition_rows=self.partition_rows,
-                                 memory_budget=self.memory_budget)
-
-
 @dataclass
 class ShardMergeResult:
     shard_id: str
@@ -113,7 +78,7 @@ class MergeResult(Document):
     table: str
     version: int | None
     shards: list[ShardMergeResult] = field(default_factory=list)
-    blocked: list[dict[str, Any]] = field(default_factory=list)
+    blocked: list[BlockedShard] = field(default_factory=list)
     commits: int = 0
     attempts: int = 1
     engine: str = "local"
@@ -126,6 +91,10 @@ class MergeResult(Document):
     @property
     def ok(self) -> bool:
         return not self.blocked
+
+    def problems(self) -> list[str]:
+        """What makes this run a failure: the shards it stopped (:func:`blocked_problems`)."""
+        return blocked_problems(self.blocked)
 
 
 def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: bool = False) -> int:
@@ -221,7 +190,7 @@ def execute_merge(
 ) -> MergeResult:
     """Run one planned batch. Raises on conflict; :func:`run_merge` re-plans and retries."""
     step = progress.phased("merge", steps.scoped("merge", on_step))
-    result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=[asdict(b) for b in plan.blocked])
+    result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=list(plan.blocked))
     if plan.is_empty():
         return result
     schema = table.dataset(plan.read_version).schema
@@ -280,7 +249,7 @@ def run_merge(
     its lease must end with LeaseLostError (exit 3), even when the re-plan finds nothing
     left to merge, never with a success.
     """
-    engine = engine or LocalEngine()
+    engine = engine or LocalMergeEngine()
     #: Generations this run failed to read: their shards stop there, the others merge.
     unreadable: dict[str, BlockedShard] = {}
 

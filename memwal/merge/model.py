@@ -6,6 +6,7 @@ is :mod:`memwal.merge.plan`, how its inputs are checked :mod:`memwal.merge.input
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -57,6 +58,16 @@ class BlockedShard:
     reason: str
 
 
+def blocked_problems(blocked: Iterable[BlockedShard]) -> list[str]:
+    """A merge's verdict (plan or result): each shard it stopped at a generation is a failure."""
+    return [f"shard {b.shard_id} stopped at generation {b.generation}: {b.reason}" for b in blocked]
+
+
+def problems_in(doc: Mapping[str, Any]) -> list[str]:
+    """:func:`blocked_problems` of a merge plan's or result's document (a spark-submit result file)."""
+    return blocked_problems(BlockedShard(b["shard_id"], b["generation"], b["reason"]) for b in doc["blocked"])
+
+
 @dataclass
 class MergePlan(Document):
     table: str
@@ -84,6 +95,10 @@ class MergePlan(Document):
 
     def is_empty(self) -> bool:
         return not self.shards
+
+    def problems(self) -> list[str]:
+        """What makes this dry run a failure: the shards it stops (:func:`blocked_problems`)."""
+        return blocked_problems(self.blocked)
 
     def data_plan(self) -> MergePlan:
         """The generations whose data is still to be merged: each shard's above its

@@ -14,6 +14,7 @@ One module per job:
 This package re-exports what callers use, so ``from memwal.snapshot import ...`` keeps working.
 """
 
+from memwal.snapshot.engine import LOCAL_READ_THREADS, LocalSnapshotEngine, SnapshotEngine, read_rows_from_store
 from memwal.snapshot.execute import SnapshotResult, execute_snapshot, run_snapshot, unchanged_result
 from memwal.snapshot.format import (
     FIELD_COLUMN_PREFIX,
@@ -39,15 +40,7 @@ from memwal.snapshot.format import (
 )
 from memwal.snapshot.guard import JOURNAL_KEY, GuardedCommit, Step, commit_mem_wal_details
 from memwal.snapshot.locate import LoadedSnapshot, read_snapshot
-from memwal.snapshot.plan import (
-    LOCAL_READ_THREADS,
-    LocalManifestReader,
-    ManifestReader,
-    SnapshotPlan,
-    plan_snapshot,
-    read_rows_from_store,
-    unchanged_reason,
-)
+from memwal.snapshot.plan import SnapshotPlan, plan_snapshot, unchanged_reason
 from memwal.snapshot.slots import (
     CONFIG_FIELDS,
     Slot,
@@ -72,10 +65,10 @@ __all__ = [
     "FieldColumn",
     "GuardedCommit",
     "LoadedSnapshot",
-    "LocalManifestReader",
-    "ManifestReader",
+    "LocalSnapshotEngine",
     "ShardRow",
     "Slot",
+    "SnapshotEngine",
     "SnapshotPlan",
     "SnapshotResult",
     "SnapshotUnavailableError",

@@ -18,6 +18,7 @@ from lance.dataset import IndexFile
 
 from memwal.core.document import Document
 from memwal.pb import mem_wal_index_pb2
+from memwal.snapshot.engine import SnapshotEngine
 from memwal.snapshot.format import (
     INLINE_THRESHOLD,
     SNAPSHOT_FILE,
@@ -29,7 +30,7 @@ from memwal.snapshot.format import (
     snapshot_file_key,
 )
 from memwal.snapshot.guard import Step, commit_mem_wal_details
-from memwal.snapshot.plan import ManifestReader, SnapshotPlan, plan_snapshot
+from memwal.snapshot.plan import SnapshotPlan, plan_snapshot
 from memwal.table import Table
 
 if TYPE_CHECKING:
@@ -64,6 +65,10 @@ class SnapshotResult(Document):
         d["read_seconds"] = round(self.read_seconds, 3)
         d["commit_seconds"] = round(self.commit_seconds, 3)
         return d
+
+    def problems(self) -> list[str]:
+        """What makes this run a failure: nothing here (a failed refresh raises, exit 1 or 3)."""
+        return []
 
 
 def unchanged_result(table: Table, plan: SnapshotPlan) -> SnapshotResult:
@@ -151,7 +156,7 @@ def execute_snapshot(
 def run_snapshot(
     table: Table,
     *,
-    reader: ManifestReader | None = None,
+    reader: SnapshotEngine | None = None,
     inline_threshold: int = INLINE_THRESHOLD,
     lease: Lease | None = None,
     on_step: Step | None = None,

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from memwal.core.document import Document
-from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, UnsafePathError
+from memwal.snapshot.engine import LocalSnapshotEngine, SnapshotEngine
 from memwal.snapshot.format import (
     INLINE_THRESHOLD,
     STORAGE_FILE,
@@ -32,7 +31,6 @@ from memwal.snapshot.format import (
     ShardRow,
     SnapshotUnavailableError,
     field_columns,
-    shard_row,
     snapshot_schema,
 )
 from memwal.snapshot.guard import JOURNAL_KEY
@@ -40,66 +38,9 @@ from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
 from memwal.table.paths import generation_key
-from memwal.table.shards import latest_shard_manifest, list_shard_ids
-
-if TYPE_CHECKING:
-    from memwal.store import Store
+from memwal.table.shards import list_shard_ids
 
 log = logging.getLogger(__name__)
-
-#: Local manifest reads run in this many threads (object stores are latency bound).
-LOCAL_READ_THREADS = 16
-
-
-class ManifestReader(Protocol):
-    """Reads the latest manifest of many shards and returns their snapshot rows."""
-
-    name: str
-
-    def read_rows(self, table: Table, shard_ids: list[str], columns: list[FieldColumn]) -> list[ShardRow]: ...
-
-
-def read_rows_from_store(store: Store, shard_ids: Iterable[str], columns: list[FieldColumn]) -> list[ShardRow]:
-    """Sequential reads (the unit of work of a thread or a Spark task).
-
-    A shard whose latest manifest is unknown raises ShardManifestError (exit 1, naming the
-    shard) and the refresh publishes nothing: leaving the shard out, or publishing an older
-    state of it, would hide its newest generations from readers that trust the snapshot.
-    Refusing loses nothing: the previous snapshot stays, and readers already read a shard
-    from its manifests when the snapshot is behind it.
-    """
-    out = []
-    for sid in shard_ids:
-        state = latest_shard_manifest(store, sid)
-        if state is not None:
-            out.append(shard_row(state, columns))
-    return out
-
-
-class LocalManifestReader:
-    """Reads shard manifests in a thread pool on object stores (latency bound), in one thread on a local disk.
-
-    ``threads=None`` chooses: decoding a manifest holds the GIL, so threads only slow a local
-    disk down, while S3 reads wait on the network and gain from every thread
-    (docs/decisions/0021-snapshot-manifest-reads-threads.md).
-    """
-
-    name = "local"
-
-    def __init__(self, threads: int | None = None) -> None:
-        self.threads = threads
-
-    def read_rows(self, table: Table, shard_ids: list[str], columns: list[FieldColumn]) -> list[ShardRow]:
-        from memwal.store import LocalStore
-
-        threads = self.threads or (1 if isinstance(table.store, LocalStore) else LOCAL_READ_THREADS)
-        threads = max(1, threads)
-        if len(shard_ids) <= 1 or threads == 1:
-            return read_rows_from_store(table.store, shard_ids, columns)
-        chunks = [shard_ids[i::threads] for i in range(threads)]
-        parts = parallel_map(lambda c: read_rows_from_store(table.store, c, columns), chunks, threads,
-                             name="memwal-snapshot")
-        return [r for part in parts for r in part]
 
 
 @dataclass(frozen=True)
@@ -173,7 +114,7 @@ def plan_snapshot(
     table: Table,
     *,
     inline_threshold: int = INLINE_THRESHOLD,
-    reader: ManifestReader | None = None,
+    reader: SnapshotEngine | None = None,
     force: bool = False,
 ) -> SnapshotPlan:
     """Read the latest table manifest and every shard's latest manifest (writes nothing).
@@ -183,7 +124,7 @@ def plan_snapshot(
     """
     if inline_threshold < 0:
         raise BadInputError(f"inline threshold must not be negative, got {inline_threshold}")
-    reader = reader or LocalManifestReader()
+    reader = reader or LocalSnapshotEngine()
     manifest = table.require_mem_wal()
     columns = field_columns(manifest.mem_wal)
     planned_at_ms = int(time.time() * 1000)

@@ -17,7 +17,7 @@ from memwal.errors import BadInputError, LeaseHeldError, MemWalError
 from memwal.inspect.verify import lsm_view, verify_table
 from memwal.lease import Lease, LeaseRecord, lease_key
 from memwal.merge import run_merge
-from memwal.merge.execute import LocalEngine
+from memwal.merge.engine import LocalMergeEngine
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL, lsm_rows, table_rows
@@ -98,7 +98,7 @@ def test_missing_generation_stops_only_that_shard(make_table):
     moved = gen2.with_name("moved-away")
     gen2.rename(moved)
     result = memwal.open(table.uri).merge().value
-    assert result.blocked == [
+    assert result.to_dict()["blocked"] == [
         {
             "shard_id": victim,
             "generation": 2,
@@ -172,7 +172,7 @@ def test_generation_column_dropped_from_the_base_is_not_merged(make_table):
 def test_partitioned_local_engine_equals_in_memory(make_table):
     table, model = make_table()
     # internal entry: the engine's partition size is not an option users set
-    result = run_merge(table, engine=LocalEngine(partition_rows=50))
+    result = run_merge(table, engine=LocalMergeEngine(partition_rows=50))
     assert result.commits == 2
     assert table_rows(table) == model.sorted_rows()
 

@@ -13,7 +13,8 @@ import memwal
 from memwal.demo import Workload, shard_ids_for
 from memwal.errors import LeaseLostError
 from memwal.merge import execute_merge, run_merge
-from memwal.merge.execute import LocalEngine, StaleProgressError
+from memwal.merge.engine import LocalMergeEngine
+from memwal.merge.execute import StaleProgressError
 from memwal.table import Table
 from memwal.table.manifest import read_table_manifest
 from tests.conftest import lsm_rows, table_rows
@@ -39,7 +40,7 @@ def test_appendix2_racing_on_the_same_generation(make_table):
     assert t.merge(max_generations=1).ok  # merger A
     with pytest.raises(StaleProgressError):
         # internal entry: B executes the plan it made before A committed (a stale plan, on purpose)
-        execute_merge(table, plan_b, LocalEngine())
+        execute_merge(table, plan_b, LocalMergeEngine())
     assert set(merged(table).values()) == {1}
     result = t.merge(max_generations=1).value  # B again: re-plans
     assert {(s.from_generation, s.to_generation) for s in result.shards} == {(2, 2)}

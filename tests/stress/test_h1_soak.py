@@ -18,7 +18,7 @@ import pytest
 from memwal.demo import Workload
 from memwal.lease import Lease
 from memwal.merge import run_merge
-from memwal.snapshot import LocalManifestReader, run_snapshot
+from memwal.snapshot import LocalSnapshotEngine, run_snapshot
 from tests.conftest import highest_progress_ever, lsm_rows, table_rows
 
 pytestmark = pytest.mark.stress
@@ -67,7 +67,7 @@ def test_h1_soak_merges_and_catchups_against_repeated_refreshes(make_table, tmp_
             while not stop.is_set():
                 # Merges change no shard manifest, so only a forced refresh commits here.
                 # internal entry: force is no user option; the lease is the test's own
-                results.append(run_snapshot(table, lease=lease, reader=LocalManifestReader(threads=2), force=True))
+                results.append(run_snapshot(table, lease=lease, reader=LocalSnapshotEngine(threads=2), force=True))
     finally:
         stop.set()
         for t in threads:

@@ -78,6 +78,38 @@ def test_each_action_method_takes_exactly_its_options_by_keyword(name):
     assert set(params) - {"self"} == {f.name for f in dataclasses.fields(ACTIONS[name].options)}
 
 
+@pytest.mark.parametrize("name", list(ACTIONS))
+def test_each_plan_method_and_keyword_type_name_the_same_options(name):
+    """``plan_<job>()`` takes the planning options, the overloads of ``<job>()`` every one but
+    ``dry_run`` (typed dicts in memwal.api): both name exactly the options class's fields."""
+    from memwal import api
+
+    declared = {f.name for f in dataclasses.fields(ACTIONS[name].options)}
+    running = {"engine", "dry_run", "lease_ttl", "lease_wait"}
+    title = name.capitalize()
+    assert set(getattr(api, f"{title}PlanOptions").__optional_keys__) == declared - running
+    assert set(getattr(api, f"{title}RunOptions").__optional_keys__) == declared - {"dry_run"}
+    assert callable(getattr(memwal.MemWalTable, f"plan_{name}"))
+
+
+def test_plan_methods_return_the_dry_runs_plan_and_write_nothing(make_table):
+    table, _ = make_table()
+    t = memwal.open(table.uri)
+    before = tree_digest(table.uri)
+    plan = t.plan_merge(max_generations=2)
+    assert isinstance(plan, MergePlan)
+    assert plan.to_dict() == t.merge(dry_run=True, max_generations=2).value.to_dict()
+    assert [(s.from_generation, s.to_generation) for s in plan.shards] == [(1, 2)] * 3
+    gc_plan = t.plan_gc(expire_versions="never")  # (an expiry names its moment: now less the age)
+    assert gc_plan.preview().to_dict() == t.gc(dry_run=True, expire_versions="never").value.to_dict()
+    assert len(gc_plan.blocked) == 12 and not gc_plan.generations  # nothing merged yet
+    assert t.plan_snapshot().to_dict()["num_shards"] == 3
+    with pytest.raises(BadInputError, match="unknown option 'max_generation'") as err:
+        t.plan_merge(max_generation=2)  # type: ignore[call-arg]
+    assert err.value.exit_code == 2
+    assert tree_digest(table.uri) == before
+
+
 def test_open_refuses_bad_input(tmp_path):
     with pytest.raises(BadInputError, match="no Lance table"):
         memwal.open(str(tmp_path / "nothing-here"))

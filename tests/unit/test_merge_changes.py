@@ -17,7 +17,8 @@ from memwal.errors import MemWalError
 from memwal.merge import changes as C
 from memwal.merge import local as L
 from memwal.merge import read as R
-from memwal.merge.execute import LocalEngine, run_merge
+from memwal.merge.engine import LocalMergeEngine
+from memwal.merge.execute import run_merge
 from memwal.merge.fold import fold
 from memwal.merge.ops import MergeOps
 from memwal.merge.plan import WALK_SHARD_ABOVE, plan_merge
@@ -124,7 +125,7 @@ def test_streamed_and_materialised_upserts_merge_the_same(make_table, budget):
     finally:
         net.close()
     # internal entry: the engine's memory budget is no user option
-    result = run_merge(table, engine=LocalEngine(memory_budget=budget))
+    result = run_merge(table, engine=LocalMergeEngine(memory_budget=budget))
     assert result.version is not None
     assert table_rows(table) == expected == model.sorted_rows()
 

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _actions() -> dict[str, Action[Any, Any, Any]]:
+def _actions() -> dict[str, Action[Any, Any, Any, Any]]:
     from memwal.actions import ACTIONS
 
     return ACTIONS

@@ -89,7 +89,7 @@ def _converter(check: Callable[[str, Any], Any], doc: str) -> Callable[[str], An
     return convert
 
 
-def argparse_type(check: Callable[[str, Any], Any]) -> Callable[[str], Any]:
+def argparse_type(check: Callable[[str, Any], object]) -> Callable[[str], object]:
     """The argparse ``type=`` of a :mod:`memwal.core.validate` check (used by memwal.actions.options)."""
     return _converter(check, (check.__doc__ or "").split("\n")[0])
 
