@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
 from memwal.core.document import Document
@@ -23,6 +23,9 @@ from memwal.fleet.debt import TableState, debt_of
 from memwal.fleet.policy import Policy
 from memwal.fleet.probe import ProbeCache, TableFacts, probe
 from memwal.fleet.sources import Discovery, Skipped, TableRef
+
+if TYPE_CHECKING:
+    from memwal.store import Store
 
 #: Tables probed at once (object-store requests in flight; a local disk gains little past 2).
 DEFAULT_WORKERS = 8
@@ -80,21 +83,19 @@ class FleetPlan(Document):
                 "requests": self.requests, "seconds": round(self.seconds, 3)}
 
 
-def _held_leases(ref: TableRef, jobs: tuple[str, ...], now: float) -> tuple[tuple[str, ...], int]:
-    """The planned jobs whose lease a live holder has (only read for tables that have work), and
-    the requests that took: one listing of the lease folder, then the records of the planned jobs
-    alone (the table's other leases do not change its state; on an object store each is a GET)."""
+def _held_leases(store: Store, jobs: tuple[str, ...], now: float) -> tuple[str, ...]:
+    """The planned jobs whose lease a live holder has (only read for tables that have work): one
+    listing of the lease folder, then the records of the planned jobs alone (the table's other
+    leases do not change its state; on an object store each is a GET)."""
     from memwal.lease import LEASE_PREFIX, LIVE, describe_lease
-    from memwal.store import open_store
 
-    store = open_store(ref.uri, dict(ref.storage_options))
     try:
         stored = {o.key.rsplit("/", 1)[-1].removesuffix(".json") for o in store.list(LEASE_PREFIX, recursive=False)
                   if o.key.endswith(".json")}
         infos = [describe_lease(store, job, now) for job in jobs if job in stored]
     except MemWalError:
-        return (), store.requests_sent
-    return tuple(sorted(i.kind for i in infos if i is not None and i.state == LIVE)), store.requests_sent
+        return ()
+    return tuple(sorted(i.kind for i in infos if i is not None and i.state == LIVE))
 
 
 def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None = None, now: float | None = None,
@@ -109,7 +110,8 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
 
     def one(ref: TableRef) -> TablePlan | TableProblem | Skipped:
         try:
-            facts = probe(ref.uri, open_store(ref.uri, dict(ref.storage_options)), cache)
+            store = open_store(ref.uri, dict(ref.storage_options))
+            facts = probe(ref.uri, store, cache)
         except BadInputError as exc:
             if "not a Lance table" in str(exc):
                 return Skipped(ref.uri, "not a Lance table")
@@ -121,10 +123,8 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
         d = debt_of(facts, policy.for_table(ref.uri, ref.source), at, backoff=(backoff or {}).get(ref.uri))
         state = d.state
         if d.jobs:
-            from dataclasses import replace
-
-            held, requests = _held_leases(ref, d.jobs, at)
-            state, facts = replace(state, leases_held=held), replace(facts, requests=facts.requests + requests)
+            held = _held_leases(store, d.jobs, at)  # the probe's store: its count covers both
+            state, facts = replace(state, leases_held=held), replace(facts, requests=store.requests_sent)
         reasons = d.reasons + tuple(f"problem: {p}" for p in facts.problems)
         return TablePlan(ref.uri, ref.source, d.debt, d.jobs, reasons, state, ref, facts)
 

@@ -64,20 +64,25 @@ class ObjectListing(Store):
         last: str | None = offset
         stream = iter(obstore.list(self._backend, prefix, offset=offset, chunk_size=self.list_chunk))
 
+        sent = False
+
         def next_page() -> Sequence[ObjectMeta] | None:
-            nonlocal stream
+            """One page; counted as a request when one was sent: a failed attempt, a page, or the
+            first answer of an empty listing (the end of a stream sends nothing)."""
+            nonlocal stream, sent
             try:
-                return next(stream, None)
+                page = next(stream, None)
             except BaseException:
+                self._count()
                 stream = iter(obstore.list(self._backend, prefix, offset=last, chunk_size=self.list_chunk))
                 raise
+            if page or not sent:
+                self._count()
+            sent = True
+            return page
 
-        first = True
         while True:
             page = self._call("list", "", next_page, counted=False)
-            if first or page:
-                self._count()
-            first = False
             if not page:
                 return
             last = str(page[-1]["path"])
