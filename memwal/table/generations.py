@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 import lance
@@ -66,26 +67,46 @@ def _lance_failure(exc: BaseException) -> bool:
     return isinstance(exc, Exception) or type(exc).__name__ == _PANIC
 
 
-def generation_damage(store: Store, key: str, uri: str, storage_options: dict[str, str] | None) -> str | None:
-    """None when the generation at ``key`` reads; else what is wrong, naming the file.
+@dataclass(frozen=True)
+class GenerationCheck:
+    """What opening a generation told: what is wrong with it (None: it reads), and its rows
+    and data bytes as its own Lance manifest records them (None when it cannot be opened)."""
+
+    damage: str | None
+    rows: int | None = None
+    bytes: int | None = None
+
+
+def generation_check(store: Store, key: str, uri: str, storage_options: dict[str, str] | None) -> GenerationCheck:
+    """Open the generation at ``key`` and validate every fragment (see the module docstring).
 
     ``"unopenable"``-style reasons (no readable Lance manifest) start with ``missing:``,
-    damaged files with ``unreadable:``.
+    damaged files with ``unreadable:``. The figures are what a shard manifest may lack
+    (optional fields, never read as 0): rows and bytes of a generation come from here then.
     """
     try:
         ds = open_generation(uri, storage_options)
     except BaseException as exc:  # noqa: BLE001 - any failure to open is the verdict (panics included)
         if not _lance_failure(exc):
             raise
-        return f"missing: generation directory {key.rsplit('/', 1)[-1]} is missing or unreadable"
+        return GenerationCheck(f"missing: generation directory {key.rsplit('/', 1)[-1]} is missing or unreadable")
+    rows = size = 0
     for fragment in ds.get_fragments():
         try:
             fragment.validate()
         except BaseException as exc:  # noqa: BLE001 - see above
             if not _lance_failure(exc):
                 raise
-            return f"unreadable: {_broken_file(store, key, fragment, exc)}"
-    return None
+            return GenerationCheck(f"unreadable: {_broken_file(store, key, fragment, exc)}")
+        md = fragment.metadata
+        rows += md.physical_rows or 0
+        size += sum(f.file_size_bytes or 0 for f in md.files)
+    return GenerationCheck(None, rows, size)
+
+
+def generation_damage(store: Store, key: str, uri: str, storage_options: dict[str, str] | None) -> str | None:
+    """None when the generation at ``key`` reads; else what is wrong (:func:`generation_check`)."""
+    return generation_check(store, key, uri, storage_options).damage
 
 
 def _fragment_files(key: str, fragment: lance.LanceFragment) -> list[tuple[str, str, int | None]]:

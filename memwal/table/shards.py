@@ -21,6 +21,7 @@ from memwal.store import Store
 from memwal.table.listing import MemWalListing, WalEntry
 from memwal.table.naming import (
     MEM_WAL_DIR,
+    U64_MAX,
     bitrev64,
     is_shard_dir_name,
     manifest_key,
@@ -40,8 +41,11 @@ SEALED = shard_manifest_pb2.SHARD_STATUS_SEALED
 class FlushedGeneration:
     generation: int
     path: str
-    in_memory_bytes: int
-    physical_rows: int
+    #: The manifest's figures; None where it lacks them (optional fields: Lance 9 writers,
+    #: lance-context, write neither, and a flushed generation never has 0 rows): read them
+    #: from the generation itself, never as 0.
+    in_memory_bytes: int | None
+    physical_rows: int | None
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class ShardState:
         """Flushed generations in ascending order."""
         return sorted(
             (
-                FlushedGeneration(s.generation, s.path, s.in_memory_bytes, s.physical_rows)
+                FlushedGeneration(s.generation, s.path, s.in_memory_bytes or None, s.physical_rows or None)
                 for s in self.manifest.sstables
             ),
             key=lambda g: g.generation,
@@ -281,11 +285,17 @@ def list_wal_entries(store: Store, shard_id: str) -> list[WalEntry]:
     return sorted(out, key=lambda e: e.position)
 
 
+#: The generation of a data entry whose header names none: Lance 9 writers (lance-context)
+#: store only ``writer_epoch``. Such an entry is placed by its position (memwal.gc.wal).
+UNLABELLED = 0
+
+
 @dataclass(frozen=True)
 class WalEntryMeta:
     position: int
     #: None for a fence sentinel: the empty entry a new writer epoch writes to claim the
     #: next position (``fence_sentinel: true``, no generation). It belongs to no generation.
+    #: :data:`UNLABELLED` for a data entry whose header names no generation.
     generation: int | None
     writer_epoch: int
 
@@ -334,15 +344,23 @@ def _wal_entry_meta(store: Store, key: str, position: int, head: bytes) -> WalEn
             schema = pa.ipc.read_schema(pa.py_buffer(data))  # the stream's first message
         except (pa.ArrowInvalid, OSError):
             continue
-        meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
-        try:
-            if meta.get("fence_sentinel") == "true" and "generation" not in meta:
-                return WalEntryMeta(position, None, int(meta["writer_epoch"]))
-            return WalEntryMeta(position, int(meta["generation"]), int(meta["writer_epoch"]))
-        except (KeyError, ValueError) as exc:
-            raise BadInputError(
-                f"{store.uri_for(key)}: WAL entry schema lacks generation/writer_epoch metadata") from exc
+        meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (schema.metadata or {}).items()}
+        epoch = _count(meta.get("writer_epoch"))
+        if meta.get("fence_sentinel") == "true" and "generation" not in meta:
+            # a sentinel of no known epoch counts as the newest: it is never deleted
+            return WalEntryMeta(position, None, epoch if "writer_epoch" in meta else U64_MAX)
+        generation = _count(meta.get("generation"))
+        return WalEntryMeta(position, generation if generation > 0 else UNLABELLED, epoch)
     raise BadInputError(f"{store.uri_for(key)}: not an Arrow IPC stream")
+
+
+def _count(value: str | None) -> int:
+    """A non-negative integer from a header's metadata; 0 when absent or not one."""
+    try:
+        n = int(value) if value is not None else 0
+    except ValueError:
+        return 0
+    return n if n >= 0 else 0
 
 
 def generation_readable(store: Store, key: str) -> bool:

@@ -39,7 +39,7 @@ class Header:
     """What one WAL entry's schema metadata says."""
 
     etag: str
-    generation: int | None  # None for a fence sentinel
+    generation: int | None  # None for a fence sentinel, 0 (UNLABELLED) when the header names none
     writer_epoch: int
 
 
@@ -92,7 +92,7 @@ def _decode(doc: dict[str, Any]) -> dict[str, Header]:
             and isinstance(epochs, list) and len(keys) == len(etags) == len(gens) == len(epochs)):
         raise ValueError("columns are not lists of one length")
     if not (all(type(k) is str for k in keys) and all(type(e) is str and e for e in etags)
-            and all(g is None or (type(g) is int and g > 0) for g in gens)
+            and all(g is None or (type(g) is int and g >= 0) for g in gens)
             and all(type(e) is int and e >= 0 for e in epochs)):
         raise ValueError("an entry is malformed")
     return {k: Header(e, g, p) for k, e, g, p in zip(keys, etags, gens, epochs, strict=True)}

@@ -1,0 +1,17 @@
+"""Defaults that the core and the options of every entry point (CLI, API, DAGs) share.
+
+Declared here once, below both: the collectors use them as keyword defaults and
+:mod:`memwal.actions.options` as the options' defaults, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+#: How long after a merge commit a reader may still read what it listed before (GC gate d).
+DEFAULT_GRACE_SECONDS = 600.0
+
+#: How old an unlisted generation folder or a merge staging must be before ``--orphans`` removes it.
+DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
+
+#: How long a shard's writer may be quiet and still be presumed live (a day): GC keeps what
+#: such a writer's view needs until then (memwal.table.writer).
+DEFAULT_WRITER_IDLE_SECONDS = 86400.0

@@ -1,0 +1,96 @@
+"""Drains: merged generations taken out of a shard manifest, the way upstream's compactors do.
+
+Every client our users run (pylance's ``ShardWriter.lsm_scanner()``, lance-context) reads
+the base table plus *every* generation the shard manifest lists, merged or not, and fails on
+a listed generation that is gone (hazard H6). A generation therefore leaves storage only
+after it has left the manifest: a new manifest version, allocated by compare-and-swap at the
+latest version + 1 (``put_if_absent``), with the same writer epoch (a drain never claims
+the shard: lance-context #199) and everything else copied. Upstream's WAL replay resumes
+from ``replay_after_wal_entry_position``, not from the listed generations, "since an external
+compactor may legitimately drain that" (lance #6767). What the writers do with such a version
+was measured, not assumed (docs/decisions/0025-drain-protocol.md): both rebase their next
+flush onto it.
+
+What may be inferred from a drain someone else did (lance-context's ``cleanup_wal()`` records
+its progress only this way, nothing in the MemWAL index): generations below the lowest one
+listed (all below ``current_generation`` when none is) were merged by whoever drained them.
+Compactors drain oldest first and only what they merged, so that is their protocol; such a
+generation is never merged again (its data may be older than what was merged after it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection
+
+from memwal.errors import MemWalError, PreconditionFailedError, StateMovedError
+from memwal.pb import shard_manifest_pb2
+from memwal.store import Store
+from memwal.table.naming import manifest_key, version_hint_key
+from memwal.table.shards import ShardState
+
+log = logging.getLogger(__name__)
+
+ShardManifest = shard_manifest_pb2.ShardManifest
+
+
+def drained_through(state: ShardState) -> int:
+    """The highest generation a compactor took out of the manifest below everything listed
+    (0: none). See the module docstring for why these count as merged."""
+    listed = [g.generation for g in state.flushed]
+    low = min(listed) if listed else state.current_generation
+    return max(0, low - 1)
+
+
+def merged_through(compacted: int, state: ShardState | None) -> int:
+    """A shard's merge progress: the MemWAL index's, or what a drain shows when that is higher."""
+    return compacted if state is None else max(compacted, drained_through(state))
+
+
+def is_drain(before: ShardManifest, after: ShardManifest) -> bool:
+    """Whether ``after`` only took generations out of ``before`` (a compactor's version, not a
+    writer's): same epoch, generation counter, WAL positions and status, fewer generations."""
+    same = (before.writer_epoch == after.writer_epoch
+            and before.current_generation == after.current_generation
+            and before.replay_after_wal_entry_position == after.replay_after_wal_entry_position
+            and before.wal_entry_position_last_seen == after.wal_entry_position_last_seen
+            and before.status == after.status)
+    kept = {(s.generation, s.path) for s in after.sstables}
+    had = {(s.generation, s.path) for s in before.sstables}
+    return same and kept < had
+
+
+def drained_manifest(state: ShardState, generations: Collection[int]) -> ShardManifest:
+    """The next version of ``state``'s manifest without ``generations`` (everything else as is)."""
+    out = ShardManifest()
+    out.CopyFrom(state.manifest)
+    out.version = state.version + 1
+    del out.sstables[:]
+    for s in state.manifest.sstables:
+        if s.generation not in generations:
+            out.sstables.add().CopyFrom(s)
+    return out
+
+
+def write_drain(store: Store, state: ShardState, generations: Collection[int]) -> ShardState:
+    """Take ``generations`` out of the shard manifest: version ``state.version + 1``, created
+    only if no one wrote it first (StateMovedError then: a writer flushed or claimed the
+    shard, or another compactor drained; the caller plans again). The version hint is
+    written after, best effort, as writers do (a stale hint only makes readers look further)."""
+    manifest = drained_manifest(state, generations)
+    key = manifest_key(state.shard_id, manifest.version)
+    try:
+        store.put_if_absent(key, manifest.SerializeToString())
+    except PreconditionFailedError as exc:
+        raise StateMovedError(f"shard {state.shard_id}: manifest version {manifest.version} was written "
+                              "by someone else first") from exc
+    try:
+        store.put(version_hint_key(state.shard_id), json.dumps({"version": manifest.version}).encode())
+    except (MemWalError, OSError) as exc:
+        log.info("shard %s: version hint not updated (%s); readers list further", state.shard_id, exc)
+    info = store.head(key)
+    return ShardState(state.shard_id, manifest.version, manifest, info.mtime if info else 0.0)
+
+
+__all__ = ["drained_manifest", "drained_through", "is_drain", "merged_through", "write_drain"]

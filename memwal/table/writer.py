@@ -1,0 +1,154 @@
+"""Is a shard's writer live, and since when does it hold its view? Told from storage alone.
+
+Both clients our users run keep the base table version they opened for as long as the
+process lives, and add to it every generation the shard manifest lists
+(docs/decisions/0025-drain-protocol.md: observed, pylance 14's ``ShardWriter`` and its
+``lsm_scanner()``, lance-context 0.6.7). Such a process therefore needs every generation
+merged after it opened to stay listed, and its opened version to stay on storage. Nothing on
+storage says a process is alive, so:
+
+* **live**: the shard's writer wrote within ``writer_idle`` seconds: a WAL entry, or a
+  manifest version that is not a drain (a flush, a claim). Quiet longer than that, it is
+  presumed gone, and a process still holding the table must reopen it before it reads.
+* **claimed at**: when the writer epoch in the latest manifest was claimed (the first
+  version with that epoch). pylance claims at ``mem_wal_writer()``, right after the caller
+  opened the table, so its view is no older than the claim, less the grace period a caller
+  may take between the two. (lance-context claims at its first write: a store opened long
+  before it writes must reopen; docs/decisions/0025.) Older epochs are fenced: pylance refuses
+  their reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from memwal.errors import MemWalError
+from memwal.store import ObjectInfo, Store
+from memwal.table.drain import is_drain
+from memwal.table.listing import ShardListing
+from memwal.table.shards import ShardState, decode_shard_manifest
+
+#: Drains walked back over to find the writer's own last manifest version; past this many in
+#: a row the shard counts as live (a guess on the safe side).
+_MAX_DRAINS_WALKED = 8
+
+
+class ManifestHistory:
+    """A shard's manifest versions as one listing found them, each read at most once."""
+
+    def __init__(self, store: Store, latest: ShardState, versions: Mapping[int, ObjectInfo]) -> None:
+        self.store, self.latest, self.versions = store, latest, versions
+        self._read: dict[int, ShardState] = {latest.version: latest}
+
+    def mtime(self, version: int) -> float:
+        return self.versions[version].mtime
+
+    def at(self, version: int) -> ShardState:
+        """The decoded version (MemWalError when unreadable or gone)."""
+        if version not in self._read:
+            info = self.versions[version]
+            data = self.store.get(info.key)
+            self._read[version] = decode_shard_manifest(data, shard_id=self.latest.shard_id, version=version,
+                                                        where=self.store.uri_for(info.key), mtime=info.mtime)
+        return self._read[version]
+
+    def newest_before(self, when: float) -> int | None:
+        """The newest listed version written at or before ``when`` (None: all are newer)."""
+        old = [v for v, o in self.versions.items() if o.mtime <= when and v <= self.latest.version]
+        return max(old) if old else None
+
+
+@dataclass(frozen=True)
+class WriterView:
+    """What storage tells of a shard's writer (see the module docstring)."""
+
+    shard_id: str
+    epoch: int
+    last_activity: float | None
+    live: bool
+    #: When the current epoch was claimed; None when unknown or not looked for.
+    claimed_at: float | None = None
+    #: The generation folders the writer's own newest manifest version lists (None: unknown).
+    #: A live writer reads what its memory lists, which it reloads only when it writes a
+    #: version (a flush, or its claim): a folder it still lists must stay.
+    own_paths: frozenset[str] | None = None
+
+    def may_list(self, path: str) -> bool:
+        """Whether the writer may still list the folder ``path`` in its memory."""
+        return self.live and (self.own_paths is None or path in self.own_paths)
+
+    def opened_after(self, when: float | None, grace_seconds: float) -> bool:
+        """Whether the live writer's view surely includes what was committed at ``when``: it
+        claimed its epoch at least the grace period after it."""
+        return when is not None and self.claimed_at is not None and self.claimed_at - grace_seconds >= when
+
+    def to_dict(self) -> dict[str, object]:
+        return {"shard_id": self.shard_id, "epoch": self.epoch, "live": self.live,
+                "last_activity": self.last_activity, "claimed_at": self.claimed_at}
+
+
+def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, idle_seconds: float,
+                claim: bool = False, walk: bool = True) -> WriterView:
+    """The shard's writer as storage shows it; ``claim`` also finds when its epoch was claimed
+    (a few manifest reads, only for a live writer). ``walk=False`` reads nothing more than the
+    listing and the latest manifest: a drain then counts as the writer's (``memwal status``,
+    which shows liveness, never decides on it)."""
+    state = history.latest
+    times = [e.mtime for e in listed.wal]
+    own = _last_written(history, now, idle_seconds) if walk else state.version
+    if own is not None:
+        times.append(history.mtime(own))
+    elif state.version in history.versions:  # unknown: the latest counts as the writer's (live, if recent)
+        times.append(history.mtime(state.version))
+    last = max(times) if times else None
+    live = last is not None and now - last < idle_seconds
+    if not live:
+        return WriterView(state.shard_id, state.writer_epoch, last, False)
+    paths = None
+    if own is not None:
+        try:
+            paths = frozenset(s.path for s in history.at(own).manifest.sstables)
+        except (MemWalError, OSError):
+            paths = None
+    return WriterView(state.shard_id, state.writer_epoch, last, True, _claimed_at(history) if claim else None, paths)
+
+
+def _last_written(history: ManifestHistory, now: float, idle_seconds: float) -> int | None:
+    """The version the writer wrote last: the newest one that is not a drain (None: unknown,
+    or more drains in a row than are walked: then the latest counts as the writer's)."""
+    v = history.latest.version
+    if v not in history.versions:
+        return None
+    for _ in range(_MAX_DRAINS_WALKED):
+        if now - history.mtime(v) >= idle_seconds or v - 1 not in history.versions:
+            return v  # older than the bound: whatever wrote it, the shard is quiet
+        try:
+            drained = is_drain(history.at(v - 1).manifest, history.at(v).manifest)
+        except MemWalError:
+            return v
+        if not drained:
+            return v
+        v -= 1
+    return None
+
+
+def _claimed_at(history: ManifestHistory) -> float | None:
+    """When the latest epoch was first written: a binary search over the listed versions
+    (epochs never decrease along versions); None when a version on the way is unreadable."""
+    epoch = history.latest.writer_epoch
+    versions = sorted(v for v in history.versions if v <= history.latest.version)
+    lo, hi = 0, len(versions) - 1
+    try:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if history.at(versions[mid]).writer_epoch < epoch:
+                lo = mid + 1
+            else:
+                hi = mid
+        return history.mtime(versions[lo]) if versions else None
+    except (MemWalError, OSError):
+        return None
+
+
+__all__ = ["ManifestHistory", "WriterView", "writer_view"]
