@@ -10,9 +10,10 @@ masking, never rendered), ``conn_id`` (a ``memwal`` connection: the better home 
 credentials, since a run conf is visible in the UI), ``engine`` (``local`` or ``spark``),
 ``spark_conn_id``, ``spark_conf`` (an object of ``--conf`` settings), ``one_application``
 (with the Spark engine, run the whole cycle as one spark-submit: default true),
-``grace_seconds`` and ``expire_versions`` (GC: base-table versions older than this are
-expired first, tags and branches kept; default 7 days; null keeps every version).
-Tasks: merge, index catch-up, compaction, snapshot refresh, GC; or, with the Spark engine
+``grace_seconds``, ``expire_versions`` (GC: base-table versions older than this are
+expired first, tags and branches kept; default 7 days; null keeps every version) and
+``writer_idle_seconds`` (GC: a shard writer quiet this long is presumed gone; default a day).
+Tasks: merge, index catch-up, compaction, GC, snapshot refresh; or, with the Spark engine
 and ``one_application``, the one task ``maintenance`` doing all five, each job's result in
 XCom under the job's name. A merge that commits emits an event on the table's Asset
 through the ``memwal-merged`` alias.
@@ -35,7 +36,8 @@ COMMON = dict(
     spark_conf_param="spark_conf",
 )
 GC_OPTIONS = {"grace_seconds": "{{ params.grace_seconds }}",
-              "expire_versions": "{{ 'never' if params.expire_versions is none else params.expire_versions }}"}
+              "expire_versions": "{{ 'never' if params.expire_versions is none else params.expire_versions }}",
+              "writer_idle_seconds": "{{ params.writer_idle_seconds }}"}
 
 
 def _route(**context) -> str:
@@ -45,7 +47,7 @@ def _route(**context) -> str:
 
 with DAG(
     dag_id="memwal_maintenance",
-    description="merge, index catch-up, compaction, snapshot refresh and GC of one MemWAL table (ad-hoc)",
+    description="merge, index catch-up, compaction, GC and snapshot refresh of one MemWAL table (ad-hoc)",
     schedule=None,
     catchup=False,
     max_active_runs=4,
@@ -63,6 +65,8 @@ with DAG(
         "grace_seconds": Param(600, type="number", minimum=0, description="GC reader grace period"),
         "expire_versions": Param(604800, type=["null", "number"], minimum=0,
                                  description="GC expires base-table versions older than this (null: keep all)"),
+        "writer_idle_seconds": Param(86400, type="number", minimum=0,
+                                     description="GC presumes a shard writer quiet this long gone (0: none is live)"),
     },
     default_args={"retries": 0},
 ) as dag:

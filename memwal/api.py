@@ -84,6 +84,7 @@ class GcPlanOptions(TypedDict, total=False):
     orphan_age_seconds: Seconds | None
     audit: bool
     history_retention: Seconds | None
+    writer_idle_seconds: Seconds | None
 
 
 class RunOptions(TypedDict, total=False):
@@ -246,14 +247,15 @@ class MemWalTable:
 
     def gc(self, *, grace_seconds: Seconds | None = None, expire_versions: Seconds | Literal["never"] | None = None,
            orphans: bool = False, orphan_age_seconds: Seconds | None = None, audit: bool = False,
-           history_retention: Seconds | None = None, engine: Engine | None = None, dry_run: bool = False,
+           history_retention: Seconds | None = None, writer_idle_seconds: Seconds | None = None,
+           engine: Engine | None = None, dry_run: bool = False,
            lease_ttl: Seconds | None = None) -> JobResult[GcResult]:
         """Delete what nothing can need any more; every kept item says which gates keep it.
         A dry run's value is what the run would do (same items, same bytes: :meth:`GcPlan.preview`)."""
         return self._run("gc", dict(grace_seconds=grace_seconds, expire_versions=expire_versions, orphans=orphans,
                                     orphan_age_seconds=orphan_age_seconds, audit=audit,
-                                    history_retention=history_retention, engine=engine, dry_run=dry_run,
-                                    lease_ttl=lease_ttl))
+                                    history_retention=history_retention, writer_idle_seconds=writer_idle_seconds,
+                                    engine=engine, dry_run=dry_run, lease_ttl=lease_ttl))
 
     def plan_gc(self, **options: Unpack[GcPlanOptions]) -> GcPlan:
         """The GC plan (every collector's, each kept item with its gates); ``preview()`` is the

@@ -18,6 +18,7 @@ from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, Literal, Self, get_args
 
 from memwal.core import validate
+from memwal.core.defaults import DEFAULT_GRACE_SECONDS, DEFAULT_ORPHAN_AGE_SECONDS, DEFAULT_WRITER_IDLE_SECONDS
 from memwal.errors import BadInputError
 
 DEFAULT_LEASE_TTL = 300.0
@@ -191,8 +192,6 @@ class SnapshotOptions(WaitingOptions):
     pass
 
 
-DEFAULT_GRACE_SECONDS = 600.0
-DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
 DEFAULT_HISTORY_RETENTION_SECONDS = 90 * 24 * 3600.0
 #: The one default retention of base-table versions, everywhere (CLI, API, DAGs).
 DEFAULT_EXPIRE_VERSIONS_SECONDS = 7 * 24 * 3600.0
@@ -214,6 +213,10 @@ class GcOptions(JobOptions):
     history_retention: float = opt(DEFAULT_HISTORY_RETENTION_SECONDS, "duration",
                                    "prune the run history (memwal history) of runs older than S seconds "
                                    "(default 7776000: 90 days)", metavar="S")
+    writer_idle_seconds: float = opt(DEFAULT_WRITER_IDLE_SECONDS, "duration",
+                                     "a shard writer quiet this long is presumed gone: until then merged "
+                                     "generations its view needs stay listed and on storage (default 86400: "
+                                     "a day; 0: no writer is live)", metavar="S")
 
 
 def option_names(cls: type[JobOptions], *, common: bool = True) -> list[str]:

@@ -146,7 +146,8 @@ def plan_gc(table: Table, o: GcOptions) -> GcPlan:
     # inside; the run re-checks the gates against the latest table version right before it
     # deletes, so a plan made before the lease stays safe.
     return prepare_gc(table, audit=o.audit, grace_seconds=o.grace_seconds, orphan_age_seconds=o.orphan_age_seconds,
-                      history_retention_seconds=o.history_retention, expire_versions_seconds=o.expire_versions)
+                      history_retention_seconds=o.history_retention, expire_versions_seconds=o.expire_versions,
+                      writer_idle_seconds=o.writer_idle_seconds)
 
 
 def execute_gc(table: Table, plan: GcPlan, o: GcOptions, engine: GcEngine, lease: Lease) -> GcResult:
@@ -249,5 +250,6 @@ GC: Action[GcOptions, GcPlan, GcResult, GcEngine] = Action(
     GcOptions, plan_gc, execute_gc, _local_gc, _single("gc"),
     document_problems=gc_document_problems, plan_problems=gc_plan_problems, preview=preview_gc)
 
-#: Every action, in the order a maintenance cycle runs them.
-ACTIONS: dict[str, Action[Any, Any, Any, Any]] = {a.name: a for a in (MERGE, CATCHUP, COMPACT, SNAPSHOT, GC)}
+#: Every action, in the order a maintenance cycle runs them: the snapshot last, so that what it
+#: publishes is every shard manifest as GC's drains left it (docs/decisions/0025-drain-protocol.md).
+ACTIONS: dict[str, Action[Any, Any, Any, Any]] = {a.name: a for a in (MERGE, CATCHUP, COMPACT, GC, SNAPSHOT)}

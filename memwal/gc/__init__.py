@@ -24,6 +24,7 @@ executes exactly it after a re-check that only drops items (:mod:`memwal.gc.rech
 ``memwal.actions.run`` is GC's only entry.
 """
 
+from memwal.core.defaults import DEFAULT_GRACE_SECONDS, DEFAULT_ORPHAN_AGE_SECONDS
 from memwal.gc.delete import (
     BATCH_OBJECTS,
     PrefixOutcome,
@@ -33,8 +34,8 @@ from memwal.gc.delete import (
     delete_prefixes,
 )
 from memwal.gc.engine import GcEngine, LocalGcEngine
-from memwal.gc.gates import DEFAULT_GRACE_SECONDS, FENCE_SENTINEL, GRACE_PERIOD, UNSAFE_PATH, WAL_NEEDED_FOR_REPLAY
-from memwal.gc.plan import DEFAULT_ORPHAN_AGE_SECONDS, GcPlan, plan_gc, plan_gc_settled, prepare_gc
+from memwal.gc.gates import FENCE_SENTINEL, GRACE_PERIOD, UNSAFE_PATH, WAL_NEEDED_FOR_REPLAY
+from memwal.gc.plan import GcPlan, plan_gc, plan_gc_settled, prepare_gc
 from memwal.gc.report import render_gc
 from memwal.gc.result import GcResult, problems_in
 from memwal.gc.run import run_gc

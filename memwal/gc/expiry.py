@@ -1,10 +1,11 @@
 """The version-expiry collector: Lance's own cleanup of exactly the versions the plan names.
 
 Planned (:func:`plan_version_expiry`): the main-line versions committed before ``now -
-older_than``, except the latest, tagged ones, ones a branch starts from, and every version a
-live checkpoint's record names (all of them while a record of a newer format is live: it may
-pin any): the record pins by itself, its Lance tag is a convenience that a kill between record
-and tag, or a deleted tag, leaves missing (invariant 10). The rest of the
+older_than``, except the latest, tagged ones, ones a branch starts from, every version a live
+checkpoint's record names (all of them while a record of a newer format is live: it may pin
+any), and those a live shard writer may hold open (``writer_pins``). The record pins by
+itself: its Lance tag is a convenience that a kill between record and tag, or a deleted tag,
+leaves missing (invariant 10). The rest of the
 plan's gates are computed as if they were gone already, so the dry run lists what the run
 deletes. Run (:meth:`VersionExpiry.collect`): those numbers go to
 ``cleanup_old_versions(versions=...)``, less every version a checkpoint read again after the
@@ -33,9 +34,11 @@ class VersionExpiry:
 
     expire_before: float
     planned: tuple[int, ...]
+    #: Versions kept because a live shard writer may hold one of them open.
+    held_for_writers: tuple[int, ...] = ()
 
     def preview(self) -> ExpiredVersions:
-        return ExpiredVersions(self.expire_before, self.planned)
+        return ExpiredVersions(self.expire_before, self.planned, held_for_writers=self.held_for_writers)
 
     def collect(self, table: Table, keep: Iterable[Checkpoint] = ()) -> tuple[ExpiredVersions, LanceDataset | None]:
         """Expire the planned versions, less those ``keep`` (the live checkpoints) name; the
@@ -53,14 +56,30 @@ class VersionExpiry:
                 stats = ds.cleanup_old_versions(versions=doomed, error_if_tagged_old_versions=False)
                 steps.step("gc.after-expiry")
                 removed, freed = stats.old_versions, stats.bytes_removed
-        return ExpiredVersions(self.expire_before, self.planned, freed, removed, tuple(kept)), ds
+        return ExpiredVersions(self.expire_before, self.planned, freed, removed, tuple(kept),
+                               self.held_for_writers), ds
 
 
 def plan_version_expiry(versions: Iterable[RetainedVersion], latest: int, older_than_seconds: float,
-                        checkpoints: Iterable[Checkpoint], now: float) -> tuple[VersionExpiry, list[RetainedVersion]]:
-    """The planned expiry, and the versions it removes (see the module docstring)."""
+                        checkpoints: Iterable[Checkpoint], now: float, *,
+                        writer_pins: Iterable[float | None] = ()) -> tuple[VersionExpiry, list[RetainedVersion]]:
+    """The planned expiry, and the versions it removes (see the module docstring).
+
+    ``writer_pins``: per live shard writer, the time its view may date from (None: unknown).
+    Such a writer keeps the version it opened for as long as it lives (Lance's cleanup would
+    delete files it still reads: docs/decisions/0025-drain-protocol.md), so the newest version
+    committed at or before that time, and every later one, stays; an unknown time keeps all.
+    """
     cutoff = now - older_than_seconds
     pins = tuple(checkpoints)
-    gone = [v for v in versions if v.branch is None and v.version != latest and not v.tags
-            and not v.child_branches and v.timestamp < cutoff and not any(c.pins_version(v.version) for c in pins)]
-    return VersionExpiry(cutoff, tuple(sorted(v.version for v in gone))), gone
+    main = sorted((v for v in versions if v.branch is None), key=lambda v: v.version)
+    held: set[int] = set()
+    for pin in writer_pins:
+        opened = [v.version for v in main if pin is not None and v.timestamp <= pin]
+        floor = opened[-1] if opened else (main[0].version if main else 0)
+        held |= {v.version for v in main if v.version >= (floor if pin is not None else 0)}
+    due = [v for v in main if v.version != latest and not v.tags and not v.child_branches
+           and v.timestamp < cutoff and not any(c.pins_version(v.version) for c in pins)]
+    gone = [v for v in due if v.version not in held]
+    kept = tuple(v.version for v in due if v.version in held)
+    return VersionExpiry(cutoff, tuple(v.version for v in gone), kept), gone

@@ -15,9 +15,6 @@ from memwal.table.manifest import TableManifest
 from memwal.table.retained import RetainedVersion
 from memwal.table.shards import GAP, MISSING, UNREADABLE
 
-DEFAULT_GRACE_SECONDS = 600.0
-
-
 #: Reason of whatever a symbolic link in the table (or a manifest path leaving its shard) holds.
 UNSAFE_PATH = "unsafe-path"
 
@@ -29,22 +26,40 @@ WAL_NEEDED_FOR_REPLAY = "wal-needed-for-replay"
 FENCE_SENTINEL = "fence-sentinel"
 
 
+#: A WAL entry whose header names no generation (Lance 9), placed among generations not all deletable.
+WAL_GENERATION_UNKNOWN = "wal-generation-unknown"
+
+
 GRACE_PERIOD = "grace-period"
 
 
 NOT_MERGED = "not-merged"
 
 
+#: A merged generation kept listed (and on storage) for the shard's live writer (memwal.gc.drain).
+WRITER_LIVE = "writer-live"
+
+
+#: Drained from the shard manifest (by this run, or earlier, or by another compactor) less
+#: than the grace period ago: a reader may still hold a manifest that lists it.
+DRAIN_GRACE = "drain-grace-period"
+
+
 #: Gates named by a code alone, and gates named by a code and what they name (``checkpoint:<id>``,
 #: ``retained-version:<version (tag ...)>``): what a blocked item's ``reasons`` hold before
 #: its details (a broken shard's message, a link's path, an orphan's name).
-GATE_CODES = frozenset({NOT_MERGED, GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING})
+GATE_CODES = frozenset({NOT_MERGED, GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING, WRITER_LIVE, DRAIN_GRACE})
 GATE_PREFIXES = ("index-not-caught-up:", "checkpoint:", "retained-version:", "orphan-", "changed-since-plan:")
 
 
 def is_gate(reason: str) -> bool:
     """Whether a ``reasons`` entry names a gate (else it is a detail of one)."""
     return reason in GATE_CODES or reason.startswith(GATE_PREFIXES)
+
+
+def only_grace(reasons: Iterable[str]) -> bool:
+    """Whether time alone frees what these gates hold: a grace period, after a merge or a drain."""
+    return [r for r in reasons if is_gate(r)] in ([GRACE_PERIOD], [DRAIN_GRACE])
 
 
 class Verdict(NamedTuple):

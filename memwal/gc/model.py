@@ -73,6 +73,9 @@ class GenerationDeletion:
     key: str
     gates: GateEvidence
     listed: tuple[ObjectInfo, ...] = ()
+    #: No longer listed by the shard manifest (drained by an earlier run or another compactor):
+    #: the merge gates were passed when it left; only checkpoints and links hold it now.
+    drained: bool = False
 
     @property
     def objects(self) -> int:
@@ -116,7 +119,7 @@ class KeptWal:
     shard_id: str
     position: int
     generation: int | None  # None for a fence sentinel
-    reason: str  # WAL_NEEDED_FOR_REPLAY or FENCE_SENTINEL
+    reason: str  # WAL_NEEDED_FOR_REPLAY, FENCE_SENTINEL or WAL_GENERATION_UNKNOWN
 
     def to_dict(self) -> Json:
         return {"shard_id": self.shard_id, "position": self.position, "generation": self.generation,
@@ -213,10 +216,13 @@ class ExpiredVersions:
     bytes_removed: int | None = None
     old_versions: int | None = None
     snapshot_file_kept: tuple[str, ...] = ()
+    #: Versions kept because a live shard writer may hold one of them open.
+    held_for_writers: tuple[int, ...] = ()
 
     def to_dict(self) -> Json:
         if self.old_versions is None:
-            return {"expire_before": self.expire_before, "planned": list(self.planned)}
+            return {"expire_before": self.expire_before, "planned": list(self.planned),
+                    "held_for_writers": list(self.held_for_writers)}
         return {"expire_before": self.expire_before, "bytes_removed": self.bytes_removed,
                 "old_versions": self.old_versions, "snapshot_file_kept": list(self.snapshot_file_kept),
-                "planned": list(self.planned)}
+                "planned": list(self.planned), "held_for_writers": list(self.held_for_writers)}

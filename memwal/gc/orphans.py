@@ -1,7 +1,9 @@
 """The orphans collector, and what a symbolic link could redirect: planned, never followed.
 
-An orphan is a generation folder no manifest version ever listed (a failed flush's retry) or
-the staging a crashed Spark merge left. Both are found in the one listing of ``_mem_wal/``,
+An orphan is a generation folder no manifest version ever listed (a failed flush's retry of a
+generation still listed, or one above the merge progress) or the staging a crashed Spark merge
+left (folders at or below the merge progress that are no longer listed are drained ones:
+:mod:`memwal.gc.drain`). Both are found in the one listing of ``_mem_wal/``,
 with their files and times; they go only with ``--orphans`` and past ``--orphan-age-seconds``.
 """
 
@@ -15,6 +17,7 @@ from memwal.gc.delete import under
 from memwal.gc.gates import UNSAFE_PATH, Verdict
 from memwal.gc.model import Blocked, GenerationDeletion, Orphan, WalDeletion
 from memwal.store import ObjectInfo, Store
+from memwal.table.drain import merged_through
 from memwal.table.listing import MemWalListing, ShardListing
 from memwal.table.naming import STAGING_DIR, parse_generation_dir, shard_dir
 from memwal.table.paths import shard_of_key
@@ -33,7 +36,7 @@ def _newest(objects: Iterable[ObjectInfo]) -> float | None:
 
 
 def plan_shard_orphans(store: Store, state: ShardState, listed: ShardListing, gates: Callable[[int], Verdict],
-                       now: float, min_age: float) -> OrphanPlan:
+                       now: float, min_age: float, compacted: int) -> OrphanPlan:
     """Generation folders no manifest version ever listed (e.g. a failed flush's retry).
 
     A folder whose generation is above the shard's merged generation is never one: it may
@@ -44,7 +47,12 @@ def plan_shard_orphans(store: Store, state: ShardState, listed: ShardListing, ga
     """
     shard_id = state.shard_id
     dirs = listed.generation_dirs()
-    unlisted = set(dirs) - {s.path for s in state.manifest.sstables}
+    numbers = {s.generation for s in state.manifest.sstables}
+    merged = merged_through(compacted, state)
+    # Unlisted folders of unlisted generations at or below the merge progress were drained
+    # (or are failed attempts of drained ones): the generations collector's (memwal.gc.drain).
+    unlisted = {name for name in set(dirs) - {s.path for s in state.manifest.sstables}
+                if dirs[name] in numbers or dirs[name] > merged}
     blocked: list[Blocked] = []
     if unlisted:  # the usual case is none: only then are older manifest versions read
         older = [(v, o) for v, o in listed.manifests.items() if v < state.version]

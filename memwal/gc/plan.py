@@ -1,10 +1,12 @@
 """A GC plan: what each collector would do, read once, before anything is written (the dry run).
 
-:func:`plan_gc` reads the latest table manifest, the retained versions (the digest saves most
-manifest reads), the checkpoints, one listing of ``_mem_wal/`` and each shard's latest
-manifest, then asks each collector: version expiry first (the other gates count without the
-versions it removes), generations, their WAL entries, orphans, run history; a symbolic link
-met on the way holds whatever it could redirect. It writes nothing.
+:func:`plan_gc` reads the latest table manifest, one listing of ``_mem_wal/`` and each shard's
+latest manifest (and its writer as storage shows it: :mod:`memwal.table.writer`), the retained
+versions (the digest saves most manifest reads) and the checkpoints, then asks each collector:
+version expiry first (the other gates count without the versions it removes, and it keeps what
+live writers may hold), generations (the drains out of the shard manifests, then the folders:
+:mod:`memwal.gc.drain`), their WAL entries, orphans, run history; a symbolic link met on the
+way holds whatever it could redirect, drains included. It writes nothing.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from functools import partial
 from memwal.checkpoint import Checkpoint
 from memwal.checkpoint.expiry import CheckpointSweep, sweep_checkpoints
 from memwal.core import clock as clocks
+from memwal.core.defaults import DEFAULT_GRACE_SECONDS, DEFAULT_ORPHAN_AGE_SECONDS, DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError
+from memwal.gc.drain import DoneDrain, SafeVersions, ShardDrain
 from memwal.gc.expiry import VersionExpiry, plan_version_expiry
-from memwal.gc.gates import DEFAULT_GRACE_SECONDS, Gates
+from memwal.gc.gates import Gates
 from memwal.gc.generations import GenerationsPlan, plan_generations
 from memwal.gc.model import (
     Blocked,
@@ -47,14 +51,14 @@ from memwal.table import Table
 from memwal.table.listing import list_mem_wal
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
+from memwal.table.paths import shard_of_key
 from memwal.table.progress_digest import ProgressDigest, load_digest
 from memwal.table.retained import RetainedVersion, retained_versions
 from memwal.table.shards import read_listed_manifests
 from memwal.table.wal_digest import Header, WalDigest, load_wal_digest
+from memwal.table.writer import ManifestHistory, WriterView, writer_view
 
 log = logging.getLogger(__name__)
-
-DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
 
 #: Plans retried when a listed object vanished before it was read (a concurrent GC).
 PLAN_ATTEMPTS = 5
@@ -89,6 +93,14 @@ class GcPlan(Document):
     @property
     def generations(self) -> tuple[GenerationDeletion, ...]:
         return self.generation_plan.deletions
+
+    @property
+    def drains(self) -> tuple[ShardDrain, ...]:
+        return self.generation_plan.drains
+
+    @property
+    def writers(self) -> tuple[WriterView, ...]:
+        return tuple(self.generation_plan.writers[s] for s in sorted(self.generation_plan.writers))
 
     @property
     def wal_entries(self) -> tuple[WalDeletion, ...]:
@@ -129,6 +141,8 @@ class GcPlan(Document):
             "would_delete": [{"shard_id": g.shard_id, "generation": g.generation, "path": g.path,
                               "gates": g.gates.to_dict()} for g in self.generations],
             "would_delete_wal_entries": [w.to_dict() for w in self.wal_deletions],
+            "would_drain": [d.to_dict() for d in self.drains],
+            "writers": [w.to_dict() for w in self.writers],
             "blocked": [b.to_dict() for b in self.blocked],
             "orphans": [o.to_dict() for o in self.orphans],
             "broken_shards": [b.to_dict() for b in self.broken_shards],
@@ -145,7 +159,8 @@ class GcPlan(Document):
         """A result carrying the plan's explanations (blocked, kept, retention), nothing deleted yet."""
         return GcResult(table=self.table, dry_run=dry_run, engine=engine, blocked=self.blocked, orphans=self.orphans,
                         broken_shards=self.broken_shards, kept_wal_entries=self.kept_wal_entries,
-                        retention=self.retention, time_will_free=self.time_will_free, checkpoints=self.checkpoints)
+                        retention=self.retention, time_will_free=self.time_will_free, checkpoints=self.checkpoints,
+                        writers=self.writers)
 
     def preview(self) -> GcResult:
         """The result a run of this plan would give, with nothing deleted: the dry run's document."""
@@ -153,6 +168,7 @@ class GcPlan(Document):
             self.result(dry_run=True),
             deleted=tuple(DeletedGeneration(g.shard_id, g.generation, g.path, g.objects, g.bytes, g.gates)
                           for g in self.generations),
+            drained=tuple(DoneDrain(d.shard_id, d.from_version + 1, d.generations, d.repairs) for d in self.drains),
             wal_entries_deleted=len(self.wal_deletions),
             objects_deleted=sum(g.objects for g in self.generations) + len(self.wal_deletions),
             bytes_freed=sum(g.bytes for g in self.generations) + sum(w.size for w in self.wal_deletions),
@@ -168,18 +184,26 @@ def plan_gc(
     orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
     history_retention_seconds: Duration | None = None,
     expire_versions_seconds: Duration | None = None,
+    writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS,
     now: float | None = None,
 ) -> GcPlan:
     """Pure: what each collector may do and, for everything kept, which gate keeps it.
 
     Durations are seconds or ``timedelta``. With ``expire_versions_seconds`` the version
-    expiry is a step of the plan: the versions it removes are named, and every gate is
-    computed without them, so the dry run lists exactly what the run deletes.
+    expiry is a step of the plan: the versions it removes are named (less those a live
+    shard writer may have opened: :mod:`memwal.table.writer`), and every gate is computed
+    without them, so the dry run lists exactly what the run deletes.
     """
     now = clocks.current()() if now is None else now
     grace = seconds(grace_seconds)
     latest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
+    store = table.store
+    listing = list_mem_wal(store)
+    shards = read_listed_manifests(store, listing)
+    histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in shards.states.items()}
+    writers = {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=seconds(writer_idle_seconds), claim=True)
+               for sid, h in histories.items()}
     progress_digest = load_digest(table.store)
     versions = retained_versions(table, known=progress_digest)
     sweep = sweep_checkpoints(table, now)
@@ -187,14 +211,14 @@ def plan_gc(
     expiry: VersionExpiry | None = None
     left = versions
     if expire_versions_seconds is not None:
-        expiry, gone = plan_version_expiry(versions, latest.version, seconds(expire_versions_seconds), sweep.live, now)
+        expiry, gone = plan_version_expiry(versions, latest.version, seconds(expire_versions_seconds), sweep.live, now,
+                                           writer_pins=[w.claimed_at - grace if w.claimed_at is not None else None
+                                                        for w in writers.values() if w.live])
         going = {id(v) for v in gone}
         left = [v for v in versions if id(v) not in going]
     gates = Gates(latest, indexes, left, sweep.live, now, grace)
-    store = table.store
-    listing = list_mem_wal(store)
-    shards = read_listed_manifests(store, listing)
-    generations = plan_generations(shards, listing, gates)
+    generations = plan_generations(shards, listing, gates, writers, SafeVersions(histories, now, grace),
+                                   frozenset(expiry.held_for_writers) if expiry is not None else frozenset())
     digest = load_wal_digest(store)
     wal: list[WalDeletion] = []
     kept: list[KeptWal] = []
@@ -208,12 +232,15 @@ def plan_gc(
         kept += w.kept
         headers.update(w.headers)
         o = plan_shard_orphans(store, state, listing.shards[sid], partial(gates.verdict, sid), now,
-                               seconds(orphan_age_seconds))
+                               seconds(orphan_age_seconds), latest.compacted_generation(sid))
         orphans += o.orphans
         blocked += o.blocked
     orphans += plan_staging_orphans(listing, now, seconds(orphan_age_seconds))
     links = sorted(set(listing.links) | set(store.list_links(f"{JOBS_DIR}/")))
     held = hold_linked(links, generations.deletions, tuple(wal), tuple(orphans))
+    # a link in a shard's folder may stand where the drain's new manifest version goes: no drain there
+    linked = {shard_of_key(link + "/x") for link in links}
+    generations = replace(generations, drains=tuple(d for d in generations.drains if d.shard_id not in linked))
     history = HistoryPruning()
     if history_retention_seconds is not None:
         me = current_run()
@@ -249,7 +276,8 @@ def check_audit_destination(store: Store) -> None:
 def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SECONDS,
                     orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
                     history_retention_seconds: Duration | None = None,
-                    expire_versions_seconds: Duration | None = None, now: float | None = None) -> GcPlan:
+                    expire_versions_seconds: Duration | None = None,
+                    writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS, now: float | None = None) -> GcPlan:
     """:func:`plan_gc`, planned again when a listed object vanished before it was read.
 
     A concurrent GC deletes WAL entries and generations between our listing and our read:
@@ -259,7 +287,8 @@ def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SEC
         try:
             return plan_gc(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
                            history_retention_seconds=history_retention_seconds,
-                           expire_versions_seconds=expire_versions_seconds, now=now)
+                           expire_versions_seconds=expire_versions_seconds,
+                           writer_idle_seconds=writer_idle_seconds, now=now)
         except NotFoundError as exc:
             raise StateMovedError(f"{exc} vanished while planning") from exc
 
@@ -273,10 +302,11 @@ def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SEC
 def prepare_gc(table: Table, *, audit: bool = False, grace_seconds: Duration = DEFAULT_GRACE_SECONDS,
                orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
                history_retention_seconds: Duration | None = None,
-               expire_versions_seconds: Duration | None = None) -> GcPlan:
-    """Everything a GC run reads, checked before its first write (lease, expiry, deletion, audit)."""
+               expire_versions_seconds: Duration | None = None,
+               writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS) -> GcPlan:
+    """Everything a GC run reads, checked before its first write (lease, expiry, drain, deletion, audit)."""
     if audit:
         check_audit_destination(table.store)
     return plan_gc_settled(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
                            history_retention_seconds=history_retention_seconds,
-                           expire_versions_seconds=expire_versions_seconds)
+                           expire_versions_seconds=expire_versions_seconds, writer_idle_seconds=writer_idle_seconds)

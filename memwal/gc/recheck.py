@@ -7,7 +7,10 @@ checkpoints are the ones read after the GC marker (a checkpoint created since th
 what it pins), and the retained versions the ones left after the planned expiry (one the plan
 expected gone, tagged meanwhile, still holds what it had not merged; the grace period runs
 from the first version left that merged a generation). It never adds anything: the run
-deletes the plan, or less, and each item dropped is reported with ``changed-since-plan:<gate>``.
+drains and deletes the plan, or less, and each item dropped is reported with
+``changed-since-plan:<gate>``. A generation that may no longer leave its shard manifest keeps
+its folder and its WAL entries too; a folder drained before the plan can be held only by a
+checkpoint created since.
 """
 
 from __future__ import annotations
@@ -73,6 +76,13 @@ def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
     since = SincePlan(table.require_mem_wal(), checkpoints, versions, clocks.current()(), plan.grace_seconds)
     changed: list[Blocked] = []
 
+    def keeps_pinned(shard_id: str, g: int) -> bool:
+        pins = [c.gate for c in since.pins if c.pins(shard_id, g)]
+        if pins:
+            reason = f"changed-since-plan:{pins[0]}"
+            changed.append(Blocked(shard_id, g, reason, (reason,)))
+        return not pins
+
     def keeps(shard_id: str, g: int, *, catchup: bool = True, wal: int | None = None) -> bool:
         why = since.lost(shard_id, g, catchup=catchup)
         if why is not None:
@@ -80,20 +90,38 @@ def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
             changed.append(Blocked(shard_id, g, reason, (reason,), wal_position=wal))
         return why is None
 
-    generations = tuple(d for d in plan.generations if keeps(d.shard_id, d.generation))
+    # A drained folder passed the merge gates when it left the manifest; only a checkpoint
+    # (and the listing's links) can hold it now.
+    generations = tuple(d for d in plan.generations
+                        if (keeps_pinned(d.shard_id, d.generation) if d.drained else keeps(d.shard_id, d.generation)))
+    drains = []
+    for d in plan.drains:
+        kept = [g for g in d.generations if g in d.repairs or keeps(d.shard_id, g)]
+        # a generation that may not leave the manifest keeps its folder too
+        drains.append(replace(d, generations=tuple(kept)))
+    dropped = {(d.shard_id, g) for d, new in zip(plan.drains, drains, strict=True)
+               for g in d.generations if g not in new.generations}
+    generations = tuple(d for d in generations if (d.shard_id, d.generation) not in dropped)
+    # A WAL entry goes with its generations: those listed at the plan only if they still
+    # leave the manifest now; those no longer listed then have nothing left to decide.
+    leaving = {(d.shard_id, g) for d in drains for g in d.generations}
+    listed = {sid: {fg.generation for fg in st.flushed} for sid, st in plan.generation_plan.states.items()}
     wal = []
     for w in plan.wal_deletions:
         span = w.generations
         if span is None:  # a fence sentinel: nothing in the table decides its fate
             wal.append(w)
             continue
-        lost = next((g for g in range(span[0], span[1] + 1) if since.lost(w.shard_id, g) is not None), None)
-        if lost is None or keeps(w.shard_id, lost, wal=w.position):
+        lost = next((g for g in range(span[0], span[1] + 1)
+                     if g in listed.get(w.shard_id, ()) and (w.shard_id, g) not in leaving), None)
+        if lost is None:
             wal.append(w)
+        elif (w.shard_id, lost) not in dropped:
+            keeps(w.shard_id, lost, wal=w.position)  # reports why (its generation is not in any drain)
     orphans = []
     for o in plan.orphans:
         g = parse_generation_dir(o.path) if o.kind == "generation" else None
         if g is None or o.shard_id is None or keeps(o.shard_id, g, catchup=False):
             orphans.append(o)
-    return replace(plan, generation_plan=replace(plan.generation_plan, deletions=generations),
+    return replace(plan, generation_plan=replace(plan.generation_plan, deletions=generations, drains=tuple(drains)),
                    wal_deletions=tuple(wal), orphans=tuple(orphans), other_blocked=plan.other_blocked + tuple(changed))

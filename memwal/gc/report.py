@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from memwal.gc.gates import GRACE_PERIOD, WAL_NEEDED_FOR_REPLAY, is_gate
+from memwal.gc.gates import WAL_GENERATION_UNKNOWN, WAL_NEEDED_FOR_REPLAY, WRITER_LIVE, is_gate, only_grace
 
 
 def render_gc(doc: Mapping[str, Any]) -> str:
@@ -22,19 +22,29 @@ def render_gc(doc: Mapping[str, Any]) -> str:
         by_shard[d["shard_id"]].append(d["generation"])
     for shard_id, gens in sorted(by_shard.items()):
         lines.append(f"  {verb} shard {shard_id} generations {_ranges(gens)}")
+    drain = "would take" if doc["dry_run"] else "took"
+    for d in doc.get("drained", []):
+        repaired = f" (of which {_ranges(d['repairs'])} already gone: readers failed on them)" if d["repairs"] else ""
+        lines.append(f"  {drain} shard {d['shard_id']} generations {_ranges(d['generations'])} out of its manifest "
+                     f"(version {d['manifest_version']}){repaired}")
     gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if is_gate(r)) or b["reason"]
                     for b in doc["blocked"])
     for reasons, n in sorted(gates.items()):
         lines.append(f"  blocked: {n} x {reasons}")
     for reason, n in sorted(Counter(k["reason"] for k in doc.get("kept_wal_entries", [])).items()):
-        why = ("the writer replays it after a crash" if reason == WAL_NEEDED_FOR_REPLAY
-               else "it fences out older writers")
+        why = {WAL_NEEDED_FOR_REPLAY: "the writer replays it after a crash",
+               WAL_GENERATION_UNKNOWN: "its header names no generation, and not all it may belong to go"}.get(
+                   reason, "it fences out older writers")
         lines.append(f"  kept: {n} WAL entr{'y' if n == 1 else 'ies'} x {reason} ({why})")
     if doc.get("retention"):
         lines.append(f"  retained versions: {doc['retention']['hint']}")
     if doc.get("time_will_free"):
-        waiting = sum(1 for b in doc["blocked"] if b.get("reasons", [b["reason"]]) == [GRACE_PERIOD])
+        waiting = sum(1 for b in doc["blocked"] if only_grace(b.get("reasons", [b["reason"]])))
         lines.append(f"  {waiting} generation(s) wait only for the reader grace period: a later run frees them")
+    live = sum(1 for b in doc["blocked"] if b["reason"] == WRITER_LIVE)
+    if live:
+        lines.append(f"  {live} merged generation(s) kept for live writers' views: drained once each writer "
+                     "reopens or is quiet for --writer-idle-seconds")
     for o in doc["orphans"]:
         lines.append(f"  orphan {o['kind']} {o['key']} ({o['age_seconds']:.0f}s old)"
                      + ("" if doc.get("orphans_deleted") else ": kept (use --orphans)"))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.gc.drain import DoneDrain
 from memwal.gc.gates import UNSAFE_PATH
 from memwal.gc.model import (
     Blocked,
@@ -20,6 +21,7 @@ from memwal.gc.model import (
     Orphan,
     Retention,
 )
+from memwal.table.writer import WriterView
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class GcResult(Document):
     checkpoints_removed: tuple[str, ...] = ()
     #: Run-history records older than the retention that the run deleted (or would delete).
     history_pruned: int = 0
+    #: Generations taken out of shard manifests (or, for a dry run, that would be).
+    drained: tuple[DoneDrain, ...] = ()
+    #: Each shard's writer as the plan saw it (live writers keep what their view needs).
+    writers: tuple[WriterView, ...] = ()
 
     def to_dict(self) -> Json:
         return {
@@ -70,6 +76,8 @@ class GcResult(Document):
             "checkpoints": [c.to_dict() for c in self.checkpoints],
             "checkpoints_removed": list(self.checkpoints_removed),
             "history_pruned": self.history_pruned,
+            "drained": [d.to_dict() for d in self.drained],
+            "writers": [w.to_dict() for w in self.writers],
         }
 
     def problems(self) -> list[str]:

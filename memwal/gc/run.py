@@ -3,16 +3,19 @@
 1. the GC marker, then the checkpoints read again (the handshake of
    :mod:`memwal.checkpoint.handshake`: one created meanwhile is seen here and kept);
 2. the version expiry (:class:`memwal.gc.expiry.VersionExpiry`), less every live checkpoint's version;
-3. the re-check of every deletion against the table now (:func:`memwal.gc.recheck.recheck`);
-4. generations (Lance manifests first in every batch), then the WAL entries only deleted
+3. the re-check of every drain and deletion against the table now (:func:`memwal.gc.recheck.recheck`);
+4. the drains: each shard manifest's next version without the generations that leave it
+   (:mod:`memwal.gc.drain`; a shard whose manifest moved since the plan keeps everything);
+5. generations (Lance manifests first in every batch), then the WAL entries only deleted
    generations needed, then orphans when asked: through the engine, the lease checked before
    each batch, a path refused at deletion time reported, not deleted through;
-5. the run history past its retention, the expired checkpoints, the marker's end;
-6. what the run learnt, for the next plan: the retained-progress and WAL-header digests;
+6. the run history past its retention, the expired checkpoints, the marker's end;
+7. what the run learnt, for the next plan: the retained-progress and WAL-header digests;
    then the audit record when asked.
 
-A crash anywhere leaves what a rerun finishes: a generation's manifests go before its other
-files, its WAL entries after it, and every digest is a cache written last.
+A crash anywhere leaves what a rerun finishes: a generation leaves its shard manifest before
+any of its files go, its Lance manifests go before its other files, its WAL entries after it,
+and every digest is a cache written last.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from memwal.checkpoint.handshake import gc_finished, gc_started
 from memwal.core import clock as clocks
 from memwal.core import steps
 from memwal.gc.delete import Target, check_under
+from memwal.gc.drain import DoneDrain, write_drains
 from memwal.gc.engine import GcEngine, LocalGcEngine
 from memwal.gc.gates import UNSAFE_PATH
 from memwal.gc.model import Blocked, DeletedGeneration, ExpiredVersions
@@ -72,8 +76,13 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
             expired, handle = plan.version_expiry.collect(table, keep=checkpoints.live)
             left = retained_versions(table, known=plan.progress_digest, dataset=handle)
         plan = recheck(table, plan, checkpoints.live, left)
+        steps.step("gc.before-drain")
+        if lease:
+            lease.check()
+        plan, drained, moved = _drain(table, plan)
         steps.step("gc.before-delete")
         result = _delete(table, plan, engine, lease, orphans)
+        result = replace(result, drained=tuple(drained), blocked=result.blocked + moved)
         result = replace(result, history_pruned=plan.history.prune(table.store),
                          checkpoints_removed=checkpoints.remove(table, plan.checkpoint_sweep.expired_ids))
     finally:
@@ -89,6 +98,20 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
     log.info("gc %s: %d generations, %d WAL entries, %d bytes freed, %d blocked", table.uri, len(result.deleted),
              result.wal_entries_deleted, result.bytes_freed, len(result.blocked))
     return result
+
+
+def _drain(table: Table, plan: GcPlan) -> tuple[GcPlan, list[DoneDrain], tuple[Blocked, ...]]:
+    """Write every drain; where a shard's manifest moved since the plan (a writer flushed or
+    claimed, another compactor drained), nothing of what that drain frees is deleted now."""
+    done, failed = write_drains(table.store, plan.drains, plan.generation_plan.states)
+    if not failed:
+        return plan, done, ()
+    stopped = {(d.shard_id, g) for d in plan.drains if d.shard_id in failed for g in d.generations}
+    moved = tuple(Blocked(sid, g, failed[sid][0], failed[sid]) for sid, g in sorted(stopped))
+    gens = tuple(g for g in plan.generations if (g.shard_id, g.generation) not in stopped)
+    wal = tuple(w for w in plan.wal_deletions if not any(s == w.shard_id and w.may_belong_to(g) for s, g in stopped))
+    return (replace(plan, generation_plan=replace(plan.generation_plan, deletions=gens), wal_deletions=wal),
+            done, moved)
 
 
 def _delete(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, orphans: bool) -> GcResult:

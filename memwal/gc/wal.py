@@ -16,6 +16,11 @@ answer is open is a header read (a ranged GET), and each is remembered
 past ``replay_after``, the first entry; and every entry small enough to be a fence sentinel
 (or a damaged entry: reading it refuses the run, exit 2, before anything is written). Headers
 that contradict the order make the shard's every header be read.
+
+Generations drained from the manifest (:mod:`memwal.gc.drain`) are still flushed ones: the
+placement counts every generation below ``current_generation``. A Lance 9 writer
+(lance-context) names no generation in its headers: such an entry is placed by its position
+alone, and one whose generations are not all deletable stays (``wal-generation-unknown``).
 """
 
 from __future__ import annotations
@@ -24,11 +29,11 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memwal.gc.gates import FENCE_SENTINEL, WAL_NEEDED_FOR_REPLAY
+from memwal.gc.gates import FENCE_SENTINEL, WAL_GENERATION_UNKNOWN, WAL_NEEDED_FOR_REPLAY
 from memwal.gc.model import KeptWal, WalDeletion
 from memwal.store import Store
 from memwal.table.listing import ShardListing, WalEntry
-from memwal.table.shards import ShardState, read_wal_entry_metas
+from memwal.table.shards import UNLABELLED, ShardState, read_wal_entry_metas
 from memwal.table.wal_digest import Header, WalDigest
 
 #: An entry this small may be a fence sentinel (an empty schema and its metadata: about 200
@@ -72,7 +77,7 @@ def plan_shard_wal(store: Store, state: ShardState, listed: ShardListing, deleta
         return WalPlan(headers={entries[i].key: h for i, h in known.items()})
     reads = _Reads(store, state.shard_id, entries, known)
     reads.read([i for i, e in enumerate(entries) if i not in known and e.size <= SENTINEL_MAX_BYTES])
-    flushed = sorted(g.generation for g in state.flushed)
+    flushed = flushed_numbers(state)
     spans = _Placement(entries, known, flushed, deletable, state.replay_after_wal_entry_position)
     while True:
         if not spans.ordered():
@@ -82,6 +87,12 @@ def plan_shard_wal(store: Store, state: ShardState, listed: ShardListing, deleta
             break
         reads.read(probes)
     return spans.plan(state, expire_before, reads)
+
+
+def flushed_numbers(state: ShardState) -> list[int]:
+    """Every generation the shard has flushed, listed or drained since: generations are
+    numbered from 1 and ``current_generation`` is the next to flush."""
+    return sorted(set(range(1, state.current_generation)) | {g.generation for g in state.flushed})
 
 
 class _Reads:
@@ -110,9 +121,14 @@ class _Placement:
         self.deletable, self.replay_after = deletable, replay_after
         self.top = flushed[-1] if flushed else 0
 
+    def generation(self, i: int) -> int | None:
+        """The generation entry ``i``'s header names (None: unread, a sentinel, or unlabelled)."""
+        h = self.known.get(i)
+        return h.generation if h is not None and h.generation != UNLABELLED else None
+
     def ordered(self) -> bool:
         """Whether the known generations never decrease along the positions (as writers write them)."""
-        gens = [h.generation for _, h in sorted(self.known.items()) if h.generation is not None]
+        gens = [g for i in sorted(self.known) if (g := self.generation(i)) is not None]
         return all(a <= b for a, b in zip(gens, gens[1:], strict=False))
 
     def spans(self) -> dict[int, tuple[int, int]]:
@@ -122,13 +138,13 @@ class _Placement:
         out: dict[int, tuple[int, int]] = {}
         lo = 0
         for i in data:
-            g = self.known[i].generation if i in self.known else None
+            g = self.generation(i)
             if g is not None:
                 lo = g
             out[i] = (g, g) if g is not None else (lo, 0)
         hi = _UNBOUNDED
         for i in reversed(data):
-            g = self.known[i].generation if i in self.known else None
+            g = self.generation(i)
             if g is not None:
                 hi = g
                 continue
@@ -175,9 +191,14 @@ class _Placement:
                     kept.append(KeptWal(sid, e.position, None, FENCE_SENTINEL))
                 continue
             lo, hi = spans[i]
-            if not self.verdict(e.position, lo, hi, h is not None):
+            exact = self.generation(i) is not None
+            goes = self.verdict(e.position, lo, hi, exact)
+            if goes is None and h is not None:  # unlabelled: no read can place it closer
+                kept.append(KeptWal(sid, e.position, None, WAL_GENERATION_UNKNOWN))
+                continue
+            if not goes:
                 continue  # kept with its generation, which is reported blocked
-            cand = [g for g in self.flushed if lo <= g <= hi] if h is None else [lo]
+            cand = [g for g in self.flushed if lo <= g <= hi] if not exact else [lo]
             if e.position > self.replay_after:
                 kept.append(KeptWal(sid, e.position, lo, WAL_NEEDED_FOR_REPLAY))
             else:

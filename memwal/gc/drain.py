@@ -1,0 +1,120 @@
+"""The drain collector: merged generations leave the shard manifest before their folders go.
+
+A generation folder is deleted only once no current shard manifest lists it and no reader
+within the grace period can still hold a version that did (hazard H6: every client reads
+every listed generation and fails on a missing one). So GC first *drains*: it takes the
+generations every gate lets go out of the manifest (:func:`memwal.table.drain.write_drain`),
+then deletes their folders once the drain is older than the grace period (in the same run
+with ``--grace-seconds 0``).
+
+A live writer holds a view that needs them (:mod:`memwal.table.writer`): a generation is
+drained while its shard's writer is live only if that writer claimed its epoch at least the
+grace period after the generation's merge commit (it opened the table after the merge);
+otherwise it is kept, listed and on storage, with ``writer-live``, and drained once the writer
+is quiet for ``writer_idle`` (or reopened). A merged generation whose folder is already gone
+(collected by an older GC, or half collected) is drained at once: every reader fails on it
+now, and the drain is the repair.
+
+Folders not listed by the latest manifest at or below the shard's merge progress (drained by
+us or by another compactor, or a failed flush attempt of a generation drained since) go when
+the newest manifest version older than the grace period does not list them either
+(:func:`unlisted_safely`): a reader that listed one read it before that version was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from memwal.errors import MemWalError, StateMovedError, UnsafePathError
+from memwal.gc.gates import UNSAFE_PATH
+from memwal.gc.model import Json
+from memwal.store import Store
+from memwal.table.drain import write_drain
+from memwal.table.shards import ShardState
+from memwal.table.writer import ManifestHistory
+
+
+@dataclass(frozen=True)
+class ShardDrain:
+    """Generations one run takes out of one shard manifest, planned from ``from_version``."""
+
+    shard_id: str
+    from_version: int
+    generations: tuple[int, ...]
+    #: Of those, merged generations whose folder was already gone (readers fail on them now).
+    repairs: tuple[int, ...] = ()
+
+    def to_dict(self) -> Json:
+        return {"shard_id": self.shard_id, "from_version": self.from_version,
+                "generations": list(self.generations), "repairs": list(self.repairs)}
+
+
+@dataclass(frozen=True)
+class DoneDrain:
+    """A drain the run wrote: the manifest version it created."""
+
+    shard_id: str
+    manifest_version: int
+    generations: tuple[int, ...]
+    repairs: tuple[int, ...] = ()
+
+    def to_dict(self) -> Json:
+        return {"shard_id": self.shard_id, "manifest_version": self.manifest_version,
+                "generations": list(self.generations), "repairs": list(self.repairs)}
+
+
+class SafeVersions:
+    """Per shard, the newest manifest version older than the grace period, read when needed."""
+
+    def __init__(self, histories: Mapping[str, ManifestHistory], now: float, grace_seconds: float) -> None:
+        self.histories, self.cutoff = histories, now - grace_seconds
+        self._paths: dict[str, frozenset[str] | None] = {}
+
+    def paths(self, shard_id: str) -> frozenset[str] | None:
+        """Paths that version lists (None: no version is that old, or it cannot be read)."""
+        if shard_id not in self._paths:
+            history = self.histories[shard_id]
+            v = history.newest_before(self.cutoff)
+            try:
+                self._paths[shard_id] = None if v is None else frozenset(
+                    s.path for s in history.at(v).manifest.sstables)
+            except (MemWalError, OSError):
+                self._paths[shard_id] = None
+        return self._paths[shard_id]
+
+
+def unlisted_safely(safe: SafeVersions, shard_id: str, path: str) -> bool:
+    """Whether no reader within the grace period can hold a manifest listing ``path``."""
+    paths = safe.paths(shard_id)
+    return paths is not None and path not in paths
+
+
+#: A drain not written because the shard manifest got a new version after the plan.
+MOVED = "changed-since-plan:shard-manifest"
+
+
+def write_drains(store: Store, drains: tuple[ShardDrain, ...], states: Mapping[str, ShardState]
+                 ) -> tuple[list[DoneDrain], dict[str, tuple[str, str]]]:
+    """Write each shard's drain (compare-and-swap on the next manifest version); the drains
+    written, and per shard whose drain was not (its manifest moved since the plan, or a link
+    stands where the new version goes), the gate and why."""
+    done: list[DoneDrain] = []
+    failed: dict[str, tuple[str, str]] = {}
+    for d in drains:
+        if not d.generations:
+            continue
+        state = states[d.shard_id]
+        try:
+            written = write_drain(store, state, frozenset(d.generations))
+        except StateMovedError as exc:
+            failed[d.shard_id] = (MOVED, str(exc))
+            continue
+        except UnsafePathError as exc:  # a link refused, never written through
+            failed[d.shard_id] = (UNSAFE_PATH, str(exc))
+            continue
+        done.append(DoneDrain(d.shard_id, written.version, d.generations, d.repairs))
+    return done, failed
+
+
+__all__ = ["MOVED", "DoneDrain", "SafeVersions", "ShardDrain", "unlisted_safely", "write_drains"]
