@@ -285,7 +285,8 @@ def _shards(store: Store, m: ManifestFacts,
             try:
                 state = decode_shard_manifest(store.get(obj.key), shard_id=shard, version=version,
                                               where=store.uri_for(obj.key))
-                rows = sum(fg.physical_rows for fg in state.flushed if fg.generation > merged)
+                # rows a manifest lacks (Lance 9 writers) are left out of this estimate
+                rows = sum(fg.physical_rows or 0 for fg in state.flushed if fg.generation > merged)
             except (NotFoundError, BadInputError) as exc:
                 problems.append(f"shard {shard}: {exc}")
         out.append(ShardFacts(

@@ -264,7 +264,7 @@ def lag_points(data: PageData) -> list[Point]:
     st = data.status
     points.append(Point(data.now, st.unmerged_generations, f"now ({fmt_time(data.now)} UTC): "
                         f"{st.unmerged_generations} unmerged generations, "
-                        f"{fmt_int(sum(s.unmerged_rows for s in st.shards))} rows", css="now"))
+                        f"{fmt_int(st.unmerged_rows)} rows", css="now"))
     return points
 
 
@@ -286,7 +286,7 @@ def view(data: PageData) -> dict[str, Any]:
             ("table version", fmt_int(st.version), ""),
             ("shards", fmt_int(len(st.shards)), f"{len(st.broken)} broken" if st.broken else ""),
             ("unmerged generations", fmt_int(st.unmerged_generations), ""),
-            ("unmerged rows", fmt_int(sum(s.unmerged_rows for s in st.shards)), ""),
+            ("unmerged rows", fmt_int(st.unmerged_rows), "" if st.unmerged_rows is not None else "unknown"),
             ("unmerged bytes", fmt_bytes(st.unmerged_bytes), ""),
             ("oldest unmerged", fmt_age(st.oldest_unmerged_age_seconds), ""),
             ("GC freed, 7 days", fmt_bytes(sum((r.get("figures") or {}).get("bytes", 0) for r in week)),
@@ -297,7 +297,7 @@ def view(data: PageData) -> dict[str, Any]:
         "shards": [{
             "id": s.shard_id, "status": s.status, "merged": s.compacted_generation,
             "unmerged": len(s.unmerged_generations), "span": span(s.unmerged_generations),
-            "rows": fmt_int(s.unmerged_rows) if not s.problem else "?",
+            "rows": fmt_int(s.unmerged_rows) if not s.problem and s.unmerged_rows is not None else "?",
             "bytes": fmt_bytes(s.unmerged_bytes) if not s.problem else "?",
             "age": fmt_age(s.oldest_unmerged_age_seconds),
             "catchup": [(name, max(0, s.compacted_generation - s.index_catchup.get(name, 0)))

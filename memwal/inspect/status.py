@@ -12,25 +12,29 @@ generation that stops a shard's merges is named as that shard's ``problem``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memwal.core import clock as clocks
+from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
 from memwal.errors import UnsafePathError
 from memwal.table import Table
-from memwal.table.generations import generation_damage
+from memwal.table.drain import merged_through
+from memwal.table.generations import generation_check
 from memwal.table.listing import MemWalListing, ShardListing, list_mem_wal
 from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME
 from memwal.table.shards import ShardManifestError, ShardState, read_listed_manifests
+from memwal.table.writer import ManifestHistory, WriterView, writer_view
 
 
 @dataclass
 class UnmergedGeneration:
     generation: int
     path: str
-    rows: int
+    rows: int | None  # None: the shard manifest lacks it and the generation was not opened
     bytes: int
 
 
@@ -46,13 +50,25 @@ class ShardStatus:
     compacted_generation: int
     unmerged_generations: list[int]
     unmerged: list[UnmergedGeneration]
-    unmerged_rows: int
+    #: None when a generation's rows are unknown (its manifest entry lacks them: Lance 9
+    #: writers; ``check_files`` reads them from the generation), never counted as 0.
+    unmerged_rows: int | None
     unmerged_bytes: int
     oldest_unmerged_age_seconds: float | None
     index_catchup: dict[str, int] = field(default_factory=dict)
     #: Set for a broken shard: why its manifest state is unknown, or (``check_files``) which
     #: unmerged generation cannot be read.
     problem: str | None = None
+    #: The merge progress readers go by: the index's, or what a drain shows when higher
+    #: (memwal.table.drain: another compactor recorded its progress only so).
+    merged_generation: int = 0
+    #: Merged generations the manifest still lists: every client still reads them. GC drains
+    #: them when its gates allow (``memwal gc --dry-run`` names each gate), not while the
+    #: shard's writer is live and opened the table before they were merged.
+    merged_listed: list[int] = field(default_factory=list)
+    #: The shard's writer as its manifests show it (no WAL is listed here): live or quiet.
+    writer_live: bool = False
+    writer_last_activity: float | None = None
 
 
 @dataclass
@@ -88,7 +104,7 @@ class TableStatus(Document):
     def to_dict(self) -> dict[str, Any]:
         """The table's fields, its shards, and the totals over its shards."""
         return {**asdict(self), "unmerged_generations": self.unmerged_generations,
-                "unmerged_rows": sum(s.unmerged_rows for s in self.shards), "unmerged_bytes": self.unmerged_bytes,
+                "unmerged_rows": self.unmerged_rows, "unmerged_bytes": self.unmerged_bytes,
                 "oldest_unmerged_age_seconds": self.oldest_unmerged_age_seconds,
                 "broken_shards": [s.shard_id for s in self.broken]}
 
@@ -103,6 +119,12 @@ class TableStatus(Document):
         return sum(len(s.unmerged_generations) for s in self.shards)
 
     @property
+    def unmerged_rows(self) -> int | None:
+        """Rows not merged; None when some generation's count is unknown (never read as 0)."""
+        rows = [s.unmerged_rows for s in self.shards]
+        return None if any(r is None for r in rows) else sum(r for r in rows if r is not None)
+
+    @property
     def unmerged_bytes(self) -> int:
         return sum(s.unmerged_bytes for s in self.shards)
 
@@ -111,7 +133,7 @@ class TableStatus(Document):
         ages = [s.oldest_unmerged_age_seconds for s in self.shards if s.oldest_unmerged_age_seconds is not None]
         return max(ages) if ages else None
 
-    def lag(self) -> dict[str, tuple[int, int, float | None]]:
+    def lag(self) -> dict[str, tuple[int, int | None, float | None]]:
         """Per shard (unmerged generations, unmerged rows, age of the oldest in seconds)."""
         return {s.shard_id: (len(s.unmerged_generations), s.unmerged_rows,
                              None if s.oldest_unmerged_age_seconds is None else round(s.oldest_unmerged_age_seconds, 1))
@@ -130,14 +152,17 @@ class TableStatus(Document):
 
 
 def shard_status(manifest: TableManifest, state: ShardState, listed: ShardListing, indexes: list[str],
-                 now: float) -> ShardStatus:
-    """One shard from its latest manifest and its listing (no other request)."""
+                 now: float, writer: WriterView, rows: Mapping[int, int] | None = None) -> ShardStatus:
+    """One shard from its latest manifest and its listing (no other request); ``rows``: rows
+    of generations read from the generations themselves (``check_files``)."""
     compacted = manifest.compacted_generation(state.shard_id)
+    merged = merged_through(compacted, state)
     flushed = state.flushed
-    # The writer never drops a generation from its manifest; GC removes the directory.
+    # A listed generation with no folder: an old GC collected it while still listed (H6).
     on_disk = set(listed.generations)
-    unmerged = [g for g in flushed if g.generation > compacted]
+    unmerged = [g for g in flushed if g.generation > merged]
     flushed_at = listed.flushed_at(unmerged[0].path) if unmerged else None
+    counts = [g.physical_rows or (rows or {}).get(g.generation) for g in unmerged]
     return ShardStatus(
         shard_id=state.shard_id,
         status=state.status,
@@ -148,12 +173,16 @@ def shard_status(manifest: TableManifest, state: ShardState, listed: ShardListin
         collected_generations=[g.generation for g in flushed if g.path not in on_disk],
         compacted_generation=compacted,
         unmerged_generations=[g.generation for g in unmerged],
-        unmerged=[UnmergedGeneration(g.generation, g.path, g.physical_rows, listed.bytes_under(g.path))
-                  for g in unmerged],
-        unmerged_rows=sum(g.physical_rows for g in unmerged),
+        unmerged=[UnmergedGeneration(g.generation, g.path, n, listed.bytes_under(g.path))
+                  for g, n in zip(unmerged, counts, strict=True)],
+        unmerged_rows=None if any(n is None for n in counts) else sum(n for n in counts if n is not None),
         unmerged_bytes=sum(listed.bytes_under(g.path) for g in unmerged),
         oldest_unmerged_age_seconds=None if flushed_at is None else now - flushed_at,
         index_catchup={name: manifest.index_catchup.get(name, {}).get(state.shard_id, 0) for name in indexes},
+        merged_generation=merged,
+        merged_listed=[g.generation for g in flushed if g.generation <= merged],
+        writer_live=writer.live,
+        writer_last_activity=writer.last_activity,
     )
 
 
@@ -178,7 +207,7 @@ def broken_shard_status(
         compacted_generation=compacted,
         unmerged_generations=[g for g in on_disk if g > compacted],
         unmerged=[],
-        unmerged_rows=0,
+        unmerged_rows=None,
         unmerged_bytes=0,
         oldest_unmerged_age_seconds=None,
         index_catchup={name: manifest.index_catchup.get(name, {}).get(err.shard_id, 0) for name in indexes},
@@ -186,8 +215,10 @@ def broken_shard_status(
     )
 
 
-def first_damaged_generation(table: Table, state: ShardState, compacted: int) -> str | None:
-    """Why the shard's first unreadable unmerged generation stops its merges (None: all read).
+def first_damaged_generation(table: Table, state: ShardState, compacted: int,
+                             rows: dict[int, int] | None = None) -> str | None:
+    """Why the shard's first unreadable unmerged generation stops its merges (None: all read);
+    ``rows`` gets the rows of each generation read on the way.
 
     A generation merged and collected while we looked is not damage: the merge progress is
     read again before a finding is reported.
@@ -196,11 +227,13 @@ def first_damaged_generation(table: Table, state: ShardState, compacted: int) ->
         if g.generation <= compacted:
             continue
         key = state.generation_key(g)
-        why = generation_damage(table.store, key, table.store.uri_for(key), table.storage_options)
-        if why is not None:
+        check = generation_check(table.store, key, table.store.uri_for(key), table.storage_options)
+        if check.damage is not None:
             if table.manifest().compacted_generation(state.shard_id) >= g.generation:
                 return None
-            return f"generation {g.generation} ({g.path}) {why}; merges of this shard stop there"
+            return f"generation {g.generation} ({g.path}) {check.damage}; merges of this shard stop there"
+        if rows is not None and check.rows is not None:
+            rows[g.generation] = check.rows
     return None
 
 
@@ -212,14 +245,22 @@ def table_status(table: Table, *, now: float | None = None, check_files: bool = 
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     listing = list_mem_wal(table.store, wal=False, staging=False)
     found = read_listed_manifests(table.store, listing)
-    shards = [shard_status(manifest, s, listing.shards[sid], indexes, now) for sid, s in found.states.items()]
-    if check_files:
-        for st in shards:
+    shards = []
+    for sid, state in found.states.items():
+        history = ManifestHistory(table.store, state, listing.shards[sid].manifests)
+        writer = writer_view(history, listing.shards[sid], now=now, idle_seconds=DEFAULT_WRITER_IDLE_SECONDS,
+                             walk=False)
+        rows: dict[int, int] = {}
+        why = None
+        if check_files:
             try:
-                why = first_damaged_generation(table, found.states[st.shard_id], st.compacted_generation)
+                why = first_damaged_generation(table, state, merged_through(
+                    manifest.compacted_generation(sid), state), rows)
             except UnsafePathError as exc:
                 why = str(exc)
-            st.problem = f"shard {st.shard_id}: {why}" if why else None
+        st = shard_status(manifest, state, listing.shards[sid], indexes, now, writer, rows)
+        st.problem = f"shard {sid}: {why}" if why else None
+        shards.append(st)
     shards += [broken_shard_status(manifest, e, listing.shards[sid], indexes) for sid, e in found.broken.items()]
     shards.sort(key=lambda s: s.shard_id)
     checkpoints, unreadable = checkpoint_status(table, manifest, listing, now)
@@ -295,7 +336,7 @@ def render_status(st: TableStatus) -> str:
                 _span(s.collected_generations),
                 str(s.compacted_generation),
                 str(len(s.unmerged_generations)),
-                str(s.unmerged_rows),
+                "?" if s.unmerged_rows is None else str(s.unmerged_rows),
                 _human_bytes(s.unmerged_bytes),
                 age,
                 catchup,
@@ -315,9 +356,21 @@ def render_status(st: TableStatus) -> str:
         notes += " (its record claimed longer: capped)" if c.claimed_expiry is not None else ""
         lines.append(f"checkpoint {c.id}{name}: version {c.version}, {c.generations_pinned} generations pinned, "
                      f"holds back {c.generations_held} merged generations ({_human_bytes(c.bytes_held)}){notes}")
+    for s in st.shards:
+        if s.merged_listed and s.writer_live:
+            lines.append(f"shard {s.shard_id[:8]}: {len(s.merged_listed)} merged generations still listed for its "
+                         f"live writer (last write {_ago(s.writer_last_activity)}): gc drains them once the writer "
+                         "reopens or is quiet for the writer idle period (gc --dry-run names every gate)")
+        elif s.merged_listed:
+            lines.append(f"shard {s.shard_id[:8]}: {len(s.merged_listed)} merged generations still listed, read by "
+                         "every client until gc drains them (gc --dry-run names every gate)")
     lines += [f"UNREADABLE checkpoint record: {why}" for why in st.unreadable_checkpoints]
     lines += [f"BROKEN {s.problem}" for s in st.broken]
     return "\n".join(lines)
+
+
+def _ago(when: float | None) -> str:
+    return "-" if when is None else f"{max(0.0, clocks.current()() - when):.0f}s ago"
 
 
 def _span(gens: list[int]) -> str:

@@ -1,11 +1,16 @@
 """`memwal verify`: check the invariants every job relies on, without changing anything.
 
 Checks: no duplicate primary keys in the base table; per shard, no generation gap above
-the merge progress and progress never above what was flushed; every generation path in
-every manifest resolves inside its shard directory; every listed unmerged generation is
-present and readable (Lance validates each fragment's data file footers and deletion
-file: memwal.table.generations). The LSM view comparison is the reader's-eye check used
-around operations.
+the merge progress (the index's, or a drain's: memwal.table.drain) and progress never above
+what was flushed; every generation path in every manifest resolves inside its shard
+directory; every listed unmerged generation is present and readable (Lance validates each
+fragment's data file footers and deletion file: memwal.table.generations). What clients
+check: pylance's ``ShardWriter.lsm_scanner()`` and lance-context read *every* generation the
+shard manifest lists, merged or not, and fail on one that is missing or damaged
+(``listed-generations-readable``, naming the shard and generation), and then the view they
+read, base table and every listed generation, is read as they read it
+(``client-view-readable``). The LSM view comparison is the reader's-eye check used around
+operations.
 
 A checker must never crash on what it checks: a missing, broken or unsafe generation, an
 unreadable base table or an LSM view Lance cannot read is a finding (exit code 1), each
@@ -20,6 +25,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
+from lance.mem_wal import LsmScanner
 
 from memwal.core import clock as clocks
 from memwal.core import steps
@@ -27,10 +33,13 @@ from memwal.core.document import Document
 from memwal.core.retry import after_conflict
 from memwal.errors import MemWalError, StateMovedError, UnsafePathError, first_line
 from memwal.read import lsm_scan
+from memwal.read.plan import plan_read
 from memwal.snapshot.format import SnapshotUnavailableError
 from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
+from memwal.table.drain import merged_through
 from memwal.table.generations import generation_damage
+from memwal.table.manifest import TableManifest
 from memwal.table.schema import primary_key_of
 from memwal.table.shards import generation_readable, read_shard_manifests
 
@@ -106,7 +115,7 @@ def _verify_once(table: Table) -> VerifyResult:
         res.problems.append(Problem("unique-primary-key", f"{dup.num_rows} keys appear more than once, e.g. {example}"))
 
     res.checks += ["shard-manifest-readable", "no-generation-gap", "progress-not-above-flushed",
-                   "paths-inside-shard", "generations-present", "generations-readable"]
+                   "paths-inside-shard", "generations-present", "generations-readable", "listed-generations-readable"]
     found = read_shard_manifests(table.store)
     steps.step("verify.after-shard-manifests")
     unmerged: list[tuple[str, int, str]] = []  # (shard, generation, key) of present unmerged generations
@@ -119,12 +128,13 @@ def _verify_once(table: Table) -> VerifyResult:
                 Problem("progress-not-above-flushed", "progress recorded for a shard with no manifest", shard_id)
             )
     for shard_id, state in states.items():
-        compacted = manifest.compacted_generation(shard_id)
-        if compacted >= state.current_generation and compacted > 0:
+        recorded = manifest.compacted_generation(shard_id)
+        compacted = merged_through(recorded, state)
+        if recorded >= state.current_generation and recorded > 0:
             res.problems.append(
                 Problem(
                     "progress-not-above-flushed",
-                    f"merged generation {compacted} >= current generation {state.current_generation}",
+                    f"merged generation {recorded} >= current generation {state.current_generation}",
                     shard_id,
                 )
             )
@@ -141,6 +151,7 @@ def _verify_once(table: Table) -> VerifyResult:
                 res.problems.append(Problem("paths-inside-shard", str(exc), shard_id))
                 continue
             if g.generation <= compacted:
+                _check_listed_merged(table, res, shard_id, g.generation, g.path, key)
                 continue
             if not generation_readable(table.store, key):
                 res.problems.append(
@@ -174,7 +185,34 @@ def _verify_once(table: Table) -> VerifyResult:
             detail = f"the LSM view cannot be read: {first_line(exc, table.uri)}"
             res.problems.append(Problem("lsm-view-readable", detail))
             res.problems += _broken_generations(table, pk, unmerged)
+    if not any(p.check in (*blocking, "listed-generations-readable") for p in res.problems):
+        _check_client_view(table, res, pk, manifest)
     return res
+
+
+def _check_listed_merged(table: Table, res: VerifyResult, shard_id: str, generation: int, path: str,
+                         key: str) -> None:
+    """A merged generation the manifest still lists: every client opens and reads it."""
+    uri = table.store.uri_for(key)
+    why = ("is missing" if not generation_readable(table.store, key)
+           else generation_damage(table.store, key, uri, table.storage_options))
+    if why is not None:
+        res.problems.append(Problem(
+            "listed-generations-readable",
+            f"merged generation {generation} ({uri}) is listed by the shard manifest but {why.split(': ', 1)[-1]}: "
+            "pylance's lsm_scanner() and lance-context fail on it (memwal gc drains it from the manifest)", shard_id))
+
+
+def _check_client_view(table: Table, res: VerifyResult, pk: list[str], manifest: TableManifest) -> None:
+    """Read the table as the clients do: the base table and every listed generation."""
+    res.checks.append("client-view-readable")
+    try:
+        plan = plan_read(table, source="manifests", manifest=manifest, include_merged=True)
+        # pylance's own reader, last write wins, as the clients read (no fold of merge operators)
+        LsmScanner.from_snapshots(table.dataset(manifest.version), plan.snapshots).project(pk).to_table()
+    except _READ_ERRORS as exc:
+        res.problems.append(Problem("client-view-readable", "the view pylance's lsm_scanner() and lance-context "
+                                    f"read (every listed generation) fails: {first_line(exc, table.uri)}"))
 
 
 def _check_checkpoints(table: Table, res: VerifyResult) -> None:

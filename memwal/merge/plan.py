@@ -3,7 +3,9 @@
 Lance checks only that recorded progress grows; it does not check gaps (docs/architecture.md,
 pylance facts), so skipping a generation would silently lose its rows. The plan therefore
 stops a shard at the first generation that is missing from its manifest or from storage,
-and says why; other shards still merge.
+and says why; other shards still merge. A shard's progress is the MemWAL index's, or what a
+drain by another compactor shows when that is higher (lance-context's ``cleanup_wal()``
+records its progress only so: :func:`memwal.table.drain.merged_through`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from memwal.merge.model import BlockedShard, GenerationRef, MergePlan, ShardMerg
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge.ops import MergeOps, table_merge_ops
 from memwal.table import Table
-from memwal.table.generations import generation_damage
+from memwal.table.drain import merged_through
+from memwal.table.generations import generation_check
 from memwal.table.manifest import TableManifest
 from memwal.table.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
 from memwal.table.schema import primary_key_of
@@ -93,16 +96,17 @@ def plan_shard(
         unsafe = f"unsafe-path: {', '.join(links[key])}: symbolic link, never followed"
         candidates, stop = candidates[:linked], BlockedShard(state.shard_id, fg.generation, unsafe)
     uris = [store.uri_for(key) for _, key in candidates]
-    damage = parallel_map(lambda item: generation_damage(store, item[0], item[1], table.storage_options),
+    checks = parallel_map(lambda item: generation_check(store, item[0], item[1], table.storage_options),
                           [(key, uri) for (_, key), uri in zip(candidates, uris, strict=True)], OPEN_THREADS)
     refs: list[GenerationRef] = []
-    for (fg, key), uri, why in zip(candidates, uris, damage, strict=True):
+    for (fg, key), uri, check in zip(candidates, uris, checks, strict=True):
         if stop_at is not None and fg.generation >= stop_at.generation:
             return refs, stop_at
-        if why is not None:
-            return refs, BlockedShard(state.shard_id, fg.generation, why)
-        refs.append(GenerationRef(state.shard_id, fg.generation, fg.path, key, uri, fg.physical_rows,
-                                  fg.in_memory_bytes))
+        if check.damage is not None:
+            return refs, BlockedShard(state.shard_id, fg.generation, check.damage)
+        # the manifest's figures where it has them, else the generation's own (never 0 for unknown)
+        refs.append(GenerationRef(state.shard_id, fg.generation, fg.path, key, uri,
+                                  fg.physical_rows or check.rows or 0, fg.in_memory_bytes or check.bytes or 0))
     return refs, stop
 
 
@@ -178,7 +182,9 @@ def _plan_merge_once(
             continue
         compacted = manifest.compacted_generation(shard_id)
         budget = None if shard_id in floor else max_generations
-        refs, blocked = plan_shard(table, state, compacted, max_generations=budget, stop_at=stop_at.get(shard_id))
+        # what another compactor drained from the manifest is merged (memwal.table.drain)
+        refs, blocked = plan_shard(table, state, merged_through(compacted, state), max_generations=budget,
+                                   stop_at=stop_at.get(shard_id))
         if blocked:
             plan.blocked.append(blocked)
         per_shard.append((shard_id, compacted, refs))

@@ -106,14 +106,17 @@ def record_run(job: str, outcome: str, engine: str, seconds: float, doc: Mapping
             m.gc_blocked.add(n, {"reason": reason})
 
 
-def record_lag(table: str, lag: Mapping[str, tuple[int, int, float | None]], behind: Mapping[str, int]) -> None:
+def record_lag(table: str, lag: Mapping[str, tuple[int, int | None, float | None]],
+               behind: Mapping[str, int]) -> None:
     """Per shard lag gauges (unmerged generations, rows, oldest age) and per index catch-up
-    gauges (merged generations not caught up) of ``table``, at every job's end and on ``status``."""
+    gauges (merged generations not caught up) of ``table``, at every job's end and on ``status``
+    (rows only where known: a manifest may lack them, and unknown is not 0)."""
     m = _instruments()
     for shard_id, (generations, rows, age) in lag.items():
         shard = {"table": table, "shard": shard_id}
         m.lag_generations.set(generations, shard)
-        m.lag_rows.set(rows, shard)
+        if rows is not None:
+            m.lag_rows.set(rows, shard)
         m.lag_seconds.set(age or 0.0, shard)
     for name, n in behind.items():
         m.catchup_behind.set(n, {"table": table, "index": name})
