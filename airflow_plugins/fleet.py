@@ -94,7 +94,7 @@ class FleetConfig:
     engine: str = field(default="local", metadata={"help": "local: tables on the task's threads; spark: one "
                                                            "spark-submit per task, a Spark task per small table",
                                                    "enum": ("local", "spark")})
-    jobs: tuple[str, ...] = field(default=("merge", "catchup", "compact", "snapshot", "gc"), metadata={
+    jobs: tuple[str, ...] = field(default=("merge", "catchup", "compact", "gc", "snapshot"), metadata={
         "help": "the jobs the fleet may run (each table gets those its debt calls for)"})
     policy: Policy = field(default_factory=Policy, metadata={
         "help": "the fleet policy (memwal.fleet.policy): defaults, then overrides by source and by table"})

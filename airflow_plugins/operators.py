@@ -231,10 +231,10 @@ class MemWalGcOperator(MemWalActionOperator):
     action = "gc"
 
 
-OPERATORS = {
+OPERATORS = {  # in the cycle's order (memwal.cycle.JOB_ORDER)
     "merge": MemWalMergeOperator,
     "catchup": MemWalCatchupOperator,
     "compact": MemWalCompactOperator,
-    "snapshot": MemWalSnapshotOperator,
     "gc": MemWalGcOperator,
+    "snapshot": MemWalSnapshotOperator,
 }

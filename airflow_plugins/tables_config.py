@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CONFIG_ENV = "MEMWAL_CONFIG"
-JOBS = ("merge", "catchup", "compact", "snapshot", "gc")  # the cycle's order
+JOBS = ("merge", "catchup", "compact", "gc", "snapshot")  # the cycle's order
 NAME = re.compile(r"[A-Za-z0-9_.-]+")
 MAX_CONFIG_BYTES = 4 << 20
 

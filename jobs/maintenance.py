@@ -1,4 +1,4 @@
-"""``spark-submit jobs/maintenance.py TABLE [--jobs merge,catchup,compact,snapshot,gc] [job options]``.
+"""``spark-submit jobs/maintenance.py TABLE [--jobs merge,catchup,compact,gc,snapshot] [job options]``.
 
 The whole maintenance cycle in one Spark application (one JVM start instead of five): the
 ``memwal cycle`` command on the Spark engine, so its flags, ``--json`` / ``--result-file``

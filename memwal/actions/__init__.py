@@ -1,4 +1,4 @@
-"""The five maintenance actions (merge, catchup, compact, snapshot, gc) and how one runs.
+"""The five maintenance actions (merge, catchup, compact, gc, snapshot) and how one runs.
 
 - :mod:`memwal.actions.options`: each action's options, declared once;
 - :mod:`memwal.actions.action`: what an action is, and the leases a run holds;

@@ -1,4 +1,4 @@
-"""The maintenance cycle of one table: merge, catchup, compact, snapshot, gc, in that order.
+"""The maintenance cycle of one table: merge, catchup, compact, gc, snapshot, in that order.
 
 The one runner every multi-job caller uses (``memwal cycle``, ``spark-submit
 jobs/maintenance.py``, ``memwal backfill``, the Airflow maintenance operator, the fleet):

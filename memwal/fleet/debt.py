@@ -151,7 +151,7 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
     if merge_shards and facts.maintained_indexes:
         jobs.add("catchup")
     debt = round(sum(getattr(w, job) * term for job, term in terms.items()), 2)
-    order = ("merge", "catchup", "compact", "snapshot", "gc")
+    order = ("merge", "catchup", "compact", "gc", "snapshot")  # the cycle's order
     return Debt(debt, tuple(j for j in order if j in jobs), tuple(reasons), st, terms)
 
 

@@ -1,4 +1,4 @@
-"""``memwal backfill (TABLE... | --tables-file F) [--jobs merge,catchup,compact,snapshot,gc] [job options] [--json]``.
+"""``memwal backfill (TABLE... | --tables-file F) [--jobs merge,catchup,compact,gc,snapshot] [job options] [--json]``.
 
 Runs the chosen jobs over many tables (``memwal.backfill``): progress bars on a terminal
 (plain lines when stderr is not one), then a summary table, or the JSON document with

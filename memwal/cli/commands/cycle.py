@@ -1,6 +1,6 @@
 """``memwal cycle TABLE [--jobs LIST] [--engine local|spark] [--dry-run] [job options] [--json]``.
 
-The whole maintenance cycle of one table (merge, catchup, compact, snapshot, gc, in that
+The whole maintenance cycle of one table (merge, catchup, compact, gc, snapshot, in that
 order), through :func:`memwal.cycle.run_cycle`: ``spark-submit jobs/maintenance.py`` is this
 command on the Spark engine, one application for all five jobs. Every job's options are the
 flags of its own command. The cycle stops at the first job that fails; a job whose lease
@@ -22,7 +22,7 @@ log = logging.getLogger("memwal.cycle")
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
-    p = table_command(sub, "cycle", "the whole maintenance cycle of one table: merge, catchup, compact, snapshot, gc")
+    p = table_command(sub, "cycle", "the whole maintenance cycle of one table: merge, catchup, compact, gc, snapshot")
     p.add_argument("--jobs", default=",".join(JOB_ORDER), metavar="LIST",
                    help=f"comma-separated jobs, run in the order {', '.join(JOB_ORDER)} (default: all)")
     p.add_argument("--dry-run", action="store_true", help="every job's dry run; nothing written")
