@@ -59,7 +59,7 @@ NOISE = "Index __lance_mem_wal has no fields"
 #: The recipe of the lake's tables (a cached lake is reused only with the same recipe).
 RECIPE = {"format": 1, "base_rows": 300, "shards": 2, "generations": 3, "rows_per_generation": 10, "indexes": True}
 #: Drains a table completely: GC takes every merged generation at once.
-DRAIN_POLICY = {"defaults": {"options": {"gc": {"grace_seconds": 0, "expire_versions": 0}}}}
+DRAIN_POLICY = {"defaults": {"options": {"gc": {"grace_seconds": 0, "writer_idle_seconds": 0, "expire_versions": 0}}}}
 _TABLE_NAME = re.compile(r"/(t\d{4,})(?:/|$)")
 
 

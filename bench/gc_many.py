@@ -125,7 +125,7 @@ def one_run(pristine: Path, work: Path, i: int, threads: int | None = None) -> d
     default = memwal.gc.delete.DELETE_THREADS
     memwal.gc.delete.DELETE_THREADS = threads or default
     c0, t0 = time.process_time(), time.perf_counter()
-    plan = prepare_gc(table, grace_seconds=0)
+    plan = prepare_gc(table, grace_seconds=0, writer_idle_seconds=0)
     c1, t1 = time.process_time(), time.perf_counter()
     with Lease(table.store, "gc", ttl_seconds=300) as lease:
         c2, t2 = time.process_time(), time.perf_counter()

@@ -13,7 +13,7 @@ in the counts, split by kind (list, head, get, put, delete, bulk-delete) and by 
 the table, the plan, Lance's cleanup of the expired versions, the deletions, and the rest of the
 run (lease, marker, re-check, digests, run record, lag). ``status`` is counted on a table already
 opened, before GC (every merged generation still on storage) and after it. GC runs as a user
-runs it (``memwal.open(uri).gc(grace_seconds=0, expire_versions=0)``).
+runs it (``memwal.open(uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0)``).
 
 The raw floor is what deleting the same objects needs at least: one listing of ``_mem_wal/``
 (paged) and batched deletes of exactly the keys GC deleted (S3 DeleteObjects of 1,000, Azure
@@ -150,7 +150,7 @@ def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, An
 
     with steps.hooked(at_step):
         t0 = time.perf_counter()
-        result = memwal.open(uri, opts).gc(grace_seconds=0, expire_versions=0).value
+        result = memwal.open(uri, opts).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).value
         elapsed = time.perf_counter() - t0
     phases["run_record_and_lag"] = counter.take()
     after = open_table(uri, opts)

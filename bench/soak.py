@@ -10,7 +10,7 @@ What runs at once, until ``--seconds`` have passed:
   is flushed every few puts), putting new keys, updating and deleting live ones, routed by
   Lance's own sharding; a row model records every write;
 * one loop per command, each starting ``memwal <command> TABLE`` as a process again and
-  again: ``merge``, ``catchup``, ``compact``, ``gc --grace-seconds 0 --expire-versions 0``,
+  again: ``merge``, ``catchup``, ``compact``, ``gc --grace-seconds 0 --writer-idle-seconds 0 --expire-versions 0``,
   ``snapshot``, ``verify``, ``scan --limit 5``.
 
 Every exit code is counted per command, and the runs that lost a race and redid their work
@@ -44,7 +44,7 @@ COMMANDS: dict[str, list[str]] = {
     "merge": ["merge"],
     "catchup": ["catchup"],
     "compact": ["compact"],
-    "gc": ["gc", "--grace-seconds", "0", "--expire-versions", "0"],
+    "gc": ["gc", "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0"],
     "snapshot": ["snapshot"],
     "verify": ["verify"],
     "scan": ["scan", "--limit", "5"],

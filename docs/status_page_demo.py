@@ -32,7 +32,7 @@ def build(uri: str, shards: int = 12) -> memwal.MemWalTable:
         t.merge(shards=ids[: shards - 3 * round_ + 3] or ids[:1], max_generations=2)
         if round_ % 2:
             t.catchup()
-        t.gc(grace_seconds=0, expire_versions=0)
+        t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0)
         write_generations(uri, work, model, generations=1, seed_offset=round_)
     t.compact()
     t.snapshot()

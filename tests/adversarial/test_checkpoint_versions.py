@@ -60,7 +60,8 @@ def test_a_checkpoint_without_its_tag_keeps_its_version_through_expiry(make_tabl
     assert all(g == {3, 4} for g in pinned.values())
     assert t.merge().ok and t.catchup().ok  # newer versions: the checkpoint's is now an old one
 
-    run = run_cli("gc", table.uri, "--grace-seconds", "0", "--expire-versions", "0", "--json")
+    run = run_cli("gc", table.uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0",
+                  "--json")
 
     assert run.rc == 0, run.stderr
     assert ckpt.version in list_versions(table.store)
@@ -69,7 +70,7 @@ def test_a_checkpoint_without_its_tag_keeps_its_version_through_expiry(make_tabl
     rows = t.scan(checkpoint=ckpt.id).to_pylist()
     assert sorted(rows, key=lambda r: r["id"]) == model.sorted_rows()
     # and the run went on with everything else: generations 1 and 2, merged before the checkpoint
-    again = run_cli("gc", table.uri, "--grace-seconds", "0", "--expire-versions", "0")
+    again = run_cli("gc", table.uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
     assert again.rc == 0, again.stderr
     for sid in pinned:
         assert not {1, 2} & set(list_generation_dirs(table.store, sid).values())
@@ -84,7 +85,8 @@ def test_gc_goes_on_when_a_checkpoints_version_is_gone_and_names_it(make_table):
     table.dataset().cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
     assert ckpt.version not in list_versions(table.store)  # expired by hand: the view is lost
 
-    run = run_cli("gc", table.uri, "--grace-seconds", "0", "--expire-versions", "0", "--json")
+    run = run_cli("gc", table.uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0",
+                  "--json")
 
     assert run.rc == 0, run.stderr
     warnings = [line for line in run.stderr.splitlines() if "WARNING" in line and ckpt.id in line]

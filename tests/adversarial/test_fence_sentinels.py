@@ -51,8 +51,8 @@ def test_older_epochs_sentinels_go_and_the_newest_stays(make_table):
     assert all(len(v) == 2 for v in before.values()), before  # sessions 2 and 3 each fenced the one before
     t = memwal.open(table.uri)
 
-    dry = t.gc(grace_seconds=0, expire_versions=0, dry_run=True).to_dict()
-    result = t.gc(grace_seconds=0, expire_versions=0).to_dict()
+    dry = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0, dry_run=True).to_dict()
+    result = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
 
     newest = {s: max(v, key=lambda pe: pe[1]) for s, v in before.items()}
     assert sentinels(table) == {s: [pe] for s, pe in newest.items()}
@@ -69,9 +69,10 @@ def test_every_sentinel_stays_within_the_bound_or_with_never(make_table):
     table, _ = three_sessions(make_table)
     before = sentinels(table)
     t = memwal.open(table.uri)
-    assert t.gc(grace_seconds=0, expire_versions="never").ok
+    assert t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions="never").ok
     assert sentinels(table) == before
-    assert t.gc(grace_seconds=0, expire_versions=3600).ok  # written a moment ago: within the bound
+    assert t.gc(grace_seconds=0, writer_idle_seconds=0,
+                expire_versions=3600).ok  # written a moment ago: within the bound
     assert sentinels(table) == before
 
 
@@ -100,7 +101,7 @@ def test_a_superseded_writer_still_running_is_fenced_by_the_sentinel_gc_kept(tmp
     t = memwal.open(uri)
     assert t.merge().ok
     expire_all(open_table(uri))
-    assert t.gc(grace_seconds=0).ok  # the default bound: a week
+    assert t.gc(grace_seconds=0, writer_idle_seconds=0).ok  # the default bound: a week
 
     with pytest.raises(OSError, match="fenced"):
         a.put(rows([999]))

@@ -24,7 +24,7 @@ def test_a_reason_with_spaces_is_printed_whole(make_table):
     assert t.merge().ok and t.catchup().ok
     table.dataset().cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
 
-    run = run_cli("gc", table.uri, "--grace-seconds", "0", "--expire-versions", "never")
+    run = run_cli("gc", table.uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "never")
 
     assert run.rc == 0, run.stderr
     blocked = [line.strip() for line in run.stdout.splitlines() if line.strip().startswith("blocked:")]
@@ -42,7 +42,7 @@ def test_details_are_not_counted_as_gates(make_table):
     assert len(versions) > 2
     versions[1].unlink()  # a gap between the first and the last: the latest manifest is unknown
 
-    run = run_cli("gc", table.uri, "--grace-seconds", "0")
+    run = run_cli("gc", table.uri, "--grace-seconds", "0", "--writer-idle-seconds", "0")
 
     assert run.rc == 1, run.stderr
     blocked = [line.strip() for line in run.stdout.splitlines() if line.strip().startswith("blocked:")]

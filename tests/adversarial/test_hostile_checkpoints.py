@@ -63,7 +63,7 @@ def test_a_corrupt_record_is_named_and_skipped_by_every_view_and_job_and_delete_
         status = run_cli("status", table, "--json")
         assert status.rc == 0, status.stderr
         assert "corrupt checkpoint record" in json.loads(status.stdout)["unreadable_checkpoints"][0]
-        gc = run_cli("gc", table, "--grace-seconds", "0", "--json")
+        gc = run_cli("gc", table, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--json")
         assert gc.rc == 0, gc.stderr
         assert f"skipping corrupt checkpoint record {path}" in gc.stderr
         verify = run_cli("verify", table)
@@ -108,7 +108,7 @@ def test_gc_never_deletes_a_tag_an_expired_record_names(table):
     now = time.time()
     plant(table, "f" * 32, record("f" * 32, ds.version, created_at=now - 7200, expires_at=now - 3600,
                                   tag="release-1"))
-    doc = t.gc(grace_seconds=0).to_dict()
+    doc = t.gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
     assert doc["checkpoints_removed"] == ["f" * 32]
     assert "release-1" in t.table.dataset().tags.list()
 
@@ -154,11 +154,11 @@ def test_a_record_of_a_newer_format_holds_gc_and_is_never_removed(table):
     before = _folders(table)
     assert len(before) == SMALL.shards * SMALL.generations and all(before.values())
     reason = f"checkpoint:{cid} unknown format 2"
-    dry = t.gc(grace_seconds=0, expire_versions=0, dry_run=True).to_dict()
+    dry = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0, dry_run=True).to_dict()
     assert dry["deleted"] == [] and dry["checkpoints_removed"] == []
     assert dry["expired_versions"]["planned"] == []  # every version is held too
     assert len(dry["blocked"]) == len(before) and all(reason in b["reasons"] for b in dry["blocked"])
-    done = t.gc(grace_seconds=0, expire_versions=0).to_dict()
+    done = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
     assert done["deleted"] == [] and done["checkpoints_removed"] == []
     assert _folders(table) == before and path.exists()
     assert {v["version"] for v in t.table.dataset().versions()} == versions
@@ -169,4 +169,4 @@ def test_a_record_of_a_newer_format_holds_gc_and_is_never_removed(table):
         refresh_checkpoint(t.table, cid, lifetime_seconds=600)
     assert json.loads(path.read_text())["format"] == 2  # untouched
     assert run_cli("checkpoint", "delete", table, cid).rc == 0 and not path.exists()
-    assert len(t.gc(grace_seconds=0, expire_versions=0).to_dict()["deleted"]) == len(before)
+    assert len(t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()["deleted"]) == len(before)

@@ -34,7 +34,7 @@ from tests.interleave import running_at
 MERGED = 2
 SHARDS = shard_ids_for(SMALL)
 VICTIM = SHARDS[0]
-GC = ("gc", "--orphans", "--grace-seconds", "0", "--orphan-age-seconds", "0")
+GC = ("gc", "--orphans", "--grace-seconds", "0", "--writer-idle-seconds", "0", "--orphan-age-seconds", "0")
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +290,8 @@ def test_corrupt_wal_entry_fails_before_anything_is_written(fresh, unchanged):
         run = run_cli(*GC, "--expire-versions", "0", "--audit-log", table.uri)
         assert_one_line_error(run, 2, wal_key(VICTIM, entry.position), "not an Arrow IPC stream")
         with pytest.raises(BadInputError, match="not an Arrow IPC stream"):  # the API validates first too
-            memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0, orphans=True, audit=True)
+            memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0, orphans=True,
+                                      audit=True)
 
 
 def test_audit_path_that_is_a_file_fails_before_anything_is_written(fresh, unchanged):
@@ -309,16 +310,21 @@ def test_audit_path_that_is_a_file_fails_before_anything_is_written(fresh, uncha
 def test_second_gc_planned_before_the_first_deleted_still_succeeds(fresh):
     table, _ = fresh
     keep = unmerged_dirs(table)
-    options = dict(grace_seconds=0, orphan_age_seconds=0, orphans=True)
+    options = dict(grace_seconds=0, writer_idle_seconds=0, orphan_age_seconds=0, orphans=True)
     dry = memwal.open(table.uri).gc(dry_run=True, **options).to_dict()
     assert len(dry["deleted"]) == 6 and dry["wal_entries_deleted"]
     runs = []
     with running_at("gc.planned", lambda: runs.append(run_cli(*GC, table.uri))) as reached:
         result = memwal.open(table.uri).gc(**options).to_dict()  # planned; everything it planned is then gone
     assert reached and runs[0].rc == 0, runs[0].stderr
-    assert len(result["deleted"]) == 6 and all(d["objects"] == 0 for d in result["deleted"])
+    # the other run drained the shard manifests first: ours finds each moved, drains and
+    # deletes nothing of its plan, and says so; the next run has nothing left to do
+    assert result["deleted"] == [] and result["drained"] == []
+    assert {b["reason"] for b in result["blocked"] if b["generation"] <= 2} == {"changed-since-plan:shard-manifest"}
     assert all(set(list_generation_dirs(table.store, s).values()) == {3, 4} for s in SHARDS)
     assert_unmerged_intact(keep)
+    again = memwal.open(table.uri).gc(**options).to_dict()
+    assert again["deleted"] == [] and again["drained"] == []
 
 
 class RacingStore(LocalStore):
@@ -348,10 +354,10 @@ class RacingStore(LocalStore):
 def test_gc_that_loses_a_planning_race_replans_instead_of_failing(fresh):
     table, _ = fresh
     keep = unmerged_dirs(table)
-    store = RacingStore(table.uri, lambda: memwal.open(table.uri).gc(grace_seconds=0))
+    store = RacingStore(table.uri, lambda: memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0))
     racing = Table(table.uri)
     racing.__dict__["store"] = store  # Table.store is a cached property
-    doc = run_action("gc", racing, grace_seconds=0)
+    doc = run_action("gc", racing, grace_seconds=0, writer_idle_seconds=0)
     assert store.raced_key is not None and store.vanished  # ours did read an entry the other had deleted
     assert doc["deleted"] == [] or all(d["objects"] == 0 for d in doc["deleted"])
     assert all(set(list_generation_dirs(table.store, s).values()) == {3, 4} for s in SHARDS)
@@ -385,14 +391,14 @@ def test_a_version_cleaned_up_while_gc_plans_is_planned_again_without_it(fresh):
     store = CleanedUpStore(table.uri)
     racing = Table(table.uri)
     racing.__dict__["store"] = store  # Table.store is a cached property
-    plan = plan_gc_settled(racing, grace_seconds=0)
+    plan = plan_gc_settled(racing, grace_seconds=0, writer_idle_seconds=0)
     assert store.cleaned is not None and not table.store.exists(store.cleaned)
     assert plan.retained_versions == len(listed) - 1 == len(list_versions(table.store)) > 1
 
 
 def test_gates_are_rechecked_against_the_latest_version_before_deleting(fresh):
     table, _ = fresh
-    options = dict(grace_seconds=0, orphan_age_seconds=0)
+    options = dict(grace_seconds=0, writer_idle_seconds=0, orphan_age_seconds=0)
     assert len(memwal.open(table.uri).gc(dry_run=True, **options).to_dict()["deleted"]) == 6
     before = {s: tree_digest(str(Path(table.uri, shard_dir(s)))) for s in SHARDS}
 

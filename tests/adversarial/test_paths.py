@@ -36,7 +36,7 @@ from tests.interleave import running_at
 
 W = Workload(base_rows=200, shards=2, generations=3, rows_per_generation=20, indexes=False, seed=3)
 S0, S1 = shard_ids_for(W)
-GC = ("gc", "--json", "--grace-seconds", "0", "--expire-versions", "0")
+GC = ("gc", "--json", "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
 ORPHANS = ("--orphans", "--orphan-age-seconds", "0")
 
 
@@ -302,7 +302,7 @@ def test_generation_link_holds_its_wal_entries_and_nothing_else(table: Path, out
 def test_dry_run_reports_the_link_and_exits_1(table: Path, outside: Path) -> None:
     link = swap_out(shard(table, S0) / "wal", outside)
     with_digest = tree_digest(str(table))
-    run = run_cli("gc", "--json", "--dry-run", "--grace-seconds", "0", str(table))
+    run = run_cli("gc", "--json", "--dry-run", "--grace-seconds", "0", "--writer-idle-seconds", "0", str(table))
     assert_one_line_error(run, 1, key_of(table, link))
     assert tree_digest(str(table)) == with_digest
     assert {"shard_id": S0, "generation": 0, "reason": "unsafe-path"}.items() <= next(
@@ -341,7 +341,7 @@ SWAPS = [
 def test_link_swapped_in_after_planning_is_refused_at_deletion(case: Swap, table: Path, outside: Path) -> None:
     if case.orphans:
         _plan_staging(table)
-    options = dict(grace_seconds=0, orphan_age_seconds=0, orphans=case.orphans)
+    options = dict(grace_seconds=0, writer_idle_seconds=0, orphan_age_seconds=0, orphans=case.orphans)
     dry = memwal.open(str(table)).gc(dry_run=True, **options).to_dict()
     assert not [b for b in dry["blocked"] if b["reason"] == "unsafe-path"]
     assert dry["deleted"] and (dry["orphans"] or not case.orphans)
@@ -407,7 +407,7 @@ def test_link_swapped_in_after_listing_a_batch_is_refused_at_unlink(case: Swap, 
         swapped["before"] = tree_digest(str(outside))
 
     with running_at("store.trees-listed", swap) as reached:
-        result = memwal.open(str(table)).gc(grace_seconds=0).to_dict()
+        result = memwal.open(str(table)).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
     assert reached == ["store.trees-listed"]
     link, target, before = swapped["link"], swapped["target"], swapped["before"]
     assert tree_digest(str(outside)) == before  # nothing deleted in what was moved out, nor through the link
@@ -425,11 +425,12 @@ def test_a_file_written_after_listing_keeps_its_directories_until_the_next_run(t
         late["file"].write_bytes(b"written after the listing")
 
     with running_at("store.trees-listed", write):
-        memwal.open(str(table)).gc(grace_seconds=0)
+        memwal.open(str(table)).gc(grace_seconds=0, writer_idle_seconds=0)
     assert late["file"].read_bytes() == b"written after the listing"  # never listed: never unlinked
     assert sorted(p.name for p in late["file"].parent.parent.iterdir()) == ["data"]  # the rest went
     assert gen_dirs(table, S0) == {1} and gen_dirs(table, S1) == set()
-    memwal.open(str(table)).gc(grace_seconds=0)  # the shard manifest still lists it: the next run finishes
+    memwal.open(str(table)).gc(grace_seconds=0,
+                               writer_idle_seconds=0)  # the shard manifest still lists it: the next run finishes
     assert gen_dirs(table, S0) == set()
 
 
@@ -440,7 +441,7 @@ def test_gc_holds_only_what_a_quarter_of_its_descriptors_allow(table: Path) -> N
             "resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
             "from memwal.store.local_trees import trees_at_once\n"
             "assert trees_at_once() == 4, trees_at_once()\n"
-            f"r = memwal.open({str(table)!r}).gc(grace_seconds=0).to_dict()\n"
+            f"r = memwal.open({str(table)!r}).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()\n"
             "print(len(r['deleted']), r['wal_entries_deleted'], len(r['blocked']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -54,13 +54,15 @@ def ok(*argv: str) -> dict:
     return json.loads(run.stdout)
 
 
-def scan_from_the_snapshot(uri: str, model: dict[int, int], written_since: tuple[int, ...] = ()) -> None:
+def scan_from_the_snapshot(uri: str, model: dict[int, int], written_since: tuple[int, ...] = (),
+                           drained: bool = False) -> None:
     """The scan starts from the published snapshot (only shards flushed since it was
-    published come from their manifests) and sees the model."""
+    published, or drained by a GC since, come from their manifests) and sees the model."""
     doc = ok("scan", uri)
     stale = {shard_id(i) for i in written_since}
     assert doc["source"] == "index", doc
-    assert all(f["shard_id"] in stale and "newer than the snapshot" in f["reason"] for f in doc["fallbacks"]), doc
+    assert all((drained or f["shard_id"] in stale) and "newer than the snapshot" in f["reason"]
+               for f in doc["fallbacks"]), doc
     assert sorted((r["id"], r["v"]) for r in doc["rows"]) == sorted(model.items())
 
 
@@ -71,7 +73,7 @@ def live_file(uri: str) -> str:
 
 def test_gc_version_expiry_keeps_the_published_snapshot_file_at_1000_shards(tmp_path):
     """The issue's sequence: snapshot; merge; snapshot (idle); merge; catchup; compact;
-    snapshot (idle); gc --grace-seconds 0 --expire-versions 0. Then one more merge (a new
+    snapshot (idle); gc --grace-seconds 0 --writer-idle-seconds 0 --expire-versions 0. Then one more merge (a new
     entry UUID again) and gc: the file survives both, and readers start from it."""
     uri = str(tmp_path / "t")
     model = many_shards(uri, 1000)
@@ -83,18 +85,20 @@ def test_gc_version_expiry_keeps_the_published_snapshot_file_at_1000_shards(tmp_
     ok("catchup", uri)
     ok("compact", uri)
     assert ok("snapshot", uri)["version"] is None
-    gc = ok("gc", uri, "--grace-seconds", "0", "--expire-versions", "0")
+    gc = ok("gc", uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
     assert len(gc["deleted"]) == 1000
-    scan_from_the_snapshot(uri, model)
+    scan_from_the_snapshot(uri, model, drained=True)  # the drained shards from their manifests
     assert os.path.exists(live_file(uri))
     assert gc["expired_versions"]["snapshot_file_kept"], gc["expired_versions"]
     assert "shard-snapshot-readable" in ok("verify", uri)["checks"]
+    assert ok("snapshot", uri)["version"] is not None  # the cycle's last job: the drains published
+    scan_from_the_snapshot(uri, model)
 
     put(uri, 7, 5_000_000)  # one more flushed generation, merged: the entry's UUID moves on
     model[5_000_000] = 5_000_000
     ok("merge", uri)
-    ok("gc", uri, "--grace-seconds", "0", "--expire-versions", "0")
-    scan_from_the_snapshot(uri, model, written_since=(7,))
+    ok("gc", uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
+    scan_from_the_snapshot(uri, model, written_since=(7,), drained=True)
     ok("verify", uri)
 
 
@@ -120,14 +124,14 @@ def test_a_merge_between_keeping_the_file_and_the_cleanup(tmp_path, monkeypatch)
         return key
 
     monkeypatch.setattr(memwal.snapshot.locate, "keep_snapshot_file", keep_then_merge)
-    gc = ok("gc", uri, "--grace-seconds", "0", "--expire-versions", "0")
+    gc = ok("gc", uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
     assert len(calls) == 2 and all(calls) and calls[0] != calls[1], calls
     assert gc["expired_versions"]["snapshot_file_kept"] == calls
     # The run expires exactly the versions its plan named (never by a clock difference): the
     # version that named the first copy was the plan's latest, so it and its copy stay.
     assert gc["expired_versions"]["old_versions"] == len(gc["expired_versions"]["planned"])
     assert all(os.path.exists(os.path.join(uri, key)) for key in calls)
-    scan_from_the_snapshot(uri, model, written_since=(3,))
+    scan_from_the_snapshot(uri, model, written_since=(3,), drained=True)
     ok("verify", uri)
 
 

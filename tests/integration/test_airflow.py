@@ -141,7 +141,7 @@ def test_config_generated_dag_runs_with_its_gc_policy(airflow_env, make_table, t
     config = tmp_path / "memwal.yaml"
     config.write_text(
         f"tables:\n  - table: {table.uri}\n    schedule: null\n    lag: false\n"
-        "    gc: {grace_seconds: 0, expire_versions: 0}\n"
+        "    gc: {grace_seconds: 0, writer_idle_seconds: 0, expire_versions: 0}\n"
     )
     proc = airflow_cli({**env, "MEMWAL_CONFIG": str(config)}, "dags", "test", "memwal_events")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -167,7 +167,8 @@ def test_maintenance_dag_on_azure_through_a_wasb_connection(airflow_env, azure_s
     _, model = create_base_table(uri, SMALL, opts)
     write_generations(uri, SMALL, model, storage_options=opts)
     conn = {"conn_type": "wasb", "login": ACCOUNT, "password": ACCOUNT_KEY, "host": azure_server.endpoint}
-    conf = {"table": uri, "conn_id": "azure_blob", "engine": "local", "grace_seconds": 0, "expire_versions": 0}
+    conf = {"table": uri, "conn_id": "azure_blob", "engine": "local", "grace_seconds": 0, "writer_idle_seconds": 0,
+            "expire_versions": 0}
     proc = airflow_cli({**env, "AIRFLOW_CONN_AZURE_BLOB": json.dumps(conn)}, "dags", "test", "memwal_maintenance",
                        "-c", json.dumps(conf))
     out = proc.stdout + proc.stderr
@@ -240,7 +241,7 @@ def test_dag_files_import_without_config(monkeypatch):
     assert sorted(bag.dag_ids) == ["memwal_maintenance"]
     dag = bag.dags["memwal_maintenance"]
     assert [t.task_id for t in dag.topological_sort()] == [
-        "route", "maintenance", "merge", "catchup", "compact", "snapshot", "gc"]
+        "route", "maintenance", "merge", "catchup", "compact", "gc", "snapshot"]
     assert dag.get_task("route").downstream_task_ids == {"maintenance", "merge"}
     assert all("storage_options" not in t.template_fields for t in dag.tasks)
     assert dag.params["expire_versions"] == 7 * 24 * 3600  # GC frees storage by default
@@ -268,7 +269,7 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
     assert [t.task_id for t in events.topological_sort()] == ["maintenance"]
     cycle = events.get_task("maintenance")
     assert cycle.engine == "spark" and cycle.spark_conf == {"spark.executor.memory": "2g"}
-    assert cycle.jobs == ["merge", "catchup", "compact", "snapshot", "gc"]
+    assert cycle.jobs == ["merge", "catchup", "compact", "gc", "snapshot"]
     assert cycle.retries == 3 and cycle.retry_exponential_backoff == 2.0
     assert (cycle.pool, cycle.priority_weight) == ("memwal", 5)
     assert AssetAlias("memwal-merged:events") in cycle.outlets
@@ -386,7 +387,8 @@ def test_operators_local_engine_full_cycle_and_asset_only_on_commit(make_table, 
     assert catchup["all_recorded"] is True
     snap = MemWalSnapshotOperator(task_id="snapshot", table=table.uri).execute(ctx)
     assert snap["version"] == table.manifest().version
-    gc = MemWalGcOperator(task_id="gc", table=table.uri, grace_seconds=0, expire_versions=0).execute(ctx)
+    gc = MemWalGcOperator(task_id="gc", table=table.uri, grace_seconds=0, writer_idle_seconds=0,
+                          expire_versions=0).execute(ctx)
     assert len(gc["deleted"]) == 12 and gc["blocked"] == []
     assert table_rows(table) == model.sorted_rows()
 

@@ -99,6 +99,7 @@ def test_dags_test_sends_airflow_stats_and_openlineage_events_with_the_run_facet
         "AIRFLOW_CONN_MEMWAL_OBSERVED": json.dumps({"conn_type": "memwal", "host": table.uri, "password": SECRET}),
     }
     conf = {"table": table.uri, "conn_id": "memwal_observed", "engine": "local", "grace_seconds": 0,
+            "writer_idle_seconds": 0,
             "expire_versions": 0}
     try:
         proc = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", "memwal_maintenance", "-c", json.dumps(conf)],

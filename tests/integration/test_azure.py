@@ -59,7 +59,7 @@ def test_full_cycle_on_azure_local_engine(azure_server: AzureServer, tmp_path: P
     after = t.table.manifest()
     assert after.compacted == before.compacted and after.index_catchup == before.index_catchup
     assert t.snapshot().to_dict()["version"] is not None
-    gc = t.gc(grace_seconds=0, expire_versions=0).to_dict()
+    gc = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
     assert len(gc["deleted"]) == SMALL.shards * SMALL.generations and gc["wal_entries_deleted"] > 0
     assert all(not list_generation_dirs(t.table.store, s) for s in shard_ids_for(SMALL))
     assert table_rows(t.table) == model.sorted_rows() and _lsm_rows(t.table) == model.sorted_rows()
@@ -86,7 +86,7 @@ def test_full_cycle_on_azure_spark_submit_keeps_the_key_off_every_command_line(a
         proc = subprocess.run(
             [str(VENV_BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
              str(ROOT / "jobs/maintenance.py"), uri, "--storage-options-file", path, "--result-file", str(result),
-             "--grace-seconds", "0", "--expire-versions", "0"],
+             "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0"],
             capture_output=True, text=True, env=env, timeout=900,
         )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

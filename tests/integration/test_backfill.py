@@ -79,7 +79,8 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
     # --restart forgets the progress of the named tables (only those); --jobs picks jobs
     third = json.loads(
         backfill(
-            uris[1], "--jobs", "gc,merge", "--restart", "--grace-seconds", "0", "--expire-versions", "0", "--json",
+            uris[1], "--jobs", "gc,merge", "--restart", "--grace-seconds", "0", "--writer-idle-seconds", "0",
+            "--expire-versions", "0", "--json",
             cwd=tmp_path, rc=0
         ).stdout
     )
@@ -150,7 +151,7 @@ def test_a_dry_run_writes_and_records_nothing(make_table, tmp_path):
     doc = json.loads(run.stdout)
     assert doc["dry_run"] is True
     jobs = doc["tables"][0]["jobs"]
-    assert [j["job"] for j in jobs] == ["merge", "catchup", "compact", "snapshot", "gc"]
+    assert [j["job"] for j in jobs] == ["merge", "catchup", "compact", "gc", "snapshot"]
     assert all(j["result"]["dry_run"] for j in jobs)
     assert jobs[0]["summary"].startswith("would merge 12 generations")
     assert tree_digest(table.uri) == before and not Path(state).exists()
@@ -204,7 +205,8 @@ def test_gc_held_only_by_the_grace_period_is_not_recorded_as_done(make_table, tm
     a later rerun will free more: it is reported as waiting and run again, never skipped."""
     table, _ = make_table()
     state = BackfillState(str(tmp_path / "state.json"))
-    options = {"gc": {"expire_versions": 0}}  # no retained version holds anything back: only time does
+    # no retained version holds anything back, no writer is live: only time does
+    options = {"gc": {"expire_versions": 0, "writer_idle_seconds": 0}}
     jobs = ["merge", "catchup", "gc"]
     first = run_backfill([table.uri], jobs, state=state, job_options=options)
     assert [str(j.status) for j in first.tables[0].jobs] == ["done", "done", "waiting"]
@@ -212,7 +214,7 @@ def test_gc_held_only_by_the_grace_period_is_not_recorded_as_done(make_table, tm
     assert "more becomes free with time" in first.tables[0].jobs[2].summary and not first.failed_tables
     assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "catchup"}
     again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
-                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
+                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0, "writer_idle_seconds": 0}})
     assert [str(j.status) for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
     gc = again.tables[0].jobs[2].document
     assert gc["deleted"] and not gc["time_will_free"]
@@ -228,9 +230,9 @@ def test_a_rerun_with_other_options_is_new_work(make_table, tmp_path):
     assert [str(j.status) for j in first.tables[0].jobs] == ["done", "done", "done"]
     assert first.tables[0].jobs[2].document["deleted"] == []  # every version kept: nothing could go
     again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
-                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
+                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0, "writer_idle_seconds": 0}})
     assert [str(j.status) for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
     assert len(again.tables[0].jobs[2].document["deleted"]) == SMALL.shards * SMALL.generations
     same = run_backfill([table.uri], jobs, state=BackfillState(state.path),
-                        job_options={"gc": {"expire_versions": 0, "grace_seconds": 0}})
+                        job_options={"gc": {"expire_versions": 0, "grace_seconds": 0, "writer_idle_seconds": 0}})
     assert [str(j.status) for j in same.tables[0].jobs] == ["skipped", "skipped", "skipped"]

@@ -49,9 +49,9 @@ def test_a_reader_reads_its_moment_through_merge_compact_and_gc(make_table):
     later = copy.deepcopy(model)
     write_generations(uri, SMALL, later, generations=2, seed_offset=99)
     for job in (["merge"], ["catchup"], ["compact"], ["snapshot"],
-                ["gc", "--grace-seconds", "0", "--expire-versions", "0"]):
+                ["gc", "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0"]):
         cli_json(*job, uri)
-    gc = cli_json("gc", uri, "--grace-seconds", "0", "--expire-versions", "0")
+    gc = cli_json("gc", uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
     reasons = {(b["shard_id"], b["generation"]): b["reason"] for b in gc["blocked"]}
     for shard, gens in ckpt["shards"].items():
         for g in gens:
@@ -69,7 +69,7 @@ def test_a_reader_reads_its_moment_through_merge_compact_and_gc(make_table):
 
     deleted = cli_json("checkpoint", "delete", uri, ckpt["id"])
     assert deleted["deleted"] is True and TAG_PREFIX + ckpt["id"] not in table.dataset().tags.list()
-    freed = cli_json("gc", uri, "--grace-seconds", "0", "--expire-versions", "0")
+    freed = cli_json("gc", uri, "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
     assert {(d["shard_id"], d["generation"]) for d in freed["deleted"]} >= set(reasons)
     assert pinned_dirs(table, ckpt) == {s: set() for s in ckpt["shards"]}
     assert not [b for b in freed["blocked"] if b["reason"].startswith("checkpoint:")]
@@ -142,7 +142,7 @@ def test_airflow_setup_and_teardown_hold_a_checkpoint_around_a_reader(make_table
     doc = pin.execute(context())
     assert (doc["version"], doc["name"]) == (table.dataset().version, "adhoc_airflow.pin")
     memwal.open(table.uri).merge()
-    memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0)
+    memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0)
     rows = memwal.open(table.uri).scan(checkpoint=doc["id"]).to_pylist()
     assert sorted(rows, key=lambda r: r["id"]) == model.sorted_rows()
     release = MemWalDeleteCheckpointOperator(task_id="release", table=table.uri, checkpoint_id=doc["id"])

@@ -84,7 +84,7 @@ def test_compaction_after_many_merges_keeps_rows_progress_and_catchup_then_gc_co
     assert table.dataset().stats.index_stats("id_idx")["num_unindexed_rows"] == 0
     assert table.dataset().to_table(filter="id = 7").num_rows == (1 if 7 in model.rows else 0)
 
-    gc = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0).to_dict()
+    gc = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
     assert not gc["blocked"], gc["blocked"]
     assert len(gc["deleted"]) == MANY.shards * MANY.generations
     assert all_generations_collected(table, shard_ids_for(MANY))
@@ -97,7 +97,7 @@ def test_lance_compact_files_drops_catchup_and_compact_re_earns_it(fresh):
     before = table.manifest()
     table.dataset().optimize.compact_files()
     assert table.manifest().index_catchup == {} and table.manifest().compacted == before.compacted
-    blocked = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).to_dict()["blocked"]
+    blocked = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, dry_run=True).to_dict()["blocked"]
     assert blocked and all(b["reason"].startswith("index-not-caught-up") for b in blocked)
     dry = memwal.open(table.uri).compact(dry_run=True).to_dict()  # the repair is a step of the plan
     assert dry["tasks"] == [] and dry["catchup_repair"] == sorted(before.index_catchup)
@@ -318,7 +318,7 @@ def test_compaction_on_s3(s3_server):
     assert table_rows(table) == model.sorted_rows()
     after = table.manifest()
     assert after.compacted == before.compacted and after.index_catchup == before.index_catchup
-    gc = t.gc(grace_seconds=0, expire_versions=0).to_dict()
+    gc = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
     assert len(gc["deleted"]) == SMALL.shards * SMALL.generations
     assert all_generations_collected(table, shard_ids_for(SMALL))
     assert table_rows(table) == model.sorted_rows()

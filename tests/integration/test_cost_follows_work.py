@@ -111,7 +111,8 @@ def test_many_versions_and_a_restore_block_exactly_the_generations_they_need(mak
     for i in range(40):
         ds.update_config({"test.commit": str(i)})
     table = open_table(table.uri)
-    plan = plan_gc(table, grace_seconds=0)  # internal entry: the plan's own fields (retention, reasons)
+    plan = plan_gc(table, grace_seconds=0,
+                   writer_idle_seconds=0)  # internal entry: the plan's own fields (retention, reasons)
     assert plan.retained_versions == 2 + 1 + 40 and m > r > b
     shards = shard_ids_for(SMALL)
     blocked = {(x.shard_id, x.generation): list(x.reasons) for x in plan.blocked}
@@ -125,7 +126,7 @@ def test_many_versions_and_a_restore_block_exactly_the_generations_they_need(mak
     assert held == {b: len(shards), r: 3 * len(shards)}
     # the run deletes exactly generation 1 of each shard, and time travel to R still reads its rows
     rows_r = table_rows(table, r)
-    result = memwal.open(table.uri).gc(grace_seconds=0).to_dict()
+    result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
     assert {(d["shard_id"], d["generation"]) for d in result["deleted"]} == {(s, 1) for s in shards}
     assert all(set(list_generation_dirs(table.store, s).values()) == {2, 3, 4} for s in shards)
     assert table_rows(table, r) == rows_r
@@ -142,7 +143,8 @@ def test_a_branch_forked_before_the_merge_holds_every_generation_among_many_vers
     ds = table.dataset()
     for i in range(20):
         ds.update_config({"test.commit": str(i)})
-    plan = plan_gc(open_table(table.uri), grace_seconds=0)  # internal entry: the plan's own fields
+    plan = plan_gc(open_table(table.uri), grace_seconds=0,
+                   writer_idle_seconds=0)  # internal entry: the plan's own fields
     assert plan.generations == () and len(plan.blocked) == SMALL.shards * SMALL.generations
     assert all(b.reasons[0].startswith("retained-version:") and "(branch before-merge" in b.reasons[0]
                for b in plan.blocked)

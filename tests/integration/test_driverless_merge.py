@@ -108,7 +108,7 @@ def test_sigkill_at_every_step_then_rerun_converges(make_table, spark_context, t
     if kill_at in WINDOW:
         assert table.manifest().compacted == {}  # data without marker: still unmerged
         gens = generation_dirs(table)
-        gc = memwal.open(table.uri).gc(grace_seconds=0).value
+        gc = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0).value
         assert gc.deleted == () and generation_dirs(table) == gens  # GC keeps what is not merged
         assert {b["reason"].split(":")[0] for b in gc.to_dict()["blocked"]} == {"not-merged"}
     files = data_files(table)

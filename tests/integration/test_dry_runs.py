@@ -35,7 +35,8 @@ print(json.dumps({"rc": rc, "spark": SparkContext._active_spark_context is not N
 
 
 @pytest.mark.parametrize("argv", [
-    ["merge"], ["catchup"], ["compact"], ["snapshot"], ["gc", "--grace-seconds", "0", "--expire-versions", "0"],
+    ["merge"], ["catchup"], ["compact"], ["snapshot"], ["gc", "--grace-seconds", "0", "--writer-idle-seconds", "0",
+                                                        "--expire-versions", "0"],
 ], ids=lambda a: a[0])
 def test_a_spark_dry_run_starts_no_jvm_and_writes_nothing(make_table, argv):
     table, _ = make_table()

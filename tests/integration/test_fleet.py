@@ -223,6 +223,7 @@ def test_a_maintained_table_with_new_data_reads_only_its_planned_jobs_leases(s3_
     flags = [f for k, v in opts.items() for f in ("--storage-option", f"{k}={v}")]
     policy = tmp_path / "policy.yaml"  # every job runs once, so every job's lease record exists
     policy.write_text("defaults: {thresholds: {compact_fragments: 1}, options: {gc: {grace_seconds: 0, "
+                      "writer_idle_seconds: 0, "
                       "expire_versions: 0}}}\n")
     run = run_cli("fleet", "run", uri, *flags, "--policy", str(policy), "--json")
     assert run.rc == 0, run.stderr

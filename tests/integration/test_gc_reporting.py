@@ -34,7 +34,7 @@ def test_reopened_writer_fence_sentinels_are_kept_and_reported(make_table):
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
 
-    result = t.gc(grace_seconds=0).to_dict()
+    result = t.gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
 
     assert len(result["deleted"]) == SMALL.shards * (SMALL.generations + 1)
     assert result["blocked"] == []
@@ -48,7 +48,7 @@ def test_reopened_writer_fence_sentinels_are_kept_and_reported(make_table):
 
 def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table):
     table, _ = ready_table(make_table, expire=False)
-    plan = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).to_dict()
+    plan = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, dry_run=True).to_dict()
     retention = plan["retention"]
     assert retention is not None and plan["time_will_free"] is False
     rows = retention["blocking_versions"]
@@ -59,7 +59,7 @@ def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table)
     # the value given is enough: expiring with exactly it frees every generation
     assert "still be held" not in retention["hint"]  # the expiry removes every holder
     assert f"frees {GENERATIONS} of the {GENERATIONS} generation(s)" in retention["hint"]
-    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=seconds).to_dict()
+    result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=seconds).to_dict()
     assert len(result["deleted"]) == GENERATIONS and result["retention"] is None
 
 
@@ -108,12 +108,18 @@ def test_the_hinted_expiry_frees_exactly_the_generations_it_names(make_table):
         assert f"frees {freed} of the {GENERATIONS} generation(s)" in hint
         assert f"still be held by retained-version ({GENERATIONS - freed})" in hint  # the tag, not the expiry
         assert "tagged first-merge: delete the tag" in hint
-        listed = t.gc(grace_seconds=600, expire_versions=seconds, dry_run=True).to_dict()
-        assert {(d["shard_id"], d["generation"]) for d in listed["deleted"]} == {(s, g) for s in shards for g in (1, 2)}
+        listed = t.gc(grace_seconds=600, writer_idle_seconds=0, expire_versions=seconds, dry_run=True).to_dict()
+        # they leave the shard manifests in this run, their folders a grace period later
+        assert {(d["shard_id"], g) for d in listed["drained"] for g in d["generations"]} == {
+            (s, g) for s in shards for g in (1, 2)}
         names = {s: {g: n for n, g in list_generation_dirs(table.store, s).items()} for s in shards}
         size = sum(_folder_bytes(table, s, names[s][g]) for s in shards for g in (1, 2))
         assert size > 0
-        result = t.gc(grace_seconds=600, expire_versions=seconds).to_dict()
+        drained = t.gc(grace_seconds=600, writer_idle_seconds=0, expire_versions=seconds).to_dict()
+        assert drained["drained"] == listed["drained"] and drained["deleted"] == []
+    later += 1000  # the drains are older than the grace period now
+    with clocks.use(ScriptedClock(lambda: later)):
+        result = t.gc(grace_seconds=600, writer_idle_seconds=0).to_dict()
     assert {(d["shard_id"], d["generation"]) for d in result["deleted"]} == {(s, g) for s in shards for g in (1, 2)}
     assert gen_dirs(table) == {s: {3, 4} for s in shards}
     assert all(not (Path(table.uri) / "_mem_wal" / s / names[s][g]).exists() for s in shards for g in (1, 2))
@@ -126,7 +132,7 @@ def test_collected_generations_are_never_reported_blocked(make_table):
     lists nothing blocked that is not on storage: the collected generations are gone, not held."""
     table, model = ready_table(make_table, merged=2)
     t = memwal.open(table.uri)
-    assert len(t.gc(grace_seconds=0).to_dict()["deleted"]) == SMALL.shards * 2
+    assert len(t.gc(grace_seconds=0, writer_idle_seconds=0).to_dict()["deleted"]) == SMALL.shards * 2
     assert gen_dirs(table) == {s: {3, 4} for s in shard_ids_for(SMALL)}
     dry = t.gc(grace_seconds=600, dry_run=True).to_dict()
     on_storage = {(s, g) for s, gens in gen_dirs(table).items() for g in gens}
@@ -135,7 +141,7 @@ def test_collected_generations_are_never_reported_blocked(make_table):
     assert dry["retention"] is None and dry["time_will_free"] is False
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
-    assert len(t.gc(grace_seconds=0).to_dict()["deleted"]) == SMALL.shards * 2
+    assert len(t.gc(grace_seconds=0, writer_idle_seconds=0).to_dict()["deleted"]) == SMALL.shards * 2
     again = t.gc(grace_seconds=600, dry_run=True).to_dict()
     assert again["blocked"] == [] and again["deleted"] == [] and "blocked" not in render_gc(again)
     assert lsm_rows(table) == model.sorted_rows()
@@ -149,7 +155,7 @@ def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
     t = memwal.open(table.uri)
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
-    result = t.gc(grace_seconds=0).to_dict()
+    result = t.gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
     assert result["deleted"] == []
     rows = {(r["version"], r["branch"]): r for r in result["retention"]["blocking_versions"]}
     tagged = rows[(before_merge, None)]
@@ -164,16 +170,18 @@ def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
 
 def test_time_will_free_only_when_the_grace_period_alone_blocks(make_table):
     table, _ = ready_table(make_table)
-    waiting = memwal.open(table.uri).gc().to_dict()  # default grace period: merged a moment ago
+    waiting = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()  # default grace: merged a moment ago
     assert waiting["deleted"] == [] and waiting["time_will_free"] is True
     assert "wait only for the reader grace period" in render_gc(waiting)
     later = time.time() + 601
     with clocks.use(ScriptedClock(lambda: later)):
-        done = memwal.open(table.uri).gc().to_dict()
+        drained = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()  # out of the manifests
+        assert drained["deleted"] == [] and drained["time_will_free"] is True
+        done = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()
     assert len(done["deleted"]) == GENERATIONS and done["time_will_free"] is False
 
     unmerged, _ = make_table()  # not merged: waiting changes nothing
-    assert memwal.open(unmerged.uri).gc(grace_seconds=0).to_dict()["time_will_free"] is False
+    assert memwal.open(unmerged.uri).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()["time_will_free"] is False
     held, _ = ready_table(make_table, expire=False)  # grace passed but old versions hold: needs expiry
     result = memwal.open(held.uri).gc().to_dict()
     assert result["time_will_free"] is False and result["retention"] is not None
@@ -192,7 +200,7 @@ def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table,
         return start + 86_400 if collected else start
 
     with clocks.use(ScriptedClock(stops_after_the_first_batch)), pytest.raises(LeaseLostError):
-        memwal.open(table.uri).gc(grace_seconds=0, lease_ttl=300)
+        memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, lease_ttl=300)
     left = {s: list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL)}
     remaining = sum(len(d) for d in left.values())
     assert 0 < remaining < GENERATIONS  # the first batch went, then the run stopped
@@ -201,7 +209,7 @@ def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table,
     assert sum(len(list_wal_entries(table.store, s)) for s in shard_ids_for(SMALL)) > 0  # WAL goes last
     assert lsm_rows(table) == model.sorted_rows()
     with clocks.use(ScriptedClock(lambda: start + 86_400)):  # the time the lost run's clock read
-        result = memwal.open(table.uri).gc(grace_seconds=0).to_dict()
+        result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
     assert len(result["deleted"]) == remaining
     assert gen_dirs(table) == {s: set() for s in shard_ids_for(SMALL)}
     assert lsm_rows(table) == model.sorted_rows()

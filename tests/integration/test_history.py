@@ -38,7 +38,7 @@ def test_every_job_is_recorded_with_its_figures_and_real_versions(make_table):
     catchup = cli_json("catchup", uri)
     compact = cli_json("compact", uri, "--target-rows-per-fragment", "100000")
     snapshot = cli_json("snapshot", uri)
-    gc = cli_json("gc", uri, "--grace-seconds", "0")
+    gc = cli_json("gc", uri, "--grace-seconds", "0", "--writer-idle-seconds", "0")
     runs = cli_json("history", uri, "--limit", "50")["runs"]
     ours = [r for r in runs if r["job"] != "external"]
     # every version since the first run is one of these runs' (compaction's two included); before

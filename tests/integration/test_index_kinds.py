@@ -161,7 +161,7 @@ def test_every_index_kind_through_the_cycle(source, tmp_path, kind, request):
     assert_caught_up(table)
     assert index_answers(table, model, first[:3] + first[-3:]) == {name: first[:3] + first[-3:] for name in INDEXES}
 
-    gc = t.gc(grace_seconds=0, expire_versions=0, engine=kind).to_dict()
+    gc = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0, engine=kind).to_dict()
     assert len(gc["deleted"]) == WL.shards * WL.generations and not gc["blocked"]
     assert (gc["engine"], compacted.engine) == (kind, kind)
     assert all(s["generations"] == [] for s in plan_read(table).shards)

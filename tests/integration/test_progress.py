@@ -67,7 +67,8 @@ def test_merge_and_gc_show_progress_on_a_terminal(make_table):
     assert out.startswith(f"{table.uri}: merged into version")  # stdout: the result, as without a terminal
 
     assert subprocess.run([MEMWAL, "catchup", table.uri], capture_output=True).returncode == 0
-    rc, out, shown = on_terminal("gc", table.uri, "--grace-seconds", "0", "--expire-versions", "0")
+    rc, out, shown = on_terminal("gc", table.uri, "--grace-seconds", "0", "--writer-idle-seconds", "0",
+                                 "--expire-versions", "0")
     assert rc == 0, shown
     gc = next(read_runs(table.store, job="gc"))
     assert gc.figures["generations"] == 12

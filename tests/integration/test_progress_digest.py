@@ -48,13 +48,14 @@ def _history(table) -> dict[str, int]:
 
 def _plan(table) -> dict:
     """The plan's document without its count of manifests read (compared apart)."""
-    doc = plan_gc(open_table(table.uri), grace_seconds=0, now=NOW).to_dict()
+    doc = plan_gc(open_table(table.uri), grace_seconds=0, writer_idle_seconds=0, now=NOW).to_dict()
     del doc["retained_manifests_read"]
     return doc
 
 
 def _manifests_read(table) -> int:
-    return plan_gc(open_table(table.uri), grace_seconds=0, now=NOW).to_dict()["retained_manifests_read"]
+    return plan_gc(open_table(table.uri), grace_seconds=0, writer_idle_seconds=0,
+                   now=NOW).to_dict()["retained_manifests_read"]
 
 
 def _plan_from_manifests(table) -> dict:
@@ -123,7 +124,7 @@ def test_versions_committed_since_the_digest_are_read(make_table):
     known = len(load_digest(table.store))
     table.dataset(v["low"]).restore()  # one more version holding generations 2..4, unknown to the digest
     again = table.dataset().version
-    plan = plan_gc(open_table(table.uri), grace_seconds=0, now=NOW)
+    plan = plan_gc(open_table(table.uri), grace_seconds=0, writer_idle_seconds=0, now=NOW)
     assert plan.retained_versions == known + 1 and plan.to_dict()["retained_manifests_read"] == 1
     assert plan.versions[-1].version == again and plan.versions[-1].compacted == read_table_manifest(
         table.store, again).compacted == {s: 1 for s in shard_ids_for(SMALL)}
@@ -197,7 +198,7 @@ def test_after_an_expiry_the_digest_names_the_versions_left_and_a_branch_is_keye
     v = _history(table)
     table.dataset().create_branch("before-merge", v["low"])
     total = len(list_versions(table.store))
-    assert memwal.open(table.uri).gc(grace_seconds=KEEP_ALL, expire_versions=0).ok
+    assert memwal.open(table.uri).gc(grace_seconds=KEEP_ALL, writer_idle_seconds=0, expire_versions=0).ok
     left = {info.key: info.etag for info in list_version_infos(table.store).values()}
     branch = {f"tree/before-merge/{info.key}": info.etag
               for info in list_version_infos(table.store.child("tree/before-merge")).values()}
@@ -221,6 +222,6 @@ def test_time_travel_to_a_remembered_holder_reads_its_rows_after_the_next_run(ma
     rows = table_rows(table, v["restored"])
     for tag in ("low", "restored"):  # kept through the expiry of every version before L
         table.dataset().tags.create(tag, v[tag])
-    result = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0).to_dict()
+    result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
     assert {(d["shard_id"], d["generation"]) for d in result["deleted"]} == {(s, 1) for s in shard_ids_for(SMALL)}
     assert table_rows(table, v["restored"]) == rows

@@ -48,7 +48,7 @@ def test_the_merge_bar_follows_the_merge_phases_and_the_gc_bar_its_batches(make_
     expire_all(table)
     gc = JobDisplay("gc")
     with gc, progress.listening(gc), progress.listening(heard):
-        result = t.gc(grace_seconds=0).to_dict()
+        result = t.gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
         task = gc.progress.tasks[gc.main]
         assert gc.deleted == [len(result["deleted"]), result["wal_entries_deleted"]]
         assert task.completed == task.total == len(result["deleted"]) + result["wal_entries_deleted"] > 0

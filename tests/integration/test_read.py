@@ -29,7 +29,7 @@ def delete_merged_generations(table) -> int:
     """The real GC once its gates are open: indexes caught up, old versions expired, no grace."""
     t = memwal.open(table.uri)
     assert t.catchup().ok
-    return len(t.gc(grace_seconds=0, expire_versions=0).to_dict()["deleted"])
+    return len(t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()["deleted"])
 
 
 def test_scans_equal_the_model_before_and_after_merge_and_gc(make_table):
@@ -54,6 +54,12 @@ def test_scans_equal_the_model_before_and_after_merge_and_gc(make_table):
     assert scan(table, "index") == scan(table, "manifests") == expected
     assert memwal.open(table.uri).merge().ok
     assert delete_merged_generations(table) == 6
+    # GC drained the shard manifests after the snapshot was published: a reader sees their
+    # newer versions and reads each shard from its manifest, until the next refresh
+    plan = plan_read(table)
+    assert {f["reason"] for f in plan.fallbacks} == {"shard manifest has a version newer than the snapshot's 5"}
+    assert scan(table, "index") == expected
+    assert memwal.open(table.uri).snapshot().ok
     plan = plan_read(table)
     assert plan.fallbacks == [] and all(s["generations"] == [] for s in plan.shards)
     assert scan(table, "index") == scan(table, "manifests") == expected == table_rows(table)

@@ -93,7 +93,7 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
     start = counter.seen
     deleting: list[int] = []
     with steps.hooked(lambda name: deleting.append(len(counter._all())) if name in DELETION else None):
-        result = memwal.open(uri, opts).gc(grace_seconds=0, expire_versions=0).value
+        result = memwal.open(uri, opts).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).value
     used = counter.take()
     doomed = [k for k in keys if "_gen_" in k or "/wal/" in k]
     assert len(result.deleted) == GENERATIONS[kind] and result.objects_deleted == len(doomed)
@@ -158,7 +158,7 @@ def test_gate_e_reads_no_header_the_manifests_and_the_listing_tell(s3_server, ma
     expire_all(table)
     entries = {s: len(list_mem_wal(table.store).shards[s].wal) for s in shard_ids_for(SMALL)}
     n = len(s3_server.requests)
-    first = t.gc(grace_seconds=0, expire_versions="never").to_dict()
+    first = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions="never").to_dict()
     reads = _wal_reads(s3_server, n)
     assert first["wal_entries_deleted"] > 0 and first["blocked"]
     for s, count in entries.items():
@@ -166,7 +166,7 @@ def test_gate_e_reads_no_header_the_manifests_and_the_listing_tell(s3_server, ma
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
     n = len(s3_server.requests)
-    second = t.gc(grace_seconds=0, expire_versions="never").to_dict()
+    second = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions="never").to_dict()
     assert second["wal_entries_deleted"] > 0 and not second["blocked"]
     assert _wal_reads(s3_server, n) == {}
     assert all(not s.wal for s in list_mem_wal(table.store).shards.values())
@@ -184,14 +184,14 @@ def test_a_header_is_read_once_and_a_bad_digest_is_ignored(s3_server, make_table
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
     n = len(s3_server.requests)
-    first = t.gc(grace_seconds=0, expire_versions=3600).to_dict()
+    first = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=3600).to_dict()
     assert sum(_wal_reads(s3_server, n).values()) == len(first["kept_wal_entries"]) == SMALL.shards
     n = len(s3_server.requests)
-    again = t.gc(grace_seconds=0, expire_versions=3600, dry_run=True).to_dict()
+    again = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=3600, dry_run=True).to_dict()
     assert _wal_reads(s3_server, n) == {} and again["kept_wal_entries"] == first["kept_wal_entries"]
     table.store.put(DIGEST_KEY, b'{"format": 1, "keys": ["x"], "etags": [], "generations": [], "epochs": []}')
     n = len(s3_server.requests)
-    bad = t.gc(grace_seconds=0, expire_versions=3600, dry_run=True).to_dict()
+    bad = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=3600, dry_run=True).to_dict()
     assert sum(_wal_reads(s3_server, n).values()) == SMALL.shards and bad["kept_wal_entries"] == first[
         "kept_wal_entries"]
 

@@ -45,7 +45,7 @@ def test_spark_gc_spreads_shards_over_executors(make_table, spark_context):
     t = memwal.open(table.uri)
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
-    result = t.gc(grace_seconds=0, engine="spark").to_dict()
+    result = t.gc(grace_seconds=0, writer_idle_seconds=0, engine="spark").to_dict()
     assert result["engine"] == "spark" and len(result["deleted"]) == 12 and result["wal_entries_deleted"] > 0
     assert all(not list_generation_dirs(table.store, s) for s in shard_ids_for(SMALL))
     assert lsm_rows(table) == model.sorted_rows()
@@ -57,7 +57,8 @@ def test_spark_submit_catchup_and_gc(make_table, tmp_path):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     submit = str(Path(sys.executable).parent / "spark-submit")
     docs = {}
-    for job, extra in (("catchup", []), ("gc", ["--grace-seconds", "0", "--expire-versions", "0"])):
+    for job, extra in (("catchup", []), ("gc", ["--grace-seconds", "0", "--writer-idle-seconds", "0",
+                                                "--expire-versions", "0"])):
         out = tmp_path / f"{job}.json"
         proc = subprocess.run([submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
                                str(ROOT / f"jobs/{job}.py"), table.uri, *extra, "--result-file", str(out)],

@@ -19,7 +19,7 @@ def test_checkpoint_whose_view_a_gc_run_collected_is_taken_again(make_table):
     table, model = make_table()
     held = Stalled(lambda: create_checkpoint(table, lifetime_seconds=600), "checkpoint.after-view")
     merge_all(table.uri)
-    gc = memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0).to_dict()
+    gc = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
     assert gc["deleted"]
     held.resume()
     assert held.error is None, held.error
@@ -36,7 +36,8 @@ def test_checkpoint_created_while_gc_deletes_waits_for_it_then_checks(make_table
     table, model = make_table()
     ck = Stalled(lambda: create_checkpoint(table, lifetime_seconds=600), "checkpoint.after-view")
     merge_all(table.uri)
-    gc = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0), "gc.before-delete")
+    gc = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0),
+                 "gc.before-delete")
     ck.advance_to("checkpoint.waiting-for-gc")  # its record is written; the run is deleting
     gc.resume()
     assert gc.error is None and gc.outcome.to_dict()["deleted"], gc.error
@@ -55,7 +56,8 @@ def test_checkpoint_created_after_gc_planned_is_kept_by_the_run(make_table):
     table, model = make_table()
     ck = Stalled(lambda: create_checkpoint(table, lifetime_seconds=600), "checkpoint.after-view")
     merge_all(table.uri)
-    gc = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, expire_versions=0), "gc.before-marker")
+    gc = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0),
+                 "gc.before-marker")
     ck.resume()  # no run is deleting: its view is all there, and it is created as it was read
     assert ck.error is None, ck.error
     ckpt = ck.outcome

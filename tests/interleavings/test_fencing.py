@@ -208,17 +208,19 @@ def test_stalled_snapshot_refresh_keeps_a_newer_merges_progress(tmp_path, manual
 
 
 def test_gc_that_lost_its_lease_deletes_nothing(tmp_path, manual_clock):
-    """GC plans, its lease is taken over before it deletes: LeaseLostError, nothing deleted."""
+    """GC plans, its lease is taken over before its first change to the table (the drains, then
+    the deletions): LeaseLostError, nothing drained, nothing deleted."""
     from memwal.checkpoint.handshake import MARKER_KEY
 
     table, _ = build(tmp_path)
     assert memwal.open(table.uri).merge().ok
     table.dataset().cleanup_old_versions(older_than=__import__("datetime").timedelta(0),
                                          error_if_tagged_old_versions=False)
-    dry = memwal.open(table.uri).gc(grace_seconds=0, dry_run=True).to_dict()
+    dry = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, dry_run=True).to_dict()
     assert dry["deleted"], "the plan must have something to delete for the test to mean anything"
     before = tree_digest(table.uri)
-    a = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, lease_ttl=TTL), "gc.before-delete")
+    a = Stalled(lambda: memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, lease_ttl=TTL),
+                "gc.before-drain")
     with stop_past_ttl(manual_clock):
         Lease(table.store, "gc", holder="gc-B", ttl_seconds=TTL).acquire()
     assert_fenced(a)

@@ -44,7 +44,7 @@ def prepare(table, job: str) -> dict:
         assert t.merge().ok
     if job == "gc":
         assert t.catchup().ok
-        return {"grace_seconds": 0, "expire_versions": 0}
+        return {"grace_seconds": 0, "writer_idle_seconds": 0, "expire_versions": 0}
     if job == "compact":
         return {"target_rows_per_fragment": 100_000}
     return {}

@@ -32,7 +32,8 @@ def test_gc_that_lost_its_lease_after_deleting_exits_3(make_table, manual_clock)
     table, model = make_table()
     t = memwal.open(table.uri)
     assert t.merge().ok and t.catchup().ok
-    held = Stalled(lambda: run_cli("gc", table.uri, "--grace-seconds", "0", "--expire-versions", "0",
+    held = Stalled(lambda: run_cli("gc", table.uri, "--grace-seconds", "0", "--writer-idle-seconds", "0",
+                                   "--expire-versions", "0",
                                    "--lease-ttl", str(TTL)), "gc.after-delete")
     other = lose_lease(manual_clock, table, "gc")
     held.resume()
@@ -59,6 +60,6 @@ def test_compact_that_lost_its_lease_after_committing_repairs_catchup_and_exits_
     assert indexes, "the workload must maintain an index for the test to mean anything"
     for name in indexes:
         assert latest.index_catchup.get(name) == latest.compacted, name
-    gc = t.gc(grace_seconds=0, dry_run=True).to_dict()
+    gc = t.gc(grace_seconds=0, writer_idle_seconds=0, dry_run=True).to_dict()
     assert not [b for b in gc["blocked"] if b["reason"].startswith("index-not-caught-up")], gc["blocked"]
     assert lsm_rows(table) == model.sorted_rows()

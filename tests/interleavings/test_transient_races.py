@@ -41,7 +41,7 @@ def merge_then_collect(uri: str, *, shards: list[str] | None = None, leased: boo
             assert memwal.open(uri).merge(shards=shards).ok
         else:  # internal entry: A holds the merge lease, so B is a merger that does not take it
             run_merge(open_table(uri), shards=shards)
-        doc = actions.run_action("gc", uri, grace_seconds=0, expire_versions=0)
+        doc = actions.run_action("gc", uri, grace_seconds=0, writer_idle_seconds=0, expire_versions=0)
         assert doc["deleted"], doc
 
     return job

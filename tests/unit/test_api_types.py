@@ -46,9 +46,10 @@ def test_durations_take_a_timedelta_as_well_as_seconds(make_table):
     held = t.gc(dry_run=True, grace_seconds=timedelta(hours=1), expire_versions="never").value
     assert held.deleted == () and held.blocked
     assert all(GRACE_PERIOD in b.reasons for b in held.blocked)
-    free = t.gc(dry_run=True, grace_seconds=timedelta(0), expire_versions=timedelta(0)).to_dict()
+    free = t.gc(dry_run=True, grace_seconds=timedelta(0), writer_idle_seconds=timedelta(0),
+                expire_versions=timedelta(0)).to_dict()
     assert free["deleted"] and not free["blocked"]
-    same = t.gc(dry_run=True, grace_seconds=0, expire_versions=0).to_dict()
+    same = t.gc(dry_run=True, grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
     for doc in (free, same):
         doc["expired_versions"].pop("expire_before")  # now, less 0 seconds: a moment apart
     assert free == same and free["expired_versions"]["planned"]
