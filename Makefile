@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto schema lint typecheck lock clean jvm-archive azurite browser screenshot airflow
+.PHONY: install test demo bench proto schema lint typecheck lock clean jvm-archive azurite browser screenshot airflow lance-context
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -36,6 +36,18 @@ $(AZURITE): tests/azurite/package.json tests/azurite/package-lock.json
 
 azurite: $(AZURITE)
 
+# lance-context, the production MemWAL client (Lance 9 inside; it depends on pyarrow only), in
+# its own virtual environment: the tests and the peer bench drive it as its users run it, a
+# long-lived process (tests/clients/). Exact pins: tests/clients/lance-context.txt.
+LC_VENV := .venv-lc
+LC_STAMP := $(LC_VENV)/.installed
+$(LC_STAMP): tests/clients/lance-context.txt
+	@test -x $(LC_VENV)/bin/python || $(PYTHON) -m venv $(LC_VENV)
+	$(LC_VENV)/bin/python -m pip install -q -r tests/clients/lance-context.txt
+	@touch $@
+
+lance-context: $(LC_STAMP)
+
 # Rebuild the driver JVM's class archive (after changing Java or Spark settings).
 jvm-archive: $(STAMP)
 	$(PY) -m memwal.spark.engine.jvm_archive --force
@@ -59,7 +71,7 @@ browser:
 # One worker per core (pytest-xdist), a test file stays on one worker: module fixtures (an
 # Airflow home, a Spark session) start once per file as in a serial run. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP) $(AZURITE) browser typecheck
+test: $(STAMP) $(AZURITE) $(LC_STAMP) browser typecheck
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
@@ -87,7 +99,7 @@ demo: $(STAMP)
 	@rm -rf $(DEMO_DIR)
 	$(VENV)/bin/memwal demo-data $(DEMO_DIR)/table
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
-	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table --grace-seconds 0 --expire-versions 0
+	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table --grace-seconds 0 --expire-versions 0 --writer-idle-seconds 0
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
 	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
@@ -101,7 +113,7 @@ demo: $(STAMP)
 # DeleteObjects; fleets: `memwal fleet plan` on 100-1,000 tables (time) and on moto and Azurite
 # (requests per table), and a few minutes of a simulated fleet with live writers under the fleet
 # runner against today's fixed per-table schedule. JSON and charts in bench-results/.
-bench: $(STAMP) $(AZURITE)
+bench: $(STAMP) $(AZURITE) $(LC_STAMP)
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
 	$(PY) -m bench.status_scale --out bench-results

@@ -1,0 +1,85 @@
+"""A lance-context store driven over a pipe: one JSON command a line in, one JSON answer out.
+
+Runs in lance-context's own virtual environment (``.venv-lc``: lance-context 0.6.7 with Lance 9
+inside, pinned by ``tests/clients/lance-context.txt``), never in ours: it is the production
+client as its users run it, one long-lived process holding one store. Commands:
+``{"op": "open", "uri": ..., "schema": {...}}``, ``{"op": "open_existing", "uri": ...}``,
+``{"op": "add", "rows": [...]}``, ``{"op": "flush"}``, ``{"op": "list"}``, ``{"op": "get", "id": ...}``,
+``{"op": "cleanup_wal"}``, ``{"op": "version"}``; for the peer bench (bench/peers.py), where JSON of
+every row would cost more than the work measured: ``{"op": "fill", "generations": G, "rows": R}``
+(G generations of R rows, half of them updates, written and flushed one by one),
+``{"op": "timed_list"}`` (rows and seconds of one ``list()``) and ``{"op": "cleanup_all"}``
+(``cleanup_wal()`` until it has nothing left: generations merged and calls). Answers:
+``{"ok": value}`` or ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import lance_context
+
+
+def fill(store: Any, generations: int, rows: int, start: int) -> int:
+    """Write ``generations`` flushed generations of ``rows`` rows: half updates of keys written
+    before, half new keys; the number the next new key takes."""
+    fresh = start
+    for g in range(generations):
+        old = [f"k{(fresh - 1 - 2 * i) % max(fresh, 1):08d}" for i in range(rows // 2)] if fresh else []
+        new = [f"k{fresh + i:08d}" for i in range(rows - len(old))]
+        fresh += len(new)
+        store.add([{"id": k, "v": g, "name": f"g{g}"} for k in old + new])
+        store.flush()
+    return fresh
+
+
+def main() -> None:
+    store: Any = None
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        try:
+            opts = cmd.get("storage_options")
+            if op == "open":
+                store = lance_context.GenericStore.open(cmd["uri"], cmd["schema"], storage_options=opts)
+                value: Any = None
+            elif op == "open_existing":
+                store = lance_context.GenericStore.open_existing(cmd["uri"], storage_options=opts)
+                value = None
+            elif op == "add":
+                value = store.add(cmd["rows"])
+            elif op == "flush":
+                value = store.flush()
+            elif op == "list":
+                value = store.list()
+            elif op == "get":
+                value = store.get(cmd["id"])
+            elif op == "cleanup_wal":
+                value = store.cleanup_wal()
+            elif op == "version":
+                value = store.version()
+            elif op == "fill":
+                value = fill(store, cmd["generations"], cmd["rows"], cmd.get("start", 0))
+            elif op == "timed_list":
+                t0 = time.perf_counter()
+                n = len(store.list())
+                value = {"rows": n, "seconds": time.perf_counter() - t0}
+            elif op == "cleanup_all":
+                merged = calls = 0
+                while (n := store.cleanup_wal()) > 0:
+                    merged, calls = merged + n, calls + 1
+                value = {"merged": merged, "calls": calls + 1}
+            else:
+                raise ValueError(f"unknown op {op!r}")
+            answer = {"ok": value}
+        except Exception as exc:  # noqa: BLE001 - every failure is the answer, the process goes on
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(answer, default=str) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""lance-context 0.6.7, the production MemWAL client, reads every row after every job (issue 46).
+
+Its store is written by one long-lived lance-context process (Lance 9 inside, in its own
+virtual environment: ``make lance-context``), kept open across the jobs, as its users run it;
+reads go through that live process and through new processes. Every read is compared with an
+independent model of what was written. A *control* copy receives the same writes and never
+a job: where a read of the treated store fails, the same read of the control tells whether
+lance-context fails there by itself (0.6.7 does: a store reopened in a new process and written
+while its replay position lags fails ``list()``, "RowAddrTreeMap::from_sorted_iter").
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memwal
+from memwal.table import open_table
+from memwal.table.shards import UNLABELLED, all_shard_manifests, list_wal_entries, read_wal_entry_meta
+from tests.clients.context_store import ClientError, LanceContextStore, available, row
+from tests.clients.pylance_client import client_view
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.skipif(not available(), reason="lance-context's venv is missing: make lance-context")
+
+ZERO = {"grace_seconds": 0, "expire_versions": 0}
+
+
+class Client:
+    """A live lance-context store and its control copy, written alike, and the model of both."""
+
+    def __init__(self, root: Path, name: str = "t") -> None:
+        self.uri = str(root / "lake" / name)
+        self.control_uri = str(root / "control" / name)
+        self.live = LanceContextStore(self.uri, create=True)
+        self.control = LanceContextStore(self.control_uri, create=True)
+        self.model: dict[str, dict[str, Any]] = {}
+        self.fresh = itertools.count()
+        self.n = 0
+
+    def generation(self, size: int = 12) -> None:
+        """One flushed generation: updates of live keys and new ones, in both stores."""
+        self.n += 1
+        old = sorted(self.model)[self.n % 5::3][: size // 2]
+        rows = [row(k, self.n * 1000 + i, None if i % 4 == 0 else f"g{self.n}") for i, k in enumerate(old)]
+        rows += [row(f"k{next(self.fresh):05d}", self.n, f"g{self.n}") for _ in range(size - len(rows))]
+        for store in (self.live, self.control):
+            store.write(rows)
+        self.model.update({r["id"]: r for r in rows})
+
+    def reads_every_row(self) -> None:
+        """The live process, a new process, and ``get`` of some keys, against the model."""
+        assert self.live.rows() == self.model, "lance-context's live process misses rows"
+        for key in sorted(self.model)[::7]:
+            assert self.live.get(key) == self.model[key]
+        assert self.reopened_rows() == self.model, "a new lance-context process misses rows"
+
+    def reopened_rows(self, uri: str | None = None) -> dict[str, dict[str, Any]]:
+        with LanceContextStore(uri or self.uri) as store:
+            return store.rows()
+
+    def reopened_write_and_read(self, rows: list[dict[str, Any]]) -> tuple[str, str]:
+        """A new process writes ``rows`` into each store and reads it whole: per store, what
+        that read gave ("model" when every row, else the error or "wrong rows")."""
+        out = []
+        for uri in (self.uri, self.control_uri):
+            with LanceContextStore(uri) as store:
+                try:
+                    store.write(rows)
+                    got = store.rows()
+                except ClientError as exc:
+                    out.append(f"error: {str(exc).split(':')[0]}")
+                    continue
+            out.append("model" if got == {**self.model, **{r["id"]: r for r in rows}} else "wrong rows")
+        self.model.update({r["id"]: r for r in rows})
+        return out[0], out[1]
+
+    def replay_lags(self) -> bool:
+        (state,) = all_shard_manifests(open_table(self.control_uri).store).values()
+        entries = list_wal_entries(open_table(self.control_uri).store, state.shard_id)
+        return state.replay_after_wal_entry_position < max(e.position for e in entries)
+
+    def close(self) -> None:
+        self.live.close()
+        self.control.close()
+
+
+@pytest.fixture
+def client(tmp_path: Path):
+    c = Client(tmp_path)
+    yield c
+    c.close()
+
+
+def listed(uri: str) -> list[int]:
+    (state,) = all_shard_manifests(open_table(uri).store).values()
+    return [g.generation for g in state.flushed]
+
+
+def folders(uri: str) -> set[int]:
+    (shard,) = [p for p in Path(uri, "_mem_wal").iterdir() if not p.name.startswith("_")]
+    return {int(p.name.rsplit("_", 1)[1]) for p in shard.iterdir() if "_gen_" in p.name}
+
+
+def test_every_job_follows_the_live_writer_and_every_process_reads_every_row(client: Client, tmp_path: Path) -> None:
+    uri = client.uri
+    t = memwal.open(uri)
+    policy = tmp_path / "zero.yaml"
+    policy.write_text("defaults: {options: {gc: {grace_seconds: 0, expire_versions: 0}}}\n")
+    jobs = [
+        ("merge", lambda: t.merge()),
+        ("catchup", lambda: t.catchup()),
+        ("compact", lambda: t.compact(target_rows_per_fragment=100_000)),
+        ("snapshot", lambda: t.snapshot()),
+        ("gc", lambda: t.gc(**ZERO)),
+        ("cycle", lambda: run_cli("cycle", uri, "--grace-seconds", "0", "--expire-versions", "0")),
+        ("fleet run", lambda: run_cli("fleet", "run", str(Path(uri).parent), "--policy", str(policy))),
+    ]
+    client.generation()
+    for name, job in jobs:
+        client.generation()
+        result = job()
+        assert getattr(result, "ok", getattr(result, "rc", 1) == 0), (name, result)
+        client.reads_every_row()
+        assert client_view(uri) == client_view(client.control_uri)  # pylance reads it too
+    kept = t.gc(**ZERO).value
+    assert kept.deleted == () and {b.reason for b in kept.blocked} == {"writer-live"}
+    assert folders(uri) == set(range(1, client.n + 1)) and run_cli("verify", uri).rc == 0
+
+    client.live.close()  # the writer is gone: GC frees what it kept
+    freed = t.gc(**ZERO, writer_idle_seconds=0).value
+    merged = open_table(uri).manifest().compacted_generation(next(iter(open_table(uri).manifest().compacted)))
+    assert {g.generation for g in freed.deleted} == set(range(1, merged + 1))
+    assert listed(uri) == list(range(merged + 1, client.n + 1)) and folders(uri) == set(listed(uri))
+    assert client.reopened_rows() == client.model
+    with LanceContextStore(uri) as owner:  # lance-context's own merger works on what is left
+        assert owner.cleanup_wal() == client.n - merged
+        assert owner.rows() == client.model
+    assert run_cli("verify", uri).rc == 0
+
+
+def test_merge_takes_over_after_lance_contexts_own_merger(client: Client) -> None:
+    """``cleanup_wal()`` records its progress only by draining the shard manifest (at most 8
+    generations a call). memwal reads that as merged: it merges what follows, and verify agrees."""
+    for _ in range(11):
+        client.generation(6)
+    assert client.live.cleanup_wal() == 8
+    assert listed(client.uri) == [9, 10, 11]
+    status = json.loads(run_cli("status", client.uri, "--json").stdout)
+    (shard,) = status["shards"]
+    assert (shard["compacted_generation"], shard["merged_generation"], shard["unmerged_generations"]) == (
+        0, 8, [9, 10, 11])
+    assert run_cli("verify", client.uri).rc == 0
+    merged = memwal.open(client.uri).merge().value
+    assert [(s.from_generation, s.to_generation) for s in merged.shards] == [(9, 11)]
+    client.reads_every_row()
+    client.live.close()
+    assert memwal.open(client.uri).gc(**ZERO, writer_idle_seconds=0).ok
+    assert listed(client.uri) == [] and folders(client.uri) == set()
+    assert client.reopened_rows() == client.model and run_cli("verify", client.uri).rc == 0
+
+
+def test_gc_places_wal_entries_that_name_no_generation(client: Client) -> None:
+    """Lance 9 WAL entries carry a writer epoch and no generation: GC places them by position
+    (exit 0, never 2), deletes those of deletable generations, and says why it keeps others."""
+    for _ in range(4):
+        client.generation()
+    table = open_table(client.uri)
+    (shard,) = all_shard_manifests(table.store)
+    entries = list_wal_entries(table.store, shard)
+    assert entries and all(read_wal_entry_meta(table.store, shard, e.position).generation == UNLABELLED
+                           for e in entries)
+    assert memwal.open(client.uri).merge(max_generations=2).ok and memwal.open(client.uri).catchup().ok
+    client.live.close()
+    run = run_cli("gc", client.uri, "--grace-seconds", "0", "--expire-versions", "0", "--writer-idle-seconds", "0",
+                  "--json")
+    assert run.rc == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert {d["generation"] for d in doc["deleted"]} == {1, 2}
+    assert {k["reason"] for k in doc["kept_wal_entries"]} <= {"wal-generation-unknown", "wal-needed-for-replay"}
+    assert doc["kept_wal_entries"]  # not every generation goes: their entries stay, with a reason
+    assert client.reopened_rows() == client.model
+
+
+def test_rows_come_from_the_generation_when_the_manifest_lacks_them(client: Client) -> None:
+    """Lance 9 manifests carry no row counts: status reads them from the generations (never
+    0), and ``--max-rows`` bounds a merge by them."""
+    for _ in range(3):
+        client.generation(10)
+    (state,) = all_shard_manifests(open_table(client.uri).store).values()
+    assert all(g.physical_rows is None for g in state.flushed)
+    status = json.loads(run_cli("status", client.uri, "--json").stdout)
+    assert status["unmerged_rows"] == 30 and status["shards"][0]["unmerged_rows"] == 30
+    merged = memwal.open(client.uri).merge(max_rows=25).value
+    assert [(s.from_generation, s.to_generation) for s in merged.shards] == [(1, 2)]
+    client.reads_every_row()
+
+
+def test_spark_merge_and_gc_follow_the_live_writer(client: Client, spark_context) -> None:
+    t = memwal.open(client.uri)
+    for job in (lambda: t.merge(engine="spark"), lambda: t.gc(**ZERO, engine="spark")):
+        client.generation()
+        assert job().ok
+        client.reads_every_row()
+
+
+def test_a_zero_grace_fleet_run_leaves_every_store_readable(tmp_path: Path) -> None:
+    """The fleet over several stores, each with its live writer, under a zero-grace policy;
+    then once more with the writers gone and the writer idle period at zero."""
+    clients = [Client(tmp_path, f"t{i}") for i in range(3)]
+    try:
+        policy = tmp_path / "zero.yaml"
+        policy.write_text("defaults: {options: {gc: {grace_seconds: 0, expire_versions: 0}}}\n")
+        for c in clients:
+            for _ in range(3):
+                c.generation()
+        assert run_cli("fleet", "run", str(tmp_path / "lake"), "--policy", str(policy)).rc == 0
+        for c in clients:
+            c.reads_every_row()
+            c.live.close()
+        policy.write_text("defaults: {options: {gc: {grace_seconds: 0, expire_versions: 0, "
+                          "writer_idle_seconds: 0}}}\n")
+        assert run_cli("fleet", "run", str(tmp_path / "lake"), "--policy", str(policy)).rc == 0
+        for c in clients:
+            assert c.reopened_rows() == c.model
+            assert folders(c.uri) == set(listed(c.uri))
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_the_control_copy_tells_lance_contexts_own_fault_apart(client: Client) -> None:
+    """lance-context 0.6.7 by itself fails to read a store reopened in a new process and
+    written while its replay position lags the last WAL entry: the control copy, which no job
+    touched, shows it. On the treated store, after ``memwal cycle``, the same read gives every
+    row, or fails exactly as the control does: never another failure, never wrong rows."""
+    for _ in range(12):
+        client.generation(5)
+        if client.replay_lags():
+            break
+    assert client.replay_lags(), "lance-context left no lagging replay position in 12 generations"
+    client.live.close()
+    client.control.close()
+    run = run_cli("cycle", client.uri, "--grace-seconds", "0", "--expire-versions", "0",
+                  "--writer-idle-seconds", "0")
+    assert run.rc == 0, run.stderr
+    treated, control = client.reopened_write_and_read([row("after", 1, "x")])
+    assert control.startswith("error"), control  # the client's own fault, without memwal
+    assert treated in ("model", control), (treated, control)

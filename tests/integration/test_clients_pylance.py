@@ -1,0 +1,185 @@
+"""pylance 14's own readers read every row after every job (issue 46): ``ShardWriter.lsm_scanner()``
+through a writer kept open across the jobs and through a new writer, and ``LsmScanner`` over
+snapshots built from the shard manifests as users build them (every listed generation). Each
+read is compared with the model the writes were tracked in, never with memwal's own reader.
+
+What the writers do (docs/decisions/0025-drain-protocol.md): a writer reads the base table as
+it opened it and every generation its manifest lists, so GC takes merged generations out of
+the manifest only once the writer opened after their merge or went quiet, and deletes a
+folder only once no manifest a reader or the writer may hold lists it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import pytest
+
+import memwal
+from memwal.demo import Workload, create_base_table, shard_ids_for
+from memwal.table import open_table
+from memwal.table.shards import all_shard_manifests
+from tests.clients.pylance_client import LiveWriter, client_view
+from tests.helpers import run_cli
+
+ONE = Workload(base_rows=200, shards=1, generations=0, rows_per_generation=30, seed=3, maintain_vector_index=False)
+ZERO = {"grace_seconds": 0, "expire_versions": 0}
+
+
+class Writes:
+    """Keys for each generation: half updates of live keys, half new ones."""
+
+    def __init__(self) -> None:
+        self.fresh = itertools.count(10_000)
+
+    def keys(self, live: LiveWriter) -> list[int]:
+        old = sorted(live.model.rows)[live.n * 7 % 150:][:15]
+        return old + [next(self.fresh) for _ in range(15)]
+
+
+@pytest.fixture
+def live(tmp_path: Path):
+    uri = str(tmp_path / "lake" / "t")
+    _, model = create_base_table(uri, ONE)
+    writer = LiveWriter(uri, shard_ids_for(ONE)[0], model)
+    yield writer
+    try:
+        writer.close()
+    except OSError:
+        pass  # fenced by a newer writer: its close has nothing left to do
+
+
+def listed(uri: str) -> list[int]:
+    (state,) = all_shard_manifests(open_table(uri).store).values()
+    return [g.generation for g in state.flushed]
+
+
+def folders(uri: str) -> set[int]:
+    shard = Path(uri, "_mem_wal", shard_ids_for(ONE)[0])
+    return {int(p.name.rsplit("_", 1)[1]) for p in shard.iterdir() if "_gen_" in p.name}
+
+
+def reads_every_row(w: LiveWriter) -> None:
+    assert w.view() == w.model.sorted_rows(), "the live writer's lsm_scanner() differs from the model"
+    assert client_view(w.uri) == w.model.sorted_rows(), "a reader of the shard manifests differs from the model"
+
+
+def test_a_writer_kept_open_reads_every_row_after_every_job(live: LiveWriter, tmp_path: Path) -> None:
+    """Every job runs after the writer's last flush, with GC as hard as it goes (no grace, every
+    old version expired); the writer kept open reads every row after each. GC keeps the merged
+    generations its view needs (``writer-live``); once it closes, GC drains and frees them, and
+    a new writer reads every row."""
+    writes = Writes()
+    uri = live.uri
+    t = memwal.open(uri)
+    policy = tmp_path / "zero.yaml"
+    policy.write_text("defaults: {options: {gc: {grace_seconds: 0, expire_versions: 0}}}\n")
+    jobs = [
+        ("merge", lambda: t.merge()),
+        ("catchup", lambda: t.catchup()),
+        ("compact", lambda: t.compact(target_rows_per_fragment=100_000)),
+        ("snapshot", lambda: t.snapshot()),
+        ("gc", lambda: t.gc(**ZERO)),
+        ("cycle", lambda: run_cli("cycle", uri, "--grace-seconds", "0", "--expire-versions", "0")),
+        ("fleet run", lambda: run_cli("fleet", "run", str(Path(uri).parent), "--policy", str(policy))),
+    ]
+    for name, job in jobs:
+        live.generation(writes.keys(live))
+        result = job()
+        assert getattr(result, "ok", getattr(result, "rc", 1) == 0), (name, result)
+        reads_every_row(live)
+    gc = t.gc(**ZERO).value
+    merged = open_table(uri).manifest().compacted_generation(live.shard_id)
+    assert merged == live.n and gc.deleted == () and gc.drained == ()
+    assert {b.generation for b in gc.blocked if b.reason == "writer-live"} == set(range(1, merged + 1))
+    assert folders(uri) == set(range(1, live.n + 1)) and listed(uri) == list(range(1, live.n + 1))
+    assert run_cli("verify", uri).rc == 0
+
+    live.close()
+    freed = t.gc(**ZERO, writer_idle_seconds=0).value  # the writer is gone
+    assert {g.generation for g in freed.deleted} == set(range(1, merged + 1))
+    assert listed(uri) == [] and folders(uri) == set()
+    again = LiveWriter(uri, live.shard_id, live.model, seed=9)
+    try:
+        reads_every_row(again)
+        again.generation(writes.keys(again))
+        reads_every_row(again)
+    finally:
+        again.close()
+    assert run_cli("verify", uri).rc == 0
+
+
+def test_a_writer_opened_after_the_merge_lets_gc_drain_and_keeps_its_folders_until_it_flushes(
+        live: LiveWriter) -> None:
+    """A new writer claims its epoch after the merge: its view has the merged rows, so GC drains
+    them from the manifest at once; but it lists them in memory until its next flush, so their
+    folders stay until then (``writer-live``), then go."""
+    writes = Writes()
+    uri, t = live.uri, memwal.open(live.uri)
+    for _ in range(3):
+        live.generation(writes.keys(live))
+    assert t.merge().ok and t.catchup().ok
+    live.close()
+    fresh = LiveWriter(uri, live.shard_id, live.model, seed=5)
+    try:
+        drained = t.gc(**ZERO).value
+        assert [d.generations for d in drained.drained] == [(1, 2, 3)] and drained.deleted == ()
+        assert {b.reason for b in drained.blocked} == {"writer-live"} and folders(uri) == {1, 2, 3}
+        assert listed(uri) == []
+        reads_every_row(fresh)
+        fresh.generation(writes.keys(fresh))  # its flush reloads the manifest
+        assert listed(uri) == [4]
+        freed = t.gc(**ZERO).value
+        assert {g.generation for g in freed.deleted} == {1, 2, 3} and folders(uri) == {4}
+        reads_every_row(fresh)
+    finally:
+        fresh.close()
+    last = LiveWriter(uri, live.shard_id, live.model, seed=6)
+    try:
+        reads_every_row(last)
+    finally:
+        last.close()
+
+
+def test_spark_jobs_follow_the_writer_too(live: LiveWriter, spark_context) -> None:
+    writes = Writes()
+    t = memwal.open(live.uri)
+    for job in (lambda: t.merge(engine="spark"), lambda: t.catchup(engine="spark"),
+                lambda: t.gc(**ZERO, engine="spark")):
+        live.generation(writes.keys(live))
+        assert job().ok
+        reads_every_row(live)
+    live.close()
+    freed = t.gc(**ZERO, writer_idle_seconds=0, engine="spark").value
+    assert {g.generation for g in freed.deleted} == {1} and listed(live.uri) == [2, 3]  # what was merged
+    after = LiveWriter(live.uri, live.shard_id, live.model, seed=8)
+    try:
+        reads_every_row(after)
+    finally:
+        after.close()
+
+
+def test_gc_repairs_a_table_an_older_gc_left_unreadable(live: LiveWriter) -> None:
+    """An older memwal deleted merged generations its shard manifest still listed: every client
+    read fails, and verify says so, naming the shard and the generation. GC drains them (the
+    repair), whatever the writer: the clients read every row again."""
+    writes = Writes()
+    uri, t = live.uri, memwal.open(live.uri)
+    for _ in range(2):
+        live.generation(writes.keys(live))
+    assert t.merge().ok and t.catchup().ok
+    live.close()
+    (state,) = all_shard_manifests(open_table(uri).store).values()
+    shutil.rmtree(Path(uri, "_mem_wal", live.shard_id, state.flushed[0].path))
+    with pytest.raises(OSError, match="was not found"):
+        client_view(uri)
+    run = run_cli("verify", uri)
+    assert run.rc == 1 and "listed-generations-readable" in run.stdout and live.shard_id in run.stdout
+    assert "merged generation 1 " in run.stdout
+    repaired = t.gc().value  # default options: the writer wrote a moment ago
+    assert [(d.generations, d.repairs) for d in repaired.drained] == [((1,), (1,))]
+    assert listed(uri) == [2]
+    assert client_view(uri) == live.model.sorted_rows()
+    assert run_cli("verify", uri).rc == 0
