@@ -1,0 +1,218 @@
+"""memwal against lance-context's own merger, and what the readers users run gain (issue 46).
+
+On identical copies of a lance-context store written by lance-context 0.6.7 itself (a backlog of
+G generations of R rows each, the writer gone):
+
+* **ours**: ``memwal merge`` and ``memwal cycle`` (no grace, every old version expired, writer
+  idle 0: the writer is gone) as whole processes;
+* **theirs**: a lance-context process calling ``cleanup_wal()`` until it has nothing left;
+* **reference**: a store holding the same rows and no generation (the same rows written once
+  and merged), what a reader costs at best.
+
+For each: whole-process seconds, CPU seconds, peak RSS, commits, bytes left on storage, and the
+readers' time afterwards (lance-context's ``list()`` in a new process; pylance's ``LsmScanner``
+over every listed generation). Goals: the reader after ``memwal cycle`` within 1.5x the
+reference; G = 1,500 drained in one run at ≤ 512 MB peak RSS; ``memwal merge`` as a whole
+process no slower than ``cleanup_wal()``'s loop on G = 30. JSON and a chart in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.harness import log, machine_info
+from tests.clients.context_store import DRIVER, PYTHON, SCHEMA
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMWAL = ROOT / ".venv" / "bin" / "memwal"
+CASES = {"30x2000": (30, 2000), "1500x200": (1500, 200)}
+SMOKE = {"5x50": (5, 50)}
+GOAL_READER_OVER_REFERENCE = 1.5
+GOAL_DRAIN_RSS_MB = 512
+GOAL_MERGE_OVER_CLEANUP = 1.0
+
+
+@dataclass
+class Proc:
+    """One whole process: wall and CPU seconds, peak RSS, exit code."""
+
+    seconds: float
+    cpu_seconds: float
+    peak_rss_mb: float
+    rc: int
+
+
+def _waited(proc: subprocess.Popen[Any], t0: float) -> Proc:
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Proc(time.perf_counter() - t0, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
+
+
+def memwal(*argv: str) -> Proc:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(MEMWAL), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    done = _waited(proc, t0)
+    if done.rc:
+        raise RuntimeError(f"memwal {' '.join(argv)} failed: {err.decode()[-800:]}")
+    return done
+
+
+def lance_context(*ops: dict[str, Any]) -> tuple[list[Any], Proc]:
+    """A new lance-context process running ``ops``: their answers, and the process's figures."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(PYTHON), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env={**env, "RUST_LOG": "error"})
+    assert proc.stdin is not None and proc.stdout is not None
+    answers = []
+    for op in ops:
+        proc.stdin.write(json.dumps(op) + "\n")
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        if "error" in answer:
+            raise RuntimeError(f"lance-context {op['op']}: {answer['error']}")
+        answers.append(answer["ok"])
+    proc.stdin.close()
+    return answers, _waited(proc, t0)
+
+
+def lc_list(uri: str) -> dict[str, Any]:
+    (_, listed), _ = lance_context({"op": "open_existing", "uri": uri}, {"op": "timed_list"})
+    return dict(listed)
+
+
+def pylance_read(uri: str) -> float:
+    """Seconds of pylance's ``LsmScanner`` over the base table and every listed generation."""
+    from tests.clients.pylance_client import client_view
+
+    t0 = time.perf_counter()
+    client_view(uri)
+    return time.perf_counter() - t0
+
+
+def table_facts(uri: str) -> dict[str, Any]:
+    import lance
+
+    from memwal.table import open_table
+    from memwal.table.shards import all_shard_manifests
+
+    size = sum(p.stat().st_size for p in Path(uri).rglob("*") if p.is_file())
+    listed = sum(len(s.flushed) for s in all_shard_manifests(open_table(uri).store).values())
+    return {"version": lance.dataset(uri).version, "bytes": size, "listed_generations": listed}
+
+
+def readers(uri: str) -> dict[str, Any]:
+    return {"lance_context_list": lc_list(uri), "pylance_seconds": round(pylance_read(uri), 3)}
+
+
+def case(work: Path, name: str, generations: int, rows: int) -> dict[str, Any]:
+    src = work / name / "src"
+    shutil.rmtree(work / name, ignore_errors=True)
+    log(f"{name}: lance-context writes {generations} generations of {rows} rows")
+    (_, fresh), _ = lance_context({"op": "open", "uri": str(src), "schema": SCHEMA},
+                                  {"op": "fill", "generations": generations, "rows": rows})
+    copies = {arm: work / name / arm for arm in ("merge", "cycle", "cleanup", "reference")}
+    for path in copies.values():
+        shutil.copytree(src, path)
+    out: dict[str, Any] = {"generations": generations, "rows_per_generation": rows, "keys": fresh,
+                           "before": {**table_facts(str(src)), "readers": readers(str(src))}}
+    arms: dict[str, Any] = {}
+    for arm, argv in (("merge", ("merge",)), ("cycle", ("cycle", "--grace-seconds", "0", "--expire-versions", "0",
+                                                        "--writer-idle-seconds", "0"))):
+        uri = str(copies[arm])
+        before = table_facts(uri)["version"]
+        log(f"{name}: memwal {argv[0]}")
+        proc = memwal(*argv, uri)
+        facts = table_facts(uri)
+        arms[f"memwal {argv[0]}"] = {**asdict(proc), **facts, "commits": facts["version"] - before,
+                                     "readers": readers(uri)}
+    uri = str(copies["cleanup"])
+    before = table_facts(uri)["version"]
+    log(f"{name}: lance-context cleanup_wal() until nothing is left")
+    (_, done), proc = lance_context({"op": "open_existing", "uri": uri}, {"op": "cleanup_all"})
+    facts = table_facts(uri)
+    arms["lance-context cleanup_wal"] = {**asdict(proc), **facts, "commits": facts["version"] - before,
+                                         "cleanup_calls": done["calls"], "readers": readers(uri)}
+    out["arms"] = arms
+    out["reference"] = reference(work / name / "reference-rows", copies["reference"])
+    return out
+
+
+def reference(path: Path, merged_copy: Path) -> dict[str, Any]:
+    """The same rows and no generation: the store's rows written once, merged by lance-context."""
+    (_, listed), _ = lance_context({"op": "open_existing", "uri": str(merged_copy)}, {"op": "list"})
+    shutil.rmtree(path, ignore_errors=True)
+    lance_context({"op": "open", "uri": str(path), "schema": SCHEMA}, {"op": "add", "rows": listed},
+                  {"op": "flush"}, {"op": "cleanup_all"})
+    return {**table_facts(str(path)), "readers": readers(str(path))}
+
+
+def goals(cases: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, c in cases.items():
+        ref = c["reference"]["readers"]["lance_context_list"]["seconds"]
+        after = c["arms"]["memwal cycle"]["readers"]["lance_context_list"]["seconds"]
+        out[f"{name}: reader after cycle / reference"] = {"value": round(after / ref, 2),
+                                                          "goal": GOAL_READER_OVER_REFERENCE,
+                                                          "met": after / ref <= GOAL_READER_OVER_REFERENCE}
+        cycle = c["arms"]["memwal cycle"]
+        out[f"{name}: drained in one run, peak RSS MB"] = {
+            "value": round(cycle["peak_rss_mb"]), "goal": GOAL_DRAIN_RSS_MB,
+            "met": cycle["listed_generations"] == 0 and cycle["peak_rss_mb"] <= GOAL_DRAIN_RSS_MB}
+        merge, theirs = c["arms"]["memwal merge"]["seconds"], c["arms"]["lance-context cleanup_wal"]["seconds"]
+        out[f"{name}: memwal merge / cleanup_wal loop, whole process"] = {
+            "value": round(merge / theirs, 2), "goal": GOAL_MERGE_OVER_CLEANUP, "met": merge / theirs <= 1.0}
+    return out
+
+
+def chart(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(doc["cases"])
+    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        c = doc["cases"][name]
+        labels = ["before"] + list(c["arms"]) + ["reference"]
+        secs = ([c["before"]["readers"]["lance_context_list"]["seconds"]]
+                + [a["readers"]["lance_context_list"]["seconds"] for a in c["arms"].values()]
+                + [c["reference"]["readers"]["lance_context_list"]["seconds"]])
+        ax.bar(range(len(labels)), secs, color=["#999"] + ["#2a7"] * 2 + ["#c73"] + ["#555"])
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("lance-context list() seconds")
+        ax.set_title(f"{name}: reader after each merger")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench-results")
+    parser.add_argument("--work", default="bench-results/peers-work")
+    parser.add_argument("--smoke", action="store_true", help="one tiny case (the harness works)")
+    args = parser.parse_args()
+    work, out = Path(args.work), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cases = {name: case(work, name, g, r) for name, (g, r) in (SMOKE if args.smoke else CASES).items()}
+    doc = {"machine": machine_info(), "cases": cases, "goals": goals(cases)}
+    (out / "peers.json").write_text(json.dumps(doc, indent=2))
+    chart(doc, out / "peers.png")
+    for goal, v in doc["goals"].items():
+        log(f"{goal}: {v['value']} (goal {v['goal']}): {'met' if v['met'] else 'NOT met'}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
