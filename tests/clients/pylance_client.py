@@ -72,6 +72,12 @@ class LiveWriter:
     def close(self) -> None:
         self.writer.close()
 
+    def __enter__(self) -> LiveWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def client_view(uri: str) -> list[dict[str, Any]]:
     """The table as a user's reader builds it from the shard manifests: the latest base table

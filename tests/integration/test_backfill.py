@@ -114,7 +114,7 @@ def test_a_held_lease_is_not_a_failure_nor_recorded_and_a_rerun_runs_that_job(ma
     first = run_backfill([table.uri], ["merge", "catchup", "snapshot", "gc"], state=state,
                          job_options={"gc": {"expire_versions": "never"}})
     assert [(j.job, str(j.status)) for j in first.tables[0].jobs] == [
-        ("merge", "done"), ("catchup", "held"), ("snapshot", "done"), ("gc", "done")]
+        ("merge", "done"), ("catchup", "held"), ("gc", "done"), ("snapshot", "done")]
     held = first.tables[0].jobs[1]
     assert held.exit_code == 3 and "someone-else:1:x" in held.summary and not first.failed_tables
     assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "snapshot", "gc"}

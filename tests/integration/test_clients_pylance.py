@@ -21,11 +21,11 @@ import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
+from tests.clients.jobs import ZERO, every_job
 from tests.clients.pylance_client import LiveWriter, client_view
 from tests.helpers import run_cli
 
 ONE = Workload(base_rows=200, shards=1, generations=0, rows_per_generation=30, seed=3, maintain_vector_index=False)
-ZERO = {"grace_seconds": 0, "expire_versions": 0}
 
 
 class Writes:
@@ -74,21 +74,9 @@ def test_a_writer_kept_open_reads_every_row_after_every_job(live: LiveWriter, tm
     writes = Writes()
     uri = live.uri
     t = memwal.open(uri)
-    policy = tmp_path / "zero.yaml"
-    policy.write_text("defaults: {options: {gc: {grace_seconds: 0, expire_versions: 0}}}\n")
-    jobs = [
-        ("merge", lambda: t.merge()),
-        ("catchup", lambda: t.catchup()),
-        ("compact", lambda: t.compact(target_rows_per_fragment=100_000)),
-        ("snapshot", lambda: t.snapshot()),
-        ("gc", lambda: t.gc(**ZERO)),
-        ("cycle", lambda: run_cli("cycle", uri, "--grace-seconds", "0", "--expire-versions", "0")),
-        ("fleet run", lambda: run_cli("fleet", "run", str(Path(uri).parent), "--policy", str(policy))),
-    ]
-    for name, job in jobs:
+    for name, job in every_job(uri, tmp_path):
         live.generation(writes.keys(live))
-        result = job()
-        assert getattr(result, "ok", getattr(result, "rc", 1) == 0), (name, result)
+        assert job(), name
         reads_every_row(live)
     gc = t.gc(**ZERO).value
     merged = open_table(uri).manifest().compacted_generation(live.shard_id)
@@ -101,13 +89,10 @@ def test_a_writer_kept_open_reads_every_row_after_every_job(live: LiveWriter, tm
     freed = t.gc(**ZERO, writer_idle_seconds=0).value  # the writer is gone
     assert {g.generation for g in freed.deleted} == set(range(1, merged + 1))
     assert listed(uri) == [] and folders(uri) == set()
-    again = LiveWriter(uri, live.shard_id, live.model, seed=9)
-    try:
+    with LiveWriter(uri, live.shard_id, live.model, seed=9) as again:
         reads_every_row(again)
         again.generation(writes.keys(again))
         reads_every_row(again)
-    finally:
-        again.close()
     assert run_cli("verify", uri).rc == 0
 
 
@@ -122,8 +107,7 @@ def test_a_writer_opened_after_the_merge_lets_gc_drain_and_keeps_its_folders_unt
         live.generation(writes.keys(live))
     assert t.merge().ok and t.catchup().ok
     live.close()
-    fresh = LiveWriter(uri, live.shard_id, live.model, seed=5)
-    try:
+    with LiveWriter(uri, live.shard_id, live.model, seed=5) as fresh:
         drained = t.gc(**ZERO).value
         assert [d.generations for d in drained.drained] == [(1, 2, 3)] and drained.deleted == ()
         assert {b.reason for b in drained.blocked} == {"writer-live"} and folders(uri) == {1, 2, 3}
@@ -134,13 +118,8 @@ def test_a_writer_opened_after_the_merge_lets_gc_drain_and_keeps_its_folders_unt
         freed = t.gc(**ZERO).value
         assert {g.generation for g in freed.deleted} == {1, 2, 3} and folders(uri) == {4}
         reads_every_row(fresh)
-    finally:
-        fresh.close()
-    last = LiveWriter(uri, live.shard_id, live.model, seed=6)
-    try:
+    with LiveWriter(uri, live.shard_id, live.model, seed=6) as last:
         reads_every_row(last)
-    finally:
-        last.close()
 
 
 def test_spark_jobs_follow_the_writer_too(live: LiveWriter, spark_context) -> None:
@@ -154,11 +133,8 @@ def test_spark_jobs_follow_the_writer_too(live: LiveWriter, spark_context) -> No
     live.close()
     freed = t.gc(**ZERO, writer_idle_seconds=0, engine="spark").value
     assert {g.generation for g in freed.deleted} == {1} and listed(live.uri) == [2, 3]  # what was merged
-    after = LiveWriter(live.uri, live.shard_id, live.model, seed=8)
-    try:
+    with LiveWriter(live.uri, live.shard_id, live.model, seed=8) as after:
         reads_every_row(after)
-    finally:
-        after.close()
 
 
 def test_gc_repairs_a_table_an_older_gc_left_unreadable(live: LiveWriter) -> None:
