@@ -4,7 +4,8 @@ Checks: no duplicate primary keys in the base table; per shard, no generation ga
 the merge progress and progress never above what was flushed; every generation path in
 every manifest resolves inside its shard directory; every listed unmerged generation is
 present and readable (Lance validates each fragment's data file footers and deletion
-file: memwal.table.generations). The LSM view comparison is the reader's-eye check used
+file: memwal.table.generations); every merged generation still on storage is in the base
+table (memwal.inspect.merged). The LSM view comparison is the reader's-eye check used
 around operations.
 
 A checker must never crash on what it checks: a missing, broken or unsafe generation, an
@@ -32,7 +33,8 @@ from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
 from memwal.table.generations import generation_damage
 from memwal.table.schema import primary_key_of
-from memwal.table.shards import generation_readable, read_shard_manifests
+from memwal.table.manifest import TableManifest
+from memwal.table.shards import ShardState, generation_readable, read_shard_manifests
 
 #: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).
 _READ_ERRORS = (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException)
@@ -158,6 +160,7 @@ def _verify_once(table: Table) -> VerifyResult:
             else:
                 unmerged.append((shard_id, g.generation, key))
     _check_checkpoints(table, res)
+    _check_merged_data(table, manifest, states, res)
     res.checks.append("shard-snapshot-readable")
     try:  # what readers start from (hazard H3: a file snapshot can lose its file)
         read_snapshot(table, manifest)
@@ -175,6 +178,14 @@ def _verify_once(table: Table) -> VerifyResult:
             res.problems.append(Problem("lsm-view-readable", detail))
             res.problems += _broken_generations(table, pk, unmerged)
     return res
+
+
+def _check_merged_data(table: Table, manifest: TableManifest, states: dict[str, ShardState], res: VerifyResult) -> None:
+    """Merged generations still on storage are in the base table (memwal.inspect.merged)."""
+    from memwal.inspect.merged import CHECK, unproven_merges
+
+    res.checks.append(CHECK)
+    res.problems += [Problem(CHECK, u.detail, u.shard_id) for u in unproven_merges(table, manifest, states)]
 
 
 def _check_checkpoints(table: Table, res: VerifyResult) -> None:
