@@ -177,7 +177,8 @@ def table_location(location: str | None, root: str | None) -> tuple[str | None, 
     if not is_object_store_uri(uri):
         link = _link_on_the_way(uri, root)
         if link is not None:
-            return None, f"location {shown!r} passes through the symbolic link {one_line(clip(link, 200))} (never followed)"
+            shown_link = one_line(clip(link, 200))
+            return None, f"location {shown!r} passes through the symbolic link {shown_link} (never followed)"
     return uri, ""
 
 

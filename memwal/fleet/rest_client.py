@@ -109,7 +109,8 @@ class RestClient:
         finally:
             resp.release_conn()
         if resp.status != 200:
-            raise NamespaceServerError(f"{what}: HTTP {resp.status}: {one_line(clip(data.decode('utf-8', 'replace'), 200))}")
+            text = one_line(clip(data.decode("utf-8", "replace"), 200))
+            raise NamespaceServerError(f"{what}: HTTP {resp.status}: {text}")
         try:
             return json.loads(data)
         except (ValueError, RecursionError):

@@ -35,9 +35,9 @@ from memwal.merge.ops import table_merge_ops
 from memwal.table import Table
 from memwal.table.generations import open_generation
 from memwal.table.manifest import TableManifest
-from memwal.table.shards import ShardState, generation_links, generation_readable, list_generation_dirs
 from memwal.table.naming import shard_dir
 from memwal.table.schema import primary_key_of
+from memwal.table.shards import ShardState, generation_links, generation_readable, list_generation_dirs
 
 CHECK = "merged-data-in-base"
 TOMBSTONE = "_tombstone"

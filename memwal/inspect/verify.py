@@ -32,8 +32,8 @@ from memwal.snapshot.format import SnapshotUnavailableError
 from memwal.snapshot.locate import read_snapshot
 from memwal.table import Table
 from memwal.table.generations import generation_damage
-from memwal.table.schema import primary_key_of
 from memwal.table.manifest import TableManifest
+from memwal.table.schema import primary_key_of
 from memwal.table.shards import ShardState, generation_readable, read_shard_manifests
 
 #: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).

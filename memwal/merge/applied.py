@@ -14,10 +14,11 @@ holds the merged data of every generation from the recorded progress + 1 to g. W
   from the recorded progress (each later data commit was planned on top of the earlier);
 * a claim is only data, from whoever can commit to the table: it counts only when it matches
   the intent it names (:func:`claim_of`): an ``Update`` read at the intent's own read version
-  (or rebased past it: Lance then records the version it rebased onto), only the intent's shards, each range within what the intent may have merged (above
-  the progress recorded at its read version, up to its target), its properties under
-  :data:`CLAIM_MAX_BYTES`. Anything else is ignored, as if never committed: the shard is
-  merged again (a forged claim can no longer make a merge skip data);
+  (or rebased past it: Lance then records the version it rebased onto), only the intent's
+  shards, each range within what the intent may have merged (above the progress recorded at
+  its read version, up to its target), its properties under :data:`CLAIM_MAX_BYTES`.
+  Anything else is ignored, as if never committed: the shard is merged again (a forged claim
+  can no longer make a merge skip data);
 * it counts for a shard only while that shard's recorded progress has not moved since it: a
   marker committed after it may come from a merger that rewrote those rows, so the generations
   are merged again (last write wins makes that idempotent);

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -23,21 +22,9 @@ from pathlib import Path
 import pytest
 
 from memwal.demo import Workload, create_base_table, write_generations
-from tests.helpers import run_cli, tree_digest
+from tests.helpers import memwal_program, run_cli, run_watched, tree_digest
 
 TINY = Workload(base_rows=50, shards=1, generations=1, rows_per_generation=10, seed=3, indexes=False)
-MEMWAL = str(Path(sys.executable).parent / "memwal")
-#: Runs a command, then prints its peak resident set (KiB) and wall seconds on the last line.
-WATCH = ("import resource, subprocess, sys, time\n"
-         "t = time.monotonic()\n"
-         "try:\n"
-         "    rc = subprocess.run(sys.argv[1:], timeout=120).returncode\n"
-         "except subprocess.TimeoutExpired:\n"
-         "    rc = -9\n"
-         "print(f'WATCH {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} {time.monotonic() - t:.1f}', "
-         "file=sys.stderr)\n"
-         "sys.exit(rc if rc >= 0 else 99)\n")
-
 Reply = Callable[[BaseHTTPRequestHandler], None]
 
 
@@ -143,19 +130,15 @@ def canary(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.parametrize("case", sorted(BOUNDED))
 def test_a_hostile_rest_namespace_ends_by_itself_bounded_and_named(case, canary, tmp_path, record_property):
     with Server(BOUNDED[case]) as server:
-        run = subprocess.run([sys.executable, "-c", WATCH, MEMWAL, "fleet", "plan", "namespace:rest",
-                              "--namespace-property", f"uri={server.uri}"], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=180)
-    watch = [line for line in run.stderr.splitlines() if line.startswith("WATCH ")][-1].split()
-    peak_mb, seconds = int(watch[1]) / 1024, float(watch[2])
-    record_property("peak_mb", round(peak_mb))
-    record_property("seconds", seconds)
-    print(f"{case}: exit {run.returncode}, {peak_mb:.0f} MB, {seconds:.1f} s", file=sys.stderr)
-    assert run.returncode in (1, 2), run.stderr
-    errors = [line for line in run.stderr.splitlines() if line.startswith("memwal: error:")]
-    assert len(errors) == 1 and "namespace:rest" in errors[0], run.stderr
+        run = run_watched([memwal_program(), "fleet", "plan", "namespace:rest", "--namespace-property",
+                           f"uri={server.uri}"], cwd=str(tmp_path))
+    record_property("peak_mb", round(run.peak_mb))
+    record_property("seconds", run.seconds)
+    print(f"{case}: exit {run.rc}, {run.peak_mb:.0f} MB, {run.seconds:.1f} s", file=sys.stderr)
+    assert run.rc in (1, 2), run.stderr
+    assert len(run.error_lines) == 1 and "namespace:rest" in run.error_lines[0], run.stderr
     assert "Traceback" not in run.stderr
-    assert seconds < 60 and peak_mb < 600, (seconds, peak_mb)
+    assert run.seconds < 60 and run.peak_mb < 600, (run.seconds, run.peak_mb)
 
 
 def make_table(path: Path) -> None:
