@@ -15,8 +15,8 @@ and a link met under a root is reported as skipped, never entered. Whether a Lan
 a MemWAL is decided by reading it (:mod:`memwal.fleet.probe`); folders with no table are
 skipped with the reason, and so is a folder whose name no object key may hold. Every table
 URI is normalised once (``t``, ``./t``, ``t/../t`` and ``file:///abs/t`` are one table). A
-source that yields no table is bad input; a line of a tables file that does, a problem of
-that table alone.
+source that yields no table is bad input; a line of a tables file that yields none is a
+problem of that table alone (a dropped table).
 """
 
 from __future__ import annotations

@@ -22,20 +22,10 @@ from memwal.demo import Workload
 from memwal.merge.changes import empty_keys
 from memwal.table.shards import all_shard_manifests
 from tests.conftest import table_rows
-from tests.helpers import run_cli, tree_digest
+from tests.helpers import run_cli
 
 #: Five generations a shard, so that a claim past the intent's three has something to skip.
 FIVE = Workload(base_rows=200, shards=2, generations=5, rows_per_generation=30, seed=47)
-
-
-@pytest.fixture
-def canary(tmp_path):
-    folder = tmp_path / "canary"
-    folder.mkdir()
-    (folder / "keep.txt").write_text("outside every table")
-    before = tree_digest(str(folder))
-    yield folder
-    assert tree_digest(str(folder)) == before
 
 
 def plant_intent(table, shards: dict[str, int]) -> tuple[str, int]:

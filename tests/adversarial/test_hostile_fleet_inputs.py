@@ -31,16 +31,6 @@ BOMB = "[&a [" + ", ".join(["lol"] * 10) + "], " + ", ".join(
 LAUGHS = f"defaults:\n  thresholds:\n    merge_generations: {BOMB}\n"
 
 
-@pytest.fixture
-def canary(tmp_path: Path):
-    folder = tmp_path / "canary"
-    folder.mkdir()
-    (folder / "keep.txt").write_text("outside every table")
-    before = tree_digest(str(folder))
-    yield folder
-    assert tree_digest(str(folder)) == before
-
-
 def make(path: Path):
     _, model = create_base_table(str(path), TINY)
     write_generations(str(path), TINY, model)

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -115,16 +115,6 @@ def silent(handler: BaseHTTPRequestHandler) -> None:
 
 BOUNDED = {"huge-answer": huge, "wide-page": wide, "same-page-token": same_token, "endless-depth": endless_depth,
            "never-answers": silent}
-
-
-@pytest.fixture
-def canary(tmp_path: Path) -> Iterator[Path]:
-    folder = tmp_path / "canary"
-    folder.mkdir()
-    (folder / "keep.txt").write_text("outside every table")
-    before = tree_digest(str(folder))
-    yield folder
-    assert tree_digest(str(folder)) == before
 
 
 @pytest.mark.parametrize("case", sorted(BOUNDED))
