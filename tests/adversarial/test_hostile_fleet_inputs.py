@@ -93,7 +93,8 @@ def test_an_alias_bomb_in_a_policy_is_refused_at_once(canary, tmp_path):
 
 def test_an_alias_bomb_in_the_airflow_fleet_config_is_refused_at_once(canary, tmp_path):
     config = tmp_path / "fleet.yaml"
-    config.write_text("sources: [/data]\n" + LAUGHS)
+    config.write_text(f"sources: [{{source: /data}}]\npolicy:\n  defaults:\n    thresholds:\n"
+                      f"      merge_generations: {BOMB}\n")
     code = ("import sys\nfrom memwal.airflow.fleet import FleetConfigError, load_fleet_config\n"
             "try:\n    load_fleet_config(sys.argv[1])\nexcept FleetConfigError as exc:\n"
             "    print(f'memwal: error: {exc}', file=sys.stderr)\n    sys.exit(2)\n")
