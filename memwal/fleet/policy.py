@@ -122,6 +122,11 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
+def _name(key: Any) -> str:
+    """A key as its place shows it: a string as it is (clipped), anything else by :func:`_shown`."""
+    return key[:60] if isinstance(key, str) else _shown(key)
+
+
 def _key(key: Any) -> str:
     """A policy key as shown in a place: a string as it is, anything else (a date, a number) refused."""
     if not isinstance(key, str):
@@ -136,7 +141,7 @@ def _section(cls: type, base: Any, over: Any, where: str) -> Any:
     changes = {}
     for key, value in over.items():
         if key not in known:
-            raise BadInputError(f"policy {where}.{_shown(key)}: unknown key (expected one of {', '.join(known)})")
+            raise BadInputError(f"policy {where}.{_name(key)}: unknown key (expected one of {', '.join(known)})")
         default = getattr(cls(), key)
         kind = int if isinstance(default, int) or (default is None and key.startswith("max_")) else float
         # a batch of nothing would pass the plan and fail every run
@@ -161,7 +166,7 @@ def _overlay(base: TablePolicy, over: Any, where: str) -> TablePolicy:
         elif key == "spark_min_bytes":
             out = replace(out, spark_min_bytes=_number(f"{where}.spark_min_bytes", value, int))
         else:
-            raise BadInputError(f"policy {where}.{_shown(key)}: unknown key (expected thresholds, weights, batch, "
+            raise BadInputError(f"policy {where}.{_name(key)}: unknown key (expected thresholds, weights, batch, "
                                 "options, spark_min_bytes)")
     return out
 
@@ -174,7 +179,7 @@ def _job_options(base: Mapping[str, Mapping[str, Any]], over: Any, where: str) -
     out = dict(base)
     for job, options in over.items():
         if job not in ACTIONS:
-            raise BadInputError(f"policy {where}.{_shown(job)}: not a job (expected one of {', '.join(JOBS)})")
+            raise BadInputError(f"policy {where}.{_name(job)}: not a job (expected one of {', '.join(JOBS)})")
         if options is not None and not isinstance(options, Mapping):
             raise BadInputError(f"policy {where}.{job}: expected a mapping of option: value, got "
                                 f"{type(options).__name__}")
@@ -195,7 +200,7 @@ def policy_from(doc: Any, where: str = "policy") -> Policy:
         return Policy()
     if not isinstance(doc, Mapping):
         raise BadInputError(f"{where}: expected a mapping with defaults, sources, tables")
-    unknown = sorted(_shown(k) for k in set(doc) - {"defaults", "sources", "tables"})
+    unknown = sorted(repr(k) if isinstance(k, str) else _shown(k) for k in set(doc) - {"defaults", "sources", "tables"})
     if unknown:
         raise BadInputError(f"{where}: unknown key {unknown[0]} (expected defaults, sources, tables)")
     defaults = _overlay(TablePolicy(), doc.get("defaults") or {}, "defaults")
