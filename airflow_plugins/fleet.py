@@ -127,6 +127,7 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
     from memwal.airflow.config_schema import FLEET_SCHEMA_NAME, config_problems
 
     from memwal.core.files import read_small_file
+    from memwal.core.yaml_doc import load_yaml
     from memwal.errors import BadInputError
     from memwal.fleet.policy import policy_from
 
@@ -135,7 +136,7 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
         raise FleetConfigError(f"no fleet config: set {CONFIG_ENV} to its file")
     path = os.path.abspath(path)  # the tasks read it again, from another folder maybe
     try:
-        doc = yaml.safe_load(read_small_file(path, MAX_CONFIG_BYTES, flag=CONFIG_ENV, what="YAML config"))
+        doc = load_yaml(read_small_file(path, MAX_CONFIG_BYTES, flag=CONFIG_ENV, what="YAML config"))
     except BadInputError as exc:
         raise FleetConfigError(str(exc)) from None
     except yaml.YAMLError as exc:

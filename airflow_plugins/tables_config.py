@@ -84,12 +84,13 @@ def load_config(path: str) -> dict[str, Any]:
     from memwal.airflow.config_schema import SCHEMA_NAME, place, schema_errors
 
     from memwal.core.files import read_small_file
+    from memwal.core.yaml_doc import load_yaml
     from memwal.errors import BadInputError
 
     try:
         text = read_small_file(path, MAX_CONFIG_BYTES, flag=CONFIG_ENV, what="YAML config")
-        doc = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (BadInputError, ValueError, yaml.YAMLError) as exc:
+        doc = json.loads(text) if path.endswith(".json") else load_yaml(text)
+    except (BadInputError, ValueError, RecursionError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: not a readable YAML/JSON config: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("tables"), list):
         shared = schema_errors(doc, SCHEMA_NAME)

@@ -119,3 +119,38 @@ def migrated_airflow_home(home: Path) -> dict[str, str]:
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return env
+
+
+#: Runs a command, then prints its peak resident set (KiB) and wall seconds on a last stderr line.
+_WATCH = ("import resource, subprocess, sys, time\n"
+          "t = time.monotonic()\n"
+          "try:\n"
+          "    rc = subprocess.run(sys.argv[2:], timeout=float(sys.argv[1])).returncode\n"
+          "except subprocess.TimeoutExpired:\n"
+          "    rc = -9\n"
+          "print(f'WATCH {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss} {time.monotonic() - t:.1f}', "
+          "file=sys.stderr)\n"
+          "sys.exit(rc if rc >= 0 else 99)\n")
+
+
+@dataclass
+class WatchedRun(CliRun):
+    peak_mb: float = 0.0
+    seconds: float = 0.0
+
+
+def run_watched(argv: list[str], *, kill_after: float = 120, cwd: str | None = None) -> WatchedRun:
+    """``argv`` as a real process under a watcher: exit code (99 when killed after
+    ``kill_after`` seconds), output, its peak memory (MB) and its wall time. The watcher's only
+    child is the command, so the peak is the command's own."""
+    run = subprocess.run([sys.executable, "-c", _WATCH, str(kill_after), *argv], capture_output=True, text=True,
+                         cwd=cwd, timeout=kill_after + 60)
+    lines = run.stderr.splitlines()
+    watch = [line for line in lines if line.startswith("WATCH ")][-1].split()
+    stderr = "\n".join(line for line in lines if not line.startswith("WATCH ")) + "\n"
+    return WatchedRun(run.returncode, run.stdout, stderr, int(watch[1]) / 1024, float(watch[2]))
+
+
+def memwal_program() -> str:
+    """The installed ``memwal`` program of this interpreter's environment."""
+    return str(Path(sys.executable).parent / "memwal")

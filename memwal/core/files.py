@@ -1,4 +1,5 @@
-"""Reading the small files an operator hands a command: storage options, tables, policies.
+"""Reading the small files an operator hands a command (storage options, tables, policies),
+and writing the files a command leaves (pages, result files, caches) atomically.
 
 One way for all of them: opened without blocking (a FIFO planted at the path cannot hang the
 command), the type checked on the open descriptor (no race with a swap), a size cap (a data
@@ -8,9 +9,12 @@ one line naming the flag and the path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
+import tempfile
+from collections.abc import Iterable
 
 from memwal.errors import BadInputError
 
@@ -65,4 +69,27 @@ def decode_text(data: bytes, where: str, what: str = "file") -> str:
     return text.replace("\r\n", "\n")
 
 
-__all__ = ["decode_text", "read_small_bytes", "read_small_file"]
+
+
+
+def write_chunks(path: str, chunks: Iterable[str]) -> None:
+    """Write a page atomically (a browser refreshing it never sees half a file), streamed.
+
+    The temporary file is created, never opened: a random name made with ``O_EXCL`` beside
+    ``path`` (:func:`tempfile.mkstemp`), so a link planted at a predictable name cannot
+    redirect the write to a file elsewhere."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # a page to share, as an ordinary file written here would be
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["decode_text", "read_small_bytes", "read_small_file", "write_chunks"]

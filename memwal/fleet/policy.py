@@ -32,6 +32,8 @@ from memwal.errors import BadInputError
 JOBS = ("merge", "catchup", "compact", "snapshot", "gc")
 #: Largest policy file read.
 MAX_POLICY_BYTES = 1 << 20
+#: Largest number a policy value may be (exact in a float; some 285 years of seconds).
+MAX_NUMBER = 2**53
 
 
 @dataclass(frozen=True)
@@ -100,14 +102,36 @@ class Policy:
         return out
 
 
-def _number(where: str, value: Any, kind: type, *, optional: bool = False) -> Any:
+def _number(where: str, value: Any, kind: type, *, optional: bool = False, least: int = 0) -> Any:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise BadInputError(f"policy {where}: expected a number at least 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not least <= value <= MAX_NUMBER \
+            or (isinstance(value, float) and not math.isfinite(value)):
+        raise BadInputError(f"policy {where}: expected a number from {least} to {MAX_NUMBER}, got {_shown(value)}")
     if kind is int and value != int(value):
-        raise BadInputError(f"policy {where}: expected a whole number, got {value!r}")
+        raise BadInputError(f"policy {where}: expected a whole number, got {_shown(value)}")
     return kind(value)
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: its type and a clipped text (a huge integer, a nested list)."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        text = repr(value)
+    else:
+        text = f"{type(value).__name__} {str(value)[:40]!r}"
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _name(key: Any) -> str:
+    """A key as its place shows it: a string as it is (clipped), anything else by :func:`_shown`."""
+    return key[:60] if isinstance(key, str) else _shown(key)
+
+
+def _key(key: Any) -> str:
+    """A policy key as shown in a place: a string as it is, anything else (a date, a number) refused."""
+    if not isinstance(key, str):
+        raise BadInputError(f"policy key {_shown(key)}: expected a string")
+    return key
 
 
 def _section(cls: type, base: Any, over: Any, where: str) -> Any:
@@ -117,10 +141,11 @@ def _section(cls: type, base: Any, over: Any, where: str) -> Any:
     changes = {}
     for key, value in over.items():
         if key not in known:
-            raise BadInputError(f"policy {where}.{key}: unknown key (expected one of {', '.join(known)})")
+            raise BadInputError(f"policy {where}.{_name(key)}: unknown key (expected one of {', '.join(known)})")
         default = getattr(cls(), key)
         kind = int if isinstance(default, int) or (default is None and key.startswith("max_")) else float
-        changes[key] = _number(f"{where}.{key}", value, kind, optional=default is None)
+        # a batch of nothing would pass the plan and fail every run
+        changes[key] = _number(f"{where}.{key}", value, kind, optional=default is None, least=int(cls is Batch))
     return replace(base, **changes)
 
 
@@ -141,8 +166,8 @@ def _overlay(base: TablePolicy, over: Any, where: str) -> TablePolicy:
         elif key == "spark_min_bytes":
             out = replace(out, spark_min_bytes=_number(f"{where}.spark_min_bytes", value, int))
         else:
-            raise BadInputError(f"policy {where}.{key}: unknown key (expected thresholds, weights, batch, options, "
-                                "spark_min_bytes)")
+            raise BadInputError(f"policy {where}.{_name(key)}: unknown key (expected thresholds, weights, batch, "
+                                "options, spark_min_bytes)")
     return out
 
 
@@ -154,12 +179,17 @@ def _job_options(base: Mapping[str, Mapping[str, Any]], over: Any, where: str) -
     out = dict(base)
     for job, options in over.items():
         if job not in ACTIONS:
-            raise BadInputError(f"policy {where}.{job}: not a job (expected one of {', '.join(JOBS)})")
-        merged = {**out.get(job, {}), **(options or {})}
+            raise BadInputError(f"policy {where}.{_name(job)}: not a job (expected one of {', '.join(JOBS)})")
+        if options is not None and not isinstance(options, Mapping):
+            raise BadInputError(f"policy {where}.{job}: expected a mapping of option: value, got "
+                                f"{type(options).__name__}")
+        merged = {**out.get(job, {}), **{_key(k): v for k, v in (options or {}).items()}}
         try:
             ACTIONS[job].options.from_kwargs(**merged)
         except BadInputError as exc:
             raise BadInputError(f"policy {where}.{job}: {exc}") from None
+        except (TypeError, ValueError, OverflowError, AttributeError) as exc:  # a list, a date, a nested mapping
+            raise BadInputError(f"policy {where}.{job}: {type(exc).__name__}: {str(exc)[:200]}") from None
         out[job] = merged
     return out
 
@@ -170,9 +200,9 @@ def policy_from(doc: Any, where: str = "policy") -> Policy:
         return Policy()
     if not isinstance(doc, Mapping):
         raise BadInputError(f"{where}: expected a mapping with defaults, sources, tables")
-    unknown = sorted(set(doc) - {"defaults", "sources", "tables"})
+    unknown = sorted(repr(k) if isinstance(k, str) else _shown(k) for k in set(doc) - {"defaults", "sources", "tables"})
     if unknown:
-        raise BadInputError(f"{where}: unknown key {unknown[0]!r} (expected defaults, sources, tables)")
+        raise BadInputError(f"{where}: unknown key {unknown[0]} (expected defaults, sources, tables)")
     defaults = _overlay(TablePolicy(), doc.get("defaults") or {}, "defaults")
     pairs: dict[str, tuple[tuple[str, Mapping[str, Any]], ...]] = {}
     for part in ("sources", "tables"):
@@ -180,7 +210,7 @@ def policy_from(doc: Any, where: str = "policy") -> Policy:
         if not isinstance(given, Mapping):
             raise BadInputError(f"{where}: {part} must map a pattern to overrides")
         for pattern, over in given.items():
-            _overlay(defaults, over, f"{part}.{json.dumps(pattern)}")  # checked now, not when a table matches
+            _overlay(defaults, over, f"{part}.{json.dumps(_key(pattern))}")  # checked now, not when a table matches
         pairs[part] = tuple((str(p), o) for p, o in given.items())
     return Policy(defaults, pairs["sources"], pairs["tables"])
 
@@ -192,13 +222,17 @@ def load_policy(path: str | None) -> Policy:
     import yaml
 
     from memwal.core.files import read_small_file
+    from memwal.core.yaml_doc import load_yaml
 
     text = read_small_file(path, MAX_POLICY_BYTES, flag="--policy")
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as exc:
         raise BadInputError(f"--policy {path}: not YAML or JSON: {str(exc).splitlines()[0]}") from None
-    return policy_from(doc, f"--policy {path}")
+    try:
+        return policy_from(doc, "policy")
+    except BadInputError as exc:  # every problem names the file and the key
+        raise BadInputError(f"--policy {path}: {exc}") from None
 
 
 __all__ = ["JOBS", "Batch", "Policy", "TablePolicy", "Thresholds", "Weights", "load_policy", "policy_from"]

@@ -34,14 +34,19 @@ from pyroaring import BitMap
 from memwal.errors import BadInputError, NotFoundError
 from memwal.store import ObjectInfo, Store
 from memwal.table.manifest import TableManifest, decode_table_manifest, fragment_stats, maintained_indexes
-from memwal.table.naming import MEM_WAL_DIR, MEM_WAL_INDEX_NAME, parse_generation_dir, parse_manifest_name
+from memwal.table.naming import (
+    MEM_WAL_DIR,
+    MEM_WAL_INDEX_NAME,
+    V2_NAME_DIGITS,
+    parse_generation_dir,
+    parse_manifest_name,
+    table_version_of,
+)
 from memwal.table.shards import decode_shard_manifest
 
 log = logging.getLogger(__name__)
 
 _JOBS_FOLDER = "_jobs"
-#: V2 manifest names are ``u64::MAX - version`` in 20 digits: in key order, newest first.
-_V2_NAME_DIGITS = 20
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,8 @@ class ProbeCache:
             return cache
         try:
             with open(path, encoding="utf-8") as f:
+                if os.fstat(f.fileno()).st_size > MAX_CACHE_BYTES:  # refused before a byte is read
+                    raise ValueError(f"larger than {MAX_CACHE_BYTES:,} bytes")
                 text = f.read(MAX_CACHE_BYTES + 1)
             if len(text) > MAX_CACHE_BYTES:
                 raise ValueError(f"larger than {MAX_CACHE_BYTES:,} bytes")
@@ -176,20 +183,22 @@ MAX_CACHE_BYTES = 256 << 20
 
 
 def _latest_manifest(store: Store) -> ObjectInfo:
-    """The latest table manifest's listing entry: the first of ``_versions/`` in key order
-    (V2 names), else the highest version of a full listing (older tables)."""
+    """The latest table manifest's listing entry: the first manifest of ``_versions/`` in key
+    order (V2 names), else the highest version of a full listing (older tables). Names are
+    read by the one rule of ``_versions/`` (:func:`memwal.table.naming.table_version_of`): a
+    stray file there is no manifest."""
     first: ObjectInfo | None = None
     for obj in store.list("_versions/", recursive=False):
-        if obj.key.endswith(".manifest"):
+        if table_version_of(obj.key) is not None:
             first = obj
             break
     if first is None:
         raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
-    stem = first.key.rsplit("/", 1)[-1].removesuffix(".manifest")
-    if len(stem) == _V2_NAME_DIGITS and stem.isdigit():
+    if len(first.key.rsplit("/", 1)[-1].removesuffix(".manifest")) == V2_NAME_DIGITS:
         return first
-    manifests = [o for o in store.list("_versions/", recursive=False) if o.key.endswith(".manifest")]
-    return max(manifests, key=lambda o: int(o.key.rsplit("/", 1)[-1].removesuffix(".manifest")))
+    manifests = [(v, o) for o in store.list("_versions/", recursive=False)
+                 if (v := table_version_of(o.key)) is not None]
+    return max(manifests, key=lambda p: p[0])[1]
 
 
 def _index_coverage(manifest: TableManifest, live: dict[int, int], indexes: Iterable[str]) -> dict[str, float]:

@@ -183,9 +183,11 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
               namespace_properties: Mapping[str, str] | None = None, workers: int = 2,
               max_seconds: float | None = None, jobs: Sequence[str] | None = None, engine: str = "local",
               dry_run: bool = False, max_rounds: int | None = None, cache: ProbeCache | None = None,
-              notify: Notify | None = None, runner: TableRunner | None = None) -> FleetRunResult:
+              notify: Notify | None = None, runner: TableRunner | None = None,
+              listed: Sequence[str] = ()) -> FleetRunResult:
     """Run the fleet (see the module docstring); ``notify("round", plan)`` and
-    ``notify("table", CycleResult)`` as rounds are planned and tables end."""
+    ``notify("table", CycleResult)`` as rounds are planned and tables end. ``listed``: the
+    sources that are lines of a tables file (memwal.fleet.sources.discover)."""
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
     policy = policy or Policy()
@@ -199,7 +201,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
     not_started: tuple[str, ...] = ()
     while True:
         discovery = discover(sources, storage_options=storage_options, namespace_properties=namespace_properties,
-                             known=cache.known_tables())
+                             known=cache.known_tables(), listed=listed)
         plan = plan_fleet(discovery, policy, cache=cache, now=clocks.current()(), backoff=backoff)
         if not rounds:
             check_sources_yield_tables(plan, list(sources))

@@ -6,62 +6,31 @@ A source is one of:
 - a root URI: every table below it, at any depth (a folder holding ``_versions/`` is a Lance
   table; nothing inside a table is searched further);
 - ``namespace:dir`` or ``namespace:rest``: every table of a Lance Namespace (pylance's
-  ``DirectoryNamespace`` / ``RestNamespace``, with the properties those take), nested
-  namespaces included;
+  ``DirectoryNamespace``, or a bounded client of the REST protocol), nested namespaces
+  included, every location under a root's rules (:mod:`memwal.fleet.namespaces`);
 - the lines of a tables file (as ``memwal backfill --tables-file``).
 
 Discovery is link-safe: it lists through the store interface, which never follows a link,
 and a link met under a root is reported as skipped, never entered. Whether a Lance table has
 a MemWAL is decided by reading it (:mod:`memwal.fleet.probe`); folders with no table are
-skipped with the reason. A source that yields no table is bad input.
+skipped with the reason, and so is a folder whose name no object key may hold. Every table
+URI is normalised once (``t``, ``./t``, ``t/../t`` and ``file:///abs/t`` are one table). A
+source that yields no table is bad input; a line of a tables file that yields none is a
+problem of that table alone (a dropped table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from memwal.errors import BadInputError, MemWalError, first_line
+from memwal.fleet.namespaces import NAMESPACE_PREFIX, namespace_tables
+from memwal.fleet.sources_model import Discovery, Skipped, SourceProblem, TableRef
 
 #: Deepest folder level searched under a root (a deeper tree is reported, not walked).
 MAX_DEPTH = 16
-NAMESPACE_PREFIX = "namespace:"
-NAMESPACE_IMPLS = ("dir", "rest")
 #: Folders inside a Lance table; a root that is itself a table is its own only table.
 _TABLE_MARKER = "_versions"
-
-
-@dataclass(frozen=True)
-class TableRef:
-    """A table to maintain: its URI, its storage options, and the source that named it."""
-
-    uri: str
-    source: str
-    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """Something a source holds that is not a table to maintain, and why."""
-
-    path: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class SourceProblem:
-    """A source that could not be searched (unreachable, refused), named with the reason."""
-
-    source: str
-    error: str
-
-
-@dataclass(frozen=True)
-class Discovery:
-    tables: tuple[TableRef, ...]
-    skipped: tuple[Skipped, ...]
-    problems: tuple[SourceProblem, ...]
 
 
 def _is_uri(text: str) -> bool:
@@ -69,10 +38,13 @@ def _is_uri(text: str) -> bool:
 
 
 def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | None = None,
-             namespace_properties: Mapping[str, str] | None = None, known: Collection[str] = ()) -> Discovery:
-    """Every table the ``sources`` hold (each table once, in the order found). A folder under a
-    root whose URI is in ``known`` (tables an earlier plan found) is taken as a table without
-    listing it again: the probe's listing of its ``_versions/`` tells if it still is one."""
+             namespace_properties: Mapping[str, str] | None = None, known: Collection[str] = (),
+             listed: Collection[str] = ()) -> Discovery:
+    """Every table the ``sources`` hold (each table once, by its normalised URI, in the order
+    found). A folder under a root whose URI is in ``known`` (tables an earlier plan found) is
+    taken as a table without listing it again: the probe's listing of its ``_versions/`` tells
+    if it still is one. A source in ``listed`` (a line of a tables file) that holds no table
+    is a problem of that table alone (a dropped table), not bad input."""
     if not sources:
         raise BadInputError("no source given: pass table or root URIs, namespace:dir|rest, or --tables-file")
     tables: dict[str, TableRef] = {}
@@ -88,6 +60,9 @@ def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | Non
         except (MemWalError, OSError, ValueError, RuntimeError) as exc:
             problems.append(SourceProblem(source, first_line(exc)))
             continue
+        if not found and source in listed:
+            problems.append(SourceProblem(source, "no Lance table here (dropped?)"))
+            continue
         if not found:
             seen = "; ".join(f"{s.path}: {s.reason}" for s in skipped[before:before + 3])
             raise BadInputError(f"source {source}: holds no Lance table" + (f" ({seen})" if seen else ""))
@@ -99,14 +74,19 @@ def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | Non
 def _search(source: str, options: dict[str, str], ns_properties: dict[str, str],
             skipped: list[Skipped], known: frozenset[str]) -> Iterator[TableRef]:
     if source.startswith(NAMESPACE_PREFIX):
-        yield from _namespace_tables(source, ns_properties)
+        yield from namespace_tables(source, ns_properties, skipped)
         return
-    yield from _walk(source, options, skipped, known)
+    from memwal.store.uri import check_table_uri, normalise_table_uri
+
+    yield from _walk(normalise_table_uri(check_table_uri(source)), source, options, skipped, known)
 
 
-def _walk(root: str, options: dict[str, str], skipped: list[Skipped], known: frozenset[str]) -> Iterator[TableRef]:
-    """Tables at or under ``root``: one directory listing per folder, never through a link."""
+def _walk(root: str, source: str, options: dict[str, str], skipped: list[Skipped],
+          known: frozenset[str]) -> Iterator[TableRef]:
+    """Tables at or under ``root``: one directory listing per folder, never through a link; a
+    folder whose name no key may hold (a backslash, a control character) is skipped."""
     from memwal.store import open_store
+    from memwal.store.base import clean_key
 
     store = open_store(root, options)
     base = root.rstrip("/")
@@ -115,13 +95,13 @@ def _walk(root: str, options: dict[str, str], skipped: list[Skipped], known: fro
         prefix, depth = pending.pop()
         where = f"{base}/{prefix}".rstrip("/")
         if prefix and where in known:
-            yield TableRef(where, root, options)
+            yield TableRef(where, source, options)
             continue
         children = store.list_dirs(prefix)
         for link in store.list_links(prefix, recursive=False):
             skipped.append(Skipped(f"{base}/{link}", "a symbolic link: never followed"))
         if _TABLE_MARKER in children:
-            yield TableRef(where, root, options)
+            yield TableRef(where, source, options)
             continue
         if not children:
             if prefix:
@@ -130,53 +110,14 @@ def _walk(root: str, options: dict[str, str], skipped: list[Skipped], known: fro
         if depth >= MAX_DEPTH:
             skipped.append(Skipped(where, f"deeper than {MAX_DEPTH} folders: not searched"))
             continue
-        pending += [(f"{prefix}{child}/", depth + 1) for child in reversed(children)]
-
-
-def _namespace_tables(source: str, properties: dict[str, str]) -> Iterator[TableRef]:
-    """Every table of a Lance Namespace (``namespace:dir`` or ``namespace:rest``), nested
-    namespaces included, with the location and storage options ``describe_table`` gives."""
-    from lance.namespace import DirectoryNamespace, RestNamespace
-    from lance_namespace import DescribeTableRequest, LanceNamespace, ListNamespacesRequest, ListTablesRequest
-
-    impl = source.removeprefix(NAMESPACE_PREFIX)
-    if impl not in NAMESPACE_IMPLS:
-        raise BadInputError(f"source {source}: expected namespace:{' or namespace:'.join(NAMESPACE_IMPLS)}")
-    needed = "root" if impl == "dir" else "uri"
-    if needed not in properties:
-        raise BadInputError(f"source {source}: needs the namespace property {needed} (--namespace-property "
-                            f"{needed}=...)")
-    ns: LanceNamespace = (DirectoryNamespace(**properties) if impl == "dir"  # type: ignore[no-untyped-call]
-                          else RestNamespace(**properties))  # type: ignore[no-untyped-call]
-    pending: list[list[str]] = [[]]
-    while pending:
-        path = pending.pop()
-
-        def children(token: str | None, p: list[str] = path) -> Any:
-            return ns.list_namespaces(ListNamespacesRequest(id=p, page_token=token))
-
-        def tables(token: str | None, p: list[str] = path) -> Any:
-            return ns.list_tables(ListTablesRequest(id=p, page_token=token))
-
-        for name in _paged(children):
-            pending.append([*path, name])
-        for name in _paged(tables):
-            described = ns.describe_table(DescribeTableRequest(id=[*path, name], with_table_uri=True))
-            location = described.table_uri or described.location
-            if location:
-                yield TableRef(str(location), source, dict(described.storage_options or {}))
-
-
-def _paged(call: Callable[[str | None], Any]) -> Iterator[str]:
-    """Every name of a paged namespace listing (its namespaces or its tables)."""
-    token: str | None = None
-    while True:
-        page = call(token)
-        names: list[str] = list(page.namespaces if hasattr(page, "namespaces") else page.tables)
-        yield from names
-        token = getattr(page, "page_token", None)
-        if not token:
-            return
+        for child in reversed(children):
+            try:
+                clean_key(f"{prefix}{child}")
+            except BadInputError:
+                skipped.append(Skipped(f"{where}/{child}", "a name no object key may hold (a backslash or a control "
+                                                            "character): not searched"))
+                continue
+            pending.append((f"{prefix}{child}/", depth + 1))
 
 
 __all__ = ["NAMESPACE_PREFIX", "Discovery", "Skipped", "SourceProblem", "TableRef", "discover"]

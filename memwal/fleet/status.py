@@ -128,11 +128,12 @@ def status_of(plan: FleetPlan, *, top: int, workers: int = 8, now: float | None 
 def fleet_status(sources: Sequence[str], *, policy: Policy | None = None,
                  storage_options: Mapping[str, str] | None = None,
                  namespace_properties: Mapping[str, str] | None = None, top: int = 50,
-                 workers: int = 8, cache: ProbeCache | None = None) -> FleetStatus:
-    """The fleet's view of ``sources`` (see the module docstring)."""
+                 workers: int = 8, cache: ProbeCache | None = None, listed: Sequence[str] = ()) -> FleetStatus:
+    """The fleet's view of ``sources`` (see the module docstring); ``listed``: the sources that
+    are lines of a tables file (memwal.fleet.sources.discover)."""
     known = cache.known_tables() if cache is not None else frozenset()
     plan = plan_fleet(discover(sources, storage_options=storage_options, namespace_properties=namespace_properties,
-                               known=known), policy or Policy(), workers=workers, cache=cache)
+                               known=known, listed=listed), policy or Policy(), workers=workers, cache=cache)
     return status_of(plan, top=top, workers=workers)
 
 

@@ -43,6 +43,15 @@ class RunEntry(TypedDict):
     detail: NotRequired[bool]
 
 
+def _parsed(data: bytes) -> Any:
+    """A stored record's JSON; ValueError (the reader skips it with a warning) for one that is
+    not JSON or nests deeper than Python's JSON reader can follow (200 KB of ``[``)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("not a record: nested too deeply") from None
+
+
 @dataclass
 class RunRecord(Document):
     job: str
@@ -84,7 +93,7 @@ class RunRecord(Document):
     def loads(cls, data: bytes) -> RunRecord:
         """A stored record, every field checked against the model (:mod:`memwal.history.schema`):
         ValueError naming the field for one that does not match (the reader skips it)."""
-        return cls(**checked(json.loads(data), OUTCOMES))
+        return cls(**checked(_parsed(data), OUTCOMES))
 
     def summary(self) -> RunRecord:
         """This record without its per-shard parts: the merge's shard list and the lag by
@@ -103,7 +112,7 @@ class RunRecord(Document):
     def with_detail(self, data: bytes) -> RunRecord:
         """A summary record made whole again from its detail object (:meth:`detail_dumps`)."""
         whole = RunRecord(**self.to_dict())
-        whole.figures, whole.lag = checked_detail(json.loads(data))
+        whole.figures, whole.lag = checked_detail(_parsed(data))
         return whole
 
 

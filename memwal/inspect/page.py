@@ -22,10 +22,7 @@ carries a Content-Security-Policy that allows no script at all (:mod:`memwal.ins
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -33,6 +30,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from memwal.core import clock as clocks
+from memwal.core.files import write_chunks
 from memwal.core.text import clip
 from memwal.history.record import RunEntry, lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
@@ -103,26 +101,6 @@ def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None
 def write_page(path: str, data: PageData) -> None:
     """Write the page to ``path`` (:func:`write_chunks`)."""
     write_chunks(path, render_chunks(data))
-
-
-def write_chunks(path: str, chunks: Iterable[str]) -> None:
-    """Write a page atomically (a browser refreshing it never sees half a file), streamed.
-
-    The temporary file is created, never opened: a random name made with ``O_EXCL`` beside
-    ``path`` (:func:`tempfile.mkstemp`), so a link planted at a predictable name cannot
-    redirect the write to a file elsewhere."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # a page to share, as an ordinary file written here would be
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 # -- formatting -------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Checks: no duplicate primary keys in the base table; per shard, no generation ga
 the merge progress (the index's, or a drain's: memwal.table.drain) and progress never above
 what was flushed; every generation path in every manifest resolves inside its shard
 directory; every listed unmerged generation is present and readable (Lance validates each
-fragment's data file footers and deletion file: memwal.table.generations). What clients
+fragment's data file footers and deletion file: memwal.table.generations); every merged
+generation still on storage is in the base table (memwal.inspect.merged). What clients
 check: pylance's ``ShardWriter.lsm_scanner()`` and lance-context read *every* generation the
 shard manifest lists, merged or not, and fail on one that is missing or damaged
 (``listed-generations-readable``, naming the shard and generation), and then the view they
@@ -41,7 +42,7 @@ from memwal.table.drain import merged_through
 from memwal.table.generations import generation_damage
 from memwal.table.manifest import TableManifest
 from memwal.table.schema import primary_key_of
-from memwal.table.shards import generation_readable, read_shard_manifests
+from memwal.table.shards import ShardState, generation_readable, read_shard_manifests
 
 #: What reading a Lance dataset can raise on broken files (Lance's IO errors are OSError).
 _READ_ERRORS = (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException)
@@ -169,6 +170,7 @@ def _verify_once(table: Table) -> VerifyResult:
             else:
                 unmerged.append((shard_id, g.generation, key))
     _check_checkpoints(table, res)
+    _check_merged_data(table, manifest, states, res)
     res.checks.append("shard-snapshot-readable")
     try:  # what readers start from (hazard H3: a file snapshot can lose its file)
         read_snapshot(table, manifest)
@@ -213,6 +215,14 @@ def _check_client_view(table: Table, res: VerifyResult, pk: list[str], manifest:
     except _READ_ERRORS as exc:
         res.problems.append(Problem("client-view-readable", "the view pylance's lsm_scanner() and lance-context "
                                     f"read (every listed generation) fails: {first_line(exc, table.uri)}"))
+
+
+def _check_merged_data(table: Table, manifest: TableManifest, states: dict[str, ShardState], res: VerifyResult) -> None:
+    """Merged generations still on storage are in the base table (memwal.inspect.merged)."""
+    from memwal.inspect.merged import CHECK, unproven_merges
+
+    res.checks.append(CHECK)
+    res.problems += [Problem(CHECK, u.detail, u.shard_id) for u in unproven_merges(table, manifest, states)]
 
 
 def _check_checkpoints(table: Table, res: VerifyResult) -> None:

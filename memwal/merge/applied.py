@@ -12,26 +12,39 @@ holds the merged data of every generation from the recorded progress + 1 to g. W
 
 * a data commit names its intent and its data ranges, ``{shard: [from, to]}``; ranges chain
   from the recorded progress (each later data commit was planned on top of the earlier);
+* a claim is only data, from whoever can commit to the table: it counts only when it matches
+  the intent it names (:func:`claim_of`): an ``Update`` read at the intent's own read version
+  (or rebased past it: Lance then records the version it rebased onto), only the intent's
+  shards, each range within what the intent may have merged (above the progress recorded at
+  its read version, up to its target), its properties under :data:`CLAIM_MAX_BYTES`.
+  Anything else is ignored, as if never committed: the shard is merged again (a forged claim
+  can no longer make a merge skip data);
 * it counts for a shard only while that shard's recorded progress has not moved since it: a
   marker committed after it may come from a merger that rewrote those rows, so the generations
   are merged again (last write wins makes that idempotent);
-* a ``Restore`` or ``Overwrite`` since, an unreadable version (expired) or unreadable
-  properties make the shards of the intents not found *unknown*: a last-write-wins plan merges
+* a ``Restore`` or ``Overwrite`` since, or an unreadable version (expired), makes the shards
+  of the intents not found *unknown*: a last-write-wins plan merges
   their data again, a folding plan stops them (memwal.merge.plan).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from memwal.errors import MemWalError
 from memwal.merge.intents import DATA_PROPERTY, DRIVERLESS, INTENT_PROPERTY, Intent
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
 
+log = logging.getLogger(__name__)
+
 #: Operations after which rows committed earlier may be gone.
 _RESETS = ("Restore", "Overwrite")
+#: Largest data-ranges property read: a real one is some 60 bytes per shard of its intent.
+CLAIM_MAX_BYTES = 64 + 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -50,17 +63,38 @@ class Applied:
     unknown: frozenset[str] = frozenset()
 
 
-def _ranges(raw: str | None) -> dict[str, tuple[int, int]]:
-    doc = json.loads(raw or "")
+def _ranges(raw: object) -> dict[str, tuple[int, int]]:
+    if not isinstance(raw, str) or len(raw) > CLAIM_MAX_BYTES:
+        raise ValueError(f"not a string of at most {CLAIM_MAX_BYTES:,} characters")
+    doc = json.loads(raw)
     if not isinstance(doc, dict):
         raise ValueError("not an object")
     out = {}
     for shard, span in doc.items():
-        a, b = (int(x) for x in span)
+        if not isinstance(span, list) or len(span) != 2 or not all(type(x) is int for x in span):
+            raise ValueError(f"bad range {str(span)[:40]!r}")
+        a, b = span
         if not 0 < a <= b:
             raise ValueError(f"bad range {span!r}")
         out[str(shard)] = (a, b)
     return out
+
+
+def claim_of(txn: Any, intent: Intent, progress: TableManifest) -> dict[str, tuple[int, int]] | None:
+    """The data ranges a commit claims for ``intent``, or None when the claim does not match
+    the intent (see the module docstring): then it is no data commit of that intent.
+    ``progress``: the table manifest at the intent's read version."""
+    if type(txn.operation).__name__ != "Update" or not isinstance(txn.read_version, int) \
+            or txn.read_version < intent.read_version:  # Lance stores the version it rebased onto
+        return None
+    try:
+        data = _ranges((txn.transaction_properties or {}).get(DATA_PROPERTY))
+    except (ValueError, TypeError, RecursionError):
+        return None
+    for sid, (a, b) in data.items():
+        if sid not in intent.shards or a <= progress.compacted_generation(sid) or b > intent.shards[sid]:
+            return None
+    return data
 
 
 def applied_data(table: Table, manifest: TableManifest, intents: list[Intent], shard_ids: set[str]) -> Applied:
@@ -86,12 +120,18 @@ def applied_data(table: Table, manifest: TableManifest, intents: list[Intent], s
             continue
         props = txn.transaction_properties or {}
         iid = props.get(INTENT_PROPERTY)
-        if iid not in pending:
+        if not isinstance(iid, str) or iid not in pending:
             continue
         try:
-            found[iid] = DataCommit(iid, v, _ranges(props.get(DATA_PROPERTY)))
-        except (ValueError, TypeError):
+            claim = claim_of(txn, pending[iid], table.manifest(pending[iid].read_version))
+        except MemWalError:  # its read version expired: whether it is the data commit is unknown
             unknown |= set(pending[iid].shards)
+            continue
+        if claim is None:
+            log.warning("merge %s: version %d claims the data of merge intent %s, which does not match it: "
+                        "ignored (its shards are merged again)", table.uri, v, iid)
+            continue
+        found[iid] = DataCommit(iid, v, claim)
     for iid, intent in pending.items():
         if iid not in found and any(v > intent.read_version for v in blind_after):
             unknown |= set(intent.shards)

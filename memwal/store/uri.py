@@ -9,9 +9,10 @@ strings, fragments).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from memwal.errors import BadInputError
 
@@ -131,3 +132,18 @@ def parse_location(uri: str) -> Location:
 def is_object_store_uri(uri: str) -> bool:
     """Whether a (checked) table URI names an object store rather than a local directory."""
     return urlparse(uri).scheme.lower() in OBJECT_SCHEMES
+
+
+def normalise_table_uri(uri: str) -> str:
+    """One spelling per table, so that a table named four ways is one table: a local path (or
+    ``file:///path``) made absolute with ``.`` and ``..`` resolved by name (links are never
+    resolved here: the walks refuse them), an object-store URI as :attr:`Location.root`.
+    No I/O; call it on a URI :func:`check_table_uri` accepted."""
+    uri = uri.strip()
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    if scheme in OBJECT_SCHEMES and "://" in uri:
+        return parse_location(uri).root
+    if scheme == "file" and "://" in uri:
+        uri = unquote(parsed.path)
+    return os.path.abspath(uri)

@@ -25,6 +25,7 @@ from memwal.table.naming import (
     parse_generation_dir,
     parse_manifest_name,
     parse_wal_name,
+    table_version_of,
 )
 
 STAGING = STAGING_DIR.rsplit("/", 1)[-1]
@@ -148,4 +149,4 @@ class _Shard:
 
 def _is_table_manifest(key: str, name: str) -> bool:
     head, _, file = key.rpartition("/")
-    return head.endswith(f"{name}/_versions") and file.endswith(".manifest")
+    return head.endswith(f"{name}/_versions") and table_version_of(file) is not None

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from memwal.errors import BadInputError, NotFoundError, StateMovedError
 from memwal.pb import mem_wal_index_pb2, table_manifest_pb2
-from memwal.table.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, U64_MAX, shard_uuid_str
+from memwal.table.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, shard_uuid_str, table_version_of
 
 if TYPE_CHECKING:
     from memwal.store import ObjectInfo, Store
@@ -62,13 +62,9 @@ class TableManifest:
 
 
 def _version_of(key: str) -> int | None:
-    """The table version a ``_versions/`` key names, None for anything else."""
-    stem, _dot, ext = key.rsplit("/", 1)[-1].partition(".")
-    if ext != "manifest" or not stem.isdigit():
-        return None
-    n = int(stem)
-    # V2 names count down from u64::MAX; no real table reaches 2^63 versions.
-    return U64_MAX - n if n > (1 << 63) else n
+    """The table version a ``_versions/`` key names, None for anything else (one rule:
+    :func:`memwal.table.naming.table_version_of`)."""
+    return table_version_of(key)
 
 
 def list_versions(store: Store) -> dict[int, str]:

@@ -104,6 +104,25 @@ def shard_uuid_bytes(shard_id: str) -> bytes:
     return uuid.UUID(shard_id).bytes
 
 
+_MANIFEST_NAME_RE = re.compile(r"^([0-9]{1,20})\.manifest$")
+#: Digits of a V2 manifest name (``u64::MAX - version``, zero-padded): in key order, newest first.
+V2_NAME_DIGITS = 20
+
+
+def table_version_of(name: str) -> int | None:
+    """The table version a file name under ``_versions/`` stands for, or None: the one rule of
+    every reader of ``_versions/``. As Lance names them: ``<20 digits>.manifest`` is
+    ``u64::MAX - version`` (V2), ``<digits>.manifest`` is the version itself (older tables);
+    versions start at 1. Anything else (``-1.manifest``, ``"x.manifest``, a stray file) is no
+    manifest and changes nothing."""
+    m = _MANIFEST_NAME_RE.match(name.rsplit("/", 1)[-1])
+    if m is None:
+        return None
+    n = int(m.group(1))
+    version = U64_MAX - n if len(m.group(1)) == V2_NAME_DIGITS else n
+    return version if 0 < version < U64_MAX else None
+
+
 def table_manifest_key(version: int, *, v2_naming: bool) -> str:
     """Lance names manifests ``u64::MAX - version`` (V2 scheme) or ``version`` (older tables)."""
     name = U64_MAX - version if v2_naming else version

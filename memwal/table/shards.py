@@ -30,6 +30,7 @@ from memwal.table.naming import (
     parse_wal_name,
     shard_dir,
     shard_uuid_str,
+    table_version_of,
     wal_key,
 )
 from memwal.table.paths import generation_key
@@ -369,7 +370,7 @@ def generation_readable(store: Store, key: str) -> bool:
     GC deletes a generation's manifests first, so a directory with data files but no
     manifest is half collected and must count as missing to every reader and planner.
     """
-    return any(o.key.endswith(".manifest") for o in store.list(f"{key}/_versions/", recursive=False))
+    return any(table_version_of(o.key) is not None for o in store.list(f"{key}/_versions/", recursive=False))
 
 
 def generation_links(store: Store, key: str) -> list[str]:

@@ -21,3 +21,14 @@ def unchanged():
             assert tree_digest(r) == before[r], f"{r} changed"
 
     return check
+
+
+@pytest.fixture
+def canary(tmp_path):
+    """A folder outside every table, with a file in it: asserted byte for byte unchanged afterwards."""
+    folder = tmp_path / "canary"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("outside every table")
+    before = tree_digest(str(folder))
+    yield folder
+    assert tree_digest(str(folder)) == before

@@ -103,6 +103,8 @@ def check_output_file(flag: str, path: str) -> None:
     the command reads or changes anything: exit 2 naming the flag and the path."""
     full = os.path.abspath(path)
     folder = os.path.dirname(full)
+    if os.path.islink(full):  # written by replacing the path (write_chunks), never through a link
+        raise BadInputError(f"{flag} {path}: is a symbolic link (never written through)")
     if os.path.isdir(full):
         raise BadInputError(f"{flag} {path}: is a folder")
     if not os.path.isdir(folder):
@@ -124,9 +126,10 @@ def write_failure(path: str | None, error: str, exit_code: int) -> None:
     around spark-submit) learns why the job failed from the file, never from log text."""
     if not path:
         return
+    from memwal.core.files import write_chunks
+
     try:
-        with open(path, "w") as f:
-            json.dump({"failure": {"error": error, "exit_code": exit_code}}, f, indent=2)
+        write_chunks(path, [json.dumps({"failure": {"error": error, "exit_code": exit_code}}, indent=2)])
     except OSError:  # the failure itself is on stderr; a result file that vanished adds nothing
         pass
 
@@ -140,8 +143,9 @@ def open_table_arg(args: argparse.Namespace) -> Table:
 def emit(args: argparse.Namespace, doc: dict[str, Any], human: Callable[[], str]) -> None:
     """The JSON document on stdout with ``--json`` (and to ``--result-file``), else text."""
     if getattr(args, "result_file", None):
-        with open(args.result_file, "w") as f:
-            json.dump(doc, f, indent=2, default=str)
+        from memwal.core.files import write_chunks
+
+        write_chunks(args.result_file, [json.dumps(doc, indent=2, default=str)])  # replaces a link, never follows
     if getattr(args, "json", False):
         json.dump(doc, sys.stdout, indent=2, default=str)  # escapes every control character
         sys.stdout.write("\n")

@@ -73,25 +73,30 @@ def _verb(verbs: Subparsers, name: str, help_text: str) -> argparse.ArgumentPars
     return p
 
 
-def _inputs(args: argparse.Namespace) -> tuple[list[str], Any, dict[str, str]]:
-    """The sources, policy and namespace properties, all checked before anything is read."""
+def _inputs(args: argparse.Namespace) -> tuple[list[str], list[str], Any, dict[str, str]]:
+    """The sources (each URI normalised once), the tables file's among them, the policy and
+    the namespace properties, all checked before anything is read (the cache's folder too)."""
     from memwal.backfill import read_tables_file, table_uri_problem
     from memwal.errors import BadInputError
     from memwal.fleet.policy import load_policy
     from memwal.fleet.sources import NAMESPACE_PREFIX
+    from memwal.store.uri import normalise_table_uri
 
     sources = [s.strip() for s in args.sources]
     for s in sources:
         problem = None if s.startswith(NAMESPACE_PREFIX) else (table_uri_problem(s) if s else "empty source")
         if problem:
             raise BadInputError(problem)
-    if args.tables_file:
-        sources += read_tables_file(args.tables_file)
+    listed = [normalise_table_uri(t) for t in read_tables_file(args.tables_file)] if args.tables_file else []
+    sources = [s if s.startswith(NAMESPACE_PREFIX) else normalise_table_uri(s) for s in sources]
+    sources += [t for t in listed if t not in sources]
     if not sources:
         raise BadInputError("no source given: pass table or root URIs, namespace:dir|rest, or --tables-file")
+    if args.cache:
+        check_output_file("--cache", args.cache)
     policy = load_policy(args.policy)
     properties = parse_storage_options(args.namespace_property)
-    return list(dict.fromkeys(sources)), policy, properties
+    return list(dict.fromkeys(sources)), listed, policy, properties
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -99,10 +104,11 @@ def run_plan(args: argparse.Namespace) -> int:
     from memwal.fleet.probe import ProbeCache
     from memwal.fleet.sources import discover
 
-    sources, policy, properties = _inputs(args)
+    sources, listed, policy, properties = _inputs(args)
     cache = ProbeCache.load(args.cache)
     plan = plan_fleet(discover(sources, storage_options=args.storage_options, namespace_properties=properties,
-                               known=cache.known_tables()), policy, workers=args.plan_workers, cache=cache)
+                               known=cache.known_tables(), listed=listed), policy, workers=args.plan_workers,
+                      cache=cache)
     check_sources_yield_tables(plan, sources)
     if args.cache:
         cache.save(args.cache)
@@ -116,7 +122,7 @@ def run_run(args: argparse.Namespace) -> int:
     from memwal.fleet.probe import ProbeCache
     from memwal.fleet.run import run_fleet
 
-    sources, policy, properties = _inputs(args)
+    sources, listed, policy, properties = _inputs(args)
     cache = ProbeCache.load(args.cache)
     if args.max_seconds is not None and not args.max_seconds > 0:
         from memwal.errors import BadInputError
@@ -126,13 +132,15 @@ def run_run(args: argparse.Namespace) -> int:
         logging.getLogger("memwal").setLevel(logging.WARNING)
     result = run_fleet(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
                        workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs), engine=args.engine,
-                       dry_run=args.dry_run, max_rounds=args.max_rounds, notify=_progress, cache=cache)
+                       dry_run=args.dry_run, max_rounds=args.max_rounds, notify=_progress, cache=cache,
+                       listed=listed)
     if args.cache:
         cache.save(args.cache)
     doc = result.to_dict()
     emit(args, doc, lambda: render_run(doc))
     for failed in result.failed:
-        print(f"memwal: error: {failed.table}: {one_line(failed.error or '')}", file=sys.stderr)
+        line = f"{failed.table}: {failed.error or ''}"
+        print(f"memwal: error: {one_line(line)}", file=sys.stderr)  # the path escaped too, as plan and status do
     return _problems(doc["problems"]) or (EXIT_FAILED if result.failed else EXIT_OK)
 
 
@@ -143,10 +151,10 @@ def run_status(args: argparse.Namespace) -> int:
 
     if args.html:
         check_output_file("--html", args.html)
-    sources, policy, properties = _inputs(args)
+    sources, listed, policy, properties = _inputs(args)
     cache = ProbeCache.load(args.cache)
     st = fleet_status(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
-                      top=args.top, workers=args.plan_workers, cache=cache)
+                      top=args.top, workers=args.plan_workers, cache=cache, listed=listed)
     if args.cache:
         cache.save(args.cache)
     if args.html:
@@ -171,7 +179,7 @@ def _problems(problems: list[dict[str, str]] | list[str]) -> int:
 
 def _progress(event: str, value: Any) -> None:
     if event == "table" and sys.stderr.isatty():
-        print(f"memwal fleet: {value.table}: {'failed' if value.failed else 'ok'}", file=sys.stderr)
+        print(one_line(f"memwal fleet: {value.table}: {'failed' if value.failed else 'ok'}"), file=sys.stderr)
 
 
 def render_plan(doc: dict[str, Any], top: int = DEFAULT_TOP) -> str:
