@@ -144,13 +144,16 @@ def _mismatches(versions: pa.Table, base: pa.Table, pk: list[str], compared: lis
     bad = np.where(deleted, present, ~present)
     if not compared:
         return bad
-    base_codes = key_codes(base, pk)
+    # codes of both tables' keys in one pass: only an integer key is its own code; any other
+    # key's code depends on the table it was computed over
+    codes = key_codes(pa.concat_tables([versions.select(pk), base.select(pk).cast(versions.select(pk).schema)]), pk)
+    version_codes, base_codes = codes[:versions.num_rows], codes[versions.num_rows:]
     at = pd.Series(np.arange(base.num_rows), index=base_codes)
     at = at[~at.index.duplicated(keep="first")]
     rows = np.flatnonzero(~deleted & present)
     if len(rows):
         mine = versions.take(pa.array(rows)).select(compared)
-        theirs = base.take(pa.array(at.loc[key_codes(versions, pk)[rows]].to_numpy())).select(compared)
+        theirs = base.take(pa.array(at.loc[version_codes[rows]].to_numpy())).select(compared)
         for i, same in zip(rows, _rows_equal(mine, theirs), strict=True):
             bad[i] = bad[i] or not same
     return bad
