@@ -120,12 +120,13 @@ bench: $(STAMP) $(AZURITE)
 # http://127.0.0.1:$(AIRFLOW_PORT), scheduler, DAG processor, triggerer) with AIRFLOW_HOME=$(AIRFLOW_HOME),
 # this repository's dags/ as the DAG folder and dags/memwal_fleet.local.yaml as the fleet's config.
 # The login is `admin`, its password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated
-# (printed at start). DAGs start unpaused here; elsewhere a new DAG is paused until unpaused.
+# (printed at start). DAGs start unpaused here; elsewhere a new DAG is paused until unpaused. Ctrl-C stops
+# everything standalone started, its workers and triggerer included (airflow_plugins/standalone.py).
 AIRFLOW_HOME ?= $(abspath airflow-home)
 AIRFLOW_PORT ?= 8080
 FLEET_DEMO := .demo/fleet
 airflow: $(STAMP)
-	@rm -rf $(FLEET_DEMO) .demo/fleet-cache.json && mkdir -p $(FLEET_DEMO)/tenants/acme $(FLEET_DEMO)/tenants/globex
+	@rm -rf $(FLEET_DEMO) .demo/fleet-state && mkdir -p $(FLEET_DEMO)/tenants/acme $(FLEET_DEMO)/tenants/globex
 	$(VENV)/bin/memwal demo-data $(FLEET_DEMO)/events
 	$(VENV)/bin/memwal demo-data --generations 2 --seed 2 $(FLEET_DEMO)/tenants/acme/orders
 	$(VENV)/bin/memwal demo-data --generations 6 --seed 3 $(FLEET_DEMO)/tenants/globex/clicks
@@ -133,7 +134,7 @@ airflow: $(STAMP)
 	AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
 	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$(AIRFLOW_PORT)/execution/ \
 	MEMWAL_FLEET_CONFIG=$(abspath dags/memwal_fleet.local.yaml) PATH=$(abspath $(VENV)/bin):$$PATH \
-	$(VENV)/bin/airflow standalone
+	$(PY) -m memwal.airflow.standalone -- $(VENV)/bin/airflow standalone
 
 # The README's picture of the status page (memwal status --html) on a demo table after a few runs.
 screenshot: $(STAMP) browser
