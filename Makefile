@@ -100,7 +100,9 @@ demo: $(STAMP)
 # (GC) and per shard (status) on moto and Azurite with GC of 1,000 generations against raw
 # DeleteObjects; fleets: `memwal fleet plan` on 100-1,000 tables (time) and on moto and Azurite
 # (requests per table), and a few minutes of a simulated fleet with live writers under the fleet
-# runner against today's fixed per-table schedule. JSON and charts in bench-results/.
+# runner against today's fixed per-table schedule, and the same at four times the load (2-s ticks) with the
+# runner serving tables past their service level first against by debt alone; requests a day of an idle
+# 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes. JSON and charts in bench-results/.
 bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
@@ -114,6 +116,8 @@ bench: $(STAMP) $(AZURITE)
 	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
 	$(PY) -m bench.fleet_plan --work bench-results/fleet-work --out bench-results
 	$(PY) -m bench.fleet --work bench-results/fleet-sim --out bench-results
+	$(PY) -m bench.fleet --work bench-results/fleet-sim --tick 2 --phases fleet,fleet-debt --out bench-results/overload
+	$(PY) -m bench.fleet_events --out bench-results
 
 # Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
 # .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on
@@ -136,10 +140,12 @@ airflow: $(STAMP)
 	MEMWAL_FLEET_CONFIG=$(abspath dags/memwal_fleet.local.yaml) PATH=$(abspath $(VENV)/bin):$$PATH \
 	$(PY) -m memwal.airflow.standalone -- $(VENV)/bin/airflow standalone
 
-# The README's picture of the status page (memwal status --html) on a demo table after a few runs.
+# The README's picture of the status page (memwal status --html) on a demo table after a few runs, and the
+# fleet page's (memwal fleet status --state --html) on a demo fleet of 1,000 tables (docs/operations/fleet.md).
 screenshot: $(STAMP) browser
 	rm -rf /tmp/memwal-demo-lake
 	$(PY) docs/status_page_demo.py --keep /tmp/memwal-demo-lake --out docs/status-page.png
+	$(PY) docs/fleet_page_demo.py --out docs/fleet-page.png
 
 clean:
 	rm -rf $(DEMO_DIR) bench-results airflow-home

@@ -18,7 +18,9 @@ still planned. A Lance table without a MemWAL is skipped with the reason. Each t
      "skipped": [{"path", "reason"}], "problems": [{"table", "error"}]}
 
 :meth:`FleetPlan.with_work` is the order the work starts in: tables whose shards hold backlog
-no live writer will drain first, then by debt, interleaved by quota (:mod:`memwal.fleet.quota`).
+no live writer will drain first; then the tables past a service level, the furthest past it
+first (earliest deadline first: under overload no table's lag runs away while others are
+served, whatever its debt); then by debt; interleaved by quota (:mod:`memwal.fleet.quota`).
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ class TablePlan:
         """Whether shards of it hold backlog with no live writer (drained first)."""
         return self.state.orphaned_shards > 0
 
+    @property
+    def overdue(self) -> float:
+        """How far past its service level it is (the worst target's value over the target; 0: within)."""
+        return max((b.value / b.target if b.target else float("inf") for b in self.breaches), default=0.0)
+
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "debt": self.debt, "jobs": list(self.jobs), "reasons": list(self.reasons),
                 "state": self.state.to_dict(), "status": self.status, "source": self.source, "group": self.group,
@@ -110,7 +117,7 @@ class FleetPlan(Document):
     def with_work(self) -> list[TablePlan]:
         """The tables with jobs to run, in the order they start (see the module docstring)."""
         busy = [t for t in self.tables if t.jobs]
-        busy.sort(key=lambda t: not t.orphaned)  # stable: by debt within each part
+        busy.sort(key=lambda t: (not t.orphaned, -t.overdue))  # stable: by debt within each part
         return fair_order(busy, lambda t: t.group, self.shares or {"default": 1.0})
 
     def by_status(self) -> dict[str, int]:
