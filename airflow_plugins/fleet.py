@@ -135,7 +135,7 @@ class FleetConfig:
     cache: str | None = field(default=None, metadata={
         "help": "the probe cache's file or object URI (default: the state's cache.json)"})
     events: Events | None = field(default=None, metadata={
-        "help": "wake the fleet for the tables written to (S3 notifications on SQS); the schedule stays the safety net"})
+        "help": "wake the fleet for the tables written to (S3 notifications on SQS); the schedule is the safety net"})
     top: int = field(default=50, metadata={"help": "tables listed by the fleet page", "minimum": 1})
     plan_workers: int = field(default=8, metadata={"help": "tables probed at once while planning", "minimum": 1})
     spark: SparkSettings = field(default_factory=SparkSettings, metadata={"help": "engine spark: how to submit"})

@@ -26,7 +26,6 @@ from urllib.parse import unquote_plus
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
-
     from memwal.airflow.fleet import Events
 
 ASSET_NAME = "memwal_fleet_writes"

@@ -212,10 +212,8 @@ class MemWalFleetSummaryOperator(_FleetOperator):
             state = state_of(config)
             if state is None or not tables:
                 return
-            retry = config.policy.defaults.thresholds.gc_retry_seconds
             record_results(state, ({"table": t["table"], "jobs": t["jobs"]} for t in tables), now=clocks.current()(),
-                           retry_after=lambda table: config.policy.for_table(table, "").thresholds.gc_retry_seconds
-                           or retry)
+                           retry_after=lambda table: config.policy.for_table(table, "").thresholds.gc_retry_seconds)
         except Exception as exc:  # noqa: BLE001 - the run log is for the page and the next plan
             self.log.warning("memwal fleet: the run log was not written: %s", exc)
 

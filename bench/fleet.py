@@ -117,8 +117,8 @@ def _hear(plans: list[Any], rec: Recorder, event: str, value: Any) -> None:
 def fleet_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec: Recorder,
                 sample: Any) -> list[dict[str, Any]]:
     """One round of the fleet runner a tick (see the module docstring)."""
+    from memwal.fleet.cache import ProbeCache
     from memwal.fleet.policy import policy_from
-    from memwal.fleet.probe import ProbeCache
     from memwal.fleet.run import run_fleet
 
     policy = policy_from(policy_doc(cfg.tick, cfg.every, slo=cfg.mode != "fleet-debt"))
@@ -142,6 +142,59 @@ def fleet_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec:
     _wait_until(t0 + total * cfg.tick)
     ticks[-1]["requests"] = dict(rec.meter.take())
     return ticks
+
+
+def event_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec: Recorder,
+                sample: Any) -> list[dict[str, Any]]:
+    """The fleet woken by events (issue 48): a round of the tables the writers flushed to as the
+    flushes come (the flush log stands for the SQS queue the bucket notifies), and a round of
+    every table only every ``--every`` ticks (the safety net)."""
+    from memwal.fleet.cache import ProbeCache
+    from memwal.fleet.policy import policy_from
+    from memwal.fleet.run import run_fleet
+
+    policy = policy_from(policy_doc(cfg.tick, cfg.every))
+    cache = ProbeCache()
+    read = {str(p): 0 for p in cfg.flush_logs}
+    ticks = []
+    rec.meter.take()
+    for k in range(total):
+        late = _wait_until(t0 + k * cfg.tick)
+        end = t0 + (k + 1) * cfg.tick
+        if k:
+            ticks[-1]["requests"] = dict(rec.meter.take())
+        sample()
+        rounds = 0
+        if k % cfg.every == 0:  # the safety net
+            run_fleet([str(lake)], policy=policy, workers=cfg.workers, max_rounds=1, max_seconds=cfg.tick,
+                      cache=cache, notify=functools.partial(_hear, [], rec))
+            rounds += 1
+        while time.time() < end:
+            woken = _written(read)
+            if not woken:
+                time.sleep(0.05)
+                continue
+            run_fleet(sorted(woken), policy=policy, workers=cfg.workers, max_rounds=1,
+                      max_seconds=max(0.0, end - time.time()), cache=cache, notify=functools.partial(_hear, [], rec))
+            rounds += 1
+        ticks.append({"tick": k, "late_seconds": round(late, 3), "rounds": rounds})
+    _wait_until(t0 + total * cfg.tick)
+    ticks[-1]["requests"] = dict(rec.meter.take())
+    return ticks
+
+
+def _written(read: dict[str, int]) -> set[str]:
+    """The tables flushed to since the last call (new lines of the writers' logs)."""
+    out = set()
+    for path, done in read.items():
+        try:
+            lines = Path(path).read_text().splitlines()
+        except FileNotFoundError:
+            continue
+        complete = [line for line in lines[done:] if line.endswith("}")]
+        read[path] = done + len(complete)
+        out.update(json.loads(line)["table"] for line in complete)
+    return out
 
 
 def fixed_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec: Recorder,
@@ -254,8 +307,9 @@ def run_phase(mode: str, cfg: argparse.Namespace, pristine: Path, names: list[st
         f"{time.strftime('%H:%M:%S', time.localtime(start_at))}")
     with counting(table_of) as meter:
         rec = Recorder(meter)
-        cfg.mode = mode
-        ticks = (fleet_ticks if mode.startswith("fleet") else fixed_ticks)(lake, cfg, start_at, total, rec, sample)
+        cfg.mode, cfg.flush_logs = mode, flush_logs
+        run = {"fleet-events": event_ticks, "fixed": fixed_ticks}.get(mode, fleet_ticks)
+        ticks = run(lake, cfg, start_at, total, rec, sample)
     end = time.time()
     codes = [w.wait(timeout=120) for w in writers]
     flushes = [json.loads(line) for p in flush_logs if p.exists() for line in p.read_text().splitlines()]
@@ -326,8 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--every", type=int, default=4, help="the fixed schedule: a cycle every N ticks")
     p.add_argument("--starve-ticks", type=int, default=3, help="starved: unmerged data not served for N ticks")
-    p.add_argument("--phases", default="fleet,fixed", help="fleet (debt, service level first), fleet-debt (debt "
-                   "alone), fixed (every table's cycle every --every ticks)")
+    p.add_argument("--phases", default="fleet,fixed", help="fleet (a round a tick: service level first, then debt), "
+                   "fleet-debt (by debt alone), fleet-events (woken by each flush, every table every --every ticks), "
+                   "fixed (every table's cycle every --every ticks)")
     p.add_argument("--writer-start-seconds", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write OUT/fleet.json and OUT/fleet.png")

@@ -11,14 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-COLORS = {"fleet": "#2471a3", "fleet-debt": "#7fb3d5", "fixed": "#c0392b"}
+COLORS = {"fleet": "#2471a3", "fleet-debt": "#7fb3d5", "fleet-events": "#27ae60", "fixed": "#c0392b"}
 CLASSES = ("hot", "cold", "idle")
 
 
 def _label(doc: dict[str, Any], mode: str) -> str:
     if mode == "fixed":
         return f"fixed schedule (every {doc['config']['every']} ticks)"
-    return "fleet runner, by debt alone" if mode == "fleet-debt" else "fleet runner"
+    return {"fleet-debt": "fleet runner, by debt alone", "fleet-events": "fleet runner woken by events"}.get(
+        mode, "fleet runner")
 
 
 def chart(doc: dict[str, Any], path: Path) -> None:

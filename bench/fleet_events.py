@@ -89,7 +89,6 @@ def sqs_cycle(server: Any, cycles: int, wait: int, poll: int) -> dict[str, Any]:
     which it calls once a cycle)."""
     import boto3
     from airflow.providers.amazon.aws.triggers.sqs import SqsSensorTrigger
-
     from memwal.airflow.fleet import Events
     from memwal.airflow.fleet_events import writes_asset
 

@@ -21,18 +21,20 @@ resumes or cancels; who triggered it is recorded with why.
 
 This file imports Airflow's SDK and the config's reader only (nothing that loads Lance, pandas or
 Arrow's datasets), and reads only its config: its parse time does not depend on how many tables
-the sources hold. Without ``MEMWAL_FLEET_CONFIG`` it is an import error naming the variable (a
-worker without it would otherwise fail its tasks with "DAG not found"); do not ship this file
-where no fleet runs. A bad config is one import error naming the file and every bad key.
+the sources hold. Without ``MEMWAL_FLEET_CONFIG``, a worker parsing it to run a task of these DAGs
+(Airflow's parsing context names the DAG) gets an import error naming the variable, instead of
+"DAG not found"; a whole-folder parse (the DAG processor) defines no fleet DAG and logs why. A bad
+config is one import error naming the file and every bad key.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, AssetAlias, Param
+from airflow.sdk import DAG, AssetAlias, Param, get_parsing_context
 from memwal.airflow.fleet import CONFIG_ENV, FleetConfig, load_fleet_config
 from memwal.airflow.fleet_control import ACTIONS, MemWalFleetControlOperator
 from memwal.airflow.fleet_operators import (
@@ -109,9 +111,13 @@ def build_control_dag(config: FleetConfig) -> DAG:
     return dag
 
 
-if not os.environ.get(CONFIG_ENV):
-    raise ImportError(f"{CONFIG_ENV} is not set: set it to the memwal_fleet DAG config's file on the DAG processor, "
-                      "the scheduler, every worker and the API server (or do not ship dags/memwal_fleet.py)")
-_config = load_fleet_config(os.environ[CONFIG_ENV])
-dag = build_fleet_dag(_config)
-control_dag = build_control_dag(_config)
+MISSING = (f"{CONFIG_ENV} is not set: set it to the memwal_fleet DAG config's file on the DAG processor, the "
+           "scheduler, every worker, the triggerer and the API server")
+if os.environ.get(CONFIG_ENV):
+    _config = load_fleet_config(os.environ[CONFIG_ENV])
+    dag = build_fleet_dag(_config)
+    control_dag = build_control_dag(_config)
+elif get_parsing_context().dag_id in (DAG_ID, CONTROL_DAG_ID):
+    raise ImportError(MISSING)  # a worker about to run one of its tasks: say why it cannot
+else:
+    logging.getLogger(__name__).warning("no memwal_fleet DAG: %s", MISSING)

@@ -42,6 +42,16 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _maps(value: Any) -> list[Mapping[str, Any]]:
+    """The mappings of a stored list (anything else in it, or a list that is not one, skipped)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _text(doc: Mapping[str, Any], key: str, limit: int) -> str:
+    value = doc.get(key)
+    return clip("" if value is None else str(value), limit)
+
+
 def _int(value: Any) -> int:
     return int(_num(value) or 0)
 
@@ -90,7 +100,8 @@ def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, A
         "breaches": [str(b) for b in r.get("breaches") or []],
         "shards": _int(holds.get("shards")), "gens": _int(holds.get("unmerged_generations")),
         "max_gens": _int(holds.get("max_shard_generations")), "rows": f"{_int(holds.get('unmerged_rows')):,}",
-        "bytes": fmt_bytes(_num(holds.get("unmerged_bytes"))), "age": fmt_age(_num(holds.get("oldest_unmerged_age_seconds"))),
+        "bytes": fmt_bytes(_num(holds.get("unmerged_bytes"))),
+        "age": fmt_age(_num(holds.get("oldest_unmerged_age_seconds"))),
         "fragments": _int(holds.get("fragments")), "collectable": _int(holds.get("collectable_generations")),
         "writer": "-" if idle is None else fmt_age(idle), "orphaned": _int(holds.get("orphaned_shards")),
         "last": "-" if not last else "; ".join(f"{clip(str(x.get('job')), 20)} {clip(str(x.get('status')), 20)}"
@@ -145,27 +156,26 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
     r = st.report
     by = _map(r.get("by_status"))
     breaches = _map(r.get("breaches"))
-    sources = [{"source": str(s.get("source")), "tables": _int(s.get("tables")), "debt": f"{_num(s.get('debt')) or 0:g}",
-                "by": {k: _int((s.get("by_status") or {}).get(k)) for k in ORDER if k != "problem"},
+    sources = [{"source": str(s.get("source")), "tables": _int(s.get("tables")),
+                "debt": f"{_num(s.get('debt')) or 0:g}",
+                "by": {k: _int(_map(s.get("by_status")).get(k)) for k in ORDER if k != "problem"},
                 "problems": _int(s.get("problems")), "breaches": _int(s.get("breaches")),
-                "gens": _int(s.get("unmerged_generations")), "age": fmt_age(_num(s.get("oldest_unmerged_age_seconds")))}
-               for s in r.get("sources") or [] if isinstance(s, Mapping)]
-    groups = [{"group": str(g.get("group")), "share": f"{(_num(g.get('share')) or 0):.0%}", "tables": _int(g.get("tables")),
-               "with_work": _int(g.get("with_work")), "debt": f"{_num(g.get('debt')) or 0:g}"}
-              for g in r.get("groups") or [] if isinstance(g, Mapping)]
+                "gens": _int(s.get("unmerged_generations")),
+                "age": fmt_age(_num(s.get("oldest_unmerged_age_seconds")))} for s in _maps(r.get("sources"))]
+    groups = [{"group": str(g.get("group")), "share": f"{(_num(g.get('share')) or 0):.0%}",
+               "tables": _int(g.get("tables")), "with_work": _int(g.get("with_work")),
+               "debt": f"{_num(g.get('debt')) or 0:g}"} for g in _maps(r.get("groups"))]
     named = [{"table": str(b.get("table")), "slo": str(b.get("slo")), "value": f"{_num(b.get('value')) or 0:,.0f}",
-              "target": f"{_num(b.get('target')) or 0:,.0f}"}
-             for b in breaches.get("named") or [] if isinstance(b, Mapping)]
-    log = [{"at": _when(e.get("at")), "action": clip(str(e.get("action")), 20), "target": clip(str(e.get("target")), 300),
-            "by": clip(str(e.get("by")), 100), "reason": clip(str(e.get("reason")), 300)}
-           for e in reversed(list((controls or {}).get("log") or [])[-30:]) if isinstance(e, Mapping)]
-    pauses = [{"target": clip(str(p.get("target")), 300), "by": clip(str(p.get("by")), 100), "at": _when(p.get("at")),
-               "reason": clip(str(p.get("reason")), 300), "origin": str(p.get("origin") or "state")}
-              for p in r.get("pauses") or [] if isinstance(p, Mapping)]
-    failures = [{"table": clip(str(f.get("table")), 300), "at": _when(f.get("at")), "job": clip(str(f.get("job")), 20),
-                 "error": clip(str(f.get("error") or ""), 400)} for f in r.get("failures") or [] if isinstance(f, Mapping)]
-    problems = [{"table": clip(str(p.get("table")), 300), "error": clip(str(p.get("error")), 400)}
-                for p in r.get("problems") or [] if isinstance(p, Mapping)]
+              "target": f"{_num(b.get('target')) or 0:,.0f}"} for b in _maps(breaches.get("named"))]
+    log = [{"at": _when(e.get("at")), "action": _text(e, "action", 20), "target": _text(e, "target", 300),
+            "by": _text(e, "by", 100), "reason": _text(e, "reason", 300)}
+           for e in reversed(_maps(_map(controls).get("log"))[-30:])]
+    pauses = [{"target": _text(p, "target", 300), "by": _text(p, "by", 100), "at": _when(p.get("at")),
+               "reason": _text(p, "reason", 300), "origin": str(p.get("origin") or "state")}
+              for p in _maps(r.get("pauses"))]
+    failures = [{"table": _text(f, "table", 300), "at": _when(f.get("at")), "job": _text(f, "job", 20),
+                 "error": _text(f, "error", 400)} for f in _maps(r.get("failures"))]
+    problems = [{"table": _text(p, "table", 300), "error": _text(p, "error", 400)} for p in _maps(r.get("problems"))]
     css = fleet_stylesheet()
     hist = _histogram(r)
     chunks: Iterator[str] = _template().generate(

@@ -18,9 +18,10 @@ still planned. A Lance table without a MemWAL is skipped with the reason. Each t
      "skipped": [{"path", "reason"}], "problems": [{"table", "error"}]}
 
 :meth:`FleetPlan.with_work` is the order the work starts in: tables whose shards hold backlog
-no live writer will drain first; then the tables past a service level, the furthest past it
-first (earliest deadline first: under overload no table's lag runs away while others are
-served, whatever its debt); then by debt; interleaved by quota (:mod:`memwal.fleet.quota`).
+no live writer will drain first; then the tables past a service level, the oldest unmerged
+generation furthest past its target first (earliest deadline first: under overload no table's
+lag runs away while others are served, whatever its debt); then by debt; interleaved by quota
+(:mod:`memwal.fleet.quota`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from memwal.fleet.debt import TableState, debt_of
 from memwal.fleet.policy import Policy
 from memwal.fleet.probe import TableFacts, probe
 from memwal.fleet.quota import fair_order, group_of, shares
-from memwal.fleet.slo import Breach, breaches_of
+from memwal.fleet.slo import AGE, Breach, breaches_of
 from memwal.fleet.sources import Discovery, Skipped, TableRef
 
 if TYPE_CHECKING:
@@ -75,8 +76,11 @@ class TablePlan:
 
     @property
     def overdue(self) -> float:
-        """How far past its service level it is (the worst target's value over the target; 0: within)."""
-        return max((b.value / b.target if b.target else float("inf") for b in self.breaches), default=0.0)
+        """Seconds its oldest unmerged generation is past the age target (0 when it is within,
+        or past the generations target only); -1 when it misses no service level."""
+        if not self.breaches:
+            return -1.0
+        return max((b.value - b.target for b in self.breaches if b.slo == AGE), default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "debt": self.debt, "jobs": list(self.jobs), "reasons": list(self.reasons),

@@ -28,6 +28,7 @@ Spark engines on the driver (``memwal.spark.engine.fleet``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -234,8 +235,8 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         if state is not None and not dry_run:
             from memwal.fleet.runs import record_results
 
-            record_results(state, results, now=clocks.current()(), retry_after=lambda t: policy.for_table(
-                t, next((p.source for p in plan.tables if p.table == t), "")).thresholds.gc_retry_seconds)
+            of = {p.table: p.source for p in plan.tables}
+            record_results(state, results, now=clocks.current()(), retry_after=functools.partial(_retry, policy, of))
         if dry_run or not progressed or (deadline is not None and time.monotonic() >= deadline) \
                 or (max_rounds is not None and len(rounds) >= max_rounds):
             break
@@ -243,6 +244,11 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
 
 
 JOB_ORDER_ALL = tuple(ACTIONS)
+
+
+def _retry(policy: Policy, sources: Mapping[str, str], table: str) -> float:
+    """Seconds before a GC of ``table`` that waited for time is planned again."""
+    return policy.for_table(table, sources.get(table, "")).thresholds.gc_retry_seconds
 
 
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,

@@ -83,7 +83,7 @@ def entry_of(doc: Mapping[str, Any], table: str) -> Mapping[str, Any]:
 
 def failures_of(doc: Mapping[str, Any], table: str | None = None) -> list[dict[str, Any]]:
     """Failures, newest first: of one table, or of every table (each with its table)."""
-    tables = [table] if table is not None else list((doc.get("tables") or {}))
+    tables = [table] if table is not None else list(doc.get("tables") or {})
     out = [{"table": t, **f} for t in tables for f in entry_of(doc, t).get("failures") or [] if isinstance(f, Mapping)]
     return sorted(out, key=lambda f: -float(f.get("at") or 0.0))
 

@@ -163,7 +163,8 @@ def test_the_dag_file_lists_no_source_when_parsed_whatever_it_holds(tmp_path, mo
                                   ("summary", [])]
 
 
-def test_a_bad_fleet_config_is_one_import_error_naming_the_key(tmp_path, monkeypatch):
+def test_a_bad_fleet_config_is_one_import_error_naming_the_key_and_a_missing_one_names_the_variable(
+        tmp_path, monkeypatch):
     from airflow.models import DagBag
 
     lake = tmp_path / "lake"
@@ -188,6 +189,13 @@ def test_a_bad_fleet_config_is_one_import_error_naming_the_key(tmp_path, monkeyp
     assert SECRET not in message
     config.write_text("sources: []\n")
     assert "sources: [] should be non-empty" in error()
+    # a worker without the config, parsing the file to run one of its tasks: an error naming the variable
+    monkeypatch.delenv("MEMWAL_FLEET_CONFIG")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "memwal_fleet")
+    assert "MEMWAL_FLEET_CONFIG is not set" in error()
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID")  # a whole-folder parse: no fleet DAG, no error
+    bag = DagBag(dag_folder=str(DAGS / "memwal_fleet.py"))
+    assert bag.import_errors == {} and bag.dag_ids == []
 
 
 # -- two task instances of one table at once ------------------------------------------------------------
@@ -286,7 +294,7 @@ def test_metrics_carry_the_table_as_a_tag_never_in_a_name(tmp_path, monkeypatch)
             behind = "airflow.memwal.fleet.tables,state=behind"
             assert [line for line in lines if line.startswith(behind)] == [f"{behind}:2|g"]  # b: catch-up, snapshot
             pending = [line for line in lines if line.startswith("airflow.memwal.fleet.shards.pending,le=")]
-            assert len(pending) == 13 and f"airflow.memwal.fleet.shards.pending,le=4:2|g" in pending, pending
+            assert len(pending) == 13 and "airflow.memwal.fleet.shards.pending,le=4:2|g" in pending, pending
 
 
 # -- Spark --------------------------------------------------------------------------------------------------
