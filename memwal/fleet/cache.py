@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from memwal.errors import MemWalError, NotFoundError
+from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
 
 if TYPE_CHECKING:
-    from memwal.fleet.probe import ManifestFacts, TableFacts
     from memwal.fleet.state import FleetState
     from memwal.store import Store
 
@@ -91,8 +91,6 @@ class ProbeCache:
 
     @classmethod
     def from_bytes(cls, data: bytes | None, where: str) -> ProbeCache:
-        from memwal.fleet.probe import ManifestFacts, ShardFacts, TableFacts
-
         cache = cls()
         if not data:
             return cache

@@ -138,7 +138,7 @@ def pauses_from(doc: Any, where: str) -> tuple[Pause, ...]:
 
 def quiet_from(doc: Any, where: str) -> tuple[QuietHours, ...]:
     """``quiet_hours: [{from: "08:00", to: "18:00", days, jobs, match, tz}]`` of a policy."""
-    from memwal.fleet.policy import JOBS
+    from memwal.cycle import JOB_ORDER as JOBS
 
     if doc is None:
         return ()

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memwal.fleet.facts import TableFacts
 from memwal.fleet.policy import TablePolicy
-from memwal.fleet.probe import TableFacts
 
 MIB = 1 << 20
 

@@ -37,8 +37,9 @@ from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, MemWalError, first_line
 from memwal.fleet.controls import Controls, Pause
 from memwal.fleet.debt import TableState, debt_of
+from memwal.fleet.facts import TableFacts
 from memwal.fleet.policy import Policy
-from memwal.fleet.probe import TableFacts, probe
+from memwal.fleet.probe import probe
 from memwal.fleet.quota import fair_order, group_of, shares
 from memwal.fleet.slo import AGE, Breach, breaches_of
 from memwal.fleet.sources import Discovery, Skipped, TableRef

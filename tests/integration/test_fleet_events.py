@@ -25,6 +25,7 @@ from airflow.sdk import Asset
 from memwal.demo import Workload, create_base_table, write_generations
 from memwal.table import open_table
 from tests.conftest import table_rows
+from tests.integration.test_airflow_fleet import context as task_context
 
 WL = Workload(base_rows=120, shards=2, generations=1, rows_per_generation=10, seed=4, indexes=False)
 
@@ -70,18 +71,8 @@ def fleet(s3_server, tmp_path, monkeypatch) -> dict[str, Any]:
 
 
 def context(events: Any = None) -> dict[str, Any]:
-    from airflow.sdk.execution_time.context import OutletEventAccessors
-
-    class TI:
-        dag_id = "memwal_fleet"
-
-        def __init__(self) -> None:
-            self.xcom: dict[str, Any] = {}
-
-        def xcom_push(self, key: str, value: Any) -> None:
-            self.xcom[key] = value
-
-    return {"ti": TI(), "outlet_events": OutletEventAccessors(), "params": {}, "triggering_asset_events": events or {}}
+    """A task's context, with the asset events that triggered its DAG run."""
+    return {**task_context(), "triggering_asset_events": events or {}}
 
 
 def trigger_event(config: Path) -> dict[str, Any]:

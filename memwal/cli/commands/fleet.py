@@ -38,6 +38,7 @@ from memwal.cli.commands.common import (
     parse_storage_options,
     positive_int,
 )
+from memwal.cli.commands.fleet_controls import add_verbs, state_of
 from memwal.core.text import one_line
 
 DEFAULT_TOP = 50
@@ -64,8 +65,6 @@ def add_parsers(sub: Subparsers) -> None:
                         help=f"list the N tables with the most debt (default {DEFAULT_TOP}); all are counted")
     status.add_argument("--html", metavar="PATH", help="also write the fleet page to PATH")
     status.set_defaults(run=run_status)
-    from memwal.cli.commands.fleet_controls import add_verbs
-
     add_verbs(verbs)
 
 
@@ -106,13 +105,6 @@ def _inputs(args: argparse.Namespace, *, optional: bool = False) -> tuple[list[s
     policy = load_policy(args.policy)
     properties = parse_storage_options(args.namespace_property)
     return list(dict.fromkeys(sources)), policy, properties
-
-
-def state_of(args: argparse.Namespace) -> Any:
-    """The ``--state`` folder (None without one)."""
-    from memwal.fleet.state import FleetState
-
-    return FleetState(args.state, args.storage_options) if getattr(args, "state", None) else None
 
 
 def _planned(args: argparse.Namespace, sources: list[str], policy: Any, properties: dict[str, str], *,

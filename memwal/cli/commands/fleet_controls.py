@@ -40,8 +40,14 @@ def add_verbs(verbs: Subparsers) -> None:
     p.set_defaults(run=run_failures)
 
 
+def state_of(args: argparse.Namespace) -> Any:
+    """The ``--state`` folder (None without one)."""
+    from memwal.fleet.state import FleetState
+
+    return FleetState(args.state, args.storage_options) if getattr(args, "state", None) else None
+
+
 def run_control(args: argparse.Namespace) -> int:
-    from memwal.cli.commands.fleet import state_of
     from memwal.core import clock as clocks
     from memwal.errors import BadInputError
     from memwal.fleet import controls
@@ -82,7 +88,6 @@ def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: flo
 
 
 def run_failures(args: argparse.Namespace) -> int:
-    from memwal.cli.commands.fleet import state_of
     from memwal.core.text import one_line
     from memwal.fleet.runs import failures_of
     from memwal.fleet.state import RUNS
@@ -103,4 +108,4 @@ def run_failures(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-__all__ = ["add_verbs"]
+__all__ = ["add_verbs", "state_of"]
