@@ -50,11 +50,11 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
 
     ax = axes[1]
-    for mode, ph in phases.items():
+    for i, (mode, ph) in enumerate(phases.items()):
         for k, cls in enumerate(c for c in CLASSES[:2]):
             vals = [v for t, v in ph["lag"]["per_table_mean_ticks"].items() if t.rsplit("/", 1)[-1] in
                     _names_of(ph, cls)]
-            xs = [k + (0.15 if mode == "fixed" else -0.15)] * len(vals)
+            xs = [k - 0.2 + 0.4 * i / max(len(phases) - 1, 1)] * len(vals)
             ax.scatter(xs, vals, color=COLORS.get(mode), alpha=0.6, s=18,
                        label=_label(doc, mode) if k == 0 else None)
     ax.set_xticks([0, 1], list(CLASSES[:2]))

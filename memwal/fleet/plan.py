@@ -17,6 +17,9 @@ still planned. A Lance table without a MemWAL is skipped with the reason. Each t
     {"discovered": N, "tables": [{"table", "debt", "jobs", "reasons", "state", "status", ...}],
      "skipped": [{"path", "reason"}], "problems": [{"table", "error"}]}
 
+A table past its age target runs its merge (and the catch-up it brings) first; its other jobs
+wait for a round where it is within its target.
+
 :meth:`FleetPlan.with_work` is the order the work starts in: tables whose shards hold backlog
 no live writer will drain first; then the tables past a service level, the oldest unmerged
 generation furthest past its target first (earliest deadline first: under overload no table's
@@ -51,6 +54,8 @@ if TYPE_CHECKING:
 #: Tables probed at once (object-store requests in flight; a local disk gains little past 2).
 DEFAULT_WORKERS = 8
 STATUSES = ("behind", "waiting", "held", "paused", "idle")
+#: What a table past its age target runs before anything else: the merge and the catch-up it brings.
+LAG_JOBS = ("merge", "catchup")
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,10 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
                     jobs += (job,)
                 else:
                     waiting[job] = (until, f"{job}: quiet hours until {_fmt(until)}")
+            if "merge" in jobs and any(b.slo == AGE for b in breaches_of(ref.uri, d.state, tp.slo)):
+                for job in (j for j in jobs if j not in LAG_JOBS):  # past its service level: the lag first
+                    waiting[job] = (at, f"{job}: after the merge (the table is past its service level)")
+                jobs = tuple(j for j in jobs if j in LAG_JOBS)
         reasons += [why for _, why in waiting.values()]
         state = d.state
         if jobs:
