@@ -95,7 +95,7 @@ def publish(plan: FleetPlan, report: Mapping[str, Any]) -> None:
         if t.table in listed or t.breaches:
             record_table(t.table, generations=t.state.unmerged_generations,
                          oldest_seconds=t.state.oldest_unmerged_age_seconds or 0.0, debt=t.debt)
-    record_fleet(plan.by_status(), plan.debt)
+    record_fleet(report["by_status"], report["debt"])  # the whole fleet's, after a partial plan too
     record_slo(report["breaches"]["count"], [(b.table, b.slo) for t in plan.tables for b in t.breaches])
     record_pending(len(s.unmerged) for t in plan.tables for s in t.facts.shards)
 
