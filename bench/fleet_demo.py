@@ -10,8 +10,8 @@ copied (file times kept, as ``cp -p`` keeps them) into the fleet's folders:
   and version expiry (waiting);
 - ``idle``: merged, compacted and collected (nothing owed).
 
-The fleet page's tests and its screenshot (``docs/fleet_page_demo.py``) plan such a fleet; the
-requests-per-day figures (``bench/fleet_events.py``) too.
+The fleet page's test (``tests/integration/test_fleet_page.py``) and its screenshot
+(``docs/fleet_page_demo.py``) plan such a fleet.
 """
 
 from __future__ import annotations
