@@ -112,7 +112,10 @@ demo: $(STAMP)
 # (GC) and per shard (status) on moto and Azurite with GC of 1,000 generations against raw
 # DeleteObjects; fleets: `memwal fleet plan` on 100-1,000 tables (time) and on moto and Azurite
 # (requests per table), and a few minutes of a simulated fleet with live writers under the fleet
-# runner against today's fixed per-table schedule. JSON and charts in bench-results/.
+# runner against today's fixed per-table schedule, and the same at four times the load (2-s ticks) with the
+# runner serving tables past their service level first against by debt alone; requests a day of an idle
+# 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes; memwal against lance-context's own merger (bench/peers.py: the
+# readers' time after each, on identical copies of a lance-context store). JSON and charts in bench-results/.
 bench: $(STAMP) $(AZURITE) $(LC_STAMP)
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
@@ -126,18 +129,22 @@ bench: $(STAMP) $(AZURITE) $(LC_STAMP)
 	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
 	$(PY) -m bench.fleet_plan --work bench-results/fleet-work --out bench-results
 	$(PY) -m bench.fleet --work bench-results/fleet-sim --out bench-results
+	$(PY) -m bench.fleet --work bench-results/fleet-sim --tick 2 --phases fleet,fleet-debt --out bench-results/overload
+	$(PY) -m bench.fleet_events --out bench-results
+	$(PY) -m bench.peers --work bench-results/peers-work --out bench-results
 
 # Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
 # .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on
 # http://127.0.0.1:$(AIRFLOW_PORT), scheduler, DAG processor, triggerer) with AIRFLOW_HOME=$(AIRFLOW_HOME),
 # this repository's dags/ as the DAG folder and dags/memwal_fleet.local.yaml as the fleet's config.
 # The login is `admin`, its password in $(AIRFLOW_HOME)/simple_auth_manager_passwords.json.generated
-# (printed at start). DAGs start unpaused here; elsewhere a new DAG is paused until unpaused.
+# (printed at start). DAGs start unpaused here; elsewhere a new DAG is paused until unpaused. Ctrl-C stops
+# everything standalone started, its workers and triggerer included (airflow_plugins/standalone.py).
 AIRFLOW_HOME ?= $(abspath airflow-home)
 AIRFLOW_PORT ?= 8080
 FLEET_DEMO := .demo/fleet
 airflow: $(STAMP)
-	@rm -rf $(FLEET_DEMO) .demo/fleet-cache.json && mkdir -p $(FLEET_DEMO)/tenants/acme $(FLEET_DEMO)/tenants/globex
+	@rm -rf $(FLEET_DEMO) .demo/fleet-state && mkdir -p $(FLEET_DEMO)/tenants/acme $(FLEET_DEMO)/tenants/globex
 	$(VENV)/bin/memwal demo-data $(FLEET_DEMO)/events
 	$(VENV)/bin/memwal demo-data --generations 2 --seed 2 $(FLEET_DEMO)/tenants/acme/orders
 	$(VENV)/bin/memwal demo-data --generations 6 --seed 3 $(FLEET_DEMO)/tenants/globex/clicks
@@ -145,12 +152,14 @@ airflow: $(STAMP)
 	AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
 	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$(AIRFLOW_PORT)/execution/ \
 	MEMWAL_FLEET_CONFIG=$(abspath dags/memwal_fleet.local.yaml) PATH=$(abspath $(VENV)/bin):$$PATH \
-	$(VENV)/bin/airflow standalone
+	$(PY) -m memwal.airflow.standalone -- $(VENV)/bin/airflow standalone
 
-# The README's picture of the status page (memwal status --html) on a demo table after a few runs.
+# The README's picture of the status page (memwal status --html) on a demo table after a few runs, and the
+# fleet page's (memwal fleet status --state --html) on a demo fleet of 1,000 tables (docs/operations/fleet.md).
 screenshot: $(STAMP) browser
 	rm -rf /tmp/memwal-demo-lake
 	$(PY) docs/status_page_demo.py --keep /tmp/memwal-demo-lake --out docs/status-page.png
+	$(PY) docs/fleet_page_demo.py --out docs/fleet-page.png
 
 clean:
 	rm -rf $(DEMO_DIR) bench-results airflow-home

@@ -194,7 +194,7 @@ def dataclass_schema(cls: type, *, required: tuple[str, ...] = ()) -> dict[str, 
 def policy_schema() -> dict[str, Any]:
     """The fleet policy (:func:`memwal.fleet.policy.policy_from`) from its dataclasses."""
     from memwal.actions import ACTIONS
-    from memwal.fleet.policy import Batch, Thresholds, Weights
+    from memwal.fleet.policy import Batch, Slo, Thresholds, Weights
 
     def partial(cls: type) -> dict[str, Any]:
         out = dataclass_schema(cls)
@@ -203,16 +203,32 @@ def policy_schema() -> dict[str, Any]:
 
     table = {"type": "object", "additionalProperties": False, "properties": {
         "thresholds": partial(Thresholds), "weights": partial(Weights), "batch": partial(Batch),
+        "slo": {**partial(Slo), "description": "service-level targets (null: none)"},
         "options": {"type": "object", "additionalProperties": False,
                     "properties": {job: _job_options(job) for job in ACTIONS},
                     "description": "job options by job, as the job's command takes them"},
         "spark_min_bytes": {"type": "integer", "minimum": 0, "description": "engine spark: a table with more "
                             "unmerged bytes runs through the per-table Spark engines"}}}
     overrides = {"type": ["object", "null"], "additionalProperties": table}
+    text = {"type": "string", "minLength": 1}
+    texts = {"type": ["array", "string"], "items": text}
     return {"type": ["object", "null"], "additionalProperties": False, "properties": {
         "defaults": table,
         "sources": {**overrides, "description": "by the source string, or a glob over table URIs"},
-        "tables": {**overrides, "description": "by table URI (or glob): the last word"}}}
+        "tables": {**overrides, "description": "by table URI (or glob): the last word"},
+        "paused": {"type": ["object", "null"], "description": "tables, sources or globs paused: {by, reason}",
+                   "additionalProperties": {"type": "object", "additionalProperties": False,
+                                            "required": ["by", "reason"],
+                                            "properties": {"by": text, "reason": text}}},
+        "quiet_hours": {"type": ["array", "null"], "description": "windows when no job (or none of jobs) starts",
+                        "items": {"type": "object", "additionalProperties": False, "required": ["from", "to"],
+                                  "properties": {"from": text, "to": text, "days": texts, "jobs": texts,
+                                                 "match": texts, "tz": text}}},
+        "quotas": {"type": ["object", "null"], "description": "groups' shares of the budget, borrowed when idle",
+                   "additionalProperties": {"type": "object", "additionalProperties": False,
+                                            "required": ["share", "match"],
+                                            "properties": {"share": {"type": "number", "exclusiveMinimum": 0,
+                                                                     "maximum": 1}, "match": texts}}}}}
 
 
 def build_fleet_schema() -> dict[str, Any]:
@@ -227,6 +243,9 @@ def build_fleet_schema() -> dict[str, Any]:
     out["properties"]["jobs"]["items"] = {"enum": list(FleetConfig.__dataclass_fields__["jobs"].default)}
     out["properties"]["jobs"]["minItems"] = 1
     out["properties"]["policy"] = {**policy_schema(), "description": out["properties"]["policy"]["description"]}
+    state = out["properties"]["state"]
+    out["properties"]["state"] = {"description": state.pop("description"),
+                                  "anyOf": [{"type": ["string", "null"], "minLength": 1}, state]}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"https://memwal-jobs/{FLEET_SCHEMA_NAME}",
             "title": "memwal_fleet DAG config",

@@ -6,8 +6,11 @@ searched at any depth, ``namespace:dir`` / ``namespace:rest`` with ``properties`
 connection its credentials come from (``conn_id``: a ``memwal``, ``aws``, ``wasb``, ``adls`` or
 ``google_cloud_platform`` connection) and non-secret ``storage_options``; a credential written in
 the file is refused. Then the schedule, the jobs, the engine, the fleet policy
-(:mod:`memwal.fleet.policy`: ``defaults``, ``sources``, ``tables``), the budget (:class:`Budget`),
-the probe cache's file and the Spark settings. Relative paths are relative to the config file.
+(:mod:`memwal.fleet.policy`: ``defaults``, ``sources``, ``tables``, pauses, quiet hours, quotas),
+the budget (:class:`Budget`), the fleet's shared state (:class:`StateConfig`: the probe cache,
+the last plan and its history, the run log, the pauses, in object storage every worker and the
+API server read: no machine's disk), the events that wake the fleet (:class:`Events`) and the
+Spark settings. Relative paths are relative to the config file.
 
 The file is checked against the JSON schema generated from these dataclasses and the policy's
 (``memwal_fleet.schema.json``, :mod:`memwal.airflow.config_schema`), then the policy's values
@@ -18,7 +21,7 @@ Nothing here lists a source at parse time: :func:`plan` (the plan task) discover
 when it runs, so a table created tomorrow is maintained with no edit, and the DAG file's parse
 time does not depend on how many tables the sources hold. The work travels to the mapped tasks
 as plain dicts without credentials; each task resolves its tables' storage options again from
-their source's connection.
+their source's connection, and a namespace table's from the namespace (its vended credentials).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from memwal.fleet.policy import Policy
 if TYPE_CHECKING:
     from memwal.fleet.plan import FleetPlan
     from memwal.fleet.run import TableWork
+    from memwal.fleet.shared import Planned
     from memwal.fleet.sources import Discovery
+    from memwal.fleet.state import FleetState
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +90,31 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class StateConfig:
+    """Where the fleet's shared state lives (:mod:`memwal.fleet.state`)."""
+
+    uri: str = field(metadata={"help": "a folder URI every worker and the API server reach (s3://, az://, gs://; a "
+                                       "local folder only for a fleet on one machine)"})
+    conn_id: str | None = field(default=None, metadata={"help": "the connection holding its storage options"})
+    storage_options: Mapping[str, str] = field(default_factory=dict, metadata={
+        "help": "non-secret storage options (aws_region, aws_endpoint, ...)"})
+
+
+@dataclass(frozen=True)
+class Events:
+    """Wake the fleet when a table is written: S3 event notifications of new shard manifests to
+    an SQS queue, watched by an AssetWatcher (:mod:`memwal.airflow.fleet_events`)."""
+
+    queue: str = field(metadata={"help": "the SQS queue URL the bucket's notifications go to (filter them to the "
+                                         "suffix .binpb: a shard manifest, one per flush)"})
+    conn_id: str | None = field(default="aws_default", metadata={"help": "the aws connection reading the queue"})
+    region: str | None = field(default=None, metadata={"help": "the queue's region (null: the connection's)"})
+    poll_seconds: int = field(default=100, metadata={"help": "seconds between two long polls of the queue",
+                                                     "minimum": 1})
+    wait_seconds: int = field(default=20, metadata={"help": "SQS long-poll wait (0-20 s)", "minimum": 0})
+
+
+@dataclass(frozen=True)
 class FleetConfig:
     """The ``memwal_fleet`` DAG's settings (see the module docstring)."""
 
@@ -99,8 +129,13 @@ class FleetConfig:
     policy: Policy = field(default_factory=Policy, metadata={
         "help": "the fleet policy (memwal.fleet.policy): defaults, then overrides by source and by table"})
     budget: Budget = field(default_factory=Budget, metadata={"help": "the budget"})
+    state: StateConfig | None = field(default=None, metadata={
+        "help": "the fleet's shared state (cache, last plan and history, run log, pauses): a URI, or {uri, conn_id, "
+                "storage_options}"})
     cache: str | None = field(default=None, metadata={
-        "help": "a file for the probe cache: an unchanged table then costs 3 listings a run"})
+        "help": "the probe cache's file or object URI (default: the state's cache.json)"})
+    events: Events | None = field(default=None, metadata={
+        "help": "wake the fleet for the tables written to (S3 notifications on SQS); the schedule is the safety net"})
     top: int = field(default=50, metadata={"help": "tables listed by the fleet page", "minimum": 1})
     plan_workers: int = field(default=8, metadata={"help": "tables probed at once while planning", "minimum": 1})
     spark: SparkSettings = field(default_factory=SparkSettings, metadata={"help": "engine spark: how to submit"})
@@ -133,7 +168,8 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
 
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
-        raise FleetConfigError(f"no fleet config: set {CONFIG_ENV} to its file")
+        raise FleetConfigError(f"no fleet config: set {CONFIG_ENV} to the memwal_fleet DAG config's file, on the DAG "
+                               "processor, the scheduler, every worker and the API server")
     path = os.path.abspath(path)  # the tasks read it again, from another folder maybe
     try:
         doc = load_yaml(read_small_file(path, MAX_CONFIG_BYTES, flag=CONFIG_ENV, what="YAML config"))
@@ -152,12 +188,14 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
     sources = tuple(_source(s, i, base, path) for i, s in enumerate(doc["sources"]))
     budget = Budget(**(doc.get("budget") or {}))
     spark = doc.get("spark") or {}
-    given = {k: v for k, v in doc.items() if k not in ("sources", "policy", "budget", "spark")}
+    given = {k: v for k, v in doc.items() if k not in ("sources", "policy", "budget", "spark", "state", "events")}
     for key in ("jobs", "tags"):
         if key in given:
             given[key] = tuple(given[key])
-    if given.get("cache"):
+    if given.get("cache") and "://" not in given["cache"]:
         given["cache"] = os.path.normpath(os.path.join(base, given["cache"]))
+    given["state"] = _state(doc.get("state"), base, path)
+    given["events"] = Events(**doc["events"]) if doc.get("events") else None
     return FleetConfig(sources=sources, policy=policy, policy_doc=doc.get("policy") or {}, budget=budget,
                        spark=SparkSettings(spark.get("conn_id") or "spark_default", spark.get("conf") or {},
                                            spark.get("env") or {}, spark.get("submit") or {}),
@@ -179,6 +217,32 @@ def _source(entry: Any, i: int, base: str, path: str) -> FleetSource:
     return FleetSource(name, doc.get("conn_id"), _texts(doc.get("storage_options")), _texts(doc.get("properties")))
 
 
+def _state(entry: Any, base: str, path: str) -> StateConfig | None:
+    if not entry:
+        return None
+    doc = {"uri": entry} if isinstance(entry, str) else dict(entry)
+    for key in doc.get("storage_options") or {}:
+        if is_secret_key(key):
+            raise FleetConfigError(f"{path}: state.storage_options.{key}: a credential in the config file: put it in "
+                                   "the connection conn_id names")
+    uri = str(doc["uri"])
+    if "://" not in uri:
+        uri = os.path.normpath(os.path.join(base, uri))
+    return StateConfig(uri, doc.get("conn_id"), _texts(doc.get("storage_options")))
+
+
+def state_of(config: FleetConfig) -> FleetState | None:
+    """The fleet's state folder, with its connection's storage options (None: no state)."""
+    from memwal.fleet.state import FleetState
+
+    if config.state is None:
+        return None
+    from memwal.airflow.hooks import MemWalHook
+
+    options = MemWalHook.connection_options(config.state.conn_id) if config.state.conn_id else {}
+    return FleetState(config.state.uri, {**options, **config.state.storage_options})
+
+
 def _texts(values: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in (values or {}).items()}
 
@@ -191,7 +255,8 @@ def storage_options_of(source: FleetSource) -> dict[str, str]:
     return {**options, **source.storage_options}
 
 
-def discover_fleet(config: FleetConfig, known: frozenset[str] = frozenset()) -> Discovery:
+def discover_fleet(config: FleetConfig, known: frozenset[str] = frozenset(),
+                   exclude: frozenset[str] = frozenset()) -> Discovery:
     """Every table the sources hold, each source with its own storage options; a source that
     holds no table, or cannot be searched, is a problem of the fleet (named), not a stop."""
     from memwal.errors import BadInputError
@@ -202,7 +267,7 @@ def discover_fleet(config: FleetConfig, known: frozenset[str] = frozenset()) -> 
     for src in config.sources:
         try:
             found = discover([src.source], storage_options=storage_options_of(src),
-                             namespace_properties=src.properties, known=known)
+                             namespace_properties=src.properties, known=known, exclude=exclude)
         except BadInputError as exc:
             problems.append(SourceProblem(src.source, str(exc)))
             continue
@@ -213,17 +278,28 @@ def discover_fleet(config: FleetConfig, known: frozenset[str] = frozenset()) -> 
     return Discovery(tuple(tables.values()), tuple(skipped), tuple(problems))
 
 
-def plan(config: FleetConfig) -> FleetPlan:
-    """The fleet's plan (read only), with the probe cache of ``config.cache`` read and saved."""
-    from memwal.fleet.plan import plan_fleet
-    from memwal.fleet.probe import ProbeCache
+def plan(config: FleetConfig, *, only: frozenset[str] | None = None) -> Planned:
+    """The fleet's plan with its shared state (:func:`memwal.fleet.shared.plan_shared`: the
+    cache, the pauses and the waits read; the cache and the report written back). ``only``:
+    plan these tables alone (those an event named), the others left out of this plan."""
+    from memwal.fleet.shared import plan_shared
+    from memwal.fleet.sources import Discovery, TableRef
 
-    cache = ProbeCache.load(config.cache)
-    result = plan_fleet(discover_fleet(config, cache.known_tables()), config.policy, cache=cache,
-                        workers=config.plan_workers)
-    if config.cache:
-        cache.save(config.cache)
-    return result
+    def named(_known: frozenset[str], _exclude: frozenset[str]) -> Discovery:
+        """The tables the events named, under the config's sources (no listing at all)."""
+        refs = []
+        for uri in sorted(only or ()):
+            src = next((s for s in config.sources if uri == s.source.rstrip("/")
+                        or uri.startswith(s.source.rstrip("/") + "/")), None)
+            if src is not None:
+                refs.append(TableRef(uri, src.source, storage_options_of(src)))
+        return Discovery(tuple(refs), (), ())
+
+    state = state_of(config)
+    options = storage_options_of(config.sources[0]) if config.cache and "://" in config.cache else None
+    found = named if only is not None else (lambda known, exclude: discover_fleet(config, known, exclude))
+    return plan_shared(found, config.policy, state=state, cache_location=config.cache, storage_options=options,
+                       top=config.top, workers=config.plan_workers, partial=only is not None)
 
 
 def planned_work(config: FleetConfig, fleet: FleetPlan) -> list[TableWork]:
@@ -248,25 +324,24 @@ def max_map_length() -> int:
 
 
 def chunks(work: Sequence[TableWork], per_task: int, limit: int) -> list[list[dict[str, Any]]]:
-    """The work as plain dicts in chunks of ``per_task`` tables, in debt order (the first chunk
-    has the most debt), fewer than ``limit`` chunks (larger ones if need be). No credential
-    travels: a namespace's secret storage options are dropped (give the source a conn_id)."""
+    """The work as plain dicts in chunks of ``per_task`` tables, in the order it starts (the
+    first chunk first), fewer than ``limit`` chunks (larger ones if need be). No credential
+    travels: secret storage options are dropped; the task asks the source's connection, or a
+    namespace table's namespace, again (:func:`work_of`)."""
     size = max(per_task, math.ceil(len(work) / max(1, limit - 1)))
     docs = []
     for w in work:
         doc = w.to_dict()
-        public = {k: v for k, v in w.storage_options.items() if not is_secret_key(k)}
-        if len(public) < len(w.storage_options):
-            log.warning("%s: its namespace gave credentials, which a task cannot be handed: the source's conn_id "
-                        "must give them", w.table)
-        doc["storage_options"] = public
+        doc["storage_options"] = {k: v for k, v in w.storage_options.items() if not is_secret_key(k)}
         docs.append(doc)
     return [docs[i:i + size] for i in range(0, len(docs), size)]
 
 
 def work_of(config: FleetConfig, docs: Sequence[Mapping[str, Any]]) -> list[TableWork]:
-    """The work of one chunk, each table with its source's storage options resolved here."""
+    """The work of one chunk, each table with its source's storage options resolved here: the
+    connection's, and for a namespace table the credentials its namespace vends for it now."""
     from memwal.fleet.run import TableWork
+    from memwal.fleet.sources import vended_options
 
     options: dict[str, dict[str, str]] = {}
     out = []
@@ -274,5 +349,10 @@ def work_of(config: FleetConfig, docs: Sequence[Mapping[str, Any]]) -> list[Tabl
         source = str(doc.get("source") or "")
         if source not in options:
             options[source] = storage_options_of(config.source(source))
-        out.append(TableWork.from_dict(doc, options[source]))
+        table_options = options[source]
+        table_id = [str(x) for x in doc.get("namespace_id") or []]
+        if table_id:
+            vended = vended_options(source, config.source(source).properties, table_id)
+            table_options = {**table_options, **vended}
+        out.append(TableWork.from_dict(doc, table_options))
     return out

@@ -2,34 +2,29 @@
 
 When the API server has ``MEMWAL_FLEET_CONFIG`` (the ``memwal_fleet`` DAG's config):
 
-- ``/memwal/fleet``: the fleet page (:func:`memwal.fleet.page.fleet_page_chunks`): every table of
-  the config's sources counted by state, the config's ``top`` tables ranked by debt with their
-  lag and last run, each linking to its page. It is planned when asked for, with the probe
-  cache of the config read (never written: that file is the plan task's), so an unchanged table
-  costs its listings;
-- ``/memwal/fleet/tables?uri=<table URI>``: that table's status page, for a table the fleet
-  found only (the last page's tables, the cache's, or a discovery of the sources): a URI is
-  never opened because a request named it.
+- ``/memwal/fleet``: the fleet page (:func:`memwal.fleet.page.fleet_page_chunks`) of the last plan
+  any worker made, read from the fleet's shared state (``plan.json`` and ``controls.json``:
+  :mod:`memwal.fleet.state`, two reads): it never plans, and it needs nothing on the API
+  server's disk. A fleet without a ``state`` in its config has no page to show (it says so);
+- ``/memwal/fleet/tables?uri=<table URI>``: that table's status page, for a table the last
+  plan's report names only (its listed tables, breaches, failures, problems): a URI is never
+  opened because a request named it.
 
 Table URIs come from storage (folder names, a namespace's answers) and may hold markup: every
 value is escaped where it lands (the fleet page's template autoescapes; links are
 percent-encoded), and every response carries the view's sandboxing policy
-(:func:`memwal.airflow.views.secured`).
+(:func:`memwal.airflow.views.secured`). Pausing, resuming and cancelling go through the
+``memwal_fleet_control`` DAG (its trigger form records who asked, and why): the page links to it.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from memwal.airflow.fleet import CONFIG_ENV
-
-#: The tables the last fleet page listed, by URI -> source (a click on one opens it directly).
-_seen: dict[str, str] = {}
-_seen_lock = threading.Lock()
 
 
 def configured() -> bool:
@@ -41,42 +36,68 @@ def table_href(uri: str) -> str:
     return f"fleet/tables?uri={quote(uri, safe='')}"
 
 
+class NoState(LookupError):
+    """The fleet's config names no state: the page has nothing to read."""
+
+
+def _last(config: Any) -> tuple[Any, Mapping[str, Any], list[Mapping[str, Any]], Mapping[str, Any]]:
+    from memwal.airflow.fleet import state_of
+
+    from memwal.fleet.report import last_report
+    from memwal.fleet.state import CONTROLS
+
+    state = state_of(config)
+    if state is None:
+        raise NoState(f"the fleet's config {config.path} names no state: add `state: s3://...` so that the plan task "
+                      "leaves its report where the API server reads it")
+    report, history = last_report(state)
+    if report is None:
+        raise NoState(f"no plan in {state.uri} yet: the memwal_fleet DAG's plan task writes it")
+    return state, report, history, state.read(CONTROLS)[0]
+
+
 def fleet_page() -> Iterator[str]:
-    """The fleet page, planned now (a failure to plan raises here, before anything is sent)."""
-    from memwal.airflow.fleet import discover_fleet, load_fleet_config
+    """The fleet page of the last plan (a failure to read it raises here, before anything is sent)."""
+    from memwal.airflow.fleet import load_fleet_config
 
     from memwal.fleet.page import fleet_page_chunks
-    from memwal.fleet.plan import plan_fleet
-    from memwal.fleet.probe import ProbeCache
-    from memwal.fleet.status import status_of
+    from memwal.fleet.status import FleetStatus
 
     config = load_fleet_config()
-    cache = ProbeCache.load(config.cache)
-    plan = plan_fleet(discover_fleet(config, cache.known_tables()), config.policy, cache=cache,
-                      workers=config.plan_workers)
-    status = status_of(plan, top=config.top, workers=config.plan_workers)
-    with _seen_lock:
-        _seen.clear()
-        _seen.update({t.table: t.source for t in plan.tables})
-    links = [("./", "← all MemWAL tables", "_self"), ("../dags/memwal_fleet", "DAG memwal_fleet", "_top")]
-    return fleet_page_chunks(status, link=table_href, links=links)
+    state, report, history, controls = _last(config)
+    links = [("./", "← all MemWAL tables", "_self"), ("../dags/memwal_fleet", "DAG memwal_fleet", "_top"),
+             ("../dags/memwal_fleet_control", "pause, resume, cancel", "_top")]
+    return fleet_page_chunks(FleetStatus(report, tuple(history)), controls=controls, link=table_href, links=links,
+                             control="../dags/memwal_fleet_control", state_uri=state.uri)
+
+
+def named_tables(report: Mapping[str, Any]) -> dict[str, str]:
+    """The tables a report names (URI -> source, when it says)."""
+    out: dict[str, str] = {}
+    for row in report.get("top") or []:
+        if isinstance(row, Mapping) and isinstance(row.get("table"), str):
+            out[row["table"]] = str(row.get("source") or "")
+    for part in ((report.get("breaches") or {}).get("named") or [], report.get("failures") or [],
+                 report.get("problems") or []):
+        for item in part:
+            if isinstance(item, Mapping) and isinstance(item.get("table"), str):
+                out.setdefault(item["table"], "")
+    return out
 
 
 def fleet_table(uri: str) -> tuple[str, dict[str, str]]:
-    """The URI and storage options of a table the fleet found (``LookupError``: none such)."""
-    from memwal.airflow.fleet import discover_fleet, load_fleet_config, storage_options_of
-
-    from memwal.fleet.probe import ProbeCache
+    """The URI and storage options of a table the last plan named (``LookupError``: none such)."""
+    from memwal.airflow.fleet import load_fleet_config, storage_options_of
 
     config = load_fleet_config()
-    with _seen_lock:
-        source = _seen.get(uri)
-    if source is None:
-        cache = ProbeCache.load(config.cache)
-        found = {t.uri: t.source for t in discover_fleet(config, cache.known_tables()).tables}
-        source = found.get(uri)
-    if source is None:
-        raise LookupError(f"no table {uri!r} in the fleet's sources")
+    _, report, _, _ = _last(config)
+    named = named_tables(report)
+    if uri not in named:
+        raise LookupError(f"no table {uri!r} in the fleet's last plan")
+    source = named[uri] or next((s.source for s in config.sources if uri.startswith(s.source.rstrip("/") + "/")
+                                 or uri == s.source), "")
+    if not source:
+        raise LookupError(f"no source of the fleet holds {uri!r}")
     return uri, storage_options_of(config.source(source))
 
 
@@ -86,6 +107,7 @@ def add_routes(app: Any, secured: Any, page_css: str, error_page: Any) -> None:
     from fastapi.responses import HTMLResponse, StreamingResponse
 
     from memwal.errors import first_line
+    from memwal.fleet.page import fleet_stylesheet
     from memwal.inspect.page import status_page, stylesheet
     from memwal.table import open_table
 
@@ -95,9 +117,11 @@ def add_routes(app: Any, secured: Any, page_css: str, error_page: Any) -> None:
             raise HTTPException(status_code=404, detail=f"no fleet: set {CONFIG_ENV} on the API server")
         try:
             chunks = fleet_page()
-        except Exception as exc:  # noqa: BLE001 - shown on the page: the UI must not break on one source
+        except NoState as exc:
+            return secured(HTMLResponse(error_page("the fleet", str(exc), "./"), status_code=404), page_css)
+        except Exception as exc:  # noqa: BLE001 - shown on the page: the UI must not break on the state
             return secured(HTMLResponse(error_page("the fleet", first_line(exc), "./"), status_code=502), page_css)
-        return secured(StreamingResponse(chunks, media_type="text/html; charset=utf-8"), stylesheet())
+        return secured(StreamingResponse(chunks, media_type="text/html; charset=utf-8"), fleet_stylesheet())
 
     @app.get("/fleet/tables", response_class=HTMLResponse, response_model=None)
     def fleet_table_page(uri: str = Query(...)) -> HTMLResponse | StreamingResponse:
@@ -106,7 +130,7 @@ def add_routes(app: Any, secured: Any, page_css: str, error_page: Any) -> None:
         try:
             table, options = fleet_table(uri)
         except LookupError:
-            raise HTTPException(status_code=404, detail="no such table in the fleet") from None
+            raise HTTPException(status_code=404, detail="no such table in the fleet's last plan") from None
         links = [("../fleet", "← the fleet", "_self"), ("../../dags/memwal_fleet", "DAG memwal_fleet", "_top")]
         try:
             chunks = status_page(open_table(table, options), links=links)

@@ -11,20 +11,24 @@ goes where Airflow's ``[metrics]`` configuration says (StatsD, Datadog, OpenTele
 | ``memwal.<job>.<outcome>`` (``ok``, ``nothing_to_do``, ``failed``) | counter | as above |
 | ``memwal.merge.generations``, ``memwal.merge.rows_upserted``, ``memwal.merge.rows_deleted`` | counters | |
 | ``memwal.gc.bytes_deleted``, ``memwal.gc.generations_deleted`` | counters | |
-| ``memwal.table.{lag_generations,lag_rows,lag_seconds,debt}.<key>`` | gauges | table |
-| ``memwal.fleet.tables.<state>``, ``memwal.fleet.debt``, ``memwal.fleet.discovered`` | gauges | state |
-| ``memwal.fleet.jobs.<status>``, ``memwal.fleet.tables_failed`` | gauges | dag_id |
+| ``memwal.table.lag_generations``, ``lag_rows``, ``lag_seconds``, ``debt`` | gauges | table |
+| ``memwal.fleet.tables``, ``memwal.fleet.debt``, ``memwal.fleet.discovered`` | gauges | state |
+| ``memwal.fleet.slo.breaches`` | gauge | slo |
+| ``memwal.fleet.shards.pending`` (shards by pending generations, a histogram's buckets) | gauge | le |
+| ``memwal.fleet.jobs``, ``memwal.fleet.tables_failed`` | gauges | dag_id, status |
 
-The job, and a table's ``<key>`` (:func:`table_key`: the URI made name-safe plus 8 hex digits of
-its hash), are in the name because plain StatsD drops tags; the ``table`` tag is the full URI
-(with ``statsd_influxdb_enabled``, list ``table`` in ``statsd_disabled_tags``: StatsD's line
-cannot carry a ``:``). A job's lag is what its run's history record says it left; the fleet's,
-its planning pass's (:mod:`memwal.airflow.fleet_operators`). Reporting never fails a task.
+The table is a tag (its full URI), never part of a metric's name: a name per table would make
+a series per table and per metric whatever the backend (40,000 at 10,000 tables). Give Airflow
+a metrics backend that keeps tags (StatsD with Datadog or InfluxDB tags, or OpenTelemetry):
+plain StatsD drops them, and the per-table gauges then read as one series. A fleet plan sends
+per-table gauges only for the tables its report lists and those past a service level, so the
+series stay bounded at any fleet size; the spread of the whole fleet is the pending-generations
+histogram. A job's lag is what its run's history record says it left; the fleet's, its
+planning pass's (:mod:`memwal.airflow.fleet_operators`). Reporting never fails a task.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -124,14 +128,6 @@ def _tag(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(value))[:100]
 
 
-def table_key(uri: str) -> str:
-    """A metric name's part unique per table: the URI with every run of characters a metric
-    name cannot hold made ``_`` (its last 48), then 8 hex digits of its SHA-1
-    (``s3://a/events`` -> ``s3_a_events_<8 hex>``; ``s3://b/events`` differs)."""
-    name = re.sub(r"[^A-Za-z0-9-]+", "_", uri).strip("_")[-48:].lstrip("_") or "table"
-    return f"{name}_{hashlib.sha1(uri.encode()).hexdigest()[:8]}"
-
-
 def stats_client() -> Any:
     """Airflow's ``Stats`` (None on an Airflow without it: no metrics rather than a failed task)."""
     try:
@@ -143,14 +139,42 @@ def stats_client() -> Any:
 
 def table_gauges(stats: Any, uri: str, *, generations: int, seconds: float, rows: int | None = None,
                  debt: float | None = None) -> None:
-    """One table's lag (and debt) gauges: named by :func:`table_key`, tagged with the full URI."""
-    key, tags = table_key(uri), {"table": uri}
-    stats.gauge(f"memwal.table.lag_generations.{key}", generations, tags=tags)
-    stats.gauge(f"memwal.table.lag_seconds.{key}", round(seconds, 3), tags=tags)
+    """One table's lag (and debt) gauges, the table a tag (its full URI), never in the name."""
+    tags = {"table": uri}
+    stats.gauge("memwal.table.lag_generations", generations, tags=tags)
+    stats.gauge("memwal.table.lag_seconds", round(seconds, 3), tags=tags)
     if rows is not None:
-        stats.gauge(f"memwal.table.lag_rows.{key}", rows, tags=tags)
+        stats.gauge("memwal.table.lag_rows", rows, tags=tags)
     if debt is not None:
-        stats.gauge(f"memwal.table.debt.{key}", debt, tags=tags)
+        stats.gauge("memwal.table.debt", debt, tags=tags)
+
+
+def fleet_gauges(report: dict[str, Any]) -> None:
+    """A fleet plan's report on Airflow's Stats (see the module docstring); never raises."""
+    stats = stats_client()
+    if stats is None:
+        return
+    try:
+        for state, n in report["by_status"].items():
+            stats.gauge("memwal.fleet.tables", n, tags={"state": state})
+        stats.gauge("memwal.fleet.debt", report["debt"])
+        stats.gauge("memwal.fleet.discovered", report["discovered"])
+        for slo, n in report["breaches"]["count"].items():
+            stats.gauge("memwal.fleet.slo.breaches", n, tags={"slo": slo})
+        hist = report["histogram"]
+        for bound, n in zip([*map(str, hist["bounds"]), "inf"], hist["counts"], strict=True):
+            stats.gauge("memwal.fleet.shards.pending", n, tags={"le": bound})
+        breaching = {b["table"] for b in report["breaches"]["named"]}
+        for row in report["top"]:
+            if row["status"] != "idle" or row["table"] in breaching:
+                holds = row["holds"]
+                table_gauges(stats, row["table"], generations=holds["unmerged_generations"],
+                             rows=holds["unmerged_rows"], seconds=holds["oldest_unmerged_age_seconds"] or 0.0,
+                             debt=row["debt"])
+    except Exception as exc:  # noqa: BLE001 - metrics never fail a task
+        import logging
+
+        logging.getLogger(__name__).warning("memwal fleet: metrics not reported: %s", exc)
 
 
 def _emit_stats(op: Any, report: RunReport, context: Any) -> None:

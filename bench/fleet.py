@@ -62,12 +62,21 @@ def log(msg: str) -> None:
     print(f"[fleet-sim {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def policy_doc(tick: float, every: int) -> dict[str, Any]:
+#: The service level of the simulation's tables: the oldest unmerged generation at most this
+#: many ticks old (the ``fleet`` phase serves tables past it first; ``fleet-debt`` has none).
+SLO_TICKS = 1.5
+
+
+def policy_doc(tick: float, every: int, *, slo: bool = True) -> dict[str, Any]:
     """GC's grace period a tick, version expiry ``every + 1`` ticks. GC's grace runs from the first
     retained version that merged a generation, so the versions a GC needs must outlive the time
     between two GCs: with expiry shorter than the fixed schedule's period, each cycle's GC would
-    find only the versions its own cycle just committed, and never collect."""
-    return {"defaults": {"options": {"gc": {"grace_seconds": tick, "expire_versions": (every + 1) * tick}}}}
+    find only the versions its own cycle just committed, and never collect. The service level:
+    :data:`SLO_TICKS` (none: ordered by debt alone, as before service levels)."""
+    target = {"oldest_unmerged_seconds": SLO_TICKS * tick} if slo else {"oldest_unmerged_seconds": None,
+                                                                        "generations_per_shard": None}
+    return {"defaults": {"options": {"gc": {"grace_seconds": tick, "expire_versions": (every + 1) * tick}},
+                         "slo": target}}
 
 
 def classes_of(n: int, hot: int, idle: int) -> list[str]:
@@ -108,11 +117,11 @@ def _hear(plans: list[Any], rec: Recorder, event: str, value: Any) -> None:
 def fleet_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec: Recorder,
                 sample: Any) -> list[dict[str, Any]]:
     """One round of the fleet runner a tick (see the module docstring)."""
+    from memwal.fleet.cache import ProbeCache
     from memwal.fleet.policy import policy_from
-    from memwal.fleet.probe import ProbeCache
     from memwal.fleet.run import run_fleet
 
-    policy = policy_from(policy_doc(cfg.tick, cfg.every))
+    policy = policy_from(policy_doc(cfg.tick, cfg.every, slo=cfg.mode != "fleet-debt"))
     cache = ProbeCache()
     ticks = []
     rec.meter.take()
@@ -133,6 +142,59 @@ def fleet_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec:
     _wait_until(t0 + total * cfg.tick)
     ticks[-1]["requests"] = dict(rec.meter.take())
     return ticks
+
+
+def event_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec: Recorder,
+                sample: Any) -> list[dict[str, Any]]:
+    """The fleet woken by events (issue 48): a round of the tables the writers flushed to as the
+    flushes come (the flush log stands for the SQS queue the bucket notifies), and a round of
+    every table only every ``--every`` ticks (the safety net)."""
+    from memwal.fleet.cache import ProbeCache
+    from memwal.fleet.policy import policy_from
+    from memwal.fleet.run import run_fleet
+
+    policy = policy_from(policy_doc(cfg.tick, cfg.every))
+    cache = ProbeCache()
+    read = {str(p): 0 for p in cfg.flush_logs}
+    ticks = []
+    rec.meter.take()
+    for k in range(total):
+        late = _wait_until(t0 + k * cfg.tick)
+        end = t0 + (k + 1) * cfg.tick
+        if k:
+            ticks[-1]["requests"] = dict(rec.meter.take())
+        sample()
+        rounds = 0
+        if k % cfg.every == 0:  # the safety net
+            run_fleet([str(lake)], policy=policy, workers=cfg.workers, max_rounds=1, max_seconds=cfg.tick,
+                      cache=cache, notify=functools.partial(_hear, [], rec))
+            rounds += 1
+        while time.time() < end:
+            woken = _written(read)
+            if not woken:
+                time.sleep(0.05)
+                continue
+            run_fleet(sorted(woken), policy=policy, workers=cfg.workers, max_rounds=1,
+                      max_seconds=max(0.0, end - time.time()), cache=cache, notify=functools.partial(_hear, [], rec))
+            rounds += 1
+        ticks.append({"tick": k, "late_seconds": round(late, 3), "rounds": rounds})
+    _wait_until(t0 + total * cfg.tick)
+    ticks[-1]["requests"] = dict(rec.meter.take())
+    return ticks
+
+
+def _written(read: dict[str, int]) -> set[str]:
+    """The tables flushed to since the last call (new lines of the writers' logs)."""
+    out = set()
+    for path, done in read.items():
+        try:
+            lines = Path(path).read_text().splitlines()
+        except FileNotFoundError:
+            continue
+        complete = [line for line in lines[done:] if line.endswith("}")]
+        read[path] = done + len(complete)
+        out.update(json.loads(line)["table"] for line in complete)
+    return out
 
 
 def fixed_ticks(lake: Path, cfg: argparse.Namespace, t0: float, total: int, rec: Recorder,
@@ -245,7 +307,9 @@ def run_phase(mode: str, cfg: argparse.Namespace, pristine: Path, names: list[st
         f"{time.strftime('%H:%M:%S', time.localtime(start_at))}")
     with counting(table_of) as meter:
         rec = Recorder(meter)
-        ticks = (fleet_ticks if mode == "fleet" else fixed_ticks)(lake, cfg, start_at, total, rec, sample)
+        cfg.mode, cfg.flush_logs = mode, flush_logs
+        run = {"fleet-events": event_ticks, "fixed": fixed_ticks}.get(mode, fleet_ticks)
+        ticks = run(lake, cfg, start_at, total, rec, sample)
     end = time.time()
     codes = [w.wait(timeout=120) for w in writers]
     flushes = [json.loads(line) for p in flush_logs if p.exists() for line in p.read_text().splitlines()]
@@ -260,6 +324,8 @@ def run_phase(mode: str, cfg: argparse.Namespace, pristine: Path, names: list[st
         "starvation": fleet_lag.starvation(flushes, rec.merges, t0=t0, tick=cfg.tick, ticks=total, tables=uris,
                                            n=cfg.starve_ticks),
         "gc_backlog": fleet_lag.gc_backlog(samples, rec.merges, t0=t0, tick=cfg.tick),
+        "slo": fleet_lag.breaches(flushes, rec.merges, t0=t0, tick=cfg.tick, ticks=total, tables=uris,
+                                  target=SLO_TICKS * cfg.tick, classes=classes),
         "requests": fleet_lag.request_figures([t.get("requests", {}) for t in ticks], classes),
         "load": fleet_lag.load_figures(rec.cycles, t0=t0, tick=cfg.tick, ticks=total, workers=cfg.workers),
         "job_statuses": dict(sorted(rec.statuses.items())), "job_seconds": dict(sorted(rec.job_seconds.items())),
@@ -281,12 +347,16 @@ def goals(phase: dict[str, Any]) -> dict[str, Any]:
     lag = phase["lag"]
     under = phase["load"]["busy_share_max"] < 1.0 and phase["late_ticks"] == 0
     fair = {c: f["max_over_min"] for c, f in lag["fairness"].items() if c != "idle"}
+    from_flush = {c: f["plain_max_over_min"] for c, f in lag["fairness"].items() if c != "idle"}
     idle = phase["requests"]["per_table_per_tick"].get("idle", {})
     return {
         "under_capacity": under,
         "p99_lag_ticks": lag["ticks"].get("p99"), "p99_met": (lag["ticks"].get("p99") or 0) <= GOAL_P99_TICKS,
         "fairness_max_over_min": fair,
         "fairness_met": all(v is not None and v <= GOAL_FAIRNESS for v in fair.values()),
+        "fairness_from_flush": from_flush,
+        "fairness_from_flush_met": all(v is not None and v <= GOAL_FAIRNESS for v in from_flush.values()),
+        "slo_breaches": phase["slo"]["breaches"], "slo_tables": phase["slo"]["tables"],
         "idle_requests_per_tick_max": idle.get("max"), "idle_requests_per_tick_mean": idle.get("mean"),
         "idle_met": idle.get("max", 0) <= GOAL_IDLE_REQUESTS,
         "starved": phase["starvation"]["starved"], "rows_ok": phase["check"]["rows_ok"],
@@ -310,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--every", type=int, default=4, help="the fixed schedule: a cycle every N ticks")
     p.add_argument("--starve-ticks", type=int, default=3, help="starved: unmerged data not served for N ticks")
-    p.add_argument("--phases", default="fleet,fixed")
+    p.add_argument("--phases", default="fleet,fixed", help="fleet (a round a tick: service level first, then debt), "
+                   "fleet-debt (by debt alone), fleet-events (woken by each flush, every table every --every ticks), "
+                   "fixed (every table's cycle every --every ticks)")
     p.add_argument("--writer-start-seconds", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", help="write OUT/fleet.json and OUT/fleet.png")

@@ -11,14 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-COLORS = {"fleet": "#2471a3", "fixed": "#c0392b"}
+COLORS = {"fleet": "#2471a3", "fleet-debt": "#7fb3d5", "fleet-events": "#27ae60", "fixed": "#c0392b"}
 CLASSES = ("hot", "cold", "idle")
 
 
 def _label(doc: dict[str, Any], mode: str) -> str:
     if mode == "fixed":
         return f"fixed schedule (every {doc['config']['every']} ticks)"
-    return "fleet runner"
+    return {"fleet-debt": "fleet runner, by debt alone", "fleet-events": "fleet runner woken by events"}.get(
+        mode, "fleet runner")
 
 
 def chart(doc: dict[str, Any], path: Path) -> None:
@@ -49,11 +50,11 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
 
     ax = axes[1]
-    for mode, ph in phases.items():
+    for i, (mode, ph) in enumerate(phases.items()):
         for k, cls in enumerate(c for c in CLASSES[:2]):
             vals = [v for t, v in ph["lag"]["per_table_mean_ticks"].items() if t.rsplit("/", 1)[-1] in
                     _names_of(ph, cls)]
-            xs = [k + (0.15 if mode == "fixed" else -0.15)] * len(vals)
+            xs = [k - 0.2 + 0.4 * i / max(len(phases) - 1, 1)] * len(vals)
             ax.scatter(xs, vals, color=COLORS.get(mode), alpha=0.6, s=18,
                        label=_label(doc, mode) if k == 0 else None)
     ax.set_xticks([0, 1], list(CLASSES[:2]))
@@ -121,7 +122,11 @@ def summary(doc: dict[str, Any]) -> str:
                      f" (goal p99 <= 2: {'met' if g['p99_met'] else 'NOT MET'}; under capacity: {g['under_capacity']},"
                      f" busiest tick {ph['load']['busy_share_max']:.0%})")
         lines.append(f"    fairness (mean lag max/min in a class): {g['fairness_max_over_min']} "
-                     f"({'met' if g['fairness_met'] else 'NOT MET'}); starved tables: {g['starved']}; GC backlog mean "
+                     f"({'met' if g['fairness_met'] else 'NOT MET'}); from the flush: {g['fairness_from_flush']} "
+                     f"({'met' if g['fairness_from_flush_met'] else 'NOT MET'}); service level "
+                     f"{ph['slo']['target_seconds']:g} s: {g['slo_breaches']} breaches (table x tick) of "
+                     f"{g['slo_tables']} tables, by class {ph['slo']['by_class']}")
+        lines.append(f"    starved tables: {g['starved']}; GC backlog mean "
                      f"{ph['gc_backlog']['mean']}, max {ph['gc_backlog']['max']} (all generations on storage: max "
                      f"{ph['gc_backlog']['on_storage_max']})")
         lines.append(f"    idle table requests per tick: mean {g['idle_requests_per_tick_mean']}, max "

@@ -112,6 +112,28 @@ def starvation(flushes: list[dict[str, Any]], merges: list[dict[str, Any]], *, t
             "longest_unserved_ticks": max(longest.values(), default=0), "per_table": longest}
 
 
+def breaches(flushes: list[dict[str, Any]], merges: list[dict[str, Any]], *, t0: float, tick: float, ticks: int,
+             tables: Iterable[str], target: float, classes: Mapping[str, str]) -> dict[str, Any]:
+    """Service-level breaches at each tick's start: a table whose oldest unmerged generation is
+    older than ``target`` seconds. The same count for every phase, from the logs alone."""
+    done = merged_at(flushes, merges)
+    pending: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for f, m in zip(flushes, done, strict=True):
+        pending[f["table"]].append((f["flushed_at"], m if m is not None else float("inf")))
+    per_tick, per_table = [], defaultdict(int)
+    for k in range(ticks):
+        start = t0 + k * tick
+        breaching = [t for t in tables if any(f < start < m and start - f > target for f, m in pending.get(t, ()))]
+        per_tick.append(len(breaching))
+        for t in breaching:
+            per_table[t] += 1
+    by_class: dict[str, int] = defaultdict(int)
+    for t, n in per_table.items():
+        by_class[classes[t]] += n
+    return {"target_seconds": target, "breaches": sum(per_tick), "tables": len(per_table),
+            "max_per_tick": max(per_tick, default=0), "per_tick": per_tick, "by_class": dict(by_class)}
+
+
 def gc_backlog(samples: list[dict[str, Any]], merges: list[dict[str, Any]], *, t0: float,
                tick: float) -> dict[str, Any]:
     """Per sample, the merged generations still on storage (GC's backlog) and the unmerged ones."""

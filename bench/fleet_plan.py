@@ -144,9 +144,9 @@ def cli_plan(sources: list[str], *, cache: str | None = None, options: dict[str,
 
 def in_process(sources: list[str]) -> dict[str, float]:
     """Discovery and the plan in this process, no cache."""
+    from memwal.fleet.cache import ProbeCache
     from memwal.fleet.plan import plan_fleet
     from memwal.fleet.policy import Policy
-    from memwal.fleet.probe import ProbeCache
     from memwal.fleet.sources import discover
 
     t0 = time.perf_counter()

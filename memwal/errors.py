@@ -27,6 +27,13 @@ class LeaseLostError(MemWalError):
     exit_code = 3
 
 
+class CancelledError(MemWalError):
+    """An operator cancelled the job (``memwal fleet cancel``): it stopped at a point where
+    nothing was half-done and released its leases. Exit code 3 (stopped by another party)."""
+
+    exit_code = 3
+
+
 class LeaseHeldError(MemWalError):
     """Another live holder has the lease: the job did not start. Exit code 3."""
 

@@ -134,6 +134,15 @@ def dump_dom(url: str, *, budget_ms: int | None = None, window: str = "1280,1000
     return parse(proc.stdout)
 
 
+def screenshot(url: str, out: str, *, window: str = "1400,2200") -> None:
+    """A PNG of what Chromium draws for ``url`` at ``window`` (width,height) pixels."""
+    with tempfile.TemporaryDirectory(prefix="memwal-chromium-") as profile:
+        proc = subprocess.run([require_chromium(), *FLAGS, f"--user-data-dir={profile}", f"--window-size={window}",
+                               "--hide-scrollbars", f"--screenshot={out}", url], capture_output=True, text=True,
+                              timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 # -- DevTools protocol ----------------------------------------------------------------------------------
 class Browser:
     """Headless Chromium on a DevTools port; one page target."""

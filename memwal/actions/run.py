@@ -20,7 +20,6 @@ from memwal.core import steps
 from memwal.core.document import Document
 from memwal.errors import BadInputError, LeaseLostError, first_line
 from memwal.history.run import recorded
-from memwal.inspect.status import lag_now
 from memwal.observe import progress
 
 if TYPE_CHECKING:
@@ -88,6 +87,8 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
         return JobResult(name, True, shown, problems=act.plan_problems(plan))
     if not early and act.has_work is not None and act.has_work(plan):
         engines.prepare(options.engine)
+    from memwal.inspect.status import lag_now  # lance loads with the run, not with the option tables
+
     progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming
     engine = progress.engine(name, act.engine(options.engine))
     run_id = new_run_id()

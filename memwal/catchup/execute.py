@@ -111,7 +111,7 @@ def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine: Catchu
 
     def attempt(n: int) -> CatchupResult:
         if n > 1 and lease:
-            lease.check()
+            lease.check(safe_to_stop=True)
         p = plan if n == 1 and plan is not None else plan_catchup(table, indexes=indexes, thresholds=thresholds)
         try:
             result = execute_catchup(table, p, engine, lease=lease)

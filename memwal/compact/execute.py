@@ -80,11 +80,11 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     if plan.is_empty():
         return result
     if lease:
-        lease.check()
+        lease.check(safe_to_stop=True)
     rewrites = engine.run_tasks(table, plan)
     step("after-tasks")
     if lease:
-        lease.check()
+        lease.check(safe_to_stop=True)  # the rewrites are not committed: a cancel leaves the table as it was
     # Committed against the plan's read version: Lance rebases it over concurrent appends and
     # rejects it (retryably) when a concurrent merge changed a fragment it rewrote.
     before = table.dataset().version

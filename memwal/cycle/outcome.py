@@ -8,7 +8,10 @@ A status says what a scheduler should do next, not only what happened:
 - ``held``: not run, another holder has its lease: a later round runs it (not a failure);
 - ``skipped``: not run, by choice (finished earlier in a resumed backfill, not planned);
 - ``failed``: it ran and failed (the action's own verdict, or an error): the table's later
-  jobs are ``not-run``; other tables go on.
+  jobs are ``not-run``; other tables go on;
+- ``cancelled``: an operator cancelled the table's work (``memwal fleet cancel``): the job
+  stopped where nothing was half-done, its leases released, and the table's later jobs are
+  ``not-run``. Not a failure.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class JobStatus(StrEnum):
     SKIPPED = "skipped"
     FAILED = "failed"
     NOT_RUN = "not-run"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,11 @@ class CycleResult(Document):
     def failed(self) -> JobOutcome | None:
         """The job that failed (a cycle stops at its first failure), or None."""
         return next((j for j in self.jobs if j.status is JobStatus.FAILED), None)
+
+    @property
+    def cancelled(self) -> JobOutcome | None:
+        """The job an operator's cancel stopped (or the first not started because of it), or None."""
+        return next((j for j in self.jobs if j.status is JobStatus.CANCELLED), None)
 
     @property
     def error(self) -> str | None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from memwal.actions import ACTIONS, run
 from memwal.actions.options import JobOptions
 from memwal.cycle.outcome import CycleResult, JobOutcome, JobStatus, summarize, waits_for_time
-from memwal.errors import BadInputError, LeaseHeldError, MemWalError, first_line
+from memwal.errors import BadInputError, CancelledError, LeaseHeldError, MemWalError, first_line
 
 if TYPE_CHECKING:
     from memwal.table import Table
@@ -55,6 +55,9 @@ def run_job(table: Table, job: str, options: JobOptions) -> JobOutcome:
     except LeaseHeldError as exc:
         return JobOutcome(table.uri, job, JobStatus.HELD, time.monotonic() - started,
                           summary=f"held: {first_line(exc)}", exit_code=exc.exit_code)
+    except CancelledError as exc:
+        return JobOutcome(table.uri, job, JobStatus.CANCELLED, time.monotonic() - started, summary=first_line(exc),
+                          exit_code=exc.exit_code)
     except MemWalError as exc:
         return JobOutcome(table.uri, job, JobStatus.FAILED, time.monotonic() - started,
                           error=first_line(exc, table.uri), exit_code=exc.exit_code)
@@ -77,11 +80,21 @@ def run_cycle(table: Table, jobs: Sequence[str], options: Mapping[str, JobOption
               notify: Notify | None = None, skip: Skip | None = None) -> CycleResult:
     """Run ``jobs`` (in cycle order) on ``table``, each with its options from ``options``
     (validated by the caller: a job without an entry runs with its defaults)."""
+    from memwal.core import clock as clocks
+    from memwal.lease import cancel
+
     hear = notify or (lambda event, outcome: None)
     out: list[JobOutcome] = []
     failed: str | None = None
+    stopped: str | None = None
+    since = clocks.current()()
     for job in parse_jobs(list(jobs)):
-        if failed is not None:
+        request = cancel.cancelled(table.store.root, since)
+        if stopped is None and request is not None:
+            stopped = cancel.describe(request)
+        if stopped is not None:
+            outcome = JobOutcome(table.uri, job, JobStatus.NOT_RUN, summary=f"not run: {stopped}")
+        elif failed is not None:
             outcome = JobOutcome(table.uri, job, JobStatus.NOT_RUN, error=f"not run: {failed} failed")
         elif skip is not None and (why := skip(table.uri, job)) is not None:
             outcome = JobOutcome(table.uri, job, JobStatus.SKIPPED, summary=why)
@@ -90,6 +103,9 @@ def run_cycle(table: Table, jobs: Sequence[str], options: Mapping[str, JobOption
             outcome = run_job(table, job, options.get(job) or ACTIONS[job].options())
             if outcome.status is JobStatus.FAILED:
                 failed = job
+            elif outcome.status is JobStatus.CANCELLED:
+                noticed = cancel.cancelled(table.store.root, since)
+                stopped = cancel.describe(noticed) if noticed is not None else outcome.summary
         out.append(outcome)
         hear("end", outcome)
     return CycleResult(table.uri, tuple(out))

@@ -8,14 +8,17 @@ Each job's term, from the table's facts (:mod:`memwal.fleet.probe`):
   shards) + 10 x the share of live rows it does not cover;
 - compact: fragments above the threshold / 8 + 10 x the share of rows deleted;
 - gc: merged, caught-up generations still on storage / 8 + their MiB / 256, counting only
-  those flushed longer ago than GC's grace period and version expiry (none can go sooner);
+  those flushed longer ago than GC's grace period and version expiry, and merged longer ago
+  than the grace period when the fleet saw the merge (none can go sooner);
 - snapshot: 1 + minutes since the published snapshot / 10, once a writer flushed after it.
 
 A job is planned when its threshold (:class:`memwal.fleet.policy.Thresholds`) is passed; a
 merge brings the catch-up of the maintained indexes along (the merge creates its work). The
 table's **debt** is the sum, over the planned jobs only, of each term times its weight: an
 idle table has debt 0 and no jobs. Every planned job has its reason, naming the figure and
-the threshold it passed.
+the threshold it passed. A job owed but not yet possible, because only time will free it (a
+GC inside the reader grace period or version expiry, or one that just waited), is ``waiting``
+instead, with the moment it is due and why.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memwal.fleet.facts import TableFacts
 from memwal.fleet.policy import TablePolicy
-from memwal.fleet.probe import TableFacts
 
 MIB = 1 << 20
 
@@ -49,6 +52,13 @@ class TableState:
     snapshot_age_seconds: float | None
     snapshot_stale: bool
     leases_held: tuple[str, ...] = ()
+    #: The most unmerged generations of any one shard.
+    max_shard_generations: int = 0
+    #: Shards with unmerged generations and no write for ``writer_gone_seconds``: no live
+    #: writer, nobody but the fleet will drain them.
+    orphaned_shards: int = 0
+    #: Seconds since any shard of the table was last written (None: no shard).
+    writer_idle_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -61,9 +71,11 @@ class Debt:
     reasons: tuple[str, ...]
     state: TableState
     terms: dict[str, float] = field(default_factory=dict)
+    #: Jobs owed that only time will free: job -> (when it is due, why it waits).
+    waiting: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
-def state_of(facts: TableFacts, now: float) -> TableState:
+def state_of(facts: TableFacts, now: float, writer_gone_seconds: float = 3600.0) -> TableState:
     shards = facts.shards
     oldest = min((t for s in shards for _, t in s.unmerged.values()), default=None)
     flushed = max((s.last_flush for s in shards if s.last_flush is not None), default=None)
@@ -72,6 +84,9 @@ def state_of(facts: TableFacts, now: float) -> TableState:
     for s in shards:
         for name, n in s.index_behind.items():
             behind[name] = behind.get(name, 0) + n
+    written = [s.last_write for s in shards if s.last_write is not None]
+    orphaned = sum(1 for s in shards if s.unmerged and s.last_write is not None
+                   and now - s.last_write >= writer_gone_seconds)
     return TableState(
         version=facts.version,
         shards=len(shards),
@@ -87,17 +102,22 @@ def state_of(facts: TableFacts, now: float) -> TableState:
         collectable_bytes=sum(s.collectable_bytes for s in shards),
         snapshot_age_seconds=None if facts.snapshot_at is None else round(max(0.0, now - facts.snapshot_at), 1),
         snapshot_stale=flushed is not None and (facts.snapshot_at is None or flushed > facts.snapshot_at),
+        max_shard_generations=max((len(s.unmerged) for s in shards), default=0),
+        orphaned_shards=orphaned,
+        writer_idle_seconds=round(max(0.0, now - max(written)), 1) if written else None,
     )
 
 
-def _gc_retention(policy: TablePolicy) -> float:
-    """How old a merged generation must at least be before GC can take it: a version that had
-    not merged it keeps it until version expiry takes that version (``expire_versions``), and
-    readers get the grace period after the merge; both run from after its flush."""
+def _gc_retention(policy: TablePolicy) -> tuple[float, float]:
+    """How old a merged generation must at least be before GC can take it, and the reader grace
+    period: a version that had not merged it keeps it until version expiry takes that version
+    (``expire_versions``), and readers get the grace period after the merge; both run from after
+    its flush, and the grace period from the merge commit too."""
     from memwal.actions.options import GcOptions
 
     o = GcOptions.from_kwargs(**dict(policy.options.get("gc", {})))
-    return max(o.grace_seconds, o.expire_versions or 0.0) if o.expire_versions is not None else o.grace_seconds
+    retention = max(o.grace_seconds, o.expire_versions or 0.0) if o.expire_versions is not None else o.grace_seconds
+    return retention, o.grace_seconds
 
 
 def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
@@ -105,7 +125,7 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
     """The table's debt (see the module docstring). ``backoff``: job -> the time before which
     it is not planned again (a GC that waits for time)."""
     th, w = policy.thresholds, policy.weights
-    st = state_of(facts, now)
+    st = state_of(facts, now, th.writer_gone_seconds)
     terms: dict[str, float] = {}
     reasons: list[str] = []
     shards = facts.shards
@@ -134,14 +154,27 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
         terms["compact"] = max(0, st.fragments - th.compact_fragments) / 8 + 10 * st.deleted_fraction
         reasons.append(f"compact: {st.fragments} fragments, {st.deleted_fraction:.0%} of rows deleted (threshold "
                        f"{th.compact_fragments} fragments or {th.compact_deleted_fraction:.0%})")
-    retention = _gc_retention(policy)
-    ripe = [s for s in shards if s.collectable_since is not None and now - s.collectable_since >= retention]
+    waiting: dict[str, tuple[float, str]] = {}
+    retention, grace = _gc_retention(policy)
+    due = {s.shard_id: max(s.collectable_since + retention, facts_merged_at(facts, s.shard_id) + grace)
+           for s in shards if s.collectable_since is not None and s.collectable}
+    ripe = [s for s in shards if s.shard_id in due and now >= due[s.shard_id]]
     ripe_generations = sum(s.collectable for s in ripe)
-    if ripe_generations >= max(1, th.gc_generations) and now >= (backoff or {}).get("gc", 0.0):
+    retry = (backoff or {}).get("gc", 0.0)
+    if ripe_generations >= max(1, th.gc_generations) and now >= retry:
         ripe_bytes = sum(s.collectable_bytes for s in ripe)
         terms["gc"] = ripe_generations / 8 + ripe_bytes / (256 * MIB)
         reasons.append(f"gc: {ripe_generations} merged, caught-up generations on storage ({ripe_bytes / MIB:.1f} "
                        f"MiB), flushed more than {retention:.0f} s ago (the grace period and version expiry)")
+    elif sum(s.collectable for s in shards) >= max(1, th.gc_generations) and due:
+        pending = sum(s.collectable for s in shards if s.shard_id in due)
+        if ripe_generations and now < retry:
+            waiting["gc"] = (retry, f"gc: {pending} merged generations; the last GC waited for the grace period, "
+                                    "checkpoints or version expiry: tried again then")
+        else:
+            waiting["gc"] = (min((t for t in due.values() if t > now), default=now),
+                             f"gc: {pending} merged generations wait for the reader grace period ({grace:.0f} s "
+                             f"after the merge) and version expiry ({retention:.0f} s after the flush)")
     age = st.snapshot_age_seconds
     if st.snapshot_stale and (age is None or age >= th.snapshot_age_seconds):
         terms["snapshot"] = 1 + (age or 0.0) / 600
@@ -152,7 +185,12 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
         jobs.add("catchup")
     debt = round(sum(getattr(w, job) * term for job, term in terms.items()), 2)
     order = ("merge", "catchup", "compact", "gc", "snapshot")  # the cycle's order
-    return Debt(debt, tuple(j for j in order if j in jobs), tuple(reasons), st, terms)
+    return Debt(debt, tuple(j for j in order if j in jobs), tuple(reasons), st, terms, waiting)
+
+
+def facts_merged_at(facts: TableFacts, shard_id: str) -> float:
+    """When the fleet saw the shard's merge progress move to its value (0: not seen)."""
+    return facts.merged_at.get(shard_id, 0.0)
 
 
 __all__ = ["Debt", "TableState", "debt_of", "state_of"]

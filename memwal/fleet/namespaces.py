@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from memwal.errors import BadInputError, MemWalError
@@ -147,7 +147,21 @@ def namespace_tables(source: str, properties: dict[str, str], skipped: list[Skip
             if uri is None:
                 skipped.append(Skipped(f"{source} {_shown([*path, name])}", why))
                 continue
-            yield TableRef(uri, source, options)
+            yield TableRef(uri, source, options, namespace_id=(*path, name))
+
+
+def vended_options(source: str, properties: Mapping[str, str], table_id: Sequence[str]) -> dict[str, str]:
+    """The storage options (credentials included) a namespace vends for one table now: asked
+    again where the table runs, since vended credentials are short-lived and never travel
+    (one bounded describe through the same client as discovery)."""
+    client, _ = client_for(source, dict(properties))
+    try:
+        _, options = client.describe(list(table_id))
+    except NamespaceServerError:
+        raise
+    except (MemWalError, OSError, ValueError, RuntimeError) as exc:
+        raise NamespaceServerError(f"{client.where}: describe {_shown(list(table_id))}: {exc}") from None
+    return {str(k): str(v) for k, v in options.items()}
 
 
 def _shown(path: list[str]) -> str:

@@ -1,26 +1,67 @@
-"""The fleet page: the fleet's view (:mod:`memwal.fleet.status`) as one self-contained HTML page.
+"""The fleet page: the last plan's report (:mod:`memwal.fleet.report`) as one self-contained page.
 
-Like the table page (:mod:`memwal.inspect.page`), whose stylesheet it shares: no script,
-nothing fetched, every value escaped where it lands (Jinja's autoescape), and the same
-Content-Security-Policy. ``link(uri)`` gives each table's page address (the Airflow view links
-to its own table pages; a file written by the CLI links nowhere).
+What an operator keeps open: the tables by status (``waiting``, which time alone frees, apart
+from ``behind``), the trends of the fleet's debt and lag over the plan history, a breakdown per
+source and per quota group, the service-level breaches, the spread of pending generations per
+shard, the top tables each with what it holds and why (reasons inline), their last runs and
+failures, and the operator's pauses and their log. It is drawn from the stored report alone:
+opening it plans nothing.
+
+Like the table page (:mod:`memwal.inspect.page`), whose stylesheet it extends: no script,
+nothing fetched, every value escaped where it lands (Jinja's autoescape; charts escape their
+own), the same Content-Security-Policy. The report comes from storage: every figure is
+type-checked here (:func:`_num`), a malformed row is skipped, never fatal. ``link(uri)`` gives
+each table's page address; ``control`` the address where an operator acts (the Airflow view
+points at the control DAG's page; a file written by the CLI shows the commands).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from memwal.core.text import clip
-from memwal.fleet.status import STATES, FleetStatus
-from memwal.inspect.page import fmt_age, stylesheet, write_chunks
+from memwal.fleet.status import ORDER, FleetStatus, history_points
+from memwal.inspect.page import fmt_age, fmt_bytes, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
 
-_BADGE = {"idle": "ok", "behind": "running", "held": "fenced", "problem": "failed"}
-_NOTES = {"idle": "nothing to do", "behind": "jobs planned", "held": "a job's lease is held", "problem": "unreadable"}
+_BADGE = {"idle": "ok", "behind": "running", "waiting": "waiting", "held": "fenced", "paused": "paused",
+          "problem": "failed"}
+_NOTES = {"idle": "nothing owed", "behind": "jobs to run now", "waiting": "time alone frees them",
+          "held": "a job's lease is held", "paused": "an operator paused them", "problem": "unreadable"}
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _maps(value: Any) -> list[Mapping[str, Any]]:
+    """The mappings of a stored list (anything else in it, or a list that is not one, skipped)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _text(doc: Mapping[str, Any], key: str, limit: int) -> str:
+    value = doc.get(key)
+    return clip("" if value is None else str(value), limit)
+
+
+def _int(value: Any) -> int:
+    return int(_num(value) or 0)
+
+
+def _when(at: Any) -> str:
+    t = _num(at)
+    try:
+        return "-" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):
+        return "-"
 
 
 @cache
@@ -32,32 +73,129 @@ def _template() -> Any:
     return env.from_string(text)
 
 
-def fleet_page_chunks(st: FleetStatus, *, link: Callable[[str], str] | None = None,
-                      links: list[tuple[str, str, str]] | None = None, target: str = "_self") -> Iterator[str]:
+def fleet_stylesheet() -> str:
+    """The table page's stylesheet and the fleet page's own rules (one stylesheet: its hash is
+    the only style the policy allows)."""
+    return stylesheet() + resources.files("memwal.fleet").joinpath("fleet_page.css").read_text(encoding="utf-8")
+
+
+def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, Any]:
+    holds = _map(r.get("holds"))
+    status = str(r.get("status") or "idle")
+    last = [x for x in r.get("last") or [] if isinstance(x, Mapping)]
+    failure = _map(r.get("last_failure")) or None
+    waiting = _map(r.get("waiting"))
+    paused = _map(r.get("paused")) or None
+    table = str(r.get("table") or "")
+    idle = _num(holds.get("writer_idle_seconds"))
+    return {
+        "table": table, "status": status, "badge": _BADGE.get(status, ""), "debt": f"{_num(r.get('debt')) or 0:g}",
+        "source": str(r.get("source") or ""), "group": str(r.get("group") or ""),
+        "jobs": ", ".join(str(j) for j in r.get("jobs") or []) or "-",
+        "waiting": ", ".join(f"{j} until {_when(w.get('until') if isinstance(w, Mapping) else None)}"
+                             for j, w in waiting.items()),
+        "paused": None if paused is None else f"paused by {clip(str(paused.get('by')), 100)} "
+                                              f"{_when(paused.get('at'))}: {clip(str(paused.get('reason')), 300)}",
+        "reasons": [clip(str(x), 400) for x in list(r.get("reasons") or [])[:12]],
+        "breaches": [str(b) for b in r.get("breaches") or []],
+        "shards": _int(holds.get("shards")), "gens": _int(holds.get("unmerged_generations")),
+        "max_gens": _int(holds.get("max_shard_generations")), "rows": f"{_int(holds.get('unmerged_rows')):,}",
+        "bytes": fmt_bytes(_num(holds.get("unmerged_bytes"))),
+        "age": fmt_age(_num(holds.get("oldest_unmerged_age_seconds"))),
+        "fragments": _int(holds.get("fragments")), "collectable": _int(holds.get("collectable_generations")),
+        "writer": "-" if idle is None else fmt_age(idle), "orphaned": _int(holds.get("orphaned_shards")),
+        "last": "-" if not last else "; ".join(f"{clip(str(x.get('job')), 20)} {clip(str(x.get('status')), 20)}"
+                                                for x in last[:5]) + f" ({_when(last[0].get('at'))})",
+        "failures": _int(r.get("failures")),
+        "failure": None if failure is None else f"{clip(str(failure.get('job')), 20)} {_when(failure.get('at'))}: "
+                                                f"{clip(str(failure.get('error') or ''), 400)}",
+        "href": link(table) if link else None,
+    }
+
+
+def _trends(history: Sequence[Mapping[str, Any]]) -> list[Any]:
+    from memwal.inspect.charts import Point, line_chart
+
+    points = history_points(history)
+    if len(points) < 2:
+        return []
+    out = []
+    for key, label, cid, caption in (
+            ("debt", "debt", "trend-debt", "the fleet's debt at each plan"),
+            ("oldest_unmerged_age_seconds", "seconds", "trend-lag", "the fleet's oldest unmerged generation (lag)"),
+            ("behind", "tables", "trend-behind", "tables behind at each plan")):
+        series = [Point(float(p["at"]), _num(p.get(key)) or 0.0, f"{_when(p['at'])}: {_num(p.get(key)) or 0:g} {label}")
+                  for p in points]
+        out.append(line_chart(series, y_label=label, chart_id=cid, caption=caption))
+    return out
+
+
+def _histogram(report: Mapping[str, Any]) -> Any:
+    from memwal.inspect.charts import Bar, bar_chart
+
+    h = _map(report.get("histogram"))
+    bounds = [b for b in h.get("bounds") or [] if _num(b) is not None]
+    counts = [_int(c) for c in h.get("counts") or []]
+    if not counts or len(counts) != len(bounds) + 1:
+        return None
+    labels = [f"{int(b)}" if i == 0 else f"{int(bounds[i - 1]) + 1}-{int(b)}" if b - bounds[i - 1] > 1 else f"{int(b)}"
+              for i, b in enumerate(bounds)] + [f">{int(bounds[-1])}"]
+    bars = [Bar(label, n, f"{n:,} shards with {label} pending generations", "bad" if i > 4 else "")
+            for i, (label, n) in enumerate(zip(labels, counts, strict=True))]
+    return bar_chart(bars, y_label="shards", chart_id="pending-histogram",
+                     caption="shards by pending (unmerged) generations", height=180)
+
+
+def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = None,
+                      link: Callable[[str], str] | None = None, links: list[tuple[str, str, str]] | None = None,
+                      control: str | None = None, state_uri: str | None = None) -> Iterator[str]:
     from markupsafe import Markup
 
     from memwal.core.version import __version__
 
-    rows = []
-    for t in st.top:
-        r = t.last_run
-        last = "-" if r is None else f"{r.job} {r.outcome}, {datetime.fromtimestamp(r.started_at, UTC):%Y-%m-%d %H:%M}"
-        rows.append({"table": t.table, "state": t.state, "badge": _BADGE.get(t.state, ""), "debt": f"{t.debt:g}",
-                     "jobs": ", ".join(t.jobs) or "-", "lag": t.lag_generations, "age": fmt_age(t.lag_seconds),
-                     "last": last, "error": clip(t.error or (t.last_run.error if t.last_run else None) or "", 500),
-                     "reasons": clip("; ".join(t.reasons), 1000), "href": link(t.table) if link else None,
-                     "target": target})
-    css = stylesheet()
+    r = st.report
+    by = _map(r.get("by_status"))
+    breaches = _map(r.get("breaches"))
+    sources = [{"source": str(s.get("source")), "tables": _int(s.get("tables")),
+                "debt": f"{_num(s.get('debt')) or 0:g}",
+                "by": {k: _int(_map(s.get("by_status")).get(k)) for k in ORDER if k != "problem"},
+                "problems": _int(s.get("problems")), "breaches": _int(s.get("breaches")),
+                "gens": _int(s.get("unmerged_generations")),
+                "age": fmt_age(_num(s.get("oldest_unmerged_age_seconds")))} for s in _maps(r.get("sources"))]
+    groups = [{"group": str(g.get("group")), "share": f"{(_num(g.get('share')) or 0):.0%}",
+               "tables": _int(g.get("tables")), "with_work": _int(g.get("with_work")),
+               "debt": f"{_num(g.get('debt')) or 0:g}"} for g in _maps(r.get("groups"))]
+    named = [{"table": str(b.get("table")), "slo": str(b.get("slo")), "value": f"{_num(b.get('value')) or 0:,.0f}",
+              "target": f"{_num(b.get('target')) or 0:,.0f}"} for b in _maps(breaches.get("named"))]
+    log = [{"at": _when(e.get("at")), "action": _text(e, "action", 20), "target": _text(e, "target", 300),
+            "by": _text(e, "by", 100), "reason": _text(e, "reason", 300)}
+           for e in reversed(_maps(_map(controls).get("log"))[-30:])]
+    pauses = [{"target": _text(p, "target", 300), "by": _text(p, "by", 100), "at": _when(p.get("at")),
+               "reason": _text(p, "reason", 300), "origin": str(p.get("origin") or "state")}
+              for p in _maps(r.get("pauses"))]
+    failures = [{"table": _text(f, "table", 300), "at": _when(f.get("at")), "job": _text(f, "job", 20),
+                 "error": _text(f, "error", 400)} for f in _maps(r.get("failures"))]
+    problems = [{"table": _text(p, "table", 300), "error": _text(p, "error", 400)} for p in _maps(r.get("problems"))]
+    css = fleet_stylesheet()
+    hist = _histogram(r)
     chunks: Iterator[str] = _template().generate(
-        version=__version__, st=st, now=datetime.fromtimestamp(st.now, UTC).strftime("%Y-%m-%d %H:%M:%S"),
-        states=[(s, st.by_state.get(s, 0)) for s in STATES], notes=_NOTES, rows=rows, links=list(links or []),
-        css=Markup(css), policy=meta_policy(css))
+        version=__version__, at=_when(r.get("at")), discovered=_int(r.get("discovered")),
+        debt=f"{_num(r.get('debt')) or 0:g}", skipped=_int(r.get("skipped")), requests=_int(r.get("requests")),
+        plan_seconds=f"{_num(r.get('seconds')) or 0:.1f}", lag=fmt_age(_num(r.get("oldest_unmerged_age_seconds"))),
+        orphaned=_int(r.get("orphaned_tables")), states=[(s, _int(by.get(s)), _NOTES[s]) for s in ORDER],
+        breach_tables=_int(breaches.get("tables")), breach_named=named,
+        breach_counts={str(k): _int(v) for k, v in (breaches.get("count") or {}).items()},
+        rows=[_row(x, link) for x in r.get("top") or [] if isinstance(x, Mapping)], sources=sources, groups=groups,
+        trends=_trends(st.history), history=len(st.history), histogram=hist, pauses=pauses, log=log,
+        failures=failures, problems=problems, problem_count=_int(r.get("problem_count")), links=list(links or []),
+        control=control, state_uri=state_uri, css=Markup(css), policy=meta_policy(css))
     return chunks
 
 
-def write_fleet_page(path: str, status: FleetStatus) -> None:
+def write_fleet_page(path: str, status: FleetStatus, *, controls: Mapping[str, Any] | None = None,
+                     state_uri: str | None = None) -> None:
     """The fleet page written atomically to ``path`` (as the table page is)."""
-    write_chunks(path, fleet_page_chunks(status))
+    write_chunks(path, fleet_page_chunks(status, controls=controls, state_uri=state_uri))
 
 
-__all__ = ["fleet_page_chunks", "write_fleet_page"]
+__all__ = ["fleet_page_chunks", "fleet_stylesheet", "write_fleet_page"]

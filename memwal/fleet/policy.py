@@ -1,5 +1,5 @@
 """A fleet's policy: when a table needs a job, how much each job's debt weighs, how big a batch
-one run may take, and with which job options.
+one run may take, with which job options, the service levels owed, and the operator's controls.
 
 A policy file (YAML or JSON) has ``defaults`` and optional overrides, each a partial policy
 laid over what it overrides::
@@ -9,10 +9,17 @@ laid over what it overrides::
       weights: {merge: 2}
       batch: {max_generations: 32}
       options: {gc: {grace_seconds: 600}}
+      slo: {oldest_unmerged_seconds: 1800, generations_per_shard: 8}
     sources:                 # by the source string, or a glob over table URIs
       "s3://lake/hot/*": {thresholds: {merge_age_seconds: 60}}
     tables:                  # by table URI (or glob): the last word
-      "s3://lake/hot/events": {weights: {merge: 5}}
+      "s3://lake/hot/events": {weights: {merge: 5}, slo: {oldest_unmerged_seconds: 300}}
+    paused:                  # withheld until resumed (memwal.fleet.controls)
+      "s3://lake/legacy/*": {by: alice, reason: "migrating until December"}
+    quiet_hours:             # no job (or none of these kinds) starts inside a window
+      - {from: "08:00", to: "18:00", days: [mon, tue, wed, thu, fri], jobs: [compact, gc]}
+    quotas:                  # shares of the budget, borrowed when idle (memwal.fleet.quota)
+      hot: {share: 0.6, match: ["s3://lake/hot/*"]}
 
 Every key is checked when the file is read: an unknown key or a bad value is bad input
 naming its place (``tables."s3://x".thresholds.merge_generations``), before anything runs.
@@ -28,8 +35,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from memwal.errors import BadInputError
+from memwal.fleet.controls import Controls, Pause, QuietHours, pauses_from, quiet_from
+from memwal.fleet.quota import Quota, quotas_from
 
 JOBS = ("merge", "catchup", "compact", "snapshot", "gc")
+POLICY_KEYS = ("defaults", "sources", "tables", "paused", "quiet_hours", "quotas")
 #: Largest policy file read.
 MAX_POLICY_BYTES = 1 << 20
 #: Largest number a policy value may be (exact in a float; some 285 years of seconds).
@@ -49,6 +59,9 @@ class Thresholds:
     gc_generations: int = 1  # merged, caught-up generations still on storage
     snapshot_age_seconds: float = 300.0  # republish when a writer flushed after the snapshot and it is this old
     gc_retry_seconds: float = 600.0  # after a GC that waits for time, plan it again only this much later
+    #: A shard with unmerged generations and no write for this long has no live writer (its
+    #: owner is gone: nobody else will drain it): such tables are drained first.
+    writer_gone_seconds: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -72,12 +85,23 @@ class Batch:
 
 
 @dataclass(frozen=True)
+class Slo:
+    """The service level a table is owed (null: no target): breaches are counted, alerted and
+    shown (:mod:`memwal.fleet.slo`). Paimon stops writers at 8 sorted runs; lance-context's own
+    merges start at 8 generations."""
+
+    oldest_unmerged_seconds: float | None = 1800.0  # the oldest unmerged generation, at most this old
+    generations_per_shard: int | None = 8  # unmerged generations in any one shard, at most
+
+
+@dataclass(frozen=True)
 class TablePolicy:
     thresholds: Thresholds = field(default_factory=Thresholds)
     weights: Weights = field(default_factory=Weights)
     batch: Batch = field(default_factory=Batch)
     #: Job options by job (as the job's command takes them): ``{"gc": {"grace_seconds": 600}}``.
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    slo: Slo = field(default_factory=Slo)
     #: On the Spark engine, a table with more unmerged bytes than this runs through the per-table
     #: Spark engines; smaller ones run as tasks of one Spark application, the local engine inside.
     spark_min_bytes: int = 1 << 30
@@ -89,6 +113,13 @@ class Policy:
     #: ``(pattern, overrides)``, applied in order: a source string, or a glob over table URIs.
     sources: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     tables: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    paused: tuple[Pause, ...] = ()
+    quiet_hours: tuple[QuietHours, ...] = ()
+    quotas: tuple[Quota, ...] = ()
+
+    def controls(self) -> Controls:
+        """The policy's pauses and quiet hours (the state's pauses are laid on by the caller)."""
+        return Controls(self.paused, self.quiet_hours)
 
     def for_table(self, uri: str, source: str) -> TablePolicy:
         """The defaults, then every matching source override, then every matching table override."""
@@ -145,7 +176,8 @@ def _section(cls: type, base: Any, over: Any, where: str) -> Any:
         default = getattr(cls(), key)
         kind = int if isinstance(default, int) or (default is None and key.startswith("max_")) else float
         # a batch of nothing would pass the plan and fail every run
-        changes[key] = _number(f"{where}.{key}", value, kind, optional=default is None, least=int(cls is Batch))
+        changes[key] = _number(f"{where}.{key}", value, kind, optional=default is None or cls is Slo,
+                               least=int(cls is Batch))
     return replace(base, **changes)
 
 
@@ -163,11 +195,13 @@ def _overlay(base: TablePolicy, over: Any, where: str) -> TablePolicy:
             out = replace(out, batch=_section(Batch, out.batch, value, f"{where}.batch"))
         elif key == "options":
             out = replace(out, options=_job_options(out.options, value, f"{where}.options"))
+        elif key == "slo":
+            out = replace(out, slo=_section(Slo, out.slo, value, f"{where}.slo"))
         elif key == "spark_min_bytes":
             out = replace(out, spark_min_bytes=_number(f"{where}.spark_min_bytes", value, int))
         else:
             raise BadInputError(f"policy {where}.{_name(key)}: unknown key (expected thresholds, weights, batch, "
-                                "options, spark_min_bytes)")
+                                "options, slo, spark_min_bytes)")
     return out
 
 
@@ -199,10 +233,10 @@ def policy_from(doc: Any, where: str = "policy") -> Policy:
     if doc is None:
         return Policy()
     if not isinstance(doc, Mapping):
-        raise BadInputError(f"{where}: expected a mapping with defaults, sources, tables")
-    unknown = sorted(repr(k) if isinstance(k, str) else _shown(k) for k in set(doc) - {"defaults", "sources", "tables"})
+        raise BadInputError(f"{where}: expected a mapping with {', '.join(POLICY_KEYS)}")
+    unknown = sorted(repr(k) if isinstance(k, str) else _shown(k) for k in set(doc) - set(POLICY_KEYS))
     if unknown:
-        raise BadInputError(f"{where}: unknown key {unknown[0]} (expected defaults, sources, tables)")
+        raise BadInputError(f"{where}: unknown key {unknown[0]} (expected {', '.join(POLICY_KEYS)})")
     defaults = _overlay(TablePolicy(), doc.get("defaults") or {}, "defaults")
     pairs: dict[str, tuple[tuple[str, Mapping[str, Any]], ...]] = {}
     for part in ("sources", "tables"):
@@ -212,7 +246,8 @@ def policy_from(doc: Any, where: str = "policy") -> Policy:
         for pattern, over in given.items():
             _overlay(defaults, over, f"{part}.{json.dumps(_key(pattern))}")  # checked now, not when a table matches
         pairs[part] = tuple((str(p), o) for p, o in given.items())
-    return Policy(defaults, pairs["sources"], pairs["tables"])
+    return Policy(defaults, pairs["sources"], pairs["tables"], pauses_from(doc.get("paused"), "paused"),
+                  quiet_from(doc.get("quiet_hours"), "quiet_hours"), quotas_from(doc.get("quotas"), "quotas"))
 
 
 def load_policy(path: str | None) -> Policy:
@@ -235,4 +270,4 @@ def load_policy(path: str | None) -> Policy:
         raise BadInputError(f"--policy {path}: {exc}") from None
 
 
-__all__ = ["JOBS", "Batch", "Policy", "TablePolicy", "Thresholds", "Weights", "load_policy", "policy_from"]
+__all__ = ["JOBS", "Batch", "Policy", "Slo", "TablePolicy", "Thresholds", "Weights", "load_policy", "policy_from"]

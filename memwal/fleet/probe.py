@@ -3,7 +3,8 @@
 Per table, in requests on an object store:
 
 1. one listing of ``_versions/`` (its first page: V2 manifest names sort newest first) gives
-   the latest version's key;
+   the latest version's key; discovery made it already when it found the table
+   (:mod:`memwal.fleet.sources`), and hands it over (``latest``);
 2. the latest manifest (merge progress, catch-up, the published snapshot's time, fragments,
    index coverage) is read only when its key or ETag differs from the cached one;
 3. the shards' keys are listed around ``_mem_wal/_jobs/`` (:meth:`Store.list_around`: our
@@ -22,16 +23,15 @@ every gate; a wrong figure can only order the work differently, never do unsafe 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import threading
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
 from pyroaring import BitMap
 
 from memwal.errors import BadInputError, NotFoundError
+from memwal.fleet.cache import ProbeCache
+from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
 from memwal.store import ObjectInfo, Store
 from memwal.table.manifest import TableManifest, decode_table_manifest, fragment_stats, maintained_indexes
 from memwal.table.naming import (
@@ -49,156 +49,27 @@ log = logging.getLogger(__name__)
 _JOBS_FOLDER = "_jobs"
 
 
-@dataclass(frozen=True)
-class ShardFacts:
-    """One shard, as its listing and the table manifest tell it."""
-
-    shard_id: str
-    merged: int
-    #: Generation number -> (bytes on storage, oldest file time) of every generation folder
-    #: above the merged one, and the rows of those the shard manifest lists.
-    unmerged: dict[int, tuple[int, float]]
-    unmerged_rows: int
-    #: Generation folders at or below every index's catch-up (GC may take them), their bytes,
-    #: and the oldest one's flush time (none can go before it is older than GC's retention).
-    collectable: int
-    collectable_bytes: int
-    collectable_since: float | None
-    #: Generations merged but not yet indexed, per maintained index.
-    index_behind: dict[str, int]
-    #: When its newest manifest was written (a writer's last flush).
-    last_flush: float | None
-
-
-@dataclass(frozen=True)
-class TableFacts:
-    """What the fleet knows of one table (see the module docstring)."""
-
-    uri: str
-    version: int
-    mem_wal: bool
-    maintained_indexes: tuple[str, ...]
-    shards: tuple[ShardFacts, ...]
-    fragments: int
-    live_rows: int
-    deleted_rows: int
-    unindexed_fraction: dict[str, float]
-    snapshot_at: float | None
-    fingerprint: str
-    problems: tuple[str, ...] = ()
-    #: Requests this probe sent (listings and reads), for the fleet's request budget.
-    requests: int = field(default=0, compare=False)
-
-
-@dataclass(frozen=True)
-class ManifestFacts:
-    """What the fleet takes from one table manifest (plain data: it is cached, and saved)."""
-
-    tag: str  # the manifest's key and ETag
-    version: int
-    mem_wal: bool
-    indexes: tuple[str, ...]
-    compacted: dict[str, int]
-    catchup: dict[str, dict[str, int]]
-    snapshot_at: float | None
-    fragments: int
-    live_rows: int
-    deleted_rows: int
-    unindexed_fraction: dict[str, float]
-
-
-@dataclass
-class ProbeCache:
-    """Manifest facts and table facts of earlier probes, by table (thread-safe); saved to and
-    loaded from a JSON file so that separate runs (an Airflow task each tick) share it. A cache
-    is only ever used under the same manifest tag or listing fingerprint: it saves reads, it
-    never stands in for a table that changed. An unreadable cache file is ignored whole."""
-
-    manifests: dict[str, ManifestFacts] = field(default_factory=dict)
-    facts: dict[str, TableFacts] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def known_tables(self) -> frozenset[str]:
-        """The tables earlier probes found (discovery need not list their folders again)."""
-        with self._lock:
-            return frozenset(self.manifests)
-
-    def get_facts(self, uri: str, fingerprint: str) -> TableFacts | None:
-        with self._lock:
-            cached = self.facts.get(uri)
-        return cached if cached is not None and cached.fingerprint == fingerprint else None
-
-    def put_facts(self, facts: TableFacts) -> None:
-        with self._lock:
-            self.facts[facts.uri] = facts
-
-    def get_manifest(self, uri: str, tag: str) -> ManifestFacts | None:
-        with self._lock:
-            cached = self.manifests.get(uri)
-        return cached if cached is not None and cached.tag == tag else None
-
-    def put_manifest(self, uri: str, facts: ManifestFacts) -> None:
-        with self._lock:
-            self.manifests[uri] = facts
-
-    def save(self, path: str) -> None:
-        """Write the cache to ``path`` atomically (a file of our own: never a link followed)."""
-        from memwal.inspect.page import write_chunks
-
-        with self._lock:
-            doc = {"format": 1, "manifests": {u: asdict(m) for u, m in self.manifests.items()},
-                   "facts": {u: asdict(f) for u, f in self.facts.items()}}
-        write_chunks(path, [json.dumps(doc)])
-
-    @classmethod
-    def load(cls, path: str | None) -> ProbeCache:
-        cache = cls()
-        if not path or not os.path.isfile(path):
-            return cache
-        try:
-            with open(path, encoding="utf-8") as f:
-                if os.fstat(f.fileno()).st_size > MAX_CACHE_BYTES:  # refused before a byte is read
-                    raise ValueError(f"larger than {MAX_CACHE_BYTES:,} bytes")
-                text = f.read(MAX_CACHE_BYTES + 1)
-            if len(text) > MAX_CACHE_BYTES:
-                raise ValueError(f"larger than {MAX_CACHE_BYTES:,} bytes")
-            doc = json.loads(text)
-            if doc.get("format") != 1:
-                return cache
-            for uri, m in doc["manifests"].items():
-                cache.manifests[uri] = ManifestFacts(**{**m, "indexes": tuple(m["indexes"])})
-            for uri, t in doc["facts"].items():
-                shards = tuple(ShardFacts(**{**s, "unmerged": {int(g): tuple(v) for g, v in s["unmerged"].items()}})
-                               for s in t["shards"])
-                cache.facts[uri] = TableFacts(**{**t, "shards": shards, "maintained_indexes":
-                                                 tuple(t["maintained_indexes"]), "problems": tuple(t["problems"])})
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            log.warning("ignoring the fleet cache %s: %s", path, exc)
-            return cls()
-        return cache
-
-
-#: Largest cache file read (some 2 KB a table).
-MAX_CACHE_BYTES = 256 << 20
-
-
-def _latest_manifest(store: Store) -> ObjectInfo:
-    """The latest table manifest's listing entry: the first manifest of ``_versions/`` in key
-    order (V2 names), else the highest version of a full listing (older tables). Names are
-    read by the one rule of ``_versions/`` (:func:`memwal.table.naming.table_version_of`): a
-    stray file there is no manifest."""
+def latest_manifest(store: Store, prefix: str = "") -> ObjectInfo | None:
+    """The latest table manifest's listing entry under ``prefix`` (a table folder, or ``""``:
+    the store's own root), its key relative to ``prefix``; None when there is none (not a
+    Lance table). The first of ``_versions/`` in key order (V2 names, newest first: the first
+    page of the listing only), else the highest version of the whole listing (older tables).
+    Names are read by the one rule of ``_versions/`` (:func:`memwal.table.naming.table_version_of`):
+    a stray file there is no manifest."""
+    folder = f"{prefix}_versions/"
     first: ObjectInfo | None = None
-    for obj in store.list("_versions/", recursive=False):
-        if table_version_of(obj.key) is not None:
+    for obj in store.list(folder):
+        name = obj.key[len(folder):]
+        if "/" not in name and table_version_of(name) is not None:
             first = obj
             break
     if first is None:
-        raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
-    if len(first.key.rsplit("/", 1)[-1].removesuffix(".manifest")) == V2_NAME_DIGITS:
-        return first
-    manifests = [(v, o) for o in store.list("_versions/", recursive=False)
-                 if (v := table_version_of(o.key)) is not None]
-    return max(manifests, key=lambda p: p[0])[1]
+        return None
+    if len(first.key.rsplit("/", 1)[-1].removesuffix(".manifest")) != V2_NAME_DIGITS:
+        manifests = [(v, o) for o in store.list(folder, recursive=False)
+                     if (v := table_version_of(o.key)) is not None]
+        first = max(manifests, key=lambda p: p[0])[1]
+    return replace(first, key=first.key[len(prefix):])
 
 
 def _index_coverage(manifest: TableManifest, live: dict[int, int], indexes: Iterable[str]) -> dict[str, float]:
@@ -217,7 +88,7 @@ def _index_coverage(manifest: TableManifest, live: dict[int, int], indexes: Iter
     return out
 
 
-def _manifest_facts(store: Store, latest: ObjectInfo, tag: str) -> ManifestFacts:
+def _manifest_facts(store: Store, latest: ObjectInfo, tag: str, before: ManifestFacts | None) -> ManifestFacts:
     data = store.get(latest.key)
     where = store.uri_for(latest.key)
     manifest = decode_table_manifest(data, key=latest.key, where=where)
@@ -225,21 +96,31 @@ def _manifest_facts(store: Store, latest: ObjectInfo, tag: str) -> ManifestFacts
     mem_wal = manifest.mem_wal is not None
     indexes = tuple(i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME) if mem_wal else ()
     snapshot = manifest.mem_wal.snapshot_ts_millis if manifest.mem_wal is not None else 0
+    merged_at: dict[str, float] = {}
+    if before is not None:  # a cold probe cannot tell when the progress moved
+        for shard, g in manifest.compacted.items():
+            known = before.merged_at.get(shard)
+            moved = g != before.compacted.get(shard)
+            if moved or known is not None:
+                merged_at[shard] = manifest.timestamp if moved else float(known or 0.0)
     return ManifestFacts(tag, manifest.version, mem_wal, indexes, dict(manifest.compacted),
                          {k: dict(v) for k, v in manifest.index_catchup.items()}, snapshot / 1000 if snapshot else None,
                          stats.fragments, stats.physical_rows - stats.deleted_rows, stats.deleted_rows,
-                         _index_coverage(manifest, stats.live_rows, indexes))
+                         _index_coverage(manifest, stats.live_rows, indexes), merged_at)
 
 
-def probe(uri: str, store: Store, cache: ProbeCache | None = None) -> TableFacts:
-    """The facts of the table at ``uri`` (see the module docstring)."""
+def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: ObjectInfo | None = None) -> TableFacts:
+    """The facts of the table at ``uri`` (see the module docstring). ``latest``: the latest
+    manifest's listing entry, when discovery listed ``_versions/`` a moment ago."""
     cache = cache or ProbeCache()
     sent = store.requests_sent
-    latest = _latest_manifest(store)
+    latest = latest or latest_manifest(store)
+    if latest is None:
+        raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
     tag = f"{latest.key}:{latest.etag}"
     m = cache.get_manifest(uri, tag)
     if m is None:
-        m = _manifest_facts(store, latest, tag)
+        m = _manifest_facts(store, latest, tag, cache.last_manifest(uri))
         cache.put_manifest(uri, m)
     if not m.mem_wal:
         return TableFacts(uri, m.version, False, (), (), m.fragments, m.live_rows, m.deleted_rows, {}, None, tag,
@@ -254,7 +135,8 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None) -> TableFacts
         return replace(known, requests=store.requests_sent - sent)
     shards, problems = _shards(store, m, listing)
     facts = TableFacts(uri, m.version, True, m.indexes, shards, m.fragments, m.live_rows, m.deleted_rows,
-                       m.unindexed_fraction, m.snapshot_at, fingerprint, problems, store.requests_sent - sent)
+                       m.unindexed_fraction, m.snapshot_at, fingerprint, problems, store.requests_sent - sent,
+                       dict(m.merged_at))
     cache.put_facts(facts)
     return facts
 
@@ -264,11 +146,13 @@ def _shards(store: Store, m: ManifestFacts,
     """Per shard, from the listing (and the latest manifest of a shard with unmerged data)."""
     folders: dict[str, dict[int, list[ObjectInfo]]] = {}
     manifests: dict[str, list[tuple[int, ObjectInfo]]] = {}
+    written: dict[str, float] = {}
     for o in listing:
         parts = o.key.split("/")
         if len(parts) < 4 or parts[1].startswith("_"):
             continue  # our own folders (staging, ...) and loose files
         shard, top = parts[1], parts[2]
+        written[shard] = max(written.get(shard, 0.0), o.mtime)
         if top == "manifest":
             version = parse_manifest_name(parts[3])
             if version is not None:
@@ -302,8 +186,8 @@ def _shards(store: Store, m: ManifestFacts,
             shard, merged, unmerged, rows, len(collectable), sum(o.size for objs in collectable.values() for o in objs),
             min((o.mtime for objs in collectable.values() for o in objs), default=None),
             {i: max(0, merged - m.catchup.get(i, {}).get(shard, 0)) for i in m.indexes},
-            versions[-1][1].mtime if versions else None))
+            versions[-1][1].mtime if versions else None, written.get(shard)))
     return tuple(out), tuple(problems)
 
 
-__all__ = ["ManifestFacts", "ProbeCache", "ShardFacts", "TableFacts", "probe"]
+__all__ = ["ManifestFacts", "ShardFacts", "TableFacts", "latest_manifest", "probe"]

@@ -12,8 +12,13 @@ Rounds go on until a round finds no work, or does none (everything it ran was he
 waiting or had nothing to do), or ``max_seconds`` passes: no table is started after it. A
 job that ran and found nothing to do is not planned again for that table until the table
 changes (its probe fingerprint), nor is one that failed without committing anything; a GC
-that waits for time is not planned again before the policy's ``gc_retry_seconds``. An idle
+that waits for time is not planned again before the policy's ``gc_retry_seconds``; a table
+an operator cancelled (``memwal fleet cancel``) is not started again by this run. An idle
 fleet runs nothing and so commits nothing.
+
+With a state folder (:mod:`memwal.fleet.state`) each round plans with the fleet's shared
+state (:func:`memwal.fleet.shared.plan_shared`: the cache, the pauses, the waits, the last
+plan's report) and leaves its tables' outcomes in the run log (:mod:`memwal.fleet.runs`).
 
 Tables run on a :class:`TableRunner`: threads in this process (``local``), or, on the
 ``spark`` engine, small tables as tasks of one Spark application (a table per task, the
@@ -23,6 +28,7 @@ Spark engines on the driver (``memwal.spark.engine.fleet``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -33,10 +39,12 @@ from memwal.actions import ACTIONS
 from memwal.core import clock as clocks
 from memwal.core.document import Document
 from memwal.cycle import CycleResult, JobStatus, parse_jobs, run_cycle_at
-from memwal.fleet.plan import FleetPlan, TablePlan, check_sources_yield_tables, plan_fleet
+from memwal.fleet.cache import ProbeCache
+from memwal.fleet.plan import FleetPlan, TablePlan, check_sources_yield_tables
 from memwal.fleet.policy import Policy, TablePolicy
-from memwal.fleet.probe import ProbeCache
+from memwal.fleet.shared import plan_shared
 from memwal.fleet.sources import discover
+from memwal.fleet.state import FleetState
 
 
 @dataclass(frozen=True)
@@ -51,12 +59,15 @@ class TableWork:
     storage_options: Mapping[str, str] = field(repr=False)
     #: Large enough for the per-table Spark engines (the spark runner only).
     large: bool = False
+    #: A namespace table's id: where it runs, its credentials are asked of the namespace again.
+    namespace_id: tuple[str, ...] = ()
 
     def to_dict(self, *, storage_options: bool = False) -> dict[str, Any]:
         """Plain JSON data; the storage options (credentials) only when asked for, for a
         private file, never for a document that is stored or shown (an Airflow XCom)."""
         doc: dict[str, Any] = {"table": self.table, "source": self.source, "debt": self.debt, "jobs": list(self.jobs),
-                               "options": {j: dict(o) for j, o in self.options.items()}, "large": self.large}
+                               "options": {j: dict(o) for j, o in self.options.items()}, "large": self.large,
+                               "namespace_id": list(self.namespace_id)}
         if storage_options:
             doc["storage_options"] = dict(self.storage_options)
         return doc
@@ -67,7 +78,8 @@ class TableWork:
         options = {**dict(doc.get("storage_options") or {}), **dict(storage_options or {})}
         return cls(str(doc["table"]), str(doc.get("source") or ""), float(doc.get("debt") or 0.0),
                    tuple(str(j) for j in doc["jobs"]), {str(j): dict(o) for j, o in dict(doc["options"]).items()},
-                   {str(k): str(v) for k, v in options.items()}, bool(doc.get("large")))
+                   {str(k): str(v) for k, v in options.items()}, bool(doc.get("large")),
+                   tuple(str(x) for x in doc.get("namespace_id") or ()))
 
 
 def run_table_work(work: TableWork) -> CycleResult:
@@ -183,8 +195,8 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
               namespace_properties: Mapping[str, str] | None = None, workers: int = 2,
               max_seconds: float | None = None, jobs: Sequence[str] | None = None, engine: str = "local",
               dry_run: bool = False, max_rounds: int | None = None, cache: ProbeCache | None = None,
-              notify: Notify | None = None, runner: TableRunner | None = None,
-              listed: Sequence[str] = ()) -> FleetRunResult:
+              notify: Notify | None = None, runner: TableRunner | None = None, state: FleetState | None = None,
+              top: int = 50, listed: Sequence[str] = ()) -> FleetRunResult:
     """Run the fleet (see the module docstring); ``notify("round", plan)`` and
     ``notify("table", CycleResult)`` as rounds are planned and tables end. ``listed``: the
     sources that are lines of a tables file (memwal.fleet.sources.discover)."""
@@ -192,17 +204,20 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
     deadline = None if max_seconds is None else started + max_seconds
     policy = policy or Policy()
     wanted = set(parse_jobs(list(jobs) if jobs else None))
-    cache = cache or ProbeCache()
+    cache = cache or (ProbeCache.of_state(state) if state is not None else ProbeCache())
     runner = runner or table_runner(engine)
     hear = notify or (lambda event, value: None)
     backoff: dict[str, dict[str, float]] = {}
     quiet: dict[tuple[str, str], str] = {}  # (table, job) -> the fingerprint at which it found nothing to do
     rounds: list[Round] = []
     not_started: tuple[str, ...] = ()
+    def found(known: frozenset[str], exclude: frozenset[str]) -> Any:
+        return discover(sources, storage_options=storage_options, namespace_properties=namespace_properties,
+                        known=known, exclude=exclude, listed=listed)
+
     while True:
-        discovery = discover(sources, storage_options=storage_options, namespace_properties=namespace_properties,
-                             known=cache.known_tables(), listed=listed)
-        plan = plan_fleet(discovery, policy, cache=cache, now=clocks.current()(), backoff=backoff)
+        plan = plan_shared(found, policy, state=state, cache=cache, top=top, now=clocks.current()(), backoff=backoff,
+                           save=not dry_run).plan
         if not rounds:
             check_sources_yield_tables(plan, list(sources))
         hear("round", plan)
@@ -218,15 +233,28 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         not_started = tuple(w.table for w in work if w.table not in ended)
         rounds.append(Round(len(rounds) + 1, plan, tuple(results)))
         progressed = _remember(results, plan, policy, backoff, quiet)
+        if state is not None and not dry_run:
+            from memwal.fleet.runs import record_results
+
+            of = {p.table: p.source for p in plan.tables}
+            record_results(state, results, now=clocks.current()(), retry_after=functools.partial(_retry, policy, of))
         if dry_run or not progressed or (deadline is not None and time.monotonic() >= deadline) \
                 or (max_rounds is not None and len(rounds) >= max_rounds):
             break
     return FleetRunResult(tuple(rounds), time.monotonic() - started, engine, dry_run, not_started)
 
 
+JOB_ORDER_ALL = tuple(ACTIONS)
+
+
+def _retry(policy: Policy, sources: Mapping[str, str], table: str) -> float:
+    """Seconds before a GC of ``table`` that waited for time is planned again."""
+    return policy.for_table(table, sources.get(table, "")).thresholds.gc_retry_seconds
+
+
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,
           dry_run: bool) -> TableWork | None:
-    jobs = tuple(j for j in t.jobs if j in wanted and quiet.get((t.table, j)) != t.facts.fingerprint)
+    jobs = tuple(j for j in t.jobs if j in wanted and quiet.get((t.table, j)) not in (t.facts.fingerprint, ""))
     return work_for(t, policy, jobs, engine=engine, dry_run=dry_run)
 
 
@@ -238,7 +266,8 @@ def work_for(t: TablePlan, policy: Policy, jobs: Sequence[str], *, engine: str, 
     tp = policy.for_table(t.table, t.source)
     return TableWork(t.table, t.source, t.debt, tuple(jobs),
                      {j: options_for(tp, j, engine=engine, dry_run=dry_run) for j in jobs},
-                     dict(t.ref.storage_options), large=t.state.unmerged_bytes >= tp.spark_min_bytes)
+                     dict(t.ref.storage_options), large=t.state.unmerged_bytes >= tp.spark_min_bytes,
+                     namespace_id=t.ref.namespace_id)
 
 
 def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, backoff: dict[str, dict[str, float]],
@@ -249,6 +278,9 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
     sources = {t.table: t.source for t in plan.tables}
     progressed = False
     for r in results:
+        if r.cancelled is not None:  # an operator stopped it: not again in this run
+            quiet.update({(r.table, j): "" for j in JOB_ORDER_ALL})
+            continue
         for j in r.jobs:
             doc = j.document or {}
             did = j.version is not None or bool(doc.get("deleted")) or bool(doc.get("wal_entries_deleted"))

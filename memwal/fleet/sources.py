@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from memwal.errors import BadInputError, MemWalError, first_line
-from memwal.fleet.namespaces import NAMESPACE_PREFIX, namespace_tables
+from memwal.fleet.namespaces import NAMESPACE_PREFIX, namespace_tables, vended_options
 from memwal.fleet.sources_model import Discovery, Skipped, SourceProblem, TableRef
 
 #: Deepest folder level searched under a root (a deeper tree is reported, not walked).
@@ -39,12 +39,13 @@ def _is_uri(text: str) -> bool:
 
 def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | None = None,
              namespace_properties: Mapping[str, str] | None = None, known: Collection[str] = (),
-             listed: Collection[str] = ()) -> Discovery:
+             exclude: Collection[str] = (), listed: Collection[str] = ()) -> Discovery:
     """Every table the ``sources`` hold (each table once, by its normalised URI, in the order
     found). A folder under a root whose URI is in ``known`` (tables an earlier plan found) is
     taken as a table without listing it again: the probe's listing of its ``_versions/`` tells
-    if it still is one. A source in ``listed`` (a line of a tables file) that holds no table
-    is a problem of that table alone (a dropped table), not bad input."""
+    if it still is one. A folder in ``exclude`` (the fleet's own state) is skipped. A source in
+    ``listed`` (a line of a tables file) that holds no table is a problem of that table alone
+    (a dropped table), not bad input."""
     if not sources:
         raise BadInputError("no source given: pass table or root URIs, namespace:dir|rest, or --tables-file")
     tables: dict[str, TableRef] = {}
@@ -54,7 +55,7 @@ def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | Non
         before = len(skipped)
         try:
             found = list(_search(source, dict(storage_options or {}), dict(namespace_properties or {}), skipped,
-                                 frozenset(known)))
+                                 frozenset(known), frozenset(e.rstrip("/") for e in exclude)))
         except BadInputError:
             raise
         except (MemWalError, OSError, ValueError, RuntimeError) as exc:
@@ -72,19 +73,22 @@ def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | Non
 
 
 def _search(source: str, options: dict[str, str], ns_properties: dict[str, str],
-            skipped: list[Skipped], known: frozenset[str]) -> Iterator[TableRef]:
+            skipped: list[Skipped], known: frozenset[str], exclude: frozenset[str]) -> Iterator[TableRef]:
     if source.startswith(NAMESPACE_PREFIX):
         yield from namespace_tables(source, ns_properties, skipped)
         return
     from memwal.store.uri import check_table_uri, normalise_table_uri
 
-    yield from _walk(normalise_table_uri(check_table_uri(source)), source, options, skipped, known)
+    yield from _walk(normalise_table_uri(check_table_uri(source)), source, options, skipped, known, exclude)
 
 
 def _walk(root: str, source: str, options: dict[str, str], skipped: list[Skipped],
-          known: frozenset[str]) -> Iterator[TableRef]:
-    """Tables at or under ``root``: one directory listing per folder, never through a link; a
-    folder whose name no key may hold (a backslash, a control character) is skipped."""
+          known: frozenset[str], exclude: frozenset[str]) -> Iterator[TableRef]:
+    """Tables at or under ``root``, never through a link: a folder below the root is first
+    asked for its ``_versions/`` listing (a table answers with its latest manifest, which the
+    probe then reads without listing again), any other is listed for its children; a folder
+    whose name no key may hold (a backslash, a control character) is skipped."""
+    from memwal.fleet.probe import latest_manifest
     from memwal.store import open_store
     from memwal.store.base import clean_key
 
@@ -97,9 +101,17 @@ def _walk(root: str, source: str, options: dict[str, str], skipped: list[Skipped
         if prefix and where in known:
             yield TableRef(where, source, options)
             continue
-        children = store.list_dirs(prefix)
+        if where in exclude:
+            skipped.append(Skipped(where, "the fleet's own state"))
+            continue
         for link in store.list_links(prefix, recursive=False):
             skipped.append(Skipped(f"{base}/{link}", "a symbolic link: never followed"))
+        if prefix:
+            latest = latest_manifest(store, prefix)
+            if latest is not None:
+                yield TableRef(where, source, options, latest=latest)
+                continue
+        children = store.list_dirs(prefix)
         if _TABLE_MARKER in children:
             yield TableRef(where, source, options)
             continue
@@ -120,4 +132,4 @@ def _walk(root: str, source: str, options: dict[str, str], skipped: list[Skipped
             pending.append((f"{prefix}{child}/", depth + 1))
 
 
-__all__ = ["NAMESPACE_PREFIX", "Discovery", "Skipped", "SourceProblem", "TableRef", "discover"]
+__all__ = ["NAMESPACE_PREFIX", "Discovery", "Skipped", "SourceProblem", "TableRef", "discover", "vended_options"]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memwal.store import ObjectInfo
 
 
 @dataclass(frozen=True)
@@ -13,6 +17,10 @@ class TableRef:
     uri: str
     source: str
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    #: The latest manifest's listing entry, when discovery listed ``_versions/`` (the probe's first read).
+    latest: ObjectInfo | None = field(default=None, repr=False, compare=False)
+    #: A namespace table's id (its credentials are asked for again by id where the table runs).
+    namespace_id: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

@@ -1,140 +1,113 @@
-"""The fleet's view: every table counted by state, the top N ranked by debt with their lag and
-last run. Bounded at any size: the plan's cheap reads for all tables, one history read for
-each of the top N only, and the page and document list the top N alone.
+"""The fleet's view: a plan's report (:mod:`memwal.fleet.report`) as a document and as text,
+and the metrics a plan publishes.
 
-States: ``idle`` (no job needed), ``behind`` (jobs planned), ``held`` (a planned job's lease
-has a live holder: a run is under way or stuck), ``problem`` (the table could not be read).
-The gauges ``memwal.fleet.tables`` and ``memwal.fleet.debt``, and each listed table's
-``memwal.table.*`` gauges (by its full URI), are published as the view is made.
+``memwal fleet status SOURCE...`` plans and shows the report; with ``--state URI`` and no
+source it shows the last plan some machine made, and never plans (as the page does).
+Statuses: ``idle``, ``behind`` (jobs to run), ``waiting`` (only time frees the owed jobs: a
+GC's grace period, quiet hours), ``held`` (a job's lease has a live holder), ``paused`` (an
+operator paused it), ``problem`` (the table could not be read).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from memwal.core import clock as clocks
 from memwal.core.document import Document
-from memwal.core.pool import parallel_map
 from memwal.core.text import clip
-from memwal.fleet.plan import FleetPlan, TablePlan, plan_fleet
-from memwal.fleet.policy import Policy
-from memwal.fleet.probe import ProbeCache
-from memwal.fleet.sources import discover
-from memwal.observe.metrics import record_fleet, record_table
+from memwal.fleet.plan import STATUSES, FleetPlan
 
-STATES = ("behind", "held", "problem", "idle")
+ORDER = (*STATUSES, "problem")
 
 
-@dataclass(frozen=True)
-class LastRun:
-    job: str
-    outcome: str
-    started_at: float
-    error: str | None
-
-
-@dataclass(frozen=True)
-class TableLine:
-    table: str
-    state: str
-    debt: float
-    jobs: tuple[str, ...]
-    reasons: tuple[str, ...]
-    lag_generations: int
-    lag_seconds: float | None
-    last_run: LastRun | None
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "state": self.state, "debt": self.debt, "jobs": list(self.jobs),
-                "reasons": list(self.reasons), "lag_generations": self.lag_generations,
-                "lag_seconds": self.lag_seconds, "error": self.error,
-                "last_run": None if self.last_run is None else self.last_run.__dict__}
+def _num(value: Any) -> float:
+    """A figure from a stored report (storage is untrusted: anything else is 0)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 @dataclass(frozen=True)
 class FleetStatus(Document):
-    discovered: int
-    by_state: Mapping[str, int]
-    debt: float
-    top: tuple[TableLine, ...]
-    skipped: int
-    problems: tuple[tuple[str, str], ...]
-    now: float
+    """A report and the history of plans before it (both plain documents)."""
+
+    report: Mapping[str, Any]
+    history: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def rows(self) -> list[Mapping[str, Any]]:
+        return [r for r in self.report.get("top") or [] if isinstance(r, Mapping)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"discovered": self.discovered, "by_state": dict(self.by_state), "debt": self.debt,
-                "skipped": self.skipped, "tables": [t.to_dict() for t in self.top],
-                "problems": [{"table": t, "error": e} for t, e in self.problems]}
+        r = self.report
+        tables = []
+        for row in self.rows:
+            holds = row.get("holds") or {}
+            last = (row.get("last") or [None])[0]
+            tables.append({
+                "table": row.get("table"), "state": row.get("status"), "debt": row.get("debt"),
+                "jobs": row.get("jobs"), "reasons": row.get("reasons"),
+                "lag_generations": holds.get("unmerged_generations"),
+                "lag_seconds": holds.get("oldest_unmerged_age_seconds"), "holds": holds,
+                "waiting": row.get("waiting"), "paused": row.get("paused"), "breaches": row.get("breaches"),
+                "error": (row.get("last_failure") or {}).get("error"),
+                "last_run": None if not isinstance(last, Mapping) else {
+                    "job": last.get("job"), "outcome": last.get("status"), "started_at": last.get("at"),
+                    "error": last.get("error")}})
+        return {"at": r.get("at"), "discovered": r.get("discovered"), "by_state": dict(r.get("by_status") or {}),
+                "debt": r.get("debt"), "skipped": r.get("skipped"), "tables": tables,
+                "problems": list(r.get("problems") or []), "sources": list(r.get("sources") or []),
+                "breaches": r.get("breaches"), "histogram": r.get("histogram"), "history": len(self.history)}
 
     def render(self) -> str:
-        counts = ", ".join(f"{self.by_state.get(s, 0)} {s}" for s in STATES)
-        lines = [f"{self.discovered} tables ({counts}), total debt {self.debt:g}; {self.skipped} skipped"]
-        for t in self.top:
-            last = "-" if t.last_run is None else f"{t.last_run.job} {t.last_run.outcome}"
-            age = "-" if t.lag_seconds is None else f"{t.lag_seconds:.0f}s"
-            lines.append(f"  {t.debt:>8g}  {t.state:<7} lag {t.lag_generations:>4} gens {age:>6}  last {last:<20} "
-                         f"{t.table}" + (f"  ({clip(t.error, 200)})" if t.error else ""))
-        if len(self.top) < self.discovered:
-            lines.append(f"  ({self.discovered - len(self.top)} more not listed: --top N)")
+        r = self.report
+        by = r.get("by_status") or {}
+        at = datetime.fromtimestamp(_num(r.get("at")), UTC).strftime("%Y-%m-%d %H:%M:%S")
+        counts = ", ".join(f"{int(_num(by.get(s)))} {s}" for s in ORDER)
+        breaches = r.get("breaches") or {}
+        lines = [f"{int(_num(r.get('discovered')))} tables ({counts}), total debt {_num(r.get('debt')):g}; "
+                 f"{int(_num(r.get('skipped')))} skipped; {int(_num(breaches.get('tables')))} past a service level; "
+                 f"planned {at} UTC"]
+        for row in self.rows:
+            holds = row.get("holds") or {}
+            age = holds.get("oldest_unmerged_age_seconds")
+            last = (row.get("last") or [None])[0]
+            last_text = "-" if not isinstance(last, Mapping) else f"{last.get('job')} {last.get('status')}"
+            lines.append(f"  {_num(row.get('debt')):>8g}  {clip(str(row.get('status')), 8):<8} lag "
+                         f"{int(_num(holds.get('unmerged_generations'))):>4} gens "
+                         f"{('-' if age is None else f'{_num(age):.0f}s'):>6}  last {clip(last_text, 20):<20} "
+                         f"{clip(str(row.get('table')), 300)}")
+            for why in list(row.get("reasons") or [])[:4]:
+                lines.append(f"            {clip(str(why), 300)}")
+        if len(self.rows) < _num(r.get("discovered")):
+            lines.append(f"  ({int(_num(r.get('discovered'))) - len(self.rows)} more not listed: --top N)")
         return "\n".join(lines)
 
 
-def _state(t: TablePlan) -> str:
-    if not t.jobs:
-        return "idle"
-    return "held" if set(t.jobs) & set(t.state.leases_held) else "behind"
+def publish(plan: FleetPlan, report: Mapping[str, Any]) -> None:
+    """The plan's OpenTelemetry metrics: the fleet's counts, each listed table's gauges (the
+    top rows and the breaching tables only: bounded), breaches by target, and the histogram
+    of pending generations per shard."""
+    from memwal.observe.metrics import record_fleet, record_pending, record_slo, record_table
 
-
-def _last_run(t: TablePlan) -> LastRun | None:
-    from memwal.history.log import read_runs
-    from memwal.store import open_store
-
-    try:
-        runs = list(read_runs(open_store(t.table, dict(t.ref.storage_options)), limit=1, detail=False))
-    except Exception:  # noqa: BLE001 - the view goes on without it
-        return None
-    if not runs:
-        return None
-    r = runs[0]
-    return LastRun(r.job, r.outcome, r.started_at, clip(r.error, 300) if r.error else None)
-
-
-def status_of(plan: FleetPlan, *, top: int, workers: int = 8, now: float | None = None) -> FleetStatus:
-    """The view of a plan (the top ``top`` tables get their last run read)."""
-    at = clocks.current()() if now is None else now
-    counts = dict.fromkeys(STATES, 0)
+    listed = {str(r.get("table")) for r in report.get("top") or []}
     for t in plan.tables:
-        counts[_state(t)] += 1
-    counts["problem"] += len(plan.problems)
-    ranked = list(plan.tables[:top])
-    lasts = parallel_map(_last_run, ranked, workers, name="memwal-fleet-status")
-    lines = []
-    for t, last in zip(ranked, lasts, strict=True):
-        st = t.state
-        lines.append(TableLine(t.table, _state(t), t.debt, t.jobs, t.reasons, st.unmerged_generations,
-                               st.oldest_unmerged_age_seconds, last))
-        record_table(t.table, generations=st.unmerged_generations, oldest_seconds=st.oldest_unmerged_age_seconds or 0.0,
-                     debt=t.debt)
-    room = max(0, top - len(lines))
-    lines += [TableLine(p.table, "problem", 0.0, (), (), 0, None, None, p.error) for p in plan.problems[:room]]
-    record_fleet(counts, plan.debt)
-    return FleetStatus(plan.discovered, counts, plan.debt, tuple(lines), len(plan.skipped),
-                       tuple((p.table, p.error) for p in plan.problems), at)
+        if t.table in listed or t.breaches:
+            record_table(t.table, generations=t.state.unmerged_generations,
+                         oldest_seconds=t.state.oldest_unmerged_age_seconds or 0.0, debt=t.debt)
+    record_fleet(report["by_status"], report["debt"])  # the whole fleet's, after a partial plan too
+    record_slo(report["breaches"]["count"], [(b.table, b.slo) for t in plan.tables for b in t.breaches])
+    record_pending(len(s.unmerged) for t in plan.tables for s in t.facts.shards)
 
 
-def fleet_status(sources: Sequence[str], *, policy: Policy | None = None,
-                 storage_options: Mapping[str, str] | None = None,
-                 namespace_properties: Mapping[str, str] | None = None, top: int = 50,
-                 workers: int = 8, cache: ProbeCache | None = None, listed: Sequence[str] = ()) -> FleetStatus:
-    """The fleet's view of ``sources`` (see the module docstring); ``listed``: the sources that
-    are lines of a tables file (memwal.fleet.sources.discover)."""
-    known = cache.known_tables() if cache is not None else frozenset()
-    plan = plan_fleet(discover(sources, storage_options=storage_options, namespace_properties=namespace_properties,
-                               known=known, listed=listed), policy or Policy(), workers=workers, cache=cache)
-    return status_of(plan, top=top, workers=workers)
+def history_points(history: Sequence[Mapping[str, Any]], limit: int = 240) -> list[Mapping[str, Any]]:
+    """At most ``limit`` points of the history, evenly spread, the newest always kept."""
+    points = [p for p in history if isinstance(p, Mapping) and isinstance(p.get("at"), int | float)]
+    if len(points) <= limit:
+        return points
+    step = len(points) / limit
+    picked = [points[int(i * step)] for i in range(limit - 1)]
+    return [*picked, points[-1]]
 
 
-__all__ = ["STATES", "FleetStatus", "LastRun", "TableLine", "fleet_status", "status_of"]
+__all__ = ["ORDER", "FleetStatus", "history_points", "publish"]

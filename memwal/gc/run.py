@@ -63,7 +63,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         check_deletable(key)  # the whole plan is ours before anything is deleted
     run_id = lease.run_id if lease is not None and lease.run_id else uuid.uuid4().hex[:16]
     if lease:
-        lease.check()
+        lease.check(safe_to_stop=True)
     steps.step("gc.before-marker")
     gc_started(table.store, run_id)
     expired: ExpiredVersions | None = None

@@ -217,12 +217,14 @@ class Lease(Renewing):
 
     # -- check / renew
 
-    def check(self) -> None:
+    def check(self, *, safe_to_stop: bool = False) -> None:
         """Verify the lease before a side effect (LeaseLostError once it is lost).
 
         Re-reads the lease object: lost if it is gone, was taken over (another token or
         holder), has expired, or the heartbeat already found it lost. Without a heartbeat it
-        renews the lease here once half the TTL has passed.
+        renews the lease here once half the TTL has passed. An operator's cancel request in
+        the record (:mod:`memwal.lease.cancel`) stops the job here with CancelledError when
+        the caller says nothing is half-done (``safe_to_stop``), and is noted otherwise.
         """
         with store_errors(self.uri), self._lock:
             if self._fenced is not None:
@@ -240,6 +242,8 @@ class Lease(Renewing):
             if not current.live(now):
                 raise self._lost(f"expired at {fmt_time(current.expires_at)}")
             self._record, self._etag = current, etag
+            if current.cancel is not None:
+                self._cancel_requested(current.cancel, safe_to_stop)
             beating = self._heartbeat is not None and self._heartbeat.running
             if not beating and current.expires_at - now < self.ttl_seconds / 2:
                 self._renew(now)

@@ -21,6 +21,7 @@ import socket
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from memwal.errors import BadInputError
 
@@ -91,6 +92,17 @@ def _sane_time(value: float) -> bool:
     return math.isfinite(value) and 0 <= value <= MAX_TIMESTAMP
 
 
+def _cancel_of(value: object) -> dict[str, Any] | None:
+    """A cancel request as stored (who, why, when: text clipped, a sane time), or None; a
+    malformed one is still a request (the operator asked), with what could be read of it."""
+    if value is None:
+        return None
+    doc = value if isinstance(value, dict) else {}
+    at = doc.get("at")
+    when = float(at) if isinstance(at, int | float) and not isinstance(at, bool) and _sane_time(float(at)) else 0.0
+    return {"by": str(doc.get("by") or "?")[:200], "reason": str(doc.get("reason") or "")[:500], "at": when}
+
+
 @dataclass
 class LeaseRecord:
     """The lease object's content."""
@@ -105,6 +117,9 @@ class LeaseRecord:
     host: str | None = None
     pid: int | None = None
     run_id: str | None = None
+    #: An operator's request that the holder stop at its next safe point: ``{by, reason, at}``
+    #: (:mod:`memwal.lease.cancel`); renewals carry it, a release clears it.
+    cancel: dict[str, Any] | None = None
 
     def encode(self) -> bytes:
         """Serialise (sorted keys, so equal records give equal bytes)."""
@@ -129,6 +144,7 @@ class LeaseRecord:
                 host=str(obj["host"]) if obj.get("host") is not None else None,
                 pid=int(obj["pid"]) if obj.get("pid") is not None else None,
                 run_id=str(obj["run_id"]) if obj.get("run_id") is not None else None,
+                cancel=_cancel_of(obj.get("cancel")),
             )
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise BadInputError(f"corrupt lease object {where}: {exc}") from exc

@@ -15,9 +15,9 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from memwal.errors import LeaseLostError, MemWalError, PreconditionFailedError
+from memwal.errors import CancelledError, LeaseLostError, MemWalError, PreconditionFailedError
 from memwal.lease.heartbeat import renewal_interval
 from memwal.lease.record import LeaseRecord, fmt_time
 from memwal.observe import metrics
@@ -94,15 +94,43 @@ class Renewing:
         """CAS a record with a later expiry on the last ETag seen; a lost race is a lost lease."""
         assert self._record is not None and self._etag is not None
         rec = LeaseRecord(self.kind, self.holder, self.token, self._record.acquired_at, now + self.ttl_seconds,
-                          renewed_at=now, host=self._record.host, pid=self._record.pid, run_id=self._record.run_id)
+                          renewed_at=now, host=self._record.host, pid=self._record.pid, run_id=self._record.run_id,
+                          cancel=self._record.cancel)
         try:
             etag = self.store.put_if_match(self.key, rec.encode(), self._etag)
         except PreconditionFailedError:
-            raise self._lost("the lease object changed under a renewal") from None
+            if not self._adopt_cancel():
+                raise self._lost("the lease object changed under a renewal") from None
+            self._renew(now)  # the record is still ours, with a cancel request added: renew that
+            return
         self._record, self._etag = rec, etag
         self.renewals += 1
         metrics.lease_renewed(self.kind)
         log.debug("renewed %s lease (token %d) until %s", self.kind, self.token, fmt_time(rec.expires_at))
+
+    def _adopt_cancel(self) -> bool:
+        """After a lost renewal CAS: whether the record changed only by an operator's cancel
+        request (same holder and token), which is then adopted as the record last seen."""
+        try:
+            data, etag = self.store.get_with_etag(self.key)
+            current = LeaseRecord.from_json(data, where=self.uri)
+        except (MemWalError, OSError):
+            return False
+        if current.token != self.token or current.holder != self.holder or current.cancel is None:
+            return False
+        if self._record is not None and self._record.cancel == current.cancel:
+            return False  # no new request: something else changed it
+        self._record, self._etag = current, etag
+        self._cancel_requested(current.cancel, False)
+        return True
+
+    def _cancel_requested(self, request: dict[str, Any], safe_to_stop: bool) -> None:
+        """Note an operator's cancel request; stop the job now if nothing is half-done."""
+        from memwal.lease import cancel
+
+        cancel.noticed(self.store.root, request)
+        if safe_to_stop:
+            raise CancelledError(f"{self.kind} on {self.store.root}: {cancel.describe(request)}")
 
     def _beat(self) -> float | None:
         """One heartbeat: renew, and say when the next is due (None: stop, the lease is gone).

@@ -197,7 +197,7 @@ def execute_merge(
     path = commit_path(table, plan, engine)
     log.info("merge %s: %d shards at version %d commit %s", table.uri, len(plan.shards), plan.read_version, path)
     if lease:
-        lease.check()
+        lease.check(safe_to_stop=True)  # nothing read or written yet: a cancel stops here
     step("before-read")
     data = plan.data_plan()
     if path == DRIVERLESS and writes_table(engine):
@@ -255,7 +255,7 @@ def run_merge(
 
     def attempt(n: int) -> MergeResult:
         if n > 1 and lease:
-            lease.check()
+            lease.check(safe_to_stop=True)
         p = plan if n == 1 and plan is not None and not unreadable else replan()
         while True:
             try:

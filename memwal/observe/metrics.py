@@ -6,7 +6,9 @@ standard ``OTEL_*`` variables (:mod:`memwal.observe.otel`). Names follow OpenTel
 conventions: dotted lower case under ``memwal.``, units on the instrument, low-cardinality
 attributes (``job``, ``outcome``, ``engine``, ``shard``, ``index``, ``reason``), except
 ``table``: the table's full URI on every per-table gauge, so that two tables (``s3://a/events``
-and ``s3://b/events``) never share a series; a fleet of N tables makes N series per gauge.
+and ``s3://b/events``) never share a series. A fleet plan records per-table gauges only for
+the tables its report lists and those in breach, so the series stay bounded at any fleet size;
+the whole fleet's spread is the pending-generations histogram.
 
 | instrument | kind | attributes |
 |---|---|---|
@@ -16,8 +18,11 @@ and ``s3://b/events``) never share a series; a fleet of N tables makes N series 
 | ``memwal.shard.lag_generations`` / ``lag_rows`` / ``lag_seconds`` | gauges | table, shard |
 | ``memwal.catchup.behind_generations`` | gauge | table, index |
 | ``memwal.table.debt`` / ``memwal.table.lag_generations`` / ``memwal.table.lag_seconds`` | gauges | table |
-| ``memwal.fleet.tables`` | gauge | state (idle, behind, held, problem) |
+| ``memwal.fleet.tables`` | gauge | state (idle, behind, waiting, held, paused, problem) |
 | ``memwal.fleet.debt`` | gauge | |
+| ``memwal.fleet.slo.breaches`` ({table}) | gauge | slo (oldest_unmerged_age, generations_per_shard) |
+| ``memwal.table.slo.breach`` | gauge (1 while it breaches) | table, slo: the breaching tables only |
+| ``memwal.fleet.shard.pending_generations`` | histogram (one value per shard per plan) | |
 | ``memwal.gc.bytes_deleted`` (By) | counter | |
 | ``memwal.gc.blocked`` | counter | reason (the gate, without ids) |
 | ``memwal.lease.renewals`` / ``memwal.lease.lost`` | counters | job |
@@ -26,7 +31,7 @@ and ``s3://b/events``) never share a series; a fleet of N tables makes N series 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -54,6 +59,9 @@ class _Instruments:
     fleet_debt: metrics._Gauge
     gc_bytes: metrics.Counter
     gc_blocked: metrics.Counter
+    slo_breaches: metrics._Gauge
+    table_breach: metrics._Gauge
+    pending: metrics.Histogram
     renewals: metrics.Counter
     lost: metrics.Counter
 
@@ -87,6 +95,14 @@ def _instruments() -> _Instruments:
         renewals=meter.create_counter("memwal.lease.renewals", unit="{renewal}",
                                       description="lease renewals by heartbeats"),
         lost=meter.create_counter("memwal.lease.lost", unit="{lease}", description="leases found lost"),
+        slo_breaches=meter.create_gauge("memwal.fleet.slo.breaches", unit="{table}",
+                                        description="tables past a service-level target, by target"),
+        table_breach=meter.create_gauge("memwal.table.slo.breach", unit="1",
+                                        description="1 while the table is past the target"),
+        pending=meter.create_histogram("memwal.fleet.shard.pending_generations", unit="{generation}",
+                                       description="unmerged generations of each shard at a fleet plan",
+                                       explicit_bucket_boundaries_advisory=[0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512,
+                                                                            1024]),
     )
 
 
@@ -140,6 +156,22 @@ def record_fleet(by_state: Mapping[str, int], debt: float) -> None:
     for state, n in by_state.items():
         m.fleet_tables.set(n, {"state": state})
     m.fleet_debt.set(debt)
+
+
+def record_slo(counts: Mapping[str, int], breaching: Iterable[tuple[str, str]]) -> None:
+    """The fleet's breaches by target, and a gauge per breaching (table, target)."""
+    m = _instruments()
+    for slo, n in counts.items():
+        m.slo_breaches.set(n, {"slo": slo})
+    for table, slo in breaching:
+        m.table_breach.set(1, {"table": table, "slo": slo})
+
+
+def record_pending(pending: Iterable[int]) -> None:
+    """Each shard's unmerged generations, into the fleet's histogram."""
+    m = _instruments()
+    for n in pending:
+        m.pending.record(n)
 
 
 def lease_renewed(kind: str) -> None:

@@ -47,7 +47,7 @@ def make(path: Path, wl: Workload = WL):
 
 
 def write_config(path: Path, lake: Path, extra: str = "") -> Path:
-    path.write_text(f"sources: [{json.dumps(str(lake))}]\nschedule: null\ncache: fleet-cache.json\n"
+    path.write_text(f"sources: [{json.dumps(str(lake))}]\nschedule: null\nstate: fleet-state\n"
                     "budget: {tables_per_task: 2, threads: 2}\n" + extra)
     return path
 
@@ -106,7 +106,7 @@ def test_dags_test_drains_the_fleet_to_its_writers_rows_and_an_idle_rerun_commit
                             "task_id = 'run_tables'").fetchone()[0]
     assert sorted(u for (u,) in events) == sorted(table_asset(uri).uri for uri in models)  # one per merge commit
     assert mapped == 2  # 3 tables with work, 2 a task
-    assert (tmp_path / "fleet-cache.json").exists()
+    assert (tmp_path / "fleet-state" / "cache.json").exists() and (tmp_path / "fleet-state" / "plan.json").exists()
 
     # new data on one table: the next run merges it alone (one chunk, one task)
     t3 = str(lake / "t3")
@@ -158,10 +158,13 @@ def test_the_dag_file_lists_no_source_when_parsed_whatever_it_holds(tmp_path, mo
         dag = bag.dags["memwal_fleet"]
         shapes[n] = [(t.task_id, sorted(t.downstream_task_ids)) for t in dag.topological_sort()]
         assert touched == [], touched[:5]
-    assert shapes[10] == shapes[1000] == [("plan", ["run_tables"]), ("run_tables", ["summary"]), ("summary", [])]
+    assert shapes[10] == shapes[1000]
+    assert sorted(shapes[10]) == [("plan", ["run_tables", "slo"]), ("run_tables", ["summary"]), ("slo", []),
+                                  ("summary", [])]
 
 
-def test_a_bad_fleet_config_is_one_import_error_naming_the_key(tmp_path, monkeypatch):
+def test_a_bad_fleet_config_is_one_import_error_naming_the_key_and_a_missing_one_names_the_variable(
+        tmp_path, monkeypatch):
     from airflow.models import DagBag
 
     lake = tmp_path / "lake"
@@ -186,6 +189,13 @@ def test_a_bad_fleet_config_is_one_import_error_naming_the_key(tmp_path, monkeyp
     assert SECRET not in message
     config.write_text("sources: []\n")
     assert "sources: [] should be non-empty" in error()
+    # a worker without the config, parsing the file to run one of its tasks: an error naming the variable
+    monkeypatch.delenv("MEMWAL_FLEET_CONFIG")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "memwal_fleet")
+    assert "MEMWAL_FLEET_CONFIG is not set" in error()
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID")  # a whole-folder parse: no fleet DAG, no error
+    bag = DagBag(dag_folder=str(DAGS / "memwal_fleet.py"))
+    assert bag.import_errors == {} and bag.dag_ids == []
 
 
 # -- two task instances of one table at once ------------------------------------------------------------
@@ -246,19 +256,17 @@ def test_two_task_instances_of_one_table_commit_once(tmp_path, monkeypatch):
 
 
 # -- metrics ----------------------------------------------------------------------------------------------
-def test_each_tables_lag_has_a_series_of_its_own_on_airflows_statsd(tmp_path, monkeypatch):
-    """Two tables named ``events`` under different roots: plain StatsD drops tags, so their
-    gauges' names differ (a name-safe URI and a hash); with InfluxDB tags on, the ``table`` tag
-    is the full URI. The fleet's gauges count the tables by state."""
+def test_metrics_carry_the_table_as_a_tag_never_in_a_name(tmp_path, monkeypatch):
+    """Two tables named ``events`` under different roots: every per-table gauge has one name
+    for all tables and the table's full URI as its ``table`` tag (with InfluxDB tags on); no
+    metric name holds a table. The fleet's gauges count the tables by state, the breaches by
+    target, and the shards by pending generations (a histogram's buckets, tag ``le``)."""
     from airflow.sdk._shared.observability.metrics import stats
     from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
     from airflow.sdk._shared.observability.metrics.statsd_logger import get_statsd_logger
     from memwal.airflow.fleet_operators import MemWalFleetPlanOperator
-    from memwal.airflow.reporting import table_key
     from statsd import StatsClient
 
-    assert table_key("s3://a/events") != table_key("s3://b/events")
-    assert table_key("s3://a/events").startswith("s3_a_events_")
     lake = tmp_path / "lake"
     a, b = lake / "a" / "events", lake / "b" / "events"
     make(a), make(b)
@@ -274,15 +282,19 @@ def test_each_tables_lag_has_a_series_of_its_own_on_airflows_statsd(tmp_path, mo
         finally:
             stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
             lines = statsd.close()
+        names = {line.split(":", 1)[0].split(",", 1)[0] for line in lines}
+        assert not any("events" in n or str(tmp_path) in n for n in names), names  # no table in a name
         if not influx:
-            assert metric(lines, f"memwal.table.lag_generations.{table_key(str(a))}") == ["6|g"]
-            assert metric(lines, f"memwal.table.lag_generations.{table_key(str(b))}") == ["0|g"]
-            assert len(metric(lines, f"memwal.table.debt.{table_key(str(a))}")) == 1
-            assert metric(lines, "memwal.fleet.tables.behind") == ["2|g"]  # b: catch-up, snapshot owed
+            assert sorted(metric(lines, "memwal.table.lag_generations")) == ["0|g", "6|g"]  # one name, tags dropped
             assert metric(lines, "memwal.fleet.discovered") == ["2|g"]
         else:
-            name = f"airflow.memwal.table.lag_generations.{table_key(str(a))}"
-            assert [line for line in lines if line.startswith(f"{name},")] == [f"{name},table={a}:6|g"]
+            name = "airflow.memwal.table.lag_generations"
+            assert sorted(line for line in lines if line.startswith(f"{name},")) == sorted(
+                [f"{name},table={a}:6|g", f"{name},table={b}:0|g"])
+            behind = "airflow.memwal.fleet.tables,state=behind"
+            assert [line for line in lines if line.startswith(behind)] == [f"{behind}:2|g"]  # b: catch-up, snapshot
+            pending = [line for line in lines if line.startswith("airflow.memwal.fleet.shards.pending,le=")]
+            assert len(pending) == 13 and "airflow.memwal.fleet.shards.pending,le=4:2|g" in pending, pending
 
 
 # -- Spark --------------------------------------------------------------------------------------------------
@@ -330,7 +342,7 @@ def codes(text: str) -> str:
     return ",".join(str(ord(c)) for c in text)
 
 
-def test_the_fleet_page_inside_the_airflow_ui_ranks_links_and_runs_no_script(airflow_env, tmp_path):
+def test_the_fleet_page_inside_the_airflow_ui_ranks_links_and_runs_no_script(airflow_env, tmp_path, monkeypatch):
     lake = tmp_path / "lake"
     with canary() as c:
         # folder names (a table URI is storage's to choose) that try to run script in the page
@@ -342,6 +354,10 @@ def test_the_fleet_page_inside_the_airflow_ui_ranks_links_and_runs_no_script(air
         small = Workload(base_rows=50, shards=1, generations=1, rows_per_generation=5, seed=2)
         make(tables["hostile"], small), make(tables["svg"], small)
         config = write_config(tmp_path / "fleet.yaml", lake)
+        monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+        from memwal.airflow.fleet_operators import MemWalFleetPlanOperator
+
+        MemWalFleetPlanOperator(task_id="plan").execute(context())  # the page shows the last plan, never plans
         with api_server({**airflow_env, "MEMWAL_FLEET_CONFIG": str(config)}, tmp_path) as (base, _, _):
             status, headers, page = get_with_headers(f"{base}/memwal/fleet")
             assert status == 200
@@ -362,13 +378,13 @@ def test_the_fleet_page_inside_the_airflow_ui_ranks_links_and_runs_no_script(air
                             links: [...rows].map(r => r.querySelector('a').textContent),
                             kpis: Object.fromEntries([...document.querySelectorAll('div.kpi[data-state]')].map(
                                 k => [k.dataset.state, +k.querySelector('.value').textContent])),
-                            scripts: document.querySelectorAll('script, img, svg').length,
+                            scripts: document.querySelectorAll('script, img, svg:not(.chart), foreignObject').length,
                             handlers: [...document.querySelectorAll('*')].filter(
                                 e => [...e.attributes].some(a => a.name.startsWith('on'))).length}; })()""")
                 assert seen["tables"][0] == str(tables["a/events"])  # 8 unmerged generations: the most debt
                 assert seen["debts"] == sorted(seen["debts"], reverse=True) and seen["debts"][-1] > 0
                 assert sorted(seen["tables"]) == sorted(map(str, tables.values())) == sorted(seen["links"])
-                assert seen["kpis"] == {"behind": 4, "held": 0, "problem": 0, "idle": 0}
+                assert seen["kpis"] == {"behind": 4, "waiting": 0, "held": 0, "paused": 0, "problem": 0, "idle": 0}
                 assert seen["scripts"] == 0 and seen["handlers"] == 0
                 # the hostile table's link opens its status page inside the UI
                 index = seen["tables"].index(str(tables["hostile"]))

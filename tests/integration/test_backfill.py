@@ -53,7 +53,7 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
     assert statuses(doc) == {uris[0]: HELD_BY_TIME, uris[1]: HELD_BY_TIME, uris[2]: HELD_BY_TIME, bad: BAD_RUN}
     assert doc["failed_tables"] == [bad]
     assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 12, "waiting": 3, "held": 0, "skipped": 0,
-                              "failed": 1, "not-run": 4}
+                              "failed": 1, "not-run": 4, "cancelled": 0}
     (bad_doc,) = [t for t in doc["tables"] if t["table"] == bad]
     assert bad_doc["jobs"][0]["exit_code"] == 2 and "no Lance table" in bad_doc["error"]
     assert f"backfill of {bad} failed: merge:" in first.stderr

@@ -206,10 +206,25 @@ def test_fleet_simulation_bench_smoke(tmp_path):
         assert len(phase["gc_backlog"]["series"]) == 5 and len(phase["ticks"]) == 5
         assert set(phase["requests"]["per_table_per_tick"]) == {"hot", "cold", "idle"}
         assert phase["starvation"]["threshold_ticks"] == 3 and "starved" in phase["starvation"]
+        slo = phase["slo"]  # breaches of the service level (1.5 ticks), counted at each tick's start
+        assert slo["target_seconds"] == 3.0 and len(slo["per_tick"]) == 5 and slo["breaches"] == sum(slo["per_tick"])
         goals = phase["goals"]
-        for key in ("p99_met", "fairness_met", "idle_met", "under_capacity"):
+        for key in ("p99_met", "fairness_met", "fairness_from_flush_met", "idle_met", "under_capacity"):
             assert isinstance(goals[key], bool), key
     assert doc["phases"]["fixed"]["job_statuses"].get("merge done", 0) > 0
+
+
+def test_fleet_events_bench_smoke(tmp_path):
+    """bench/fleet_events.py at a tiny size: a warm plan of idle tables and the SQS trigger's cycles
+    counted at moto's server, scaled to a day, events against polling."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.fleet_events", ["--tables", "4", "--cycles", "2", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "fleet_events.json").read_text())
+    assert (out / "fleet_events.png").stat().st_size > 0
+    assert doc["plan"]["tables"] == 4 and 0 < doc["plan"]["per_table"] <= 4
+    assert doc["trigger"]["cycles"] == 2 and doc["trigger"]["per_cycle"] >= 1
+    assert doc["polling_per_day"] > doc["events_per_day"] > 0 and isinstance(doc["goal_met"], bool)
 
 
 def test_driver_share_bench_smoke(tmp_path):

@@ -270,7 +270,7 @@ def test_the_fleet_page_ranks_the_tables_and_runs_no_script(lake, tmp_path):
     assert sorted(r.attrs["data-table"] for r in rows) == sorted(models)
     assert {r.attrs["data-state"] for r in rows} == {"behind"}
     kpis = {k.attrs["data-state"]: k.one("div.value").text for k in dom.select("div.kpi[data-state]")}
-    assert kpis == {"behind": "3", "held": "0", "problem": "0", "idle": "0"}
+    assert kpis == {"behind": "3", "waiting": "0", "held": "0", "paused": "0", "problem": "0", "idle": "0"}
     assert not dom.select("script")
     doc = json.loads(run_cli("fleet", "status", str(root), "--json", "--top", "1").stdout)
     assert len(doc["tables"]) == 1 and doc["discovered"] == 3 and doc["by_state"]["behind"] == 3

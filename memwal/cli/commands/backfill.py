@@ -220,7 +220,7 @@ class RichProgress:
 
 # -- summary ----------------------------------------------------------------------------
 _CELL = {JobStatus.DONE: "done", JobStatus.WAITING: "waiting", JobStatus.HELD: "held", JobStatus.SKIPPED: "skipped",
-         JobStatus.FAILED: "FAILED", JobStatus.NOT_RUN: "not run"}
+         JobStatus.FAILED: "FAILED", JobStatus.NOT_RUN: "not run", JobStatus.CANCELLED: "cancelled"}
 
 
 def render(report: BackfillReport) -> str:

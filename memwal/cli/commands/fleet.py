@@ -7,7 +7,14 @@ a link), or ``namespace:dir`` / ``namespace:rest`` (a Lance Namespace; its prope
 - ``plan``: read only; every discovered table with its debt, jobs and reasons, highest first.
 - ``run``: the plan's work in debt order, ``--workers`` tables at a time, plan again between
   rounds, nothing started after ``--max-seconds``.
-- ``status``: the fleet ranked by debt with each table's last run, bounded (``--top``).
+- ``status``: the fleet ranked by debt with each table's last run, bounded (``--top``); with
+  ``--state`` and no source, the last plan any machine made (it plans nothing).
+- ``pause``, ``resume``, ``cancel``, ``failures``: the operator's controls
+  (:mod:`memwal.cli.commands.fleet_controls`).
+
+``--state URI`` (``s3://``, ``az://``, ``gs://`` or a folder) is the fleet's shared state
+(:mod:`memwal.fleet.state`): the probe cache, the last plan and its history, the run log and
+the pauses, read and written with the same ``--storage-option`` as the sources.
 
 Exit codes: 0 done (held leases and waiting GCs are reasons, not failures); 1 when a table
 failed or could not be read (each named on stderr); 2 for bad input (a source with no
@@ -31,6 +38,7 @@ from memwal.cli.commands.common import (
     parse_storage_options,
     positive_int,
 )
+from memwal.cli.commands.fleet_controls import add_verbs, state_of
 from memwal.core.text import one_line
 
 DEFAULT_TOP = 50
@@ -57,6 +65,7 @@ def add_parsers(sub: Subparsers) -> None:
                         help=f"list the N tables with the most debt (default {DEFAULT_TOP}); all are counted")
     status.add_argument("--html", metavar="PATH", help="also write the fleet page to PATH")
     status.set_defaults(run=run_status)
+    add_verbs(verbs)
 
 
 def _verb(verbs: Subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -68,14 +77,18 @@ def _verb(verbs: Subparsers, name: str, help_text: str) -> argparse.ArgumentPars
                    help="a Lance Namespace property (root=..., uri=...; repeatable)")
     p.add_argument("--plan-workers", type=positive_int, default=8, metavar="N",
                    help="tables probed at once while planning (default 8)")
-    p.add_argument("--cache", metavar="PATH", help="remember what each table's manifest and listings showed, in "
-                   "this file: an unchanged table is then not read again (a run's own file; a bad one is ignored)")
+    p.add_argument("--cache", metavar="PATH|URI", help="remember what each table's manifest and listings showed, "
+                   "in this file or object (s3://, az://, gs://: shared by every machine): an unchanged table is then "
+                   "not read again (a bad one is ignored)")
+    p.add_argument("--state", metavar="URI", help="the fleet's shared state (a folder or s3://, az://, gs:// URI): "
+                   "cache, last plan and history, run log, pauses")
     return p
 
 
-def _inputs(args: argparse.Namespace) -> tuple[list[str], list[str], Any, dict[str, str]]:
+def _inputs(args: argparse.Namespace, *, optional: bool = False) -> tuple[list[str], list[str], Any, dict[str, str]]:
     """The sources (each URI normalised once), the tables file's among them, the policy and
-    the namespace properties, all checked before anything is read (the cache's folder too)."""
+    the namespace properties, all checked before anything is read (the cache's folder too;
+    ``optional``: no source is fine)."""
     from memwal.backfill import read_tables_file, table_uri_problem
     from memwal.errors import BadInputError
     from memwal.fleet.policy import load_policy
@@ -90,28 +103,35 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], list[str], Any, dict[s
     listed = [normalise_table_uri(t) for t in read_tables_file(args.tables_file)] if args.tables_file else []
     sources = [s if s.startswith(NAMESPACE_PREFIX) else normalise_table_uri(s) for s in sources]
     sources += [t for t in listed if t not in sources]
-    if not sources:
+    if not sources and not optional:
         raise BadInputError("no source given: pass table or root URIs, namespace:dir|rest, or --tables-file")
-    if args.cache:
+    if args.cache and "://" not in args.cache:
         check_output_file("--cache", args.cache)
     policy = load_policy(args.policy)
     properties = parse_storage_options(args.namespace_property)
     return list(dict.fromkeys(sources)), listed, policy, properties
 
 
-def run_plan(args: argparse.Namespace) -> int:
-    from memwal.fleet.plan import check_sources_yield_tables, plan_fleet
-    from memwal.fleet.probe import ProbeCache
+def _planned(args: argparse.Namespace, sources: list[str], listed: list[str], policy: Any,
+             properties: dict[str, str], *, top: int = DEFAULT_TOP) -> Any:
+    """One plan with the shared state (cache, pauses, waits; the report saved)."""
+    from memwal.fleet.plan import check_sources_yield_tables
+    from memwal.fleet.shared import plan_shared
     from memwal.fleet.sources import discover
 
+    def found(known: frozenset[str], exclude: frozenset[str]) -> Any:
+        return discover(sources, storage_options=args.storage_options, namespace_properties=properties, known=known,
+                        exclude=exclude, listed=listed)
+
+    planned = plan_shared(found, policy, state=state_of(args), cache_location=args.cache,
+                          storage_options=args.storage_options, top=top, workers=args.plan_workers)
+    check_sources_yield_tables(planned.plan, sources)
+    return planned
+
+
+def run_plan(args: argparse.Namespace) -> int:
     sources, listed, policy, properties = _inputs(args)
-    cache = ProbeCache.load(args.cache)
-    plan = plan_fleet(discover(sources, storage_options=args.storage_options, namespace_properties=properties,
-                               known=cache.known_tables(), listed=listed), policy, workers=args.plan_workers,
-                      cache=cache)
-    check_sources_yield_tables(plan, sources)
-    if args.cache:
-        cache.save(args.cache)
+    plan = _planned(args, sources, listed, policy, properties).plan
     emit(args, plan.to_dict(), lambda: render_plan(plan.to_dict()))
     return _problems(plan.to_dict()["problems"])
 
@@ -119,11 +139,13 @@ def run_plan(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     import logging
 
-    from memwal.fleet.probe import ProbeCache
+    from memwal.fleet.cache import ProbeCache
     from memwal.fleet.run import run_fleet
 
     sources, listed, policy, properties = _inputs(args)
-    cache = ProbeCache.load(args.cache)
+    state = state_of(args)
+    cache = ProbeCache.load(args.cache, args.storage_options) if args.cache else (
+        ProbeCache.of_state(state) if state is not None else ProbeCache())
     if args.max_seconds is not None and not args.max_seconds > 0:
         from memwal.errors import BadInputError
 
@@ -132,10 +154,10 @@ def run_run(args: argparse.Namespace) -> int:
         logging.getLogger("memwal").setLevel(logging.WARNING)
     result = run_fleet(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
                        workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs), engine=args.engine,
-                       dry_run=args.dry_run, max_rounds=args.max_rounds, notify=_progress, cache=cache,
+                       dry_run=args.dry_run, max_rounds=args.max_rounds, notify=_progress, cache=cache, state=state,
                        listed=listed)
-    if args.cache:
-        cache.save(args.cache)
+    if args.cache and not args.dry_run:
+        cache.save(args.cache, args.storage_options)
     doc = result.to_dict()
     emit(args, doc, lambda: render_run(doc))
     for failed in result.failed:
@@ -145,20 +167,30 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from memwal.errors import BadInputError
     from memwal.fleet.page import write_fleet_page
-    from memwal.fleet.probe import ProbeCache
-    from memwal.fleet.status import fleet_status
+    from memwal.fleet.report import last_report
+    from memwal.fleet.state import CONTROLS
+    from memwal.fleet.status import FleetStatus, publish
 
     if args.html:
         check_output_file("--html", args.html)
-    sources, listed, policy, properties = _inputs(args)
-    cache = ProbeCache.load(args.cache)
-    st = fleet_status(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
-                      top=args.top, workers=args.plan_workers, cache=cache, listed=listed)
-    if args.cache:
-        cache.save(args.cache)
+    sources, listed, policy, properties = _inputs(args, optional=bool(args.state))
+    state = state_of(args)
+    if sources:
+        planned = _planned(args, sources, listed, policy, properties, top=args.top)
+        publish(planned.plan, planned.report)
+        history = last_report(state)[1] if state is not None else []
+        st = FleetStatus(planned.report, tuple(history))
+    else:
+        report, history = last_report(state)
+        if report is None:
+            raise BadInputError(f"--state {args.state}: no plan there yet (run memwal fleet plan SOURCE... --state "
+                                f"{args.state})")
+        st = FleetStatus(report, tuple(history))
     if args.html:
-        write_fleet_page(args.html, st)
+        controls = state.read(CONTROLS)[0] if state is not None else {}
+        write_fleet_page(args.html, st, controls=controls, state_uri=args.state)
     doc = st.to_dict()
     emit(args, doc, lambda: st.render() + (f"\nfleet page: {args.html}" if args.html else ""))
     return _problems(doc["problems"])

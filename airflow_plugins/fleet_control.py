@@ -1,0 +1,65 @@
+"""The ``memwal_fleet_control`` DAG's task: an operator pauses, resumes or cancels from Airflow's UI.
+
+The fleet page cannot act (no script, no form: its policy forbids both), so acting goes through
+Airflow itself: the control DAG's trigger form (its Params: ``action``, ``target``, ``reason``)
+is authenticated and audited by Airflow, and the user who triggered the run is who is recorded
+(``dag_run.triggering_user_name``), with the reason, in the fleet's state
+(:mod:`memwal.fleet.controls`), as ``memwal fleet pause|resume|cancel`` records them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+ACTIONS = ("pause", "resume", "cancel")
+
+
+class MemWalFleetControlOperator(BaseOperator):
+    """Apply the run's ``params`` (action, target, reason) to the fleet (see the module docstring)."""
+
+    template_fields: tuple[str, ...] = ("config_path",)
+    ui_color = "#f6e8df"
+
+    def __init__(self, *, config_path: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from memwal.airflow.fleet import load_fleet_config, state_of, storage_options_of
+
+        from memwal.core import clock as clocks
+        from memwal.fleet import controls
+        from memwal.lease.cancel import request_cancel
+        from memwal.store import check_table_uri, open_store
+
+        params = context["params"]
+        action, target, reason = str(params.get("action")), str(params.get("target") or "").strip(), \
+            str(params.get("reason") or "").strip()
+        run = context.get("dag_run")
+        by = str(getattr(run, "triggering_user_name", None) or "airflow")
+        if action not in ACTIONS or not target or not reason:
+            raise AirflowException(f"memwal fleet control: expected action in {ACTIONS}, a target and a reason")
+        config = load_fleet_config(self.config_path)
+        state = state_of(config)
+        if state is None:
+            raise AirflowException(f"memwal fleet control: the fleet's config {config.path} names no state")
+        now = clocks.current()()
+        if action == "pause":
+            controls.pause(state, target, by=by, reason=reason, now=now)
+            doc: dict[str, Any] = {"paused": target}
+        elif action == "resume":
+            doc = {"resumed": target, "was_paused": controls.resume(state, target, by=by, reason=reason, now=now)[1]}
+        else:
+            source = next((s for s in config.sources if target.startswith(s.source.rstrip("/") + "/")
+                           or target == s.source), None)
+            if source is None:
+                raise AirflowException(f"memwal fleet control: no source of the fleet holds {target}")
+            asked = request_cancel(open_store(check_table_uri(target), storage_options_of(source)), by, reason,
+                                   now=now)
+            controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
+            doc = {"table": target, "cancelled": asked}
+        self.log.info("memwal fleet control: %s %s by %s: %s -> %s", action, target, by, reason, doc)
+        return {**doc, "by": by, "reason": reason, "at": now}

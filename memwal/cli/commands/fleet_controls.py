@@ -1,0 +1,111 @@
+"""``memwal fleet pause|resume|cancel|failures``: the operator's controls over a fleet.
+
+- ``pause TARGET --state URI --by WHO --reason WHY``: withhold the jobs of a table, a source,
+  or every table a glob matches, until resumed (recorded in the state with who, why, when);
+- ``resume TARGET --state URI --by WHO --reason WHY``: lift a pause set by ``pause`` (a pause
+  written in the policy file is lifted by editing the file);
+- ``cancel TABLE --by WHO --reason WHY``: ask the table's running jobs to stop where nothing
+  is half-done, releasing their leases (:mod:`memwal.lease.cancel`); logged in ``--state``;
+- ``failures [TABLE] --state URI``: the failure history the fleet's runs left, with reasons.
+
+Exit codes: 0 done; 2 bad input (who or why missing, no state), nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from memwal.cli.commands.common import EXIT_OK, Subparsers, common_options, emit
+
+
+def add_verbs(verbs: Subparsers) -> None:
+    for name, help_text, target in (
+            ("pause", "withhold the jobs of a table, a source or a glob of tables until resumed", "TARGET"),
+            ("resume", "lift a pause made with memwal fleet pause", "TARGET"),
+            ("cancel", "stop a table's running jobs where nothing is half-done (their leases released)", "TABLE")):
+        p = verbs.add_parser(name, parents=[common_options()], help=help_text, description=help_text)
+        p.add_argument("target", metavar=target, help="a table URI" + (", a source, or a glob over table URIs"
+                                                                       if target == "TARGET" else ""))
+        p.add_argument("--state", metavar="URI", required=name != "cancel",
+                       help="the fleet's shared state (where the change is recorded)")
+        p.add_argument("--by", required=True, metavar="WHO", help="who you are (recorded)")
+        p.add_argument("--reason", required=True, metavar="WHY", help="why (recorded)")
+        p.set_defaults(run=run_control, verb=name)
+    p = verbs.add_parser("failures", parents=[common_options()], help="the failure history of the fleet's tables",
+                         description="the failure history of the fleet's tables, newest first, with reasons")
+    p.add_argument("target", metavar="TABLE", nargs="?", help="one table (default: every table)")
+    p.add_argument("--state", metavar="URI", required=True, help="the fleet's shared state")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N failures (default 50)")
+    p.set_defaults(run=run_failures)
+
+
+def state_of(args: argparse.Namespace) -> Any:
+    """The ``--state`` folder (None without one)."""
+    from memwal.fleet.state import FleetState
+
+    return FleetState(args.state, args.storage_options) if getattr(args, "state", None) else None
+
+
+def run_control(args: argparse.Namespace) -> int:
+    from memwal.core import clock as clocks
+    from memwal.errors import BadInputError
+    from memwal.fleet import controls
+
+    now = clocks.current()()
+    by, reason, target = args.by.strip(), args.reason.strip(), args.target.strip()
+    if not by or not reason or not target:
+        raise BadInputError("say what (TARGET), who you are (--by) and why (--reason): all are recorded")
+    state = state_of(args)
+    doc: dict[str, Any]
+    if args.verb == "pause":
+        controls.pause(state, target, by=by, reason=reason, now=now)
+        doc = {"paused": target, "by": by, "reason": reason, "at": now}
+        text = f"paused {target} (by {by}: {reason}); memwal fleet resume {target} --state {args.state} lifts it"
+    elif args.verb == "resume":
+        _, found = controls.resume(state, target, by=by, reason=reason, now=now)
+        doc = {"resumed": target, "was_paused": found, "by": by, "reason": reason, "at": now}
+        text = f"resumed {target}" if found else f"{target} was not paused in the state (a pause in the policy file " \
+                                                 "is lifted by editing the file)"
+    else:
+        doc, text = _cancel(args, target, by, reason, now)
+        if state is not None:
+            controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
+    emit(args, doc, lambda: text)
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: float) -> tuple[dict[str, Any], str]:
+    from memwal.lease.cancel import request_cancel
+    from memwal.store import check_table_uri, open_store
+
+    asked = request_cancel(open_store(check_table_uri(table), args.storage_options), by, reason, now=now)
+    doc = {"table": table, "cancelled": asked, "by": by, "reason": reason, "at": now}
+    if not asked:
+        return doc, f"{table}: no running job holds a lease: nothing to cancel"
+    return doc, (f"{table}: asked {', '.join(asked)} to stop at its next safe point (its leases are released; "
+                 "the table's later jobs of that cycle are not run)")
+
+
+def run_failures(args: argparse.Namespace) -> int:
+    from memwal.core.text import one_line
+    from memwal.fleet.runs import failures_of
+    from memwal.fleet.state import RUNS
+
+    doc, _ = state_of(args).read(RUNS)
+    failures = failures_of(doc, args.target)[:max(0, args.limit)]
+
+    def render() -> str:
+        from datetime import UTC, datetime
+
+        if not failures:
+            return "no failure recorded" + (f" for {args.target}" if args.target else "")
+        return "\n".join(f"{datetime.fromtimestamp(float(f.get('at') or 0), UTC):%Y-%m-%d %H:%M}  "
+                         f"{one_line(str(f['table']))}  {one_line(str(f.get('job')))}: {one_line(str(f.get('error')))}"
+                         for f in failures)
+
+    emit(args, {"failures": failures}, render)
+    return EXIT_OK
+
+
+__all__ = ["add_verbs", "state_of"]

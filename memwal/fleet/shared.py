@@ -1,0 +1,82 @@
+"""One plan of a fleet with its shared state: read the state, discover, plan, write it back.
+
+What ``memwal fleet plan|run|status --state URI`` and the Airflow DAG's plan task do alike, on
+any machine: the probe cache, the operator's pauses (``controls.json``) and the jobs waiting
+for time (``runs.json``) are read from the state folder (:mod:`memwal.fleet.state`); the
+sources are discovered (the state folder itself left out) and planned; then the cache is
+written back when it changed and the plan's report (:mod:`memwal.fleet.report`) becomes the
+last plan, its totals added to the history. Without a state folder it plans alone (a
+``--cache`` file or URI still shared if given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memwal.core import clock as clocks
+from memwal.fleet.cache import ProbeCache
+from memwal.fleet.plan import FleetPlan, plan_fleet
+from memwal.fleet.policy import Policy
+from memwal.fleet.report import last_report, patch_report, report_of, save_report
+from memwal.fleet.runs import backoff_of
+from memwal.fleet.sources import Discovery
+from memwal.fleet.state import CONTROLS, RUNS, FleetState
+
+#: ``discover(known, exclude)``: the fleet's tables (``known``: found by earlier plans;
+#: ``exclude``: folders to leave out, the state's own).
+Discover = Callable[[frozenset[str], frozenset[str]], Discovery]
+DEFAULT_TOP = 50
+
+
+@dataclass
+class Planned:
+    plan: FleetPlan
+    report: dict[str, Any]
+    runs: dict[str, Any] = field(default_factory=dict)
+    controls: dict[str, Any] = field(default_factory=dict)
+    cache_written: bool = False
+
+
+def plan_shared(discover: Discover, policy: Policy, *, state: FleetState | None = None,
+                cache: ProbeCache | None = None, cache_location: str | None = None,
+                storage_options: Mapping[str, str] | None = None, top: int = DEFAULT_TOP, workers: int = 8,
+                now: float | None = None, save: bool = True,
+                backoff: Mapping[str, Mapping[str, float]] | None = None, partial: bool = False) -> Planned:
+    """Plan with the shared state (see the module docstring). ``cache``: one already loaded
+    (a run's rounds share it); else ``cache_location`` (a file or an object URI), else the
+    state's. ``save``: write the cache and the report back. ``backoff``: waits known to the
+    caller, besides the state's. ``partial``: ``discover`` names some of the fleet's tables
+    only (those an event named): the cache keeps the others, and the last report is updated
+    for these (:func:`memwal.fleet.report.patch_report`) rather than replaced."""
+    at = clocks.current()() if now is None else now
+    if cache is None:
+        cache = ProbeCache.load(cache_location, storage_options) if cache_location else (
+            ProbeCache.of_state(state) if state is not None else ProbeCache())
+    runs = state.read(RUNS)[0] if state is not None else {}
+    controls_doc = state.read(CONTROLS)[0] if state is not None else {}
+    controls = policy.controls().with_state(controls_doc)
+    exclude = frozenset([state.uri]) if state is not None else frozenset()
+    found = discover(cache.known_tables(), exclude)
+    waits = backoff_of(runs, at)
+    for table, jobs in (backoff or {}).items():
+        waits[table] = {**waits.get(table, {}), **jobs}
+    plan = plan_fleet(found, policy, cache=cache, now=at, workers=workers, backoff=waits, controls=controls)
+    if not found.problems and not partial:
+        cache.keep_only(frozenset(t.uri for t in found.tables))
+    report = report_of(plan, top=top, runs=runs, controls=controls_doc)
+    if partial and state is not None:
+        report = patch_report(last_report(state)[0], report, top=top)
+    written = False
+    if save:
+        if cache_location:
+            written = cache.save(cache_location, storage_options)
+        elif state is not None:
+            written = cache.save_to_state(state)
+        if state is not None:
+            save_report(state, report)
+    return Planned(plan, report, runs, controls_doc, written)
+
+
+__all__ = ["DEFAULT_TOP", "Discover", "Planned", "plan_shared"]

@@ -1,0 +1,54 @@
+"""``make airflow`` stops everything it started (airflow_plugins/standalone.py).
+
+What ``airflow standalone`` leaves behind when stopped, in small: a command whose children
+include one in its session, one that left the session (``setsid``), and one that ignores
+SIGTERM. Ctrl-C (SIGINT) to the wrapper ends every one of them, by their pids, the last with
+SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has ended
+
+
+def test_ctrl_c_stops_every_process_the_command_started(tmp_path):
+    pids = tmp_path / "pids"
+    script = (f"sleep 300 & echo $! >> {pids}; setsid sleep 300 & echo $! >> {pids}; "
+              f"{sys.executable} -c '{STUBBORN}' & echo $! >> {pids}; echo ready >> {pids}; wait")
+    wrapper = subprocess.Popen([sys.executable, "-m", "memwal.airflow.standalone", "--grace", "2", "--", "sh", "-c",
+                                script], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and "ready" in pids.read_text()):
+            assert time.monotonic() < deadline and wrapper.poll() is None, "the command never started"
+            time.sleep(0.05)
+        started = [int(x) for x in pids.read_text().split() if x.isdigit()]
+        time.sleep(0.5)  # the stubborn child has set its handler
+        assert len(started) == 3 and all(alive(p) for p in started)
+        assert os.getsid(started[1]) != os.getsid(started[0])  # one left the command's session
+        wrapper.send_signal(signal.SIGINT)
+        wrapper.wait(60)
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p for p in started if alive(p)] == []
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
