@@ -38,7 +38,7 @@ def _pristine(root: Path, shards: int) -> dict[str, Path]:
             t = memwal.open(str(path))
             assert t.merge().ok and t.compact().ok and t.snapshot().ok
             if name == "idle":
-                assert t.gc(grace_seconds=0, expire_versions=0).ok
+                assert t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).ok
         out[name] = path
     return out
 

@@ -202,10 +202,12 @@ def main() -> None:
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--work", default="bench-results/peers-work")
     parser.add_argument("--smoke", action="store_true", help="one tiny case (the harness works)")
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="only these cases (default: all)")
     args = parser.parse_args()
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cases = {name: case(work, name, g, r) for name, (g, r) in (SMOKE if args.smoke else CASES).items()}
+    chosen = SMOKE if args.smoke else {n: gr for n, gr in CASES.items() if not args.case or n in args.case}
+    cases = {name: case(work, name, g, r) for name, (g, r) in chosen.items()}
     doc = {"machine": machine_info(), "cases": cases, "goals": goals(cases)}
     (out / "peers.json").write_text(json.dumps(doc, indent=2))
     chart(doc, out / "peers.png")

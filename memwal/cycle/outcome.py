@@ -146,12 +146,14 @@ def _planned(job: str, doc: dict[str, Any]) -> str:
 
 def waits_for_time(job: str, doc: dict[str, Any]) -> bool:
     """Whether a later run of ``job``, with nothing else changed, would do more: a GC held by
-    the reader grace period, by a checkpoint (it expires), or by untagged retained versions
-    while version expiry is on (they age out of ``--expire-versions``). Tags and branches are
-    the user's to delete: they free nothing with time."""
+    the reader grace period, by a checkpoint (it expires), by untagged retained versions
+    while version expiry is on (they age out of ``--expire-versions``), or by a live writer (its
+    shard drains once it is quiet for ``--writer-idle-seconds``: retried later, not in every
+    round). Tags and branches are the user's to delete: they free nothing with time. The codes
+    are read from the document (``memwal.gc.gates``' names): importing GC here would load Lance."""
     if job != "gc" or doc.get("dry_run"):
         return False
-    if doc.get("time_will_free"):
+    if doc.get("time_will_free") or any(b.get("reason") == "writer-live" for b in doc.get("blocked") or []):
         return True
     holders = [v.get("held_by") for v in (doc.get("retention") or {}).get("blocking_versions", [])]
     expiring = doc.get("expired_versions") is not None

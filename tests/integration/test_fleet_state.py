@@ -23,7 +23,7 @@ from tests.helpers import ROOT, run_cli
 
 IDLE = 8
 WL = Workload(base_rows=120, shards=2, generations=2, rows_per_generation=10, seed=3, indexes=False)
-DRAIN = {"defaults": {"options": {"gc": {"grace_seconds": 0, "expire_versions": 0}}}}
+DRAIN = {"defaults": {"options": {"gc": {"grace_seconds": 0, "writer_idle_seconds": 0, "expire_versions": 0}}}}
 
 
 @pytest.fixture(scope="module")
