@@ -84,8 +84,13 @@ lock:
 lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
 
-# mypy --strict over memwal/, as configured in pyproject.toml's [tool.mypy].
+# mypy --strict over memwal/, jobs/, airflow_plugins/ and dags/, as configured in pyproject.toml's
+# [tool.mypy]. jobs/ and airflow_plugins/ are installed as memwal.spark and memwal.airflow, and their
+# imports say so: two links under build/typecheck/ give mypy those names (errors in them are
+# reported under build/typecheck/memwal/spark/ and .../airflow/).
 typecheck: $(STAMP)
+	@mkdir -p build/typecheck/memwal
+	@ln -sfn ../../../jobs build/typecheck/memwal/spark && ln -sfn ../../../airflow_plugins build/typecheck/memwal/airflow
 	$(PY) -m mypy
 
 # The documentation site (mkdocs.yml, pages in docs/) into site/: --strict fails on a broken link or
