@@ -11,7 +11,9 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,otel,test,docs]"
+	@# setuptools notes on every editable install that folders named like the package may shadow
+	@# it: here that folder (memwal/) is the package itself, so the note is silenced.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,otel,test,docs]"
 	@# The build leaves an egg-info beside the sources; with the repo root on sys.path
 	@# (pytest) Airflow would then see memwal-jobs twice and register its plugin twice.
 	@rm -rf memwal_jobs.egg-info
@@ -79,7 +81,7 @@ lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install -q ".[spark,airflow,otel,test,docs]"
 	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
-	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock memwal_jobs.egg-info
 
 lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench

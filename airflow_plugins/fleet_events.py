@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
-    from airflow.sdk import Asset
+    from airflow.sdk import Asset, Context
     from memwal.airflow.fleet import Events
 
 ASSET_NAME = "memwal_fleet_writes"

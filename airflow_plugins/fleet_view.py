@@ -28,9 +28,9 @@ from memwal.airflow.fleet import CONFIG_ENV
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from memwal.airflow.fleet import FleetConfig
     from starlette.responses import Response
 
-    from memwal.airflow.fleet import FleetConfig
     from memwal.fleet.state import FleetState
 
 R = TypeVar("R", bound="Response")

@@ -15,8 +15,8 @@ Both modes push the evidence (a dict) to XCom.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
