@@ -5,13 +5,15 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install test demo bench proto schema lint typecheck lock clean jvm-archive azurite browser screenshot airflow lance-context
+.PHONY: install test demo bench proto schema lint typecheck docs lock clean jvm-archive azurite browser screenshot airflow lance-context
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,otel,test]"
+	@# setuptools notes on every editable install that folders named like the package may shadow
+	@# it: here that folder (memwal/) is the package itself, so the note is silenced.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,otel,test,docs]"
 	@# The build leaves an egg-info beside the sources; with the repo root on sys.path
 	@# (pytest) Airflow would then see memwal-jobs twice and register its plugin twice.
 	@rm -rf memwal_jobs.egg-info
@@ -71,22 +73,33 @@ browser:
 # One worker per core (pytest-xdist), a test file stays on one worker: module fixtures (an
 # Airflow home, a Spark session) start once per file as in a serial run. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP) $(AZURITE) $(LC_STAMP) browser typecheck
+test: $(STAMP) $(AZURITE) $(LC_STAMP) browser typecheck docs
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/pip install -q ".[spark,airflow,otel,test]"
+	.venv-lock/bin/pip install -q ".[spark,airflow,otel,test,docs]"
 	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
-	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock memwal_jobs.egg-info
 
 lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
 
-# mypy --strict over memwal/, as configured in pyproject.toml's [tool.mypy].
+# mypy --strict over memwal/, jobs/, airflow_plugins/ and dags/, as configured in pyproject.toml's
+# [tool.mypy]. jobs/ and airflow_plugins/ are installed as memwal.spark and memwal.airflow, and their
+# imports say so: two links under build/typecheck/ give mypy those names (errors in them are
+# reported under build/typecheck/memwal/spark/ and .../airflow/).
 typecheck: $(STAMP)
+	@mkdir -p build/typecheck/memwal
+	@ln -sfn ../../../jobs build/typecheck/memwal/spark && ln -sfn ../../../airflow_plugins build/typecheck/memwal/airflow
 	$(PY) -m mypy
+
+# The documentation site (mkdocs.yml, pages in docs/) into site/: --strict fails on a broken link or
+# anchor and on an API reference mkdocstrings cannot resolve; the CLI reference is rendered from the
+# CLI's own parser at build time (docs/hooks/cli_reference.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(VENV)/bin/spark-submit \
 	--master local[2] --conf spark.ui.enabled=false \
@@ -154,7 +167,7 @@ airflow: $(STAMP)
 	MEMWAL_FLEET_CONFIG=$(abspath dags/memwal_fleet.local.yaml) PATH=$(abspath $(VENV)/bin):$$PATH \
 	$(PY) -m memwal.airflow.standalone -- $(VENV)/bin/airflow standalone
 
-# The README's picture of the status page (memwal status --html) on a demo table after a few runs, and the
+# The picture of the status page (docs/operations/status-page.md) (memwal status --html) on a demo table after a few runs, and the
 # fleet page's (memwal fleet status --state --html) on a demo fleet of 1,000 tables (docs/operations/fleet.md).
 screenshot: $(STAMP) browser
 	rm -rf /tmp/memwal-demo-lake
@@ -162,5 +175,5 @@ screenshot: $(STAMP) browser
 	$(PY) docs/fleet_page_demo.py --out docs/fleet-page.png
 
 clean:
-	rm -rf $(DEMO_DIR) bench-results airflow-home
+	rm -rf $(DEMO_DIR) bench-results airflow-home site
 	find build -mindepth 1 -maxdepth 1 ! -name .gitignore -exec rm -rf {} +

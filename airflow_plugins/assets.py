@@ -8,9 +8,12 @@ data, and runs that merged nothing emit nothing.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: The alias the merge and maintenance operators put in their outlets by default.
 DEFAULT_MERGED_ALIAS = "memwal-merged"
@@ -35,7 +38,7 @@ def table_asset(table_uri: str) -> Asset:
 
 
 def emit_merged_event(op: BaseOperator, alias: str | None, dry_run: bool, doc: dict[str, Any], uri: str,
-                      context: Any) -> None:
+                      context: Context) -> None:
     """An event for the table's Asset when (and only when) a merge committed a version."""
     if dry_run or doc.get("version") is None:
         op.log.info("nothing merged: no asset event")

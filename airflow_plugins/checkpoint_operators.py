@@ -19,12 +19,24 @@ expired. The create task returns the checkpoint's document (``memwal checkpoint 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from memwal.airflow.hooks import MemWalHook
 from memwal.airflow.reporting import note_table, observed, report_of
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Context
+    from openlineage.client.event_v2 import Dataset
+    from openlineage.client.facet_v2 import RunFacet
+
+    from memwal.table import Table
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class _CheckpointOperator(BaseOperator):
@@ -43,17 +55,17 @@ class _CheckpointOperator(BaseOperator):
     #: The job name its metrics and lineage use (``memwal.checkpoint-create.duration``, ...).
     job = "checkpoint"
 
-    def _open(self):
+    def _open(self) -> Table:
         hook = MemWalHook(self.memwal_conn_id or None, table=self.table or None, storage_options=self.storage_options)
         table = self._guard(hook.get_conn).table  # opened through memwal.open
         note_table(self, table.uri, table.storage_options)
         return table
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         """The checkpoint work (:meth:`_execute`), timed and reported through Airflow's metrics."""
         return observed(self, context, self._execute, action=self.job)
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage[Dataset, RunFacet]:
         """The table as the input it pins (at the checkpoint's version), and the ``memwal`` run facet."""
         from memwal.airflow.lineage import operator_lineage
 
@@ -61,13 +73,13 @@ class _CheckpointOperator(BaseOperator):
         doc = (report.docs.get(self.job) or {}) if report is not None else {}
         return operator_lineage(report, writes=False, read_version=doc.get("version"))
 
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage[Dataset, RunFacet]:
         return self.get_openlineage_facets_on_complete(task_instance)
 
-    def _execute(self, context: Any) -> dict[str, Any]:
+    def _execute(self, context: Context) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _guard(self, fn, *args: Any, **kwargs: Any) -> Any:
+    def _guard(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         from memwal.errors import BadInputError, MemWalError
 
         try:
@@ -95,11 +107,13 @@ class MemWalCreateCheckpointOperator(_CheckpointOperator):
 
     job = "checkpoint-create"
 
-    def _execute(self, context: Any) -> dict[str, Any]:
+    def _execute(self, context: Context) -> dict[str, Any]:
         from memwal.checkpoint import create_checkpoint
+        from memwal.checkpoint.record import lifetime
 
         table = self._open()
-        ckpt = self._guard(create_checkpoint, table, lifetime_seconds=self.lifetime,
+        seconds = self._guard(lifetime, self.lifetime)  # a templated lifetime renders as text
+        ckpt = self._guard(create_checkpoint, table, lifetime_seconds=seconds,
                            name=self.checkpoint_name or f"{self.dag_id}.{self.task_id}")
         self.log.info("checkpoint %s of %s: version %d, pinned until %s", ckpt.id, table.uri, ckpt.version,
                       ckpt.expires_at)
@@ -122,7 +136,7 @@ class MemWalDeleteCheckpointOperator(_CheckpointOperator):
 
     job = "checkpoint-delete"
 
-    def _execute(self, context: Any) -> dict[str, Any]:
+    def _execute(self, context: Context) -> dict[str, Any]:
         from memwal.checkpoint import delete_checkpoint
         from memwal.checkpoint.record import checkpoint_id, record_key
 

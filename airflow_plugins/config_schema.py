@@ -149,19 +149,18 @@ def _type_schema(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        out = _type_schema(inner[0], meta)
-        if type(None) in args and "type" in out:
-            out["type"] = [*([out["type"]] if isinstance(out["type"], str) else out["type"]), "null"]
-        return out
+        schema = _type_schema(inner[0], meta)
+        if type(None) in args and "type" in schema:
+            schema["type"] = [*([schema["type"]] if isinstance(schema["type"], str) else schema["type"]), "null"]
+        return schema
     if meta.get("enum"):
         return {"enum": list(meta["enum"])}
-    if is_dataclass(tp):
+    if isinstance(tp, type) and is_dataclass(tp):
         return dataclass_schema(tp)
     if tp is bool:
         return {"type": "boolean"}
     if tp is int or tp is float:
-        out: dict[str, Any] = {"type": "integer" if tp is int else "number", "minimum": meta.get("minimum", 0)}
-        return out
+        return {"type": "integer" if tp is int else "number", "minimum": meta.get("minimum", 0)}
     if tp is str:
         return {"type": "string", "minLength": 1}
     if origin is tuple:
@@ -240,7 +239,9 @@ def build_fleet_schema() -> dict[str, Any]:
     out["properties"]["sources"] = {"type": "array", "minItems": 1, "description": "where the tables come from",
                                     "items": {"type": ["string", "object"], "minLength": 1,
                                               "if": {"type": "object"}, "then": source}}
-    out["properties"]["jobs"]["items"] = {"enum": list(FleetConfig.__dataclass_fields__["jobs"].default)}
+    jobs = FleetConfig.__dataclass_fields__["jobs"].default
+    assert isinstance(jobs, tuple), "FleetConfig.jobs defaults to every job"
+    out["properties"]["jobs"]["items"] = {"enum": list(jobs)}
     out["properties"]["jobs"]["minItems"] = 1
     out["properties"]["policy"] = {**policy_schema(), "description": out["properties"]["policy"]["description"]}
     state = out["properties"]["state"]

@@ -15,14 +15,17 @@ credentials object_store can take.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
 
 #: Connection types whose credentials become storage options (the ``memwal`` type is the hook's own).
 CLOUD_CONN_TYPES = frozenset({"aws", "wasb", "adls", "google_cloud_platform"})
 
 
-def storage_options_from_connection(conn: Any) -> dict[str, str]:
+def storage_options_from_connection(conn: Connection) -> dict[str, str]:
     """Lance storage options for an ``aws``, ``wasb``, ``adls`` or ``google_cloud_platform`` connection."""
     kind = conn.conn_type
     extra = _extra(conn)
@@ -36,7 +39,7 @@ def storage_options_from_connection(conn: Any) -> dict[str, str]:
                      f"(expected memwal, {', '.join(sorted(CLOUD_CONN_TYPES))})")
 
 
-def _extra(conn: Any) -> dict[str, Any]:
+def _extra(conn: Connection) -> dict[str, Any]:
     """The connection's extras, also under the old ``extra__<type>__<field>`` names."""
     raw = dict(conn.extra_dejson or {})
     prefix = f"extra__{conn.conn_type}__"
@@ -46,14 +49,16 @@ def _extra(conn: Any) -> dict[str, Any]:
     return raw
 
 
-def _aws(conn: Any, extra: dict[str, Any]) -> dict[str, str]:
+def _aws(conn: Connection, extra: dict[str, Any]) -> dict[str, str]:
     options: dict[str, str] = {}
     try:  # the Amazon provider, when installed, resolves the credentials as its own operators do
         from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
     except ImportError:
-        AwsBaseHook = None  # noqa: N806
-    if AwsBaseHook is not None:
-        hook = AwsBaseHook(aws_conn_id=conn.conn_id, client_type="s3")
+        aws_hook: type[AwsBaseHook] | None = None
+    else:
+        aws_hook = AwsBaseHook
+    if aws_hook is not None:
+        hook = aws_hook(aws_conn_id=conn.conn_id, client_type="s3")
         creds = hook.get_credentials()
         options.update(aws_access_key_id=creds.access_key, aws_secret_access_key=creds.secret_key)
         if creds.token:
@@ -85,7 +90,7 @@ def _connection_string(text: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in parts}
 
 
-def _azure(conn: Any, extra: dict[str, Any], *, adls: bool) -> dict[str, str]:
+def _azure(conn: Connection, extra: dict[str, Any], *, adls: bool) -> dict[str, str]:
     """wasb: ``login`` is the account name, ``password`` its key (with ``extra.tenant_id``: a
     service principal's client id and secret), ``host`` the account URL if any; adls: ``host`` is
     the account name, ``login``/``password`` a service principal or (no tenant) the key."""
@@ -112,7 +117,7 @@ def _azure(conn: Any, extra: dict[str, Any], *, adls: bool) -> dict[str, str]:
     if not account and not adls and not tenant:
         account = conn.login or ""
     if not account and endpoint:  # https://<account>.blob.core.windows.net
-        account = urlparse(str(endpoint)).hostname.split(".")[0] if ".core.windows.net" in str(endpoint) else ""
+        account = (urlparse(str(endpoint)).hostname or "").split(".")[0] if ".core.windows.net" in str(endpoint) else ""
     if account and not options.get("azure_storage_account_name"):
         options["azure_storage_account_name"] = str(account)
     if endpoint and not options.get("azure_storage_endpoint"):

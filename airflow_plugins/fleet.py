@@ -205,7 +205,7 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
 def _source(entry: Any, i: int, base: str, path: str) -> FleetSource:
     from memwal.fleet.sources import NAMESPACE_PREFIX
 
-    doc = {"source": entry} if isinstance(entry, str) else dict(entry)
+    doc: dict[str, Any] = {"source": entry} if isinstance(entry, str) else dict(entry)
     for part in ("storage_options", "properties"):
         for key in doc.get(part) or {}:
             if is_secret_key(key):
@@ -220,7 +220,7 @@ def _source(entry: Any, i: int, base: str, path: str) -> FleetSource:
 def _state(entry: Any, base: str, path: str) -> StateConfig | None:
     if not entry:
         return None
-    doc = {"uri": entry} if isinstance(entry, str) else dict(entry)
+    doc: dict[str, Any] = {"uri": entry} if isinstance(entry, str) else dict(entry)
     for key in doc.get("storage_options") or {}:
         if is_secret_key(key):
             raise FleetConfigError(f"{path}: state.storage_options.{key}: a credential in the config file: put it in "
@@ -261,9 +261,11 @@ def discover_fleet(config: FleetConfig, known: frozenset[str] = frozenset(),
     holds no table, or cannot be searched, is a problem of the fleet (named), not a stop."""
     from memwal.errors import BadInputError
     from memwal.fleet.sources import Discovery, SourceProblem, discover
+    from memwal.fleet.sources_model import Skipped, TableRef
 
-    tables: dict[str, Any] = {}
-    skipped, problems = [], []
+    tables: dict[str, TableRef] = {}
+    skipped: list[Skipped] = []
+    problems: list[SourceProblem] = []
     for src in config.sources:
         try:
             found = discover([src.source], storage_options=storage_options_of(src),

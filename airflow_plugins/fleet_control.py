@@ -9,10 +9,13 @@ is authenticated and audited by Airflow, and the user who triggered the run is w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 ACTIONS = ("pause", "resume", "cancel")
 
@@ -27,7 +30,7 @@ class MemWalFleetControlOperator(BaseOperator):
         super().__init__(**kwargs)
         self.config_path = config_path
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from memwal.airflow.fleet import load_fleet_config, state_of, storage_options_of
 
         from memwal.core import clock as clocks

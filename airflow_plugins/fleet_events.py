@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset
+    from airflow.sdk import Asset, Context
     from memwal.airflow.fleet import Events
 
 ASSET_NAME = "memwal_fleet_writes"
@@ -78,7 +78,7 @@ def table_of(bucket: str, key: str) -> str | None:
     return f"s3://{bucket}/{m.group('table')}"
 
 
-def tables_of(context: Any) -> frozenset[str] | None:
+def tables_of(context: Context) -> frozenset[str] | None:
     """The tables the asset events that triggered this run named (None: not triggered by
     this fleet's events: a scheduled or manual run, which plans every table)."""
     found: set[str] = set()

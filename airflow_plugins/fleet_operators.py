@@ -27,10 +27,13 @@ Metrics (Airflow's ``Stats``): the table is a tag, never part of a name.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: The XCom key of the plan's summary (the summary and SLO tasks read it).
 PLAN_KEY = "fleet"
@@ -50,14 +53,14 @@ class _FleetOperator(BaseOperator):
 class MemWalFleetPlanOperator(_FleetOperator):
     """Plan the fleet; return the chunks of work (see the module docstring)."""
 
-    def execute(self, context: Any) -> list[list[dict[str, Any]]]:
+    def execute(self, context: Context) -> list[list[dict[str, Any]]]:
         try:
             return self._plan(context)
         except Exception:
             self.log.exception("memwal fleet: the plan failed")  # the cause, in this task's own log
             raise
 
-    def _plan(self, context: Any) -> list[list[dict[str, Any]]]:
+    def _plan(self, context: Context) -> list[list[dict[str, Any]]]:
         from memwal.airflow.fleet import chunks, load_fleet_config, max_map_length, plan, planned_work
         from memwal.airflow.fleet_events import tables_of
         from memwal.airflow.reporting import fleet_gauges
@@ -107,7 +110,7 @@ class MemWalFleetOperator(_FleetOperator):
         self.asset_alias = asset_alias
         self._hook: Any = None
 
-    def _seconds_left(self, context: Any, max_seconds: float | None) -> float | None:
+    def _seconds_left(self, context: Context, max_seconds: float | None) -> float | None:
         """What is left of the budget's ``max_seconds``, counted from the DAG run's start."""
         if max_seconds is None:
             return None
@@ -117,7 +120,7 @@ class MemWalFleetOperator(_FleetOperator):
         started = getattr(run, "start_date", None) or datetime.now(UTC)
         return max_seconds - (datetime.now(UTC) - started).total_seconds()
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from memwal.airflow.assets import emit_merged_event
         from memwal.airflow.fleet import load_fleet_config, work_of
         from memwal.airflow.hooks import MemWalHook
@@ -161,7 +164,7 @@ class MemWalFleetSummaryOperator(_FleetOperator):
         self.plan_task_id = plan_task_id
         self.run_task_id = run_task_id
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         from memwal.airflow.reporting import stats_client
 
         ti = context["ti"]
@@ -225,7 +228,7 @@ class MemWalFleetSloOperator(_FleetOperator):
         super().__init__(**kwargs)
         self.plan_task_id = plan_task_id
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         planned = context["ti"].xcom_pull(task_ids=self.plan_task_id, key=PLAN_KEY)
         if planned is None:
             raise AirflowException("memwal fleet: the plan task reported nothing (it failed: see its log)")
@@ -236,4 +239,5 @@ class MemWalFleetSloOperator(_FleetOperator):
             counts = ", ".join(f"{n} {slo}" for slo, n in breaches["count"].items() if n)
             raise AirflowException(f"memwal fleet: {breaches['table_count']} tables past their service level "
                                    f"({counts}): {', '.join(named)}" + (f"; and {more} more" if more > 0 else ""))
-        return breaches
+        found: dict[str, Any] = breaches
+        return found

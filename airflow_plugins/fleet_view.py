@@ -21,10 +21,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 from memwal.airflow.fleet import CONFIG_ENV
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from memwal.airflow.fleet import FleetConfig
+    from starlette.responses import Response
+
+    from memwal.fleet.state import FleetState
+
+R = TypeVar("R", bound="Response")
+
+
+class Secure(Protocol):
+    """:func:`memwal.airflow.views.secured`: a response with the sandboxing policy of its page."""
+
+    def __call__(self, response: R, css: str) -> R: ...
+
+
+class ErrorPage(Protocol):
+    """:func:`memwal.airflow.views.error_page`: the page that says a table could not be read."""
+
+    def __call__(self, title: str, message: str, back: str = ...) -> str: ...
 
 
 def configured() -> bool:
@@ -40,7 +61,7 @@ class NoState(LookupError):
     """The fleet's config names no state: the page has nothing to read."""
 
 
-def _last(config: Any) -> tuple[Any, Mapping[str, Any], list[Mapping[str, Any]], Mapping[str, Any]]:
+def _last(config: FleetConfig) -> tuple[FleetState, dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     from memwal.airflow.fleet import state_of
 
     from memwal.fleet.report import last_report
@@ -101,7 +122,7 @@ def fleet_table(uri: str) -> tuple[str, dict[str, str]]:
     return uri, storage_options_of(config.source(source))
 
 
-def add_routes(app: Any, secured: Any, page_css: str, error_page: Any) -> None:
+def add_routes(app: FastAPI, secured: Secure, page_css: str, error_page: ErrorPage) -> None:
     """``/fleet`` and ``/fleet/tables`` on the view's FastAPI application."""
     from fastapi import HTTPException, Query
     from fastapi.responses import HTMLResponse, StreamingResponse

@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -42,11 +42,16 @@ from memwal.actions.options import ENGINES
 from memwal.core.secrets import is_secret_key
 
 if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
     from memwal.api import MemWalTable
     from memwal.cycle import CycleResult
     from memwal.fleet.run import TableWork
+    from memwal.inspect.status import TableStatus
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def mask_storage_options(storage_options: Mapping[str, Any] | None) -> None:
@@ -140,7 +145,7 @@ class MemWalHook(BaseHook):
 
     # -- resolution ---------------------------------------------------------------
     @staticmethod
-    def from_connection(conn: Any) -> tuple[str | None, dict[str, str]]:
+    def from_connection(conn: Connection) -> tuple[str | None, dict[str, str]]:
         """Table URI and storage options held by a connection object: a ``memwal`` one, or one of
         Airflow's ``aws``, ``wasb``/``adls``, ``google_cloud_platform`` connections (the table URI
         then comes from ``extra.table`` or the task; see ``memwal.airflow.connections``)."""
@@ -169,7 +174,8 @@ class MemWalHook(BaseHook):
     def resolve(self) -> tuple[str, dict[str, str]]:
         """``(table_uri, storage_options)``, with every credential registered for masking."""
         if self._resolved is None:
-            uri, options = None, {}
+            uri: str | None = None
+            options: dict[str, str] = {}
             if self.memwal_conn_id:
                 uri, options = self.from_connection(self.get_connection(self.memwal_conn_id))
             options.update({str(k): str(v) for k, v in self._storage_options.items()})
@@ -197,7 +203,7 @@ class MemWalHook(BaseHook):
         uri, options = self.resolve()
         return memwal.open(uri, storage_options=options)
 
-    def status(self) -> Any:
+    def status(self) -> TableStatus:
         """``memwal status`` of the table (manifests only, never generation data)."""
         return self.get_conn().status()
 
@@ -212,7 +218,7 @@ class MemWalHook(BaseHook):
     def _where(self, job: str) -> str:
         return f"memwal {job} {self.table_uri}"
 
-    def _guarded(self, job: str, call: Any) -> Any:
+    def _guarded(self, job: str, call: Callable[[], T]) -> T:
         """``call()``, its memwal errors turned into task failures by their exit codes."""
         from memwal.errors import MemWalError, first_line
 
@@ -305,7 +311,7 @@ class MemWalHook(BaseHook):
         finally:
             self._submission = None
 
-    def _result(self, job: str, outcome: SparkJobOutcome, explains_failure: Any,
+    def _result(self, job: str, outcome: SparkJobOutcome, explains_failure: Callable[[dict[str, Any]], bool],
                 where: str | None = None) -> dict[str, Any] | None:
         """The result-file protocol: the job's document, or its failure raised; None when
         spark-submit succeeded without writing one (cluster deploy mode)."""

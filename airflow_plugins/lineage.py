@@ -30,7 +30,7 @@ from airflow.providers.openlineage.extractors import OperatorLineage
 from attrs import define, field
 from memwal.airflow.reporting import RunReport
 from openlineage.client.event_v2 import Dataset
-from openlineage.client.facet_v2 import RunFacet, dataset_version_dataset
+from openlineage.client.facet_v2 import DatasetFacet, RunFacet, dataset_version_dataset
 
 #: The facet's schema id (its JSON Schema: ``docs/openlineage/MemWalRunFacet.json`` in the repository).
 SCHEMA_URL = "urn:memwal-jobs:openlineage:MemWalRunFacet:1-0-0"
@@ -87,7 +87,9 @@ def run_facet(report: RunReport) -> MemWalRunFacet:
     from memwal.history.record import figures
     from memwal.history.timeline import JOBS
 
-    runs, versions, generations, upserted, deleted = [], [], 0, 0, 0
+    runs: list[dict[str, Any]] = []
+    versions: list[int] = []
+    generations = upserted = deleted = 0
     for job, doc in report.docs.items():
         record = report.records.get(job) or {}
         if job in JOBS:
@@ -103,8 +105,8 @@ def run_facet(report: RunReport) -> MemWalRunFacet:
             deleted += int(figs.get("rows_deleted") or 0)
         runs.append({"job": job, "runId": doc.get("run_id"), "outcome": record.get("outcome"),
                      "engine": doc.get("engine"), "versionsCommitted": committed, "figures": figs})
-    run_ids = [r["runId"] for r in runs if r["runId"]]
-    engines = {r["engine"] for r in runs if r["engine"]}
+    run_ids = [str(r["runId"]) for r in runs if r["runId"]]
+    engines = {str(r["engine"]) for r in runs if r["engine"]}
     return MemWalRunFacet(job=report.action, outcome=report.outcome, runId=run_ids[0] if len(run_ids) == 1 else None,
                           engine=engines.pop() if len(engines) == 1 else None, versionsCommitted=sorted(set(versions)),
                           generationsMerged=generations, rowsUpserted=upserted, rowsDeleted=deleted, runs=runs,
@@ -112,7 +114,7 @@ def run_facet(report: RunReport) -> MemWalRunFacet:
 
 
 def operator_lineage(report: RunReport | None, *, writes: bool = True,
-                     read_version: int | None = None) -> OperatorLineage:
+                     read_version: int | None = None) -> OperatorLineage[Dataset, RunFacet]:
     """The task's lineage from its report (empty when the task never reached its table).
     ``writes=False`` for tasks that only read the table (checkpoints), which may name the
     version they read."""
@@ -120,11 +122,12 @@ def operator_lineage(report: RunReport | None, *, writes: bool = True,
         return OperatorLineage()
     namespace, name = dataset_id(report.uri, report.account)
     facet = run_facet(report)
-    inputs = [Dataset(namespace=namespace, name=name, facets={} if read_version is None else {
-        "version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(read_version))})]
+    read: dict[str, DatasetFacet] = {} if read_version is None else {
+        "version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(read_version))}
+    inputs = [Dataset(namespace=namespace, name=name, facets=read)]
     outputs = []
     if writes:
-        facets = {}
+        facets: dict[str, DatasetFacet] = {}
         if facet.versionsCommitted:
             facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
                 datasetVersion=str(max(facet.versionsCommitted)))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import AssetAlias
 from airflow.sdk.exceptions import AirflowFailException
 from memwal.airflow.assets import DEFAULT_MERGED_ALIAS, emit_merged_event
 from memwal.airflow.operators import MemWalTableOperator, push
 from memwal.airflow.reporting import report_of
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class MemWalMaintenanceOperator(MemWalTableOperator):
@@ -46,9 +49,9 @@ class MemWalMaintenanceOperator(MemWalTableOperator):
         shared = {"lease_ttl": self.job_options["lease_ttl"]} if "lease_ttl" in self.job_options else {}
         return {job: {**dict(self.job_options.get(job) or {}), **shared} for job in self.jobs}
 
-    def _execute(self, context: Any) -> dict[str, Any]:
+    def _execute(self, context: Context) -> dict[str, Any]:
         hook = self.hook(context)
-        result = hook.run_cycle(self.jobs, self.cycle_options(), dry_run=self.dry_run)
+        result = hook.run_cycle(self.jobs, self.cycle_options(), dry_run=self.plan_only)
         docs = {j.job: dict(j.document) for j in result.jobs if j.document is not None}
         report_of(self).docs.update(docs)
         for job, doc in docs.items():
@@ -57,6 +60,6 @@ class MemWalMaintenanceOperator(MemWalTableOperator):
             self.log.info("memwal maintenance %s: %s %s%s", result.table, o.job, o.status,
                           f" ({o.summary or o.error})" if o.summary or o.error else "")
         if "merge" in docs:
-            emit_merged_event(self, self.asset_alias, self.dry_run, docs["merge"], result.table, context)
+            emit_merged_event(self, self.asset_alias, self.plan_only, docs["merge"], result.table, context)
         hook.raise_for_cycle(result)
         return docs

@@ -20,7 +20,7 @@ new table version, attaches an event for the table's Asset (:mod:`memwal.airflow
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -31,8 +31,16 @@ from memwal.airflow.spark_jobs import SparkSettings
 
 from memwal.core.secrets import redact_storage_options
 
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Context
+    from openlineage.client.event_v2 import Dataset
+    from openlineage.client.facet_v2 import RunFacet
 
-def params_object(context: Any, name: str | None, what: str) -> dict[str, str]:
+    from memwal.actions.options import JobOptions
+
+
+def params_object(context: Context, name: str | None, what: str) -> dict[str, str]:
     """The object a DAG param (a run conf key) holds, read at run time, never rendered."""
     if not name:
         return {}
@@ -42,7 +50,7 @@ def params_object(context: Any, name: str | None, what: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def push(context: Any, key: str, value: Any) -> None:
+def push(context: Context, key: str, value: Any) -> None:
     ti = context.get("ti") if hasattr(context, "get") else None
     if ti is not None:
         ti.xcom_push(key=key, value=value)
@@ -89,7 +97,8 @@ class MemWalTableOperator(BaseOperator):
         self.storage_options = dict(storage_options or {})
         self.storage_options_param = storage_options_param
         self.engine = engine
-        self.dry_run = dry_run
+        #: Plan only (the ``dry_run`` argument; BaseOperator.dry_run is Airflow's own method).
+        self.plan_only = dry_run
         self.job_options = dict(job_options or {})
         if lease_ttl is not None:
             self.job_options["lease_ttl"] = lease_ttl
@@ -100,7 +109,7 @@ class MemWalTableOperator(BaseOperator):
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self._hook: MemWalHook | None = None
 
-    def hook(self, context: Any) -> MemWalHook:
+    def hook(self, context: Context) -> MemWalHook:
         """The hook of this try: the table resolved (credentials registered for masking)."""
         storage = {**self.storage_options, **params_object(context, self.storage_options_param, "KEY: VALUE")}
         conf = {**self.spark_conf, **params_object(context, self.spark_conf_param, "spark conf settings")}
@@ -113,25 +122,25 @@ class MemWalTableOperator(BaseOperator):
             raise AirflowFailException(f"memwal {self.action}: {exc}") from None
         note_table(self, uri, options)
         self.log.info("memwal %s %s, engine %s%s, storage options %s", self.action, uri, self.engine,
-                      " (dry run)" if self.dry_run else "", redact_storage_options(options))
+                      " (dry run)" if self.plan_only else "", redact_storage_options(options))
         self._hook = hook
         return hook
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         """The job (:meth:`_execute`), timed and reported (:mod:`memwal.airflow.reporting`)."""
         return observed(self, context, self._execute,
                         storage_options=lambda: self._hook.resolve() if self._hook else self.hook(context).resolve())
 
-    def _execute(self, context: Any) -> Any:
+    def _execute(self, context: Context) -> Any:
         raise NotImplementedError
 
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage[Dataset, RunFacet]:
         """The table as input and output, and the ``memwal`` run facet (:mod:`memwal.airflow.lineage`)."""
         from memwal.airflow.lineage import operator_lineage
 
         return operator_lineage(self.__dict__.get("_memwal_report"))
 
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage[Dataset, RunFacet]:
         return self.get_openlineage_facets_on_complete(task_instance)
 
     def on_kill(self) -> None:
@@ -157,21 +166,23 @@ class MemWalActionOperator(MemWalTableOperator):
 
         return option_names(ACTIONS[cls.action].options, common=False) if cls.action in ACTIONS else []
 
-    def options(self, engine: str) -> Any:
+    def options(self, engine: str) -> JobOptions:
         """The validated options object, as the hook will run the job with it."""
         from memwal.actions import ACTIONS
         from memwal.errors import BadInputError
 
         try:
-            return ACTIONS[self.action].options.from_kwargs(engine=engine, dry_run=self.dry_run, **self.job_options)
+            options: JobOptions = ACTIONS[self.action].options.from_kwargs(engine=engine, dry_run=self.plan_only,
+                                                                           **self.job_options)
         except BadInputError as exc:
             raise AirflowFailException(f"memwal {self.action}: bad option: {exc}") from None
+        return options
 
-    def on_result(self, doc: dict[str, Any], uri: str, context: Any) -> None:
+    def on_result(self, doc: dict[str, Any], uri: str, context: Context) -> None:
         """Hook for a successful result (the merge operator emits its Asset event here)."""
 
-    def _execute(self, context: Any) -> dict[str, Any]:
-        run = self.hook(context).run_action(self.action, self.job_options, dry_run=self.dry_run)
+    def _execute(self, context: Context) -> dict[str, Any]:
+        run = self.hook(context).run_action(self.action, self.job_options, dry_run=self.plan_only)
         report_of(self).docs[self.action] = run.document
         if run.problems:  # what the action did do is still in XCom
             push(context, "return_value", run.document)
@@ -201,8 +212,8 @@ class MemWalMergeOperator(MemWalActionOperator):
         super().__init__(**kwargs)
         self.asset_alias = asset_alias
 
-    def on_result(self, doc: dict[str, Any], uri: str, context: Any) -> None:
-        emit_merged_event(self, self.asset_alias, self.dry_run, doc, uri, context)
+    def on_result(self, doc: dict[str, Any], uri: str, context: Context) -> None:
+        emit_merged_event(self, self.asset_alias, self.plan_only, doc, uri, context)
 
 
 class MemWalCatchupOperator(MemWalActionOperator):

@@ -13,10 +13,9 @@ the API server under ``/memwal`` (``fastapi_apps``) and shown in the navigation
 
 from __future__ import annotations
 
-try:  # the Task SDK's class when present; Airflow checks plugins by class name either way
-    from airflow.sdk.plugins_manager import AirflowPlugin
-except ImportError:  # pragma: no cover - older layouts
-    from airflow.plugins_manager import AirflowPlugin
+from typing import Any
+
+from airflow.sdk.plugins_manager import AirflowPlugin  # the Task SDK's (Airflow >= 3.3, the extra's floor)
 
 from memwal.core.secrets import redact_storage_options  # the one redaction rule, as a macro too
 
@@ -35,7 +34,7 @@ def asset_name(table: str) -> str:
     return table_asset(table).name
 
 
-def _views() -> tuple[list[dict], list[dict]]:
+def _views() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     from memwal.airflow import views
 
     app = {"app": views.app, "url_prefix": views.URL_PREFIX, "name": "MemWAL status pages"}

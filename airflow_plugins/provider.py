@@ -7,6 +7,8 @@ import Airflow (nor anything heavy).
 
 from __future__ import annotations
 
+from typing import Any
+
 CONN_TYPE = "memwal"
 HOOK_CLASS = "memwal.airflow.hooks.MemWalHook"
 
@@ -26,7 +28,7 @@ UI_FIELD_BEHAVIOUR = {
 }
 
 
-def get_provider_info() -> dict:
+def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "memwal-jobs",
         "name": "MemWAL jobs",

@@ -33,7 +33,12 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -64,9 +69,9 @@ class RunReport:
 
 def report_of(op: Any, action: str | None = None) -> RunReport:
     """The report kept on the operator for this try (created on first use)."""
-    report = op.__dict__.get("_memwal_report")
+    report: RunReport | None = op.__dict__.get("_memwal_report")
     if report is None:
-        report = RunReport(action or getattr(op, "action", ""))
+        report = RunReport(action or str(getattr(op, "action", "")))
         op.__dict__["_memwal_report"] = report
     return report
 
@@ -81,8 +86,8 @@ def note_table(op: Any, uri: str, storage_options: dict[str, str]) -> None:
     report.account = next((storage_options[k] for k in _ACCOUNT_KEYS if storage_options.get(k)), None)
 
 
-def observed(op: Any, context: Any, body: Callable[[Any], Any], *, action: str | None = None,
-             storage_options: Callable[[], tuple[str, dict[str, str]]] | None = None) -> Any:
+def observed(op: Any, context: Context, body: Callable[[Context], T], *, action: str | None = None,
+             storage_options: Callable[[], tuple[str, dict[str, str]]] | None = None) -> T:
     """Run ``body(context)`` (the operator's work), then report it, whether it worked or not.
 
     ``storage_options`` resolves the table again after the run to read its history records (the
@@ -177,7 +182,7 @@ def fleet_gauges(report: dict[str, Any]) -> None:
         logging.getLogger(__name__).warning("memwal fleet: metrics not reported: %s", exc)
 
 
-def _emit_stats(op: Any, report: RunReport, context: Any) -> None:
+def _emit_stats(op: Any, report: RunReport, context: Context) -> None:
     stats = stats_client()
     if stats is None:
         return

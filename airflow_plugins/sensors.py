@@ -15,17 +15,21 @@ Both modes push the evidence (a dict) to XCom.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from memwal.airflow.hooks import MemWalHook
 from memwal.airflow.triggers import ConditionError, MemWalStatusTrigger, describe, evaluate
 
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
 
 class _MemWalStatusSensor(BaseSensorOperator):
-    template_fields = ("table", "memwal_conn_id")
+    template_fields: Sequence[str] = ("table", "memwal_conn_id")
     ui_color = "#d8f0e8"
 
     def __init__(
@@ -58,7 +62,7 @@ class _MemWalStatusSensor(BaseSensorOperator):
         except (BadInputError, ConditionError, ValueError) as exc:
             raise AirflowFailException(f"{type(self).__name__}: {exc}") from exc
 
-    def poke(self, context: Any) -> bool | PokeReturnValue:
+    def poke(self, context: Context) -> bool | PokeReturnValue:
         payload = self.check()
         if payload is None:
             self.log.info("not yet: %s", describe(self.condition()))
@@ -66,7 +70,7 @@ class _MemWalStatusSensor(BaseSensorOperator):
         self.log.info("condition met: %s", describe(self.condition()))
         return PokeReturnValue(is_done=True, xcom_value=payload)
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
         payload = self.check()
@@ -85,7 +89,7 @@ class _MemWalStatusSensor(BaseSensorOperator):
             timeout=timedelta(seconds=self.timeout),
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         if not event or event.get("status") != "success":
             message = (event or {}).get("message", "no event")
             raise AirflowException(f"{type(self).__name__}: {message}")

@@ -99,7 +99,8 @@ def load_config(path: str) -> dict[str, Any]:
     if shared:
         problems = "; ".join(f"{place(p)}: {m}" for p, m in shared)
         raise ConfigError(f"{path}: {problems} (schema {SCHEMA_NAME})")
-    return doc
+    config: dict[str, Any] = doc
+    return config
 
 
 def _merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:

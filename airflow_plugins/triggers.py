@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from memwal.core import steps
+
+if TYPE_CHECKING:
+    from memwal.inspect.status import TableStatus
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,7 @@ MAX_CONSECUTIVE_ERRORS = 3
 
 
 # -- conditions (pure: a TableStatus in, a decision out) ---------------------------------
-def lag_summary(status: Any) -> dict[str, Any]:
+def lag_summary(status: TableStatus) -> dict[str, Any]:
     """How far the merger is behind, table-wide (what the lag sensor pushes to XCom)."""
     return {
         "table": status.table,
@@ -37,7 +40,7 @@ def lag_summary(status: Any) -> dict[str, Any]:
 
 
 def lag_reasons(
-    status: Any,
+    status: TableStatus,
     *,
     max_unmerged_generations: int | None = None,
     max_unmerged_bytes: int | None = None,
@@ -59,7 +62,8 @@ class ConditionError(Exception):
     """The condition can never hold as asked (e.g. an unknown shard): fail, do not wait."""
 
 
-def merged_reached(status: Any, *, shard_id: str, generation: int, indexes: list[str] | None = None) -> dict | None:
+def merged_reached(status: TableStatus, *, shard_id: str, generation: int,
+                   indexes: list[str] | None = None) -> dict[str, Any] | None:
     """None while shard ``shard_id`` has not merged (and, if asked, indexed) ``generation``; else the evidence."""
     shard = next((s for s in status.shards if s.shard_id == shard_id), None)
     if shard is None:
@@ -84,7 +88,7 @@ def merged_reached(status: Any, *, shard_id: str, generation: int, indexes: list
     }
 
 
-def evaluate(condition: dict[str, Any], status: Any) -> dict[str, Any] | None:
+def evaluate(condition: dict[str, Any], status: TableStatus) -> dict[str, Any] | None:
     """Evaluate a serialised condition: the event payload when it holds, else None."""
     kind = condition.get("kind")
     if kind == "lag":
@@ -137,7 +141,7 @@ class MemWalStatusTrigger(BaseTrigger):
         memwal_conn_id: str | None = None,
         poke_interval: float = 30.0,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__(**kwargs) is unannotated
         self.condition = dict(condition)
         self.table = table
         self.storage_options = dict(storage_options or {})
@@ -159,7 +163,8 @@ class MemWalStatusTrigger(BaseTrigger):
     async def _resolve(self) -> tuple[str, dict[str, str]]:
         from memwal.airflow.hooks import MemWalHook, mask_storage_options
 
-        uri, options = self.table, {}
+        uri = self.table
+        options: dict[str, str] = {}
         if self.memwal_conn_id:
             from airflow.sdk import BaseHook
 
@@ -173,7 +178,7 @@ class MemWalStatusTrigger(BaseTrigger):
         return uri, options
 
     @staticmethod
-    def _status(uri: str, options: dict[str, str]):
+    def _status(uri: str, options: dict[str, str]) -> TableStatus:
         import memwal
 
         return memwal.open(uri, storage_options=options).status()

@@ -30,7 +30,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # FastAPI and Starlette load with the first request (create_app), not with the plugin
+    from fastapi import FastAPI
+    from starlette.responses import Response
+    from starlette.types import Receive, Scope, Send
 
 from memwal.airflow.tables_config import CONFIG_ENV
 
@@ -96,7 +101,8 @@ def connection_tables() -> list[TableRef]:
 
 def resolve(ref: TableRef) -> tuple[str, dict[str, str]]:
     """The table URI and storage options (a config table's connection, then its own options)."""
-    uri, options = ref.uri, {}
+    uri = ref.uri
+    options: dict[str, str] = {}
     if ref.conn_id:
         from airflow.models import Connection
         from memwal.airflow.hooks import MemWalHook
@@ -132,7 +138,11 @@ def _doc(title: str, body: str) -> str:
             f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body><main>{body}</main></body></html>")
 
 
-def secured(response: Any, css: str) -> Any:
+#: A response of any kind, given back as it came (with its headers set).
+R = TypeVar("R", bound="Response")
+
+
+def secured(response: R, css: str) -> R:
     """``response`` with the sandboxing policy of a page whose one stylesheet is ``css``."""
     response.headers["Content-Security-Policy"] = header_policy(css)
     response.headers.update(SECURITY_HEADERS)
@@ -180,7 +190,7 @@ def error_page(title: str, message: str, back: str = "../../") -> str:
                 f'<p class="error" id="error">cannot read it: {escape(message)}</p>')
 
 
-def create_app() -> Any:
+def create_app() -> FastAPI:
     """The FastAPI application (routes need an Airflow user allowed to see the website)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
     from airflow.api_fastapi.core_api.security import requires_access_view
@@ -223,10 +233,10 @@ class LazyApp:
     """An ASGI application that builds :func:`create_app` on its first request."""
 
     def __init__(self) -> None:
-        self._app: Any = None
+        self._app: FastAPI | None = None
         self._lock = threading.Lock()
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._app is None:
             with self._lock:
                 if self._app is None:

@@ -21,13 +21,15 @@ through the ``memwal-merged`` alias.
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.providers.standard.operators.python import BranchPythonOperator
 from airflow.sdk import DAG, Param
 from memwal.airflow.assets import DEFAULT_MERGED_ALIAS
 from memwal.airflow.maintenance_operators import MemWalMaintenanceOperator
 from memwal.airflow.operators import OPERATORS
 
-COMMON = dict(
+COMMON: dict[str, Any] = dict(
     table="{{ params.table }}",
     memwal_conn_id="{{ params.conn_id or '' }}",
     storage_options_param="storage_options",
@@ -40,7 +42,7 @@ GC_OPTIONS = {"grace_seconds": "{{ params.grace_seconds }}",
               "writer_idle_seconds": "{{ params.writer_idle_seconds }}"}
 
 
-def _route(**context) -> str:
+def _route(**context: Any) -> str:
     params = context["params"]
     return "maintenance" if params["engine"] == "spark" and params["one_application"] else "merge"
 

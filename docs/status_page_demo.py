@@ -1,4 +1,4 @@
-"""Build a demo table with a few runs behind it and take the README's screenshot of its status page.
+"""Build a demo table with a few runs behind it and take the screenshot of its status page.
 
     .venv/bin/python docs/status_page_demo.py [--out docs/status-page.png] [--keep DIR]
 

@@ -16,6 +16,10 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
 
 
 def warn_secret_arguments(args: list[str]) -> None:
@@ -32,7 +36,7 @@ def warn_secret_arguments(args: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def spark_context(app: str) -> Iterator[object]:
+def spark_context(app: str) -> Iterator[SparkContext]:
     """The context spark-submit configured (its --conf wins), quiet, the one every engine of
     this process uses (:func:`memwal.spark.engine.session.use_context`), stopped on the way out.
 

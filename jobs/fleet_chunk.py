@@ -19,6 +19,11 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memwal.cycle import CycleResult
+    from memwal.fleet.run import TableWork
 
 MAX_WORK_BYTES = 64 << 20
 
@@ -50,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_FAILED if any(r.failed for r in results) else EXIT_OK
 
 
-def read_work(path: str) -> list:
+def read_work(path: str) -> list[TableWork]:
     from memwal.core.files import read_small_bytes
     from memwal.fleet.run import TableWork
 
@@ -58,7 +63,7 @@ def read_work(path: str) -> list:
     return [TableWork.from_dict(doc) for doc in json.loads(data)["work"]]
 
 
-def run_chunk(work: list, workers: int, max_seconds: float | None) -> list:
+def run_chunk(work: list[TableWork], workers: int, max_seconds: float | None) -> list[CycleResult]:
     from memwal.spark._entry import spark_context
     from memwal.spark.engine.fleet import SparkTableRunner
 

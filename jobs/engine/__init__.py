@@ -13,40 +13,53 @@ with the driver JVM's class archive, :mod:`.jvm_archive`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from memwal.spark.engine.catchup import SparkCatchupEngine
+    from memwal.spark.engine.compact import SparkCompactEngine
+    from memwal.spark.engine.fleet import SparkTableRunner
+    from memwal.spark.engine.gc import SparkGcEngine
+    from memwal.spark.engine.merge import SparkMergeEngine
+    from memwal.spark.engine.snapshot import SparkManifestReader
+
+    #: One action's Spark engine (each satisfies that action's engine protocol in the core).
+    SparkEngine: TypeAlias = (SparkMergeEngine | SparkCatchupEngine | SparkCompactEngine | SparkManifestReader
+                              | SparkGcEngine | SparkTableRunner)
 
 
-def _merge() -> Any:
+def _merge() -> SparkMergeEngine:
     from memwal.spark.engine.merge import SparkMergeEngine
 
     return SparkMergeEngine.from_active_or_local()
 
 
-def _catchup() -> Any:
+def _catchup() -> SparkCatchupEngine:
     from memwal.spark.engine.catchup import SparkCatchupEngine
 
     return SparkCatchupEngine.from_active_or_local()
 
 
-def _compact() -> Any:
+def _compact() -> SparkCompactEngine:
     from memwal.spark.engine.compact import SparkCompactEngine
 
     return SparkCompactEngine.from_active_or_local()
 
 
-def _snapshot() -> Any:
+def _snapshot() -> SparkManifestReader:
     from memwal.spark.engine.snapshot import SparkManifestReader
 
     return SparkManifestReader.from_active_or_local()
 
 
-def _gc() -> Any:
+def _gc() -> SparkGcEngine:
     from memwal.spark.engine.gc import SparkGcEngine
 
     return SparkGcEngine.from_active_or_local()
 
 
-def _fleet() -> Any:
+def _fleet() -> SparkTableRunner:
     from memwal.spark.engine.fleet import SparkTableRunner
 
     return SparkTableRunner.from_active_or_local()
@@ -56,10 +69,11 @@ class SparkEngines:
     """What the entry point hands the core: the engine of each action, and the session start."""
 
     name = "spark"
-    _factories = {"merge": _merge, "catchup": _catchup, "compact": _compact, "snapshot": _snapshot, "gc": _gc,
-                  "fleet": _fleet}
+    _factories: dict[str, Callable[[], SparkEngine]] = {
+        "merge": _merge, "catchup": _catchup, "compact": _compact, "snapshot": _snapshot, "gc": _gc,
+        "fleet": _fleet}
 
-    def engine(self, action: str) -> Any:
+    def engine(self, action: str) -> SparkEngine:
         return self._factories[action]()
 
     def prepare(self) -> None:

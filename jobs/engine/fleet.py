@@ -16,10 +16,13 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwal.cycle import CycleResult
 from memwal.fleet.run import TableWork, run_table_work
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
 
 
 def _task(work: TableWork) -> dict[str, Any]:
@@ -31,7 +34,7 @@ def _task(work: TableWork) -> dict[str, Any]:
 class SparkTableRunner:
     name = "spark"
 
-    def __init__(self, sc: Any) -> None:
+    def __init__(self, sc: SparkContext) -> None:
         self.sc = sc
 
     @classmethod

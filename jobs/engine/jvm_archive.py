@@ -190,14 +190,16 @@ def _context_run(java_opts: str) -> int:
     sc = build_context("memwal-jvm-archive", java_opts, master="local[2]")
     acc = sc.accumulator(0.0)
 
-    def tag(i: int):
+    def tag(i: int) -> list[tuple[int, bytes]]:
         acc.add(1.0)
         return [(i % 4, bytes(64))]
 
     out = sc.parallelize(range(8), 2).flatMap(tag).partitionBy(4, lambda k: k).mapPartitions(
         lambda it: [sum(len(v) for _, v in it)]).collect()
     assert sum(out) == 8 * 64
-    pid = int(sc._jvm.java.lang.ProcessHandle.current().pid())
+    jvm = sc._jvm
+    assert jvm is not None, "a started context has its JVM gateway"
+    pid = int(jvm.java.lang.ProcessHandle.current().pid())
     sc.stop()
     return pid
 

@@ -34,13 +34,18 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import lance
 import numpy as np
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 from memwal.spark.engine.merge_tasks import (
+    Doc,
+    Item,
+    Keyed,
+    Payload,
+    Retired,
     Target,
     read_buckets,
     read_tasks,
@@ -52,7 +57,7 @@ from memwal.spark.engine.merge_tasks import (
     shard_tasks,
 )
 from memwal.spark.engine.session import active_or_local
-from pyspark import SparkContext
+from pyspark import RDD, SparkContext
 
 from memwal.core import steps
 from memwal.errors import MemWalError
@@ -144,11 +149,12 @@ class _Output:
         return out
 
 
-def _output(rows: Iterable[tuple], driverless: bool) -> _Output:
+def _output(rows: Iterable[Doc | Retired]) -> _Output:
+    """A job's rows: a driver-path task's :data:`Doc`, or a retire task's :data:`Retired`."""
     out = _Output()
     for row in rows:
-        if not driverless:
-            doc, hashes = row if isinstance(row, tuple) else (row, b"")
+        if len(row) == 2:
+            doc, hashes = row
             out.docs.append(json.loads(doc))
             out.hashes.append(hashes)
         elif row[0] == "doc":
@@ -226,10 +232,12 @@ class SparkMergeEngine:
         job = _Job(table, plan, schema, sc, driverless=driverless)
         change_bytes = sum(ref_bytes(r) for r in plan.generations)
         shape, tasks, out = "shuffle", None, None
+        count = 0
         if self.partitions is None and plan.total_rows <= BY_SHARD_MAX_ROWS:
             tasks = shard_tasks(plan, self.partition_bytes, self.shard_max_bytes, sc.defaultParallelism)
         if tasks:
-            out = _run(table, job, lambda: _output(self._by_shard(sc, job, tasks), driverless))
+            by_shard, count = tasks, len(tasks)
+            out = _run(table, job, lambda: _output(self._by_shard(sc, job, by_shard)))
             if _keys_disjoint(out):
                 shape = "by-shard"
             else:  # a key in two tasks: its own error, or a hash collision, comes from the shuffle
@@ -241,8 +249,8 @@ class SparkMergeEngine:
         if out is None:
             read = read_tasks(plan.generations, self.read_task_bytes, job.options)
             parts = self.partitions or max(sc.defaultParallelism, -(-change_bytes // self.partition_bytes))
-            out = _run(table, job, lambda: _output(self._shuffled(sc, job, read, parts), driverless))
-            tasks = read
+            out = _run(table, job, lambda: _output(self._shuffled(sc, job, read, parts)))
+            count = len(read)
         self.last_timings = {
             "shape": shape,
             "commit_path": "driverless" if driverless else "driver",
@@ -253,33 +261,33 @@ class SparkMergeEngine:
             "write_task_seconds": job.spent["write"].value,
             "find_task_seconds": job.spent["find"].value,
             "retire_task_seconds": job.spent["retire"].value,
-            "read_tasks": len(tasks or []),
-            "partitions": len(tasks or []) if shape == "by-shard" else parts,
+            "read_tasks": count,
+            "partitions": count if shape == "by-shard" else parts,
             "retire_partitions": job.retire_parts,
             "change_bytes": change_bytes,
         }
         return job, out
 
     @staticmethod
-    def _by_shard(sc: SparkContext, job: _Job, tasks: list[list[dict]]) -> list[tuple]:
+    def _by_shard(sc: SparkContext, job: _Job, tasks: list[list[Payload]]) -> list[Doc | Retired]:
         """One stage of whole-shard tasks (then the retire stage, driverless)."""
         plan, options, target, spent, schema_bytes = job.plan, job.options, job.target, job.spent, job.schema_bytes
         barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 
-        def task(indices: Iterable[int]) -> Iterator[tuple]:
+        def task(indices: Iterable[int]) -> Iterator[Doc | Keyed]:
             for i in indices:
                 steps.step("spark.merge.read-task", barrier=barrier)
                 yield from reduce_shards(tasks[i], plan, _schema(schema_bytes), options, target, spent)
 
         rdd = sc.parallelize(range(len(tasks)), len(tasks)).mapPartitions(task)
-        return _retired(rdd, job).collect() if job.driverless else rdd.collect()
+        return _collected(rdd, job)
 
     @staticmethod
-    def _shuffled(sc: SparkContext, job: _Job, tasks: list, parts: int) -> list[tuple]:
+    def _shuffled(sc: SparkContext, job: _Job, tasks: list[list[Item]], parts: int) -> list[Doc | Retired]:
         """Read tasks, a shuffle of IPC blobs by key, one reduce task per partition (then the
         retire stage, driverless)."""
         plan, options, target, spent, schema_bytes = job.plan, job.options, job.target, job.spent, job.schema_bytes
-        shard_ids, pk = plan.shard_ids, plan.primary_key
+        shard_ids, pk = plan.shard_ids, list(plan.primary_key)
         barrier = steps.barrier_for_tasks()
 
         def read(i: int) -> Iterator[tuple[int, bytes]]:
@@ -288,20 +296,27 @@ class SparkMergeEngine:
             yield from read_buckets(tasks[i], _schema(schema_bytes), options, shard_ids, pk, parts)
             spent["read"].add(time.perf_counter() - started)
 
-        def reduce(pairs: Iterable[tuple[int, bytes]]) -> Iterator[tuple]:
+        def reduce(pairs: Iterable[tuple[int, bytes]]) -> Iterator[Doc | Keyed]:
             yield from reduce_buckets(pairs, plan, _schema(schema_bytes), options, target, spent)
 
         rdd = sc.parallelize(range(len(tasks)), max(1, len(tasks))).flatMap(read).partitionBy(
             parts, lambda k: k).mapPartitions(reduce)
-        return _retired(rdd, job).collect() if job.driverless else rdd.collect()
+        return _collected(rdd, job)
 
 
-def _retired(rdd: Any, job: _Job) -> Any:
-    """The retire stage after the reduce tasks: their offsets shuffled by base fragment, one
-    deletion file per fragment (:func:`memwal.spark.engine.merge_tasks.retire_fragments`)."""
+def _collected(rdd: RDD[Doc | Keyed], job: _Job) -> list[Doc | Retired]:
+    """The reduce tasks' rows (driver path), or after them the retire stage: their offsets
+    shuffled by base fragment, one deletion file per fragment
+    (:func:`memwal.spark.engine.merge_tasks.retire_fragments`)."""
+    # What reduce_and_write yields follows the target: a driver path's (no rows to retire) only
+    # Docs, a driverless job's (its target retires base rows) only Keyed pairs.
+    if not job.driverless:
+        return list(cast("RDD[Doc]", rdd).collect())
+    keyed = cast("RDD[Keyed]", rdd)
     target, options, spent = job.target, job.options, job.spent
-    return rdd.partitionBy(job.retire_parts, retire_partition).mapPartitions(
+    retired = keyed.partitionBy(job.retire_parts, retire_partition).mapPartitions(
         lambda pairs: retire_fragments(pairs, target, options, spent))
+    return list(retired.collect())
 
 
 def _keys_disjoint(out: _Output) -> bool:
@@ -314,7 +329,7 @@ def _keys_disjoint(out: _Output) -> bool:
 def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetChanges:
     """The driver path's half: one commit of the staged fragments (a dataset of its own under
     ``_staging``, never the table), the delete keys and the counts."""
-    pk = job.plan.primary_key
+    pk = list(job.plan.primary_key)
     fragments = out.new_fragments()
     net = NetChanges(schema=schema, primary_key=pk, delete_keys=empty_keys(schema, pk),
                      open_upserts=lambda: pa.RecordBatchReader.from_batches(schema, iter(())),

@@ -29,11 +29,13 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import lance
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pyspark.accumulators import Accumulator
 
 from memwal.merge.base_rows import base_addresses, by_fragment, merge_offsets, retire
 from memwal.merge.changes import count_by_shard, reducer
@@ -45,8 +47,22 @@ from memwal.store import open_store
 
 #: Threads each task reads its generations with (tasks already run side by side).
 TASK_READ_THREADS = 4
+#: A generation as a task is sent it: ``dataclasses.asdict`` of its :class:`GenerationRef`.
+Payload = dict[str, Any]
 #: A read item: a generation and the fragments to read (None: all of them).
-Item = tuple[dict, list[int] | None]
+Item = tuple[Payload, list[int] | None]
+#: The table's storage options, as every task is sent them.
+Options = dict[str, str]
+#: The job's timers (seconds summed over tasks, by phase): Spark accumulators.
+Spent = dict[str, Accumulator[float]]
+#: A reduce task's document (JSON text: fragments, delete keys, counts) and its net keys' hashes
+#: (uint64 bytes; empty when not asked): what a driver-path task returns.
+Doc = tuple[str, bytes]
+#: What a driverless reduce task sends the retire stage, by key: ``(DOC_KEY, Doc)``, or a base
+#: fragment's id and the offsets of its rows the batch retires (uint32 bytes).
+Keyed = tuple[int, Doc | bytes]
+#: What a retire task returns: ``("doc", document, hashes)`` or ``("retired", JSON, b"")``.
+Retired = tuple[str, str, bytes]
 
 
 def ref_bytes(ref: GenerationRef) -> int:
@@ -54,14 +70,15 @@ def ref_bytes(ref: GenerationRef) -> int:
     return ref.bytes or ref.rows * 128
 
 
-def _ref(payload: dict) -> GenerationRef:
+def _ref(payload: Payload) -> GenerationRef:
     return GenerationRef(**{**payload, "wal_keys": tuple(payload["wal_keys"])})
 
 
 # --------------------------------------------------------------------------- by shard
 
 
-def shard_tasks(plan: MergePlan, task_bytes: int, shard_max_bytes: int, parallelism: int) -> list[list[dict]] | None:
+def shard_tasks(plan: MergePlan, task_bytes: int, shard_max_bytes: int,
+                parallelism: int) -> list[list[Payload]] | None:
     """Whole shards packed into tasks: at least ``min(shards, parallelism)`` tasks, more when the
     batch is larger than that many ``task_bytes``; each shard to the least loaded task, the
     largest first. A task's generations stay in plan order (a shard's are ascending and
@@ -78,14 +95,14 @@ def shard_tasks(plan: MergePlan, task_bytes: int, shard_max_bytes: int, parallel
         i = loads.index(min(loads))
         owner[shard_id] = i
         loads[i] += sizes[shard_id]
-    tasks: list[list[dict]] = [[] for _ in range(count)]
+    tasks: list[list[Payload]] = [[] for _ in range(count)]
     for s in plan.shards:
         tasks[owner[s.shard_id]] += [asdict(g) for g in s.generations]
     return [t for t in tasks if t]
 
 
-def reduce_shards(payloads: list[dict], plan: MergePlan, schema: pa.Schema, options: dict, target: Target,
-                  spent: dict) -> Iterator[tuple]:
+def reduce_shards(payloads: list[Payload], plan: MergePlan, schema: pa.Schema, options: Options, target: Target,
+                  spent: Spent) -> Iterator[Doc | Keyed]:
     """One by-shard task: its shards' generations read whole (as the local engine reads them),
     reduced and written (:func:`reduce_and_write`, with the net keys' hashes)."""
     started = time.perf_counter()
@@ -100,13 +117,15 @@ def reduce_shards(payloads: list[dict], plan: MergePlan, schema: pa.Schema, opti
 def key_hashes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
     """A 64-bit hash per row of its key columns, the same in every process (pandas' fixed
     hash key): equal keys hash equal, so keys shared by two tasks show as a shared hash."""
-    return pd.util.hash_pandas_object(t.select(primary_key).to_pandas(), index=False).to_numpy()
+    hashes: np.ndarray = pd.util.hash_pandas_object(
+        t.select(primary_key).to_pandas(), index=False).to_numpy()
+    return hashes
 
 
 # --------------------------------------------------------------------------- keyed shuffle
 
 
-def read_tasks(refs: list[GenerationRef], task_bytes: int, options: dict) -> list[list[Item]]:
+def read_tasks(refs: list[GenerationRef], task_bytes: int, options: Options) -> list[list[Item]]:
     """Pack generations into read tasks of about ``task_bytes``, in plan order.
 
     Whole generations are packed together; one larger than a task is split by fragment
@@ -134,7 +153,7 @@ def read_tasks(refs: list[GenerationRef], task_bytes: int, options: dict) -> lis
 
 
 def read_buckets(
-    items: list[Item], schema: pa.Schema, options: dict, shard_ids: list[str], pk: list[str], parts: int
+    items: list[Item], schema: pa.Schema, options: Options, shard_ids: list[str], pk: list[str], parts: int
 ) -> Iterator[tuple[int, bytes]]:
     """One read task: its rows, tagged like the local engine's, as one IPC blob per bucket.
 
@@ -160,8 +179,8 @@ def read_buckets(
         yield int(bucket[start]), ipc(t.slice(start, end - start))
 
 
-def reduce_buckets(pairs: Iterable[tuple[int, bytes]], plan: MergePlan, schema: pa.Schema, options: dict,
-                   target: Target, spent: dict) -> Iterator[tuple]:
+def reduce_buckets(pairs: Iterable[tuple[int, bytes]], plan: MergePlan, schema: pa.Schema, options: Options,
+                   target: Target, spent: Spent) -> Iterator[Doc | Keyed]:
     """One reduce task of the shuffle: every blob of its bucket, reduced and written."""
     tables = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
     if tables:
@@ -173,7 +192,8 @@ def ipc(t: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, t.schema) as w:
         w.write_table(t)
-    return sink.getvalue().to_pybytes()
+    blob: bytes = sink.getvalue().to_pybytes()
+    return blob
 
 
 # --------------------------------------------------------------------------- both
@@ -191,7 +211,7 @@ class Target:
     receipts: str | None = None
 
 
-def receipt(target: Target, options: dict, keys: list[str]) -> None:
+def receipt(target: Target, options: Options, keys: list[str]) -> None:
     """List ``keys`` (files just written into the table) in a receipt of the job's folder."""
     if target.receipts is not None and keys:
         store = open_store(target.uri, options)
@@ -202,8 +222,8 @@ def receipt(target: Target, options: dict, keys: list[str]) -> None:
 DOC_KEY = -1
 
 
-def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options: dict, target: Target,
-                     spent: dict, *, with_key_hashes: bool = False) -> Iterator[tuple]:
+def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options: Options, target: Target,
+                     spent: Spent, *, with_key_hashes: bool = False) -> Iterator[Doc | Keyed]:
     """The local engine's reducer over every version of the task's keys, then the upserts
     written as Lance fragments of ``target``. The document holds the fragments, the delete keys
     (driver path only: IPC hex) and the counts per shard; with it go, if asked, the net keys'
@@ -213,7 +233,7 @@ def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options
     started = time.perf_counter()
     net = reducer(plan, options)(rows)
     ups, dels = net.upserts, net.deletes
-    pk = plan.primary_key
+    pk = list(plan.primary_key)
     keys = pa.concat_tables([ups.select(pk), dels.select(pk)])
     hashes = key_hashes(keys, pk).tobytes() if with_key_hashes else b""
     written = time.perf_counter()
@@ -225,12 +245,12 @@ def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options
         receipt(target, options, [k for f in fragments for k in data_file_keys(f)])
     found = time.perf_counter()
     spent["write"].add(found - written)
-    retired = {}
+    retired: dict[int, np.ndarray] = {}
     if target.retire_at is not None:
         ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)
         retired = by_fragment(base_addresses(ds, keys, pk))
         spent["find"].add(time.perf_counter() - found)
-    doc = json.dumps({
+    doc: str = json.dumps({
         "fragments": [f.to_json() for f in fragments],
         "deletes": ipc(dels.select(pk)).hex() if dels.num_rows and target.retire_at is None else "",
         "upserted": dict(count_by_shard(ups.column(SHARD), plan.shard_ids)) if ups.num_rows else {},
@@ -249,19 +269,19 @@ def retire_partition(key: int) -> int:
     return max(key, 0)
 
 
-def retire_fragments(pairs: Iterable[tuple[int, object]], target: Target, options: dict,
-                     spent: dict) -> Iterator[tuple[str, str, bytes]]:
+def retire_fragments(pairs: Iterable[Keyed], target: Target, options: Options,
+                     spent: Spent) -> Iterator[Retired]:
     """One retire task: the documents it was sent pass through as ``("doc", document, hashes)``;
     its fragments' offsets, joined per fragment, become one deletion file each
     (:func:`memwal.merge.base_rows.retire`), returned as ``("retired", [[id, metadata or
     None], ...], b"")``."""
     offsets: list[tuple[int, bytes]] = []
     for key, value in pairs:
-        if key == DOC_KEY:
-            doc, hashes = value  # type: ignore[misc]
+        if isinstance(value, tuple):  # the document, under DOC_KEY
+            doc, hashes = value
             yield "doc", doc, hashes
         else:
-            offsets.append((key, value))  # type: ignore[arg-type]
+            offsets.append((key, value))
     if offsets:
         started = time.perf_counter()
         ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)

@@ -15,7 +15,7 @@ driver raises the same error the local engine would.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from memwal.spark.engine.session import active_or_local
@@ -47,8 +47,9 @@ class BrokenShard:
         return ShardManifestError(self.shard_id, self.reason, self.detail)
 
 
-def _read_partition(uri: str, options: dict[str, str], columns: list[FieldColumn], threads: int):
-    def run(ids: Iterator[str]) -> Iterator[ShardRow | BrokenShard]:
+def _read_partition(uri: str, options: dict[str, str], columns: list[FieldColumn],
+                    threads: int) -> Callable[[Iterable[str]], Iterator[ShardRow | BrokenShard]]:
+    def run(ids: Iterable[str]) -> Iterator[ShardRow | BrokenShard]:
         from memwal.snapshot.engine import LocalSnapshotEngine
         from memwal.table import Table as _Table
 
@@ -90,4 +91,4 @@ class SparkManifestReader:
         broken = sorted((r for r in out if isinstance(r, BrokenShard)), key=lambda b: b.shard_id)
         if broken:  # the refresh publishes nothing, as with the local engine
             raise broken[0].error()
-        return out
+        return [r for r in out if isinstance(r, ShardRow)]

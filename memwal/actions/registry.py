@@ -242,9 +242,22 @@ CATCHUP: Action[CatchupOptions, CatchupPlan, CatchupResult, CatchupEngine] = Act
 COMPACT: Action[CompactOptions, CompactPlan, CompactResult, CompactEngine] = Action(
     "compact", "rewrite small fragments and materialise deletions, keeping progress and index catch-up",
     CompactOptions, plan_compact, execute_compact, _local_compact, _single("compact"))
+def _snapshot_plan_problems(plan: SnapshotPlan) -> list[str]:
+    return plan.problems()
+
+
+def snapshot_document_problems(doc: Mapping[str, Any]) -> list[str]:
+    """SnapshotPlan.problems() on its document (a result's document has no unsafe generations)."""
+    from memwal.snapshot.plan import UnsafeGeneration, unsafe_problems
+
+    return unsafe_problems(UnsafeGeneration(u["shard_id"], u["generation"], u["detail"], u["reason"])
+                           for u in doc.get("unsafe_generations", ()))
+
+
 SNAPSHOT: Action[SnapshotOptions, SnapshotPlan, SnapshotResult, SnapshotEngine] = Action(
     "snapshot", "publish every shard's state in the MemWAL index (the shard snapshot)",
-    SnapshotOptions, plan_snapshot, execute_snapshot, _local_snapshot, _snapshot_leases)
+    SnapshotOptions, plan_snapshot, execute_snapshot, _local_snapshot, _snapshot_leases,
+    document_problems=snapshot_document_problems, plan_problems=_snapshot_plan_problems)
 GC: Action[GcOptions, GcPlan, GcResult, GcEngine] = Action(
     "gc", "delete merged, indexed, unretained generations and their WAL entries",
     GcOptions, plan_gc, execute_gc, _local_gc, _single("gc"),

@@ -9,7 +9,7 @@ failure is decided in one place: the action's ``problems``.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memwal.actions import engines
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 V = TypeVar("V", bound=Document)
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobResult(Document, Generic[V]):
     """What an action returns: its typed plan (dry run) or result, and the verdict.
 
@@ -43,7 +43,7 @@ class JobResult(Document, Generic[V]):
     dry_run: bool
     value: V
     run_id: str | None = None  # the run's id in the table's history (None for a dry run)
-    problems: list[str] = field(default_factory=list)
+    problems: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the CLI's ``--json`` document (a run's names its ``run_id``: ``memwal history``)."""
@@ -84,7 +84,7 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
     steps.step(f"{name}.planned")
     if options.dry_run:
         shown = act.preview(table, plan) if act.preview else plan
-        return JobResult(name, True, shown, problems=act.plan_problems(plan))
+        return JobResult(name, True, shown, problems=tuple(act.plan_problems(plan)))
     if not early and act.has_work is not None and act.has_work(plan):
         engines.prepare(options.engine)
     from memwal.inspect.status import lag_now  # lance loads with the run, not with the option tables
@@ -102,9 +102,9 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
                 if lost is None:
                     raise
                 raise lost from exc
-            result = JobResult(name, False, value, run_id, value.problems())
+            result = JobResult(name, False, value, run_id, tuple(value.problems()))
             leases.check()
-            ctx.doc, ctx.problems = result.to_dict(), result.problems
+            ctx.doc, ctx.problems = result.to_dict(), list(result.problems)
     return result
 
 

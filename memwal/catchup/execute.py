@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memwal.catchup.engine import CatchupEngine, LocalCatchupEngine
 from memwal.catchup.plan import NONE, CatchupPlan, CatchupThresholds, plan_catchup
 from memwal.core import steps
-from memwal.core.document import Document
+from memwal.core.document import Document, as_document
 from memwal.core.retry import after_conflict, vanished
 from memwal.errors import MemWalError, StateMovedError
 from memwal.history import run as history
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class IndexResult:
     index_name: str
     action: str
@@ -30,11 +30,11 @@ class IndexResult:
     recorded: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class CatchupResult(Document):
     table: str
     version: int | None
-    indexes: list[IndexResult] = field(default_factory=list)
+    indexes: tuple[IndexResult, ...] = ()
     engine: str = "local"
 
     @property
@@ -43,7 +43,7 @@ class CatchupResult(Document):
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "engine": self.engine,
-                "all_recorded": self.all_recorded, "indexes": [asdict(i) for i in self.indexes]}
+                "all_recorded": self.all_recorded, "indexes": [as_document(i) for i in self.indexes]}
 
     def problems(self) -> list[str]:
         """What makes this run a failure: nothing here (a failed catch-up raises, exit 1 or 3)."""
@@ -59,23 +59,24 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine: CatchupEngine | Non
     step and taken over meanwhile stops there, exit 3, with nothing committed)."""
     engine = engine or LocalCatchupEngine()
     work = plan.work()
-    result = CatchupResult(table=table.uri, version=None, engine=engine.name)
+    version: int | None = None
     if work:
         steps.step("catchup.before-build")
         committed = engine.run(table, plan, work, lease.check if lease else None)
         for v in committed:
             history.committed(v)
-        result.version = max(committed, default=None)
+        version = max(committed, default=None)
     after = table.manifest()
+    results: list[IndexResult] = []
     for ip in plan.indexes:
         caught = {s: after.index_catchup.get(ip.index_name, {}).get(s, 0) for s in after.compacted}
         # Read back what Lance recorded: every shard at least at the progress we planned against.
         recorded = all(caught.get(s, 0) >= g for s, g in plan.compacted.items())
-        result.indexes.append(IndexResult(ip.index_name, ip.action, caught, recorded))
+        results.append(IndexResult(ip.index_name, ip.action, caught, recorded))
         if ip.action != NONE and not recorded:
             log.warning("index %s: Lance did not record catch-up to %s (recorded %s)", ip.index_name,
                         plan.compacted, caught)
-    return result
+    return CatchupResult(table=table.uri, version=version, indexes=tuple(results), engine=engine.name)
 
 
 def _others_committed(table: Table, since: int) -> bool:
@@ -106,7 +107,7 @@ def run_catchup(table: Table, *, plan: CatchupPlan | None = None, engine: Catchu
     commit right after ours dropped (Lance's compaction does: hazard H4).
     """
     if plan is not None:
-        indexes = plan.requested if indexes is None else indexes
+        indexes = (None if plan.requested is None else list(plan.requested)) if indexes is None else indexes
         thresholds = plan.thresholds or thresholds
 
     def attempt(n: int) -> CatchupResult:

@@ -27,7 +27,7 @@ class CatchupThresholds:
     max_unindexed_fraction: float = 0.5
 
 
-@dataclass
+@dataclass(frozen=True)
 class IndexPlan:
     index_name: str
     action: str
@@ -45,14 +45,14 @@ class IndexPlan:
         return self.index_type.upper().startswith(("IVF", "HNSW", "FLAT"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class CatchupPlan(Document):
     table: str
     read_version: int
     compacted: dict[str, int]
-    indexes: list[IndexPlan] = field(default_factory=list)
+    indexes: tuple[IndexPlan, ...] = ()
     #: What the plan was asked for, so that a run that lost a race plans again the same way.
-    requested: list[str] | None = field(default=None, repr=False)
+    requested: tuple[str, ...] | None = field(default=None, repr=False)
     thresholds: CatchupThresholds | None = field(default=None, repr=False)
 
     def work(self) -> list[IndexPlan]:
@@ -82,8 +82,7 @@ def plan_catchup(table: Table, *, indexes: list[str] | None = None,
     if unknown:
         raise BadInputError(f"{table.uri}: no such index on the base table: {', '.join(unknown)}")
     ds = table.dataset(manifest.version)
-    plan = CatchupPlan(table=table.uri, read_version=manifest.version, compacted=dict(manifest.compacted),
-                       requested=indexes, thresholds=thresholds)
+    planned: list[IndexPlan] = []
     for name in names:
         stats = _index_stats(ds, name)
         recorded = manifest.index_catchup.get(name, {})
@@ -103,6 +102,8 @@ def plan_catchup(table: Table, *, indexes: list[str] | None = None,
         else:
             action = OPTIMIZE
             reason = f"{unindexed} unindexed rows, lag {max(lag.values(), default=0)} generations"
-        plan.indexes.append(IndexPlan(name, action, reason, lag, caught, deltas, indexed, unindexed,
-                                      int(stats.get("num_unindexed_fragments", 0)), str(stats.get("index_type", ""))))
-    return plan
+        planned.append(IndexPlan(name, action, reason, lag, caught, deltas, indexed, unindexed,
+                                 int(stats.get("num_unindexed_fragments", 0)), str(stats.get("index_type", ""))))
+    return CatchupPlan(table=table.uri, read_version=manifest.version, compacted=dict(manifest.compacted),
+                       indexes=tuple(planned), requested=None if indexes is None else tuple(indexes),
+                       thresholds=thresholds)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lance.optimize import Compaction, CompactionOptions
@@ -15,7 +15,7 @@ from memwal.catchup import CatchupEngine, CatchupThresholds, LocalCatchupEngine,
 from memwal.compact.engine import CompactEngine, LocalCompactEngine
 from memwal.compact.plan import CompactPlan, plan_compaction
 from memwal.core import steps
-from memwal.core.document import Document
+from memwal.core.document import Document, as_document
 from memwal.core.retry import after_conflict, vanished
 from memwal.errors import ConflictError, MemWalError, StateMovedError
 from memwal.history import run as history
@@ -34,7 +34,7 @@ Step = Callable[[str], None]
 CATCHUP_ATTEMPTS = 4
 
 
-@dataclass
+@dataclass(frozen=True)
 class IndexCatchup:
     """A maintained index's catch-up read back from the table manifest after the job."""
 
@@ -44,7 +44,7 @@ class IndexCatchup:
     kept: bool  # at least what was recorded before the compaction
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompactResult(Document):
     table: str
     version: int | None
@@ -53,13 +53,13 @@ class CompactResult(Document):
     fragments_removed: int = 0
     fragments_added: int = 0
     deletions_materialized: int = 0
-    indexes: list[IndexCatchup] = field(default_factory=list)
+    indexes: tuple[IndexCatchup, ...] = ()
     engine: str = "local"
     attempts: int = 1
     catchup_repaired: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_document(self)
 
     def problems(self) -> list[str]:
         """What makes this run a failure: nothing here (a failed compaction raises, exit 1 or 3)."""
@@ -89,10 +89,11 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     # rejects it (retryably) when a concurrent merge changed a fragment it rewrote.
     before = table.dataset().version
     metrics = Compaction.commit(table.dataset(plan.read_version), rewrites)
-    result.version = table.dataset().version
-    _record_compaction_commits(table, before, result.version)
-    result.fragments_removed, result.fragments_added = metrics.fragments_removed, metrics.fragments_added
-    result.deletions_materialized = sum(t.deleted_rows for t in plan.tasks)
+    committed = table.dataset().version
+    _record_compaction_commits(table, before, committed)
+    result = replace(result, version=committed, fragments_removed=metrics.fragments_removed,
+                     fragments_added=metrics.fragments_added,
+                     deletions_materialized=sum(t.deleted_rows for t in plan.tasks))
     log.info("compacted %s: %d fragments rewritten as %d", table.uri, metrics.fragments_removed,
              metrics.fragments_added)
     check_progress_kept(table, plan.read_version)
@@ -101,8 +102,7 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     # runs even if the lease was lost meanwhile (as the snapshot's H1 repairs do); the job
     # still ends with exit 3 then (memwal.actions checks every lease after the job).
     version = restore_catchup(table, plan.catchup_to_keep(), catchup_engine, lease=None)
-    result.version = version or result.version
-    finish(table, plan.catchup_to_keep(), result)
+    result = finish(table, plan.catchup_to_keep(), replace(result, version=version or committed))
     step("after-catchup")
     return result
 
@@ -177,18 +177,18 @@ def restore_catchup(table: Table, before: dict[str, dict[str, int]], catchup_eng
                           "(concurrent writers kept winning); run `memwal catchup`") from exc
 
 
-def finish(table: Table, before: dict[str, dict[str, int]], result: CompactResult) -> None:
-    """Fill the result's fragment count and catch-up read back from the latest manifest."""
+def finish(table: Table, before: dict[str, dict[str, int]], result: CompactResult) -> CompactResult:
+    """The result with its fragment count and catch-up read back from the latest manifest."""
     after = table.manifest()
-    result.fragments_after = len(table.dataset(after.version).get_fragments())
-    result.indexes = []
+    indexes: list[IndexCatchup] = []
     for name in maintained_indexes(after):
         caught = {s: after.index_catchup.get(name, {}).get(s, 0) for s in after.compacted}
         recorded = all(caught[s] >= g for s, g in after.compacted.items())
-        result.indexes.append(IndexCatchup(name, caught, recorded, not _behind({name: before.get(name, {})}, after)))
+        indexes.append(IndexCatchup(name, caught, recorded, not _behind({name: before.get(name, {})}, after)))
     behind = _behind(before, after)
     if behind:
         raise MemWalError(f"{table.uri}: index catch-up of {', '.join(behind)} went backwards during compaction")
+    return replace(result, fragments_after=len(table.dataset(after.version).get_fragments()), indexes=tuple(indexes))
 
 
 def run_compact(table: Table, *, plan: CompactPlan | None = None, options: CompactionOptions | None = None,
@@ -216,8 +216,7 @@ def run_compact(table: Table, *, plan: CompactPlan | None = None, options: Compa
             if vanished(exc) and table.manifest().version > p.read_version:
                 raise StateMovedError(f"{table.uri}: version {p.read_version} expired while compacting") from exc
             raise
-        result.attempts = n
-        return result
+        return replace(result, attempts=n)
 
     return after_conflict(attempt, what=f"{table.uri}: compaction (nothing of a lost attempt was committed)",
                           attempts=max_attempts, sleep=sleep)
@@ -230,7 +229,6 @@ def _nothing_to_compact(table: Table, plan: CompactPlan, engine: CompactEngine, 
     if plan.catchup_repair:
         log.warning("%s: indexes %s lost their catch-up record to an earlier compaction; re-earning it",
                     table.uri, ", ".join(plan.catchup_repair))
-        result.version = restore_catchup(table, plan.catchup_to_keep(), catchup_engine, lease=lease)
-        result.catchup_repaired = True
-    finish(table, plan.catchup_to_keep(), result)
-    return result
+        result = replace(result, version=restore_catchup(table, plan.catchup_to_keep(), catchup_engine, lease=lease),
+                         catchup_repaired=True)
+    return finish(table, plan.catchup_to_keep(), result)

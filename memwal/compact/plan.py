@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lance.optimize import Compaction, CompactionOptions, CompactionTask
 
-from memwal.core.document import Document
+from memwal.core.document import Document, as_document
 from memwal.errors import MemWalError, first_line
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, maintained_indexes
@@ -30,16 +30,16 @@ def lance_options(*, target_rows_per_fragment: int | None = None, max_rows_per_g
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskPlan:
     """One rewrite group: adjacent fragments Lance will rewrite as one or a few fragments."""
 
-    fragment_ids: list[int]
+    fragment_ids: tuple[int, ...]
     rows: int
     deleted_rows: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompactPlan(Document):
     table: str
     read_version: int
@@ -47,13 +47,13 @@ class CompactPlan(Document):
     fragments_before: int
     compacted: dict[str, int]
     index_catchup: dict[str, dict[str, int]]
-    indexes: list[str]
-    tasks: list[TaskPlan] = field(default_factory=list)
+    indexes: tuple[str, ...]
+    tasks: tuple[TaskPlan, ...] = ()
     #: Lance's task objects, in the order of ``tasks`` (picklable; not part of the JSON).
-    lance_tasks: list[CompactionTask] = field(default_factory=list, repr=False)
+    lance_tasks: tuple[CompactionTask, ...] = field(default=(), repr=False)
     #: With nothing to compact: maintained indexes an earlier compaction left without their
     #: catch-up record (it committed, then stopped before re-earning it): re-earned by the run.
-    catchup_repair: list[str] = field(default_factory=list)
+    catchup_repair: tuple[str, ...] = ()
 
     def is_empty(self) -> bool:
         return not self.tasks
@@ -73,8 +73,8 @@ class CompactPlan(Document):
             "deletions_to_materialize": sum(t.deleted_rows for t in self.tasks),
             "compacted": self.compacted,
             "index_catchup": self.index_catchup,
-            "tasks": [asdict(t) for t in self.tasks],
-            "catchup_repair": self.catchup_repair,
+            "tasks": [as_document(t) for t in self.tasks],
+            "catchup_repair": list(self.catchup_repair),
         }
 
 
@@ -89,6 +89,7 @@ def plan_compaction(table: Table, options: CompactionOptions | None = None,
         lance_plan = Compaction.plan(ds, lance_opts)
     except (ValueError, OSError, RuntimeError) as exc:
         raise MemWalError(f"{table.uri}: cannot plan the compaction: {first_line(exc)}") from exc
+    tasks = [(task, list(task.fragments)) for task in lance_plan.tasks]
     plan = CompactPlan(
         table=table.uri,
         read_version=manifest.version,
@@ -96,16 +97,12 @@ def plan_compaction(table: Table, options: CompactionOptions | None = None,
         fragments_before=len(ds.get_fragments()),
         compacted=dict(manifest.compacted),
         index_catchup={k: dict(v) for k, v in manifest.index_catchup.items()},
-        indexes=maintained_indexes(manifest),
+        indexes=tuple(maintained_indexes(manifest)),
+        tasks=tuple(TaskPlan(tuple(f.id for f in frags), sum(f.num_rows for f in frags),
+                             sum(f.num_deletions for f in frags)) for _, frags in tasks),
+        lance_tasks=tuple(task for task, _ in tasks),
     )
-    for task in lance_plan.tasks:
-        frags = list(task.fragments)
-        plan.tasks.append(TaskPlan([f.id for f in frags], sum(f.num_rows for f in frags),
-                                   sum(f.num_deletions for f in frags)))
-        plan.lance_tasks.append(task)
-    if plan.is_empty():
-        plan.catchup_repair = dropped_catchup(table, manifest)
-    return plan
+    return replace(plan, catchup_repair=tuple(dropped_catchup(table, manifest))) if plan.is_empty() else plan
 
 
 def dropped_catchup(table: Table, manifest: TableManifest) -> list[str]:

@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from memwal.core.sizes import human_bytes
 from memwal.gc.gates import WAL_GENERATION_UNKNOWN, WAL_NEEDED_FOR_REPLAY, WRITER_LIVE, is_gate, only_grace
 
 
@@ -16,7 +17,7 @@ def render_gc(doc: Mapping[str, Any]) -> str:
     free it."""
     verb = "would delete" if doc["dry_run"] else "deleted"
     lines = [f"{doc['table']}: {verb} {len(doc['deleted'])} generations and {doc['wal_entries_deleted']} WAL entries"
-             + ("" if doc["dry_run"] else f", {doc['bytes_freed']} bytes freed")]
+             + ("" if doc["dry_run"] else f", {human_bytes(doc['bytes_freed'])} freed")]
     by_shard: dict[str, list[int]] = defaultdict(list)
     for d in doc["deleted"]:
         by_shard[d["shard_id"]].append(d["generation"])

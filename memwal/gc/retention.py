@@ -70,31 +70,33 @@ def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | No
     for r in rows:
         if r.held_by == "checkpoint":
             ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in (r.tag or "").split(", "))
-            hints.append(f"version {r.version} is pinned by checkpoint {ids}: it is freed when the checkpoint "
-                         "expires or is deleted (memwal checkpoint delete)")
+            hints.append(f"Version {r.version} is pinned by checkpoint {ids}: it is freed when the checkpoint "
+                         "expires or is deleted (memwal checkpoint delete).")
         elif r.tag:
-            hints.append(f"version {r.version} is tagged {r.tag}: delete the tag to free it "
-                         "(GC never deletes tags)")
+            hints.append(f"Version {r.version} is tagged {r.tag}: delete the tag to free it "
+                         "(GC never deletes tags).")
         elif r.held_by == "branch":
             where = r.branch or r.starts_branch
-            hints.append(f"version {r.version} is kept by branch {where}: delete the branch to free it "
-                         "(GC never deletes branches)")
-    return Retention(tuple(rows), "; ".join(hints))
+            hints.append(f"Version {r.version} is kept by branch {where}: delete the branch to free it "
+                         "(GC never deletes branches).")
+    return Retention(tuple(rows), " ".join(hints))
 
 
 def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[BlockingVersion]) -> str:
-    """The ``--expire-versions`` sentence: the value that frees the most, or why none frees any."""
+    """Two sentences: what holds the generations (the retained versions, the untagged ones named),
+    then what would free them: the ``--expire-versions`` value that frees the most, or why none does."""
     trials = [t for t in (try_expiry(held, gates, s) for s in expiry_candidates(held, gates.now)) if t is not None]
     best = max(trials, key=lambda t: (t.freed, t.seconds), default=None)
+    n = len(held)
     if best is not None and best.freed:
         named = [r for r in expirable if r.version in best.gone] or expirable
-        return (f"untagged version(s) {_versions_text(named)}: run gc with --expire-versions {best.seconds} "
-                f"to expire them, which frees {best.freed} of the {len(held)} generation(s) retained versions hold"
-                + _still_text(best.still, "; the others would still be held by "))
+        return (f"Retained versions hold {n} merged generation(s), untagged version(s) {_versions_text(named)} "
+                f"among them. Run gc with --expire-versions {best.seconds} to expire those: that frees {best.freed} "
+                f"of the {n} generation(s)" + _still_text(best.still, "; the others would still be held by ") + ".")
     most = min(trials, key=lambda t: t.seconds, default=None)
-    return (f"untagged version(s) {_versions_text(expirable)}: expiring them (gc --expire-versions) frees none of "
-            f"the {len(held)} generation(s) retained versions hold now"
-            + ("" if most is None else _still_text(most.still, ": they would still be held by ")))
+    return (f"Retained versions hold {n} merged generation(s), untagged version(s) {_versions_text(expirable)} "
+            f"among them. Expiring those (gc --expire-versions) frees none of the {n} generation(s) now"
+            + ("" if most is None else _still_text(most.still, ": they would still be held by ")) + ".")
 
 
 def expiry_candidates(held: list[HeldGeneration], now: float) -> list[int]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
 from memwal.core.document import Document
+from memwal.core.sizes import human_bytes
 from memwal.core.text import clip, one_line
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
@@ -188,7 +189,7 @@ def _summary(r: RunEntry) -> str:
         return f"  {f.get('generations', 0)} generations, {f.get('rows_upserted', 0)} upserted, " \
                f"{f.get('rows_deleted', 0)} deleted"
     if r["job"] == "gc" and f:
-        return f"  {f.get('generations', 0)} generations, {f.get('bytes', 0)} bytes freed"
+        return f"  {f.get('generations', 0)} generations, {human_bytes(f.get('bytes', 0))} freed"
     if r["job"] == "compact" and f:
         return f"  fragments {f.get('fragments_before')} -> {f.get('fragments_after')}"
     if r["job"] == "external" and f.get("operations"):

@@ -19,6 +19,7 @@ from typing import Any
 from memwal.core import clock as clocks
 from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
+from memwal.core.sizes import human_bytes
 from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.drain import merged_through
@@ -337,7 +338,7 @@ def render_status(st: TableStatus) -> str:
                 str(s.compacted_generation),
                 str(len(s.unmerged_generations)),
                 "?" if s.unmerged_rows is None else str(s.unmerged_rows),
-                _human_bytes(s.unmerged_bytes),
+                human_bytes(s.unmerged_bytes),
                 age,
                 catchup,
             ]
@@ -347,7 +348,7 @@ def render_status(st: TableStatus) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     lines.append(
         f"{len(st.shards)} shards, {st.unmerged_generations} unmerged generations, "
-        f"{_human_bytes(st.unmerged_bytes)} unmerged"
+        f"{human_bytes(st.unmerged_bytes)} unmerged"
     )
     for c in st.checkpoints:
         name = f" {c.name!r}" if c.name else ""
@@ -355,7 +356,7 @@ def render_status(st: TableStatus) -> str:
         notes += f"; pinned for {(c.expires_at - clocks.current()()) / 86400:.0f} more days" if c.long_pin else ""
         notes += " (its record claimed longer: capped)" if c.claimed_expiry is not None else ""
         lines.append(f"checkpoint {c.id}{name}: version {c.version}, {c.generations_pinned} generations pinned, "
-                     f"holds back {c.generations_held} merged generations ({_human_bytes(c.bytes_held)}){notes}")
+                     f"holds back {c.generations_held} merged generations ({human_bytes(c.bytes_held)}){notes}")
     for s in st.shards:
         if s.merged_listed and s.writer_live:
             lines.append(f"shard {s.shard_id[:8]}: {len(s.merged_listed)} merged generations still listed for its "
@@ -381,10 +382,3 @@ def _span(gens: list[int]) -> str:
     return ",".join(map(str, gens))
 
 
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return f"{n}B"

@@ -236,7 +236,8 @@ def reducer(plan: MergePlan, storage_options: dict[str, str] | None) -> Callable
     of the key and folding columns per partition (local engine) or task (Spark), each
     keeping only its keys' rows, instead of the whole base held by every one of them."""
     ops = MergeOps(plan.merge_ops)
+    pk = list(plan.primary_key)
     if not ops.active:
-        return lambda t: newest_versions(t, plan.primary_key)
+        return lambda t: newest_versions(t, pk)
     ds = lance.dataset(plan.table, version=plan.read_version, storage_options=storage_options or None)
-    return lambda t: fold_changes(t, plan.primary_key, ops, base_rows_for_fold(ds, t, plan.primary_key, ops))
+    return lambda t: fold_changes(t, pk, ops, base_rows_for_fold(ds, t, pk, ops))

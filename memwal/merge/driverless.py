@@ -161,8 +161,8 @@ def marker_commit(table: Table, plan: MergePlan) -> int:
     (``execute()``: the uncommitted path drops the marker, H2). Lance rejects it when another
     merger recorded progress at or above ours."""
     ds = table.dataset()
-    join_builder(ds, plan.primary_key, 0).when_matched_delete().mark_sstables_as_compacted(
-        markers(plan)).execute(empty_keys(ds.schema, plan.primary_key))
+    join_builder(ds, list(plan.primary_key), 0).when_matched_delete().mark_sstables_as_compacted(
+        markers(plan)).execute(empty_keys(ds.schema, list(plan.primary_key)))
     version = int(table.dataset().version)
     history.committed(version)
     return version

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow as pa
 
 from memwal.core import steps
-from memwal.core.document import Document
+from memwal.core.document import Document, as_document
 from memwal.core.retry import after_conflict, vanished
 from memwal.errors import StateMovedError, first_line
 from memwal.history import run as history
@@ -64,7 +64,7 @@ Step = Callable[[str], None]
 DRIVERLESS, DRIVER, MARKER = "driverless", "driver", "marker"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ShardMergeResult:
     shard_id: str
     from_generation: int
@@ -73,12 +73,12 @@ class ShardMergeResult:
     rows_deleted: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class MergeResult(Document):
     table: str
     version: int | None
-    shards: list[ShardMergeResult] = field(default_factory=list)
-    blocked: list[BlockedShard] = field(default_factory=list)
+    shards: tuple[ShardMergeResult, ...] = ()
+    blocked: tuple[BlockedShard, ...] = ()
     commits: int = 0
     attempts: int = 1
     engine: str = "local"
@@ -86,7 +86,7 @@ class MergeResult(Document):
     commit_path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_document(self)
 
     @property
     def ok(self) -> bool:
@@ -105,7 +105,7 @@ def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: b
     Raises ``CommitConflictError`` when a commit since then touched those rows.
     """
     ds = table.dataset(plan.read_version)
-    builder = join_builder(ds, plan.primary_key, keys.num_rows)
+    builder = join_builder(ds, list(plan.primary_key), keys.num_rows)
     txn, _stats = builder.when_matched_delete().execute_uncommitted(keys)
     if fence:
         op = txn.operation
@@ -124,7 +124,7 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
     drops the marker): upserts, or the deletes when the batch has no upsert (none at all:
     the marker alone). Lance rejects it when another merger recorded progress at or above
     ours. Returns the new table version."""
-    builder = join_builder(table.dataset(), plan.primary_key, net.num_upserts or net.num_deletes)
+    builder = join_builder(table.dataset(), list(plan.primary_key), net.num_upserts or net.num_deletes)
     if net.num_upserts:
         builder = builder.when_matched_update_all().when_not_matched_insert_all()
         data = net.upsert_data()
@@ -190,7 +190,7 @@ def execute_merge(
 ) -> MergeResult:
     """Run one planned batch. Raises on conflict; :func:`run_merge` re-plans and retries."""
     step = progress.phased("merge", steps.scoped("merge", on_step))
-    result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=list(plan.blocked))
+    result = MergeResult(table=table.uri, version=None, engine=engine.name, blocked=plan.blocked)
     if plan.is_empty():
         return result
     schema = table.dataset(plan.read_version).schema
@@ -209,18 +209,17 @@ def execute_merge(
             changes.close(table)
         upserted, deleted = changes.rows_upserted, changes.rows_deleted
     else:
-        net = no_changes(schema, plan.primary_key) if path == MARKER else engine.net_changes(table, data, schema)
+        net = no_changes(schema, list(plan.primary_key)) if path == MARKER else engine.net_changes(table, data, schema)
         try:
             step("after-read")
             version, commits = commit_net_changes(table, plan, net, lease=lease, on_step=on_step)
         finally:
             net.close()
         upserted, deleted = net.rows_upserted, net.rows_deleted
-    result.version, result.commits, result.commit_path = version, commits, path
-    result.shards = [ShardMergeResult(s.shard_id, s.from_generation, s.to_generation, upserted.get(s.shard_id, 0),
-                                      deleted.get(s.shard_id, 0)) for s in plan.shards]
+    shards = tuple(ShardMergeResult(s.shard_id, s.from_generation, s.to_generation, upserted.get(s.shard_id, 0),
+                                    deleted.get(s.shard_id, 0)) for s in plan.shards)
     step("before-report")
-    return result
+    return replace(result, version=version, commits=commits, commit_path=path, shards=shards)
 
 
 def _expired_under_us(table: Table, plan: MergePlan, exc: BaseException) -> bool:
@@ -280,8 +279,7 @@ def run_merge(
                 # harmless to redo: invariant 2), so plan again at the latest version.
                 raise StateMovedError(f"{table.uri}: version {p.read_version} expired while merging "
                                       f"({first_line(exc, table.uri)})") from exc
-            result.attempts = n
-            return result
+            return replace(result, attempts=n)
 
     def replan() -> MergePlan:
         return plan_merge(table, shards=shards, max_generations=max_generations, max_rows=max_rows,

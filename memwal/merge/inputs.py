@@ -161,11 +161,11 @@ def null_key(ds: lance.LanceDataset, primary_key: list[str], schema: pa.Schema |
 
 
 def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options: dict[str, str] | None,
-                      threads: int = OPEN_THREADS) -> None:
+                      threads: int = OPEN_THREADS) -> MergePlan:
     """Every planned generation must merge losslessly: BadInputError (exit 2) otherwise.
 
-    Also records on each planned generation how its columns map to the base table's, by
-    field id (``GenerationRef.renamed``), so every engine and reader reads it the same way.
+    Returns the plan with each planned generation recording how its columns map to the base
+    table's, by field id (``GenerationRef.renamed``), so every engine and reader reads it the same way.
 
     Generations share a handful of schemas (one per schema change of the table), so each
     distinct schema is checked once, against the first generation that has it. The pool
@@ -181,7 +181,7 @@ def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options
         except (ValueError, OSError) as exc:
             return None, {}, None, exc
         schema = ds.schema
-        return schema, dataset_field_ids(ds), null_key(ds, plan.primary_key, schema), None
+        return schema, dataset_field_ids(ds), null_key(ds, list(plan.primary_key), schema), None
 
     refs = plan.generations
     checked: dict[tuple[pa.Schema, tuple[tuple[str, int], ...]], Renames] = {}
@@ -193,7 +193,7 @@ def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options
         key = (schema, tuple(sorted(ids.items())))
         if key not in checked:
             renamed = renames(ids, fields, _where(ref))
-            check_schema(ref, schema, base_schema, plan.primary_key, renamed)
+            check_schema(ref, schema, base_schema, list(plan.primary_key), renamed)
             checked[key] = renamed
             if renamed:
                 log.info("%s: columns matched to the base table by field id: %s", _where(ref), describe(renamed))
@@ -201,6 +201,9 @@ def check_generations(plan: MergePlan, base: lance.LanceDataset, storage_options
             raise BadInputError(f"{_where(ref)}: primary key column {null} holds null values")
         if checked[key]:
             mapped[(ref.shard_id, ref.generation)] = checked[key]
-    if mapped:
-        for s in plan.shards:
-            s.generations = [replace(g, renamed=mapped.get((g.shard_id, g.generation), ())) for g in s.generations]
+    if not mapped:
+        return plan
+    return replace(plan, shards=tuple(
+        replace(s, generations=tuple(replace(g, renamed=mapped.get((g.shard_id, g.generation), ()))
+                                     for g in s.generations))
+        for s in plan.shards))

@@ -63,7 +63,7 @@ def local_net_changes(
     Upserts of at most ``memory_budget`` bytes are handed over as one table
     (:attr:`NetChanges.upsert_table`); larger ones stay where they are and are streamed.
     """
-    pk = plan.primary_key
+    pk = list(plan.primary_key)
     shard_ids = plan.shard_ids
     code_of = {sid: i for i, sid in enumerate(shard_ids)}
     partitions = max(1, -(-plan.total_rows // partition_rows))

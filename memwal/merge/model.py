@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from memwal.core.document import Document
+from memwal.core.document import Document, as_document
 from memwal.merge.applied import DataCommit
 from memwal.merge.columns import Renames
 
@@ -33,11 +33,11 @@ class GenerationRef:
     renamed: Renames = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class ShardMergePlan:
     shard_id: str
     compacted_generation: int
-    generations: list[GenerationRef]
+    generations: tuple[GenerationRef, ...]
     #: Generations up to this one already have their data in the base table (an unfinished
     #: driverless merge's data commit, memwal.merge.applied): they need only the marker.
     applied_generation: int = 0
@@ -51,7 +51,7 @@ class ShardMergePlan:
         return self.generations[-1].generation
 
 
-@dataclass
+@dataclass(frozen=True)
 class BlockedShard:
     shard_id: str
     generation: int
@@ -68,17 +68,17 @@ def problems_in(doc: Mapping[str, Any]) -> list[str]:
     return blocked_problems(BlockedShard(b["shard_id"], b["generation"], b["reason"]) for b in doc["blocked"])
 
 
-@dataclass
+@dataclass(frozen=True)
 class MergePlan(Document):
     table: str
     read_version: int
-    primary_key: list[str]
-    shards: list[ShardMergePlan] = field(default_factory=list)
-    blocked: list[BlockedShard] = field(default_factory=list)
+    primary_key: tuple[str, ...]
+    shards: tuple[ShardMergePlan, ...] = ()
+    blocked: tuple[BlockedShard, ...] = ()
     #: Column -> merge operator at the read version (empty: last write wins).
     merge_ops: dict[str, str] = field(default_factory=dict)
     #: The unfinished driverless merges' data commits this plan found (memwal.merge.applied).
-    applied: list[DataCommit] = field(default_factory=list)
+    applied: tuple[DataCommit, ...] = ()
 
     @property
     def generations(self) -> list[GenerationRef]:
@@ -107,14 +107,14 @@ class MergePlan(Document):
         for s in self.shards:
             todo = [g for g in s.generations if g.generation > s.applied_generation]
             if todo:
-                shards.append(replace(s, generations=todo))
-        return replace(self, shards=shards, blocked=[])
+                shards.append(replace(s, generations=tuple(todo)))
+        return replace(self, shards=tuple(shards), blocked=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "read_version": self.read_version,
-            "primary_key": self.primary_key,
+            "primary_key": list(self.primary_key),
             "shards": [
                 {
                     "shard_id": s.shard_id,
@@ -122,7 +122,7 @@ class MergePlan(Document):
                     "from_generation": s.from_generation,
                     "to_generation": s.to_generation,
                     "applied_generation": s.applied_generation,
-                    "generations": [asdict(g) for g in s.generations],
+                    "generations": [as_document(g) for g in s.generations],
                 }
                 for s in self.shards
             ],

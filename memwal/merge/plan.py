@@ -162,18 +162,17 @@ def _plan_merge_once(
         unknown = sorted(set(shards) - set(states) - set(found.broken))
         if unknown:
             raise BadInputError(f"{table.uri}: no such shard: {', '.join(unknown)}")
-    plan = MergePlan(table=table.uri, read_version=manifest.version, primary_key=primary_key_of(table),
-                     merge_ops=table_merge_ops(table, manifest.version).to_dict())
+    blocked_shards: list[BlockedShard] = []
     for shard_id, link in _linked_shards(table).items():
         # Listings skip links, so such a shard would silently look empty: say it is stopped.
         if not shards or shard_id in shards:
-            plan.blocked.append(BlockedShard(shard_id, manifest.compacted_generation(shard_id) + 1,
-                                             f"unsafe-path: {link} is a symbolic link (never followed)"))
+            blocked_shards.append(BlockedShard(shard_id, manifest.compacted_generation(shard_id) + 1,
+                                               f"unsafe-path: {link} is a symbolic link (never followed)"))
     for shard_id, err in found.broken.items():
         # Its latest manifest is unknown, so is what to merge next: stop it, merge the others.
         if not shards or shard_id in shards:
             nxt = manifest.compacted_generation(shard_id) + 1
-            plan.blocked.append(BlockedShard(shard_id, nxt, f"{err.reason}: {err.detail}"))
+            blocked_shards.append(BlockedShard(shard_id, nxt, f"{err.reason}: {err.detail}"))
     unfinished = intents.read_intents(table.store)
     floor = intents.floors(unfinished, manifest)
     per_shard: list[tuple[str, int, list[GenerationRef]]] = []
@@ -186,7 +185,7 @@ def _plan_merge_once(
         refs, blocked = plan_shard(table, state, merged_through(compacted, state), max_generations=budget,
                                    stop_at=stop_at.get(shard_id))
         if blocked:
-            plan.blocked.append(blocked)
+            blocked_shards.append(blocked)
         per_shard.append((shard_id, compacted, refs))
     # Budgets: take generations round-robin across shards (oldest first in each shard) so a
     # huge backlog in one shard cannot starve the others. A shard stops at its first
@@ -214,22 +213,24 @@ def _plan_merge_once(
             needed = [r for r in refs if r.generation <= floor[sid]]
             if not needed or needed[-1].generation < floor[sid]:
                 taken[sid] = []
-                plan.blocked.append(BlockedShard(
+                blocked_shards.append(BlockedShard(
                     sid, compacted + 1, f"pending-merge-intent: an unfinished merge reaches generation {floor[sid]}, "
                     "which this shard's generations do not reach"))
             elif len(taken[sid]) < len(needed):
                 taken[sid] = needed
-        if taken[sid]:
-            plan.shards.append(ShardMergePlan(sid, compacted, taken[sid]))
-    _take_applied(table, manifest, unfinished, plan)
+    plan = MergePlan(table=table.uri, read_version=manifest.version, primary_key=tuple(primary_key_of(table)),
+                     shards=tuple(ShardMergePlan(sid, compacted, tuple(taken[sid]))
+                                  for sid, compacted, _ in per_shard if taken[sid]),
+                     blocked=tuple(blocked_shards), merge_ops=table_merge_ops(table, manifest.version).to_dict())
+    plan = _take_applied(table, manifest, unfinished, plan)
     if MergeOps(plan.merge_ops).active:
-        attach_operands(table, plan)
+        plan = attach_operands(table, plan)
     racy = {b.shard_id for b in plan.blocked if b.reason.startswith(_RACY)}
     if racy and _progress_moved(table, manifest, racy):
         raise StateMovedError(f"{table.uri}: shards {', '.join(sorted(racy))} were merged while planning")
     # Bad input must fail here, before a merge writes anything (not even its lease).
     try:
-        check_generations(plan, table.dataset(plan.read_version), table.storage_options)
+        plan = check_generations(plan, table.dataset(plan.read_version), table.storage_options)
     except BadInputError:
         raise
     except MemWalError as exc:  # a planned generation vanished: collected after a concurrent merge?
@@ -239,22 +240,24 @@ def _plan_merge_once(
     return plan
 
 
-def _take_applied(table: Table, manifest: TableManifest, unfinished: list[intents.Intent], plan: MergePlan) -> None:
+def _take_applied(table: Table, manifest: TableManifest, unfinished: list[intents.Intent],
+                  plan: MergePlan) -> MergePlan:
     """Mark the generations whose data an unfinished driverless merge already committed
     (memwal.merge.applied): they need only the marker. A folding plan stops a shard whose
     data may or may not be in the base (folding it twice would be wrong); last write wins
     merges such data again, which changes nothing."""
     found = applied_data(table, manifest, unfinished, set(plan.shard_ids))
-    plan.applied = found.commits
     folds = MergeOps(plan.merge_ops).active
-    for s in list(plan.shards):
+    shards: list[ShardMergePlan] = []
+    blocked = list(plan.blocked)
+    for s in plan.shards:
         if folds and s.shard_id in found.unknown:
-            plan.shards.remove(s)
-            plan.blocked.append(BlockedShard(
+            blocked.append(BlockedShard(
                 s.shard_id, s.compacted_generation + 1, "merge-intent-unknown: an unfinished merge's data commit "
                 "cannot be told from the table's versions (expired or restored), and folding twice would be wrong"))
         else:
-            s.applied_generation = min(found.generation.get(s.shard_id, 0), s.to_generation)
+            shards.append(replace(s, applied_generation=min(found.generation.get(s.shard_id, 0), s.to_generation)))
+    return replace(plan, shards=tuple(shards), blocked=tuple(blocked), applied=tuple(found.commits))
 
 
 def _linked_shards(table: Table) -> dict[str, str]:
@@ -270,13 +273,14 @@ def _linked_shards(table: Table) -> dict[str, str]:
     return found
 
 
-def attach_operands(table: Table, plan: MergePlan) -> None:
-    """Point each planned generation at its WAL entries (tables with merge operators).
+def attach_operands(table: Table, plan: MergePlan) -> MergePlan:
+    """The plan with each planned generation pointed at its WAL entries (tables with merge operators).
 
     A shard stops at its first generation without WAL entries: folding it from the
     flushed rows alone would drop the operands the MemTable collapsed.
     """
     kept: list[ShardMergePlan] = []
+    blocked = list(plan.blocked)
     for s in plan.shards:
         wal = wal_keys_by_generation(table.store, s.shard_id,
                                      {g.generation for g in s.generations if g.generation > s.applied_generation})
@@ -286,11 +290,11 @@ def attach_operands(table: Table, plan: MergePlan) -> None:
                 refs.append(ref)
                 continue
             if not wal[ref.generation]:
-                plan.blocked.append(BlockedShard(s.shard_id, ref.generation,
-                                                 "operands-missing: no WAL entry of this generation is left, "
-                                                 "and its merge operators need every operand"))
+                blocked.append(BlockedShard(s.shard_id, ref.generation,
+                                            "operands-missing: no WAL entry of this generation is left, "
+                                            "and its merge operators need every operand"))
                 break
             refs.append(replace(ref, table_uri=table.uri, wal_keys=wal[ref.generation]))
         if refs:
-            kept.append(ShardMergePlan(s.shard_id, s.compacted_generation, refs, s.applied_generation))
-    plan.shards = kept
+            kept.append(ShardMergePlan(s.shard_id, s.compacted_generation, tuple(refs), s.applied_generation))
+    return replace(plan, shards=tuple(kept), blocked=tuple(blocked))

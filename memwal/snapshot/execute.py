@@ -11,12 +11,12 @@ the published snapshot) commits and writes nothing: its result has ``version`` N
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lance.dataset import IndexFile
 
-from memwal.core.document import Document
+from memwal.core.document import Document, as_document
 from memwal.pb import mem_wal_index_pb2
 from memwal.snapshot.engine import SnapshotEngine
 from memwal.snapshot.format import (
@@ -31,13 +31,14 @@ from memwal.snapshot.format import (
 )
 from memwal.snapshot.guard import Step, commit_mem_wal_details
 from memwal.snapshot.plan import SnapshotPlan, plan_snapshot
+from memwal.snapshot.slots import RepairedSlot
 from memwal.table import Table
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
 
 
-@dataclass
+@dataclass(frozen=True)
 class SnapshotResult(Document):
     """What a refresh did; ``version`` None (with a ``reason``) when it had nothing to publish."""
 
@@ -53,7 +54,7 @@ class SnapshotResult(Document):
     repairs: int
     attempts: int
     interleaved_commits: int
-    repaired: list[dict[str, Any]]  # each slot a refresh restored: its kind, names, "to" and "from"
+    repaired: tuple[RepairedSlot, ...]  # each value a refresh restored (hazard H1)
     recovered: bool
     engine: str
     read_seconds: float
@@ -61,7 +62,8 @@ class SnapshotResult(Document):
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = as_document(self)
+        d["repaired"] = [r.to_dict() for r in self.repaired]
         d["read_seconds"] = round(self.read_seconds, 3)
         d["commit_seconds"] = round(self.commit_seconds, 3)
         return d
@@ -86,7 +88,7 @@ def unchanged_result(table: Table, plan: SnapshotPlan) -> SnapshotResult:
         repairs=0,
         attempts=0,
         interleaved_commits=0,
-        repaired=[],
+        repaired=(),
         recovered=False,
         engine=plan.engine,
         read_seconds=plan.read_seconds,
@@ -102,7 +104,7 @@ def execute_snapshot(
     if plan.is_noop:
         return unchanged_result(table, plan)
     start = time.perf_counter()
-    tbl = rows_to_table(plan.rows, plan.columns)
+    tbl = rows_to_table(plan.rows, list(plan.columns))
     storage = plan.storage
     ts_holder: dict[str, int] = {}
 
@@ -145,7 +147,7 @@ def execute_snapshot(
         repairs=outcome.repairs,
         attempts=outcome.attempts,
         interleaved_commits=outcome.interleaved_commits,
-        repaired=outcome.repaired,
+        repaired=tuple(outcome.repaired),
         recovered=outcome.recovered,
         engine=plan.engine,
         read_seconds=plan.read_seconds,

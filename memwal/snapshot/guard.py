@@ -29,7 +29,7 @@ import logging
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import lance
 from lance.dataset import Index, IndexFile
@@ -38,7 +38,14 @@ from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.history import run as history
 from memwal.pb import mem_wal_index_pb2
-from memwal.snapshot.slots import Fixes, analyse_round, apply_slots, describe_slot, desired_after, slots_of
+from memwal.snapshot.slots import (
+    Fixes,
+    RepairedSlot,
+    analyse_round,
+    apply_slots,
+    desired_after,
+    slots_of,
+)
 from memwal.snapshot.versions import TableVersions, mem_wal_entry
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
@@ -66,7 +73,7 @@ class GuardedCommit:
     attempts: int = 0
     repairs: int = 0
     interleaved_commits: int = 0
-    repaired: list[dict[str, Any]] = field(default_factory=list)  # describe_slot + "to", "from"
+    repaired: list[RepairedSlot] = field(default_factory=list)
     recovered: bool = False
 
 
@@ -199,7 +206,7 @@ def commit_mem_wal_details(
         if recovered:
             fixes = recovered
             outcome.recovered = True
-            outcome.repaired += [{**describe_slot(s), "to": c, "from": w} for s, (c, w) in sorted(recovered.items())]
+            outcome.repaired += [RepairedSlot.of(s, c, w) for s, (c, w) in sorted(recovered.items())]
             log.warning("an interrupted snapshot refresh left %d wrong slots: repairing them", len(recovered))
     first_uuid = index_uuid or str(uuidlib.uuid4())
     versions = TableVersions(store)
@@ -241,7 +248,7 @@ def commit_mem_wal_details(
         if not fixes:
             journal.clear()
             return outcome
-        outcome.repaired += [{**describe_slot(s), "to": c, "from": w} for s, (c, w) in sorted(fixes.items())]
+        outcome.repaired += [RepairedSlot.of(s, c, w) for s, (c, w) in sorted(fixes.items())]
         log.warning(
             "snapshot commit %d lost %d values written by %d interleaved commit(s) (hazard H1): repairing",
             version,

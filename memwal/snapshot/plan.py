@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memwal.core.document import Document
@@ -57,20 +58,30 @@ class UnsafeGeneration:
                 "detail": self.detail}
 
 
-@dataclass
+def unsafe_problems(unsafe: Iterable[UnsafeGeneration]) -> list[str]:
+    """A snapshot dry run's verdict: one line per generation listed under a refused path."""
+    return [f"shard {u.shard_id} generation {u.generation}: {u.reason}: {u.detail}" for u in unsafe]
+
+
+@dataclass(frozen=True)
 class SnapshotPlan(Document):
     table: str
     read_version: int
     planned_at_ms: int
     inline_threshold: int
-    columns: list[FieldColumn]
-    rows: list[ShardRow]
+    columns: tuple[FieldColumn, ...]
+    rows: tuple[ShardRow, ...]
     previous_snapshot_ts_millis: int
     engine: str = "local"
     read_seconds: float = 0.0
-    problems: list[UnsafeGeneration] = field(default_factory=list)
+    #: Generations a shard manifest lists under a refused path: a dry run with any fails (:meth:`problems`).
+    unsafe_generations: tuple[UnsafeGeneration, ...] = ()
     #: Why nothing needs publishing (None: publish): see :func:`unchanged_reason`.
     noop_reason: str | None = None
+
+    def problems(self) -> list[str]:
+        """What makes this dry run a failure: each generation listed under an unsafe path."""
+        return unsafe_problems(self.unsafe_generations)
 
     @property
     def num_shards(self) -> int:
@@ -97,7 +108,7 @@ class SnapshotPlan(Document):
             "engine": self.engine,
             "read_seconds": round(self.read_seconds, 3),
             "field_columns": [c.column for c in self.columns],
-            "problems": [p.to_dict() for p in self.problems],
+            "unsafe_generations": [u.to_dict() for u in self.unsafe_generations],
             "shards": [
                 {
                     "shard_id": r.shard_id,
@@ -132,28 +143,26 @@ def plan_snapshot(
     shard_ids = list_shard_ids(table.store)
     rows = reader.read_rows(table, shard_ids, columns)
     elapsed = time.perf_counter() - start
-    problems: list[UnsafeGeneration] = []
+    unsafe: list[UnsafeGeneration] = []
     for r in rows:
         for g, p in r.flushed_generations:
             try:
                 generation_key(r.shard_id, p)
             except UnsafePathError as exc:
-                problems.append(UnsafeGeneration(r.shard_id, g, str(exc)))
+                unsafe.append(UnsafeGeneration(r.shard_id, g, str(exc)))
     plan = SnapshotPlan(
         table=table.uri,
         read_version=manifest.version,
         planned_at_ms=planned_at_ms,
         inline_threshold=inline_threshold,
-        columns=columns,
-        rows=sorted(rows, key=lambda r: r.shard_id),
+        columns=tuple(columns),
+        rows=tuple(sorted(rows, key=lambda r: r.shard_id)),
         previous_snapshot_ts_millis=manifest.mem_wal.snapshot_ts_millis if manifest.mem_wal else 0,
         engine=reader.name,
         read_seconds=elapsed,
-        problems=problems,
+        unsafe_generations=tuple(unsafe),
     )
-    if not force:
-        plan.noop_reason = unchanged_reason(table, manifest, plan)
-    return plan
+    return plan if force else replace(plan, noop_reason=unchanged_reason(table, manifest, plan))
 
 
 def unchanged_reason(table: Table, manifest: TableManifest, plan: SnapshotPlan) -> str | None:
@@ -175,6 +184,6 @@ def unchanged_reason(table: Table, manifest: TableManifest, plan: SnapshotPlan) 
         return None
     if published.schema is None or not published.schema.equals(snapshot_schema(plan.columns)):
         return None
-    if sorted(published.rows, key=lambda r: r.shard_id) != plan.rows:
+    if tuple(sorted(published.rows, key=lambda r: r.shard_id)) != plan.rows:
         return None
     return f"no shard changed since the snapshot published at snapshot_ts_millis={published.snapshot_ts_millis}"

@@ -9,6 +9,8 @@ the repair.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.table.naming import shard_uuid_bytes, shard_uuid_str
@@ -18,6 +20,32 @@ Slot = tuple[str, ...]
 SlotValue = int | bytes
 #: Slots a commit got wrong: ``slot -> (correct value, value the commit holds)`` (None: absent).
 Fixes = dict[Slot, tuple[SlotValue | None, SlotValue | None]]
+
+
+@dataclass(frozen=True)
+class RepairedSlot:
+    """One value a snapshot refresh restored after a commit erased it (hazard H1)."""
+
+    #: ``compacted`` (a shard's merge progress), ``index_catchup`` or ``config``.
+    kind: str
+    #: The value restored (the correct one) and the value the erasing commit held (None: absent).
+    restored: SlotValue | None
+    erased: SlotValue | None
+    shard_id: str | None = None
+    index: str | None = None
+    #: The configuration field (``config`` slots).
+    config_field: str | None = None
+
+    @classmethod
+    def of(cls, slot: Slot, restored: SlotValue | None, erased: SlotValue | None) -> RepairedSlot:
+        d = describe_slot(slot)
+        return cls(d["kind"], restored, erased, d.get("shard_id"), d.get("index"), d.get("field"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document's shape: the slot's names, then ``to`` (restored) and ``from`` (erased)."""
+        names = {"shard_id": self.shard_id, "index": self.index, "field": self.config_field}
+        return {"kind": self.kind, **{k: v for k, v in names.items() if v is not None},
+                "to": self.restored, "from": self.erased}
 
 
 #: Details fields other than the snapshot and progress fields, compared as opaque values.

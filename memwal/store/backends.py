@@ -38,7 +38,7 @@ def backend_for(location: Location, options: ObstoreOptions) -> Any:
 
 
 def _aws_credentials(options: ObstoreOptions, location: Location) -> Any:
-    """boto3's credential chain, where object_store's own does not reach (see the README).
+    """boto3's credential chain, where object_store's own does not reach (docs/operations/object-stores.md).
 
     Explicit keys in the options, or ``aws_skip_signature``, need nothing here. Otherwise
     boto3 resolves credentials the way the AWS CLI does (environment, shared files and

@@ -608,8 +608,8 @@ def test_registered_as_plugin_and_provider(airflow_env):
     assert sorted(form["hidden_fields"]) == ["port", "schema"]
     assert form["relabeling"] == {"host": "Table URI", "login": "AWS access key id",
                                   "password": "AWS secret access key"}
-    readme = (ROOT / "README.md").read_text()
-    assert all(f"**{label}**" in readme for label in form["relabeling"].values())  # the README's words
+    page = (ROOT / "docs" / "operations" / "airflow.md").read_text()
+    assert all(f"**{label}**" in page for label in form["relabeling"].values())  # the Airflow page's words
     behaviour = MemWalHook.get_ui_field_behaviour()
     assert behaviour["hidden_fields"] == form["hidden_fields"] and behaviour["relabeling"] == form["relabeling"]
     jsonschema.validate(behaviour, json.loads(

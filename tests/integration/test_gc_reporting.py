@@ -54,11 +54,15 @@ def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table)
     rows = retention["blocking_versions"]
     assert rows and all(r["held_by"] is None and r["tag"] is None and r["branch"] is None for r in rows)
     assert max(r["generations_held"] for r in rows) == GENERATIONS  # the pre-merge versions hold all of them
-    seconds = int(retention["hint"].split("run gc with --expire-versions ")[1].split()[0])
+    seconds = int(retention["hint"].split("Run gc with --expire-versions ")[1].split()[0])
     assert 0 <= seconds < min(r["age_seconds"] for r in rows) + 0.05  # it expires every one of them (ages rounded)
     # the value given is enough: expiring with exactly it frees every generation
     assert "still be held" not in retention["hint"]  # the expiry removes every holder
     assert f"frees {GENERATIONS} of the {GENERATIONS} generation(s)" in retention["hint"]
+    # two sentences: what holds the generations, then what would free them
+    held, free = retention["hint"].split(". ", 1)
+    assert held.startswith(f"Retained versions hold {GENERATIONS} merged generation(s), untagged version(s) ")
+    assert free.startswith("Run gc with --expire-versions ") and free.endswith(".")
     result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=seconds).to_dict()
     assert len(result["deleted"]) == GENERATIONS and result["retention"] is None
 
@@ -72,8 +76,9 @@ def test_the_expiry_hint_counts_every_gate_and_proposes_no_value_that_frees_noth
     t = memwal.open(table.uri)
     dry = t.gc(grace_seconds=600, dry_run=True)
     hint = dry.to_dict()["retention"]["hint"]
-    assert "--expire-versions 0" not in hint and "run gc with --expire-versions" not in hint
+    assert "--expire-versions 0" not in hint and "Run gc with --expire-versions" not in hint
     assert f"frees none of the {GENERATIONS} generation(s)" in hint
+    assert hint.startswith(f"Retained versions hold {GENERATIONS} merged generation(s)") and ". Expiring those" in hint
     assert f"still be held by grace-period ({GENERATIONS})" in hint and "retained-version (" not in hint
     text = render_gc(dry.to_dict())
     assert f"blocked: {GENERATIONS} x retained-version:" in text and " + grace-period" in text
@@ -103,7 +108,7 @@ def test_the_hinted_expiry_frees_exactly_the_generations_it_names(make_table):
     with clocks.use(ScriptedClock(lambda: later)):
         dry = t.gc(grace_seconds=600, dry_run=True).to_dict()
         hint = dry["retention"]["hint"]
-        seconds = int(hint.split("run gc with --expire-versions ")[1].split()[0])
+        seconds = int(hint.split("Run gc with --expire-versions ")[1].split()[0])
         freed = SMALL.shards * 2
         assert f"frees {freed} of the {GENERATIONS} generation(s)" in hint
         assert f"still be held by retained-version ({GENERATIONS - freed})" in hint  # the tag, not the expiry

@@ -43,7 +43,7 @@ def test_full_merge_equals_model_and_reader_view_is_unchanged(make_table):
     assert sum(s.rows_upserted for s in result.shards) > 0
     assert verify_table(table).ok
     again = memwal.open(table.uri).merge().value
-    assert again.version is None and again.shards == []
+    assert again.version is None and again.shards == ()
 
 
 def test_bounded_runs_leave_a_consistent_table_after_each_commit(make_table):

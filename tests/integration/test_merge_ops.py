@@ -15,7 +15,7 @@ from memwal.merge.ops import OPERATORS, MergeOps, from_config, validate
 
 
 def combine(op: str, old, new):
-    """One step of the fold for one column, exactly as the README's table says."""
+    """One step of the fold for one column, exactly as the operators' table says (docs/concepts/merge.md)."""
     if op == "replace":
         return new
     if op == "last_non_null":

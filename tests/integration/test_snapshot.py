@@ -270,9 +270,9 @@ def test_spark_reader_reads_the_same_rows(make_table, spark_context):
     table, _ = make_table()
     t = memwal.open(table.uri)
     local = t.snapshot(dry_run=True).value  # a dry run reads in-process, whatever the engine
-    assert local.engine == "local" and local.rows == expected_rows(table)
+    assert local.engine == "local" and list(local.rows) == expected_rows(table)
     res = t.snapshot(engine="spark").value
-    assert read_snapshot(table).rows == local.rows and res.engine == "spark"
+    assert list(read_snapshot(table).rows) == list(local.rows) and res.engine == "spark"
     published = decode_lance_file(table.manifest().mem_wal.inline_snapshots)
     assert published.schema.names == snapshot_schema(local.columns).names
     assert published.schema.names[-1] == "region_field_bucket"
@@ -368,3 +368,39 @@ def test_spark_reader_reports_a_broken_shard_in_one_line(make_table, spark_conte
     run = run_cli("snapshot", table.uri, "--engine", "spark", "--json")
     assert_one_line_error(run, 1, victim, "corrupt shard manifest")
     assert tree_digest(table.uri) == before  # planned before any lease: nothing written
+
+
+def test_a_dry_run_fails_on_a_generation_listed_under_an_unsafe_path(make_table):
+    """As merge's and gc's dry runs do: the plan names each unsafe generation and the dry run
+    exits 1, writing nothing."""
+    table, _ = make_table()
+    shard = shard_ids_for(SMALL)[0]
+
+    def outside(m) -> None:
+        m.sstables[0].path = "../../../elsewhere"
+
+    commit_shard_manifest(table, shard, outside)
+    before = tree_digest(table.uri)
+    dry = memwal.open(table.uri).snapshot(dry_run=True)
+    assert not dry.ok and len(dry.problems) == 1 and shard in dry.problems[0] and "unsafe-path" in dry.problems[0]
+    assert [(u.shard_id, u.reason) for u in dry.value.unsafe_generations] == [(shard, "unsafe-path")]
+    run = run_cli("snapshot", table.uri, "--dry-run", "--json")
+    assert run.rc == 1, run.stderr
+    assert [u["shard_id"] for u in json.loads(run.stdout)["unsafe_generations"]] == [shard]
+    assert tree_digest(table.uri) == before
+
+
+def test_results_and_plans_are_frozen(make_table):
+    """A job's result and plan cannot be changed after it returns; their lists are tuples."""
+    import dataclasses
+
+    table, _ = make_table()
+    t = memwal.open(table.uri)
+    values = [t.plan_merge(), t.merge().value, t.plan_catchup(), t.catchup().value, t.plan_compact(),
+              t.compact().value, t.plan_snapshot(), t.snapshot().value]
+    for value in values:
+        field = dataclasses.fields(value)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, field, None)
+        assert not any(isinstance(getattr(value, f.name), list) for f in dataclasses.fields(value)), value
+    assert json.loads(values[-1].to_json())["repaired"] == []

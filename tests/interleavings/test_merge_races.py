@@ -152,7 +152,7 @@ def test_h1_interleaved_merge_and_catchup_are_repaired(make_table):
     # ...and the repair restored every value, with the snapshot still in place.
     assert progress_and_catchup(table) == interleaved["progress"]
     assert set(interleaved["progress"][0].values()) == {2}
-    assert {(r["kind"], r["to"]) for r in res.repaired} >= {("compacted", 2), ("index_catchup", 2)}
+    assert {(r.kind, r.restored) for r in res.repaired} >= {("compacted", 2), ("index_catchup", 2)}
     assert table.manifest().mem_wal.snapshot_ts_millis == res.snapshot_ts_millis
     assert memwal.open(table.uri).merge().ok
     assert table_rows(table) == model.sorted_rows()

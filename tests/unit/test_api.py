@@ -31,7 +31,7 @@ def test_api_results_are_the_cli_documents(make_table):
 
     merged = t.merge()
     cli_merged = json.loads(run_cli("merge", twin.uri, "--json").stdout)
-    assert isinstance(merged.value, MergeResult) and merged.ok and merged.problems == []
+    assert isinstance(merged.value, MergeResult) and merged.ok and merged.problems == ()
     assert merged.to_dict()["version"] == cli_merged["version"]
     assert merged.to_dict()["shards"] == cli_merged["shards"]
     assert sorted(table_rows(table), key=lambda r: r["id"]) == model.sorted_rows()
