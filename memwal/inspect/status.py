@@ -24,7 +24,7 @@ from memwal.table import Table
 from memwal.table.drain import merged_through
 from memwal.table.generations import generation_check
 from memwal.table.listing import MemWalListing, ShardListing, list_mem_wal
-from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
+from memwal.table.manifest import TableManifest, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME
 from memwal.table.shards import ShardManifestError, ShardState, read_listed_manifests
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
@@ -237,11 +237,18 @@ def first_damaged_generation(table: Table, state: ShardState, compacted: int,
     return None
 
 
-def table_status(table: Table, *, now: float | None = None, check_files: bool = False) -> TableStatus:
-    """The table's status: the latest table manifest, one listing of ``_mem_wal/`` (no WAL, no
-    run history), each shard's latest manifest, and the live checkpoints."""
-    now = clocks.current()() if now is None else now
-    manifest = table.require_mem_wal()
+def table_status(table: Table, *, now: float | None = None, check_files: bool = False,
+                 manifest: TableManifest | None = None) -> TableStatus:
+    """The table's status: the latest table manifest (``manifest``, when the caller has just
+    read it: ``memwal status`` hands down the one read to open the table), one listing of
+    ``_mem_wal/`` (no WAL, no run history), each shard's latest manifest, and the live
+    checkpoints: a status reads each once."""
+    with table.reading():
+        return _table_status(table, clocks.current()() if now is None else now, check_files, manifest)
+
+
+def _table_status(table: Table, now: float, check_files: bool, manifest: TableManifest | None) -> TableStatus:
+    manifest = table.require_mem_wal() if manifest is None else manifest
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     listing = list_mem_wal(table.store, wal=False, staging=False)
     found = read_listed_manifests(table.store, listing)
@@ -276,7 +283,7 @@ def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListin
 
     records = read_checkpoints(table, now)
     out = []
-    versions = set(list_versions(table.store)) if records.checkpoints else set()
+    versions = set(table.version_infos()) if records.checkpoints else set()
     for c in records.checkpoints:
         if not c.live(now):
             continue
