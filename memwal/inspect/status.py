@@ -238,16 +238,17 @@ def first_damaged_generation(table: Table, state: ShardState, compacted: int,
 
 
 def table_status(table: Table, *, now: float | None = None, check_files: bool = False,
-                 manifest: TableManifest | None = None) -> TableStatus:
+                 manifest: TableManifest | None = None, checkpoints: bool = True) -> TableStatus:
     """The table's status: the latest table manifest (``manifest``, when the caller has just
     read it: ``memwal status`` hands down the one read to open the table), one listing of
     ``_mem_wal/`` (no WAL, no run history), each shard's latest manifest, and the live
-    checkpoints: a status reads each once."""
+    checkpoints (``checkpoints=False``: not read, none shown): a status reads each once."""
     with table.reading():
-        return _table_status(table, clocks.current()() if now is None else now, check_files, manifest)
+        return _table_status(table, clocks.current()() if now is None else now, check_files, manifest, checkpoints)
 
 
-def _table_status(table: Table, now: float, check_files: bool, manifest: TableManifest | None) -> TableStatus:
+def _table_status(table: Table, now: float, check_files: bool, manifest: TableManifest | None,
+                  with_checkpoints: bool) -> TableStatus:
     manifest = table.require_mem_wal() if manifest is None else manifest
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     listing = list_mem_wal(table.store, wal=False, staging=False)
@@ -270,7 +271,7 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
         shards.append(st)
     shards += [broken_shard_status(manifest, e, listing.shards[sid], indexes) for sid, e in found.broken.items()]
     shards.sort(key=lambda s: s.shard_id)
-    checkpoints, unreadable = checkpoint_status(table, manifest, listing, now)
+    checkpoints, unreadable = checkpoint_status(table, manifest, listing, now) if with_checkpoints else ([], [])
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
                        checkpoints=checkpoints, unreadable_checkpoints=unreadable)
 
@@ -305,8 +306,9 @@ def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListin
 
 def lag_now(table: Table) -> dict[str, list[float | int | None]]:
     """Per shard [unmerged generations, rows, oldest age] now, with the gauges published:
-    what a run's history record keeps of the table when it ends."""
-    st = table_status(table)
+    what a run's history record keeps of the table when it ends (the checkpoints are not read:
+    the lag does not depend on them)."""
+    st = table_status(table, checkpoints=False)
     st.record_metrics()
     return {shard: list(figures) for shard, figures in st.lag().items()}
 
