@@ -77,7 +77,7 @@ def test_status_reads_the_listing_it_needs_and_each_shard_manifest(remote, prist
     kind, server = remote
     uri, opts, keys = uploaded(kind, server, pristine)
     opened = open_table(uri, opts)
-    counter = RequestCounter(kind, server)
+    counter = RequestCounter(kind, server, _bucket(kind, server))
     counter.take()
     backlog = table_status(opened)
     used = counter.take()
@@ -121,7 +121,7 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
 
     monkeypatch.setattr(Lease, "check", counted_check)
     monkeypatch.setattr(Lease, "inspect", counted_inspect)
-    counter = RequestCounter(kind, server)
+    counter = RequestCounter(kind, server, _bucket(kind, server))
     counter.take()
     start = counter.seen
     deleting: list[int] = []
@@ -175,6 +175,11 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
 DELETION = ("gc.before-delete", "gc.after-delete")
 
 
+def _bucket(kind: str, server: Any) -> str:
+    """The bucket (S3) or container (Azure) of the test's own table: the last one made."""
+    return str(server.last_bucket if kind == "s3" else server.last_container)
+
+
 def _path(path: str) -> str:
     """A request's object key, unquoted, without the query."""
     return unquote(path.split("?", 1)[0])
@@ -197,7 +202,7 @@ def test_a_missing_key_never_fails_a_batch(remote):
     else:
         server.seed_blobs(bucket, [f"missing/{k}" for k in present])
     ghosts = [f"_mem_wal/_jobs/x/ghost-{i}" for i in range(40)]
-    counter = RequestCounter(kind, server)
+    counter = RequestCounter(kind, server, _bucket(kind, server))
     counter.take()
     store.delete_many(ghosts[:20] + present + ghosts[20:])
     used = counter.take()
@@ -254,9 +259,13 @@ def test_a_header_is_read_once_and_a_bad_digest_is_ignored(s3_server, make_table
 
 
 def _wal_reads(server: Any, since: int) -> dict[str, int]:
-    """GETs of WAL entries since request ``since``, per shard."""
+    """GETs of WAL entries of this test's table (its bucket, the server's last) since request
+    ``since``, per shard: another test's table on the same server is not this test's to count."""
     out: dict[str, int] = {}
+    mine = f"/{server.last_bucket}/"
     for method, path in server.requests[since:]:
+        if not path.startswith(mine):
+            continue
         inside = path.split("/_mem_wal/", 1)[1] if "/_mem_wal/" in path else ""
         if method == "GET" and inside.count("/") == 2 and inside.split("/")[1] == "wal":
             out[inside.split("/")[0]] = out.get(inside.split("/")[0], 0) + 1
