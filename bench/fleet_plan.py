@@ -54,6 +54,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.fleet_goals import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS  # noqa: E402
+from memwal.core.secrets import storage_options_file  # noqa: E402
 
 NOISE = "Index __lance_mem_wal has no fields"
 #: The recipe of the lake's tables (a cached lake is reused only with the same recipe).
@@ -117,13 +118,14 @@ def _env() -> dict[str, str]:
 
 
 def cli(argv: list[str], options: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
-    """``memwal ARGV`` as a whole process, timed from exec to exit."""
-    argv = [sys.executable, "-m", "memwal.cli", *argv]
-    for k, v in (options or {}).items():
-        argv += ["--storage-option", f"{k}={v}"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True)
-    return time.perf_counter() - t0, proc
+    """``memwal ARGV`` as a whole process, timed from exec to exit. The storage options go in a
+    0600 file (``--storage-options-file``): an account key on a command line is readable by
+    every local user, and tests running beside the bench watch command lines for keys."""
+    with storage_options_file(options or {}) as path:
+        argv = [sys.executable, "-m", "memwal.cli", *argv, *(["--storage-options-file", path] if options else [])]
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True)
+        return time.perf_counter() - t0, proc
 
 
 def _failed(what: str, proc: subprocess.CompletedProcess) -> RuntimeError:

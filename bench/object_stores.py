@@ -95,12 +95,21 @@ def azure_store(server: Any, container: str) -> Any:
 
 
 class RequestCounter:
-    """Requests the server saw between two calls of :meth:`take`, by kind."""
+    """Requests the server saw between two calls of :meth:`take`, by kind (``bucket``: only
+    those to that bucket or container, so that another test's table on the same server, or a
+    thread an earlier test left running, is not counted)."""
 
-    def __init__(self, kind: str, server: Any) -> None:
-        self.kind, self.server, self.seen = kind, server, 0
+    def __init__(self, kind: str, server: Any, bucket: str | None = None) -> None:
+        self.kind, self.server, self.seen, self.bucket = kind, server, 0, bucket
 
     def _all(self) -> list[tuple[str, str]]:
+        every = self._every()
+        if self.bucket is None:
+            return every
+        mine = f"/{self.bucket}/"
+        return [(m, p) for m, p in every if mine in p.split("?", 1)[0] + "/"]
+
+    def _every(self) -> list[tuple[str, str]]:
         if self.kind == "s3":
             return list(self.server.requests)
         from tests.azureserver import request_log

@@ -15,7 +15,8 @@ benchmark failed and exits 1. Then it times ``ours``, ``floor`` and ``spark`` as
 rows and the base rows grow, profiles ``ours`` and ``floor`` once under cProfile, runs
 ``bench.snapshot_refresh`` when that module exists, and writes ``DIR/bench.json`` and
 ``DIR/bench.png``. Two more comparisons (:mod:`bench.tiny`, :func:`ops_point`): merging
-10,000 tiny generations, and the same table merged with and without merge operators.
+10,000 tiny generations, and the same table merged with and without merge operators; and a
+job's fixed costs beside their floors (:mod:`bench.fixed_costs`).
 
 Targets (medians): ``loop/ours >= 10`` (whole processes), ``ours/floor <= 1.1`` in-process
 (``inner_seconds``) and ``<= 1.2`` in peak RSS (``peak_rss_mb``, whole worker process), 10,000
@@ -36,6 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.fixed_costs import fixed_costs
 from bench.harness import (
     BenchFailed,
     log,
@@ -337,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             doc["growth"]["base_rows"].append(growth_point(f"base{n}", spec, plan, work, logs))
         doc["tiny_generations"] = tiny_point(plan.tiny_generations, 1 if plan.mode == "smoke" else 2, work, logs)
+        log("fixed costs: memwal merge with nothing to merge, --help and status, beside their floors")
+        doc["fixed_costs"] = fixed_costs(work, 1 if plan.mode == "smoke" else 7)
         doc["snapshot_refresh"] = snapshot_refresh(work, plan.snapshot_shards, spark="spark" in plan.contenders)
         if "error" in doc["snapshot_refresh"]:
             failed.append(f"snapshot refresh: {doc['snapshot_refresh']['error']}")

@@ -19,7 +19,6 @@ from memwal.actions.registry import ACTIONS
 from memwal.core import steps
 from memwal.core.document import Document
 from memwal.errors import BadInputError, LeaseLostError, first_line
-from memwal.history.run import recorded
 from memwal.observe import progress
 
 if TYPE_CHECKING:
@@ -87,7 +86,8 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
         return JobResult(name, True, shown, problems=tuple(act.plan_problems(plan)))
     if not early and act.has_work is not None and act.has_work(plan):
         engines.prepare(options.engine)
-    from memwal.inspect.status import lag_now  # lance loads with the run, not with the option tables
+    from memwal.history.run import recorded  # the store loads with the run, not with the option tables
+    from memwal.inspect.status import lag_now  # lance too
 
     progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming
     engine = progress.engine(name, act.engine(options.engine))

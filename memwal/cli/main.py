@@ -26,10 +26,8 @@ from memwal.cli.commands.common import (
     write_failure,
 )
 from memwal.core.process import configure_process
-from memwal.core.secrets import with_options_file
 from memwal.core.text import one_line
 from memwal.errors import MemWalError, first_line
-from memwal.store.options import check_storage_options
 
 log = logging.getLogger("memwal")
 
@@ -86,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_from_env()  # only when OTEL_METRICS_EXPORTER asks for an exporter
     result_file = None  # set once checked: a failure is then recorded there too
     try:
+        # Imported once a command runs: `memwal --help` must not load the store (or what it leans on).
+        from memwal.core.secrets import with_options_file
+        from memwal.store.options import check_storage_options
+
         pairs = parse_storage_options(args.storage_option)
         args.storage_options = with_options_file(getattr(args, "storage_options_file", None), pairs)
         # Everything the user typed is checked before the command touches the table.

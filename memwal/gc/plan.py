@@ -285,10 +285,11 @@ def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SEC
     """
     def attempt(_n: int) -> GcPlan:
         try:
-            return plan_gc(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
-                           history_retention_seconds=history_retention_seconds,
-                           expire_versions_seconds=expire_versions_seconds,
-                           writer_idle_seconds=writer_idle_seconds, now=now)
+            with table.reading():  # one listing of _versions/ per attempt: a retry lists again
+                return plan_gc(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
+                               history_retention_seconds=history_retention_seconds,
+                               expire_versions_seconds=expire_versions_seconds,
+                               writer_idle_seconds=writer_idle_seconds, now=now)
         except NotFoundError as exc:
             raise StateMovedError(f"{exc} vanished while planning") from exc
 

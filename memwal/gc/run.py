@@ -74,8 +74,10 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
             if lease:
                 lease.check()
             expired, handle = plan.version_expiry.collect(table, keep=checkpoints.live)
-            left = retained_versions(table, known=plan.progress_digest, dataset=handle)
-        plan = recheck(table, plan, checkpoints.live, left)
+        with table.reading():  # the re-check reads afresh, once: the versions left and the latest from one listing
+            if plan.version_expiry is not None:
+                left = retained_versions(table, known=plan.progress_digest, dataset=handle)
+            plan = recheck(table, plan, checkpoints.live, left)
         steps.step("gc.before-drain")
         if lease:
             lease.check()

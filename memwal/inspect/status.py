@@ -25,7 +25,7 @@ from memwal.table import Table
 from memwal.table.drain import merged_through
 from memwal.table.generations import generation_check
 from memwal.table.listing import MemWalListing, ShardListing, list_mem_wal
-from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
+from memwal.table.manifest import TableManifest, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME
 from memwal.table.shards import ShardManifestError, ShardState, read_listed_manifests
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
@@ -238,11 +238,19 @@ def first_damaged_generation(table: Table, state: ShardState, compacted: int,
     return None
 
 
-def table_status(table: Table, *, now: float | None = None, check_files: bool = False) -> TableStatus:
-    """The table's status: the latest table manifest, one listing of ``_mem_wal/`` (no WAL, no
-    run history), each shard's latest manifest, and the live checkpoints."""
-    now = clocks.current()() if now is None else now
-    manifest = table.require_mem_wal()
+def table_status(table: Table, *, now: float | None = None, check_files: bool = False,
+                 manifest: TableManifest | None = None, checkpoints: bool = True) -> TableStatus:
+    """The table's status: the latest table manifest (``manifest``, when the caller has just
+    read it: ``memwal status`` hands down the one read to open the table), one listing of
+    ``_mem_wal/`` (no WAL, no run history), each shard's latest manifest, and the live
+    checkpoints (``checkpoints=False``: not read, none shown): a status reads each once."""
+    with table.reading():
+        return _table_status(table, clocks.current()() if now is None else now, check_files, manifest, checkpoints)
+
+
+def _table_status(table: Table, now: float, check_files: bool, manifest: TableManifest | None,
+                  with_checkpoints: bool) -> TableStatus:
+    manifest = table.require_mem_wal() if manifest is None else manifest
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     listing = list_mem_wal(table.store, wal=False, staging=False)
     found = read_listed_manifests(table.store, listing)
@@ -264,7 +272,7 @@ def table_status(table: Table, *, now: float | None = None, check_files: bool = 
         shards.append(st)
     shards += [broken_shard_status(manifest, e, listing.shards[sid], indexes) for sid, e in found.broken.items()]
     shards.sort(key=lambda s: s.shard_id)
-    checkpoints, unreadable = checkpoint_status(table, manifest, listing, now)
+    checkpoints, unreadable = checkpoint_status(table, manifest, listing, now) if with_checkpoints else ([], [])
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
                        checkpoints=checkpoints, unreadable_checkpoints=unreadable)
 
@@ -277,7 +285,7 @@ def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListin
 
     records = read_checkpoints(table, now)
     out = []
-    versions = set(list_versions(table.store)) if records.checkpoints else set()
+    versions = set(table.version_infos()) if records.checkpoints else set()
     for c in records.checkpoints:
         if not c.live(now):
             continue
@@ -299,8 +307,9 @@ def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListin
 
 def lag_now(table: Table) -> dict[str, list[float | int | None]]:
     """Per shard [unmerged generations, rows, oldest age] now, with the gauges published:
-    what a run's history record keeps of the table when it ends."""
-    st = table_status(table)
+    what a run's history record keeps of the table when it ends (the checkpoints are not read:
+    the lag does not depend on them)."""
+    st = table_status(table, checkpoints=False)
     st.record_metrics()
     return {shard: list(figures) for shard, figures in st.lag().items()}
 

@@ -56,6 +56,10 @@ _ACQUIRE_ROUNDS = 8
 DEFAULT_TTL_SECONDS = 300.0
 
 
+#: :meth:`Lease.inspect` found no lease record.
+_MISSING = "missing"
+
+
 class Lease(Renewing):
     """The lease of one job kind on one table, held by this process.
 
@@ -96,6 +100,9 @@ class Lease(Renewing):
         self._fenced: str | None = None
         self._heartbeat: Heartbeat | None = None
         self._lock = threading.RLock()
+        #: What :meth:`inspect` read, for the first acquisition round to start from instead of
+        #: reading it again: (data, ETag), :data:`_MISSING`, or None once used (or never read).
+        self._inspected: tuple[bytes, str] | str | None = None
 
     # -- introspection
 
@@ -145,10 +152,12 @@ class Lease(Renewing):
         """Create the lease, or take over an expired, released or dead holder's one; a lost
         conditional write raises PreconditionFailedError (the retry reads again)."""
         now = self.clock()
+        seen, self._inspected = self._inspected, None
         try:
-            data, etag = self.store.get_with_etag(self.key)
+            data, etag = self._stored_for_acquire(seen, now)
         except NotFoundError:
-            self._refuse_folder()
+            if seen != _MISSING:  # inspect() found no folder there a moment ago
+                self._refuse_folder()
             rec = self._new_record(1, now)
             steps.step("lease.before-write")
             try:
@@ -183,6 +192,20 @@ class Lease(Renewing):
         self._took(rec, new_etag)
         return self
 
+    def _stored_for_acquire(self, seen: tuple[bytes, str] | str | None, now: float) -> tuple[bytes, str]:
+        """The stored record and its ETag: what :meth:`inspect` read when it allows taking the
+        lease (none there, or one that is free to take now), else read now. A record another
+        holder held live when inspected is read again (it may have been released since). The
+        write that takes the lease is conditional on this ETag, so a record changed since
+        inspect() read it fails the write and the next round reads it afresh."""
+        if seen == _MISSING:
+            raise NotFoundError(f"{self.uri}: no lease")
+        if isinstance(seen, tuple):
+            rec = LeaseRecord.from_json(seen[0], where=self.uri)
+            if not rec.live(now) or rec.holder == self.holder:
+                return seen
+        return self.store.get_with_etag(self.key)
+
     def _refuse_folder(self) -> None:
         """BadInputError if the lease path is a folder: no write can ever create the lease
         there, and retrying would only report a live holder that does not exist."""
@@ -198,11 +221,14 @@ class Lease(Renewing):
         """
         try:
             with store_errors(self.uri):
-                data = self.store.get(self.key)
+                data, etag = self.store.get_with_etag(self.key)
         except NotFoundError:
             self._refuse_folder()
+            self._inspected = _MISSING
             return None
-        return LeaseRecord.from_json(data, where=self.uri)
+        rec = LeaseRecord.from_json(data, where=self.uri)
+        self._inspected = (data, etag)
+        return rec
 
     def _took(self, rec: LeaseRecord, etag: str) -> None:
         """Remember a won acquisition and start the heartbeat."""
@@ -288,6 +314,8 @@ class Lease(Renewing):
                 return
             self._held = False
             try:
+                if self._release_as_known():
+                    return
                 data, etag = self.store.get_with_etag(self.key)
                 current = LeaseRecord.from_json(data, where=self.uri)
                 if current.token != self.token or current.holder != self.holder:
@@ -302,6 +330,24 @@ class Lease(Renewing):
                 log.info("released %s lease (token %d)", self.kind, self.token)
             except (MemWalError, OSError) as exc:
                 log.warning("could not release %s lease (token %d): %s", self.kind, self.token, exc)
+
+    def _release_as_known(self) -> bool:
+        """Release with one write: the record as this holder last wrote or read it, on
+        condition that its ETag is still the stored one (then the stored record is ours, and
+        reading it first would tell nothing new). False when it changed since (an operator's
+        cancel request, a takeover): :meth:`release` reads it and decides."""
+        known, etag = self._record, self._etag
+        if known is None or etag is None or known.token != self.token or known.holder != self.holder:
+            return False
+        rec = LeaseRecord(self.kind, self.holder, self.token, known.acquired_at, 0.0, renewed_at=known.renewed_at,
+                          host=known.host, pid=known.pid, run_id=known.run_id)
+        try:
+            self._etag = self.store.put_if_match(self.key, rec.encode(), etag)
+        except PreconditionFailedError:
+            return False
+        self._record = rec
+        log.info("released %s lease (token %d)", self.kind, self.token)
+        return True
 
     # -- context manager
 

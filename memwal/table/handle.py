@@ -6,7 +6,11 @@ so a user passes ``--storage-option`` once for everything.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -14,17 +18,96 @@ import lance
 
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, NotFoundError, StateMovedError, first_line
-from memwal.store import LocalStore, Store, check_table_uri, open_store
+from memwal.store import LocalStore, ObjectInfo, Store, check_table_uri, open_store
 from memwal.store.options import check_storage_options
-from memwal.table.manifest import TableManifest, list_versions, read_table_manifest
+from memwal.table.manifest import TableManifest, list_version_infos, list_versions, read_table_manifest
 
 log = logging.getLogger(__name__)
+
+#: Decoded manifests a table keeps, the most recently used: a version's manifest never changes,
+#: so the run that reads the latest again after reading it once (open, plan, status) lists
+#: ``_versions/`` but gets it for nothing; few, because a big table's manifest is big.
+MANIFESTS_KEPT = 4
 
 
 @dataclass
 class Table:
+    """A MemWAL table (:func:`open_table` opens one).
+
+    It keeps what cannot change: the decoded manifests of the last few versions it read.
+    Inside :meth:`reading` (a run's plan, a status), the listing of ``_versions/`` is read
+    once too; outside, every :meth:`manifest` lists ``_versions/`` afresh (latest is what
+    another writer may move).
+    """
+
     uri: str
     storage_options: dict[str, str] = field(default_factory=dict)
+    #: The latest manifest as :func:`open_table` read it: a command that reads the table once,
+    #: right after opening it (``memwal status``), starts from it instead of reading it again.
+    opened: TableManifest | None = field(default=None, repr=False, compare=False)
+    _manifests: OrderedDict[int, TableManifest] = field(default_factory=OrderedDict, init=False, repr=False,
+                                                        compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    _scope: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """A stretch of reads that writes nothing (a plan, a status): in it, on this thread,
+        ``_versions/`` is listed once and that listing serves every read of the latest
+        manifest and of the versions (:meth:`version_infos`). Call :meth:`moved` when the
+        stretch must see the store afresh (a retry after a lost race)."""
+        depth = getattr(self._scope, "depth", 0)
+        self._scope.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._scope.depth = depth
+            if depth == 0:
+                self._scope.listing = None
+
+    def _in_reading(self) -> bool:
+        return bool(getattr(self._scope, "depth", 0))
+
+    def moved(self) -> None:
+        """Forget the listing of ``_versions/`` this thread's :meth:`reading` holds."""
+        self._scope.listing = None
+
+    def version_infos(self) -> dict[int, ObjectInfo]:
+        """Every committed version and its manifest's listing: listed now, or once in :meth:`reading`."""
+        if not self._in_reading():
+            return list_version_infos(self.store)
+        listing: dict[int, ObjectInfo] | None = getattr(self._scope, "listing", None)
+        if listing is None:
+            listing = self._scope.listing = list_version_infos(self.store)
+        return listing
+
+    def remembered(self, version: int) -> TableManifest | None:
+        """The manifest of ``version`` if this table read it lately (it cannot have changed), else None."""
+        with self._lock:
+            m = self._manifests.get(version)
+            if m is not None:
+                self._manifests.move_to_end(version)
+            return m
+
+    def _remember(self, m: TableManifest) -> TableManifest:
+        with self._lock:
+            self._manifests[m.version] = m
+            self._manifests.move_to_end(m.version)
+            while len(self._manifests) > MANIFESTS_KEPT:
+                self._manifests.popitem(last=False)
+        return m
+
+    def _read_manifest(self, version: int | None) -> TableManifest:
+        """The manifest of ``version`` (latest when None): remembered, else read."""
+        if version is not None and (known := self.remembered(version)) is not None:
+            return known
+        versions = {v: info.key for v, info in self.version_infos().items()}
+        if version is not None and version not in versions and self._in_reading():
+            self.moved()  # a version newer than the listing this stretch holds: list again
+            versions = {v: info.key for v, info in self.version_infos().items()}
+        if version is None and versions and (known := self.remembered(max(versions))) is not None:
+            return known
+        return self._remember(read_table_manifest(self.store, version, versions=versions))
 
     @cached_property
     def store(self) -> Store:
@@ -55,15 +138,19 @@ class Table:
         :class:`StateMovedError`, and the latest is listed again when the one listed went."""
         if version is not None:
             try:
-                return read_table_manifest(self.store, version)
+                return self._read_manifest(version)
             except NotFoundError:
                 if self._expired(version):
                     raise StateMovedError(f"{self.uri}: table version {version} was expired while in use "
                                           "(a concurrent gc)") from None
                 raise
 
-        return after_conflict(lambda _n: read_table_manifest(self.store, None), attempts=3, base_seconds=0.05,
-                              what=f"{self.uri}: reading the table manifest")
+        def latest(attempt: int) -> TableManifest:
+            if attempt > 1:  # the latest version listed went: list again
+                self.moved()
+            return self._read_manifest(None)
+
+        return after_conflict(latest, attempts=3, base_seconds=0.05, what=f"{self.uri}: reading the table manifest")
 
     def _expired(self, version: int) -> bool:
         """Whether ``version`` is gone while the table goes on (a newer version exists)."""
@@ -96,7 +183,7 @@ def open_table(uri: str, storage_options: dict[str, str] | None = None) -> Table
     options = check_storage_options(storage_options)
     table = Table(uri.rstrip("/") if uri != "/" else uri, options)
     try:
-        table.require_mem_wal()
+        table.opened = table.require_mem_wal()
     except NotFoundError as exc:
         raise BadInputError(f"{uri}: no Lance table here ({exc})") from exc
     check_own_folders(table.store)

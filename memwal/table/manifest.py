@@ -94,13 +94,15 @@ def latest_version(store: Store) -> int:
     return max(versions)
 
 
-def read_table_manifest(store: Store, version: int | None = None) -> TableManifest:
-    """Decode the manifest of ``version`` (latest when None) and its MemWAL index details.
+def read_table_manifest(store: Store, version: int | None = None, *,
+                        versions: dict[int, str] | None = None) -> TableManifest:
+    """Decode the manifest of ``version`` (latest when None) and its MemWAL index details
+    (``versions``: the listing of ``_versions/`` when the caller has it, else it is listed).
 
     The latest version vanishing between the listing and the read (a newer version was
     committed and a concurrent cleanup expired it) is a lost race: :class:`StateMovedError`.
     """
-    versions = list_versions(store)
+    versions = list_versions(store) if versions is None else versions
     if not versions:
         raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
     latest = version is None

@@ -91,10 +91,13 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
     lines: list[tuple[str | None, Store, str]] = [(None, table.store, "")]
     lines += [(b, table.store.child(f"tree/{b}"), f"tree/{b}/") for b in table.store.list_dirs("tree/")]
     for branch, store, root in lines:
-        listed = sorted(list_version_infos(store).items())
+        listed = sorted((table.version_infos() if branch is None else list_version_infos(store)).items())
         remembered = {v: known.get(root + info.key, info.etag, v) for v, info in listed}
-        unread = [(v, info.key) for v, info in listed if remembered[v] is None]
-        read = dict(_read(store, unread, shared))
+        # the manifests this table object read lately (the latest, as a rule) are not read again
+        decoded = {v: m for v, _ in listed if branch is None and (m := table.remembered(v)) is not None}
+        unread = [(v, info.key) for v, info in listed if remembered[v] is None and v not in decoded]
+        read = {v: (m.timestamp, m.compacted) for v, m in decoded.items()}
+        read.update(_read(store, unread, shared))
         for version, info in listed:
             seen = remembered[version]
             timestamp, compacted = (seen.timestamp, seen.compacted) if seen else read[version]

@@ -149,14 +149,38 @@ def test_operator_templates_never_render_storage_options(make_table, monkeypatch
     assert op.storage_options["aws_region"] == "{{ params.table }}"  # never rendered
 
 
-# -- the real spark-submit: /proc/*/cmdline of every process, watched while it runs ---------------
+# -- the real spark-submit: /proc/*/cmdline of the test's own processes, watched while they run ---------
+def descendants(root: int) -> list[int]:
+    """The processes descended from ``root`` now (children, their children...), from each
+    process's parent in ``/proc/<pid>/stat``."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat_line = f.read()
+        except OSError:
+            continue
+        fields = stat_line[stat_line.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        children.setdefault(int(fields[1]), []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
 class CmdlineWatch:
-    """Polls every process's command line in a thread; stats the options file named by the
-    job processes of this test (those whose command line holds ``marker``, the table URI:
-    other tests may run at the same time)."""
+    """Polls the command lines of this test's own processes (every process descended from the
+    one that entered the watch: the spark-submit it starts, the JVM, the Python driver) in a
+    thread, and stats the options file named by those holding ``marker``, the table URI. Other
+    tests' processes, on this machine at the same time, are not this test's to judge."""
 
     def __init__(self, marker: str) -> None:
         self.marker = marker.encode()
+        self.root = os.getpid()
         self.cmdlines: set[bytes] = set()
         self.file_stats: list[tuple[int, int, int]] = []  # (file mode, dir mode, uid) while present
         self._stop = threading.Event()
@@ -172,9 +196,7 @@ class CmdlineWatch:
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            for pid in os.listdir("/proc"):
-                if not pid.isdigit():
-                    continue
+            for pid in descendants(self.root):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         cmdline = f.read()

@@ -58,6 +58,11 @@ def test_bench_smoke_writes_json_and_chart(tmp_path):
     for name, c in doc["contenders"].items():
         assert c["peak_rss_mb"] > 0, name
     assert doc["ratios"]["ours_over_floor_peak_rss"] > 0
+    # a job's fixed costs, each command a whole process, beside its floor
+    fixed = doc["fixed_costs"]
+    assert set(fixed["commands"]) == {"python", "import_lance", "open_lance", "help", "merge_noop", "status"}
+    assert all(c["wall_seconds"] > 0 and c["cpu_seconds"] > 0 for c in fixed["commands"].values())
+    assert all(r > 0 for r in fixed["ratios"].values()) and isinstance(fixed["goals_met"]["help"], bool)
 
     ops = doc["merge_ops"]
     assert ops["same_progress"] and ops["ops_over_plain_inner"] > 0 and ops["target_max"] == 1.5

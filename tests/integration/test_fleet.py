@@ -53,6 +53,15 @@ def lake(tmp_path: Path) -> tuple[Path, dict[str, object]]:
     return root, models
 
 
+def options_file_flags(opts: dict[str, str], folder: Path) -> list[str]:
+    """The credentials in a 0600 file, its path alone on the command line (other tests watch
+    command lines for keys)."""
+    path = folder / "storage-options.json"
+    path.touch(mode=0o600)
+    path.write_text(json.dumps(opts))
+    return ["--storage-options-file", str(path)]
+
+
 def plan_json(*argv: str) -> dict:
     run = run_cli("fleet", "plan", *argv, "--json")
     assert run.rc == 0, run.stderr
@@ -197,7 +206,7 @@ def test_an_idle_table_on_s3_costs_at_most_four_requests(s3_server, tmp_path):
     for uri in uris:
         model = create_base_table(uri, WL, opts)[1]
         write_generations(uri, WL, model, storage_options=opts)
-    flags = [f for k, v in opts.items() for f in ("--storage-option", f"{k}={v}")]
+    flags = options_file_flags(opts, tmp_path)
     cache = str(tmp_path / "cache.json")
     run = run_cli("fleet", "run", root, "--cache", cache, *flags)
     assert run.rc == 0, run.stderr
@@ -220,7 +229,7 @@ def test_a_maintained_table_with_new_data_reads_only_its_planned_jobs_leases(s3_
     uri, opts = s3_server.new_table("fleet/t1")
     model = create_base_table(uri, WL, opts)[1]
     write_generations(uri, WL, model, storage_options=opts)
-    flags = [f for k, v in opts.items() for f in ("--storage-option", f"{k}={v}")]
+    flags = options_file_flags(opts, tmp_path)
     policy = tmp_path / "policy.yaml"  # every job runs once, so every job's lease record exists
     policy.write_text("defaults: {thresholds: {compact_fragments: 1}, options: {gc: {grace_seconds: 0, "
                       "writer_idle_seconds: 0, "

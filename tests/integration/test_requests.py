@@ -10,23 +10,28 @@ or its own digest already tell, and a header once only.
 
 from __future__ import annotations
 
+import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
 import memwal
 from bench.gc_many import build
-from bench.object_stores import RequestCounter, table_files, upload
+from bench.object_stores import RequestCounter, request_kind, table_files, upload
 from memwal.core import steps
 from memwal.demo import shard_ids_for, write_generations
 from memwal.inspect.status import table_status
+from memwal.lease import Lease
 from memwal.store import open_store
 from memwal.table import open_table
 from memwal.table.listing import list_mem_wal
 from memwal.table.wal_digest import DIGEST_KEY
 from tests.conftest import SMALL
+from tests.helpers import run_cli
 from tests.integration.test_gc import expire_all
 
 SHARDS = 4
@@ -72,7 +77,7 @@ def test_status_reads_the_listing_it_needs_and_each_shard_manifest(remote, prist
     kind, server = remote
     uri, opts, keys = uploaded(kind, server, pristine)
     opened = open_table(uri, opts)
-    counter = RequestCounter(kind, server)
+    counter = RequestCounter(kind, server, _bucket(kind, server))
     counter.take()
     backlog = table_status(opened)
     used = counter.take()
@@ -81,20 +86,57 @@ def test_status_reads_the_listing_it_needs_and_each_shard_manifest(remote, prist
     assert sum(used.values()) <= 2 * SHARDS + math.ceil(len(keys) / page), used
 
 
-def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the_floor(remote, pristine):
+def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the_floor(remote, pristine, tmp_path,
+                                                                                     monkeypatch):
     """At scale (S3 here) 0.02 requests per deleted object or fewer, Lance's expiry included; what
-    grows with the objects within 1.5x of the floor; and status after it at most 2 a shard."""
+    grows with the objects within 1.5x of the floor; status after it at most 2 a shard; and the
+    run reads each thing once per need (issue 49):
+
+    - its lease record no more often than it checks the lease (the pre-flight inspection, then
+      one check before each side effect, which must read): the acquisition starts from what the
+      inspection read and the release writes on the last ETag it saw, so every read is a check's;
+    - ``_versions/`` listed at most 9 times: memwal's own 5 (opening the table; the plan, one
+      listing for all of it; the expiry's hold on the snapshot file just before Lance's cleanup;
+      the re-check after the expiry, one listing for the versions left and the latest; the lag
+      the run leaves, after its commits), which no two can share, since a commit or the expiry
+      comes between each two; and Lance's own 4 (its open of the dataset for the tags and
+      branches, and its cleanup's), counted apart as Lance's;
+    - the checkpoints folder listed twice: by the plan, and after the GC marker (a checkpoint
+      created since the plan keeps what it pins); the lag recorded after the run reads none.
+    """
     kind, server = remote
     uri, opts, keys = uploaded(kind, server, pristine)
     for i in range(3):  # versions for the expiry to remove: it counts in the same budget
         open_table(uri, opts).dataset().update_config({"test.commit": str(i)})
-    counter = RequestCounter(kind, server)
+    checks = []  # the run's checks of its leases: the pre-flight inspection, then one before each side effect
+    real_check, real_inspect = Lease.check, Lease.inspect
+
+    def counted_check(lease: Lease, **kw: Any) -> None:
+        checks.append(lease.kind)
+        real_check(lease, **kw)
+
+    def counted_inspect(lease: Lease) -> Any:
+        checks.append(lease.kind)
+        return real_inspect(lease)
+
+    monkeypatch.setattr(Lease, "check", counted_check)
+    monkeypatch.setattr(Lease, "inspect", counted_inspect)
+    counter = RequestCounter(kind, server, _bucket(kind, server))
     counter.take()
     start = counter.seen
     deleting: list[int] = []
     with steps.hooked(lambda name: deleting.append(len(counter._all())) if name in DELETION else None):
         result = memwal.open(uri, opts).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).value
+    run_requests = counter._all()[start:]
     used = counter.take()
+    lease_reads = [p for m, p in run_requests if m == "GET" and _path(p).endswith("/_mem_wal/_jobs/leases/gc.json")]
+    assert 0 < len(lease_reads) <= checks.count("gc"), (len(lease_reads), checks)
+    version_listings = [p for m, p in run_requests
+                        if request_kind(m, p) == "list" and "prefix=t/_versions/" in unquote(p)]
+    assert len(version_listings) <= 9, version_listings
+    checkpoint_listings = [p for m, p in run_requests
+                           if request_kind(m, p) == "list" and "prefix=t/_mem_wal/_jobs/checkpoints/" in unquote(p)]
+    assert len(checkpoint_listings) <= 2, checkpoint_listings
     doomed = [k for k in keys if "_gen_" in k or "/wal/" in k]
     assert len(result.deleted) == GENERATIONS[kind] and result.objects_deleted == len(doomed)
     assert result.expired_versions is not None and result.expired_versions.old_versions == 3
@@ -117,10 +159,30 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
     used = counter.take()
     assert [s.collected_generations for s in st.shards] == [s.flushed_generations for s in st.shards]
     assert sum(used.values()) <= 2 * SHARDS, used
+    # `memwal status` as a whole command, opening included: the table manifest (one listing of
+    # _versions/, one read), then 2 a shard; no request made twice
+    options = tmp_path / "options.json"
+    options.touch(mode=0o600)
+    options.write_text(json.dumps(opts))
+    run = run_cli("status", uri, "--storage-options-file", str(options), "--json")
+    requests = counter.take_requests()
+    assert run.rc == 0 and len(json.loads(run.stdout)["shards"]) == SHARDS, run.stderr
+    assert len(requests) <= 2 * SHARDS + 2, requests
+    assert max(Counter(requests).values()) == 1, Counter(requests).most_common(3)
 
 
 #: The named steps around GC's own deletions.
 DELETION = ("gc.before-delete", "gc.after-delete")
+
+
+def _bucket(kind: str, server: Any) -> str:
+    """The bucket (S3) or container (Azure) of the test's own table: the last one made."""
+    return str(server.last_bucket if kind == "s3" else server.last_container)
+
+
+def _path(path: str) -> str:
+    """A request's object key, unquoted, without the query."""
+    return unquote(path.split("?", 1)[0])
 
 
 def _lists_mem_wal(path: str) -> bool:
@@ -140,7 +202,7 @@ def test_a_missing_key_never_fails_a_batch(remote):
     else:
         server.seed_blobs(bucket, [f"missing/{k}" for k in present])
     ghosts = [f"_mem_wal/_jobs/x/ghost-{i}" for i in range(40)]
-    counter = RequestCounter(kind, server)
+    counter = RequestCounter(kind, server, _bucket(kind, server))
     counter.take()
     store.delete_many(ghosts[:20] + present + ghosts[20:])
     used = counter.take()
@@ -197,9 +259,13 @@ def test_a_header_is_read_once_and_a_bad_digest_is_ignored(s3_server, make_table
 
 
 def _wal_reads(server: Any, since: int) -> dict[str, int]:
-    """GETs of WAL entries since request ``since``, per shard."""
+    """GETs of WAL entries of this test's table (its bucket, the server's last) since request
+    ``since``, per shard: another test's table on the same server is not this test's to count."""
     out: dict[str, int] = {}
+    mine = f"/{server.last_bucket}/"
     for method, path in server.requests[since:]:
+        if not path.startswith(mine):
+            continue
         inside = path.split("/_mem_wal/", 1)[1] if "/_mem_wal/" in path else ""
         if method == "GET" and inside.count("/") == 2 and inside.split("/")[1] == "wal":
             out[inside.split("/")[0]] = out.get(inside.split("/")[0], 0) + 1

@@ -14,26 +14,19 @@ import argparse
 import logging
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memwal.actions.action import Action
 from memwal.actions.options import JobOptions, option_names
-from memwal.backfill import (
-    DEFAULT_STATE_FILE,
-    JOB_ORDER,
-    BackfillReport,
-    BackfillState,
-    parse_jobs,
-    read_tables_file,
-    run_backfill,
-    table_uri_problem,
-    unique_tables,
-)
+from memwal.backfill.state import DEFAULT_STATE_FILE
 from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Subparsers, common_options, emit, positive_int
 from memwal.cli.options import add_arguments
 from memwal.core.text import one_line
-from memwal.cycle import JobOutcome, JobStatus
 from memwal.errors import BadInputError
+
+if TYPE_CHECKING:  # the runs (memwal.backfill, memwal.cycle) load when the command runs, not for --help
+    from memwal.actions.action import Action
+    from memwal.backfill import BackfillReport, BackfillState
+    from memwal.cycle import JobOutcome
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
@@ -43,9 +36,9 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tables-file", metavar="F", help="file with one table URI per line (# comments; - for stdin)")
     p.add_argument(
         "--jobs",
-        default=",".join(JOB_ORDER),
+        default=",".join(job_order()),
         metavar="LIST",
-        help=f"comma-separated jobs, run in the order {', '.join(JOB_ORDER)} (default: all)",
+        help=f"comma-separated jobs, run in the order {', '.join(job_order())} (default: all)",
     )
     p.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="tables processed at once")
     p.add_argument(
@@ -62,6 +55,15 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memwal.backfill import (
+        BackfillState,
+        parse_jobs,
+        read_tables_file,
+        run_backfill,
+        table_uri_problem,
+        unique_tables,
+    )
+
     tables = list(args.tables)
     for uri in tables:  # the same check as the lines of --tables-file, before anything is written
         problem = table_uri_problem(uri.strip()) if uri.strip() else "empty table argument"
@@ -107,9 +109,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _actions() -> dict[str, Action[Any, Any, Any, Any]]:
-    from memwal.actions import ACTIONS
+    from memwal.actions.registry import ACTIONS  # the actions' declarations, not their runs
 
     return ACTIONS
+
+
+def job_order() -> tuple[str, ...]:
+    """The jobs in the order a cycle runs them (``memwal.cycle.JOB_ORDER``, without importing the runner)."""
+    return tuple(_actions())
 
 
 def add_job_arguments(p: argparse.ArgumentParser) -> None:
@@ -136,6 +143,8 @@ def job_options_from(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def _fresh_state(path: str) -> BackfillState:
     """``--restart`` must work even over an unreadable state file (it is what the error suggests)."""
+    from memwal.backfill import BackfillState
+
     try:
         return BackfillState(path)
     except BadInputError:
@@ -160,6 +169,8 @@ class PlainProgress:
         pass
 
     def update(self, event: str, run: JobOutcome) -> None:
+        from memwal.cycle import JobStatus
+
         if event != "end":
             return
         with self._lock:
@@ -202,6 +213,8 @@ class RichProgress:
         self.progress.stop()
 
     def update(self, event: str, run: JobOutcome) -> None:
+        from memwal.cycle import JobStatus
+
         with self._lock:
             key = (run.table, run.job)
             if event == "start":
@@ -219,11 +232,12 @@ class RichProgress:
 
 
 # -- summary ----------------------------------------------------------------------------
-_CELL = {JobStatus.DONE: "done", JobStatus.WAITING: "waiting", JobStatus.HELD: "held", JobStatus.SKIPPED: "skipped",
-         JobStatus.FAILED: "FAILED", JobStatus.NOT_RUN: "not run", JobStatus.CANCELLED: "cancelled"}
-
-
 def render(report: BackfillReport) -> str:
+    from memwal.cycle import JobStatus
+
+    cell_of = {JobStatus.DONE: "done", JobStatus.WAITING: "waiting", JobStatus.HELD: "held",
+               JobStatus.SKIPPED: "skipped", JobStatus.FAILED: "FAILED", JobStatus.NOT_RUN: "not run",
+               JobStatus.CANCELLED: "cancelled"}
     header = ["table", *report.jobs, "time"]
     rows = [header]
     for t in report.tables:
@@ -233,7 +247,7 @@ def render(report: BackfillReport) -> str:
             if j is None:
                 cells.append("-")
                 continue
-            cell = _CELL[j.status]
+            cell = cell_of[j.status]
             if j.status in (JobStatus.DONE, JobStatus.WAITING, JobStatus.HELD) and j.summary:
                 cell += f" ({j.summary})"
             cells.append(cell)

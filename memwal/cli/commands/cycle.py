@@ -12,19 +12,22 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-from memwal.cli.commands.backfill import add_job_arguments, job_options_from
+from memwal.cli.commands.backfill import add_job_arguments, job_options_from, job_order
 from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
 from memwal.core.text import one_line
-from memwal.cycle import JOB_ORDER, CycleResult, JobOutcome, JobStatus, parse_jobs, run_cycle
+
+if TYPE_CHECKING:  # the runner (memwal.cycle) loads when the command runs, not for --help
+    from memwal.cycle import CycleResult, JobOutcome
 
 log = logging.getLogger("memwal.cycle")
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     p = table_command(sub, "cycle", "the whole maintenance cycle of one table: merge, catchup, compact, gc, snapshot")
-    p.add_argument("--jobs", default=",".join(JOB_ORDER), metavar="LIST",
-                   help=f"comma-separated jobs, run in the order {', '.join(JOB_ORDER)} (default: all)")
+    p.add_argument("--jobs", default=",".join(job_order()), metavar="LIST",
+                   help=f"comma-separated jobs, run in the order {', '.join(job_order())} (default: all)")
     p.add_argument("--dry-run", action="store_true", help="every job's dry run; nothing written")
     add_job_arguments(p)
     return p
@@ -32,6 +35,7 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from memwal.backfill import validated_options
+    from memwal.cycle import parse_jobs, run_cycle
 
     jobs = parse_jobs(args.jobs)
     options = validated_options(jobs, job_options_from(args), engine=args.engine or "local", dry_run=args.dry_run)
@@ -45,11 +49,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _log(event: str, outcome: JobOutcome) -> None:
+    from memwal.cycle import JobStatus
+
     if event == "end" and outcome.status is not JobStatus.FAILED:
         log.info("%s %s: %s (%s)", outcome.table, outcome.job, outcome.status, outcome.summary or outcome.error)
 
 
 def render(result: CycleResult) -> str:
+    from memwal.cycle import JobStatus
+
     lines = [f"{result.table}: maintenance cycle"]
     for j in result.jobs:
         took = f" {j.seconds:.1f}s" if j.status in (JobStatus.DONE, JobStatus.WAITING, JobStatus.FAILED) else ""

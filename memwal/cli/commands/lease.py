@@ -11,11 +11,13 @@ of that kind start while the first still runs (the first stops at its next lease
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
 from memwal.errors import BadInputError
-from memwal.lease import CORRUPT, EXPIRED, RELEASED, LeaseInfo, break_lease, describe_lease, lease_key, list_leases
+
+if TYPE_CHECKING:  # the leases (and the store under them) load when the command runs, not for --help
+    from memwal.lease import LeaseInfo
 
 #: The kinds of lease memwal's jobs take (merge-ops and snapshot also take the merge lease).
 JOB_KINDS = ("merge", "catchup", "compact", "snapshot", "gc")
@@ -29,6 +31,8 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memwal.lease import EXPIRED, RELEASED, break_lease, describe_lease, lease_key, list_leases
+
     table = open_table_arg(args)
     if args.break_kind is None:
         if args.yes:
@@ -61,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _what(info: LeaseInfo) -> str:
     """One phrase naming a lease and its state, for the refusal and the confirmation."""
+    from memwal.lease import CORRUPT
+
     if info.state == CORRUPT:
         return f"the corrupt {info.kind} lease {info.uri}"
     return (
@@ -69,6 +75,8 @@ def _what(info: LeaseInfo) -> str:
 
 
 def render(uri: str, infos: list[LeaseInfo]) -> str:
+    from memwal.lease import CORRUPT
+
     if not infos:
         return f"{uri}: no leases"
     lines = [f"{uri}: {len(infos)} leases"]

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         check_output_file("--html", args.html)  # a page that cannot be written is bad input, found before reading
     table = open_table_arg(args)
-    st = table_status(table, check_files=True)
+    st = table_status(table, check_files=True, manifest=table.opened)  # read once: opening read it
     st.record_metrics()
     if args.html:
         from memwal.inspect.page import collect, write_page
