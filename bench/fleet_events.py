@@ -57,7 +57,8 @@ def idle_table(folder: Path) -> Path:
     model = create_base_table(str(path), wl)[1]
     write_generations(str(path), wl, model)
     t = memwal.open(str(path))
-    assert t.merge().ok and t.compact().ok and t.snapshot().ok and t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).ok
+    assert t.merge().ok and t.compact().ok and t.snapshot().ok
+    assert t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).ok
     return path
 
 
