@@ -23,6 +23,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from tests.clients.context_store import DRIVER, PYTHON, SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMWAL = ROOT / ".venv" / "bin" / "memwal"
+PEAK = ROOT / "bench" / "peak.py"
 CASES = {"30x2000": (30, 2000), "1500x200": (1500, 200)}
 SMOKE = {"5x50": (5, 50)}
 GOAL_READER_OVER_REFERENCE = 1.5
@@ -50,18 +53,28 @@ class Proc:
     rc: int
 
 
-def _waited(proc: subprocess.Popen[Any], t0: float) -> Proc:
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Proc(time.perf_counter() - t0, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
+def _spawn(argv: list[str], **popen: Any) -> tuple[subprocess.Popen[Any], Path, float]:
+    """Start ``argv`` under ``bench/peak.py`` (its own peak RSS, not this harness's): the
+    process, where its figures will be, and when it started."""
+    fd, report = tempfile.mkstemp(prefix="peers-", suffix=".json")
+    os.close(fd)
+    t0 = time.perf_counter()
+    return subprocess.Popen([sys.executable, str(PEAK), report, "--", *argv], **popen), Path(report), t0
+
+
+def _waited(proc: subprocess.Popen[Any], report: Path, t0: float) -> Proc:
+    proc.wait()
+    seconds = time.perf_counter() - t0
+    figures = json.loads(report.read_text())
+    report.unlink()
+    return Proc(seconds, figures["cpu_seconds"], figures["peak_rss_mb"], figures["rc"])
 
 
 def memwal(*argv: str) -> Proc:
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([str(MEMWAL), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc, report, t0 = _spawn([str(MEMWAL), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     err = proc.stderr.read()
-    done = _waited(proc, t0)
+    done = _waited(proc, report, t0)
     if done.rc:
         raise RuntimeError(f"memwal {' '.join(argv)} failed: {err.decode()[-800:]}")
     return done
@@ -70,9 +83,8 @@ def memwal(*argv: str) -> Proc:
 def lance_context(*ops: dict[str, Any]) -> tuple[list[Any], Proc]:
     """A new lance-context process running ``ops``: their answers, and the process's figures."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([str(PYTHON), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env={**env, "RUST_LOG": "error"})
+    proc, report, t0 = _spawn([str(PYTHON), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env={**env, "RUST_LOG": "error"})
     assert proc.stdin is not None and proc.stdout is not None
     answers = []
     for op in ops:
@@ -83,7 +95,7 @@ def lance_context(*ops: dict[str, Any]) -> tuple[list[Any], Proc]:
             raise RuntimeError(f"lance-context {op['op']}: {answer['error']}")
         answers.append(answer["ok"])
     proc.stdin.close()
-    return answers, _waited(proc, t0)
+    return answers, _waited(proc, report, t0)
 
 
 def lc_list(uri: str) -> dict[str, Any]:
