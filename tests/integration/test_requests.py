@@ -29,6 +29,7 @@ from memwal.lease import Lease
 from memwal.store import open_store
 from memwal.table import open_table
 from memwal.table.listing import list_mem_wal
+from memwal.table.shards import all_shard_manifests
 from memwal.table.wal_digest import DIGEST_KEY
 from tests.conftest import SMALL
 from tests.helpers import run_cli
@@ -212,7 +213,10 @@ def test_a_missing_key_never_fails_a_batch(remote):
 
 def test_gate_e_reads_no_header_the_manifests_and_the_listing_tell(s3_server, make_table):
     """Half merged, every WAL entry is placed by a binary search of a few headers (fewer than one
-    a shard's entries); all merged, none is read: the manifest and the listing tell it all."""
+    a shard's entries); all merged, no entry at or below the shard's ``replay_after`` is read:
+    the manifest and the listing tell it all. An entry past it (pylance's writer flushes its WAL
+    in the background: on a busy machine its ``replay_after`` lags an entry or two) is what a
+    replay reads: it stays, and its header is read (once) to name its generation in the report."""
     uri, opts = s3_server.new_table("gate-e")
     table, model = make_table(uri=uri, storage_options=opts)
     t = memwal.open(uri, opts)
@@ -227,11 +231,17 @@ def test_gate_e_reads_no_header_the_manifests_and_the_listing_tell(s3_server, ma
         assert 0 < reads[s] <= math.ceil(math.log2(count)) + 1 < count, (reads, entries)
     assert t.merge().ok and t.catchup().ok
     expire_all(table)
+    replay_after = {s: st.replay_after_wal_entry_position for s, st in all_shard_manifests(table.store).items()}
+    past = {s: [e.position for e in sh.wal if e.position > replay_after[s]]
+            for s, sh in list_mem_wal(table.store).shards.items()}
     n = len(s3_server.requests)
     second = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions="never").to_dict()
     assert second["wal_entries_deleted"] > 0 and not second["blocked"]
-    assert _wal_reads(s3_server, n) == {}
-    assert all(not s.wal for s in list_mem_wal(table.store).shards.values())
+    reads = _wal_reads(s3_server, n)  # a header the first GC read is remembered (the WAL digest)
+    assert all(0 < reads[s] <= len(past[s]) for s in reads), (reads, past)
+    assert sorted((k["shard_id"], k["position"], k["reason"]) for k in second["kept_wal_entries"]) == sorted(
+        (s, p, "wal-needed-for-replay") for s, ps in past.items() for p in ps)
+    assert {s: [e.position for e in sh.wal] for s, sh in list_mem_wal(table.store).shards.items()} == past
     assert sorted(memwal.open(uri, opts).scan().to_pylist(), key=lambda r: r["id"]) == model.sorted_rows()
 
 
