@@ -208,8 +208,8 @@ def read_generations(
         if ref.wal_keys:
             return _scan_flushed(ref, ds, pk, storage_options)
         with _reading(ref):
-            rows = ds.scanner(with_row_address=True, batch_size=65536).to_table()
-        return _Scanned(ref, to_base_names(_owned(rows), ref.renamed))
+            return _Scanned(ref, to_base_names(ds.scanner(with_row_address=True, batch_size=65536).to_table(),
+                                               ref.renamed))
 
     group: list[_Scanned] = []
 
@@ -238,24 +238,6 @@ def read_generations(
         rows += item.rows.num_rows
     if group:
         yield flush()
-
-
-#: A generation read smaller than this is copied into Arrow's own memory (see :func:`_owned`).
-OWNED_BELOW_BYTES = 4 << 20
-
-
-def _owned(rows: pa.Table) -> pa.Table:
-    """A small generation's rows copied into Arrow's memory pool, tightly.
-
-    The buffers Lance hands back for a small read pin far more than they hold (its decode
-    pages): 1,500 generations of 200 rows held 73 MB for 21 MB of rows, and a merge keeps every
-    generation of a batch until it concatenates them. The copy costs about 0.2 ms a generation;
-    a large generation's buffers are already tight, and are not copied.
-    """
-    if rows.nbytes >= OWNED_BELOW_BYTES:
-        return rows
-    return pa.Table.from_arrays([pa.concat_arrays(c.chunks) if c.num_chunks else pa.array([], c.type)
-                                 for c in rows.columns], schema=rows.schema)
 
 
 def _tag(t: pa.Table, ref: GenerationRef, shard_code: int) -> pa.Table:
