@@ -104,7 +104,13 @@ def test_object_store_request_bench_smoke(tmp_path):
         floor = run["raw_floor"]  # the same keys, listed once and deleted in batches by hand
         assert floor["keys_deleted"] >= run["gc_generations_deleted"] + run["gc_wal_entries_deleted"]
         assert floor["requests_total"] <= run["gc_requests_total"] and run["gc_vs_raw_floor_requests"] >= 1
+        # Lance's cleanup apart; GC's own requests = those that grow with the deletes + the fixed rest
+        assert (run["gc_lance_cleanup_requests"] + run["gc_per_object_requests"] + run["gc_fixed_requests"]
+                == run["gc_requests_total"]) and run["gc_fixed_requests"] == sum(
+                    run["gc_fixed_requests_by_phase"].values())
+        assert run["gc_per_object_requests"] >= run["gc_requests"]["bulk-delete"] + 1  # and its listing
         assert set(run["goals_met"]) == {"gc_requests_per_deleted_object", "gc_vs_raw_floor (time)",
+                                         "gc_vs_raw_floor (requests, Lance's cleanup apart)",
                                          "status_requests_per_shard"}
 
 
