@@ -237,7 +237,7 @@ class SparkMergeEngine:
             tasks = shard_tasks(plan, self.partition_bytes, self.shard_max_bytes, sc.defaultParallelism)
         if tasks:
             by_shard, count = tasks, len(tasks)
-            out = _run(table, job, lambda: _output(self._by_shard(sc, job, by_shard)))
+            out = _run(sc, table, job, lambda: _output(self._by_shard(sc, job, by_shard)))
             if _keys_disjoint(out):
                 shape = "by-shard"
             else:  # a key in two tasks: its own error, or a hash collision, comes from the shuffle
@@ -249,7 +249,7 @@ class SparkMergeEngine:
         if out is None:
             read = read_tasks(plan.generations, self.read_task_bytes, job.options)
             parts = self.partitions or max(sc.defaultParallelism, -(-change_bytes // self.partition_bytes))
-            out = _run(table, job, lambda: _output(self._shuffled(sc, job, read, parts)))
+            out = _run(sc, table, job, lambda: _output(self._shuffled(sc, job, read, parts)))
             count = len(read)
         self.last_timings = {
             "shape": shape,
@@ -351,14 +351,47 @@ def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetCh
     return net
 
 
-def _run(table: Table, job: _Job, collect: Callable[[], _Output]) -> _Output:
-    """Run a Spark job (``collect``); if it fails, what its tasks wrote is removed, and an
-    executor's error of ours comes back with its class and one-line message (the exit code
-    holds), the JVM's trace dropped."""
+#: Spark's local property naming the job group of the jobs a thread starts.
+JOB_GROUP = "spark.jobGroup.id"
+#: How long a failed job's cleanup waits for its other tasks to end.
+SETTLE_SECONDS = 60.0
+
+
+def _settle(sc: SparkContext, group: str) -> None:
+    """Wait, at most :data:`SETTLE_SECONDS`, until no task of ``group``'s jobs still runs.
+
+    A failed job's other tasks are killed asynchronously: PySpark lets a task's Python worker
+    run for a few seconds more (its monitor's poll and ``spark.python.task.killTimeout``), and
+    a task that finished its write meanwhile would write its files and receipt after the
+    cleanup (seen under load: a fragment left in ``data/``). A task killed in the middle of a
+    write leaves no receipt: what it wrote is an orphan for ``gc --orphans``."""
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        stages = [s for j in tracker.getJobIdsForGroup(group) if (info := tracker.getJobInfo(j)) is not None
+                  for s in info.stageIds]
+        if not any((stage := tracker.getStageInfo(s)) is not None and stage.numActiveTasks > 0 for s in stages):
+            return
+        time.sleep(0.1)
+    log.warning("spark job group %s: tasks still running after %.0f s; what they write is left to gc --orphans",
+                group, SETTLE_SECONDS)
+
+
+def _run(sc: SparkContext, table: Table, job: _Job, collect: Callable[[], _Output]) -> _Output:
+    """Run a Spark job (``collect``); if it fails, what its tasks wrote is removed once they
+    have all ended (:func:`_settle`), and an executor's error of ours comes back with its class
+    and one-line message (the exit code holds), the JVM's trace dropped.
+
+    The job runs in a job group so that its tasks can be found: the caller's own group when it
+    set one (a notebook's, a scheduler's), else one named after the job's folder for this call."""
+    previous = sc.getLocalProperty(JOB_GROUP)
+    group = previous or f"memwal-{job.folder.rsplit('/', 1)[-1]}"
+    sc.setLocalProperty(JOB_GROUP, group)
     try:
         return collect()
     except Exception as exc:
         try:
+            _settle(sc, group)
             job.remove_written(table)
         except Exception as left:  # the job's own error matters more; GC collects staging orphans
             log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
@@ -366,6 +399,8 @@ def _run(table: Table, job: _Job, collect: Callable[[], _Output]) -> _Output:
         if ours is None:
             raise
         raise ours from None
+    finally:
+        sc.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None (Java's null) unsets it
 
 
 def _schema(schema_bytes: bytes) -> pa.Schema:

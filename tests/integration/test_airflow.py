@@ -660,7 +660,12 @@ def test_spark_engine_failures_come_from_the_result_file(make_table, tmp_path, m
         table, _ = make_table()
         uri, held = table.uri, Lease(table.store, "merge", holder="other-merger")
         exc, needle = AirflowException, r"memwal merge .*: lost or contended lease: .*other-merger"
-    leftovers = lambda: set(Path(tempfile.gettempdir()).glob("memwal-merge-*"))  # noqa: E731
+    # This test's own temporary folder: another test (or a second `make test` beside this one)
+    # makes and removes memwal-merge-* folders of its own in the machine's /tmp meanwhile.
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    leftovers = lambda: set(private.glob("memwal-merge-*"))  # noqa: E731
     before = leftovers()
     op = MemWalMergeOperator(task_id="m", table=uri, lease_wait=0, storage_options={"aws_session_token": SECRET},
                              **spark_local(monkeypatch))
