@@ -14,9 +14,9 @@ and read back that Lance recorded the catch-up. GC waits for that record (gate b
 
 from memwal.catchup.engine import ALL_DELTAS, CatchupEngine, LocalCatchupEngine
 from memwal.catchup.execute import CatchupResult, IndexResult, execute_catchup, run_catchup
-from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
+from memwal.catchup.plan import NONE, OPTIMIZE, RETRAIN, WAIT, CatchupPlan, CatchupThresholds, IndexPlan, plan_catchup
 
 __all__ = [
     "ALL_DELTAS", "CatchupEngine", "CatchupPlan", "CatchupResult", "CatchupThresholds", "IndexPlan", "IndexResult",
-    "LocalCatchupEngine", "NONE", "OPTIMIZE", "RETRAIN", "execute_catchup", "plan_catchup", "run_catchup",
+    "LocalCatchupEngine", "NONE", "OPTIMIZE", "RETRAIN", "WAIT", "execute_catchup", "plan_catchup", "run_catchup",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memwal.catchup.engine import CatchupEngine, LocalCatchupEngine
-from memwal.catchup.plan import NONE, CatchupPlan, CatchupThresholds, plan_catchup
+from memwal.catchup.plan import NONE, WAIT, CatchupPlan, CatchupThresholds, plan_catchup
 from memwal.core import steps
 from memwal.core.document import Document, as_document
 from memwal.core.retry import after_conflict, vanished
@@ -39,7 +39,9 @@ class CatchupResult(Document):
 
     @property
     def all_recorded(self) -> bool:
-        return all(i.recorded for i in self.indexes)
+        """Every index's catch-up recorded, but for those that wait for rows to train on (a
+        planned no-op: there was nothing Lance could record)."""
+        return all(i.recorded for i in self.indexes if i.action != WAIT)
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "engine": self.engine,
@@ -73,7 +75,7 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine: CatchupEngine | Non
         # Read back what Lance recorded: every shard at least at the progress we planned against.
         recorded = all(caught.get(s, 0) >= g for s, g in plan.compacted.items())
         results.append(IndexResult(ip.index_name, ip.action, caught, recorded))
-        if ip.action != NONE and not recorded:
+        if ip.action not in (NONE, WAIT) and not recorded:
             log.warning("index %s: Lance did not record catch-up to %s (recorded %s)", ip.index_name,
                         plan.compacted, caught)
     return CatchupResult(table=table.uri, version=version, indexes=tuple(results), engine=engine.name)

@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 
 
 NONE, OPTIMIZE, RETRAIN = "none", "optimize", "retrain"
+#: A vector index Lance could not train yet: it built the index empty (too few rows for its
+#: codebook) and, until the table has rows enough, neither an optimisation nor a retrain indexes
+#: or records anything. Planned as a no-op with its reason, not run and failed each cycle.
+WAIT = "wait"
+#: The rows Lance needs to train a vector index: IVF_PQ's 8-bit codebook has 256 centroids
+#: (pylance 14: 255 rows leave ``vec_idx`` empty after ``optimize_indices(retrain=True)``, 256 train it).
+MIN_TRAINING_ROWS = 256
 
 
 @dataclass
@@ -39,10 +46,9 @@ class IndexPlan:
     unindexed_rows: int
     unindexed_fragments: int
     index_type: str = ""
-
-    @property
-    def is_vector(self) -> bool:
-        return self.index_type.upper().startswith(("IVF", "HNSW", "FLAT"))
+    #: From the manifest's index entry (its details' type), not from the statistics: Lance's
+    #: statistics say ``index_type: N/A`` for a vector index it built empty.
+    is_vector: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class CatchupPlan(Document):
     thresholds: CatchupThresholds | None = field(default=None, repr=False)
 
     def work(self) -> list[IndexPlan]:
-        return [i for i in self.indexes if i.action != NONE]
+        return [i for i in self.indexes if i.action not in (NONE, WAIT)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "read_version": self.read_version, "compacted": self.compacted,
@@ -76,7 +82,8 @@ def plan_catchup(table: Table, *, indexes: list[str] | None = None,
     thresholds = thresholds or CatchupThresholds()
     manifest = manifest or table.require_mem_wal()
     maintained = maintained_indexes(manifest)
-    existing = {i.name for i in manifest.user_indices()}
+    entries = {i.name: i for i in manifest.user_indices()}
+    existing = set(entries)
     names = maintained if not indexes else indexes
     unknown = sorted(set(names) - existing)
     if unknown:
@@ -93,8 +100,13 @@ def plan_catchup(table: Table, *, indexes: list[str] | None = None,
         deltas = len(stats.get("num_indexed_rows_per_delta", []) or []) or int(stats.get("num_indices", 1))
         total = indexed + unindexed
         fraction = unindexed / total if total else 0.0
+        vector = entries[name].is_vector
         if not any(lag.values()) and unindexed == 0:
             action, reason = NONE, "caught up"
+        elif vector and indexed == 0 and total < MIN_TRAINING_ROWS:
+            action = WAIT
+            reason = (f"{total} rows, too few to train a vector index: Lance needs {MIN_TRAINING_ROWS} "
+                      "and searches these rows unindexed until then")
         elif deltas >= thresholds.max_deltas:
             action, reason = RETRAIN, f"{deltas} deltas >= {thresholds.max_deltas}"
         elif fraction > thresholds.max_unindexed_fraction:
@@ -103,7 +115,8 @@ def plan_catchup(table: Table, *, indexes: list[str] | None = None,
             action = OPTIMIZE
             reason = f"{unindexed} unindexed rows, lag {max(lag.values(), default=0)} generations"
         planned.append(IndexPlan(name, action, reason, lag, caught, deltas, indexed, unindexed,
-                                 int(stats.get("num_unindexed_fragments", 0)), str(stats.get("index_type", ""))))
+                                 int(stats.get("num_unindexed_fragments", 0)), str(stats.get("index_type", "")),
+                                 vector))
     return CatchupPlan(table=table.uri, read_version=manifest.version, compacted=dict(manifest.compacted),
                        indexes=tuple(planned), requested=None if indexes is None else tuple(indexes),
                        thresholds=thresholds)

@@ -39,6 +39,12 @@ class IndexEntry:
     #: The fragments it covers: a portable 32-bit Roaring bitmap (empty for the MemWAL index).
     fragment_bitmap: bytes = field(default=b"", repr=False)
 
+    @property
+    def is_vector(self) -> bool:
+        """A vector index (IVF_PQ, IVF_FLAT, HNSW...): Lance's details message says so, even for
+        an index it built empty."""
+        return self.type_url.endswith("VectorIndexDetails")
+
 
 @dataclass(frozen=True)
 class TableManifest:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 
 import memwal
-from memwal.catchup import OPTIMIZE, RETRAIN
-from memwal.demo import Workload, create_base_table, shard_ids_for
+from memwal.catchup import OPTIMIZE, RETRAIN, WAIT
+from memwal.cli import main
+from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError
 from memwal.table import open_table
 from tests.conftest import SMALL, lsm_rows
@@ -80,3 +83,44 @@ def test_unknown_index_is_bad_input(make_table):
     table, _ = make_table()
     with pytest.raises(BadInputError, match="no such index"):
         memwal.open(table.uri).catchup(indexes=["nope"], dry_run=True)
+
+
+def test_a_vector_index_too_small_to_train_waits_with_its_reason(tmp_path, capsys):
+    """Below 256 rows Lance builds IVF_PQ empty (its statistics say ``index_type: N/A``) and no
+    optimisation or retrain indexes or records anything: the plan says the index waits, and
+    why, the run exits 0 with the other indexes recorded; once the table has rows enough, the
+    same job trains it and Lance records its catch-up."""
+    wl = Workload(base_rows=100, shards=2, generations=2, rows_per_generation=20, seed=3)
+    uri = str(tmp_path / "t")
+    _, model = create_base_table(uri, wl)
+    write_generations(uri, wl, model)
+    table = open_table(uri)
+    assert memwal.open(uri).merge().ok
+    plan = memwal.open(uri).catchup(dry_run=True).value
+    vec = next(i for i in plan.indexes if i.index_name == "vec_idx")
+    rows = table.dataset().count_rows()
+    assert rows < 256 and vec.is_vector and vec.index_type == "N/A"
+    assert vec.action == WAIT and vec.reason.startswith(f"{rows} rows, too few to train")
+    assert [i.index_name for i in plan.work()] == ["id_idx"]
+    run = memwal.open(uri).catchup()
+    assert run.ok, run.problems
+    result = run.value
+    assert result.all_recorded
+    by_name = {i.index_name: i for i in result.indexes}
+    assert by_name["id_idx"].recorded and by_name["vec_idx"].action == WAIT and not by_name["vec_idx"].recorded
+    assert table.manifest().index_catchup.get("id_idx") == table.manifest().compacted
+    assert not any(table.manifest().index_catchup.get("vec_idx", {}).values())
+    assert main(["catchup", uri]) == 0  # the CLI too: nothing to run, nothing failed
+    assert "vec_idx: waits for rows enough to train it" in capsys.readouterr().out
+
+    write_generations(uri, dataclasses.replace(wl, rows_per_generation=100), model, generations=3,
+                      seed_offset=100)  # past 256 rows
+    assert memwal.open(uri).merge().ok
+    assert table.dataset().count_rows() >= 256
+    plan = memwal.open(uri).catchup(dry_run=True).value
+    assert next(i for i in plan.indexes if i.index_name == "vec_idx").action == RETRAIN
+    assert memwal.open(uri).catchup().value.all_recorded
+    assert table.manifest().index_catchup["vec_idx"] == table.manifest().compacted
+    stats = table.dataset().stats.index_stats("vec_idx")
+    assert stats["num_indexed_rows"] == table.dataset().count_rows() and stats["num_unindexed_rows"] == 0
+    assert lsm_rows(table) == model.sorted_rows()

@@ -73,6 +73,8 @@ def _merge_result(doc: dict[str, Any]) -> str:
 
 
 def _catchup(doc: dict[str, Any]) -> str:
+    from memwal.catchup.plan import WAIT  # here: the CLI's start loads no engine (tests/integration/test_start_up.py)
+
     head = "catch-up plan (dry run: nothing written)" if doc.get("dry_run") else f"catch-up: version {doc['version']}"
     lines = [f"{doc['table']}: {head}"]
     for i in doc["indexes"]:
@@ -80,6 +82,8 @@ def _catchup(doc: dict[str, Any]) -> str:
             lag = max(i["lag"].values(), default=0)
             lines.append(f"  {i['index_name']}: {i['action']} ({i['reason']}; lag {lag} generations, "
                          f"{i['unindexed_rows']} unindexed rows, {i['num_deltas']} deltas)")
+        elif i["action"] == WAIT:
+            lines.append(f"  {i['index_name']}: waits for rows enough to train it (see the dry run); nothing to record")
         else:
             state = "recorded" if i["recorded"] else "NOT recorded"
             lines.append(f"  {i['index_name']}: {i['action']}, catch-up {state}: {i['caught_up']}")
