@@ -21,11 +21,12 @@ blob batches of 256), made with the server's own client, counted and timed the s
 second copy of the table. Goals (issues 41, 49): GC <= 0.02 requests per deleted object, GC within
 1.5x of the raw floor in time and in the requests that grow with what it deletes (Lance's
 cleanup counted apart, as its own phase: the floor expires no version), status <= 2 requests per
-shard. GC's own requests are also split
-into those that grow with what it deletes (listings under ``_mem_wal/``, batched deletes: the
-floor's shape) and the fixed rest of a run (lease, checkpoints, re-check, digests, run record),
-so the ratio at one size says which part a bigger table would dilute. Nothing is asserted here (the tests
-assert the counts: tests/integration/test_requests.py); the JSON document goes to stdout (and ``--out``).
+shard. GC's own requests are also split into those that grow with what it deletes (its listing
+of ``_mem_wal/``, batched deletes: the floor's shape) and the fixed rest of a run (lease,
+checkpoints, shard manifests, re-check, digests, run record), so the ratio at one size says which
+part a bigger table would dilute. Nothing is asserted here (the tests assert the counts:
+tests/integration/test_requests.py, with the same rule); the JSON document goes to stdout (and
+``--out``).
 """
 
 from __future__ import annotations
@@ -100,14 +101,21 @@ def azure_store(server: Any, container: str) -> Any:
                                          "endpoint": server.endpoint}, client_options={"allow_http": True})
 
 
-def per_object(method: str, path: str) -> bool:
-    """Whether a request is of the kind whose number grows with what is deleted: a listing under
-    ``_mem_wal/`` (the floor's one paged listing; S3's ``prefix=``, Azure's ``prefix=`` too) or a
-    batched delete. Every other request is a fixed cost of the run, whatever it deletes."""
-    if request_kind(method, path) == "bulk-delete":
-        return True
-    query = urllib.parse.unquote(path.split("?", 1)[1]) if "?" in path else ""
-    return request_kind(method, path) == "list" and "_mem_wal" in query
+def lists_mem_wal(method: str, path: str, table: str) -> bool:
+    """Whether a request is a listing of table ``table``'s whole ``_mem_wal/`` (the floor's one
+    paged listing, any page): not a listing of a shard's manifests or of the checkpoints under
+    it, nor a listing folder by folder (a delimiter), which are fixed costs of a run."""
+    if request_kind(method, path) != "list" or "delimiter" in path:
+        return False
+    query = dict(urllib.parse.parse_qsl(path.split("?", 1)[1])) if "?" in path else {}
+    return query.get("prefix") == f"{table}/_mem_wal/"
+
+
+def per_object(method: str, path: str, table: str) -> bool:
+    """Whether a request is of the kind whose number grows with what is deleted: a listing of
+    ``_mem_wal/`` (:func:`lists_mem_wal`) or a batched delete. Every other request is a fixed
+    cost of the run, whatever it deletes."""
+    return request_kind(method, path) == "bulk-delete" or lists_mem_wal(method, path, table)
 
 
 class RequestCounter:
@@ -146,10 +154,10 @@ class RequestCounter:
     def take(self) -> Counter[str]:
         return Counter(request_kind(m, p) for m, p in self.take_requests())
 
-    def take_split(self) -> tuple[Counter[str], int]:
-        """:meth:`take`, and how many of those requests were :func:`per_object`."""
+    def take_split(self, table: str) -> tuple[Counter[str], int]:
+        """:meth:`take`, and how many of those requests were :func:`per_object` for ``table``."""
         reqs = self.take_requests()
-        return Counter(request_kind(m, p) for m, p in reqs), sum(per_object(m, p) for m, p in reqs)
+        return Counter(request_kind(m, p) for m, p in reqs), sum(per_object(m, p, table) for m, p in reqs)
 
 
 def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, Any]:
@@ -176,7 +184,7 @@ def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, An
     ends = {step: name for name, step in PHASES}
 
     def close_phase(phase: str) -> None:
-        phases[phase], per_object_by_phase[phase] = counter.take_split()
+        phases[phase], per_object_by_phase[phase] = counter.take_split("bench")
 
     def at_step(name: str) -> None:
         if name in ends:

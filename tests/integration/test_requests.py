@@ -21,7 +21,7 @@ import pytest
 
 import memwal
 from bench.gc_many import build
-from bench.object_stores import RequestCounter, request_kind, table_files, upload
+from bench.object_stores import RequestCounter, lists_mem_wal, request_kind, table_files, upload
 from memwal.core import steps
 from memwal.demo import shard_ids_for, write_generations
 from memwal.inspect.status import table_status
@@ -152,9 +152,8 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
     # What grows with the objects, against the floor of one listing and the batched deletes of
     # the same keys (S3: pages and DeleteObjects of 1,000; Azure: pages of 5,000, batches of 256).
     requests = counter._all()
-    listings = sum(1 for m, p in requests[start:] if _lists_mem_wal(p))
-    deletes = sum(1 for m, p in requests[deleting[0]:deleting[1]]
-                  if "comp=batch" in p or (m == "POST" and "delete" in p))
+    listings = sum(1 for m, p in requests[start:] if lists_mem_wal(m, p, "t"))
+    deletes = sum(1 for m, p in requests[deleting[0]:deleting[1]] if request_kind(m, p) == "bulk-delete")
     page, batch = (1000, 1000) if kind == "s3" else (5000, 256)
     floor = math.ceil(len(keys) / page) + math.ceil(len(doomed) / batch)
     assert listings + deletes <= 1.5 * floor, (listings, deletes, floor)
@@ -190,12 +189,6 @@ def _bucket(kind: str, server: Any) -> str:
 def _path(path: str) -> str:
     """A request's object key, unquoted, without the query."""
     return unquote(path.split("?", 1)[0])
-
-
-def _lists_mem_wal(path: str) -> bool:
-    """Whether a request is a listing of the table's ``_mem_wal/`` (GC's one listing, any page)."""
-    return ("list-type=2" in path or "comp=list" in path) and "prefix=t%2F_mem_wal%2F&" in path + "&" \
-        and "delimiter" not in path
 
 
 def test_a_missing_key_never_fails_a_batch(remote):
