@@ -83,9 +83,8 @@ def plan_catchup(table: Table, *, indexes: list[str] | None = None,
     manifest = manifest or table.require_mem_wal()
     maintained = maintained_indexes(manifest)
     entries = {i.name: i for i in manifest.user_indices()}
-    existing = set(entries)
     names = maintained if not indexes else indexes
-    unknown = sorted(set(names) - existing)
+    unknown = sorted(set(names) - entries.keys())
     if unknown:
         raise BadInputError(f"{table.uri}: no such index on the base table: {', '.join(unknown)}")
     ds = table.dataset(manifest.version)

@@ -37,6 +37,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from memwal.errors import BadInputError
+from memwal.table.manifest import is_vector_index
 
 if TYPE_CHECKING:
     from memwal.merge.ops import MergeOps
@@ -49,7 +50,6 @@ DISTANCE = "_distance"
 #: Schema metadata key of a result: ``index`` (the planner answered) or ``exact: <why>``.
 SEARCH_METADATA = "memwal:search"
 METRICS = ("l2", "cosine", "dot")
-_VECTOR_INDEX_URL = "VectorIndexDetails"
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def vector_index(ds: lance.LanceDataset, column: str) -> VectorIndex | None:
     """The vector index on ``column`` at ``ds``'s version, with its metric and how many
     rows of ``ds`` it does not cover."""
     for desc in ds.describe_indices():
-        if list(desc.field_names) == [column] and desc.type_url.endswith(_VECTOR_INDEX_URL):
+        if list(desc.field_names) == [column] and is_vector_index(desc.type_url):
             stats = ds.stats.index_stats(desc.name)
             segments = stats.get("segments") or stats.get("indices") or [{}]
             metric = str(segments[0].get("metric_type", "l2")).lower()
@@ -73,7 +73,7 @@ def vector_index(ds: lance.LanceDataset, column: str) -> VectorIndex | None:
 
 def _generation_has_index(table: Table, uri: str, column: str) -> bool:
     ds = lance.dataset(uri, storage_options=table.storage_options or None)
-    return any(list(d.field_names) == [column] and d.type_url.endswith(_VECTOR_INDEX_URL)
+    return any(list(d.field_names) == [column] and is_vector_index(d.type_url)
                for d in ds.describe_indices())
 
 

@@ -41,9 +41,14 @@ class IndexEntry:
 
     @property
     def is_vector(self) -> bool:
-        """A vector index (IVF_PQ, IVF_FLAT, HNSW...): Lance's details message says so, even for
-        an index it built empty."""
-        return self.type_url.endswith("VectorIndexDetails")
+        return is_vector_index(self.type_url)
+
+
+def is_vector_index(type_url: str) -> bool:
+    """Whether an index's details type names a vector index (IVF_PQ, IVF_FLAT, HNSW...): one rule
+    for the manifest's entries and Lance's ``describe_indices()``; it holds for an index Lance
+    built empty too, whose statistics say ``index_type: N/A``."""
+    return type_url.endswith("VectorIndexDetails")
 
 
 @dataclass(frozen=True)
