@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import lance
-import numpy as np
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
+from memwal.spark.engine.job_groups import job_group, settle
 from memwal.spark.engine.merge_tasks import (
     Doc,
     Item,
@@ -47,6 +47,7 @@ from memwal.spark.engine.merge_tasks import (
     Payload,
     Retired,
     Target,
+    keys_disjoint,
     read_buckets,
     read_tasks,
     reduce_buckets,
@@ -238,7 +239,7 @@ class SparkMergeEngine:
         if tasks:
             by_shard, count = tasks, len(tasks)
             out = _run(sc, table, job, lambda: _output(self._by_shard(sc, job, by_shard)))
-            if _keys_disjoint(out):
+            if keys_disjoint(out.hashes):
                 shape = "by-shard"
             else:  # a key in two tasks: its own error, or a hash collision, comes from the shuffle
                 log.warning("merge %s: a net key hash appears in two by-shard tasks; merging with a keyed shuffle",
@@ -319,13 +320,6 @@ def _collected(rdd: RDD[Doc | Keyed], job: _Job) -> list[Doc | Retired]:
     return list(retired.collect())
 
 
-def _keys_disjoint(out: _Output) -> bool:
-    """Whether no net key hash came from two by-shard tasks (a sort and a neighbour compare)."""
-    hashes = np.sort(np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in out.hashes] or
-                                    [np.zeros(0, np.uint64)]))
-    return not np.any(hashes[1:] == hashes[:-1])
-
-
 def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetChanges:
     """The driver path's half: one commit of the staged fragments (a dataset of its own under
     ``_staging``, never the table), the delete keys and the counts."""
@@ -351,56 +345,24 @@ def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetCh
     return net
 
 
-#: Spark's local property naming the job group of the jobs a thread starts.
-JOB_GROUP = "spark.jobGroup.id"
-#: How long a failed job's cleanup waits for its other tasks to end.
-SETTLE_SECONDS = 60.0
-
-
-def _settle(sc: SparkContext, group: str) -> None:
-    """Wait, at most :data:`SETTLE_SECONDS`, until no task of ``group``'s jobs still runs.
-
-    A failed job's other tasks are killed asynchronously: PySpark lets a task's Python worker
-    run for a few seconds more (its monitor's poll and ``spark.python.task.killTimeout``), and
-    a task that finished its write meanwhile would write its files and receipt after the
-    cleanup (seen under load: a fragment left in ``data/``). A task killed in the middle of a
-    write leaves no receipt: what it wrote is an orphan for ``gc --orphans``."""
-    tracker = sc.statusTracker()
-    deadline = time.monotonic() + SETTLE_SECONDS
-    while time.monotonic() < deadline:
-        stages = [s for j in tracker.getJobIdsForGroup(group) if (info := tracker.getJobInfo(j)) is not None
-                  for s in info.stageIds]
-        if not any((stage := tracker.getStageInfo(s)) is not None and stage.numActiveTasks > 0 for s in stages):
-            return
-        time.sleep(0.1)
-    log.warning("spark job group %s: tasks still running after %.0f s; what they write is left to gc --orphans",
-                group, SETTLE_SECONDS)
-
-
 def _run(sc: SparkContext, table: Table, job: _Job, collect: Callable[[], _Output]) -> _Output:
-    """Run a Spark job (``collect``); if it fails, what its tasks wrote is removed once they
-    have all ended (:func:`_settle`), and an executor's error of ours comes back with its class
-    and one-line message (the exit code holds), the JVM's trace dropped.
-
-    The job runs in a job group so that its tasks can be found: the caller's own group when it
-    set one (a notebook's, a scheduler's), else one named after the job's folder for this call."""
-    previous = sc.getLocalProperty(JOB_GROUP)
-    group = previous or f"memwal-{job.folder.rsplit('/', 1)[-1]}"
-    sc.setLocalProperty(JOB_GROUP, group)
-    try:
-        return collect()
-    except Exception as exc:
+    """Run a Spark job (``collect``) in a job group; if it fails, what its tasks wrote is removed
+    once they have all ended (:mod:`memwal.spark.engine.job_groups`), and an executor's error of
+    ours comes back with its class and one-line message (the exit code holds), the JVM's trace
+    dropped."""
+    with job_group(sc, f"memwal-{job.folder.rsplit('/', 1)[-1]}") as group:
         try:
-            _settle(sc, group)
-            job.remove_written(table)
-        except Exception as left:  # the job's own error matters more; GC collects staging orphans
-            log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
-        ours = executor_error(exc)
-        if ours is None:
-            raise
-        raise ours from None
-    finally:
-        sc.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None (Java's null) unsets it
+            return collect()
+        except Exception as exc:
+            try:
+                settle(sc, group)
+                job.remove_written(table)
+            except Exception as left:  # the job's own error matters more; GC collects staging orphans
+                log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
+            ours = executor_error(exc)
+            if ours is None:
+                raise
+            raise ours from None
 
 
 def _schema(schema_bytes: bytes) -> pa.Schema:

@@ -122,6 +122,14 @@ def key_hashes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
     return hashes
 
 
+def keys_disjoint(task_hashes: list[bytes]) -> bool:
+    """Whether no net key hash (:func:`key_hashes`, as each by-shard task sent them) came from
+    two tasks: a sort and a neighbour compare."""
+    hashes = np.sort(np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in task_hashes] or
+                                    [np.zeros(0, np.uint64)]))
+    return not np.any(hashes[1:] == hashes[:-1])
+
+
 # --------------------------------------------------------------------------- keyed shuffle
 
 
