@@ -206,15 +206,26 @@ def _check_listed_merged(table: Table, res: VerifyResult, shard_id: str, generat
 
 
 def _check_client_view(table: Table, res: VerifyResult, pk: list[str], manifest: TableManifest) -> None:
-    """Read the table as the clients do: the base table and every listed generation."""
+    """Read the table as the clients do: the base table and every listed generation, every
+    column (a generation whose column a client cannot read fails the client, issue 56), and the
+    rows must have the base table's schema."""
     res.checks.append("client-view-readable")
+    base = table.dataset(manifest.version)
     try:
         plan = plan_read(table, source="manifests", manifest=manifest, include_merged=True)
         # pylance's own reader, last write wins, as the clients read (no fold of merge operators)
-        LsmScanner.from_snapshots(table.dataset(manifest.version), plan.snapshots).project(pk).to_table()
+        view = LsmScanner.from_snapshots(base, plan.snapshots).to_table()
     except _READ_ERRORS as exc:
         res.problems.append(Problem("client-view-readable", "the view pylance's lsm_scanner() and lance-context "
                                     f"read (every listed generation) fails: {first_line(exc, table.uri)}"))
+        return
+    want = {f.name: f.type for f in base.schema}
+    wrong = [f"{f.name}: {f.type} (base table: {want[f.name]})" for f in view.schema
+             if f.name in want and not f.type.equals(want[f.name])]
+    if wrong or not set(want) <= set(view.schema.names):
+        missing = sorted(set(want) - set(view.schema.names))
+        res.problems.append(Problem("client-view-readable", "the view the clients read does not have the base "
+                                    f"table's columns: {'; '.join(wrong + [f'{m}: missing' for m in missing])}"))
 
 
 def _check_merged_data(table: Table, manifest: TableManifest, states: dict[str, ShardState], res: VerifyResult) -> None:
