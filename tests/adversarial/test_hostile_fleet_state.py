@@ -282,3 +282,30 @@ def test_any_field_of_a_stored_report_forged_any_way_leaves_status_the_page_and_
             assert st.render() and json.dumps(st.to_dict())
             assert "MemWAL fleet" in "".join(fleet_page_chunks(st, controls=state.read("controls.json")[0]))
             assert patch_report(forged, json.loads(json.dumps(report)), top=50)["format"] == 1
+
+
+def test_the_airflow_table_page_opens_only_a_table_under_a_configured_sources_roots(canary, tmp_path, monkeypatch):
+    """A forged report row naming a configured source and a table elsewhere rendered that
+    table's page with the source's storage options (issue 56, M4): the URI is checked against
+    the source's roots every time, whatever the row says."""
+    from memwal.airflow.fleet_view import fleet_table
+
+    root, models = lake(tmp_path)
+    victim = tmp_path / "victim"
+    create_base_table(str(victim), TINY)
+    state = tmp_path / "state"
+    config = tmp_path / "fleet.yaml"
+    config.write_text(json.dumps({"sources": [{"source": str(root), "storage_options": {"allow_http": "true"}}],
+                                  "state": str(state)}))
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+    assert run_cli("fleet", "plan", str(root), "--state", str(state)).rc == 0
+    plan = json.loads((state / "plan.json").read_text())
+    row = plan["report"]["top"][0]
+    for forged in (str(victim), f"{root}/../victim", f"{root}-sibling/t", f"file://{victim}"):
+        plan["report"]["top"].append({**row, "table": forged, "source": str(root)})
+        plan["report"]["problems"].append({"table": forged, "error": "x"})
+    (state / "plan.json").write_text(json.dumps(plan))
+    assert fleet_table(str(root / "t1")) == (str(root / "t1"), {"allow_http": "true"})
+    for forged in (str(victim), f"{root}/../victim", f"{root}-sibling/t", f"file://{victim}"):
+        with pytest.raises(LookupError, match="no source of the fleet holds"):
+            fleet_table(forged)
