@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 #: Largest magnitude of a number read (a 64-bit signed integer); larger ones read as None.
@@ -81,4 +82,14 @@ def finite(value: Any) -> float | None:
     return float(value)
 
 
-__all__ = ["MAX_INT", "JsonDocError", "finite", "load_json", "value_count"]
+def mapping_of(value: Any) -> Mapping[str, Any]:
+    """``value`` when a document holds a mapping there (anything else: an empty one)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def list_of(value: Any) -> list[Any]:
+    """``value`` when a document holds a list there (anything else: an empty one)."""
+    return value if isinstance(value, list) else []
+
+
+__all__ = ["MAX_INT", "JsonDocError", "finite", "list_of", "load_json", "mapping_of", "value_count"]

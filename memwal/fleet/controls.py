@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from datetime import time as dtime
 from typing import TYPE_CHECKING, Any
 
-from memwal.core.json_doc import finite
+from memwal.core.json_doc import finite, list_of
 from memwal.errors import BadInputError
 
 if TYPE_CHECKING:
@@ -139,14 +139,14 @@ class Controls:
 
     @functools.cached_property
     def _by_target(self) -> tuple[dict[str, Pause], tuple[Pause, ...]]:
-        """The pauses by exact target (the last one written wins), and the globs (the first
-        :data:`MAX_GLOB_PAUSES`): a table costs two lookups and the globs, however many pauses."""
+        """The pauses by their exact target (a glob's too: a URI may hold ``[``; the last one
+        written wins), and the globs (the first :data:`MAX_GLOB_PAUSES`): a table costs two
+        lookups and the globs, however many pauses there are."""
         exact: dict[str, Pause] = {}
         globs: list[Pause] = []
         for p in self.pauses:
-            if not is_glob(p.target):
-                exact[p.target] = p
-            elif len(globs) < MAX_GLOB_PAUSES:
+            exact[p.target] = p
+            if is_glob(p.target) and len(globs) < MAX_GLOB_PAUSES:
                 globs.append(p)
         return exact, tuple(globs)
 
@@ -219,8 +219,7 @@ def unrecognised(entry: Mapping[str, Any], logged: frozenset[tuple[Any, ...]], k
 
 
 def _entries(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    value = doc.get(key)
-    return [e for e in value if isinstance(e, Mapping)] if isinstance(value, list) else []
+    return [e for e in list_of(doc.get(key)) if isinstance(e, Mapping)]
 
 
 def stored_pauses(doc: Mapping[str, Any]) -> list[Pause]:

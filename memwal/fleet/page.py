@@ -24,6 +24,8 @@ from importlib import resources
 from typing import Any
 
 from memwal.core.json_doc import finite
+from memwal.core.json_doc import list_of as _list
+from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip
 from memwal.fleet.controls import checked_log
 from memwal.fleet.status import ORDER, FleetStatus, history_points
@@ -38,14 +40,6 @@ _NOTES = {"idle": "nothing owed", "behind": "jobs to run now", "waiting": "time 
 
 def _num(value: Any) -> float | None:
     return finite(value)
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _maps(value: Any) -> list[Mapping[str, Any]]:

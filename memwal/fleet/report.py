@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memwal.core.json_doc import finite
+from memwal.core.json_doc import finite, mapping_of
 from memwal.fleet.controls import stored_pauses
 from memwal.fleet.plan import STATUSES, FleetPlan, TablePlan
 from memwal.fleet.runs import entry_of, failures_of
@@ -148,7 +148,7 @@ def patch_report(old: Mapping[str, Any] | None, new: dict[str, Any], *, top: int
             index[uri] = after
     rows = [r for r in old["top"] if isinstance(r, Mapping) and isinstance(r.get("table"), str)
             and r["table"] not in planned] + list(new["top"])
-    rows.sort(key=lambda r: (-(finite(r.get("debt")) or 0.0), -(finite(_mapping(r.get("holds")).get(
+    rows.sort(key=lambda r: (-(finite(r.get("debt")) or 0.0), -(finite(mapping_of(r.get("holds")).get(
         "oldest_unmerged_age_seconds")) or 0.0), str(r.get("table"))))
     named = [b for b in old["breaches"]["named"] if isinstance(b, Mapping) and isinstance(b.get("table"), str)
              and b["table"] not in planned]
@@ -160,10 +160,6 @@ def patch_report(old: Mapping[str, Any] | None, new: dict[str, Any], *, top: int
                breaches={"count": counts, "tables": len({u for u, v in index.items() if v[3]}),
                          "named": named[:MAX_NAMED]})
     return out
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _counts(value: Any) -> bool:

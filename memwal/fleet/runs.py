@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from memwal.core.json_doc import finite
+from memwal.core.json_doc import finite, list_of
 
 if TYPE_CHECKING:
     from memwal.cycle import CycleResult
@@ -88,7 +88,7 @@ def _entry(value: Any) -> dict[str, Any]:
     """A table's entry rebuilt from what a stored one holds of use: the jobs' outcomes that are
     mappings, the waits that are bounded times."""
     entry = value if isinstance(value, Mapping) else {}
-    jobs = {key: [_stored_job(j) for j in _list(entry.get(key)) if isinstance(j, Mapping)]
+    jobs = {key: [_stored_job(j) for j in list_of(entry.get(key)) if isinstance(j, Mapping)]
             for key in ("last", "failures")}
     waiting = entry.get("waiting")
     due = {str(k)[:MAX_TEXT]: t for k, v in list(waiting.items() if isinstance(waiting, Mapping) else ())[:MAX_WAITS]
@@ -119,10 +119,6 @@ def failures_of(doc: Mapping[str, Any], table: str | None = None) -> list[dict[s
     tables = [table] if table is not None else [str(t) for t in _tables(doc)]
     out = [{"table": t, **f} for t in tables for f in entry_of(doc, t)["failures"]]
     return sorted(out, key=lambda f: -(f["at"] or 0.0))
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 __all__ = ["MAX_FAILURES", "backoff_of", "entry_of", "failures_of", "record_results"]

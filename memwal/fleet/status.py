@@ -17,6 +17,8 @@ from typing import Any
 
 from memwal.core.document import Document
 from memwal.core.json_doc import finite
+from memwal.core.json_doc import list_of as _list
+from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip
 from memwal.fleet.plan import STATUSES, FleetPlan
 
@@ -26,16 +28,6 @@ ORDER = (*STATUSES, "problem")
 def _num(value: Any) -> float:
     """A figure from a stored report (storage is untrusted: anything but a bounded finite number is 0)."""
     return finite(value) or 0.0
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    """A mapping of a stored report (anything else: empty)."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    """A list of a stored report (anything else: empty)."""
-    return value if isinstance(value, list) else []
 
 
 @dataclass(frozen=True)
