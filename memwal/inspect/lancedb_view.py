@@ -14,8 +14,10 @@ no longer listed is never opened. pylance 14 reads exactly that set with
 
 The generations these reads open are a subset of what pylance's ``lsm_scanner()`` and
 lance-context read (every listed generation), so the check tells which of LanceDB's reads a
-finding breaks; and, as the merged generations re-read above a lagging index sit on top of
-the base table, it checks the rows LanceDB counts against memwal's own view.
+finding breaks. And as a search re-reads merged generations on top of the base table, it can
+see other rows than a scan: observed, a row LanceDB's ``delete()`` removed from the base table
+after the merge is found again by its full-text search until the index catches up. So each
+search's rows are counted against the scans'.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ Commands (``{"op": ..., "handle": ..., args}``):
   them; ``spec`` is ``{"kind": "bucket", "column", "buckets"}``, ``{"kind": "identity",
   "column"}``, ``{"kind": "unsharded"}`` or null: a plain table); ``close``: the handle dropped;
 - ``merge_insert`` ``rows``: one upsert by the key (its rows must route to one shard, and
-  LanceDB keeps one shard writer open at a time); ``close_writers``: ``close_lsm_writers()``,
+  LanceDB keeps one shard writer open at a time); ``delete`` ``where``: LanceDB's
+  ``delete()``, which deletes from the base table; ``close_writers``: ``close_lsm_writers()``,
   which flushes the open writer's MemTable as a generation; ``checkout_latest``; ``version``;
 - reads, through the LSM unless ``use_lsm`` says otherwise: ``scan`` (every row),
   ``filter`` ``where``, ``fts`` ``query``, ``limit`` (the ids found, sorted), ``vector``
@@ -183,6 +184,8 @@ def run(handles: dict[str, Handle], op: str, cmd: dict[str, Any]) -> Any:
         return None
     if op == "merge_insert":
         return h.merge_insert(cmd["rows"])
+    if op == "delete":
+        return t.delete(cmd["where"])
     if op == "close_writers":
         return t.close_lsm_writers()
     if op == "checkout_latest":

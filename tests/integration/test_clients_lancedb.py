@@ -228,33 +228,45 @@ def test_catch_up_relieves_lancedbs_index_searches_and_verify_reads_as_lancedb(l
                                                                               tmp_path: Path) -> None:
     """After a merge, LanceDB's scans skip the merged generations but its full-text and vector
     searches still open them (the index has not caught up); after catch-up they do not. Shown
-    on copies whose first merged generation's folder is deleted while still listed, with
-    LanceDB's own reads, and ``memwal verify``'s ``lancedb-view-readable`` says the same."""
+    with LanceDB's own reads on copies of the table, and ``memwal verify``'s
+    ``lancedb-view-readable`` says the same: on a copy whose first merged generation's folder is
+    deleted while still listed, and on one where LanceDB deleted a merged row from the base
+    table (its searches still find it in the generation, its scans do not)."""
     w = Writer(ldb, str(tmp_path / "db"), SPECS["unsharded"], indexes=["fts", "vector"])
     for _ in range(2):
         w.generation()
     w.flush()
     t = memwal.open(w.uri)
+    key, word = next((r["id"], r["text"].split()[0]) for r in w.model.values() if 10_000 <= r["v"] < 20_000)
 
-    def broken_copy(name: str) -> tuple[LanceDBTable, list[dict[str, Any]]]:
+    def copy(name: str, *, drop_generation: bool = False) -> tuple[LanceDBTable, list[str]]:
+        """A copy of the table (without its first generation's folder), opened in LanceDB, and
+        what verify's ``lancedb-view-readable`` finds in it."""
         db = tmp_path / name
         shutil.copytree(tmp_path / "db", db)
-        (gen1,) = Path(db, "t.lance", "_mem_wal").glob("*/*_gen_1")
-        shutil.rmtree(gen1)
-        problems = verify(f"{db}/t.lance")["problems"]
-        return ldb.table(str(db), "t"), [p for p in problems if p["check"] == "lancedb-view-readable"]
+        if drop_generation:
+            (gen1,) = Path(db, "t.lance", "_mem_wal").glob("*/*_gen_1")
+            shutil.rmtree(gen1)
+        found = [p["detail"] for p in verify(f"{db}/t.lance")["problems"] if p["check"] == "lancedb-view-readable"]
+        return ldb.table(str(db), "t", read_consistency_interval=0), found
 
     assert t.merge().ok
-    merged, found = broken_copy("merged")
+    merged, found = copy("merged", drop_generation=True)
     w.reads_match(merged, search=False)  # scans and filters: the merged generation is not opened
     for search in (lambda: merged.fts(WORD), lambda: merged.vector([[0.5] * DIM])):
         with pytest.raises(ClientError, match="_gen_1"):
             search()
-    assert [p["detail"].split(" fail:")[0] for p in found] == [
-        "LanceDB's searches of index text_idx, searches of index vec_idx"]
+    assert [d.split(" fail:")[0] for d in found] == ["LanceDB's searches of index text_idx, searches of index vec_idx"]
+
+    deleted, _ = copy("deleted")
+    deleted.call("delete", where=f"id = {key}")
+    assert key not in {r["id"] for r in deleted.scan()} and key in deleted.fts(word)
+    found = [p["detail"] for p in verify(deleted.uri)["problems"] if p["check"] == "lancedb-view-readable"]
+    assert found == [f"LanceDB's searches of index text_idx, searches of index vec_idx see {len(w.model)} rows, "
+                     f"its scans {len(w.model) - 1}"]
 
     assert t.catchup().ok
-    caught_up, found = broken_copy("caught-up")
+    caught_up, found = copy("caught-up", drop_generation=True)
     w.reads_match(caught_up)
     assert len(caught_up.vector([[0.5] * DIM])[0]) == 10
     assert found == []
