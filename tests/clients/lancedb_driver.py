@@ -45,8 +45,6 @@ Answers: ``{"ok": value}`` or ``{"error": "..."}``.
 from __future__ import annotations
 
 import datetime
-import json
-import sys
 import time
 from typing import Any
 
@@ -54,6 +52,7 @@ import lancedb
 import pyarrow as pa
 from lancedb import LsmWriteSpec
 from lancedb.index import FTS, BTree, IvfPq
+from piped import serve  # beside this file: the other end of the pipe (tests/clients/piped.py)
 
 DIM = 16
 KEY_POSITION = "lance-schema:unenforced-primary-key:position"
@@ -219,17 +218,6 @@ def run(handles: dict[str, Handle], op: str, cmd: dict[str, Any]) -> Any:
     raise ValueError(f"unknown op {op!r}")
 
 
-def main() -> None:
-    handles: dict[str, Handle] = {}
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        try:
-            answer = {"ok": run(handles, cmd["op"], cmd)}
-        except Exception as exc:  # noqa: BLE001 - every failure is the answer, the process goes on
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(answer, default=str) + "\n")
-        sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    handles: dict[str, Handle] = {}
+    serve(lambda op, cmd: run(handles, op, cmd))

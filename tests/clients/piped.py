@@ -1,7 +1,11 @@
 """A client library in a virtual environment of its own, run as one long-lived process and
 driven over a pipe: one JSON command a line in, one JSON answer (``{"ok": value}`` or
 ``{"error": "..."}``) a line out. How the tests run lance-context and LanceDB, whose Lance
-versions never share a process with pylance 14."""
+versions never share a process with pylance 14.
+
+Both ends are here: :class:`PipedClient` starts and drives a driver script; :func:`serve` is
+the driver's loop. A driver imports it as ``piped`` (its own folder is first on its path), so
+this module needs nothing but the standard library."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -59,3 +65,16 @@ class PipedClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def serve(run: Callable[[str, dict[str, Any]], Any]) -> None:
+    """The driver's loop: each command line to ``run(op, command)``, its value or its error
+    answered on one line; a failure is the answer, never the end of the process."""
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            answer = {"ok": run(cmd["op"], cmd)}
+        except Exception as exc:  # noqa: BLE001 - every failure is the answer, the process goes on
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(answer, default=str) + "\n")
+        sys.stdout.flush()
