@@ -44,7 +44,7 @@ def run(held: dict[str, Any], op: str, cmd: dict[str, Any]) -> Any:
     if op == "open_existing":
         held["store"] = lance_context.GenericStore.open_existing(cmd["uri"], storage_options=opts)
         return None
-    store = held["store"]
+    store = held.get("store")
     if op == "add":
         return store.add(cmd["rows"])
     if op == "flush":
