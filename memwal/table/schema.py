@@ -37,12 +37,12 @@ def primary_key(schema: LanceSchema | pa.Schema) -> list[str]:
         from lance.schema import LanceSchema
 
         schema = LanceSchema.from_pyarrow(schema)
-    paths = dict(_field_paths(schema.fields(), ""))
+    paths = dict(_field_paths(schema.fields(), ()))
     key = [paths[f.id()] for f in schema.unenforced_primary_key()]
-    nested = [k for k in key if "." in k]
+    nested = [".".join(k) for k in key if len(k) > 1]
     if nested:
         raise BadInputError(f"primary key column(s) {', '.join(nested)}: a key inside a struct is not supported")
-    return key
+    return [name for (name,) in key]
 
 
 def primary_key_of(table: Table) -> list[str]:
@@ -53,10 +53,10 @@ def primary_key_of(table: Table) -> list[str]:
     return pk
 
 
-def _field_paths(fields: list[LanceField], prefix: str) -> Iterator[tuple[int, str]]:
-    """(field id, dotted path) of every field, nested ones included: Lance reports a key
-    field by its own name, which says nothing of the struct it may sit in."""
+def _field_paths(fields: list[LanceField], parents: tuple[str, ...]) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """(field id, names from the top-level column down) of every field, nested ones included:
+    Lance reports a key field by its own name, which says nothing of the struct it may sit in."""
     for f in fields:
-        path = prefix + f.name()
+        path = (*parents, f.name())
         yield f.id(), path
-        yield from _field_paths(f.children(), path + ".")
+        yield from _field_paths(f.children(), path)
