@@ -24,8 +24,9 @@ from lance.file import LanceFileReader
 import memwal
 from memwal.table import open_table
 from memwal.table.shards import UNLABELLED, all_shard_manifests, list_wal_entries, read_wal_entry_meta
-from tests.clients.context_store import ClientError, LanceContextStore, available, row
+from tests.clients.context_store import LanceContextStore, available, row
 from tests.clients.jobs import ZERO, every_job
+from tests.clients.piped import ClientError
 from tests.clients.pylance_client import client_view
 from tests.helpers import run_cli
 
