@@ -9,8 +9,11 @@ client as its users run it, one long-lived process holding one store. Commands:
 every row would cost more than the work measured: ``{"op": "fill", "generations": G, "rows": R}``
 (G generations of R rows, half of them updates, written and flushed one by one),
 ``{"op": "timed_list"}`` (rows and seconds of one ``list()``) and ``{"op": "cleanup_all"}``
-(``cleanup_wal()`` until it has nothing left: generations merged and calls). Answers:
-``{"ok": value}`` or ``{"error": "..."}``.
+(``cleanup_wal()`` until it has nothing left: generations merged and calls); for the
+steady-state bench (bench/steady.py): ``{"op": "gen", "rows": [...]}`` (one flushed generation
+of those rows) and ``{"op": "read"}`` (one ``list()``: rows, the rows' digest of
+:mod:`tests.clients.digest` over ``id`` and ``v``, seconds). Answers: ``{"ok": value}`` or
+``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from typing import Any
 
 import lance_context
+from digest import rows_digest  # beside this file (tests/clients/digest.py)
 from piped import serve  # beside this file: the other end of the pipe (tests/clients/piped.py)
 
 
@@ -63,6 +67,15 @@ def run(held: dict[str, Any], op: str, cmd: dict[str, Any]) -> Any:
         t0 = time.perf_counter()
         n = len(store.list())
         return {"rows": n, "seconds": time.perf_counter() - t0}
+    if op == "gen":
+        store.add(cmd["rows"])
+        store.flush()
+        return None
+    if op == "read":
+        t0 = time.perf_counter()
+        rows = store.list()
+        seconds = time.perf_counter() - t0
+        return {"rows": len(rows), "digest": rows_digest((r["id"], r.get("v")) for r in rows), "seconds": seconds}
     if op == "cleanup_all":
         merged = calls = 0
         while (n := store.cleanup_wal()) > 0:

@@ -37,7 +37,10 @@ Commands (``{"op": ..., "handle": ..., args}``):
   flushed generation each; unsharded or identity tables only, as a bucket spec needs its rows
   routed by Lance; answers the next new key), ``timed_scan`` (rows and seconds of one full
   read) and ``row_count`` (``visible``: the rows a read of the key column through the LSM
-  gives, ``seconds`` it took; ``base``: ``count_rows()``).
+  gives, ``seconds`` it took; ``base``: ``count_rows()``); for the steady-state bench
+  (bench/steady.py): ``gen`` ``rows`` (one ``merge_insert`` then ``close_lsm_writers()``: one
+  flushed generation) and ``read`` (one full read through the LSM: rows, seconds and the rows'
+  digest of :mod:`tests.clients.digest` over ``id`` and ``v``).
 
 Answers: ``{"ok": value}`` or ``{"error": "..."}``.
 """
@@ -50,6 +53,7 @@ from typing import Any
 
 import lancedb
 import pyarrow as pa
+from digest import rows_digest  # beside this file (tests/clients/digest.py)
 from lancedb import LsmWriteSpec
 from lancedb.index import FTS, BTree, IvfPq
 from piped import serve  # beside this file: the other end of the pipe (tests/clients/piped.py)
@@ -206,6 +210,15 @@ def run(handles: dict[str, Handle], op: str, cmd: dict[str, Any]) -> Any:
         return t.count_rows()
     if op == "fill":
         return h.fill(cmd["generations"], cmd["rows"], cmd.get("start", 0))
+    if op == "gen":
+        h.merge_insert(cmd["rows"])
+        return t.close_lsm_writers()
+    if op == "read":
+        t0 = time.perf_counter()
+        rows = h.query(None).select(["id", "v"]).limit(None).to_arrow()
+        seconds = time.perf_counter() - t0
+        return {"rows": rows.num_rows, "seconds": seconds,
+                "digest": rows_digest(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))}
     if op == "timed_scan":
         t0 = time.perf_counter()
         n = h.query(None).limit(None).to_arrow().num_rows
