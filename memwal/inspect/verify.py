@@ -8,8 +8,9 @@ fragment's data file footers and deletion file: memwal.table.generations); every
 generation still on storage is in the base table (memwal.inspect.merged). What clients
 check: pylance's ``ShardWriter.lsm_scanner()`` and lance-context read *every* generation the
 shard manifest lists, merged or not, and fail on one that is missing or damaged
-(``listed-generations-readable``, naming the shard and generation), and then the view they
-read, base table and every listed generation, is read as they read it
+(``listed-generations-readable``, naming the shard and generation), lance-context fails on one
+whose key index names a row twice (``listed-key-indexes-unique``), and then the view they read,
+base table and every listed generation, is read as they read it, every column
 (``client-view-readable``); LanceDB reads fewer generations, chosen by the marks of the
 MemWAL index, and its reads are read as it reads them (``lancedb-view-readable``,
 memwal.inspect.lancedb_view). The LSM view comparison is the reader's-eye check used around
