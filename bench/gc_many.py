@@ -96,12 +96,15 @@ def build(uri: str, generations: int, shards: int) -> float:
     wl = Workload(base_rows=100, shards=shards, generations=1, rows_per_generation=4, indexes=False, seed=5)
     ds, model = create_base_table(uri, wl)
     write_generations(uri, wl, model)
-    assert memwal.open(uri).merge().ok  # generation 1 really in the base: every copy below holds its rows
+    ds = ds.checkout_version(ds.latest_version)
+    ds.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False)
+    # generation 1 really in the base: every copy below holds its rows; its merge's commit and
+    # the version before it stay, as on a table GC has not yet run on (the history vouches for it)
+    assert memwal.open(uri).merge().ok
     per_shard = -(-generations // shards)
     for shard_id in shard_ids_for(wl):
         _forge_shard(uri, shard_id, per_shard)
     ds = ds.checkout_version(ds.latest_version)
-    ds.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False)
     # the marker of the copies, in a commit that writes the rows they hold (the base's own, again):
     # a merge the history vouches for, as GC checks before it drains (memwal.gc.proven)
     markers = [CompactedSsTable(s, per_shard) for s in shard_ids_for(wl)]

@@ -13,7 +13,10 @@ a marker alone, which a driverless claim, forgeable, stands behind: issue 56), a
 since either recorded progress of its own (another marked merge), carries a memwal run's
 properties, or changed no row (an index, a compaction, a configuration). Anything else since, a
 commit by another compactor (lance-context's ``cleanup_wal()``), a user's write, a version the
-expiry removed or a transaction pylance cannot read, and the rows are read back.
+expiry removed or a transaction pylance cannot read, and the rows are read back; after an
+expiry only those the oldest retained version had merged already are (their commits are gone).
+Each version's progress and transaction are read from its manifest: the retained-progress
+digest (:mod:`memwal.table.progress_digest`) lives on storage, a cache and never evidence.
 
 When listed merged generations fail it, readers still read them right (a listed generation wins
 over the base), but the base is stale: another compactor merged older rows over ours (lance-
@@ -83,7 +86,7 @@ class BaseProof:
         self.table, self.version = table, version
         self.main = sorted((v for v in versions if v.branch is None and v.version <= version), key=lambda v: v.version)
         self._ready = False
-        self._kinds: dict[int, str | None] = {}
+        self._kinds: dict[int, tuple[str | None, bool]] = {}
 
     def _open(self) -> None:
         if not self._ready:  # opened only when some shard has something to prove
@@ -110,8 +113,10 @@ class BaseProof:
         if len(window) > MAX_VOUCHING_VERSIONS or window[-1].version != self.version or any(
                 b.version - a.version != 1 for a, b in zip(window, window[1:], strict=False)):
             return False  # a version between them is gone (what it did is unknown), or too many to read
+        if self._kind(window[0])[0] is None:
+            return False  # its progress (the window's floor) is not what its manifest says
         for i in range(start + 1, len(self.main)):
-            kind = self._kind(self.main[i].version)
+            kind, ours = self._kind(self.main[i])
             moved = progress[i] != progress[i - 1]
             if kind in (None, "claim"):
                 return False
@@ -120,49 +125,71 @@ class BaseProof:
             if moved and progress[i - 1] < high:
                 if kind != "rows":
                     return False  # recorded without its rows (a marker alone): read them back
-            elif not (kind in ("none", "ours") or (moved and kind in ("rows", "marker"))):
+            elif not (kind == "none" or ours or (moved and kind in ("rows", "marker"))):
                 return False
         return True
 
-    def _kind(self, version: int) -> str | None:
+    def _kind(self, version: RetainedVersion) -> tuple[str | None, bool]:
         """What a commit did, from its transaction file (Lance's; read, never trusted further
-        than this): ``claim`` (a driverless data commit, which claims generations' data), ``ours``
-        (another memwal run's commit), ``none`` (no row changed), ``rows``, ``marker`` (an Update
-        that moved no row: a progress marker alone), or None (unknown)."""
-        if version not in self._kinds:
-            self._kinds[version] = self._read_kind(version)
-        return self._kinds[version]
+        than this): ``claim`` (a driverless data commit, which claims generations' data), ``none``
+        (no row changed), ``rows``, ``marker`` (an Update that moved no row: a progress marker
+        alone), or None (unknown); and whether it is another memwal run's commit (a merge of
+        ours writes rows and records progress in one commit: both count)."""
+        if version.version not in self._kinds:
+            self._kinds[version.version] = self._read_kind(version)
+        return self._kinds[version.version]
 
-    def _read_kind(self, version: int) -> str | None:
+    def _read_kind(self, version: RetainedVersion) -> tuple[str | None, bool]:
         try:
-            name = self.table.manifest(version).transaction_file
+            name = version.transaction_file
+            if name is None:  # taken from the retained-progress digest (storage: a cache, not evidence)
+                manifest = self.table.manifest(version.version)
+                if manifest.compacted != version.compacted:
+                    return None, False
+                name = manifest.transaction_file
             if not name or "/" in name or name.startswith("."):
-                return None
+                return None, False
             txn = transaction_pb2.Transaction.FromString(
                 self.table.store.get(f"_transactions/{name}", max_bytes=TRANSACTION_MAX_BYTES))
         except (MemWalError, OSError, DecodeError):
-            return None
+            return None, False
         if DATA_PROPERTY in txn.transaction_properties:
-            return "claim"
-        if txn.transaction_properties.get(RUN_ID_PROPERTY):
-            return "ours"
+            return "claim", False
+        ours = bool(txn.transaction_properties.get(RUN_ID_PROPERTY))
         op = txn.WhichOneof("operation")
         if op in _NO_ROW_CHANGE:
-            return "none"
+            return "none", ours
         if op == "update":
             u = txn.update
-            return "rows" if (u.new_fragments or u.updated_fragments or u.removed_fragment_ids) else "marker"
-        return "rows" if op is not None else None
+            return ("rows" if (u.new_fragments or u.updated_fragments or u.removed_fragment_ids) else "marker"), ours
+        return ("rows" if op is not None else None), ours
+
+    def unvouched(self, shard_id: str, proving: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+        """The generations of ``proving`` the history does not vouch for: none; or those up to
+        the progress the first retained version recorded, when their commits are gone but every
+        later one's is retained (after an expiry, the oldest listed generations); or all."""
+        if not proving:
+            return []
+        low, high = min(g for g, _ in proving), max(g for g, _ in proving)
+        if self.vouched(shard_id, low, high):
+            return []
+        floor = self.main[0].compacted.get(shard_id, 0) if self.main else 0
+        if low <= floor < high and self.vouched(shard_id, floor + 1, high):
+            return [(g, path) for g, path in proving if g <= floor]
+        return list(proving)
 
     def __call__(self, shard_id: str, proving: Sequence[tuple[int, str]],
                  superseding: Sequence[tuple[int, str]]) -> ProofFailure | None:
-        if proving and self.vouched(shard_id, min(g for g, _ in proving), max(g for g, _ in proving)):
+        read = self.unvouched(shard_id, proving)
+        if not read:
             return None
         self._open()
+        # the vouched generations are newer than those read back: a key they hold is theirs
+        newer = [p for p in proving if p not in read] + list(superseding)
         try:
-            refs = generation_refs(self.table, self.ds, shard_id, proving)
-            later = generation_refs(self.table, self.ds, shard_id, superseding)
-            unproven = prove(self.ds, shard_id, refs, pk=self.pk, folding=self.folding, superseding=later,
+            refs = generation_refs(self.table, self.ds, shard_id, read)
+            unproven = prove(self.ds, shard_id, refs, pk=self.pk, folding=self.folding,
+                             superseding=lambda: generation_refs(self.table, self.ds, shard_id, newer),
                              storage_options=self.table.storage_options)
         except _READ_ERRORS as exc:
             return ProofFailure(f"its rows cannot be read: {first_line(exc, self.table.uri)}")

@@ -16,7 +16,7 @@ index when the table has one) or, for a composite key or many keys, by one scan.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import lance
@@ -134,10 +134,12 @@ def how_missing(base: pa.Table, row: pa.Table, pk: list[str]) -> str:
 
 
 def prove(ds: lance.LanceDataset, shard_id: str, refs: Sequence[GenerationRef], *, pk: list[str],
-          folding: Sequence[str] = (), superseding: Sequence[GenerationRef] = (),
+          folding: Sequence[str] = (), superseding: Callable[[], Sequence[GenerationRef]] = tuple,
           storage_options: dict[str, str] | None = None) -> Unproven | None:
     """None when ``ds`` holds each key's newest version among ``refs`` (or a ``superseding``
-    generation holds the key too), else the first key that fails (see the module docstring)."""
+    generation holds the key too), else the first key that fails (see the module docstring).
+    ``superseding`` is called only when some key fails without them: opening generations costs
+    requests, and most proofs pass on the base alone."""
     if not refs or not pk:
         return None
     versions = newest_of(refs, ds.schema, pk, storage_options)
@@ -146,9 +148,10 @@ def prove(ds: lance.LanceDataset, shard_id: str, refs: Sequence[GenerationRef], 
     compared = [c for c in ds.schema.names if c not in pk and c not in folding]
     base = base_rows(ds, versions.select(pk), [*pk, *compared])
     bad = mismatches(versions, base, pk, compared)
-    if bad.any() and superseding:
-        later = [t.select(pk) for t in read_generations(superseding, ds.schema, storage_options,
-                                                        {r.shard_id: 0 for r in superseding})]
+    newer = superseding() if bad.any() else ()
+    if newer:
+        later = [t.select(pk) for t in read_generations(newer, ds.schema, storage_options,
+                                                        {r.shard_id: 0 for r in newer})]
         if later:
             held = key_mask(versions, pa.concat_tables(later, promote_options="permissive"), pk)
             bad &= ~held

@@ -12,8 +12,11 @@ Why this cannot hide a holder:
 - An entry is used only for the manifest it was read from: the same key *and* the same ETag
   from this plan's listing (size, mtime and inode on a disk, the content's ETag on an object
   store). A branch deleted and made again reuses keys, never the ETags, so its manifests are read.
-- The digest names only progress values and versions, never a key to read or delete: a forged or
-  stale entry can only be one that no listed manifest matches, or a value read from that manifest.
+- The digest names only progress values and versions, never a key to read or delete: a stale
+  entry is one that no listed manifest matches. A forged one (whoever writes the storage sees
+  the keys and ETags) can say any progress: lower holds more back; higher is what that writer
+  could do by deleting the folders outright. GC's proof that merged rows are in the base
+  (:mod:`memwal.gc.proven`) never takes progress from here: it reads the manifests again.
 - Anything malformed (not JSON, a wrong type, a negative generation) discards the whole digest:
   the plan then reads every manifest, as without one. It is a cache, never a reason to fail.
 - Writing it is the run's last step, after the deletions, and it records facts about

@@ -44,6 +44,7 @@ class RetainedVersion:
     tags: list[str] = field(default_factory=list)
     child_branches: list[str] = field(default_factory=list)
     remembered: bool = False  # taken from the digest, its manifest not read
+    transaction_file: str | None = None  # the manifest's (None when remembered: not read)
 
     def describe(self) -> str:
         """Which version holds the data back, and what holds that version (tag, branch)."""
@@ -96,27 +97,28 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
         # the manifests this table object read lately (the latest, as a rule) are not read again
         decoded = {v: m for v, _ in listed if branch is None and (m := table.remembered(v)) is not None}
         unread = [(v, info.key) for v, info in listed if remembered[v] is None and v not in decoded]
-        read = {v: (m.timestamp, m.compacted) for v, m in decoded.items()}
+        read = {v: (m.timestamp, m.compacted, m.transaction_file) for v, m in decoded.items()}
         read.update(_read(store, unread, shared))
         for version, info in listed:
             seen = remembered[version]
-            timestamp, compacted = (seen.timestamp, seen.compacted) if seen else read[version]
+            timestamp, compacted, txn = (seen.timestamp, seen.compacted, None) if seen else read[version]
             out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
                                        tags.get((branch, version), []), branches.get((branch, version), []),
-                                       remembered=seen is not None))
+                                       remembered=seen is not None, transaction_file=txn))
     return out
 
 
 def _read(store: Store, listed: list[tuple[int, str]],
-          shared: dict[bytes, IndexState]) -> Iterator[tuple[int, tuple[float, dict[str, int]]]]:
-    """(version, (commit time, progress)) of each listed manifest, read :data:`READ_BATCH` at a time."""
+          shared: dict[bytes, IndexState]) -> Iterator[tuple[int, tuple[float, dict[str, int], str]]]:
+    """(version, (commit time, progress, transaction file)) of each listed manifest, read
+    :data:`READ_BATCH` at a time."""
     for start in range(0, len(listed), READ_BATCH):
         batch = listed[start:start + READ_BATCH]
         for (version, key), data in zip(batch, store.get_many([k for _, k in batch]), strict=True):
             if data is None:  # cleaned up since the listing: as a get of it would have said
                 raise store.not_found(key)
             manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
-            yield version, (manifest.timestamp, manifest.compacted)
+            yield version, (manifest.timestamp, manifest.compacted, manifest.transaction_file)
 
 
 def remember_retained(table: Table, versions: list[RetainedVersion], *, before: ProgressDigest | None = None) -> bool:

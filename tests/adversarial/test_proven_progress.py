@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import lance
@@ -154,3 +155,65 @@ def test_a_negative_intent_version_names_the_intent(make_table, canary):
     table.store.put_if_absent(f"_mem_wal/_jobs/merge-intents/{iid}.json", json.dumps(doc).encode())
     run = run_cli("merge", table.uri)
     assert run.rc == 1 and iid in run.stderr and "negative" in run.stderr, run.stderr
+
+
+def _spoil_data(table, shard: str) -> None:
+    """Every generation's data files of ``shard`` overwritten with junk: reading one back fails."""
+    for f in Path(table.uri, "_mem_wal", shard).glob("*_gen_*/data/*.lance"):
+        f.write_bytes(b"junk")
+
+
+def test_a_merge_the_history_vouches_for_is_drained_without_reading_its_generations(make_table, canary):
+    """Our own merge wrote the rows and recorded the progress in one retained commit: GC's
+    proof takes the history's word and reads no generation back (the drain of a long backlog
+    costs no request per generation): with every generation's data spoiled after the merge,
+    the shard still drains and its folders go; the base holds every row."""
+    table, model = make_table(FIVE)
+    assert run_cli("merge", table.uri).rc == 0 and run_cli("catchup", table.uri).rc == 0
+    a, _b = sorted(all_shard_manifests(table.store))
+    _spoil_data(table, a)
+    run = run_cli("gc", table.uri, *ZERO, "--expire-versions", "0", "--json")
+    assert run.rc == 0, run.stderr
+    assert not [b for b in json.loads(run.stdout)["blocked"] if b["shard_id"] == a]
+    assert folders(table, a) == {}
+    assert table_rows(table) == model.sorted_rows()
+
+
+def test_generations_whose_merge_history_is_gone_are_read_back(make_table, canary):
+    """The same merge, its commit expired before GC ran: nothing vouches for the progress, so
+    the generations are read back, and spoiled ones prove nothing: they stay listed and on
+    storage, named ``progress-unproven``."""
+    table, _model = make_table(FIVE)
+    assert run_cli("merge", table.uri).rc == 0 and run_cli("catchup", table.uri).rc == 0
+    ds = table.dataset()
+    ds.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False)
+    a, _b = sorted(all_shard_manifests(table.store))
+    _spoil_data(table, a)
+    run = run_cli("gc", table.uri, *ZERO, "--expire-versions", "0", "--json")
+    assert run.rc == 0, run.stderr
+    kept = {b["generation"] for b in json.loads(run.stdout)["blocked"]
+            if b["shard_id"] == a and b["reason"] == "progress-unproven"}
+    assert kept == {1, 2, 3, 4, 5} == set(folders(table, a))
+
+
+def test_progress_remembered_in_the_digest_is_checked_against_its_manifest(make_table, canary):
+    """GC's digest of what retained versions merged is a cache on storage (its keys and ETags
+    are visible to whoever lists the table), never evidence: the history of a merge and its
+    catch-up vouches for the merged generations as read, and no longer when the version before
+    the merge is remembered with progress its manifest does not record."""
+    from dataclasses import replace
+
+    from memwal.gc.proven import BaseProof
+    from memwal.table.retained import retained_versions
+
+    table, _model = make_table(FIVE)
+    assert run_cli("merge", table.uri).rc == 0 and run_cli("catchup", table.uri).rc == 0
+    a, b = sorted(all_shard_manifests(table.store))
+    versions = retained_versions(table)
+    latest = versions[-1].version
+    assert BaseProof(table, latest, versions).vouched(a, 1, 5)
+    before = next(i for i, v in enumerate(versions) if v.compacted.get(a, 0) >= 5) - 1
+    assert versions[before].compacted == {}
+    forged = [replace(v, remembered=True, transaction_file=None, compacted={b: 0}) if i == before else v
+              for i, v in enumerate(versions)]
+    assert not BaseProof(table, latest, forged).vouched(a, 1, 5)
