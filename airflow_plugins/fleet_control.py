@@ -35,7 +35,7 @@ class MemWalFleetControlOperator(BaseOperator):
 
         from memwal.core import clock as clocks
         from memwal.fleet import controls
-        from memwal.lease.cancel import request_cancel
+        from memwal.lease import cancel
         from memwal.store import check_table_uri, open_store
 
         params = context["params"]
@@ -60,9 +60,11 @@ class MemWalFleetControlOperator(BaseOperator):
                            or target == s.source), None)
             if source is None:
                 raise AirflowException(f"memwal fleet control: no source of the fleet holds {target}")
-            asked = request_cancel(open_store(check_table_uri(target), storage_options_of(source)), by, reason,
-                                   now=now)
+            store = open_store(check_table_uri(target), storage_options_of(source))
+            asked = cancel.ask(store, by, reason, now=now)
             controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
-            doc = {"table": target, "cancelled": asked}
+            doc = {"table": target, "cancelled": [a.kind for a in asked], "jobs": cancel.progress(store, asked)}
+            if not asked:
+                self.log.warning("memwal fleet control: no running job of %s holds a lease: nothing to cancel", target)
         self.log.info("memwal fleet control: %s %s by %s: %s -> %s", action, target, by, reason, doc)
         return {**doc, "by": by, "reason": reason, "at": now}

@@ -278,18 +278,19 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
     sources = {t.table: t.source for t in plan.tables}
     progressed = False
     for r in results:
-        if r.cancelled is not None:  # an operator stopped it: not again in this run
-            quiet.update({(r.table, j): "" for j in JOB_ORDER_ALL})
-            continue
         for j in r.jobs:
             doc = j.document or {}
             did = j.version is not None or bool(doc.get("deleted")) or bool(doc.get("wal_entries_deleted"))
             progressed |= did and j.status is JobStatus.DONE
+            if r.cancelled is not None:
+                continue
             if j.status is JobStatus.WAITING and j.job == "gc":
                 retry = policy.for_table(r.table, sources.get(r.table, "")).thresholds.gc_retry_seconds
                 backoff.setdefault(r.table, {})["gc"] = now + retry
             elif j.status in (JobStatus.DONE, JobStatus.FAILED) and not did and r.table in fingerprints:
                 quiet[(r.table, j.job)] = fingerprints[r.table]  # not again until the table changes
+        if r.cancelled is not None:  # an operator stopped it: not again in this run
+            quiet.update({(r.table, j): "" for j in JOB_ORDER_ALL})
     return progressed
 
 

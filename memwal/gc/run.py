@@ -15,7 +15,9 @@
 
 A crash anywhere leaves what a rerun finishes: a generation leaves its shard manifest before
 any of its files go, its Lance manifests go before its other files, its WAL entries after it,
-and every digest is a cache written last.
+and every digest is a cache written last. So every lease check is also a point where an
+operator's cancel stops the run (:mod:`memwal.lease.cancel`): before the marker, the expiry,
+the drains and each batch of deletes.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         checkpoints = sweep_checkpoints(table, clocks.current()())
         if plan.version_expiry is not None:
             if lease:
-                lease.check()
+                lease.check(safe_to_stop=True)
             expired, handle = plan.version_expiry.collect(table, keep=checkpoints.live)
         with table.reading():  # the re-check reads afresh, once: the versions left and the latest from one listing
             if plan.version_expiry is not None:
@@ -80,7 +82,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
             plan = recheck(table, plan, checkpoints.live, left)
         steps.step("gc.before-drain")
         if lease:
-            lease.check()
+            lease.check(safe_to_stop=True)
         plan, drained, moved = _drain(table, plan)
         steps.step("gc.before-delete")
         result = _delete(table, plan, engine, lease, orphans)

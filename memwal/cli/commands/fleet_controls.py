@@ -4,8 +4,10 @@
   or every table a glob matches, until resumed (recorded in the state with who, why, when);
 - ``resume TARGET --state URI --by WHO --reason WHY``: lift a pause set by ``pause`` (a pause
   written in the policy file is lifted by editing the file);
-- ``cancel TABLE --by WHO --reason WHY``: ask the table's running jobs to stop where nothing
-  is half-done, releasing their leases (:mod:`memwal.lease.cancel`); logged in ``--state``;
+- ``cancel TABLE --by WHO --reason WHY [--wait [S]]``: ask the table's running jobs to stop
+  where nothing is half-done, releasing their leases (:mod:`memwal.lease.cancel`); logged in
+  ``--state``. It says, for each job asked, whether it has stopped; ``--wait`` waits until each
+  has (or S seconds passed) and says how each ended (``cancelled``, or finished first);
 - ``failures [TABLE] --state URI``: the failure history the fleet's runs left, with reasons.
 
 Exit codes: 0 done; 2 bad input (who or why missing, no state), nothing written.
@@ -17,6 +19,9 @@ import argparse
 from typing import Any
 
 from memwal.cli.commands.common import EXIT_OK, Subparsers, common_options, emit
+
+#: How long ``fleet cancel --wait`` waits when given no number of seconds.
+DEFAULT_WAIT = 600.0
 
 
 def add_verbs(verbs: Subparsers) -> None:
@@ -31,6 +36,10 @@ def add_verbs(verbs: Subparsers) -> None:
                        help="the fleet's shared state (where the change is recorded)")
         p.add_argument("--by", required=True, metavar="WHO", help="who you are (recorded)")
         p.add_argument("--reason", required=True, metavar="WHY", help="why (recorded)")
+        if name == "cancel":
+            p.add_argument("--wait", type=float, nargs="?", const=DEFAULT_WAIT, metavar="S",
+                           help=f"wait up to S seconds (default {DEFAULT_WAIT:g}) until every job asked has stopped, "
+                                "and say how each ended")
         p.set_defaults(run=run_control, verb=name)
     p = verbs.add_parser("failures", parents=[common_options()], help="the failure history of the fleet's tables",
                          description="the failure history of the fleet's tables, newest first, with reasons")
@@ -76,15 +85,32 @@ def run_control(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: float) -> tuple[dict[str, Any], str]:
-    from memwal.lease.cancel import request_cancel
+    from memwal.errors import BadInputError
+    from memwal.lease import cancel
     from memwal.store import check_table_uri, open_store
 
-    asked = request_cancel(open_store(check_table_uri(table), args.storage_options), by, reason, now=now)
-    doc = {"table": table, "cancelled": asked, "by": by, "reason": reason, "at": now}
+    wait = getattr(args, "wait", None)
+    if wait is not None and not wait > 0:
+        raise BadInputError(f"--wait {wait:g}: expected a positive number of seconds")
+    store = open_store(check_table_uri(table), args.storage_options)
+    asked = cancel.ask(store, by, reason, now=now)
+    states = cancel.wait_stopped(store, asked, wait) if wait is not None and asked else cancel.progress(store, asked)
+    doc = {"table": table, "cancelled": [a.kind for a in asked], "jobs": states, "by": by, "reason": reason,
+           "at": now}
     if not asked:
         return doc, f"{table}: no running job holds a lease: nothing to cancel"
-    return doc, (f"{table}: asked {', '.join(asked)} to stop at its next safe point (its leases are released; "
-                 "the table's later jobs of that cycle are not run)")
+    lines = [f"{table}: asked {', '.join(a.kind for a in asked)} to stop at its next safe point"]
+    for s in states:
+        job = f"{s['kind']}" + (f" (run {s['run_id']})" if s.get("run_id") else "")
+        if s["state"] == cancel.RUNNING:
+            lines.append(f"  {job}: not stopped yet" + (f" after {wait:g} s" if wait is not None else
+                                                         " (--wait waits for it)"))
+        elif s.get("outcome") == "cancelled":
+            lines.append(f"  {job}: stopped: {s.get('error') or 'cancelled'}")
+        else:
+            lines.append(f"  {job}: ended {s.get('outcome') or 'without a record'} before it could stop"
+                         + (f": {s['error']}" if s.get("error") else ""))
+    return doc, "\n".join(lines)
 
 
 def run_failures(args: argparse.Namespace) -> int:
