@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from memwal.table import Table
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE = 0, 1, 2, 3
+#: The exit codes in one sentence: ``memwal --help`` prints it, and the README says it word for word.
+EXIT_CODES = ("Exit codes: 0 done, 1 failed, 2 bad usage or bad input (nothing written), 3 stopped by another "
+              "party: a lease another live job holds, a lost lease, a race lost to concurrent writers after "
+              "retries, or an operator's cancel.")
 #: What ``add_subparsers`` returns (generic only to the type checker).
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
