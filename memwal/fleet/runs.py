@@ -8,7 +8,9 @@ that any machine's next plan and the page know:
 - ``failures``: its last :data:`MAX_FAILURES` failed jobs, each with its reason and exit code
   (a failure history per table; every run also has its record in the table's own history);
 - ``waiting``: jobs that ran and said only time will free more (a GC in its grace period):
-  not planned again before the policy's ``gc_retry_seconds`` (the plan's ``backoff``).
+  not planned again before the policy's ``gc_retry_seconds`` (the plan's ``backoff``);
+- ``gc``: what kept its merged generations at its last GC, each gate as GC names it, and when
+  they free (:mod:`memwal.fleet.gc_wait`): the plan's reasons and the page say it.
 
 Bounded: the :data:`MAX_TABLES` tables most recently run are kept.
 """
@@ -28,13 +30,16 @@ MAX_TEXT = 500
 
 
 def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[str, Any]], *, now: float,
-                   retry_after: Callable[[str], float]) -> dict[str, Any]:
+                   retry_after: Callable[[str], float],
+                   gc_waits: Mapping[str, Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
     """Add the cycles' outcomes (results, or their ``to_dict()`` documents) to ``runs.json``
     (compare-and-swap); the new document. ``retry_after(table)``: seconds before a waiting GC
-    of that table is planned again."""
+    of that table is planned again. ``gc_waits``: per table whose GC ran, what kept its merged
+    generations (:func:`memwal.fleet.gc_wait.gc_wait`; None: nothing), kept as its ``gc``."""
     docs = [r if isinstance(r, Mapping) else r.to_dict() for r in results]
     if not docs:
         return state.read("runs.json")[0]
+    waits = dict(gc_waits or {})
 
     def change(doc: dict[str, Any]) -> dict[str, Any]:
         tables = {k: dict(v) for k, v in (doc.get("tables") or {}).items() if isinstance(v, Mapping)}
@@ -52,7 +57,14 @@ def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[st
                 elif j["status"] == "done":
                     waiting.pop(j["job"], None)
             entry["waiting"] = waiting
-            tables[str(r["table"])] = entry  # last: the most recently run at the end
+            table = str(r["table"])
+            if table in waits:
+                wait = waits[table]
+                if wait is None:
+                    entry.pop("gc", None)
+                else:
+                    entry["gc"] = {**wait, "retry_at": waiting.get("gc")}
+            tables[table] = entry  # last: the most recently run at the end
         return {**doc, "tables": dict(list(tables.items())[-MAX_TABLES:])}
 
     return state.update("runs.json", change)
@@ -76,6 +88,16 @@ def backoff_of(doc: Mapping[str, Any], now: float) -> dict[str, dict[str, float]
     return out
 
 
+def last_gcs(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Per table, what kept its merged generations at its last GC (see :func:`record_results`)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for table, entry in (doc.get("tables") or {}).items():
+        gc = entry.get("gc") if isinstance(entry, Mapping) else None
+        if isinstance(gc, Mapping):
+            out[str(table)] = gc
+    return out
+
+
 def entry_of(doc: Mapping[str, Any], table: str) -> Mapping[str, Any]:
     entry = (doc.get("tables") or {}).get(table)
     return entry if isinstance(entry, Mapping) else {}
@@ -88,4 +110,4 @@ def failures_of(doc: Mapping[str, Any], table: str | None = None) -> list[dict[s
     return sorted(out, key=lambda f: -float(f.get("at") or 0.0))
 
 
-__all__ = ["MAX_FAILURES", "backoff_of", "entry_of", "failures_of", "record_results"]
+__all__ = ["MAX_FAILURES", "backoff_of", "entry_of", "failures_of", "last_gcs", "record_results"]

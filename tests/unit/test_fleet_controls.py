@@ -78,13 +78,16 @@ def test_pauses_are_recorded_with_who_why_and_when_and_a_tables_own_pause_wins(t
     assert (own.by, own.reason, own.at, own.origin) == ("bob", "a bad partition", 200.0, "state")
     assert ctl.paused("s3://lake/t2", "s3://lake").by == "alice"  # the source's pause
     assert ctl.paused("s3://lake/legacy/x", "s3://elsewhere").origin == "policy"
-    doc, found = controls.resume(state, "s3://lake/t1", by="bob", reason="fixed", now=300.0)
-    assert found and [p["target"] for p in doc["pauses"]] == ["s3://lake"]
-    assert not controls.resume(state, "s3://nowhere", by="bob", reason="typo", now=301.0)[1]
+    doc = controls.resume(state, "s3://lake/t1", by="bob", reason="fixed", now=300.0)
+    assert [p["target"] for p in doc["pauses"]] == ["s3://lake"]
+    before = (tmp_path / "state" / "controls.json").read_bytes()
+    with pytest.raises(BadInputError, match=r"s3://nowhere: not paused in the fleet's state .* \(paused there: "
+                                            r"s3://lake; a pause in the policy file"):
+        controls.resume(state, "s3://nowhere", by="bob", reason="typo", now=301.0)
+    assert (tmp_path / "state" / "controls.json").read_bytes() == before  # refused: nothing written
     log = state.read("controls.json")[0]["log"]
     assert [(e["action"], e["target"], e["by"]) for e in log] == [
-        ("pause", "s3://lake", "alice"), ("pause", "s3://lake/t1", "bob"), ("resume", "s3://lake/t1", "bob"),
-        ("resume", "s3://nowhere", "bob")]
+        ("pause", "s3://lake", "alice"), ("pause", "s3://lake/t1", "bob"), ("resume", "s3://lake/t1", "bob")]
     with pytest.raises(BadInputError, match=r"paused.s3://lake/legacy/\*: expected \{by: who, reason: why\}"):
         policy_from({"paused": {"s3://lake/legacy/*": {"by": "ops"}}})
 

@@ -60,6 +60,7 @@ def render(result: CycleResult) -> str:
 
     lines = [f"{result.table}: maintenance cycle"]
     for j in result.jobs:
-        took = f" {j.seconds:.1f}s" if j.status in (JobStatus.DONE, JobStatus.WAITING, JobStatus.FAILED) else ""
+        took = f" {j.seconds:.1f}s" if j.status in (JobStatus.DONE, JobStatus.PLANNED, JobStatus.WAITING,
+                                                     JobStatus.FAILED) else ""
         lines.append(f"  {j.job:<8} {j.status:<8}{took}  {j.summary or j.error or ''}".rstrip())
     return "\n".join(lines)

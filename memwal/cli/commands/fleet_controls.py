@@ -1,16 +1,19 @@
 """``memwal fleet pause|resume|cancel|failures``: the operator's controls over a fleet.
 
 - ``pause TARGET --state URI --by WHO --reason WHY``: withhold the jobs of a table, a source,
-  or every table a glob matches, until resumed (recorded in the state with who, why, when);
-- ``resume TARGET --state URI --by WHO --reason WHY``: lift a pause set by ``pause`` (a pause
-  written in the policy file is lifted by editing the file);
+  or every table a glob matches, until resumed (recorded in the state with who, why, when); a
+  target that matches no table the fleet knows, and is no Lance table, is refused (exit 2);
+- ``resume TARGET --state URI --by WHO --reason WHY``: lift a pause set by ``pause``; a target
+  not paused in the state is refused (exit 2: a pause written in the policy file is lifted by
+  editing the file);
 - ``cancel TABLE --by WHO --reason WHY [--wait [S]]``: ask the table's running jobs to stop
   where nothing is half-done, releasing their leases (:mod:`memwal.lease.cancel`); logged in
   ``--state``. It says, for each job asked, whether it has stopped; ``--wait`` waits until each
   has (or S seconds passed) and says how each ended (``cancelled``, or finished first);
 - ``failures [TABLE] --state URI``: the failure history the fleet's runs left, with reasons.
 
-Exit codes: 0 done; 2 bad input (who or why missing, no state), nothing written.
+Exit codes: 0 done; 2 bad input (who or why missing, no state, a pause or resume that names
+nothing), nothing written.
 """
 
 from __future__ import annotations
@@ -68,20 +71,27 @@ def run_control(args: argparse.Namespace) -> int:
     state = state_of(args)
     doc: dict[str, Any]
     if args.verb == "pause":
+        controls.check_target(state, target, is_table=lambda uri: _is_table(uri, args.storage_options))
         controls.pause(state, target, by=by, reason=reason, now=now)
         doc = {"paused": target, "by": by, "reason": reason, "at": now}
         text = f"paused {target} (by {by}: {reason}); memwal fleet resume {target} --state {args.state} lifts it"
     elif args.verb == "resume":
-        _, found = controls.resume(state, target, by=by, reason=reason, now=now)
-        doc = {"resumed": target, "was_paused": found, "by": by, "reason": reason, "at": now}
-        text = f"resumed {target}" if found else f"{target} was not paused in the state (a pause in the policy file " \
-                                                 "is lifted by editing the file)"
+        controls.resume(state, target, by=by, reason=reason, now=now)
+        doc = {"resumed": target, "by": by, "reason": reason, "at": now}
+        text = f"resumed {target}"
     else:
         doc, text = _cancel(args, target, by, reason, now)
         if state is not None:
             controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
     emit(args, doc, lambda: text)
     return EXIT_OK
+
+
+def _is_table(uri: str, storage_options: dict[str, str]) -> bool:
+    """Whether a Lance table lies at ``uri`` (it has a ``_versions/`` folder)."""
+    from memwal.store import check_table_uri, open_store
+
+    return "_versions" in open_store(check_table_uri(uri), storage_options).list_dirs("")
 
 
 def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: float) -> tuple[dict[str, Any], str]:
