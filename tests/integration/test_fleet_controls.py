@@ -18,6 +18,7 @@ import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
+from tests.browser import parse
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
 WL = Workload(base_rows=120, shards=2, generations=3, rows_per_generation=10, seed=11, indexes=False)
@@ -173,8 +174,12 @@ def test_pauses_are_read_live_and_a_paused_row_says_why_once(tmp_path):
     assert [p["target"] for p in doc["pauses"]] == [t1]
 
     assert run_cli("fleet", "plan", str(lake), "--state", state).rc == 0  # planned while paused
-    text = run_cli("fleet", "status", "--state", state).stdout
+    html = tmp_path / "fleet.html"
+    text = run_cli("fleet", "status", "--state", state, "--html", str(html)).stdout
     assert text.count("backfill running") == 1  # said once, not in the reasons again
+    (row,) = [r for r in parse(html.read_text()).select("tr.table-row") if r.attrs["data-table"] == t1]
+    assert row.attrs["data-state"] == "paused"
+    assert sum("backfill running" in li.text for li in row.select("ul.reasons li")) == 1
     assert run_cli("fleet", "resume", t1, "--state", state, "--by", "alice", "--reason", "done").rc == 0
     rc, doc, _ = status(state)
     row = {t["table"]: t for t in doc["tables"]}[t1]

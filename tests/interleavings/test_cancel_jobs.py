@@ -152,3 +152,30 @@ def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_cont
         assert_only_run_records(before, tree_digest(table.uri), job)
     assert_cancelled_run(table, job, [job])
     assert lsm_rows(table) == model.sorted_rows()
+
+
+def test_a_cancel_stops_a_spark_gc_before_its_next_round_of_deletes(make_table, spark_context):
+    """GC's Spark tasks delete: a round is never cut short; the driver's lease check before each
+    round is the safe point. Held after its drains, before its first round: nothing is deleted."""
+    from memwal.table.shards import list_generation_dirs
+
+    table, model = make_table()
+    prepare(table, "gc")
+    shards = sorted(all_shard_ids(table))
+    before = {s: list_generation_dirs(table.store, s) for s in shards}
+    options = {"grace_seconds": 0, "writer_idle_seconds": 0, "expire_versions": 0}
+    assert len(memwal.open(table.uri).gc(dry_run=True, **options).value.deleted) == 12  # work for its rounds
+    held = Stalled(lambda: memwal.open(table.uri).gc(engine="spark", **options), "gc.before-delete")
+    assert cancel(table.uri)["cancelled"] == ["gc"]
+    held.resume()
+    assert held.error is not None and held.error.exit_code == 3 and f"cancelled by {BY}: {WHY}" in str(held.error)
+    assert "after its work was done" not in str(held.error)  # stopped before a round, not at the end
+    assert {s: list_generation_dirs(table.store, s) for s in shards} == before  # no round ran
+    assert_cancelled_run(table, "gc", ["gc"])
+    assert lsm_rows(table) == model.sorted_rows()
+
+
+def all_shard_ids(table) -> list[str]:
+    from memwal.table.shards import all_shard_manifests
+
+    return list(all_shard_manifests(table.store))

@@ -133,3 +133,32 @@ def test_an_s3_notification_names_the_table_of_a_shard_manifest_and_nothing_else
     assert tables == {"s3://lake/tenants/acme/events", "s3://lake/tenants/a b/t"}
     assert list(keys_of({"Body": json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent"})})) == []
     assert list(keys_of({"Body": "not json"})) == []
+
+
+def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live():
+    """What ``fleet status`` prints of a row: its pause once, every reason (the sixth and the
+    service level too), and its last cycle whole; and what changed since the plan, read live:
+    a pause made since moves the row and the counts, one lifted since moves them back."""
+    from memwal.fleet.status import FleetStatus, live
+
+    reasons = [f"reason {i}" for i in range(6)] + ["slo: 12 unmerged generations in one shard, target 8"]
+    row = {"table": "s3://l/t1", "source": "s3://l", "status": "behind", "debt": 3.0, "jobs": ["merge"],
+           "reasons": reasons, "holds": {"unmerged_generations": 12}, "withheld": [], "paused": None}
+    idle = {**row, "table": "s3://l/t2", "status": "paused", "reasons": ["paused by bob: old"], "withheld": ["gc"],
+            "paused": {"target": "s3://l/t2", "by": "bob", "reason": "old", "at": 1.0, "origin": "state"}}
+    report = {"at": 10.0, "discovered": 2, "by_status": {"behind": 1, "paused": 1}, "top": [row, idle]}
+    runs = {"tables": {"s3://l/t1": {"at": 20.0, "last": [
+        {"at": 20.0, "job": "merge", "status": "done", "summary": "v5: 3 generations"},
+        {"at": 20.0, "job": "gc", "status": "waiting", "summary": "0 deleted, 6 blocked"}]}}}
+    controls_doc = {"pauses": [{"target": "s3://l/t1", "by": "alice", "reason": "backfill", "at": 15.0}]}
+    st = FleetStatus(live(report, runs, controls_doc))
+    text = st.render()
+    assert all(r in text for r in reasons)  # none dropped after four
+    assert text.count("backfill") == 1 and "paused by alice since" in text
+    assert "last run 1970-01-01 00:00 UTC: waiting: merge done, gc waiting (0 deleted, 6 blocked)" in text
+    doc = st.to_dict()
+    assert doc["by_state"] == {"behind": 1, "paused": 1}  # t1 paused since the plan, t2 resumed since
+    t1, t2 = doc["tables"]
+    assert (t1["state"], t1["paused"]["by"], t1["last_run"]["outcome"]) == ("paused", "alice", "waiting")
+    assert (t2["state"], t2["paused"], t2["reasons"][0]) == ("behind", None, "resumed since the last plan: "
+                                                                             "its jobs run in the next round")
