@@ -30,7 +30,7 @@ from memwal.table import open_table
 from tests.airflow_server import api_server, get_with_headers
 from tests.browser import browser, canary
 from tests.conftest import table_rows
-from tests.helpers import ROOT, migrated_airflow_home, tree_digest
+from tests.helpers import ROOT, migrated_airflow_home, run_cli, tree_digest
 from tests.integration.test_airflow_observe import StatsdListener, metric
 
 DAGS = ROOT / "dags"
@@ -513,3 +513,42 @@ def test_every_page_and_link_of_the_view_works_after_a_real_login(airflow_env, t
                 click("/memwal/fleet", label)
                 seen = frame(f"/dags/{dag}", "!!document.querySelector('#root') && document.body.innerText.length > 0")
                 assert "Not authenticated" not in seen["text"]
+
+
+def test_the_control_dag_pauses_live_and_refuses_what_names_nothing(tmp_path, monkeypatch):
+    """The control DAG's task, as a triggered run gives it its params and user: a pause shows at
+    once in ``fleet status`` (no plan since); a pause of nothing and a resume of what is not
+    paused fail the run (not retried), naming the target, with nothing written; a cancel with
+    nothing running says so."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from memwal.airflow.fleet_control import MemWalFleetControlOperator
+    from memwal.airflow.fleet_operators import MemWalFleetPlanOperator
+
+    lake = tmp_path / "lake"
+    make(lake / "a" / "events")
+    table = str(lake / "a" / "events")
+    config = write_config(tmp_path / "fleet.yaml", lake)
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+    MemWalFleetPlanOperator(task_id="plan").execute(context())
+    state = tmp_path / "fleet-state"
+
+    def control(action: str, target: str) -> dict:
+        class Run:
+            triggering_user_name = "carol"
+
+        ctx = {**context(), "params": {"action": action, "target": target, "reason": "on call"}, "dag_run": Run()}
+        return MemWalFleetControlOperator(task_id="control").execute(ctx)
+
+    assert control("pause", table)["paused"] == table
+    shown = json.loads(run_cli("fleet", "status", "--state", str(state), "--json").stdout)
+    (row,) = shown["tables"]
+    assert row["state"] == "paused" and row["paused"]["by"] == "carol"  # read live: no plan since
+    before = (state / "controls.json").read_bytes()
+    for action, target, why in (("pause", str(lake / "nowhere"), "matches no table"),
+                                ("resume", str(lake / "a"), "not paused")):
+        with pytest.raises(AirflowFailException, match=why) as refused:
+            control(action, target)
+        assert target in str(refused.value)
+    assert (state / "controls.json").read_bytes() == before  # refused: nothing written
+    assert control("resume", table)["resumed"] == table
+    assert control("cancel", table)["cancelled"] == []  # nothing running: nothing asked
