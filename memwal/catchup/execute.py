@@ -68,7 +68,7 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine: CatchupEngine | Non
             lease.check(safe_to_stop=True)  # nothing built yet: a cancel stops here
         steps.step("catchup.before-build")
         # each commit is whole (an index's segments, or Lance's optimize_indices): before each, a cancel stops it
-        fence = (lambda: lease.check(safe_to_stop=True)) if lease else None
+        fence = lease.safe_point if lease else None
         committed = engine.run(table, plan, work, fence)
         for v in committed:
             history.committed(v)

@@ -105,8 +105,10 @@ class Controls:
 
     def with_state(self, doc: Mapping[str, Any]) -> Controls:
         """These controls plus the pauses the state's ``controls.json`` holds."""
+        pauses = doc.get("pauses")
         stored = tuple(Pause(str(p.get("target")), _text(p.get("by")), _text(p.get("reason")), _time(p.get("at")))
-                       for p in (doc.get("pauses") or []) if isinstance(p, Mapping) and p.get("target"))
+                       for p in (pauses if isinstance(pauses, list) else []) if isinstance(p, Mapping)
+                       and p.get("target"))
         return Controls(self.pauses + stored, self.quiet)
 
 

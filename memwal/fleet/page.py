@@ -46,6 +46,11 @@ def _map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _items(value: Any) -> list[Any]:
+    """The items of a stored list (anything else: none)."""
+    return value if isinstance(value, list) else []
+
+
 def _maps(value: Any) -> list[Mapping[str, Any]]:
     """The mappings of a stored list (anything else in it, or a list that is not one, skipped)."""
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
@@ -196,7 +201,7 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
         rows=[_row(x, link) for x in r.get("top") or [] if isinstance(x, Mapping)], sources=sources, groups=groups,
         trends=_trends(st.history), history=len(st.history), histogram=hist, pauses=pauses, log=log,
         failures=failures, problems=problems, problem_count=_int(r.get("problem_count")), links=list(links or []),
-        unmatched=[clip(str(x), 400) for x in (r.get("unmatched") or [])[:50]],
+        unmatched=[clip(str(x), 400) for x in _items(r.get("unmatched"))[:50]],
         control=control, state_uri=state_uri, css=Markup(css), policy=meta_policy(css))
     return chunks
 

@@ -40,7 +40,8 @@ class Planned:
     cache_written: bool = False
     #: Whether this plan covered part of the fleet only (the last report was updated, not replaced).
     partial: bool = False
-    #: Keys of the policy and pauses of the state that match no table (a full plan only).
+    #: Keys of the policy and pauses of the state that match no table (a full plan, every source
+    #: searched, only).
     unmatched: list[str] = field(default_factory=list)
 
 
@@ -76,7 +77,7 @@ def plan_shared(discover: Discover, policy: Policy, *, state: FleetState | None 
         partial = last is not None and not covers(found, last)
     if not found.problems and not partial:
         cache.keep_only(frozenset(t.uri for t in found.tables))
-    unmatched = [] if partial else _unmatched(policy, controls_doc, found)
+    unmatched = [] if partial or found.problems else _unmatched(policy, controls_doc, found)  # every table known
     report = report_of(plan, top=top, runs=runs, controls=controls_doc, unmatched=unmatched)
     if partial and state is not None:
         report = patch_report(last, report, top=top)

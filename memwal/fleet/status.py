@@ -20,10 +20,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memwal.core.document import Document
-from memwal.core.text import clip
+from memwal.core.text import clip, one_line
 from memwal.fleet.plan import STATUSES, FleetPlan
 
 ORDER = (*STATUSES, "problem")
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    """A stored mapping (anything else: empty)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    """A stored list (anything else: none; storage is untrusted)."""
+    return value if isinstance(value, list) else []
 
 
 def _num(value: Any) -> float:
@@ -41,26 +51,26 @@ def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
     from memwal.fleet.runs import entry_of
 
     out = dict(report)
-    by = {k: int(_num(v)) for k, v in (report.get("by_status") or {}).items()}
+    by = {str(k): int(_num(v)) for k, v in _map(report.get("by_status")).items()}
     rows = []
-    for row in report.get("top") or []:
+    for row in _list(report.get("top")):
         if not isinstance(row, Mapping):
             continue
         r = dict(row)
         table, status = str(r.get("table")), str(r.get("status"))
         entry = entry_of(runs or {}, table)
         if entry:
-            r.update(last=list(entry.get("last") or [])[:5], last_at=entry.get("at"), gc=entry.get("gc"))
+            r.update(last=_list(entry.get("last"))[:5], last_at=entry.get("at"), gc=entry.get("gc"))
         if controls is not None:
             planned = r.get("paused") if isinstance(r.get("paused"), Mapping) else None
             policy = () if planned is None or planned.get("origin") != "policy" else (
                 Pause(str(planned.get("target")), str(planned.get("by")), str(planned.get("reason")),
                       origin="policy"),)
             now = Controls(policy).with_state(controls).paused(table, str(r.get("source") or ""))
-            r["reasons"] = [x for x in r.get("reasons") or [] if not str(x).startswith("paused by ")]
+            r["reasons"] = [x for x in _list(r.get("reasons")) if not str(x).startswith("paused by ")]
             r["paused"] = None if now is None else now.to_dict()
             moved = "paused" if now is not None else (
-                ("behind" if r.get("withheld") else "idle") if status == "paused" else status)
+                ("behind" if _list(r.get("withheld")) else "idle") if status == "paused" else status)
             if moved != status:
                 by[status] = by.get(status, 0) - 1
                 by[moved] = by.get(moved, 0) + 1
@@ -70,7 +80,7 @@ def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
         rows.append(r)
     out.update(top=rows, by_status=by)
     if controls is not None:
-        out["pauses"] = [p for p in controls.get("pauses") or [] if isinstance(p, Mapping)]
+        out["pauses"] = [p for p in _list(controls.get("pauses")) if isinstance(p, Mapping)]
     return out
 
 
@@ -90,37 +100,37 @@ class FleetStatus(Document):
         r = self.report
         tables = []
         for row in self.rows:
-            holds = row.get("holds") or {}
+            holds = _map(row.get("holds"))
             tables.append({
                 "table": row.get("table"), "state": row.get("status"), "debt": row.get("debt"),
                 "jobs": row.get("jobs"), "reasons": row.get("reasons"),
                 "lag_generations": holds.get("unmerged_generations"),
                 "lag_seconds": holds.get("oldest_unmerged_age_seconds"), "holds": holds,
                 "waiting": row.get("waiting"), "paused": row.get("paused"), "breaches": row.get("breaches"),
-                "error": (row.get("last_failure") or {}).get("error"), "gc": row.get("gc"),
+                "error": _map(row.get("last_failure")).get("error"), "gc": row.get("gc"),
                 "last_run": last_run(row)})
-        return {"at": r.get("at"), "discovered": r.get("discovered"), "by_state": dict(r.get("by_status") or {}),
+        return {"at": r.get("at"), "discovered": r.get("discovered"), "by_state": dict(_map(r.get("by_status"))),
                 "debt": r.get("debt"), "skipped": r.get("skipped"), "tables": tables,
                 "problems": list(r.get("problems") or []), "sources": list(r.get("sources") or []),
                 "breaches": r.get("breaches"), "histogram": r.get("histogram"), "history": len(self.history),
-                "pauses": list(r.get("pauses") or []), "unmatched": list(r.get("unmatched") or [])}
+                "pauses": _list(r.get("pauses")), "unmatched": _list(r.get("unmatched"))}
 
     def render(self) -> str:
         r = self.report
-        by = r.get("by_status") or {}
+        by = _map(r.get("by_status"))
         at = datetime.fromtimestamp(_num(r.get("at")), UTC).strftime("%Y-%m-%d %H:%M:%S")
         counts = ", ".join(f"{int(_num(by.get(s)))} {s}" for s in ORDER)
-        breaches = r.get("breaches") or {}
+        breaches = _map(r.get("breaches"))
         lines = [f"{int(_num(r.get('discovered')))} tables ({counts}), total debt {_num(r.get('debt')):g}; "
                  f"{int(_num(r.get('skipped')))} skipped; {int(_num(breaches.get('tables')))} past a service level; "
                  f"planned {at} UTC"]
         for row in self.rows:
-            holds = row.get("holds") or {}
+            holds = _map(row.get("holds"))
             age = holds.get("oldest_unmerged_age_seconds")
             lines.append(f"  {_num(row.get('debt')):>8g}  {clip(str(row.get('status')), 8):<8} lag "
                          f"{int(_num(holds.get('unmerged_generations'))):>4} gens "
                          f"{('-' if age is None else f'{_num(age):.0f}s'):>6}  {clip(str(row.get('table')), 300)}")
-            lines += [f"            {clip(why, 400)}" for why in row_lines(row)]
+            lines += [f"            {clip(one_line(why), 400)}" for why in row_lines(row)]  # one line each
         if len(self.rows) < _num(r.get("discovered")):
             lines.append(f"  ({int(_num(r.get('discovered'))) - len(self.rows)} more not listed: --top N)")
         return "\n".join(lines)
@@ -136,7 +146,7 @@ def _when(at: Any) -> str:
 def last_run(row: Mapping[str, Any]) -> dict[str, Any] | None:
     """A row's last cycle: when it ran, each job with its result, and the cycle's outcome (the
     worst of its jobs'): ``failed``, ``cancelled``, ``held``, ``waiting`` or ``done``."""
-    jobs = [j for j in row.get("last") or [] if isinstance(j, Mapping)]
+    jobs = [j for j in _list(row.get("last")) if isinstance(j, Mapping)]
     if not jobs:
         return None
     statuses = [str(j.get("status")) for j in jobs]
@@ -151,7 +161,7 @@ def reasons_of(row: Mapping[str, Any]) -> list[str]:
     generations when no reason says it already (:mod:`memwal.fleet.gc_wait`)."""
     from memwal.fleet.gc_wait import describe
 
-    out = [str(x) for x in row.get("reasons") or [] if not str(x).startswith("paused by ")]
+    out = [str(x) for x in _list(row.get("reasons")) if not str(x).startswith("paused by ")]
     gc = describe(row.get("gc") if isinstance(row.get("gc"), Mapping) else None)
     if gc and not any("the last GC" in x for x in out):
         out.append(f"gc: {gc}")
@@ -166,7 +176,7 @@ def row_lines(row: Mapping[str, Any]) -> list[str]:
     if isinstance(paused, Mapping):
         since = f" since {_when(paused.get('at'))}" if paused.get("at") is not None else ""
         out.append(f"paused by {paused.get('by')}{since}: {paused.get('reason')}"
-                   + (f" ({len(row.get('withheld') or [])} jobs withheld)" if row.get("withheld") else ""))
+                   + (f" ({len(_list(row.get('withheld')))} jobs withheld)" if _list(row.get("withheld")) else ""))
     out += reasons_of(row)
     last = last_run(row)
     if last is not None:

@@ -162,3 +162,21 @@ def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live()
     assert (t1["state"], t1["paused"]["by"], t1["last_run"]["outcome"]) == ("paused", "alice", "waiting")
     assert (t2["state"], t2["paused"], t2["reasons"][0]) == ("behind", None, "resumed since the last plan: "
                                                                              "its jobs run in the next round")
+
+
+@pytest.mark.parametrize("junk", [5, "text", [1, 2], {"x": 1}, None, True, [{"job": None, "status": {"a": 1}}]])
+def test_forged_run_log_and_controls_never_break_the_status_or_the_page(junk, tmp_path):
+    """Whoever writes the state's folder writes ``runs.json`` and ``controls.json``: every field
+    the live view reads may be of any type; the status and the page still render, escaped."""
+    from memwal.fleet.page import write_fleet_page
+    from memwal.fleet.status import FleetStatus, live
+
+    row = {"table": "s3://l/t1", "source": "s3://l", "status": "paused", "debt": 1.0, "reasons": junk,
+           "withheld": junk, "paused": junk, "last": junk, "gc": junk, "holds": junk, "waiting": {}}
+    report = {"at": 1.0, "discovered": 1, "by_status": junk, "top": [row, junk], "unmatched": junk, "pauses": junk}
+    runs = {"tables": {"s3://l/t1": {"at": junk, "last": junk, "gc": {"gates": junk, "at": junk, "frees": junk}}}}
+    controls_doc = {"pauses": junk, "log": junk}
+    st = FleetStatus(live(report, runs, controls_doc))
+    assert "s3://l/t1" in st.render() and st.to_dict()["tables"][0]["table"] == "s3://l/t1"
+    write_fleet_page(str(tmp_path / "page.html"), st, controls=controls_doc)
+    assert "s3://l/t1" in (tmp_path / "page.html").read_text()
