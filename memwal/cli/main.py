@@ -28,7 +28,7 @@ from memwal.cli.commands.common import (
 )
 from memwal.core.process import configure_process
 from memwal.core.text import one_line
-from memwal.errors import MemWalError, first_line
+from memwal.errors import CancelledError, MemWalError, first_line
 
 log = logging.getLogger("memwal")
 
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             log.exception("failed")
         print(f"memwal: error: {one_line(str(exc))}", file=sys.stderr)
-        write_failure(result_file, str(exc), exc.exit_code)
+        write_failure(result_file, str(exc), exc.exit_code, cancelled=isinstance(exc, CancelledError))
         return exc.exit_code
     except KeyboardInterrupt:
         print("memwal: interrupted", file=sys.stderr)

@@ -179,3 +179,28 @@ def all_shard_ids(table) -> list[str]:
     from memwal.table.shards import all_shard_manifests
 
     return list(all_shard_manifests(table.store))
+
+
+def test_a_cancelled_cycle_exits_3_and_a_cancelled_airflow_task_is_skipped_not_retried(make_table):
+    """``memwal cycle`` ends with exit 3 and the cancel's line; an Airflow task whose job was
+    cancelled is skipped (never retried, and the tasks after it are skipped too), not failed
+    as a lost lease."""
+    from airflow.sdk.exceptions import AirflowSkipException
+    from memwal.airflow.operators import MemWalMergeOperator
+
+    from tests.integration.test_airflow import context
+
+    table, _ = make_table()
+    held = Stalled(lambda: run_cli("cycle", table.uri, "--jobs", "merge,compact"), "merge.after-read")
+    cancel(table.uri)
+    held.resume()
+    run = held.outcome
+    assert run.rc == 3 and run.stderr.strip().splitlines()[-1].startswith("memwal: error: merge on ")
+    assert f"cancelled by {BY}: {WHY}" in run.stderr and "compact  not-run   not run: cancelled by" in run.stdout
+
+    op = MemWalMergeOperator(task_id="merge", table=table.uri)
+    held = Stalled(lambda: op.execute(context()), "merge.after-read")
+    cancel(table.uri)
+    held.resume()
+    assert isinstance(held.error, AirflowSkipException), held.error
+    assert f"cancelled by {BY}: {WHY}" in str(held.error) and "lease" not in str(held.error)

@@ -109,3 +109,19 @@ def test_a_fleet_run_skips_a_cancelled_table_for_the_rest_of_the_run(tmp_path):
     (replanned,) = [t for t in result.rounds[1].plan.tables if t.table == uri]
     assert replanned.jobs  # it still owes work: skipped, not idle
     assert next(read_runs(open_table(uri).store, job="catchup")).outcome == "cancelled"
+
+
+def test_fleet_run_exits_3_naming_the_cancelled_table(tmp_path):
+    from memwal.lease.cancel import request_cancel
+
+    lake = tmp_path / "lake"
+    uri = str(lake / "t")
+    model = create_base_table(uri, WL)[1]
+    write_generations(uri, WL, model)
+    held = Stalled(lambda: run_cli("fleet", "run", str(lake)), "merge.after-read", any_thread=True)
+    assert request_cancel(open_table(uri).store, "alice", "not today") == ["merge"]  # the CLI's streams are the run's
+    held.resume()
+    run = held.outcome
+    assert run.rc == 3, (run.stdout, run.stderr)
+    assert f"memwal: error: merge on {uri}: cancelled by alice: not today" in run.stderr
+    assert "merge cancelled" in run.stdout

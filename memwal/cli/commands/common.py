@@ -124,16 +124,18 @@ def check_result_file(path: str | None) -> None:
         check_output_file("--result-file", path)
 
 
-def write_failure(path: str | None, error: str, exit_code: int) -> None:
+def write_failure(path: str | None, error: str, exit_code: int, *, cancelled: bool = False) -> None:
     """Record a failed command in its ``--result-file`` (already checked writable) as
-    ``{"failure": {"error": ..., "exit_code": ...}}``: a launcher (the Airflow operator
-    around spark-submit) learns why the job failed from the file, never from log text."""
+    ``{"failure": {"error": ..., "exit_code": ..., "cancelled": ...}}``: a launcher (the Airflow
+    operator around spark-submit) learns why the job failed from the file, never from log text
+    (``cancelled``: an operator's cancel stopped it, no failure to retry)."""
     if not path:
         return
     from memwal.core.files import write_chunks
 
     try:
-        write_chunks(path, [json.dumps({"failure": {"error": error, "exit_code": exit_code}}, indent=2)])
+        failure = {"error": error, "exit_code": exit_code, "cancelled": cancelled}
+        write_chunks(path, [json.dumps({"failure": failure}, indent=2)])
     except OSError:  # the failure itself is on stderr; a result file that vanished adds nothing
         pass
 

@@ -19,7 +19,8 @@ the pauses, read and written with the same ``--storage-option`` as the sources.
 Exit codes: 0 done (held leases and waiting GCs are reasons, not failures); 1 when a table
 failed or could not be read (each named on stderr), and for ``status --check`` when a table is
 past a service level; 2 for bad input (a source with no MemWAL table included), with nothing
-written. A policy key or a pause that matches no table is a ``memwal: warning:`` line.
+written; 3 for ``run`` when an operator cancelled a table's work and none failed (each named on
+stderr). A policy key or a pause that matches no table is a ``memwal: warning:`` line.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from memwal.actions.options import ENGINES
 from memwal.cli.commands.common import (
     EXIT_FAILED,
+    EXIT_LEASE,
     EXIT_OK,
     Subparsers,
     check_output_file,
@@ -175,7 +177,10 @@ def run_run(args: argparse.Namespace) -> int:
     for failed in result.failed:
         line = f"{failed.table}: {failed.error or ''}"
         print(f"memwal: error: {one_line(line)}", file=sys.stderr)  # the path escaped too, as plan and status do
-    return _problems(doc["problems"]) or (EXIT_FAILED if result.failed else EXIT_OK)
+    cancelled = [c for r in result.results if (c := r.cancelled) is not None]
+    for c in cancelled:
+        print(f"memwal: error: {one_line(c.summary)}", file=sys.stderr)
+    return _problems(doc["problems"]) or (EXIT_FAILED if result.failed else EXIT_LEASE if cancelled else EXIT_OK)
 
 
 def run_status(args: argparse.Namespace) -> int:
