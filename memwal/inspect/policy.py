@@ -15,8 +15,9 @@ escaping would not apply either.
   keeps the page's own origin (``allow-same-origin``): a link followed inside the frame is then
   a same-site request that carries the session, where a sandboxed opaque origin made every
   link answer ``{"detail":"Not authenticated"}`` after a real login (Airflow's session cookie
-  is SameSite=Lax); and the UI's address bar follows the frame again. Links may navigate the
-  top window when clicked (``allow-top-navigation-by-user-activation``) where the frame allows it.
+  is SameSite=Lax); and the UI's address bar follows the frame again (docs/decisions/0057). Links
+  may navigate the top window when clicked (``allow-top-navigation-by-user-activation``) where
+  the frame allows it.
 """
 
 from __future__ import annotations
