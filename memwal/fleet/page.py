@@ -28,9 +28,10 @@ from memwal.fleet.status import ORDER, FleetStatus, history_points, last_run, re
 from memwal.inspect.page import fmt_age, fmt_bytes, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
 
-#: The trend charts' drawing width (viewBox units): about the width they are shown at, three
-#: to a row, so that their axis text stays readable.
-TREND_WIDTH = 480
+#: The trend charts' and the histogram's drawing widths (viewBox units): about the widths they
+#: are shown at (three trends to a row, the histogram in half of one), so that their axis text
+#: stays readable.
+TREND_WIDTH, HISTOGRAM_WIDTH = 480, 760
 
 _BADGE = {"idle": "ok", "behind": "running", "waiting": "waiting", "held": "fenced", "paused": "paused",
           "problem": "failed"}
@@ -156,7 +157,7 @@ def _histogram(report: Mapping[str, Any]) -> Any:
     bars = [Bar(label, n, f"{n:,} shards with {label} pending generations", "bad" if i > 4 else "")
             for i, (label, n) in enumerate(zip(labels, counts, strict=True))]
     return bar_chart(bars, y_label="shards", chart_id="pending-histogram",
-                     caption="shards by pending (unmerged) generations", height=180)
+                     caption="shards by pending (unmerged) generations", height=180, width=HISTOGRAM_WIDTH)
 
 
 def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = None,

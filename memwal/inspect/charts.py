@@ -87,20 +87,22 @@ def _y_axis(ticks: list[float], scale: Callable[[float], float], label: str, hei
     return out
 
 
-def bar_chart(bars: Sequence[Bar], *, y_label: str, chart_id: str, caption: str, height: int = HEIGHT) -> Markup:
+def bar_chart(bars: Sequence[Bar], *, y_label: str, chart_id: str, caption: str, height: int = HEIGHT,
+              width: int = WIDTH) -> Markup:
     """One ``rect.bar`` per item, in the given order; a zero draws a thin stub on the axis
-    so every shard stays visible. Labels under the bars when there are few of them."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, height - TOP - BOTTOM
+    so every shard stays visible. Labels under the bars when there are few of them;
+    ``width``: as :func:`line_chart` takes it."""
+    plot_w, plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
     ticks = nice_ticks(max((b.value for b in bars), default=0), 4 if plot_h > 100 else 2)
     top = ticks[-1] or 1
 
     def y_of(v: float) -> float:
         return TOP + plot_h - plot_h * v / top
 
-    parts = [f'<svg class="chart bars" id="{escape(chart_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+    parts = [f'<svg class="chart bars" id="{escape(chart_id)}" viewBox="0 0 {width} {height}" role="img" '
              f'aria-label="{escape(caption)}" data-bars="{len(bars)}">',
              f"<title>{escape(caption)}</title>"]
-    parts += _y_axis(ticks, y_of, y_label, height)
+    parts += _y_axis(ticks, y_of, y_label, height, width)
     n = max(1, len(bars))
     slot = plot_w / n
     gap = min(slot * 0.2, 6.0) if n <= 200 else 0.0
@@ -117,7 +119,7 @@ def bar_chart(bars: Sequence[Bar], *, y_label: str, chart_id: str, caption: str,
                      f'{_attrs({"label": b.label, "value": _num(b.value), **b.data})}>'
                      f"<title>{escape(b.title)}</title></rect>")
     base = TOP + plot_h
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base}" y2="{base}"/>')
+    parts.append(f'<line class="axis" x1="{LEFT}" x2="{width - RIGHT}" y1="{base}" y2="{base}"/>')
     if len(bars) <= MAX_LABELS:
         for i, b in enumerate(bars):
             cx = LEFT + (i + 0.5) * slot
