@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install bytecode test demo bench proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context
+.PHONY: install bytecode test demo bench proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context lancedb
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -58,6 +58,18 @@ $(LC_STAMP): tests/clients/lance-context.txt
 
 lance-context: $(LC_STAMP)
 
+# LanceDB, the client most people write Lance with (Lance 13 inside; it needs no pylance), in its own
+# virtual environment: the tests drive it as its users run it, a long-lived process
+# (tests/clients/lancedb_driver.py). Exact pins, what it pulls in included: tests/clients/lancedb.txt.
+LDB_VENV := .venv-ldb
+LDB_STAMP := $(LDB_VENV)/.installed
+$(LDB_STAMP): tests/clients/lancedb.txt
+	@test -x $(LDB_VENV)/bin/python || $(PYTHON) -m venv $(LDB_VENV)
+	$(LDB_VENV)/bin/python -m pip install -q -r tests/clients/lancedb.txt
+	@touch $@
+
+lancedb: $(LDB_STAMP)
+
 # Rebuild the driver JVM's class archive (after changing Java or Spark settings).
 jvm-archive: $(STAMP)
 	$(PY) -m memwal.spark.engine.jvm_archive --force
@@ -81,7 +93,7 @@ browser:
 # One worker per core (pytest-xdist), a test file stays on one worker: module fixtures (an
 # Airflow home, a Spark session) start once per file as in a serial run. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) browser typecheck docs-check
+test: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP) browser typecheck docs-check
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
@@ -120,8 +132,9 @@ SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath 
 	--driver-java-options "-Dlog4j2.configurationFile=$(abspath jobs/log4j2.properties) $$($(PY) -m memwal.spark.engine.jvm_archive --java-options)"
 
 # The demo: a table written by pylance's ShardWriter, then the whole maintenance cycle as a
-# Spark job in local mode. GC runs with no grace period and expires old versions because
-# nothing else reads the demo table; production keeps the defaults (600 s, keep versions).
+# Spark job in local mode. GC runs with no grace period, expires old versions and takes the
+# writers as gone because nothing else reads the demo table and demo-data closed its writers
+# (so GC frees every merged generation); production keeps the defaults (600 s, 7 days, a day).
 demo: $(STAMP) bytecode
 	@rm -rf $(DEMO_DIR)
 	$(VENV)/bin/memwal demo-data $(DEMO_DIR)/table
@@ -129,6 +142,7 @@ demo: $(STAMP) bytecode
 	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table --grace-seconds 0 --expire-versions 0 --writer-idle-seconds 0
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
+	@echo "GC freed the merged generations above: the demo's writers are closed, so the cycle ran with --writer-idle-seconds 0 (a live writer keeps what its view needs listed, rolled up, until it reopens: docs/clients.md)"
 	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
 
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
@@ -142,8 +156,9 @@ demo: $(STAMP) bytecode
 # runner against today's fixed per-table schedule, and the same at four times the load (2-s ticks) with the
 # runner serving tables past their service level first against by debt alone; requests a day of an idle
 # 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes; memwal against lance-context's own merger (bench/peers.py: the
-# readers' time after each, on identical copies of a lance-context store). JSON and charts in bench-results/.
-bench: $(STAMP) bytecode $(AZURITE) $(LC_STAMP)
+# readers' time after each, on identical copies of a lance-context store); a writer that never stops, 30 minutes for each client
+# (bench/steady.py: what readers open and pay, minute by minute, against cleanup_wal()). JSON and charts in bench-results/.
+bench: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP)
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
 	$(PY) -m bench.status_scale --out bench-results
@@ -159,6 +174,7 @@ bench: $(STAMP) bytecode $(AZURITE) $(LC_STAMP)
 	$(PY) -m bench.fleet --work bench-results/fleet-sim --tick 2 --phases fleet,fleet-debt --out bench-results/overload
 	$(PY) -m bench.fleet_events --out bench-results
 	$(PY) -m bench.peers --work bench-results/peers-work --out bench-results
+	$(PY) -m bench.steady --work bench-results/steady-work --out bench-results
 
 # Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
 # .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on

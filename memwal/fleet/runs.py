@@ -12,13 +12,19 @@ that any machine's next plan and the page know:
 - ``gc``: what kept its merged generations at its last GC, each gate as GC names it, and when
   they free (:mod:`memwal.fleet.gc_wait`): the plan's reasons and the page say it.
 
-Bounded: the :data:`MAX_TABLES` tables most recently run are kept.
+Bounded: the :data:`MAX_TABLES` tables most recently run are kept. Storage is untrusted input:
+every entry is rebuilt from the fields it should have, of their types, each time the log is
+rewritten (:func:`_entry`), so one malformed entry (``waiting: [1]``, a time of ``1e400``) is
+read as what it holds of use and never stops a run from recording its tables' results.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from memwal.core.json_doc import finite, list_of
+from memwal.fleet.gc_wait import MAX_GATES
 
 if TYPE_CHECKING:
     from memwal.cycle import CycleResult
@@ -27,6 +33,10 @@ if TYPE_CHECKING:
 MAX_FAILURES = 10
 MAX_TABLES = 20_000
 MAX_TEXT = 500
+#: Waits kept per table (one a job: a stored entry with more is junk).
+MAX_WAITS = 16
+#: Longest text kept of what frees a GC's generations (several gates' sentences).
+MAX_FREES = 2000
 
 
 def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[str, Any]], *, now: float,
@@ -42,15 +52,14 @@ def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[st
     waits = dict(gc_waits or {})
 
     def change(doc: dict[str, Any]) -> dict[str, Any]:
-        tables = {k: dict(v) for k, v in (doc.get("tables") or {}).items() if isinstance(v, Mapping)}
+        tables = {str(k): _entry(v) for k, v in _tables(doc).items()}
         for r in docs:
-            entry = tables.pop(str(r["table"]), {})
+            entry = tables.pop(str(r["table"]), None) or _entry({})
             entry["at"] = now
-            entry["last"] = [_job(j, now) for j in r["jobs"] if j["status"] != "not-run"] or entry.get("last", [])
-            failures = [f for f in entry.get("failures") or [] if isinstance(f, Mapping)]
-            failures += [_job(j, now) for j in r["jobs"] if j["status"] == "failed"]
-            entry["failures"] = failures[-MAX_FAILURES:]
-            waiting = {k: v for k, v in (entry.get("waiting") or {}).items() if isinstance(v, int | float) and v > now}
+            entry["last"] = [_job(j, now) for j in r["jobs"] if j["status"] != "not-run"] or entry["last"]
+            entry["failures"] = (entry["failures"] + [_job(j, now) for j in r["jobs"] if j["status"] == "failed"]
+                                 )[-MAX_FAILURES:]
+            waiting = {j: t for j, t in entry["waiting"].items() if t > now}
             for j in r["jobs"]:
                 if j["status"] == "waiting":
                     waiting[j["job"]] = now + retry_after(str(r["table"]))
@@ -60,10 +69,7 @@ def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[st
             table = str(r["table"])
             if table in waits:
                 wait = waits[table]
-                if wait is None:
-                    entry.pop("gc", None)
-                else:
-                    entry["gc"] = {**wait, "retry_at": waiting.get("gc")}
+                entry["gc"] = None if wait is None else _stored_gc({**wait, "retry_at": waiting.get("gc")})
             tables[table] = entry  # last: the most recently run at the end
         return {**doc, "tables": dict(list(tables.items())[-MAX_TABLES:])}
 
@@ -76,38 +82,81 @@ def _job(j: Mapping[str, Any], now: float) -> dict[str, Any]:
             if j.get("error") else None, "exit_code": j.get("exit_code")}
 
 
+def _tables(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    tables = doc.get("tables")
+    return tables if isinstance(tables, Mapping) else {}
+
+
+def _stored_job(j: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's outcome as stored, rebuilt from its fields (anything else dropped)."""
+    code = j.get("exit_code")
+    return {"at": finite(j.get("at")), "job": str(j.get("job") or "")[:MAX_TEXT],
+            "status": str(j.get("status") or "")[:MAX_TEXT], "summary": str(j.get("summary") or "")[:MAX_TEXT],
+            "error": str(j["error"])[:MAX_TEXT] if j.get("error") else None,
+            "exit_code": code if isinstance(code, int) and not isinstance(code, bool) and 0 <= code < 256 else None}
+
+
+def _stored_gc(value: Any) -> dict[str, Any] | None:
+    """What kept a table's merged generations at its last GC (:func:`memwal.fleet.gc_wait.gc_wait`)
+    rebuilt from its fields: the first ``MAX_GATES`` gate combinations (as many as it names) with their counts,
+    bounded times and counts, the text clipped (None: not a mapping)."""
+    if not isinstance(value, Mapping):
+        return None
+    gates = value.get("gates")
+    named = {str(g)[:MAX_TEXT]: int(n) for g, v in list(gates.items() if isinstance(gates, Mapping) else ())[:MAX_GATES]
+             if (n := finite(v)) is not None and n >= 0}
+    blocked = finite(value.get("blocked"))
+    return {"at": finite(value.get("at")), "gates": named, "blocked": int(blocked) if blocked and blocked > 0 else 0,
+            "frees_at": finite(value.get("frees_at")), "frees": str(value.get("frees") or "")[:MAX_FREES],
+            "retry_at": finite(value.get("retry_at"))}
+
+
+def _entry(value: Any) -> dict[str, Any]:
+    """A table's entry rebuilt from what a stored one holds of use: the jobs' outcomes that are
+    mappings, the waits that are bounded times, its last GC's wait (:func:`_stored_gc`)."""
+    entry = value if isinstance(value, Mapping) else {}
+    jobs = {key: [_stored_job(j) for j in list_of(entry.get(key)) if isinstance(j, Mapping)]
+            for key in ("last", "failures")}
+    waiting = entry.get("waiting")
+    due = {str(k)[:MAX_TEXT]: t for k, v in list(waiting.items() if isinstance(waiting, Mapping) else ())[:MAX_WAITS]
+           if (t := finite(v)) is not None}
+    return {"at": finite(entry.get("at")), "last": jobs["last"][-MAX_FAILURES:],
+            "failures": jobs["failures"][-MAX_FAILURES:], "waiting": due, "gc": _stored_gc(entry.get("gc"))}
+
+
 def backoff_of(doc: Mapping[str, Any], now: float) -> dict[str, dict[str, float]]:
     """Per table, job -> the time before which it is not planned again."""
     out: dict[str, dict[str, float]] = {}
-    for table, entry in (doc.get("tables") or {}).items():
+    for table, entry in _tables(doc).items():
         waiting = entry.get("waiting") if isinstance(entry, Mapping) else None
         if isinstance(waiting, Mapping):
-            due = {str(j): float(t) for j, t in waiting.items() if isinstance(t, int | float) and t > now}
+            due = {str(j): t for j, v in waiting.items() if (t := finite(v)) is not None and t > now}
             if due:
                 out[str(table)] = due
     return out
 
 
 def last_gcs(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """Per table, what kept its merged generations at its last GC (see :func:`record_results`)."""
+    """Per table, what kept its merged generations at its last GC (see :func:`record_results`),
+    rebuilt from its fields (:func:`_stored_gc`)."""
     out: dict[str, Mapping[str, Any]] = {}
-    for table, entry in (doc.get("tables") or {}).items():
-        gc = entry.get("gc") if isinstance(entry, Mapping) else None
-        if isinstance(gc, Mapping):
+    for table, entry in _tables(doc).items():
+        gc = _stored_gc(entry.get("gc")) if isinstance(entry, Mapping) else None
+        if gc is not None:
             out[str(table)] = gc
     return out
 
 
-def entry_of(doc: Mapping[str, Any], table: str) -> Mapping[str, Any]:
-    entry = (doc.get("tables") or {}).get(table)
-    return entry if isinstance(entry, Mapping) else {}
+def entry_of(doc: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """A table's entry, rebuilt from what the stored one holds of use (:func:`_entry`)."""
+    return _entry(_tables(doc).get(table))
 
 
 def failures_of(doc: Mapping[str, Any], table: str | None = None) -> list[dict[str, Any]]:
     """Failures, newest first: of one table, or of every table (each with its table)."""
-    tables = [table] if table is not None else list(doc.get("tables") or {})
-    out = [{"table": t, **f} for t in tables for f in entry_of(doc, t).get("failures") or [] if isinstance(f, Mapping)]
-    return sorted(out, key=lambda f: -float(f.get("at") or 0.0))
+    tables = [table] if table is not None else [str(t) for t in _tables(doc)]
+    out = [{"table": t, **f} for t in tables for f in entry_of(doc, t)["failures"]]
+    return sorted(out, key=lambda f: -(f["at"] or 0.0))
 
 
 __all__ = ["MAX_FAILURES", "backoff_of", "entry_of", "failures_of", "last_gcs", "record_results"]

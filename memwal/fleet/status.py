@@ -20,25 +20,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.core.json_doc import finite
+from memwal.core.json_doc import list_of as _list
+from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip, one_line
 from memwal.fleet.plan import STATUSES, FleetPlan
 
 ORDER = (*STATUSES, "problem")
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    """A stored mapping (anything else: empty)."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    """A stored list (anything else: none; storage is untrusted)."""
-    return value if isinstance(value, list) else []
-
-
 def _num(value: Any) -> float:
-    """A figure from a stored report (storage is untrusted: anything else is 0)."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    """A figure from a stored report (storage is untrusted: anything but a bounded finite number is 0)."""
+    return finite(value) or 0.0
 
 
 def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
@@ -46,11 +39,14 @@ def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
     """``report`` with what changed since its plan (``runs``: the state's run log; ``controls``:
     its controls document; None: not read): each listed table's last run and GC wait, and the
     pauses in force now (the policy's, as planned, and the state's, live) with the counts by
-    status moved to match. The plan's own figures (debt, reasons) stay the plan's."""
-    from memwal.fleet.controls import Controls, Pause
+    status moved to match. The plan's own figures (debt, reasons) stay the plan's. A pause in
+    the state that memwal did not write is shown as such and holds nothing
+    (:func:`memwal.fleet.controls.stored_pauses`)."""
+    from memwal.fleet.controls import Controls, Pause, stored_pauses
     from memwal.fleet.runs import entry_of
 
     out = dict(report)
+    state = None if controls is None else Controls().with_state(controls)  # read once: its warnings once
     by = {str(k): int(_num(v)) for k, v in _map(report.get("by_status")).items()}
     rows = []
     for row in _list(report.get("top")):
@@ -59,14 +55,14 @@ def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
         r = dict(row)
         table, status = str(r.get("table")), str(r.get("status"))
         entry = entry_of(runs or {}, table)
-        if entry:
-            r.update(last=_list(entry.get("last"))[:5], last_at=entry.get("at"), gc=entry.get("gc"))
-        if controls is not None:
+        if entry["at"] is not None or entry["last"]:  # the run log has the table
+            r.update(last=entry["last"][:5], last_at=entry["at"], gc=entry["gc"])
+        if state is not None:
             planned = r.get("paused") if isinstance(r.get("paused"), Mapping) else None
             policy = () if planned is None or planned.get("origin") != "policy" else (
                 Pause(str(planned.get("target")), str(planned.get("by")), str(planned.get("reason")),
                       origin="policy"),)
-            now = Controls(policy).with_state(controls).paused(table, str(r.get("source") or ""))
+            now = (Controls(policy + state.pauses) if policy else state).paused(table, str(r.get("source") or ""))
             r["reasons"] = [x for x in _list(r.get("reasons")) if not str(x).startswith("paused by ")]
             r["paused"] = None if now is None else now.to_dict()
             moved = "paused" if now is not None else (
@@ -80,7 +76,7 @@ def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
         rows.append(r)
     out.update(top=rows, by_status=by)
     if controls is not None:
-        out["pauses"] = [p for p in _list(controls.get("pauses")) if isinstance(p, Mapping)]
+        out["pauses"] = [p.to_dict() for p in stored_pauses(controls)]
     return out
 
 
@@ -94,7 +90,7 @@ class FleetStatus(Document):
 
     @property
     def rows(self) -> list[Mapping[str, Any]]:
-        return [r for r in self.report.get("top") or [] if isinstance(r, Mapping)]
+        return [r for r in _list(self.report.get("top")) if isinstance(r, Mapping)]
 
     def to_dict(self) -> dict[str, Any]:
         r = self.report
@@ -111,14 +107,21 @@ class FleetStatus(Document):
                 "last_run": last_run(row)})
         return {"at": r.get("at"), "discovered": r.get("discovered"), "by_state": dict(_map(r.get("by_status"))),
                 "debt": r.get("debt"), "skipped": r.get("skipped"), "tables": tables,
-                "problems": list(r.get("problems") or []), "sources": list(r.get("sources") or []),
+                "problems": [{"table": clip(p["table"], 1000), "error": clip(p["error"], 1000)}
+                             for p in _list(r.get("problems")) if isinstance(p, Mapping)
+                             and isinstance(p.get("table"), str) and isinstance(p.get("error"), str)],
+                "sources": list(_list(r.get("sources"))),
                 "breaches": r.get("breaches"), "histogram": r.get("histogram"), "history": len(self.history),
-                "pauses": _list(r.get("pauses")), "unmatched": _list(r.get("unmatched"))}
+                "pauses": [p for p in _list(r.get("pauses")) if isinstance(p, Mapping)],
+                "unmatched": [clip(u, 1000) for u in _list(r.get("unmatched")) if isinstance(u, str)]}
 
     def render(self) -> str:
         r = self.report
         by = _map(r.get("by_status"))
-        at = datetime.fromtimestamp(_num(r.get("at")), UTC).strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            at = datetime.fromtimestamp(_num(r.get("at")), UTC).strftime("%Y-%m-%d %H:%M:%S")
+        except (OverflowError, OSError, ValueError):
+            at = "-"
         counts = ", ".join(f"{int(_num(by.get(s)))} {s}" for s in ORDER)
         breaches = _map(r.get("breaches"))
         lines = [f"{int(_num(r.get('discovered')))} tables ({counts}), total debt {_num(r.get('debt')):g}; "
@@ -126,7 +129,7 @@ class FleetStatus(Document):
                  f"planned {at} UTC"]
         for row in self.rows:
             holds = _map(row.get("holds"))
-            age = holds.get("oldest_unmerged_age_seconds")
+            age = finite(holds.get("oldest_unmerged_age_seconds"))
             lines.append(f"  {_num(row.get('debt')):>8g}  {clip(str(row.get('status')), 8):<8} lag "
                          f"{int(_num(holds.get('unmerged_generations'))):>4} gens "
                          f"{('-' if age is None else f'{_num(age):.0f}s'):>6}  {clip(str(row.get('table')), 300)}")
@@ -205,7 +208,7 @@ def publish(plan: FleetPlan, report: Mapping[str, Any]) -> None:
 
 def history_points(history: Sequence[Mapping[str, Any]], limit: int = 240) -> list[Mapping[str, Any]]:
     """At most ``limit`` points of the history, evenly spread, the newest always kept."""
-    points = [p for p in history if isinstance(p, Mapping) and isinstance(p.get("at"), int | float)]
+    points = [p for p in history if isinstance(p, Mapping) and finite(p.get("at")) is not None]
     if len(points) <= limit:
         return points
     step = len(points) / limit
