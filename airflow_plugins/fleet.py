@@ -171,10 +171,13 @@ class FleetConfig:
                                           metadata={"schema": False})
     path: str = field(default="", compare=False, metadata={"schema": False})
 
-    def source_of(self, uri: str) -> FleetSource | None:
-        """The source whose tables include the table ``uri`` (it, or a root above it; None: none)."""
-        return next((s for s in self.sources if uri == s.source.rstrip("/")
-                     or uri.startswith(s.source.rstrip("/") + "/")), None)
+    def source_of(self, uri: str, prefer: str | None = None) -> FleetSource | None:
+        """The source whose tables include the table ``uri`` (``prefer`` first; None: none),
+        checked against each source's roots (:func:`memwal.fleet.sources.source_of`)."""
+        from memwal.fleet.sources import source_of
+
+        name = source_of([(s.source, s.properties) for s in self.sources], uri, prefer=prefer)
+        return None if name is None else self.source(name)
 
     def source(self, name: str) -> FleetSource:
         found = next((s for s in self.sources if s.source == name), None)

@@ -114,18 +114,16 @@ def fleet_table(uri: str) -> tuple[str, dict[str, str]]:
     """The URI and storage options of a table the last plan named (``LookupError``: none such)."""
     from memwal.airflow.fleet import load_fleet_config, storage_options_of
 
-    from memwal.fleet.sources import source_of
-
     config = load_fleet_config()
     _, report, _ = _last(config)
     named = named_tables(report)
     if uri not in named:
         raise LookupError(f"no table {uri!r} in the fleet's last plan")
     # the report is storage: the source a row names is a hint, the URI is checked against its roots every time
-    source = source_of([(s.source, s.properties) for s in config.sources], uri, prefer=named[uri] or None)
+    source = config.source_of(uri, prefer=named[uri] or None)
     if source is None:
         raise LookupError(f"no source of the fleet holds {uri!r}")
-    return uri, storage_options_of(config.source(source))
+    return uri, storage_options_of(source)
 
 
 def add_routes(app: FastAPI, secured: Secure, page_css: str, error_page: ErrorPage) -> None:

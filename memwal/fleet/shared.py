@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memwal.core import clock as clocks
+from memwal.core.json_doc import list_of
 from memwal.fleet.cache import ProbeCache
-from memwal.fleet.controls import matches
+from memwal.fleet.controls import MAX_GLOB_PAUSES, Controls, is_glob, matches
 from memwal.fleet.plan import FleetPlan, plan_fleet
 from memwal.fleet.policy import Policy
 from memwal.fleet.report import last_report, patch_report, report_of, save_report
@@ -29,6 +30,8 @@ from memwal.fleet.state import CONTROLS, RUNS, FleetState
 #: ``exclude``: folders to leave out, the state's own).
 Discover = Callable[[frozenset[str], frozenset[str]], Discovery]
 DEFAULT_TOP = 50
+#: Pauses that match no table named one by one (the others counted).
+MAX_UNMATCHED_PAUSES = 10
 
 
 @dataclass
@@ -77,7 +80,7 @@ def plan_shared(discover: Discover, policy: Policy, *, state: FleetState | None 
         partial = last is not None and not covers(found, last)
     if not found.problems and not partial:
         cache.keep_only(frozenset(t.uri for t in found.tables))
-    unmatched = [] if partial or found.problems else _unmatched(policy, controls_doc, found)  # every table known
+    unmatched = [] if partial or found.problems else _unmatched(policy, controls, found)  # every table known
     report = report_of(plan, top=top, runs=runs, controls=controls_doc, unmatched=unmatched)
     if partial and state is not None:
         report = patch_report(last, report, top=top)
@@ -96,20 +99,31 @@ def covers(found: Discovery, report: Mapping[str, Any]) -> bool:
     """Whether a discovery covers every source of a report (each one, or a root above it): then
     its plan is the whole fleet's, and replaces the report."""
     planned = {t.source for t in found.tables} | {p.source for p in found.problems}
-    before = {str(s.get("source")) for s in report.get("sources") or [] if isinstance(s, Mapping)}
+    before = {str(s.get("source")) for s in list_of(report.get("sources")) if isinstance(s, Mapping)}
     return all(any(old == new or old.startswith(new.rstrip("/") + "/") for new in planned) for old in before)
 
 
-def _unmatched(policy: Policy, controls: Mapping[str, Any], found: Discovery) -> list[str]:
-    """The policy's keys and the state's pauses that name no table found (see
-    :meth:`memwal.fleet.policy.Policy.unmatched`)."""
-    from memwal.fleet.controls import Controls
-
+def _unmatched(policy: Policy, controls: Controls, found: Discovery) -> list[str]:
+    """The policy's keys and the state's pauses in force that name no table found (see
+    :meth:`memwal.fleet.policy.Policy.unmatched`). ``controls.json`` is storage: a pause's
+    exact target is looked up, only the globs the plan matches are matched (the first
+    :data:`~memwal.fleet.controls.MAX_GLOB_PAUSES`; the others are ignored, and said so when
+    read), and the first :data:`MAX_UNMATCHED_PAUSES` are named, the others counted."""
     refs = [(t.uri, t.source) for t in found.tables]
     out = policy.unmatched(refs)
-    for p in Controls().with_state(controls).pauses:
-        if not any(matches(p.target, uri, source) for uri, source in refs):
-            out.append(f"pause of {p.target} (memwal fleet pause, by {p.by}): matches no table of the fleet")
+    names = {uri for uri, _ in refs} | {source for _, source in refs}
+    globs, unmatched = 0, []
+    for p in controls.pauses:  # the policy's first, as the plan counts its globs
+        glob = is_glob(p.target)
+        globs += glob
+        if p.origin != "state" or p.target in names or glob and (
+                globs > MAX_GLOB_PAUSES or any(matches(p.target, uri, source) for uri, source in refs)):
+            continue
+        unmatched.append(p)
+    out += [f"pause of {p.target} (memwal fleet pause, by {p.by}): matches no table of the fleet"
+            for p in unmatched[:MAX_UNMATCHED_PAUSES]]
+    if len(unmatched) > MAX_UNMATCHED_PAUSES:
+        out.append(f"{len(unmatched) - MAX_UNMATCHED_PAUSES} more pauses match no table of the fleet")
     return out
 
 

@@ -150,7 +150,9 @@ def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live()
     runs = {"tables": {"s3://l/t1": {"at": 20.0, "last": [
         {"at": 20.0, "job": "merge", "status": "done", "summary": "v5: 3 generations"},
         {"at": 20.0, "job": "gc", "status": "waiting", "summary": "0 deleted, 6 blocked"}]}}}
-    controls_doc = {"pauses": [{"target": "s3://l/t1", "by": "alice", "reason": "backfill", "at": 15.0}]}
+    pause = {"target": "s3://l/t1", "by": "alice", "reason": "backfill", "at": 15.0}
+    # as memwal fleet pause writes it (no fleet key set): the pause and its entry in the log
+    controls_doc = {"pauses": [pause], "log": [{"action": "pause", **pause}]}
     st = FleetStatus(live(report, runs, controls_doc))
     text = st.render()
     assert all(r in text for r in reasons)  # none dropped after four
@@ -180,3 +182,21 @@ def test_forged_run_log_and_controls_never_break_the_status_or_the_page(junk, tm
     assert "s3://l/t1" in st.render() and st.to_dict()["tables"][0]["table"] == "s3://l/t1"
     write_fleet_page(str(tmp_path / "page.html"), st, controls=controls_doc)
     assert "s3://l/t1" in (tmp_path / "page.html").read_text()
+
+
+def test_the_state_pauses_that_match_no_table_are_looked_up_and_bounded():
+    """``controls.json`` is storage: a plan names the state's pauses that match no table, the
+    first ten, and counts the others; an exact target is looked up, a glob matched, a policy
+    pause is the policy's own warning."""
+    from memwal.fleet.shared import MAX_UNMATCHED_PAUSES, _unmatched
+    from memwal.fleet.sources_model import Discovery, TableRef
+
+    found = Discovery((TableRef("s3://l/t1", "s3://l", {}), TableRef("s3://l/t2", "s3://l", {})), (), ())
+    gone = [controls.Pause(f"s3://l/gone{i:02d}", "ops", "r") for i in range(MAX_UNMATCHED_PAUSES + 3)]
+    held = [controls.Pause("s3://l/t1", "ops", "r"), controls.Pause("s3://l", "ops", "r"),
+            controls.Pause("s3://l/t*", "ops", "r")]
+    policy = policy_from({"paused": {"s3://l/old": {"by": "ops", "reason": "r"}}})
+    out = _unmatched(policy, controls.Controls(policy.controls().pauses + tuple(held + gone)), found)
+    assert out == ['policy paused."s3://l/old": matches no table of the fleet'] + [
+        f"pause of s3://l/gone{i:02d} (memwal fleet pause, by ops): matches no table of the fleet"
+        for i in range(MAX_UNMATCHED_PAUSES)] + ["3 more pauses match no table of the fleet"]
