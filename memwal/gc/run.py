@@ -39,7 +39,7 @@ from memwal.core import clock as clocks
 from memwal.core import steps
 from memwal.core.retry import is_conflict
 from memwal.errors import StateMovedError, UnsafePathError, first_line
-from memwal.gc.delete import Target, check_under
+from memwal.gc.delete import Target, check_under, delete_prefixes
 from memwal.gc.drain import MOVED, DoneDrain, ShardCompaction, write_compaction
 from memwal.gc.engine import GcEngine, LocalGcEngine
 from memwal.gc.gates import REPAIR_REFUSED, ROLLUP_FAILED, UNSAFE_PATH
@@ -141,7 +141,7 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
         steps.step("gc.before-rollup")
         try:
             rolled.setdefault(r.shard_id, []).append(
-                write_rollup(table, r, remove_staging=partial(_remove_staging, table, engine, lease)))
+                write_rollup(table, r, remove_staging=partial(_remove_staging, table, lease)))
         except (RollupError, StateMovedError) as exc:
             failed[r.shard_id] = (ROLLUP_FAILED, str(exc))
     drains = {d.shard_id: d for d in plan.drains if d.generations}
@@ -178,10 +178,13 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
             done, written, moved)
 
 
-def _remove_staging(table: Table, engine: GcEngine, lease: Lease | None, prefix: str) -> None:
-    """Delete a rollup's staging folder through GC's own deletion (link-safe, ours only)."""
+def _remove_staging(table: Table, lease: Lease | None, prefix: str) -> None:
+    """Delete a rollup's staging folder through GC's own deletion (link-safe, ours only), here:
+    one small folder. The lease is checked before each batch, but these checks are no safe
+    points (an engine's are): the rollup is half-done until its staging is gone, so an
+    operator's cancel stops the run at the next rollup's check, not here."""
     listed = tuple(table.store.list(prefix + "/"))
-    engine.delete_prefixes(table, [Target(prefix, listed)], lease, None)
+    delete_prefixes(table.store, [Target(prefix, listed)], before_batch=lease.check if lease else None)
 
 
 def _delete(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, orphans: bool) -> GcResult:

@@ -8,8 +8,8 @@ at its next renewal:
 
 - at a check where nothing is half-done (before a job reads or commits anything, after a
   merge read its batch and before its first commit, before a compaction or a catch-up commits
-  what its tasks built, before GC's marker, its drain and each batch of deletes, and when the
-  job's work is done), it raises :class:`~memwal.errors.CancelledError` (exit code 3); the
+  what its tasks built, before GC's marker, each repair and rollup, its drain and each batch
+  of deletes, and when the job's work is done), it raises :class:`~memwal.errors.CancelledError` (exit code 3); the
   job's ``with`` releases its leases as on any exit (the release writes a record without the
   request), and its history record says ``cancelled``, by whom and why;
 - at any other check (between two commits of one merge) it goes on to its next safe point,

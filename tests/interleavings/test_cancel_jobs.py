@@ -175,6 +175,36 @@ def test_a_cancel_stops_a_spark_gc_before_its_next_round_of_deletes(make_table, 
     assert lsm_rows(table) == model.sorted_rows()
 
 
+def test_a_cancel_stops_gc_between_two_rollups_its_staging_removed(make_table):
+    """A live writer's view needs its merged generations listed, so GC rolls each shard's up
+    (issue 54). Held right after the first rollup's check, GC is asked to stop: it writes that
+    rollup and removes its staging (not a safe point: the rollup is half-done until then), then
+    stops at the next rollup's check. Its folder is left unlisted (what a crash there leaves);
+    no shard manifest is rewritten, no table version made, nothing deleted."""
+    table, model = make_table()
+    t = memwal.open(table.uri)
+    assert t.merge(max_generations=2).ok and t.merge().ok and t.catchup().ok
+    version, rows, before = table.dataset().version, lsm_rows(table), tree_digest(table.uri)
+    flags = ["--grace-seconds", "0", "--expire-versions", "never"]  # the writers live: rollups, no drains
+    held = Stalled(lambda: run_cli("gc", table.uri, "--json", *flags), "gc.before-rollup")
+    assert cancel(table.uri)["cancelled"] == ["gc"]
+    held.resume()
+    assert held.error is None, held.error
+    run = held.outcome
+    assert run.rc == 3 and f"cancelled by {BY}: {WHY}" in run.stderr, run.stderr
+
+    after = tree_digest(table.uri)
+    assert not set(before) - set(after)  # nothing deleted
+    assert [k for k in before if before[k] != after[k]] == []  # no shard manifest rewritten
+    written = {"/".join(k.split("/")[:3]) for k in set(after) - set(before)
+               if not k.startswith(("_mem_wal/_jobs/", "_mem_wal/_staging/"))}
+    assert len(written) == 1 and "_gen_" in written.pop()  # the one rollup folder written before the cancel
+    assert [k for k in after if k.startswith("_mem_wal/_staging/rollup-")] == []  # its staging removed
+    table = memwal.open(table.uri).table
+    assert table.dataset().version == version and lsm_rows(table) == rows == model.sorted_rows()
+    assert_cancelled_run(table, "gc", ["gc"])
+
+
 def all_shard_ids(table) -> list[str]:
     from memwal.table.shards import all_shard_manifests
 
