@@ -19,25 +19,15 @@ import lance
 import pyarrow as pa
 
 from memwal.demo import Workload
-from memwal.table.naming import bitrev64, manifest_key
+from memwal.table.naming import bitrev64
 from memwal.table.shards import all_shard_manifests, read_shard_manifests
 from tests.adversarial.test_forged_commits import claim, forge_data_commit, plant_intent
 from tests.clients.pylance_client import client_view
-from tests.conftest import table_rows
+from tests.conftest import commit_shard_manifest, table_rows
 from tests.helpers import memwal_program, run_cli, run_watched
 
 FIVE = Workload(base_rows=200, shards=2, generations=5, rows_per_generation=30, seed=56)
 ZERO = ("--grace-seconds", "0", "--writer-idle-seconds", "0")
-
-
-def commit_manifest(table, shard: str, edit) -> None:
-    """The next version of ``shard``'s manifest, edited, as a writer or compactor writes one."""
-    state = all_shard_manifests(table.store)[shard]
-    m = type(state.manifest)()
-    m.CopyFrom(state.manifest)
-    m.version = state.version + 1
-    edit(m)
-    table.store.put(manifest_key(shard, m.version), m.SerializeToString())
 
 
 def folders(table, shard: str) -> dict[int, str]:
@@ -52,7 +42,7 @@ def test_a_forged_drain_of_unmerged_generations_is_not_believed(make_table, cana
     table, model = make_table(FIVE)
     assert run_cli("merge", table.uri, "--max-generations", "2").rc == 0
     a, _b = sorted(all_shard_manifests(table.store))
-    commit_manifest(table, a, lambda m: [m.sstables.remove(s) for s in list(m.sstables) if s.generation <= 4])
+    commit_shard_manifest(table, a, lambda m: [m.sstables.remove(s) for s in list(m.sstables) if s.generation <= 4])
     run = run_cli("gc", table.uri, *ZERO, "--expire-versions", "0", "--json")
     assert run.rc == 0, run.stderr
     doc = json.loads(run.stdout)
@@ -68,7 +58,7 @@ def test_a_drain_that_lists_nothing_loses_no_folder(make_table, canary):
     finds nothing to do, and GC deletes no folder above the recorded progress."""
     table, _ = make_table(FIVE)
     a, _b = sorted(all_shard_manifests(table.store))
-    commit_manifest(table, a, lambda m: m.ClearField("sstables"))
+    commit_shard_manifest(table, a, lambda m: m.ClearField("sstables"))
     assert run_cli("merge", table.uri).rc == 0
     before = set(folders(table, a))
     run = run_cli("gc", table.uri, *ZERO, "--expire-versions", "0", "--json")
@@ -117,7 +107,7 @@ def test_a_current_generation_of_two_to_the_sixty_two_stops_its_shard_only(make_
     generation merged): the shard is broken, named, and no folder of it goes."""
     table, _ = make_table(FIVE)
     a, b = sorted(all_shard_manifests(table.store))
-    commit_manifest(table, a, lambda m: (m.ClearField("sstables"), setattr(m, "current_generation", 1 << 62)))
+    commit_shard_manifest(table, a, lambda m: (m.ClearField("sstables"), setattr(m, "current_generation", 1 << 62)))
     run = run_watched([memwal_program(), "gc", table.uri, *ZERO, "--expire-versions", "0"], kill_after=120)
     assert run.peak_mb < 600 and run.rc == 1 and a in run.stdout + run.stderr
     assert set(folders(table, a)) == {1, 2, 3, 4, 5}
@@ -133,7 +123,7 @@ def test_a_ten_megabyte_manifest_is_not_read(make_table, canary):
         for g in range(6, 300_001):
             m.sstables.add(generation=g, path=f"deadbeef_gen_{g}")
 
-    commit_manifest(table, a, many)
+    commit_shard_manifest(table, a, many)
     run = run_watched([memwal_program(), "verify", table.uri], kill_after=120)
     assert run.rc == 1 and "bytes, over the" in run.stdout + run.stderr
     assert run.seconds < 60 and run.peak_mb < 600

@@ -283,6 +283,8 @@ def test_a_restart_reads_alike_with_and_without_memwal_and_memwals_drain_heals_i
             continue
         assert seen[0] == seen[1] and "from_sorted_iter called with non-sorted input" in seen[1], seen
         assert doubly_indexed(control) == {max(listed(control))} and doubly_indexed(treated) == set(listed(treated))
+        check = run_cli("verify", control)  # verify fails where the client's read fails, naming it
+        assert check.rc == 1 and "listed-key-indexes-unique" in check.stdout, check.stdout
         assert run_cli("cycle", treated, *cycle).rc == 0  # the replaying process is gone: merged, drained
         assert listed(treated) == [] and folders(treated) == set()
         assert restart(treated, [], {**at, "after": after[0]}) == "model"
