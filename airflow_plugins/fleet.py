@@ -115,6 +115,26 @@ class Events:
 
 
 @dataclass(frozen=True)
+class Notifier:
+    """An Airflow notifier (a ``BaseNotifier`` subclass, e.g. the Slack or SMTP provider's) the
+    ``slo`` task calls when tables are past their service levels after a run."""
+
+    notifier: str = field(metadata={"help": "the notifier class's dotted path, e.g. "
+                                            "airflow.providers.slack.notifications.slack.SlackNotifier"})
+    args: Mapping[str, str] = field(default_factory=dict, metadata={
+        "help": "its keyword arguments; templated with the task's context, where memwal_slo holds the breaches "
+                "(memwal_slo.message, memwal_slo.tables, memwal_slo.count)"})
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """How the fleet alerts: through Airflow's notifiers, never by failing a run that succeeded."""
+
+    notifiers: tuple[Notifier, ...] = field(default=(), metadata={
+        "help": "called, with the breaches, when tables are past their service levels after a run"})
+
+
+@dataclass(frozen=True)
 class FleetConfig:
     """The ``memwal_fleet`` DAG's settings (see the module docstring)."""
 
@@ -144,10 +164,20 @@ class FleetConfig:
     asset_alias: str | None = field(default="memwal-merged", metadata={
         "help": "the AssetAlias a table's merge commit emits its Asset event through (null: none)"})
     tags: tuple[str, ...] = field(default=(), metadata={"help": "more DAG tags"})
+    alerts: Alerts = field(default_factory=Alerts, metadata={
+        "help": "alerts on service-level breaches after a run (Airflow notifiers); the DAG run stays green"})
     #: The parsed policy document (for the record); :attr:`policy` is the checked policy.
     policy_doc: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False,
                                           metadata={"schema": False})
     path: str = field(default="", compare=False, metadata={"schema": False})
+
+    def source_of(self, uri: str, prefer: str | None = None) -> FleetSource | None:
+        """The source whose tables include the table ``uri`` (``prefer`` first; None: none),
+        checked against each source's roots (:func:`memwal.fleet.sources.source_of`)."""
+        from memwal.fleet.sources import source_of
+
+        name = source_of([(s.source, s.properties) for s in self.sources], uri, prefer=prefer)
+        return None if name is None else self.source(name)
 
     def source(self, name: str) -> FleetSource:
         found = next((s for s in self.sources if s.source == name), None)
@@ -188,7 +218,8 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
     sources = tuple(_source(s, i, base, path) for i, s in enumerate(doc["sources"]))
     budget = Budget(**(doc.get("budget") or {}))
     spark = doc.get("spark") or {}
-    given = {k: v for k, v in doc.items() if k not in ("sources", "policy", "budget", "spark", "state", "events")}
+    given = {k: v for k, v in doc.items() if k not in ("sources", "policy", "budget", "spark", "state", "events",
+                                                       "alerts")}
     for key in ("jobs", "tags"):
         if key in given:
             given[key] = tuple(given[key])
@@ -196,6 +227,8 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
         given["cache"] = os.path.normpath(os.path.join(base, given["cache"]))
     given["state"] = _state(doc.get("state"), base, path)
     given["events"] = Events(**doc["events"]) if doc.get("events") else None
+    given["alerts"] = Alerts(tuple(Notifier(str(n["notifier"]), _texts(n.get("args")))
+                                   for n in (doc.get("alerts") or {}).get("notifiers") or []))
     return FleetConfig(sources=sources, policy=policy, policy_doc=doc.get("policy") or {}, budget=budget,
                        spark=SparkSettings(spark.get("conn_id") or "spark_default", spark.get("conf") or {},
                                            spark.get("env") or {}, spark.get("submit") or {}),
@@ -245,6 +278,28 @@ def state_of(config: FleetConfig) -> FleetState | None:
 
 def _texts(values: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in (values or {}).items()}
+
+
+def notifiers_of(config: FleetConfig) -> list[Any]:
+    """The config's alert notifiers, built (each a ``BaseNotifier``: anything else is refused)."""
+    import importlib
+
+    from airflow.sdk import BaseNotifier
+
+    out = []
+    for n in config.alerts.notifiers:
+        module, _, name = n.notifier.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name) if module else None
+        except (ImportError, AttributeError) as exc:
+            raise FleetConfigError(f"{config.path}: alerts.notifiers: {n.notifier}: cannot be imported ({exc})") \
+                from None
+        if not (isinstance(cls, type) and issubclass(cls, BaseNotifier)):
+            raise FleetConfigError(f"{config.path}: alerts.notifiers: {n.notifier} is not an Airflow notifier "
+                                   "(a BaseNotifier subclass)")
+        make: Any = cls  # a subclass: its own keyword arguments
+        out.append(make(**dict(n.args)))
+    return out
 
 
 def storage_options_of(source: FleetSource) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -34,8 +34,9 @@ class MemWalFleetControlOperator(BaseOperator):
         from memwal.airflow.fleet import load_fleet_config, state_of, storage_options_of
 
         from memwal.core import clock as clocks
+        from memwal.errors import BadInputError
         from memwal.fleet import controls
-        from memwal.lease.cancel import request_cancel
+        from memwal.lease import cancel
         from memwal.store import check_table_uri, open_store
 
         params = context["params"]
@@ -50,19 +51,37 @@ class MemWalFleetControlOperator(BaseOperator):
         if state is None:
             raise AirflowException(f"memwal fleet control: the fleet's config {config.path} names no state")
         now = clocks.current()()
-        if action == "pause":
-            controls.pause(state, target, by=by, reason=reason, now=now)
-            doc: dict[str, Any] = {"paused": target}
-        elif action == "resume":
-            doc = {"resumed": target, "was_paused": controls.resume(state, target, by=by, reason=reason, now=now)[1]}
-        else:
-            source = next((s for s in config.sources if target.startswith(s.source.rstrip("/") + "/")
-                           or target == s.source), None)
+        try:
+            if action == "pause":
+                controls.check_target(state, target, is_table=lambda uri: _is_table(config, uri))
+                controls.pause(state, target, by=by, reason=reason, now=now)
+                doc: dict[str, Any] = {"paused": target}
+            elif action == "resume":
+                controls.resume(state, target, by=by, reason=reason, now=now)
+                doc = {"resumed": target}
+        except BadInputError as exc:  # a target that names nothing: said, never retried
+            raise AirflowFailException(f"memwal fleet control: {exc}") from None
+        if action == "cancel":
+            source = config.source_of(target)
             if source is None:
                 raise AirflowException(f"memwal fleet control: no source of the fleet holds {target}")
-            asked = request_cancel(open_store(check_table_uri(target), storage_options_of(source)), by, reason,
-                                   now=now)
+            store = open_store(check_table_uri(target), storage_options_of(source))
+            asked = cancel.ask(store, by, reason, now=now)
             controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
-            doc = {"table": target, "cancelled": asked}
+            doc = {"table": target, "cancelled": [a.kind for a in asked], "jobs": cancel.progress(store, asked)}
+            if not asked:
+                self.log.warning("memwal fleet control: no running job of %s holds a lease: nothing to cancel", target)
         self.log.info("memwal fleet control: %s %s by %s: %s -> %s", action, target, by, reason, doc)
         return {**doc, "by": by, "reason": reason, "at": now}
+
+
+def _is_table(config: Any, uri: str) -> bool:
+    """Whether a Lance table lies at ``uri``, read with the storage options of the source holding it."""
+    from memwal.airflow.fleet import storage_options_of
+
+    from memwal.store import check_table_uri, open_store
+
+    source = config.source_of(uri)
+    if source is None:
+        return False
+    return "_versions" in open_store(check_table_uri(uri), storage_options_of(source)).list_dirs("")

@@ -15,11 +15,13 @@
   Every job takes its lease, so a duplicate run of the same table (two DAG runs, a retried task)
   finds the lease held or nothing to do: it never commits twice.
 - :class:`MemWalFleetSummaryOperator` counts the outcomes by status, leaves each table's in the
-  state's run log (last runs, failures with their reasons, GCs waiting for time), and fails,
-  naming them, when a table failed, could not be read, or a chunk's task never reported.
-- :class:`MemWalFleetSloOperator` fails, naming the tables, when tables are past their service
-  levels (:mod:`memwal.fleet.slo`): an Airflow alert (the task's failure callbacks and
-  notifiers fire), beside the breaches counted as metrics.
+  state's run log (last runs, failures with their reasons, what kept each GC's generations),
+  plans the tables that ran once more (the last report then shows what the run left, not what
+  the plan found before it), and fails, naming them, when a table failed, could not be read, or
+  a chunk's task never reported.
+- :class:`MemWalFleetSloOperator` judges the service levels (:mod:`memwal.fleet.slo`) on that
+  state after the run and alerts through the config's Airflow notifiers (``alerts.notifiers``),
+  beside the breaches counted as metrics; it never fails a run that did its work.
 
 Metrics (Airflow's ``Stats``): the table is a tag, never part of a name.
 """
@@ -91,6 +93,8 @@ class MemWalFleetPlanOperator(_FleetOperator):
                       fleet.debt, len(work), len(out), len(fleet.skipped), len(problems), fleet.requests)
         for p in problems[:MAX_NAMED]:
             self.log.warning("memwal fleet: %s: %s", p["table"], p["error"])
+        for line in planned.unmatched:
+            self.log.warning("memwal fleet: %s", line)
         return out
 
 
@@ -125,6 +129,9 @@ class MemWalFleetOperator(_FleetOperator):
         from memwal.airflow.fleet import load_fleet_config, work_of
         from memwal.airflow.hooks import MemWalHook
 
+        from memwal.core import clock as clocks
+        from memwal.fleet.run import gc_waits
+
         config = load_fleet_config(self.config_path)
         work = work_of(config, self.work)
         self._hook = MemWalHook(engine=config.engine, spark=config.spark)
@@ -134,6 +141,7 @@ class MemWalFleetOperator(_FleetOperator):
         finally:
             self._hook = None
         ended = {r.table for r in results}
+        waits = gc_waits(results, work, clocks.current()())
         tables = []
         for r in results:
             merge = r.outcome("merge")
@@ -141,7 +149,8 @@ class MemWalFleetOperator(_FleetOperator):
                 emit_merged_event(self, self.asset_alias, False, dict(merge.document), r.table, context)
             tables.append({"table": r.table, "status": "failed" if r.failed else "ok", "error": r.error,
                            "jobs": [{"job": j.job, "status": str(j.status), "summary": j.summary, "error": j.error,
-                                     "exit_code": j.exit_code, "version": j.version} for j in r.jobs]})
+                                     "exit_code": j.exit_code, "version": j.version} for j in r.jobs],
+                           **({"gc_wait": waits[r.table]} if r.table in waits else {})})
             self.log.info("memwal fleet %s: %s", r.table, ", ".join(f"{j.job} {j.status}" for j in r.jobs))
         not_started = [w.table for w in work if w.table not in ended]
         if not_started:
@@ -154,7 +163,8 @@ class MemWalFleetOperator(_FleetOperator):
 
 
 class MemWalFleetSummaryOperator(_FleetOperator):
-    """Count the run's outcomes, log them in the state; fail naming what failed (see the module docstring).
+    """Count the run's outcomes, log them in the state, plan again the tables that ran; fail
+    naming what failed (see the module docstring).
 
     :param plan_task_id: the plan task; :param run_task_id: the mapped task of the chunks.
     """
@@ -182,17 +192,20 @@ class MemWalFleetSummaryOperator(_FleetOperator):
                 if t["status"] == "failed":
                     failed.append(f"{t['table']}: {t['error']}")
         self._record(reported)
+        after = self._after(reported)
+        ti.xcom_push(key=AFTER_KEY, value=after)
         doc = {"discovered": planned["discovered"], "by_state": planned["by_state"], "debt": planned["debt"],
                "tables_run": sum(len(c["tables"]) for c in reported), "jobs": dict(jobs),
                "tables_failed": len(failed), "not_started": len(not_started), "problems": planned["problem_count"],
-               "chunks": planned["chunks"], "chunks_reported": len(reported)}
+               "chunks": planned["chunks"], "chunks_reported": len(reported),
+               "breaches_after": None if after is None else after["table_count"]}
         stats = stats_client()
         if stats is not None:
             tags = {"dag_id": str(getattr(ti, "dag_id", "") or "")}
             for status, n in jobs.items():
                 stats.gauge("memwal.fleet.jobs", n, tags={**tags, "status": status})
             stats.gauge("memwal.fleet.tables_failed", len(failed), tags=tags)
-        self.log.info("memwal fleet: %s", doc)
+        self.log.info("memwal fleet: %s", summary_line(doc))
         lines = failed[:MAX_NAMED] + [f"{p['table']}: {p['error']}" for p in planned["problems"]]
         if planned["chunks"] > len(reported):
             lines.append(f"{planned['chunks'] - len(reported)} of {planned['chunks']} table tasks never reported "
@@ -216,28 +229,87 @@ class MemWalFleetSummaryOperator(_FleetOperator):
             if state is None or not tables:
                 return
             record_results(state, ({"table": t["table"], "jobs": t["jobs"]} for t in tables), now=clocks.current()(),
-                           retry_after=lambda table: config.policy.for_table(table, "").thresholds.gc_retry_seconds)
+                           retry_after=lambda table: config.policy.for_table(table, "").thresholds.gc_retry_seconds,
+                           gc_waits={t["table"]: t["gc_wait"] for t in tables if "gc_wait" in t})
         except Exception as exc:  # noqa: BLE001 - the run log is for the page and the next plan
             self.log.warning("memwal fleet: the run log was not written: %s", exc)
 
+    def _after(self, reported: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The tables that ran, planned again: the last report (the page, ``fleet status``) shows
+        what the run left, and the service levels are judged on it (None: nothing ran, or the
+        plan failed: logged)."""
+        from memwal.airflow.fleet import load_fleet_config, plan
+        from memwal.airflow.reporting import fleet_gauges
+
+        from memwal.fleet.status import publish
+
+        ran = frozenset(t["table"] for chunk in reported for t in chunk["tables"])
+        if not ran:
+            return None
+        try:
+            planned = plan(load_fleet_config(self.config_path), only=ran)
+        except Exception as exc:  # noqa: BLE001 - the run's own outcome is what this task reports
+            self.log.warning("memwal fleet: the tables that ran were not planned again: %s", exc)
+            return None
+        publish(planned.plan, planned.report)
+        fleet_gauges(planned.report)
+        return breaches_of(planned.report)
+
+
+#: The XCom key of the breaches after the run (the summary task's plan of the tables that ran).
+AFTER_KEY = "after"
+
+
+def breaches_of(report: dict[str, Any]) -> dict[str, Any]:
+    """A report's service-level breaches, as the tasks pass them on."""
+    breaches = report["breaches"]
+    return {"count": breaches["count"], "tables": sorted({b["table"] for b in breaches["named"]}),
+            "table_count": breaches["tables"],
+            "named": [{k: b[k] for k in ("table", "slo", "value", "target")} for b in breaches["named"][:MAX_NAMED]]}
+
+
+def summary_line(doc: dict[str, Any]) -> str:
+    """The summary task's document as one line a person reads."""
+    jobs = ", ".join(f"{n} {s}" for s, n in sorted(doc["jobs"].items())) or "no job"
+    states = ", ".join(f"{n} {s}" for s, n in doc["by_state"].items() if n) or "no table"
+    after = "" if doc.get("breaches_after") is None else f"; {doc['breaches_after']} past a service level after it"
+    return (f"{doc['tables_run']} tables run ({jobs}); {doc['tables_failed']} failed, {doc['not_started']} not "
+            f"started, {doc['problems']} unreadable; the plan found {doc['discovered']} tables ({states}), debt "
+            f"{doc['debt']:g}; {doc['chunks_reported']} of {doc['chunks']} table tasks reported{after}")
+
 
 class MemWalFleetSloOperator(_FleetOperator):
-    """Fail, naming the tables, when tables are past their service levels (see the module docstring)."""
+    """Judge the service levels on the state after the run, and alert through the config's
+    notifiers (``alerts.notifiers``: Airflow's ``BaseNotifier`` s, e.g. Slack's or SMTP's); it
+    never fails the DAG run for a breach: a run that did its work stays green.
 
-    def __init__(self, *, plan_task_id: str = "plan", **kwargs: Any) -> None:
+    Runs after the summary task, whatever became of it; skipped when nothing ran (the plan's
+    breaches were not acted on: there is no state after a run to judge).
+    """
+
+    def __init__(self, *, summary_task_id: str = "summary", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.plan_task_id = plan_task_id
+        self.summary_task_id = summary_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id, key=PLAN_KEY)
-        if planned is None:
-            raise AirflowException("memwal fleet: the plan task reported nothing (it failed: see its log)")
-        breaches = planned["breaches"]
-        if breaches["table_count"]:
-            named = breaches["tables"][:MAX_NAMED]
-            more = breaches["table_count"] - len(named)
-            counts = ", ".join(f"{n} {slo}" for slo, n in breaches["count"].items() if n)
-            raise AirflowException(f"memwal fleet: {breaches['table_count']} tables past their service level "
-                                   f"({counts}): {', '.join(named)}" + (f"; and {more} more" if more > 0 else ""))
-        found: dict[str, Any] = breaches
-        return found
+        from airflow.sdk.exceptions import AirflowSkipException
+        from memwal.airflow.fleet import load_fleet_config, notifiers_of
+
+        after = context["ti"].xcom_pull(task_ids=self.summary_task_id, key=AFTER_KEY)
+        if after is None:
+            raise AirflowSkipException("memwal fleet: no table ran, or their state after the run is unknown: "
+                                       "nothing to judge")
+        if not after["table_count"]:
+            self.log.info("memwal fleet: every table that ran is within its service levels")
+            return {**after, "notified": 0}
+        named = after["tables"][:MAX_NAMED]
+        more = after["table_count"] - len(named)
+        counts = ", ".join(f"{n} {slo}" for slo, n in after["count"].items() if n)
+        message = (f"memwal fleet: {after['table_count']} tables past their service level after the run ({counts}): "
+                   f"{', '.join(named)}" + (f"; and {more} more" if more > 0 else ""))
+        self.log.warning("%s", message)
+        notifiers = notifiers_of(load_fleet_config(self.config_path))
+        alert = {**after, "message": message, "count": after["table_count"]}
+        for notifier in notifiers:
+            notifier({**context, "memwal_slo": alert})
+        return {**after, "notified": len(notifiers)}

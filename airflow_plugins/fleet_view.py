@@ -62,11 +62,10 @@ class NoState(LookupError):
     """The fleet's config names no state: the page has nothing to read."""
 
 
-def _last(config: FleetConfig) -> tuple[FleetState, dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def _last(config: FleetConfig) -> tuple[FleetState, dict[str, Any], list[dict[str, Any]]]:
     from memwal.airflow.fleet import state_of
 
     from memwal.fleet.report import last_report
-    from memwal.fleet.state import CONTROLS
 
     state = state_of(config)
     if state is None:
@@ -75,22 +74,26 @@ def _last(config: FleetConfig) -> tuple[FleetState, dict[str, Any], list[dict[st
     report, history = last_report(state)
     if report is None:
         raise NoState(f"no plan in {state.uri} yet: the memwal_fleet DAG's plan task writes it")
-    return state, report, history, state.read(CONTROLS)[0]
+    return state, report, history
 
 
 def fleet_page() -> Iterator[str]:
-    """The fleet page of the last plan (a failure to read it raises here, before anything is sent)."""
+    """The fleet page of the last plan, with each table's last run and the pauses read live (a
+    failure to read it raises here, before anything is sent)."""
     from memwal.airflow.fleet import load_fleet_config
 
     from memwal.fleet.page import fleet_page_chunks
-    from memwal.fleet.status import FleetStatus
+    from memwal.fleet.state import CONTROLS, RUNS
+    from memwal.fleet.status import FleetStatus, live
 
     config = load_fleet_config()
-    state, report, history, controls = _last(config)
-    links = [("./", "← all MemWAL tables", "_self"), ("../dags/memwal_fleet", "DAG memwal_fleet", "_top"),
-             ("../dags/memwal_fleet_control", "pause, resume, cancel", "_top")]
-    return fleet_page_chunks(FleetStatus(report, tuple(history)), controls=controls, link=table_href, links=links,
-                             control="../dags/memwal_fleet_control", state_uri=state.uri)
+    state, report, history = _last(config)
+    runs, controls = state.read(RUNS)[0], state.read(CONTROLS)[0]
+    links = [("./", "← all MemWAL tables", "_self"), ("../dags/memwal_fleet", "DAG memwal_fleet", "_self"),
+             ("../dags/memwal_fleet_control", "pause, resume, cancel", "_self")]
+    return fleet_page_chunks(FleetStatus(live(report, runs, controls), tuple(history)), controls=controls,
+                             link=table_href, links=links, control="../dags/memwal_fleet_control",
+                             state_uri=state.uri)
 
 
 def named_tables(report: Mapping[str, Any]) -> dict[str, str]:
@@ -111,18 +114,16 @@ def fleet_table(uri: str) -> tuple[str, dict[str, str]]:
     """The URI and storage options of a table the last plan named (``LookupError``: none such)."""
     from memwal.airflow.fleet import load_fleet_config, storage_options_of
 
-    from memwal.fleet.sources import source_of
-
     config = load_fleet_config()
-    _, report, _, _ = _last(config)
+    _, report, _ = _last(config)
     named = named_tables(report)
     if uri not in named:
         raise LookupError(f"no table {uri!r} in the fleet's last plan")
     # the report is storage: the source a row names is a hint, the URI is checked against its roots every time
-    source = source_of([(s.source, s.properties) for s in config.sources], uri, prefer=named[uri] or None)
+    source = config.source_of(uri, prefer=named[uri] or None)
     if source is None:
         raise LookupError(f"no source of the fleet holds {uri!r}")
-    return uri, storage_options_of(config.source(source))
+    return uri, storage_options_of(source)
 
 
 def add_routes(app: FastAPI, secured: Secure, page_css: str, error_page: ErrorPage) -> None:
@@ -155,7 +156,7 @@ def add_routes(app: FastAPI, secured: Secure, page_css: str, error_page: ErrorPa
             table, options = fleet_table(uri)
         except LookupError:
             raise HTTPException(status_code=404, detail="no such table in the fleet's last plan") from None
-        links = [("../fleet", "← the fleet", "_self"), ("../../dags/memwal_fleet", "DAG memwal_fleet", "_top")]
+        links = [("../fleet", "← the fleet", "_self"), ("../../dags/memwal_fleet", "DAG memwal_fleet", "_self")]
         try:
             chunks = status_page(open_table(table, options), links=links)
         except Exception as exc:  # noqa: BLE001 - shown on the page

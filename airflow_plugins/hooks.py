@@ -17,7 +17,8 @@ or a cycle (:func:`memwal.cycle.run_cycle`) in the task's process; ``engine="spa
 ``jobs/<job>.py`` (``maintenance.py`` for a cycle, ``fleet_chunk.py`` for a fleet's tables)
 through the Spark provider's ``SparkSubmitHook`` (:mod:`memwal.airflow.spark_jobs`) and reads the
 job's result file. A failure is one line from the job's exit code: bad input (2) raises
-``AirflowFailException`` (never retried), a lost or held lease (3) and others ``AirflowException`` (retried).
+``AirflowFailException`` (never retried), a lost or held lease (3) and others ``AirflowException``
+(retried); a job an operator cancelled skips its task (``AirflowSkipException``, never retried).
 
 Credentials never reach logs or rendered templates: every credential-like storage option is
 registered with Airflow's secrets masker as soon as it is read, storage options are never
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from memwal.airflow.provider import CONN_TYPE
 from memwal.airflow.spark_jobs import SparkJobOutcome, SparkSettings, SparkSubmission
 
@@ -83,9 +84,13 @@ def _coerce_storage_options(value: Any, where: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def job_failed(where: str, error: str | None, exit_code: int | None) -> AirflowException:
-    """The task failure for a job that failed with ``exit_code``: bad input (2) is never
-    retried; a lost or held lease (3) and any other failure are."""
+def job_failed(where: str, error: str | None, exit_code: int | None, *, cancelled: bool = False) -> AirflowException:
+    """The task's end for a job that failed with ``exit_code``: bad input (2) is never retried;
+    a lost or held lease (3) and any other failure are. A job an operator cancelled (``memwal
+    fleet cancel``) skips the task, never retried, and so the tasks after it: it was asked to
+    stop, which is no failure."""
+    if cancelled:
+        return AirflowSkipException(f"{where}: {error}")
     what = {2: "bad input", 3: "lost or contended lease"}.get(exit_code or 1, "failed")
     return (AirflowFailException if exit_code == 2 else AirflowException)(f"{where}: {what}: {error}")
 
@@ -220,12 +225,13 @@ class MemWalHook(BaseHook):
 
     def _guarded(self, job: str, call: Callable[[], T]) -> T:
         """``call()``, its memwal errors turned into task failures by their exit codes."""
-        from memwal.errors import MemWalError, first_line
+        from memwal.errors import CancelledError, MemWalError, first_line
 
         try:
             return call()
         except MemWalError as exc:
-            raise job_failed(self._where(job), first_line(exc, self.table_uri), exc.exit_code) from None
+            raise job_failed(self._where(job), first_line(exc, self.table_uri), exc.exit_code,
+                             cancelled=isinstance(exc, CancelledError)) from None
 
     def run_action(self, job: str, options: Mapping[str, Any], *, dry_run: bool = False) -> ActionRun:
         """Run ``job`` with ``options`` (the Python API's keywords: ``max_generations=8``):
@@ -273,10 +279,15 @@ class MemWalHook(BaseHook):
         return CycleResult.from_dict(doc)
 
     def raise_for_cycle(self, result: CycleResult) -> None:
-        """The task's failure for a cycle that failed (by its failed job's exit code)."""
+        """The task's failure for a cycle that failed (by its failed job's exit code); its skip
+        for one an operator cancelled."""
         failed = result.failed
         if failed is not None:
             raise job_failed(f"memwal maintenance {failed.job} {result.table}", failed.error, failed.exit_code)
+        cancelled = result.cancelled
+        if cancelled is not None:
+            raise job_failed(f"memwal maintenance {cancelled.job} {result.table}", cancelled.summary, 3,
+                             cancelled=True)
 
     def run_work(self, work: Sequence[TableWork], *, workers: int, max_seconds: float | None) -> list[CycleResult]:
         """A fleet's tables, each its planned jobs through the cycle runner, at most ``workers``
@@ -324,7 +335,8 @@ class MemWalHook(BaseHook):
             raise AirflowException(f"{submitted}: failed before the job wrote its result: see the spark-submit output")
         failure = outcome.doc.get("failure")
         if failure:
-            raise job_failed(where, failure.get("error"), failure.get("exit_code"))
+            raise job_failed(where, failure.get("error"), failure.get("exit_code"),
+                             cancelled=failure.get("cancelled") is True)
         if not outcome.exited_ok and not explains_failure(outcome.doc):
             raise AirflowException(f"{submitted}: spark-submit failed after the job wrote its result")
         return outcome.doc

@@ -15,10 +15,12 @@ Every route requires an authenticated Airflow user allowed to see the website (A
 manager decides). Storage options and credentials stay on the server.
 
 The pages show values from the tables' storage, which whoever can write it controls, and
-Airflow frames external views with ``sandbox="allow-scripts allow-same-origin"``. So every
-response carries a Content-Security-Policy with ``sandbox``
-(:func:`memwal.inspect.policy.header_policy`): no script runs, the page gets an opaque origin,
-whatever the frame allows; a status page is streamed from size-capped, type-checked records.
+Airflow frames external views with ``sandbox="allow-scripts allow-same-origin allow-forms
+allow-downloads"``. So every response carries a Content-Security-Policy with ``sandbox``
+(:func:`memwal.inspect.policy.header_policy`): no script runs and no form is sent, whatever the
+frame allows; a status page is streamed from size-capped, type-checked records. The page keeps
+its origin, so its links, followed inside the frame, carry the viewer's session (the frame lets
+no page navigate the window itself: a link to a DAG opens Airflow's page inside the view).
 The FastAPI application is built on its first request (:class:`LazyApp`), so the scheduler and
 workers, which import the plugin too, never import FastAPI's security machinery for it.
 """
@@ -181,7 +183,7 @@ def table_page(ref: TableRef) -> Iterator[str]:
     uri, options = resolve(ref)
     links = [("../../", "← all MemWAL tables", "_self")]
     if ref.dag_id:
-        links.append((f"../../../dags/{ref.dag_id}", f"DAG {ref.dag_id}", "_top"))
+        links.append((f"../../../dags/{ref.dag_id}", f"DAG {ref.dag_id}", "_self"))
     return status_page(open_table(uri, options), links=links)
 
 

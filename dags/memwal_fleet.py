@@ -13,8 +13,10 @@ The config names sources, not tables (``memwal_fleet.example.yaml``; checked aga
    its tables' planned jobs through the one cycle runner, in the budget's pool, at most
    ``budget.workers`` tasks at once, ``budget.threads`` tables at once inside a task, none
    started after ``budget.max_seconds``; a merge that commits emits the table's Asset event;
-3. ``summary`` counts the outcomes, logs each table's in the state, and fails, naming them, when
-   a table failed; ``slo`` fails, naming them, when tables are past their service levels.
+3. ``summary`` counts the outcomes, logs each table's in the state, plans the tables that ran once
+   more (the page shows what the run left), and fails, naming them, when a table failed;
+4. ``slo`` judges the service levels on that state after the run and alerts through the config's
+   notifiers (``alerts.notifiers``): a breach never turns a run that did its work red.
 
 ``memwal_fleet_control``, triggered from the UI with its form (action, target, reason), pauses,
 resumes or cancels; who triggered it is recorded with why.
@@ -84,9 +86,8 @@ def build_fleet_dag(config: FleetConfig) -> DAG:
             retries=config.retries, retry_delay=timedelta(seconds=60),
         ).expand(work=plan.output)
         summary = MemWalFleetSummaryOperator(task_id="summary", config_path=config.path, trigger_rule="all_done")
-        slo = MemWalFleetSloOperator(task_id="slo", config_path=config.path)
-        plan >> run >> summary
-        plan >> slo
+        slo = MemWalFleetSloOperator(task_id="slo", config_path=config.path, trigger_rule="all_done")
+        plan >> run >> summary >> slo
     return dag
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -37,14 +38,24 @@ def get_with_headers(url: str) -> tuple[int, dict[str, str], str]:
 
 
 @contextlib.contextmanager
-def api_server(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
-    """An api-server of the Airflow home ``env`` on a free port (simple auth manager, every user an
-    admin, so a browser needs no login), yielding its base URL, the MemWAL DAG config file it
-    reads (``MEMWAL_CONFIG``) and its environment; the process group is stopped after."""
+def api_server(env: dict[str, str], tmp_path: Path,
+               login: tuple[str, str] | None = None) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """An api-server of the Airflow home ``env`` on a free port, yielding its base URL, the MemWAL
+    DAG config file it reads (``MEMWAL_CONFIG``) and its environment; the process group is
+    stopped after. The simple auth manager makes every user an admin with no login, unless
+    ``login`` gives a user and password: then the UI asks for them (a real login, its cookie)."""
     port = free_port()
     config = tmp_path / "memwal.yaml"
-    env = {**env, "MEMWAL_CONFIG": str(config), "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-           "AIRFLOW__API_AUTH__JWT_SECRET": "memwal-test-jwt-secret-0123456789", "AIRFLOW__API__WORKERS": "1"}
+    env = {**env, "MEMWAL_CONFIG": str(config), "AIRFLOW__API_AUTH__JWT_SECRET": "memwal-test-jwt-secret-0123456789",
+           "AIRFLOW__API__WORKERS": "1"}
+    if login is None:
+        env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] = "True"
+    else:
+        passwords = tmp_path / "simple_auth_manager_passwords.json"
+        passwords.write_text(json.dumps({login[0]: login[1]}))
+        env.update(AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="False",
+                   AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{login[0]}:admin",
+                   AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords))
     log = open(tmp_path / "api-server.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([str(VENV_BIN / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

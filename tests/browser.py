@@ -181,18 +181,21 @@ class Browser:
                 assert "error" not in reply, reply["error"]
                 return reply.get("result", {})
 
-    def frame_evaluate(self, url_part: str, expression: str) -> Any:
+    def frame_evaluate(self, url_part: str, expression: str, *, user_gesture: bool = False) -> Any:
         """Evaluate ``expression`` on the DOM of the (i)frame whose URL contains ``url_part``,
         None while there is none: for frames the page itself may not reach (a sandboxed
         document has an opaque origin). In an isolated world: the frame's DOM, none of its
-        script's globals. An out-of-process frame is reached through its own target."""
+        script's globals. An out-of-process frame is reached through its own target.
+        ``user_gesture``: as if a person did it (a click a sandbox allows only then, such as a
+        link that navigates the top window)."""
         for target in self.call("Target.getTargets")["targetInfos"]:
             if target["type"] == "iframe" and url_part in target["url"]:
                 session = self._sessions.get(target["targetId"])
                 if session is None:
                     session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
                     self._sessions[target["targetId"]] = session
-                result = self.call("Runtime.evaluate", session=session, expression=expression, returnByValue=True)
+                result = self.call("Runtime.evaluate", session=session, expression=expression, returnByValue=True,
+                                   userGesture=user_gesture)
                 assert "exceptionDetails" not in result, result["exceptionDetails"]
                 return result["result"].get("value")
         frames = [self.call("Page.getFrameTree")["frameTree"]]
@@ -202,7 +205,7 @@ class Browser:
             if node["frame"].get("parentId") and url_part in node["frame"]["url"]:
                 world = self.call("Page.createIsolatedWorld", frameId=node["frame"]["id"], worldName="memwal-test")
                 result = self.call("Runtime.evaluate", contextId=world["executionContextId"], expression=expression,
-                                   returnByValue=True)
+                                   returnByValue=True, userGesture=user_gesture)
                 assert "exceptionDetails" not in result, result["exceptionDetails"]
                 return result["result"].get("value")
         return None
@@ -219,6 +222,23 @@ class Browser:
 
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)
+
+    def type_into(self, selector: str, text: str) -> None:
+        """Type ``text`` into the page's element ``selector`` as keystrokes would (a form that
+        reads its inputs through its own script sees it)."""
+        assert self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                             "if (!e) return false; e.focus(); return true; })()"), selector
+        self.call("Input.insertText", text=text)
+
+    def log_in(self, base: str, user: str, password: str) -> None:
+        """Sign in through Airflow's login page (the simple auth manager's form): its session
+        cookie is then the browser's, as after a person's login."""
+        self.navigate(f"{base}/auth/login")
+        self.wait_for("!!document.querySelector('input[name=password]')")
+        self.type_into("input[name=username]", user)
+        self.type_into("input[name=password]", password)
+        self.evaluate("document.querySelector('button[type=submit]').click()")
+        self.wait_for("document.cookie.split('; ').some(c => c.startsWith('_token='))")
 
     def evaluate(self, expression: str) -> Any:
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)

@@ -115,11 +115,13 @@ class Stalled:
     """A job in a thread, held at one named step (``memwal.core.steps``) until :meth:`resume`.
 
     ``job()`` runs the job the way users do (the Action, the API or the CLI); the hook is
-    process-wide, and holds only the first thread that reaches the step.
+    process-wide, and holds only the first thread that reaches the step: the job's own thread,
+    or with ``any_thread`` one the job started (a fleet run's table threads).
     """
 
-    def __init__(self, job: Callable[[], object], stall_at: str) -> None:
+    def __init__(self, job: Callable[[], object], stall_at: str, *, any_thread: bool = False) -> None:
         self.stall_at = stall_at
+        self.any_thread = any_thread
         self.reached = threading.Event()
         self.go = threading.Event()
         self.outcome: object = None
@@ -134,8 +136,9 @@ class Stalled:
             raise AssertionError(f"the job never reached step {stall_at}")
 
     def _hook(self, name: str) -> None:
-        if name == self.stall_at and self._held is None and threading.current_thread() is self.thread:
-            self._held = self.thread
+        me = threading.current_thread()
+        if name == self.stall_at and self._held is None and (me is self.thread or self.any_thread):
+            self._held = me
             go = self.go
             self.reached.set()
             assert go.wait(300)

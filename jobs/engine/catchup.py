@@ -16,21 +16,26 @@ IVF_PQ indexes with pylance 14.0.2: that commit writes ``index_catchup``).
   per centroid, or per PQ code) and other vector types are retrained on the driver.
 
 Incremental optimisation (adding the unindexed fragments as a delta) runs on the driver
-through the local engine, which Lance already parallelises within the process.
+through the local engine, which Lance already parallelises within the process. The segment
+builds run in a job group an operator's cancel stops
+(:func:`memwal.spark.engine.job_groups.stoppable_group`): nothing is committed then.
 """
 
 from __future__ import annotations
 
 import pickle
+import uuid
 from typing import Any
 
 import lance
 from lance.indices import IndicesBuilder
+from memwal.spark.engine.job_groups import stoppable_group
 from memwal.spark.engine.session import active_or_local
 from pyspark import SparkContext
 
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
 from memwal.catchup.engine import Fence
+from memwal.core import steps
 from memwal.table import Table
 
 
@@ -70,13 +75,16 @@ class SparkCatchupEngine:
         fragments = [f.fragment_id for f in ds.get_fragments()]
         groups = [fragments[i : i + self.fragments_per_task] for i in range(0, len(fragments), self.fragments_per_task)]
         uri, storage, name = table.uri, dict(table.storage_options), ip.index_name
+        barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 
         def build(group: list[int]) -> bytes:
+            steps.step("spark.catchup.task", barrier=barrier)
             d = lance.dataset(uri, version=version, storage_options=storage or None)
             seg = d.create_index_uncommitted(column, index_type, name=name, fragment_ids=group, replace=True, **options)
             return pickle.dumps(seg)
 
-        blobs = self.sc.parallelize(groups, max(1, len(groups))).map(build).collect()
+        with stoppable_group(self.sc, f"memwal-catchup-{uuid.uuid4().hex[:12]}"):
+            blobs = self.sc.parallelize(groups, max(1, len(groups))).map(build).collect()
         segments = [pickle.loads(b) for b in blobs]
         if fence is not None:
             fence()

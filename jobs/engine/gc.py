@@ -6,7 +6,8 @@ through the very functions the local engine uses (``delete_prefixes``, ``delete_
 same batches with their manifests first, the same allowed-prefix rule and the same
 deletion-time refusal of any path that crosses a symbolic link, reported back to the driver.
 The driver checks the lease before handing out each round of work (``ROUND_ITEMS`` folders or
-keys), so a lost lease stops the run before its next round, and tells ``done`` what each
+keys), so a lost lease or an operator's cancel stops the run before its next round (a round's
+deletions are never cut short: the tasks are not cancelled), and tells ``done`` what each
 round finished.
 """
 
@@ -65,7 +66,7 @@ class SparkGcEngine:
         """``items`` in rounds of ROUND_ITEMS, the lease checked on the driver before each."""
         for i in range(0, len(items), ROUND_ITEMS):
             if lease:
-                lease.check()
+                lease.safe_point()  # between rounds nothing is half-done: an operator's cancel stops the run here
             yield list(items[i:i + ROUND_ITEMS])
 
     def delete_prefixes(self, table: Table, targets: Sequence[Target], lease: Lease | None,

@@ -1,4 +1,8 @@
-"""Finding a Spark job's tasks again: its job group, and waiting for them to end after it failed.
+"""A Spark job's job group: stopping it on an operator's cancel, and waiting for its tasks to end after it failed.
+
+A job group is how a job's tasks are found again: :func:`stoppable_group` runs the engine's
+Spark jobs in one and cancels the group when an operator's cancel reaches the running job
+(:func:`memwal.lease.cancel.stoppable`: the job's lease is watched while the Spark jobs run).
 
 A failed job's other tasks are killed asynchronously: PySpark lets a task's Python worker run
 for a few seconds more (its monitor's poll and ``spark.python.task.killTimeout``). A task that
@@ -16,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pyspark import SparkContext
+
+from memwal.lease import cancel
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,18 @@ def job_group(sc: SparkContext, name: str) -> Iterator[str]:
         yield group
     finally:
         sc.setLocalProperty(JOB_GROUP, previous)  # type: ignore[arg-type]  # None (Java's null) unsets it
+
+
+@contextmanager
+def stoppable_group(sc: SparkContext, name: str) -> Iterator[str]:
+    """:func:`job_group`, cancelled when an operator's cancel reaches the job that runs it; after
+    a failure (a cancel included) the block's error propagates once the group's tasks ended."""
+    with job_group(sc, name) as group, cancel.stoppable(lambda: sc.cancelJobGroup(group)):
+        try:
+            yield group
+        except Exception:
+            settle(sc, group)
+            raise
 
 
 def settle(sc: SparkContext, group: str) -> None:

@@ -39,7 +39,7 @@ from typing import Any, cast
 import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
-from memwal.spark.engine.job_groups import job_group, settle
+from memwal.spark.engine.job_groups import settle, stoppable_group
 from memwal.spark.engine.merge_tasks import (
     Doc,
     Item,
@@ -346,11 +346,12 @@ def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetCh
 
 
 def _run(sc: SparkContext, table: Table, job: _Job, collect: Callable[[], _Output]) -> _Output:
-    """Run a Spark job (``collect``) in a job group; if it fails, what its tasks wrote is removed
+    """Run a Spark job (``collect``) in a job group (cancelled by an operator's cancel of the
+    merge: :func:`memwal.spark.engine.job_groups.stoppable_group`); if it fails, what its tasks wrote is removed
     once they have all ended (:mod:`memwal.spark.engine.job_groups`), and an executor's error of
     ours comes back with its class and one-line message (the exit code holds), the JVM's trace
     dropped."""
-    with job_group(sc, f"memwal-{job.folder.rsplit('/', 1)[-1]}") as group:
+    with stoppable_group(sc, f"memwal-{job.folder.rsplit('/', 1)[-1]}") as group:
         try:
             return collect()
         except Exception as exc:

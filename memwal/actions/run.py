@@ -18,10 +18,11 @@ from memwal.actions.options import JobOptions
 from memwal.actions.registry import ACTIONS
 from memwal.core import steps
 from memwal.core.document import Document
-from memwal.errors import BadInputError, LeaseLostError, first_line
+from memwal.errors import BadInputError, CancelledError, LeaseLostError, MemWalError, first_line
 from memwal.observe import progress
 
 if TYPE_CHECKING:
+    from memwal.lease.cancel import Scope
     from memwal.table import Table
 
 #: The type of a :class:`JobResult`'s value: the action's plan (a dry run) or result.
@@ -88,24 +89,55 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
         engines.prepare(options.engine)
     from memwal.history.run import recorded  # the store loads with the run, not with the option tables
     from memwal.inspect.status import lag_now  # lance too
+    from memwal.lease import cancel
 
     progress.planned(name, plan)  # a display (the CLI on a terminal) shows what is coming
     engine = progress.engine(name, act.engine(options.engine))
     run_id = new_run_id()
     with act.leases(table, options, run_id=run_id) as leases:
         with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder,
-                      lag=lag_now) as ctx:
+                      lag=lag_now) as ctx, cancel.running(table.store.root, leases) as scope:
+            steps.step(f"{name}.leased")  # holding its leases, its run recorded, nothing done yet
             try:
                 value = act.execute(table, plan, options, engine, leases.primary)
             except Exception as exc:
-                lost = _lost_lease(leases, exc)
-                if lost is None:
+                stopped = _stopped(name, table, scope, leases, exc)
+                if stopped is None:
                     raise
-                raise lost from exc
+                raise stopped from exc
             result = JobResult(name, False, value, run_id, tuple(value.problems()))
-            leases.check()
             ctx.doc, ctx.problems = result.to_dict(), list(result.problems)
+            _done(leases, ctx.versions)
     return result
+
+
+def _done(leases: HeldLeases, versions: list[int]) -> None:
+    """The leases checked once more when the work is done, a safe point: a lost lease is
+    exit 3; so is a cancel request that reached the job after its last safe point (its work
+    stood: the error names what it committed)."""
+    try:
+        for lease in leases:
+            lease.check(safe_to_stop=True)
+    except CancelledError as exc:
+        if not versions:
+            raise
+        committed = ", ".join(map(str, sorted(versions)))
+        raise CancelledError(f"{exc} (after its work was done: it committed version{'s' * (len(versions) > 1)} "
+                             f"{committed})") from None
+
+
+def _stopped(name: str, table: Table, scope: Scope, leases: HeldLeases, exc: Exception) -> MemWalError | None:
+    """Why a failed run failed when others stopped it (None: they did not): an operator's
+    cancel that stopped its engine work (a Spark job group cancelled: exit 3, ``cancelled``),
+    or a lease lost meanwhile."""
+    from memwal.lease.cancel import describe
+
+    if isinstance(exc, LeaseLostError | CancelledError):
+        return None
+    if scope.stopped is not None:
+        return CancelledError(f"{name} on {table.store.root}: {describe(scope.stopped)} (its running "
+                              f"work was stopped: {first_line(exc)})")
+    return _lost_lease(leases, exc)
 
 
 def _lost_lease(leases: HeldLeases, exc: Exception) -> LeaseLostError | None:

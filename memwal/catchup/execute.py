@@ -58,13 +58,18 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine: CatchupEngine | Non
     another holder committed meanwhile), and whether Lance recorded each index's catch-up.
 
     The lease is checked right before each commit, after the named step (a job frozen at the
-    step and taken over meanwhile stops there, exit 3, with nothing committed)."""
+    step and taken over meanwhile stops there, exit 3, with nothing committed); each of those
+    checks is a safe point where an operator's cancel stops the job."""
     engine = engine or LocalCatchupEngine()
     work = plan.work()
     version: int | None = None
     if work:
+        if lease:
+            lease.check(safe_to_stop=True)  # nothing built yet: a cancel stops here
         steps.step("catchup.before-build")
-        committed = engine.run(table, plan, work, lease.check if lease else None)
+        # each commit is whole (an index's segments, or Lance's optimize_indices): before each, a cancel stops it
+        fence = lease.safe_point if lease else None
+        committed = engine.run(table, plan, work, fence)
         for v in committed:
             history.committed(v)
         version = max(committed, default=None)

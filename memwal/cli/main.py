@@ -1,9 +1,9 @@
 """The operator CLI: ``memwal status|merge|catchup|compact|snapshot|gc|scan|verify|lease|merge-ops|backfill|demo-data``.
 
-The contract is what automation depends on: exit code 0 done,
-1 failed, 2 bad usage or bad input, 3 lost lease or fenced; logs on stderr, the ``--json``
-document alone on stdout. Each command lives in ``memwal/cli/commands/<name>.py`` as a thin
-shell over the core's plan/execute calls; this module only sets up the process (logging,
+The contract is what automation depends on: the exit codes (``EXIT_CODES`` in
+:mod:`memwal.cli.commands.common`, worded the same in the README); logs on stderr, the
+``--json`` document alone on stdout. Each command lives in ``memwal/cli/commands/<name>.py`` as
+a thin shell over the core's plan/execute calls; this module only sets up the process (logging,
 Arrow's allocator), parses, dispatches and maps errors to exit codes.
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from memwal.cli.commands import COMMAND_MODULES
 from memwal.cli.commands.common import (
+    EXIT_CODES,
     EXIT_FAILED,
     EXIT_OK,
     Parser,
@@ -27,7 +28,7 @@ from memwal.cli.commands.common import (
 )
 from memwal.core.process import configure_process
 from memwal.core.text import one_line
-from memwal.errors import MemWalError, first_line
+from memwal.errors import CancelledError, MemWalError, first_line
 
 log = logging.getLogger("memwal")
 
@@ -37,8 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memwal",
         description="Background maintenance of Lance tables with a MemWAL: merge flushed generations, "
         "catch indexes up, compact the base table, refresh the shard snapshot, collect garbage.",
-        epilog="Exit codes: 0 done, 1 failed, 2 bad usage or input, 3 lost lease or fenced. "
-        "Logs go to stderr; with --json the result document alone goes to stdout.",
+        epilog=f"{EXIT_CODES} Logs go to stderr; with --json the result document alone goes to stdout.",
     )
     from memwal.core.version import __version__
 
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             log.exception("failed")
         print(f"memwal: error: {one_line(str(exc))}", file=sys.stderr)
-        write_failure(result_file, str(exc), exc.exit_code)
+        write_failure(result_file, str(exc), exc.exit_code, cancelled=isinstance(exc, CancelledError))
         return exc.exit_code
     except KeyboardInterrupt:
         print("memwal: interrupted", file=sys.stderr)

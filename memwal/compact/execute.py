@@ -17,7 +17,7 @@ from memwal.compact.plan import CompactPlan, plan_compaction
 from memwal.core import steps
 from memwal.core.document import Document, as_document
 from memwal.core.retry import after_conflict, vanished
-from memwal.errors import ConflictError, MemWalError, StateMovedError
+from memwal.errors import CancelledError, ConflictError, MemWalError, StateMovedError
 from memwal.history import run as history
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
@@ -84,7 +84,11 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     rewrites = engine.run_tasks(table, plan)
     step("after-tasks")
     if lease:
-        lease.check(safe_to_stop=True)  # the rewrites are not committed: a cancel leaves the table as it was
+        try:
+            lease.check(safe_to_stop=True)  # the rewrites are not committed: a cancel leaves the table as it was
+        except CancelledError:
+            _discard(table, rewrites)
+            raise
     # Committed against the plan's read version: Lance rebases it over concurrent appends and
     # rejects it (retryably) when a concurrent merge changed a fragment it rewrote.
     before = table.dataset().version
@@ -105,6 +109,17 @@ def execute_compaction(table: Table, plan: CompactPlan, engine: CompactEngine | 
     result = finish(table, plan.catchup_to_keep(), replace(result, version=version or committed))
     step("after-catchup")
     return result
+
+
+def _discard(table: Table, rewrites: list[Any]) -> None:
+    """Remove the files of rewrites that will never be committed (a cancelled compaction)."""
+    from memwal.merge.driverless import data_file_keys, remove_uncommitted
+
+    keys = [k for r in rewrites for fragment in r.new_fragments for k in data_file_keys(fragment)]
+    try:
+        remove_uncommitted(table, keys)
+    except MemWalError as exc:  # the cancel matters more; Lance's cleanup removes files no version names
+        log.warning("compact %s: rewritten files left uncommitted: %s", table.uri, exc)
 
 
 def _record_compaction_commits(table: Table, before: int, version: int) -> None:

@@ -3,6 +3,7 @@
 A status says what a scheduler should do next, not only what happened:
 
 - ``done``: it ran and did all it could; nothing to repeat until new data arrives;
+- ``planned``: a dry run: it planned, and did nothing (its summary says what it would do);
 - ``waiting``: it ran, and time alone will let a rerun do more (GC held by the reader grace
   period, or by retained versions that expire later): never recorded as finished;
 - ``held``: not run, another holder has its lease: a later round runs it (not a failure);
@@ -26,6 +27,7 @@ from memwal.core.document import Document
 
 class JobStatus(StrEnum):
     DONE = "done"
+    PLANNED = "planned"
     WAITING = "waiting"
     HELD = "held"
     SKIPPED = "skipped"

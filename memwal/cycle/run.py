@@ -70,6 +70,8 @@ def run_job(table: Table, job: str, options: JobOptions) -> JobOutcome:
         return JobOutcome(table.uri, job, JobStatus.FAILED, seconds, error="; ".join(result.problems), exit_code=1,
                           document=doc)
     summary = summarize(job, doc)
+    if result.dry_run:
+        return JobOutcome(table.uri, job, JobStatus.PLANNED, seconds, summary=summary, document=doc)
     if waits_for_time(job, doc):
         return JobOutcome(table.uri, job, JobStatus.WAITING, seconds, document=doc,
                           summary=f"{summary}; more becomes free with time: rerun later")

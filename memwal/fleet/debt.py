@@ -121,9 +121,12 @@ def _gc_retention(policy: TablePolicy) -> tuple[float, float]:
 
 
 def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
-            backoff: Mapping[str, float] | None = None) -> Debt:
+            backoff: Mapping[str, float] | None = None, last_gc: Mapping[str, Any] | None = None) -> Debt:
     """The table's debt (see the module docstring). ``backoff``: job -> the time before which
-    it is not planned again (a GC that waits for time)."""
+    it is not planned again (a GC that waits for time); ``last_gc``: what its last GC said kept
+    its merged generations (:mod:`memwal.fleet.gc_wait`): a waiting GC's reason names those
+    gates, as GC does, and when they free."""
+    from memwal.fleet.gc_wait import describe
     th, w = policy.thresholds, policy.weights
     st = state_of(facts, now, th.writer_gone_seconds)
     terms: dict[str, float] = {}
@@ -168,13 +171,15 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
                        f"MiB), flushed more than {retention:.0f} s ago (the grace period and version expiry)")
     elif sum(s.collectable for s in shards) >= max(1, th.gc_generations) and due:
         pending = sum(s.collectable for s in shards if s.shard_id in due)
+        said = describe(last_gc)
         if ripe_generations and now < retry:
-            waiting["gc"] = (retry, f"gc: {pending} merged generations; the last GC waited for the grace period, "
-                                    "checkpoints or version expiry: tried again then")
+            waiting["gc"] = (retry, f"gc: {pending} merged generations on storage; "
+                                    f"{said or 'the last GC kept them'}; tried again {_fmt(retry)}")
         else:
             waiting["gc"] = (min((t for t in due.values() if t > now), default=now),
                              f"gc: {pending} merged generations wait for the reader grace period ({grace:.0f} s "
-                             f"after the merge) and version expiry ({retention:.0f} s after the flush)")
+                             f"after the merge) and version expiry ({retention:.0f} s after the flush)"
+                             + (f"; {said}" if said else ""))
     age = st.snapshot_age_seconds
     if st.snapshot_stale and (age is None or age >= th.snapshot_age_seconds):
         terms["snapshot"] = 1 + (age or 0.0) / 600
@@ -186,6 +191,12 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
     debt = round(sum(getattr(w, job) * term for job, term in terms.items()), 2)
     order = ("merge", "catchup", "compact", "gc", "snapshot")  # the cycle's order
     return Debt(debt, tuple(j for j in order if j in jobs), tuple(reasons), st, terms, waiting)
+
+
+def _fmt(at: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def facts_merged_at(facts: TableFacts, shard_id: str) -> float:

@@ -28,9 +28,14 @@ from memwal.core.json_doc import list_of as _list
 from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip
 from memwal.fleet.controls import checked_log
-from memwal.fleet.status import ORDER, FleetStatus, history_points
+from memwal.fleet.status import ORDER, FleetStatus, history_points, last_run, reasons_of
 from memwal.inspect.page import fmt_age, fmt_bytes, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
+
+#: The trend charts' and the histogram's drawing widths (viewBox units): about the widths they
+#: are shown at (three trends to a row, the histogram in half of one), so that their axis text
+#: stays readable.
+TREND_WIDTH, HISTOGRAM_WIDTH = 480, 760
 
 _BADGE = {"idle": "ok", "behind": "running", "waiting": "waiting", "held": "fenced", "paused": "paused",
           "problem": "failed"}
@@ -82,7 +87,7 @@ def fleet_stylesheet() -> str:
 def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, Any]:
     holds = _map(r.get("holds"))
     status = str(r.get("status") or "idle")
-    last = _maps(r.get("last"))
+    last = last_run(r)
     failure = _map(r.get("last_failure")) or None
     waiting = _map(r.get("waiting"))
     paused = _map(r.get("paused")) or None
@@ -92,11 +97,11 @@ def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, A
         "table": table, "status": status, "badge": _BADGE.get(status, ""), "debt": f"{_num(r.get('debt')) or 0:g}",
         "source": str(r.get("source") or ""), "group": str(r.get("group") or ""),
         "jobs": ", ".join(clip(str(j), 20) for j in _list(r.get("jobs"))[:12]) or "-",
-        "waiting": ", ".join(f"{j} until {_when(w.get('until') if isinstance(w, Mapping) else None)}"
+        "waiting": ", ".join(f"{clip(str(j), 20)}: next {_when(w.get('until') if isinstance(w, Mapping) else None)}"
                              for j, w in waiting.items()),
         "paused": None if paused is None else f"paused by {clip(str(paused.get('by')), 100)} "
                                               f"{_when(paused.get('at'))}: {clip(str(paused.get('reason')), 300)}",
-        "reasons": [clip(str(x), 400) for x in _list(r.get("reasons"))[:12]],
+        "reasons": [clip(x, 600) for x in reasons_of(r)[:12]],
         "breaches": [clip(str(b), 40) for b in _list(r.get("breaches"))[:4]],
         "shards": _int(holds.get("shards")), "gens": _int(holds.get("unmerged_generations")),
         "max_gens": _int(holds.get("max_shard_generations")), "rows": f"{_int(holds.get('unmerged_rows')):,}",
@@ -104,8 +109,10 @@ def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, A
         "age": fmt_age(_num(holds.get("oldest_unmerged_age_seconds"))),
         "fragments": _int(holds.get("fragments")), "collectable": _int(holds.get("collectable_generations")),
         "writer": "-" if idle is None else fmt_age(idle), "orphaned": _int(holds.get("orphaned_shards")),
-        "last": "-" if not last else "; ".join(f"{clip(str(x.get('job')), 20)} {clip(str(x.get('status')), 20)}"
-                                                for x in last[:5]) + f" ({_when(last[0].get('at'))})",
+        "last": None if last is None else {
+            "at": _when(last["at"]), "outcome": clip(str(last["outcome"]), 20),
+            "jobs": [(clip(str(j["job"]), 20), clip(str(j["status"]), 20),
+                      clip(str(j["error"] or j["summary"] or ""), 300)) for j in last["jobs"][:5]]},
         "failures": _int(r.get("failures")),
         "failure": None if failure is None else f"{clip(str(failure.get('job')), 20)} {_when(failure.get('at'))}: "
                                                 f"{clip(str(failure.get('error') or ''), 400)}",
@@ -120,13 +127,15 @@ def _trends(history: Sequence[Mapping[str, Any]]) -> list[Any]:
     if len(points) < 2:
         return []
     out = []
-    for key, label, cid, caption in (
-            ("debt", "debt", "trend-debt", "the fleet's debt at each plan"),
-            ("oldest_unmerged_age_seconds", "seconds", "trend-lag", "the fleet's oldest unmerged generation (lag)"),
-            ("behind", "tables", "trend-behind", "tables behind at each plan")):
+    for key, label, cid, title, caption in (
+            ("debt", "debt", "trend-debt", "Debt", "the fleet's debt at each plan"),
+            ("oldest_unmerged_age_seconds", "seconds", "trend-lag", "Lag",
+             "the fleet's oldest unmerged generation (lag), in seconds"),
+            ("behind", "tables", "trend-behind", "Tables behind", "tables behind at each plan")):
         series = [Point(_num(p["at"]) or 0.0, _num(p.get(key)) or 0.0,
                         f"{_when(p['at'])}: {_num(p.get(key)) or 0:g} {label}") for p in points]
-        out.append(line_chart(series, y_label=label, chart_id=cid, caption=caption))
+        out.append((title, caption, line_chart(series, y_label=label, chart_id=cid, caption=caption,
+                                               width=TREND_WIDTH)))
     return out
 
 
@@ -143,7 +152,7 @@ def _histogram(report: Mapping[str, Any]) -> Any:
     bars = [Bar(label, n, f"{n:,} shards with {label} pending generations", "bad" if i > 4 else "")
             for i, (label, n) in enumerate(zip(labels, counts, strict=True))]
     return bar_chart(bars, y_label="shards", chart_id="pending-histogram",
-                     caption="shards by pending (unmerged) generations", height=180)
+                     caption="shards by pending (unmerged) generations", height=180, width=HISTOGRAM_WIDTH)
 
 
 def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = None,
@@ -189,6 +198,7 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
         rows=[_row(x, link) for x in _maps(r.get("top"))], sources=sources, groups=groups,
         trends=_trends(st.history), history=len(st.history), histogram=hist, pauses=pauses, log=log,
         failures=failures, problems=problems, problem_count=_int(r.get("problem_count")), links=list(links or []),
+        unmatched=[clip(str(x), 400) for x in _list(r.get("unmatched"))[:50]],
         control=control, state_uri=state_uri, css=Markup(css), policy=meta_policy(css))
     return chunks
 

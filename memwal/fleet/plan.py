@@ -74,6 +74,8 @@ class TablePlan:
     paused: Pause | None = None
     breaches: tuple[Breach, ...] = ()
     group: str = "default"
+    #: The jobs a pause withholds (it would run them otherwise).
+    withheld: tuple[str, ...] = ()
 
     @property
     def orphaned(self) -> bool:
@@ -168,10 +170,11 @@ def _fmt(at: float) -> str:
 
 def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None = None, now: float | None = None,
                workers: int = DEFAULT_WORKERS, backoff: Mapping[str, Mapping[str, float]] | None = None,
-               controls: Controls | None = None) -> FleetPlan:
+               controls: Controls | None = None, last_gc: Mapping[str, Mapping[str, Any]] | None = None) -> FleetPlan:
     """Plan every discovered table (see the module docstring). ``backoff``: per table, job ->
     the time before which that job is not planned again; ``controls``: the pauses and quiet
-    hours in force (default: the policy's)."""
+    hours in force (default: the policy's); ``last_gc``: per table, what its last GC said kept
+    its merged generations (:mod:`memwal.fleet.gc_wait`)."""
     from memwal.fleet.cache import ProbeCache
     from memwal.store import open_store
 
@@ -193,7 +196,7 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
         if not facts.mem_wal:
             return Skipped(ref.uri, "a Lance table without a MemWAL index")
         tp = policy.for_table(ref.uri, ref.source)
-        d = debt_of(facts, tp, at, backoff=(backoff or {}).get(ref.uri))
+        d = debt_of(facts, tp, at, backoff=(backoff or {}).get(ref.uri), last_gc=(last_gc or {}).get(ref.uri))
         waiting = dict(d.waiting)
         reasons = list(d.reasons)
         paused = ctl.paused(ref.uri, ref.source)
@@ -226,7 +229,8 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
         status = ("paused" if paused is not None else "held" if set(jobs) & set(state.leases_held)
                   else "behind" if jobs else "waiting" if waiting else "idle")
         return TablePlan(ref.uri, ref.source, d.debt, jobs, tuple(reasons), state, ref, facts, status, waiting,
-                         paused, breaches, group_of(policy.quotas, ref.uri, ref.source))
+                         paused, breaches, group_of(policy.quotas, ref.uri, ref.source),
+                         d.jobs if paused is not None else ())
 
     results = parallel_map(one, list(discovery.tables), workers, name="memwal-fleet-plan")
     tables = sorted((r for r in results if isinstance(r, TablePlan)), key=rank)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -121,16 +121,49 @@ class Policy:
         """The policy's pauses and quiet hours (the state's pauses are laid on by the caller)."""
         return Controls(self.paused, self.quiet_hours)
 
+    def unmatched(self, tables: Iterable[tuple[str, str]]) -> list[str]:
+        """Every key of the policy that names tables (``sources``, ``tables``, ``paused``, a quiet
+        window's or a quota's ``match``) and matches none of ``tables`` (``(uri, source)`` pairs):
+        each as its place in the file, with a hint when tables lie under it (a folder is no
+        glob: ``.../hot`` matches neither ``.../hot/a`` nor its tables; ``.../hot/*`` does)."""
+        from memwal.fleet.controls import matches
+
+        refs = list(tables)
+        keys = [(f"sources.{json.dumps(p)}", p, _source_key) for p, _ in self.sources]
+        keys += [(f"tables.{json.dumps(p)}", p, _table_key) for p, _ in self.tables]
+        keys += [(f"paused.{json.dumps(p.target)}", p.target, matches) for p in self.paused]
+        keys += [(f"quiet_hours[{i}].match", m, matches) for i, q in enumerate(self.quiet_hours) for m in q.match]
+        keys += [(f"quotas.{q.name}.match", m, matches) for q in self.quotas for m in q.match]
+        out = []
+        for where, pattern, hit in keys:
+            if any(hit(pattern, uri, source) for uri, source in refs):
+                continue
+            under = pattern.rstrip("/") + "/"
+            hint = (f" (tables lie under it: {json.dumps(under + '*')} matches them)"
+                    if any(uri.startswith(under) for uri, _ in refs) else "")
+            out.append(f"policy {where}: matches no table of the fleet{hint}")
+        return out
+
     def for_table(self, uri: str, source: str) -> TablePolicy:
         """The defaults, then every matching source override, then every matching table override."""
         out = self.defaults
         for pattern, over in self.sources:
-            if pattern == source or fnmatch.fnmatchcase(uri, pattern):
+            if _source_key(pattern, uri, source):
                 out = _overlay(out, over, f"sources.{json.dumps(pattern)}")
         for pattern, over in self.tables:
-            if pattern == uri or fnmatch.fnmatchcase(uri, pattern):
+            if _table_key(pattern, uri, source):
                 out = _overlay(out, over, f"tables.{json.dumps(pattern)}")
         return out
+
+
+def _source_key(pattern: str, uri: str, source: str) -> bool:
+    """Whether a ``sources`` key names the table: its source as given, or a glob over its URI."""
+    return pattern == source or fnmatch.fnmatchcase(uri, pattern)
+
+
+def _table_key(pattern: str, uri: str, source: str) -> bool:
+    """Whether a ``tables`` key names the table: its URI, or a glob over it."""
+    return pattern == uri or fnmatch.fnmatchcase(uri, pattern)
 
 
 def _number(where: str, value: Any, kind: type, *, optional: bool = False, least: int = 0) -> Any:

@@ -39,7 +39,7 @@ def _row(t: TablePlan, runs: Mapping[str, Any]) -> dict[str, Any]:
         "table": t.table, "source": t.source, "group": t.group, "status": t.status, "debt": t.debt,
         "jobs": list(t.jobs), "reasons": list(t.reasons),
         "waiting": {j: {"until": u, "why": w} for j, (u, w) in t.waiting.items()},
-        "paused": None if t.paused is None else t.paused.to_dict(),
+        "paused": None if t.paused is None else t.paused.to_dict(), "withheld": list(t.withheld),
         "breaches": [b.slo for b in t.breaches],
         "holds": {"shards": st.shards, "unmerged_generations": st.unmerged_generations,
                   "max_shard_generations": st.max_shard_generations, "unmerged_rows": st.unmerged_rows,
@@ -47,15 +47,17 @@ def _row(t: TablePlan, runs: Mapping[str, Any]) -> dict[str, Any]:
                   "fragments": st.fragments, "collectable_generations": st.collectable_generations,
                   "writer_idle_seconds": st.writer_idle_seconds, "orphaned_shards": st.orphaned_shards,
                   "index_behind": dict(st.index_behind), "leases_held": list(st.leases_held)},
-        "last": list(entry.get("last") or [])[:5],
+        "last": list(entry.get("last") or [])[:5], "last_at": entry.get("at"),
         "failures": len(failures), "last_failure": failures[-1] if failures else None,
+        "gc": entry.get("gc"),
     }
 
 
 def report_of(plan: FleetPlan, *, top: int, runs: Mapping[str, Any] | None = None,
-              controls: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              controls: Mapping[str, Any] | None = None, unmatched: list[str] | None = None) -> dict[str, Any]:
     """The report of ``plan`` (see the module docstring); ``runs``: the state's run log, for
-    each listed table's last run and failures; ``controls``: the state's controls document."""
+    each listed table's last run and failures; ``controls``: the state's controls document;
+    ``unmatched``: the policy's keys and pauses that match no table (warnings)."""
     runs = runs or {}
     sources: dict[str, dict[str, Any]] = {}
     groups: dict[str, dict[str, Any]] = {}
@@ -103,6 +105,7 @@ def report_of(plan: FleetPlan, *, top: int, runs: Mapping[str, Any] | None = Non
         "problem_count": len(plan.problems),
         "failures": failures_of(runs)[:MAX_NAMED // 4],
         "pauses": [p.to_dict() for p in stored_pauses(controls or {})[:MAX_NAMED]],
+        "unmatched": list(unmatched or [])[:MAX_NAMED],
         # every table that is not idle, in brief: what a plan of a few tables updates (patch_report)
         "index": {t.table: _brief(t) for t in plan.tables if t.status != "idle"},
     }

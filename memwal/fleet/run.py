@@ -29,6 +29,7 @@ Spark engines on the driver (``memwal.spark.engine.fleet``).
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -43,8 +44,10 @@ from memwal.fleet.cache import ProbeCache
 from memwal.fleet.plan import FleetPlan, TablePlan, check_sources_yield_tables
 from memwal.fleet.policy import Policy, TablePolicy
 from memwal.fleet.shared import plan_shared
-from memwal.fleet.sources import discover
+from memwal.fleet.sources import Discovery, discover
 from memwal.fleet.state import FleetState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,9 @@ class FleetRunResult(Document):
     dry_run: bool
     #: Tables planned but not started before ``max_seconds``.
     not_started: tuple[str, ...] = ()
+    #: The tables the last round ran, planned again after it (None: the run ended on a plan
+    #: made after its work, or it was a dry run).
+    after: FleetPlan | None = None
 
     @property
     def results(self) -> list[CycleResult]:
@@ -185,6 +191,7 @@ class FleetRunResult(Document):
             "not_started": list(self.not_started),
             "runs": [{"round": rnd.number, **r.to_dict()} for rnd in self.rounds for r in rnd.results],
             "plan": last.to_dict() if last is not None else None,
+            "after": self.after.to_dict() if self.after is not None else None,
         }
 
 
@@ -196,10 +203,15 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
               max_seconds: float | None = None, jobs: Sequence[str] | None = None, engine: str = "local",
               dry_run: bool = False, max_rounds: int | None = None, cache: ProbeCache | None = None,
               notify: Notify | None = None, runner: TableRunner | None = None, state: FleetState | None = None,
-              top: int = 50, listed: Sequence[str] = ()) -> FleetRunResult:
+              top: int = 50, listed: Sequence[str] = (), partial: bool | None = None) -> FleetRunResult:
     """Run the fleet (see the module docstring); ``notify("round", plan)`` and
-    ``notify("table", CycleResult)`` as rounds are planned and tables end. ``listed``: the
-    sources that are lines of a tables file (memwal.fleet.sources.discover)."""
+    ``notify("table", CycleResult)`` as rounds are planned and tables end, and once
+    ``notify("unmatched", lines)``: the policy's keys that match no table (logged without ``notify``). ``listed``: the
+    sources that are lines of a tables file (memwal.fleet.sources.discover). ``partial``: as
+    :func:`memwal.fleet.shared.plan_shared` takes it (None: these sources are part of the
+    state's fleet when they leave out a source of its last report: the report is updated for
+    their tables, not replaced). When the run ends on a round that ran tables, those are
+    planned once more, so the state's last report shows what the run left, not what it found."""
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
     policy = policy or Policy()
@@ -216,10 +228,16 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
                         known=known, exclude=exclude, listed=listed)
 
     while True:
-        plan = plan_shared(found, policy, state=state, cache=cache, top=top, now=clocks.current()(), backoff=backoff,
-                           save=not dry_run).plan
+        planned = plan_shared(found, policy, state=state, cache=cache, top=top, now=clocks.current()(),
+                              backoff=backoff, save=not dry_run, partial=partial)
+        plan = planned.plan
         if not rounds:
             check_sources_yield_tables(plan, list(sources))
+            if planned.unmatched:
+                if notify is None:
+                    for line in planned.unmatched:
+                        log.warning("%s", line)
+                hear("unmatched", planned.unmatched)
         hear("round", plan)
         work = [w for t in plan.with_work() if (w := _work(t, policy, wanted, quiet, engine, dry_run)) is not None]
         if not work:
@@ -237,11 +255,33 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
             from memwal.fleet.runs import record_results
 
             of = {p.table: p.source for p in plan.tables}
-            record_results(state, results, now=clocks.current()(), retry_after=functools.partial(_retry, policy, of))
+            now = clocks.current()()
+            record_results(state, results, now=now, retry_after=functools.partial(_retry, policy, of),
+                           gc_waits=gc_waits(results, work, now))
         if dry_run or not progressed or (deadline is not None and time.monotonic() >= deadline) \
                 or (max_rounds is not None and len(rounds) >= max_rounds):
             break
-    return FleetRunResult(tuple(rounds), time.monotonic() - started, engine, dry_run, not_started)
+    after = None
+    if rounds[-1].results and not dry_run:
+        ran = {r.table for r in rounds[-1].results}
+        refs = tuple(t.ref for t in rounds[-1].plan.tables if t.table in ran)
+        after = plan_shared(lambda known, exclude: Discovery(refs, (), ()), policy, state=state, cache=cache, top=top,
+                            backoff=backoff, partial=True).plan
+    return FleetRunResult(tuple(rounds), time.monotonic() - started, engine, dry_run, not_started, after)
+
+
+def gc_waits(results: Sequence[CycleResult], work: Sequence[TableWork], now: float) -> dict[str, Any]:
+    """Per table whose GC ran, what kept its merged generations (:func:`memwal.fleet.gc_wait.gc_wait`,
+    with the options the fleet gave that GC)."""
+    from memwal.fleet.gc_wait import gc_wait
+
+    options = {w.table: w.options.get("gc") for w in work}
+    out: dict[str, Any] = {}
+    for r in results:
+        gc = r.outcome("gc")
+        if gc is not None and gc.document is not None and gc.status in (JobStatus.DONE, JobStatus.WAITING):
+            out[r.table] = gc_wait(gc.document, at=now, options=options.get(r.table))
+    return out
 
 
 JOB_ORDER_ALL = tuple(ACTIONS)
@@ -278,20 +318,21 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
     sources = {t.table: t.source for t in plan.tables}
     progressed = False
     for r in results:
-        if r.cancelled is not None:  # an operator stopped it: not again in this run
-            quiet.update({(r.table, j): "" for j in JOB_ORDER_ALL})
-            continue
         for j in r.jobs:
             doc = j.document or {}
             did = j.version is not None or bool(doc.get("deleted")) or bool(doc.get("wal_entries_deleted"))
             progressed |= did and j.status is JobStatus.DONE
+            if r.cancelled is not None:
+                continue
             if j.status is JobStatus.WAITING and j.job == "gc":
                 retry = policy.for_table(r.table, sources.get(r.table, "")).thresholds.gc_retry_seconds
                 backoff.setdefault(r.table, {})["gc"] = now + retry
             elif j.status in (JobStatus.DONE, JobStatus.FAILED) and not did and r.table in fingerprints:
                 quiet[(r.table, j.job)] = fingerprints[r.table]  # not again until the table changes
+        if r.cancelled is not None:  # an operator stopped it: not again in this run
+            quiet.update({(r.table, j): "" for j in JOB_ORDER_ALL})
     return progressed
 
 
-__all__ = ["FleetRunResult", "LocalTableRunner", "Round", "TableRunner", "TableWork", "options_for", "run_fleet",
-           "run_table_work", "table_runner", "work_for"]
+__all__ = ["FleetRunResult", "LocalTableRunner", "Round", "TableRunner", "TableWork", "gc_waits", "options_for",
+           "run_fleet", "run_table_work", "table_runner", "work_for"]

@@ -8,7 +8,9 @@ that any machine's next plan and the page know:
 - ``failures``: its last :data:`MAX_FAILURES` failed jobs, each with its reason and exit code
   (a failure history per table; every run also has its record in the table's own history);
 - ``waiting``: jobs that ran and said only time will free more (a GC in its grace period):
-  not planned again before the policy's ``gc_retry_seconds`` (the plan's ``backoff``).
+  not planned again before the policy's ``gc_retry_seconds`` (the plan's ``backoff``);
+- ``gc``: what kept its merged generations at its last GC, each gate as GC names it, and when
+  they free (:mod:`memwal.fleet.gc_wait`): the plan's reasons and the page say it.
 
 Bounded: the :data:`MAX_TABLES` tables most recently run are kept. Storage is untrusted input:
 every entry is rebuilt from the fields it should have, of their types, each time the log is
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from memwal.core.json_doc import finite, list_of
+from memwal.fleet.gc_wait import MAX_GATES
 
 if TYPE_CHECKING:
     from memwal.cycle import CycleResult
@@ -32,16 +35,21 @@ MAX_TABLES = 20_000
 MAX_TEXT = 500
 #: Waits kept per table (one a job: a stored entry with more is junk).
 MAX_WAITS = 16
+#: Longest text kept of what frees a GC's generations (several gates' sentences).
+MAX_FREES = 2000
 
 
 def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[str, Any]], *, now: float,
-                   retry_after: Callable[[str], float]) -> dict[str, Any]:
+                   retry_after: Callable[[str], float],
+                   gc_waits: Mapping[str, Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
     """Add the cycles' outcomes (results, or their ``to_dict()`` documents) to ``runs.json``
     (compare-and-swap); the new document. ``retry_after(table)``: seconds before a waiting GC
-    of that table is planned again."""
+    of that table is planned again. ``gc_waits``: per table whose GC ran, what kept its merged
+    generations (:func:`memwal.fleet.gc_wait.gc_wait`; None: nothing), kept as its ``gc``."""
     docs = [r if isinstance(r, Mapping) else r.to_dict() for r in results]
     if not docs:
         return state.read("runs.json")[0]
+    waits = dict(gc_waits or {})
 
     def change(doc: dict[str, Any]) -> dict[str, Any]:
         tables = {str(k): _entry(v) for k, v in _tables(doc).items()}
@@ -58,7 +66,11 @@ def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[st
                 elif j["status"] == "done":
                     waiting.pop(j["job"], None)
             entry["waiting"] = waiting
-            tables[str(r["table"])] = entry  # last: the most recently run at the end
+            table = str(r["table"])
+            if table in waits:
+                wait = waits[table]
+                entry["gc"] = None if wait is None else _stored_gc({**wait, "retry_at": waiting.get("gc")})
+            tables[table] = entry  # last: the most recently run at the end
         return {**doc, "tables": dict(list(tables.items())[-MAX_TABLES:])}
 
     return state.update("runs.json", change)
@@ -84,9 +96,24 @@ def _stored_job(j: Mapping[str, Any]) -> dict[str, Any]:
             "exit_code": code if isinstance(code, int) and not isinstance(code, bool) and 0 <= code < 256 else None}
 
 
+def _stored_gc(value: Any) -> dict[str, Any] | None:
+    """What kept a table's merged generations at its last GC (:func:`memwal.fleet.gc_wait.gc_wait`)
+    rebuilt from its fields: the first ``MAX_GATES`` gate combinations (as many as it names) with their counts,
+    bounded times and counts, the text clipped (None: not a mapping)."""
+    if not isinstance(value, Mapping):
+        return None
+    gates = value.get("gates")
+    named = {str(g)[:MAX_TEXT]: int(n) for g, v in list(gates.items() if isinstance(gates, Mapping) else ())[:MAX_GATES]
+             if (n := finite(v)) is not None and n >= 0}
+    blocked = finite(value.get("blocked"))
+    return {"at": finite(value.get("at")), "gates": named, "blocked": int(blocked) if blocked and blocked > 0 else 0,
+            "frees_at": finite(value.get("frees_at")), "frees": str(value.get("frees") or "")[:MAX_FREES],
+            "retry_at": finite(value.get("retry_at"))}
+
+
 def _entry(value: Any) -> dict[str, Any]:
     """A table's entry rebuilt from what a stored one holds of use: the jobs' outcomes that are
-    mappings, the waits that are bounded times."""
+    mappings, the waits that are bounded times, its last GC's wait (:func:`_stored_gc`)."""
     entry = value if isinstance(value, Mapping) else {}
     jobs = {key: [_stored_job(j) for j in list_of(entry.get(key)) if isinstance(j, Mapping)]
             for key in ("last", "failures")}
@@ -94,7 +121,7 @@ def _entry(value: Any) -> dict[str, Any]:
     due = {str(k)[:MAX_TEXT]: t for k, v in list(waiting.items() if isinstance(waiting, Mapping) else ())[:MAX_WAITS]
            if (t := finite(v)) is not None}
     return {"at": finite(entry.get("at")), "last": jobs["last"][-MAX_FAILURES:],
-            "failures": jobs["failures"][-MAX_FAILURES:], "waiting": due}
+            "failures": jobs["failures"][-MAX_FAILURES:], "waiting": due, "gc": _stored_gc(entry.get("gc"))}
 
 
 def backoff_of(doc: Mapping[str, Any], now: float) -> dict[str, dict[str, float]]:
@@ -106,6 +133,17 @@ def backoff_of(doc: Mapping[str, Any], now: float) -> dict[str, dict[str, float]
             due = {str(j): t for j, v in waiting.items() if (t := finite(v)) is not None and t > now}
             if due:
                 out[str(table)] = due
+    return out
+
+
+def last_gcs(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Per table, what kept its merged generations at its last GC (see :func:`record_results`),
+    rebuilt from its fields (:func:`_stored_gc`)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for table, entry in _tables(doc).items():
+        gc = _stored_gc(entry.get("gc")) if isinstance(entry, Mapping) else None
+        if gc is not None:
+            out[str(table)] = gc
     return out
 
 
@@ -121,4 +159,4 @@ def failures_of(doc: Mapping[str, Any], table: str | None = None) -> list[dict[s
     return sorted(out, key=lambda f: -(f["at"] or 0.0))
 
 
-__all__ = ["MAX_FAILURES", "backoff_of", "entry_of", "failures_of", "record_results"]
+__all__ = ["MAX_FAILURES", "backoff_of", "entry_of", "failures_of", "last_gcs", "record_results"]

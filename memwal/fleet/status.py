@@ -6,6 +6,10 @@ source it shows the last plan some machine made, and never plans (as the page do
 Statuses: ``idle``, ``behind`` (jobs to run), ``waiting`` (only time frees the owed jobs: a
 GC's grace period, quiet hours), ``held`` (a job's lease has a live holder), ``paused`` (an
 operator paused it), ``problem`` (the table could not be read).
+
+What changed since that plan is read live (:func:`live`): each listed table's last run (what
+ran, the result, when, from the run log) and the pauses an operator made or lifted since
+(``controls.json``), so a run, or a pause made through the control DAG, shows at once.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from memwal.core.document import Document
 from memwal.core.json_doc import finite
 from memwal.core.json_doc import list_of as _list
 from memwal.core.json_doc import mapping_of as _map
-from memwal.core.text import clip
+from memwal.core.text import clip, one_line
 from memwal.fleet.plan import STATUSES, FleetPlan
 
 ORDER = (*STATUSES, "problem")
@@ -30,9 +34,56 @@ def _num(value: Any) -> float:
     return finite(value) or 0.0
 
 
+def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
+         controls: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``report`` with what changed since its plan (``runs``: the state's run log; ``controls``:
+    its controls document; None: not read): each listed table's last run and GC wait, and the
+    pauses in force now (the policy's, as planned, and the state's, live) with the counts by
+    status moved to match. The plan's own figures (debt, reasons) stay the plan's. A pause in
+    the state that memwal did not write is shown as such and holds nothing
+    (:func:`memwal.fleet.controls.stored_pauses`)."""
+    from memwal.fleet.controls import Controls, Pause, stored_pauses
+    from memwal.fleet.runs import entry_of
+
+    out = dict(report)
+    state = None if controls is None else Controls().with_state(controls)  # read once: its warnings once
+    by = {str(k): int(_num(v)) for k, v in _map(report.get("by_status")).items()}
+    rows = []
+    for row in _list(report.get("top")):
+        if not isinstance(row, Mapping):
+            continue
+        r = dict(row)
+        table, status = str(r.get("table")), str(r.get("status"))
+        entry = entry_of(runs or {}, table)
+        if entry["at"] is not None or entry["last"]:  # the run log has the table
+            r.update(last=entry["last"][:5], last_at=entry["at"], gc=entry["gc"])
+        if state is not None:
+            planned = r.get("paused") if isinstance(r.get("paused"), Mapping) else None
+            policy = () if planned is None or planned.get("origin") != "policy" else (
+                Pause(str(planned.get("target")), str(planned.get("by")), str(planned.get("reason")),
+                      origin="policy"),)
+            now = (Controls(policy + state.pauses) if policy else state).paused(table, str(r.get("source") or ""))
+            r["reasons"] = [x for x in _list(r.get("reasons")) if not str(x).startswith("paused by ")]
+            r["paused"] = None if now is None else now.to_dict()
+            moved = "paused" if now is not None else (
+                ("behind" if _list(r.get("withheld")) else "idle") if status == "paused" else status)
+            if moved != status:
+                by[status] = by.get(status, 0) - 1
+                by[moved] = by.get(moved, 0) + 1
+                r["status"] = moved
+                if moved != "paused":
+                    r["reasons"].insert(0, "resumed since the last plan: its jobs run in the next round")
+        rows.append(r)
+    out.update(top=rows, by_status=by)
+    if controls is not None:
+        out["pauses"] = [p.to_dict() for p in stored_pauses(controls)]
+    return out
+
+
 @dataclass(frozen=True)
 class FleetStatus(Document):
-    """A report and the history of plans before it (both plain documents)."""
+    """A report and the history of plans before it (both plain documents); build it with
+    :func:`live` applied to show what changed since the plan."""
 
     report: Mapping[str, Any]
     history: tuple[Mapping[str, Any], ...] = ()
@@ -46,24 +97,23 @@ class FleetStatus(Document):
         tables = []
         for row in self.rows:
             holds = _map(row.get("holds"))
-            last = (_list(row.get("last")) or [None])[0]
             tables.append({
                 "table": row.get("table"), "state": row.get("status"), "debt": row.get("debt"),
                 "jobs": row.get("jobs"), "reasons": row.get("reasons"),
                 "lag_generations": holds.get("unmerged_generations"),
                 "lag_seconds": holds.get("oldest_unmerged_age_seconds"), "holds": holds,
                 "waiting": row.get("waiting"), "paused": row.get("paused"), "breaches": row.get("breaches"),
-                "error": _map(row.get("last_failure")).get("error"),
-                "last_run": None if not isinstance(last, Mapping) else {
-                    "job": last.get("job"), "outcome": last.get("status"), "started_at": last.get("at"),
-                    "error": last.get("error")}})
+                "error": _map(row.get("last_failure")).get("error"), "gc": row.get("gc"),
+                "last_run": last_run(row)})
         return {"at": r.get("at"), "discovered": r.get("discovered"), "by_state": dict(_map(r.get("by_status"))),
                 "debt": r.get("debt"), "skipped": r.get("skipped"), "tables": tables,
                 "problems": [{"table": clip(p["table"], 1000), "error": clip(p["error"], 1000)}
                              for p in _list(r.get("problems")) if isinstance(p, Mapping)
                              and isinstance(p.get("table"), str) and isinstance(p.get("error"), str)],
                 "sources": list(_list(r.get("sources"))),
-                "breaches": r.get("breaches"), "histogram": r.get("histogram"), "history": len(self.history)}
+                "breaches": r.get("breaches"), "histogram": r.get("histogram"), "history": len(self.history),
+                "pauses": [p for p in _list(r.get("pauses")) if isinstance(p, Mapping)],
+                "unmatched": [clip(u, 1000) for u in _list(r.get("unmatched")) if isinstance(u, str)]}
 
     def render(self) -> str:
         r = self.report
@@ -80,17 +130,64 @@ class FleetStatus(Document):
         for row in self.rows:
             holds = _map(row.get("holds"))
             age = finite(holds.get("oldest_unmerged_age_seconds"))
-            last = (_list(row.get("last")) or [None])[0]
-            last_text = "-" if not isinstance(last, Mapping) else f"{last.get('job')} {last.get('status')}"
             lines.append(f"  {_num(row.get('debt')):>8g}  {clip(str(row.get('status')), 8):<8} lag "
                          f"{int(_num(holds.get('unmerged_generations'))):>4} gens "
-                         f"{('-' if age is None else f'{_num(age):.0f}s'):>6}  last {clip(last_text, 20):<20} "
-                         f"{clip(str(row.get('table')), 300)}")
-            for why in _list(row.get("reasons"))[:4]:
-                lines.append(f"            {clip(str(why), 300)}")
+                         f"{('-' if age is None else f'{_num(age):.0f}s'):>6}  {clip(str(row.get('table')), 300)}")
+            lines += [f"            {clip(one_line(why), 400)}" for why in row_lines(row)]  # one line each
         if len(self.rows) < _num(r.get("discovered")):
             lines.append(f"  ({int(_num(r.get('discovered'))) - len(self.rows)} more not listed: --top N)")
         return "\n".join(lines)
+
+
+def _when(at: Any) -> str:
+    try:
+        return datetime.fromtimestamp(_num(at), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def last_run(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A row's last cycle: when it ran, each job with its result, and the cycle's outcome (the
+    worst of its jobs'): ``failed``, ``cancelled``, ``held``, ``waiting`` or ``done``."""
+    jobs = [j for j in _list(row.get("last")) if isinstance(j, Mapping)]
+    if not jobs:
+        return None
+    statuses = [str(j.get("status")) for j in jobs]
+    outcome = next((s for s in ("failed", "cancelled", "held", "waiting") if s in statuses), "done")
+    return {"at": row.get("last_at") if row.get("last_at") is not None else jobs[0].get("at"), "outcome": outcome,
+            "jobs": [{"job": j.get("job"), "status": j.get("status"), "summary": j.get("summary"),
+                      "error": j.get("error")} for j in jobs]}
+
+
+def reasons_of(row: Mapping[str, Any]) -> list[str]:
+    """A row's reasons as planned (its pause aside: said apart), and what kept its last GC's
+    generations when no reason says it already (:mod:`memwal.fleet.gc_wait`)."""
+    from memwal.fleet.gc_wait import describe
+
+    out = [str(x) for x in _list(row.get("reasons")) if not str(x).startswith("paused by ")]
+    gc = describe(row.get("gc") if isinstance(row.get("gc"), Mapping) else None)
+    if gc and not any("the last GC" in x for x in out):
+        out.append(f"gc: {gc}")
+    return out
+
+
+def row_lines(row: Mapping[str, Any]) -> list[str]:
+    """A row's lines under it: its pause, its reasons (:func:`reasons_of`), and its last run:
+    what ran, the result, when."""
+    out = []
+    paused = row.get("paused")
+    if isinstance(paused, Mapping):
+        since = f" since {_when(paused.get('at'))}" if paused.get("at") is not None else ""
+        out.append(f"paused by {paused.get('by')}{since}: {paused.get('reason')}"
+                   + (f" ({len(_list(row.get('withheld')))} jobs withheld)" if _list(row.get("withheld")) else ""))
+    out += reasons_of(row)
+    last = last_run(row)
+    if last is not None:
+        ran = ", ".join(f"{j['job']} {j['status']}" + (f" ({j['error'] or j['summary']})" if j["status"] not in
+                                                       ("done", "not-run") and (j["error"] or j["summary"]) else "")
+                        for j in last["jobs"])
+        out.append(f"last run {_when(last['at'])}: {last['outcome']}: {ran}")
+    return out
 
 
 def publish(plan: FleetPlan, report: Mapping[str, Any]) -> None:
@@ -119,4 +216,4 @@ def history_points(history: Sequence[Mapping[str, Any]], limit: int = 240) -> li
     return [*picked, points[-1]]
 
 
-__all__ = ["ORDER", "FleetStatus", "history_points", "publish"]
+__all__ = ["ORDER", "FleetStatus", "history_points", "last_run", "live", "publish", "reasons_of", "row_lines"]

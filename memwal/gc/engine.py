@@ -3,7 +3,7 @@
 :func:`~memwal.gc.delete.delete_prefixes` / :func:`~memwal.gc.delete.delete_keys` over
 executors and satisfies the same protocol. Every engine deletes through
 :func:`~memwal.gc.delete.delete_objects` (invariant 5: nothing outside a planned prefix) and
-checks the lease before every batch.
+checks the lease before every batch (a point where an operator's cancel stops the run).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ class LocalGcEngine:
 
     def delete_prefixes(self, table: Table, targets: Sequence[Target], lease: Lease | None,
                         done: Done | None = None) -> list[PrefixOutcome]:
-        return delete_prefixes(table.store, targets, before_batch=lease.check if lease else None, done=done)
+        return delete_prefixes(table.store, targets, before_batch=lease.safe_point if lease else None, done=done)
 
     def delete_keys(self, table: Table, keys: Sequence[str], lease: Lease | None,
                     done: Done | None = None) -> list[str]:
         """Delete single objects (WAL entries); returns the keys refused as unsafe."""
-        return delete_keys(table.store, keys, before_batch=lease.check if lease else None, done=done)
+        return delete_keys(table.store, keys, before_batch=lease.safe_point if lease else None, done=done)

@@ -17,7 +17,9 @@
 
 A crash anywhere leaves what a rerun finishes: a generation leaves its shard manifest before
 any of its files go, its Lance manifests go before its other files, its WAL entries after it,
-and every digest is a cache written last.
+and every digest is a cache written last. So every lease check is also a point where an
+operator's cancel stops the run (:mod:`memwal.lease.cancel`): before the marker, the expiry,
+each repair and each rollup, the drains and each batch of deletes.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from memwal.core import clock as clocks
 from memwal.core import steps
 from memwal.core.retry import is_conflict
 from memwal.errors import StateMovedError, UnsafePathError, first_line
-from memwal.gc.delete import Target, check_under
+from memwal.gc.delete import Target, check_under, delete_prefixes
 from memwal.gc.drain import MOVED, DoneDrain, ShardCompaction, write_compaction
 from memwal.gc.engine import GcEngine, LocalGcEngine
 from memwal.gc.gates import REPAIR_REFUSED, ROLLUP_FAILED, UNSAFE_PATH
@@ -80,7 +82,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         checkpoints = sweep_checkpoints(table, clocks.current()())
         if plan.version_expiry is not None:
             if lease:
-                lease.check()
+                lease.check(safe_to_stop=True)
             expired, handle = plan.version_expiry.collect(table, keep=checkpoints.live)
         with table.reading():  # the re-check reads afresh, once: the versions left and the latest from one listing
             if plan.version_expiry is not None:
@@ -88,7 +90,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
             plan = recheck(table, plan, checkpoints.live, left)
         steps.step("gc.before-drain")
         if lease:
-            lease.check()
+            lease.check(safe_to_stop=True)
         plan, drained, rolled, moved = _compact(table, plan, engine, lease)
         steps.step("gc.before-delete")
         result = _delete(table, plan, engine, lease, orphans)
@@ -122,7 +124,7 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
     failed: dict[str, tuple[str, str]] = {}
     for repair in plan.generation_plan.repairs:
         if lease:
-            lease.check()
+            lease.check(safe_to_stop=True)  # nothing half-done: a repair applied before is a commit of its own
         steps.step("gc.before-repair")
         try:
             apply_repair(table, plan.read_version, repair)
@@ -135,11 +137,11 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
         if r.shard_id in failed:
             continue
         if lease:
-            lease.check()
+            lease.check(safe_to_stop=True)  # a rollup folder written before is unlisted: the next run deletes it
         steps.step("gc.before-rollup")
         try:
             rolled.setdefault(r.shard_id, []).append(
-                write_rollup(table, r, remove_staging=partial(_remove_staging, table, engine, lease)))
+                write_rollup(table, r, remove_staging=partial(_remove_staging, table, lease)))
         except (RollupError, StateMovedError) as exc:
             failed[r.shard_id] = (ROLLUP_FAILED, str(exc))
     drains = {d.shard_id: d for d in plan.drains if d.generations}
@@ -176,10 +178,13 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
             done, written, moved)
 
 
-def _remove_staging(table: Table, engine: GcEngine, lease: Lease | None, prefix: str) -> None:
-    """Delete a rollup's staging folder through GC's own deletion (link-safe, ours only)."""
+def _remove_staging(table: Table, lease: Lease | None, prefix: str) -> None:
+    """Delete a rollup's staging folder through GC's own deletion (link-safe, ours only), here:
+    one small folder. The lease is checked before each batch, but these checks are no safe
+    points (an engine's are): the rollup is half-done until its staging is gone, so an
+    operator's cancel stops the run at the next rollup's check, not here."""
     listed = tuple(table.store.list(prefix + "/"))
-    engine.delete_prefixes(table, [Target(prefix, listed)], lease, None)
+    delete_prefixes(table.store, [Target(prefix, listed)], before_batch=lease.check if lease else None)
 
 
 def _delete(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, orphans: bool) -> GcResult:

@@ -19,9 +19,11 @@ from memwal.history.schema import LagTotal, checked, checked_detail
 
 #: Outcomes of a run. ``running`` is what a record says until its run ends (a run whose
 #: process died stays ``running``; ``memwal history`` shows it as ``abandoned`` once no live
-#: lease of its run is left).
+#: lease of its run is left); ``cancelled``: an operator's cancel stopped it at a safe point
+#: (``memwal fleet cancel``; its error says who and why, its versions what it committed first).
 RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED = "running", "ok", "nothing-to-do", "failed", "fenced", "abandoned"
-OUTCOMES = (RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED)
+CANCELLED = "cancelled"
+OUTCOMES = (RUNNING, OK, NOTHING, FAILED, FENCED, ABANDONED, CANCELLED)
 
 
 class RunEntry(TypedDict):

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
-from memwal.errors import LeaseLostError, first_line
+from memwal.errors import CancelledError, LeaseLostError, first_line
 from memwal.history import log as history_log
-from memwal.history.record import FAILED, FENCED, RUNNING, RunRecord, figures, outcome_of
+from memwal.history.record import CANCELLED, FAILED, FENCED, RUNNING, RunRecord, figures, outcome_of
 from memwal.observe import metrics
 
 if TYPE_CHECKING:
@@ -88,6 +88,10 @@ def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | Non
         record.error = "; ".join(ctx.problems) or None
     except LeaseLostError as exc:
         record.outcome, record.error = FENCED, first_line(exc)
+        raise
+    except CancelledError as exc:  # the figures of what it did before it stopped, if it got that far
+        record.outcome, record.error = CANCELLED, first_line(exc)
+        record.figures = figures(job, ctx.doc) if ctx.doc else {}
         raise
     except BaseException as exc:
         record.outcome, record.error = FAILED, first_line(exc)

@@ -74,11 +74,12 @@ def _attrs(data: dict[str, str]) -> str:
     return "".join(f' data-{escape(k)}="{escape(str(v))}"' for k, v in data.items())
 
 
-def _y_axis(ticks: list[float], scale: Callable[[float], float], label: str, height: float) -> list[str]:
+def _y_axis(ticks: list[float], scale: Callable[[float], float], label: str, height: float,
+            width: int = WIDTH) -> list[str]:
     out = []
     for t in ticks:
         y = scale(t)
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<line class="grid" x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
         out.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_num(t)}</text>')
     mid = TOP + (height - TOP - BOTTOM) / 2
     out.append(f'<text class="axis-label" x="12" y="{mid:.0f}" transform="rotate(-90 12 {mid:.0f})" '
@@ -86,20 +87,22 @@ def _y_axis(ticks: list[float], scale: Callable[[float], float], label: str, hei
     return out
 
 
-def bar_chart(bars: Sequence[Bar], *, y_label: str, chart_id: str, caption: str, height: int = HEIGHT) -> Markup:
+def bar_chart(bars: Sequence[Bar], *, y_label: str, chart_id: str, caption: str, height: int = HEIGHT,
+              width: int = WIDTH) -> Markup:
     """One ``rect.bar`` per item, in the given order; a zero draws a thin stub on the axis
-    so every shard stays visible. Labels under the bars when there are few of them."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, height - TOP - BOTTOM
+    so every shard stays visible. Labels under the bars when there are few of them;
+    ``width``: as :func:`line_chart` takes it."""
+    plot_w, plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
     ticks = nice_ticks(max((b.value for b in bars), default=0), 4 if plot_h > 100 else 2)
     top = ticks[-1] or 1
 
     def y_of(v: float) -> float:
         return TOP + plot_h - plot_h * v / top
 
-    parts = [f'<svg class="chart bars" id="{escape(chart_id)}" viewBox="0 0 {WIDTH} {height}" role="img" '
+    parts = [f'<svg class="chart bars" id="{escape(chart_id)}" viewBox="0 0 {width} {height}" role="img" '
              f'aria-label="{escape(caption)}" data-bars="{len(bars)}">',
              f"<title>{escape(caption)}</title>"]
-    parts += _y_axis(ticks, y_of, y_label, height)
+    parts += _y_axis(ticks, y_of, y_label, height, width)
     n = max(1, len(bars))
     slot = plot_w / n
     gap = min(slot * 0.2, 6.0) if n <= 200 else 0.0
@@ -116,7 +119,7 @@ def bar_chart(bars: Sequence[Bar], *, y_label: str, chart_id: str, caption: str,
                      f'{_attrs({"label": b.label, "value": _num(b.value), **b.data})}>'
                      f"<title>{escape(b.title)}</title></rect>")
     base = TOP + plot_h
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base}" y2="{base}"/>')
+    parts.append(f'<line class="axis" x1="{LEFT}" x2="{width - RIGHT}" y1="{base}" y2="{base}"/>')
     if len(bars) <= MAX_LABELS:
         for i, b in enumerate(bars):
             cx = LEFT + (i + 0.5) * slot
@@ -134,9 +137,11 @@ def _time_label(at: float, span: float) -> str:
     return dt.strftime("%H:%M:%S" if span < 3600 else "%H:%M" if span < 2 * 86400 else "%b %d %H:%M")
 
 
-def line_chart(points: Sequence[Point], *, y_label: str, chart_id: str, caption: str) -> Markup:
-    """A line through ``points`` (oldest first) over time, with a dot per point."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+def line_chart(points: Sequence[Point], *, y_label: str, chart_id: str, caption: str, width: int = WIDTH) -> Markup:
+    """A line through ``points`` (oldest first) over time, with a dot per point; ``width``: the
+    drawing's width in viewBox units (a chart shown narrow draws narrower, so that its text
+    scales down less)."""
+    plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     ticks = nice_ticks(max((p.value for p in points), default=0))
     top = ticks[-1] or 1
     t0 = min((p.at for p in points), default=0.0)
@@ -149,11 +154,11 @@ def line_chart(points: Sequence[Point], *, y_label: str, chart_id: str, caption:
     def y_of(v: float) -> float:
         return TOP + plot_h - plot_h * v / top
 
-    parts = [f'<svg class="chart line" id="{escape(chart_id)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+    parts = [f'<svg class="chart line" id="{escape(chart_id)}" viewBox="0 0 {width} {HEIGHT}" role="img" '
              f'aria-label="{escape(caption)}" data-points="{len(points)}">', f"<title>{escape(caption)}</title>"]
-    parts += _y_axis(ticks, y_of, y_label, HEIGHT)
+    parts += _y_axis(ticks, y_of, y_label, HEIGHT, width)
     base = TOP + plot_h
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base}" y2="{base}"/>')
+    parts.append(f'<line class="axis" x1="{LEFT}" x2="{width - RIGHT}" y1="{base}" y2="{base}"/>')
     xy = [(x_of(p.at), y_of(p.value)) for p in points]
     if len(xy) > 1:
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)

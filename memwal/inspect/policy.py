@@ -9,10 +9,15 @@ escaping would not apply either.
 - :func:`meta_policy`: for a page written to a file (``memwal status --html``), in a
   ``<meta http-equiv>`` (which cannot carry ``frame-ancestors`` or ``sandbox``);
 - :func:`header_policy`: for a page served over HTTP (the Airflow view), adding
-  ``sandbox``: the browser gives the document an opaque origin even inside an iframe that
-  Airflow's UI creates with ``allow-same-origin``, so the page can never act with the
-  viewer's Airflow session. Links may still navigate the top window when clicked
-  (``allow-top-navigation-by-user-activation``).
+  ``sandbox`` without ``allow-scripts`` or ``allow-forms``: no script can run in the page,
+  whatever the iframe Airflow's UI creates allows (``allow-scripts``), and no form can be sent,
+  so markup that slipped through escaping cannot act with the viewer's Airflow session. It
+  keeps the page's own origin (``allow-same-origin``): a link followed inside the frame is then
+  a same-site request that carries the session, where a sandboxed opaque origin made every
+  link answer ``{"detail":"Not authenticated"}`` after a real login (Airflow's session cookie
+  is SameSite=Lax); and the UI's address bar follows the frame again (docs/decisions/0057). Links
+  may navigate the top window when clicked (``allow-top-navigation-by-user-activation``) where
+  the frame allows it.
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ def meta_policy(css: str) -> str:
 
 def header_policy(css: str) -> str:
     """The policy of a page served over HTTP: :func:`meta_policy`, framed only by its own
-    origin, and sandboxed (an opaque origin, no script, no forms, no same-origin access)."""
-    return f"{meta_policy(css)}; frame-ancestors 'self'; sandbox allow-top-navigation-by-user-activation"
+    origin, and sandboxed: no script, no form, no plugin, no pop-up (its own origin is kept:
+    see the module docstring)."""
+    return (f"{meta_policy(css)}; frame-ancestors 'self'; "
+            "sandbox allow-same-origin allow-top-navigation-by-user-activation")
 
 
 __all__ = ["SECURITY_HEADERS", "header_policy", "meta_policy", "style_hash"]

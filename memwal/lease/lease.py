@@ -274,6 +274,10 @@ class Lease(Renewing):
             if not beating and current.expires_at - now < self.ttl_seconds / 2:
                 self._renew(now)
 
+    def safe_point(self) -> None:
+        """:meth:`check` where nothing is half-done: an operator's cancel stops the job here."""
+        self.check(safe_to_stop=True)
+
     # -- wait / release
 
     def acquire_waiting(self, timeout_seconds: float, *, poll_seconds: float = 1.0,

@@ -219,6 +219,8 @@ def execute_merge(
         changes = engine.table_changes(table, data, schema)
         try:
             step("after-read")
+            if lease:
+                lease.check(safe_to_stop=True)  # read, nothing committed: a cancel stops here (the files removed)
             version, commits = commit_table_changes(table, plan, changes, lease=lease, on_step=on_step)
         finally:
             changes.close(table)
@@ -227,6 +229,8 @@ def execute_merge(
         net = no_changes(schema, list(plan.primary_key)) if path == MARKER else engine.net_changes(table, data, schema)
         try:
             step("after-read")
+            if lease:
+                lease.check(safe_to_stop=True)  # read, nothing committed: a cancel stops here
             version, commits = commit_net_changes(table, plan, net, lease=lease, on_step=on_step)
         finally:
             net.close()

@@ -127,7 +127,7 @@ def execute_snapshot(
         details.ClearField("inline_snapshots")
         key = snapshot_file_key(index_uuid)
         if lease and not is_repair:
-            lease.check()
+            lease.safe_point()  # nothing written yet: an operator's cancel stops the refresh here
         table.store.put(key, data)  # a fresh UUID per round: the spec's path of the entry we write
         written.append(key)
         return [IndexFile(SNAPSHOT_FILE, len(data))]

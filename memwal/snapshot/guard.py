@@ -225,8 +225,9 @@ def commit_mem_wal_details(
             # Only our first commit needs the lease. Every later round repairs what that
             # commit erased (values others committed, restored by their maximum), which
             # must happen even if we stalled past the lease meanwhile: stopping here would
-            # leave the progress erased until the next refresh.
-            lease.check()
+            # leave the progress erased until the next refresh. Before it nothing is committed:
+            # an operator's cancel stops the refresh here, unless a snapshot file was just written.
+            lease.check(safe_to_stop=files is None)
         journal.add(latest.version, round_uuid)
         step("before-commit")
         version = _commit_replacement(table, latest, details, round_uuid, files)

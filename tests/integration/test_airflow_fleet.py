@@ -30,7 +30,7 @@ from memwal.table import open_table
 from tests.airflow_server import api_server, get_with_headers
 from tests.browser import browser, canary
 from tests.conftest import table_rows
-from tests.helpers import ROOT, migrated_airflow_home, tree_digest
+from tests.helpers import ROOT, migrated_airflow_home, run_cli, tree_digest
 from tests.integration.test_airflow_observe import StatsdListener, metric
 
 DAGS = ROOT / "dags"
@@ -114,7 +114,7 @@ def test_dags_test_drains_the_fleet_to_its_writers_rows_and_an_idle_rerun_commit
     proc = airflow_cli(env, "dags", "test", "memwal_fleet")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "state=success" in out, out[-4000:]
-    assert "1 with work in 1 chunks" in out and "'tables_run': 1" in out
+    assert "1 with work in 1 chunks" in out and "memwal fleet: 1 tables run (" in out and "{'" not in out
     assert table_rows(open_table(t3)) == models[t3].sorted_rows()
 
     after = {uri: tree_digest(uri) for uri in models}
@@ -122,6 +122,35 @@ def test_dags_test_drains_the_fleet_to_its_writers_rows_and_an_idle_rerun_commit
     assert again.returncode == 0 and "state=success" in again.stdout + again.stderr, again.stderr[-4000:]
     assert "0 with work in 0 chunks" in again.stdout + again.stderr
     assert {uri: tree_digest(uri) for uri in models} == after  # not a commit, not even a history record
+
+
+def test_service_levels_are_judged_after_the_run_and_alert_through_a_notifier_not_a_red_run(airflow_env, tmp_path):
+    """Two tables past their service level (3 unmerged generations a shard, target 2): the run
+    merges one, the other is paused. The DAG run succeeds (a breach is not a failed
+    maintenance run); its ``slo`` task judges the state after the run and calls the config's
+    notifier, naming only the table still past its target; the page's report is the one made
+    after the run."""
+    lake = tmp_path / "lake"
+    make(lake / "merged"), make(lake / "paused")
+    sent = tmp_path / "alerts.jsonl"
+    alerts = {"notifiers": [{"notifier": "tests.airflow_notifier.FileNotifier",
+                             "args": {"path": str(sent), "message": "{{ memwal_slo.message }}"}}]}
+    policy = {"defaults": {"slo": {"generations_per_shard": 2}, "thresholds": {"compact_deleted_fraction": 1}},
+              "paused": {str(lake / "paused"): {"by": "ops", "reason": "hands off"}}}
+    extra = f"alerts: {json.dumps(alerts)}\npolicy: {json.dumps(policy)}\n"
+    config = write_config(tmp_path / "fleet.yaml", lake, extra)
+    env = {**airflow_env, "MEMWAL_FLEET_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
+    proc = airflow_cli(env, "dags", "test", "memwal_fleet")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "state=success" in out, out[-4000:]
+    (alert,) = [json.loads(line) for line in sent.read_text().splitlines()]
+    assert alert["tables"] == [str(lake / "paused")] and alert["count"] == 1 and alert["dag_id"] == "memwal_fleet"
+    assert alert["message"].startswith("memwal fleet: 1 tables past their service level after the run")
+    report = json.loads((tmp_path / "fleet-state" / "plan.json").read_text())["report"]
+    rows = {r["table"]: r for r in report["top"]}
+    assert rows[str(lake / "merged")]["breaches"] == [] and rows[str(lake / "merged")]["holds"][
+        "unmerged_generations"] == 0  # the plan made after the run
+    assert rows[str(lake / "paused")]["breaches"] == ["generations_per_shard"]
 
 
 def test_the_dag_file_lists_no_source_when_parsed_whatever_it_holds(tmp_path, monkeypatch):
@@ -159,8 +188,8 @@ def test_the_dag_file_lists_no_source_when_parsed_whatever_it_holds(tmp_path, mo
         shapes[n] = [(t.task_id, sorted(t.downstream_task_ids)) for t in dag.topological_sort()]
         assert touched == [], touched[:5]
     assert shapes[10] == shapes[1000]
-    assert sorted(shapes[10]) == [("plan", ["run_tables", "slo"]), ("run_tables", ["summary"]), ("slo", []),
-                                  ("summary", [])]
+    assert sorted(shapes[10]) == [("plan", ["run_tables"]), ("run_tables", ["summary"]), ("slo", []),
+                                  ("summary", ["slo"])]  # the service levels judged after the run
 
 
 def test_a_bad_fleet_config_is_one_import_error_naming_the_key_and_a_missing_one_names_the_variable(
@@ -396,3 +425,130 @@ def test_the_fleet_page_inside_the_airflow_ui_ranks_links_and_runs_no_script(air
             assert shown == {"uri": str(tables["hostile"]), "scripts": 0}
         hits = list(c.hits)
     assert hits == []
+
+
+def test_every_page_and_link_of_the_view_works_after_a_real_login(airflow_env, tmp_path, monkeypatch):
+    """A real login (the simple auth manager's form, a user with a password; no all-admins
+    shortcut) in Chromium, then every page the plugin adds, reached by clicking every link it
+    shows, the way a person does: the list of tables, a table's page and its DAG, an unreadable
+    table's error page, the fleet page, a fleet table's page, the fleet's DAGs, and back. Each
+    answers with the page, never ``{"detail":"Not authenticated"}`` (what a sandboxed page with an
+    opaque origin got: its links carried no session cookie), and the UI's address follows."""
+    lake = tmp_path / "lake"
+    make(lake / "a" / "events"), make(lake / "b" / "events")
+    (tmp_path / "not-a-table").mkdir()
+    config = write_config(tmp_path / "fleet.yaml", lake)
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+    from memwal.airflow.fleet_operators import MemWalFleetPlanOperator
+
+    MemWalFleetPlanOperator(task_id="plan").execute(context())
+    env = {**airflow_env, "MEMWAL_FLEET_CONFIG": str(config)}
+    with api_server(env, tmp_path, login=("alice", "alice-pass-0123")) as (base, tables_config, _):
+        tables_config.write_text(f"tables:\n  - {{name: events, table: {json.dumps(str(lake / 'a' / 'events'))}}}\n"
+                                 f"  - {{name: broken, table: {json.dumps(str(tmp_path / 'not-a-table'))}}}\n")
+        assert get_with_headers(f"{base}/memwal/fleet")[0] == 401  # no session: nothing shown
+        with browser() as b:
+            b.log_in(base, "alice", "alice-pass-0123")
+
+            def frame(part: str, ready: str) -> dict:
+                """The view's frame at ``part`` once ``ready`` holds: what it found, its links, its text."""
+                return b.wait_for_frame(part, f"""(() => {{ if (document.readyState !== 'complete') return null;
+                    const found = {ready}; if (!found) return null;
+                    return {{found, links: [...document.querySelectorAll('a')].map(a => a.textContent.trim()),
+                             text: document.body.innerText.slice(0, 300)}}; }})()""")
+
+            def click(part: str, label: str) -> None:
+                """Click the link ``label`` of the frame at ``part``, as a person would."""
+                found = b.frame_evaluate(part, f"""(() => {{ const a = [...document.querySelectorAll('a')].find(
+                    a => a.textContent.trim() === {json.dumps(label)}); if (!a) return false; a.click();
+                    return true; }})()""", user_gesture=True)
+                assert found, (part, label)
+
+            def at(path: str) -> None:
+                """The UI's address shows the view's page ``path`` (the frame's, followed)."""
+                b.wait_for(f"decodeURIComponent(location.pathname + location.search) === {json.dumps(path)}")
+
+            b.navigate(f"{base}/plugin/memwal")
+            index = frame("/memwal/", "document.querySelectorAll('a.table-link').length === 2")
+            assert index["links"] == ["The fleet", "events", "broken"]
+
+            click("/memwal/", "events")
+            at("/plugin/memwal/memwal/tables/config/events")
+            page = frame("/memwal/tables/config/events", "document.querySelector('#table-uri')?.textContent")
+            assert page["found"] == str(lake / "a" / "events")
+            assert page["links"][:2] == ["← all MemWAL tables", "DAG memwal_events"]
+            click("/memwal/tables/config/events", "DAG memwal_events")  # Airflow's own page, inside the view
+            frame("/dags/memwal_events", "document.body.innerText.length > 0 && !!document.querySelector('#root')")
+            b.navigate(f"{base}/plugin/memwal/memwal/tables/config/events")
+            frame("/memwal/tables/config/events", "!!document.querySelector('#table-uri')")
+            click("/memwal/tables/config/events", "← all MemWAL tables")
+            at("/plugin/memwal/memwal/")
+            frame("/memwal/", "!!document.querySelector('a.fleet-link')")
+
+            click("/memwal/", "broken")  # an unreadable table: its error page, and back
+            at("/plugin/memwal/memwal/tables/config/broken")
+            error = frame("/memwal/tables/config/broken", "document.querySelector('#error')?.textContent")
+            assert "cannot read it" in error["found"] and error["links"] == ["← back"]
+            click("/memwal/tables/config/broken", "← back")
+            at("/plugin/memwal/memwal/")
+
+            frame("/memwal/", "!!document.querySelector('a.fleet-link')")
+            click("/memwal/", "The fleet")
+            at("/plugin/memwal/memwal/fleet")
+            fleet = frame("/memwal/fleet", "document.querySelectorAll('tr.table-row').length")
+            assert fleet["found"] == 2 and "Not authenticated" not in fleet["text"]
+            first = str(lake / "a" / "events")
+            assert first in fleet["links"]
+            click("/memwal/fleet", first)
+            at(f"/plugin/memwal/memwal/fleet/tables?uri={first}")
+            shown = frame("/memwal/fleet/tables", "document.querySelector('#table-uri')?.textContent")
+            assert shown["found"] == first and shown["links"][:2] == ["← the fleet", "DAG memwal_fleet"]
+            click("/memwal/fleet/tables", "← the fleet")
+            at("/plugin/memwal/memwal/fleet")
+
+            for label, dag in (("DAG memwal_fleet", "memwal_fleet"), ("pause, resume, cancel", "memwal_fleet_control"),
+                               ("the control DAG", "memwal_fleet_control")):
+                b.navigate(f"{base}/plugin/memwal/memwal/fleet")
+                frame("/memwal/fleet", "document.querySelectorAll('tr.table-row').length")
+                click("/memwal/fleet", label)
+                seen = frame(f"/dags/{dag}", "!!document.querySelector('#root') && document.body.innerText.length > 0")
+                assert "Not authenticated" not in seen["text"]
+
+
+def test_the_control_dag_pauses_live_and_refuses_what_names_nothing(tmp_path, monkeypatch):
+    """The control DAG's task, as a triggered run gives it its params and user: a pause shows at
+    once in ``fleet status`` (no plan since); a pause of nothing and a resume of what is not
+    paused fail the run (not retried), naming the target, with nothing written; a cancel with
+    nothing running says so."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from memwal.airflow.fleet_control import MemWalFleetControlOperator
+    from memwal.airflow.fleet_operators import MemWalFleetPlanOperator
+
+    lake = tmp_path / "lake"
+    make(lake / "a" / "events")
+    table = str(lake / "a" / "events")
+    config = write_config(tmp_path / "fleet.yaml", lake)
+    monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
+    MemWalFleetPlanOperator(task_id="plan").execute(context())
+    state = tmp_path / "fleet-state"
+
+    def control(action: str, target: str) -> dict:
+        class Run:
+            triggering_user_name = "carol"
+
+        ctx = {**context(), "params": {"action": action, "target": target, "reason": "on call"}, "dag_run": Run()}
+        return MemWalFleetControlOperator(task_id="control").execute(ctx)
+
+    assert control("pause", table)["paused"] == table
+    shown = json.loads(run_cli("fleet", "status", "--state", str(state), "--json").stdout)
+    (row,) = shown["tables"]
+    assert row["state"] == "paused" and row["paused"]["by"] == "carol"  # read live: no plan since
+    before = (state / "controls.json").read_bytes()
+    for action, target, why in (("pause", str(lake / "nowhere"), "matches no table"),
+                                ("resume", str(lake / "a"), "not paused")):
+        with pytest.raises(AirflowFailException, match=why) as refused:
+            control(action, target)
+        assert target in str(refused.value)
+    assert (state / "controls.json").read_bytes() == before  # refused: nothing written
+    assert control("resume", table)["resumed"] == table
+    assert control("cancel", table)["cancelled"] == []  # nothing running: nothing asked

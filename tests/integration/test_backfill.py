@@ -52,8 +52,8 @@ def test_backfill_three_tables_and_a_bad_one_then_resume(make_table, tmp_path):
     # GC is held by the young versions the 7-day expiry keeps (and the grace period): waiting, not done
     assert statuses(doc) == {uris[0]: HELD_BY_TIME, uris[1]: HELD_BY_TIME, uris[2]: HELD_BY_TIME, bad: BAD_RUN}
     assert doc["failed_tables"] == [bad]
-    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 12, "waiting": 3, "held": 0, "skipped": 0,
-                              "failed": 1, "not-run": 4, "cancelled": 0}
+    assert doc["summary"] == {"tables": 4, "tables_failed": 1, "done": 12, "planned": 0, "waiting": 3, "held": 0,
+                              "skipped": 0, "failed": 1, "not-run": 4, "cancelled": 0}
     (bad_doc,) = [t for t in doc["tables"] if t["table"] == bad]
     assert bad_doc["jobs"][0]["exit_code"] == 2 and "no Lance table" in bad_doc["error"]
     assert f"backfill of {bad} failed: merge:" in first.stderr
@@ -153,6 +153,7 @@ def test_a_dry_run_writes_and_records_nothing(make_table, tmp_path):
     assert doc["dry_run"] is True
     jobs = doc["tables"][0]["jobs"]
     assert [j["job"] for j in jobs] == ["merge", "catchup", "compact", "gc", "snapshot"]
+    assert {j["status"] for j in jobs} == {"planned"}  # a dry run did nothing: "done" would say otherwise
     assert all(j["result"]["dry_run"] for j in jobs)
     assert jobs[0]["summary"].startswith("would merge 12 generations")
     assert tree_digest(table.uri) == before and not Path(state).exists()

@@ -102,6 +102,10 @@ def test_a_source_with_no_memwal_table_is_bad_input_and_a_table_uri_is_a_source(
 
 def test_a_run_drains_every_table_to_its_writers_rows_and_an_idle_rerun_changes_nothing(lake):
     root, models = lake
+    dry = run_cli("fleet", "run", str(root), "--dry-run", "--json")
+    assert dry.rc == 0, dry.stderr
+    statuses = {j["status"] for r in json.loads(dry.stdout)["runs"] for j in r["jobs"]}
+    assert statuses == {"planned"}  # a dry run did nothing: never "done"
     run = run_cli("fleet", "run", str(root), "--workers", "2", "--json")
     assert run.rc == 0, run.stderr
     doc = json.loads(run.stdout)
@@ -117,6 +121,8 @@ def test_a_run_drains_every_table_to_its_writers_rows_and_an_idle_rerun_changes_
     assert again["runs"] == [] and again["plan"]["debt"] == 0
     assert all(t["jobs"] == [] and t["debt"] == 0 for t in again["plan"]["tables"])
     assert {uri: tree_digest(uri) for uri in models} == after  # not even a history record
+    idle = run_cli("fleet", "run", str(root))
+    assert idle.rc == 0 and idle.stdout.splitlines()[0].endswith(": nothing to run (3 tables: 3 waiting)"), idle.stdout
 
 
 def test_one_broken_table_fails_alone_and_is_named(lake):

@@ -18,6 +18,7 @@ import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
+from tests.browser import parse
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
 WL = Workload(base_rows=120, shards=2, generations=3, rows_per_generation=10, seed=11, indexes=False)
@@ -119,3 +120,161 @@ def test_tables_past_their_service_level_start_first_then_by_debt(tmp_path):
     started = [t.table for t in fleet.with_work()]
     assert by_debt[0] == str(lake / "heavy") and started[0] == small  # past its target: first
     assert started[1:] == [t for t in by_debt if t != small]
+
+
+def status(state: str, *extra: str) -> tuple[int, dict, str]:
+    run = run_cli("fleet", "status", "--state", state, "--json", *extra)
+    return run.rc, (json.loads(run.stdout) if run.stdout else {}), run.stderr
+
+
+def test_a_run_of_one_table_is_merged_into_the_fleets_report_which_shows_what_the_run_did(tmp_path):
+    """``fleet run TABLE --state S`` updates that table's row of the last report (the fleet stays
+    whole), and the row then says what the run did, when, and how the table stands after it: not
+    the plan made before the run."""
+    lake = tmp_path / "lake"
+    tables = [make(lake / f"t{i}") for i in range(3)]
+    state = str(tmp_path / "state")
+    assert run_cli("fleet", "plan", str(lake), "--state", state).rc == 0
+    rc, before, _ = status(state)
+    assert rc == 0 and before["discovered"] == 3 and before["by_state"]["behind"] == 3
+
+    run = run_cli("fleet", "run", tables[0], "--state", state, "--max-rounds", "1", "--policy",
+                  str(quiet_policy(tmp_path)))
+    assert run.rc == 0, run.stderr
+    rc, after, _ = status(state)
+    assert rc == 0 and after["discovered"] == 3  # the fleet's report, not a one-table one
+    rows = {t["table"]: t for t in after["tables"]}
+    assert set(rows) == set(tables)
+    ran = rows[tables[0]]
+    assert ran["last_run"]["outcome"] == "done" and ran["last_run"]["at"] is not None
+    assert [(j["job"], j["status"]) for j in ran["last_run"]["jobs"]] == [("merge", "done"), ("snapshot", "done")]
+    assert ran["lag_generations"] == 0 and not any(r.startswith("merge:") for r in ran["reasons"])  # after the run
+    assert rows[tables[1]]["state"] == "behind" and rows[tables[1]]["last_run"] is None
+    text = run_cli("fleet", "status", "--state", state).stdout
+    assert "last run " in text and ": done: merge done, snapshot done" in text
+
+
+def quiet_policy(tmp_path: Path) -> Path:
+    """No compaction for these small tables (the merge's deletions would ask for one)."""
+    path = tmp_path / "quiet.yaml"
+    path.write_text(json.dumps({"defaults": {"thresholds": {"compact_deleted_fraction": 1}}}))
+    return path
+
+
+def test_pauses_are_read_live_and_a_paused_row_says_why_once(tmp_path):
+    lake = tmp_path / "lake"
+    t1, _ = make(lake / "t1"), make(lake / "t2")
+    state = str(tmp_path / "state")
+    assert run_cli("fleet", "plan", str(lake), "--state", state).rc == 0
+    assert run_cli("fleet", "pause", t1, "--state", state, "--by", "alice", "--reason", "backfill running").rc == 0
+    rc, doc, _ = status(state)  # no plan since the pause: read live
+    rows = {t["table"]: t for t in doc["tables"]}
+    assert rows[t1]["state"] == "paused" and rows[t1]["paused"]["by"] == "alice"
+    assert doc["by_state"]["paused"] == 1 and doc["by_state"]["behind"] == 1
+    assert [p["target"] for p in doc["pauses"]] == [t1]
+
+    assert run_cli("fleet", "plan", str(lake), "--state", state).rc == 0  # planned while paused
+    html = tmp_path / "fleet.html"
+    text = run_cli("fleet", "status", "--state", state, "--html", str(html)).stdout
+    assert text.count("backfill running") == 1  # said once, not in the reasons again
+    (row,) = [r for r in parse(html.read_text()).select("tr.table-row") if r.attrs["data-table"] == t1]
+    assert row.attrs["data-state"] == "paused"
+    assert sum("backfill running" in li.text for li in row.select("ul.reasons li")) == 1
+    assert run_cli("fleet", "resume", t1, "--state", state, "--by", "alice", "--reason", "done").rc == 0
+    rc, doc, _ = status(state)
+    row = {t["table"]: t for t in doc["tables"]}[t1]
+    assert row["state"] == "behind" and row["paused"] is None and row["reasons"][0].startswith("resumed since")
+    assert doc["pauses"] == []
+
+
+def test_input_that_matches_nothing_is_said_or_refused(tmp_path):
+    """A policy key that names no table is a warning naming it (a folder is no glob); a pause of a
+    table that does not exist, or of a glob that matches none, is refused with exit 2 and
+    nothing written; a resume of what is not paused is refused too."""
+    lake = tmp_path / "lake"
+    t1 = make(lake / "hot" / "t1")
+    policy = tmp_path / "policy.yaml"
+    folder = str(lake / "hot")
+    policy.write_text(json.dumps({"tables": {folder: {"weights": {"merge": 5}}},
+                                  "quotas": {"cold": {"share": 0.5, "match": [str(lake / "cold" / "*")]}}}))
+    run = run_cli("fleet", "plan", str(lake), "--policy", str(policy), "--json")
+    assert run.rc == 0, run.stderr
+    warnings = [x for x in run.stderr.splitlines() if x.startswith("memwal: warning:")]
+    assert len(warnings) == 2
+    assert f'tables.{json.dumps(folder)}: matches no table of the fleet (tables lie under it: ' \
+           f'{json.dumps(folder + "/*")} matches them)' in warnings[0]
+    assert "quotas.cold.match: matches no table of the fleet" in warnings[1]
+    assert len(json.loads(run.stdout)["unmatched"]) == 2
+
+    state = tmp_path / "state"
+    assert run_cli("fleet", "plan", str(lake), "--state", str(state)).rc == 0
+    before = (state / "controls.json").exists()
+    for target in (str(lake / "nowhere"), str(lake / "cold" / "*"), folder):
+        refused = run_cli("fleet", "pause", target, "--state", str(state), "--by", "a", "--reason", "b")
+        assert_one_line_error(refused, 2, target, "matches no table of the fleet")
+    assert (state / "controls.json").exists() == before is False  # nothing written
+    refused = run_cli("fleet", "pause", folder, "--state", str(state), "--by", "a", "--reason", "b")
+    assert f"{folder}/* matches them" in refused.stderr
+    assert run_cli("fleet", "pause", f"{folder}/*", "--state", str(state), "--by", "a", "--reason", "b").rc == 0
+    assert_one_line_error(run_cli("fleet", "resume", t1, "--state", str(state), "--by", "a", "--reason", "b"), 2,
+                          t1, "not paused")
+    assert json.loads((state / "controls.json").read_text())["log"][-1]["action"] == "pause"  # nothing logged
+
+    fresh = tmp_path / "fresh-state"  # no plan yet: a table is known by being one
+    assert run_cli("fleet", "pause", t1, "--state", str(fresh), "--by", "a", "--reason", "b").rc == 0
+
+
+def test_status_check_exits_1_on_a_breach_and_a_run_that_clears_it_leaves_none(tmp_path):
+    """Service levels are judged on the state after the run: a backlog past its target is a
+    breach before the run (``status --check`` exits 1, naming the table); the run that merges it
+    plans the table again, and the report it leaves has no breach (exit 0)."""
+    lake = tmp_path / "lake"
+    t1 = make(lake / "t1")
+    policy = tmp_path / "slo.yaml"
+    policy.write_text(json.dumps({"defaults": {"slo": {"generations_per_shard": 2},
+                                               "thresholds": {"compact_deleted_fraction": 1}}}))
+    state = str(tmp_path / "state")
+    assert run_cli("fleet", "plan", str(lake), "--state", state, "--policy", str(policy)).rc == 0
+    rc, _, err = status(state, "--check")
+    assert rc == 1 and f"memwal: error: {t1}: past its service level generations_per_shard: 3" in err
+    assert status(state)[0] == 0  # without --check, a breach is a figure, not a failure
+    run = run_cli("fleet", "run", str(lake), "--state", state, "--policy", str(policy), "--max-rounds", "1")
+    assert run.rc == 0, run.stderr
+    rc, doc, err = status(state, "--check")
+    assert rc == 0 and err == "" and doc["breaches"]["tables"] == 0
+
+
+def test_a_waiting_gc_names_the_gate_gc_named_and_when_it_frees(tmp_path):
+    """The writers of these tables wrote a moment ago, so GC keeps what their views need
+    (``writer-live``, as ``memwal gc --dry-run`` says): the fleet's status and page say that gate,
+    how many it keeps, and that it frees when the writer reopens or is quiet for GC's idle time,
+    not the grace period's time."""
+    lake = tmp_path / "lake"
+    t1 = make(lake / "t1")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(json.dumps({"defaults": {"options": {"gc": {"grace_seconds": 0, "expire_versions": 0}},
+                                               "thresholds": {"compact_deleted_fraction": 1}}}))
+    state = str(tmp_path / "state")
+    run = run_cli("fleet", "run", str(lake), "--state", state, "--policy", str(policy), "--json")
+    assert run.rc == 0, run.stderr
+    gcs = [j for r in json.loads(run.stdout)["runs"] for j in r["jobs"] if j["job"] == "gc"]
+    assert gcs and gcs[-1]["status"] == "waiting"
+    n = int(gcs[-1]["summary"].split(" blocked")[0].rsplit(" ", 1)[1])  # "0 deleted, 6 blocked; ..."
+    assert n > 0, gcs[-1]
+    # the gate GC names: the run rolled the merged generations up, so a dry run now keeps the
+    # rollups too (more of them), for the same gate
+    dry = run_cli("gc", t1, "--dry-run", "--grace-seconds", "0", "--expire-versions", "0")
+    (blocked,) = [x.strip() for x in dry.stdout.splitlines() if x.strip().startswith("blocked:")]
+    assert blocked.endswith(" x writer-live"), dry.stdout
+    kept = f"{n} x writer-live"
+
+    rc, doc, _ = status(state)
+    row = {t["table"]: t for t in doc["tables"]}[t1]
+    assert row["gc"]["gates"] == {"writer-live": n} and row["gc"]["frees_at"] is None
+    said = " ".join(row["reasons"])
+    assert f"kept {n}: {kept}" in said
+    assert "writer-live: when the writer reopens or is quiet for 1d 0h" in said
+    assert "grace period" not in said.split("the last GC", 1)[1]  # not the grace period's time
+    html = tmp_path / "fleet.html"
+    assert run_cli("fleet", "status", "--state", state, "--html", str(html)).rc == 0
+    assert "when the writer reopens or is quiet for 1d 0h" in html.read_text()

@@ -73,6 +73,8 @@ def test_the_page_at_1000_tables_tells_an_operator_what_each_table_holds_and_why
     assert len(dom.select("tr.source-row")) == 5
     assert len(dom.select("tr.breach-row")) > 0 and dom.select("svg#pending-histogram")
     assert dom.select("svg#trend-debt") and dom.select("svg#trend-lag")
+    titles = [f.one("figcaption b").text for f in dom.select("figure.trend")]
+    assert titles == ["Debt", "Lag", "Tables behind"]  # each chart says what it draws
     pauses = {r.select("td")[0].text: r.select("td")[1].text for r in dom.select("tr.pause-row")}
     assert pauses == {sources[4]: "ops", f"{sources[0]}/backlog-0000": "alice"}
     failures = [r.text for r in dom.select("tr.failure-row")]

@@ -17,6 +17,7 @@ from memwal.actions import ACTIONS
 from memwal.cycle import JobStatus, run_cycle_at
 from memwal.demo import Workload, create_base_table, write_generations
 from memwal.fleet.state import FleetState
+from memwal.history.log import read_runs
 from memwal.lease import LeaseRecord, lease_key
 from memwal.table import open_table
 from tests.conftest import table_rows
@@ -24,6 +25,7 @@ from tests.helpers import run_cli, tree_digest
 from tests.interleave import Stalled
 
 WL = Workload(base_rows=200, shards=2, generations=6, rows_per_generation=15, seed=23, indexes=False)
+WL_INDEXED = Workload(base_rows=200, shards=2, generations=3, rows_per_generation=15, seed=24)
 
 
 def test_a_cancel_stops_a_compaction_before_its_commit_and_releases_its_lease(tmp_path):
@@ -74,3 +76,52 @@ def test_a_cancel_stops_a_compaction_before_its_commit_and_releases_its_lease(tm
     idle = run_cli("fleet", "cancel", uri, "--by", "alice", "--reason", "again", "--json")
     assert idle.rc == 0 and json.loads(idle.stdout)["cancelled"] == []
     assert tree_digest(uri) == before  # nothing running: nothing written to the table
+
+
+def test_a_fleet_run_skips_a_cancelled_table_for_the_rest_of_the_run(tmp_path):
+    """Catch-up held before its commit in round 1, cancelled: it ends ``cancelled`` (not ``ok``),
+    the cycle's later jobs are not run, and no later round of the run starts any job on the table,
+    though its plan still owes some."""
+    from memwal.fleet.policy import policy_from
+    from memwal.fleet.run import run_fleet
+
+    lake = tmp_path / "lake"
+    uri, other = str(lake / "t"), str(lake / "other")  # the other, without an index, keeps the run going
+    for path, workload in ((uri, WL_INDEXED), (other, WL)):
+        model = create_base_table(path, workload)[1]
+        write_generations(path, workload, model)
+    policy = policy_from({"defaults": {"options": {"gc": {"grace_seconds": 0, "writer_idle_seconds": 0}}}})
+    held = Stalled(lambda: run_fleet([str(lake)], policy=policy, max_rounds=4), "catchup.before-build",
+                   any_thread=True)
+    cancel = run_cli("fleet", "cancel", uri, "--by", "alice", "--reason", "enough for today", "--json")
+    assert json.loads(cancel.stdout)["cancelled"] == ["catchup"]
+    held.resume()
+    assert held.error is None, held.error
+    result = held.outcome
+    (first,) = [r for r in result.rounds[0].results if r.table == uri]
+    statuses = {j.job: (j.status, j.summary) for j in first.jobs}
+    assert statuses["merge"][0] is JobStatus.DONE
+    assert statuses["catchup"][0] is JobStatus.CANCELLED and "cancelled by alice: enough for today" in \
+        statuses["catchup"][1]
+    assert all(s is JobStatus.NOT_RUN for job, (s, _) in statuses.items() if job not in ("merge", "catchup"))
+    later = [r for rnd in result.rounds[1:] for r in rnd.results if r.table == uri]
+    assert later == [] and len(result.rounds) >= 2  # planned again, but not started again
+    (replanned,) = [t for t in result.rounds[1].plan.tables if t.table == uri]
+    assert replanned.jobs  # it still owes work: skipped, not idle
+    assert next(read_runs(open_table(uri).store, job="catchup")).outcome == "cancelled"
+
+
+def test_fleet_run_exits_3_naming_the_cancelled_table(tmp_path):
+    from memwal.lease.cancel import request_cancel
+
+    lake = tmp_path / "lake"
+    uri = str(lake / "t")
+    model = create_base_table(uri, WL)[1]
+    write_generations(uri, WL, model)
+    held = Stalled(lambda: run_cli("fleet", "run", str(lake)), "merge.after-read", any_thread=True)
+    assert request_cancel(open_table(uri).store, "alice", "not today") == ["merge"]  # the CLI's streams are the run's
+    held.resume()
+    run = held.outcome
+    assert run.rc == 3, (run.stdout, run.stderr)
+    assert f"memwal: error: merge on {uri}: cancelled by alice: not today" in run.stderr
+    assert "merge cancelled" in run.stdout

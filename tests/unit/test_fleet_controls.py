@@ -78,13 +78,16 @@ def test_pauses_are_recorded_with_who_why_and_when_and_a_tables_own_pause_wins(t
     assert (own.by, own.reason, own.at, own.origin) == ("bob", "a bad partition", 200.0, "state")
     assert ctl.paused("s3://lake/t2", "s3://lake").by == "alice"  # the source's pause
     assert ctl.paused("s3://lake/legacy/x", "s3://elsewhere").origin == "policy"
-    doc, found = controls.resume(state, "s3://lake/t1", by="bob", reason="fixed", now=300.0)
-    assert found and [p["target"] for p in doc["pauses"]] == ["s3://lake"]
-    assert not controls.resume(state, "s3://nowhere", by="bob", reason="typo", now=301.0)[1]
+    doc = controls.resume(state, "s3://lake/t1", by="bob", reason="fixed", now=300.0)
+    assert [p["target"] for p in doc["pauses"]] == ["s3://lake"]
+    before = (tmp_path / "state" / "controls.json").read_bytes()
+    with pytest.raises(BadInputError, match=r"s3://nowhere: not paused in the fleet's state .* \(paused there: "
+                                            r"s3://lake; a pause in the policy file"):
+        controls.resume(state, "s3://nowhere", by="bob", reason="typo", now=301.0)
+    assert (tmp_path / "state" / "controls.json").read_bytes() == before  # refused: nothing written
     log = state.read("controls.json")[0]["log"]
     assert [(e["action"], e["target"], e["by"]) for e in log] == [
-        ("pause", "s3://lake", "alice"), ("pause", "s3://lake/t1", "bob"), ("resume", "s3://lake/t1", "bob"),
-        ("resume", "s3://nowhere", "bob")]
+        ("pause", "s3://lake", "alice"), ("pause", "s3://lake/t1", "bob"), ("resume", "s3://lake/t1", "bob")]
     with pytest.raises(BadInputError, match=r"paused.s3://lake/legacy/\*: expected \{by: who, reason: why\}"):
         policy_from({"paused": {"s3://lake/legacy/*": {"by": "ops"}}})
 
@@ -130,3 +133,70 @@ def test_an_s3_notification_names_the_table_of_a_shard_manifest_and_nothing_else
     assert tables == {"s3://lake/tenants/acme/events", "s3://lake/tenants/a b/t"}
     assert list(keys_of({"Body": json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent"})})) == []
     assert list(keys_of({"Body": "not json"})) == []
+
+
+def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live():
+    """What ``fleet status`` prints of a row: its pause once, every reason (the sixth and the
+    service level too), and its last cycle whole; and what changed since the plan, read live:
+    a pause made since moves the row and the counts, one lifted since moves them back."""
+    from memwal.fleet.status import FleetStatus, live
+
+    reasons = [f"reason {i}" for i in range(6)] + ["slo: 12 unmerged generations in one shard, target 8"]
+    row = {"table": "s3://l/t1", "source": "s3://l", "status": "behind", "debt": 3.0, "jobs": ["merge"],
+           "reasons": reasons, "holds": {"unmerged_generations": 12}, "withheld": [], "paused": None}
+    idle = {**row, "table": "s3://l/t2", "status": "paused", "reasons": ["paused by bob: old"], "withheld": ["gc"],
+            "paused": {"target": "s3://l/t2", "by": "bob", "reason": "old", "at": 1.0, "origin": "state"}}
+    report = {"at": 10.0, "discovered": 2, "by_status": {"behind": 1, "paused": 1}, "top": [row, idle]}
+    runs = {"tables": {"s3://l/t1": {"at": 20.0, "last": [
+        {"at": 20.0, "job": "merge", "status": "done", "summary": "v5: 3 generations"},
+        {"at": 20.0, "job": "gc", "status": "waiting", "summary": "0 deleted, 6 blocked"}]}}}
+    pause = {"target": "s3://l/t1", "by": "alice", "reason": "backfill", "at": 15.0}
+    # as memwal fleet pause writes it (no fleet key set): the pause and its entry in the log
+    controls_doc = {"pauses": [pause], "log": [{"action": "pause", **pause}]}
+    st = FleetStatus(live(report, runs, controls_doc))
+    text = st.render()
+    assert all(r in text for r in reasons)  # none dropped after four
+    assert text.count("backfill") == 1 and "paused by alice since" in text
+    assert "last run 1970-01-01 00:00 UTC: waiting: merge done, gc waiting (0 deleted, 6 blocked)" in text
+    doc = st.to_dict()
+    assert doc["by_state"] == {"behind": 1, "paused": 1}  # t1 paused since the plan, t2 resumed since
+    t1, t2 = doc["tables"]
+    assert (t1["state"], t1["paused"]["by"], t1["last_run"]["outcome"]) == ("paused", "alice", "waiting")
+    assert (t2["state"], t2["paused"], t2["reasons"][0]) == ("behind", None, "resumed since the last plan: "
+                                                                             "its jobs run in the next round")
+
+
+@pytest.mark.parametrize("junk", [5, "text", [1, 2], {"x": 1}, None, True, [{"job": None, "status": {"a": 1}}]])
+def test_forged_run_log_and_controls_never_break_the_status_or_the_page(junk, tmp_path):
+    """Whoever writes the state's folder writes ``runs.json`` and ``controls.json``: every field
+    the live view reads may be of any type; the status and the page still render, escaped."""
+    from memwal.fleet.page import write_fleet_page
+    from memwal.fleet.status import FleetStatus, live
+
+    row = {"table": "s3://l/t1", "source": "s3://l", "status": "paused", "debt": 1.0, "reasons": junk,
+           "withheld": junk, "paused": junk, "last": junk, "gc": junk, "holds": junk, "waiting": {}}
+    report = {"at": 1.0, "discovered": 1, "by_status": junk, "top": [row, junk], "unmatched": junk, "pauses": junk}
+    runs = {"tables": {"s3://l/t1": {"at": junk, "last": junk, "gc": {"gates": junk, "at": junk, "frees": junk}}}}
+    controls_doc = {"pauses": junk, "log": junk}
+    st = FleetStatus(live(report, runs, controls_doc))
+    assert "s3://l/t1" in st.render() and st.to_dict()["tables"][0]["table"] == "s3://l/t1"
+    write_fleet_page(str(tmp_path / "page.html"), st, controls=controls_doc)
+    assert "s3://l/t1" in (tmp_path / "page.html").read_text()
+
+
+def test_the_state_pauses_that_match_no_table_are_looked_up_and_bounded():
+    """``controls.json`` is storage: a plan names the state's pauses that match no table, the
+    first ten, and counts the others; an exact target is looked up, a glob matched, a policy
+    pause is the policy's own warning."""
+    from memwal.fleet.shared import MAX_UNMATCHED_PAUSES, _unmatched
+    from memwal.fleet.sources_model import Discovery, TableRef
+
+    found = Discovery((TableRef("s3://l/t1", "s3://l", {}), TableRef("s3://l/t2", "s3://l", {})), (), ())
+    gone = [controls.Pause(f"s3://l/gone{i:02d}", "ops", "r") for i in range(MAX_UNMATCHED_PAUSES + 3)]
+    held = [controls.Pause("s3://l/t1", "ops", "r"), controls.Pause("s3://l", "ops", "r"),
+            controls.Pause("s3://l/t*", "ops", "r")]
+    policy = policy_from({"paused": {"s3://l/old": {"by": "ops", "reason": "r"}}})
+    out = _unmatched(policy, controls.Controls(policy.controls().pauses + tuple(held + gone)), found)
+    assert out == ['policy paused."s3://l/old": matches no table of the fleet'] + [
+        f"pause of s3://l/gone{i:02d} (memwal fleet pause, by ops): matches no table of the fleet"
+        for i in range(MAX_UNMATCHED_PAUSES)] + ["3 more pauses match no table of the fleet"]

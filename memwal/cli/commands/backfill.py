@@ -176,7 +176,8 @@ class PlainProgress:
         with self._lock:
             self.count += 1
             detail = run.error if run.status in (JobStatus.FAILED, JobStatus.NOT_RUN) else run.summary
-            took = f" in {run.seconds:.1f}s" if run.status in (JobStatus.DONE, JobStatus.FAILED) else ""
+            took = f" in {run.seconds:.1f}s" if run.status in (JobStatus.DONE, JobStatus.PLANNED, JobStatus.FAILED) \
+                else ""
             print(
                 f"memwal backfill: [{self.count}/{self.total}] {run.table} {run.job}: {run.status}{took}"
                 + (f" ({one_line(detail)})" if detail else ""),
@@ -235,9 +236,9 @@ class RichProgress:
 def render(report: BackfillReport) -> str:
     from memwal.cycle import JobStatus
 
-    cell_of = {JobStatus.DONE: "done", JobStatus.WAITING: "waiting", JobStatus.HELD: "held",
-               JobStatus.SKIPPED: "skipped", JobStatus.FAILED: "FAILED", JobStatus.NOT_RUN: "not run",
-               JobStatus.CANCELLED: "cancelled"}
+    cell_of = {JobStatus.DONE: "done", JobStatus.PLANNED: "planned", JobStatus.WAITING: "waiting",
+               JobStatus.HELD: "held", JobStatus.SKIPPED: "skipped", JobStatus.FAILED: "FAILED",
+               JobStatus.NOT_RUN: "not run", JobStatus.CANCELLED: "cancelled"}
     header = ["table", *report.jobs, "time"]
     rows = [header]
     for t in report.tables:
@@ -248,7 +249,7 @@ def render(report: BackfillReport) -> str:
                 cells.append("-")
                 continue
             cell = cell_of[j.status]
-            if j.status in (JobStatus.DONE, JobStatus.WAITING, JobStatus.HELD) and j.summary:
+            if j.status in (JobStatus.DONE, JobStatus.PLANNED, JobStatus.WAITING, JobStatus.HELD) and j.summary:
                 cell += f" ({j.summary})"
             cells.append(cell)
         cells.append(f"{sum(j.seconds for j in t.jobs):.1f}s")
@@ -258,8 +259,9 @@ def render(report: BackfillReport) -> str:
     c = report.counts()
     failed = report.failed_tables
     lines.append(
-        f"{len(report.tables) - len(failed)} of {len(report.tables)} tables ok; jobs: {c[JobStatus.DONE]} "
-        + ("planned (dry run: nothing written, nothing recorded), " if report.dry_run else "done, ")
+        f"{len(report.tables) - len(failed)} of {len(report.tables)} tables ok; jobs: "
+        + (f"{c[JobStatus.PLANNED]} planned (dry run: nothing written, nothing recorded), " if report.dry_run
+           else f"{c[JobStatus.DONE]} done, ")
         + (f"{c[JobStatus.WAITING]} waiting for time (not recorded: rerun later), " if c[JobStatus.WAITING] else "")
         + (f"{c[JobStatus.HELD]} held by another lease holder (not recorded), " if c[JobStatus.HELD] else "")
         + f"{c[JobStatus.SKIPPED]} skipped (finished earlier), {c[JobStatus.FAILED]} failed, "

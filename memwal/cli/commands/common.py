@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from memwal.table import Table
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE = 0, 1, 2, 3
+#: The exit codes in one sentence: ``memwal --help`` prints it, and the README says it word for word.
+EXIT_CODES = ("Exit codes: 0 done, 1 failed, 2 bad usage or bad input (nothing written), 3 stopped by another "
+              "party: a lease another live job holds, a lost lease, a race lost to concurrent writers after "
+              "retries, or an operator's cancel.")
 #: What ``add_subparsers`` returns (generic only to the type checker).
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -120,16 +124,18 @@ def check_result_file(path: str | None) -> None:
         check_output_file("--result-file", path)
 
 
-def write_failure(path: str | None, error: str, exit_code: int) -> None:
+def write_failure(path: str | None, error: str, exit_code: int, *, cancelled: bool = False) -> None:
     """Record a failed command in its ``--result-file`` (already checked writable) as
-    ``{"failure": {"error": ..., "exit_code": ...}}``: a launcher (the Airflow operator
-    around spark-submit) learns why the job failed from the file, never from log text."""
+    ``{"failure": {"error": ..., "exit_code": ..., "cancelled": ...}}``: a launcher (the Airflow
+    operator around spark-submit) learns why the job failed from the file, never from log text
+    (``cancelled``: an operator's cancel stopped it, no failure to retry)."""
     if not path:
         return
     from memwal.core.files import write_chunks
 
     try:
-        write_chunks(path, [json.dumps({"failure": {"error": error, "exit_code": exit_code}}, indent=2)])
+        failure = {"error": error, "exit_code": exit_code, "cancelled": cancelled}
+        write_chunks(path, [json.dumps({"failure": failure}, indent=2)])
     except OSError:  # the failure itself is on stderr; a result file that vanished adds nothing
         pass
 

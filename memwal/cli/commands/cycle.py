@@ -4,7 +4,8 @@ The whole maintenance cycle of one table (merge, catchup, compact, gc, snapshot,
 order), through :func:`memwal.cycle.run_cycle`: ``spark-submit jobs/maintenance.py`` is this
 command on the Spark engine, one application for all five jobs. Every job's options are the
 flags of its own command. The cycle stops at the first job that fails; a job whose lease
-another holder has is ``held`` (reported, not a failure). Exit code: 0, or the failed job's.
+another holder has is ``held`` (reported, not a failure). Exit code: 0, or the failed job's; 3
+when an operator cancelled it (``memwal fleet cancel``: the job stopped, the later ones not run).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from memwal.cli.commands.backfill import add_job_arguments, job_options_from, job_order
-from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_LEASE, EXIT_OK, Subparsers, emit, open_table_arg, table_command
 from memwal.core.text import one_line
 
 if TYPE_CHECKING:  # the runner (memwal.cycle) loads when the command runs, not for --help
@@ -45,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
     if failed is not None:
         print(f"memwal: error: {failed.job}: {one_line(failed.error or '')}", file=sys.stderr)
         return failed.exit_code or 1
+    cancelled = result.cancelled
+    if cancelled is not None:  # an operator stopped it: exit 3, as the job's own command
+        print(f"memwal: error: {one_line(cancelled.summary)}", file=sys.stderr)
+        return EXIT_LEASE
     return EXIT_OK
 
 
@@ -60,6 +65,7 @@ def render(result: CycleResult) -> str:
 
     lines = [f"{result.table}: maintenance cycle"]
     for j in result.jobs:
-        took = f" {j.seconds:.1f}s" if j.status in (JobStatus.DONE, JobStatus.WAITING, JobStatus.FAILED) else ""
+        took = f" {j.seconds:.1f}s" if j.status in (JobStatus.DONE, JobStatus.PLANNED, JobStatus.WAITING,
+                                                     JobStatus.FAILED) else ""
         lines.append(f"  {j.job:<8} {j.status:<8}{took}  {j.summary or j.error or ''}".rstrip())
     return "\n".join(lines)

@@ -17,8 +17,10 @@ a link), or ``namespace:dir`` / ``namespace:rest`` (a Lance Namespace; its prope
 the pauses, read and written with the same ``--storage-option`` as the sources.
 
 Exit codes: 0 done (held leases and waiting GCs are reasons, not failures); 1 when a table
-failed or could not be read (each named on stderr); 2 for bad input (a source with no
-MemWAL table included), with nothing written.
+failed or could not be read (each named on stderr), and for ``status --check`` when a table is
+past a service level; 2 for bad input (a source with no MemWAL table included), with nothing
+written; 3 for ``run`` when an operator cancelled a table's work and none failed (each named on
+stderr). A policy key or a pause that matches no table is a ``memwal: warning:`` line.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from memwal.actions.options import ENGINES
 from memwal.cli.commands.common import (
     EXIT_FAILED,
+    EXIT_LEASE,
     EXIT_OK,
     Subparsers,
     check_output_file,
@@ -64,6 +67,9 @@ def add_parsers(sub: Subparsers) -> None:
     status.add_argument("--top", type=positive_int, default=DEFAULT_TOP, metavar="N",
                         help=f"list the N tables with the most debt (default {DEFAULT_TOP}); all are counted")
     status.add_argument("--html", metavar="PATH", help="also write the fleet page to PATH")
+    status.add_argument("--check", action="store_true",
+                        help="exit 1 when a table is past a service level (each named on stderr): for scripts and "
+                             "monitors")
     status.set_defaults(run=run_status)
     add_verbs(verbs)
 
@@ -124,16 +130,24 @@ def _planned(args: argparse.Namespace, sources: list[str], listed: list[str], po
                         exclude=exclude, listed=listed)
 
     planned = plan_shared(found, policy, state=state_of(args), cache_location=args.cache,
-                          storage_options=args.storage_options, top=top, workers=args.plan_workers)
+                          storage_options=args.storage_options, top=top, workers=args.plan_workers, partial=None)
     check_sources_yield_tables(planned.plan, sources)
+    _warn(planned.unmatched)
     return planned
+
+
+def _warn(lines: list[str]) -> None:
+    """Input that matched nothing (a policy key, a pause): one ``memwal: warning:`` line each."""
+    for line in lines:
+        print(f"memwal: warning: {one_line(line)}", file=sys.stderr)
 
 
 def run_plan(args: argparse.Namespace) -> int:
     sources, listed, policy, properties = _inputs(args)
-    plan = _planned(args, sources, listed, policy, properties).plan
-    emit(args, plan.to_dict(), lambda: render_plan(plan.to_dict()))
-    return _problems(plan.to_dict()["problems"])
+    planned = _planned(args, sources, listed, policy, properties)
+    doc = {**planned.plan.to_dict(), "unmatched": planned.unmatched}
+    emit(args, doc, lambda: render_plan(doc))
+    return _problems(doc["problems"])
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -163,15 +177,18 @@ def run_run(args: argparse.Namespace) -> int:
     for failed in result.failed:
         line = f"{failed.table}: {failed.error or ''}"
         print(f"memwal: error: {one_line(line)}", file=sys.stderr)  # the path escaped too, as plan and status do
-    return _problems(doc["problems"]) or (EXIT_FAILED if result.failed else EXIT_OK)
+    cancelled = [c for r in result.results if (c := r.cancelled) is not None]
+    for c in cancelled:
+        print(f"memwal: error: {one_line(c.summary)}", file=sys.stderr)
+    return _problems(doc["problems"]) or (EXIT_FAILED if result.failed else EXIT_LEASE if cancelled else EXIT_OK)
 
 
 def run_status(args: argparse.Namespace) -> int:
     from memwal.errors import BadInputError
     from memwal.fleet.page import write_fleet_page
     from memwal.fleet.report import last_report
-    from memwal.fleet.state import CONTROLS
-    from memwal.fleet.status import FleetStatus, publish
+    from memwal.fleet.state import CONTROLS, RUNS
+    from memwal.fleet.status import FleetStatus, live, publish
 
     if args.html:
         check_output_file("--html", args.html)
@@ -181,19 +198,34 @@ def run_status(args: argparse.Namespace) -> int:
         planned = _planned(args, sources, listed, policy, properties, top=args.top)
         publish(planned.plan, planned.report)
         history = last_report(state)[1] if state is not None else []
-        st = FleetStatus(planned.report, tuple(history))
+        report, runs, controls = planned.report, planned.runs, planned.controls if state is not None else None
     else:
-        report, history = last_report(state)
-        if report is None:
+        last, history = last_report(state)
+        if last is None:
             raise BadInputError(f"--state {args.state}: no plan there yet (run memwal fleet plan SOURCE... --state "
                                 f"{args.state})")
-        st = FleetStatus(report, tuple(history))
+        report, runs, controls = last, state.read(RUNS)[0], state.read(CONTROLS)[0]
+    st = FleetStatus(live(report, runs, controls), tuple(history))
     if args.html:
-        controls = state.read(CONTROLS)[0] if state is not None else {}
-        write_fleet_page(args.html, st, controls=controls, state_uri=args.state)
+        write_fleet_page(args.html, st, controls=controls or {}, state_uri=args.state)
     doc = st.to_dict()
     emit(args, doc, lambda: st.render() + (f"\nfleet page: {args.html}" if args.html else ""))
-    return _problems(doc["problems"])
+    failed = _problems(doc["problems"])
+    return (_breached(st.report) or failed) if args.check else failed
+
+
+def _breached(report: Any) -> int:
+    """``--check``: each table past a service level on stderr; exit 1 when there is one."""
+    breaches = report.get("breaches") or {}
+    named = [b for b in breaches.get("named") or [] if isinstance(b, dict)]
+    for b in named:
+        print(f"memwal: error: {one_line(str(b.get('table')))}: past its service level "
+              f"{one_line(str(b.get('slo')))}: {b.get('value')} (target {b.get('target')})", file=sys.stderr)
+    tables = breaches.get("tables")
+    more = tables - len({b.get("table") for b in named}) if isinstance(tables, int) else 0
+    if more > 0:
+        print(f"memwal: error: and {more} more tables past a service level", file=sys.stderr)
+    return EXIT_FAILED if named or more > 0 else EXIT_OK
 
 
 def _jobs(text: str | None) -> list[str] | None:
@@ -210,6 +242,8 @@ def _problems(problems: list[dict[str, str]] | list[str]) -> int:
 
 
 def _progress(event: str, value: Any) -> None:
+    if event == "unmatched":
+        _warn(value)
     if event == "table" and sys.stderr.isatty():
         print(one_line(f"memwal fleet: {value.table}: {'failed' if value.failed else 'ok'}"), file=sys.stderr)
 
@@ -230,12 +264,17 @@ def render_plan(doc: dict[str, Any], top: int = DEFAULT_TOP) -> str:
 
 def render_run(doc: dict[str, Any]) -> str:
     s = doc["summary"]
+    ran = ", ".join(f"{n} {k}" for k, n in s.items() if n)
+    if not ran:  # an idle fleet: say so, and what the plan found
+        plan = doc.get("plan") or {}
+        found = ", ".join(f"{n} {k}" for k, n in (plan.get("by_status") or {}).items() if n)
+        ran = f"nothing to run ({plan.get('discovered', 0)} tables" + (f": {found}" if found else "") + ")"
     lines = [f"{doc['rounds']} round{'s' * (doc['rounds'] != 1)} in {doc['seconds']:.1f}s on {doc['engine']}"
-             + (" (dry run)" if doc["dry_run"] else "") + ": "
-             + ", ".join(f"{n} {k}" for k, n in s.items() if n)]
+             + (" (dry run)" if doc["dry_run"] else "") + ": " + ran]
     for r in doc["runs"]:
         jobs = ", ".join(f"{j['job']} {j['status']}" + (f" ({j['summary'] or j['error']})" if
-                                                       j["status"] != "done" else "") for j in r["jobs"])
+                                                       j["status"] != "done" and (j['summary'] or j['error']) else "")
+                         for j in r["jobs"])
         lines.append(f"  round {r['round']}  {r['table']}: {jobs}")
     if doc["not_started"]:
         lines.append(f"  not started before --max-seconds: {', '.join(doc['not_started'])}")

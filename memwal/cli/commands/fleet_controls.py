@@ -1,14 +1,19 @@
 """``memwal fleet pause|resume|cancel|failures``: the operator's controls over a fleet.
 
 - ``pause TARGET --state URI --by WHO --reason WHY``: withhold the jobs of a table, a source,
-  or every table a glob matches, until resumed (recorded in the state with who, why, when);
-- ``resume TARGET --state URI --by WHO --reason WHY``: lift a pause set by ``pause`` (a pause
-  written in the policy file is lifted by editing the file);
-- ``cancel TABLE --by WHO --reason WHY``: ask the table's running jobs to stop where nothing
-  is half-done, releasing their leases (:mod:`memwal.lease.cancel`); logged in ``--state``;
+  or every table a glob matches, until resumed (recorded in the state with who, why, when); a
+  target that matches no table the fleet knows, and is no Lance table, is refused (exit 2);
+- ``resume TARGET --state URI --by WHO --reason WHY``: lift a pause set by ``pause``; a target
+  not paused in the state is refused (exit 2: a pause written in the policy file is lifted by
+  editing the file);
+- ``cancel TABLE --by WHO --reason WHY [--wait [S]]``: ask the table's running jobs to stop
+  where nothing is half-done, releasing their leases (:mod:`memwal.lease.cancel`); logged in
+  ``--state``. It says, for each job asked, whether it has stopped; ``--wait`` waits until each
+  has (or S seconds passed) and says how each ended (``cancelled``, or finished first);
 - ``failures [TABLE] --state URI``: the failure history the fleet's runs left, with reasons.
 
-Exit codes: 0 done; 2 bad input (who or why missing, no state), nothing written.
+Exit codes: 0 done; 2 bad input (who or why missing, no state, a pause or resume that names
+nothing), nothing written.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import argparse
 from typing import Any
 
 from memwal.cli.commands.common import EXIT_OK, Subparsers, common_options, emit
+
+#: How long ``fleet cancel --wait`` waits when given no number of seconds.
+DEFAULT_WAIT = 600.0
 
 
 def add_verbs(verbs: Subparsers) -> None:
@@ -31,6 +39,10 @@ def add_verbs(verbs: Subparsers) -> None:
                        help="the fleet's shared state (where the change is recorded)")
         p.add_argument("--by", required=True, metavar="WHO", help="who you are (recorded)")
         p.add_argument("--reason", required=True, metavar="WHY", help="why (recorded)")
+        if name == "cancel":
+            p.add_argument("--wait", type=float, nargs="?", const=DEFAULT_WAIT, metavar="S",
+                           help=f"wait up to S seconds (default {DEFAULT_WAIT:g}) until every job asked has stopped, "
+                                "and say how each ended")
         p.set_defaults(run=run_control, verb=name)
     p = verbs.add_parser("failures", parents=[common_options()], help="the failure history of the fleet's tables",
                          description="the failure history of the fleet's tables, newest first, with reasons")
@@ -59,14 +71,14 @@ def run_control(args: argparse.Namespace) -> int:
     state = state_of(args)
     doc: dict[str, Any]
     if args.verb == "pause":
+        controls.check_target(state, target, is_table=lambda uri: _is_table(uri, args.storage_options))
         controls.pause(state, target, by=by, reason=reason, now=now)
         doc = {"paused": target, "by": by, "reason": reason, "at": now}
         text = f"paused {target} (by {by}: {reason}); memwal fleet resume {target} --state {args.state} lifts it"
     elif args.verb == "resume":
-        _, found = controls.resume(state, target, by=by, reason=reason, now=now)
-        doc = {"resumed": target, "was_paused": found, "by": by, "reason": reason, "at": now}
-        text = f"resumed {target}" if found else f"{target} was not paused in the state (a pause in the policy file " \
-                                                 "is lifted by editing the file)"
+        controls.resume(state, target, by=by, reason=reason, now=now)
+        doc = {"resumed": target, "by": by, "reason": reason, "at": now}
+        text = f"resumed {target}"
     else:
         doc, text = _cancel(args, target, by, reason, now)
         if state is not None:
@@ -75,16 +87,40 @@ def run_control(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: float) -> tuple[dict[str, Any], str]:
-    from memwal.lease.cancel import request_cancel
+def _is_table(uri: str, storage_options: dict[str, str]) -> bool:
+    """Whether a Lance table lies at ``uri`` (it has a ``_versions/`` folder)."""
     from memwal.store import check_table_uri, open_store
 
-    asked = request_cancel(open_store(check_table_uri(table), args.storage_options), by, reason, now=now)
-    doc = {"table": table, "cancelled": asked, "by": by, "reason": reason, "at": now}
+    return "_versions" in open_store(check_table_uri(uri), storage_options).list_dirs("")
+
+
+def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: float) -> tuple[dict[str, Any], str]:
+    from memwal.errors import BadInputError
+    from memwal.lease import cancel
+    from memwal.store import check_table_uri, open_store
+
+    wait = getattr(args, "wait", None)
+    if wait is not None and not wait > 0:
+        raise BadInputError(f"--wait {wait:g}: expected a positive number of seconds")
+    store = open_store(check_table_uri(table), args.storage_options)
+    asked = cancel.ask(store, by, reason, now=now)
+    states = cancel.wait_stopped(store, asked, wait) if wait is not None and asked else cancel.progress(store, asked)
+    doc = {"table": table, "cancelled": [a.kind for a in asked], "jobs": states, "by": by, "reason": reason,
+           "at": now}
     if not asked:
         return doc, f"{table}: no running job holds a lease: nothing to cancel"
-    return doc, (f"{table}: asked {', '.join(asked)} to stop at its next safe point (its leases are released; "
-                 "the table's later jobs of that cycle are not run)")
+    lines = [f"{table}: asked {', '.join(a.kind for a in asked)} to stop at its next safe point"]
+    for s in states:
+        job = f"{s['kind']}" + (f" (run {s['run_id']})" if s.get("run_id") else "")
+        if s["state"] == cancel.RUNNING:
+            lines.append(f"  {job}: not stopped yet" + (f" after {wait:g} s" if wait is not None else
+                                                         " (--wait waits for it)"))
+        elif s.get("outcome") == "cancelled":
+            lines.append(f"  {job}: stopped: {s.get('error') or 'cancelled'}")
+        else:
+            lines.append(f"  {job}: ended {s.get('outcome') or 'without a record'} before it could stop"
+                         + (f": {s['error']}" if s.get("error") else ""))
+    return doc, "\n".join(lines)
 
 
 def run_failures(args: argparse.Namespace) -> int:
