@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install bytecode test demo bench proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context
+.PHONY: install bytecode test demo bench bench-smoke proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -22,15 +22,17 @@ $(STAMP): pyproject.toml constraints.txt
 	-$(PY) -m memwal.spark.engine.jvm_archive
 	@touch $(STAMP)
 
-install: $(STAMP)
+# The venv, then memwal's modules compiled to bytecode, as `pip install` of the wheel would leave them.
+install: bytecode
 
 # memwal's modules compiled to bytecode (__pycache__/), as pip does on a regular install. An editable
 # install leaves that to the first import, which writes nothing when PYTHONDONTWRITEBYTECODE is set
 # (CI here, and many container images): every memwal process then compiled its ~250 modules again,
 # 0.14 s of each start, and the merge read 1.43x the single-pass floor at 1M rows instead of 0.95x
-# (bench/growth.py). Only files changed since are compiled again (0.1 s when none is).
+# (bench/growth.py). `make install` runs it; `make test` and `make demo` run it again for the files
+# changed since (0.1 s when none is).
 bytecode: $(STAMP)
-	@$(PY) -m compileall -q memwal jobs airflow_plugins
+	@$(PY) -m compileall -q memwal jobs airflow_plugins dags
 
 # Azurite, the Azure Blob Storage emulator the tests and benchmarks run on loopback: the npm
 # package pinned (with every dependency) by tests/azurite/package-lock.json, installed under
@@ -131,6 +133,12 @@ demo: $(STAMP) bytecode
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
 	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
 
+# The benchmark harness end to end at a tiny size (tests/integration/test_bench_smoke.py, marked `bench`):
+# every bench writes its documented JSON and chart. `make bench` runs it first; `make test` does not
+# (it checks the harness, not memwal, and cost a fifth of the suite's time).
+bench-smoke: $(STAMP) bytecode $(AZURITE) $(LC_STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m bench -n $(TEST_WORKERS) --dist loadfile
+
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
 # in-process, peak memory), the merge as the base grows (1M-16M rows; Lance's key index or a scan),
 # status and gc planning against 5,000 versions and a year of run history, merge operators against
@@ -143,7 +151,7 @@ demo: $(STAMP) bytecode
 # runner serving tables past their service level first against by debt alone; requests a day of an idle
 # 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes; memwal against lance-context's own merger (bench/peers.py: the
 # readers' time after each, on identical copies of a lance-context store). JSON and charts in bench-results/.
-bench: $(STAMP) bytecode $(AZURITE) $(LC_STAMP)
+bench: bench-smoke
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
 	$(PY) -m bench.status_scale --out bench-results
