@@ -49,8 +49,6 @@ class AzureServer:
     _proc: subprocess.Popen = field(repr=False)
     _workdir: str = field(repr=False)
     last_container: str | None = None
-    #: Containers made since the last :meth:`drop_containers`.
-    containers: list[str] = field(default_factory=list, repr=False)
 
     @property
     def storage_options(self) -> dict[str, str]:
@@ -67,18 +65,7 @@ class AzureServer:
         name = name or f"test-{uuid.uuid4().hex[:16]}"
         self._request("PUT", f"/{name}?restype=container", f"/{ACCOUNT}/{name}\nrestype:container")
         self.last_container = name
-        self.containers.append(name)
         return dict(self.storage_options)
-
-    def drop_containers(self) -> None:
-        """Delete every container made since the last call, with its blobs. Azurite keeps every
-        blob of the process in memory and its requests slow down with their number (GC of one
-        table took 30 s alone, 87 s after one more test's table, 179 s late in a suite run):
-        ``tests/conftest.py`` drops each test's containers when the test ends."""
-        for name in self.containers:
-            with contextlib.suppress(OSError):  # already gone (a test deleted it), or the server is
-                self._request("DELETE", f"/{name}?restype=container", f"/{ACCOUNT}/{name}\nrestype:container")
-        self.containers.clear()
 
     def new_table(self, name: str = "table") -> tuple[str, dict[str, str]]:
         """A fresh container and the URI of a table in it: ``(az://container/name, options)``."""

@@ -76,10 +76,6 @@ def s3_server() -> Iterator[S3Server]:
         server.stop()
 
 
-#: The process's Azurite server once a test started it (``azure_server``).
-_AZURE: list[AzureServer] = []
-
-
 @pytest.fixture(scope="session")
 def azure_server() -> Iterator[AzureServer]:
     """The process's Azurite server (Azure Blob Storage on loopback), started on first use,
@@ -87,21 +83,10 @@ def azure_server() -> Iterator[AzureServer]:
     from tests.azureserver import start_azure_server
 
     server = start_azure_server()
-    _AZURE.append(server)
     try:
         yield server
     finally:
-        _AZURE.clear()
         server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _azure_containers_dropped() -> Iterator[None]:
-    """Each test's Azurite containers are deleted when it ends: Azurite slows with every blob
-    it holds (``AzureServer.drop_containers``), and no test reads another's container."""
-    yield
-    if _AZURE:
-        _AZURE[0].drop_containers()
 
 
 STORES = ["local", "memory", "s3", "azure"]
