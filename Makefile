@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install bytecode test demo bench bench-smoke dist smoke image-lint docs-serve proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context
+.PHONY: install bytecode test demo bench bench-smoke dist smoke image-lint docs-serve proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context lancedb
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -60,6 +60,18 @@ $(LC_STAMP): tests/clients/lance-context.txt
 
 lance-context: $(LC_STAMP)
 
+# LanceDB, the client most people write Lance with (Lance 13 inside; it needs no pylance), in its own
+# virtual environment: the tests drive it as its users run it, a long-lived process
+# (tests/clients/lancedb_driver.py). Exact pins, what it pulls in included: tests/clients/lancedb.txt.
+LDB_VENV := .venv-ldb
+LDB_STAMP := $(LDB_VENV)/.installed
+$(LDB_STAMP): tests/clients/lancedb.txt
+	@test -x $(LDB_VENV)/bin/python || $(PYTHON) -m venv $(LDB_VENV)
+	$(LDB_VENV)/bin/python -m pip install -q -r tests/clients/lancedb.txt
+	@touch $@
+
+lancedb: $(LDB_STAMP)
+
 # Rebuild the driver JVM's class archive (after changing Java or Spark settings).
 jvm-archive: $(STAMP)
 	$(PY) -m memwal.spark.engine.jvm_archive --force
@@ -83,7 +95,7 @@ browser:
 # One worker per core (pytest-xdist), a test file stays on one worker: module fixtures (an
 # Airflow home, a Spark session) start once per file as in a serial run. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) browser typecheck docs-check
+test: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP) browser typecheck docs-check
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # Re-resolve the pins after changing a range in pyproject.toml: a fresh 3.11 venv, frozen; then 3.12's

@@ -284,18 +284,13 @@ def plan(config: FleetConfig, *, only: frozenset[str] | None = None) -> Planned:
     """The fleet's plan with its shared state (:func:`memwal.fleet.shared.plan_shared`: the
     cache, the pauses and the waits read; the cache and the report written back). ``only``:
     plan these tables alone (those an event named), the others left out of this plan."""
-    from memwal.fleet.shared import plan_shared
-    from memwal.fleet.sources import Discovery, TableRef
+    from memwal.airflow.fleet_events import event_discovery
 
-    def named(_known: frozenset[str], _exclude: frozenset[str]) -> Discovery:
-        """The tables the events named, under the config's sources (no listing at all)."""
-        refs = []
-        for uri in sorted(only or ()):
-            src = next((s for s in config.sources if uri == s.source.rstrip("/")
-                        or uri.startswith(s.source.rstrip("/") + "/")), None)
-            if src is not None:
-                refs.append(TableRef(uri, src.source, storage_options_of(src)))
-        return Discovery(tuple(refs), (), ())
+    from memwal.fleet.shared import plan_shared
+
+    def named(known: frozenset[str], _exclude: frozenset[str]) -> Discovery:
+        """The tables the events named, under the config's sources (no listing at all), bounded."""
+        return event_discovery(config, only or frozenset(), known)
 
     state = state_of(config)
     options = storage_options_of(config.sources[0]) if config.cache and "://" in config.cache else None

@@ -7,8 +7,9 @@ When the API server has ``MEMWAL_FLEET_CONFIG`` (the ``memwal_fleet`` DAG's conf
   :mod:`memwal.fleet.state`, two reads): it never plans, and it needs nothing on the API
   server's disk. A fleet without a ``state`` in its config has no page to show (it says so);
 - ``/memwal/fleet/tables?uri=<table URI>``: that table's status page, for a table the last
-  plan's report names only (its listed tables, breaches, failures, problems): a URI is never
-  opened because a request named it.
+  plan's report names only (its listed tables, breaches, failures, problems), and only under
+  the roots of a configured source, checked every time (:func:`memwal.fleet.sources.source_of`):
+  a URI is never opened because a request, or a forged report row, named it.
 
 Table URIs come from storage (folder names, a namespace's answers) and may hold markup: every
 value is escaped where it lands (the fleet page's template autoescapes; links are
@@ -110,14 +111,16 @@ def fleet_table(uri: str) -> tuple[str, dict[str, str]]:
     """The URI and storage options of a table the last plan named (``LookupError``: none such)."""
     from memwal.airflow.fleet import load_fleet_config, storage_options_of
 
+    from memwal.fleet.sources import source_of
+
     config = load_fleet_config()
     _, report, _, _ = _last(config)
     named = named_tables(report)
     if uri not in named:
         raise LookupError(f"no table {uri!r} in the fleet's last plan")
-    source = named[uri] or next((s.source for s in config.sources if uri.startswith(s.source.rstrip("/") + "/")
-                                 or uri == s.source), "")
-    if not source:
+    # the report is storage: the source a row names is a hint, the URI is checked against its roots every time
+    source = source_of([(s.source, s.properties) for s in config.sources], uri, prefer=named[uri] or None)
+    if source is None:
         raise LookupError(f"no source of the fleet holds {uri!r}")
     return uri, storage_options_of(config.source(source))
 

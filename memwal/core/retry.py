@@ -7,10 +7,10 @@ backoff, the attempt limit and the give-up error are decided once.
 
 A conflict is recognised by exception type: our :class:`~memwal.errors.ConflictError`
 and :class:`~memwal.errors.PreconditionFailedError` (a conditional write lost), and
-Lance's ``CommitConflictError``. pylance 14 has no type for two conflicts it reports as a
-plain ``OSError``: a stale progress marker ("Stale SSTable compaction") and a preempted
-rewrite ("Retryable commit conflict"); :func:`is_conflict` matches those two messages, in
-this one place.
+Lance's ``CommitConflictError``. pylance 14 has no type for three conflicts it reports as a
+plain ``OSError``: a stale progress marker ("Stale SSTable compaction"), a preempted
+rewrite ("Retryable commit conflict") and a bound ``merge_insert`` that may not retry ("Too
+many concurrent writers"); :func:`is_conflict` matches those messages, in this one place.
 
 The same module holds the other policy, for a request that failed on the way rather than
 lost a race: :func:`after_transient` sends it again after a 503, a throttle, a timeout or a
@@ -47,8 +47,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Messages of the conflicts pylance 14 raises as a plain OSError (no type of its own).
-_UNTYPED_CONFLICTS = ("stale sstable compaction", "retryable commit conflict")
+#: Messages of the conflicts pylance 14 raises as a plain OSError (no type of its own); the
+#: last one is a ``merge_insert`` bound to its read version with no retries of its own
+#: (``conflict_retries(0)``) that a commit since then touched.
+_UNTYPED_CONFLICTS = ("stale sstable compaction", "retryable commit conflict", "too many concurrent writers")
 
 
 def is_conflict(exc: BaseException) -> bool:

@@ -50,3 +50,15 @@ def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
 
 
 __all__ = ["MAX_SHOWN_CHARS", "clip", "one_line", "terminal_safe"]
+
+
+def span(values: list[int], *, dash: str = "..", sep: str = ",", most: int | None = None) -> str:
+    """Numbers as a person reads them: ``-`` for none, ``a..b`` for a run without a gap, else
+    listed (at most ``most``). A run is told by its neighbours, never by building the range:
+    the numbers come from storage (issue 56)."""
+    if not values:
+        return "-"
+    if all(b - a == 1 for a, b in zip(values, values[1:], strict=False)):
+        return str(values[0]) if len(values) == 1 else f"{values[0]}{dash}{values[-1]}"
+    shown = values if most is None else values[:most]
+    return sep.join(map(str, shown)) + (" …" if len(shown) < len(values) else "")

@@ -5,7 +5,11 @@ listing fingerprint (:mod:`memwal.fleet.probe`): it saves reads, it never stands
 that changed. It is saved whole to a file or an object (``--cache s3://lake/fleet/cache.json``,
 or the state folder's ``cache.json``: :mod:`memwal.fleet.state`) and written back only when a
 plan changed it, so a second plan of an unchanged fleet, on any machine, costs one read of it
-and no write. An unreadable cache is ignored whole (a cold plan), never fatal.
+and no write. Storage is untrusted input: the cache is capped in bytes and in values and read
+by the one bounded JSON reader (:mod:`memwal.core.json_doc`); an unreadable cache is ignored
+whole (a cold plan), and an entry whose every field is not of its type (a list where a mapping
+belongs, a negative count) is dropped alone, with a warning, its table probed afresh: never
+fatal, and never one table's entry for another's plan.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from memwal.core.json_doc import JsonDocError, finite, load_json
 from memwal.errors import MemWalError, NotFoundError
 from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
 
@@ -27,8 +32,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Largest cache read (some 2 KB a table).
-MAX_CACHE_BYTES = 256 << 20
+#: Largest cache read (some 1 to 2 KB a table: 64 MiB holds some 40,000 tables).
+MAX_CACHE_BYTES = 64 << 20
+#: Most values a cache read may hold (some 100 a table, more for a shard with a long backlog):
+#: a cache of small objects costs up to some 70 bytes of memory a value, so its parse stays
+#: near 250 MB or under whatever it holds (issue 56: 200 MB of ``{}`` took a plan past 2.5 GB).
+MAX_CACHE_VALUES = 4_000_000
 FORMAT = 2
 
 
@@ -95,20 +104,25 @@ class ProbeCache:
         if not data:
             return cache
         try:
-            doc = json.loads(data)
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-                log.info("fleet cache %s: another format: starting cold", where)
-                return cache
-            for uri, m in doc["manifests"].items():
-                cache.manifests[uri] = ManifestFacts(**{**m, "indexes": tuple(m["indexes"])})
-            for uri, t in doc["facts"].items():
-                shards = tuple(ShardFacts(**{**s, "unmerged": {int(g): tuple(v) for g, v in s["unmerged"].items()}})
-                               for s in t["shards"])
-                cache.facts[uri] = TableFacts(**{**t, "shards": shards, "maintained_indexes":
-                                                 tuple(t["maintained_indexes"]), "problems": tuple(t["problems"])})
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            doc = load_json(data, max_values=MAX_CACHE_VALUES)
+        except JsonDocError as exc:
             log.warning("ignoring the fleet cache %s: %s", where, exc)
-            return cls()
+            return cache
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            log.info("fleet cache %s: another format: starting cold", where)
+            return cache
+        manifests, facts = doc.get("manifests"), doc.get("facts")
+        for uri, entry in (manifests.items() if isinstance(manifests, dict) else ()):
+            if (m := _manifest(entry)) is not None:
+                cache.manifests[uri] = m
+        for uri, entry in (facts.items() if isinstance(facts, dict) else ()):
+            if (t := _facts(entry)) is not None and t.uri == uri:
+                cache.facts[uri] = t
+        dropped = sum(len(part) for part in (manifests, facts) if isinstance(part, dict)) - len(cache.manifests) \
+            - len(cache.facts)
+        if dropped:
+            log.warning("fleet cache %s: %d entries not of their shape: dropped (those tables are probed afresh)",
+                        where, dropped)
         cache._loaded = hashlib.sha256(data).hexdigest()
         return cache
 
@@ -163,4 +177,68 @@ class ProbeCache:
         return self._write(state.store, CACHE)
 
 
-__all__ = ["MAX_CACHE_BYTES", "ProbeCache"]
+# -- entries, checked field by field (a wrong type drops the entry, never the cache)
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v: Any) -> bool:
+    return finite(v) is not None
+
+
+def _maybe_number(v: Any) -> bool:
+    return v is None or _number(v)
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _map(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, dict) and all(check(x) for x in v.values())
+
+
+_MANIFEST_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "tag": _text, "version": _count, "mem_wal": lambda v: isinstance(v, bool), "indexes": _texts,
+    "compacted": _map(_count), "catchup": _map(_map(_count)), "snapshot_at": _maybe_number, "fragments": _count,
+    "live_rows": _count, "deleted_rows": _count, "unindexed_fraction": _map(_number), "merged_at": _map(_number)}
+_SHARD_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "shard_id": _text, "merged": _count,
+    "unmerged": lambda v: isinstance(v, dict) and all(
+        isinstance(g, str) and g.isdigit() and len(g) <= 19 and isinstance(t, list) and len(t) == 2
+        and _count(t[0]) and _number(t[1]) for g, t in v.items()),
+    "unmerged_rows": _count, "collectable": _count, "collectable_bytes": _count, "collectable_since": _maybe_number,
+    "index_behind": _map(_count), "last_flush": _maybe_number, "last_write": _maybe_number}
+_TABLE_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "uri": _text, "version": _count, "mem_wal": lambda v: isinstance(v, bool), "maintained_indexes": _texts,
+    "shards": lambda v: isinstance(v, list) and all(_fits(s, _SHARD_FIELDS) for s in v), "fragments": _count,
+    "live_rows": _count, "deleted_rows": _count, "unindexed_fraction": _map(_number), "snapshot_at": _maybe_number,
+    "fingerprint": _text, "problems": _texts, "requests": _count, "merged_at": _map(_number)}
+
+
+def _fits(entry: Any, fields: Mapping[str, Callable[[Any], bool]]) -> bool:
+    """Whether ``entry`` is a mapping of exactly these fields, each of its type."""
+    return isinstance(entry, dict) and set(entry) == set(fields) and all(ok(entry[k]) for k, ok in fields.items())
+
+
+def _manifest(m: Any) -> ManifestFacts | None:
+    if not _fits(m, _MANIFEST_FIELDS):
+        return None
+    return ManifestFacts(**{**m, "indexes": tuple(m["indexes"])})
+
+
+def _facts(t: Any) -> TableFacts | None:
+    if not _fits(t, _TABLE_FIELDS):
+        return None
+    shards = tuple(ShardFacts(**{**s, "unmerged": {int(g): (v[0], float(v[1])) for g, v in s["unmerged"].items()}})
+                   for s in t["shards"])
+    return TableFacts(**{**t, "shards": shards, "maintained_indexes": tuple(t["maintained_indexes"]),
+                         "problems": tuple(t["problems"])})
+
+
+__all__ = ["MAX_CACHE_BYTES", "MAX_CACHE_VALUES", "ProbeCache"]

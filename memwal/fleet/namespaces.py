@@ -1,33 +1,47 @@
 """Discovery in a Lance Namespace (``namespace:dir``, ``namespace:rest``), bounded and under a root's rules.
 
 The namespace walk (:func:`namespace_tables`) visits nested namespaces breadth first and
-describes each table, with the limits a hostile or broken server cannot get past (issue 47):
+describes each table, with the limits a hostile or broken server cannot get past (issues 47
+and 56):
 
 * namespaces deeper than :data:`MAX_DEPTH` are not searched (reported as skipped, as the root
   walk does with folders);
 * a page token seen before in the same listing ends the source (a server that hands the same
   page forever), and a source may send at most :data:`MAX_REQUESTS` requests and take
   :data:`MAX_SECONDS` in all;
-* each request and answer is bounded by :mod:`memwal.fleet.rest_client` (``namespace:rest``).
+* what a source keeps is bounded too, whatever each answer holds: at most
+  :data:`MAX_PENDING` namespaces waiting to be listed (each costs two requests: more could
+  never be visited within the requests allowed), and at most :data:`MAX_KEPT_BYTES` of names,
+  locations, storage options and skipped entries (a page of 1,000 new 1 KB names at every
+  request took a plan past 2.5 GB); page tokens are kept as digests;
+* each request and answer is bounded by :mod:`memwal.fleet.rest_client` (``namespace:rest``);
+  a table whose description the client refuses (too many storage options, a location that
+  is no string) is skipped with the reason, and the others discovered; past
+  :data:`MAX_REFUSED` such tables the source is taken as broken and stopped.
 
 A location a namespace gives is data, not trust; the rules of a root apply to it
 (:func:`table_location`): it must be an absolute table URI (a relative one would be resolved
-against whatever folder the fleet runs in), within the namespace's root where it has one
-(``namespace:dir``), reached through no symbolic link on a local disk, and it is normalised,
-so that a table listed twice, or under two spellings, is maintained once. A location that
-breaks a rule is skipped with the reason.
+against whatever folder the fleet runs in), within the namespace's roots, reached through no
+symbolic link on a local disk, and it is normalised, so that a table listed twice, or under two
+spellings, is maintained once. The roots are the operator's: ``namespace:dir``'s ``root``, and
+for ``namespace:rest`` the prefixes its ``root`` property names (required, comma-separated):
+a REST server otherwise could point the fleet at any local path or bucket the worker's
+credentials reach (issue 56, M7), and a local location is taken only under a local root the
+operator gave. A location that breaks a rule is skipped with the reason.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from memwal.errors import BadInputError, MemWalError
-from memwal.fleet.rest_client import NamespaceServerError, RestClient, shown_uri
+from memwal.fleet.rest_client import NamespaceServerError, RestClient, TableAnswerError, shown_uri
 from memwal.fleet.sources_model import Skipped, TableRef
 
 NAMESPACE_PREFIX = "namespace:"
@@ -37,6 +51,16 @@ MAX_DEPTH = 16
 #: Requests one namespace source may send (listings and describes), and its seconds in all.
 MAX_REQUESTS = 20_000
 MAX_SECONDS = 600.0
+#: Namespaces waiting to be listed at once (each costs a listing of namespaces and one of tables).
+MAX_PENDING = MAX_REQUESTS // 2
+#: Bytes of names, locations, storage options and skipped entries one source keeps at once
+#: (a real catalog: some 200 bytes of location and 2 KB of vended credentials a table, at
+#: most one table a request).
+MAX_KEPT_BYTES = 64 << 20
+#: What each kept entry costs besides its characters (a Python string, a list slot).
+_OVERHEAD = 64
+#: Tables' descriptions refused (each skipped) before the source is taken as broken and stopped.
+MAX_REFUSED = 100
 
 
 class NamespaceClient(Protocol):
@@ -84,69 +108,124 @@ class DirClient:
         return d.table_uri or d.location, dict(d.storage_options or {})
 
 
-def client_for(source: str, properties: dict[str, str]) -> tuple[NamespaceClient, str | None]:
-    """The client of ``namespace:dir|rest`` and the namespace's root (None: it has none)."""
+def client_for(source: str, properties: dict[str, str]) -> tuple[NamespaceClient, tuple[str, ...]]:
+    """The client of ``namespace:dir|rest`` and the roots every location must lie under."""
     impl = source.removeprefix(NAMESPACE_PREFIX)
     if impl not in NAMESPACE_IMPLS:
         raise BadInputError(f"source {source}: expected namespace:{' or namespace:'.join(NAMESPACE_IMPLS)}")
-    needed = "root" if impl == "dir" else "uri"
-    if needed not in properties:
-        raise BadInputError(f"source {source}: needs the namespace property {needed} (--namespace-property "
-                            f"{needed}=...)")
+    needed = ("root",) if impl == "dir" else ("uri", "root")
+    for name in needed:
+        if name not in properties:
+            why = " (the prefixes every table location must lie under, comma-separated)" if impl == "rest" \
+                and name == "root" else ""
+            raise BadInputError(f"source {source}: needs the namespace property {name}{why} (--namespace-property "
+                                f"{name}=...)")
+    roots = namespace_roots(source, properties)
     if impl == "rest":
-        return RestClient(properties), None
-    from memwal.store.uri import normalise_table_uri
+        return RestClient({k: v for k, v in properties.items() if k != "root"}), roots
+    return DirClient({**properties, "root": roots[0]}), roots
 
-    root = normalise_table_uri(properties["root"])
-    return DirClient({**properties, "root": root}), root
+
+def namespace_roots(source: str, properties: Mapping[str, str]) -> tuple[str, ...]:
+    """The roots of a namespace source: ``namespace:dir``'s ``root``; the comma-separated
+    prefixes of ``namespace:rest``'s ``root``, each an absolute table URI, normalised."""
+    from memwal.store.uri import check_table_uri, normalise_table_uri
+
+    given = str(properties.get("root") or "")
+    parts = [given] if source == f"{NAMESPACE_PREFIX}dir" else [p for p in given.split(",") if p.strip()]
+    roots = []
+    for part in parts:
+        if "://" not in part and not os.path.isabs(part.strip()) and source != f"{NAMESPACE_PREFIX}dir":
+            raise BadInputError(f"source {source}: root {part.strip()!r}: expected an absolute path or a URI")
+        roots.append(normalise_table_uri(check_table_uri(part.strip())))
+    if not roots:
+        raise BadInputError(f"source {source}: the namespace property root names no prefix")
+    return tuple(roots)
+
+
+class _Budget:
+    """What one namespace source may spend and keep (see the module docstring)."""
+
+    def __init__(self, client: NamespaceClient) -> None:
+        self.client = client
+        self.started = time.monotonic()
+        self.kept = 0
+
+    def request(self) -> None:
+        if self.client.requests >= MAX_REQUESTS:
+            raise NamespaceServerError(f"{self.client.where}: more than {MAX_REQUESTS:,} requests: discovery stopped")
+        if time.monotonic() - self.started > MAX_SECONDS:
+            raise NamespaceServerError(f"{self.client.where}: more than {MAX_SECONDS:.0f} s: discovery stopped")
+
+    def keep(self, *texts: str) -> None:
+        self.kept += sum(len(t) + _OVERHEAD for t in texts)
+        if self.kept > MAX_KEPT_BYTES:
+            raise NamespaceServerError(f"{self.client.where}: more than {MAX_KEPT_BYTES >> 20} MiB of names, locations "
+                                       "and options kept: discovery stopped")
+
+    def release(self, *texts: str) -> None:
+        self.kept -= sum(len(t) + _OVERHEAD for t in texts)
 
 
 def namespace_tables(source: str, properties: dict[str, str], skipped: list[Skipped]) -> Iterator[TableRef]:
     """Every table of the namespace ``source`` names (see the module docstring)."""
-    client, root = client_for(source, properties)
-    started = time.monotonic()
+    client, roots = client_for(source, properties)
+    budget = _Budget(client)
 
-    def budget() -> None:
-        if client.requests >= MAX_REQUESTS:
-            raise NamespaceServerError(f"{client.where}: more than {MAX_REQUESTS:,} requests: discovery stopped")
-        if time.monotonic() - started > MAX_SECONDS:
-            raise NamespaceServerError(f"{client.where}: more than {MAX_SECONDS:.0f} s: discovery stopped")
+    def skip(path: list[str], why: str) -> None:
+        entry = Skipped(f"{source} {_shown(path)}", why)
+        budget.keep(entry.path, entry.reason)
+        skipped.append(entry)
 
     def paged(call: Any, path: list[str]) -> Iterator[str]:
         token: str | None = None
-        seen: set[str] = set()
+        seen: set[bytes] = set()
         while True:
-            budget()
+            budget.request()
             names, token = call(path, token)
             yield from names
             if not token:
                 return
-            if token in seen:
+            digest = hashlib.sha256(token.encode()).digest()
+            if digest in seen:
                 raise NamespaceServerError(f"{client.where}: the listing of {_shown(path)} hands out a page token "
                                            "it gave before: discovery stopped")
-            seen.add(token)
+            seen.add(digest)
 
-    pending: list[list[str]] = [[]]
+    pending: deque[list[str]] = deque([[]])
+    refused = 0
     while pending:
-        path = pending.pop(0)
+        path = pending.popleft()
+        budget.release(*path[-1:])
         for name in paged(client.list_namespaces, path):
             if len(path) + 1 > MAX_DEPTH:
-                skipped.append(Skipped(f"{source} {_shown([*path, name])}",
-                                       f"deeper than {MAX_DEPTH} namespaces: not searched"))
+                skip([*path, name], f"deeper than {MAX_DEPTH} namespaces: not searched")
                 continue
+            if len(pending) >= MAX_PENDING:
+                raise NamespaceServerError(f"{client.where}: more than {MAX_PENDING:,} namespaces to list, more than "
+                                           f"{MAX_REQUESTS:,} requests could visit: discovery stopped")
+            budget.keep(name)
             pending.append([*path, name])
         for name in paged(client.list_tables, path):
-            budget()
+            budget.request()
             try:
                 location, options = client.describe([*path, name])
+            except TableAnswerError as exc:
+                refused += 1
+                if refused > MAX_REFUSED:
+                    raise NamespaceServerError(f"{client.where}: more than {MAX_REFUSED} tables' descriptions refused "
+                                               f"(the last: {exc}): discovery stopped") from None
+                skip([*path, name], str(exc))
+                continue
             except NamespaceServerError:
                 raise
             except (MemWalError, OSError, ValueError, RuntimeError) as exc:
                 raise NamespaceServerError(f"{client.where}: describe {_shown([*path, name])}: {exc}") from None
-            uri, why = table_location(location, root)
+            uri, why = table_location(location, roots)
             if uri is None:
-                skipped.append(Skipped(f"{source} {_shown([*path, name])}", why))
+                skip([*path, name], why)
                 continue
+            budget.keep(uri, *path, name, *(f"{k}{v}" for k, v in options.items()))
             yield TableRef(uri, source, options, namespace_id=(*path, name))
 
 
@@ -170,9 +249,9 @@ def _shown(path: list[str]) -> str:
     return one_line(clip("/".join(path) or "(root)", 200))
 
 
-def table_location(location: str | None, root: str | None) -> tuple[str | None, str]:
+def table_location(location: str | None, roots: Sequence[str]) -> tuple[str | None, str]:
     """``(normalised URI, "")`` of a location a namespace gave, or ``(None, why)`` when a
-    root's rule refuses it (see the module docstring)."""
+    root's rule refuses it (see the module docstring); ``roots``: the prefixes allowed."""
     from memwal.core.text import clip, one_line
     from memwal.store.uri import check_table_uri, is_object_store_uri, normalise_table_uri
 
@@ -186,8 +265,10 @@ def table_location(location: str | None, root: str | None) -> tuple[str | None, 
     if "://" not in location and not os.path.isabs(location):
         return None, f"relative location {shown!r} refused (it would name a folder of wherever the fleet runs)"
     uri = normalise_table_uri(location)
-    if root is not None and not (uri + "/").startswith(root.rstrip("/") + "/"):
-        return None, f"location {shown!r} is outside the namespace root"
+    root = next((r for r in roots if under(uri, r)), None)
+    if root is None:
+        where = "a local path" if not is_object_store_uri(uri) else "a location"
+        return None, f"{where} {shown!r} outside the namespace's roots (the property root) refused"
     if not is_object_store_uri(uri):
         link = _link_on_the_way(uri, root)
         if link is not None:
@@ -196,10 +277,14 @@ def table_location(location: str | None, root: str | None) -> tuple[str | None, 
     return uri, ""
 
 
-def _link_on_the_way(path: str, root: str | None) -> str | None:
-    """The first symbolic link among the folders from below ``root`` (the table folder alone
-    when there is no root) down to ``path``, or None."""
-    top = root.rstrip("/") if root is not None else os.path.dirname(path)
+def under(uri: str, root: str) -> bool:
+    """Whether the normalised ``uri`` is ``root`` or lies below it (by whole path parts)."""
+    return uri == root or (uri + "/").startswith(root.rstrip("/") + "/")
+
+
+def _link_on_the_way(path: str, root: str) -> str | None:
+    """The first symbolic link among the folders from below ``root`` down to ``path``, or None."""
+    top = root.rstrip("/") or "/"
     parts = os.path.relpath(path, top).split(os.sep) if path != top else []
     here = top
     for part in parts:
@@ -212,5 +297,6 @@ def _link_on_the_way(path: str, root: str | None) -> str | None:
     return None
 
 
-__all__ = ["MAX_DEPTH", "MAX_REQUESTS", "MAX_SECONDS", "NAMESPACE_PREFIX", "DirClient", "NamespaceClient",
-           "client_for", "namespace_tables", "table_location"]
+__all__ = ["MAX_DEPTH", "MAX_KEPT_BYTES", "MAX_PENDING", "MAX_REFUSED", "MAX_REQUESTS", "MAX_SECONDS",
+           "NAMESPACE_PREFIX", "DirClient", "NamespaceClient", "client_for", "namespace_roots", "namespace_tables",
+           "table_location", "under"]

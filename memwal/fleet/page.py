@@ -23,7 +23,11 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from memwal.core.json_doc import finite
+from memwal.core.json_doc import list_of as _list
+from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip
+from memwal.fleet.controls import checked_log
 from memwal.fleet.status import ORDER, FleetStatus, history_points
 from memwal.inspect.page import fmt_age, fmt_bytes, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
@@ -35,11 +39,7 @@ _NOTES = {"idle": "nothing owed", "behind": "jobs to run now", "waiting": "time 
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return finite(value)
 
 
 def _maps(value: Any) -> list[Mapping[str, Any]]:
@@ -82,7 +82,7 @@ def fleet_stylesheet() -> str:
 def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, Any]:
     holds = _map(r.get("holds"))
     status = str(r.get("status") or "idle")
-    last = [x for x in r.get("last") or [] if isinstance(x, Mapping)]
+    last = _maps(r.get("last"))
     failure = _map(r.get("last_failure")) or None
     waiting = _map(r.get("waiting"))
     paused = _map(r.get("paused")) or None
@@ -91,13 +91,13 @@ def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, A
     return {
         "table": table, "status": status, "badge": _BADGE.get(status, ""), "debt": f"{_num(r.get('debt')) or 0:g}",
         "source": str(r.get("source") or ""), "group": str(r.get("group") or ""),
-        "jobs": ", ".join(str(j) for j in r.get("jobs") or []) or "-",
+        "jobs": ", ".join(clip(str(j), 20) for j in _list(r.get("jobs"))[:12]) or "-",
         "waiting": ", ".join(f"{j} until {_when(w.get('until') if isinstance(w, Mapping) else None)}"
                              for j, w in waiting.items()),
         "paused": None if paused is None else f"paused by {clip(str(paused.get('by')), 100)} "
                                               f"{_when(paused.get('at'))}: {clip(str(paused.get('reason')), 300)}",
-        "reasons": [clip(str(x), 400) for x in list(r.get("reasons") or [])[:12]],
-        "breaches": [str(b) for b in r.get("breaches") or []],
+        "reasons": [clip(str(x), 400) for x in _list(r.get("reasons"))[:12]],
+        "breaches": [clip(str(b), 40) for b in _list(r.get("breaches"))[:4]],
         "shards": _int(holds.get("shards")), "gens": _int(holds.get("unmerged_generations")),
         "max_gens": _int(holds.get("max_shard_generations")), "rows": f"{_int(holds.get('unmerged_rows')):,}",
         "bytes": fmt_bytes(_num(holds.get("unmerged_bytes"))),
@@ -124,8 +124,8 @@ def _trends(history: Sequence[Mapping[str, Any]]) -> list[Any]:
             ("debt", "debt", "trend-debt", "the fleet's debt at each plan"),
             ("oldest_unmerged_age_seconds", "seconds", "trend-lag", "the fleet's oldest unmerged generation (lag)"),
             ("behind", "tables", "trend-behind", "tables behind at each plan")):
-        series = [Point(float(p["at"]), _num(p.get(key)) or 0.0, f"{_when(p['at'])}: {_num(p.get(key)) or 0:g} {label}")
-                  for p in points]
+        series = [Point(_num(p["at"]) or 0.0, _num(p.get(key)) or 0.0,
+                        f"{_when(p['at'])}: {_num(p.get(key)) or 0:g} {label}") for p in points]
         out.append(line_chart(series, y_label=label, chart_id=cid, caption=caption))
     return out
 
@@ -134,9 +134,9 @@ def _histogram(report: Mapping[str, Any]) -> Any:
     from memwal.inspect.charts import Bar, bar_chart
 
     h = _map(report.get("histogram"))
-    bounds = [b for b in h.get("bounds") or [] if _num(b) is not None]
-    counts = [_int(c) for c in h.get("counts") or []]
-    if not counts or len(counts) != len(bounds) + 1:
+    bounds = [b for b in _list(h.get("bounds")) if _num(b) is not None]
+    counts = [_int(c) for c in _list(h.get("counts"))]
+    if not bounds or len(counts) != len(bounds) + 1:
         return None
     labels = [f"{int(b)}" if i == 0 else f"{int(bounds[i - 1]) + 1}-{int(b)}" if b - bounds[i - 1] > 1 else f"{int(b)}"
               for i, b in enumerate(bounds)] + [f">{int(bounds[-1])}"]
@@ -168,10 +168,11 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
     named = [{"table": str(b.get("table")), "slo": str(b.get("slo")), "value": f"{_num(b.get('value')) or 0:,.0f}",
               "target": f"{_num(b.get('target')) or 0:,.0f}"} for b in _maps(breaches.get("named"))]
     log = [{"at": _when(e.get("at")), "action": _text(e, "action", 20), "target": _text(e, "target", 300),
-            "by": _text(e, "by", 100), "reason": _text(e, "reason", 300)}
-           for e in reversed(_maps(_map(controls).get("log"))[-30:])]
+            "by": _text(e, "by", 100), "reason": _text(e, "reason", 300), "forged": e["forged"]}
+           for e in reversed(checked_log(_map(controls))[-30:])]
     pauses = [{"target": _text(p, "target", 300), "by": _text(p, "by", 100), "at": _when(p.get("at")),
-               "reason": _text(p, "reason", 300), "origin": str(p.get("origin") or "state")}
+               "reason": _text(p, "reason", 300), "origin": str(p.get("origin") or "state"),
+               "forged": _text(p, "forged", 200) if p.get("forged") else None}
               for p in _maps(r.get("pauses"))]
     failures = [{"table": _text(f, "table", 300), "at": _when(f.get("at")), "job": _text(f, "job", 20),
                  "error": _text(f, "error", 400)} for f in _maps(r.get("failures"))]
@@ -184,8 +185,8 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
         plan_seconds=f"{_num(r.get('seconds')) or 0:.1f}", lag=fmt_age(_num(r.get("oldest_unmerged_age_seconds"))),
         orphaned=_int(r.get("orphaned_tables")), states=[(s, _int(by.get(s)), _NOTES[s]) for s in ORDER],
         breach_tables=_int(breaches.get("tables")), breach_named=named,
-        breach_counts={str(k): _int(v) for k, v in (breaches.get("count") or {}).items()},
-        rows=[_row(x, link) for x in r.get("top") or [] if isinstance(x, Mapping)], sources=sources, groups=groups,
+        breach_counts={str(k): _int(v) for k, v in _map(breaches.get("count")).items()},
+        rows=[_row(x, link) for x in _maps(r.get("top"))], sources=sources, groups=groups,
         trends=_trends(st.history), history=len(st.history), histogram=hist, pauses=pauses, log=log,
         failures=failures, problems=problems, problem_count=_int(r.get("problem_count")), links=list(links or []),
         control=control, state_uri=state_uri, css=Markup(css), policy=meta_policy(css))

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from memwal.core.json_doc import finite, mapping_of
+from memwal.fleet.controls import stored_pauses
 from memwal.fleet.plan import STATUSES, FleetPlan, TablePlan
 from memwal.fleet.runs import entry_of, failures_of
 from memwal.fleet.slo import AGE, GENERATIONS, histogram
@@ -100,7 +102,7 @@ def report_of(plan: FleetPlan, *, top: int, runs: Mapping[str, Any] | None = Non
         "problems": [{"table": p.table, "error": p.error} for p in plan.problems[:MAX_NAMED]],
         "problem_count": len(plan.problems),
         "failures": failures_of(runs)[:MAX_NAMED // 4],
-        "pauses": list((controls or {}).get("pauses") or [])[:MAX_NAMED],
+        "pauses": [p.to_dict() for p in stored_pauses(controls or {})[:MAX_NAMED]],
         # every table that is not idle, in brief: what a plan of a few tables updates (patch_report)
         "index": {t.table: _brief(t) for t in plan.tables if t.status != "idle"},
     }
@@ -116,16 +118,16 @@ def patch_report(old: Mapping[str, Any] | None, new: dict[str, Any], *, top: int
     """The last full report updated for the tables a partial plan (``new``: the tables an event
     named) planned again: their counts by status, debt, breaches, per source, rows and brief
     entries replaced. The pending-generations histogram stays the last full plan's."""
-    if old is None or old.get("format") != REPORT_FORMAT:
+    if old is None or old.get("format") != REPORT_FORMAT or not _patchable(old):
         return new
     out = {**old, "at": new["at"], "requests": new["requests"], "seconds": new["seconds"], "partial": True}
-    index = {k: v for k, v in (old.get("index") or {}).items() if isinstance(v, list) and len(v) == 6}
-    by = dict(old.get("by_status") or {})
-    sources = {s["source"]: {**s, "by_status": dict(s["by_status"])} for s in old.get("sources") or []}
-    counts = dict((old.get("breaches") or {}).get("count") or {})
+    index = {k: v for k, v in old["index"].items() if _is_brief(v)}
+    by = dict(old["by_status"])
+    sources = {s["source"]: {**s, "by_status": dict(s["by_status"])} for s in old["sources"]}
+    counts = dict(old["breaches"]["count"])
     planned = {r["table"]: r for r in new["top"]}
     planned.update({u: {"table": u} for u in new["index"] if u not in planned})
-    debt, generations = float(old.get("debt") or 0.0), int(old.get("unmerged_generations") or 0)
+    debt, generations = finite(old.get("debt")) or 0.0, int(finite(old.get("unmerged_generations")) or 0)
     for uri in planned:
         before = index.pop(uri, ["idle", 0.0, None, [], 0, None])
         after = new["index"].get(uri) or ["idle", 0.0, before[2], [], 0, None]
@@ -144,10 +146,12 @@ def patch_report(old: Mapping[str, Any] | None, new: dict[str, Any], *, top: int
             src["debt"] = round(src["debt"] + after[1] - before[1], 2)
         if after[0] != "idle":
             index[uri] = after
-    rows = [r for r in old.get("top") or [] if r.get("table") not in planned] + [r for r in new["top"]]
-    rows.sort(key=lambda r: (-float(r.get("debt") or 0), -float((r.get("holds") or {}).get(
-        "oldest_unmerged_age_seconds") or 0), str(r.get("table"))))
-    named = [b for b in (old.get("breaches") or {}).get("named") or [] if b.get("table") not in planned]
+    rows = [r for r in old["top"] if isinstance(r, Mapping) and isinstance(r.get("table"), str)
+            and r["table"] not in planned] + list(new["top"])
+    rows.sort(key=lambda r: (-(finite(r.get("debt")) or 0.0), -(finite(mapping_of(r.get("holds")).get(
+        "oldest_unmerged_age_seconds")) or 0.0), str(r.get("table"))))
+    named = [b for b in old["breaches"]["named"] if isinstance(b, Mapping) and isinstance(b.get("table"), str)
+             and b["table"] not in planned]
     named += new["breaches"]["named"]
     ages = [v[5] for v in index.values() if v[5]]
     out.update(by_status=by, debt=round(debt, 2), unmerged_generations=generations, index=index, top=rows[:top],
@@ -156,6 +160,41 @@ def patch_report(old: Mapping[str, Any] | None, new: dict[str, Any], *, top: int
                breaches={"count": counts, "tables": len({u for u, v in index.items() if v[3]}),
                          "named": named[:MAX_NAMED]})
     return out
+
+
+def _counts(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+
+
+def _is_brief(v: Any) -> bool:
+    """Whether a stored ``index`` entry is a :func:`_brief` list of its types."""
+    return (isinstance(v, list) and len(v) == 6 and isinstance(v[0], str) and finite(v[1]) is not None
+            and isinstance(v[3], list) and all(isinstance(b, str) for b in v[3]) and isinstance(v[4], int)
+            and not isinstance(v[4], bool) and (v[5] is None or finite(v[5]) is not None))
+
+
+def _patchable(old: Mapping[str, Any]) -> bool:
+    """Whether a stored report has the shape :func:`patch_report` updates (storage is untrusted:
+    one that has not is replaced by the partial plan's own, never a failed plan)."""
+    breaches = old.get("breaches")
+    return (_counts(old.get("by_status")) and isinstance(old.get("index"), Mapping)
+            and isinstance(old.get("top"), list) and isinstance(breaches, Mapping) and _counts(breaches.get("count"))
+            and isinstance(breaches.get("named"), list) and isinstance(old.get("sources"), list)
+            and all(isinstance(s, Mapping) and isinstance(s.get("source"), str) and _counts(s.get("by_status"))
+                    and finite(s.get("debt")) is not None for s in old["sources"]))
+
+
+#: The figures of a history point (:func:`point_of`); a stored point keeps these alone.
+POINT_KEYS = ("at", "discovered", "debt", *STATUSES, "breaches", "oldest_unmerged_age_seconds",
+              "unmerged_generations", "requests")
+
+
+def _stored_point(p: Any) -> dict[str, Any] | None:
+    """A stored history point rebuilt from its figures, each a bounded finite number or None
+    (None: not a point; a forged ``Infinity`` must not outlive 2,016 later plans)."""
+    if not isinstance(p, Mapping) or finite(p.get("at")) is None:
+        return None
+    return {k: finite(p.get(k)) for k in POINT_KEYS}
 
 
 def point_of(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,7 +208,7 @@ def point_of(report: Mapping[str, Any]) -> dict[str, Any]:
 def save_report(state: FleetState, report: dict[str, Any]) -> dict[str, Any]:
     """The report as the last plan's, its totals added to the history (compare-and-swap)."""
     def change(doc: dict[str, Any]) -> dict[str, Any]:
-        history = [p for p in doc.get("history") or [] if isinstance(p, Mapping) and "at" in p]
+        history = [q for p in doc.get("history") or [] if (q := _stored_point(p)) is not None]
         return {"report": report, "history": [*history, point_of(report)][-MAX_HISTORY:]}
 
     return state.update("plan.json", change)
@@ -179,7 +218,7 @@ def last_report(state: FleetState) -> tuple[dict[str, Any] | None, list[dict[str
     """The last plan's report (None: no plan yet, or an unreadable one) and the history."""
     doc, _ = state.read("plan.json")
     report = doc.get("report")
-    history = [p for p in doc.get("history") or [] if isinstance(p, dict)]
+    history = [q for p in doc.get("history") or [] if (q := _stored_point(p)) is not None]
     if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
         return None, history
     return report, history

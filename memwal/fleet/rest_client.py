@@ -11,12 +11,15 @@ paths of ``lance_namespace_urllib3_client``) over urllib3 with every answer boun
 * an answer over :data:`MAX_RESPONSE_BYTES` is refused as it streams (a larger
   ``Content-Length`` before any of it is read); no retry, no redirect followed;
 * a page holding more than the :data:`PAGE_LIMIT` names asked for is refused;
-* every value is type-checked; names and locations are capped in length.
+* every value is type-checked; names and locations are capped in length, a table's storage
+  options in number and bytes (:data:`MAX_STORAGE_OPTIONS`, :data:`MAX_OPTIONS_BYTES`);
+  a description that breaks these is a :class:`TableAnswerError` (that table is skipped).
 
 Properties: ``uri`` (required), ``delimiter`` (default ``$``), ``header.<Name>`` (sent as
 HTTP headers, never shown), ``tls.ssl_ca_cert``, ``tls.cert_file``, ``tls.key_file``,
-``tls.assert_hostname``, and ``timeout_seconds``. Any other is bad input. Every error names
-the server's URI (credentials in it hidden).
+``tls.assert_hostname``, and ``timeout_seconds``. Any other is bad input (discovery takes
+``root`` as well, the prefixes locations must lie under: :mod:`memwal.fleet.namespaces`).
+Every error names the server's URI (credentials in it hidden).
 """
 
 from __future__ import annotations
@@ -37,13 +40,20 @@ MAX_RESPONSE_BYTES = 8 << 20
 PAGE_LIMIT = 1000
 MAX_NAME_CHARS = 1024
 MAX_LOCATION_CHARS = 4096
-MAX_STORAGE_OPTIONS = 256
+#: Storage options of one table's description (vended credentials are a handful), in number and in
+#: bytes (keys and values): 256 options of 4 KB on every table took a plan past 2.5 GB (issue 56).
+MAX_STORAGE_OPTIONS = 64
+MAX_OPTIONS_BYTES = 16 << 10
 _TLS = {"tls.ssl_ca_cert": "ca_certs", "tls.cert_file": "cert_file", "tls.key_file": "key_file",
         "tls.assert_hostname": "assert_hostname"}
 
 
 class NamespaceServerError(MemWalError):
     """The namespace server failed or answered something discovery does not take."""
+
+
+class TableAnswerError(NamespaceServerError):
+    """One table's description is not one discovery takes (that table alone is refused)."""
 
 
 def shown_uri(uri: str) -> str:
@@ -162,16 +172,18 @@ class RestClient:
         doc = self._call("POST", resource, {"with_table_uri": "true"}, {"id": path})
         what = f"{self.where}: POST {resource}"
         if not isinstance(doc, dict):
-            raise NamespaceServerError(f"{what}: expected an object")
+            raise TableAnswerError(f"{what}: expected an object")
         location = doc.get("table_uri") or doc.get("location")
         if location is not None and (not isinstance(location, str) or len(location) > MAX_LOCATION_CHARS):
-            raise NamespaceServerError(f"{what}: location is not a string of at most {MAX_LOCATION_CHARS} characters")
+            raise TableAnswerError(f"{what}: location is not a string of at most {MAX_LOCATION_CHARS} characters")
         options = doc.get("storage_options") or {}
         if not isinstance(options, dict) or len(options) > MAX_STORAGE_OPTIONS or not all(
-                isinstance(k, str) and isinstance(v, str) and len(k) + len(v) <= MAX_LOCATION_CHARS
-                for k, v in options.items()):
-            raise NamespaceServerError(f"{what}: storage_options is not a small mapping of strings")
+                isinstance(k, str) and isinstance(v, str) for k, v in options.items()) \
+                or sum(len(k) + len(v) for k, v in options.items()) > MAX_OPTIONS_BYTES:
+            raise TableAnswerError(f"{what}: storage_options is not a mapping of at most {MAX_STORAGE_OPTIONS} strings "
+                                   f"and {MAX_OPTIONS_BYTES >> 10} KiB")
         return location, options
 
 
-__all__ = ["MAX_RESPONSE_BYTES", "PAGE_LIMIT", "REQUEST_SECONDS", "NamespaceServerError", "RestClient", "shown_uri"]
+__all__ = ["MAX_OPTIONS_BYTES", "MAX_RESPONSE_BYTES", "MAX_STORAGE_OPTIONS", "PAGE_LIMIT", "REQUEST_SECONDS",
+           "NamespaceServerError", "RestClient", "TableAnswerError", "shown_uri"]

@@ -10,13 +10,18 @@ that any machine's next plan and the page know:
 - ``waiting``: jobs that ran and said only time will free more (a GC in its grace period):
   not planned again before the policy's ``gc_retry_seconds`` (the plan's ``backoff``).
 
-Bounded: the :data:`MAX_TABLES` tables most recently run are kept.
+Bounded: the :data:`MAX_TABLES` tables most recently run are kept. Storage is untrusted input:
+every entry is rebuilt from the fields it should have, of their types, each time the log is
+rewritten (:func:`_entry`), so one malformed entry (``waiting: [1]``, a time of ``1e400``) is
+read as what it holds of use and never stops a run from recording its tables' results.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from memwal.core.json_doc import finite, list_of
 
 if TYPE_CHECKING:
     from memwal.cycle import CycleResult
@@ -25,6 +30,8 @@ if TYPE_CHECKING:
 MAX_FAILURES = 10
 MAX_TABLES = 20_000
 MAX_TEXT = 500
+#: Waits kept per table (one a job: a stored entry with more is junk).
+MAX_WAITS = 16
 
 
 def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[str, Any]], *, now: float,
@@ -37,15 +44,14 @@ def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[st
         return state.read("runs.json")[0]
 
     def change(doc: dict[str, Any]) -> dict[str, Any]:
-        tables = {k: dict(v) for k, v in (doc.get("tables") or {}).items() if isinstance(v, Mapping)}
+        tables = {str(k): _entry(v) for k, v in _tables(doc).items()}
         for r in docs:
-            entry = tables.pop(str(r["table"]), {})
+            entry = tables.pop(str(r["table"]), None) or _entry({})
             entry["at"] = now
-            entry["last"] = [_job(j, now) for j in r["jobs"] if j["status"] != "not-run"] or entry.get("last", [])
-            failures = [f for f in entry.get("failures") or [] if isinstance(f, Mapping)]
-            failures += [_job(j, now) for j in r["jobs"] if j["status"] == "failed"]
-            entry["failures"] = failures[-MAX_FAILURES:]
-            waiting = {k: v for k, v in (entry.get("waiting") or {}).items() if isinstance(v, int | float) and v > now}
+            entry["last"] = [_job(j, now) for j in r["jobs"] if j["status"] != "not-run"] or entry["last"]
+            entry["failures"] = (entry["failures"] + [_job(j, now) for j in r["jobs"] if j["status"] == "failed"]
+                                 )[-MAX_FAILURES:]
+            waiting = {j: t for j, t in entry["waiting"].items() if t > now}
             for j in r["jobs"]:
                 if j["status"] == "waiting":
                     waiting[j["job"]] = now + retry_after(str(r["table"]))
@@ -64,28 +70,55 @@ def _job(j: Mapping[str, Any], now: float) -> dict[str, Any]:
             if j.get("error") else None, "exit_code": j.get("exit_code")}
 
 
+def _tables(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    tables = doc.get("tables")
+    return tables if isinstance(tables, Mapping) else {}
+
+
+def _stored_job(j: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's outcome as stored, rebuilt from its fields (anything else dropped)."""
+    code = j.get("exit_code")
+    return {"at": finite(j.get("at")), "job": str(j.get("job") or "")[:MAX_TEXT],
+            "status": str(j.get("status") or "")[:MAX_TEXT], "summary": str(j.get("summary") or "")[:MAX_TEXT],
+            "error": str(j["error"])[:MAX_TEXT] if j.get("error") else None,
+            "exit_code": code if isinstance(code, int) and not isinstance(code, bool) and 0 <= code < 256 else None}
+
+
+def _entry(value: Any) -> dict[str, Any]:
+    """A table's entry rebuilt from what a stored one holds of use: the jobs' outcomes that are
+    mappings, the waits that are bounded times."""
+    entry = value if isinstance(value, Mapping) else {}
+    jobs = {key: [_stored_job(j) for j in list_of(entry.get(key)) if isinstance(j, Mapping)]
+            for key in ("last", "failures")}
+    waiting = entry.get("waiting")
+    due = {str(k)[:MAX_TEXT]: t for k, v in list(waiting.items() if isinstance(waiting, Mapping) else ())[:MAX_WAITS]
+           if (t := finite(v)) is not None}
+    return {"at": finite(entry.get("at")), "last": jobs["last"][-MAX_FAILURES:],
+            "failures": jobs["failures"][-MAX_FAILURES:], "waiting": due}
+
+
 def backoff_of(doc: Mapping[str, Any], now: float) -> dict[str, dict[str, float]]:
     """Per table, job -> the time before which it is not planned again."""
     out: dict[str, dict[str, float]] = {}
-    for table, entry in (doc.get("tables") or {}).items():
+    for table, entry in _tables(doc).items():
         waiting = entry.get("waiting") if isinstance(entry, Mapping) else None
         if isinstance(waiting, Mapping):
-            due = {str(j): float(t) for j, t in waiting.items() if isinstance(t, int | float) and t > now}
+            due = {str(j): t for j, v in waiting.items() if (t := finite(v)) is not None and t > now}
             if due:
                 out[str(table)] = due
     return out
 
 
-def entry_of(doc: Mapping[str, Any], table: str) -> Mapping[str, Any]:
-    entry = (doc.get("tables") or {}).get(table)
-    return entry if isinstance(entry, Mapping) else {}
+def entry_of(doc: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """A table's entry, rebuilt from what the stored one holds of use (:func:`_entry`)."""
+    return _entry(_tables(doc).get(table))
 
 
 def failures_of(doc: Mapping[str, Any], table: str | None = None) -> list[dict[str, Any]]:
     """Failures, newest first: of one table, or of every table (each with its table)."""
-    tables = [table] if table is not None else list(doc.get("tables") or {})
-    out = [{"table": t, **f} for t in tables for f in entry_of(doc, t).get("failures") or [] if isinstance(f, Mapping)]
-    return sorted(out, key=lambda f: -float(f.get("at") or 0.0))
+    tables = [table] if table is not None else [str(t) for t in _tables(doc)]
+    out = [{"table": t, **f} for t in tables for f in entry_of(doc, t)["failures"]]
+    return sorted(out, key=lambda f: -(f["at"] or 0.0))
 
 
 __all__ = ["MAX_FAILURES", "backoff_of", "entry_of", "failures_of", "record_results"]

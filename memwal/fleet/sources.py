@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from memwal.errors import BadInputError, MemWalError, first_line
-from memwal.fleet.namespaces import NAMESPACE_PREFIX, namespace_tables, vended_options
+from memwal.fleet.namespaces import NAMESPACE_PREFIX, namespace_roots, namespace_tables, under, vended_options
 from memwal.fleet.sources_model import Discovery, Skipped, SourceProblem, TableRef
 
 #: Deepest folder level searched under a root (a deeper tree is reported, not walked).
@@ -70,6 +70,38 @@ def discover(sources: Sequence[str], *, storage_options: Mapping[str, str] | Non
         for ref in found:
             tables.setdefault(ref.uri, ref)
     return Discovery(tuple(tables.values()), tuple(skipped), tuple(problems))
+
+
+def source_roots(source: str, namespace_properties: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The prefixes every table of ``source`` lies under: the source itself (a table or a
+    root), or a namespace's roots (:func:`memwal.fleet.namespaces.namespace_roots`)."""
+    from memwal.store.uri import check_table_uri, normalise_table_uri
+
+    if source.startswith(NAMESPACE_PREFIX):
+        return namespace_roots(source, dict(namespace_properties or {}))
+    return (normalise_table_uri(check_table_uri(source)),)
+
+
+def source_of(sources: Sequence[tuple[str, Mapping[str, str]]], uri: str, prefer: str | None = None) -> str | None:
+    """The first of ``sources`` (source, namespace properties) that holds the table ``uri``
+    (``prefer`` first, when it is one of them): checked against each source's roots, so a
+    URI read from storage (a report's row, an event) never opens a table with the storage
+    options of a source that does not hold it. None: no source holds it."""
+    from memwal.store.uri import check_table_uri, normalise_table_uri
+
+    try:
+        table = normalise_table_uri(check_table_uri(uri))
+    except BadInputError:
+        return None
+    ordered = sorted(sources, key=lambda s: s[0] != prefer)
+    for source, properties in ordered:
+        try:
+            roots = source_roots(source, properties)
+        except BadInputError:
+            continue
+        if any(under(table, root) for root in roots):
+            return source
+    return None
 
 
 def _search(source: str, options: dict[str, str], ns_properties: dict[str, str],
@@ -132,4 +164,5 @@ def _walk(root: str, source: str, options: dict[str, str], skipped: list[Skipped
             pending.append((f"{prefix}{child}/", depth + 1))
 
 
-__all__ = ["NAMESPACE_PREFIX", "Discovery", "Skipped", "SourceProblem", "TableRef", "discover", "vended_options"]
+__all__ = ["NAMESPACE_PREFIX", "Discovery", "Skipped", "SourceProblem", "TableRef", "discover", "source_of",
+           "source_roots", "vended_options"]

@@ -16,9 +16,13 @@ counted and retried, conditional writes), with the same storage options. It hold
 
 Every object is rewritten whole by compare-and-swap on the ETag it was read with
 (:meth:`FleetState.update`), so two writers (a plan task and an operator pausing a table)
-never lose each other's change. Storage is untrusted input: every object is size-capped and
-an unreadable one is read as empty with a warning (the state is a cache and a log: the
-tables are the truth), never fatal to a plan or a page.
+never lose each other's change. Storage is untrusted input: every object is capped in bytes
+and in values (:data:`MAX_BYTES`, :data:`MAX_VALUES`) and read by the one bounded JSON reader
+(:mod:`memwal.core.json_doc`: no nesting past the stack, no number that is not finite and
+bounded); an unreadable one is read as empty with a warning (the state is a cache and a log:
+the tables are the truth), and a top-level entry of the wrong type (:data:`SHAPES`) is
+dropped with a warning, never fatal to a plan or a page. Each reader checks the entries it
+uses in turn: one poisoned object, or one poisoned entry, never stops the fleet.
 Why object storage and not Airflow's own storage: docs/decisions/0045-fleet-state-in-object-storage.md.
 """
 
@@ -29,14 +33,24 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from memwal.core.json_doc import JsonDocError, load_json
 from memwal.errors import MemWalError, NotFoundError
+from memwal.fleet.cache import MAX_CACHE_BYTES
 from memwal.store import Store, open_store
 
 log = logging.getLogger(__name__)
 
 CACHE, PLAN, RUNS, CONTROLS = "cache.json", "plan.json", "runs.json", "controls.json"
-#: Largest object of the state read (the cache: some 2 KB a table).
-MAX_BYTES = {CACHE: 256 << 20, PLAN: 16 << 20, RUNS: 16 << 20, CONTROLS: 4 << 20}
+#: Largest object of the state read (the cache's own cap: :mod:`memwal.fleet.cache`).
+MAX_BYTES = {CACHE: MAX_CACHE_BYTES, PLAN: 16 << 20, RUNS: 16 << 20, CONTROLS: 4 << 20}
+#: Most values an object may hold (:func:`memwal.core.json_doc.load_json`): a document of
+#: small objects costs up to some 70 bytes of memory a value, so these keep any one object's
+#: parse near 100 MB or under, whatever it holds. A real plan.json is some 200,000 values at
+#: 20,000 tables; runs.json some 100 a table; controls.json some 10 a pause and 10 a log entry.
+MAX_VALUES = {PLAN: 1_500_000, RUNS: 2_000_000, CONTROLS: 1_000_000}
+#: The type of each top-level entry a reader uses; an entry of another type is dropped.
+SHAPES: dict[str, dict[str, type]] = {PLAN: {"report": dict, "history": list}, RUNS: {"tables": dict},
+                                      CONTROLS: {"pauses": list, "log": list}}
 FORMAT = 1
 
 
@@ -67,7 +81,8 @@ class FleetState:
             return {}, None
         if data is None:
             return {}, None
-        return parse(data, f"{self.uri}/{name}"), etag
+        return parse(data, f"{self.uri}/{name}", max_values=MAX_VALUES.get(name, 1_000_000),
+                     shape=SHAPES.get(name)), etag
 
     def write_bytes(self, name: str, data: bytes, etag: str | None = None) -> str:
         """Write an object: created (absent before), or swapped for the one read with ``etag``.
@@ -103,16 +118,22 @@ def dump(doc: Mapping[str, Any]) -> bytes:
     return json.dumps({**doc, "format": FORMAT}, separators=(",", ":"), default=str).encode()
 
 
-def parse(data: bytes, where: str) -> dict[str, Any]:
-    """A stored document (a mapping of our format), or empty with a warning."""
+def parse(data: bytes, where: str, *, max_values: int = 1_000_000,
+          shape: Mapping[str, type] | None = None) -> dict[str, Any]:
+    """A stored document (a mapping of our format), or empty with a warning; an entry whose
+    type is not the one ``shape`` gives it is dropped, with a warning naming it."""
     try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        log.warning("fleet state %s: not JSON (%s): taken as empty", where, exc)
+        doc = load_json(data, max_values=max_values)
+    except JsonDocError as exc:
+        log.warning("fleet state %s: %s: taken as empty", where, exc)
         return {}
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         log.warning("fleet state %s: not a document of format %d: taken as empty", where, FORMAT)
         return {}
+    for key, kind in (shape or {}).items():
+        if key in doc and doc[key] is not None and not isinstance(doc[key], kind):
+            log.warning("fleet state %s: %s is not a %s: dropped", where, key, "mapping" if kind is dict else "list")
+            del doc[key]
     return doc
 
 

@@ -30,8 +30,8 @@ from memwal.errors import MemWalError, StateMovedError, UnsafePathError
 from memwal.gc.gates import UNSAFE_PATH
 from memwal.gc.model import Json
 from memwal.store import Store
-from memwal.table.drain import write_drain
-from memwal.table.shards import ShardState
+from memwal.table.drain import ListedEntry, compacted_manifest, write_next_version
+from memwal.table.shards import ShardState, latest_shard_manifest
 from memwal.table.writer import ManifestHistory
 
 
@@ -90,23 +90,58 @@ def unlisted_safely(safe: SafeVersions, shard_id: str, path: str) -> bool:
     return paths is not None and path not in paths
 
 
-#: A drain not written because the shard manifest got a new version after the plan.
+#: A drain or rollup not written because the shard manifest kept moving (or lost the run) after the plan.
 MOVED = "changed-since-plan:shard-manifest"
+
+#: Times a shard's compactor version is tried against a manifest that moved: a live writer
+#: flushes every few seconds, and a rollup takes longer than that to write.
+WRITE_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class ShardCompaction:
+    """What one run writes to one shard manifest: generations drained, runs replaced by rollups."""
+
+    shard_id: str
+    drained: tuple[int, ...] = ()
+    runs: tuple[tuple[tuple[tuple[int, str], ...], ListedEntry], ...] = ()
+
+
+def write_compaction(store: Store, state: ShardState, work: ShardCompaction) -> ShardState:
+    """Write ``work`` as the shard manifest's next version (compare-and-swap). When a writer
+    flushed (or another compactor wrote) first, the latest version is read and the same work
+    applied to it, while every generation it drains and every run it rolls up is still listed
+    as planned, at most :data:`WRITE_ATTEMPTS` times. Raises StateMovedError when it gives up
+    (someone else drained or rolled up what the plan had: nothing of it is done)."""
+    for attempt in range(WRITE_ATTEMPTS):
+        listed = {s.generation for s in state.manifest.sstables}
+        if not set(work.drained) <= listed:
+            raise StateMovedError(f"shard {state.shard_id}: manifest version {state.version} no longer lists "
+                                  f"every generation the plan drains")
+        try:
+            return write_next_version(store, state, compacted_manifest(state, drained=work.drained, runs=work.runs))
+        except StateMovedError:
+            if attempt == WRITE_ATTEMPTS - 1:
+                raise
+            latest = latest_shard_manifest(store, state.shard_id)
+            if latest is None or latest.version <= state.version:
+                raise
+            state = latest
+    raise AssertionError("unreachable")
 
 
 def write_drains(store: Store, drains: tuple[ShardDrain, ...], states: Mapping[str, ShardState]
                  ) -> tuple[list[DoneDrain], dict[str, tuple[str, str]]]:
-    """Write each shard's drain (compare-and-swap on the next manifest version); the drains
-    written, and per shard whose drain was not (its manifest moved since the plan, or a link
-    stands where the new version goes), the gate and why."""
+    """Write each shard's drain (:func:`write_compaction`); the drains written, and per shard
+    whose drain was not (its manifest kept moving, or a link stands where the new version
+    goes), the gate and why."""
     done: list[DoneDrain] = []
     failed: dict[str, tuple[str, str]] = {}
     for d in drains:
         if not d.generations:
             continue
-        state = states[d.shard_id]
         try:
-            written = write_drain(store, state, frozenset(d.generations))
+            written = write_compaction(store, states[d.shard_id], ShardCompaction(d.shard_id, d.generations))
         except StateMovedError as exc:
             failed[d.shard_id] = (MOVED, str(exc))
             continue
@@ -117,4 +152,5 @@ def write_drains(store: Store, drains: tuple[ShardDrain, ...], states: Mapping[s
     return done, failed
 
 
-__all__ = ["MOVED", "DoneDrain", "SafeVersions", "ShardDrain", "unlisted_safely", "write_drains"]
+__all__ = ["MOVED", "WRITE_ATTEMPTS", "DoneDrain", "SafeVersions", "ShardCompaction", "ShardDrain",
+           "unlisted_safely", "write_compaction", "write_drains"]

@@ -40,6 +40,25 @@ NOT_MERGED = "not-merged"
 WRITER_LIVE = "writer-live"
 
 
+#: Merged rows the base table is not shown to hold (memwal.merge.proof): listed, they stay listed;
+#: unlisted above the recorded progress (a drain by someone else), the folder stays.
+PROGRESS_UNPROVEN = "progress-unproven"
+
+
+#: A merged generation kept listed because an older listed one stays: drains take a prefix of
+#: the listing (a reader reads every listed generation over the base, the older one included).
+DRAIN_ORDER = "drain-order"
+
+
+#: A repair of the base (memwal.gc.proven) refused by Lance: a commit since the plan touched its
+#: rows. The shard's drain waits for the next run.
+REPAIR_REFUSED = "changed-since-plan:repair"
+
+
+#: A rollup that could not be written: its run stays listed as it is.
+ROLLUP_FAILED = "rollup-failed"
+
+
 #: Drained from the shard manifest (by this run, or earlier, or by another compactor) less
 #: than the grace period ago: a reader may still hold a manifest that lists it.
 DRAIN_GRACE = "drain-grace-period"
@@ -48,7 +67,8 @@ DRAIN_GRACE = "drain-grace-period"
 #: Gates named by a code alone, and gates named by a code and what they name (``checkpoint:<id>``,
 #: ``retained-version:<version (tag ...)>``): what a blocked item's ``reasons`` hold before
 #: its details (a broken shard's message, a link's path, an orphan's name).
-GATE_CODES = frozenset({NOT_MERGED, GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING, WRITER_LIVE, DRAIN_GRACE})
+GATE_CODES = frozenset({NOT_MERGED, GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING, WRITER_LIVE, DRAIN_GRACE,
+                        PROGRESS_UNPROVEN, ROLLUP_FAILED, DRAIN_ORDER})
 GATE_PREFIXES = ("index-not-caught-up:", "checkpoint:", "retained-version:", "orphan-", "changed-since-plan:")
 
 

@@ -64,6 +64,63 @@ class Blocked:
 
 
 @dataclass(frozen=True)
+class Deletable:
+    """Per shard, the generations whose WAL entries may go: every one at or below ``through``
+    (merged, and no longer listed) but ``kept``, and those this plan drains. A rule, not a set:
+    ``through`` comes from storage and is never turned into a range."""
+
+    through: int = 0
+    kept: frozenset[int] = frozenset()
+    drained: frozenset[int] = frozenset()
+
+    def __contains__(self, g: object) -> bool:
+        return isinstance(g, int) and (g in self.drained or (0 < g <= self.through and g not in self.kept))
+
+    def __bool__(self) -> bool:
+        return bool(self.drained) or self.through > len({g for g in self.kept if 0 < g <= self.through})
+
+    def count_in(self, numbers: Numbers, lo: int, hi: int) -> int:
+        """How many of ``numbers`` in ``[lo, hi]`` are deletable, counted without a range."""
+        a, b = numbers.span(lo, hi)
+        n = max(0, min(b, self.through) - max(a, 1) + 1) if a <= b else 0
+        n -= sum(1 for k in self.kept if a <= k <= min(b, self.through) and k not in self.drained)
+        n += sum(1 for d in self.drained if a <= d <= b and not (d <= self.through and d not in self.kept))
+        return n + sum(1 for e in numbers.outside(lo, hi) if e in self)
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """A shard's flushed generations: every one below ``below`` (its ``current_generation``),
+    plus the listed ones (normally below it too). A rule, not a list: ``below`` comes from
+    storage, and a forged 2**62 must not size anything in memory (issue 56)."""
+
+    below: int
+    listed: frozenset[int] = frozenset()
+
+    def span(self, lo: int, hi: int) -> tuple[int, int]:
+        """The run ``1 .. below - 1`` clipped to ``[lo, hi]`` (empty when first > last)."""
+        return max(lo, 1), min(hi, self.below - 1)
+
+    def outside(self, lo: int, hi: int) -> list[int]:
+        """Listed generations in ``[lo, hi]`` beyond the run."""
+        return sorted(g for g in self.listed if lo <= g <= hi and not 1 <= g < self.below)
+
+    def count(self, lo: int, hi: int) -> int:
+        a, b = self.span(lo, hi)
+        return max(0, b - a + 1) + len(self.outside(lo, hi))
+
+    def first_last(self, lo: int, hi: int) -> tuple[int, int] | None:
+        """The lowest and highest flushed generation in ``[lo, hi]`` (None: none)."""
+        a, b = self.span(lo, hi)
+        ends = [*([a, b] if a <= b else []), *self.outside(lo, hi)]
+        return (min(ends), max(ends)) if ends else None
+
+    @property
+    def top(self) -> int:
+        return max([self.below - 1, *self.listed, 0])
+
+
+@dataclass(frozen=True)
 class GenerationDeletion:
     """A generation the plan deletes: its folder and its files as the plan listed them."""
 

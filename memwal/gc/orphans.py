@@ -47,10 +47,11 @@ def plan_shard_orphans(store: Store, state: ShardState, listed: ShardListing, ga
     """
     shard_id = state.shard_id
     dirs = listed.generation_dirs()
-    numbers = {s.generation for s in state.manifest.sstables}
+    numbers = {s.generation for s in state.manifest.sstables if not listed.is_rollup(s.path)}
     merged = merged_through(compacted, state)
     # Unlisted folders of unlisted generations at or below the merge progress were drained
-    # (or are failed attempts of drained ones): the generations collector's (memwal.gc.drain).
+    # (or are failed attempts of drained ones), and those a listed rollup replaced: the
+    # generations collector's (memwal.gc.drain, memwal.rollup).
     unlisted = {name for name in set(dirs) - {s.path for s in state.manifest.sstables}
                 if dirs[name] in numbers or dirs[name] > merged}
     blocked: list[Blocked] = []

@@ -30,6 +30,7 @@ from memwal.gc.generations import GenerationsPlan, plan_generations
 from memwal.gc.model import (
     Blocked,
     BrokenShard,
+    Deletable,
     DeletedGeneration,
     Duration,
     GenerationDeletion,
@@ -42,10 +43,12 @@ from memwal.gc.model import (
     seconds,
 )
 from memwal.gc.orphans import hold_linked, plan_shard_orphans, plan_staging_orphans
+from memwal.gc.proven import BaseProof
 from memwal.gc.result import GcResult
 from memwal.gc.wal import plan_shard_wal
 from memwal.history.prune import HistoryPruning, plan_history_pruning
 from memwal.history.run import current as current_run
+from memwal.rollup.plan import RollupPlan
 from memwal.store import Store
 from memwal.table import Table
 from memwal.table.listing import list_mem_wal
@@ -99,6 +102,10 @@ class GcPlan(Document):
         return self.generation_plan.drains
 
     @property
+    def rollups(self) -> tuple[RollupPlan, ...]:
+        return self.generation_plan.rollups
+
+    @property
     def writers(self) -> tuple[WriterView, ...]:
         return tuple(self.generation_plan.writers[s] for s in sorted(self.generation_plan.writers))
 
@@ -142,6 +149,8 @@ class GcPlan(Document):
                               "gates": g.gates.to_dict()} for g in self.generations],
             "would_delete_wal_entries": [w.to_dict() for w in self.wal_deletions],
             "would_drain": [d.to_dict() for d in self.drains],
+            "would_roll_up": [r.to_dict() for r in self.rollups],
+            "would_repair": [r.to_dict() for r in self.generation_plan.repairs],
             "writers": [w.to_dict() for w in self.writers],
             "blocked": [b.to_dict() for b in self.blocked],
             "orphans": [o.to_dict() for o in self.orphans],
@@ -169,6 +178,8 @@ class GcPlan(Document):
             deleted=tuple(DeletedGeneration(g.shard_id, g.generation, g.path, g.objects, g.bytes, g.gates)
                           for g in self.generations),
             drained=tuple(DoneDrain(d.shard_id, d.from_version + 1, d.generations, d.repairs) for d in self.drains),
+            rolled_up=self.rollups,
+            repaired=self.generation_plan.repairs,
             wal_entries_deleted=len(self.wal_deletions),
             objects_deleted=sum(g.objects for g in self.generations) + len(self.wal_deletions),
             bytes_freed=sum(g.bytes for g in self.generations) + sum(w.size for w in self.wal_deletions),
@@ -218,7 +229,8 @@ def plan_gc(
         left = [v for v in versions if id(v) not in going]
     gates = Gates(latest, indexes, left, sweep.live, now, grace)
     generations = plan_generations(shards, listing, gates, writers, SafeVersions(histories, now, grace),
-                                   frozenset(expiry.held_for_writers) if expiry is not None else frozenset())
+                                   frozenset(expiry.held_for_writers) if expiry is not None else frozenset(),
+                                   prove=BaseProof(table, latest.version, versions))
     digest = load_wal_digest(store)
     wal: list[WalDeletion] = []
     kept: list[KeptWal] = []
@@ -226,7 +238,7 @@ def plan_gc(
     blocked: list[Blocked] = []
     headers: dict[str, Header] = {}
     for sid, state in shards.states.items():
-        w = plan_shard_wal(store, state, listing.shards[sid], generations.deletable.get(sid, frozenset()),
+        w = plan_shard_wal(store, state, listing.shards[sid], generations.deletable.get(sid, Deletable()),
                            None if expiry is None else expiry.expire_before, digest)
         wal += w.deletions
         kept += w.kept
@@ -240,7 +252,9 @@ def plan_gc(
     held = hold_linked(links, generations.deletions, tuple(wal), tuple(orphans))
     # a link in a shard's folder may stand where the drain's new manifest version goes: no drain there
     linked = {shard_of_key(link + "/x") for link in links}
-    generations = replace(generations, drains=tuple(d for d in generations.drains if d.shard_id not in linked))
+    generations = replace(generations, drains=tuple(d for d in generations.drains if d.shard_id not in linked),
+                          rollups=tuple(r for r in generations.rollups if r.shard_id not in linked),
+                          repairs=tuple(r for r in generations.repairs if r.shard_id not in linked))
     history = HistoryPruning()
     if history_retention_seconds is not None:
         me = current_run()

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import NamedTuple
 
 from memwal.checkpoint import Checkpoint
 from memwal.core import clock as clocks
 from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED
-from memwal.gc.model import Blocked
+from memwal.gc.model import Blocked, GenerationDeletion
 from memwal.gc.plan import GcPlan
 from memwal.gc.versions import ShardProgress, VersionProgress
 from memwal.table import Table
@@ -30,42 +31,65 @@ from memwal.table.naming import MEM_WAL_INDEX_NAME, parse_generation_dir
 from memwal.table.retained import RetainedVersion
 
 
+class Gates(NamedTuple):
+    """Which gates a re-check asks, besides the merge progress."""
+
+    catchup: bool = True
+    pins: bool = True
+    retained: bool = True
+    grace: bool = True
+
+
+#: Every gate: a folder drained and deleted in the same run.
+ALL = Gates()
+#: What holds a listing (memwal.gc.generations): the merge, and its grace period.
+LISTING = Gates(catchup=False, pins=False, retained=False)
+#: What holds a folder already unlisted: the storage gates, not the merge's grace period.
+STORAGE = Gates(grace=False)
+#: An orphan: every gate but the index catch-up.
+ORPHAN = Gates(catchup=False)
+
+
 class SincePlan:
     """Which gate no longer lets a generation go, against the table as it is now."""
 
     def __init__(self, latest: TableManifest, checkpoints: Iterable[Checkpoint],
-                 versions: list[RetainedVersion] | None, now: float, grace_seconds: float) -> None:
+                 versions: list[RetainedVersion] | None, now: float, grace_seconds: float,
+                 writer_held: frozenset[int] = frozenset()) -> None:
         self.latest, self.now, self.grace_seconds = latest, now, grace_seconds
+        #: Versions the expiry keeps only for live writers: they hold no folder (memwal.gc.generations).
+        self.writer_held = writer_held
         self.indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
         self.pins = tuple(checkpoints)
         self.progress = VersionProgress(versions) if versions is not None else None
         self._shards: dict[str, ShardProgress] = {}
-        self._seen: dict[tuple[str, int, bool], str | None] = {}
+        self._seen: dict[tuple[str, int, Gates], str | None] = {}
 
-    def lost(self, shard_id: str, g: int, *, catchup: bool = True) -> str | None:
-        key = (shard_id, g, catchup)
+    def lost(self, shard_id: str, g: int, *, gates: Gates = ALL) -> str | None:
+        key = (shard_id, g, gates)
         if key not in self._seen:
-            self._seen[key] = self._lost(shard_id, g, catchup)
+            self._seen[key] = self._lost(shard_id, g, gates)
         return self._seen[key]
 
-    def _lost(self, shard_id: str, g: int, catchup: bool) -> str | None:
+    def _lost(self, shard_id: str, g: int, gates: Gates) -> str | None:
         if g > self.latest.compacted_generation(shard_id):
             return NOT_MERGED
-        for name in self.indexes if catchup else []:
+        for name in self.indexes if gates.catchup else []:
             if g > self.latest.index_catchup.get(name, {}).get(shard_id, 0):
                 return f"index-not-caught-up:{name}"
-        for c in self.pins:
+        for c in self.pins if gates.pins else ():
             if c.pins(shard_id, g):
                 return c.gate
         if self.progress is None:
             return None
         if shard_id not in self._shards:
             self._shards[shard_id] = self.progress.shard(shard_id)
-        holders = self._shards[shard_id].holders(g)
+        holders = [h for h in self._shards[shard_id].holders(g)
+                   if not (h.branch is None and h.version in self.writer_held and not h.tags)] if gates.retained else []
         if holders:
             return f"retained-version:{holders[0].describe()}"
         first = self._shards[shard_id].first_merged(g)
-        if first is None or self.now - first.timestamp < self.grace_seconds:
+        if gates.grace and (first is None or self.now - first.timestamp < self.grace_seconds):
             return GRACE_PERIOD
         return None
 
@@ -73,7 +97,8 @@ class SincePlan:
 def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
             versions: list[RetainedVersion] | None) -> GcPlan:
     """``plan`` less what the latest table version, ``checkpoints`` and ``versions`` keep now."""
-    since = SincePlan(table.require_mem_wal(), checkpoints, versions, clocks.current()(), plan.grace_seconds)
+    held = frozenset(plan.version_expiry.held_for_writers) if plan.version_expiry is not None else frozenset()
+    since = SincePlan(table.require_mem_wal(), checkpoints, versions, clocks.current()(), plan.grace_seconds, held)
     changed: list[Blocked] = []
 
     def keeps_pinned(shard_id: str, g: int) -> bool:
@@ -83,20 +108,26 @@ def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
             changed.append(Blocked(shard_id, g, reason, (reason,)))
         return not pins
 
-    def keeps(shard_id: str, g: int, *, catchup: bool = True, wal: int | None = None) -> bool:
-        why = since.lost(shard_id, g, catchup=catchup)
+    def keeps(shard_id: str, g: int, *, gates: Gates = ALL, wal: int | None = None) -> bool:
+        why = since.lost(shard_id, g, gates=gates)
         if why is not None:
             reason = f"changed-since-plan:{why}"
             changed.append(Blocked(shard_id, g, reason, (reason,), wal_position=wal))
         return why is None
 
-    # A drained folder passed the merge gates when it left the manifest; only a checkpoint
-    # (and the listing's links) can hold it now.
-    generations = tuple(d for d in plan.generations
-                        if (keeps_pinned(d.shard_id, d.generation) if d.drained else keeps(d.shard_id, d.generation)))
+    # A folder no longer listed at or below the recorded progress is held by the storage gates;
+    # above it (a drain by someone else, proven by the plan) only a checkpoint holds it.
+    def still_goes(d: GenerationDeletion) -> bool:
+        if not d.drained:
+            return keeps(d.shard_id, d.generation)
+        if d.generation <= since.latest.compacted_generation(d.shard_id):
+            return keeps(d.shard_id, d.generation, gates=STORAGE)
+        return keeps_pinned(d.shard_id, d.generation)
+
+    generations = tuple(d for d in plan.generations if still_goes(d))
     drains = []
     for d in plan.drains:
-        kept = [g for g in d.generations if g in d.repairs or keeps(d.shard_id, g)]
+        kept = [g for g in d.generations if g in d.repairs or keeps(d.shard_id, g, gates=LISTING)]
         # a generation that may not leave the manifest keeps its folder too
         drains.append(replace(d, generations=tuple(kept)))
     dropped = {(d.shard_id, g) for d, new in zip(plan.drains, drains, strict=True)
@@ -112,8 +143,8 @@ def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
         if span is None:  # a fence sentinel: nothing in the table decides its fate
             wal.append(w)
             continue
-        lost = next((g for g in range(span[0], span[1] + 1)
-                     if g in listed.get(w.shard_id, ()) and (w.shard_id, g) not in leaving), None)
+        lost = next((g for g in sorted(listed.get(w.shard_id, ()))
+                     if span[0] <= g <= span[1] and (w.shard_id, g) not in leaving), None)
         if lost is None:
             wal.append(w)
         elif (w.shard_id, lost) not in dropped:
@@ -121,7 +152,7 @@ def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
     orphans = []
     for o in plan.orphans:
         g = parse_generation_dir(o.path) if o.kind == "generation" else None
-        if g is None or o.shard_id is None or keeps(o.shard_id, g, catchup=False):
+        if g is None or o.shard_id is None or keeps(o.shard_id, g, gates=ORPHAN):
             orphans.append(o)
     return replace(plan, generation_plan=replace(plan.generation_plan, deletions=generations, drains=tuple(drains)),
                    wal_deletions=tuple(wal), orphans=tuple(orphans), other_blocked=plan.other_blocked + tuple(changed))

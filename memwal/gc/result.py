@@ -21,6 +21,9 @@ from memwal.gc.model import (
     Orphan,
     Retention,
 )
+from memwal.gc.proven import Repair
+from memwal.rollup.plan import RollupPlan
+from memwal.rollup.write import WrittenRollup
 from memwal.table.writer import WriterView
 
 
@@ -80,6 +83,10 @@ class GcResult(Document):
     drained: tuple[DoneDrain, ...] = ()
     #: Each shard's writer as the plan saw it (live writers keep what their view needs).
     writers: tuple[WriterView, ...] = ()
+    #: Runs of listed merged generations replaced by one rollup each (or, for a dry run, that would be).
+    rolled_up: tuple[WrittenRollup | RollupPlan, ...] = ()
+    #: Rows written into the base before a drain whose proof failed (memwal.gc.proven).
+    repaired: tuple[Repair, ...] = ()
 
     def to_dict(self) -> Json:
         return {
@@ -104,6 +111,8 @@ class GcResult(Document):
             "history_pruned": self.history_pruned,
             "drained": [d.to_dict() for d in self.drained],
             "writers": [w.to_dict() for w in self.writers],
+            "rolled_up": [r.to_dict() for r in self.rolled_up],
+            "repaired": [r.to_dict() for r in self.repaired],
         }
 
     def problems(self) -> list[str]:

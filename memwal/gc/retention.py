@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from memwal.checkpoint import TAG_PREFIX
 from memwal.gc.expiry import plan_version_expiry
-from memwal.gc.gates import Gates
+from memwal.gc.gates import GRACE_PERIOD, Gates
 from memwal.gc.model import BlockingVersion, Retention
 from memwal.table.retained import RetainedVersion
 
@@ -118,7 +118,8 @@ def try_expiry(held: list[HeldGeneration], gates: Gates, seconds: int) -> Expiry
     still: Counter[str] = Counter()
     freed = 0
     for h in held:
-        reasons = after.verdict(h.shard_id, h.generation).reasons
+        # a held folder is past its listing: the merge's grace period no longer applies to it
+        reasons = [r for r in after.verdict(h.shard_id, h.generation).reasons if r != GRACE_PERIOD]
         freed += not reasons
         still.update(RETAINED_VERSION if r.startswith(f"{RETAINED_VERSION}:") else r for r in reasons)
     return ExpiryTrial(seconds, frozenset(v.version for v in gone), freed, still)

@@ -4,8 +4,10 @@
    :mod:`memwal.checkpoint.handshake`: one created meanwhile is seen here and kept);
 2. the version expiry (:class:`memwal.gc.expiry.VersionExpiry`), less every live checkpoint's version;
 3. the re-check of every drain and deletion against the table now (:func:`memwal.gc.recheck.recheck`);
-4. the drains: each shard manifest's next version without the generations that leave it
-   (:mod:`memwal.gc.drain`; a shard whose manifest moved since the plan keeps everything);
+4. the rollups' folders (:mod:`memwal.rollup`), then the drains and rollups: each shard
+   manifest's next version without the generations that leave it and with each rolled-up run
+   replaced by its rollup (:mod:`memwal.gc.drain`; applied again to a newer version when a
+   writer flushed meanwhile; a shard whose manifest kept moving keeps everything);
 5. generations (Lance manifests first in every batch), then the WAL entries only deleted
    generations needed, then orphans when asked: through the engine, the lease checked before
    each batch, a path refused at deletion time reported, not deleted through;
@@ -26,22 +28,28 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from memwal.checkpoint.expiry import sweep_checkpoints
 from memwal.checkpoint.handshake import gc_finished, gc_started
 from memwal.core import clock as clocks
 from memwal.core import steps
+from memwal.core.retry import is_conflict
+from memwal.errors import StateMovedError, UnsafePathError, first_line
 from memwal.gc.delete import Target, check_under
-from memwal.gc.drain import DoneDrain, write_drains
+from memwal.gc.drain import MOVED, DoneDrain, ShardCompaction, write_compaction
 from memwal.gc.engine import GcEngine, LocalGcEngine
-from memwal.gc.gates import UNSAFE_PATH
+from memwal.gc.gates import REPAIR_REFUSED, ROLLUP_FAILED, UNSAFE_PATH
 from memwal.gc.model import Blocked, DeletedGeneration, ExpiredVersions
 from memwal.gc.plan import GcPlan, check_audit_destination
+from memwal.gc.proven import apply_repair
 from memwal.gc.recheck import recheck
 from memwal.gc.result import GcResult
 from memwal.observe import progress
+from memwal.rollup.write import RollupError, WrittenRollup, write_rollup
 from memwal.table import Table
+from memwal.table.drain import ListedEntry
 from memwal.table.naming import JOBS_DIR, parse_generation_dir, shard_dir
 from memwal.table.paths import check_deletable, shard_of_key
 from memwal.table.retained import RetainedVersion, remember_retained, retained_versions
@@ -81,10 +89,12 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         steps.step("gc.before-drain")
         if lease:
             lease.check()
-        plan, drained, moved = _drain(table, plan)
+        plan, drained, rolled, moved = _compact(table, plan, engine, lease)
         steps.step("gc.before-delete")
         result = _delete(table, plan, engine, lease, orphans)
-        result = replace(result, drained=tuple(drained), blocked=result.blocked + moved)
+        result = replace(result, drained=tuple(drained), rolled_up=tuple(rolled), blocked=result.blocked + moved,
+                         repaired=tuple(r for r in plan.generation_plan.repairs
+                                        if not any(b.shard_id == r.shard_id for b in moved)))
         result = replace(result, history_pruned=plan.history.prune(table.store),
                          checkpoints_removed=checkpoints.remove(table, plan.checkpoint_sweep.expired_ids))
     finally:
@@ -102,18 +112,74 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
     return result
 
 
-def _drain(table: Table, plan: GcPlan) -> tuple[GcPlan, list[DoneDrain], tuple[Blocked, ...]]:
-    """Write every drain; where a shard's manifest moved since the plan (a writer flushed or
-    claimed, another compactor drained), nothing of what that drain frees is deleted now."""
-    done, failed = write_drains(table.store, plan.drains, plan.generation_plan.states)
+def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
+             ) -> tuple[GcPlan, list[DoneDrain], list[WrittenRollup], tuple[Blocked, ...]]:
+    """Write every rollup's folder, then each shard's next manifest version (its drain and its
+    rollups together); where a shard's manifest kept moving (a writer flushed or claimed,
+    another compactor wrote), nothing of what that drain frees is deleted now, and a rollup
+    folder written for it is left unlisted (the next run deletes it)."""
+    rolled: dict[str, list[WrittenRollup]] = {}
+    failed: dict[str, tuple[str, str]] = {}
+    for repair in plan.generation_plan.repairs:
+        if lease:
+            lease.check()
+        steps.step("gc.before-repair")
+        try:
+            apply_repair(table, plan.read_version, repair)
+        except (OSError, RuntimeError, ValueError) as exc:
+            if not is_conflict(exc):
+                raise
+            failed[repair.shard_id] = (REPAIR_REFUSED, f"shard {repair.shard_id}: a commit since the plan touched the "
+                                                       f"rows the repair writes ({first_line(exc, table.uri)})")
+    for r in plan.rollups:
+        if r.shard_id in failed:
+            continue
+        if lease:
+            lease.check()
+        steps.step("gc.before-rollup")
+        try:
+            rolled.setdefault(r.shard_id, []).append(
+                write_rollup(table, r, remove_staging=partial(_remove_staging, table, engine, lease)))
+        except (RollupError, StateMovedError) as exc:
+            failed[r.shard_id] = (ROLLUP_FAILED, str(exc))
+    drains = {d.shard_id: d for d in plan.drains if d.generations}
+    done: list[DoneDrain] = []
+    written: list[WrittenRollup] = []
+    steps.step("gc.before-manifest")
+    for sid in sorted(set(drains) | set(rolled)):
+        d = drains.get(sid)
+        mine = rolled.get(sid, [])
+        work = ShardCompaction(sid, d.generations if d else (),
+                               tuple((w.replaces, ListedEntry(w.generation, w.path, w.rows)) for w in mine))
+        if lease:
+            lease.check()
+        try:
+            version = write_compaction(table.store, plan.generation_plan.states[sid], work).version
+        except StateMovedError as exc:
+            failed[sid] = (MOVED, str(exc))
+            continue
+        except UnsafePathError as exc:  # a link refused, never written through
+            failed[sid] = (UNSAFE_PATH, str(exc))
+            continue
+        if d is not None:
+            done.append(DoneDrain(sid, version, d.generations, d.repairs))
+        written += mine
     if not failed:
-        return plan, done, ()
+        return plan, done, written, ()
     stopped = {(d.shard_id, g) for d in plan.drains if d.shard_id in failed for g in d.generations}
     moved = tuple(Blocked(sid, g, failed[sid][0], failed[sid]) for sid, g in sorted(stopped))
+    moved += tuple(Blocked(r.shard_id, r.generation, failed[r.shard_id][0], failed[r.shard_id])
+                   for r in plan.rollups if r.shard_id in failed)
     gens = tuple(g for g in plan.generations if (g.shard_id, g.generation) not in stopped)
     wal = tuple(w for w in plan.wal_deletions if not any(s == w.shard_id and w.may_belong_to(g) for s, g in stopped))
     return (replace(plan, generation_plan=replace(plan.generation_plan, deletions=gens), wal_deletions=wal),
-            done, moved)
+            done, written, moved)
+
+
+def _remove_staging(table: Table, engine: GcEngine, lease: Lease | None, prefix: str) -> None:
+    """Delete a rollup's staging folder through GC's own deletion (link-safe, ours only)."""
+    listed = tuple(table.store.list(prefix + "/"))
+    engine.delete_prefixes(table, [Target(prefix, listed)], lease, None)
 
 
 def _delete(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, orphans: bool) -> GcResult:

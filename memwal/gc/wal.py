@@ -25,12 +25,11 @@ alone, and one whose generations are not all deletable stays (``wal-generation-u
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from memwal.gc.gates import FENCE_SENTINEL, WAL_GENERATION_UNKNOWN, WAL_NEEDED_FOR_REPLAY
-from memwal.gc.model import KeptWal, WalDeletion
+from memwal.gc.model import Deletable, KeptWal, Numbers, WalDeletion
 from memwal.store import Store
 from memwal.table.listing import ShardListing, WalEntry
 from memwal.table.shards import UNLABELLED, ShardState, read_wal_entry_metas
@@ -68,7 +67,7 @@ def sentinel_may_go(entry: WalEntry, epoch: int, state: ShardState, expire_befor
             and entry.position <= state.replay_after_wal_entry_position and entry.mtime < expire_before)
 
 
-def plan_shard_wal(store: Store, state: ShardState, listed: ShardListing, deletable: frozenset[int],
+def plan_shard_wal(store: Store, state: ShardState, listed: ShardListing, deletable: Deletable,
                    expire_before: float | None, digest: WalDigest) -> WalPlan:
     """The WAL entries of one shard that go, and those kept on purpose (see the module docstring)."""
     entries = list(listed.wal)
@@ -89,10 +88,10 @@ def plan_shard_wal(store: Store, state: ShardState, listed: ShardListing, deleta
     return spans.plan(state, expire_before, reads)
 
 
-def flushed_numbers(state: ShardState) -> list[int]:
+def flushed_numbers(state: ShardState) -> Numbers:
     """Every generation the shard has flushed, listed or drained since: generations are
-    numbered from 1 and ``current_generation`` is the next to flush."""
-    return sorted(set(range(1, state.current_generation)) | {g.generation for g in state.flushed})
+    numbered from 1 and ``current_generation`` is the next to flush (a rule, not a list)."""
+    return Numbers(state.current_generation, frozenset(g.generation for g in state.flushed))
 
 
 class _Reads:
@@ -115,11 +114,11 @@ class _Reads:
 class _Placement:
     """The generations each unread data entry may belong to, from the known ones around it."""
 
-    def __init__(self, entries: list[WalEntry], known: dict[int, Header], flushed: list[int],
-                 deletable: frozenset[int], replay_after: int) -> None:
+    def __init__(self, entries: list[WalEntry], known: dict[int, Header], flushed: Numbers,
+                 deletable: Deletable, replay_after: int) -> None:
         self.entries, self.known, self.flushed = entries, known, flushed
         self.deletable, self.replay_after = deletable, replay_after
-        self.top = flushed[-1] if flushed else 0
+        self.top = flushed.top
 
     def generation(self, i: int) -> int | None:
         """The generation entry ``i``'s header names (None: unread, a sentinel, or unlabelled)."""
@@ -154,11 +153,10 @@ class _Placement:
 
     def verdict(self, position: int, lo: int, hi: int, exact: bool) -> bool | None:
         """True: its generation goes; False: it stays with its generation; None: open (read it)."""
-        cand = self.flushed[bisect.bisect_left(self.flushed, lo):bisect.bisect_right(self.flushed, hi)]
-        going = [g for g in cand if g in self.deletable]
+        going = self.deletable.count_in(self.flushed, lo, hi)
         if not going:
             return False
-        if exact or (position <= self.replay_after and len(going) == len(cand)):
+        if exact or (position <= self.replay_after and going == self.flushed.count(lo, hi)):
             return True
         return None  # past replay_after the report names its generation: read it
 
@@ -198,10 +196,10 @@ class _Placement:
                 continue
             if not goes:
                 continue  # kept with its generation, which is reported blocked
-            cand = [g for g in self.flushed if lo <= g <= hi] if not exact else [lo]
+            span = (lo, lo) if exact else self.flushed.first_last(lo, hi)
             if e.position > self.replay_after:
                 kept.append(KeptWal(sid, e.position, lo, WAL_NEEDED_FOR_REPLAY))
-            else:
-                deletions.append(WalDeletion(sid, e.position, e.key, e.size, (cand[0], cand[-1])))
+            elif span is not None:
+                deletions.append(WalDeletion(sid, e.position, e.key, e.size, span))
         return WalPlan(tuple(deletions), tuple(kept), {self.entries[i].key: h for i, h in self.known.items()},
                        reads.count)

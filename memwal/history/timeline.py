@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memwal.core import clock as clocks
 from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
-from memwal.core.text import clip, one_line
+from memwal.core.text import clip, one_line, span
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
 from memwal.history.record import ABANDONED, RUNNING, RunEntry, RunRecord
@@ -169,18 +169,11 @@ def render(h: History) -> str:
         when = datetime.fromtimestamp(r["started_at"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
         finished, failure = r["finished_at"], r["error"]
         took = "" if not finished else f" {finished - r['started_at']:.1f}s"
-        versions = _span(r["versions"])
+        versions = span(r["versions"])
         what = _summary(r)
         error = f" error: {clip(one_line(failure))}" if failure else ""
         lines.append(f"  {when}{took:>8}  {r['job']:<8} {r['outcome']:<13} versions {versions}{what}{error}")
     return "\n".join(lines)
-
-
-def _span(vs: list[int]) -> str:
-    if not vs:
-        return "-"
-    return str(vs[0]) if len(vs) == 1 else f"{vs[0]}..{vs[-1]}" if vs == list(range(vs[0], vs[-1] + 1)) \
-        else ",".join(map(str, vs))
 
 
 def _summary(r: RunEntry) -> str:

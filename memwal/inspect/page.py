@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from memwal.core import clock as clocks
 from memwal.core.files import write_chunks
 from memwal.core.text import clip
+from memwal.core.text import span as text_span
 from memwal.history.record import RunEntry, lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
 from memwal.inspect.policy import meta_policy
@@ -137,11 +138,7 @@ def fmt_int(n: float | None) -> str:
 
 
 def span(values: list[int]) -> str:
-    if not values:
-        return "-"
-    if values == list(range(values[0], values[-1] + 1)):
-        return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
-    return ", ".join(map(str, values[:6])) + (" …" if len(values) > 6 else "")
+    return text_span(values, dash="–", sep=", ", most=6)
 
 
 def _run_view(r: RunEntry) -> dict[str, str | None]:

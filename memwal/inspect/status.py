@@ -20,6 +20,7 @@ from memwal.core import clock as clocks
 from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
+from memwal.core.text import span
 from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.drain import merged_through
@@ -27,7 +28,7 @@ from memwal.table.generations import generation_check
 from memwal.table.listing import MemWalListing, ShardListing, list_mem_wal
 from memwal.table.manifest import TableManifest, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME
-from memwal.table.shards import ShardManifestError, ShardState, read_listed_manifests
+from memwal.table.shards import FlushedGeneration, ShardManifestError, ShardState, read_listed_manifests
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
 
 
@@ -70,6 +71,15 @@ class ShardStatus:
     #: The shard's writer as its manifests show it (no WAL is listed here): live or quiet.
     writer_live: bool = False
     writer_last_activity: float | None = None
+    #: When the live writer claimed its epoch (its view of the base is no older): None when quiet.
+    writer_claimed_at: float | None = None
+    #: What a read of this shard opens, per kind of reader: ``list`` readers (pylance 14's
+    #: ``lsm_scanner()``, lance-context) open every listed generation; ``mark`` readers (LanceDB,
+    #: upstream's "Reader Expectations") skip those at or below the lower of the merge and
+    #: catch-up marks. The read cost operators watch (issue 54).
+    readers_open: dict[str, int] = field(default_factory=dict)
+    #: Listed rollups (memwal.rollup): runs of merged generations listed as one.
+    rollups: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -146,10 +156,11 @@ class TableStatus(Document):
                 for name in self.maintained_indexes}
 
     def record_metrics(self) -> None:
-        """Publish the lag and catch-up gauges (a no-op without an OpenTelemetry SDK)."""
+        """Publish the lag, catch-up and read-cost gauges (a no-op without an OpenTelemetry SDK)."""
         from memwal.observe.metrics import record_lag
 
-        record_lag(self.table, self.lag(), self.catchup_behind())
+        record_lag(self.table, self.lag(), self.catchup_behind(),
+                   {s.shard_id: s.readers_open for s in self.shards if s.readers_open})
 
 
 def shard_status(manifest: TableManifest, state: ShardState, listed: ShardListing, indexes: list[str],
@@ -184,7 +195,17 @@ def shard_status(manifest: TableManifest, state: ShardState, listed: ShardListin
         merged_listed=[g.generation for g in flushed if g.generation <= merged],
         writer_live=writer.live,
         writer_last_activity=writer.last_activity,
+        writer_claimed_at=writer.claimed_at,
+        readers_open=readers_open(flushed, compacted, [manifest.index_catchup.get(name, {}).get(state.shard_id, 0)
+                                                        for name in indexes]),
+        rollups=[g.generation for g in flushed if listed.is_rollup(g.path)],
     )
+
+
+def readers_open(flushed: list[FlushedGeneration], compacted: int, caught_up: list[int]) -> dict[str, int]:
+    """Generations each kind of reader opens (see :attr:`ShardStatus.readers_open`)."""
+    mark = min([compacted, *caught_up])
+    return {"list": len(flushed), "mark": sum(g.generation > mark for g in flushed)}
 
 
 def broken_shard_status(
@@ -257,8 +278,10 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
     shards = []
     for sid, state in found.states.items():
         history = ManifestHistory(table.store, state, listing.shards[sid].manifests)
+        held = any(g.generation <= merged_through(manifest.compacted_generation(sid), state) for g in state.flushed)
+        # when the live writer opened is read (a few manifest versions) only where it holds merged generations
         writer = writer_view(history, listing.shards[sid], now=now, idle_seconds=DEFAULT_WRITER_IDLE_SECONDS,
-                             walk=False)
+                             walk=False, claim=held)
         rows: dict[int, int] = {}
         why = None
         if check_files:
@@ -326,6 +349,7 @@ def render_status(st: TableStatus) -> str:
         "collected",
         "merged",
         "unmerged",
+        "listed",
         "rows",
         "bytes",
         "oldest",
@@ -333,7 +357,7 @@ def render_status(st: TableStatus) -> str:
     ]
     rows = [header]
     for s in st.shards:
-        flushed = _span(s.flushed_generations)
+        flushed = span(s.flushed_generations)
         catchup = " ".join(f"{k}={v}" for k, v in s.index_catchup.items()) or "-"
         age = "-" if s.oldest_unmerged_age_seconds is None else f"{s.oldest_unmerged_age_seconds:.0f}s"
         rows.append(
@@ -343,9 +367,10 @@ def render_status(st: TableStatus) -> str:
                 str(s.writer_epoch),
                 str(s.current_generation),
                 flushed,
-                _span(s.collected_generations),
+                span(s.collected_generations),
                 str(s.compacted_generation),
                 str(len(s.unmerged_generations)),
+                str(s.readers_open.get("list", 0)),
                 "?" if s.unmerged_rows is None else str(s.unmerged_rows),
                 human_bytes(s.unmerged_bytes),
                 age,
@@ -367,13 +392,19 @@ def render_status(st: TableStatus) -> str:
         lines.append(f"checkpoint {c.id}{name}: version {c.version}, {c.generations_pinned} generations pinned, "
                      f"holds back {c.generations_held} merged generations ({human_bytes(c.bytes_held)}){notes}")
     for s in st.shards:
-        if s.merged_listed and s.writer_live:
-            lines.append(f"shard {s.shard_id[:8]}: {len(s.merged_listed)} merged generations still listed for its "
-                         f"live writer (last write {_ago(s.writer_last_activity)}): gc drains them once the writer "
-                         "reopens or is quiet for the writer idle period (gc --dry-run names every gate)")
-        elif s.merged_listed:
-            lines.append(f"shard {s.shard_id[:8]}: {len(s.merged_listed)} merged generations still listed, read by "
-                         "every client until gc drains them (gc --dry-run names every gate)")
+        if not s.merged_listed:
+            continue
+        what = (f"shard {s.shard_id[:8]}: readers open {s.readers_open.get('list', 0)} generations "
+                f"({len(s.merged_listed)} merged, {len(s.rollups)} of them rollups)")
+        if s.writer_live:
+            since = "" if s.writer_claimed_at is None else f", opened {_ago(s.writer_claimed_at)}"
+            lines.append(f"{what}: kept listed for its live writer (epoch {s.writer_epoch}{since}, last write "
+                         f"{_ago(s.writer_last_activity)}), whose view of the base is older than their merge; gc "
+                         "rolls them up and drains them once the writer reopens or is quiet for the writer idle "
+                         "period (gc --dry-run names every gate)")
+        else:
+            lines.append(f"{what}: gc drains them once their merge is older than the grace period "
+                         "(gc --dry-run names every gate)")
     lines += [f"UNREADABLE checkpoint record: {why}" for why in st.unreadable_checkpoints]
     lines += [f"BROKEN {s.problem}" for s in st.broken]
     return "\n".join(lines)
@@ -381,13 +412,3 @@ def render_status(st: TableStatus) -> str:
 
 def _ago(when: float | None) -> str:
     return "-" if when is None else f"{max(0.0, clocks.current()() - when):.0f}s ago"
-
-
-def _span(gens: list[int]) -> str:
-    if not gens:
-        return "-"
-    if gens == list(range(gens[0], gens[-1] + 1)):
-        return f"{gens[0]}..{gens[-1]}" if len(gens) > 1 else str(gens[0])
-    return ",".join(map(str, gens))
-
-

@@ -10,7 +10,9 @@ check: pylance's ``ShardWriter.lsm_scanner()`` and lance-context read *every* ge
 shard manifest lists, merged or not, and fail on one that is missing or damaged
 (``listed-generations-readable``, naming the shard and generation), and then the view they
 read, base table and every listed generation, is read as they read it
-(``client-view-readable``). The LSM view comparison is the reader's-eye check used around
+(``client-view-readable``); LanceDB reads fewer generations, chosen by the marks of the
+MemWAL index, and its reads are read as it reads them (``lancedb-view-readable``,
+memwal.inspect.lancedb_view). The LSM view comparison is the reader's-eye check used around
 operations.
 
 A checker must never crash on what it checks: a missing, broken or unsafe generation, an
@@ -189,6 +191,8 @@ def _verify_once(table: Table) -> VerifyResult:
             res.problems += _broken_generations(table, pk, unmerged)
     if not any(p.check in (*blocking, "listed-generations-readable") for p in res.problems):
         _check_client_view(table, res, pk, manifest)
+    if not any(p.check in blocking for p in res.problems):
+        _check_lancedb_view(table, res, pk, manifest, states)
     return res
 
 
@@ -206,15 +210,46 @@ def _check_listed_merged(table: Table, res: VerifyResult, shard_id: str, generat
 
 
 def _check_client_view(table: Table, res: VerifyResult, pk: list[str], manifest: TableManifest) -> None:
-    """Read the table as the clients do: the base table and every listed generation."""
+    """Read the table as the clients do: the base table and every listed generation, every
+    column (a generation whose column a client cannot read fails the client, issue 56), and the
+    rows must have the base table's schema."""
     res.checks.append("client-view-readable")
+    base = table.dataset(manifest.version)
     try:
         plan = plan_read(table, source="manifests", manifest=manifest, include_merged=True)
         # pylance's own reader, last write wins, as the clients read (no fold of merge operators)
-        LsmScanner.from_snapshots(table.dataset(manifest.version), plan.snapshots).project(pk).to_table()
+        view = LsmScanner.from_snapshots(base, plan.snapshots).to_table()
     except _READ_ERRORS as exc:
         res.problems.append(Problem("client-view-readable", "the view pylance's lsm_scanner() and lance-context "
                                     f"read (every listed generation) fails: {first_line(exc, table.uri)}"))
+        return
+    want = {f.name: f.type for f in base.schema}
+    wrong = [f"{f.name}: {f.type} (base table: {want[f.name]})" for f in view.schema
+             if f.name in want and not f.type.equals(want[f.name])]
+    if wrong or not set(want) <= set(view.schema.names):
+        missing = sorted(set(want) - set(view.schema.names))
+        res.problems.append(Problem("client-view-readable", "the view the clients read does not have the base "
+                                    f"table's columns: {'; '.join(wrong + [f'{m}: missing' for m in missing])}"))
+
+
+def _check_lancedb_view(table: Table, res: VerifyResult, pk: list[str], manifest: TableManifest,
+                        states: dict[str, ShardState]) -> None:
+    """Read the table as LanceDB does (memwal.inspect.lancedb_view): each of its reads opens,
+    and its index searches count the rows its scans count."""
+    from memwal.inspect.lancedb_view import CHECK, lancedb_reads, read_as_lancedb
+
+    res.checks.append(CHECK)
+    scanned: int | None = None
+    for i, read in enumerate(lancedb_reads(manifest, states)):  # its scans first
+        try:
+            rows = read_as_lancedb(table, manifest, states, read, pk)
+        except _READ_ERRORS as exc:
+            res.problems.append(Problem(CHECK, f"LanceDB's {read.what} fail: {first_line(exc, table.uri)}"))
+            continue
+        if i == 0:
+            scanned = rows
+        elif scanned is not None and rows != scanned:
+            res.problems.append(Problem(CHECK, f"LanceDB's {read.what} see {rows} rows, its scans {scanned}"))
 
 
 def _check_merged_data(table: Table, manifest: TableManifest, states: dict[str, ShardState], res: VerifyResult) -> None:

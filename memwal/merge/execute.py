@@ -36,8 +36,8 @@ import pyarrow as pa
 
 from memwal.core import steps
 from memwal.core.document import Document, as_document
-from memwal.core.retry import after_conflict, vanished
-from memwal.errors import StateMovedError, first_line
+from memwal.core.retry import after_conflict, is_conflict, vanished
+from memwal.errors import LeaseLostError, StateMovedError, first_line
 from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import NetChanges, no_changes
@@ -134,12 +134,17 @@ def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: b
     return done.version
 
 
-def marked_pass(table: Table, plan: MergePlan, net: NetChanges) -> int:
+def marked_pass(table: Table, plan: MergePlan, net: NetChanges, *, bound: int | None = None) -> int:
     """The pass carrying the progress marker, through ``execute()`` (the uncommitted path
     drops the marker): upserts, or the deletes when the batch has no upsert (none at all:
     the marker alone). Lance rejects it when another merger recorded progress at or above
-    ours. Returns the new table version."""
-    builder = join_builder(table.dataset(), list(plan.primary_key), net.num_upserts or net.num_deletes)
+    ours, and, since it is bound to the plan's read version (``bound``: the version right after
+    this batch's own earlier commit, when nothing came between) with no retries of its own,
+    when a commit since then touched its rows (observed, pylance 14.0.2: updates and inserts
+    of the same keys). Otherwise Lance would apply it again over whatever another compactor
+    committed meanwhile, older rows over newer ones (issue 54). Returns the new table version."""
+    builder = join_builder(table.dataset(plan.read_version if bound is None else bound), list(plan.primary_key),
+                           net.num_upserts or net.num_deletes).conflict_retries(0)
     if net.num_upserts:
         builder = builder.when_matched_update_all().when_not_matched_insert_all()
         data = net.upsert_data()
@@ -166,17 +171,27 @@ def commit_net_changes(
     found = {c.intent for c in plan.applied}
     racing = [i for i in intents.others_pending(table.store, intent, table.manifest(), set(plan.shard_ids))
               if i.commit_path == intents.DRIVERLESS and i.id not in found]
-    if net.num_deletes and net.num_upserts:
-        before_commit(table, plan, lease, step, "before-delete-commit")
-        bound_delete_pass(table, plan, net.delete_keys, fence=bool(racing))
-        commits += 1
-        step("after-delete-pass")
-    elif racing:
-        before_commit(table, plan, lease, step, "before-fence-commit")
-        if claim_fence(table, plan) is not None:
+    bound = plan.read_version  # the marked pass conflicts with what others committed since
+    try:
+        if net.num_deletes and net.num_upserts:
+            before_commit(table, plan, lease, step, "before-delete-commit")
+            done = bound_delete_pass(table, plan, net.delete_keys, fence=bool(racing))
+            bound = done if done == bound + 1 else bound
             commits += 1
-    before_commit(table, plan, lease, step, "before-marked-commit")
-    version = marked_pass(table, plan, net)
+            step("after-delete-pass")
+        elif racing:
+            before_commit(table, plan, lease, step, "before-fence-commit")
+            claimed = claim_fence(table, plan)
+            if claimed is not None:
+                bound = claimed if claimed == bound + 1 else bound
+                commits += 1
+        before_commit(table, plan, lease, step, "before-marked-commit")
+        version = marked_pass(table, plan, net, bound=bound)
+    except BaseException as exc:
+        if commits == 0 and (is_conflict(exc) or isinstance(exc, LeaseLostError)):
+            # refused or stopped before anything of ours landed: no later plan needs to cover it
+            intents.withdraw(table.store, intent)
+        raise
     commits += 1
     intents.finish(table.store, intent, table.manifest())
     if net.num_upserts:

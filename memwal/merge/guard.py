@@ -1,5 +1,11 @@
 """The checks right before every merge commit, whichever path commits: the lease, then progress.
 
+Progress is read in both places it is recorded: the MemWAL index (ours, and any merger that
+marks) and each shard manifest (another compactor, lance-context's ``cleanup_wal()``, records
+only by draining what it merged, issue 54). A planned generation that left its shard manifest,
+or a drain that reaches into the plan, means someone else merged it: the plan is stale (its
+rows may be older than what that merge wrote), and the batch is planned again.
+
 Neither is a fence (a merger can stall right after them, hazard H5): the fences are Lance's
 (a marker must grow, a bound commit conflicts with what changed its fragments since its read
 version, the fence fragment of memwal.merge.driverless). These checks only stop early what
@@ -21,6 +27,8 @@ from lance.mem_wal import CompactedSsTable
 from memwal.errors import ConflictError
 from memwal.merge.model import MergePlan
 from memwal.table import Table
+from memwal.table.drain import drained_through
+from memwal.table.shards import latest_shard_manifest
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -50,7 +58,8 @@ def before_commit(table: Table, plan: MergePlan, lease: Lease | None, step: Step
 
 
 def guard_progress(table: Table, plan: MergePlan) -> None:
-    """Refuse to commit when another merger moved a shard of this batch since planning."""
+    """Refuse to commit when another merger moved a shard of this batch since planning: in the
+    MemWAL index, or by draining (or replacing) a planned generation from its shard manifest."""
     latest = table.manifest()
     for s in plan.shards:
         now = latest.compacted_generation(s.shard_id)
@@ -58,4 +67,13 @@ def guard_progress(table: Table, plan: MergePlan) -> None:
             raise StaleProgressError(
                 f"Stale SSTable compaction: shard {s.shard_id} progress moved from "
                 f"{s.compacted_generation} to {now} while merging"
+            )
+    for s in plan.shards:
+        state = latest_shard_manifest(table.store, s.shard_id)
+        listed = set() if state is None else {(g.generation, g.path) for g in state.flushed}
+        gone = [g.generation for g in s.generations if (g.generation, g.path) not in listed]
+        if gone or (state is not None and drained_through(state) >= s.from_generation):
+            raise StaleProgressError(
+                f"Stale SSTable compaction: shard {s.shard_id} generation {gone[0] if gone else s.from_generation} "
+                "left its shard manifest while merging (another compactor merged it)"
             )

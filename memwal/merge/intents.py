@@ -97,6 +97,8 @@ def read_intents(store: Store) -> list[Intent]:
             doc = json.loads(store.get(obj.key, max_bytes=INTENT_MAX_BYTES))
             shards = {str(s): int(g) for s, g in doc["shards"].items()}
             read_version = int(doc.get("read_version") or 0)
+            if read_version < 0 or any(g < 0 for g in shards.values()):
+                raise ValueError("a negative version or generation")
             path = doc.get("commit_path", DRIVER)
             if path not in (DRIVER, DRIVERLESS):
                 raise ValueError(f"unknown commit_path {str(path)[:40]!r}")
@@ -123,6 +125,15 @@ def floors(intents: list[Intent], manifest: TableManifest) -> dict[str, int]:
 def others_pending(store: Store, own: str, manifest: TableManifest, shard_ids: set[str]) -> list[Intent]:
     """The unfinished intents, other than ``own``, that may still commit on ``shard_ids``."""
     return [i for i in read_intents(store) if i.key != own and i.pending_on(manifest, shard_ids)]
+
+
+def withdraw(store: Store, key: str) -> None:
+    """Drop our intent when nothing of our batch landed (its commits were refused, or it
+    stopped before them): no later plan has anything of ours to cover."""
+    try:
+        store.delete_many([key])
+    except MemWalError as exc:  # a leftover intent only widens later plans
+        log.warning("could not withdraw merge intent %s: %s", key, exc)
 
 
 def finish(store: Store, key: str, manifest: TableManifest) -> None:

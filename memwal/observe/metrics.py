@@ -16,6 +16,7 @@ the whole fleet's spread is the pending-generations histogram.
 | ``memwal.merge.rows`` ({row}) | counter | shard, op (upsert, delete) |
 | ``memwal.merge.generations`` | counter | shard |
 | ``memwal.shard.lag_generations`` / ``lag_rows`` / ``lag_seconds`` | gauges | table, shard |
+| ``memwal.shard.listed_generations`` | gauge | table, shard, reader (``list`` or ``mark``: status.py) |
 | ``memwal.catchup.behind_generations`` | gauge | table, index |
 | ``memwal.table.debt`` / ``memwal.table.lag_generations`` / ``memwal.table.lag_seconds`` | gauges | table |
 | ``memwal.fleet.tables`` | gauge | state (idle, behind, waiting, held, paused, problem) |
@@ -51,6 +52,7 @@ class _Instruments:
     lag_generations: metrics._Gauge
     lag_rows: metrics._Gauge
     lag_seconds: metrics._Gauge
+    listed: metrics._Gauge
     catchup_behind: metrics._Gauge
     table_debt: metrics._Gauge
     table_lag_generations: metrics._Gauge
@@ -79,6 +81,8 @@ def _instruments() -> _Instruments:
         lag_rows=meter.create_gauge("memwal.shard.lag_rows", unit="{row}", description="rows not merged yet"),
         lag_seconds=meter.create_gauge("memwal.shard.lag_seconds", unit="s",
                                        description="age of the oldest unmerged generation"),
+        listed=meter.create_gauge("memwal.shard.listed_generations", unit="{generation}",
+                                  description="generations a reader of the shard opens, by kind of reader"),
         catchup_behind=meter.create_gauge("memwal.catchup.behind_generations", unit="{generation}",
                                           description="merged generations an index has not caught up with"),
         table_debt=meter.create_gauge("memwal.table.debt", unit="1", description="a table's debt (memwal fleet)"),
@@ -123,11 +127,15 @@ def record_run(job: str, outcome: str, engine: str, seconds: float, doc: Mapping
 
 
 def record_lag(table: str, lag: Mapping[str, tuple[int, int | None, float | None]],
-               behind: Mapping[str, int]) -> None:
-    """Per shard lag gauges (unmerged generations, rows, oldest age) and per index catch-up
-    gauges (merged generations not caught up) of ``table``, at every job's end and on ``status``
-    (rows only where known: a manifest may lack them, and unknown is not 0)."""
+               behind: Mapping[str, int], listed: Mapping[str, Mapping[str, int]] | None = None) -> None:
+    """Per shard lag gauges (unmerged generations, rows, oldest age), per index catch-up gauges
+    (merged generations not caught up) of ``table`` and, per shard and kind of reader, the
+    generations it opens (``listed``), at every job's end and on ``status`` (rows only where
+    known: a manifest may lack them, and unknown is not 0)."""
     m = _instruments()
+    for shard_id, by_reader in (listed or {}).items():
+        for reader, n in by_reader.items():
+            m.listed.set(n, {"table": table, "shard": shard_id, "reader": reader})
     for shard_id, (generations, rows, age) in lag.items():
         shard = {"table": table, "shard": shard_id}
         m.lag_generations.set(generations, shard)

@@ -61,7 +61,7 @@ def check_filter(ds: lance.LanceDataset, filter: str | None) -> None:
     if not filter.strip():
         raise BadInputError(f"filter {filter!r}: empty")
     try:
-        ds.scanner(filter=filter, columns=primary_key(ds.schema) or None).explain_plan()
+        ds.scanner(filter=filter, columns=primary_key(ds.lance_schema) or None).explain_plan()
         LsmScanner.from_snapshots(ds, []).filter(filter)
     except (ValueError, OSError, RuntimeError) as exc:
         raise BadInputError(f"filter {filter!r}: {lance_reason(exc)}") from exc

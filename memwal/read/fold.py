@@ -87,7 +87,7 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
     from memwal.merge.changes import fold_changes, key_mask
     from memwal.table.schema import primary_key
 
-    pk = primary_key(ds.schema)
+    pk = primary_key(ds.lance_schema)
     wanted = _unique([*pk, *(columns if columns is not None else ds.schema.names)])
     schema = pa.schema([ds.schema.field(c) for c in wanted])
     base = ds.to_table(columns=wanted) if keys is None else base_rows_for_keys(ds, keys, pk, wanted)

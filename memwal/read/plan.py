@@ -222,7 +222,7 @@ class _Pruner:
         ds = table.dataset(manifest.version)
         self.lance_schema = ds.lance_schema
         field_names = field_names_from_lance_schema(self.lance_schema)
-        pk = set(primary_key(ds.schema))
+        pk = set(primary_key(self.lance_schema))
         for raw in manifest.mem_wal.sharding_specs:
             spec = spec_to_dict(raw)
             fields = _prunable_fields(spec, field_names, pk)

@@ -41,7 +41,7 @@ def lookup(table: Table, keys: Keys, *, columns: list[str] | None = None,
 
     with reading(table):
         plan, ds = open_plan(table, plan, source=source)
-        pk = primary_key(ds.schema)
+        pk = primary_key(ds.lance_schema)
         if not pk:
             raise BadInputError(f"{table.uri}: the table declares no primary key")
         check_columns(ds.schema, columns)

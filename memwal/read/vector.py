@@ -178,7 +178,7 @@ def nearest(table: Table, column: str, query: Vector, *, k: int = 10, filter: st
             raise BadInputError(f"column {column}: not in the table schema")
         q = query_vector(query, ds.schema.field(column))
         check_columns(ds.schema, columns)
-        pk = primary_key(ds.schema)
+        pk = primary_key(ds.lance_schema)
         wanted = list(dict.fromkeys([*pk, *(columns if columns is not None else ds.schema.names)]))
         index = vector_index(ds, column)
         metric = metric or (index.metric if index else "l2")

@@ -1,4 +1,4 @@
-"""Drains: merged generations taken out of a shard manifest, the way upstream's compactors do.
+"""Drains and rollups: a compactor's new shard-manifest version, the way upstream's compactors write it.
 
 Every client our users run (pylance's ``ShardWriter.lsm_scanner()``, lance-context) reads
 the base table plus *every* generation the shard manifest lists, merged or not, and fails on
@@ -16,6 +16,10 @@ its progress only this way, nothing in the MemWAL index): generations below the 
 listed (all below ``current_generation`` when none is) were merged by whoever drained them.
 Compactors drain oldest first and only what they merged, so that is their protocol; such a
 generation is never merged again (its data may be older than what was merged after it).
+
+A rollup (:mod:`memwal.rollup`) writes the same kind of version: a run of merged generations
+replaced by one entry under the run's highest number. Both leave the writer's fields as they
+are (:func:`is_compaction` tells such a version from a writer's).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from memwal.errors import MemWalError, PreconditionFailedError, StateMovedError
 from memwal.pb import shard_manifest_pb2
@@ -33,6 +38,15 @@ from memwal.table.shards import ShardState
 log = logging.getLogger(__name__)
 
 ShardManifest = shard_manifest_pb2.ShardManifest
+
+
+@dataclass(frozen=True)
+class ListedEntry:
+    """A generation entry a compactor adds to a shard manifest (a rollup's)."""
+
+    generation: int
+    path: str
+    rows: int | None = None
 
 
 def drained_through(state: ShardState) -> int:
@@ -48,37 +62,76 @@ def merged_through(compacted: int, state: ShardState | None) -> int:
     return compacted if state is None else max(compacted, drained_through(state))
 
 
-def is_drain(before: ShardManifest, after: ShardManifest) -> bool:
-    """Whether ``after`` only took generations out of ``before`` (a compactor's version, not a
-    writer's): same epoch, generation counter, WAL positions and status, fewer generations."""
-    same = (before.writer_epoch == after.writer_epoch
+def _writer_fields_kept(before: ShardManifest, after: ShardManifest) -> bool:
+    """Same epoch, generation counter, WAL positions and status: no writer wrote ``after``."""
+    return (before.writer_epoch == after.writer_epoch
             and before.current_generation == after.current_generation
             and before.replay_after_wal_entry_position == after.replay_after_wal_entry_position
             and before.wal_entry_position_last_seen == after.wal_entry_position_last_seen
             and before.status == after.status)
+
+
+def is_drain(before: ShardManifest, after: ShardManifest) -> bool:
+    """Whether ``after`` only took generations out of ``before`` (a compactor's version, not a
+    writer's): the writer's fields kept, fewer generations."""
     kept = {(s.generation, s.path) for s in after.sstables}
     had = {(s.generation, s.path) for s in before.sstables}
-    return same and kept < had
+    return _writer_fields_kept(before, after) and kept < had
+
+
+def is_compaction(before: ShardManifest, after: ShardManifest) -> bool:
+    """Whether a compactor wrote ``after`` over ``before``: a drain, or a rollup (the writer's
+    fields kept, every generation number ``after`` lists already listed by ``before``, something
+    changed). A writer's flush adds a number and moves the counter; its claim moves the epoch."""
+    now = {(s.generation, s.path) for s in after.sstables}
+    had = {(s.generation, s.path) for s in before.sstables}
+    return (_writer_fields_kept(before, after) and now != had
+            and {g for g, _ in now} <= {g for g, _ in had})
 
 
 def drained_manifest(state: ShardState, generations: Collection[int]) -> ShardManifest:
     """The next version of ``state``'s manifest without ``generations`` (everything else as is)."""
+    return compacted_manifest(state, drained=generations)
+
+
+def compacted_manifest(state: ShardState, *, drained: Collection[int] = (),
+                       runs: Collection[tuple[Collection[tuple[int, str]], ListedEntry]] = ()) -> ShardManifest:
+    """The next version of ``state``'s manifest less the ``drained`` generations, and with each
+    run of listed ``(generation, path)`` entries replaced by its one new entry (a rollup);
+    everything else as is. A run no longer listed whole raises StateMovedError: its plan is stale."""
+    listed = {(s.generation, s.path) for s in state.manifest.sstables}
+    gone: set[tuple[int, str]] = set()
+    for run, _entry in runs:
+        if not set(run) <= listed:
+            raise StateMovedError(f"shard {state.shard_id}: manifest version {state.version} no longer lists "
+                                  f"every generation of the run {sorted(g for g, _ in run)}")
+        gone |= set(run)
     out = ShardManifest()
     out.CopyFrom(state.manifest)
     out.version = state.version + 1
     del out.sstables[:]
-    for s in state.manifest.sstables:
-        if s.generation not in generations:
-            out.sstables.add().CopyFrom(s)
+    counted = any(s.physical_rows for s in state.manifest.sstables)  # Lance 9 writers leave the figures out
+    entries = [s for s in state.manifest.sstables if (s.generation, s.path) not in gone and s.generation not in drained]
+    for _run, new in runs:
+        s = shard_manifest_pb2.SsTable(generation=new.generation, path=new.path)
+        if counted and new.rows:
+            s.physical_rows = new.rows
+        entries.append(s)
+    for s in sorted(entries, key=lambda s: s.generation):
+        out.sstables.add().CopyFrom(s)
     return out
 
 
 def write_drain(store: Store, state: ShardState, generations: Collection[int]) -> ShardState:
-    """Take ``generations`` out of the shard manifest: version ``state.version + 1``, created
-    only if no one wrote it first (StateMovedError then: a writer flushed or claimed the
-    shard, or another compactor drained; the caller plans again). The version hint is
-    written after, best effort, as writers do (a stale hint only makes readers look further)."""
-    manifest = drained_manifest(state, generations)
+    """Take ``generations`` out of the shard manifest (:func:`write_next_version`)."""
+    return write_next_version(store, state, drained_manifest(state, generations))
+
+
+def write_next_version(store: Store, state: ShardState, manifest: ShardManifest) -> ShardState:
+    """Write ``manifest`` as version ``state.version + 1``, created only if no one wrote it
+    first (StateMovedError then: a writer flushed or claimed the shard, or another compactor
+    wrote; the caller plans again). The version hint is written after, best effort, as writers
+    do (a stale hint only makes readers look further)."""
     key = manifest_key(state.shard_id, manifest.version)
     try:
         store.put_if_absent(key, manifest.SerializeToString())
@@ -93,4 +146,5 @@ def write_drain(store: Store, state: ShardState, generations: Collection[int]) -
     return ShardState(state.shard_id, manifest.version, manifest, info.mtime if info else 0.0)
 
 
-__all__ = ["drained_manifest", "drained_through", "is_drain", "merged_through", "write_drain"]
+__all__ = ["ListedEntry", "drained_manifest", "drained_through", "is_compaction", "is_drain", "merged_through",
+           "compacted_manifest", "write_drain", "write_next_version"]

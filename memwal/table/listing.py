@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from memwal.store import ObjectInfo, Store
 from memwal.table.naming import (
     MEM_WAL_DIR,
+    ROLLUP_MARKER,
     STAGING_DIR,
     is_shard_dir_name,
     parse_generation_dir,
@@ -66,6 +67,10 @@ class ShardListing:
         """When a generation folder's Lance manifest was written (None: it has none)."""
         times = [o.mtime for o in self.generations.get(name, ()) if _is_table_manifest(o.key, name)]
         return min(times) if times else None
+
+    def is_rollup(self, name: str) -> bool:
+        """Whether the folder is a rollup memwal wrote (it holds :data:`ROLLUP_MARKER`)."""
+        return any(o.key.endswith(f"{name}/{ROLLUP_MARKER}") for o in self.generations.get(name, ()))
 
     def readable(self, name: str) -> bool:
         """Whether Lance can open the generation: it holds a table manifest (GC deletes those first)."""

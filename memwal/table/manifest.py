@@ -62,6 +62,8 @@ class TableManifest:
     mem_wal: mem_wal_index_pb2.MemWalIndexDetails | None
     compacted: dict[str, int] = field(default_factory=dict)
     index_catchup: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The commit's transaction file under ``_transactions/`` ("" when Lance wrote none).
+    transaction_file: str = ""
 
     def compacted_generation(self, shard_id: str) -> int:
         """Merge progress of a shard; 0 when nothing was merged."""
@@ -185,6 +187,7 @@ def decode_table_manifest(data: bytes, *, key: str, where: str,
         mem_wal=mem_wal,
         compacted=compacted,
         index_catchup=catchup,
+        transaction_file=manifest.transaction_file,
     )
 
 

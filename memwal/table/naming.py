@@ -15,6 +15,9 @@ MEM_WAL_DIR = "_mem_wal"
 JOBS_DIR = f"{MEM_WAL_DIR}/_jobs"
 STAGING_DIR = f"{MEM_WAL_DIR}/_staging"
 MEM_WAL_INDEX_NAME = "__lance_mem_wal"
+#: A file in a generation folder that memwal's rollup wrote (memwal.rollup): what it replaces.
+#: Readers ignore it (they open ``_versions/``, the key index and the bloom filter).
+ROLLUP_MARKER = "_memwal_rollup.json"
 MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"
 U64_MAX = (1 << 64) - 1
 

@@ -104,7 +104,20 @@ def list_shard_ids(store: Store) -> list[str]:
     return sorted(d for d in store.list_dirs(f"{MEM_WAL_DIR}/") if is_shard_dir_name(d))
 
 
+#: Versions and generations above this are not believed (a shard flushing every millisecond takes
+#: 35 years to reach it): a manifest naming one makes its shard broken, and no number read from
+#: storage sizes anything in memory either way (issue 56).
+MAX_GENERATION = 1 << 40
+
+#: A shard manifest larger than this is refused (storage is untrusted input, issue 56): 8 MiB
+#: lists some 200,000 generations, far more than any shard a reader could still open.
+SHARD_MANIFEST_MAX_BYTES = 8 << 20
+
+
 def decode_shard_manifest(data: bytes, *, shard_id: str, version: int, where: str, mtime: float = 0.0) -> ShardState:
+    if len(data) > SHARD_MANIFEST_MAX_BYTES:
+        raise BadInputError(f"{where}: a shard manifest of {len(data):,} bytes, over the "
+                            f"{SHARD_MANIFEST_MAX_BYTES:,} one may have: not read")
     try:
         manifest = shard_manifest_pb2.ShardManifest.FromString(data)
     except DecodeError as exc:
@@ -119,6 +132,13 @@ def decode_shard_manifest(data: bytes, *, shard_id: str, version: int, where: st
         raise BadInputError(f"{where}: corrupt shard manifest: no shard id (truncated?)")
     if shard_uuid_str(manifest.shard_id.uuid) != shard_id:
         raise BadInputError(f"{where}: shard manifest belongs to shard {shard_uuid_str(manifest.shard_id.uuid)}")
+    if not 0 <= manifest.current_generation <= MAX_GENERATION or version > MAX_GENERATION:
+        raise BadInputError(f"{where}: corrupt shard manifest: version {version}, current generation "
+                            f"{manifest.current_generation} (at most {MAX_GENERATION:,} are believed)")
+    if any(not 0 < t.generation < manifest.current_generation for t in manifest.sstables):
+        bad = next(t.generation for t in manifest.sstables if not 0 < t.generation < manifest.current_generation)
+        raise BadInputError(f"{where}: corrupt shard manifest: it lists generation {bad}, not below its current "
+                            f"generation {manifest.current_generation}")
     return ShardState(shard_id=shard_id, version=version, manifest=manifest, mtime=mtime)
 
 
@@ -183,13 +203,16 @@ def _latest_of(store: Store, shard_id: str, files: list[int], dirs: list[int]) -
         raise ShardManifestError(
             shard_id, UNREADABLE, f"manifest version {max(dirs)} is not a file: {where}{bitrev64(max(dirs))}.binpb"
         )
-    missing = sorted(set(range(listed[0], listed[-1] + 1)) - set(listed))
-    if missing:
-        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+    # gaps from the sorted list itself: a version name read from storage (2**40, say) must
+    # never size a range in memory (issue 56)
+    gaps = [(a, b) for a, b in zip(listed, listed[1:], strict=False) if b - a > 1]
+    if gaps:
+        shown = ", ".join(f"{a + 1}" if b - a == 2 else f"{a + 1}..{b - 1}" for a, b in gaps[:5])
         raise ShardManifestError(
             shard_id,
             GAP,
-            f"manifest versions {listed[0]}..{listed[-1]} lack {shown}, so the latest state is unknown: {where}",
+            f"manifest versions {listed[0]}..{listed[-1]} lack {shown}{', ...' if len(gaps) > 5 else ''}, "
+            f"so the latest state is unknown: {where}",
         )
     return listed[-1]
 
@@ -252,6 +275,13 @@ def read_listed_manifests(store: Store, listing: MemWalListing) -> ShardManifest
         elif shard.generations or shard.wal:
             where = store.uri_for(f"{shard_dir(sid)}/manifest/")
             broken[sid] = ShardManifestError(sid, MISSING, f"generations or WAL entries but no manifest: {where}")
+    for sid, v in list(latest.items()):
+        size = listing.shards[sid].manifests[v].size
+        if size > SHARD_MANIFEST_MAX_BYTES:  # not even fetched
+            where = store.uri_for(listing.shards[sid].manifests[v].key)
+            broken[sid] = ShardManifestError(sid, UNREADABLE, f"latest manifest version {v} is unreadable: {where}: "
+                                             f"{size:,} bytes, over the {SHARD_MANIFEST_MAX_BYTES:,} one may have")
+            del latest[sid]
     keys = [listing.shards[sid].manifests[v].key for sid, v in latest.items()]
     states: dict[str, ShardState] = {}
     for (sid, v), key, data in zip(latest.items(), keys, store.get_many(keys), strict=True):

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 from memwal.errors import MemWalError
 from memwal.store import ObjectInfo, Store
-from memwal.table.drain import is_drain
+from memwal.table.drain import is_compaction
 from memwal.table.listing import ShardListing
 from memwal.table.shards import ShardState, decode_shard_manifest
 
-#: Drains walked back over to find the writer's own last manifest version; past this many in
-#: a row the shard counts as live (a guess on the safe side).
-_MAX_DRAINS_WALKED = 8
+#: Compactor versions (drains, rollups) walked back over to find the writer's own last manifest
+#: version; past this many in a row the shard counts as live (a guess on the safe side).
+_MAX_DRAINS_WALKED = 32
 
 
 class ManifestHistory:
@@ -124,7 +124,7 @@ def _last_written(history: ManifestHistory, now: float, idle_seconds: float) -> 
         if now - history.mtime(v) >= idle_seconds or v - 1 not in history.versions:
             return v  # older than the bound: whatever wrote it, the shard is quiet
         try:
-            drained = is_drain(history.at(v - 1).manifest, history.at(v).manifest)
+            drained = is_compaction(history.at(v - 1).manifest, history.at(v).manifest)
         except MemWalError:
             return v
         if not drained:

@@ -7,13 +7,11 @@ Lance 9 inside and depends on pyarrow only, so it never shares a process with py
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests.clients.piped import PipedClient
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".venv-lc" / "bin" / "python"
@@ -23,38 +21,20 @@ DRIVER = Path(__file__).with_name("lance_context_driver.py")
 SCHEMA: dict[str, Any] = {"id": {"type": "string", "nullable": False}, "v": "int64", "name": "string"}
 
 
-class ClientError(Exception):
-    """What lance-context raised, as its process reported it."""
-
-
-class LanceContextStore:
+class LanceContextStore(PipedClient):
     """One lance-context process holding one store (``open`` creates it, else it is opened)."""
 
+    name = "lance-context"
+    make_target = "lance-context"
+
     def __init__(self, uri: str, *, create: bool = False, storage_options: dict[str, str] | None = None) -> None:
-        if not PYTHON.exists():
-            raise RuntimeError(f"{PYTHON} is missing: run `make lance-context`")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        env["RUST_LOG"] = "error"
-        self.proc = subprocess.Popen([str(PYTHON), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
+        super().__init__(PYTHON, DRIVER)
         self.uri = uri
         opts = {"storage_options": storage_options} if storage_options else {}
         if create:
             self.call("open", uri=uri, schema=SCHEMA, **opts)
         else:
             self.call("open_existing", uri=uri, **opts)
-
-    def call(self, op: str, **args: Any) -> Any:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise ClientError(f"lance-context process ended (exit {self.proc.wait()}) during {op}")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise ClientError(answer["error"])
-        return answer["ok"]
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         self.call("add", rows=rows)
@@ -77,22 +57,6 @@ class LanceContextStore:
 
     def cleanup_wal(self) -> int:
         return int(self.call("cleanup_wal"))
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-    def __enter__(self) -> LanceContextStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def row(key: str, v: int, name: str | None = None) -> dict[str, Any]:

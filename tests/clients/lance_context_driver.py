@@ -9,18 +9,21 @@ client as its users run it, one long-lived process holding one store. Commands:
 every row would cost more than the work measured: ``{"op": "fill", "generations": G, "rows": R}``
 (G generations of R rows, half of them updates, written and flushed one by one),
 ``{"op": "timed_list"}`` (rows and seconds of one ``list()``) and ``{"op": "cleanup_all"}``
-(``cleanup_wal()`` until it has nothing left: generations merged and calls). Answers:
-``{"ok": value}`` or ``{"error": "..."}``.
+(``cleanup_wal()`` until it has nothing left: generations merged and calls); for the
+steady-state bench (bench/steady.py): ``{"op": "gen", "rows": [...]}`` (one flushed generation
+of those rows) and ``{"op": "read"}`` (one ``list()``: rows, the rows' digest of
+:mod:`tests.clients.digest` over ``id`` and ``v``, seconds). Answers: ``{"ok": value}`` or
+``{"error": "..."}``.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from typing import Any
 
 import lance_context
+from digest import rows_digest  # beside this file (tests/clients/digest.py)
+from piped import serve  # beside this file: the other end of the pipe (tests/clients/piped.py)
 
 
 def fill(store: Any, generations: int, rows: int, start: int) -> int:
@@ -36,50 +39,51 @@ def fill(store: Any, generations: int, rows: int, start: int) -> int:
     return fresh
 
 
-def main() -> None:
-    store: Any = None
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        op = cmd["op"]
-        try:
-            opts = cmd.get("storage_options")
-            if op == "open":
-                store = lance_context.GenericStore.open(cmd["uri"], cmd["schema"], storage_options=opts)
-                value: Any = None
-            elif op == "open_existing":
-                store = lance_context.GenericStore.open_existing(cmd["uri"], storage_options=opts)
-                value = None
-            elif op == "add":
-                value = store.add(cmd["rows"])
-            elif op == "flush":
-                value = store.flush()
-            elif op == "list":
-                value = store.list()
-            elif op == "get":
-                value = store.get(cmd["id"])
-            elif op == "cleanup_wal":
-                value = store.cleanup_wal()
-            elif op == "version":
-                value = store.version()
-            elif op == "fill":
-                value = fill(store, cmd["generations"], cmd["rows"], cmd.get("start", 0))
-            elif op == "timed_list":
-                t0 = time.perf_counter()
-                n = len(store.list())
-                value = {"rows": n, "seconds": time.perf_counter() - t0}
-            elif op == "cleanup_all":
-                merged = calls = 0
-                while (n := store.cleanup_wal()) > 0:
-                    merged, calls = merged + n, calls + 1
-                value = {"merged": merged, "calls": calls + 1}
-            else:
-                raise ValueError(f"unknown op {op!r}")
-            answer = {"ok": value}
-        except Exception as exc:  # noqa: BLE001 - every failure is the answer, the process goes on
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(answer, default=str) + "\n")
-        sys.stdout.flush()
+def run(held: dict[str, Any], op: str, cmd: dict[str, Any]) -> Any:
+    """One command on the process's store (``held["store"]``, set by ``open``)."""
+    opts = cmd.get("storage_options")
+    if op == "open":
+        held["store"] = lance_context.GenericStore.open(cmd["uri"], cmd["schema"], storage_options=opts)
+        return None
+    if op == "open_existing":
+        held["store"] = lance_context.GenericStore.open_existing(cmd["uri"], storage_options=opts)
+        return None
+    store = held.get("store")
+    if op == "add":
+        return store.add(cmd["rows"])
+    if op == "flush":
+        return store.flush()
+    if op == "list":
+        return store.list()
+    if op == "get":
+        return store.get(cmd["id"])
+    if op == "cleanup_wal":
+        return store.cleanup_wal()
+    if op == "version":
+        return store.version()
+    if op == "fill":
+        return fill(store, cmd["generations"], cmd["rows"], cmd.get("start", 0))
+    if op == "timed_list":
+        t0 = time.perf_counter()
+        n = len(store.list())
+        return {"rows": n, "seconds": time.perf_counter() - t0}
+    if op == "gen":
+        store.add(cmd["rows"])
+        store.flush()
+        return None
+    if op == "read":
+        t0 = time.perf_counter()
+        rows = store.list()
+        seconds = time.perf_counter() - t0
+        return {"rows": len(rows), "digest": rows_digest((r["id"], r.get("v")) for r in rows), "seconds": seconds}
+    if op == "cleanup_all":
+        merged = calls = 0
+        while (n := store.cleanup_wal()) > 0:
+            merged, calls = merged + n, calls + 1
+        return {"merged": merged, "calls": calls + 1}
+    raise ValueError(f"unknown op {op!r}")
 
 
 if __name__ == "__main__":
-    main()
+    held: dict[str, Any] = {}
+    serve(lambda op, cmd: run(held, op, cmd))

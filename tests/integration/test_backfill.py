@@ -112,7 +112,7 @@ def test_a_held_lease_is_not_a_failure_nor_recorded_and_a_rerun_runs_that_job(ma
     other = Lease(table.store, "catchup", holder="someone-else:1:x", ttl_seconds=600).acquire()
     state = BackfillState(str(tmp_path / "state.json"))
     first = run_backfill([table.uri], ["merge", "catchup", "snapshot", "gc"], state=state,
-                         job_options={"gc": {"expire_versions": "never"}})
+                         job_options={"gc": {"expire_versions": "never", "grace_seconds": 0, "writer_idle_seconds": 0}})
     assert [(j.job, str(j.status)) for j in first.tables[0].jobs] == [
         ("merge", "done"), ("catchup", "held"), ("gc", "done"), ("snapshot", "done")]
     held = first.tables[0].jobs[1]
@@ -120,7 +120,8 @@ def test_a_held_lease_is_not_a_failure_nor_recorded_and_a_rerun_runs_that_job(ma
     assert set(BackfillState(state.path).finished[table.uri]) == {"merge", "snapshot", "gc"}
     other.release()
     second = run_backfill([table.uri], ["gc", "snapshot", "catchup", "merge"], state=BackfillState(state.path),
-                          job_options={"gc": {"expire_versions": "never"}})
+                          job_options={"gc": {"expire_versions": "never", "grace_seconds": 0,
+                                              "writer_idle_seconds": 0}})
     assert [str(j.status) for j in second.tables[0].jobs] == ["skipped", "done", "skipped", "skipped"]
     assert table.manifest().index_catchup["id_idx"] == table.manifest().compacted
     assert table_rows(table) == model.sorted_rows()
@@ -226,13 +227,15 @@ def test_a_rerun_with_other_options_is_new_work(make_table, tmp_path):
     table, _ = make_table()
     state = BackfillState(str(tmp_path / "state.json"))
     jobs = ["merge", "catchup", "gc"]
-    first = run_backfill([table.uri], jobs, state=state, job_options={"gc": {"expire_versions": "never"}})
+    first = run_backfill([table.uri], jobs, state=state,
+                         job_options={"gc": {"expire_versions": "never", "grace_seconds": 0, "writer_idle_seconds": 0}})
     assert [str(j.status) for j in first.tables[0].jobs] == ["done", "done", "done"]
-    assert first.tables[0].jobs[2].document["deleted"] == []  # every version kept: nothing could go
+    assert first.tables[0].jobs[2].document["deleted"] == []  # every version kept: no folder could go
     again = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                          job_options={"gc": {"expire_versions": 0, "grace_seconds": 0, "writer_idle_seconds": 0}})
     assert [str(j.status) for j in again.tables[0].jobs] == ["skipped", "skipped", "done"]
-    assert len(again.tables[0].jobs[2].document["deleted"]) == SMALL.shards * SMALL.generations
+    assert again.tables[0].jobs[2].document["deleted"]
+    assert not any("_gen_" in p.name for p in Path(table.uri, "_mem_wal").glob("*/*"))  # every folder went
     same = run_backfill([table.uri], jobs, state=BackfillState(state.path),
                         job_options={"gc": {"expire_versions": 0, "grace_seconds": 0, "writer_idle_seconds": 0}})
     assert [str(j.status) for j in same.tables[0].jobs] == ["skipped", "skipped", "skipped"]

@@ -5,24 +5,28 @@ virtual environment: ``make lance-context``), kept open across the jobs, as its 
 reads go through that live process and through new processes. Every read is compared with an
 independent model of what was written. A *control* copy receives the same writes and never
 a job: where a read of the treated store fails, the same read of the control tells whether
-lance-context fails there by itself (0.6.7 does: a store reopened in a new process and written
-while its replay position lags fails ``list()``, "RowAddrTreeMap::from_sorted_iter").
+lance-context fails there by itself (0.6.7 does: a process that opens a store whose replay
+position lags replays the last WAL entry into a generation it indexes twice, and ``list()``
+then fails, "RowAddrTreeMap::from_sorted_iter").
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lance.file import LanceFileReader
 
 import memwal
 from memwal.table import open_table
 from memwal.table.shards import UNLABELLED, all_shard_manifests, list_wal_entries, read_wal_entry_meta
-from tests.clients.context_store import ClientError, LanceContextStore, available, row
+from tests.clients.context_store import LanceContextStore, available, row
 from tests.clients.jobs import ZERO, every_job
+from tests.clients.piped import ClientError
 from tests.clients.pylance_client import client_view
 from tests.helpers import run_cli
 
@@ -63,27 +67,6 @@ class Client:
         with LanceContextStore(uri or self.uri) as store:
             return store.rows()
 
-    def reopened_write_and_read(self, rows: list[dict[str, Any]]) -> tuple[str, str]:
-        """A new process writes ``rows`` into each store and reads it whole: per store, what
-        that read gave ("model" when every row, else the error or "wrong rows")."""
-        out = []
-        for uri in (self.uri, self.control_uri):
-            with LanceContextStore(uri) as store:
-                try:
-                    store.write(rows)
-                    got = store.rows()
-                except ClientError as exc:
-                    out.append(f"error: {str(exc).split(':')[0]}")
-                    continue
-            out.append("model" if got == {**self.model, **{r["id"]: r for r in rows}} else "wrong rows")
-        self.model.update({r["id"]: r for r in rows})
-        return out[0], out[1]
-
-    def replay_lags(self) -> bool:
-        (state,) = all_shard_manifests(open_table(self.control_uri).store).values()
-        entries = list_wal_entries(open_table(self.control_uri).store, state.shard_id)
-        return state.replay_after_wal_entry_position < max(e.position for e in entries)
-
     def close(self) -> None:
         self.live.close()
         self.control.close()
@@ -116,13 +99,14 @@ def test_every_job_follows_the_live_writer_and_every_process_reads_every_row(cli
         client.reads_every_row()
         assert client_view(uri) == client_view(client.control_uri)  # pylance reads it too
     kept = t.gc(**ZERO).value
-    assert kept.deleted == () and {b.reason for b in kept.blocked} == {"writer-live"}
-    assert folders(uri) == set(range(1, client.n + 1)) and run_cli("verify", uri).rc == 0
+    merged = open_table(uri).manifest().compacted_generation(next(iter(open_table(uri).manifest().compacted)))
+    # what the live writer's view needs stays listed, rolled up: one entry for every merged generation
+    assert kept.drained == () and {b.reason for b in kept.blocked} == {"writer-live"}
+    assert [g for g in listed(uri) if g <= merged] == [merged] and run_cli("verify", uri).rc == 0
 
     client.live.close()  # the writer is gone: GC frees what it kept
     freed = t.gc(**ZERO, writer_idle_seconds=0).value
-    merged = open_table(uri).manifest().compacted_generation(next(iter(open_table(uri).manifest().compacted)))
-    assert {g.generation for g in freed.deleted} == set(range(1, merged + 1))
+    assert freed.drained[0].generations == (merged,)
     assert listed(uri) == list(range(merged + 1, client.n + 1)) and folders(uri) == set(listed(uri))
     assert client.reopened_rows() == client.model
     with LanceContextStore(uri) as owner:  # lance-context's own merger works on what is left
@@ -221,21 +205,85 @@ def test_a_zero_grace_fleet_run_leaves_every_store_readable(tmp_path: Path) -> N
             c.close()
 
 
-def test_the_control_copy_tells_lance_contexts_own_fault_apart(client: Client) -> None:
-    """lance-context 0.6.7 by itself fails to read a store reopened in a new process and
-    written while its replay position lags the last WAL entry: the control copy, which no job
-    touched, shows it. On the treated store, after ``memwal cycle``, the same read gives every
-    row, or fails exactly as the control does: never another failure, never wrong rows."""
-    for _ in range(12):
-        client.generation(5)
-        if client.replay_lags():
-            break
-    assert client.replay_lags(), "lance-context left no lagging replay position in 12 generations"
-    client.live.close()
-    client.control.close()
-    run = run_cli("cycle", client.uri, "--grace-seconds", "0", "--expire-versions", "0",
-                  "--writer-idle-seconds", "0")
-    assert run.rc == 0, run.stderr
-    treated, control = client.reopened_write_and_read([row("after", 1, "x")])
-    assert control.startswith("error"), control  # the client's own fault, without memwal
-    assert treated in ("model", control), (treated, control)
+def replay_lags(uri: str) -> bool:
+    """Whether the shard manifest's replay position is behind its last WAL entry, so that the
+    next lance-context process replays that entry (lance-context's flush, called right after
+    its ``add``, now and then records the entry before the one it sealed)."""
+    store = open_table(uri).store
+    (state,) = all_shard_manifests(store).values()
+    positions = [e.position for e in list_wal_entries(store, state.shard_id)]
+    return state.replay_after_wal_entry_position < max(positions, default=0)
+
+
+def doubly_indexed(uri: str) -> set[int]:
+    """Generations on storage whose ``_pk_index`` lists a row address twice: the input Lance
+    9's block list refuses ("RowAddrTreeMap::from_sorted_iter called with non-sorted input")."""
+    out: set[int] = set()
+    (shard,) = [p for p in Path(uri, "_mem_wal").iterdir() if not p.name.startswith("_")]
+    for folder in shard.glob("*_gen_*"):
+        ids = LanceFileReader(str(folder / "_pk_index" / "page_data.lance")).read_all().to_table()["ids"]
+        if len(ids) != len(set(ids.to_pylist())):
+            out.add(int(folder.name.rsplit("_", 1)[1]))
+    return out
+
+
+def restart(uri: str, rows: list[dict[str, Any]], model: dict[str, dict[str, Any]]) -> str:
+    """A new lance-context process writes ``rows`` as one generation (none when empty) and reads
+    the store whole: "model" when it reads ``model`` and ``rows`` right, else what went wrong."""
+    expected = {**model, **{r["id"]: r for r in rows}}
+    with LanceContextStore(uri) as store:
+        try:
+            if rows:
+                store.write(rows)
+            got = store.rows()
+        except ClientError as exc:
+            return f"error: {exc}"
+    return "model" if got == expected else "wrong rows"
+
+
+def test_a_restart_reads_alike_with_and_without_memwal_and_memwals_drain_heals_it(tmp_path: Path) -> None:
+    """lance-context 0.6.7's restart bug is its own, and memwal neither hastens it nor hides it.
+
+    When its writer exits with the replay position one WAL entry behind (its own flush race), the
+    next process replays that entry into its first generation and indexes each replayed row
+    twice in the generation's ``_pk_index``; every reader that lists that generation then fails.
+    Each state is forked into a treated copy and a byte-identical control, and ``memwal cycle``
+    (merge, catchup, compact, GC's drain and WAL deletes, snapshot) runs on the treated one
+    only: a restart then reads alike in both, every row when the position was current, the
+    client's own error when it lagged. The next cycle, with that process gone, merges and drains
+    the doubly indexed generation, and lance-context reads every row again; the control does not."""
+    written = str(tmp_path / "written")
+    forks: dict[str, dict[str, dict[str, Any]]] = {}  # "current" / "lagging" -> the model at the fork
+    model: dict[str, dict[str, Any]] = {}
+    with LanceContextStore(written, create=True) as writer:
+        for n in range(1, 41):
+            rows = [row(k, 1000 * n, f"g{n}") for k in sorted(model)[n % 3::4][:6]]
+            rows += [row(f"k{n:03d}{i}", n) for i in range(12 - len(rows))]
+            writer.write(rows)
+            model.update({r["id"]: r for r in rows})
+            state = "lagging" if replay_lags(written) else "current"
+            if state not in forks:
+                shutil.copytree(written, tmp_path / state / "treated")
+                forks[state] = dict(model)
+            if len(forks) == 2:
+                break
+    assert set(forks) == {"current", "lagging"}, f"lance-context's replay position was only {set(forks)} in 40 flushes"
+
+    cycle = ("--grace-seconds", "0", "--expire-versions", "0", "--writer-idle-seconds", "0")
+    after = [row("after", 1, "restart")]
+    for state, at in forks.items():
+        treated, control = str(tmp_path / state / "treated"), str(tmp_path / state / "control")
+        shutil.copytree(treated, control)
+        assert run_cli("cycle", treated, *cycle).rc == 0
+        assert listed(treated) == [] and replay_lags(treated) == (state == "lagging")
+        seen = restart(treated, after, at), restart(control, after, at)
+        if state == "current":
+            assert seen == ("model", "model"), seen
+            assert doubly_indexed(treated) == doubly_indexed(control) == set()
+            continue
+        assert seen[0] == seen[1] and "from_sorted_iter called with non-sorted input" in seen[1], seen
+        assert doubly_indexed(control) == {max(listed(control))} and doubly_indexed(treated) == set(listed(treated))
+        assert run_cli("cycle", treated, *cycle).rc == 0  # the replaying process is gone: merged, drained
+        assert listed(treated) == [] and folders(treated) == set()
+        assert restart(treated, [], {**at, "after": after[0]}) == "model"
+        assert "from_sorted_iter" in restart(control, [], at)  # no compactor ran: it stays unreadable

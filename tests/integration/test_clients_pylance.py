@@ -5,8 +5,9 @@ read is compared with the model the writes were tracked in, never with memwal's 
 
 What the writers do (docs/decisions/0025-drain-protocol.md): a writer reads the base table as
 it opened it and every generation its manifest lists, so GC takes merged generations out of
-the manifest only once the writer opened after their merge or went quiet, and deletes a
-folder only once no manifest a reader or the writer may hold lists it.
+the manifest only once the writer opened after their merge or went quiet, rolls up what it
+must keep listed (docs/decisions/0054-rollups.md), and deletes a folder only once no manifest a
+reader or the writer may hold lists it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.table import open_table
+from memwal.table.naming import ROLLUP_MARKER
 from memwal.table.shards import all_shard_manifests
 from tests.clients.jobs import ZERO, every_job
 from tests.clients.pylance_client import LiveWriter, client_view
@@ -68,9 +70,10 @@ def reads_every_row(w: LiveWriter) -> None:
 
 def test_a_writer_kept_open_reads_every_row_after_every_job(live: LiveWriter, tmp_path: Path) -> None:
     """Every job runs after the writer's last flush, with GC as hard as it goes (no grace, every
-    old version expired); the writer kept open reads every row after each. GC keeps the merged
-    generations its view needs (``writer-live``); once it closes, GC drains and frees them, and
-    a new writer reads every row."""
+    old version expired); the writer kept open reads every row after each. GC keeps what its view
+    needs listed (``writer-live``), rolled up into one generation; the folders it replaced go
+    once the writer's own flush stopped listing them. Once it closes, GC drains and frees
+    everything, and a new writer reads every row."""
     writes = Writes()
     uri = live.uri
     t = memwal.open(uri)
@@ -80,20 +83,55 @@ def test_a_writer_kept_open_reads_every_row_after_every_job(live: LiveWriter, tm
         reads_every_row(live)
     gc = t.gc(**ZERO).value
     merged = open_table(uri).manifest().compacted_generation(live.shard_id)
-    assert merged == live.n and gc.deleted == () and gc.drained == ()
-    assert {b.generation for b in gc.blocked if b.reason == "writer-live"} == set(range(1, merged + 1))
-    assert folders(uri) == set(range(1, live.n + 1)) and listed(uri) == list(range(1, live.n + 1))
+    assert merged == live.n and gc.drained == ()
+    (state,) = all_shard_manifests(open_table(uri).store).values()
+    (rollup,) = state.flushed  # every merged generation listed as one
+    assert rollup.generation == merged and rollup_paths(uri) >= {rollup.path}
+    assert {b.reason for b in gc.blocked if b.generation == merged} >= {"writer-live"}
+    assert len(folder_names(uri)) <= 3  # the rollup, and what the writer's memory still lists
     assert run_cli("verify", uri).rc == 0
 
     live.close()
     freed = t.gc(**ZERO, writer_idle_seconds=0).value  # the writer is gone
-    assert {g.generation for g in freed.deleted} == set(range(1, merged + 1))
+    assert freed.drained[0].generations == (merged,)
     assert listed(uri) == [] and folders(uri) == set()
     with LiveWriter(uri, live.shard_id, live.model, seed=9) as again:
         reads_every_row(again)
         again.generation(writes.keys(again))
         reads_every_row(again)
     assert run_cli("verify", uri).rc == 0
+
+
+def test_a_writer_that_never_stops_keeps_a_bounded_listing(live: LiveWriter) -> None:
+    """The production shape (issue 54): a writer that stays open and writes between cycles of
+    every job with default GC settings (grace period, versions kept). What every reader opens
+    stays a few generations, the folders on storage stay bounded, and the writer, a new
+    process and a reader of the manifests read every row at every step."""
+    writes = Writes()
+    uri = live.uri
+    seen = []
+    for _ in range(10):
+        for _ in range(3):
+            live.generation(writes.keys(live))
+        assert run_cli("cycle", uri).rc == 0
+        reads_every_row(live)
+        seen.append((len(listed(uri)), len(folder_names(uri))))
+    assert all(n <= 2 for n, _ in seen), seen  # a rollup, and what the writer flushed during the cycle
+    # the grace period (600 s) keeps every replaced folder on storage: bounded by the writes of
+    # that period, not by how long the writer has been open
+    assert seen[-1][1] <= live.n + len(seen), seen
+    with LiveWriter(uri, live.shard_id, live.model, seed=4) as other_process:
+        reads_every_row(other_process)
+
+
+def rollup_paths(uri: str) -> set[str]:
+    shard = Path(uri, "_mem_wal", shard_ids_for(ONE)[0])
+    return {p.name for p in shard.iterdir() if (p / ROLLUP_MARKER).exists()}
+
+
+def folder_names(uri: str) -> set[str]:
+    shard = Path(uri, "_mem_wal", shard_ids_for(ONE)[0])
+    return {p.name for p in shard.iterdir() if "_gen_" in p.name}
 
 
 def test_a_writer_opened_after_the_merge_lets_gc_drain_and_keeps_its_folders_until_it_flushes(

@@ -188,9 +188,11 @@ def test_a_lance_namespace_is_a_source_directly_and_through_its_rest_server(tmp_
     server = lns.RestAdapter("dir", {"root": str(root)}, host="127.0.0.1", port=port)
     server.start()
     try:
-        doc = plan_json("namespace:rest", "--namespace-property", f"uri=http://127.0.0.1:{port}")
+        doc = plan_json("namespace:rest", "--namespace-property", f"uri=http://127.0.0.1:{port}",
+                        "--namespace-property", f"root={root}")
         assert sorted(t["table"] for t in doc["tables"]) == sorted(models)
-        run = run_cli("fleet", "run", "namespace:rest", "--namespace-property", f"uri=http://127.0.0.1:{port}")
+        run = run_cli("fleet", "run", "namespace:rest", "--namespace-property", f"uri=http://127.0.0.1:{port}",
+                      "--namespace-property", f"root={root}")
         assert run.rc == 0, run.stderr
     finally:
         server.stop()

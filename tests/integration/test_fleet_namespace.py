@@ -41,7 +41,8 @@ def test_the_mapped_task_gets_its_tables_credentials_from_the_namespace(s3_serve
     try:
         config = tmp_path / "fleet.yaml"
         config.write_text(json.dumps({"sources": [{"source": "namespace:rest",
-                                                   "properties": {"uri": f"http://127.0.0.1:{port}"}}],
+                                                   "properties": {"uri": f"http://127.0.0.1:{port}",
+                                                                  "root": root}}],
                                       "schedule": None, "budget": {"tables_per_task": 5}}))
         monkeypatch.setenv("MEMWAL_FLEET_CONFIG", str(config))
         (chunk,) = MemWalFleetPlanOperator(task_id="plan").execute(context())

@@ -150,15 +150,21 @@ def test_grace_period_blocks_recent_merges(make_table):
     result = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()  # default 600 s
     assert result["deleted"] == [] and {b["reason"] for b in result["blocked"]} == {"grace-period"}
     assert result["drained"] == []
+    # what readers list is rolled up at once: one entry per shard instead of four
+    assert sorted(len(r["replaces"]) for r in result["rolled_up"]) == [4, 4, 4]
+    assert all(len(s.flushed) == 1 for s in all_shard_manifests(table.store).values())
     later = time.time() + 601
     with clocks.use(ScriptedClock(lambda: later)):
-        # past the grace period after the merge they leave the manifests; their folders wait
-        # as long again, for readers that listed them before the drain
+        # past the grace period after the merge the rollups leave the manifests; the folders
+        # they replaced left the manifests more than the grace period ago and go; the rollups'
+        # own folders wait as long again, for readers that listed them before the drain
         drained = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()
-        assert drained["deleted"] == [] and sum(len(d["generations"]) for d in drained["drained"]) == 12
+        assert len(drained["deleted"]) == 12 and sum(len(d["generations"]) for d in drained["drained"]) == 3
         assert {b["reason"] for b in drained["blocked"]} == {"drain-grace-period"} and drained["time_will_free"]
-        # the drains were written (by the real clock) more than the grace period before "later"
-        assert len(memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()["deleted"]) == 12
+    later = time.time() + 1202
+    with clocks.use(ScriptedClock(lambda: later)):
+        assert len(memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()["deleted"]) == 3
+    assert all(s.flushed == [] for s in all_shard_manifests(table.store).values())
 
 
 def test_reader_that_listed_generations_before_the_merge_keeps_working(make_table):
@@ -189,7 +195,10 @@ def test_unsafe_manifest_path_is_refused_and_nothing_outside_is_touched(make_tab
     assert {"shard_id": victim, "generation": 1, "reason": "unsafe-path"}.items() <= next(
         b for b in result["blocked"] if b["shard_id"] == victim and b["generation"] == 1).items()
     assert (outside / "keep.txt").read_text() == "must survive"
-    assert len(result["deleted"]) == 11
+    # drains take a prefix of the listing: the victim's generation 1 stays listed, so do 2-4
+    assert len(result["deleted"]) == 8
+    assert {b["generation"] for b in result["blocked"] if b["shard_id"] == victim and b["reason"] == "drain-order"} \
+        == {2, 3, 4}
 
 
 def test_wal_past_replay_position_is_kept(make_table):

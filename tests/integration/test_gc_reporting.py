@@ -68,23 +68,33 @@ def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table)
 
 
 def test_the_expiry_hint_counts_every_gate_and_proposes_no_value_that_frees_nothing(make_table):
-    """With the reader grace period blocking too, no expiry frees anything (expiring the old
-    versions removes the merge's too, and the latest one merged a moment ago): the hint must
-    not propose a value (it used to say "frees 24 of the 24", then "frees 0 of the 24"), and
-    names the gate that would still hold them, never one the expiry removes."""
-    table, _ = ready_table(make_table, expire=False)
+    """Retained versions and an index not caught up both hold the drained folders: no expiry
+    frees anything, so the hint must not propose a value (it used to say "frees 24 of the 24",
+    then "frees 0 of the 24"), and names the gate that would still hold them, never one the
+    expiry removes."""
+    table, _ = ready_table(make_table, catchup=False, expire=False)
     t = memwal.open(table.uri)
-    dry = t.gc(grace_seconds=600, dry_run=True)
+    dry = t.gc(grace_seconds=0, writer_idle_seconds=0, dry_run=True)
     hint = dry.to_dict()["retention"]["hint"]
     assert "--expire-versions 0" not in hint and "Run gc with --expire-versions" not in hint
     assert f"frees none of the {GENERATIONS} generation(s)" in hint
     assert hint.startswith(f"Retained versions hold {GENERATIONS} merged generation(s)") and ". Expiring those" in hint
-    assert f"still be held by grace-period ({GENERATIONS})" in hint and "retained-version (" not in hint
+    assert f"still be held by index-not-caught-up:id_idx ({GENERATIONS})" in hint and "retained-version (" not in hint
     text = render_gc(dry.to_dict())
-    assert f"blocked: {GENERATIONS} x retained-version:" in text and " + grace-period" in text
+    assert f"blocked: {GENERATIONS} x index-not-caught-up:" in text and " + retained-version:" in text
     before = gen_dirs(table)
-    result = t.gc(grace_seconds=600, expire_versions=0).to_dict()  # the most any expiry removes
+    result = t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()  # the most any expiry removes
     assert result["deleted"] == [] and gen_dirs(table) == before  # exactly what the hint said: nothing
+
+
+def test_the_grace_period_holds_the_listing_and_no_retained_version_is_blamed(make_table):
+    """Merged a moment ago, versions kept: the listing waits for the reader grace period (rolled
+    up meanwhile), and nothing names retained versions, which hold only what has left it."""
+    table, _ = ready_table(make_table, expire=False)
+    result = memwal.open(table.uri).gc(grace_seconds=600).to_dict()
+    assert result["deleted"] == [] and result["retention"] is None and result["time_will_free"]
+    assert {b["reason"] for b in result["blocked"]} == {"grace-period"}
+    assert len(result["rolled_up"]) == SMALL.shards
 
 
 def _folder_bytes(table, shard_id: str, name: str) -> int:
@@ -106,7 +116,7 @@ def test_the_hinted_expiry_frees_exactly_the_generations_it_names(make_table):
     later = time.time() + 1000  # every version is older than the grace period
     shards = shard_ids_for(SMALL)
     with clocks.use(ScriptedClock(lambda: later)):
-        dry = t.gc(grace_seconds=600, dry_run=True).to_dict()
+        dry = t.gc(grace_seconds=600, writer_idle_seconds=0, dry_run=True).to_dict()  # the writers are gone
         hint = dry["retention"]["hint"]
         seconds = int(hint.split("Run gc with --expire-versions ")[1].split()[0])
         freed = SMALL.shards * 2
@@ -114,9 +124,10 @@ def test_the_hinted_expiry_frees_exactly_the_generations_it_names(make_table):
         assert f"still be held by retained-version ({GENERATIONS - freed})" in hint  # the tag, not the expiry
         assert "tagged first-merge: delete the tag" in hint
         listed = t.gc(grace_seconds=600, writer_idle_seconds=0, expire_versions=seconds, dry_run=True).to_dict()
-        # they leave the shard manifests in this run, their folders a grace period later
+        # every merged generation leaves the shard manifests in this run (retained versions hold
+        # folders, not the listing), their folders a grace period later, as the versions allow
         assert {(d["shard_id"], g) for d in listed["drained"] for g in d["generations"]} == {
-            (s, g) for s in shards for g in (1, 2)}
+            (s, g) for s in shards for g in range(1, SMALL.generations + 1)}
         names = {s: {g: n for n, g in list_generation_dirs(table.store, s).items()} for s in shards}
         size = sum(_folder_bytes(table, s, names[s][g]) for s in shards for g in (1, 2))
         assert size > 0
@@ -180,15 +191,18 @@ def test_time_will_free_only_when_the_grace_period_alone_blocks(make_table):
     assert "wait only for the reader grace period" in render_gc(waiting)
     later = time.time() + 601
     with clocks.use(ScriptedClock(lambda: later)):
-        drained = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()  # out of the manifests
-        assert drained["deleted"] == [] and drained["time_will_free"] is True
+        # the rollups leave the manifests; the folders they replaced left them a grace period ago
+        drained = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()
+        assert len(drained["deleted"]) == GENERATIONS and drained["time_will_free"] is True
+    later += 601
+    with clocks.use(ScriptedClock(lambda: later)):
         done = memwal.open(table.uri).gc(writer_idle_seconds=0).to_dict()
-    assert len(done["deleted"]) == GENERATIONS and done["time_will_free"] is False
+    assert len(done["deleted"]) == SMALL.shards and done["time_will_free"] is False
 
     unmerged, _ = make_table()  # not merged: waiting changes nothing
     assert memwal.open(unmerged.uri).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()["time_will_free"] is False
     held, _ = ready_table(make_table, expire=False)  # grace passed but old versions hold: needs expiry
-    result = memwal.open(held.uri).gc().to_dict()
+    result = memwal.open(held.uri).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()
     assert result["time_will_free"] is False and result["retention"] is not None
 
 

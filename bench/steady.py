@@ -1,0 +1,434 @@
+"""The steady state: a writer that never stops, and what every reader pays for it (issue 54).
+
+One shard, one writer process kept open for the whole run, writing a generation every
+``--interval`` seconds (30 a minute by default: ``--rows`` rows, a third of them updates), and,
+every minute, the maintenance under test:
+
+* ``memwal``: ``memwal cycle TABLE`` with its defaults (grace period, version retention, writer
+  idle period), as a whole process, while the writer goes on;
+* ``cleanup_wal`` (the peer): lance-context's own merger called in the writer process, looped
+  until it merges nothing, as lance-context's users run it.
+
+Arms: ``pylance`` (a pylance 14 ``ShardWriter``), ``lance-context`` (0.6.7, Lance 9 inside),
+``lance-context-peer`` (its own merger, no memwal), and ``lancedb`` when its driver and venv are
+there. After each minute's maintenance the bench records: the generations the shard manifest
+lists (what every list-reading client opens) and the folders and bytes on storage; the live
+writer's own read (time, and its rows against the model: a digest, :mod:`tests.clients.digest`);
+a new process's read (the same); the same client's read of a *reference* table holding the same
+rows with no generation; and the maintenance's wall and CPU seconds.
+
+Goals (issue 54): at most 16 generations listed at every minute and 8 at the median; a new
+process's read within 1.5x the reference; the live writer's reads right at every minute and
+within 1.5x the reference; storage within what the retention settings allow
+(docs/benchmarks.md gives the formula); the maintenance within 10% of one core. JSON and a
+chart in ``--out``; ``--minutes`` and ``--arms`` choose the run (``--smoke``: two minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.harness import log, machine_info
+from tests.clients.digest import MASK, row_hash
+from tests.clients.piped import PipedClient
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMWAL = ROOT / ".venv" / "bin" / "memwal"
+PEAK = ROOT / "bench" / "peak.py"
+OURS = ROOT / ".venv" / "bin" / "python"
+PYLANCE_DRIVER = ROOT / "tests" / "clients" / "pylance_driver.py"
+LC_PYTHON = ROOT / ".venv-lc" / "bin" / "python"
+LC_DRIVER = ROOT / "tests" / "clients" / "lance_context_driver.py"
+LDB_PYTHON = ROOT / ".venv-ldb" / "bin" / "python"
+LDB_DRIVER = ROOT / "tests" / "clients" / "lancedb_driver.py"
+
+GOAL_LISTED_MAX, GOAL_LISTED_MEDIAN = 16, 8
+GOAL_READ_OVER_REFERENCE = 1.5
+GOAL_CORE_SHARE = 0.10
+
+
+class Driver(PipedClient):
+    """A client's driver process (tests/clients/), one command at a time: the bench's writer
+    thread and its measurements share it."""
+
+    name = "bench client"
+
+    def __init__(self, python: Path, script: Path) -> None:
+        super().__init__(python, script)
+        self.lock = threading.Lock()
+
+    def call(self, op: str, **args: Any) -> Any:
+        with self.lock:
+            return super().call(op, **args)
+
+
+@dataclass
+class Client:
+    """How one client is written and read: its writer process, a new process's read, the
+    reference table (the same rows and no generation), and its rows (key, value, generation)."""
+
+    name: str
+    open_writer: Callable[[str, int], Driver]
+    read_new: Callable[[str], dict[str, Any]]
+    reference: Callable[[str, list[dict[str, Any]]], None]
+    row: Callable[[object, int, int], dict[str, Any]]
+
+
+def _named_row(key: object, v: int, g: int) -> dict[str, Any]:
+    return {"id": key, "v": v, "name": f"g{g}"}
+
+
+def _ldb_row(key: object, v: int, g: int) -> dict[str, Any]:
+    return {"id": key, "cat": "a", "v": v, "text": f"g{g}", "vec": [0.0] * 16}
+
+
+def _pylance_writer(uri: str, rows: int) -> Driver:
+    d = Driver(OURS, PYLANCE_DRIVER)
+    d.call("create", uri=uri)
+    d.call("open", uri=uri, rows=rows)
+    return d
+
+
+def _pylance_read_new(uri: str) -> dict[str, Any]:
+    d = Driver(OURS, PYLANCE_DRIVER)
+    try:
+        return dict(d.call("read_new", uri=uri))
+    finally:
+        d.close()
+
+
+def _pylance_reference(uri: str, rows: list[dict[str, Any]]) -> None:
+    import lance
+    import pyarrow as pa
+
+    from tests.clients.pylance_driver import SCHEMA
+
+    shutil.rmtree(uri, ignore_errors=True)
+    lance.write_dataset(pa.Table.from_pylist(rows, schema=SCHEMA), uri).initialize_mem_wal(unsharded=True)
+
+
+def _lc_writer(uri: str, rows: int) -> Driver:
+    from tests.clients.context_store import SCHEMA
+
+    d = Driver(LC_PYTHON, LC_DRIVER)
+    d.call("open", uri=uri, schema=SCHEMA)
+    return d
+
+
+def _lc_read_new(uri: str) -> dict[str, Any]:
+    d = Driver(LC_PYTHON, LC_DRIVER)
+    try:
+        d.call("open_existing", uri=uri)
+        return dict(d.call("read"))
+    finally:
+        d.close()
+
+
+def _lc_reference(uri: str, rows: list[dict[str, Any]]) -> None:
+    from tests.clients.context_store import SCHEMA
+
+    shutil.rmtree(uri, ignore_errors=True)
+    d = Driver(LC_PYTHON, LC_DRIVER)
+    try:
+        d.call("open", uri=uri, schema=SCHEMA)
+        d.call("gen", rows=rows)
+        d.call("cleanup_all")
+    finally:
+        d.close()
+
+
+def _ldb_table(uri: str) -> tuple[str, str]:
+    """A LanceDB database folder and table name for the table at ``uri`` (``<db>/<name>.lance``)."""
+    path = Path(uri)
+    return str(path.parent), path.name.removesuffix(".lance")
+
+
+def _ldb_writer(uri: str, rows: int) -> Driver:
+    db, name = _ldb_table(uri)
+    d = Driver(LDB_PYTHON, LDB_DRIVER)
+    d.call("open", db=db, name=name, create={"rows": [], "key": ["id"], "spec": {"kind": "unsharded"},
+                                             "max_memtable_rows": 10 * rows})
+    return d
+
+
+def _ldb_read_new(uri: str) -> dict[str, Any]:
+    db, name = _ldb_table(uri)
+    d = Driver(LDB_PYTHON, LDB_DRIVER)
+    try:
+        d.call("open", db=db, name=name)
+        return dict(d.call("read"))
+    finally:
+        d.close()
+
+
+def _ldb_reference(uri: str, rows: list[dict[str, Any]]) -> None:
+    shutil.rmtree(uri, ignore_errors=True)
+    db, name = _ldb_table(uri)
+    d = Driver(LDB_PYTHON, LDB_DRIVER)
+    try:
+        d.call("open", db=db, name=name, create={"rows": rows, "key": ["id"], "spec": {"kind": "unsharded"}})
+    finally:
+        d.close()
+
+
+CLIENTS = {
+    "pylance": Client("pylance", _pylance_writer, _pylance_read_new, _pylance_reference, _named_row),
+    "lance-context": Client("lance-context", _lc_writer, _lc_read_new, _lc_reference, _named_row),
+    "lancedb": Client("lancedb", _ldb_writer, _ldb_read_new, _ldb_reference, _ldb_row),
+}
+
+#: arm -> (client, maintenance)
+ARMS = {"pylance": ("pylance", "memwal"), "lance-context": ("lance-context", "memwal"),
+        "lance-context-peer": ("lance-context", "cleanup_wal"), "lancedb": ("lancedb", "memwal")}
+
+
+def available(arm: str) -> bool:
+    client = ARMS[arm][0]
+    if client == "lance-context":
+        return LC_PYTHON.exists()
+    if client == "lancedb":
+        return LDB_PYTHON.exists() and LDB_DRIVER.exists()
+    return True
+
+
+@dataclass
+class Model:
+    """What was written: each key's value, the digest of every state so far (a reader sees one
+    of the states between the start and the end of its read), and the row generator (string
+    keys ``k00000001``, or integers where the client's table has an integer key)."""
+
+    row: Callable[[object, int, int], dict[str, Any]]
+    int_keys: bool = False
+    rows: dict[object, int] = field(default_factory=dict)
+    digest: int = 0
+    history: list[int] = field(default_factory=lambda: [0])
+    fresh: int = 0
+    rng: random.Random = field(default_factory=lambda: random.Random(54))
+
+    def key(self, n: int) -> object:
+        return n if self.int_keys else f"k{n:08d}"
+
+    def next_rows(self, n: int, g: int) -> list[dict[str, Any]]:
+        updates = self.rng.sample(list(self.rows), min(n // 3, len(self.rows)))
+        keys = updates + [self.key(self.fresh + i) for i in range(n - len(updates))]
+        self.fresh += n - len(updates)
+        return [self.row(k, g * 100_000 + i, g) for i, k in enumerate(keys)]
+
+    def apply(self, rows: list[dict[str, Any]]) -> None:
+        for r in rows:
+            old = self.rows.get(r["id"])
+            if old is not None:
+                self.digest = (self.digest - row_hash(r["id"], old)) & MASK
+            self.rows[r["id"]] = r["v"]
+            self.digest = (self.digest + row_hash(r["id"], r["v"])) & MASK
+        self.history.append(self.digest)
+
+    def as_rows(self) -> list[dict[str, Any]]:
+        return [self.row(k, v, 0) for k, v in self.rows.items()]
+
+
+def _run_peak(argv: list[str]) -> dict[str, Any]:
+    """A whole process under bench/peak.py: wall and CPU seconds, peak RSS, exit code."""
+    fd, report = tempfile.mkstemp(prefix="steady-", suffix=".json")
+    os.close(fd)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(PEAK), report, "--", *argv], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    figures = json.loads(Path(report).read_text())
+    Path(report).unlink()
+    return {"wall_seconds": round(wall, 2), "cpu_seconds": round(figures["cpu_seconds"], 2),
+            "peak_rss_mb": round(figures["peak_rss_mb"]), "rc": proc.returncode,
+            "error": proc.stderr.strip().splitlines()[-1][:300] if proc.returncode else None}
+
+
+def storage(uri: str) -> dict[str, Any]:
+    """What the shard manifest lists, and what lies on storage (folders, WAL entries, bytes)."""
+    from memwal.table import open_table
+    from memwal.table.shards import all_shard_manifests
+
+    listed = sum(len(s.flushed) for s in all_shard_manifests(open_table(uri).store).values())
+    folders = wal = size = 0
+    mem_wal = Path(uri, "_mem_wal")
+    for p in Path(uri).rglob("*"):
+        if p.is_file():
+            size += p.stat().st_size
+    for shard in (mem_wal.iterdir() if mem_wal.exists() else ()):
+        if shard.name.startswith("_"):
+            continue
+        folders += sum(1 for p in shard.iterdir() if "_gen_" in p.name)
+        wal += sum(1 for _ in (shard / "wal").iterdir()) if (shard / "wal").exists() else 0
+    return {"listed": listed, "folders": folders, "wal_entries": wal, "bytes": size}
+
+
+def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> dict[str, Any]:
+    client_name, maintenance = ARMS[arm]
+    client = CLIENTS[client_name]
+    base = work / arm
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    uri, ref = str(base / "t.lance"), str(base / "reference" / "t.lance")
+    model = Model(client.row, int_keys=client_name == "lancedb")
+    writer = client.open_writer(uri, rows)
+    stop = threading.Event()
+    failures: list[str] = []
+    gens = [0]
+    written = threading.Lock()  # a write and its model update, as one step for the readers
+
+    def write_loop() -> None:
+        nxt = time.monotonic()
+        while not stop.is_set():
+            nxt += interval
+            batch = model.next_rows(rows, gens[0] + 1)
+            with written:
+                try:
+                    writer.call("gen", rows=batch)
+                except RuntimeError as exc:
+                    failures.append(f"write: {exc}")
+                    return
+                model.apply(batch)
+                gens[0] += 1
+            stop.wait(max(0.0, nxt - time.monotonic()))
+
+    thread = threading.Thread(target=write_loop, daemon=True)
+    thread.start()
+    minutes_out = []
+    t_start = time.monotonic()
+    try:
+        for minute in range(1, minutes + 1):
+            time.sleep(max(0.0, t_start + 60 * minute - time.monotonic()))
+            if failures:
+                break
+            if maintenance == "memwal":
+                maint = _run_peak([str(MEMWAL), "cycle", uri])
+            else:
+                c0 = time.perf_counter()
+                done = writer.call("cleanup_all")
+                maint = {"wall_seconds": round(time.perf_counter() - c0, 2), "merged": done["merged"]}
+            record: dict[str, Any] = {"minute": minute, "generations_written": gens[0], "maintenance": maint}
+            record.update(storage(uri))
+            with written:  # the writer's own read sees exactly what it wrote
+                live = writer.call("read")
+                right = live["digest"] == model.digest
+            record["live"] = {"seconds": round(live["seconds"], 3), "rows": live["rows"], "right": right}
+            start = len(model.history) - 1
+            new = client.read_new(uri)  # the writer goes on meanwhile: any state it passed through is right
+            with written:
+                right = new["digest"] in model.history[start:]
+            record["new_process"] = {"seconds": round(new["seconds"], 3), "rows": new["rows"], "right": right}
+            client.reference(ref, model.as_rows())
+            reference = client.read_new(ref)
+            record["reference"] = {"seconds": round(reference["seconds"], 3), "rows": reference["rows"]}
+            log(f"{arm} minute {minute}: {gens[0]} written, {record['listed']} listed, {record['folders']} folders, "
+                f"{record['bytes'] / 1e6:.1f} MB; live {record['live']['seconds']}s "
+                f"{'ok' if record['live']['right'] else 'WRONG'}, new {record['new_process']['seconds']}s "
+                f"{'ok' if record['new_process']['right'] else 'WRONG'}, reference {record['reference']['seconds']}s; "
+                f"maintenance {maint.get('wall_seconds')}s wall, {maint.get('cpu_seconds', '-')}s CPU")
+            minutes_out.append(record)
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+        writer.close()
+    return {"arm": arm, "client": client_name, "maintenance": maintenance, "interval_seconds": interval,
+            "rows_per_generation": rows, "minutes": minutes_out, "failures": failures,
+            "goals": goals(minutes_out, maintenance)}
+
+
+def goals(minutes: list[dict[str, Any]], maintenance: str) -> dict[str, Any]:
+    if not minutes:
+        return {}
+    listed = [m["listed"] for m in minutes]
+    new_ratio = [m["new_process"]["seconds"] / max(m["reference"]["seconds"], 1e-3) for m in minutes]
+    live_ratio = [m["live"]["seconds"] / max(m["reference"]["seconds"], 1e-3) for m in minutes]
+    out: dict[str, Any] = {
+        "listed_max": {"value": max(listed), "goal": GOAL_LISTED_MAX, "met": max(listed) <= GOAL_LISTED_MAX},
+        "listed_median": {"value": statistics.median(listed), "goal": GOAL_LISTED_MEDIAN,
+                          "met": statistics.median(listed) <= GOAL_LISTED_MEDIAN},
+        "new_process_over_reference_max": {"value": round(max(new_ratio), 2), "goal": GOAL_READ_OVER_REFERENCE,
+                                           "met": max(new_ratio) <= GOAL_READ_OVER_REFERENCE},
+        "live_over_reference_max": {"value": round(max(live_ratio), 2), "goal": GOAL_READ_OVER_REFERENCE,
+                                    "met": max(live_ratio) <= GOAL_READ_OVER_REFERENCE},
+        "every_read_right": {"value": all(m["live"]["right"] and m["new_process"]["right"] for m in minutes),
+                             "goal": True, "met": all(m["live"]["right"] and m["new_process"]["right"]
+                                                      for m in minutes)},
+    }
+    if maintenance == "memwal":
+        cpu = [m["maintenance"]["cpu_seconds"] for m in minutes]
+        share = statistics.mean(cpu) / 60
+        out["maintenance_core_share"] = {"value": round(share, 3), "goal": GOAL_CORE_SHARE,
+                                         "met": share <= GOAL_CORE_SHARE}
+    return out
+
+
+def chart(doc: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for arm, r in doc["arms"].items():
+        xs = [m["minute"] for m in r["minutes"]]
+        axes[0].plot(xs, [m["listed"] for m in r["minutes"]], marker="o", label=arm)
+        axes[1].plot(xs, [m["new_process"]["seconds"] / max(m["reference"]["seconds"], 1e-3) for m in r["minutes"]],
+                     marker="o", label=arm)
+        axes[2].plot(xs, [m["bytes"] / 1e6 for m in r["minutes"]], marker="o", label=arm)
+    axes[0].axhline(GOAL_LISTED_MAX, color="#c33", linestyle="--", linewidth=1)
+    axes[1].axhline(GOAL_READ_OVER_REFERENCE, color="#c33", linestyle="--", linewidth=1)
+    for ax, title, ylabel in zip(axes, ("generations listed (every reader opens them)",
+                                        "a new process's read / the same rows, no generation",
+                                        "bytes on storage"), ("generations", "ratio", "MB"), strict=True):
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel("minute", fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=10)
+        ax.legend(fontsize=9)
+    fig.suptitle("A writer that never stops: one shard, 30 generations a minute, maintenance every minute")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench-results")
+    parser.add_argument("--work", default="bench-results/steady-work")
+    parser.add_argument("--minutes", type=int, default=30)
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between generations")
+    parser.add_argument("--rows", type=int, default=200, help="rows a generation")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    parser.add_argument("--smoke", action="store_true", help="two minutes of the pylance arm (the harness works)")
+    args = parser.parse_args()
+    arms = ["pylance"] if args.smoke else [a for a in args.arms.split(",") if a]
+    minutes = 2 if args.smoke else args.minutes
+    out, work = Path(args.out), Path(args.work)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for arm in arms:
+        if not available(arm):
+            log(f"{arm}: its client is not installed here, skipped")
+            continue
+        log(f"{arm}: {minutes} minutes, a generation of {args.rows} rows every {args.interval}s")
+        results[arm] = run_arm(arm, work, minutes, args.interval, args.rows)
+    doc = {"machine": machine_info(), "arms": results}
+    (out / "steady.json").write_text(json.dumps(doc, indent=2))
+    chart(doc, out / "steady.png")
+    for arm, r in results.items():
+        for goal, v in r["goals"].items():
+            log(f"{arm}: {goal} {v['value']} (goal {v['goal']}): {'met' if v['met'] else 'NOT met'}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Writing one rollup: the run's newest rows, flushed by Lance's own writer, moved into the shard.
+
+The rows: every entry of the run read as the merge reads generations (conformed to the base
+table's schema, tagged with generation and row address) and reduced last write wins
+(:func:`memwal.merge.changes.newest_versions`): a key's newest version, a tombstone kept as a
+delete. Clients read a run so, whatever merge operators the table declares (they fold only
+into the base), so a rollup never folds.
+
+The folder: no client reads a generation by its rows alone. pylance 14 and lance-context (Lance
+9) open its Lance manifest, its primary-key index (``_pk_index/``), its bloom filter and the
+maintained indexes under ``_indices/``, in the format and data storage version the table's
+writers use. Rather than re-implement those files, the rollup is flushed by a real
+``ShardWriter`` on a shallow clone of the base table (same schema, storage version, MemWAL
+configuration and index definitions; only metadata is copied) under our own
+``_mem_wal/_staging/rollup-<id>/``, which no client lists. Its one generation is then copied,
+file by file and its Lance manifests last, into a fresh ``<8 hex>_gen_<g>`` folder of the shard
+(created only if absent), and the staging is removed. Nothing lists the new folder until the
+shard manifest does (:func:`memwal.table.drain.write_replacement`); a crash before that leaves
+an unlisted folder the orphans collector takes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from memwal.errors import MemWalError, first_line
+from memwal.merge.changes import newest_versions
+from memwal.merge.read import SHARD, read_generations
+from memwal.merge.refs import generation_refs
+from memwal.rollup.plan import RollupPlan
+from memwal.store import Store
+from memwal.table import Table
+from memwal.table.naming import MEM_WAL_DIR, ROLLUP_MARKER, STAGING_DIR, parse_generation_dir, shard_dir
+from memwal.table.schema import primary_key_of
+
+log = logging.getLogger(__name__)
+
+#: The writer's MemTable must hold the whole rollup (one flush, one generation): its byte budget
+#: is the rows' Arrow bytes times this, plus :data:`_MEMTABLE_SLACK`.
+_MEMTABLE_FACTOR = 3
+_MEMTABLE_SLACK = 64 << 20
+#: The writer's ceiling on unflushed bytes (backpressure, not an allocation) must hold the MemTable
+#: and what its in-memory indexes reserve: pylance 14 reserves about 17 MB plus 100 bytes a row
+#: with a vector index, and refuses a ceiling below that.
+_INDEX_RESERVE = 256 << 20
+_INDEX_BYTES_PER_ROW = 1024
+#: Rows per ``put``: the writer counts batches against ``max_memtable_batches`` (8,000).
+_PUT_ROWS = 65_536
+
+
+class RollupError(MemWalError):
+    """A rollup could not be written (its shard keeps its run listed; nothing else changes)."""
+
+
+@dataclass(frozen=True)
+class WrittenRollup:
+    """A rollup folder on storage, not listed yet."""
+
+    shard_id: str
+    generation: int
+    path: str
+    rows: int
+    bytes: int
+    replaces: tuple[tuple[int, str], ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"shard_id": self.shard_id, "generation": self.generation, "path": self.path, "rows": self.rows,
+                "bytes": self.bytes, "replaces": [{"generation": g, "path": p} for g, p in self.replaces]}
+
+
+def rollup_rows(table: Table, plan: RollupPlan) -> tuple[pa.Table, pa.Table]:
+    """The run's newest rows: (upserts in the base table's schema, deleted keys)."""
+    ds = table.dataset()
+    schema = ds.schema
+    pk = primary_key_of(table)
+    refs = generation_refs(table, ds, plan.shard_id, [(e.generation, e.path) for e in plan.entries])
+    parts = list(read_generations(refs, schema, table.storage_options, {plan.shard_id: 0}))
+    if not parts:
+        return schema.empty_table(), pa.table({k: pa.array([], schema.field(k).type) for k in pk})
+    reduced = newest_versions(pa.concat_tables(parts, promote_options="permissive"), pk)
+    upserts = reduced.upserts.drop_columns([SHARD]).select(schema.names).cast(schema)
+    return upserts, reduced.deletes.select(pk)
+
+
+def write_rollup(table: Table, plan: RollupPlan, *, remove_staging: Callable[[str], None]) -> WrittenRollup:
+    """Write ``plan``'s rollup folder into its shard (see the module docstring); not listed yet.
+
+    ``remove_staging`` deletes a staging prefix (GC's own deletion, link-safe). RollupError when
+    a generation of the run cannot be read (another compactor may have removed it meanwhile)."""
+    try:
+        upserts, deletes = rollup_rows(table, plan)
+    except (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
+        raise RollupError(f"shard {plan.shard_id}: the run {plan.entries[0].generation}-{plan.generation} cannot "
+                          f"be read: {first_line(exc, table.uri)}") from exc
+    staging = f"{STAGING_DIR}/rollup-{uuid.uuid4().hex[:16]}"
+    try:
+        flushed = _flush_in_clone(table, plan.shard_id, staging, upserts, deletes)
+        path = _fresh_name(table.store, plan.shard_id, plan.generation)
+        size = _copy_folder(table.store, flushed, f"{shard_dir(plan.shard_id)}/{path}",
+                            marker=json.dumps({"replaces": [[e.generation, e.path] for e in plan.entries]}).encode())
+    finally:
+        remove_staging(staging)
+    log.info("rollup of shard %s: generations %s as %s (%d rows, %d deletes)", plan.shard_id,
+             ",".join(str(e.generation) for e in plan.entries), path, upserts.num_rows, deletes.num_rows)
+    return WrittenRollup(plan.shard_id, plan.generation, path, upserts.num_rows + deletes.num_rows, size,
+                         tuple((e.generation, e.path) for e in plan.entries))
+
+
+def _flush_in_clone(table: Table, shard_id: str, staging: str, upserts: pa.Table, deletes: pa.Table) -> str:
+    """Flush the rows as one generation of ``shard_id`` in a shallow clone of the base at
+    ``staging``; the store key of that generation's folder."""
+    ds = table.dataset()
+    try:
+        clone = ds.shallow_clone(table.store.uri_for(staging), ds.version,
+                                 storage_options=table.storage_options or None)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise RollupError(f"shard {shard_id}: cannot stage a rollup at {table.store.uri_for(staging)}: {exc}") from exc
+    rows = upserts.num_rows + deletes.num_rows
+    memtable = _MEMTABLE_FACTOR * (upserts.nbytes + deletes.nbytes) + _MEMTABLE_SLACK
+    ceiling = memtable + _INDEX_RESERVE + _INDEX_BYTES_PER_ROW * (rows + 1)
+    writer = clone.mem_wal_writer(shard_id, durable_write=False, max_memtable_rows=rows + 1,
+                                  max_memtable_size=memtable, max_memtable_batches=1 << 20,
+                                  max_unflushed_memtable_bytes=ceiling, stats_log_interval_ms=0)
+    try:
+        for batch in upserts.to_batches(max_chunksize=_PUT_ROWS):
+            writer.put(pa.Table.from_batches([batch], schema=upserts.schema))
+        if deletes.num_rows:
+            writer.delete(deletes)
+    finally:
+        writer.close()
+    prefix = f"{staging}/{MEM_WAL_DIR}/{shard_id}/"
+    gens = [d for d in table.store.list_dirs(prefix) if parse_generation_dir(d) is not None]
+    if len(gens) != 1:
+        raise RollupError(f"shard {shard_id}: the rollup writer flushed {len(gens)} generations, expected one")
+    return prefix + gens[0]
+
+
+def _fresh_name(store: Store, shard_id: str, generation: int) -> str:
+    """A ``<8 hex>_gen_<g>`` name no folder of the shard has."""
+    taken = set(store.list_dirs(f"{shard_dir(shard_id)}/"))
+    while True:
+        name = f"{secrets.token_hex(4)}_gen_{generation}"
+        if name not in taken:
+            return name
+
+
+def _copy_folder(store: Store, source: str, target: str, *, marker: bytes) -> int:
+    """Copy every object under ``source`` to ``target`` (created only if absent), then the
+    rollup marker (:data:`ROLLUP_MARKER`: what it replaces), the Lance manifests last: a folder
+    cut short by a crash has none, and no reader can open it. Bytes copied."""
+    objects = list(store.list(source + "/"))
+    manifests = [o for o in objects if "/_versions/" in o.key]
+    size = len(marker)
+    for i, o in enumerate([o for o in objects if o not in manifests] + manifests):
+        if i == len(objects) - len(manifests):
+            store.put_if_absent(f"{target}/{ROLLUP_MARKER}", marker)
+        data = store.get(o.key)
+        store.put_if_absent(target + o.key[len(source):], data)
+        size += len(data)
+    return size
+
+
+__all__ = ["RollupError", "WrittenRollup", "rollup_rows", "write_rollup"]
