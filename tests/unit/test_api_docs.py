@@ -12,7 +12,6 @@ import re
 
 import pytest
 
-import memwal
 from memwal import api
 
 ROLE = re.compile(r":(meth|func|mod|class|attr|exc|data|obj):`")
