@@ -53,6 +53,8 @@ class GcResult(Document):
         history_pruned: Run-history records pruned.
         drained: Generations taken out of the shard manifests (or that would be).
         writers: Each shard's writer as the plan saw it (a live writer keeps what its view needs).
+        rolled_up: Runs of listed merged generations replaced by one rollup each (or that would be).
+        repaired: Rows written into the base before a drain whose proof failed.
     """
 
     table: str
