@@ -168,8 +168,9 @@ typecheck: $(STAMP)
 
 # The documentation site (mkdocs.yml, pages in docs/) into site/: --strict fails on a broken link or
 # anchor and on an API reference mkdocstrings cannot resolve; the CLI reference is rendered from the
-# CLI's own parser at build time (docs/hooks/cli_reference.py).
-MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+# CLI's own parser at build time (docs/hooks/cli_reference.py). Not --quiet: it raises the log level past
+# WARNING, so --strict counted no warning and a page left out of the nav passed.
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 docs: $(STAMP)
 	$(MKDOCS_BUILD)
 

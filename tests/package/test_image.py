@@ -92,3 +92,4 @@ def test_the_install_step_gives_a_worker_that_runs_the_fleet_dag_on_spark(tmp_pa
     assert "fleet_chunk.py" in run.stdout + run.stderr  # the chunk went to spark-submit
     history = json.loads(memwal_cli("history", uri, "--json").stdout)["runs"]
     assert [(r["job"], r["outcome"]) for r in history if r["job"] == "merge"] == [("merge", "ok")], history
+
