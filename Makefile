@@ -190,8 +190,9 @@ SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath 
 	--driver-java-options "-Dlog4j2.configurationFile=$(abspath jobs/log4j2.properties) $$($(PY) -m memwal.spark.engine.jvm_archive --java-options)"
 
 # The demo: a table written by pylance's ShardWriter, then the whole maintenance cycle as a
-# Spark job in local mode. GC runs with no grace period and expires old versions because
-# nothing else reads the demo table; production keeps the defaults (600 s, keep versions).
+# Spark job in local mode. GC runs with no grace period, expires old versions and takes the
+# writers as gone because nothing else reads the demo table and demo-data closed its writers
+# (so GC frees every merged generation); production keeps the defaults (600 s, 7 days, a day).
 demo: $(STAMP) bytecode
 	@rm -rf $(DEMO_DIR)
 	$(VENV)/bin/memwal demo-data $(DEMO_DIR)/table
@@ -199,12 +200,13 @@ demo: $(STAMP) bytecode
 	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table --grace-seconds 0 --expire-versions 0 --writer-idle-seconds 0
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
+	@echo "GC freed the merged generations above: the demo's writers are closed, so the cycle ran with --writer-idle-seconds 0 (a live writer keeps what its view needs listed, rolled up, until it reopens: docs/clients.md)"
 	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
 
 # The benchmark harness end to end at a tiny size (tests/integration/test_bench_smoke.py, marked `bench`):
 # every bench writes its documented JSON and chart. `make bench` runs it first; `make test` does not
 # (it checks the harness, not memwal, and cost a fifth of the suite's time).
-bench-smoke: $(STAMP) bytecode $(AZURITE) $(LC_STAMP)
+bench-smoke: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m bench -n $(TEST_WORKERS) --dist loadfile
 
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
@@ -218,7 +220,8 @@ bench-smoke: $(STAMP) bytecode $(AZURITE) $(LC_STAMP)
 # runner against today's fixed per-table schedule, and the same at four times the load (2-s ticks) with the
 # runner serving tables past their service level first against by debt alone; requests a day of an idle
 # 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes; memwal against lance-context's own merger (bench/peers.py: the
-# readers' time after each, on identical copies of a lance-context store). JSON and charts in bench-results/.
+# readers' time after each, on identical copies of a lance-context store); a writer that never stops, 30 minutes for each client
+# (bench/steady.py: what readers open and pay, minute by minute, against cleanup_wal()). JSON and charts in bench-results/.
 bench: bench-smoke
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
@@ -235,6 +238,7 @@ bench: bench-smoke
 	$(PY) -m bench.fleet --work bench-results/fleet-sim --tick 2 --phases fleet,fleet-debt --out bench-results/overload
 	$(PY) -m bench.fleet_events --out bench-results
 	$(PY) -m bench.peers --work bench-results/peers-work --out bench-results
+	$(PY) -m bench.steady --work bench-results/steady-work --out bench-results
 
 # Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
 # .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on

@@ -82,7 +82,8 @@ class Client:
     reference table (the same rows and no generation), and its rows (key, value, generation)."""
 
     name: str
-    open_writer: Callable[[str, int], Driver]
+    open_writer: Callable[[str, int, list[dict[str, Any]]], Driver]
+    reopen_writer: Callable[[str, int], Driver]
     read_new: Callable[[str], dict[str, Any]]
     reference: Callable[[str, list[dict[str, Any]]], None]
     row: Callable[[object, int, int], dict[str, Any]]
@@ -96,9 +97,15 @@ def _ldb_row(key: object, v: int, g: int) -> dict[str, Any]:
     return {"id": key, "cat": "a", "v": v, "text": f"g{g}", "vec": [0.0] * 16}
 
 
-def _pylance_writer(uri: str, rows: int) -> Driver:
+def _pylance_writer(uri: str, rows: int, base: list[dict[str, Any]]) -> Driver:
     d = Driver(OURS, PYLANCE_DRIVER)
-    d.call("create", uri=uri)
+    d.call("create", uri=uri, rows=base)
+    d.call("open", uri=uri, rows=rows)
+    return d
+
+
+def _pylance_reopen(uri: str, rows: int) -> Driver:
+    d = Driver(OURS, PYLANCE_DRIVER)
     d.call("open", uri=uri, rows=rows)
     return d
 
@@ -121,11 +128,20 @@ def _pylance_reference(uri: str, rows: list[dict[str, Any]]) -> None:
     lance.write_dataset(pa.Table.from_pylist(rows, schema=SCHEMA), uri).initialize_mem_wal(unsharded=True)
 
 
-def _lc_writer(uri: str, rows: int) -> Driver:
+def _lc_writer(uri: str, rows: int, base: list[dict[str, Any]]) -> Driver:
     from tests.clients.context_store import SCHEMA
 
     d = Driver(LC_PYTHON, LC_DRIVER)
     d.call("open", uri=uri, schema=SCHEMA)
+    if base:  # merged by lance-context itself, which refreshes its own process's base
+        d.call("gen", rows=base)
+        d.call("cleanup_all")
+    return d
+
+
+def _lc_reopen(uri: str, rows: int) -> Driver:
+    d = Driver(LC_PYTHON, LC_DRIVER)
+    d.call("open_existing", uri=uri)
     return d
 
 
@@ -157,11 +173,18 @@ def _ldb_table(uri: str) -> tuple[str, str]:
     return str(path.parent), path.name.removesuffix(".lance")
 
 
-def _ldb_writer(uri: str, rows: int) -> Driver:
+def _ldb_writer(uri: str, rows: int, base: list[dict[str, Any]]) -> Driver:
     db, name = _ldb_table(uri)
     d = Driver(LDB_PYTHON, LDB_DRIVER)
-    d.call("open", db=db, name=name, create={"rows": [], "key": ["id"], "spec": {"kind": "unsharded"},
+    d.call("open", db=db, name=name, create={"rows": base, "key": ["id"], "spec": {"kind": "unsharded"},
                                              "max_memtable_rows": 10 * rows})
+    return d
+
+
+def _ldb_reopen(uri: str, rows: int) -> Driver:
+    db, name = _ldb_table(uri)
+    d = Driver(LDB_PYTHON, LDB_DRIVER)
+    d.call("open", db=db, name=name)
     return d
 
 
@@ -186,9 +209,9 @@ def _ldb_reference(uri: str, rows: list[dict[str, Any]]) -> None:
 
 
 CLIENTS = {
-    "pylance": Client("pylance", _pylance_writer, _pylance_read_new, _pylance_reference, _named_row),
-    "lance-context": Client("lance-context", _lc_writer, _lc_read_new, _lc_reference, _named_row),
-    "lancedb": Client("lancedb", _ldb_writer, _ldb_read_new, _ldb_reference, _ldb_row),
+    "pylance": Client("pylance", _pylance_writer, _pylance_reopen, _pylance_read_new, _pylance_reference, _named_row),
+    "lance-context": Client("lance-context", _lc_writer, _lc_reopen, _lc_read_new, _lc_reference, _named_row),
+    "lancedb": Client("lancedb", _ldb_writer, _ldb_reopen, _ldb_read_new, _ldb_reference, _ldb_row),
 }
 
 #: arm -> (client, maintenance)
@@ -274,7 +297,8 @@ def storage(uri: str) -> dict[str, Any]:
     return {"listed": listed, "folders": folders, "wal_entries": wal, "bytes": size}
 
 
-def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> dict[str, Any]:
+def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reopen_every: int = 0,
+            base_rows: int = 0) -> dict[str, Any]:
     client_name, maintenance = ARMS[arm]
     client = CLIENTS[client_name]
     base = work / arm
@@ -282,8 +306,11 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> d
     base.mkdir(parents=True)
     uri, ref = str(base / "t.lance"), str(base / "reference" / "t.lance")
     model = Model(client.row, int_keys=client_name == "lancedb")
-    writer = client.open_writer(uri, rows)
+    base = model.next_rows(base_rows, 0) if base_rows else []
+    writer = client.open_writer(uri, rows, base)
+    model.apply(base)
     stop = threading.Event()
+    holder = [writer]  # the writer process of the moment (``reopen_every``: replaced every so many minutes)
     failures: list[str] = []
     gens = [0]
     written = threading.Lock()  # a write and its model update, as one step for the readers
@@ -295,7 +322,7 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> d
             batch = model.next_rows(rows, gens[0] + 1)
             with written:
                 try:
-                    writer.call("gen", rows=batch)
+                    holder[0].call("gen", rows=batch)
                 except RuntimeError as exc:
                     failures.append(f"write: {exc}")
                     return
@@ -312,6 +339,11 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> d
             time.sleep(max(0.0, t_start + 60 * minute - time.monotonic()))
             if failures:
                 break
+            if reopen_every and minute % reopen_every == 0:
+                with written:  # the writer is replaced by a new process (its users' remedy: docs/clients.md)
+                    holder[0].close()
+                    holder[0] = client.reopen_writer(uri, rows)
+            writer = holder[0]
             if maintenance == "memwal":
                 maint = _run_peak([str(MEMWAL), "cycle", uri])
             else:
@@ -320,6 +352,12 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> d
                 maint = {"wall_seconds": round(time.perf_counter() - c0, 2), "merged": done["merged"]}
             record: dict[str, Any] = {"minute": minute, "generations_written": gens[0], "maintenance": maint}
             record.update(storage(uri))
+            # the writer's own read, once it flushed after the maintenance: until then a pylance
+            # writer reads the listing it loaded at its last flush (the generations a rollup just
+            # replaced among them), a window of one generation's interval
+            after = gens[0]
+            while gens[0] == after and not failures and thread.is_alive():
+                time.sleep(0.05)
             with written:  # the writer's own read sees exactly what it wrote
                 live = writer.call("read")
                 right = live["digest"] == model.digest
@@ -329,7 +367,9 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> d
             with written:
                 right = new["digest"] in model.history[start:]
             record["new_process"] = {"seconds": round(new["seconds"], 3), "rows": new["rows"], "right": right}
-            client.reference(ref, model.as_rows())
+            with written:  # the rows as they are now (the writer goes on meanwhile)
+                now_rows = model.as_rows()
+            client.reference(ref, now_rows)
             reference = client.read_new(ref)
             record["reference"] = {"seconds": round(reference["seconds"], 3), "rows": reference["rows"]}
             log(f"{arm} minute {minute}: {gens[0]} written, {record['listed']} listed, {record['folders']} folders, "
@@ -341,8 +381,9 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int) -> d
     finally:
         stop.set()
         thread.join(timeout=120)
-        writer.close()
+        holder[0].close()
     return {"arm": arm, "client": client_name, "maintenance": maintenance, "interval_seconds": interval,
+            "writer_reopened_every_minutes": reopen_every or None, "base_rows": base_rows,
             "rows_per_generation": rows, "minutes": minutes_out, "failures": failures,
             "goals": goals(minutes_out, maintenance)}
 
@@ -408,6 +449,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between generations")
     parser.add_argument("--rows", type=int, default=200, help="rows a generation")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    parser.add_argument("--base-rows", type=int, default=0, help="rows in the base table before the writer starts")
+    parser.add_argument("--reopen-every", type=int, default=0, metavar="MINUTES",
+                        help="replace the writer by a new process every MINUTES (0: never, the default)")
     parser.add_argument("--smoke", action="store_true", help="two minutes of the pylance arm (the harness works)")
     args = parser.parse_args()
     arms = ["pylance"] if args.smoke else [a for a in args.arms.split(",") if a]
@@ -420,7 +464,7 @@ def main() -> None:
             log(f"{arm}: its client is not installed here, skipped")
             continue
         log(f"{arm}: {minutes} minutes, a generation of {args.rows} rows every {args.interval}s")
-        results[arm] = run_arm(arm, work, minutes, args.interval, args.rows)
+        results[arm] = run_arm(arm, work, minutes, args.interval, args.rows, args.reopen_every, args.base_rows)
     doc = {"machine": machine_info(), "arms": results}
     (out / "steady.json").write_text(json.dumps(doc, indent=2))
     chart(doc, out / "steady.png")

@@ -39,6 +39,7 @@ from google.protobuf.message import DecodeError
 from memwal.errors import MemWalError, first_line
 from memwal.history import run as history
 from memwal.history.run import RUN_ID_PROPERTY
+from memwal.merge.intents import DATA_PROPERTY
 from memwal.merge.join import join_builder
 from memwal.merge.ops import table_ops
 from memwal.merge.proof import prove
@@ -68,6 +69,9 @@ class ProofFailure:
 _NO_ROW_CHANGE = frozenset({"create_index", "rewrite", "reserve_fragments", "project", "update_config",
                             "update_mem_wal_state", "clone", "update_bases"})
 
+#: Versions the history check reads at most (each a transaction file); more and the rows are read back.
+MAX_VOUCHING_VERSIONS = 64
+
 #: A transaction file larger than this is not read (storage is untrusted input): unknown.
 TRANSACTION_MAX_BYTES = 64 << 20
 
@@ -84,34 +88,47 @@ class BaseProof:
     def _open(self) -> None:
         if not self._ready:  # opened only when some shard has something to prove
             self.ds = self.table.dataset(self.version)
-            self.pk = primary_key(self.ds.schema)
+            self.pk = primary_key(self.ds.lance_schema)
             self.folding = list(table_ops(self.ds).folding_columns())
             self._ready = True
 
-    def vouched(self, shard_id: str, generation: int) -> bool:
-        """Whether the retained history vouches that the base holds what merged ``generation``
-        (see the module docstring)."""
+    def vouched(self, shard_id: str, low: int, high: int) -> bool:
+        """Whether the retained history vouches that the base holds what merged generations
+        ``low`` to ``high`` (see the module docstring): the versions from the last change of
+        the shard's progress before the one that recorded ``low`` up to the latest are all
+        retained and known; none carries a driverless data claim (forgeable: issue 56 H4); every
+        commit that recorded progress up to ``high`` wrote rows; every later one recorded
+        progress, is a memwal run's, or changed no row."""
         progress = [v.compacted.get(shard_id, 0) for v in self.main]
-        first = next((i for i, p in enumerate(progress) if p >= generation), None)
-        if first is None or first == 0 or progress[first - 1] >= generation:
+        first = next((i for i, p in enumerate(progress) if p >= low), None)
+        if first is None or first == 0 or progress[first - 1] >= low:
             return False  # the commit that recorded it is not retained with the version before it
-        since = self.main[first:]
-        pairs = list(zip(since, since[1:], strict=False))
-        if since[-1].version != self.version or any(b.version - a.version != 1 for a, b in pairs):
-            return False  # a version between them is gone: what it did is unknown
-        if self._kind(since[0].version) != "rows":
-            return False  # the progress was recorded without the rows (a marker alone): read them back
-        for before, v in pairs:
-            kind = self._kind(v.version)
-            if kind in ("none", "ours") or (kind in ("rows", "marker") and v.compacted != before.compacted):
-                continue
-            return False
+        start = first - 1
+        while start > 0 and progress[start - 1] == progress[first - 1]:
+            start -= 1
+        window = self.main[start:]
+        if len(window) > MAX_VOUCHING_VERSIONS or window[-1].version != self.version or any(
+                b.version - a.version != 1 for a, b in zip(window, window[1:], strict=False)):
+            return False  # a version between them is gone (what it did is unknown), or too many to read
+        for i in range(start + 1, len(self.main)):
+            kind = self._kind(self.main[i].version)
+            moved = progress[i] != progress[i - 1]
+            if kind in (None, "claim"):
+                return False
+            if i < first:
+                continue  # before the merge: whatever the base held, the merge read it
+            if moved and progress[i - 1] < high:
+                if kind != "rows":
+                    return False  # recorded without its rows (a marker alone): read them back
+            elif not (kind in ("none", "ours") or (moved and kind in ("rows", "marker"))):
+                return False
         return True
 
     def _kind(self, version: int) -> str | None:
         """What a commit did, from its transaction file (Lance's; read, never trusted further
-        than this): ``ours`` (a memwal run's commit), ``none`` (no row changed), ``rows``,
-        ``marker`` (an Update that moved no row: a progress marker alone), or None (unknown)."""
+        than this): ``claim`` (a driverless data commit, which claims generations' data), ``ours``
+        (another memwal run's commit), ``none`` (no row changed), ``rows``, ``marker`` (an Update
+        that moved no row: a progress marker alone), or None (unknown)."""
         if version not in self._kinds:
             self._kinds[version] = self._read_kind(version)
         return self._kinds[version]
@@ -125,6 +142,8 @@ class BaseProof:
                 self.table.store.get(f"_transactions/{name}", max_bytes=TRANSACTION_MAX_BYTES))
         except (MemWalError, OSError, DecodeError):
             return None
+        if DATA_PROPERTY in txn.transaction_properties:
+            return "claim"
         if txn.transaction_properties.get(RUN_ID_PROPERTY):
             return "ours"
         op = txn.WhichOneof("operation")
@@ -137,7 +156,7 @@ class BaseProof:
 
     def __call__(self, shard_id: str, proving: Sequence[tuple[int, str]],
                  superseding: Sequence[tuple[int, str]]) -> ProofFailure | None:
-        if proving and self.vouched(shard_id, max(g for g, _ in proving)):
+        if proving and self.vouched(shard_id, min(g for g, _ in proving), max(g for g, _ in proving)):
             return None
         self._open()
         try:
@@ -164,17 +183,18 @@ class Repair:
 
 
 def apply_repair(table: Table, read_version: int, repair: Repair) -> int:
-    """Commit the repair's upserts, then its deletes, each bound to ``read_version``; the commits made.
-    Raises Lance's conflict when a commit since ``read_version`` touched those rows."""
+    """Commit the repair's upserts, then its deletes, each bound to ``read_version`` (the deletes
+    to the upserts' own version, when nothing came between); the commits made. Raises Lance's
+    conflict when a commit since ``read_version`` touched those rows."""
     pk = primary_key_of(table)
     tomb = repair.rows.column(TOMBSTONE).fill_null(False)
     upserts = repair.rows.filter(pc.invert(tomb)).drop_columns([GEN, TOMBSTONE])
     deletes = repair.rows.filter(tomb).select(pk)
-    commits = 0
+    commits, bound = 0, read_version
     for data, delete in ((upserts, False), (deletes, True)):
         if not data.num_rows:
             continue
-        ds = table.dataset(read_version)
+        ds = table.dataset(bound)
         builder = join_builder(ds, pk, data.num_rows)
         if delete:
             txn, _stats = builder.when_matched_delete().execute_uncommitted(data)
@@ -182,9 +202,10 @@ def apply_repair(table: Table, read_version: int, repair: Repair) -> int:
             txn, _stats = builder.when_matched_update_all().when_not_matched_insert_all().execute_uncommitted(
                 data.cast(ds.schema))
         txn.transaction_properties = {**(txn.transaction_properties or {}), **history.transaction_properties()}
-        done = lance.LanceDataset.commit(ds.uri, txn, read_version=read_version,
+        done = lance.LanceDataset.commit(ds.uri, txn, read_version=bound,
                                          storage_options=table.storage_options or None)
         history.committed(done.version)
+        bound = done.version if done.version == bound + 1 else bound
         commits += 1
     return commits
 

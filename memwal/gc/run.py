@@ -146,7 +146,7 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
     done: list[DoneDrain] = []
     written: list[WrittenRollup] = []
     steps.step("gc.before-manifest")
-    for sid in sorted(set(drains) | set(rolled)):
+    for sid in sorted((set(drains) | set(rolled)) - set(failed)):  # a refused repair keeps its shard's drain
         d = drains.get(sid)
         mine = rolled.get(sid, [])
         work = ShardCompaction(sid, d.generations if d else (),

@@ -8,8 +8,9 @@ fragment's data file footers and deletion file: memwal.table.generations); every
 generation still on storage is in the base table (memwal.inspect.merged). What clients
 check: pylance's ``ShardWriter.lsm_scanner()`` and lance-context read *every* generation the
 shard manifest lists, merged or not, and fail on one that is missing or damaged
-(``listed-generations-readable``, naming the shard and generation), and then the view they
-read, base table and every listed generation, is read as they read it
+(``listed-generations-readable``, naming the shard and generation), lance-context fails on one
+whose key index names a row twice (``listed-key-indexes-unique``), and then the view they read,
+base table and every listed generation, is read as they read it, every column
 (``client-view-readable``); LanceDB reads fewer generations, chosen by the marks of the
 MemWAL index, and its reads are read as it reads them (``lancedb-view-readable``,
 memwal.inspect.lancedb_view). The LSM view comparison is the reader's-eye check used around
@@ -171,6 +172,7 @@ def _verify_once(table: Table) -> VerifyResult:
                 res.problems.append(Problem("generations-readable", detail, shard_id))
             else:
                 unmerged.append((shard_id, g.generation, key))
+    _check_key_indexes(table, states, res)
     _check_checkpoints(table, res)
     _check_merged_data(table, manifest, states, res)
     res.checks.append("shard-snapshot-readable")
@@ -250,6 +252,23 @@ def _check_lancedb_view(table: Table, res: VerifyResult, pk: list[str], manifest
             scanned = rows
         elif scanned is not None and rows != scanned:
             res.problems.append(Problem(CHECK, f"LanceDB's {read.what} see {rows} rows, its scans {scanned}"))
+
+
+def _check_key_indexes(table: Table, states: dict[str, ShardState], res: VerifyResult) -> None:
+    """Each listed generation's key index names each row once (memwal.inspect.key_index):
+    lance-context's reads fail on one that does not."""
+    from memwal.inspect.key_index import CHECK, doubly_indexed
+
+    res.checks.append(CHECK)
+    for shard_id, state in states.items():
+        try:
+            found = doubly_indexed(table, state)
+        except UnsafePathError:
+            continue  # paths-inside-shard reports it
+        for g, why in found:
+            res.problems.append(Problem(CHECK, f"listed generation {g}: {why}: lance-context's list() fails on it "
+                                        "(its own replay bug: docs/clients.md); a merge, then GC's drain once "
+                                        "the writing process is gone, takes it out", shard_id))
 
 
 def _check_merged_data(table: Table, manifest: TableManifest, states: dict[str, ShardState], res: VerifyResult) -> None:

@@ -1,9 +1,9 @@
 """Which runs of listed merged generations become one rollup: size-tiered, newest first.
 
 What a listed generation costs a reader is mostly its open (its Lance manifest, primary-key index
-and bloom filter), not its rows: 378 small generations took a new process 82 s, the same rows
-with none 0.8 s (issue 54). So the count is what to bound. Rewriting a run costs its rows, and a
-writer that never reopens keeps every row merged since it opened listed; so the runs are tiered:
+and bloom filter), not its rows (docs/decisions/0054-rollups.md), so the count is what to bound.
+Rewriting a run costs its rows, and a writer that never reopens keeps every row merged since it
+opened listed; so the runs are tiered:
 walking from the newest entry back, an entry joins the newer ones when it holds at most
 :data:`RATIO` times their bytes. Entries then grow by more than ``RATIO`` going back, and a
 shard lists at most about ``log(total / smallest) / log(RATIO + 1) + 1`` merged entries, while a

@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 _MEMTABLE_FACTOR = 3
 _MEMTABLE_SLACK = 64 << 20
 #: The writer's ceiling on unflushed bytes (backpressure, not an allocation) must hold the MemTable
-#: and what its in-memory indexes reserve: pylance 14 reserves about 17 MB plus 100 bytes a row
-#: with a vector index, and refuses a ceiling below that.
+#: and what its in-memory indexes reserve (a fixed part and some bytes a row); the writer refuses
+#: a ceiling below that, so it is set generously.
 _INDEX_RESERVE = 256 << 20
 _INDEX_BYTES_PER_ROW = 1024
 #: Rows per ``put``: the writer counts batches against ``max_memtable_batches`` (8,000).

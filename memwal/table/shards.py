@@ -109,9 +109,9 @@ def list_shard_ids(store: Store) -> list[str]:
 #: storage sizes anything in memory either way (issue 56).
 MAX_GENERATION = 1 << 40
 
-#: A shard manifest larger than this is refused (storage is untrusted input, issue 56): 8 MiB
-#: lists some 200,000 generations, far more than any shard a reader could still open.
-SHARD_MANIFEST_MAX_BYTES = 8 << 20
+#: A shard manifest larger than this is refused (storage is untrusted input, issue 56): 4 MiB
+#: lists some 100,000 generations, far more than any shard a reader could still open.
+SHARD_MANIFEST_MAX_BYTES = 4 << 20
 
 
 def decode_shard_manifest(data: bytes, *, shard_id: str, version: int, where: str, mtime: float = 0.0) -> ShardState:

@@ -4,9 +4,9 @@ The writer our users run, in a process of its own that stays open for as long as
 wants (the steady-state bench, bench/steady.py, keeps one writing for half an hour), the same
 protocol as :mod:`tests.clients.lance_context_driver`. Commands:
 
-* ``{"op": "create", "uri": ...}``: a table of the bench's schema (``id`` string key, ``v``
-  int64, ``name`` string), unsharded, with no row; ``{"op": "open", "uri": ..., "rows": R}``:
-  a writer on its one shard, flushing every ``R`` rows;
+* ``{"op": "create", "uri": ..., "rows": [...]}``: a table of the bench's schema (``id`` string
+  key, ``v`` int64, ``name`` string), unsharded, those rows its base (none by default);
+  ``{"op": "open", "uri": ..., "rows": R}``: a writer on its one shard, flushing every ``R`` rows;
 * ``{"op": "gen", "rows": [...]}``: put the rows (exactly ``R``) and wait for their flush: one
   generation;
 * ``{"op": "read"}``: the writer's own ``lsm_scanner()`` (its base as it opened it, every
@@ -69,7 +69,8 @@ def main() -> None:
         try:
             value: Any = None
             if op == "create":
-                lance.write_dataset(SCHEMA.empty_table(), cmd["uri"]).initialize_mem_wal(unsharded=True)
+                base = pa.Table.from_pylist(cmd.get("rows") or [], schema=SCHEMA)
+                lance.write_dataset(base, cmd["uri"]).initialize_mem_wal(unsharded=True)
             elif op == "open":
                 writer = lance.dataset(cmd["uri"]).mem_wal_writer(SHARD, max_memtable_rows=cmd["rows"],
                                                                   durable_write=False, stats_log_interval_ms=0)

@@ -283,7 +283,26 @@ def test_a_restart_reads_alike_with_and_without_memwal_and_memwals_drain_heals_i
             continue
         assert seen[0] == seen[1] and "from_sorted_iter called with non-sorted input" in seen[1], seen
         assert doubly_indexed(control) == {max(listed(control))} and doubly_indexed(treated) == set(listed(treated))
+        check = run_cli("verify", control)  # verify fails where the client's read fails, naming it
+        assert check.rc == 1 and "listed-key-indexes-unique" in check.stdout, check.stdout
         assert run_cli("cycle", treated, *cycle).rc == 0  # the replaying process is gone: merged, drained
         assert listed(treated) == [] and folders(treated) == set()
         assert restart(treated, [], {**at, "after": after[0]}) == "model"
         assert "from_sorted_iter" in restart(control, [], at)  # no compactor ran: it stays unreadable
+
+
+def test_a_store_that_never_stops_keeps_a_bounded_listing(client: Client) -> None:
+    """The production shape (issue 54): one lance-context process writes between cycles of
+    every job with default settings (grace period, versions kept, the writer live). What every
+    reader opens stays a few generations, and the live store, a new process and pylance read
+    every row at every step."""
+    seen = []
+    for _ in range(8):
+        for _ in range(3):
+            client.generation(8)
+        assert run_cli("cycle", client.uri).rc == 0
+        client.reads_every_row()
+        assert client_view(client.uri) == client_view(client.control_uri)
+        seen.append(len(listed(client.uri)))
+    assert max(seen) <= 2, seen  # a rollup, and what was flushed during the cycle
+    assert run_cli("verify", client.uri).rc == 0

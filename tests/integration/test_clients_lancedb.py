@@ -346,3 +346,20 @@ def test_the_drivers_benchmark_commands(ldb: LanceDBProcess, tmp_path: Path) -> 
     assert memwal.open(w.uri).merge().ok
     counted = w.live.call("row_count")
     assert (counted["visible"], counted["base"]) == (110, 110)
+
+
+def test_a_lancedb_writer_that_never_stops_keeps_a_bounded_listing(ldb: LanceDBProcess, tmp_path: Path) -> None:
+    """The production shape (issue 54): the table kept open writes between cycles of every job
+    with default settings. What a list-reading client opens stays a few generations, and
+    LanceDB's reads equal the model at every step (it skips what the merge covered anyway)."""
+    w = Writer(ldb, str(tmp_path / "db"), {"kind": "unsharded"}, indexes=[], base_rows=100)
+    seen = []
+    for _ in range(6):
+        for _ in range(3):
+            w.generation()
+        w.flush()
+        assert run_cli("cycle", w.uri).rc == 0
+        w.reads_match(search=False)
+        seen.append(max(len(v) for v in listed(w.uri).values()))
+    assert max(seen) <= 2, seen
+    assert verify(w.uri)["ok"]
