@@ -7,11 +7,13 @@ every minute, the maintenance under test:
 * ``memwal``: ``memwal cycle TABLE`` with its defaults (grace period, version retention, writer
   idle period), as a whole process, while the writer goes on;
 * ``cleanup_wal`` (the peer): lance-context's own merger called in the writer process, looped
-  until it merges nothing, as lance-context's users run it.
+  until it merges nothing, as lance-context's users run it;
+* ``both``: that, then ``memwal cycle`` (two compactors on one table, as a lance-context user who
+  adds memwal for GC, catch-up and compaction runs them).
 
 Arms: ``pylance`` (a pylance 14 ``ShardWriter``), ``lance-context`` (0.6.7, Lance 9 inside),
-``lance-context-peer`` (its own merger, no memwal), and ``lancedb`` when its driver and venv are
-there. After each minute's maintenance the bench records: the generations the shard manifest
+``lance-context-peer`` (its own merger, no memwal), ``lance-context-both``, and ``lancedb`` when
+its driver and venv are there. After each minute's maintenance the bench records: the generations the shard manifest
 lists (what every list-reading client opens) and the folders and bytes on storage; the live
 writer's own read (time, and its rows against the model: a digest, :mod:`tests.clients.digest`);
 a new process's read (the same); the same client's read of a *reference* table holding the same
@@ -216,7 +218,8 @@ CLIENTS = {
 
 #: arm -> (client, maintenance)
 ARMS = {"pylance": ("pylance", "memwal"), "lance-context": ("lance-context", "memwal"),
-        "lance-context-peer": ("lance-context", "cleanup_wal"), "lancedb": ("lancedb", "memwal")}
+        "lance-context-peer": ("lance-context", "cleanup_wal"), "lancedb": ("lancedb", "memwal"),
+        "lance-context-both": ("lance-context", "both")}
 
 
 def available(arm: str) -> bool:
@@ -344,12 +347,13 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
                     holder[0].close()
                     holder[0] = client.reopen_writer(uri, rows)
             writer = holder[0]
-            if maintenance == "memwal":
-                maint = _run_peak([str(MEMWAL), "cycle", uri])
-            else:
+            maint: dict[str, Any] = {}
+            if maintenance in ("cleanup_wal", "both"):
                 c0 = time.perf_counter()
                 done = writer.call("cleanup_all")
-                maint = {"wall_seconds": round(time.perf_counter() - c0, 2), "merged": done["merged"]}
+                maint = {"cleanup_wal_wall_seconds": round(time.perf_counter() - c0, 2), "merged": done["merged"]}
+            if maintenance in ("memwal", "both"):
+                maint.update(_run_peak([str(MEMWAL), "cycle", uri]))
             record: dict[str, Any] = {"minute": minute, "generations_written": gens[0], "maintenance": maint}
             record.update(storage(uri))
             # the writer's own read, once it flushed after the maintenance: until then a pylance
@@ -376,7 +380,8 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
                 f"{record['bytes'] / 1e6:.1f} MB; live {record['live']['seconds']}s "
                 f"{'ok' if record['live']['right'] else 'WRONG'}, new {record['new_process']['seconds']}s "
                 f"{'ok' if record['new_process']['right'] else 'WRONG'}, reference {record['reference']['seconds']}s; "
-                f"maintenance {maint.get('wall_seconds')}s wall, {maint.get('cpu_seconds', '-')}s CPU")
+                f"maintenance {maint.get('wall_seconds', maint.get('cleanup_wal_wall_seconds'))}s wall, "
+                f"{maint.get('cpu_seconds', '-')}s CPU")
             minutes_out.append(record)
     finally:
         stop.set()
@@ -406,7 +411,7 @@ def goals(minutes: list[dict[str, Any]], maintenance: str) -> dict[str, Any]:
                              "goal": True, "met": all(m["live"]["right"] and m["new_process"]["right"]
                                                       for m in minutes)},
     }
-    if maintenance == "memwal":
+    if maintenance != "cleanup_wal":
         cpu = [m["maintenance"]["cpu_seconds"] for m in minutes]
         share = statistics.mean(cpu) / 60
         out["maintenance_core_share"] = {"value": round(share, 3), "goal": GOAL_CORE_SHARE,
