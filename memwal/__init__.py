@@ -9,7 +9,7 @@ The public face is small::
 
 Everything is imported lazily (``memwal --help`` must not pay for pyarrow or Lance), nothing
 happens on import (``memwal.open`` quiets Lance's harmless log noise when it first runs:
-:mod:`memwal.core.process`), and this package imports neither Spark nor Airflow: the Spark engine lives in ``jobs/``
+`memwal.core.process`), and this package imports neither Spark nor Airflow: the Spark engine lives in ``jobs/``
 (installed as ``memwal.spark``) and the Airflow integration in ``airflow_plugins/``
 (installed as ``memwal.airflow``).
 """

@@ -1,4 +1,4 @@
-"""The public Python API: ``memwal.open(uri)`` and the :class:`MemWalTable` it returns.
+"""The public Python API: ``memwal.open(uri)`` and the `MemWalTable` it returns.
 
 Each method is the CLI command of the same name: it takes the command's options as keyword
 arguments of the same names (``dry_run=``, ``engine=``, ``shards=``, ``grace_seconds=``, ...;
@@ -7,13 +7,17 @@ the command line; a duration is seconds or a ``timedelta``) and returns a typed 
 ``to_dict()`` is exactly the ``--json`` document and ``to_json()`` the same as text. Overloads
 type the value: ``t.merge(dry_run=True).value`` is a ``MergePlan``, ``t.merge().value`` a
 ``MergeResult``; ``t.plan_merge()`` returns the plan alone.
-Errors are the exceptions of :mod:`memwal.errors`, whose ``exit_code`` is the CLI's.
+Errors are the exceptions of `memwal.errors`, whose ``exit_code`` is the CLI's.
 
->>> from datetime import timedelta
->>> import memwal
->>> t = memwal.open("s3://lake/events", storage_options={"aws_region": "us-east-1"})
->>> t.merge(max_generations=8).value.version                 # doctest: +SKIP
->>> t.gc(dry_run=True, grace_seconds=timedelta(minutes=10)).value.blocked  # doctest: +SKIP
+Docstrings here are Google style, the one mkdocstrings renders for the API reference
+(docs/reference/python-api.md): every parameter and what each method returns.
+
+Examples:
+    >>> from datetime import timedelta
+    >>> import memwal
+    >>> t = memwal.open("s3://lake/events", storage_options={"aws_region": "us-east-1"})
+    >>> t.merge(max_generations=8).value.version                 # doctest: +SKIP
+    >>> t.gc(dry_run=True, grace_seconds=timedelta(minutes=10)).value.blocked  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.snapshot import SnapshotPlan, SnapshotResult
     from memwal.table import Table
 
-#: A duration: seconds, or a :class:`~datetime.timedelta` (converted where options are validated).
+#: A duration: seconds, or a `datetime.timedelta` (converted where options are validated).
 Seconds = float | timedelta
 
 
@@ -117,13 +121,25 @@ class GcRunOptions(GcPlanOptions, RunOptions, total=False):
 
 
 class MemWalTable:
-    """One Lance table with a MemWAL, and the maintenance actions on it."""
+    """One Lance table with a MemWAL, and the maintenance actions on it (`memwal.open` returns one).
+
+    The job methods (`merge`, `catchup`, `compact`, `snapshot`, `gc`) are the CLI commands of the
+    same names: keyword options only, each the snake_case of the command's flag, ``None`` for the
+    command's default; they return a `JobResult` whose ``to_dict()`` is the command's ``--json``
+    document. With ``dry_run=True`` its ``value`` is the plan and nothing is written; otherwise
+    the job takes its lease and executes exactly that plan. The ``plan_<job>`` methods return the
+    plan alone. Bad values raise `memwal.errors.BadInputError` before anything is read or written.
+
+    Args:
+        table: The opened table handle; use `memwal.open` rather than building one.
+    """
 
     def __init__(self, table: Table) -> None:
         self._table = table
 
     @property
     def uri(self) -> str:
+        """The table's URI, as given to `memwal.open` (a local path normalised to an absolute one)."""
         return self._table.uri
 
     @property
@@ -166,14 +182,46 @@ class MemWalTable:
               max_rows: int | None = None, max_bytes: int | None = None, engine: Engine | None = None,
               dry_run: bool = False, lease_ttl: Seconds | None = None,
               lease_wait: Seconds | None = None) -> JobResult[MergePlan] | JobResult[MergeResult]:
-        """Merge flushed generations into the base table: per shard in order, progress in
-        the same commit as the rows. A dry run's value is the :class:`MergePlan`."""
+        """Merge flushed generations into the base table (``memwal merge``).
+
+        Per shard in ascending order with no gap; the merged generation is recorded in the same
+        commit as the rows. Within the batch a key's newest version wins; tombstones delete.
+
+        Args:
+            shards: Shard ids to merge (default: every shard).
+            max_generations: At most this many generations per shard in one run.
+            max_rows: Stop adding generations to the batch past this many change rows.
+            max_bytes: Stop adding generations to the batch past this many bytes.
+            engine: ``"local"`` (in this process, the default) or ``"spark"``.
+            dry_run: Plan only: nothing written, no lease taken, no engine started.
+            lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
+            lease_wait: Seconds (or a `timedelta`) to wait for the merge lease another job holds before
+                giving up with `memwal.errors.LeaseHeldError` (default 30).
+
+        Returns:
+            A `JobResult`: its value is the `MergePlan` for a dry run, else the `MergeResult`
+                (the new version, each shard's generations and rows, or ``version`` None when
+                there was nothing to merge).
+
+        Raises:
+            memwal.errors.BadInputError: A bad option or table (exit code 2), before anything is written.
+            memwal.errors.LeaseHeldError: Another live merge holds the lease (exit code 3).
+            memwal.errors.LeaseLostError: The lease was lost during the run (exit code 3).
+            memwal.errors.MemWalError: The merge failed (exit code 1), e.g. a gap in a shard's generations.
+        """
         return self._run("merge", dict(shards=shards, max_generations=max_generations, max_rows=max_rows,
                                        max_bytes=max_bytes, engine=engine, dry_run=dry_run, lease_ttl=lease_ttl,
                                        lease_wait=lease_wait))
 
     def plan_merge(self, **options: Unpack[MergePlanOptions]) -> MergePlan:
-        """What :meth:`merge` would merge (its dry run's value)."""
+        """What `merge` would merge: its dry run's value, with nothing written and no lease.
+
+        Args:
+            **options: `merge`'s planning options: ``shards``, ``max_generations``, ``max_rows``, ``max_bytes``.
+
+        Returns:
+            The `MergePlan`: per shard, the generations in order, and the shards blocked with why.
+        """
         plan: MergePlan = self._plan("merge", dict(options))
         return plan
 
@@ -189,13 +237,38 @@ class MemWalTable:
     def catchup(self, *, indexes: Sequence[str] | None = None, max_deltas: int | None = None,
                 max_unindexed_fraction: float | None = None, engine: Engine | None = None, dry_run: bool = False,
                 lease_ttl: Seconds | None = None) -> JobResult[CatchupPlan] | JobResult[CatchupResult]:
-        """Bring the maintained indexes up to the merged generations."""
+        """Bring the maintained indexes up to the merged generations (``memwal catchup``).
+
+        Args:
+            indexes: Index names to catch up (default: the MemWAL index's maintained ones).
+            max_deltas: Retrain an index that has this many deltas or more (default 8).
+            max_unindexed_fraction: Retrain when more than this fraction of the rows is unindexed (default 0.5).
+            engine: ``"local"`` (the default) or ``"spark"`` (index segments built per fragment group).
+            dry_run: Plan only: nothing written, no lease taken, no engine started.
+            lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
+
+        Returns:
+            A `JobResult`: its value is the `CatchupPlan` for a dry run, else the `CatchupResult`
+                (the new version and each index's catch-up as recorded).
+
+        Raises:
+            memwal.errors.BadInputError: A bad option, or an index the table does not have (exit code 2).
+            memwal.errors.LeaseHeldError: Another live catch-up holds the lease (exit code 3).
+            memwal.errors.LeaseLostError: The lease was lost during the run (exit code 3).
+        """
         return self._run("catchup", dict(indexes=indexes, max_deltas=max_deltas,
                                          max_unindexed_fraction=max_unindexed_fraction, engine=engine,
                                          dry_run=dry_run, lease_ttl=lease_ttl))
 
     def plan_catchup(self, **options: Unpack[CatchupPlanOptions]) -> CatchupPlan:
-        """What :meth:`catchup` would do (its dry run's value)."""
+        """What `catchup` would do: its dry run's value, with nothing written and no lease.
+
+        Args:
+            **options: `catchup`'s planning options: ``indexes``, ``max_deltas``, ``max_unindexed_fraction``.
+
+        Returns:
+            The `CatchupPlan`: per index, what it would do (optimize, retrain, wait) and why.
+        """
         plan: CatchupPlan = self._plan("catchup", dict(options))
         return plan
 
@@ -212,7 +285,30 @@ class MemWalTable:
                 materialize_deletions_threshold: float | None = None, max_fragments: int | None = None,
                 engine: Engine | None = None, dry_run: bool = False,
                 lease_ttl: Seconds | None = None) -> JobResult[CompactPlan] | JobResult[CompactResult]:
-        """Compact fragments, keeping the merge progress and the index catch-up."""
+        """Rewrite small fragments and materialise deletions (``memwal compact``).
+
+        The merge progress is kept and the index catch-up re-earned in the same run (Lance's own
+        compaction drops it: hazard H4).
+
+        Args:
+            target_rows_per_fragment: Rows per fragment after compaction (default: Lance's, 1,048,576).
+            max_rows_per_group: Rows per row group in the rewritten files (default: Lance's, 1,024).
+            materialize_deletions_threshold: Rewrite a fragment once more than this fraction of its rows
+                is deleted (default: Lance's, 0.1).
+            max_fragments: Rewrite at most this many fragments in this run, oldest first.
+            engine: ``"local"`` (the default) or ``"spark"`` (one Spark task per Lance task).
+            dry_run: Plan only: nothing written, no lease taken, no engine started.
+            lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
+
+        Returns:
+            A `JobResult`: its value is the `CompactPlan` for a dry run, else the `CompactResult`
+                (fragments before and after, deletions materialised, the catch-up kept).
+
+        Raises:
+            memwal.errors.BadInputError: A bad option (exit code 2), before anything is written.
+            memwal.errors.LeaseHeldError: Another live compaction holds the lease (exit code 3).
+            memwal.errors.LeaseLostError: The lease was lost during the run (exit code 3).
+        """
         return self._run("compact", dict(target_rows_per_fragment=target_rows_per_fragment,
                                          max_rows_per_group=max_rows_per_group,
                                          materialize_deletions_threshold=materialize_deletions_threshold,
@@ -220,7 +316,15 @@ class MemWalTable:
                                          lease_ttl=lease_ttl))
 
     def plan_compact(self, **options: Unpack[CompactPlanOptions]) -> CompactPlan:
-        """What :meth:`compact` would rewrite (its dry run's value)."""
+        """What `compact` would rewrite: its dry run's value, with nothing written and no lease.
+
+        Args:
+            **options: `compact`'s planning options: ``target_rows_per_fragment``, ``max_rows_per_group``,
+                ``materialize_deletions_threshold``, ``max_fragments``.
+
+        Returns:
+            The `CompactPlan`: the tasks (fragments to rewrite) and the progress the commit must keep.
+        """
         plan: CompactPlan = self._plan("compact", dict(options))
         return plan
 
@@ -236,12 +340,35 @@ class MemWalTable:
 
     def snapshot(self, *, engine: Engine | None = None, dry_run: bool = False, lease_ttl: Seconds | None = None,
                  lease_wait: Seconds | None = None) -> JobResult[SnapshotPlan] | JobResult[SnapshotResult]:
-        """Publish every shard's state in the MemWAL index (the shard snapshot)."""
+        """Publish every shard's state in the MemWAL index, the snapshot readers start from (``memwal snapshot``).
+
+        Args:
+            engine: ``"local"`` (the default) or ``"spark"`` (shard manifests read in parallel).
+            dry_run: Plan only: nothing written, no lease taken, no engine started.
+            lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
+            lease_wait: Seconds (or a `timedelta`) to wait for the merge lease (a merge and a refresh
+                serialise through it) before giving up with `memwal.errors.LeaseHeldError` (default 30).
+
+        Returns:
+            A `JobResult`: its value is the `SnapshotPlan` for a dry run, else the `SnapshotResult`
+                (``version`` None, with a ``reason``, when nothing changed since the last snapshot).
+
+        Raises:
+            memwal.errors.LeaseHeldError: Another live refresh, or a merge, holds its lease (exit code 3).
+            memwal.errors.LeaseLostError: The lease was lost during the run (exit code 3).
+        """
         return self._run("snapshot", dict(engine=engine, dry_run=dry_run, lease_ttl=lease_ttl,
                                           lease_wait=lease_wait))
 
     def plan_snapshot(self, **options: Unpack[SnapshotPlanOptions]) -> SnapshotPlan:
-        """What :meth:`snapshot` would publish (its dry run's value; manifests read in-process)."""
+        """What `snapshot` would publish: its dry run's value (shard manifests read in this process).
+
+        Args:
+            **options: None today; accepted for symmetry with the other ``plan_<job>`` methods.
+
+        Returns:
+            The `SnapshotPlan`: each shard's row, where it would be stored, or why nothing needs publishing.
+        """
         plan: SnapshotPlan = self._plan("snapshot", dict(options))
         return plan
 
@@ -250,24 +377,68 @@ class MemWalTable:
            history_retention: Seconds | None = None, writer_idle_seconds: Seconds | None = None,
            engine: Engine | None = None, dry_run: bool = False,
            lease_ttl: Seconds | None = None) -> JobResult[GcResult]:
-        """Delete what nothing can need any more; every kept item says which gates keep it.
-        A dry run's value is what the run would do (same items, same bytes: :meth:`GcPlan.preview`)."""
+        """Delete what nothing can need any more (``memwal gc``); every kept item says which gates keep it.
+
+        Merged generations first leave the shard manifests (the drain), then they and their WAL
+        entries are deleted once merged, caught up by every maintained index, outside every
+        retained version and live checkpoint, past the grace period and outside a live writer's view.
+
+        Args:
+            grace_seconds: Reader grace period after the merge commit: a reader that listed a
+                generation before its merge may still read it this long (default 600).
+            expire_versions: First expire base-table versions older than this with Lance's cleanup
+                (seconds or a `timedelta`; default 7 days; tags, branches and checkpoints are kept);
+                ``"never"`` keeps every version.
+            orphans: Also remove unlisted generation directories and a crashed merge's staging.
+            orphan_age_seconds: How old an orphan must be to be removed (default 3600).
+            audit: Also write the audit record under ``_mem_wal/_jobs/audit/`` in the table's store.
+            history_retention: Prune the run history of runs older than this (default 90 days).
+            writer_idle_seconds: A shard writer quiet this long is presumed gone; until then the merged
+                generations its view needs stay listed and on storage (default 1 day; 0: no writer is live).
+            engine: ``"local"`` (the default) or ``"spark"`` (one Spark task per shard).
+            dry_run: Plan only: the value is the result the run would give, same items, same bytes.
+            lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
+
+        Returns:
+            A `JobResult` whose value is the `GcResult`: what was (or would be) deleted and drained,
+                the bytes freed, and every blocked generation with the gates that keep it.
+
+        Raises:
+            memwal.errors.BadInputError: A bad option, e.g. a negative duration (exit code 2).
+            memwal.errors.LeaseHeldError: Another live GC holds the lease (exit code 3).
+            memwal.errors.LeaseLostError: The lease was lost during the run (exit code 3).
+        """
         return self._run("gc", dict(grace_seconds=grace_seconds, expire_versions=expire_versions, orphans=orphans,
                                     orphan_age_seconds=orphan_age_seconds, audit=audit,
                                     history_retention=history_retention, writer_idle_seconds=writer_idle_seconds,
                                     engine=engine, dry_run=dry_run, lease_ttl=lease_ttl))
 
     def plan_gc(self, **options: Unpack[GcPlanOptions]) -> GcPlan:
-        """The GC plan (every collector's, each kept item with its gates); ``preview()`` is the
-        result a run would give, the dry run's value."""
+        """The GC plan: every collector's items, each kept one with its gates.
+
+        Args:
+            **options: `gc`'s planning options: ``grace_seconds``, ``expire_versions``, ``orphans``,
+                ``orphan_age_seconds``, ``audit``, ``history_retention``, ``writer_idle_seconds``.
+
+        Returns:
+            The `GcPlan`; its ``preview()`` is the `GcResult` a run would give (the dry run's value).
+        """
         plan: GcPlan = self._plan("gc", dict(options))
         return plan
 
     # -- looking
 
     def status(self, *, html: str | None = None) -> TableStatus:
-        """The table's status; with ``html=PATH`` also the status page written there
-        (``memwal status --html``: one self-contained file, see :mod:`memwal.inspect.page`)."""
+        """The table's status (``memwal status``).
+
+        Args:
+            html: Also write the status page to this path (``memwal status --html``: one
+                self-contained file, no script).
+
+        Returns:
+            The `TableStatus`: per shard the flushed, merged and unmerged generations and the
+                index catch-up; its ``to_json()`` is ``memwal status --json``.
+        """
         from memwal.inspect.status import table_status
 
         st = table_status(self._table)
@@ -278,15 +449,38 @@ class MemWalTable:
         return st
 
     def verify(self) -> VerifyResult:
+        """Check the invariants on the table as it is (``memwal verify``).
+
+        Returns:
+            The `VerifyResult`: the checks run, ``ok``, and one problem per failed check.
+        """
         from memwal.inspect.verify import verify_table
 
         return verify_table(self._table)
 
     def scan(self, *, columns: list[str] | None = None, filter: str | None = None, limit: int | None = None,
              source: str = "index", checkpoint: str | None = None) -> pa.Table:
-        """The rows a reader sees now: base table plus unmerged generations (folded by the
-        table's merge operators, if any), pruned by ``filter`` where the sharding allows; or,
-        given a ``checkpoint`` id, the rows it saw at its moment."""
+        """The rows a reader sees now: the base table plus the unmerged generations (``memwal scan``).
+
+        Rows are folded by the table's merge operators, if any, and pruned by ``filter`` where the
+        sharding allows.
+
+        Args:
+            columns: Columns to return (default: all).
+            filter: A SQL filter Lance understands, e.g. ``"id IN (1, 2)"``.
+            limit: At most this many rows.
+            source: ``"index"`` (start from the published shard snapshot, the default) or
+                ``"manifests"`` (every shard's latest manifest, authoritative).
+            checkpoint: A live checkpoint's id: the rows it saw at its moment instead of now.
+
+        Returns:
+            A `pyarrow.Table` of the live rows.
+
+        Raises:
+            memwal.errors.BadInputError: A filter Lance cannot parse or type-check, an unknown column,
+                or an unknown or expired checkpoint (nothing read).
+            memwal.errors.ReadError: A read failed inside Lance.
+        """
         from memwal.read import fresh_scan, lsm_scan
 
         if checkpoint is not None:  # a pinned view: nothing moves under it
@@ -296,11 +490,25 @@ class MemWalTable:
 
     def lookup(self, keys: Any, *, columns: list[str] | None = None, source: str = "index",
                checkpoint: str | None = None) -> pa.Table:
-        """The live rows of primary keys ``keys`` as a reader sees them now, in the order given
-        (an absent or deleted key gives no row), through pylance's ``LsmPointLookupPlanner``
-        (folded by the table's merge operators, if any). ``keys``: values of a one-column key,
-        tuples or mappings of a composite one, or Arrow data with the key columns. With a
-        ``checkpoint`` id: as a reader saw them at its moment."""
+        """The live rows of some primary keys as a reader sees them now, in the order given.
+
+        Through pylance's ``LsmPointLookupPlanner``, folded by the table's merge operators, if any;
+        an absent or deleted key gives no row.
+
+        Args:
+            keys: Values of a one-column key, tuples or mappings of a composite one, or Arrow data
+                with the key columns.
+            columns: Columns to return (default: all).
+            source: ``"index"`` (the published shard snapshot, the default) or ``"manifests"``.
+            checkpoint: A live checkpoint's id: as a reader saw them at its moment.
+
+        Returns:
+            A `pyarrow.Table` with one row per live key found.
+
+        Raises:
+            memwal.errors.BadInputError: A key of the wrong type, an unknown column or checkpoint.
+            memwal.errors.ReadError: A read failed inside Lance.
+        """
         from memwal.read import lookup
 
         return lookup(self._table, keys, columns=columns, source=source, plan=self._checkpoint_plan(checkpoint))
@@ -308,12 +516,30 @@ class MemWalTable:
     def nearest(self, column: str, query: Any, *, k: int = 10, filter: str | None = None,
                 columns: list[str] | None = None, metric: str | None = None, nprobes: int = 20,
                 source: str = "index", checkpoint: str | None = None) -> pa.Table:
-        """The ``k`` live rows nearest to ``query`` (a vector) in ``column``, nearest first,
-        with a ``_distance`` column, among rows matching ``filter``: pylance's
-        ``LsmVectorSearchPlanner`` when the column's vector index covers every row a reader
-        sees, else an exact search (an index not caught up yet, a generation without the
-        index, a ``metric`` other than the index's). With a ``checkpoint`` id: among the rows
-        of its moment."""
+        """The ``k`` live rows nearest to a query vector, nearest first, with a ``_distance`` column.
+
+        Pylance's ``LsmVectorSearchPlanner`` when the column's vector index covers every row a
+        reader sees, else an exact search (an index not caught up yet, a generation without the
+        index, a ``metric`` other than the index's).
+
+        Args:
+            column: The vector column.
+            query: The query vector (its size must be the column's).
+            k: How many rows.
+            filter: A SQL filter the rows must match.
+            columns: Columns to return besides ``_distance`` (default: all).
+            metric: ``"l2"``, ``"cosine"`` or ``"dot"`` (default: the index's, else l2).
+            nprobes: Index partitions probed by an indexed search.
+            source: ``"index"`` (the published shard snapshot, the default) or ``"manifests"``.
+            checkpoint: A live checkpoint's id: among the rows of its moment.
+
+        Returns:
+            A `pyarrow.Table` of at most ``k`` rows, nearest first.
+
+        Raises:
+            memwal.errors.BadInputError: An unknown column, a query of the wrong size, a bad filter.
+            memwal.errors.ReadError: A read failed inside Lance.
+        """
         from memwal.read import nearest
 
         return nearest(self._table, column, query, k=k, filter=filter, columns=columns, metric=metric,
@@ -330,11 +556,23 @@ class MemWalTable:
     # -- long readers
 
     def checkpoint(self, *, lifetime: float, name: str | None = None, refresh: bool = True) -> ManagedCheckpoint:
-        """A checkpoint for a ``with`` block: created on entry, refreshed in the background every
-        third of ``lifetime`` while held (``refresh=False``: not), deleted on exit.
+        """A reader checkpoint for a ``with`` block: it pins the table's view of its moment.
 
-        >>> with t.checkpoint(lifetime=600) as cp:      # doctest: +SKIP
-        ...     rows = cp.scan(filter="id < 100")       # the view of that moment, however long it takes
+        Created on entry, refreshed in the background every third of ``lifetime`` while held,
+        deleted on exit; GC keeps everything it pins until then.
+
+        Args:
+            lifetime: Seconds (or a `timedelta`) the checkpoint lives without a refresh.
+            name: A name shown by ``memwal checkpoint list``.
+            refresh: Refresh it in the background while the block runs (False: it expires after
+                ``lifetime`` whatever the block does).
+
+        Returns:
+            A `ManagedCheckpoint`; inside the block its ``scan(...)``, ``id`` and ``version``.
+
+        Examples:
+            >>> with t.checkpoint(lifetime=600) as cp:      # doctest: +SKIP
+            ...     rows = cp.scan(filter="id < 100")       # the view of that moment, however long it takes
         """
         from memwal.checkpoint import ManagedCheckpoint
         from memwal.checkpoint import lifetime as check_lifetime
@@ -342,33 +580,78 @@ class MemWalTable:
         return ManagedCheckpoint(self._table, lifetime=check_lifetime(lifetime), name=name, refresh=refresh)
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every checkpoint of the table, live and expired (``memwal checkpoint list``)."""
+        """Every checkpoint of the table, live and expired (``memwal checkpoint list``).
+
+        Returns:
+            A list of `Checkpoint`: id, name, version, creation and expiry, the generations pinned.
+        """
         from memwal.checkpoint import list_checkpoints
 
         return list_checkpoints(self._table)
 
     def history(self, *, limit: int = 20, job: str | None = None, since: str | float | None = None) -> History:
-        """Job runs newest first (``memwal history``): ``.runs``, ``.to_dict()``."""
+        """The table's job runs, newest first (``memwal history``).
+
+        Args:
+            limit: At most this many runs.
+            job: Only this job's runs (``"merge"``, ``"gc"``, ...).
+            since: Only runs started since: an ISO date or time (UTC unless it says otherwise),
+                seconds since the epoch, or a duration back from now (``"90m"``, ``"24h"``, ``"7d"``).
+
+        Returns:
+            The `History`: ``.runs`` newest first; ``.to_dict()`` is ``memwal history --json``.
+        """
         from memwal.history.timeline import history, parse_since
 
         return history(self._table, limit=limit, job=job, since=parse_since(since))
 
     def leases(self) -> list[LeaseInfo]:
+        """The table's job leases (``memwal lease``).
+
+        Returns:
+            A `LeaseInfo` per job kind: its holder, run id, fencing token and expiry, or free.
+        """
         from memwal.lease import list_leases
 
         return list_leases(self._table.store)
 
     def merge_ops(self, *, set: dict[str, str] | None = None, unset: list[str] | None = None,
                   force: bool = False) -> MergeOpsChange:
-        """Show (no arguments) or change the columns' merge operators."""
+        """Show (no arguments) or change the columns' merge operators (``memwal merge-ops``).
+
+        Args:
+            set: Column name to operator name, e.g. ``{"count": "sum"}``.
+            unset: Columns whose operator is removed (last write wins again).
+            force: Change the operators although generations are unmerged (their rows change meaning).
+
+        Returns:
+            The `MergeOpsChange`: the operators before and after.
+
+        Raises:
+            memwal.errors.BadInputError: An unknown column or operator, or unmerged generations
+                without ``force`` (nothing written).
+        """
         from memwal.actions.merge_ops import change_merge_ops
 
         return change_merge_ops(self._table, set_ops=set, unset=unset, force=force)
 
 
 def open(uri: str, storage_options: dict[str, str] | None = None) -> MemWalTable:  # noqa: A001 - the API's name
-    """Open a MemWAL table (local path or ``s3://bucket/prefix``); bad input raises
-    :class:`~memwal.errors.BadInputError` naming what is wrong."""
+    """Open a Lance table with a MemWAL.
+
+    Args:
+        uri: A local path, ``s3://bucket/prefix``, ``az://container/prefix`` (also ``abfss://``)
+            or ``gs://bucket/prefix``.
+        storage_options: Lance's storage options (its key names, e.g. ``aws_region``,
+            ``azure_storage_account_name``); credentials here are never logged.
+
+    Returns:
+        The `MemWalTable`.
+
+    Raises:
+        memwal.errors.BadInputError: No table at ``uri``, a table without a MemWAL or a primary
+            key, or a bad storage option; the message names what is wrong (exit code 2).
+    """
     from memwal.core.process import quiet_lance
 
     quiet_lance()  # before Lance loads (its log filter is read then)

@@ -1,13 +1,13 @@
 """Each action's options, declared once.
 
 An options dataclass is the single declaration of an action's knobs. Everything else is
-derived from it: the CLI flags (:func:`memwal.cli.options.add_arguments`), the Python API's keyword
-arguments and their validation (:meth:`JobOptions.from_kwargs`), the arguments handed to
-``spark-submit`` (:meth:`JobOptions.to_argv`), the Airflow operators' and DAG config's
-keys (:func:`option_names`) and backfill's options. A knob added here shows up
+derived from it: the CLI flags (`memwal.cli.options.add_arguments`), the Python API's keyword
+arguments and their validation (`JobOptions.from_kwargs`), the arguments handed to
+``spark-submit`` (`JobOptions.to_argv`), the Airflow operators' and DAG config's
+keys (`option_names`) and backfill's options. A knob added here shows up
 everywhere; none can drift.
 
-Validation uses :mod:`memwal.core.validate` (one rule per kind of value), so ``nan`` is refused
+Validation uses `memwal.core.validate` (one rule per kind of value), so ``nan`` is refused
 the same way from the command line, from Python and from a DAG config.
 """
 
@@ -43,7 +43,7 @@ class Spec:
 
 
 def opt(default: Any, kind: str, help: str, **spec: Any) -> Any:
-    """A dataclass field carrying its :class:`Spec` (name lists default to an empty tuple)."""
+    """A dataclass field carrying its `Spec` (name lists default to an empty tuple)."""
     return field(default=default, metadata={"spec": Spec(kind, help, **spec)})
 
 

@@ -2,7 +2,7 @@
 exactly that plan, recorded in the table's history.
 
 The Python API, the CLI, ``memwal backfill``, the Spark entry points and the Airflow
-operators all call :func:`run`, so none of them can drift, and whether a result is a
+operators all call `run`, so none of them can drift, and whether a result is a
 failure is decided in one place: the action's ``problems``.
 """
 
@@ -25,18 +25,24 @@ if TYPE_CHECKING:
     from memwal.lease.cancel import Scope
     from memwal.table import Table
 
-#: The type of a :class:`JobResult`'s value: the action's plan (a dry run) or result.
+#: The type of a `JobResult`'s value: the action's plan (a dry run) or result.
 V = TypeVar("V", bound=Document)
 
 
 @dataclass(frozen=True)
 class JobResult(Document, Generic[V]):
-    """What an action returns: its typed plan (dry run) or result, and the verdict.
+    """What a job method returns: its typed plan (a dry run) or result, and the verdict.
 
-    ``value`` is the action's own object (``MergePlan`` for a merge's dry run,
-    ``MergeResult`` for its run, ...); each has ``to_dict()``, the document of the CLI.
-    ``problems`` holds one line per thing that makes it a failure (exit code 1): the
-    result's ``problems()``, or for a dry run the action's ``plan_problems`` of its plan.
+    Attributes:
+        action: The job: ``"merge"``, ``"catchup"``, ``"compact"``, ``"snapshot"`` or ``"gc"``.
+        dry_run: Whether this was a dry run (nothing written).
+        value: The job's own object: for a dry run its plan (`MergePlan`, `CatchupPlan`,
+            `CompactPlan`, `SnapshotPlan`; gc: the `GcResult` the run would give), else its result
+            (`MergeResult`, `CatchupResult`, `CompactResult`, `SnapshotResult`, `GcResult`); each
+            has ``to_dict()``, the CLI's document.
+        run_id: The run's id in the table's history (``memwal history``); None for a dry run.
+        problems: One line per thing that makes it a failure (the CLI's exit code 1): the result's
+            ``problems()``, or for a dry run its plan's (a blocked shard, an unsafe path).
     """
 
     action: str
@@ -54,6 +60,7 @@ class JobResult(Document, Generic[V]):
 
     @property
     def ok(self) -> bool:
+        """No problem: the CLI would exit 0."""
         return not self.problems
 
 

@@ -32,6 +32,15 @@ class IndexResult:
 
 @dataclass(frozen=True)
 class CatchupResult(Document):
+    """What an index catch-up did (``memwal catchup --json``).
+
+    Attributes:
+        table: The table's URI.
+        version: The new table version, or None when nothing was committed.
+        indexes: Per index: what was done and whether its catch-up is recorded.
+        engine: ``"local"`` or ``"spark"``.
+    """
+
     table: str
     version: int | None
     indexes: tuple[IndexResult, ...] = ()

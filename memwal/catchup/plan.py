@@ -53,6 +53,17 @@ class IndexPlan:
 
 @dataclass(frozen=True)
 class CatchupPlan(Document):
+    """What an index catch-up would do (``memwal catchup --dry-run``).
+
+    Attributes:
+        table: The table's URI.
+        read_version: The table version the plan read.
+        compacted: Each shard's merged generation at that version: what the indexes catch up to.
+        indexes: Per maintained index: its action (optimize, retrain, wait or none) and why.
+        requested: The index names asked for (None: the maintained ones).
+        thresholds: The retrain thresholds the plan used.
+    """
+
     table: str
     read_version: int
     compacted: dict[str, int]

@@ -46,6 +46,22 @@ class IndexCatchup:
 
 @dataclass(frozen=True)
 class CompactResult(Document):
+    """What a compaction did (``memwal compact --json``).
+
+    Attributes:
+        table: The table's URI.
+        version: The new table version, or None when nothing was rewritten.
+        fragments_before: Fragments before the run.
+        fragments_after: Fragments after it.
+        fragments_removed: Fragments rewritten away.
+        fragments_added: Fragments written.
+        deletions_materialized: Deleted rows removed from the files.
+        indexes: Each maintained index's catch-up after the run.
+        engine: ``"local"`` or ``"spark"``.
+        attempts: Plans made: a commit conflict re-plans and retries.
+        catchup_repaired: Whether the run re-earned a catch-up record an earlier compaction lost.
+    """
+
     table: str
     version: int | None
     fragments_before: int

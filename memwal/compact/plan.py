@@ -41,6 +41,22 @@ class TaskPlan:
 
 @dataclass(frozen=True)
 class CompactPlan(Document):
+    """What a compaction would rewrite (``memwal compact --dry-run``).
+
+    Attributes:
+        table: The table's URI.
+        read_version: The table version the plan read.
+        options: Lance's compaction options, as resolved from the job's.
+        fragments_before: Fragments at the read version.
+        compacted: Each shard's merged generation: the progress the commit keeps.
+        index_catchup: Each index's catch-up per shard at the read version.
+        indexes: The maintained indexes, whose catch-up the run re-earns.
+        tasks: The rewrite tasks: fragments and deleted rows each rewrites.
+        lance_tasks: Lance's own task objects, in the order of ``tasks`` (not in the JSON).
+        catchup_repair: With nothing to compact, indexes an earlier compaction left without their
+            catch-up record (the run re-earns it).
+    """
+
     table: str
     read_version: int
     options: CompactionOptions

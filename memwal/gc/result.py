@@ -29,6 +29,34 @@ from memwal.table.writer import WriterView
 
 @dataclass(frozen=True)
 class GcResult(Document):
+    """What a GC did, or would do for a dry run (``memwal gc --json``).
+
+    Attributes:
+        table: The table's URI.
+        dry_run: Whether nothing was deleted (the result a run would give).
+        deleted: The generations deleted: shard, generation, path.
+        wal_entries_deleted: WAL entries deleted.
+        bytes_freed: Bytes deleted.
+        objects_deleted: Objects (files) deleted.
+        blocked: Each generation kept, with the gates that keep it.
+        orphans: Unlisted directories found (``orphans=True``).
+        orphans_deleted: Of those, how many were removed.
+        expired_versions: What the version expiry removed and kept (None: not asked).
+        audit_key: Where the audit record went (``audit=True``).
+        engine: ``"local"`` or ``"spark"``.
+        broken_shards: Shards whose manifests could not be read (nothing of them deleted).
+        kept_wal_entries: WAL entries kept on purpose (replay, fence sentinels).
+        retention: Which retained versions block, and what would free them.
+        time_will_free: Whether a later run with nothing else changed would free something.
+        checkpoints: Live checkpoints honoured.
+        checkpoints_removed: Expired checkpoints removed (or that would be).
+        history_pruned: Run-history records pruned.
+        drained: Generations taken out of the shard manifests (or that would be).
+        writers: Each shard's writer as the plan saw it (a live writer keeps what its view needs).
+        rolled_up: Runs of listed merged generations replaced by one rollup each (or that would be).
+        repaired: Rows written into the base before a drain whose proof failed.
+    """
+
     table: str
     dry_run: bool
     deleted: tuple[DeletedGeneration, ...] = ()

@@ -75,6 +75,21 @@ class ShardMergeResult:
 
 @dataclass(frozen=True)
 class MergeResult(Document):
+    """What a merge did (``memwal merge --json``).
+
+    Attributes:
+        table: The table's URI.
+        version: The new table version, or None when nothing was merged.
+        shards: Per shard: the generations merged (``from_generation``..``to_generation``), the
+            rows upserted and deleted.
+        blocked: Shards it stopped at, each with why (what makes the run a failure).
+        commits: Table commits made (the data, then the progress marker, or both in one).
+        attempts: Plans made: a commit conflict re-plans and retries.
+        engine: ``"local"`` or ``"spark"``.
+        commit_path: How the batch committed: ``"driverless"``, ``"driver"`` or ``"marker"``; None
+            when nothing was.
+    """
+
     table: str
     version: int | None
     shards: tuple[ShardMergeResult, ...] = ()
@@ -93,7 +108,7 @@ class MergeResult(Document):
         return not self.blocked
 
     def problems(self) -> list[str]:
-        """What makes this run a failure: the shards it stopped (:func:`blocked_problems`)."""
+        """What makes this run a failure: one line per shard it stopped (`blocked_problems`)."""
         return blocked_problems(self.blocked)
 
 

@@ -70,6 +70,18 @@ def problems_in(doc: Mapping[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class MergePlan(Document):
+    """What a merge would do (``memwal merge --dry-run``), and what its run executes exactly.
+
+    Attributes:
+        table: The table's URI.
+        read_version: The table version the plan read; the run commits against it.
+        primary_key: The key columns, in declared order.
+        shards: Per shard: its merged generation and the generations to merge, in order.
+        blocked: Shards the merge cannot take, each with why (a gap, a missing generation, ...).
+        merge_ops: Column to merge operator at the read version (empty: last write wins).
+        applied: Unfinished driverless merges' data commits the plan found (finished by the run).
+    """
+
     table: str
     read_version: int
     primary_key: tuple[str, ...]
@@ -97,7 +109,7 @@ class MergePlan(Document):
         return not self.shards
 
     def problems(self) -> list[str]:
-        """What makes this dry run a failure: the shards it stops (:func:`blocked_problems`)."""
+        """What makes this dry run a failure: one line per shard it stops (`blocked_problems`)."""
         return blocked_problems(self.blocked)
 
     def data_plan(self) -> MergePlan:

@@ -40,7 +40,29 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SnapshotResult(Document):
-    """What a refresh did; ``version`` None (with a ``reason``) when it had nothing to publish."""
+    """What a snapshot refresh did (``memwal snapshot --json``).
+
+    Attributes:
+        table: The table's URI.
+        version: The new table version, or None (with a ``reason``) when nothing was published.
+        read_version: The table version the refresh read.
+        num_shards: Shards in the snapshot.
+        storage: ``"inline"`` (in the MemWAL index) or ``"file"`` (past the inline threshold).
+        snapshot_ts_millis: The published snapshot's time (milliseconds since the epoch).
+        index_uuid: The MemWAL index entry's UUID after the commit.
+        path: The snapshot file's path, when stored as a file.
+        bytes: The snapshot's size.
+        repairs: Repair commits made after its own, restoring progress that a commit between its read
+            and its commit would otherwise lose (hazard H1).
+        attempts: Commits tried.
+        interleaved_commits: Other commits seen between the read and the commit.
+        repaired: Each value a refresh restored.
+        recovered: Whether the run repaired values an interrupted refresh had left wrong.
+        engine: ``"local"`` or ``"spark"``.
+        read_seconds: Time spent reading the shard manifests.
+        commit_seconds: Time spent committing.
+        reason: Why nothing was published (None when it was).
+    """
 
     table: str
     version: int | None

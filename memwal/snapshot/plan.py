@@ -65,6 +65,24 @@ def unsafe_problems(unsafe: Iterable[UnsafeGeneration]) -> list[str]:
 
 @dataclass(frozen=True)
 class SnapshotPlan(Document):
+    """What a snapshot refresh would publish (``memwal snapshot --dry-run``).
+
+    Attributes:
+        table: The table's URI.
+        read_version: The table version the plan read.
+        planned_at_ms: When the shard manifests were read (milliseconds since the epoch).
+        inline_threshold: Up to this many shards the snapshot is stored inline in the index, past
+            it as a file.
+        columns: The shard field columns of the snapshot's rows.
+        rows: One row per shard: its manifest version, current and flushed generations.
+        previous_snapshot_ts_millis: The published snapshot's time (0: none yet).
+        engine: ``"local"`` or ``"spark"``.
+        read_seconds: Time spent reading the shard manifests.
+        unsafe_generations: Generations a shard manifest lists under a refused path (a dry run
+            with any fails).
+        noop_reason: Why nothing needs publishing (None: publish).
+    """
+
     table: str
     read_version: int
     planned_at_ms: int
@@ -74,9 +92,9 @@ class SnapshotPlan(Document):
     previous_snapshot_ts_millis: int
     engine: str = "local"
     read_seconds: float = 0.0
-    #: Generations a shard manifest lists under a refused path: a dry run with any fails (:meth:`problems`).
+    #: Generations a shard manifest lists under a refused path: a dry run with any fails (`problems`).
     unsafe_generations: tuple[UnsafeGeneration, ...] = ()
-    #: Why nothing needs publishing (None: publish): see :func:`unchanged_reason`.
+    #: Why nothing needs publishing (None: publish): see `unchanged_reason`.
     noop_reason: str | None = None
 
     def problems(self) -> list[str]:
