@@ -6,8 +6,8 @@ copied (file times kept, as ``cp -p`` keeps them) into the fleet's folders:
 
 - ``backlog``: generations flushed, none merged (behind);
 - ``heavy``: twelve generations per shard (behind, and past an 8-generation service level);
-- ``merged``: merged and compacted a moment ago, GC not yet allowed by the reader grace period
-  and version expiry (waiting);
+- ``merged``: merged and compacted a moment ago, what readers list rolled up by GC, whose
+  deletions the reader grace period and version expiry do not yet allow (waiting);
 - ``idle``: merged, compacted and collected (nothing owed).
 
 The fleet page's test (``tests/integration/test_fleet_page.py``) and its screenshot
@@ -39,6 +39,8 @@ def _pristine(root: Path, shards: int) -> dict[str, Path]:
             assert t.merge().ok and t.compact().ok and t.snapshot().ok
             if name == "idle":
                 assert t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).ok
+            else:
+                assert t.gc().ok
         out[name] = path
     return out
 

@@ -38,7 +38,7 @@ MAX_CACHE_BYTES = 64 << 20
 #: a cache of small objects costs up to some 70 bytes of memory a value, so its parse stays
 #: near 250 MB or under whatever it holds (issue 56: 200 MB of ``{}`` took a plan past 2.5 GB).
 MAX_CACHE_VALUES = 4_000_000
-FORMAT = 2
+FORMAT = 3
 
 
 @dataclass
@@ -213,7 +213,8 @@ _SHARD_FIELDS: dict[str, Callable[[Any], bool]] = {
         isinstance(g, str) and g.isdigit() and len(g) <= 19 and isinstance(t, list) and len(t) == 2
         and _count(t[0]) and _number(t[1]) for g, t in v.items()),
     "unmerged_rows": _count, "collectable": _count, "collectable_bytes": _count, "collectable_since": _maybe_number,
-    "index_behind": _map(_count), "last_flush": _maybe_number, "last_write": _maybe_number}
+    "index_behind": _map(_count), "last_flush": _maybe_number, "last_write": _maybe_number,
+    "listed": _count, "listed_merged": _count}
 _TABLE_FIELDS: dict[str, Callable[[Any], bool]] = {
     "uri": _text, "version": _count, "mem_wal": lambda v: isinstance(v, bool), "maintained_indexes": _texts,
     "shards": lambda v: isinstance(v, list) and all(_fits(s, _SHARD_FIELDS) for s in v), "fragments": _count,

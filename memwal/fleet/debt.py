@@ -9,7 +9,9 @@ Each job's term, from the table's facts (:mod:`memwal.fleet.probe`):
 - compact: fragments above the threshold / 8 + 10 x the share of rows deleted;
 - gc: merged, caught-up generations still on storage / 8 + their MiB / 256, counting only
   those flushed longer ago than GC's grace period and version expiry, and merged longer ago
-  than the grace period when the fleet saw the merge (none can go sooner);
+  than the grace period when the fleet saw the merge (none can go sooner); or, when none can
+  go yet, merged generations still listed / 8 (GC rolls them up or drains them at once); GC
+  also follows every merge, as the catch-up does;
 - snapshot: 1 + minutes since the published snapshot / 10, once a writer flushed after it.
 
 A job is planned when its threshold (:class:`memwal.fleet.policy.Thresholds`) is passed; a
@@ -27,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.fleet.facts import TableFacts
 from memwal.fleet.policy import TablePolicy
 
@@ -54,7 +57,10 @@ class TableState:
     leases_held: tuple[str, ...] = ()
     #: The most unmerged generations of any one shard.
     max_shard_generations: int = 0
-    #: Shards with unmerged generations and no write for ``writer_gone_seconds``: no live
+    #: The most generations any one shard lists, merged or not (at least its unmerged ones):
+    #: what every list-reading client opens on each read, the service level's figure.
+    max_shard_listed: int = 0
+    #: Shards with unmerged generations and no write for GC's ``writer_idle_seconds``: no live
     #: writer, nobody but the fleet will drain them.
     orphaned_shards: int = 0
     #: Seconds since any shard of the table was last written (None: no shard).
@@ -75,7 +81,7 @@ class Debt:
     waiting: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
-def state_of(facts: TableFacts, now: float, writer_gone_seconds: float = 3600.0) -> TableState:
+def state_of(facts: TableFacts, now: float, writer_idle_seconds: float = DEFAULT_WRITER_IDLE_SECONDS) -> TableState:
     shards = facts.shards
     oldest = min((t for s in shards for _, t in s.unmerged.values()), default=None)
     flushed = max((s.last_flush for s in shards if s.last_flush is not None), default=None)
@@ -86,7 +92,7 @@ def state_of(facts: TableFacts, now: float, writer_gone_seconds: float = 3600.0)
             behind[name] = behind.get(name, 0) + n
     written = [s.last_write for s in shards if s.last_write is not None]
     orphaned = sum(1 for s in shards if s.unmerged and s.last_write is not None
-                   and now - s.last_write >= writer_gone_seconds)
+                   and now - s.last_write >= writer_idle_seconds)
     return TableState(
         version=facts.version,
         shards=len(shards),
@@ -103,21 +109,28 @@ def state_of(facts: TableFacts, now: float, writer_gone_seconds: float = 3600.0)
         snapshot_age_seconds=None if facts.snapshot_at is None else round(max(0.0, now - facts.snapshot_at), 1),
         snapshot_stale=flushed is not None and (facts.snapshot_at is None or flushed > facts.snapshot_at),
         max_shard_generations=max((len(s.unmerged) for s in shards), default=0),
+        max_shard_listed=max((max(s.listed, len(s.unmerged)) for s in shards), default=0),
         orphaned_shards=orphaned,
         writer_idle_seconds=round(max(0.0, now - max(written)), 1) if written else None,
     )
 
 
-def _gc_retention(policy: TablePolicy) -> tuple[float, float]:
-    """How old a merged generation must at least be before GC can take it, and the reader grace
-    period: a version that had not merged it keeps it until version expiry takes that version
-    (``expire_versions``), and readers get the grace period after the merge; both run from after
-    its flush, and the grace period from the merge commit too."""
+def writer_idle_of(policy: TablePolicy) -> float:
+    """After how long without a write a shard's writer counts as gone: GC's setting."""
+    return _gc_settings(policy)[2]
+
+
+def _gc_settings(policy: TablePolicy) -> tuple[float, float, float]:
+    """GC's settings the fleet plans with: how old a merged generation must at least be before
+    GC can take it, the reader grace period, and when a writer counts as gone. A version that
+    had not merged it keeps it until version expiry takes that version (``expire_versions``),
+    and readers get the grace period after the merge; both run from after its flush, and the
+    grace period from the merge commit too."""
     from memwal.actions.options import GcOptions
 
     o = GcOptions.from_kwargs(**dict(policy.options.get("gc", {})))
     retention = max(o.grace_seconds, o.expire_versions or 0.0) if o.expire_versions is not None else o.grace_seconds
-    return retention, o.grace_seconds
+    return retention, o.grace_seconds, o.writer_idle_seconds
 
 
 def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
@@ -128,7 +141,8 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
     gates, as GC does, and when they free."""
     from memwal.fleet.gc_wait import describe
     th, w = policy.thresholds, policy.weights
-    st = state_of(facts, now, th.writer_gone_seconds)
+    retention, grace, writer_idle = _gc_settings(policy)
+    st = state_of(facts, now, writer_idle)
     terms: dict[str, float] = {}
     reasons: list[str] = []
     shards = facts.shards
@@ -158,7 +172,6 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
         reasons.append(f"compact: {st.fragments} fragments, {st.deleted_fraction:.0%} of rows deleted (threshold "
                        f"{th.compact_fragments} fragments or {th.compact_deleted_fraction:.0%})")
     waiting: dict[str, tuple[float, str]] = {}
-    retention, grace = _gc_retention(policy)
     due = {s.shard_id: max(s.collectable_since + retention, facts_merged_at(facts, s.shard_id) + grace)
            for s in shards if s.collectable_since is not None and s.collectable}
     ripe = [s for s in shards if s.shard_id in due and now >= due[s.shard_id]]
@@ -180,6 +193,17 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
                              f"gc: {pending} merged generations wait for the reader grace period ({grace:.0f} s "
                              f"after the merge) and version expiry ({retention:.0f} s after the flush)"
                              + (f"; {said}" if said else ""))
+    # Merged generations still listed cost every reader a dataset each: GC rolls them up or
+    # drains them at once, with no grace period to wait for (docs/decisions/0054-rollups.md).
+    # So GC follows every merge, and a backlog of them (more than a rollup leaves) is GC's work
+    # even when its deletions wait.
+    relief = sum(s.listed_merged for s in shards if s.listed_merged >= 2)
+    if "gc" not in terms and (merge_shards or (relief and now >= retry)):
+        terms["gc"] = relief / 8
+        waiting.pop("gc", None)
+        reasons.append("gc: follows the merge (it rolls up or drains what readers still list)" if merge_shards
+                       else f"gc: {relief} merged generations still listed (every reader opens them): "
+                            "rolled up or drained")
     age = st.snapshot_age_seconds
     if st.snapshot_stale and (age is None or age >= th.snapshot_age_seconds):
         terms["snapshot"] = 1 + (age or 0.0) / 600

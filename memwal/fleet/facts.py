@@ -28,6 +28,11 @@ class ShardFacts:
     #: When anything of the shard was last written (a flush, a WAL entry, a manifest): how long
     #: ago its writer was last seen at work.
     last_write: float | None = None
+    #: Generations the latest shard manifest lists, merged or not: what every list-reading
+    #: client (pylance's LsmScanner, lance-context) opens on each read (issue 54).
+    listed: int = 0
+    #: Of those, the merged ones: a GC rolls them up into one or drains them (issue 54).
+    listed_merged: int = 0
 
 
 @dataclass(frozen=True)

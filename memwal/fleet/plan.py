@@ -39,7 +39,7 @@ from memwal.core.document import Document
 from memwal.core.pool import parallel_map
 from memwal.errors import BadInputError, MemWalError, first_line
 from memwal.fleet.controls import Controls, Pause
-from memwal.fleet.debt import TableState, debt_of
+from memwal.fleet.debt import TableState, debt_of, writer_idle_of
 from memwal.fleet.facts import TableFacts
 from memwal.fleet.policy import Policy
 from memwal.fleet.probe import probe
@@ -224,7 +224,7 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
         reasons += [b.describe() for b in breaches]
         if state.orphaned_shards:
             reasons.append(f"no live writer: {state.orphaned_shards} shards with unmerged generations unwritten for "
-                           f"{tp.thresholds.writer_gone_seconds:.0f} s or more (drained first)")
+                           f"{writer_idle_of(tp):.0f} s or more (drained first)")
         reasons += [f"problem: {p}" for p in facts.problems]
         status = ("paused" if paused is not None else "held" if set(jobs) & set(state.leases_held)
                   else "behind" if jobs else "waiting" if waiting else "idle")

@@ -59,9 +59,13 @@ class Thresholds:
     gc_generations: int = 1  # merged, caught-up generations still on storage
     snapshot_age_seconds: float = 300.0  # republish when a writer flushed after the snapshot and it is this old
     gc_retry_seconds: float = 600.0  # after a GC that waits for time, plan it again only this much later
-    #: A shard with unmerged generations and no write for this long has no live writer (its
-    #: owner is gone: nobody else will drain it): such tables are drained first.
-    writer_gone_seconds: float = 3600.0
+    # When a shard's writer counts as gone (its tables are drained first) is GC's own setting,
+    # ``options.gc.writer_idle_seconds``: one answer for the fleet and for GC (issue 57).
+
+
+#: Keys a policy once had, and where their setting lives now (bad input naming it).
+MOVED = {"writer_gone_seconds": "options.gc.writer_idle_seconds (one setting for the fleet and GC, "
+                                "default 86400 s)"}
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class Slo:
     merges start at 8 generations."""
 
     oldest_unmerged_seconds: float | None = 1800.0  # the oldest unmerged generation, at most this old
-    generations_per_shard: int | None = 8  # unmerged generations in any one shard, at most
+    generations_per_shard: int | None = 8  # generations any one shard lists (what readers open), at most
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,8 @@ def _section(cls: type, base: Any, over: Any, where: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     changes = {}
     for key, value in over.items():
+        if key in MOVED and key not in known:
+            raise BadInputError(f"policy {where}.{key}: no longer a key; set {MOVED[key]}")
         if key not in known:
             raise BadInputError(f"policy {where}.{_name(key)}: unknown key (expected one of {', '.join(known)})")
         default = getattr(cls(), key)

@@ -10,7 +10,8 @@ Per table, in requests on an object store:
 3. the shards' keys are listed around ``_mem_wal/_jobs/`` (:meth:`Store.list_around`: our
    run history and leases are never paged through): every generation folder with its bytes
    and times, every shard manifest version;
-4. only a shard holding unmerged generations has its latest manifest read (their rows).
+4. only a shard holding generation folders has its latest manifest read (the rows of its
+   unmerged generations, and how many generations it lists: what every reader opens).
 
 The listings make a fingerprint: a table whose fingerprint is the cached one reuses its
 cached facts, so an idle table costs the two listings (two requests while ``_mem_wal/``'s
@@ -170,23 +171,25 @@ def _shards(store: Store, m: ManifestFacts,
         caught = min([m.catchup.get(i, {}).get(shard, 0) for i in m.indexes] + [merged])
         collectable = {g: objs for g, objs in gens.items() if g <= caught}
         versions = sorted(manifests.get(shard, []), key=lambda v: v[0])
-        rows = 0
+        rows = listed = listed_merged = 0
         if not versions:
             problems.append(f"shard {shard}: no manifest")
-        elif unmerged:
+        elif gens:  # with no folder on storage, nothing can be listed that a reader could open
             version, obj = versions[-1]
             try:
                 state = decode_shard_manifest(store.get(obj.key), shard_id=shard, version=version,
                                               where=store.uri_for(obj.key))
                 # rows a manifest lacks (Lance 9 writers) are left out of this estimate
                 rows = sum(fg.physical_rows or 0 for fg in state.flushed if fg.generation > merged)
+                listed = len(state.flushed)
+                listed_merged = sum(1 for fg in state.flushed if fg.generation <= merged)
             except (NotFoundError, BadInputError) as exc:
                 problems.append(f"shard {shard}: {exc}")
         out.append(ShardFacts(
             shard, merged, unmerged, rows, len(collectable), sum(o.size for objs in collectable.values() for o in objs),
             min((o.mtime for objs in collectable.values() for o in objs), default=None),
             {i: max(0, merged - m.catchup.get(i, {}).get(shard, 0)) for i in m.indexes},
-            versions[-1][1].mtime if versions else None, written.get(shard)))
+            versions[-1][1].mtime if versions else None, written.get(shard), listed, listed_merged))
     return tuple(out), tuple(problems)
 
 

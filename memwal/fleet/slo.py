@@ -1,7 +1,9 @@
 """Service levels: the lag each table is owed, the breaches, and how pending work spreads.
 
 Two targets per table (:class:`memwal.fleet.policy.Slo`, by default, source and table): the
-age of its oldest unmerged generation, and the unmerged generations of any one shard. A plan
+age of its oldest unmerged generation, and the generations any one shard lists, merged or not:
+what every list-reading client opens on each read (issue 54: 377 merged generations still
+listed made a new process's read take 82 s while no unmerged count moved). A plan
 finds every table past either (:func:`breaches_of`); they are counted as metrics (by target,
 never with the table in a metric's name), raised as an Airflow alert naming the tables, and
 shown on the page. :func:`histogram` is how many shards of the fleet hold how many pending
@@ -32,7 +34,8 @@ class Breach:
     def describe(self) -> str:
         if self.slo == AGE:
             return f"slo: oldest unmerged generation {self.value:.0f} s old, target {self.target:.0f} s"
-        return f"slo: {self.value:.0f} unmerged generations in one shard, target {self.target:.0f}"
+        return (f"slo: {self.value:.0f} generations listed in one shard (every reader opens them), "
+                f"target {self.target:.0f}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "slo": self.slo, "value": self.value, "target": self.target}
@@ -43,8 +46,8 @@ def breaches_of(table: str, state: TableState, slo: Slo) -> tuple[Breach, ...]:
     age = state.oldest_unmerged_age_seconds
     if slo.oldest_unmerged_seconds is not None and age is not None and age > slo.oldest_unmerged_seconds:
         out.append(Breach(table, AGE, age, slo.oldest_unmerged_seconds))
-    if slo.generations_per_shard is not None and state.max_shard_generations > slo.generations_per_shard:
-        out.append(Breach(table, GENERATIONS, state.max_shard_generations, slo.generations_per_shard))
+    if slo.generations_per_shard is not None and state.max_shard_listed > slo.generations_per_shard:
+        out.append(Breach(table, GENERATIONS, state.max_shard_listed, slo.generations_per_shard))
     return tuple(out)
 
 

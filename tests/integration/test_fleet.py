@@ -254,10 +254,11 @@ def test_a_maintained_table_with_new_data_reads_only_its_planned_jobs_leases(s3_
         doc = plan_json(uri, *flags)
         requests = [unquote(p) for _, p in s3_server.requests[mark:]]
         (table,) = doc["tables"]
-        assert table["jobs"] == ["merge", "catchup"] and table["state"]["leases_held"] == ["merge"]
+        # GC follows the merge (it rolls up or drains what readers still list)
+        assert table["jobs"] == ["merge", "catchup", "gc"] and table["state"]["leases_held"] == ["merge"]
         leases = [p for p in requests if "/leases/" in p]
-        assert len(leases) == 1 + 2, leases  # the listing, merge.json, catchup.json
-        assert not any(p.endswith(("snapshot.json", "gc.json", "compact.json")) for p in leases)
+        assert len(leases) == 1 + 3, leases  # the listing, merge.json, catchup.json, gc.json
+        assert not any(p.endswith(("snapshot.json", "compact.json")) for p in leases)
         assert doc["requests"] == len(requests) - 1  # all but discovery's listing of the table's folder
         status = json.loads(run_cli("fleet", "status", uri, *flags, "--json").stdout)
         assert status["by_state"]["held"] == 1

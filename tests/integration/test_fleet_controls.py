@@ -24,12 +24,14 @@ from tests.helpers import assert_one_line_error, run_cli, tree_digest
 WL = Workload(base_rows=120, shards=2, generations=3, rows_per_generation=10, seed=11, indexes=False)
 
 
-def make(path: Path, *, merged: bool = False) -> str:
+def make(path: Path, *, merged: bool = False, collected: bool = True) -> str:
+    """A table of WL; ``merged``: its cycle ran (``collected``: GC too, which rolls up what
+    readers list: the folders wait for the grace period)."""
     model = create_base_table(str(path), WL)[1]
     write_generations(str(path), WL, model)
     if merged:
         t = memwal.open(str(path))
-        assert t.merge().ok and t.compact().ok and t.snapshot().ok
+        assert t.merge().ok and t.compact().ok and (not collected or t.gc().ok) and t.snapshot().ok
     return str(path)
 
 
@@ -42,6 +44,7 @@ def plan(*argv: str) -> dict:
 def test_pauses_quiet_hours_waits_and_breaches_say_why_and_withhold_the_work(tmp_path):
     lake = tmp_path / "lake"
     backlog, merged, other = make(lake / "backlog"), make(lake / "merged", merged=True), make(lake / "other")
+    listed = make(lake / "listed", merged=True, collected=False)
     now = datetime.now(UTC)
     window = {"from": f"{(now - timedelta(hours=1)):%H:%M}", "to": f"{(now + timedelta(hours=1)):%H:%M}",
               "jobs": ["snapshot"], "match": other}
@@ -57,6 +60,15 @@ def test_pauses_quiet_hours_waits_and_breaches_say_why_and_withhold_the_work(tmp
     m = tables[merged]
     assert m["status"] == "waiting" and m["jobs"] == [] and "gc" in m["waiting"]  # GC: grace and version expiry
     assert any("wait for the reader grace period" in r for r in m["reasons"])
+    assert m["state"]["max_shard_listed"] == 1 and not m["breaches"]  # what GC's rollup left listed
+    # nothing unmerged, yet every reader opens its 3 merged generations a shard: past the target,
+    # and GC's work at once (it rolls them up), though no folder can go before the grace period
+    lt = tables[listed]
+    assert lt["state"]["unmerged_generations"] == 0 and lt["state"]["max_shard_listed"] == 3
+    assert [b["slo"] for b in lt["breaches"]] == ["generations_per_shard"]
+    assert "slo: 3 generations listed in one shard (every reader opens them), target 2" in lt["reasons"]
+    assert lt["status"] == "behind" and lt["jobs"] == ["gc"] and "gc" not in lt["waiting"]
+    assert "gc: 6 merged generations still listed (every reader opens them): rolled up or drained" in lt["reasons"]
     o = tables[other]
     assert o["status"] == "behind" and "snapshot" not in o["jobs"] and "snapshot" in o["waiting"]
     assert any(r.startswith("snapshot: quiet hours until") for r in o["reasons"])
@@ -122,6 +134,33 @@ def test_tables_past_their_service_level_start_first_then_by_debt(tmp_path):
     assert started[1:] == [t for t in by_debt if t != small]
 
 
+def test_tables_no_live_writer_will_drain_start_first_by_gcs_own_writer_idle_setting(tmp_path):
+    """A shard with unmerged generations and no write for GC's ``writer_idle_seconds`` has no
+    live writer: its table starts before one with more debt, and says why with that setting
+    (one setting for the fleet and GC, issue 57); the fleet's former key is refused, naming it."""
+    from memwal.fleet.plan import plan_fleet
+    from memwal.fleet.policy import policy_from
+    from memwal.fleet.sources import discover
+
+    lake = tmp_path / "lake"
+    small = make(lake / "small")
+    heavy = Workload(base_rows=120, shards=2, generations=8, rows_per_generation=10, seed=12, indexes=False)
+    write_generations(str(lake / "heavy"), heavy, create_base_table(str(lake / "heavy"), heavy)[1])
+    policy = policy_from({"tables": {small: {"options": {"gc": {"writer_idle_seconds": 0}}}}})
+    fleet = plan_fleet(discover([str(lake)]), policy)
+    started = [t.table for t in fleet.with_work()]
+    by_debt = [t.table for t in fleet.tables]
+    assert by_debt.index(small) > 0 and started[0] == small
+    why = next(t for t in fleet.tables if t.table == small).reasons
+    assert any(r.startswith("no live writer: 2 shards") and "unwritten for 0 s" in r for r in why), why
+    assert not any("no live writer" in r for t in fleet.tables if t.table != small for r in t.reasons)
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text(json.dumps({"defaults": {"thresholds": {"writer_gone_seconds": 60}}}))
+    run = run_cli("fleet", "plan", str(lake), "--policy", str(policy_file))
+    assert_one_line_error(run, 2, "defaults.thresholds.writer_gone_seconds: no longer a key; set "
+                               "options.gc.writer_idle_seconds")
+
+
 def status(state: str, *extra: str) -> tuple[int, dict, str]:
     run = run_cli("fleet", "status", "--state", state, "--json", *extra)
     return run.rc, (json.loads(run.stdout) if run.stdout else {}), run.stderr
@@ -146,12 +185,14 @@ def test_a_run_of_one_table_is_merged_into_the_fleets_report_which_shows_what_th
     rows = {t["table"]: t for t in after["tables"]}
     assert set(rows) == set(tables)
     ran = rows[tables[0]]
-    assert ran["last_run"]["outcome"] == "done" and ran["last_run"]["at"] is not None
-    assert [(j["job"], j["status"]) for j in ran["last_run"]["jobs"]] == [("merge", "done"), ("snapshot", "done")]
+    # GC follows the merge: it rolls up what readers list, its deletions wait for the writer
+    assert ran["last_run"]["outcome"] == "waiting" and ran["last_run"]["at"] is not None
+    assert [(j["job"], j["status"]) for j in ran["last_run"]["jobs"]] == [("merge", "done"), ("gc", "waiting"),
+                                                                         ("snapshot", "done")]
     assert ran["lag_generations"] == 0 and not any(r.startswith("merge:") for r in ran["reasons"])  # after the run
     assert rows[tables[1]]["state"] == "behind" and rows[tables[1]]["last_run"] is None
     text = run_cli("fleet", "status", "--state", state).stdout
-    assert "last run " in text and ": done: merge done, snapshot done" in text
+    assert "last run " in text and ": waiting: merge done, gc waiting (" in text and "), snapshot done" in text
 
 
 def quiet_policy(tmp_path: Path) -> Path:

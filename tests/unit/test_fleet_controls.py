@@ -141,7 +141,8 @@ def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live()
     a pause made since moves the row and the counts, one lifted since moves them back."""
     from memwal.fleet.status import FleetStatus, live
 
-    reasons = [f"reason {i}" for i in range(6)] + ["slo: 12 unmerged generations in one shard, target 8"]
+    reasons = [f"reason {i}" for i in range(6)]
+    reasons.append("slo: 12 generations listed in one shard (every reader opens them), target 8")
     row = {"table": "s3://l/t1", "source": "s3://l", "status": "behind", "debt": 3.0, "jobs": ["merge"],
            "reasons": reasons, "holds": {"unmerged_generations": 12}, "withheld": [], "paused": None}
     idle = {**row, "table": "s3://l/t2", "status": "paused", "reasons": ["paused by bob: old"], "withheld": ["gc"],
