@@ -75,8 +75,10 @@ def _generation_dirs(table_dir: str) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
-def _primary_key(schema) -> list[str]:
-    return [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key") == b"true"]
+def _primary_key(ds) -> list[str]:
+    """The key's top-level columns in Lance's own order (``unenforced_primary_key``: declared
+    positions first), as memwal.table.schema reads it; the baseline imports nothing of memwal."""
+    return [f.name() for f in ds.lance_schema.unenforced_primary_key()]
 
 
 def _dedupe(t, pk: list[str], order: list[str]):
@@ -108,8 +110,9 @@ def run_loop(table_dir: str) -> dict:
     from lance.mem_wal import CompactedSsTable
 
     gens = _generations(table_dir)
-    schema = lance.dataset(table_dir).schema
-    pk = _primary_key(schema)
+    ds = lance.dataset(table_dir)
+    schema = ds.schema
+    pk = _primary_key(ds)
     commits = generations = rows = 0
     for shard_id, refs in gens.items():
         for g, uri in refs:
@@ -159,7 +162,7 @@ def run_floor(table_dir: str, use_index: bool | None = None, sort_keys: bool = F
     gens = _generation_dirs(table_dir)
     ds = lance.dataset(table_dir)
     schema = ds.schema
-    pk = _primary_key(schema)
+    pk = _primary_key(ds)
     phases["discover"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

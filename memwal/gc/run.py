@@ -119,7 +119,8 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
     """Write every rollup's folder, then each shard's next manifest version (its drain and its
     rollups together); where a shard's manifest kept moving (a writer flushed or claimed,
     another compactor wrote), nothing of what that drain frees is deleted now, and a rollup
-    folder written for it is left unlisted (the next run deletes it)."""
+    folder written for it is left unlisted: an orphan (`gc --orphans` takes it once past
+    ``--orphan-age-seconds`` and the gates of the generation it is named for)."""
     rolled: dict[str, list[WrittenRollup]] = {}
     failed: dict[str, tuple[str, str]] = {}
     for repair in plan.generation_plan.repairs:
