@@ -29,6 +29,7 @@ from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip
 from memwal.fleet.controls import checked_log
 from memwal.fleet.status import ORDER, FleetStatus, history_points, last_run, reasons_of
+from memwal.fleet.policy import JOBS
 from memwal.inspect.page import fmt_age, fmt_bytes, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
 
@@ -98,7 +99,7 @@ def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, A
         "source": str(r.get("source") or ""), "group": str(r.get("group") or ""),
         "jobs": ", ".join(clip(str(j), 20) for j in _list(r.get("jobs"))[:12]) or "-",
         "waiting": ", ".join(f"{clip(str(j), 20)}: next {_when(w.get('until') if isinstance(w, Mapping) else None)}"
-                             for j, w in waiting.items()),
+                             for j, w in list(waiting.items())[:len(JOBS)]),  # a job each, at most
         "paused": None if paused is None else f"paused by {clip(str(paused.get('by')), 100)} "
                                               f"{_when(paused.get('at'))}: {clip(str(paused.get('reason')), 300)}",
         "reasons": [clip(x, 600) for x in reasons_of(r)[:12]],

@@ -237,6 +237,21 @@ def test_forged_figures_in_the_last_report_never_stop_status_the_page_or_later_p
     assert "MemWAL fleet" in html and "/t" in html
 
 
+def test_a_row_waiting_on_fifty_thousand_jobs_shows_one_a_job(canary, tmp_path):
+    """A planted report whose row says it waits on 50,000 'jobs': the page names at most one
+    entry a job kind (five), not a page of 50,000."""
+    state = tmp_path / "state"
+    waiting = {f"job{i}": {"until": 1_700_000_000, "why": "x"} for i in range(50_000)}
+    row = {"table": "/t", "status": "waiting", "debt": 1, "waiting": waiting}
+    plant(state, {"plan.json": json.dumps({"format": 1, "history": [], "report": {
+        "format": 1, "at": 1_700_000_000, "discovered": 1, "by_status": {"waiting": 1}, "top": [row]}})})
+    page = tmp_path / "fleet.html"
+    run = run_cli("fleet", "status", "--state", str(state), "--html", str(page))
+    assert run.rc == 0, run.stderr
+    text = page.read_text()
+    assert "job4: next" in text and "job5: next" not in text and len(text) < 200_000
+
+
 #: What a value read from the state may be, once read (non-finite and huge numbers read as None).
 STORED = [None, True, 5, -1, 10**18, 1.5e18, "x", [1], [], {"a": 1}, {}, [[1]], [{"a": [1]}]]
 
