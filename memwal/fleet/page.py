@@ -28,8 +28,8 @@ from memwal.core.json_doc import list_of as _list
 from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip
 from memwal.fleet.controls import checked_log
-from memwal.fleet.status import ORDER, FleetStatus, history_points, last_run, reasons_of
 from memwal.fleet.policy import JOBS
+from memwal.fleet.status import ORDER, FleetStatus, history_points, last_run, reasons_of
 from memwal.inspect.page import fmt_age, fmt_bytes, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
 
