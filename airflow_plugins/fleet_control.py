@@ -35,7 +35,8 @@ class MemWalFleetControlOperator(BaseOperator):
 
         from memwal.core import clock as clocks
         from memwal.errors import BadInputError
-        from memwal.fleet import controls
+        from memwal.fleet import controls, targets
+        from memwal.history import cancel_effect
         from memwal.lease import cancel
         from memwal.store import check_table_uri, open_store
 
@@ -53,7 +54,7 @@ class MemWalFleetControlOperator(BaseOperator):
         now = clocks.current()()
         try:
             if action == "pause":
-                controls.check_target(state, target, is_table=lambda uri: _is_table(config, uri))
+                targets.check_target(state, target, is_table=lambda uri: _is_table(config, uri))
                 controls.pause(state, target, by=by, reason=reason, now=now)
                 doc: dict[str, Any] = {"paused": target}
             elif action == "resume":
@@ -68,7 +69,7 @@ class MemWalFleetControlOperator(BaseOperator):
             store = open_store(check_table_uri(target), storage_options_of(source))
             asked = cancel.ask(store, by, reason, now=now)
             controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
-            doc = {"table": target, "cancelled": [a.kind for a in asked], "jobs": cancel.progress(store, asked)}
+            doc = {"table": target, "cancelled": [a.kind for a in asked], "jobs": cancel_effect.progress(store, asked)}
             if not asked:
                 self.log.warning("memwal fleet control: no running job of %s holds a lease: nothing to cancel", target)
         self.log.info("memwal fleet control: %s %s by %s: %s -> %s", action, target, by, reason, doc)

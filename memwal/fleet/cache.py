@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 from memwal.core.json_doc import JsonDocError, finite, load_json
 from memwal.errors import MemWalError, NotFoundError
 from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
+from memwal.fleet.state import CACHE, MAX_BYTES, FleetState, object_at
 
 if TYPE_CHECKING:
-    from memwal.fleet.state import FleetState
     from memwal.store import Store
 
 log = logging.getLogger(__name__)
 
-#: Largest cache read (some 1 to 2 KB a table: 64 MiB holds some 40,000 tables).
-MAX_CACHE_BYTES = 64 << 20
+#: Largest cache read (the state's cap for it).
+MAX_CACHE_BYTES = MAX_BYTES[CACHE]
 #: Most values a cache read may hold (some 100 a table, more for a shard with a long backlog):
 #: a cache of small objects costs up to some 70 bytes of memory a value, so its parse stays
 #: near 250 MB or under whatever it holds (issue 56: 200 MB of ``{}`` took a plan past 2.5 GB).
@@ -133,8 +133,6 @@ class ProbeCache:
         """The cache at a file path or object URI (None: an empty cache); unreadable: empty."""
         if not location:
             return cls()
-        from memwal.fleet.state import object_at
-
         store, key = object_at(location, storage_options)
         return cls._read(store, key, location)
 
@@ -151,8 +149,6 @@ class ProbeCache:
 
     def save(self, location: str, storage_options: Mapping[str, str] | None = None) -> bool:
         """Write the cache to a file path or object URI when it changed; whether it wrote."""
-        from memwal.fleet.state import object_at
-
         store, key = object_at(location, storage_options)
         return self._write(store, key)
 
@@ -167,13 +163,9 @@ class ProbeCache:
 
     @classmethod
     def of_state(cls, state: FleetState) -> ProbeCache:
-        from memwal.fleet.state import CACHE
-
         return cls._read(state.store, CACHE, f"{state.uri}/{CACHE}")
 
     def save_to_state(self, state: FleetState) -> bool:
-        from memwal.fleet.state import CACHE
-
         return self._write(state.store, CACHE)
 
 

@@ -41,8 +41,8 @@ from datetime import datetime, timedelta
 from datetime import time as dtime
 from typing import TYPE_CHECKING, Any
 
-from memwal.core.json_doc import finite, list_of, mapping_of
-from memwal.errors import BadInputError, MemWalError
+from memwal.core.json_doc import finite, list_of
+from memwal.errors import BadInputError
 
 if TYPE_CHECKING:
     from memwal.fleet.state import FleetState
@@ -364,36 +364,6 @@ def resume(state: FleetState, target: str, *, by: str, reason: str, now: float) 
     return state.update("controls.json", change)
 
 
-def check_target(state: FleetState, target: str, *, is_table: Callable[[str], bool]) -> None:
-    """Refuse (bad input, nothing written) a pause whose ``target`` names no table: none the
-    fleet's last plan or probe cache knows matches it (as the plan matches pauses: a table's URI,
-    a source, or a glob), and it is no Lance table either (``is_table(uri)``: one not planned
-    yet). A folder that only holds tables is neither: ``<folder>/*`` matches them."""
-    from memwal.fleet.cache import ProbeCache
-    from memwal.fleet.report import last_report
-
-    report = last_report(state)[0] or {}
-    tables = {uri: "" for uri in ProbeCache.of_state(state).known_tables()}
-    tables.update({str(r.get("table")): str(r.get("source") or "") for r in list_of(report.get("top"))
-                   if isinstance(r, Mapping)})
-    for uri, brief in mapping_of(report.get("index")).items():
-        if isinstance(brief, list) and len(brief) > 2:
-            tables[str(uri)] = str(brief[2] or "")
-    sources = {str(x.get("source")) for x in list_of(report.get("sources")) if isinstance(x, Mapping)}
-    if target in sources or any(matches(target, uri, source) for uri, source in tables.items()):
-        return
-    if "://" in target or target.startswith("/"):
-        try:
-            if is_table(target):
-                return
-        except MemWalError:
-            pass
-    under = target.rstrip("/") + "/"
-    hint = f"; tables lie under it: {under}* matches them" if any(u.startswith(under) for u in tables) else ""
-    raise BadInputError(f"{target}: matches no table of the fleet (none of the {len(tables)} tables its last plan "
-                        f"knows, and no Lance table there){hint}: nothing paused")
-
-
 def log_action(state: FleetState, action: str, target: str, *, by: str, reason: str, now: float) -> None:
     """Log an action taken elsewhere (a cancel: :mod:`memwal.lease.cancel`)."""
     state.update("controls.json", lambda doc: {**doc, "log": _logged(doc, action, target, by, reason, now,
@@ -417,6 +387,6 @@ def _required(by: str, reason: str) -> None:
         raise BadInputError("say who you are (--by) and why (--reason): both are recorded with the change")
 
 
-__all__ = ["DAYS", "KEY_ENV", "MAX_GLOB_PAUSES", "Controls", "Pause", "QuietHours", "check_target", "checked_log",
+__all__ = ["DAYS", "KEY_ENV", "MAX_GLOB_PAUSES", "Controls", "Pause", "QuietHours", "checked_log",
            "is_glob", "log_action", "matches", "pause", "pauses_from", "quiet_from", "resume", "stored_pauses",
            "unrecognised"]

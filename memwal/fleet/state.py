@@ -35,14 +35,14 @@ from typing import Any
 
 from memwal.core.json_doc import JsonDocError, load_json
 from memwal.errors import MemWalError, NotFoundError
-from memwal.fleet.cache import MAX_CACHE_BYTES
 from memwal.store import Store, open_store
 
 log = logging.getLogger(__name__)
 
 CACHE, PLAN, RUNS, CONTROLS = "cache.json", "plan.json", "runs.json", "controls.json"
-#: Largest object of the state read (the cache's own cap: :mod:`memwal.fleet.cache`).
-MAX_BYTES = {CACHE: MAX_CACHE_BYTES, PLAN: 16 << 20, RUNS: 16 << 20, CONTROLS: 4 << 20}
+#: Largest object of the state read. The probe cache (:mod:`memwal.fleet.cache`) is some 1 to
+#: 2 KB a table: 64 MiB holds some 40,000 tables.
+MAX_BYTES = {CACHE: 64 << 20, PLAN: 16 << 20, RUNS: 16 << 20, CONTROLS: 4 << 20}
 #: Most values an object may hold (:func:`memwal.core.json_doc.load_json`): a document of
 #: small objects costs up to some 70 bytes of memory a value, so these keep any one object's
 #: parse near 100 MB or under, whatever it holds. A real plan.json is some 200,000 values at

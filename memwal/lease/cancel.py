@@ -22,7 +22,7 @@ engine's ``stop`` (the Spark engines cancel their job group); what the stopped t
 removed or left to ``gc --orphans`` as after any failed job, and the job ends ``cancelled``.
 
 A lease that is not live has no running work to cancel: nothing is written for it.
-:func:`progress` and :func:`wait_stopped` tell the operator whether a request took effect.
+:mod:`memwal.history.cancel_effect` tells the operator whether a request took effect.
 """
 
 from __future__ import annotations
@@ -92,70 +92,6 @@ def ask(store: Store, by: str, reason: str, *, now: float | None = None) -> list
 def request_cancel(store: Store, by: str, reason: str, *, now: float | None = None) -> list[str]:
     """Ask every live job of the table at ``store`` to stop; the job kinds asked."""
     return [a.kind for a in ask(store, by, reason, now=now)]
-
-
-# -- whether it took effect
-
-
-#: States of a job asked to stop: still running, or ended (then its history record's outcome).
-RUNNING, ENDED = "running", "ended"
-
-
-def progress(store: Store, asked: Sequence[Asked], *, now: float | None = None) -> list[dict[str, Any]]:
-    """Where each asked job is: ``running`` (its lease still held by the same holder), or
-    ``ended`` with the outcome and error its run recorded in the table's history
-    (``cancelled``: the request took effect; ``ok``, ``failed``...: it ended otherwise first)."""
-    at = clocks.current()() if now is None else now
-    out = []
-    for a in asked:
-        doc: dict[str, Any] = a.to_dict()
-        try:
-            rec: LeaseRecord | None = LeaseRecord.from_json(store.get(lease_key(a.kind)))
-        except (MemWalError, OSError):
-            rec = None
-        if rec is not None and rec.holder == a.holder and rec.token == a.token and rec.live(at):
-            doc["state"] = RUNNING
-        else:
-            doc.update(state=ENDED, **_recorded(store, a))
-        out.append(doc)
-    return out
-
-
-def _recorded(store: Store, a: Asked) -> dict[str, Any]:
-    """The outcome and error of the asked job's run in the table's history (None: not found)."""
-    from memwal.history.log import read_runs
-
-    if a.run_id is not None:
-        try:
-            for record in read_runs(store, job=a.kind, since=a.acquired_at - 60.0, detail=False):
-                if record.run_id == a.run_id:
-                    return {"outcome": record.outcome, "error": record.error, "versions": record.versions}
-        except (MemWalError, OSError):
-            pass
-    return {"outcome": None, "error": None, "versions": []}
-
-
-class _StillRunning(Exception):
-    pass
-
-
-def wait_stopped(store: Store, asked: Sequence[Asked], timeout_seconds: float, *,
-                 poll_seconds: float = 1.0) -> list[dict[str, Any]]:
-    """:func:`progress` once every asked job ended, or when ``timeout_seconds`` of the
-    process's clock have passed (then some are still ``running``)."""
-    from memwal.core.retry import while_busy
-
-    def ended() -> list[dict[str, Any]]:
-        states = progress(store, asked)
-        if any(s["state"] == RUNNING for s in states):
-            raise _StillRunning()
-        return states
-
-    try:
-        return while_busy(ended, busy=lambda exc: isinstance(exc, _StillRunning), timeout_seconds=timeout_seconds,
-                          poll_seconds=poll_seconds)
-    except _StillRunning:
-        return progress(store, asked)
 
 
 # -- the holder's side
@@ -263,5 +199,5 @@ def stoppable(stop: Callable[[], None], *, every: float = WATCH_SECONDS) -> Iter
                 scope.stops.remove(stop)
 
 
-__all__ = ["ENDED", "RUNNING", "WATCH_SECONDS", "Asked", "Scope", "ask", "cancelled", "describe", "noticed",
-           "progress", "request_cancel", "running", "stoppable", "wait_stopped"]
+__all__ = ["WATCH_SECONDS", "Asked", "Scope", "ask", "cancelled", "describe", "noticed", "request_cancel", "running",
+           "stoppable"]

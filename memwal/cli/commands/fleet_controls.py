@@ -62,7 +62,7 @@ def state_of(args: argparse.Namespace) -> Any:
 def run_control(args: argparse.Namespace) -> int:
     from memwal.core import clock as clocks
     from memwal.errors import BadInputError
-    from memwal.fleet import controls
+    from memwal.fleet import controls, targets
 
     now = clocks.current()()
     by, reason, target = args.by.strip(), args.reason.strip(), args.target.strip()
@@ -71,7 +71,7 @@ def run_control(args: argparse.Namespace) -> int:
     state = state_of(args)
     doc: dict[str, Any]
     if args.verb == "pause":
-        controls.check_target(state, target, is_table=lambda uri: _is_table(uri, args.storage_options))
+        targets.check_target(state, target, is_table=lambda uri: _is_table(uri, args.storage_options))
         controls.pause(state, target, by=by, reason=reason, now=now)
         doc = {"paused": target, "by": by, "reason": reason, "at": now}
         text = f"paused {target} (by {by}: {reason}); memwal fleet resume {target} --state {args.state} lifts it"
@@ -96,6 +96,7 @@ def _is_table(uri: str, storage_options: dict[str, str]) -> bool:
 
 def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: float) -> tuple[dict[str, Any], str]:
     from memwal.errors import BadInputError
+    from memwal.history import cancel_effect
     from memwal.lease import cancel
     from memwal.store import check_table_uri, open_store
 
@@ -104,7 +105,8 @@ def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: flo
         raise BadInputError(f"--wait {wait:g}: expected a positive number of seconds")
     store = open_store(check_table_uri(table), args.storage_options)
     asked = cancel.ask(store, by, reason, now=now)
-    states = cancel.wait_stopped(store, asked, wait) if wait is not None and asked else cancel.progress(store, asked)
+    states = (cancel_effect.wait_stopped(store, asked, wait) if wait is not None and asked
+              else cancel_effect.progress(store, asked))
     doc = {"table": table, "cancelled": [a.kind for a in asked], "jobs": states, "by": by, "reason": reason,
            "at": now}
     if not asked:
@@ -112,7 +114,7 @@ def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: flo
     lines = [f"{table}: asked {', '.join(a.kind for a in asked)} to stop at its next safe point"]
     for s in states:
         job = f"{s['kind']}" + (f" (run {s['run_id']})" if s.get("run_id") else "")
-        if s["state"] == cancel.RUNNING:
+        if s["state"] == cancel_effect.RUNNING:
             lines.append(f"  {job}: not stopped yet" + (f" after {wait:g} s" if wait is not None else
                                                          " (--wait waits for it)"))
         elif s.get("outcome") == "cancelled":
