@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,7 +302,7 @@ def storage(uri: str) -> dict[str, Any]:
 
 
 def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reopen_every: int = 0,
-            base_rows: int = 0) -> dict[str, Any]:
+            base_rows: int = 0, cycle_args: Sequence[str] = ()) -> dict[str, Any]:
     client_name, maintenance = ARMS[arm]
     client = CLIENTS[client_name]
     base = work / arm
@@ -353,7 +354,7 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
                 done = writer.call("cleanup_all")
                 maint = {"cleanup_wal_wall_seconds": round(time.perf_counter() - c0, 2), "merged": done["merged"]}
             if maintenance in ("memwal", "both"):
-                maint.update(_run_peak([str(MEMWAL), "cycle", uri]))
+                maint.update(_run_peak([str(MEMWAL), "cycle", uri, *cycle_args]))
             record: dict[str, Any] = {"minute": minute, "generations_written": gens[0], "maintenance": maint}
             record.update(storage(uri))
             # the writer's own read, once it flushed after the maintenance: until then a pylance
@@ -389,6 +390,7 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
         holder[0].close()
     return {"arm": arm, "client": client_name, "maintenance": maintenance, "interval_seconds": interval,
             "writer_reopened_every_minutes": reopen_every or None, "base_rows": base_rows,
+            "cycle_args": list(cycle_args),
             "rows_per_generation": rows, "minutes": minutes_out, "failures": failures,
             "goals": goals(minutes_out, maintenance)}
 
@@ -457,6 +459,8 @@ def main() -> None:
     parser.add_argument("--base-rows", type=int, default=0, help="rows in the base table before the writer starts")
     parser.add_argument("--reopen-every", type=int, default=0, metavar="MINUTES",
                         help="replace the writer by a new process every MINUTES (0: never, the default)")
+    parser.add_argument("--cycle-args", default="", metavar="ARGS",
+                        help="options of every memwal cycle, e.g. '--expire-versions 300' (default: its defaults)")
     parser.add_argument("--smoke", action="store_true", help="two minutes of the pylance arm (the harness works)")
     args = parser.parse_args()
     arms = ["pylance"] if args.smoke else [a for a in args.arms.split(",") if a]
@@ -469,7 +473,8 @@ def main() -> None:
             log(f"{arm}: its client is not installed here, skipped")
             continue
         log(f"{arm}: {minutes} minutes, a generation of {args.rows} rows every {args.interval}s")
-        results[arm] = run_arm(arm, work, minutes, args.interval, args.rows, args.reopen_every, args.base_rows)
+        results[arm] = run_arm(arm, work, minutes, args.interval, args.rows, args.reopen_every, args.base_rows,
+                               shlex.split(args.cycle_args))
     doc = {"machine": machine_info(), "arms": results}
     (out / "steady.json").write_text(json.dumps(doc, indent=2))
     chart(doc, out / "steady.png")

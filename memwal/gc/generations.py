@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 
 import pyarrow as pa
 
@@ -130,7 +131,8 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
         if shard.drain or shard.repairs:
             drains.append(ShardDrain(sid, state.version, tuple(sorted(shard.drain + shard.repairs)),
                                      tuple(shard.repairs)))
-        rollups += plan_rollups(sid, shard.kept_listed)
+        for segment in shard.kept_segments():
+            rollups += plan_rollups(sid, segment)
         if shard.repair is not None:
             repairs.append(Repair(sid, shard.repair))
     return GenerationsPlan(tuple(deletions), tuple(blocked), tuple(broken), retention_report(held, gates),
@@ -151,8 +153,9 @@ class _Shard:
         self.held: list[HeldGeneration] = []
         self.drain: list[int] = []
         self.repairs: list[int] = []
-        #: Merged entries that stay listed, in manifest order: what may be rolled up.
-        self.kept_listed: list[Entry] = []
+        #: Merged entries that stay listed, in manifest order (what may be rolled up), each with
+        #: whether it was merged since the live writer claimed its epoch (:meth:`kept_segments`).
+        self.kept_listed: list[tuple[Entry, bool]] = []
         #: Generations at or below the merge progress whose WAL entries stay (unproven, pinned).
         self.kept_wal: set[int] = set()
         #: Rows the base needs before this shard's drain (its proof failed, repairably).
@@ -210,7 +213,18 @@ class _Shard:
         for fg, why in stays:
             self._block(fg.generation, why)
             if fg.generation <= self.compacted:
-                self.kept_listed.append(Entry(fg.generation, fg.path, self.listed.bytes_under(fg.path)))
+                merged_at = self.gates.verdict(self.sid, fg.generation).evidence.merged_at
+                self.kept_listed.append((Entry(fg.generation, fg.path, self.listed.bytes_under(fg.path)),
+                                         self.writer.live and self.writer.claimed_before(merged_at)))
+
+    def kept_segments(self) -> list[list[Entry]]:
+        """The merged entries that stay listed, split where the live writer claimed its epoch.
+        A rollup is listed under its newest merge and leaves the listing once a writer opened
+        the grace period after that merge; one that went on taking each new merge in would
+        never leave it, however often the writer is replaced (the remedy docs/clients.md gives).
+        Split there, what was merged before the live writer opened stays in rollups of its own
+        and leaves the listing at the next writer's open."""
+        return [[entry for entry, _ in run] for _, run in groupby(self.kept_listed, key=lambda kept: kept[1])]
 
     def _complete(self) -> bool:
         """Whether the manifest lists every generation from its lowest to the last flushed: only

@@ -83,6 +83,10 @@ class WriterView:
         claimed its epoch at least the grace period after it."""
         return when is not None and self.claimed_at is not None and self.claimed_at - grace_seconds >= when
 
+    def claimed_before(self, when: float | None) -> bool:
+        """Whether the writer claimed its epoch before ``when`` (False when either is unknown)."""
+        return when is not None and self.claimed_at is not None and self.claimed_at < when
+
     def to_dict(self) -> dict[str, object]:
         return {"shard_id": self.shard_id, "epoch": self.epoch, "live": self.live,
                 "last_activity": self.last_activity, "claimed_at": self.claimed_at}

@@ -124,6 +124,36 @@ def test_a_writer_that_never_stops_keeps_a_bounded_listing(live: LiveWriter) -> 
         reads_every_row(other_process)
 
 
+def test_a_replaced_writer_lets_what_was_rolled_up_before_it_opened_leave_the_listing(live: LiveWriter) -> None:
+    """The remedy for a writer that never reopens is to replace it now and then (issue 54). What
+    was merged and rolled up before the new writer opened must stay in rollups of its own, not
+    be rolled into the new writer's: one rollup of both is listed under the newer merge and waits
+    for the new writer too, so a writer replaced every so often never saw its listing shrink."""
+    writes, uri, t = Writes(), live.uri, memwal.open(live.uri)
+    hour = {"grace_seconds": 3600, "expire_versions": 0}  # everything stays listed: for the grace period
+    for _ in range(3):
+        live.generation(writes.keys(live))
+    assert t.merge().ok and t.gc(**hour).ok
+    (before,) = listed(uri)  # the first writer's three merged generations, rolled up
+    assert rollup_paths(uri)
+    live.close()
+    with LiveWriter(uri, live.shard_id, live.model, seed=9) as replaced:
+        for _ in range(3):
+            replaced.generation(writes.keys(replaced))
+        assert t.merge().ok and t.gc(**hour).ok
+        assert listed(uri)[0] == before, listed(uri)  # rolled up apart from the new writer's merges
+        assert len(listed(uri)) == 2, listed(uri)
+        reads_every_row(replaced)
+        drained = t.gc(**ZERO).value  # the new writer opened after the first rollup's merge
+        assert [d.generations for d in drained.drained] == [(before,)], drained.drained
+        assert len(listed(uri)) == 1 and listed(uri)[0] > before
+        reads_every_row(replaced)
+        replaced.generation(writes.keys(replaced))
+        reads_every_row(replaced)
+    with LiveWriter(uri, live.shard_id, live.model, seed=10) as last:
+        reads_every_row(last)
+
+
 def rollup_paths(uri: str) -> set[str]:
     shard = Path(uri, "_mem_wal", shard_ids_for(ONE)[0])
     return {p.name for p in shard.iterdir() if (p / ROLLUP_MARKER).exists()}
