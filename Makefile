@@ -222,7 +222,8 @@ bench-smoke: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP)
 # 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes; memwal against lance-context's own merger (bench/peers.py: the
 # readers' time after each, on identical copies of a lance-context store); a writer that never stops, 30 minutes for each client
 # (bench/steady.py: what readers open and pay, minute by minute, against cleanup_wal(); and a pylance writer replaced
-# every 10 minutes, the remedy docs/benchmarks.md names). JSON and charts in bench-results/.
+# every 10 minutes, the remedy docs/benchmarks.md names; bench/list_reader_floor.py: what pylance's reader pays for one
+# listed generation). JSON and charts in bench-results/.
 bench: bench-smoke
 	$(PY) -m bench.run --out bench-results
 	$(PY) -m bench.growth --out bench-results
@@ -241,6 +242,7 @@ bench: bench-smoke
 	$(PY) -m bench.peers --work bench-results/peers-work --out bench-results
 	$(PY) -m bench.steady --work bench-results/steady-work --out bench-results
 	$(PY) -m bench.steady --arms pylance --reopen-every 10 --work bench-results/steady-work --out bench-results/steady-reopen
+	$(PY) -m bench.list_reader_floor --out bench-results
 
 # Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
 # .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on

@@ -27,7 +27,7 @@ import heapq
 import logging
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from memwal.core import clock as clocks
@@ -82,17 +82,14 @@ def _month_start(folder: str) -> float:
         return -math.inf
 
 
-def _months(store: Store) -> list[str]:
-    """The month folders, newest first (links and other names are not ours: skipped)."""
-    return [m for m in store.list_dirs(HISTORY_PREFIX) if _MONTH_RE.match(m)]
-
-
-def _keys(store: Store, months: list[str] | None = None) -> Iterator[str]:
-    """Record and detail keys newest first: those of ``months`` (every month folder when
-    None), each listed only when reached, merged with the records from before the folders."""
-    folders = _months(store) if months is None else months
-    nested = (k for m in folders for k in store.list_keys(f"{HISTORY_PREFIX}{m}/"))
-    return heapq.merge(store.list_keys(HISTORY_PREFIX), nested, key=_name)
+def _keys(store: Store, month: Callable[[str], bool] = lambda _: True) -> Iterator[str]:
+    """Record and detail keys newest first: those of the month folders ``month`` accepts,
+    each listed only when reached, merged with the records from before the folders (one
+    listing finds those and the folders; links and other names are not ours: skipped)."""
+    top, folders = store.list_level(HISTORY_PREFIX)
+    nested = (k for m in folders if _MONTH_RE.match(m) and month(m)
+              for k in store.list_keys(f"{HISTORY_PREFIX}{m}/"))
+    return heapq.merge(top, nested, key=_name)
 
 
 def _name(key: str) -> str:
@@ -215,8 +212,7 @@ def expired_history(store: Store, older_than: float, *, keep_run: str | None = N
     """
     future = (clocks.current()() if now is None else now) + FUTURE_SKEW_SECONDS
     future_folder = _month_folder(int(future * 1000))
-    months = [m for m in _months(store) if _month_start(m) < older_than or m <= future_folder]
-    keys = list(_keys(store, months))
+    keys = list(_keys(store, lambda m: _month_start(m) < older_than or m <= future_folder))
     names = [_name(k) for k in keys]
     first = bisect.bisect_left(names, f"{_MAX_MS - math.ceil(older_than * 1000):014d}")
     ahead = bisect.bisect_left(names, f"{_MAX_MS - math.floor(future * 1000):014d}", hi=first)

@@ -198,6 +198,11 @@ class Store(abc.ABC):
         versions); an object store's listing brings sizes anyway."""
         return (o.key for o in self.list(prefix, recursive=False))
 
+    def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
+        """:meth:`list_keys` and :meth:`list_dirs` of one directory at once, both sorted: an
+        object store answers both with one delimiter listing."""
+        return builtins.list(self.list_keys(prefix)), self.list_dirs(prefix)
+
     @abc.abstractmethod
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate child "directory" names under ``prefix`` (no trailing slash), sorted.

@@ -162,6 +162,12 @@ class ObjectListing(Store):
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate "directory" names under ``prefix`` (one delimiter listing), sorted."""
+        return self.list_level(prefix)[1]
+
+    def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
+        """Keys of the objects and names of the "directories" directly under ``prefix``, both
+        sorted, from one delimiter listing."""
         full = self._full_prefix(dir_prefix(prefix))
         listed = self._call("list", "", lambda: obstore.list_with_delimiter(self._backend, full.rstrip("/") or None))
-        return sorted(n for n in (str(cp)[len(full):].rstrip("/") for cp in listed["common_prefixes"]) if n)
+        keys = sorted(self._info(obj).key for obj in listed["objects"] if str(obj["path"])[len(full):])
+        return keys, sorted(n for n in (str(cp)[len(full):].rstrip("/") for cp in listed["common_prefixes"]) if n)

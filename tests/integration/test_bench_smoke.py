@@ -267,3 +267,25 @@ def test_driver_share_bench_smoke(tmp_path):
     assert run["driver"]["wchar"] > 0 and sum(run["executors"]["write_bytes"].values()) > run["data_bytes_added"] / 2
     assert driver["driver_share_wchar"] > 0.9  # the driver's merge_insert writes the data again
     assert driverless["driver_share_wchar"] < driver["driver_share_wchar"] / 10
+
+
+def test_steady_state_bench_smoke(tmp_path):
+    """bench/steady.py for two minutes of the pylance arm, its cycle given options: every minute
+    recorded, every read right, the goals reported."""
+    out = tmp_path / "out"
+    proc = _run_bench("bench.steady", ["--smoke", "--out", str(out), "--work", str(tmp_path / "work"),
+                                       "--cycle-args", "--grace-seconds 0"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    arm = json.loads((out / "steady.json").read_text())["arms"]["pylance"]
+    assert [m["minute"] for m in arm["minutes"]] == [1, 2] and arm["cycle_args"] == ["--grace-seconds", "0"]
+    assert arm["failures"] == [] and arm["goals"]["every_read_right"]["met"]
+    assert all(m["maintenance"]["rc"] == 0 for m in arm["minutes"]) and (out / "steady.png").stat().st_size > 0
+
+
+def test_list_reader_floor_bench_smoke(tmp_path):
+    """bench/list_reader_floor.py on a small table: the three listings read, each row count checked."""
+    proc = _run_bench("bench.list_reader_floor", ["--rows", "2000", "--runs", "1", "--out", str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    reads = json.loads((tmp_path / "list_reader_floor.json").read_text())["reads"]
+    assert list(reads) == ["nothing listed", "one small generation", "one generation of every key"]
+    assert reads["nothing listed"]["over_nothing_listed"] == 1.0
