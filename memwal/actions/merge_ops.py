@@ -55,7 +55,7 @@ def change_merge_ops(table: Table, *, set_ops: Mapping[str, str] | None = None, 
     both = set(set_ops) & set(unset)
     if both:
         raise BadInputError(f"column {sorted(both)[0]}: both set and unset")
-    validate(set_ops, ds.schema, primary_key_of(table))
+    validate(set_ops, ds.schema, primary_key_of(table, ds))
     for column in unset:
         if column not in ds.schema.names and column not in current.ops:
             raise BadInputError(f"column {column}: not in the table schema")

@@ -77,7 +77,7 @@ def merged_generations(table: Table, shard_id: str, compacted: int, state: Shard
 def unproven_merges(table: Table, manifest: TableManifest, states: dict[str, ShardState]) -> list[Unproven]:
     """Per shard, the first merged key the base table does not hold (empty: all proven)."""
     ds = table.dataset(manifest.version)
-    pk = primary_key_of(table)
+    pk = primary_key_of(table, ds)
     fields = BaseFields.of(ds)
     folding = set(table_merge_ops(table, manifest.version).folding_columns())
     parts = []

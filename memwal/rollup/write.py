@@ -15,7 +15,7 @@ configuration and index definitions; only metadata is copied) under our own
 ``_mem_wal/_staging/rollup-<id>/``, which no client lists. Its one generation is then copied,
 file by file and its Lance manifests last, into a fresh ``<8 hex>_gen_<g>`` folder of the shard
 (created only if absent), and the staging is removed. Nothing lists the new folder until the
-shard manifest does (:func:`memwal.table.drain.write_replacement`); a crash before that leaves
+shard manifest does (:func:`memwal.gc.drain.write_compaction`); a crash before that leaves
 an unlisted folder the orphans collector takes.
 """
 
@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import lance
 import pyarrow as pa
 
 from memwal.errors import MemWalError, first_line
@@ -75,11 +76,10 @@ class WrittenRollup:
                 "bytes": self.bytes, "replaces": [{"generation": g, "path": p} for g, p in self.replaces]}
 
 
-def rollup_rows(table: Table, plan: RollupPlan) -> tuple[pa.Table, pa.Table]:
-    """The run's newest rows: (upserts in the base table's schema, deleted keys)."""
-    ds = table.dataset()
+def rollup_rows(table: Table, ds: lance.LanceDataset, plan: RollupPlan) -> tuple[pa.Table, pa.Table]:
+    """The run's newest rows: (upserts in the schema of the base table ``ds``, deleted keys)."""
     schema = ds.schema
-    pk = primary_key_of(table)
+    pk = primary_key_of(table, ds)
     refs = generation_refs(table, ds, plan.shard_id, [(e.generation, e.path) for e in plan.entries])
     parts = list(read_generations(refs, schema, table.storage_options, {plan.shard_id: 0}))
     if not parts:
@@ -94,14 +94,15 @@ def write_rollup(table: Table, plan: RollupPlan, *, remove_staging: Callable[[st
 
     ``remove_staging`` deletes a staging prefix (GC's own deletion, link-safe). RollupError when
     a generation of the run cannot be read (another compactor may have removed it meanwhile)."""
+    ds = table.dataset()  # one open for the rows' schema and the clone the rollup is flushed in
     try:
-        upserts, deletes = rollup_rows(table, plan)
+        upserts, deletes = rollup_rows(table, ds, plan)
     except (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
         raise RollupError(f"shard {plan.shard_id}: the run {plan.entries[0].generation}-{plan.generation} cannot "
                           f"be read: {first_line(exc, table.uri)}") from exc
     staging = f"{STAGING_DIR}/rollup-{uuid.uuid4().hex[:16]}"
     try:
-        flushed = _flush_in_clone(table, plan.shard_id, staging, upserts, deletes)
+        flushed = _flush_in_clone(table, ds, plan.shard_id, staging, upserts, deletes)
         path = _fresh_name(table.store, plan.shard_id, plan.generation)
         size = _copy_folder(table.store, flushed, f"{shard_dir(plan.shard_id)}/{path}",
                             marker=json.dumps({"replaces": [[e.generation, e.path] for e in plan.entries]}).encode())
@@ -113,10 +114,10 @@ def write_rollup(table: Table, plan: RollupPlan, *, remove_staging: Callable[[st
                          tuple((e.generation, e.path) for e in plan.entries))
 
 
-def _flush_in_clone(table: Table, shard_id: str, staging: str, upserts: pa.Table, deletes: pa.Table) -> str:
-    """Flush the rows as one generation of ``shard_id`` in a shallow clone of the base at
+def _flush_in_clone(table: Table, ds: lance.LanceDataset, shard_id: str, staging: str, upserts: pa.Table,
+                    deletes: pa.Table) -> str:
+    """Flush the rows as one generation of ``shard_id`` in a shallow clone of the base ``ds`` at
     ``staging``; the store key of that generation's folder."""
-    ds = table.dataset()
     try:
         clone = ds.shallow_clone(table.store.uri_for(staging), ds.version,
                                  storage_options=table.storage_options or None)
@@ -156,15 +157,18 @@ def _copy_folder(store: Store, source: str, target: str, *, marker: bytes) -> in
     rollup marker (:data:`ROLLUP_MARKER`: what it replaces), the Lance manifests last: a folder
     cut short by a crash has none, and no reader can open it. Bytes copied."""
     objects = list(store.list(source + "/"))
-    manifests = [o for o in objects if "/_versions/" in o.key]
-    size = len(marker)
-    for i, o in enumerate([o for o in objects if o not in manifests] + manifests):
-        if i == len(objects) - len(manifests):
-            store.put_if_absent(f"{target}/{ROLLUP_MARKER}", marker)
-        data = store.get(o.key)
-        store.put_if_absent(target + o.key[len(source):], data)
-        size += len(data)
-    return size
+
+    def copy(keys: list[str]) -> int:
+        size = 0
+        for key in keys:
+            data = store.get(key)
+            store.put_if_absent(target + key[len(source):], data)
+            size += len(data)
+        return size
+
+    size = copy([o.key for o in objects if "/_versions/" not in o.key])
+    store.put_if_absent(f"{target}/{ROLLUP_MARKER}", marker)
+    return size + len(marker) + copy([o.key for o in objects if "/_versions/" in o.key])
 
 
 __all__ = ["RollupError", "WrittenRollup", "rollup_rows", "write_rollup"]

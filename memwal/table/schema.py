@@ -19,6 +19,7 @@ import pyarrow as pa
 from memwal.errors import BadInputError
 
 if TYPE_CHECKING:
+    from lance import LanceDataset
     from lance.lance.schema import LanceField
     from lance.schema import LanceSchema
 
@@ -45,9 +46,10 @@ def primary_key(schema: LanceSchema | pa.Schema) -> list[str]:
     return [name for (name,) in key]
 
 
-def primary_key_of(table: Table) -> list[str]:
-    """The base table's primary key; without one nothing can be merged (exit 2)."""
-    pk = primary_key(table.dataset().lance_schema)
+def primary_key_of(table: Table, ds: LanceDataset | None = None) -> list[str]:
+    """The base table's primary key (read from ``ds`` when the caller has the table open: an
+    open costs a listing of its versions); without one nothing can be merged (exit 2)."""
+    pk = primary_key((table.dataset() if ds is None else ds).lance_schema)
     if not pk:
         raise BadInputError(f"{table.uri}: the base table has no unenforced primary key; nothing can be merged")
     return pk
