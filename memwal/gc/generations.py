@@ -71,11 +71,6 @@ from memwal.table.writer import WriterView
 Prover = Callable[[str, Sequence[tuple[int, str]], Sequence[tuple[int, str]]], "ProofFailure | None"]
 
 
-def _trust(_shard: str, _proving: Sequence[tuple[int, str]],
-           _superseding: Sequence[tuple[int, str]]) -> ProofFailure | None:
-    return None
-
-
 @dataclass(frozen=True)
 class GenerationsPlan:
     deletions: tuple[GenerationDeletion, ...] = ()
@@ -103,10 +98,10 @@ class GenerationsPlan:
 
 def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gates,
                      writers: Mapping[str, WriterView], safe: SafeVersions,
-                     writer_held: frozenset[int] = frozenset(), prove: Prover = _trust) -> GenerationsPlan:
+                     writer_held: frozenset[int], prove: Prover) -> GenerationsPlan:
     """Every generation's verdict, per shard (see the module docstring); ``writer_held``: the
     retained versions the version expiry keeps only for live writers; ``prove``: the proof that
-    the base holds rows that leave every reader's view."""
+    the base holds rows that leave every reader's view (no default: progress is a claim)."""
     deletions: list[GenerationDeletion] = []
     blocked: list[Blocked] = []
     broken: list[BrokenShard] = []
@@ -176,7 +171,7 @@ class _Shard:
         """The generations the manifest lists: the drain prefix (its folders deleted now or
         later), then what stays listed (rolled up when merged), each with why it stays."""
         candidates: list[tuple[FlushedGeneration, str, Verdict]] = []
-        stays: list[tuple[FlushedGeneration, tuple[str, ...]]] = []
+        stays: list[tuple[FlushedGeneration, tuple[str, ...], Verdict]] = []
         first_kept: int | None = None
         for fg in self.state.flushed:
             try:
@@ -197,25 +192,24 @@ class _Shard:
                 why = (DRAIN_ORDER, f"generation {first_kept} stays listed, and a reader would read it over "
                                     "this one's newer rows in the base table")
             first_kept = fg.generation if first_kept is None else first_kept
-            stays.append((fg, why))
+            stays.append((fg, why, verdict))
         if candidates and not self.repairs:
             # (a merged generation gone from storage leaves the base the only copy of its rows:
             # nothing can be proven, and readers fail on it now, so its drain is the repair)
             unproven = self.prove(self.sid, [(fg.generation, fg.path) for fg, _, _ in candidates],
-                                  [(fg.generation, fg.path) for fg, _ in stays])
+                                  [(fg.generation, fg.path) for fg, _, _ in stays])
             if unproven is not None and unproven.repair is not None and self._complete():
                 self.repair = unproven.repair  # the drain waits for it (memwal.gc.run)
             elif unproven is not None:
-                stays = [(fg, (PROGRESS_UNPROVEN, unproven.detail)) for fg, _, _ in candidates] + stays
+                stays = [(fg, (PROGRESS_UNPROVEN, unproven.detail), verdict) for fg, _, verdict in candidates] + stays
                 candidates = []
         for fg, key, verdict in candidates:
             self._drained(fg, key, verdict)
-        for fg, why in stays:
+        for fg, why, verdict in stays:
             self._block(fg.generation, why)
             if fg.generation <= self.compacted:
-                merged_at = self.gates.verdict(self.sid, fg.generation).evidence.merged_at
                 self.kept_listed.append((Entry(fg.generation, fg.path, self.listed.bytes_under(fg.path)),
-                                         self.writer.live and self.writer.claimed_before(merged_at)))
+                                         self.writer.live and self.writer.claimed_before(verdict.evidence.merged_at)))
 
     def kept_segments(self) -> list[list[Entry]]:
         """The merged entries that stay listed, split where the live writer claimed its epoch.
