@@ -21,8 +21,8 @@ import lance
 import memwal
 from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.table import open_table
-from memwal.table.drain import write_drain
-from memwal.table.shards import ShardState, all_shard_manifests
+from memwal.table.drain import compacted_manifest, write_next_version
+from memwal.table.shards import ShardState, all_shard_manifests, read_shard_manifest
 from tests.clients.context_store import LanceContextStore, row
 from tests.clients.pylance_client import LiveWriter
 
@@ -35,8 +35,9 @@ def _state(uri: str) -> ShardState:
 
 
 def _drain_all(uri: str) -> ShardState:
-    state = _state(uri)
-    return write_drain(open_table(uri).store, state, {g.generation for g in state.flushed})
+    state, store = _state(uri), open_table(uri).store
+    drained = compacted_manifest(state, drained={g.generation for g in state.flushed})
+    return read_shard_manifest(store, state.shard_id, write_next_version(store, state, drained))
 
 
 def _try(fn) -> str:  # type: ignore[no-untyped-def]

@@ -3,7 +3,7 @@
 A generation folder is deleted only once no current shard manifest lists it and no reader
 within the grace period can still hold a version that did (hazard H6: every client reads
 every listed generation and fails on a missing one). So GC first *drains*: it takes the
-generations every gate lets go out of the manifest (:func:`memwal.table.drain.write_drain`),
+generations every gate lets go out of the manifest (:func:`write_compaction`),
 then deletes their folders once the drain is older than the grace period (in the same run
 with ``--grace-seconds 0``).
 
@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from memwal.errors import MemWalError, StateMovedError, UnsafePathError
-from memwal.gc.gates import UNSAFE_PATH
+from memwal.errors import MemWalError, StateMovedError
 from memwal.gc.model import Json
 from memwal.store import Store
 from memwal.table.drain import ListedEntry, compacted_manifest, write_next_version
@@ -107,8 +106,9 @@ class ShardCompaction:
     runs: tuple[tuple[tuple[tuple[int, str], ...], ListedEntry], ...] = ()
 
 
-def write_compaction(store: Store, state: ShardState, work: ShardCompaction) -> ShardState:
-    """Write ``work`` as the shard manifest's next version (compare-and-swap). When a writer
+def write_compaction(store: Store, state: ShardState, work: ShardCompaction) -> int:
+    """Write ``work`` as the shard manifest's next version (compare-and-swap); the version
+    written. When a writer
     flushed (or another compactor wrote) first, the latest version is read and the same work
     applied to it, while every generation it drains and every run it rolls up is still listed
     as planned, at most :data:`WRITE_ATTEMPTS` times. Raises StateMovedError when it gives up
@@ -130,27 +130,5 @@ def write_compaction(store: Store, state: ShardState, work: ShardCompaction) -> 
     raise AssertionError("unreachable")
 
 
-def write_drains(store: Store, drains: tuple[ShardDrain, ...], states: Mapping[str, ShardState]
-                 ) -> tuple[list[DoneDrain], dict[str, tuple[str, str]]]:
-    """Write each shard's drain (:func:`write_compaction`); the drains written, and per shard
-    whose drain was not (its manifest kept moving, or a link stands where the new version
-    goes), the gate and why."""
-    done: list[DoneDrain] = []
-    failed: dict[str, tuple[str, str]] = {}
-    for d in drains:
-        if not d.generations:
-            continue
-        try:
-            written = write_compaction(store, states[d.shard_id], ShardCompaction(d.shard_id, d.generations))
-        except StateMovedError as exc:
-            failed[d.shard_id] = (MOVED, str(exc))
-            continue
-        except UnsafePathError as exc:  # a link refused, never written through
-            failed[d.shard_id] = (UNSAFE_PATH, str(exc))
-            continue
-        done.append(DoneDrain(d.shard_id, written.version, d.generations, d.repairs))
-    return done, failed
-
-
 __all__ = ["MOVED", "WRITE_ATTEMPTS", "DoneDrain", "SafeVersions", "ShardCompaction", "ShardDrain",
-           "unlisted_safely", "write_compaction", "write_drains"]
+           "unlisted_safely", "write_compaction"]

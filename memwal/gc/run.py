@@ -157,7 +157,7 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
         if lease:
             lease.check()
         try:
-            version = write_compaction(table.store, plan.generation_plan.states[sid], work).version
+            version = write_compaction(table.store, plan.generation_plan.states[sid], work)
         except StateMovedError as exc:
             failed[sid] = (MOVED, str(exc))
             continue

@@ -89,11 +89,6 @@ def is_compaction(before: ShardManifest, after: ShardManifest) -> bool:
             and {g for g, _ in now} <= {g for g, _ in had})
 
 
-def drained_manifest(state: ShardState, generations: Collection[int]) -> ShardManifest:
-    """The next version of ``state``'s manifest without ``generations`` (everything else as is)."""
-    return compacted_manifest(state, drained=generations)
-
-
 def compacted_manifest(state: ShardState, *, drained: Collection[int] = (),
                        runs: Collection[tuple[Collection[tuple[int, str]], ListedEntry]] = ()) -> ShardManifest:
     """The next version of ``state``'s manifest less the ``drained`` generations, and with each
@@ -122,16 +117,11 @@ def compacted_manifest(state: ShardState, *, drained: Collection[int] = (),
     return out
 
 
-def write_drain(store: Store, state: ShardState, generations: Collection[int]) -> ShardState:
-    """Take ``generations`` out of the shard manifest (:func:`write_next_version`)."""
-    return write_next_version(store, state, drained_manifest(state, generations))
-
-
-def write_next_version(store: Store, state: ShardState, manifest: ShardManifest) -> ShardState:
+def write_next_version(store: Store, state: ShardState, manifest: ShardManifest) -> int:
     """Write ``manifest`` as version ``state.version + 1``, created only if no one wrote it
     first (StateMovedError then: a writer flushed or claimed the shard, or another compactor
-    wrote; the caller plans again). The version hint is written after, best effort, as writers
-    do (a stale hint only makes readers look further)."""
+    wrote; the caller plans again); the version written. The version hint is written after,
+    best effort, as writers do (a stale hint only makes readers look further)."""
     key = manifest_key(state.shard_id, manifest.version)
     try:
         store.put_if_absent(key, manifest.SerializeToString())
@@ -142,9 +132,8 @@ def write_next_version(store: Store, state: ShardState, manifest: ShardManifest)
         store.put(version_hint_key(state.shard_id), json.dumps({"version": manifest.version}).encode())
     except (MemWalError, OSError) as exc:
         log.info("shard %s: version hint not updated (%s); readers list further", state.shard_id, exc)
-    info = store.head(key)
-    return ShardState(state.shard_id, manifest.version, manifest, info.mtime if info else 0.0)
+    return manifest.version
 
 
-__all__ = ["ListedEntry", "drained_manifest", "drained_through", "is_compaction", "is_drain", "merged_through",
-           "compacted_manifest", "write_drain", "write_next_version"]
+__all__ = ["ListedEntry", "compacted_manifest", "drained_through", "is_compaction", "is_drain", "merged_through",
+           "write_next_version"]

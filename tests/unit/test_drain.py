@@ -11,10 +11,11 @@ import pytest
 
 from memwal.demo import Workload, create_base_table, shard_ids_for
 from memwal.errors import StateMovedError
+from memwal.store import Store
 from memwal.table import open_table
-from memwal.table.drain import drained_through, is_drain, merged_through, write_drain
+from memwal.table.drain import compacted_manifest, drained_through, is_drain, merged_through, write_next_version
 from memwal.table.listing import list_mem_wal
-from memwal.table.shards import all_shard_manifests, read_shard_manifest
+from memwal.table.shards import ShardState, all_shard_manifests, read_shard_manifest
 from memwal.table.writer import ManifestHistory, writer_view
 from tests.clients.pylance_client import LiveWriter
 
@@ -30,6 +31,12 @@ def written(tmp_path: Path) -> tuple[str, LiveWriter]:
         w.generation(list(range(100 + 10 * k, 110 + 10 * k)))
     yield uri, w
     w.close()
+
+
+def write_drain(store: Store, state: ShardState, generations: set[int]) -> ShardState:
+    """The drain GC writes (its compaction with nothing rolled up), read back."""
+    return read_shard_manifest(store, state.shard_id,
+                               write_next_version(store, state, compacted_manifest(state, drained=generations)))
 
 
 def state(uri: str):  # type: ignore[no-untyped-def]
