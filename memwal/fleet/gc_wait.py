@@ -20,18 +20,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from memwal.core.json_doc import finite, mapping_of
 from memwal.inspect.page import fmt_age as human_duration
 
 #: Most gate combinations a wait names (the most frequent first).
 MAX_GATES = 8
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _when(at: float) -> str:
@@ -89,13 +82,13 @@ def _gate(gate: str, doc: Mapping[str, Any], at: float, o: Any) -> tuple[float |
                                      f"{human_duration(o.grace_seconds)})"
     if gate == WRITER_LIVE:
         live = [w for w in doc.get("writers") or [] if isinstance(w, Mapping) and w.get("live")]
-        seen = max((t for w in live if (t := _num(w.get("last_activity"))) is not None), default=None)
+        seen = max((t for w in live if (t := finite(w.get("last_activity"))) is not None), default=None)
         since = "" if seen is None else f", its last write {_when(seen)}"
         return None, (f"{gate}: when the writer reopens or is quiet for {human_duration(o.writer_idle_seconds)} "
                       f"(not before {_when((seen or at) + o.writer_idle_seconds)}{since})")
     if gate.startswith("checkpoint:"):
         cid = gate.split(":", 1)[1]
-        exp = next((_num(c.get("expires_at")) for c in doc.get("checkpoints") or []
+        exp = next((finite(c.get("expires_at")) for c in doc.get("checkpoints") or []
                     if isinstance(c, Mapping) and str(c.get("id")) == cid), None)
         if exp is None:
             return None, f"{gate}: when the checkpoint is deleted or expires"
@@ -114,9 +107,9 @@ def _gate(gate: str, doc: Mapping[str, Any], at: float, o: Any) -> tuple[float |
 def _retained(gate: str, doc: Mapping[str, Any], at: float, o: Any) -> tuple[float | None, str]:
     """A retained version that still needs the generations: its expiry frees them, when only its
     age keeps it and version expiry is on; a tag or a branch never goes by itself."""
-    retention = _map(doc.get("retention"))
+    retention = mapping_of(doc.get("retention"))
     rows = [v for v in retention.get("blocking_versions") or [] if isinstance(v, Mapping)]
-    aged = [a for v in rows if v.get("held_by") is None and (a := _num(v.get("age_seconds"))) is not None]
+    aged = [a for v in rows if v.get("held_by") is None and (a := finite(v.get("age_seconds"))) is not None]
     if rows and len(aged) == len(rows) and o.expire_versions is not None:
         when = at + max(0.0, o.expire_versions - min(aged))
         return when, f"retained-version: when version expiry takes it, by {_when(when)} " \
@@ -129,11 +122,11 @@ def describe(wait: Mapping[str, Any] | None) -> str:
     """One line for a stored wait: ``the last GC (when) kept N: 24 x writer-live; frees ...``."""
     if not isinstance(wait, Mapping):
         return ""
-    gates = _map(wait.get("gates"))
-    named = ", ".join(f"{int(_num(n) or 0)} x {str(g)[:120]}" for g, n in list(gates.items())[:MAX_GATES])
-    at = _num(wait.get("at"))
+    gates = mapping_of(wait.get("gates"))
+    named = ", ".join(f"{int(finite(n) or 0)} x {str(g)[:120]}" for g, n in list(gates.items())[:MAX_GATES])
+    at = finite(wait.get("at"))
     when = f" ({_when(at)})" if at is not None else ""
-    kept = int(_num(wait.get("blocked")) or 0)
+    kept = int(finite(wait.get("blocked")) or 0)
     return f"the last GC{when} kept {kept}: {named}; frees {str(wait.get('frees'))[:600]}"
 
 

@@ -44,10 +44,6 @@ _NOTES = {"idle": "nothing owed", "behind": "jobs to run now", "waiting": "time 
           "held": "a job's lease is held", "paused": "an operator paused them", "problem": "unreadable"}
 
 
-def _num(value: Any) -> float | None:
-    return finite(value)
-
-
 def _maps(value: Any) -> list[Mapping[str, Any]]:
     """The mappings of a stored list (anything else in it, or a list that is not one, skipped)."""
     return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
@@ -59,11 +55,11 @@ def _text(doc: Mapping[str, Any], key: str, limit: int) -> str:
 
 
 def _int(value: Any) -> int:
-    return int(_num(value) or 0)
+    return int(finite(value) or 0)
 
 
 def _when(at: Any) -> str:
-    t = _num(at)
+    t = finite(at)
     try:
         return "-" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
     except (OverflowError, OSError, ValueError):
@@ -93,9 +89,9 @@ def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, A
     waiting = _map(r.get("waiting"))
     paused = _map(r.get("paused")) or None
     table = str(r.get("table") or "")
-    idle = _num(holds.get("writer_idle_seconds"))
+    idle = finite(holds.get("writer_idle_seconds"))
     return {
-        "table": table, "status": status, "badge": _BADGE.get(status, ""), "debt": f"{_num(r.get('debt')) or 0:g}",
+        "table": table, "status": status, "badge": _BADGE.get(status, ""), "debt": f"{finite(r.get('debt')) or 0:g}",
         "source": str(r.get("source") or ""), "group": str(r.get("group") or ""),
         "jobs": ", ".join(clip(str(j), 20) for j in _list(r.get("jobs"))[:12]) or "-",
         "waiting": ", ".join(f"{clip(str(j), 20)}: next {_when(w.get('until') if isinstance(w, Mapping) else None)}"
@@ -107,8 +103,8 @@ def _row(r: Mapping[str, Any], link: Callable[[str], str] | None) -> dict[str, A
         "shards": _int(holds.get("shards")), "gens": _int(holds.get("unmerged_generations")),
         "max_gens": _int(holds.get("max_shard_generations")), "max_listed": _int(holds.get("max_shard_listed")),
         "rows": f"{_int(holds.get('unmerged_rows')):,}",
-        "bytes": fmt_bytes(_num(holds.get("unmerged_bytes"))),
-        "age": fmt_age(_num(holds.get("oldest_unmerged_age_seconds"))),
+        "bytes": fmt_bytes(finite(holds.get("unmerged_bytes"))),
+        "age": fmt_age(finite(holds.get("oldest_unmerged_age_seconds"))),
         "fragments": _int(holds.get("fragments")), "collectable": _int(holds.get("collectable_generations")),
         "writer": "-" if idle is None else fmt_age(idle), "orphaned": _int(holds.get("orphaned_shards")),
         "last": None if last is None else {
@@ -134,8 +130,8 @@ def _trends(history: Sequence[Mapping[str, Any]]) -> list[Any]:
             ("oldest_unmerged_age_seconds", "seconds", "trend-lag", "Lag",
              "the fleet's oldest unmerged generation (lag), in seconds"),
             ("behind", "tables", "trend-behind", "Tables behind", "tables behind at each plan")):
-        series = [Point(_num(p["at"]) or 0.0, _num(p.get(key)) or 0.0,
-                        f"{_when(p['at'])}: {_num(p.get(key)) or 0:g} {label}") for p in points]
+        series = [Point(finite(p["at"]) or 0.0, finite(p.get(key)) or 0.0,
+                        f"{_when(p['at'])}: {finite(p.get(key)) or 0:g} {label}") for p in points]
         out.append((title, caption, line_chart(series, y_label=label, chart_id=cid, caption=caption,
                                                width=TREND_WIDTH)))
     return out
@@ -145,7 +141,7 @@ def _histogram(report: Mapping[str, Any]) -> Any:
     from memwal.inspect.charts import Bar, bar_chart
 
     h = _map(report.get("histogram"))
-    bounds = [b for b in _list(h.get("bounds")) if _num(b) is not None]
+    bounds = [b for b in _list(h.get("bounds")) if finite(b) is not None]
     counts = [_int(c) for c in _list(h.get("counts"))]
     if not bounds or len(counts) != len(bounds) + 1:
         return None
@@ -168,16 +164,16 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
     by = _map(r.get("by_status"))
     breaches = _map(r.get("breaches"))
     sources = [{"source": str(s.get("source")), "tables": _int(s.get("tables")),
-                "debt": f"{_num(s.get('debt')) or 0:g}",
+                "debt": f"{finite(s.get('debt')) or 0:g}",
                 "by": {k: _int(_map(s.get("by_status")).get(k)) for k in ORDER if k != "problem"},
                 "problems": _int(s.get("problems")), "breaches": _int(s.get("breaches")),
                 "gens": _int(s.get("unmerged_generations")),
-                "age": fmt_age(_num(s.get("oldest_unmerged_age_seconds")))} for s in _maps(r.get("sources"))]
-    groups = [{"group": str(g.get("group")), "share": f"{(_num(g.get('share')) or 0):.0%}",
+                "age": fmt_age(finite(s.get("oldest_unmerged_age_seconds")))} for s in _maps(r.get("sources"))]
+    groups = [{"group": str(g.get("group")), "share": f"{(finite(g.get('share')) or 0):.0%}",
                "tables": _int(g.get("tables")), "with_work": _int(g.get("with_work")),
-               "debt": f"{_num(g.get('debt')) or 0:g}"} for g in _maps(r.get("groups"))]
-    named = [{"table": str(b.get("table")), "slo": str(b.get("slo")), "value": f"{_num(b.get('value')) or 0:,.0f}",
-              "target": f"{_num(b.get('target')) or 0:,.0f}"} for b in _maps(breaches.get("named"))]
+               "debt": f"{finite(g.get('debt')) or 0:g}"} for g in _maps(r.get("groups"))]
+    named = [{"table": str(b.get("table")), "slo": str(b.get("slo")), "value": f"{finite(b.get('value')) or 0:,.0f}",
+              "target": f"{finite(b.get('target')) or 0:,.0f}"} for b in _maps(breaches.get("named"))]
     log = [{"at": _when(e.get("at")), "action": _text(e, "action", 20), "target": _text(e, "target", 300),
             "by": _text(e, "by", 100), "reason": _text(e, "reason", 300), "forged": e["forged"]}
            for e in reversed(checked_log(_map(controls))[-30:])]
@@ -192,8 +188,8 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
     hist = _histogram(r)
     chunks: Iterator[str] = _template().generate(
         version=__version__, at=_when(r.get("at")), discovered=_int(r.get("discovered")),
-        debt=f"{_num(r.get('debt')) or 0:g}", skipped=_int(r.get("skipped")), requests=_int(r.get("requests")),
-        plan_seconds=f"{_num(r.get('seconds')) or 0:.1f}", lag=fmt_age(_num(r.get("oldest_unmerged_age_seconds"))),
+        debt=f"{finite(r.get('debt')) or 0:g}", skipped=_int(r.get("skipped")), requests=_int(r.get("requests")),
+        plan_seconds=f"{finite(r.get('seconds')) or 0:.1f}", lag=fmt_age(finite(r.get("oldest_unmerged_age_seconds"))),
         orphaned=_int(r.get("orphaned_tables")), states=[(s, _int(by.get(s)), _NOTES[s]) for s in ORDER],
         breach_tables=_int(breaches.get("tables")), breach_named=named,
         breach_counts={str(k): _int(v) for k, v in _map(breaches.get("count")).items()},
