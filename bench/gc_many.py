@@ -106,10 +106,16 @@ def build(uri: str, generations: int, shards: int) -> float:
         _forge_shard(uri, shard_id, per_shard)
     ds = ds.checkout_version(ds.latest_version)
     # the marker of the copies, in a commit that writes the rows they hold (the base's own, again):
-    # a merge the history vouches for, as GC checks before it drains (memwal.gc.proven)
+    # a merge of memwal's own, as GC checks before it drains (memwal.merge.cover)
     markers = [CompactedSsTable(s, per_shard) for s in shard_ids_for(wl)]
     (ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
      .mark_sstables_as_compacted(markers).execute(ds.to_table()))
+    # ... and its receipt, as memwal's merge writes one: the generations it applied, bound to the commit
+    from memwal.history.run import committed
+    from memwal.table import open_table
+
+    table = open_table(uri)
+    committed(table, table.manifest().version, applied={s: (2, per_shard) for s in shard_ids_for(wl)})
     return time.perf_counter() - t0
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.lease import LeaseInfo
     from memwal.merge import MergePlan, MergeResult
     from memwal.read import ReadPlan
+    from memwal.repair import RepairPlan, RepairResult
     from memwal.snapshot import SnapshotPlan, SnapshotResult
     from memwal.table import Table
 
@@ -457,6 +458,41 @@ class MemWalTable:
         from memwal.inspect.verify import verify_table
 
         return verify_table(self._table)
+
+    def repair(self, *, shard: str | None = None, apply: str | None = None, accept: str | None = None,
+               by: str | None = None, lease_ttl: Seconds = 300.0) -> RepairPlan | RepairResult:
+        """Merged generations whose rows the base does not hold (``memwal repair``): GC keeps them
+        listed and on storage (``progress-unproven``) and never writes rows itself.
+
+        With neither ``apply`` nor ``accept``, the plan (a dry run: each key's value in the
+        generation, in the base, and the commit that made the base's) with its ``plan_id``. With
+        ``apply=<plan id>`` the generations' rows are written into the base; with
+        ``accept=<plan id>`` the base is taken as the truth for them. Either plans again under the
+        merge lease and goes only when the plan's id is the one given (BadInputError otherwise,
+        nothing written), then records a receipt so the next GC drains them.
+
+        Args:
+            shard: Only this shard.
+            apply: The plan id to write (from a dry run).
+            accept: The plan id to accept (from a dry run).
+            by: Who accepts (recorded).
+            lease_ttl: The merge lease's time to live, in seconds.
+        """
+        from memwal.errors import BadInputError
+        from memwal.lease import Lease
+        from memwal.repair import ACCEPTED, APPLY, plan_repair, run_repair
+
+        ttl = lease_ttl.total_seconds() if isinstance(lease_ttl, timedelta) else float(lease_ttl)
+        if apply is not None and accept is not None:
+            raise BadInputError("repair: apply= or accept=, not both")
+        if apply is None and accept is None:
+            return plan_repair(self._table, shard=shard)
+        with Lease(self._table.store, "merge", ttl_seconds=ttl) as lease:
+            lease.check()
+            result = run_repair(self._table, APPLY if apply is not None else ACCEPTED, apply or accept or "",
+                                shard=shard, by=by)
+            lease.check()
+        return result
 
     def scan(self, *, columns: list[str] | None = None, filter: str | None = None, limit: int | None = None,
              source: str = "index", checkpoint: str | None = None) -> pa.Table:

@@ -80,7 +80,7 @@ def execute_catchup(table: Table, plan: CatchupPlan, engine: CatchupEngine | Non
         fence = lease.safe_point if lease else None
         committed = engine.run(table, plan, work, fence)
         for v in committed:
-            history.committed(v)
+            history.committed(table, v)
         version = max(committed, default=None)
     after = table.manifest()
     results: list[IndexResult] = []

@@ -143,7 +143,7 @@ def _record_compaction_commits(table: Table, before: int, version: int) -> None:
     it first reserves the new fragments' ids (``ReserveFragments``, which pylance 14 reads
     back only as an opaque ``BaseOperation``), then commits the rewrite; a concurrent writer's
     commits in between read back as what they are (Append, Update...) and stay theirs."""
-    history.committed(version)
+    history.committed(table, version)
     ds = table.dataset()
     for v in range(before + 1, version):
         try:
@@ -151,7 +151,7 @@ def _record_compaction_commits(table: Table, before: int, version: int) -> None:
         except (OSError, ValueError, RuntimeError, TypeError):
             continue
         if txn is not None and type(txn.operation).__name__ == "BaseOperation":
-            history.committed(v)
+            history.committed(table, v)
 
 
 def check_progress_kept(table: Table, since_version: int) -> None:

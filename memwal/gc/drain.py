@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from memwal.errors import MemWalError, StateMovedError
 from memwal.gc.model import Json
 from memwal.store import Store
-from memwal.table.drain import ListedEntry, compacted_manifest, write_next_version
+from memwal.table.drain import ListedEntry, compacted_manifest, compacted_since, write_next_version
 from memwal.table.shards import ShardState, latest_shard_manifest
 from memwal.table.writer import ManifestHistory
 
@@ -43,6 +43,9 @@ class ShardDrain:
     generations: tuple[int, ...]
     #: Of those, merged generations whose folder was already gone (readers fail on them now).
     repairs: tuple[int, ...] = ()
+    #: Exactly the entries that leave, ``(generation, path)``: what the run matches in a newer
+    #: manifest version (a number alone may name another entry by then: a rollup).
+    entries: tuple[tuple[int, str], ...] = ()
 
     def to_dict(self) -> Json:
         return {"shard_id": self.shard_id, "from_version": self.from_version,
@@ -102,22 +105,18 @@ class ShardCompaction:
     """What one run writes to one shard manifest: generations drained, runs replaced by rollups."""
 
     shard_id: str
-    drained: tuple[int, ...] = ()
+    drained: tuple[tuple[int, str], ...] = ()
     runs: tuple[tuple[tuple[tuple[int, str], ...], ListedEntry], ...] = ()
 
 
 def write_compaction(store: Store, state: ShardState, work: ShardCompaction) -> int:
     """Write ``work`` as the shard manifest's next version (compare-and-swap); the version
-    written. When a writer
-    flushed (or another compactor wrote) first, the latest version is read and the same work
-    applied to it, while every generation it drains and every run it rolls up is still listed
-    as planned, at most :data:`WRITE_ATTEMPTS` times. Raises StateMovedError when it gives up
-    (someone else drained or rolled up what the plan had: nothing of it is done)."""
+    written. When a writer flushed first, the latest version is read and the same work applied
+    to it, while every entry it drains and every run it rolls up is still listed as planned
+    (generation and path), at most :data:`WRITE_ATTEMPTS` times; a version another compactor
+    wrote since (a drain, a rollup) stops it: the plan was made without it. Raises
+    StateMovedError when it gives up (nothing of it is done)."""
     for attempt in range(WRITE_ATTEMPTS):
-        listed = {s.generation for s in state.manifest.sstables}
-        if not set(work.drained) <= listed:
-            raise StateMovedError(f"shard {state.shard_id}: manifest version {state.version} no longer lists "
-                                  f"every generation the plan drains")
         try:
             return write_next_version(store, state, compacted_manifest(state, drained=work.drained, runs=work.runs))
         except StateMovedError:
@@ -126,6 +125,10 @@ def write_compaction(store: Store, state: ShardState, work: ShardCompaction) -> 
             latest = latest_shard_manifest(store, state.shard_id)
             if latest is None or latest.version <= state.version:
                 raise
+            if compacted_since(state, latest):
+                raise StateMovedError(f"shard {state.shard_id}: another compactor wrote the shard manifest since "
+                                      f"version {state.version} (a drain or a rollup): this run's plan for it is "
+                                      "stale; the next run plans again") from None
             state = latest
     raise AssertionError("unreachable")
 

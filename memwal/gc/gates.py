@@ -40,8 +40,9 @@ NOT_MERGED = "not-merged"
 WRITER_LIVE = "writer-live"
 
 
-#: Merged rows the base table is not shown to hold (memwal.merge.proof): listed, they stay listed;
-#: unlisted above the recorded progress (a drain by someone else), the folder stays.
+#: Merged rows the base table is not shown to hold at their proof point (memwal.merge.cover), or put
+#: back to older writes since by another compactor: listed, they stay listed; their folders and WAL
+#: entries stay on storage, for ``memwal repair``.
 PROGRESS_UNPROVEN = "progress-unproven"
 
 
@@ -50,12 +51,7 @@ PROGRESS_UNPROVEN = "progress-unproven"
 DRAIN_ORDER = "drain-order"
 
 
-#: A repair of the base (memwal.gc.proven) refused by Lance: a commit since the plan touched its
-#: rows. The shard's drain waits for the next run.
-REPAIR_REFUSED = "changed-since-plan:repair"
-
-
-#: A rollup that could not be written: its run stays listed as it is.
+#: A rollup that could not be written (unreadable, gone, or past its decoded bound): its run stays listed.
 ROLLUP_FAILED = "rollup-failed"
 
 

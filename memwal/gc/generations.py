@@ -35,11 +35,9 @@ it, are the orphans collector's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
-
-import pyarrow as pa
 
 from memwal.errors import UnsafePathError
 from memwal.gc.drain import SafeVersions, ShardDrain, unlisted_safely
@@ -55,20 +53,17 @@ from memwal.gc.gates import (
     Verdict,
     only_grace,
 )
-from memwal.gc.model import Blocked, BrokenShard, Deletable, GateEvidence, GenerationDeletion, Retention
-from memwal.gc.proven import ProofFailure, Repair
+from memwal.gc.model import Blocked, BrokenShard, Deletable, GenerationDeletion, Retention
+from memwal.gc.proven import Prover
 from memwal.gc.retention import HeldGeneration, retention_report
-from memwal.rollup.plan import Entry, RollupPlan, plan_rollups
+from memwal.gc.shard_base import ShardBase
+from memwal.rollup.plan import Entry as RollupEntry
+from memwal.rollup.plan import RollupPlan, plan_rollups
 from memwal.table.drain import merged_through
-from memwal.table.listing import MemWalListing, ShardListing
+from memwal.table.listing import MemWalListing
 from memwal.table.paths import generation_key
-from memwal.table.retained import RetainedVersion
 from memwal.table.shards import FlushedGeneration, ShardManifests, ShardState
 from memwal.table.writer import WriterView
-
-#: Told a shard, the (generation, path) entries whose rows must be in the base, and the entries
-#: that supersede them (newer, still read): None when proven, else why not (and the repair).
-Prover = Callable[[str, Sequence[tuple[int, str]], Sequence[tuple[int, str]]], "ProofFailure | None"]
 
 
 @dataclass(frozen=True)
@@ -83,9 +78,6 @@ class GenerationsPlan:
     drains: tuple[ShardDrain, ...] = ()
     #: The runs of listed merged generations each replaced by one rollup in this run.
     rollups: tuple[RollupPlan, ...] = ()
-    #: Rows written into the base before a drain whose proof failed (memwal.gc.proven): its drain
-    #: happens only once they are committed.
-    repairs: tuple[Repair, ...] = ()
     #: The shard manifests the drains are planned from (the run writes the next version of each).
     states: Mapping[str, ShardState] = field(default_factory=dict, repr=False)
     writers: Mapping[str, WriterView] = field(default_factory=dict, repr=False)
@@ -109,7 +101,6 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
     deletable: dict[str, Deletable] = {}
     drains: list[ShardDrain] = []
     rollups: list[RollupPlan] = []
-    repairs: list[Repair] = []
     for sid, err in shards.broken.items():
         broken.append(BrokenShard(sid, err.reason, str(err)))
         listed = listing.shards.get(sid)
@@ -123,53 +114,22 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
         blocked += shard.blocked
         held += shard.held
         deletable[sid] = shard.deletable()
-        if shard.drain or shard.repairs:
-            drains.append(ShardDrain(sid, state.version, tuple(sorted(shard.drain + shard.repairs)),
-                                     tuple(shard.repairs)))
+        if shard.drain or shard.gone:
+            drains.append(ShardDrain(sid, state.version, tuple(sorted(shard.drain + shard.gone)),
+                                     tuple(shard.gone), tuple(shard.drained_paths())))
         for segment in shard.kept_segments():
             rollups += plan_rollups(sid, segment)
-        if shard.repair is not None:
-            repairs.append(Repair(sid, shard.repair))
     return GenerationsPlan(tuple(deletions), tuple(blocked), tuple(broken), retention_report(held, gates),
-                           deletable, tuple(drains), tuple(rollups), tuple(repairs), dict(shards.states),
+                           deletable, tuple(drains), tuple(rollups), dict(shards.states),
                            dict(writers))
 
 
-class _Shard:
+class _Shard(ShardBase):
     """One shard's plan, built by :meth:`plan_listed` then :meth:`plan_unlisted`."""
 
-    def __init__(self, shard_id: str, state: ShardState, listed: ShardListing, gates: Gates,
-                 writer: WriterView, writer_held: frozenset[int], prove: Prover) -> None:
-        self.sid, self.state, self.listed, self.gates, self.writer = shard_id, state, listed, gates, writer
-        self.writer_held, self.prove = writer_held, prove
-        self.compacted = gates.latest.compacted_generation(shard_id)
-        self.deletions: list[GenerationDeletion] = []
-        self.blocked: list[Blocked] = []
-        self.held: list[HeldGeneration] = []
-        self.drain: list[int] = []
-        self.repairs: list[int] = []
-        #: Merged entries that stay listed, in manifest order (what may be rolled up), each with
-        #: whether it was merged since the live writer claimed its epoch (:meth:`kept_segments`).
-        self.kept_listed: list[tuple[Entry, bool]] = []
-        #: Generations at or below the merge progress whose WAL entries stay (unproven, pinned).
-        self.kept_wal: set[int] = set()
-        #: Rows the base needs before this shard's drain (its proof failed, repairably).
-        self.repair: pa.Table | None = None
-
-    def _block(self, g: int, reasons: tuple[str, ...]) -> None:
-        self.blocked.append(Blocked(self.sid, g, reasons[0], reasons))
-
-    def deletable(self) -> Deletable:
-        merged = merged_through(self.compacted, self.state)
-        listed = {fg.generation for fg in self.state.flushed}
-        return Deletable(merged, frozenset(listed - set(self.drain) - set(self.repairs)) | frozenset(self.kept_wal),
-                         frozenset(self.drain + self.repairs))
-
-    # -- what readers list -------------------------------------------------------------
-
     def plan_listed(self) -> None:
-        """The generations the manifest lists: the drain prefix (its folders deleted now or
-        later), then what stays listed (rolled up when merged), each with why it stays."""
+        """The generations the manifest lists: the drain prefix, proven (its folders deleted now
+        or later), then what stays listed (rolled up when merged), each with why it stays."""
         candidates: list[tuple[FlushedGeneration, str, Verdict]] = []
         stays: list[tuple[FlushedGeneration, tuple[str, ...], Verdict]] = []
         first_kept: int | None = None
@@ -181,7 +141,7 @@ class _Shard:
                 first_kept = fg.generation if first_kept is None else first_kept
                 continue
             if fg.generation <= self.compacted and not self.listed.readable(fg.path):
-                self._repair(fg, key)
+                self._gone(fg, key)
                 continue
             verdict = self.gates.verdict(self.sid, fg.generation)
             why = self._listing_needed(fg, verdict)
@@ -193,39 +153,49 @@ class _Shard:
                                     "this one's newer rows in the base table")
             first_kept = fg.generation if first_kept is None else first_kept
             stays.append((fg, why, verdict))
-        if candidates and not self.repairs:
-            # (a merged generation gone from storage leaves the base the only copy of its rows:
-            # nothing can be proven, and readers fail on it now, so its drain is the repair)
-            unproven = self.prove(self.sid, [(fg.generation, fg.path) for fg, _, _ in candidates],
-                                  [(fg.generation, fg.path) for fg, _, _ in stays])
-            if unproven is not None and unproven.repair is not None and self._complete():
-                self.repair = unproven.repair  # the drain waits for it (memwal.gc.run)
-            elif unproven is not None:
-                stays = [(fg, (PROGRESS_UNPROVEN, unproven.detail), verdict) for fg, _, verdict in candidates] + stays
-                candidates = []
+        unproven: set[int] = set()
+        if candidates:
+            entries = [self._entry(fg.generation, fg.path) for fg, _, _ in candidates]
+            judged = self.prove.judge(self.sid, entries, self.present(),
+                                      [(fg.generation, fg.path) for fg, _, _ in stays])
+            verdicts = [judged.get(e) for e in entries]
+            cut = next((i for i, j in enumerate(verdicts) if j is None or not j.proven), None)
+            if cut is not None:
+                first = candidates[cut][0].generation
+                kept: list[tuple[FlushedGeneration, tuple[str, ...], Verdict]] = []
+                for (fg, _key, verdict), j in zip(candidates[cut:], verdicts[cut:], strict=True):
+                    if j is not None and j.proven:
+                        kept.append((fg, (DRAIN_ORDER, f"generation {first} stays listed (its rows are unproven), "
+                                                       "and a reader would read it over this one's newer rows in "
+                                                       "the base table"), verdict))
+                        continue
+                    unproven.add(fg.generation)
+                    for g in (j.evidence if j is not None else ()):
+                        self.evidence.setdefault(g, fg.generation)
+                    kept.append((fg, (PROGRESS_UNPROVEN, j.detail if j is not None else "not judged"), verdict))
+                stays = [*kept, *stays]
+                candidates = candidates[:cut]
         for fg, key, verdict in candidates:
             self._drained(fg, key, verdict)
         for fg, why, verdict in stays:
             self._block(fg.generation, why)
             if fg.generation <= self.compacted:
-                self.kept_listed.append((Entry(fg.generation, fg.path, self.listed.bytes_under(fg.path)),
-                                         self.writer.live and self.writer.claimed_before(verdict.evidence.merged_at)))
+                self.kept_listed.append((RollupEntry(fg.generation, fg.path, self.listed.bytes_under(fg.path),
+                                                     fg.in_memory_bytes),
+                                         self.writer.live and self.writer.claimed_before(verdict.evidence.merged_at),
+                                         fg.generation not in unproven))
+        self.kept_wal |= unproven
 
-    def kept_segments(self) -> list[list[Entry]]:
-        """The merged entries that stay listed, split where the live writer claimed its epoch.
-        A rollup is listed under its newest merge and leaves the listing once a writer opened
-        the grace period after that merge; one that went on taking each new merge in would
-        never leave it, however often the writer is replaced (the remedy docs/clients.md gives).
-        Split there, what was merged before the live writer opened stays in rollups of its own
-        and leaves the listing at the next writer's open."""
-        return [[entry for entry, _ in run] for _, run in groupby(self.kept_listed, key=lambda kept: kept[1])]
-
-    def _complete(self) -> bool:
-        """Whether the manifest lists every generation from its lowest to the last flushed: only
-        then is a key's newest listed version its newest version, what a repair may write."""
-        listed = [fg.generation for fg in self.state.flushed]
-        return bool(listed) and listed == list(range(listed[0], listed[0] + len(listed))) \
-            and listed[-1] == self.state.current_generation - 1
+    def kept_segments(self) -> list[list[RollupEntry]]:
+        """The merged entries that stay listed, in runs that may be rolled up: split where the
+        live writer claimed its epoch, and at every entry whose rows are unproven (it stays as it
+        is, for ``memwal repair`` to read). A rollup is listed under its newest merge and leaves
+        the listing once a writer opened the grace period after that merge; one that went on
+        taking each new merge in would never leave it, however often the writer is replaced (the
+        remedy docs/clients.md gives). Split there, what was merged before the live writer opened
+        stays in rollups of its own and leaves the listing at the next writer's open."""
+        runs = groupby(self.kept_listed, key=lambda kept: (kept[1], kept[2]))
+        return [[entry for entry, _, _ in run] for (_, rollable), run in runs if rollable]
 
     def _listing_needed(self, fg: FlushedGeneration, verdict: Verdict) -> tuple[str, ...]:
         """Why a reader still needs ``fg`` listed (empty: it may be drained)."""
@@ -255,27 +225,11 @@ class _Shard:
             self.deletions.append(GenerationDeletion(self.sid, fg.generation, fg.path, key, verdict.evidence,
                                                      self.listed.generations[fg.path]))
 
-    def _storage_gates(self, g: int, verdict: Verdict) -> tuple[str, ...]:
-        """The gates of the spec that keep a merged generation's folder (index catch-up, retained
-        versions, checkpoints). A retained version the expiry keeps only for a live writer does
-        not count: the writer reads its base at that version, and of the generations only what
-        it lists (:meth:`WriterView.may_list`), never a snapshot of that version."""
-        reasons = [r for r in verdict.reasons if r not in (GRACE_PERIOD, NOT_MERGED)
-                   and not r.startswith("retained-version:")]
-        holders = [h for h in verdict.holders if not self._for_writer(h)]
-        if holders:
-            reasons.append(f"retained-version:{holders[0].describe()}")
-            self.held.append(HeldGeneration(self.sid, g, holders))
-        return tuple(reasons)
-
-    def _for_writer(self, holder: RetainedVersion) -> bool:
-        """Whether a retained version is kept only for a live writer's view (not by age or a tag)."""
-        return holder.branch is None and holder.version in self.writer_held and not holder.tags
-
-    def _repair(self, fg: FlushedGeneration, key: str) -> None:
+    def _gone(self, fg: FlushedGeneration, key: str) -> None:
         """A merged generation whose folder is gone or has no Lance manifest left: every
-        reader fails on it now. Drained whatever the writer, and what is left of it goes."""
-        self.repairs.append(fg.generation)
+        reader fails on it now. Drained whatever the writer, and what is left of it goes (the
+        run looks again under its lease first: a folder a concurrent rollup was still copying)."""
+        self.gone.append(fg.generation)
         if fg.path in self.listed.generations:
             self.deletions.append(GenerationDeletion(self.sid, fg.generation, fg.path, key, self._evidence(),
                                                      self.listed.generations[fg.path]))
@@ -285,12 +239,13 @@ class _Shard:
     def plan_unlisted(self, safe: SafeVersions) -> None:
         """Folders the manifest no longer lists, at or below the merge progress: drained (by us
         or another compactor), replaced by a rollup, or a failed flush attempt of a generation
-        merged since."""
+        merged since. Each goes only once its rows are proven in the base (a drain is a claim)."""
         merged = merged_through(self.compacted, self.state)
         paths = {fg.path for fg in self.state.flushed}
         rolled = {fg.generation for fg in self.state.flushed if self.listed.is_rollup(fg.path)}
         numbers = {fg.generation for fg in self.state.flushed}
         inferred: list[tuple[int, str, str]] = []
+        going: list[tuple[int, str, str]] = []
         for name, g in sorted(self.listed.generation_dirs().items(), key=lambda item: (item[1], item[0])):
             if name in paths or g > merged or (g in numbers and g not in rolled):
                 continue  # listed; not merged; a failed flush attempt of a listed generation: the orphans collector's
@@ -310,6 +265,10 @@ class _Shard:
                 self._block(g, (*reasons, name))
                 if any(r.startswith("checkpoint:") for r in reasons):
                     self.kept_wal.add(g)
+            elif g in self.evidence:
+                self._block(g, (PROGRESS_UNPROVEN, f"{name}: the evidence that generation {self.evidence[g]}'s rows "
+                                                   "were reverted in the base since its merge (memwal repair)"))
+                self.kept_wal.add(g)
             elif not unlisted_safely(safe, self.sid, name):
                 self._block(g, (DRAIN_GRACE, name))
             elif self.writer.may_list(name):
@@ -318,9 +277,25 @@ class _Shard:
             elif g > self.compacted:
                 inferred.append((g, name, key))
             else:
-                self._delete_unlisted(g, name, key, merged)
+                going.append((g, name, key))
+        if going:
+            self._prove_unlisted(going, merged)
         if inferred:
             self._prove_inferred(inferred, merged)
+
+    def _prove_unlisted(self, folders: list[tuple[int, str, str]], merged: int) -> None:
+        """Folders at or below the recorded progress go once their rows are proven at their proof
+        point: whoever drained them (a drain is a claim: issue 61, someone's drain of generations
+        never merged, then a merge recorded progress above them)."""
+        entries = {(g, name): self._entry(g, name) for g, name, _ in folders}
+        judged = self.prove.judge(self.sid, list(entries.values()), self.present())
+        for g, name, key in folders:
+            j = judged.get(entries[(g, name)])
+            if j is not None and j.proven:
+                self._delete_unlisted(g, name, key, merged)
+            else:
+                self._block(g, (PROGRESS_UNPROVEN, f"{name}: {j.detail if j is not None else 'not judged'}"))
+                self.kept_wal.add(g)
 
     def _prove_inferred(self, folders: list[tuple[int, str, str]], merged: int) -> None:
         """Folders above the recorded progress go only once the base holds their rows (issue 56:
@@ -330,21 +305,17 @@ class _Shard:
         newer = [(g, name) for name, g in self.listed.generation_dirs().items()
                  if name not in going and self.compacted < g <= merged and g > min(f[0] for f in folders)]
         listed = [(fg.generation, fg.path) for fg in self.state.flushed]
-        unproven = self.prove(self.sid, [(g, name) for g, name, _ in folders], sorted(newer) + listed)
+        why = self.prove.latest(self.sid, [(g, name) for g, name, _ in folders], sorted(newer) + listed)
         for g, name, key in folders:
-            if unproven is None:
+            if why is None:
                 self._delete_unlisted(g, name, key, merged)
                 self.kept_wal.discard(g)
             else:
-                self._block(g, (PROGRESS_UNPROVEN, f"{name}: merged by a drain only, and {unproven.detail}"))
+                self._block(g, (PROGRESS_UNPROVEN, f"{name}: merged by a drain only, and {why}"))
 
     def _delete_unlisted(self, g: int, name: str, key: str, merged: int) -> None:
         self.deletions.append(GenerationDeletion(self.sid, g, name, key, self._evidence(merged),
                                                  self.listed.generations[name], drained=True))
-
-    def _evidence(self, merged: int | None = None) -> GateEvidence:
-        return GateEvidence(self.compacted if merged is None else merged, {}, self.gates.shard(self.sid).low,
-                            None, self.gates.grace_seconds)
 
     def _writer_detail(self) -> str:
         w = self.writer
@@ -353,4 +324,4 @@ class _Shard:
                 "kept listed (rolled up) until the writer reopens or is quiet for the writer idle period")
 
 
-__all__ = ["GenerationsPlan", "Prover", "plan_generations"]
+__all__ = ["GenerationsPlan", "plan_generations"]

@@ -43,10 +43,12 @@ from memwal.gc.model import (
     seconds,
 )
 from memwal.gc.orphans import hold_linked, plan_shard_orphans, plan_staging_orphans
-from memwal.gc.proven import BaseProof
+from memwal.gc.proven import GcProof
+from memwal.gc.receipts import plan_receipt_pruning
 from memwal.gc.result import GcResult
 from memwal.gc.wal import plan_shard_wal
 from memwal.history.prune import HistoryPruning, plan_history_pruning
+from memwal.history.receipts import Receipt, list_receipts
 from memwal.history.run import current as current_run
 from memwal.rollup.plan import RollupPlan
 from memwal.store import Store
@@ -92,6 +94,10 @@ class GcPlan(Document):
     wal_digest: WalDigest = field(default_factory=WalDigest, repr=False)
     #: The retained-progress digest as the plan read it.
     progress_digest: ProgressDigest = field(default_factory=ProgressDigest, repr=False)
+    #: What the proof read back and found in the base: receipts the run records (memwal.history.receipts).
+    proofs: tuple[Receipt, ...] = ()
+    #: Receipts no proof needs any more (their versions expired, their generations gone).
+    receipts_pruning: tuple[str, ...] = ()
 
     @property
     def generations(self) -> tuple[GenerationDeletion, ...]:
@@ -150,7 +156,8 @@ class GcPlan(Document):
             "would_delete_wal_entries": [w.to_dict() for w in self.wal_deletions],
             "would_drain": [d.to_dict() for d in self.drains],
             "would_roll_up": [r.to_dict() for r in self.rollups],
-            "would_repair": [r.to_dict() for r in self.generation_plan.repairs],
+            "would_record_proofs": [r.to_dict() for r in self.proofs],
+            "receipts_to_prune": len(self.receipts_pruning),
             "writers": [w.to_dict() for w in self.writers],
             "blocked": [b.to_dict() for b in self.blocked],
             "orphans": [o.to_dict() for o in self.orphans],
@@ -179,7 +186,8 @@ class GcPlan(Document):
                           for g in self.generations),
             drained=tuple(DoneDrain(d.shard_id, d.from_version + 1, d.generations, d.repairs) for d in self.drains),
             rolled_up=self.rollups,
-            repaired=self.generation_plan.repairs,
+            proofs_recorded=len(self.proofs),
+            receipts_pruned=len(self.receipts_pruning),
             wal_entries_deleted=len(self.wal_deletions),
             objects_deleted=sum(g.objects for g in self.generations) + len(self.wal_deletions),
             bytes_freed=sum(g.bytes for g in self.generations) + sum(w.size for w in self.wal_deletions),
@@ -228,9 +236,11 @@ def plan_gc(
         going = {id(v) for v in gone}
         left = [v for v in versions if id(v) not in going]
     gates = Gates(latest, indexes, left, sweep.live, now, grace)
+    receipts = list_receipts(store)
+    proof = GcProof(table, latest.version, versions, receipts)
     generations = plan_generations(shards, listing, gates, writers, SafeVersions(histories, now, grace),
                                    frozenset(expiry.held_for_writers) if expiry is not None else frozenset(),
-                                   prove=BaseProof(table, latest.version, versions))
+                                   prove=proof)
     digest = load_wal_digest(store)
     wal: list[WalDeletion] = []
     kept: list[KeptWal] = []
@@ -253,16 +263,16 @@ def plan_gc(
     # a link in a shard's folder may stand where the drain's new manifest version goes: no drain there
     linked = {shard_of_key(link + "/x") for link in links}
     generations = replace(generations, drains=tuple(d for d in generations.drains if d.shard_id not in linked),
-                          rollups=tuple(r for r in generations.rollups if r.shard_id not in linked),
-                          repairs=tuple(r for r in generations.repairs if r.shard_id not in linked))
+                          rollups=tuple(r for r in generations.rollups if r.shard_id not in linked))
     history = HistoryPruning()
     if history_retention_seconds is not None:
         me = current_run()
         history = plan_history_pruning(store, now - seconds(history_retention_seconds),
                                        keep_run=None if me is None else me.run_id)
+    pruning = plan_receipt_pruning(store, receipts, left, listing, generations)
     return GcPlan(table.uri, latest.version, now, grace, replace(generations, deletions=held.generations),
                   held.wal, tuple(kept), held.orphans, tuple(blocked) + held.blocked, expiry, sweep, history,
-                  tuple(versions), headers, digest, progress_digest)
+                  tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning)
 
 
 def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:

@@ -21,7 +21,6 @@ from memwal.gc.model import (
     Orphan,
     Retention,
 )
-from memwal.gc.proven import Repair
 from memwal.rollup.plan import RollupPlan
 from memwal.rollup.write import WrittenRollup
 from memwal.table.writer import WriterView
@@ -54,7 +53,8 @@ class GcResult(Document):
         drained: Generations taken out of the shard manifests (or that would be).
         writers: Each shard's writer as the plan saw it (a live writer keeps what its view needs).
         rolled_up: Runs of listed merged generations replaced by one rollup each (or that would be).
-        repaired: Rows written into the base before a drain whose proof failed.
+        proofs_recorded: Read-back proofs recorded as receipts (no later run reads them again).
+        receipts_pruned: Receipts no proof needs any more, deleted.
     """
 
     table: str
@@ -87,8 +87,9 @@ class GcResult(Document):
     writers: tuple[WriterView, ...] = ()
     #: Runs of listed merged generations replaced by one rollup each (or, for a dry run, that would be).
     rolled_up: tuple[WrittenRollup | RollupPlan, ...] = ()
-    #: Rows written into the base before a drain whose proof failed (memwal.gc.proven).
-    repaired: tuple[Repair, ...] = ()
+    #: Read-back proofs recorded as receipts (memwal.history.receipts), and receipts pruned.
+    proofs_recorded: int = 0
+    receipts_pruned: int = 0
 
     def to_dict(self) -> Json:
         return {
@@ -114,7 +115,8 @@ class GcResult(Document):
             "drained": [d.to_dict() for d in self.drained],
             "writers": [w.to_dict() for w in self.writers],
             "rolled_up": [r.to_dict() for r in self.rolled_up],
-            "repaired": [r.to_dict() for r in self.repaired],
+            "proofs_recorded": self.proofs_recorded,
+            "receipts_pruned": self.receipts_pruned,
         }
 
     def problems(self) -> list[str]:

@@ -3,7 +3,8 @@
 1. the GC marker, then the checkpoints read again (the handshake of
    :mod:`memwal.checkpoint.handshake`: one created meanwhile is seen here and kept);
 2. the version expiry (:class:`memwal.gc.expiry.VersionExpiry`), less every live checkpoint's version;
-3. the re-check of every drain and deletion against the table now (:func:`memwal.gc.recheck.recheck`);
+3. the re-check of every drain and deletion against the table now (:func:`memwal.gc.recheck.recheck`),
+   and the receipts of what the plan's proof read back and found in the base;
 4. the rollups' folders (:mod:`memwal.rollup`), then the drains and rollups: each shard
    manifest's next version without the generations that leave it and with each rolled-up run
    replaced by its rollup (:mod:`memwal.gc.drain`; applied again to a newer version when a
@@ -19,7 +20,7 @@ A crash anywhere leaves what a rerun finishes: a generation leaves its shard man
 any of its files go, its Lance manifests go before its other files, its WAL entries after it,
 and every digest is a cache written last. So every lease check is also a point where an
 operator's cancel stops the run (:mod:`memwal.lease.cancel`): before the marker, the expiry,
-each repair and each rollup, the drains and each batch of deletes.
+each rollup, the drains and each batch of deletes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -37,24 +38,24 @@ from memwal.checkpoint.expiry import sweep_checkpoints
 from memwal.checkpoint.handshake import gc_finished, gc_started
 from memwal.core import clock as clocks
 from memwal.core import steps
-from memwal.core.retry import is_conflict
-from memwal.errors import StateMovedError, UnsafePathError, first_line
+from memwal.errors import StateMovedError, UnsafePathError
 from memwal.gc.delete import Target, check_under, delete_prefixes
 from memwal.gc.drain import MOVED, DoneDrain, ShardCompaction, write_compaction
 from memwal.gc.engine import GcEngine, LocalGcEngine
-from memwal.gc.gates import REPAIR_REFUSED, ROLLUP_FAILED, UNSAFE_PATH
+from memwal.gc.gates import ROLLUP_FAILED, UNSAFE_PATH
 from memwal.gc.model import Blocked, DeletedGeneration, ExpiredVersions
 from memwal.gc.plan import GcPlan, check_audit_destination
-from memwal.gc.proven import apply_repair
 from memwal.gc.recheck import recheck
 from memwal.gc.result import GcResult
+from memwal.history.receipts import prune_receipts, write_receipt
 from memwal.observe import progress
 from memwal.rollup.write import RollupError, WrittenRollup, write_rollup
 from memwal.table import Table
-from memwal.table.drain import ListedEntry
+from memwal.table.drain import ListedEntry, compacted_since
 from memwal.table.naming import JOBS_DIR, parse_generation_dir, shard_dir
 from memwal.table.paths import check_deletable, shard_of_key
 from memwal.table.retained import RetainedVersion, remember_retained, retained_versions
+from memwal.table.shards import generation_readable, latest_shard_manifest
 from memwal.table.wal_digest import save_wal_digest
 
 if TYPE_CHECKING:
@@ -91,14 +92,14 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         steps.step("gc.before-drain")
         if lease:
             lease.check(safe_to_stop=True)
+        recorded = sum(write_receipt(table.store, r) is not None for r in plan.proofs)
         plan, drained, rolled, moved = _compact(table, plan, engine, lease)
         steps.step("gc.before-delete")
         result = _delete(table, plan, engine, lease, orphans)
-        result = replace(result, drained=tuple(drained), rolled_up=tuple(rolled), blocked=result.blocked + moved,
-                         repaired=tuple(r for r in plan.generation_plan.repairs
-                                        if not any(b.shard_id == r.shard_id for b in moved)))
+        result = replace(result, drained=tuple(drained), rolled_up=tuple(rolled), blocked=result.blocked + moved)
         result = replace(result, history_pruned=plan.history.prune(table.store),
-                         checkpoints_removed=checkpoints.remove(table, plan.checkpoint_sweep.expired_ids))
+                         checkpoints_removed=checkpoints.remove(table, plan.checkpoint_sweep.expired_ids),
+                         proofs_recorded=recorded, receipts_pruned=prune_receipts(table.store, plan.receipts_pruning))
     finally:
         gc_finished(table.store, run_id)
     remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest)
@@ -116,24 +117,16 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
 
 def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
              ) -> tuple[GcPlan, list[DoneDrain], list[WrittenRollup], tuple[Blocked, ...]]:
-    """Write every rollup's folder, then each shard's next manifest version (its drain and its
-    rollups together); where a shard's manifest kept moving (a writer flushed or claimed,
-    another compactor wrote), nothing of what that drain frees is deleted now, and a rollup
-    folder written for it is left unlisted: an orphan (`gc --orphans` takes it once past
-    ``--orphan-age-seconds`` and the gates of the generation it is named for)."""
+    """Under the lease, against the latest shard manifests: write every rollup's folder, then
+    each shard's next manifest version (its drain and its rollups together, matched entry by
+    entry, generation and path). A shard another compactor wrote since the plan (a concurrent
+    GC's drain or rollup, lance-context's ``cleanup_wal()``) keeps everything this run planned for
+    it, and so does one whose "gone" folder reads now (a rollup another GC was still copying when
+    this plan listed). Where a shard's manifest kept moving, nothing of what its drain frees is
+    deleted now, and a rollup folder written for it is left unlisted: an orphan (`gc --orphans`
+    takes it once past ``--orphan-age-seconds`` and the gates of the generation it is named for)."""
     rolled: dict[str, list[WrittenRollup]] = {}
-    failed: dict[str, tuple[str, str]] = {}
-    for repair in plan.generation_plan.repairs:
-        if lease:
-            lease.check(safe_to_stop=True)  # nothing half-done: a repair applied before is a commit of its own
-        steps.step("gc.before-repair")
-        try:
-            apply_repair(table, plan.read_version, repair)
-        except (OSError, RuntimeError, ValueError) as exc:
-            if not is_conflict(exc):
-                raise
-            failed[repair.shard_id] = (REPAIR_REFUSED, f"shard {repair.shard_id}: a commit since the plan touched the "
-                                                       f"rows the repair writes ({first_line(exc, table.uri)})")
+    failed: dict[str, tuple[str, str]] = dict(_moved_since_plan(table, plan))
     for r in plan.rollups:
         if r.shard_id in failed:
             continue
@@ -149,11 +142,11 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
     done: list[DoneDrain] = []
     written: list[WrittenRollup] = []
     steps.step("gc.before-manifest")
-    for sid in sorted((set(drains) | set(rolled)) - set(failed)):  # a refused repair keeps its shard's drain
+    for sid in sorted((set(drains) | set(rolled)) - set(failed)):
         d = drains.get(sid)
         mine = rolled.get(sid, [])
-        work = ShardCompaction(sid, d.generations if d else (),
-                               tuple((w.replaces, ListedEntry(w.generation, w.path, w.rows)) for w in mine))
+        work = ShardCompaction(sid, d.entries if d else (),
+                               tuple((w.replaces, ListedEntry(w.generation, w.path, w.rows, w.decoded)) for w in mine))
         if lease:
             lease.check()
         try:
@@ -177,6 +170,26 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
     wal = tuple(w for w in plan.wal_deletions if not any(s == w.shard_id and w.may_belong_to(g) for s, g in stopped))
     return (replace(plan, generation_plan=replace(plan.generation_plan, deletions=gens), wal_deletions=wal),
             done, written, moved)
+
+
+def _moved_since_plan(table: Table, plan: GcPlan) -> Iterator[tuple[str, tuple[str, str]]]:
+    """Shards whose planned drain or rollup no longer holds, read under the lease: a listed
+    merged generation the plan found unreadable (drained at once: readers fail on it) reads now,
+    or (for a shard with rollups to write, before writing them) another compactor wrote its
+    manifest since the plan. :func:`memwal.gc.drain.write_compaction` checks the latest manifest
+    again when it writes."""
+    for d in plan.drains:
+        for g, path in d.entries:
+            if g in d.repairs and generation_readable(table.store, f"{shard_dir(d.shard_id)}/{path}"):
+                yield d.shard_id, (MOVED, f"shard {d.shard_id}: generation {g} ({path}) reads now (written since "
+                                          "the plan listed the table, by a concurrent rollup): not drained")
+                break
+    for sid in sorted({r.shard_id for r in plan.rollups}):
+        planned = plan.generation_plan.states[sid]
+        latest = latest_shard_manifest(table.store, sid)
+        if latest is not None and latest.version > planned.version and compacted_since(planned, latest):
+            yield sid, (MOVED, f"shard {sid}: another compactor wrote its manifest since the plan read version "
+                               f"{planned.version}: its rollups and drain wait for the next run")
 
 
 def _remove_staging(table: Table, lease: Lease | None, prefix: str) -> None:

@@ -13,13 +13,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
-from memwal.errors import CancelledError, LeaseLostError, first_line
+from memwal.errors import CancelledError, LeaseLostError, MemWalError, first_line
 from memwal.history import log as history_log
+from memwal.history import receipts
+from memwal.history.receipts import Receipt
 from memwal.history.record import CANCELLED, FAILED, FENCED, RUNNING, RunRecord, figures, outcome_of
 from memwal.observe import metrics
 
@@ -50,11 +52,27 @@ def current() -> RunContext | None:
     return _current.get()
 
 
-def committed(version: int | None) -> None:
-    """The running job committed ``version`` (a no-op outside a recorded run)."""
+def committed(table: Table, version: int | None, *, applied: Mapping[str, tuple[int, int]] | None = None,
+              data: Sequence[int] = (), kind: str | None = None, bind: bool = False) -> None:
+    """memwal committed ``version`` to ``table``: its receipt is written
+    (:mod:`memwal.history.receipts`; with ``applied``, the generations whose rows the commit, with
+    the batch's earlier commits ``data``, put in the base: a ``merge`` receipt unless ``kind`` says
+    otherwise; bound to the commit's transaction file then, or when ``bind`` asks), and the
+    running job's record will name it."""
+    if version is None:
+        return
     ctx = _current.get()
-    if ctx is not None and version is not None and version not in ctx.versions:
+    if ctx is not None and version not in ctx.versions:
         ctx.versions.append(version)
+    txn = None
+    if applied or bind:
+        try:
+            txn = table.manifest(version).transaction_file or None
+        except (MemWalError, OSError) as exc:  # the receipt without it proves nothing: GC reads back
+            log.warning("version %d of %s: its transaction file not read for its receipt: %s", version, table.uri, exc)
+    receipt = Receipt(version, kind or (receipts.MERGE if applied else receipts.COMMIT), dict(applied or {}),
+                      tuple(data), txn, ctx.run_id if ctx is not None else None)
+    receipts.write_receipt(table.store, receipt)
 
 
 def transaction_properties() -> dict[str, str]:

@@ -42,7 +42,7 @@ from memwal.errors import MemWalError, StateMovedError
 from memwal.history import run as history
 from memwal.merge import intents
 from memwal.merge.changes import empty_keys
-from memwal.merge.guard import before_commit, markers
+from memwal.merge.guard import applied_ranges, before_commit, earlier, markers
 from memwal.merge.join import join_builder
 from memwal.merge.model import MergePlan
 from memwal.observe import progress
@@ -152,19 +152,20 @@ def data_commit(table: Table, plan: MergePlan, changes: TableChanges, intent: st
     props = {**history.transaction_properties(), **intents.data_properties(intent, data)}
     done = lance.LanceDataset.commit(table.uri, lance.Transaction(plan.read_version, op, transaction_properties=props),
                                      read_version=plan.read_version, storage_options=table.storage_options or None)
-    history.committed(done.version)
+    history.committed(table, done.version, bind=True)  # a later marker-only merge trusts its receipt, not its claim
     return int(done.version)
 
 
-def marker_commit(table: Table, plan: MergePlan) -> int:
+def marker_commit(table: Table, plan: MergePlan, data: tuple[int, ...] = ()) -> int:
     """Commit 2: the progress marker alone, through an empty-source marked ``merge_insert``
     (``execute()``: the uncommitted path drops the marker, H2). Lance rejects it when another
-    merger recorded progress at or above ours."""
+    merger recorded progress at or above ours. Its receipt names the generations the batch's
+    data commit ``data`` applied."""
     ds = table.dataset()
     join_builder(ds, list(plan.primary_key), 0).when_matched_delete().mark_sstables_as_compacted(
         markers(plan)).execute(empty_keys(ds.schema, list(plan.primary_key)))
     version = int(table.dataset().version)
-    history.committed(version)
+    history.committed(table, version, applied=applied_ranges(plan, table), data=earlier(plan, data))
     return version
 
 
@@ -181,7 +182,7 @@ def claim_fence(table: Table, plan: MergePlan) -> int | None:
                             transaction_properties=history.transaction_properties())
     done = lance.LanceDataset.commit(table.uri, txn, read_version=plan.read_version,
                                      storage_options=table.storage_options or None)
-    history.committed(done.version)
+    history.committed(table, done.version)
     return int(done.version)
 
 
@@ -207,7 +208,7 @@ def commit_table_changes(table: Table, plan: MergePlan, changes: TableChanges, *
                                   "this batch re-plans on the driver path")
         before_commit(table, plan, lease, step, "before-data-commit")
         attempted = True
-        data_commit(table, plan, changes, intent)
+        data_version = data_commit(table, plan, changes, intent)
     except BaseException as exc:
         if not attempted or is_conflict(exc):  # refused or never sent: nothing of ours is in the table
             _abandon(table, changes, intent)
@@ -217,7 +218,7 @@ def commit_table_changes(table: Table, plan: MergePlan, changes: TableChanges, *
     changes.settled = True
     step("after-data-commit")
     before_commit(table, plan, lease, step, "before-marked-commit")
-    version = marker_commit(table, plan)
+    version = marker_commit(table, plan, (data_version,))
     intents.finish(store, intent, table.manifest())
     step("after-marked-commit")
     return version, 2

@@ -44,7 +44,7 @@ from memwal.merge.changes import NetChanges, no_changes
 from memwal.merge.driverless import claim_fence, commit_table_changes, fence_fragment, with_fence
 from memwal.merge.engine import LocalMergeEngine, MergeEngine, writes_table
 from memwal.merge.guard import StaleProgressError as StaleProgressError  # re-exported: callers catch it here
-from memwal.merge.guard import before_commit, markers
+from memwal.merge.guard import applied_ranges, before_commit, earlier, markers
 from memwal.merge.join import join_builder
 from memwal.merge.model import BlockedShard, MergePlan, blocked_problems
 from memwal.merge.ops import MergeOps
@@ -130,11 +130,12 @@ def bound_delete_pass(table: Table, plan: MergePlan, keys: pa.Table, *, fence: b
     done = lance.LanceDataset.commit(
         ds.uri, txn, read_version=plan.read_version, storage_options=table.storage_options or None
     )
-    history.committed(done.version)
+    history.committed(table, done.version)
     return done.version
 
 
-def marked_pass(table: Table, plan: MergePlan, net: NetChanges, *, bound: int | None = None) -> int:
+def marked_pass(table: Table, plan: MergePlan, net: NetChanges, *, bound: int | None = None,
+                data: tuple[int, ...] = ()) -> int:
     """The pass carrying the progress marker, through ``execute()`` (the uncommitted path
     drops the marker): upserts, or the deletes when the batch has no upsert (none at all:
     the marker alone). Lance rejects it when another merger recorded progress at or above
@@ -142,18 +143,19 @@ def marked_pass(table: Table, plan: MergePlan, net: NetChanges, *, bound: int | 
     this batch's own earlier commit, when nothing came between) with no retries of its own,
     when a commit since then touched its rows (observed, pylance 14.0.2: updates and inserts
     of the same keys). Otherwise Lance would apply it again over whatever another compactor
-    committed meanwhile, older rows over newer ones (issue 54). Returns the new table version."""
+    committed meanwhile, older rows over newer ones (issue 54). Its receipt names the generations
+    it applied, with ``data``, the batch's earlier commits. Returns the new table version."""
     builder = join_builder(table.dataset(plan.read_version if bound is None else bound), list(plan.primary_key),
                            net.num_upserts or net.num_deletes).conflict_retries(0)
     if net.num_upserts:
         builder = builder.when_matched_update_all().when_not_matched_insert_all()
-        data = net.upsert_data()
+        rows = net.upsert_data()
     else:
         builder = builder.when_matched_delete()
-        data = net.delete_keys
-    builder.mark_sstables_as_compacted(markers(plan)).execute(data)
+        rows = net.delete_keys
+    builder.mark_sstables_as_compacted(markers(plan)).execute(rows)
     version = int(table.dataset().version)
-    history.committed(version)
+    history.committed(table, version, applied=applied_ranges(plan, table), data=earlier(plan, data))
     return version
 
 
@@ -172,11 +174,12 @@ def commit_net_changes(
     racing = [i for i in intents.others_pending(table.store, intent, table.manifest(), set(plan.shard_ids))
               if i.commit_path == intents.DRIVERLESS and i.id not in found]
     bound = plan.read_version  # the marked pass conflicts with what others committed since
+    ours: tuple[int, ...] = ()
     try:
         if net.num_deletes and net.num_upserts:
             before_commit(table, plan, lease, step, "before-delete-commit")
             done = bound_delete_pass(table, plan, net.delete_keys, fence=bool(racing))
-            bound = done if done == bound + 1 else bound
+            bound, ours = (done if done == bound + 1 else bound), (done,)
             commits += 1
             step("after-delete-pass")
         elif racing:
@@ -186,7 +189,7 @@ def commit_net_changes(
                 bound = claimed if claimed == bound + 1 else bound
                 commits += 1
         before_commit(table, plan, lease, step, "before-marked-commit")
-        version = marked_pass(table, plan, net, bound=bound)
+        version = marked_pass(table, plan, net, bound=bound, data=ours)
     except BaseException as exc:
         if commits == 0 and (is_conflict(exc) or isinstance(exc, LeaseLostError)):
             # refused or stopped before anything of ours landed: no later plan needs to cover it

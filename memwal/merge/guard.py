@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from lance.mem_wal import CompactedSsTable
 
-from memwal.errors import ConflictError
+from memwal.errors import ConflictError, MemWalError
+from memwal.history.receipts import COMMIT, read_receipt, receipt_key
 from memwal.merge.model import MergePlan
 from memwal.table import Table
 from memwal.table.drain import drained_through
@@ -43,6 +44,41 @@ class StaleProgressError(ConflictError):
 def markers(plan: MergePlan) -> list[CompactedSsTable]:
     """The progress marker of the whole plan: one entry per shard, its last generation."""
     return [CompactedSsTable(s.shard_id, s.to_generation) for s in plan.shards]
+
+
+def applied_ranges(plan: MergePlan, table: Table) -> dict[str, tuple[int, int]]:
+    """What the marked commit's receipt says the batch applied: per shard, exactly the
+    generations the plan read, and those an unfinished driverless merge's data commit holds only
+    when that commit is memwal's own (its receipt, bound to its transaction file: a data claim
+    alone is anyone's, issue 56 H4); never the range below them that a drain by someone else
+    says is merged (a claim: issue 61)."""
+    claimed: dict[str, int] = {}
+    for c in plan.applied:
+        if not _ours(table, c.version):
+            for sid, (_low, high) in c.data.items():
+                claimed[sid] = max(claimed.get(sid, 0), high)
+    out = {}
+    for s in plan.shards:
+        low = max(s.from_generation, claimed.get(s.shard_id, 0) + 1)
+        if low <= s.to_generation:
+            out[s.shard_id] = (low, s.to_generation)
+    return out
+
+
+def _ours(table: Table, version: int) -> bool:
+    """Whether memwal's receipt of the commit at ``version`` names its transaction file."""
+    r = read_receipt(table.store, receipt_key(version, COMMIT))
+    try:
+        txn = table.manifest(version).transaction_file
+    except (MemWalError, OSError):
+        return False
+    return r is not None and bool(txn) and r.transaction_file == txn
+
+
+def earlier(plan: MergePlan, ours: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The batch's commits before its marked one: ``ours`` (a delete pass, a data commit) and
+    the data commits of an unfinished driverless merge the plan found (memwal.merge.applied)."""
+    return tuple(sorted({*ours, *(c.version for c in plan.applied)}))
 
 
 def before_commit(table: Table, plan: MergePlan, lease: Lease | None, step: Step, name: str) -> None:

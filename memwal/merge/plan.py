@@ -22,6 +22,7 @@ from memwal.merge.inputs import OPEN_THREADS, check_generations, links_by_genera
 from memwal.merge.model import BlockedShard, GenerationRef, MergePlan, ShardMergePlan
 from memwal.merge.operands import wal_keys_by_generation
 from memwal.merge.ops import MergeOps, table_merge_ops
+from memwal.merge.unique import check_unique_keys
 from memwal.table import Table
 from memwal.table.drain import merged_through
 from memwal.table.generations import generation_check
@@ -127,7 +128,8 @@ def plan_merge(
 ) -> MergePlan:
     """Pure: reads manifests, returns what a merge would do. Nothing is written.
 
-    ``stop_at`` stops shards at generations an earlier attempt of this run could not read.
+    ``stop_at`` stops shards at generations an earlier attempt of this run could not read. A base
+    that holds a key the batch writes twice is refused (:mod:`memwal.merge.unique`, exit 2).
     What moved while we read (a generation merged and collected by others, a table version
     expired) is read again (memwal.core.retry), never reported as missing or bad input.
     """
@@ -136,7 +138,9 @@ def plan_merge(
         return _plan_merge_once(table, shards=shards, max_generations=max_generations, max_rows=max_rows,
                                 max_bytes=max_bytes, manifest=manifest if n == 1 else None, stop_at=stop_at or {})
 
-    return after_conflict(attempt, what=f"{table.uri}: merge plan")
+    plan = after_conflict(attempt, what=f"{table.uri}: merge plan")
+    check_unique_keys(table, plan)
+    return plan
 
 
 def _progress_moved(table: Table, manifest: TableManifest, shard_ids: set[str]) -> bool:

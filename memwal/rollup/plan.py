@@ -9,8 +9,13 @@ walking from the newest entry back, an entry joins the newer ones when it holds 
 shard lists at most about ``log(total / smallest) / log(RATIO + 1) + 1`` merged entries, while a
 row is rewritten each time the entries newer than its own reach a ``1 / RATIO`` of it.
 
-Sizes are the bytes the one listing of ``_mem_wal/`` found under each folder (no read). A run
-never grows past :data:`MAX_ROLLUP_BYTES`: a rollup is written from memory.
+Sizes are the bytes the one listing of ``_mem_wal/`` found under each folder (no read). A rollup
+is written from memory, by a writer whose MemTable holds every row of it, so a run never grows past
+:data:`MAX_DECODED_BYTES` of *decoded* rows: the writer's own figure in the shard manifest
+(``in_memory_bytes``), never the bytes on disk, which Lance compresses some 600x on repetitive rows
+(issue 61: a run of 0.16 MB folders decoded to 50 MB each took GC past 1.5 GB). An entry without
+the figure (Lance 9 writers leave it out) counts :data:`UNKNOWN_FACTOR` times its bytes, and the
+rollup's write stops at the same bound as it reads (:mod:`memwal.rollup.write`).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from dataclasses import dataclass
 #: An older entry joins the newer run when it holds at most this many times its bytes.
 RATIO = 4
 
-#: A run holds at most this many bytes of generations (its rows are held in memory to be written).
-MAX_ROLLUP_BYTES = 1 << 30
+#: A run holds at most this many decoded bytes (its rows are held in memory to be written).
+MAX_DECODED_BYTES = 128 << 20
+#: Decoded bytes counted per byte on disk for an entry whose writer left no figure.
+UNKNOWN_FACTOR = 8
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,13 @@ class Entry:
     generation: int
     path: str
     bytes: int
+    #: Its rows' decoded size as its writer counted it (the shard manifest's ``in_memory_bytes``).
+    decoded: int | None = None
+
+    @property
+    def memory(self) -> int:
+        """What its rows cost in memory: the writer's figure, else an estimate from its bytes."""
+        return self.decoded if self.decoded is not None else UNKNOWN_FACTOR * self.bytes
 
 
 @dataclass(frozen=True)
@@ -57,12 +71,12 @@ class RollupPlan:
 
 
 def plan_rollups(shard_id: str, entries: Sequence[Entry], *, ratio: float = RATIO,
-                 max_bytes: int = MAX_ROLLUP_BYTES) -> list[RollupPlan]:
+                 max_decoded: int = MAX_DECODED_BYTES) -> list[RollupPlan]:
     """The runs of ``entries`` (a shard's listed merged generations that stay listed, ascending,
     consecutive in the manifest) to roll up, oldest first; runs of one entry are left alone."""
     runs: list[list[Entry]] = []
     for e in reversed(entries):
-        if runs and e.bytes <= ratio * _size(runs[-1]) and e.bytes + _size(runs[-1]) <= max_bytes:
+        if runs and e.bytes <= ratio * _size(runs[-1]) and e.memory + sum(x.memory for x in runs[-1]) <= max_decoded:
             runs[-1].insert(0, e)
         else:
             runs.append([e])
@@ -73,4 +87,4 @@ def _size(run: list[Entry]) -> int:
     return sum(e.bytes for e in run)
 
 
-__all__ = ["MAX_ROLLUP_BYTES", "RATIO", "Entry", "RollupPlan", "plan_rollups"]
+__all__ = ["MAX_DECODED_BYTES", "RATIO", "UNKNOWN_FACTOR", "Entry", "RollupPlan", "plan_rollups"]

@@ -1,10 +1,11 @@
 """Writing one rollup: the run's newest rows, flushed by Lance's own writer, moved into the shard.
 
-The rows: every entry of the run read as the merge reads generations (conformed to the base
-table's schema, tagged with generation and row address) and reduced last write wins
-(:func:`memwal.merge.changes.newest_versions`): a key's newest version, a tombstone kept as a
-delete. Clients read a run so, whatever merge operators the table declares (they fold only
-into the base), so a rollup never folds.
+The rows: each key's newest version across the run (highest generation, then row position), a
+tombstone kept as a delete, found from the key columns alone and fetched by position in batches
+of bounded decoded size (:mod:`memwal.merge.newest`): the writer's MemTable holds them all, so
+a run that would decode past :data:`memwal.rollup.plan.MAX_DECODED_BYTES` is refused before a
+row is written, never read whole (issue 61). Clients read a run so, whatever merge operators the
+table declares (they fold only into the base), so a rollup never folds.
 
 The folder: no client reads a generation by its rows alone. pylance 14 and lance-context (Lance
 9) open its Lance manifest, its primary-key index (``_pk_index/``), its bloom filter and the
@@ -21,21 +22,22 @@ an unlisted folder the orphans collector takes.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import lance
+import numpy as np
 import pyarrow as pa
 
 from memwal.errors import MemWalError, first_line
-from memwal.merge.changes import newest_versions
-from memwal.merge.read import SHARD, read_generations
+from memwal.merge.newest import OpenGenerations, batch_rows, fetch, newest_versions, row_width
+from memwal.merge.read import TOMBSTONE
 from memwal.merge.refs import generation_refs
-from memwal.rollup.plan import RollupPlan
+from memwal.rollup.marker import marker_bytes, stands_from
+from memwal.rollup.plan import MAX_DECODED_BYTES, RollupPlan
 from memwal.store import Store
 from memwal.table import Table
 from memwal.table.naming import MEM_WAL_DIR, ROLLUP_MARKER, STAGING_DIR, parse_generation_dir, shard_dir
@@ -70,23 +72,50 @@ class WrittenRollup:
     rows: int
     bytes: int
     replaces: tuple[tuple[int, str], ...]
+    #: Its rows' decoded size (what a later rollup of it will hold in memory).
+    decoded: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"shard_id": self.shard_id, "generation": self.generation, "path": self.path, "rows": self.rows,
                 "bytes": self.bytes, "replaces": [{"generation": g, "path": p} for g, p in self.replaces]}
 
 
-def rollup_rows(table: Table, ds: lance.LanceDataset, plan: RollupPlan) -> tuple[pa.Table, pa.Table]:
-    """The run's newest rows: (upserts in the schema of the base table ``ds``, deleted keys)."""
+@dataclass(frozen=True)
+class RollupRows:
+    """A run's newest rows, ready to stream: upserts fetched in batches, deleted keys."""
+
+    upserts: Callable[[], Iterator[pa.Table]]
+    upsert_count: int
+    deletes: pa.Table
+    #: The upserts' decoded size, estimated from a sample of them.
+    decoded: int
+
+
+def rollup_rows(table: Table, ds: lance.LanceDataset, plan: RollupPlan, *,
+                max_decoded: int = MAX_DECODED_BYTES) -> RollupRows:
+    """The run's newest rows in the schema of the base table ``ds`` (see the module docstring):
+    keys first, rows fetched by position in bounded batches. RollupError when they would decode
+    to more than ``max_decoded`` bytes (the writer holds them all in its MemTable)."""
     schema = ds.schema
     pk = primary_key_of(table, ds)
     refs = generation_refs(table, ds, plan.shard_id, [(e.generation, e.path) for e in plan.entries])
-    parts = list(read_generations(refs, schema, table.storage_options, {plan.shard_id: 0}))
-    if not parts:
-        return schema.empty_table(), pa.table({k: pa.array([], schema.field(k).type) for k in pk})
-    reduced = newest_versions(pa.concat_tables(parts, promote_options="permissive"), pk)
-    upserts = reduced.upserts.drop_columns([SHARD]).select(schema.names).cast(schema)
-    return upserts, reduced.deletes.select(pk)
+    gens = OpenGenerations(refs, pk, table.storage_options)
+    newest = newest_versions(gens, range(len(refs)), ())
+    tomb = newest.column(TOMBSTONE).to_numpy(zero_copy_only=False) if newest.num_rows else np.zeros(0, bool)
+    deletes = newest.filter(pa.array(tomb)).select(pk).cast(pa.schema([schema.field(k) for k in pk]))
+    ups = newest.filter(pa.array(~tomb))
+    decoded = row_width(gens, ups, schema) * ups.num_rows
+    if decoded > max_decoded:
+        raise RollupError(f"shard {plan.shard_id}: the run {plan.entries[0].generation}-{plan.generation} decodes to "
+                          f"about {decoded:,} bytes, more than a rollup holds ({max_decoded:,}): left listed as it is")
+    step = batch_rows(gens, ups, schema)
+
+    def batches() -> Iterator[pa.Table]:
+        for start in range(0, ups.num_rows, step):
+            idx = np.arange(start, min(start + step, ups.num_rows))
+            yield fetch(gens, ups, idx, schema).cast(schema)
+
+    return RollupRows(batches, ups.num_rows, deletes, decoded)
 
 
 def write_rollup(table: Table, plan: RollupPlan, *, remove_staging: Callable[[str], None]) -> WrittenRollup:
@@ -96,26 +125,28 @@ def write_rollup(table: Table, plan: RollupPlan, *, remove_staging: Callable[[st
     a generation of the run cannot be read (another compactor may have removed it meanwhile)."""
     ds = table.dataset()  # one open for the rows' schema and the clone the rollup is flushed in
     try:
-        upserts, deletes = rollup_rows(table, ds, plan)
+        rows = rollup_rows(table, ds, plan)
+    except RollupError:
+        raise
     except (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException) as exc:
         raise RollupError(f"shard {plan.shard_id}: the run {plan.entries[0].generation}-{plan.generation} cannot "
                           f"be read: {first_line(exc, table.uri)}") from exc
     staging = f"{STAGING_DIR}/rollup-{uuid.uuid4().hex[:16]}"
     try:
-        flushed = _flush_in_clone(table, ds, plan.shard_id, staging, upserts, deletes)
+        flushed = _flush_in_clone(table, ds, plan.shard_id, staging, rows)
         path = _fresh_name(table.store, plan.shard_id, plan.generation)
+        low = min(stands_from(table.store, plan.shard_id, e.path, e.generation) for e in plan.entries)
         size = _copy_folder(table.store, flushed, f"{shard_dir(plan.shard_id)}/{path}",
-                            marker=json.dumps({"replaces": [[e.generation, e.path] for e in plan.entries]}).encode())
+                            marker=marker_bytes([(e.generation, e.path) for e in plan.entries], low))
     finally:
         remove_staging(staging)
     log.info("rollup of shard %s: generations %s as %s (%d rows, %d deletes)", plan.shard_id,
-             ",".join(str(e.generation) for e in plan.entries), path, upserts.num_rows, deletes.num_rows)
-    return WrittenRollup(plan.shard_id, plan.generation, path, upserts.num_rows + deletes.num_rows, size,
-                         tuple((e.generation, e.path) for e in plan.entries))
+             ",".join(str(e.generation) for e in plan.entries), path, rows.upsert_count, rows.deletes.num_rows)
+    return WrittenRollup(plan.shard_id, plan.generation, path, rows.upsert_count + rows.deletes.num_rows, size,
+                         tuple((e.generation, e.path) for e in plan.entries), rows.decoded)
 
 
-def _flush_in_clone(table: Table, ds: lance.LanceDataset, shard_id: str, staging: str, upserts: pa.Table,
-                    deletes: pa.Table) -> str:
+def _flush_in_clone(table: Table, ds: lance.LanceDataset, shard_id: str, staging: str, rows: RollupRows) -> str:
     """Flush the rows as one generation of ``shard_id`` in a shallow clone of the base ``ds`` at
     ``staging``; the store key of that generation's folder."""
     try:
@@ -123,17 +154,18 @@ def _flush_in_clone(table: Table, ds: lance.LanceDataset, shard_id: str, staging
                                  storage_options=table.storage_options or None)
     except (OSError, ValueError, RuntimeError) as exc:
         raise RollupError(f"shard {shard_id}: cannot stage a rollup at {table.store.uri_for(staging)}: {exc}") from exc
-    rows = upserts.num_rows + deletes.num_rows
-    memtable = _MEMTABLE_FACTOR * (upserts.nbytes + deletes.nbytes) + _MEMTABLE_SLACK
-    ceiling = memtable + _INDEX_RESERVE + _INDEX_BYTES_PER_ROW * (rows + 1)
-    writer = clone.mem_wal_writer(shard_id, durable_write=False, max_memtable_rows=rows + 1,
+    count = rows.upsert_count + rows.deletes.num_rows
+    memtable = _MEMTABLE_FACTOR * (rows.decoded + rows.deletes.nbytes) + _MEMTABLE_SLACK
+    ceiling = memtable + _INDEX_RESERVE + _INDEX_BYTES_PER_ROW * (count + 1)
+    writer = clone.mem_wal_writer(shard_id, durable_write=False, max_memtable_rows=count + 1,
                                   max_memtable_size=memtable, max_memtable_batches=1 << 20,
                                   max_unflushed_memtable_bytes=ceiling, stats_log_interval_ms=0)
     try:
-        for batch in upserts.to_batches(max_chunksize=_PUT_ROWS):
-            writer.put(pa.Table.from_batches([batch], schema=upserts.schema))
-        if deletes.num_rows:
-            writer.delete(deletes)
+        for t in rows.upserts():
+            for batch in t.to_batches(max_chunksize=_PUT_ROWS):
+                writer.put(pa.Table.from_batches([batch], schema=t.schema))
+        if rows.deletes.num_rows:
+            writer.delete(rows.deletes)
     finally:
         writer.close()
     prefix = f"{staging}/{MEM_WAL_DIR}/{shard_id}/"

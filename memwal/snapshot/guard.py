@@ -113,7 +113,7 @@ def _commit_replacement(
     ds = lance.LanceDataset.commit(
         table.uri, txn, read_version=latest.version, storage_options=table.storage_options or None
     )
-    history.committed(ds.version)
+    history.committed(table, ds.version)
     return ds.version
 
 

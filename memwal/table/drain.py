@@ -47,6 +47,8 @@ class ListedEntry:
     generation: int
     path: str
     rows: int | None = None
+    #: Its rows' decoded size (the writer's ``in_memory_bytes``), for the next rollup's plan.
+    decoded: int | None = None
 
 
 def drained_through(state: ShardState) -> int:
@@ -89,13 +91,26 @@ def is_compaction(before: ShardManifest, after: ShardManifest) -> bool:
             and {g for g, _ in now} <= {g for g, _ in had})
 
 
-def compacted_manifest(state: ShardState, *, drained: Collection[int] = (),
+def compacted_since(before: ShardState, after: ShardState) -> bool:
+    """Whether a compactor (a drain, a rollup; ours or anyone's) wrote a version between
+    ``before`` and ``after``: an entry ``before`` listed is gone. A writer's flush or claim only
+    adds entries, so a plan made from ``before`` still holds for ``after`` when none is gone."""
+    kept = {(s.generation, s.path) for s in after.manifest.sstables}
+    return any((s.generation, s.path) not in kept for s in before.manifest.sstables)
+
+
+def compacted_manifest(state: ShardState, *, drained: Collection[tuple[int, str]] = (),
                        runs: Collection[tuple[Collection[tuple[int, str]], ListedEntry]] = ()) -> ShardManifest:
-    """The next version of ``state``'s manifest less the ``drained`` generations, and with each
-    run of listed ``(generation, path)`` entries replaced by its one new entry (a rollup);
-    everything else as is. A run no longer listed whole raises StateMovedError: its plan is stale."""
+    """The next version of ``state``'s manifest less the ``drained`` ``(generation, path)`` entries,
+    and with each run of listed entries replaced by its one new entry (a rollup); everything else
+    as is. An entry matches by generation *and* path: a rollup another compactor listed under a
+    number this plan drains is another entry (issue 61: two GCs at once dropped a live writer's
+    rollup). A drained entry or a run no longer listed raises StateMovedError: its plan is stale."""
     listed = {(s.generation, s.path) for s in state.manifest.sstables}
-    gone: set[tuple[int, str]] = set()
+    if not set(drained) <= listed:
+        raise StateMovedError(f"shard {state.shard_id}: manifest version {state.version} no longer lists "
+                              f"every entry the plan drains")
+    gone: set[tuple[int, str]] = set(drained)
     for run, _entry in runs:
         if not set(run) <= listed:
             raise StateMovedError(f"shard {state.shard_id}: manifest version {state.version} no longer lists "
@@ -106,11 +121,13 @@ def compacted_manifest(state: ShardState, *, drained: Collection[int] = (),
     out.version = state.version + 1
     del out.sstables[:]
     counted = any(s.physical_rows for s in state.manifest.sstables)  # Lance 9 writers leave the figures out
-    entries = [s for s in state.manifest.sstables if (s.generation, s.path) not in gone and s.generation not in drained]
+    entries = [s for s in state.manifest.sstables if (s.generation, s.path) not in gone]
     for _run, new in runs:
         s = shard_manifest_pb2.SsTable(generation=new.generation, path=new.path)
         if counted and new.rows:
             s.physical_rows = new.rows
+        if counted and new.decoded:
+            s.in_memory_bytes = new.decoded
         entries.append(s)
     for s in sorted(entries, key=lambda s: s.generation):
         out.sstables.add().CopyFrom(s)
@@ -135,5 +152,5 @@ def write_next_version(store: Store, state: ShardState, manifest: ShardManifest)
     return manifest.version
 
 
-__all__ = ["ListedEntry", "compacted_manifest", "drained_through", "is_compaction", "is_drain", "merged_through",
-           "write_next_version"]
+__all__ = ["ListedEntry", "compacted_manifest", "compacted_since", "drained_through", "is_compaction", "is_drain",
+           "merged_through", "write_next_version"]

@@ -11,6 +11,7 @@ is the attack, the command's own peak; a canary outside the table must not chang
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from datetime import timedelta
@@ -68,23 +69,29 @@ def test_a_drain_that_lists_nothing_loses_no_folder(make_table, canary):
     assert run_cli("verify", table.uri).rc == 1
 
 
-def test_a_forged_claim_that_matches_its_intent_exactly_is_repaired_before_anything_goes(make_table, canary):
+def test_a_forged_claim_that_matches_its_intent_exactly_proves_nothing_and_nothing_goes(make_table, canary):
     """H4: an empty Update whose claim equals a pending intent for generations 1-3: merge
-    records the shard as merged. GC then proves the drain, finds the base lacks what every
-    reader reads from those generations, writes it back (bound to its read version), then
-    drains and deletes: no row lost, verify OK."""
+    records the shard as merged (the marker), but its receipt names only what memwal's own
+    commits applied, not the claim. GC then reads 1-3 back against the version whose mark
+    covers them, finds the base lacks them, and keeps them listed and on storage, named, with
+    their WAL entries; list readers still read every row; verify fails naming the shard."""
     table, model = make_table(FIVE)
     a, _b = sorted(all_shard_manifests(table.store))
     iid, _ = plant_intent(table, {a: 3})
     forge_data_commit(table, claim(iid, {a: [1, 3]}))
     assert run_cli("merge", table.uri, "--max-generations", "3").rc == 0
+    wal_before = sorted(p.name for p in Path(table.uri, "_mem_wal", a, "wal").iterdir())
     run = run_cli("gc", table.uri, *ZERO, "--expire-versions", "0", "--json")
     assert run.rc == 0, run.stderr
-    assert any(r["shard_id"] == a for r in json.loads(run.stdout)["repaired"])
-    assert run_cli("merge", table.uri).rc == 0
-    assert table_rows(table) == model.sorted_rows()
+    doc = json.loads(run.stdout)
+    kept = {b["generation"] for b in doc["blocked"] if b["shard_id"] == a and b["reason"] == "progress-unproven"}
+    assert kept == {1, 2, 3}  # each named; 4 and 5, proven by the receipt, stay behind them (drain order)
+    assert {1, 2, 3} <= set(folders(table, a))
+    assert {s.generation for s in read_shard_manifests(table.store).states[a].flushed} >= {1, 2, 3}
+    assert sorted(p.name for p in Path(table.uri, "_mem_wal", a, "wal").iterdir()) == wal_before
     assert client_view(table.uri) == model.sorted_rows()
-    assert run_cli("verify", table.uri).rc == 0
+    check = run_cli("verify", table.uri)
+    assert check.rc == 1 and "merged-data-in-base" in check.stdout and a in check.stdout
 
 
 def test_a_manifest_named_version_two_to_the_forty_stops_its_shard_only(make_table, canary, tmp_path):
@@ -163,11 +170,11 @@ def _spoil_data(table, shard: str) -> None:
         f.write_bytes(b"junk")
 
 
-def test_a_merge_the_history_vouches_for_is_drained_without_reading_its_generations(make_table, canary):
-    """Our own merge wrote the rows and recorded the progress in one retained commit: GC's
-    proof takes the history's word and reads no generation back (the drain of a long backlog
-    costs no request per generation): with every generation's data spoiled after the merge,
-    the shard still drains and its folders go; the base holds every row."""
+def test_a_merge_its_receipt_names_is_drained_without_reading_its_generations(make_table, canary):
+    """Our own merge wrote the rows and its receipt names the generations it applied, bound to
+    its commit: GC's proof takes the receipt and reads no generation back (the drain of a long
+    backlog costs no request per generation): with every generation's data spoiled after the
+    merge, the shard still drains and its folders go; the base holds every row."""
     table, model = make_table(FIVE)
     assert run_cli("merge", table.uri).rc == 0 and run_cli("catchup", table.uri).rc == 0
     a, _b = sorted(all_shard_manifests(table.store))
@@ -179,12 +186,14 @@ def test_a_merge_the_history_vouches_for_is_drained_without_reading_its_generati
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_generations_whose_merge_history_is_gone_are_read_back(make_table, canary):
-    """The same merge, its commit expired before GC ran: nothing vouches for the progress, so
-    the generations are read back, and spoiled ones prove nothing: they stay listed and on
-    storage, named ``progress-unproven``."""
+def test_generations_with_no_receipt_are_read_back_at_the_version_that_covers_them(make_table, canary):
+    """The same merge with its receipts gone (a merge by an older memwal, or receipts lost), its
+    versions expired: nothing names the generations, so they are read back against the oldest
+    version that covers them, and spoiled ones prove nothing: they stay listed and on storage,
+    named ``progress-unproven``."""
     table, _model = make_table(FIVE)
     assert run_cli("merge", table.uri).rc == 0 and run_cli("catchup", table.uri).rc == 0
+    shutil.rmtree(Path(table.uri, "_mem_wal", "_jobs", "receipts"))
     ds = table.dataset()
     ds.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False)
     a, _b = sorted(all_shard_manifests(table.store))
@@ -196,24 +205,29 @@ def test_generations_whose_merge_history_is_gone_are_read_back(make_table, canar
     assert kept == {1, 2, 3, 4, 5} == set(folders(table, a))
 
 
-def test_progress_remembered_in_the_digest_is_checked_against_its_manifest(make_table, canary):
-    """GC's digest of what retained versions merged is a cache on storage (its keys and ETags
-    are visible to whoever lists the table), never evidence: the history of a merge and its
-    catch-up vouches for the merged generations as read, and no longer when the version before
-    the merge is remembered with progress its manifest does not record."""
+def test_a_receipt_is_bound_to_its_commit_and_the_digest_is_no_evidence(make_table, canary):
+    """A receipt names its commit's transaction file: one planted for another version, or read
+    against a version whose progress the digest (a cache on storage) remembers wrongly, proves
+    nothing; the generations are then read back."""
     from dataclasses import replace
 
-    from memwal.gc.proven import BaseProof
+    from memwal.history.receipts import list_receipts
+    from memwal.merge.cover import Cover
     from memwal.table.retained import retained_versions
 
     table, _model = make_table(FIVE)
-    assert run_cli("merge", table.uri).rc == 0 and run_cli("catchup", table.uri).rc == 0
-    a, b = sorted(all_shard_manifests(table.store))
+    assert run_cli("merge", table.uri).rc == 0
+    a, _b = sorted(all_shard_manifests(table.store))
     versions = retained_versions(table)
-    latest = versions[-1].version
-    assert BaseProof(table, latest, versions).vouched(a, 1, 5)
-    before = next(i for i, v in enumerate(versions) if v.compacted.get(a, 0) >= 5) - 1
-    assert versions[before].compacted == {}
-    forged = [replace(v, remembered=True, transaction_file=None, compacted={b: 0}) if i == before else v
-              for i, v in enumerate(versions)]
-    assert not BaseProof(table, latest, forged).vouched(a, 1, 5)
+    receipts = list_receipts(table.store)
+    cover = Cover(table, versions, receipts, lambda s, e: [], pk=["id"])
+    point = cover.receipt_for(a, 5)
+    assert point is not None and versions[-1].compacted[a] == 5
+    forged = [replace(v, remembered=True, transaction_file=None, compacted={**v.compacted, a: 0})
+              if v.version == point else v for v in versions]
+    assert Cover(table, forged, receipts, lambda s, e: [], pk=["id"]).receipt_for(a, 5) is None
+    moved = Path(table.uri, "_mem_wal", "_jobs", "receipts")
+    for f in moved.iterdir():  # the receipt renamed to another version: bound to nothing there
+        if f.name.endswith("-merge.json"):
+            f.rename(moved / f"{point - 1:020d}-merge.json")
+    assert Cover(table, versions, list_receipts(table.store), lambda s, e: [], pk=["id"]).receipt_for(a, 5) is None

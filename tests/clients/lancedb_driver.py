@@ -189,6 +189,8 @@ def run(handles: dict[str, Handle], op: str, cmd: dict[str, Any]) -> Any:
         return h.merge_insert(cmd["rows"])
     if op == "delete":
         return t.delete(cmd["where"])
+    if op == "update":
+        return t.update(where=cmd["where"], values_sql=cmd["values_sql"])
     if op == "close_writers":
         return t.close_lsm_writers()
     if op == "checkout_latest":

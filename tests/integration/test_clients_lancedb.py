@@ -32,6 +32,7 @@ from memwal.table.shards import all_shard_manifests
 from tests.clients.jobs import ZERO, every_job
 from tests.clients.lancedb_client import DIM, LanceDBProcess, LanceDBTable, available
 from tests.clients.piped import ClientError
+from tests.clients.pylance_client import client_view
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.skipif(not available(), reason="LanceDB's venv is missing: make lancedb")
@@ -363,3 +364,35 @@ def test_a_lancedb_writer_that_never_stops_keeps_a_bounded_listing(ldb: LanceDBP
         seen.append(max(len(v) for v in listed(w.uri).values()))
     assert max(seen) <= 2, seen
     assert verify(w.uri)["ok"]
+
+
+def test_lancedbs_own_delete_and_update_on_the_base_survive_every_job(ldb: LanceDBProcess, tmp_path: Path) -> None:
+    """Issue 61: memwal merges, then the table's owner deletes and updates rows through LanceDB's
+    own ``table.delete`` and ``table.update`` (on the base, as LanceDB users do). No job brings a
+    deleted row back or reverts an update; GC drains the merged generations; a new LanceDB
+    connection, pylance's list readers and verify all read the owner's writes; LanceDB writes on."""
+    w = Writer(ldb, str(tmp_path / "db"), SPECS["bucket"])
+    for _ in range(3):
+        w.generation()
+    w.flush()
+    assert memwal.open(w.uri).merge().ok
+    w.live.call("delete", where="id >= 10 AND id < 15")
+    w.live.call("update", where="id < 5", values_sql={"text": "'the owner'"})
+    for k in [k for k in w.model if 10 <= k[0] < 15]:
+        del w.model[k]
+    for k in [k for k in w.model if k[0] < 5]:
+        w.model[k] = {**w.model[k], "text": "the owner"}
+    w.flushed = dict(w.model)
+    w.live.close()
+    for name, job in every_job(w.uri, tmp_path):
+        assert job(), name
+    assert memwal.open(w.uri).gc(**ZERO, writer_idle_seconds=0).ok
+    merged = open_table(w.uri).manifest().compacted
+    assert all(g > merged.get(s, 0) for s, gens in listed(w.uri).items() for g in gens)  # every merged one drained
+    w.live = w.reopened()
+    w.reads_match(search=False)
+    assert {tuple([r["id"]]): r for r in client_view(w.uri)} == w.model
+    assert verify(w.uri)["ok"]
+    w.generation()
+    w.flush()
+    w.reads_match(search=False)

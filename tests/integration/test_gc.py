@@ -115,6 +115,22 @@ def test_retained_tagged_version_blocks_and_names_the_tag(make_table):
     assert len(memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0).to_dict()["deleted"]) == 12
 
 
+def test_wal_entries_stay_with_a_drained_generation_whose_folder_is_kept(make_table):
+    """A tag on the version before the merge keeps the merged generations' folders (time travel);
+    GC drains them from the listing, and their WAL entries stay with the folders (issue 61: they
+    went at the drain), then go with them once the tag is deleted."""
+    table, _model = make_table()
+    table.dataset().tags.create("audit", table.dataset().version)
+    assert memwal.open(table.uri).merge().ok and memwal.open(table.uri).catchup().ok
+    wal = {s: {e.key for e in list_wal_entries(table.store, s)} for s in shard_ids_for(SMALL)}
+    result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
+    assert result["drained"] and result["deleted"] == [] and result["wal_entries_deleted"] == 0
+    assert {s: {e.key for e in list_wal_entries(table.store, s)} for s in shard_ids_for(SMALL)} == wal
+    table.dataset().tags.delete("audit")
+    result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=0).to_dict()
+    assert len(result["deleted"]) == 12 and result["wal_entries_deleted"] > 0
+
+
 def test_an_unreadable_tag_reference_is_exit_2_naming_the_table_and_nothing_goes(make_table):
     table, _ = ready_table(make_table)
     table.dataset().tags.create("audit-2026", table.dataset().version)

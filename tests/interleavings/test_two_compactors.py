@@ -67,20 +67,27 @@ def test_cleanup_wal_during_our_merge_loses_no_update(client: Client, step: str)
     assert run_cli("verify", client.uri).rc == 0
 
 
-def test_our_merge_then_cleanup_wal_over_it_is_repaired_before_the_drain(client: Client) -> None:
+def test_our_merge_then_cleanup_wal_over_it_keeps_what_it_reverted_listed(client: Client) -> None:
     """We merge 1-12; ``cleanup_wal()`` then merges 1-8 again (it reads the listing, not the
     merge progress) over our newer rows of 9-12 and drains 1-8. Readers stay right while 9-12
-    are listed, verify names the stale base, and GC, before it drains 9-12, proves the base
-    holds their rows, finds it does not, and writes back exactly what readers read."""
+    are listed, and verify names the reverted keys. GC writes no row into the base (issue 61):
+    it finds the base at the latest version holds an older generation's values where 9-12 wrote
+    newer ones, and keeps 9-12 listed (named) with 1-8 as the evidence. lance-context's next
+    ``cleanup_wal()`` merges 9-12 again, and then they go."""
     assert memwal.open(client.uri).merge().ok
     assert client.live.cleanup_wal() == 8
     assert listed(client.uri) == [9, 10, 11, 12]
     readers_agree(client)
     stale = run_cli("verify", client.uri)
     assert stale.rc == 1 and "merged-data-in-base" in stale.stdout
-    client.live.close()
     gc = memwal.open(client.uri).gc(**ZERO, writer_idle_seconds=0).to_dict()
-    assert gc["repaired"] and gc["repaired"][0]["keys"] > 0
+    kept = {b["generation"] for b in gc["blocked"] if b["reason"] == "progress-unproven"}
+    assert {9, 10, 11, 12} & kept and listed(client.uri) == [9, 10, 11, 12]
+    readers_agree(client)
+    assert client.live.cleanup_wal() == 4
+    client.live.close()
+    assert run_cli("cycle", client.uri, "--grace-seconds", "0", "--expire-versions", "0",
+                   "--writer-idle-seconds", "0").rc == 0
     assert listed(client.uri) == []
     assert client.reopened_rows() == client.model
     assert run_cli("verify", client.uri).rc == 0

@@ -35,8 +35,9 @@ def written(tmp_path: Path) -> tuple[str, LiveWriter]:
 
 def write_drain(store: Store, state: ShardState, generations: set[int]) -> ShardState:
     """The drain GC writes (its compaction with nothing rolled up), read back."""
+    entries = {(s.generation, s.path) for s in state.manifest.sstables if s.generation in generations}
     return read_shard_manifest(store, state.shard_id,
-                               write_next_version(store, state, compacted_manifest(state, drained=generations)))
+                               write_next_version(store, state, compacted_manifest(state, drained=entries)))
 
 
 def state(uri: str):  # type: ignore[no-untyped-def]

@@ -1,9 +1,9 @@
 """Which runs of listed merged generations a rollup replaces (memwal.rollup.plan): size-tiered,
-newest first, never a run of one, never past the byte cap."""
+newest first, never a run of one, never past the cap on decoded bytes."""
 
 from __future__ import annotations
 
-from memwal.rollup.plan import Entry, plan_rollups
+from memwal.rollup.plan import MAX_DECODED_BYTES, UNKNOWN_FACTOR, Entry, plan_rollups
 
 
 def entries(*sizes: int) -> list[Entry]:
@@ -27,9 +27,18 @@ def test_one_entry_alone_is_left_as_it_is():
     assert runs(5) == [] and runs() == [] and runs(100, 1) == []
 
 
-def test_a_run_never_passes_the_byte_cap():
-    assert runs(60, 60, 60, max_bytes=100) == []
-    assert runs(40, 40, 40, max_bytes=100) == [[2, 3]]
+def test_a_run_never_passes_the_cap_on_decoded_bytes():
+    assert runs(60, 60, 60, max_decoded=100 * UNKNOWN_FACTOR) == []
+    assert runs(40, 40, 40, max_decoded=100 * UNKNOWN_FACTOR) == [[2, 3]]
+
+
+def test_the_cap_counts_the_writers_decoded_figure_not_bytes_on_disk():
+    """Issue 61: folders of 0.16 MB that decode to 50 MB each. Counted by their bytes on disk
+    the whole run fits; by the writer's own figure (``in_memory_bytes``) two do not."""
+    small_on_disk = [Entry(g, f"0000000{g}_gen_{g}", 160_000, 50_000_000) for g in range(1, 13)]
+    planned = plan_rollups("s", small_on_disk, max_decoded=MAX_DECODED_BYTES)
+    assert planned and all(sum(e.decoded or 0 for e in r.entries) <= MAX_DECODED_BYTES for r in planned)
+    assert all(len(r.entries) == 2 for r in planned)  # 128 MB: two of 50 MB, never three
 
 
 def test_the_listing_stays_short_as_a_writer_never_stops():

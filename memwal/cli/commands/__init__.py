@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "scan",
     "checkpoint",
     "verify",
+    "repair",
     "lease",
     "history",
     "merge_ops",

@@ -1,0 +1,111 @@
+"""What one shard's GC plan holds while it is built, and the questions both halves ask.
+
+:mod:`memwal.gc.generations` plans a shard in two halves, what readers list and what storage
+keeps; both record deletions and blocked generations here, name a folder to the proof
+(:meth:`ShardBase.entry`: a rollup stands for the generations it replaced), ask the storage gates
+of the spec, and read which merged generations are on storage for a proof to read back.
+"""
+
+from __future__ import annotations
+
+from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED, Gates, Verdict
+from memwal.gc.model import Blocked, Deletable, GateEvidence, GenerationDeletion
+from memwal.gc.proven import Prover
+from memwal.gc.retention import HeldGeneration
+from memwal.merge.cover import Entry
+from memwal.rollup.plan import Entry as RollupEntry
+from memwal.table.drain import merged_through
+from memwal.table.listing import ShardListing
+from memwal.table.retained import RetainedVersion
+from memwal.table.shards import ShardState
+from memwal.table.writer import WriterView
+
+
+class ShardBase:
+    """One shard's plan in the making (see the module docstring)."""
+
+    def __init__(self, shard_id: str, state: ShardState, listed: ShardListing, gates: Gates,
+                 writer: WriterView, writer_held: frozenset[int], prove: Prover) -> None:
+        self.sid, self.state, self.listed, self.gates, self.writer = shard_id, state, listed, gates, writer
+        self.writer_held, self.prove = writer_held, prove
+        self.compacted = gates.latest.compacted_generation(shard_id)
+        self.deletions: list[GenerationDeletion] = []
+        self.blocked: list[Blocked] = []
+        self.held: list[HeldGeneration] = []
+        self.drain: list[int] = []
+        #: Merged generations listed whose folder is gone (readers fail on them now): drained.
+        self.gone: list[int] = []
+        #: Merged entries that stay listed, in manifest order (what may be rolled up), each with
+        #: whether it was merged since the live writer claimed its epoch, and whether it may be
+        #: rolled up at all (one whose rows are unproven stays as it is: :meth:`kept_segments`).
+        self.kept_listed: list[tuple[RollupEntry, bool, bool]] = []
+        #: Generations at or below the merge progress whose WAL entries stay (unproven, pinned).
+        self.kept_wal: set[int] = set()
+        #: Older generations kept as the evidence that a newer one's rows were reverted since.
+        self.evidence: dict[int, int] = {}
+        self._present: dict[int, str] | None = None
+
+    def _block(self, g: int, reasons: tuple[str, ...]) -> None:
+        self.blocked.append(Blocked(self.sid, g, reasons[0], reasons))
+
+    def deletable(self) -> Deletable:
+        """The generations whose WAL entries may go: a WAL entry goes with its generation's
+        folder (this run deletes it, or it is gone), never while the folder is kept (a tag, an
+        index not caught up, a proof that failed): docs/concepts/gc.md."""
+        merged = merged_through(self.compacted, self.state)
+        listed = {fg.generation for fg in self.state.flushed}
+        on_storage = set(self.listed.generation_dirs().values())
+        going = {d.generation for d in self.deletions}
+        staying = on_storage - going
+        leaving = set(self.drain + self.gone)
+        return Deletable(merged, frozenset((listed - leaving) | self.kept_wal | staying),
+                         frozenset(g for g in leaving if g not in staying))
+
+    def drained_paths(self) -> list[tuple[int, str]]:
+        """What this run's drain takes out of the manifest, entry by entry (generation, path)."""
+        leaving = set(self.drain + self.gone)
+        return [(fg.generation, fg.path) for fg in self.state.flushed if fg.generation in leaving]
+
+    def present(self) -> dict[int, str]:
+        """Each merged generation on storage, by number: the folder the manifest lists, else the
+        one folder of that number that is not a rollup (several: none, nothing can be read back)."""
+        if self._present is None:
+            by_number: dict[int, list[str]] = {}
+            for name, g in self.listed.generation_dirs().items():
+                if self.listed.readable(name) and not self.listed.is_rollup(name):
+                    by_number.setdefault(g, []).append(name)
+            out = {g: names[0] for g, names in by_number.items() if len(names) == 1}
+            out.update({fg.generation: fg.path for fg in self.state.flushed
+                        if self.listed.readable(fg.path) and not self.listed.is_rollup(fg.path)})
+            self._present = out
+        return self._present
+
+    def _entry(self, g: int, path: str) -> Entry:
+        """The proof's entry for a folder: a rollup stands for the generations it replaced."""
+        return Entry(g, path, self.prove.stands_from(self.sid, path, g) if self.listed.is_rollup(path) else None)
+
+    # -- what readers list -------------------------------------------------------------
+
+    def _storage_gates(self, g: int, verdict: Verdict) -> tuple[str, ...]:
+        """The gates of the spec that keep a merged generation's folder (index catch-up, retained
+        versions, checkpoints). A retained version the expiry keeps only for a live writer does
+        not count: the writer reads its base at that version, and of the generations only what
+        it lists (:meth:`WriterView.may_list`), never a snapshot of that version."""
+        reasons = [r for r in verdict.reasons if r not in (GRACE_PERIOD, NOT_MERGED)
+                   and not r.startswith("retained-version:")]
+        holders = [h for h in verdict.holders if not self._for_writer(h)]
+        if holders:
+            reasons.append(f"retained-version:{holders[0].describe()}")
+            self.held.append(HeldGeneration(self.sid, g, holders))
+        return tuple(reasons)
+
+    def _for_writer(self, holder: RetainedVersion) -> bool:
+        """Whether a retained version is kept only for a live writer's view (not by age or a tag)."""
+        return holder.branch is None and holder.version in self.writer_held and not holder.tags
+
+    def _evidence(self, merged: int | None = None) -> GateEvidence:
+        return GateEvidence(self.compacted if merged is None else merged, {}, self.gates.shard(self.sid).low,
+                            None, self.gates.grace_seconds)
+
+
+__all__ = ["ShardBase"]

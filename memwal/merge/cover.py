@@ -1,0 +1,342 @@
+"""The spec's reader rule as a proof: what the merge mark covers, the base is the truth for.
+
+Readers that honour the MemWAL index skip every generation at or below ``compacted_sstables``
+(lance PR #7655, "Reader Expectations"): from the first version whose mark covers a generation,
+the base table *is* that generation's rows, and whatever the table's owner writes on the base
+afterwards (pylance's ``ds.delete``/``ds.update``, LanceDB's ``table.delete``/``table.update``)
+is the truth for every reader. So a merged generation may leave the listing (and later storage)
+when the base holds its effect *at its proof point*, and what later commits did is not asked:
+
+* the **covering version** of generation ``g`` of a shard is the first version, in the run of
+  retained versions that ends at the latest, whose mark is ``>= g`` (a ``restore`` that took the
+  mark back starts a new run; an expired version before it leaves it the oldest we can see);
+* the **proof point** is that version when a receipt of memwal's own names ``g`` there (its
+  merge applied ``g``'s rows in that commit, :mod:`memwal.history.receipts`), or when the base at
+  that version, read back, holds each of its keys' newest version through the generations the
+  version covers; or a later version where memwal's repair applied ``g``, or where an operator
+  accepted the base (``memwal repair``). A commit that only *marks* ``g`` proves nothing: a marker
+  with one rewritten row covers a range, a receipt names generations (issue 61).
+
+One thing after the proof point is still asked, because it is not the owner's doing: another
+compactor that reads the listing, not the mark (lance-context's ``cleanup_wal()``), merging an
+older listed generation again over the newer rows memwal merged (issue 54). When a commit after
+the proof point that is not memwal's wrote rows (anything but a ``Delete`` or a commit that
+changes no row), the base at the latest version is read back too, and a key whose value there is
+an *older* generation's version of it has been reverted: the generation stays listed, with the
+older folders as its evidence. A value no generation wrote is the owner's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from google.protobuf.message import DecodeError
+
+from memwal.errors import MemWalError, first_line
+from memwal.history.receipts import EVIDENCE, MERGE, PROVEN, Receipt, ReceiptListing, read_receipt
+from memwal.merge.model import GenerationRef
+from memwal.merge.proof import prove
+from memwal.merge.reverts import reverted_keys
+from memwal.pb import transaction_pb2
+from memwal.table import Table
+from memwal.table.retained import RetainedVersion
+
+log = logging.getLogger(__name__)
+
+READ_ERRORS = (MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException)
+
+#: Lance operations that cannot put back a value a merge replaced: they change no row, or only
+#: remove rows (a key a generation deleted stays deleted; one it wrote, deleted, is the owner's).
+_HARMLESS = frozenset({"delete", "create_index", "rewrite", "reserve_fragments", "project", "update_config",
+                       "update_mem_wal_state", "clone", "update_bases"})
+
+#: Transactions read at most per proof to tell the owner's commits from memwal's (more: unknown).
+MAX_TRANSACTIONS = 256
+#: A transaction file larger than this is not read (storage is untrusted input): unknown.
+TRANSACTION_MAX_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Whether one entry's rows are proven, and how: the proof point, or why not."""
+
+    proven: bool
+    how: str = ""
+    version: int | None = None
+    detail: str = ""
+    #: Older generations kept as the evidence of a revert (their folders must stay).
+    evidence: tuple[int, ...] = ()
+    #: The keys the base does not hold as the entry wrote them (key columns, ``__gen``,
+    #: ``_tombstone``, ``__how``), when its rows were read back: what ``memwal repair`` shows.
+    failing: pa.Table | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A merged generation (or a rollup standing for ``low``..``generation``) to judge."""
+
+    generation: int
+    path: str
+    low: int | None = None
+
+    @property
+    def first(self) -> int:
+        return self.generation if self.low is None else self.low
+
+
+#: Builds read references for ``(generation, path)`` entries of a shard (paths validated).
+Refs = Callable[[str, Sequence[tuple[int, str]]], list[GenerationRef]]
+
+
+class Cover:
+    """The proof of one table at one moment (see the module docstring)."""
+
+    def __init__(self, table: Table, versions: Sequence[RetainedVersion], receipts: ReceiptListing,
+                 refs: Refs, *, pk: list[str], folding: Sequence[str] = ()) -> None:
+        self.table, self.receipts, self.refs, self.pk, self.folding = table, receipts, refs, pk, list(folding)
+        self.main = sorted((v for v in versions if v.branch is None), key=lambda v: v.version)
+        self.by_version = {v.version: v for v in self.main}
+        self._receipts: dict[str, Receipt | None] = {}
+        self._txn: dict[int, str | None] = {}
+        self._kinds: dict[int, str | None] = {}
+        self._datasets: dict[int, lance.LanceDataset] = {}
+        self._suffix: dict[str, tuple[int, np.ndarray]] = {}
+        #: Receipts to write for what was read back and proven (GC's run writes them).
+        self.proven: list[Receipt] = []
+
+    # -- where a generation's proof applies ------------------------------------------------
+
+    def covering(self, shard_id: str, g: int) -> tuple[RetainedVersion | None, bool]:
+        """The covering version of ``g`` (see the module docstring) and whether it is exact (the
+        version before it is retained and does not cover ``g``)."""
+        if shard_id not in self._suffix:
+            self._suffix[shard_id] = self._suffix_marks(shard_id)
+        start, lows = self._suffix[shard_id]
+        i = int(np.searchsorted(lows, g, side="left"))  # lows ascend: the first version from which all cover g
+        if i >= len(lows):
+            return None, False
+        at = start + i
+        return self.main[at], at > 0 and self.main[at - 1].version == self.main[at].version - 1
+
+    def _suffix_marks(self, shard_id: str) -> tuple[int, np.ndarray]:
+        """The contiguous run of versions ending at the latest (its first index), and for each
+        version of it the lowest mark from it to the latest (ascending along the run)."""
+        start = len(self.main) - 1
+        while start > 0 and self.main[start - 1].version == self.main[start].version - 1:
+            start -= 1
+        marks = np.array([v.compacted.get(shard_id, 0) for v in self.main[start:]], dtype=np.int64)
+        return start, np.minimum.accumulate(marks[::-1])[::-1] if len(marks) else marks
+
+    @property
+    def oldest(self) -> int | None:
+        return self.main[0].version if self.main else None
+
+    def _receipt(self, key: str) -> Receipt | None:
+        if key not in self._receipts:
+            self._receipts[key] = read_receipt(self.table.store, key)
+        return self._receipts[key]
+
+    def transaction_file(self, version: int) -> str | None:
+        if version not in self._txn:
+            v = self.by_version.get(version)
+            name = v.transaction_file if v is not None else None
+            if name is None and v is not None:
+                try:
+                    manifest = self.table.manifest(version)
+                    name = manifest.transaction_file if manifest.compacted == v.compacted else None
+                except READ_ERRORS:
+                    name = None
+            self._txn[version] = name or None
+        return self._txn[version]
+
+    def _valid(self, r: Receipt, cover: RetainedVersion) -> bool:
+        """Whether receipt ``r`` stands for a proof point of the generations it names, covered
+        from ``cover`` on: at or after the covering version, memwal's commit (or proof) there as its
+        transaction file says; or, when the covering version is not exact, at a version expired
+        since, which no retained version that does not cover them follows (a receipt from before
+        such a version belongs to a history a restore left)."""
+        if r.version in self.by_version:
+            txn = self.transaction_file(r.version)
+            return r.version >= cover.version and txn is not None and txn == r.transaction_file
+        return r.version < cover.version
+
+    def receipt_for(self, shard_id: str, g: int) -> int | None:
+        """The version of a valid receipt that names ``g`` (None: none does)."""
+        cover, exact = self.covering(shard_id, g)
+        return None if cover is None else self.receipt_point(shard_id, g, cover, exact)
+
+    def receipt_point(self, shard_id: str, g: int, cover: RetainedVersion, exact: bool) -> int | None:
+        """The version of a valid receipt that names ``g``, covered from ``cover`` (None: none does)."""
+        evidence = self.receipts.evidence_versions()
+        later = [v for v in evidence if v > cover.version]
+        before: list[int] = []
+        if not exact:  # coverage may have begun at a version expired since
+            floor = max((v.version for v in self.main if v.version < cover.version
+                         and v.compacted.get(shard_id, 0) < g), default=0)
+            before = [v for v in evidence if floor < v < cover.version and v not in self.by_version]
+        for version in [cover.version, *later, *reversed(before)]:
+            for key in self.receipts.evidence_keys(version):
+                if version > cover.version and f"-{MERGE}." in key:
+                    continue  # a merge applies what is above the mark it read: never again later
+                r = self._receipt(key)
+                if r is not None and r.kind in EVIDENCE and r.covers(shard_id, g) and self._valid(r, cover):
+                    return r.version
+        return None
+
+    # -- commits after the proof point ------------------------------------------------------
+
+    def commit_kind(self, version: int) -> str | None:
+        """The Lance operation of ``version``'s commit (from its transaction file), None unknown."""
+        if version not in self._kinds:
+            self._kinds[version] = self._read_kind(version) if len(self._kinds) < MAX_TRANSACTIONS else None
+        return self._kinds[version]
+
+    def _read_kind(self, version: int) -> str | None:
+        name = self.transaction_file(version)
+        if not name or "/" in name or name.startswith("."):
+            return None
+        try:
+            txn = transaction_pb2.Transaction.FromString(
+                self.table.store.get(f"_transactions/{name}", max_bytes=TRANSACTION_MAX_BYTES))
+        except (MemWalError, OSError, DecodeError):
+            return None
+        op: str | None = txn.WhichOneof("operation")
+        return op
+
+    def foreign_writes(self, after: int) -> list[int]:
+        """Versions after ``after`` whose commit is not memwal's and may have written rows."""
+        out = []
+        for v in self.main:
+            if v.version <= after or self.receipts.ours(v.version):
+                continue
+            if self.commit_kind(v.version) not in _HARMLESS:
+                out.append(v.version)
+        return out
+
+    # -- judging ---------------------------------------------------------------------------
+
+    def judge(self, shard_id: str, entries: Sequence[Entry], present: Mapping[int, str],
+              superseding: Sequence[tuple[int, str]] = ()) -> dict[Entry, Judgement]:
+        """Each entry's judgement. ``present``: every generation of the shard on storage (number ->
+        folder), for the reads back; ``superseding``: entries still listed above these (their keys
+        are theirs whatever the base says, for the revert check)."""
+        out: dict[Entry, Judgement] = {}
+        points: dict[Entry, tuple[RetainedVersion, bool]] = {}
+        for e in entries:
+            cover, exact = self.covering(shard_id, e.generation)
+            if cover is None:
+                out[e] = Judgement(False, detail=f"generation {e.generation}: no retained version records it merged")
+                continue
+            points[e] = (cover, exact)
+            receipted = [self.receipt_for(shard_id, g) for g in range(e.first, e.generation + 1)]
+            if all(p is not None for p in receipted):
+                out[e] = Judgement(True, "receipt", max(p for p in receipted if p is not None))
+        groups: dict[int, list[Entry]] = {}
+        for e in entries:
+            if e not in out and e in points:
+                groups.setdefault(points[e][0].version, []).append(e)
+        for version, group in sorted(groups.items()):
+            out.update(self._read_back(shard_id, version, group, present))
+        return self._reverts(shard_id, out, present, superseding)
+
+    def _dataset(self, version: int) -> lance.LanceDataset:
+        if version not in self._datasets:
+            self._datasets[version] = self.table.dataset(version)
+        return self._datasets[version]
+
+    def _read_back(self, shard_id: str, version: int, group: list[Entry],
+                   present: Mapping[int, str]) -> dict[Entry, Judgement]:
+        """Prove ``group`` (entries covered from ``version``) by reading them back against the base
+        at ``version``, with every other generation on storage that ``version`` covers as theirs."""
+        v = self.by_version[version]
+        mark = v.compacted.get(shard_id, 0)
+        asked = {e.generation: e.path for e in group}
+        low = min(e.first for e in group)
+        others = {g: p for g, p in present.items() if low <= g <= mark and g not in asked}
+        try:
+            entries = sorted({**others, **asked}.items())
+            refs = self.refs(shard_id, entries)
+            unproven = prove(self._dataset(version), shard_id, refs, pk=self.pk, folding=self.folding,
+                             storage_options=self.table.storage_options)
+        except READ_ERRORS as exc:
+            why = f"its rows cannot be read back: {first_line(exc, self.table.uri)}"
+            return {e: Judgement(False, detail=why) for e in group}
+        failed = unproven.generations if unproven is not None else set()
+        out = {}
+        for e in group:
+            if unproven is not None and any(e.first <= g <= e.generation for g in failed):
+                out[e] = Judgement(False, detail="the base at the version whose mark first covers it does not hold "
+                                                 f"it: {unproven.detail_for(e.first, e.generation)}",
+                                   failing=_within(unproven.failing, e))
+            else:
+                out[e] = Judgement(True, "read back", version)
+        proven = [e for e in group if out[e].proven]
+        if proven:
+            self.proven.append(Receipt(version, PROVEN, {shard_id: (min(e.first for e in proven),
+                                                                  max(e.generation for e in proven))},
+                                       transaction_file=self.transaction_file(version)))
+        return out
+
+    def _reverts(self, shard_id: str, judged: dict[Entry, Judgement], present: Mapping[int, str],
+                 superseding: Sequence[tuple[int, str]]) -> dict[Entry, Judgement]:
+        """Proven entries another compactor may have reverted since (see the module docstring)."""
+        at_risk = [e for e, j in judged.items() if j.proven and j.version is not None
+                   and self.foreign_writes(j.version)]
+        if not at_risk or not self.main:
+            return judged
+        latest = self.main[-1].version
+        try:
+            refs = self.refs(shard_id, [(e.generation, e.path) for e in sorted(at_risk, key=lambda e: e.generation)])
+            # every newer generation on storage or listed: a key one of them holds is its (readers
+            # read it, or the base holds its merge)
+            mine = {e.generation for e in at_risk}
+            low = min(mine)
+            later = {g: p for g, p in present.items() if g > low and g not in mine}
+            later.update({g: p for g, p in superseding if g > low and g not in mine})
+            newer = self.refs(shard_id, sorted(later.items()))
+            ds = self._dataset(latest)
+            unproven = prove(ds, shard_id, refs, pk=self.pk, folding=self.folding, superseding=newer,
+                             storage_options=self.table.storage_options)
+            if unproven is None:
+                return judged
+            older = {g: p for g, p in present.items() if g < max(unproven.generations)}
+            compared = [c for c in ds.schema.names if c not in self.pk and c not in self.folding]
+            reverted, evidence = reverted_keys(self.table, shard_id, ds, unproven,
+                                               self.refs(shard_id, sorted(older.items())), compared,
+                                               gens_by_number={r.generation: r for r in refs})
+        except READ_ERRORS as exc:
+            log.warning("%s: shard %s: a commit since its merge not memwal's, and the latest rows cannot be read "
+                        "back (%s): judged at the proof point", self.table.uri, shard_id, first_line(exc))
+            return judged
+        if not reverted:
+            return judged
+        out = dict(judged)
+        writers = ", ".join(map(str, self.foreign_writes(min(j.version or 0 for j in judged.values()))))
+        for e in at_risk:
+            if any(e.first <= g <= e.generation for g in reverted):
+                keys = [k for g, ks in reverted.items() if e.first <= g <= e.generation for k in ks]
+                out[e] = Judgement(False, detail=(
+                    f"generation {e.generation}: a commit since its merge that is not memwal's (version {writers}) "
+                    f"put back an older generation's values of {len(keys)} of its keys (another compactor merged "
+                    "older rows again); the base at the latest version no longer holds it"),
+                    evidence=tuple(sorted(evidence)), failing=_within(unproven.failing, e, keys))
+        return out
+
+
+def _within(failing: pa.Table, e: Entry, keys: Sequence[object] | None = None) -> pa.Table:
+    """The failing keys whose newest version is within ``e`` (and among ``keys``, when given)."""
+    gens = failing.column("__gen").to_numpy()
+    mine = failing.filter(pa.array((gens >= e.first) & (gens <= e.generation)))
+    if keys is not None:
+        mine = mine.filter(pc.is_in(mine.column(0), value_set=pa.array(list(keys), mine.schema.field(0).type)))
+    return mine
+
+
+__all__ = ["MAX_TRANSACTIONS", "READ_ERRORS", "Cover", "Entry", "Judgement"]
+

@@ -1,0 +1,152 @@
+"""Each key's newest version among a set of generations, in memory bounded by decoded bytes.
+
+A merged generation's rows may decode to hundreds of times their bytes on disk (Lance compresses
+repetitive rows some 600x, issue 61), so what reads many of them at once (GC's proof, `memwal
+verify`, a rollup) never holds them whole: the key columns are read first (each key's newest
+version is found from keys, generation and row position alone), and the rows themselves are
+fetched by position (``take``) in batches sized from a sample of their decoded width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal.merge.keys import key_codes
+from memwal.merge.model import GenerationRef
+from memwal.merge.read import TOMBSTONE, conform
+from memwal.table.generations import open_generation
+
+#: Decoded bytes of one batch of rows (base or generation) held at once.
+BATCH_BYTES = 32 << 20
+MIN_BATCH_ROWS, MAX_BATCH_ROWS = 16, 65_536
+#: Rows sampled to measure a row's decoded width.
+_SAMPLE_ROWS = 256
+
+GEN, SLOT, OFF = "__gen", "__slot", "__off"
+
+#: What a bounded scan buffers from storage before it waits (Lance's backpressure).
+IO_BUFFER_BYTES = 64 << 20
+
+
+def bounded_scanner(ds: lance.LanceDataset, columns: list[str], *, filter: object = None) -> lance.LanceScanner:
+    """A scan whose memory is bounded by decoded bytes: batches of about :data:`BATCH_BYTES`
+    (Lance's own byte limit, alone: with a row limit beside it, Lance 14 decodes the rows first,
+    and a scan of 10 KB rows in batches of 65,536 peaked at 800 MB where 360 MB by bytes), one
+    fragment's reads at a time, two batches decoded ahead, at most :data:`IO_BUFFER_BYTES`
+    buffered."""
+    return ds.scanner(columns=columns, filter=filter, batch_size_bytes=BATCH_BYTES, batch_readahead=2,
+                      fragment_readahead=1, io_buffer_size=IO_BUFFER_BYTES)
+
+
+def _gen_names(ref: GenerationRef, wanted: Sequence[str], present: Sequence[str]) -> dict[str, str]:
+    """Base name -> the generation's column name, for the ``wanted`` base columns it has."""
+    back = {base: gen for gen, base in ref.renamed if base is not None}
+    renamed = {gen for gen, _ in ref.renamed}
+    out = {}
+    for name in wanted:
+        gen = back.get(name, name if name not in renamed else None)
+        if gen is not None and gen in present:
+            out[name] = gen
+    return out
+
+
+class OpenGenerations:
+    """The generations of a proof, open, with their key columns read."""
+
+    def __init__(self, refs: Sequence[GenerationRef], pk: list[str], storage_options: dict[str, str] | None) -> None:
+        self.refs, self.pk = list(refs), pk
+        self.ds = [open_generation(r.uri, storage_options) for r in self.refs]
+
+    def keys(self, slots: Sequence[int]) -> pa.Table:
+        """Key columns, generation, slot, row position and tombstone of every row of ``slots``."""
+        parts = []
+        for slot in slots:
+            ref, ds = self.refs[slot], self.ds[slot]
+            names = _gen_names(ref, self.pk, ds.schema.names)
+            cols = [*names.values(), TOMBSTONE] if TOMBSTONE in ds.schema.names else list(names.values())
+            t = bounded_scanner(ds, cols).to_table()
+            t = t.rename_columns([{g: b for b, g in names.items()}.get(c, c) for c in t.column_names])
+            n = t.num_rows
+            tomb = t.column(TOMBSTONE).fill_null(False) if TOMBSTONE in t.column_names else pa.array(np.zeros(n, bool))
+            parts.append(pa.table({**{k: t.column(k) for k in self.pk},
+                                   GEN: pa.array(np.full(n, ref.generation, np.int64)),
+                                   SLOT: pa.array(np.full(n, slot, np.int32)),
+                                   OFF: pa.array(np.arange(n, dtype=np.int64)), TOMBSTONE: tomb}))
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def scan(self, slot: int, schema: pa.Schema) -> Iterator[tuple[int, pa.Table]]:
+        """Every row of generation ``slot`` in order, in bounded batches under the base's names and
+        types: ``(position of the batch's first row, rows)``."""
+        ref, ds = self.refs[slot], self.ds[slot]
+        names = _gen_names(ref, schema.names, ds.schema.names)
+        back = {g: b for b, g in names.items()}
+        at = 0
+        for batch in bounded_scanner(ds, list(names.values())).to_batches():
+            t = pa.Table.from_batches([batch])
+            t = t.rename_columns([back.get(c, c) for c in t.column_names])
+            yield at, conform(t, schema, ref.uri).select(schema.names)
+            at += t.num_rows
+
+    def rows(self, slot: int, offsets: np.ndarray, schema: pa.Schema) -> pa.Table:
+        """The rows at ``offsets`` of generation ``slot``, under the base's names and types."""
+        ref, ds = self.refs[slot], self.ds[slot]
+        names = _gen_names(ref, schema.names, ds.schema.names)
+        t = ds.take(pa.array(offsets), columns=list(names.values()))
+        t = t.rename_columns([{g: b for b, g in names.items()}.get(c, c) for c in t.column_names])
+        return conform(t, schema, ref.uri).select(schema.names)
+
+
+def newest_versions(gens: OpenGenerations, proving: Sequence[int], superseding: Sequence[int]) -> pa.Table:
+    """Each key's newest version among ``proving`` and ``superseding`` (slots), keeping only those
+    whose newest version is in ``proving``; sorted by slot and row position (for takes)."""
+    keys = gens.keys([*proving, *superseding])
+    if not keys.num_rows:
+        return keys
+    codes = key_codes(keys, gens.pk)
+    order = np.lexsort((keys.column(OFF).to_numpy(), keys.column(GEN).to_numpy(), codes))
+    sorted_codes = codes[order]
+    last = np.r_[sorted_codes[1:] != sorted_codes[:-1], True]
+    newest = keys.take(pa.array(order[last]))
+    mine = pc.is_in(newest.column(SLOT), value_set=pa.array(list(proving), pa.int32()))
+    newest = newest.filter(mine)
+    return newest.take(pc.sort_indices(newest, sort_keys=[(SLOT, "ascending"), (OFF, "ascending")]))
+
+
+def row_width(gens: OpenGenerations, newest: pa.Table, schema: pa.Schema) -> int:
+    """The decoded bytes of one of ``newest``'s rows in ``schema``, from a sample of them."""
+    if not newest.num_rows or not schema.names:
+        return 1
+    slot = int(newest.column(SLOT)[0].as_py())
+    offsets = newest.filter(pc.equal(newest.column(SLOT), slot)).column(OFF).to_numpy()[:_SAMPLE_ROWS]
+    sample = gens.rows(slot, offsets, schema)
+    width: int = max(1, int(sample.nbytes) // max(1, int(sample.num_rows)))
+    return width
+
+
+def batch_rows(gens: OpenGenerations, newest: pa.Table, schema: pa.Schema) -> int:
+    """Rows per batch so that a batch holds about :data:`BATCH_BYTES` decoded bytes (from a sample)."""
+    width = row_width(gens, newest, schema)
+    rows: int = min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES // width))
+    return rows
+
+
+def fetch(gens: OpenGenerations, newest: pa.Table, idx: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """The generation rows of ``newest[idx]``, in that order."""
+    slots = newest.column(SLOT).to_numpy()[idx]
+    offs = newest.column(OFF).to_numpy()[idx]
+    parts, where = [], []
+    for slot in np.unique(slots):
+        at = np.flatnonzero(slots == slot)
+        parts.append(gens.rows(int(slot), offs[at], schema))
+        where.append(at)
+    t = pa.concat_tables(parts)
+    return t.take(pa.array(np.argsort(np.concatenate(where), kind="stable")))
+
+
+__all__ = ["BATCH_BYTES", "GEN", "OFF", "SLOT", "OpenGenerations", "batch_rows", "bounded_scanner", "fetch",
+           "newest_versions", "row_width"]
