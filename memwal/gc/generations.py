@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import groupby
 
 from memwal.errors import UnsafePathError
@@ -320,8 +321,15 @@ class _Shard(ShardBase):
     def _writer_detail(self) -> str:
         w = self.writer
         ago = "" if w.last_activity is None else f"{max(0.0, self.gates.now - w.last_activity):.0f}s ago"
+        until = "" if w.quiet_at is None else f" (by {_clock(w.quiet_at)} if it writes nothing more)"
         return (f"shard writer epoch {w.epoch} wrote {ago}; its view needs this merged generation listed: "
-                "kept listed (rolled up) until the writer reopens or is quiet for the writer idle period")
+                f"kept listed (rolled up) until the writer reopens or is quiet for --writer-idle-seconds{until}; "
+                "a closed writer leaves no trace a quiet one does not, so set --writer-idle-seconds to the longest "
+                "a writer of this table stays open without writing")
+
+
+def _clock(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 __all__ = ["GenerationsPlan", "plan_generations"]

@@ -401,7 +401,8 @@ def render_status(st: TableStatus) -> str:
             lines.append(f"{what}: kept listed for its live writer (epoch {s.writer_epoch}{since}, last write "
                          f"{_ago(s.writer_last_activity)}), whose view of the base is older than their merge; gc "
                          "rolls them up and drains them once the writer reopens or is quiet for the writer idle "
-                         "period (gc --dry-run names every gate)")
+                         "period (a closed writer leaves no trace a quiet one does not: it waits that period too; "
+                         "gc --dry-run names every gate and when it frees)")
         else:
             lines.append(f"{what}: gc drains them once their merge is older than the grace period "
                          "(gc --dry-run names every gate)")

@@ -9,7 +9,12 @@ storage says a process is alive, so:
 
 * **live**: the shard's writer wrote within ``writer_idle`` seconds: a WAL entry, or a
   manifest version that is not a drain (a flush, a claim). Quiet longer than that, it is
-  presumed gone, and a process still holding the table must reopen it before it reads.
+  presumed gone, and a process still holding the table must reopen it before it reads. A writer
+  that was closed leaves no trace a quiet one does not (observed, pylance 14.0.2: ``close()``
+  flushes its MemTable as a last generation and writes an ordinary manifest version, status
+  ``ACTIVE``, replay position at the last WAL entry, as any flush of an idle writer does), so a
+  closed writer counts as live until the idle period passes; the wait is named where it is
+  shown (``writer-live``), with the setting that shortens it.
 * **claimed at**: when the writer epoch in the latest manifest was claimed (the first
   version with that epoch). pylance claims at ``mem_wal_writer()``, right after the caller
   opened the table, so its view is no older than the claim, less the grace period a caller
@@ -73,6 +78,8 @@ class WriterView:
     #: A live writer reads what its memory lists, which it reloads only when it writes a
     #: version (a flush, or its claim): a folder it still lists must stay.
     own_paths: frozenset[str] | None = None
+    #: When a live writer that writes nothing more counts as gone (its last write + the idle period).
+    quiet_at: float | None = None
 
     def may_list(self, path: str) -> bool:
         """Whether the writer may still list the folder ``path`` in its memory."""
@@ -89,21 +96,23 @@ class WriterView:
 
     def to_dict(self) -> dict[str, object]:
         return {"shard_id": self.shard_id, "epoch": self.epoch, "live": self.live,
-                "last_activity": self.last_activity, "claimed_at": self.claimed_at}
+                "last_activity": self.last_activity, "claimed_at": self.claimed_at, "quiet_at": self.quiet_at}
 
 
 def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, idle_seconds: float,
                 claim: bool = False, walk: bool = True) -> WriterView:
     """The shard's writer as storage shows it; ``claim`` also finds when its epoch was claimed
     (a few manifest reads, only for a live writer). ``walk=False`` reads nothing more than the
-    listing and the latest manifest: a drain then counts as the writer's (``memwal status``,
-    which shows liveness, never decides on it)."""
+    listing and the latest manifest (``memwal status``, which shows liveness, never decides on
+    it): the writer's activity is then its newest WAL entry (every put and every claim writes
+    one before its manifest version; a compactor's drain or rollup writes none), and for a shard
+    with no WAL entry left its newest manifest version that is not a compactor's."""
     state = history.latest
     times = [e.mtime for e in listed.wal]
-    own = _last_written(history, now, idle_seconds) if walk else state.version
+    own = _last_written(history, now, idle_seconds) if walk or not times else None
     if own is not None:
         times.append(history.mtime(own))
-    elif state.version in history.versions:  # unknown: the latest counts as the writer's (live, if recent)
+    elif (walk or not times) and state.version in history.versions:  # unknown: the latest counts (live, if recent)
         times.append(history.mtime(state.version))
     last = max(times) if times else None
     live = last is not None and now - last < idle_seconds
@@ -115,7 +124,8 @@ def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, i
             paths = frozenset(s.path for s in history.at(own).manifest.sstables)
         except (MemWalError, OSError):
             paths = None
-    return WriterView(state.shard_id, state.writer_epoch, last, True, _claimed_at(history) if claim else None, paths)
+    return WriterView(state.shard_id, state.writer_epoch, last, True, _claimed_at(history) if claim else None, paths,
+                      None if last is None else last + idle_seconds)
 
 
 def _last_written(history: ManifestHistory, now: float, idle_seconds: float) -> int | None:
