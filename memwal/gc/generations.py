@@ -59,7 +59,7 @@ from memwal.gc.proven import Prover
 from memwal.gc.retention import HeldGeneration, retention_report
 from memwal.gc.shard_base import ShardBase
 from memwal.rollup.plan import Entry as RollupEntry
-from memwal.rollup.plan import RollupPlan, plan_rollups
+from memwal.rollup.plan import RollupPlan, plan_heals, plan_rollups
 from memwal.table.drain import merged_through
 from memwal.table.listing import MemWalListing
 from memwal.table.paths import generation_key
@@ -118,11 +118,15 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
         if shard.drain or shard.gone:
             drains.append(ShardDrain(sid, state.version, tuple(sorted(shard.drain + shard.gone)),
                                      tuple(shard.gone), tuple(shard.drained_paths())))
-        for segment in shard.kept_segments():
-            rollups += plan_rollups(sid, segment)
+        mine = [r for segment in shard.kept_segments() for r in plan_rollups(sid, segment)]
+        rollups += mine + plan_heals(sid, shard.unindexed(), mine)
     return GenerationsPlan(tuple(deletions), tuple(blocked), tuple(broken), retention_report(held, gates),
                            deletable, tuple(drains), tuple(rollups), dict(shards.states),
                            dict(writers))
+
+
+#: Seconds after its flush before a listed generation with no key index is rewritten with one.
+HEAL_AFTER = 30.0
 
 
 class _Shard(ShardBase):
@@ -186,6 +190,18 @@ class _Shard(ShardBase):
                                          self.writer.live and self.writer.claimed_before(verdict.evidence.merged_at),
                                          fg.generation not in unproven))
         self.kept_wal |= unproven
+
+    def unindexed(self) -> list[RollupEntry]:
+        """Listed generations that stay listed with no key index, flushed at least
+        :data:`HEAL_AFTER` seconds ago (a flush may still be writing it): each is rewritten with one."""
+        leaving = set(self.drain + self.gone)
+        out = []
+        for fg in self.state.flushed:
+            flushed = self.listed.flushed_at(fg.path)
+            if (fg.generation not in leaving and flushed is not None and not self.listed.key_indexed(fg.path)
+                    and self.gates.now - flushed >= HEAL_AFTER):
+                out.append(RollupEntry(fg.generation, fg.path, self.listed.bytes_under(fg.path), fg.in_memory_bytes))
+        return out
 
     def kept_segments(self) -> list[list[RollupEntry]]:
         """The merged entries that stay listed, in runs that may be rolled up: split where the

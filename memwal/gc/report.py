@@ -28,6 +28,11 @@ def render_gc(doc: Mapping[str, Any]) -> str:
         repaired = f" (of which {_ranges(d['repairs'])} already gone: readers failed on them)" if d["repairs"] else ""
         lines.append(f"  {drain} shard {d['shard_id']} generations {_ranges(d['generations'])} out of its manifest "
                      f"(version {d['manifest_version']}){repaired}")
+    roll = "would rewrite" if doc["dry_run"] else "rewrote"
+    for r in doc.get("rolled_up", []):
+        if r.get("heal"):
+            lines.append(f"  {roll} shard {r['shard_id']} generation {r['generation']} with its key index (every list "
+                         "reader failed on it: lance#9035)")
     gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if is_gate(r)) or b["reason"]
                     for b in doc["blocked"])
     for reasons, n in sorted(gates.items()):

@@ -14,7 +14,7 @@ from lance.file import LanceFileReader
 
 from memwal.errors import MemWalError, first_line
 from memwal.table import Table
-from memwal.table.shards import ShardState
+from memwal.table.shards import ShardState, generation_readable
 
 CHECK = "listed-key-indexes-unique"
 #: The key index's rows: what Lance's MemWAL writers put under a flushed generation.
@@ -40,4 +40,17 @@ def doubly_indexed(table: Table, state: ShardState) -> list[tuple[int, str]]:
     return out
 
 
-__all__ = ["CHECK", "doubly_indexed"]
+def without_key_index(table: Table, state: ShardState) -> list[int]:
+    """The shard's listed generations present and readable but with no key index at all (a flush
+    that did not wait for it, lance#9035): one listing of each listed generation's ``_pk_index/``."""
+    out = []
+    for fg in state.flushed:
+        key = state.generation_key(fg)
+        if not generation_readable(table.store, key):
+            continue  # gone or damaged: the other checks report it
+        if not any(True for _ in table.store.list(f"{key}/_pk_index/")):
+            out.append(fg.generation)
+    return out
+
+
+__all__ = ["CHECK", "doubly_indexed", "without_key_index"]

@@ -80,6 +80,9 @@ class ShardStatus:
     readers_open: dict[str, int] = field(default_factory=dict)
     #: Listed rollups (memwal.rollup): runs of merged generations listed as one.
     rollups: list[int] = field(default_factory=list)
+    #: Listed generations with no primary-key index (lance#9035): every list reader fails on
+    #: them while they are listed; GC rewrites each with one.
+    unindexed: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -199,6 +202,8 @@ def shard_status(manifest: TableManifest, state: ShardState, listed: ShardListin
         readers_open=readers_open(flushed, compacted, [manifest.index_catchup.get(name, {}).get(state.shard_id, 0)
                                                         for name in indexes]),
         rollups=[g.generation for g in flushed if listed.is_rollup(g.path)],
+        unindexed=[g.generation for g in flushed if g.path in on_disk and listed.readable(g.path)
+                   and not listed.key_indexed(g.path)],
     )
 
 
@@ -406,6 +411,11 @@ def render_status(st: TableStatus) -> str:
         else:
             lines.append(f"{what}: gc drains them once their merge is older than the grace period "
                          "(gc --dry-run names every gate)")
+    for s in st.shards:
+        if s.unindexed:
+            lines.append(f"shard {s.shard_id[:8]}: generation(s) {', '.join(map(str, s.unindexed))} listed with no "
+                         "primary-key index: every list reader (pylance's lsm_scanner(), lance-context) fails while "
+                         "they are listed (lance#9035); gc rewrites each with its key index")
     lines += [f"UNREADABLE checkpoint record: {why}" for why in st.unreadable_checkpoints]
     lines += [f"BROKEN {s.problem}" for s in st.broken]
     return "\n".join(lines)

@@ -262,16 +262,24 @@ def _check_lancedb_view(table: Table, res: VerifyResult, pk: list[str], manifest
 
 
 def _check_key_indexes(table: Table, states: dict[str, ShardState], res: VerifyResult) -> None:
-    """Each listed generation's key index names each row once (memwal.inspect.key_index):
-    lance-context's reads fail on one that does not."""
-    from memwal.inspect.key_index import CHECK, doubly_indexed
+    """Each listed generation has a key index, and it names each row once
+    (memwal.inspect.key_index): every list reader fails on one that has none, lance-context's
+    on one that names a row twice."""
+    from memwal.inspect.key_index import CHECK, doubly_indexed, without_key_index
 
     res.checks.append(CHECK)
+    res.checks.append("listed-key-indexes-present")
     for shard_id, state in states.items():
         try:
             found = doubly_indexed(table, state)
+            missing = without_key_index(table, state)
         except UnsafePathError:
             continue  # paths-inside-shard reports it
+        for g in missing:
+            res.problems.append(Problem("listed-key-indexes-present", f"listed generation {g} has no primary-key "
+                                        "index (_pk_index/): pylance's lsm_scanner() and lance-context fail on every "
+                                        "read while it is listed (lance#9035); memwal gc rewrites it with one",
+                                        shard_id))
         for g, why in found:
             res.problems.append(Problem(CHECK, f"listed generation {g}: {why}: lance-context's list() fails on it "
                                         "(its own replay bug: docs/clients.md); a merge, then GC's drain once "

@@ -54,6 +54,8 @@ class RollupPlan:
 
     shard_id: str
     entries: tuple[Entry, ...]
+    #: A run of one listed generation with no key index, rewritten with one (:func:`plan_heals`).
+    heal: bool = False
 
     @property
     def generation(self) -> int:
@@ -67,7 +69,7 @@ class RollupPlan:
     def to_dict(self) -> dict[str, object]:
         return {"shard_id": self.shard_id, "generation": self.generation,
                 "replaces": [{"generation": e.generation, "path": e.path} for e in self.entries],
-                "bytes": self.bytes}
+                "bytes": self.bytes, "heal": self.heal}
 
 
 def plan_rollups(shard_id: str, entries: Sequence[Entry], *, ratio: float = RATIO,
@@ -83,8 +85,17 @@ def plan_rollups(shard_id: str, entries: Sequence[Entry], *, ratio: float = RATI
     return [RollupPlan(shard_id, tuple(run)) for run in reversed(runs) if len(run) > 1]
 
 
+def plan_heals(shard_id: str, unindexed: Sequence[Entry], planned: Sequence[RollupPlan]) -> list[RollupPlan]:
+    """A rollup of one entry for each listed generation with no key index that no planned run
+    replaces: the same rows, written again by the writer, with their key index. Every list reader
+    fails while such a generation is listed (lance#9035), merged or not; its replacement keeps
+    every view the same (the rows, under the same number) and opens."""
+    covered = {(e.generation, e.path) for r in planned for e in r.entries}
+    return [RollupPlan(shard_id, (e,), heal=True) for e in unindexed if (e.generation, e.path) not in covered]
+
+
 def _size(run: list[Entry]) -> int:
     return sum(e.bytes for e in run)
 
 
-__all__ = ["MAX_DECODED_BYTES", "RATIO", "UNKNOWN_FACTOR", "Entry", "RollupPlan", "plan_rollups"]
+__all__ = ["MAX_DECODED_BYTES", "RATIO", "UNKNOWN_FACTOR", "Entry", "RollupPlan", "plan_heals", "plan_rollups"]

@@ -74,10 +74,13 @@ class WrittenRollup:
     replaces: tuple[tuple[int, str], ...]
     #: Its rows' decoded size (what a later rollup of it will hold in memory).
     decoded: int | None = None
+    #: A generation rewritten with its key index (memwal.rollup.plan.plan_heals).
+    heal: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {"shard_id": self.shard_id, "generation": self.generation, "path": self.path, "rows": self.rows,
-                "bytes": self.bytes, "replaces": [{"generation": g, "path": p} for g, p in self.replaces]}
+                "bytes": self.bytes, "replaces": [{"generation": g, "path": p} for g, p in self.replaces],
+                "heal": self.heal}
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def write_rollup(table: Table, plan: RollupPlan, *, remove_staging: Callable[[st
     log.info("rollup of shard %s: generations %s as %s (%d rows, %d deletes)", plan.shard_id,
              ",".join(str(e.generation) for e in plan.entries), path, rows.upsert_count, rows.deletes.num_rows)
     return WrittenRollup(plan.shard_id, plan.generation, path, rows.upsert_count + rows.deletes.num_rows, size,
-                         tuple((e.generation, e.path) for e in plan.entries), rows.decoded)
+                         tuple((e.generation, e.path) for e in plan.entries), rows.decoded, plan.heal)
 
 
 def _flush_in_clone(table: Table, ds: lance.LanceDataset, shard_id: str, staging: str, rows: RollupRows) -> str:

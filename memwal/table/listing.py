@@ -72,6 +72,12 @@ class ShardListing:
         """Whether the folder is a rollup memwal wrote (it holds :data:`ROLLUP_MARKER`)."""
         return any(o.key.endswith(f"{name}/{ROLLUP_MARKER}") for o in self.generations.get(name, ()))
 
+    def key_indexed(self, name: str) -> bool:
+        """Whether the folder holds a primary-key index (``_pk_index/``): every list reader opens
+        it, and fails on a generation without one (upstream lance#9035: a flush that did not wait
+        for its key index)."""
+        return any(f"{name}/_pk_index/" in o.key for o in self.generations.get(name, ()))
+
     def readable(self, name: str) -> bool:
         """Whether Lance can open the generation: it holds a table manifest (GC deletes those first)."""
         return any(_is_table_manifest(o.key, name) for o in self.generations.get(name, ()))

@@ -1,0 +1,73 @@
+"""A listed generation with no primary-key index (issue 62; upstream lance#9035: on a table whose
+only index is the key, a flush may not wait for its key index) makes every list reader fail while
+it is listed: pylance's ``lsm_scanner()`` and ``LsmScanner`` over the manifests. ``status`` and
+``verify`` name it, and GC rewrites it with its key index (the same rows, under the same number),
+merged or not, whatever holds it listed: every reader then reads the model again, the live
+writer's too after its next flush."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import memwal
+from memwal.demo import create_base_table, shard_ids_for
+from memwal.table import open_table
+from memwal.table.shards import all_shard_manifests
+from tests.clients.pylance_client import LiveWriter, client_view
+from tests.helpers import run_cli
+from tests.integration.test_clients_pylance import ONE, Writes
+
+
+@pytest.fixture
+def live(tmp_path: Path):  # type: ignore[no-untyped-def]
+    uri = str(tmp_path / "lake" / "t")
+    _, model = create_base_table(uri, ONE)
+    writer = LiveWriter(uri, shard_ids_for(ONE)[0], model)
+    yield writer
+    writer.close()
+
+
+def without_key_index(uri: str, generation: int) -> str:
+    """Remove the listed generation's ``_pk_index/`` and age its flush past GC's heal delay."""
+    (state,) = all_shard_manifests(open_table(uri).store).values()
+    (path,) = [g.path for g in state.flushed if g.generation == generation]
+    folder = Path(uri, "_mem_wal", state.shard_id, path)
+    shutil.rmtree(folder / "_pk_index")
+    old = time.time() - 120
+    for f in folder.rglob("*"):
+        os.utime(f, (old, old))
+    return path
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_a_generation_without_its_key_index_is_named_and_rewritten(live: LiveWriter, merged: bool) -> None:
+    keys = Writes()
+    for _ in range(3):
+        live.generation(keys.keys(live))
+    if merged:
+        assert memwal.open(live.uri).merge().ok
+    broken = without_key_index(live.uri, 2)
+    with pytest.raises(Exception, match="_pk_index"):
+        client_view(live.uri)
+    status = json.loads(run_cli("status", live.uri, "--json").stdout)
+    assert status["shards"][0]["unindexed"] == [2]
+    check = run_cli("verify", live.uri)
+    assert check.rc == 1 and "listed-key-indexes-present" in check.stdout
+
+    gc = memwal.open(live.uri).gc(grace_seconds=0).to_dict()  # the writer is live: nothing is drained
+    (replaced,) = [r for r in gc["rolled_up"] if {"generation": 2, "path": broken} in r["replaces"]]
+    # unmerged, it is rewritten alone; merged, the rollup of the live writer's run takes it in
+    assert replaced["heal"] == (not merged) and (replaced["replaces"] == [{"generation": 2, "path": broken}]) != merged
+    (state,) = all_shard_manifests(open_table(live.uri).store).values()
+    assert broken not in [g.path for g in state.flushed]
+    assert client_view(live.uri) == live.model.sorted_rows()
+    live.generation(keys.keys(live))  # the live writer's next flush reloads the listing
+    assert live.view() == live.model.sorted_rows()
+    assert client_view(live.uri) == live.model.sorted_rows()
+    assert run_cli("verify", live.uri).rc == 0
