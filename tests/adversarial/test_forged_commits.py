@@ -10,10 +10,10 @@ model of what the writers put; a canary folder outside the table must not change
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import re
 import time
 import uuid
+from pathlib import Path
 
 import lance
 import pytest
@@ -124,7 +124,8 @@ def _rewritten_key(table):  # type: ignore[no-untyped-def]
 
     for shard in sorted(all_shard_manifests(table.store)):
         seen: dict[int, dict] = {}
-        for d in sorted(Path(table.uri, "_mem_wal", shard).glob("*_gen_*"), key=lambda p: int(p.name.rsplit("_", 1)[1])):
+        folders = Path(table.uri, "_mem_wal", shard).glob("*_gen_*")
+        for d in sorted(folders, key=lambda p: int(p.name.rsplit("_", 1)[1])):
             t = _lance.dataset(str(d)).to_table()
             for i, row in enumerate(t.select(["id", "name", "_tombstone"]).to_pylist()):
                 if row["_tombstone"]:

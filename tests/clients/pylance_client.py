@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import lance
@@ -18,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 from lance.mem_wal import LsmScanner, ShardWriter
 
-from memwal.demo import Model, demo_schema
+from memwal.demo import Model, Workload, create_base_table, demo_schema, shard_ids_for
 from memwal.read.plan import plan_read
 from memwal.table import open_table
 
@@ -86,3 +88,17 @@ def client_view(uri: str) -> list[dict[str, Any]]:
     plan = plan_read(table, source="manifests", include_merged=True)
     rows = LsmScanner.from_snapshots(table.dataset(), plan.snapshots).to_table()
     return sorted(rows.to_pylist(), key=lambda r: r["id"])
+
+
+def live_writer(tmp_path: Path, workload: Workload) -> Iterator[LiveWriter]:
+    """A fixture's body: a table of ``workload`` under ``tmp_path`` and a ``ShardWriter`` kept open
+    on its first shard, closed at the end (a writer fenced by a newer one, or closed by the test,
+    has nothing left to do)."""
+    uri = str(tmp_path / "lake" / "t")
+    _, model = create_base_table(uri, workload)
+    writer = LiveWriter(uri, shard_ids_for(workload)[0], model)
+    yield writer
+    try:
+        writer.close()
+    except (OSError, RuntimeError, ValueError):
+        pass

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 import memwal
-from memwal.demo import Workload, create_base_table, shard_ids_for
+from memwal.demo import Workload, shard_ids_for
 from memwal.table import open_table
 from memwal.table.naming import ROLLUP_MARKER
 from memwal.table.shards import all_shard_manifests
 from tests.clients.jobs import ZERO, every_job
-from tests.clients.pylance_client import LiveWriter, client_view
+from tests.clients.pylance_client import LiveWriter, client_view, live_writer
 from tests.helpers import run_cli
 
 ONE = Workload(base_rows=200, shards=1, generations=0, rows_per_generation=30, seed=3, maintain_vector_index=False)
@@ -43,14 +43,8 @@ class Writes:
 
 @pytest.fixture
 def live(tmp_path: Path):
-    uri = str(tmp_path / "lake" / "t")
-    _, model = create_base_table(uri, ONE)
-    writer = LiveWriter(uri, shard_ids_for(ONE)[0], model)
-    yield writer
-    try:
-        writer.close()
-    except OSError:
-        pass  # fenced by a newer writer: its close has nothing left to do
+    """A pylance ``ShardWriter`` kept open over a one-shard table, its writes in a model."""
+    yield from live_writer(tmp_path, ONE)
 
 
 def listed(uri: str) -> list[int]:
