@@ -91,7 +91,7 @@ def fleet_page() -> Iterator[str]:
     runs, controls = state.read(RUNS)[0], state.read(CONTROLS)[0]
     links = [("./", "← all MemWAL tables", "_self"), ("../dags/memwal_fleet", "DAG memwal_fleet", "_self"),
              ("../dags/memwal_fleet_control", "pause, resume, cancel", "_self")]
-    return fleet_page_chunks(FleetStatus(live(report, runs, controls), tuple(history)), controls=controls,
+    return fleet_page_chunks(FleetStatus(live(report, runs, controls, state.uri), tuple(history)), controls=controls,
                              link=table_href, links=links, control="../dags/memwal_fleet_control",
                              state_uri=state.uri)
 

@@ -31,7 +31,6 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from html import escape
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # FastAPI and Starlette load with the first request (create_app), not with the plugin
@@ -41,6 +40,7 @@ if TYPE_CHECKING:  # FastAPI and Starlette load with the first request (create_a
 
 from memwal.airflow.tables_config import CONFIG_ENV
 
+from memwal.core.text import html_text as escape
 from memwal.inspect.policy import SECURITY_HEADERS, header_policy, meta_policy
 
 URL_PREFIX = "/memwal"

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memwal.core.json_doc import finite, mapping_of
-from memwal.fleet.controls import stored_pauses
+from memwal.fleet.control_log import stored_pauses
 from memwal.fleet.plan import STATUSES, FleetPlan, TablePlan
 from memwal.fleet.runs import entry_of, failures_of
 from memwal.fleet.slo import AGE, GENERATIONS, histogram
@@ -55,9 +55,11 @@ def _row(t: TablePlan, runs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def report_of(plan: FleetPlan, *, top: int, runs: Mapping[str, Any] | None = None,
-              controls: Mapping[str, Any] | None = None, unmatched: list[str] | None = None) -> dict[str, Any]:
+              controls: Mapping[str, Any] | None = None, location: str = "",
+              unmatched: list[str] | None = None) -> dict[str, Any]:
     """The report of ``plan`` (see the module docstring); ``runs``: the state's run log, for
-    each listed table's last run and failures; ``controls``: the state's controls document;
+    each listed table's last run and failures; ``controls``: the controls document of the state
+    at ``location``;
     ``unmatched``: the policy's keys and pauses that match no table (warnings)."""
     runs = runs or {}
     sources: dict[str, dict[str, Any]] = {}
@@ -105,7 +107,7 @@ def report_of(plan: FleetPlan, *, top: int, runs: Mapping[str, Any] | None = Non
         "problems": [{"table": p.table, "error": p.error} for p in plan.problems[:MAX_NAMED]],
         "problem_count": len(plan.problems),
         "failures": failures_of(runs)[:MAX_NAMED // 4],
-        "pauses": [p.to_dict() for p in stored_pauses(controls or {})[:MAX_NAMED]],
+        "pauses": [p.to_dict() for p in stored_pauses(controls or {}, location)[:MAX_NAMED]],
         "unmatched": list(unmatched or [])[:MAX_NAMED],
         # every table that is not idle, in brief: what a plan of a few tables updates (patch_report)
         "index": {t.table: _brief(t) for t in plan.tables if t.status != "idle"},

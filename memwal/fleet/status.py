@@ -27,6 +27,9 @@ from memwal.core.text import clip, one_line
 from memwal.fleet.plan import STATUSES, FleetPlan
 
 ORDER = (*STATUSES, "problem")
+#: What status and the page say when this process has no fleet key.
+UNAUTHENTICATED = ("pauses are unauthenticated: no MEMWAL_FLEET_KEY here, so whoever can write the fleet's state can "
+                   "pause its tables (docs/operations/fleet.md, 'Who may pause')")
 
 
 def _num(value: Any) -> float:
@@ -35,18 +38,22 @@ def _num(value: Any) -> float:
 
 
 def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
-         controls: Mapping[str, Any] | None) -> dict[str, Any]:
+         controls: Mapping[str, Any] | None, location: str = "") -> dict[str, Any]:
     """``report`` with what changed since its plan (``runs``: the state's run log; ``controls``:
-    its controls document; None: not read): each listed table's last run and GC wait, and the
-    pauses in force now (the policy's, as planned, and the state's, live) with the counts by
-    status moved to match. The plan's own figures (debt, reasons) stay the plan's. A pause in
-    the state that memwal did not write is shown as such and holds nothing
-    (:func:`memwal.fleet.controls.stored_pauses`)."""
-    from memwal.fleet.controls import Controls, Pause, stored_pauses
+    the controls document of the state at ``location``; None: not read): each listed table's
+    last run and GC wait, and the pauses in force now (the policy's, as planned, and the
+    state's, live) with the counts by status moved to match. The plan's own figures (debt,
+    reasons) stay the plan's. A pause in the state that memwal did not write is shown as such
+    and holds nothing (:func:`memwal.fleet.control_log.stored_pauses`); ``pauses_authenticated``
+    says whether this process holds the fleet's key (without it, whoever writes the state can
+    pause tables)."""
+    from memwal.fleet.control_log import authenticated, stored_pauses
+    from memwal.fleet.controls import Controls, Pause
     from memwal.fleet.runs import entry_of
 
     out = dict(report)
-    state = None if controls is None else Controls().with_state(controls)  # read once: its warnings once
+    stored = None if controls is None else stored_pauses(controls, location)
+    state = None if stored is None else Controls().with_state(stored)  # read once: its warnings once
     by = {str(k): int(_num(v)) for k, v in _map(report.get("by_status")).items()}
     rows = []
     for row in _list(report.get("top")):
@@ -75,8 +82,9 @@ def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
                     r["reasons"].insert(0, "resumed since the last plan: its jobs run in the next round")
         rows.append(r)
     out.update(top=rows, by_status=by)
-    if controls is not None:
-        out["pauses"] = [p.to_dict() for p in stored_pauses(controls)]
+    if stored is not None:
+        out["pauses"] = [p.to_dict() for p in stored]
+    out["pauses_authenticated"] = authenticated()
     return out
 
 
@@ -113,6 +121,7 @@ class FleetStatus(Document):
                 "sources": list(_list(r.get("sources"))),
                 "breaches": r.get("breaches"), "histogram": r.get("histogram"), "history": len(self.history),
                 "pauses": [p for p in _list(r.get("pauses")) if isinstance(p, Mapping)],
+                "pauses_authenticated": r.get("pauses_authenticated") is True,
                 "unmatched": [clip(u, 1000) for u in _list(r.get("unmatched")) if isinstance(u, str)]}
 
     def render(self) -> str:
@@ -136,6 +145,8 @@ class FleetStatus(Document):
             lines += [f"            {clip(one_line(why), 400)}" for why in row_lines(row)]  # one line each
         if len(self.rows) < _num(r.get("discovered")):
             lines.append(f"  ({int(_num(r.get('discovered'))) - len(self.rows)} more not listed: --top N)")
+        if r.get("pauses_authenticated") is False:
+            lines.append(UNAUTHENTICATED)
         return "\n".join(lines)
 
 
@@ -216,4 +227,5 @@ def history_points(history: Sequence[Mapping[str, Any]], limit: int = 240) -> li
     return [*picked, points[-1]]
 
 
-__all__ = ["ORDER", "FleetStatus", "history_points", "last_run", "live", "publish", "reasons_of", "row_lines"]
+__all__ = ["ORDER", "UNAUTHENTICATED", "FleetStatus", "history_points", "last_run", "live", "publish", "reasons_of",
+           "row_lines"]

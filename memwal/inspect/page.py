@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from memwal.core import clock as clocks
 from memwal.core.files import write_chunks
-from memwal.core.text import clip
+from memwal.core.text import clip, page_value
 from memwal.core.text import span as text_span
 from memwal.history.record import RunEntry, lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
@@ -308,7 +308,8 @@ def _template() -> jinja2.Template:
     import jinja2
 
     text = resources.files("memwal.inspect").joinpath("status_page.html.j2").read_text(encoding="utf-8")
-    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+                             finalize=page_value)  # no raw control or bidi character (issue 61)
     return env.from_string(text)
 
 

@@ -159,7 +159,7 @@ def test_pause_globs_are_bounded_and_a_table_costs_lookups_not_sixty_thousand_ma
     assert f"the first {MAX_GLOB_PAUSES} are matched, the others ignored" in run.stderr
     assert run.seconds < 60  # a bound, not a benchmark: 7 s a table before
     # one more glob (of the fleet's tables: a glob that matches nothing is refused before it is counted)
-    refused = run_cli("fleet", "pause", f"{root}/t*", "--state", str(state), "--by", "ops", "--reason", "r")
+    refused = run_cli("fleet", "pause", f"{root}/t*", "--state", str(state), "--by", "ops", "--reason", "r", "--yes")
     assert refused.rc == 2 and f"{MAX_GLOB_PAUSES} glob pauses already" in refused.stderr
 
 
@@ -260,7 +260,7 @@ def test_any_field_of_a_stored_report_forged_any_way_leaves_status_the_page_and_
     """Every field of a real report (a paused table, a breach, a failure, a pause in the state),
     replaced by each kind of value a stored document can hold: the status text, its document,
     the page and an event run's patch of the report all still come out."""
-    from memwal.fleet import controls
+    from memwal.fleet import control_log as controls
     from memwal.fleet.page import fleet_page_chunks
     from memwal.fleet.report import last_report, patch_report
     from memwal.fleet.runs import record_results

@@ -532,11 +532,12 @@ def test_the_control_dag_pauses_live_and_refuses_what_names_nothing(tmp_path, mo
     MemWalFleetPlanOperator(task_id="plan").execute(context())
     state = tmp_path / "fleet-state"
 
-    def control(action: str, target: str) -> dict:
+    def control(action: str, target: str, **more: object) -> dict:
         class Run:
             triggering_user_name = "carol"
 
-        ctx = {**context(), "params": {"action": action, "target": target, "reason": "on call"}, "dag_run": Run()}
+        ctx = {**context(), "params": {"action": action, "target": target, "reason": "on call", **more},
+               "dag_run": Run()}
         return MemWalFleetControlOperator(task_id="control").execute(ctx)
 
     assert control("pause", table)["paused"] == table
@@ -552,3 +553,11 @@ def test_the_control_dag_pauses_live_and_refuses_what_names_nothing(tmp_path, mo
     assert (state / "controls.json").read_bytes() == before  # refused: nothing written
     assert control("resume", table)["resumed"] == table
     assert control("cancel", table)["cancelled"] == []  # nothing running: nothing asked
+    before = (state / "controls.json").read_bytes()
+    with pytest.raises(AirflowFailException, match="no table of the fleet's sources there"):
+        control("cancel", str(lake / "nowhere"))
+    monkeypatch.delenv("MEMWAL_FLEET_KEY", raising=False)  # pauses unauthenticated: every table needs a yes
+    with pytest.raises(AirflowFailException, match="confirm with --yes"):
+        control("pause", "*")
+    assert (state / "controls.json").read_bytes() == before  # refused: nothing written
+    assert control("pause", "*", confirm_fleet_wide=True)["paused"] == "*"

@@ -117,6 +117,26 @@ def test_fleet_cancel_wait_says_when_the_job_stopped(make_table, manual_clock):
     assert held.error is not None and held.error.exit_code == 3
 
 
+def test_fleet_cancel_wait_exits_1_when_the_job_did_not_stop_in_time(make_table, manual_clock):
+    """A job still running when ``--wait`` ends: the cancel was asked and is recorded, the job
+    may still stop at its next safe point, but the wait failed: exit 1, the job named running."""
+    table, _ = make_table()
+    held = Stalled(lambda: memwal.open(table.uri).merge(), "merge.after-read")
+    runs: list = []
+    waiter = threading.Thread(target=lambda: runs.append(
+        run_cli("fleet", "cancel", table.uri, "--by", BY, "--reason", WHY, "--json", "--wait", "3")))
+    waiter.start()
+    while waiter.is_alive():  # the held merge never reaches a safe point while the waiter waits
+        manual_clock.advance(1.0)
+        waiter.join(0.05)
+    (run,) = runs
+    assert run.rc == 1, run.stderr
+    (merge,) = json.loads(run.stdout)["jobs"]
+    assert (merge["kind"], merge["state"]) == ("merge", "running")
+    held.resume()  # it stops at its next safe point all the same
+    assert held.error is not None and held.error.exit_code == 3
+
+
 # -- the Spark engines: the job group is cancelled while its tasks run ----------------------------------
 SPARK_STAGES = {
     "merge": "spark.merge.read-task",

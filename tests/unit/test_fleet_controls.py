@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memwal.errors import BadInputError
-from memwal.fleet import controls
+from memwal.fleet import control_log as controls
+from memwal.fleet.controls import Controls, Pause
 from memwal.fleet.policy import policy_from
 from memwal.fleet.quota import fair_order, shares
 from memwal.fleet.runs import backoff_of, failures_of, record_results
@@ -73,7 +74,7 @@ def test_pauses_are_recorded_with_who_why_and_when_and_a_tables_own_pause_wins(t
     controls.pause(state, "s3://lake", by="alice", reason="migration", now=100.0)
     controls.pause(state, "s3://lake/t1", by="bob", reason="a bad partition", now=200.0)
     policy = policy_from({"paused": {"s3://lake/legacy/*": {"by": "ops", "reason": "read only"}}})
-    ctl = policy.controls().with_state(state.read("controls.json")[0])
+    ctl = policy.controls().with_state(controls.stored_pauses(state.read("controls.json")[0], state.uri))
     own = ctl.paused("s3://lake/t1", "s3://lake")
     assert (own.by, own.reason, own.at, own.origin) == ("bob", "a bad partition", 200.0, "state")
     assert ctl.paused("s3://lake/t2", "s3://lake").by == "alice"  # the source's pause
@@ -193,11 +194,11 @@ def test_the_state_pauses_that_match_no_table_are_looked_up_and_bounded():
     from memwal.fleet.sources_model import Discovery, TableRef
 
     found = Discovery((TableRef("s3://l/t1", "s3://l", {}), TableRef("s3://l/t2", "s3://l", {})), (), ())
-    gone = [controls.Pause(f"s3://l/gone{i:02d}", "ops", "r") for i in range(MAX_UNMATCHED_PAUSES + 3)]
-    held = [controls.Pause("s3://l/t1", "ops", "r"), controls.Pause("s3://l", "ops", "r"),
-            controls.Pause("s3://l/t*", "ops", "r")]
+    gone = [Pause(f"s3://l/gone{i:02d}", "ops", "r") for i in range(MAX_UNMATCHED_PAUSES + 3)]
+    held = [Pause("s3://l/t1", "ops", "r"), Pause("s3://l", "ops", "r"),
+            Pause("s3://l/t*", "ops", "r")]
     policy = policy_from({"paused": {"s3://l/old": {"by": "ops", "reason": "r"}}})
-    out = _unmatched(policy, controls.Controls(policy.controls().pauses + tuple(held + gone)), found)
+    out = _unmatched(policy, Controls(policy.controls().pauses + tuple(held + gone)), found)
     assert out == ['policy paused."s3://l/old": matches no table of the fleet'] + [
         f"pause of s3://l/gone{i:02d} (memwal fleet pause, by ops): matches no table of the fleet"
         for i in range(MAX_UNMATCHED_PAUSES)] + ["3 more pauses match no table of the fleet"]
