@@ -148,7 +148,10 @@ def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live()
            "reasons": reasons, "holds": {"unmerged_generations": 12}, "withheld": [], "paused": None}
     idle = {**row, "table": "s3://l/t2", "status": "paused", "reasons": ["paused by bob: old"], "withheld": ["gc"],
             "paused": {"target": "s3://l/t2", "by": "bob", "reason": "old", "at": 1.0, "origin": "state"}}
-    report = {"at": 10.0, "discovered": 2, "by_status": {"behind": 1, "paused": 1}, "top": [row, idle]}
+    brief = ["behind", 3.0, "s3://l", [], 12, None, "default", True, False, [[5, 1]], False]
+    index = {"s3://l/t1": brief, "s3://l/t2": ["paused", *brief[1:]], "s3://l/t3": ["idle", 0.0, *brief[2:]]}
+    report = {"format": 2, "at": 10.0, "discovered": 3, "by_status": {"behind": 1, "paused": 1}, "top": [row, idle],
+              "index": index}
     runs = {"tables": {"s3://l/t1": {"at": 20.0, "last": [
         {"at": 20.0, "job": "merge", "status": "done", "summary": "v5: 3 generations"},
         {"at": 20.0, "job": "gc", "status": "waiting", "summary": "0 deleted, 6 blocked"}]}}}
@@ -161,7 +164,11 @@ def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live()
     assert text.count("backfill") == 1 and "paused by alice since" in text
     assert "last run 1970-01-01 00:00 UTC: waiting: merge done, gc waiting (0 deleted, 6 blocked)" in text
     doc = st.to_dict()
-    assert doc["by_state"] == {"behind": 1, "paused": 1}  # t1 paused since the plan, t2 resumed since
+    # t1 paused since the plan, t2 resumed since: the counts and every breakdown from the same briefs
+    assert {k: v for k, v in doc["by_state"].items() if v} == {"behind": 1, "paused": 1, "idle": 1}
+    (source,) = doc["sources"]
+    assert source["by_status"] == {**dict.fromkeys(source["by_status"], 0), "behind": 1, "paused": 1, "idle": 1}
+    assert doc["histogram"]["counts"][5] == 3 and source["unmerged_generations"] == 36
     t1, t2 = doc["tables"]
     assert (t1["state"], t1["paused"]["by"], t1["last_run"]["outcome"]) == ("paused", "alice", "waiting")
     assert (t2["state"], t2["paused"], t2["reasons"][0]) == ("behind", None, "resumed since the last plan: "
