@@ -95,6 +95,28 @@ def test_a_cancel_stops_each_job_at_its_next_safe_point(make_table, job):
     assert table_rows(table) == table_rows(table, version) and lsm_rows(table) == model.sorted_rows()
 
 
+def test_a_catchup_cancelled_between_its_commits_records_the_first_as_its_own(make_table):
+    """A catch-up that retrains two indexes commits twice (the vector index, then the scalar
+    one), each after a check. Cancelled after the first check, it builds and commits the first,
+    then stops at the second check: that commit is the job's in its history record and error,
+    never an ``external`` commit (issue 64)."""
+    table, _ = make_table()
+    assert memwal.open(table.uri).merge().ok
+    version = table.dataset().version
+    held = Stalled(lambda: run_cli("catchup", table.uri, "--json", "--max-deltas", "1", "--max-unindexed-fraction",
+                                   "0"), "catchup.fenced")
+    cancel(table.uri)
+    held.resume()
+    run = held.outcome
+    assert run.rc == 3, (run.rc, run.stderr)
+    assert f"cancelled by {BY}: {WHY} (before it stopped it committed version {version + 1})" in run.stderr
+    assert table.dataset().version == version + 1  # the second index was not committed
+    runs = json.loads(run_cli("history", table.uri, "--json").stdout)["runs"]
+    catchup = next(r for r in runs if r["job"] == "catchup")
+    assert (catchup["outcome"], catchup["versions"]) == ("cancelled", [version + 1])
+    assert not [r for r in runs if r["job"] == "external" and version + 1 in r["versions"]], runs
+
+
 def test_fleet_cancel_wait_says_when_the_job_stopped(make_table, manual_clock):
     """``--wait`` polls the job's lease until the job let it go, then reads how its run ended."""
     table, _ = make_table()
