@@ -23,7 +23,11 @@ ACTIONS = ("pause", "resume", "cancel")
 
 
 class MemWalFleetControlOperator(BaseOperator):
-    """Apply the run's ``params`` (action, target, reason) to the fleet (see the module docstring)."""
+    """Apply the run's ``params`` (action, target, reason, confirm_fleet_wide) to the fleet (see
+    the module docstring).
+
+    :param config_path: the fleet's config file (templated); None: ``$MEMWAL_FLEET_CONFIG``.
+    """
 
     template_fields: tuple[str, ...] = ("config_path",)
     ui_color = "#f6e8df"

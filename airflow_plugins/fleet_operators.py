@@ -44,6 +44,12 @@ MAX_NAMED = 50
 
 
 class _FleetOperator(BaseOperator):
+    """What the fleet DAG's operators share: the fleet's config.
+
+    :param config_path: the fleet's config file (templated); None: ``$MEMWAL_FLEET_CONFIG``, read
+        when the task runs.
+    """
+
     template_fields: tuple[str, ...] = ("config_path",)
     ui_color = "#dfe8f6"
 
@@ -101,7 +107,7 @@ class MemWalFleetPlanOperator(_FleetOperator):
 class MemWalFleetOperator(_FleetOperator):
     """Run one chunk of the fleet's planned work (a mapped task: ``work`` is one chunk).
 
-    :param work: the chunk: plain dicts of :class:`memwal.fleet.run.TableWork` (no credentials).
+    :param work: the chunk: plain dicts of ``memwal.fleet.run.TableWork`` (no credentials).
     :param asset_alias: the ``AssetAlias`` a table's merge commit emits its Asset event through;
         give it in ``outlets`` too (a mapped task's outlets are those of its ``partial``).
     """
@@ -166,7 +172,8 @@ class MemWalFleetSummaryOperator(_FleetOperator):
     """Count the run's outcomes, log them in the state, plan again the tables that ran; fail
     naming what failed (see the module docstring).
 
-    :param plan_task_id: the plan task; :param run_task_id: the mapped task of the chunks.
+    :param plan_task_id: the plan task.
+    :param run_task_id: the mapped task of the chunks.
     """
 
     def __init__(self, *, plan_task_id: str = "plan", run_task_id: str = "run_tables", **kwargs: Any) -> None:
@@ -285,6 +292,8 @@ class MemWalFleetSloOperator(_FleetOperator):
 
     Runs after the summary task, whatever became of it; skipped when nothing ran (the plan's
     breaches were not acted on: there is no state after a run to judge).
+
+    :param summary_task_id: the summary task whose XCom says what the run did.
     """
 
     def __init__(self, *, summary_task_id: str = "summary", **kwargs: Any) -> None:

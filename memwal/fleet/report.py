@@ -156,4 +156,5 @@ def last_report(state: FleetState) -> tuple[dict[str, Any] | None, list[dict[str
     return report, history
 
 
-__all__ = ["MAX_HISTORY", "REPORT_FORMAT", "last_report", "patch_report", "point_of", "report_of", "save_report", "with_totals"]
+__all__ = ["MAX_HISTORY", "REPORT_FORMAT", "last_report", "patch_report", "point_of", "report_of", "save_report",
+           "with_totals"]

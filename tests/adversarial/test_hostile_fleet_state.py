@@ -209,8 +209,8 @@ FORGED_REPORT = ('{"format": 1, "history": [POINTS], "report": {"format": 2, "at
                  '"named": 5}, "histogram": {"bounds": 5, "counts": [1]}, "sources": 5, "groups": [5], '
                  '"pauses": {"a": 1}, "failures": 5, "problems": [5, {"table": 5}], "top": [{"table": "/t", '
                  '"debt": Infinity, "jobs": 5, "reasons": 5, "breaches": {"x": 1}, "holds": [1], "last": 5, '
-                 '"waiting": [1], "paused": 5, "last_failure": [1]}, 5], "shares": {"a": "x"}, "index": {"/t": ["idle", '
-                 'Infinity, 5, [], -1, NaN, "g", 1, 0, [[99, 1]], 0], "/u": [1, 2]}}}')
+                 '"waiting": [1], "paused": 5, "last_failure": [1]}, 5], "shares": {"a": "x"}, "index": {"/t": '
+                 '["idle", Infinity, 5, [], -1, NaN, "g", 1, 0, [[99, 1]], 0], "/u": [1, 2]}}}')
 
 
 def test_forged_figures_in_the_last_report_never_stop_status_the_page_or_later_plans(canary, tmp_path, monkeypatch):

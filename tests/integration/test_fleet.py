@@ -155,7 +155,7 @@ def test_after_a_run_every_figure_of_status_and_the_page_sums_the_same_tables(la
     assert doc["debt"] == debt == round(sum(g["debt"] for g in doc["groups"]), 2)
     assert doc["breaches"]["tables"] == sum(1 for r in rows.values() if r["breaches"])
     html = page.read_text()
-    assert f'data-state="paused"' in html and f">{debt:g}<" in html
+    assert 'data-state="paused"' in html and f">{debt:g}<" in html
 
 
 def test_one_broken_table_fails_alone_and_is_named(lake):

@@ -26,7 +26,7 @@ PYTHONS = {"memwal": Path(sys.executable), "lance-context": ROOT / ".venv-lc" / 
            "lancedb": ROOT / ".venv-ldb" / "bin" / "python"}
 MAKE = {"lance-context": "lance-context", "lancedb": "lancedb"}
 GUIDES = ["docs/guides/pylance.md", "docs/guides/lance-context.md", "docs/lancedb.md", "README.md",
-          "docs/reference/python-api.md"]
+          "docs/reference/python-api.md", "docs/guides/generations-not-freed.md"]
 BLOCK = re.compile(r"<!-- guide: ([\w-]+) -->\n```[\w-]*\n(.*?)\n```", re.S)
 
 
