@@ -181,9 +181,11 @@ def table_page(ref: TableRef) -> Iterator[str]:
     from memwal.table import open_table
 
     uri, options = resolve(ref)
-    links = [("../../", "← all MemWAL tables", "_self")]
+    from memwal.airflow.fleet_view import airflow_ref
+
+    links: list[tuple[str | None, str, str]] = [("../../", "← all MemWAL tables", "_self")]
     if ref.dag_id:
-        links.append((f"../../../dags/{ref.dag_id}", f"DAG {ref.dag_id}", "_self"))
+        links.append(airflow_ref(ref.dag_id))
     return status_page(open_table(uri, options), links=links)
 
 

@@ -11,8 +11,10 @@ Like the table page (:mod:`memwal.inspect.page`), whose stylesheet it extends: n
 nothing fetched, every value escaped where it lands (Jinja's autoescape; charts escape their
 own), the same Content-Security-Policy. The report comes from storage: every figure is
 type-checked here (:func:`_num`), a malformed row is skipped, never fatal. ``link(uri)`` gives
-each table's page address; ``control`` the address where an operator acts (the Airflow view
-points at the control DAG's page; a file written by the CLI shows the commands).
+each table's page address; ``links`` the page's own links (an entry without an address is shown
+as text: an Airflow page, which opened inside the view's frame would show Airflow's whole UI
+there, a second navigation rail); ``control`` the DAG where an operator acts (named, in the
+Airflow view; a file written by the CLI shows the commands).
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def _histogram(report: Mapping[str, Any]) -> Any:
 
 
 def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = None,
-                      link: Callable[[str], str] | None = None, links: list[tuple[str, str, str]] | None = None,
+                      link: Callable[[str], str] | None = None, links: list[tuple[str | None, str, str]] | None = None,
                       control: str | None = None, state_uri: str | None = None) -> Iterator[str]:
     from markupsafe import Markup
 
