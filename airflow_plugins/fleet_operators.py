@@ -69,8 +69,9 @@ class MemWalFleetPlanOperator(_FleetOperator):
             raise
 
     def _plan(self, context: Context) -> list[list[dict[str, Any]]]:
-        from memwal.airflow.fleet import chunks, load_fleet_config, max_map_length, plan, planned_work
+        from memwal.airflow.fleet import load_fleet_config, plan
         from memwal.airflow.fleet_events import tables_of
+        from memwal.airflow.fleet_work import chunks, max_map_length, planned_work
         from memwal.airflow.reporting import fleet_gauges
 
         from memwal.fleet.status import publish
@@ -132,7 +133,8 @@ class MemWalFleetOperator(_FleetOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from memwal.airflow.assets import emit_merged_event
-        from memwal.airflow.fleet import load_fleet_config, work_of
+        from memwal.airflow.fleet import load_fleet_config
+        from memwal.airflow.fleet_work import work_of
         from memwal.airflow.hooks import MemWalHook
 
         from memwal.core import clock as clocks

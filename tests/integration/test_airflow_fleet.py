@@ -216,6 +216,16 @@ def test_a_bad_fleet_config_is_one_import_error_naming_the_key_and_a_missing_one
     message = error()
     assert "sources[0].storage_options.aws_secret_access_key: a credential in the config file" in message
     assert SECRET not in message
+    # every bad key at once: a schema error, a credential, a bad policy value (issue 64: in stages)
+    config.write_text(f"sources: [{{source: {lake}, storage_options: {{aws_secret_access_key: {SECRET}}}}}]\n"
+                      "state: {uri: /tmp/s, storage_options: {azure_storage_account_key: k}}\nengine: flink\n"
+                      "policy: {defaults: {options: {gc: {grace_seconds: .nan}}}}\n")
+    message = error()
+    for part in ("engine: 'flink' is not one of", "sources[0].storage_options.aws_secret_access_key: a credential",
+                 "state.storage_options.azure_storage_account_key: a credential",
+                 "policy defaults.options.gc: grace_seconds"):
+        assert part in message, (part, message)
+    assert SECRET not in message
     config.write_text("sources: []\n")
     assert "sources: [] should be non-empty" in error()
     # a worker without the config, parsing the file to run one of its tasks: an error naming the variable
@@ -353,7 +363,7 @@ def test_a_chunk_on_spark_is_one_spark_submit(tmp_path, monkeypatch):
 
 
 def test_chunks_stay_below_max_map_length_in_debt_order_and_carry_no_credential():
-    from memwal.airflow.fleet import chunks
+    from memwal.airflow.fleet_work import chunks
 
     from memwal.fleet.run import TableWork
 
