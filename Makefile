@@ -254,6 +254,9 @@ bench: bench-smoke
 AIRFLOW_HOME ?= $(abspath airflow-home)
 AIRFLOW_PORT ?= 8080
 FLEET_DEMO := .demo/fleet
+# Sized to the machine: the LocalExecutor starts [core] parallelism workers at once (32 by default: 41
+# processes, some 6 GB, on a 2-core machine); here one a core, one API server worker, one parsing process.
+AIRFLOW_PARALLELISM ?= $(shell nproc 2>/dev/null || echo 2)
 airflow: $(STAMP)
 	@rm -rf $(FLEET_DEMO) .demo/fleet-state && mkdir -p $(FLEET_DEMO)/tenants/acme $(FLEET_DEMO)/tenants/globex
 	$(VENV)/bin/memwal demo-data $(FLEET_DEMO)/events
@@ -261,6 +264,7 @@ airflow: $(STAMP)
 	$(VENV)/bin/memwal demo-data --generations 6 --seed 3 $(FLEET_DEMO)/tenants/globex/clicks
 	AIRFLOW_HOME=$(AIRFLOW_HOME) AIRFLOW__CORE__DAGS_FOLDER=$(abspath dags) AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=False AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+	AIRFLOW__CORE__PARALLELISM=$(AIRFLOW_PARALLELISM) AIRFLOW__API__WORKERS=1 AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES=1 \
 	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$(AIRFLOW_PORT)/execution/ \
 	MEMWAL_FLEET_CONFIG=$(abspath dags/memwal_fleet.local.yaml) PATH=$(abspath $(VENV)/bin):$$PATH \
 	$(PY) -m memwal.airflow.standalone -- $(VENV)/bin/airflow standalone

@@ -40,6 +40,13 @@ T = TypeVar("T")
 
 
 class _CheckpointOperator(BaseOperator):
+    """What the checkpoint operators share: the table they act on.
+
+    :param table: table URI (templated); overrides the connection's.
+    :param memwal_conn_id: ``memwal`` connection holding the table URI and storage options (templated).
+    :param storage_options: storage options; override the connection's. Never templated or logged.
+    """
+
     template_fields: tuple[str, ...] = ("table", "memwal_conn_id")
     ui_color = "#e3f1cf"
 

@@ -27,9 +27,8 @@ their source's connection, and a namespace table's from the namespace (its vende
 from __future__ import annotations
 
 import logging
-import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +38,6 @@ from memwal.core.secrets import is_secret_key
 from memwal.fleet.policy import Policy
 
 if TYPE_CHECKING:
-    from memwal.fleet.plan import FleetPlan
-    from memwal.fleet.run import TableWork
     from memwal.fleet.shared import Planned
     from memwal.fleet.sources import Discovery
     from memwal.fleet.state import FleetState
@@ -50,7 +47,6 @@ log = logging.getLogger(__name__)
 CONFIG_ENV = "MEMWAL_FLEET_CONFIG"
 MAX_CONFIG_BYTES = 1 << 20
 #: Airflow's own bound on a mapped task's instances (``[core] max_map_length``) when it cannot be read.
-DEFAULT_MAX_MAP_LENGTH = 1024
 
 
 class FleetConfigError(ValueError):
@@ -207,13 +203,16 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
         raise FleetConfigError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise FleetConfigError(f"{path}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
-    problems = config_problems(doc, FLEET_SCHEMA_NAME)
-    if problems:
+    # every bad key at once (issue 64: a credential was named only once the schema's errors were fixed)
+    problems = config_problems(doc, FLEET_SCHEMA_NAME) + _credentials(doc)
+    policy = None
+    if not any(p.startswith("policy") for p in problems):
+        try:
+            policy = policy_from(doc.get("policy"), "policy")
+        except BadInputError as exc:
+            problems.append(str(exc))
+    if problems or policy is None:
         raise FleetConfigError(f"{path}: {'; '.join(problems)} (schema {FLEET_SCHEMA_NAME})")
-    try:
-        policy = policy_from(doc.get("policy"), "policy")
-    except BadInputError as exc:
-        raise FleetConfigError(f"{path}: {exc}") from None
     base = os.path.dirname(os.path.abspath(path))
     sources = tuple(_source(s, i, base, path) for i, s in enumerate(doc["sources"]))
     budget = Budget(**(doc.get("budget") or {}))
@@ -235,15 +234,23 @@ def load_fleet_config(path: str | None = None) -> FleetConfig:
                        path=path, **given)
 
 
+def _credentials(doc: Any) -> list[str]:
+    """Every credential written into the config's storage options or properties: a secret
+    belongs in the connection ``conn_id`` names, never in a file."""
+    if not isinstance(doc, Mapping):
+        return []
+    sources, state = doc.get("sources"), doc.get("state")
+    places = [(f"sources[{i}].{part}", s.get(part)) for i, s in enumerate(sources if isinstance(sources, list) else [])
+              if isinstance(s, Mapping) for part in ("storage_options", "properties")]
+    places += [("state.storage_options", state.get("storage_options"))] if isinstance(state, Mapping) else []
+    return [f"{where}.{key}: a credential in the config file: put it in the connection conn_id names"
+            for where, given in places if isinstance(given, Mapping) for key in given if is_secret_key(str(key))]
+
+
 def _source(entry: Any, i: int, base: str, path: str) -> FleetSource:
     from memwal.fleet.sources import NAMESPACE_PREFIX
 
     doc: dict[str, Any] = {"source": entry} if isinstance(entry, str) else dict(entry)
-    for part in ("storage_options", "properties"):
-        for key in doc.get(part) or {}:
-            if is_secret_key(key):
-                raise FleetConfigError(f"{path}: sources[{i}].{part}.{key}: a credential in the config file: put it "
-                                       "in the connection conn_id names")
     name = str(doc["source"])
     if "://" not in name and not name.startswith(NAMESPACE_PREFIX):
         name = os.path.normpath(os.path.join(base, name))
@@ -254,10 +261,6 @@ def _state(entry: Any, base: str, path: str) -> StateConfig | None:
     if not entry:
         return None
     doc: dict[str, Any] = {"uri": entry} if isinstance(entry, str) else dict(entry)
-    for key in doc.get("storage_options") or {}:
-        if is_secret_key(key):
-            raise FleetConfigError(f"{path}: state.storage_options.{key}: a credential in the config file: put it in "
-                                   "the connection conn_id names")
     uri = str(doc["uri"])
     if "://" not in uri:
         uri = os.path.normpath(os.path.join(base, uri))
@@ -352,59 +355,3 @@ def plan(config: FleetConfig, *, only: frozenset[str] | None = None) -> Planned:
     found = named if only is not None else (lambda known, exclude: discover_fleet(config, known, exclude))
     return plan_shared(found, config.policy, state=state, cache_location=config.cache, storage_options=options,
                        top=config.top, workers=config.plan_workers, partial=only is not None)
-
-
-def planned_work(config: FleetConfig, fleet: FleetPlan) -> list[TableWork]:
-    """Each table with work, highest debt first, with the jobs the config allows."""
-    from memwal.fleet.run import work_for
-
-    out = []
-    for t in fleet.with_work():
-        w = work_for(t, config.policy, [j for j in t.jobs if j in config.jobs], engine=config.engine, dry_run=False)
-        if w is not None:
-            out.append(w)
-    return out
-
-
-def max_map_length() -> int:
-    try:
-        from airflow.configuration import conf
-
-        return conf.getint("core", "max_map_length", fallback=DEFAULT_MAX_MAP_LENGTH)
-    except Exception:  # noqa: BLE001 - a worker without the config reads Airflow's default
-        return DEFAULT_MAX_MAP_LENGTH
-
-
-def chunks(work: Sequence[TableWork], per_task: int, limit: int) -> list[list[dict[str, Any]]]:
-    """The work as plain dicts in chunks of ``per_task`` tables, in the order it starts (the
-    first chunk first), fewer than ``limit`` chunks (larger ones if need be). No credential
-    travels: secret storage options are dropped; the task asks the source's connection, or a
-    namespace table's namespace, again (:func:`work_of`)."""
-    size = max(per_task, math.ceil(len(work) / max(1, limit - 1)))
-    docs = []
-    for w in work:
-        doc = w.to_dict()
-        doc["storage_options"] = {k: v for k, v in w.storage_options.items() if not is_secret_key(k)}
-        docs.append(doc)
-    return [docs[i:i + size] for i in range(0, len(docs), size)]
-
-
-def work_of(config: FleetConfig, docs: Sequence[Mapping[str, Any]]) -> list[TableWork]:
-    """The work of one chunk, each table with its source's storage options resolved here: the
-    connection's, and for a namespace table the credentials its namespace vends for it now."""
-    from memwal.fleet.run import TableWork
-    from memwal.fleet.sources import vended_options
-
-    options: dict[str, dict[str, str]] = {}
-    out = []
-    for doc in docs:
-        source = str(doc.get("source") or "")
-        if source not in options:
-            options[source] = storage_options_of(config.source(source))
-        table_options = options[source]
-        table_id = [str(x) for x in doc.get("namespace_id") or []]
-        if table_id:
-            vended = vended_options(source, config.source(source).properties, table_id)
-            table_options = {**table_options, **vended}
-        out.append(TableWork.from_dict(doc, table_options))
-    return out

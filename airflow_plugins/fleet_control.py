@@ -4,7 +4,9 @@ The fleet page cannot act (no script, no form: its policy forbids both), so acti
 Airflow itself: the control DAG's trigger form (its Params: ``action``, ``target``, ``reason``)
 is authenticated and audited by Airflow, and the user who triggered the run is who is recorded
 (``dag_run.triggering_user_name``), with the reason, in the fleet's state
-(:mod:`memwal.fleet.controls`), as ``memwal fleet pause|resume|cancel`` records them.
+(:mod:`memwal.fleet.control_log`), as ``memwal fleet pause|resume|cancel`` records them: a
+fleet-wide pause without the fleet's key needs ``confirm_fleet_wide``, a cancel of something
+that is no table of the fleet fails (never retried).
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ ACTIONS = ("pause", "resume", "cancel")
 
 
 class MemWalFleetControlOperator(BaseOperator):
-    """Apply the run's ``params`` (action, target, reason) to the fleet (see the module docstring)."""
+    """Apply the run's ``params`` (action, target, reason, confirm_fleet_wide) to the fleet (see
+    the module docstring).
+
+    :param config_path: the fleet's config file (templated); None: ``$MEMWAL_FLEET_CONFIG``.
+    """
 
     template_fields: tuple[str, ...] = ("config_path",)
     ui_color = "#f6e8df"
@@ -35,7 +41,8 @@ class MemWalFleetControlOperator(BaseOperator):
 
         from memwal.core import clock as clocks
         from memwal.errors import BadInputError
-        from memwal.fleet import controls, targets
+        from memwal.fleet import control_log as controls
+        from memwal.fleet import targets
         from memwal.history import cancel_effect
         from memwal.lease import cancel
         from memwal.store import check_table_uri, open_store
@@ -52,9 +59,11 @@ class MemWalFleetControlOperator(BaseOperator):
         if state is None:
             raise AirflowException(f"memwal fleet control: the fleet's config {config.path} names no state")
         now = clocks.current()()
+        target = controls.canonical_target(target) if action != "resume" else target
         try:
             if action == "pause":
-                targets.check_target(state, target, is_table=lambda uri: _is_table(config, uri))
+                targets.check_target(state, target, is_table=lambda uri: _is_table(config, uri),
+                                     confirmed=params.get("confirm_fleet_wide") is True)
                 controls.pause(state, target, by=by, reason=reason, now=now)
                 doc: dict[str, Any] = {"paused": target}
             elif action == "resume":
@@ -64,8 +73,8 @@ class MemWalFleetControlOperator(BaseOperator):
             raise AirflowFailException(f"memwal fleet control: {exc}") from None
         if action == "cancel":
             source = config.source_of(target)
-            if source is None:
-                raise AirflowException(f"memwal fleet control: no source of the fleet holds {target}")
+            if source is None or not _is_table(config, target):
+                raise AirflowFailException(f"memwal fleet control: {target}: no table of the fleet's sources there")
             store = open_store(check_table_uri(target), storage_options_of(source))
             asked = cancel.ask(store, by, reason, now=now)
             controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
@@ -80,9 +89,7 @@ def _is_table(config: Any, uri: str) -> bool:
     """Whether a Lance table lies at ``uri``, read with the storage options of the source holding it."""
     from memwal.airflow.fleet import storage_options_of
 
-    from memwal.store import check_table_uri, open_store
+    from memwal.fleet.targets import is_table
 
     source = config.source_of(uri)
-    if source is None:
-        return False
-    return "_versions" in open_store(check_table_uri(uri), storage_options_of(source)).list_dirs("")
+    return source is not None and is_table(uri, storage_options_of(source))

@@ -44,6 +44,12 @@ MAX_NAMED = 50
 
 
 class _FleetOperator(BaseOperator):
+    """What the fleet DAG's operators share: the fleet's config.
+
+    :param config_path: the fleet's config file (templated); None: ``$MEMWAL_FLEET_CONFIG``, read
+        when the task runs.
+    """
+
     template_fields: tuple[str, ...] = ("config_path",)
     ui_color = "#dfe8f6"
 
@@ -63,8 +69,9 @@ class MemWalFleetPlanOperator(_FleetOperator):
             raise
 
     def _plan(self, context: Context) -> list[list[dict[str, Any]]]:
-        from memwal.airflow.fleet import chunks, load_fleet_config, max_map_length, plan, planned_work
+        from memwal.airflow.fleet import load_fleet_config, plan
         from memwal.airflow.fleet_events import tables_of
+        from memwal.airflow.fleet_work import chunks, max_map_length, planned_work
         from memwal.airflow.reporting import fleet_gauges
 
         from memwal.fleet.status import publish
@@ -101,7 +108,7 @@ class MemWalFleetPlanOperator(_FleetOperator):
 class MemWalFleetOperator(_FleetOperator):
     """Run one chunk of the fleet's planned work (a mapped task: ``work`` is one chunk).
 
-    :param work: the chunk: plain dicts of :class:`memwal.fleet.run.TableWork` (no credentials).
+    :param work: the chunk: plain dicts of ``memwal.fleet.run.TableWork`` (no credentials).
     :param asset_alias: the ``AssetAlias`` a table's merge commit emits its Asset event through;
         give it in ``outlets`` too (a mapped task's outlets are those of its ``partial``).
     """
@@ -126,7 +133,8 @@ class MemWalFleetOperator(_FleetOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from memwal.airflow.assets import emit_merged_event
-        from memwal.airflow.fleet import load_fleet_config, work_of
+        from memwal.airflow.fleet import load_fleet_config
+        from memwal.airflow.fleet_work import work_of
         from memwal.airflow.hooks import MemWalHook
 
         from memwal.core import clock as clocks
@@ -166,7 +174,8 @@ class MemWalFleetSummaryOperator(_FleetOperator):
     """Count the run's outcomes, log them in the state, plan again the tables that ran; fail
     naming what failed (see the module docstring).
 
-    :param plan_task_id: the plan task; :param run_task_id: the mapped task of the chunks.
+    :param plan_task_id: the plan task.
+    :param run_task_id: the mapped task of the chunks.
     """
 
     def __init__(self, *, plan_task_id: str = "plan", run_task_id: str = "run_tables", **kwargs: Any) -> None:
@@ -285,6 +294,8 @@ class MemWalFleetSloOperator(_FleetOperator):
 
     Runs after the summary task, whatever became of it; skipped when nothing ran (the plan's
     breaches were not acted on: there is no state after a run to judge).
+
+    :param summary_task_id: the summary task whose XCom says what the run did.
     """
 
     def __init__(self, *, summary_task_id: str = "summary", **kwargs: Any) -> None:

@@ -49,6 +49,13 @@ class ErrorPage(Protocol):
     def __call__(self, title: str, message: str, back: str = ...) -> str: ...
 
 
+def airflow_ref(dag_id: str, what: str | None = None) -> tuple[None, str, str]:
+    """A DAG named, not linked: Airflow frames this view without top navigation or pop-ups, so a
+    link to Airflow's own page opened the whole UI inside the frame, a second navigation rail
+    (issue 64). The name says where to find it."""
+    return None, f"{what + ': ' if what else ''}DAG {dag_id} (in Airflow's DAG list)", ""
+
+
 def configured() -> bool:
     return bool(os.environ.get(CONFIG_ENV))
 
@@ -89,10 +96,10 @@ def fleet_page() -> Iterator[str]:
     config = load_fleet_config()
     state, report, history = _last(config)
     runs, controls = state.read(RUNS)[0], state.read(CONTROLS)[0]
-    links = [("./", "← all MemWAL tables", "_self"), ("../dags/memwal_fleet", "DAG memwal_fleet", "_self"),
-             ("../dags/memwal_fleet_control", "pause, resume, cancel", "_self")]
-    return fleet_page_chunks(FleetStatus(live(report, runs, controls), tuple(history)), controls=controls,
-                             link=table_href, links=links, control="../dags/memwal_fleet_control",
+    links = [("./", "← all MemWAL tables", "_self"), airflow_ref("memwal_fleet"),
+             airflow_ref("memwal_fleet_control", "pause, resume, cancel")]
+    return fleet_page_chunks(FleetStatus(live(report, runs, controls, state.uri), tuple(history)), controls=controls,
+                             link=table_href, links=links, control="memwal_fleet_control",
                              state_uri=state.uri)
 
 
@@ -156,7 +163,7 @@ def add_routes(app: FastAPI, secured: Secure, page_css: str, error_page: ErrorPa
             table, options = fleet_table(uri)
         except LookupError:
             raise HTTPException(status_code=404, detail="no such table in the fleet's last plan") from None
-        links = [("../fleet", "← the fleet", "_self"), ("../../dags/memwal_fleet", "DAG memwal_fleet", "_self")]
+        links = [("../fleet", "← the fleet", "_self"), airflow_ref("memwal_fleet")]
         try:
             chunks = status_page(open_table(table, options), links=links)
         except Exception as exc:  # noqa: BLE001 - shown on the page

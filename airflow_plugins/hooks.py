@@ -121,7 +121,7 @@ class MemWalHook(BaseHook):
     :param table: table URI; overrides the connection's.
     :param storage_options: storage options; override the connection's key by key.
     :param engine: ``local`` or ``spark``.
-    :param spark: how Spark jobs are submitted (:class:`memwal.airflow.spark_jobs.SparkSettings`).
+    :param spark: how Spark jobs are submitted (``memwal.airflow.spark_jobs.SparkSettings``).
     """
 
     conn_name_attr = "memwal_conn_id"
@@ -291,7 +291,7 @@ class MemWalHook(BaseHook):
 
     def run_work(self, work: Sequence[TableWork], *, workers: int, max_seconds: float | None) -> list[CycleResult]:
         """A fleet's tables, each its planned jobs through the cycle runner, at most ``workers``
-        at once, none started after ``max_seconds`` (:mod:`memwal.fleet.run`): on threads of this
+        at once, none started after ``max_seconds`` (``memwal.fleet.run``): on threads of this
         process, or as ONE spark-submit of ``jobs/fleet_chunk.py`` (a Spark task per small table).
         A table's failure is its own result; this raises only when the work could not run."""
         from memwal.cycle import CycleResult

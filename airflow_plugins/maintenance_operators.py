@@ -15,15 +15,17 @@ if TYPE_CHECKING:
 
 
 class MemWalMaintenanceOperator(MemWalTableOperator):
-    """The maintenance cycle of one table through the one cycle runner (:mod:`memwal.cycle`):
+    """The maintenance cycle of one table through the one cycle runner (``memwal.cycle``):
     in the worker (``engine="local"``) or as ONE spark-submit of ``jobs/maintenance.py``
     (``engine="spark"``: one JVM and one Spark application instead of one per job). Each job's
     result is pushed to XCom under the job's name (``ti.xcom_pull(key="merge")``); the return
     value is ``{job: result}``. A job whose lease another holder has is ``held`` (logged, not a
     failure); the first job that fails fails the task (bad input without retries).
 
+    Its ``job_options`` (the table operator's parameter) are ``{job: {option: value}}``
+    (templated); ``lease_ttl`` applies to every job.
+
     :param jobs: the jobs, in cycle order (default: all five).
-    :param job_options: ``{job: {option: value}}`` (templated); ``lease_ttl`` applies to every job.
     :param asset_alias: as for the merge operator.
     """
 

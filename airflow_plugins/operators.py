@@ -70,7 +70,9 @@ class MemWalTableOperator(BaseOperator):
     :param job_options: the options by name (templated: a DAG config or run conf can set them).
     :param spark_conn_id: ``spark`` connection (master, deploy mode, queue) for ``engine="spark"``.
     :param spark_conf: ``--conf`` settings for spark-submit (the UI is off and Spark's logs are
-        quiet unless these say otherwise); ``spark_conf_param`` names a DAG param adding more.
+        quiet unless these say otherwise).
+    :param spark_conf_param: name of a DAG param (run conf key) adding ``--conf`` settings at run
+        time (never rendered: they may hold credentials).
     :param spark_env: environment of the spark-submit process.
     :param spark_submit_kwargs: any other ``SparkSubmitHook`` argument (``executor_memory``, ...).
     """

@@ -29,6 +29,14 @@ if TYPE_CHECKING:
 
 
 class _MemWalStatusSensor(BaseSensorOperator):
+    """What the MemWAL sensors share: the table they watch, and how they wait.
+
+    :param table: table URI (templated); overrides the connection's.
+    :param memwal_conn_id: ``memwal`` connection holding the table URI and storage options (templated).
+    :param storage_options: storage options; override the connection's. Never templated or logged.
+    :param deferrable: wait in the triggerer (``MemWalStatusTrigger``) instead of a worker slot.
+    """
+
     template_fields: Sequence[str] = ("table", "memwal_conn_id")
     ui_color = "#d8f0e8"
 

@@ -31,7 +31,6 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from html import escape
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # FastAPI and Starlette load with the first request (create_app), not with the plugin
@@ -41,6 +40,7 @@ if TYPE_CHECKING:  # FastAPI and Starlette load with the first request (create_a
 
 from memwal.airflow.tables_config import CONFIG_ENV
 
+from memwal.core.text import html_text as escape
 from memwal.inspect.policy import SECURITY_HEADERS, header_policy, meta_policy
 
 URL_PREFIX = "/memwal"
@@ -181,9 +181,11 @@ def table_page(ref: TableRef) -> Iterator[str]:
     from memwal.table import open_table
 
     uri, options = resolve(ref)
-    links = [("../../", "← all MemWAL tables", "_self")]
+    from memwal.airflow.fleet_view import airflow_ref
+
+    links: list[tuple[str | None, str, str]] = [("../../", "← all MemWAL tables", "_self")]
     if ref.dag_id:
-        links.append((f"../../../dags/{ref.dag_id}", f"DAG {ref.dag_id}", "_self"))
+        links.append(airflow_ref(ref.dag_id))
     return status_page(open_table(uri, options), links=links)
 
 

@@ -105,6 +105,9 @@ def build_control_dag(config: FleetConfig) -> DAG:
                                                                      "cancel a table's running jobs"),
             "target": Param("", type="string", minLength=1, description="a table URI, a source, or a glob of URIs"),
             "reason": Param("", type="string", minLength=1, description="why (recorded with who you are)"),
+            "confirm_fleet_wide": Param(False, type="boolean",
+                                        description="confirm a pause of every table while pauses are unauthenticated "
+                                                    "(no MEMWAL_FLEET_KEY)"),
         },
         doc_md=build_control_dag.__doc__,
     ) as dag:

@@ -19,6 +19,8 @@ fi
 # the image came with (Airflow's advice for extending its image); the constraints pin it.
 airflow=$(grep -E '^apache-airflow==' "$dir/constraints.txt")
 python -m pip install --constraint "$dir/constraints.txt" "$airflow" "${wheels[0]}[airflow,spark]"
+# Over an image's preinstalled providers: what pip installed must agree with what was there.
+python -m pip check
 # What a worker needs, checked: the CLI, the Spark jobs' files, the provider, the fleet DAG.
 memwal --version
 example_dags=$(python -I - <<'PY'  # -I: the installed memwal, never a memwal/ folder in the current directory

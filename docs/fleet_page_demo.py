@@ -38,7 +38,7 @@ def fleet(root: Path, tables: int) -> tuple[list[str], str]:
     import memwal
     from bench.fleet_demo import build_demo_fleet
     from memwal.core import clock as clocks
-    from memwal.fleet import controls
+    from memwal.fleet import control_log as controls
     from memwal.fleet.policy import Policy
     from memwal.fleet.run import run_fleet
     from memwal.fleet.runs import record_results

@@ -591,7 +591,7 @@ class MemWalTable:
 
     # -- long readers
 
-    def checkpoint(self, *, lifetime: float, name: str | None = None, refresh: bool = True) -> ManagedCheckpoint:
+    def checkpoint(self, *, lifetime: Seconds, name: str | None = None, refresh: bool = True) -> ManagedCheckpoint:
         """A reader checkpoint for a ``with`` block: it pins the table's view of its moment.
 
         Created on entry, refreshed in the background every third of ``lifetime`` while held,

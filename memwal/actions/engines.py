@@ -9,7 +9,8 @@ background while the job plans).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -37,15 +38,31 @@ def plugged(name: str) -> Any:
     if name not in eps:
         raise BadInputError(f"unknown engine {name!r}: expected {' or '.join(names())}"
                             + (" (memwal-jobs[spark] brings the spark engine)" if name == "spark" else ""))
-    return eps[name].load()
+    with _installed(name):
+        return eps[name].load()
+
+
+@contextmanager
+def _installed(name: str) -> Iterator[None]:
+    """An engine's module is installed with memwal-jobs, what it runs on (pyspark) only with its
+    extra: a missing module is bad input naming the extra, whenever the engine first needs it."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise BadInputError(f"the {name} engine needs {exc.name}, which is not installed: install the {name} extra "
+                            f"(pip install 'memwal-jobs[{name}]'), or run with --engine local") from None
 
 
 def engine_for(action: str, name: str, local: Callable[[], Any]) -> Any:
     """The engine of ``action`` called ``name`` (``local`` builds the in-process one)."""
-    return local() if name == LOCAL else plugged(name).engine(action)
+    if name == LOCAL:
+        return local()
+    with _installed(name):
+        return plugged(name).engine(action)
 
 
 def prepare(name: str) -> None:
     """Start what engine ``name`` needs before a job plans (nothing for ``local``)."""
     if name != LOCAL:
-        plugged(name).prepare()
+        with _installed(name):
+            plugged(name).prepare()

@@ -107,6 +107,10 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
             steps.step(f"{name}.leased")  # holding its leases, its run recorded, nothing done yet
             try:
                 value = act.execute(table, plan, options, engine, leases.primary)
+            except CancelledError as exc:
+                if not ctx.versions:
+                    raise
+                raise CancelledError(f"{exc} (before it stopped it committed {_versions(ctx.versions)})") from None
             except Exception as exc:
                 stopped = _stopped(name, table, scope, leases, exc)
                 if stopped is None:
@@ -128,9 +132,11 @@ def _done(leases: HeldLeases, versions: list[int]) -> None:
     except CancelledError as exc:
         if not versions:
             raise
-        committed = ", ".join(map(str, sorted(versions)))
-        raise CancelledError(f"{exc} (after its work was done: it committed version{'s' * (len(versions) > 1)} "
-                             f"{committed})") from None
+        raise CancelledError(f"{exc} (after its work was done: it committed {_versions(versions)})") from None
+
+
+def _versions(versions: list[int]) -> str:
+    return f"version{'s' * (len(versions) > 1)} {', '.join(map(str, sorted(versions)))}"
 
 
 def _stopped(name: str, table: Table, scope: Scope, leases: HeldLeases, exc: Exception) -> MemWalError | None:

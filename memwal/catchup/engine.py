@@ -3,7 +3,10 @@
 (``memwal.spark.engine.catchup``) builds segments on executors and satisfies the same protocol.
 
 An engine calls ``fence`` (the lease check) right before each commit, so a job that lost its
-lease commits nothing more (a lease check is not a fence on its own: hazard H5).
+lease commits nothing more (a lease check is not a fence on its own: hazard H5), and records
+each commit as the running job's the moment it lands (:func:`memwal.history.run.committed`):
+a fence that stops the job before its second commit must not leave the first to the history as
+an ``external`` commit (issue 64: a cancelled catch-up's retrain then showed as another's).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from memwal.catchup.plan import OPTIMIZE, RETRAIN, CatchupPlan, IndexPlan
+from memwal.core import steps
+from memwal.history import run as history
 from memwal.table import Table
 
 #: Called right before each commit of an engine (the lease check); None: no check.
@@ -56,8 +61,10 @@ class LocalCatchupEngine:
                 before = ds.version
                 if fence is not None:
                     fence()
+                steps.step("catchup.fenced")  # past its last check, before Lance builds and commits
                 ds.optimize.optimize_indices(index_names=names, **options)
                 if ds.version != before:  # the handle moved to its own commit (a no-op commits nothing)
+                    history.committed(ds.version)
                     committed.append(ds.version)
         return committed
 

@@ -2,12 +2,16 @@
 
 Run records, checkpoints, lease records and names come from whoever can write the table's
 storage (DESIGN 3.9). HTML pages escape through Jinja's autoescape and
-:func:`markupsafe.escape`; this module is the terminal's side and the length bound shared by
-both:
+:func:`markupsafe.escape`; this module is the terminal's side, what both sides drop, and the
+length bound shared by both:
 
 - :func:`terminal_safe`: control and format characters (ESC sequences that move the cursor,
   rewrite the title or the clipboard; C1 controls; bidirectional overrides that reorder what is
   read) are shown as visible escapes, never sent raw;
+- :func:`page_value`, :func:`html_text`: the same characters in a page (raw ESC, BEL or a
+  bidirectional override would reach the reader's copy buffer, or reorder what is read: issue
+  61), shown as escapes before HTML escaping; the pages' Jinja environments apply it to every
+  value (``finalize``), the charts and the Airflow views to every text they write;
 - :func:`clip`: a long text shown whole would bury the rest of the screen or page.
 """
 
@@ -42,6 +46,24 @@ def one_line(text: str) -> str:
     return terminal_safe(text, keep="")
 
 
+def page_value(value: object) -> object:
+    """A value as a page shows it: text with its control and format characters shown as escapes
+    (newlines and tabs kept); markup a view built itself (:class:`markupsafe.Markup`, escaped
+    where it was built) and anything else as it is."""
+    from markupsafe import Markup
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return terminal_safe(value)
+    return value
+
+
+def html_text(text: str, *, quote: bool = True) -> str:
+    """``text`` for an HTML page written by hand: :func:`page_value`, then HTML-escaped."""
+    from html import escape
+
+    return escape(terminal_safe(text), quote=quote)
+
+
 def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     """``text`` cut to ``limit`` characters, saying how much was left out."""
     if len(text) <= limit:
@@ -49,7 +71,7 @@ def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
-__all__ = ["MAX_SHOWN_CHARS", "clip", "one_line", "terminal_safe"]
+__all__ = ["MAX_SHOWN_CHARS", "clip", "html_text", "one_line", "page_value", "terminal_safe"]
 
 
 def span(values: list[int], *, dash: str = "..", sep: str = ",", most: int | None = None) -> str:

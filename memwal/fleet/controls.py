@@ -8,57 +8,34 @@
   starts on the tables a window matches; the plan shows those tables ``waiting`` until the
   window ends. Written in the policy (``quiet_hours:``).
 
-Every change made through the state is logged (``log``: pause, resume, cancel, with who,
-why and when; the last :data:`MAX_LOG` kept, and the entry of every pause in force), for the
-page. A running table's work is cancelled through its leases (:mod:`memwal.lease.cancel`);
-the request is logged here too.
-
-``controls.json`` is storage, and whoever can write it can write a pause (issue 56, L1: a
-forged ``*`` pause stopped the whole fleet and looked like a real one). So a pause in the
-state is honoured only when it is recognised as one ``memwal fleet pause`` wrote
-(:func:`unrecognised`): signed with the fleet's key when one is set (``MEMWAL_FLEET_KEY``, an
-HMAC-SHA256 over what it says: the CLI and every Airflow component that plans or pauses
-need it), else logged by the same write (its log entry: the same target, who and when). Any
-other is shown as forged, with why, and withholds nothing. Only the first
-:data:`MAX_GLOB_PAUSES` globs are matched (a table's own pause and a source's are looked up,
-not matched), each compiled once, by :mod:`fnmatch`'s translation, whose stars are atomic
-groups (time linear in the URI per star): 60,000 globs no longer cost 7 s a table (M2).
+Pauses written through the state, their log, and how a pause read from storage is recognised
+as one memwal wrote: :mod:`memwal.fleet.control_log`. Only the first :data:`MAX_GLOB_PAUSES`
+globs are matched (a table's own pause and a source's are looked up, not matched), each
+compiled once, by :mod:`fnmatch`'s translation, whose stars are atomic groups (time linear in
+the URI per star): 60,000 globs no longer cost 7 s a table (M2).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import functools
-import hashlib
-import hmac
-import json
 import logging
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import time as dtime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memwal.core.json_doc import finite, list_of
 from memwal.errors import BadInputError
 
-if TYPE_CHECKING:
-    from memwal.fleet.state import FleetState
-
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-#: Entries of the controls' log kept (the oldest go first).
-MAX_LOG = 500
 #: Longest ``by`` and ``reason`` kept.
 MAX_TEXT = 500
 #: Longest target of a pause (a table URI, a source, a glob).
 MAX_TARGET = 1024
 #: Glob pauses matched against each table (more are refused by :func:`pause`, and ignored when read).
 MAX_GLOB_PAUSES = 256
-#: The environment variable holding the fleet's key: pauses written with it are signed, and
-#: with it set only signed pauses are honoured. Never shown, never on a command line.
-KEY_ENV = "MEMWAL_FLEET_KEY"
 
 log = logging.getLogger(__name__)
 
@@ -162,99 +139,34 @@ class Controls:
         ends = [t for q in self.quiet if (t := q.until(uri, source, job, now)) is not None]
         return max(ends, default=None)
 
-    def with_state(self, doc: Mapping[str, Any]) -> Controls:
-        """These controls plus the pauses the state's ``controls.json`` holds: those recognised
-        (:func:`unrecognised`) are honoured, the others kept apart as forged, with a warning."""
+    def with_state(self, stored: Sequence[Pause]) -> Controls:
+        """These controls plus the pauses read from the state's ``controls.json``
+        (:func:`memwal.fleet.control_log.stored_pauses`): those recognised are honoured, the
+        others kept apart as forged, with a warning."""
         honoured: list[Pause] = []
         forged: list[Pause] = []
-        for p in stored_pauses(doc):
+        for p in stored:
             (honoured if p.forged is None else forged).append(p)
         globs = sum(1 for p in honoured if is_glob(p.target))
         if globs > MAX_GLOB_PAUSES:
             log.warning("fleet controls: %d glob pauses: the first %d are matched, the others ignored", globs,
                         MAX_GLOB_PAUSES)
         for p in forged[:10]:
-            log.warning("fleet controls: the pause of %s is not honoured: %s", _shown(p.target), p.forged)
+            log.warning("fleet controls: the pause of %s is not honoured: %s", shown(p.target), p.forged)
         if len(forged) > 10:
             log.warning("fleet controls: %d more pauses not honoured", len(forged) - 10)
         return Controls(self.pauses + tuple(honoured), self.quiet, tuple(forged))
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
+    """A stored text as one bounded line (a log line, an error)."""
     from memwal.core.text import clip, one_line
 
     return one_line(clip(text, 200))
 
 
-# -- recognising what memwal wrote
-
-
-def _key() -> bytes | None:
-    value = os.environ.get(KEY_ENV, "")
-    return value.encode() if value else None
-
-
-def _signature(key: bytes, entry: Mapping[str, Any]) -> str:
-    """HMAC-SHA256 of what an entry says (its action, target, who, why and when)."""
-    said = [entry.get("action", "pause"), entry.get("target"), entry.get("by"), entry.get("reason"), entry.get("at")]
-    return hmac.new(key, json.dumps(said, separators=(",", ":")).encode(), hashlib.sha256).hexdigest()
-
-
-def _signed(entry: dict[str, Any]) -> dict[str, Any]:
-    key = _key()
-    return {**entry, "sig": _signature(key, entry)} if key is not None else entry
-
-
-def unrecognised(entry: Mapping[str, Any], logged: frozenset[tuple[Any, ...]], key: bytes | None) -> str | None:
-    """Why a stored pause is not one ``memwal fleet pause`` wrote (None: it is). With the
-    fleet's key: its signature must match; without: the same write logged it."""
-    if key is not None:
-        sig = entry.get("sig")
-        if not isinstance(sig, str) or not hmac.compare_digest(sig, _signature(key, entry)):
-            return f"not signed with the fleet's key ({KEY_ENV}): forged, or written without the key"
-        return None
-    if ("pause", entry.get("target"), entry.get("by"), entry.get("at")) not in logged:
-        return "no entry in the control log: not written by memwal fleet pause (forged?)"
-    return None
-
-
-def _entries(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    return [e for e in list_of(doc.get(key)) if isinstance(e, Mapping)]
-
-
-def stored_pauses(doc: Mapping[str, Any]) -> list[Pause]:
-    """Every pause ``controls.json`` holds (well-formed ones: a target of at most
-    :data:`MAX_TARGET` characters), each with why it is not recognised (``forged``), if so."""
-    key = _key()
-    logged = frozenset((e.get("action"), e.get("target"), e.get("by"), e.get("at")) for e in _entries(doc, "log"))
-    return [Pause(target, _text(p.get("by")), _text(p.get("reason")), _time(p.get("at")),
-                  forged=unrecognised(p, logged, key))
-            for p in _entries(doc, "pauses")
-            if isinstance(target := p.get("target"), str) and 0 < len(target) <= MAX_TARGET]
-
-
-def checked_log(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The control log, each entry with ``forged``: why it is not one memwal wrote (with the
-    fleet's key set: its signature does not match), or None."""
-    key = _key()
-    out = []
-    for e in _entries(doc, "log"):
-        forged = None
-        if key is not None:
-            sig = e.get("sig")
-            if not isinstance(sig, str) or not hmac.compare_digest(sig, _signature(key, e)):
-                forged = f"not signed with the fleet's key ({KEY_ENV})"
-        out.append({"action": _text(e.get("action"))[:20], "target": _text(e.get("target")), "by": _text(e.get("by")),
-                    "reason": _text(e.get("reason")), "at": _time(e.get("at")), "forged": forged})
-    return out
-
-
 def _text(value: Any) -> str:
     return str(value or "")[:MAX_TEXT]
-
-
-def _time(value: Any) -> float | None:
-    return finite(value)
 
 
 # -- the policy's part
@@ -325,68 +237,5 @@ def _names(value: Any, allowed: Sequence[str], where: str) -> list[str]:
     return [str(v).lower() for v in items]
 
 
-# -- the state's part (memwal fleet pause / resume / cancel)
-
-
-def pause(state: FleetState, target: str, *, by: str, reason: str, now: float) -> dict[str, Any]:
-    """Pause ``target`` (a table URI, a source, a glob) in the state; the new controls document.
-    Signed with the fleet's key when one is set (``MEMWAL_FLEET_KEY``)."""
-    _required(by, reason)
-    if len(target) > MAX_TARGET:
-        raise BadInputError(f"pause: the target is longer than {MAX_TARGET} characters")
-
-    def change(doc: dict[str, Any]) -> dict[str, Any]:
-        pauses = [p for p in _entries(doc, "pauses") if p.get("target") != target]
-        if is_glob(target) and len([p for p in pauses if is_glob(str(p.get("target")))]) >= MAX_GLOB_PAUSES:
-            raise BadInputError(f"pause {_shown(target)}: {MAX_GLOB_PAUSES} glob pauses already: resume one first "
-                                "(or pause the tables or sources by name)")
-        pauses.append(_signed({"target": target, "by": by[:MAX_TEXT], "reason": reason[:MAX_TEXT], "at": now}))
-        return {**doc, "pauses": pauses, "log": _logged(doc, "pause", target, by, reason, now, pauses)}
-
-    return state.update("controls.json", change)
-
-
-def resume(state: FleetState, target: str, *, by: str, reason: str, now: float) -> dict[str, Any]:
-    """Lift the state's pause of ``target``; the new controls document. A target the state has
-    not paused is bad input, and nothing is written (a pause in the policy file is lifted by
-    editing the file)."""
-    _required(by, reason)
-
-    def change(doc: dict[str, Any]) -> dict[str, Any]:
-        before = _entries(doc, "pauses")
-        kept = [p for p in before if p.get("target") != target]
-        if len(kept) == len(before):
-            paused = ", ".join(_shown(str(p.get("target"))) for p in before[:10]) or "nothing"
-            raise BadInputError(f"{_shown(target)}: not paused in the fleet's state {state.uri}, nothing to resume "
-                                f"(paused there: {paused}; a pause in the policy file is lifted by editing the file)")
-        return {**doc, "pauses": kept, "log": _logged(doc, "resume", target, by, reason, now, kept)}
-
-    return state.update("controls.json", change)
-
-
-def log_action(state: FleetState, action: str, target: str, *, by: str, reason: str, now: float) -> None:
-    """Log an action taken elsewhere (a cancel: :mod:`memwal.lease.cancel`)."""
-    state.update("controls.json", lambda doc: {**doc, "log": _logged(doc, action, target, by, reason, now,
-                                                                        _entries(doc, "pauses"))})
-
-
-def _logged(doc: Mapping[str, Any], action: str, target: str, by: str, reason: str, now: float,
-            pauses: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """The log with this action added: its last :data:`MAX_LOG` entries, and before them the
-    entry of every pause in force (a pause is recognised by it: :func:`unrecognised`)."""
-    entries = [*_entries(doc, "log"), _signed({"action": action, "target": target, "by": by[:MAX_TEXT],
-                                               "reason": reason[:MAX_TEXT], "at": now})]
-    live = {("pause", p.get("target"), p.get("by"), p.get("at")) for p in pauses}
-    recent = entries[-MAX_LOG:]
-    older = [e for e in entries[:-MAX_LOG] if (e.get("action"), e.get("target"), e.get("by"), e.get("at")) in live]
-    return older + recent
-
-
-def _required(by: str, reason: str) -> None:
-    if not by.strip() or not reason.strip():
-        raise BadInputError("say who you are (--by) and why (--reason): both are recorded with the change")
-
-
-__all__ = ["DAYS", "KEY_ENV", "MAX_GLOB_PAUSES", "Controls", "Pause", "QuietHours", "checked_log",
-           "is_glob", "log_action", "matches", "pause", "pauses_from", "quiet_from", "resume", "stored_pauses",
-           "unrecognised"]
+__all__ = ["DAYS", "MAX_GLOB_PAUSES", "MAX_TARGET", "MAX_TEXT", "Controls", "Pause", "QuietHours", "is_glob",
+           "matches", "pauses_from", "quiet_from", "shown"]

@@ -9,6 +9,14 @@ version's expiry), else what frees it ("when the writer reopens or is quiet for 
 tag t1"). The fleet keeps it per table in its run log (:mod:`memwal.fleet.runs`); the plan's
 reasons, ``memwal fleet status`` and the page show it.
 
+The gates depend on the options GC ran with (the fleet's policy may set a grace period, version
+expiry or writer idle period of its own), so a wait names them, and the ``memwal gc --dry-run``
+flags that show the same gates (issue 64: the fleet said ``3 x grace-period; frees by 13:23``
+while ``gc --dry-run`` with the command line's defaults named ``retained-version`` and
+``writer-live``). A time is when a gate passes, never a promise that nothing else holds: GC's
+own ``time_will_free`` decides whether time alone frees anything, and when it says no, no time is
+given.
+
 The document is the run's own (it came from the job, or from storage through the run log: the
 figures read here are type-checked and the texts clipped where they land).
 """
@@ -37,11 +45,12 @@ def _when(at: float) -> str:
 def gc_wait(doc: Mapping[str, Any], *, at: float, options: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """What kept the merged generations of a GC run's result ``doc`` (run at ``at``, with job
     ``options`` as the fleet gave them: ``grace_seconds``, ``expire_versions``,
-    ``writer_idle_seconds``): ``{"at", "gates": {gates: n}, "blocked", "frees_at", "frees"}``,
-    or None when it kept none. ``frees_at`` is when the first of them may go (None: no time
-    frees them; ``frees`` says what does)."""
+    ``writer_idle_seconds``): ``{"at", "gates": {gates: n}, "blocked", "frees_at", "frees",
+    "options", "time_will_free"}``, or None when it kept none. ``frees_at`` is when the gates of
+    the first of them pass (None: GC says time alone frees none of them, or no time frees them;
+    ``frees`` says what does); ``options`` are the GC options the gates were judged with."""
     from memwal.actions.options import GcOptions
-    from memwal.gc.gates import is_gate
+    from memwal.gc.gates import DRAIN_GRACE, GRACE_PERIOD, is_gate
 
     o = GcOptions.from_kwargs(**dict(options or {}))
     blocked = [b for b in doc.get("blocked") or [] if isinstance(b, Mapping)]
@@ -54,15 +63,21 @@ def gc_wait(doc: Mapping[str, Any], *, at: float, options: Mapping[str, Any] | N
         reasons = [str(r) for r in (b.get("reasons") or [b.get("reason")]) if r is not None]
         gates = [r for r in reasons if is_gate(r)] or reasons[:1]
         combos[" + ".join(gates)] += 1
+    will = doc.get("time_will_free")
     for combo in sorted(combos, key=lambda c: -combos[c]):
-        when, what = _frees(combo.split(" + "), doc, at, o)
-        if when is not None:
+        gates = combo.split(" + ")
+        when, what = _frees(gates, doc, at, o)
+        grace_only = all(g in (GRACE_PERIOD, DRAIN_GRACE) for g in gates)
+        if when is not None and not (grace_only and will is False):  # GC knows more than the gates' names
             times.append(when)
         if what not in frees:
             frees.append(what)
     top = dict(combos.most_common(MAX_GATES))
     return {"at": at, "gates": top, "blocked": len(blocked), "frees_at": min(times, default=None),
-            "frees": "; ".join(frees)}
+            "frees": "; ".join(frees),
+            "time_will_free": will if isinstance(will, bool) else None,
+            "options": {"grace_seconds": o.grace_seconds, "expire_versions": o.expire_versions,
+                        "writer_idle_seconds": o.writer_idle_seconds}}
 
 
 def _frees(gates: list[str], doc: Mapping[str, Any], at: float, o: Any) -> tuple[float | None, str]:
@@ -78,8 +93,10 @@ def _gate(gate: str, doc: Mapping[str, Any], at: float, o: Any) -> tuple[float |
     from memwal.gc.gates import DRAIN_GRACE, GRACE_PERIOD, NOT_MERGED, WRITER_LIVE
 
     if gate in (GRACE_PERIOD, DRAIN_GRACE):
-        return at + o.grace_seconds, f"{gate}: by {_when(at + o.grace_seconds)} (the reader grace period, " \
-                                     f"{human_duration(o.grace_seconds)})"
+        since = "the merge" if gate == GRACE_PERIOD else "the drain"
+        return at + o.grace_seconds, (f"{gate}: passes by {_when(at + o.grace_seconds)} (the reader grace period, "
+                                      f"{human_duration(o.grace_seconds)} after {since}; GC judges every gate again "
+                                      "then)")
     if gate == WRITER_LIVE:
         live = [w for w in doc.get("writers") or [] if isinstance(w, Mapping) and w.get("live")]
         seen = max((t for w in live if (t := finite(w.get("last_activity"))) is not None), default=None)
@@ -127,7 +144,23 @@ def describe(wait: Mapping[str, Any] | None) -> str:
     at = finite(wait.get("at"))
     when = f" ({_when(at)})" if at is not None else ""
     kept = int(finite(wait.get("blocked")) or 0)
-    return f"the last GC{when} kept {kept}: {named}; frees {str(wait.get('frees'))[:600]}"
+    never = "; GC says time alone frees none of them" if wait.get("time_will_free") is False and \
+        wait.get("frees_at") is None else ""
+    return f"the last GC{when} kept {kept}: {named}; frees {str(wait.get('frees'))[:600]}{never}{_judged(wait)}"
+
+
+def _judged(wait: Mapping[str, Any]) -> str:
+    """The options the gates were judged with, as ``memwal gc --dry-run`` flags that show the same."""
+    o = mapping_of(wait.get("options"))
+    if not o:
+        return ""
+    flags = []
+    for key, flag in (("grace_seconds", "--grace-seconds"), ("expire_versions", "--expire-versions"),
+                      ("writer_idle_seconds", "--writer-idle-seconds")):
+        number = finite(o.get(key))
+        shown = f"{number:g}" if number is not None else "never" if key == "expire_versions" else "?"
+        flags.append(f"{flag} {shown}")
+    return f" (judged with {' '.join(flags)}: memwal gc TABLE --dry-run {' '.join(flags)} shows the same gates)"
 
 
 __all__ = ["describe", "gc_wait"]

@@ -11,8 +11,10 @@ Like the table page (:mod:`memwal.inspect.page`), whose stylesheet it extends: n
 nothing fetched, every value escaped where it lands (Jinja's autoescape; charts escape their
 own), the same Content-Security-Policy. The report comes from storage: every figure is
 type-checked here (:func:`_num`), a malformed row is skipped, never fatal. ``link(uri)`` gives
-each table's page address; ``control`` the address where an operator acts (the Airflow view
-points at the control DAG's page; a file written by the CLI shows the commands).
+each table's page address; ``links`` the page's own links (an entry without an address is shown
+as text: an Airflow page, which opened inside the view's frame would show Airflow's whole UI
+there, a second navigation rail); ``control`` the DAG where an operator acts (named, in the
+Airflow view; a file written by the CLI shows the commands).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from typing import Any
 from memwal.core.json_doc import finite
 from memwal.core.json_doc import list_of as _list
 from memwal.core.json_doc import mapping_of as _map
-from memwal.core.text import clip
-from memwal.fleet.controls import checked_log
+from memwal.core.text import clip, page_value
+from memwal.fleet.control_log import checked_log
 from memwal.fleet.policy import JOBS
-from memwal.fleet.status import ORDER, FleetStatus, history_points, last_run, reasons_of
+from memwal.fleet.status import ORDER, UNAUTHENTICATED, FleetStatus, history_points, last_run, reasons_of
 from memwal.inspect.page import fmt_age, fmt_bytes, stylesheet, write_chunks
 from memwal.inspect.policy import meta_policy
 
@@ -71,7 +73,8 @@ def _template() -> Any:
     import jinja2
 
     text = resources.files("memwal.fleet").joinpath("fleet_page.html.j2").read_text(encoding="utf-8")
-    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+                             finalize=page_value)  # no raw control or bidi character (issue 61)
     return env.from_string(text)
 
 
@@ -154,7 +157,7 @@ def _histogram(report: Mapping[str, Any]) -> Any:
 
 
 def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = None,
-                      link: Callable[[str], str] | None = None, links: list[tuple[str, str, str]] | None = None,
+                      link: Callable[[str], str] | None = None, links: list[tuple[str | None, str, str]] | None = None,
                       control: str | None = None, state_uri: str | None = None) -> Iterator[str]:
     from markupsafe import Markup
 
@@ -176,7 +179,7 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
               "target": f"{finite(b.get('target')) or 0:,.0f}"} for b in _maps(breaches.get("named"))]
     log = [{"at": _when(e.get("at")), "action": _text(e, "action", 20), "target": _text(e, "target", 300),
             "by": _text(e, "by", 100), "reason": _text(e, "reason", 300), "forged": e["forged"]}
-           for e in reversed(checked_log(_map(controls))[-30:])]
+           for e in reversed(checked_log(_map(controls), state_uri or "")[-30:])]
     pauses = [{"target": _text(p, "target", 300), "by": _text(p, "by", 100), "at": _when(p.get("at")),
                "reason": _text(p, "reason", 300), "origin": str(p.get("origin") or "state"),
                "forged": _text(p, "forged", 200) if p.get("forged") else None}
@@ -197,7 +200,8 @@ def fleet_page_chunks(st: FleetStatus, *, controls: Mapping[str, Any] | None = N
         trends=_trends(st.history), history=len(st.history), histogram=hist, pauses=pauses, log=log,
         failures=failures, problems=problems, problem_count=_int(r.get("problem_count")), links=list(links or []),
         unmatched=[clip(str(x), 400) for x in _list(r.get("unmatched"))[:50]],
-        control=control, state_uri=state_uri, css=Markup(css), policy=meta_policy(css))
+        control=control, state_uri=state_uri, css=Markup(css), policy=meta_policy(css),
+        unauthenticated=None if r.get("pauses_authenticated") is not False else UNAUTHENTICATED)
     return chunks
 
 

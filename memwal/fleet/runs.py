@@ -106,9 +106,14 @@ def _stored_gc(value: Any) -> dict[str, Any] | None:
     named = {str(g)[:MAX_TEXT]: int(n) for g, v in list(gates.items() if isinstance(gates, Mapping) else ())[:MAX_GATES]
              if (n := finite(v)) is not None and n >= 0}
     blocked = finite(value.get("blocked"))
+    options = value.get("options")
+    judged = {k: finite(options.get(k)) for k in ("grace_seconds", "expire_versions", "writer_idle_seconds")} \
+        if isinstance(options, Mapping) else None
+    will = value.get("time_will_free")
     return {"at": finite(value.get("at")), "gates": named, "blocked": int(blocked) if blocked and blocked > 0 else 0,
             "frees_at": finite(value.get("frees_at")), "frees": str(value.get("frees") or "")[:MAX_FREES],
-            "retry_at": finite(value.get("retry_at"))}
+            "retry_at": finite(value.get("retry_at")), "options": judged,
+            "time_will_free": will if isinstance(will, bool) else None}
 
 
 def _entry(value: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from memwal.core import clock as clocks
 from memwal.core.json_doc import list_of
 from memwal.fleet.cache import ProbeCache
+from memwal.fleet.control_log import stored_pauses
 from memwal.fleet.controls import MAX_GLOB_PAUSES, Controls, is_glob, matches
 from memwal.fleet.plan import FleetPlan, plan_fleet
 from memwal.fleet.policy import Policy
@@ -67,7 +68,8 @@ def plan_shared(discover: Discover, policy: Policy, *, state: FleetState | None 
             ProbeCache.of_state(state) if state is not None else ProbeCache())
     runs = state.read(RUNS)[0] if state is not None else {}
     controls_doc = state.read(CONTROLS)[0] if state is not None else {}
-    controls = policy.controls().with_state(controls_doc)
+    location = state.uri if state is not None else ""
+    controls = policy.controls().with_state(stored_pauses(controls_doc, location) if state is not None else ())
     exclude = frozenset([state.uri]) if state is not None else frozenset()
     found = discover(cache.known_tables(), exclude)
     waits = backoff_of(runs, at)
@@ -81,7 +83,7 @@ def plan_shared(discover: Discover, policy: Policy, *, state: FleetState | None 
     if not found.problems and not partial:
         cache.keep_only(frozenset(t.uri for t in found.tables))
     unmatched = [] if partial or found.problems else _unmatched(policy, controls, found)  # every table known
-    report = report_of(plan, top=top, runs=runs, controls=controls_doc, unmatched=unmatched)
+    report = report_of(plan, top=top, runs=runs, controls=controls_doc, location=location, unmatched=unmatched)
     if partial and state is not None:
         report = patch_report(last, report, top=top)
     written = False

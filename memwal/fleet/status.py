@@ -25,8 +25,12 @@ from memwal.core.json_doc import list_of as _list
 from memwal.core.json_doc import mapping_of as _map
 from memwal.core.text import clip, one_line
 from memwal.fleet.plan import STATUSES, FleetPlan
+from memwal.fleet.totals import OWES, POLICY_PAUSED, PROBLEM, SOURCE, STATUS, briefs
 
 ORDER = (*STATUSES, "problem")
+#: What status and the page say when this process has no fleet key.
+UNAUTHENTICATED = ("pauses are unauthenticated: no MEMWAL_FLEET_KEY here, so whoever can write the fleet's state can "
+                   "pause its tables (docs/operations/fleet.md, 'Who may pause')")
 
 
 def _num(value: Any) -> float:
@@ -35,19 +39,27 @@ def _num(value: Any) -> float:
 
 
 def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
-         controls: Mapping[str, Any] | None) -> dict[str, Any]:
+         controls: Mapping[str, Any] | None, location: str = "") -> dict[str, Any]:
     """``report`` with what changed since its plan (``runs``: the state's run log; ``controls``:
-    its controls document; None: not read): each listed table's last run and GC wait, and the
-    pauses in force now (the policy's, as planned, and the state's, live) with the counts by
-    status moved to match. The plan's own figures (debt, reasons) stay the plan's. A pause in
-    the state that memwal did not write is shown as such and holds nothing
-    (:func:`memwal.fleet.controls.stored_pauses`)."""
-    from memwal.fleet.controls import Controls, Pause, stored_pauses
+    the controls document of the state at ``location``; None: not read): each listed table's
+    last run and GC wait, and the pauses in force now (the policy's, as planned, and the
+    state's, live), each table's status moved to match and every figure summed again over the
+    moved briefs (:func:`memwal.fleet.report.with_totals`). The plan's own figures (debt,
+    reasons) stay the plan's. A pause in the state that memwal did not write is shown as such
+    and holds nothing (:func:`memwal.fleet.control_log.stored_pauses`); ``pauses_authenticated``
+    says whether this process holds the fleet's key (without it, whoever writes the state can
+    pause tables)."""
+    from memwal.fleet.control_log import authenticated, stored_pauses
+    from memwal.fleet.controls import Controls
+    from memwal.fleet.report import with_totals
     from memwal.fleet.runs import entry_of
 
-    out = dict(report)
-    state = None if controls is None else Controls().with_state(controls)  # read once: its warnings once
-    by = {str(k): int(_num(v)) for k, v in _map(report.get("by_status")).items()}
+    stored = None if controls is None else stored_pauses(controls, location)
+    state = None if stored is None else Controls().with_state(stored)  # read once: its warnings once
+    index = briefs(report.get("index"))
+    if state is not None:
+        for uri, b in index.items():
+            index[uri] = moved(b, b[POLICY_PAUSED] or state.paused(uri, b[SOURCE]) is not None)
     rows = []
     for row in _list(report.get("top")):
         if not isinstance(row, Mapping):
@@ -57,26 +69,31 @@ def live(report: Mapping[str, Any], runs: Mapping[str, Any] | None,
         entry = entry_of(runs or {}, table)
         if entry["at"] is not None or entry["last"]:  # the run log has the table
             r.update(last=entry["last"][:5], last_at=entry["at"], gc=entry["gc"])
-        if state is not None:
+        if state is not None and table in index:
             planned = r.get("paused") if isinstance(r.get("paused"), Mapping) else None
-            policy = () if planned is None or planned.get("origin") != "policy" else (
-                Pause(str(planned.get("target")), str(planned.get("by")), str(planned.get("reason")),
-                      origin="policy"),)
-            now = (Controls(policy + state.pauses) if policy else state).paused(table, str(r.get("source") or ""))
+            now = planned if index[table][POLICY_PAUSED] else state.paused(table, index[table][SOURCE])
             r["reasons"] = [x for x in _list(r.get("reasons")) if not str(x).startswith("paused by ")]
-            r["paused"] = None if now is None else now.to_dict()
-            moved = "paused" if now is not None else (
-                ("behind" if _list(r.get("withheld")) else "idle") if status == "paused" else status)
-            if moved != status:
-                by[status] = by.get(status, 0) - 1
-                by[moved] = by.get(moved, 0) + 1
-                r["status"] = moved
-                if moved != "paused":
-                    r["reasons"].insert(0, "resumed since the last plan: its jobs run in the next round")
+            r["paused"] = None if now is None else dict(now) if isinstance(now, Mapping) else now.to_dict()
+            r["status"] = index[table][STATUS]
+            if status == "paused" and r["status"] != "paused":
+                r["reasons"].insert(0, "resumed since the last plan: its jobs run in the next round")
         rows.append(r)
-    out.update(top=rows, by_status=by)
-    if controls is not None:
-        out["pauses"] = [p.to_dict() for p in stored_pauses(controls)]
+    out = with_totals({**report, "top": rows, "index": index})
+    if stored is not None:
+        out["pauses"] = [p.to_dict() for p in stored]
+    out["pauses_authenticated"] = authenticated()
+    return out
+
+
+def moved(brief: list[Any], paused: bool) -> list[Any]:
+    """A table's brief with its status as a pause now makes it: ``paused``, or, resumed since
+    the plan, ``behind`` when it owes jobs (``idle`` when not)."""
+    status = brief[STATUS]
+    now = "paused" if paused else ("behind" if brief[OWES] else "idle") if status == "paused" else status
+    if now == status or status == PROBLEM:
+        return brief
+    out = list(brief)
+    out[STATUS] = now
     return out
 
 
@@ -110,9 +127,10 @@ class FleetStatus(Document):
                 "problems": [{"table": clip(p["table"], 1000), "error": clip(p["error"], 1000)}
                              for p in _list(r.get("problems")) if isinstance(p, Mapping)
                              and isinstance(p.get("table"), str) and isinstance(p.get("error"), str)],
-                "sources": list(_list(r.get("sources"))),
+                "sources": list(_list(r.get("sources"))), "groups": list(_list(r.get("groups"))),
                 "breaches": r.get("breaches"), "histogram": r.get("histogram"), "history": len(self.history),
                 "pauses": [p for p in _list(r.get("pauses")) if isinstance(p, Mapping)],
+                "pauses_authenticated": r.get("pauses_authenticated") is True,
                 "unmatched": [clip(u, 1000) for u in _list(r.get("unmatched")) if isinstance(u, str)]}
 
     def render(self) -> str:
@@ -136,6 +154,8 @@ class FleetStatus(Document):
             lines += [f"            {clip(one_line(why), 400)}" for why in row_lines(row)]  # one line each
         if len(self.rows) < _num(r.get("discovered")):
             lines.append(f"  ({int(_num(r.get('discovered'))) - len(self.rows)} more not listed: --top N)")
+        if r.get("pauses_authenticated") is False:
+            lines.append(UNAUTHENTICATED)
         return "\n".join(lines)
 
 
@@ -216,4 +236,5 @@ def history_points(history: Sequence[Mapping[str, Any]], limit: int = 240) -> li
     return [*picked, points[-1]]
 
 
-__all__ = ["ORDER", "FleetStatus", "history_points", "last_run", "live", "publish", "reasons_of", "row_lines"]
+__all__ = ["ORDER", "UNAUTHENTICATED", "FleetStatus", "history_points", "last_run", "live", "publish", "reasons_of",
+           "row_lines"]

@@ -137,7 +137,8 @@ def outcome_of(job: str, doc: Mapping[str, Any], problems: list[str]) -> str:
     if problems:
         return FAILED
     did = doc.get("version") is not None or any(doc.get(k) for k in (
-        "deleted", "checkpoints_removed", "history_pruned", "orphans_deleted")) \
+        "deleted", "checkpoints_removed", "history_pruned", "orphans_deleted", "drained", "rolled_up",
+        "wal_entries_deleted")) \
         or (doc.get("expired_versions") or {}).get("old_versions")
     return OK if did else NOTHING
 
@@ -163,6 +164,9 @@ def figures(job: str, doc: Mapping[str, Any]) -> dict[str, Any]:
     if job == "gc":
         reasons = Counter(b["reason"].split(":", 1)[0] for b in doc.get("blocked", []))
         return {"generations": len(doc.get("deleted", [])), "wal_entries": doc.get("wal_entries_deleted", 0),
+                "drained": len(doc.get("drained") or []), "rolled_up": len(doc.get("rolled_up") or []),
+                "blocked": len(doc.get("blocked") or []), "time_will_free": bool(doc.get("time_will_free")),
+                "history_pruned": doc.get("history_pruned") or 0,
                 "objects": doc.get("objects_deleted", 0), "bytes": doc.get("bytes_freed", 0),
                 "blocked_by_reason": dict(sorted(reasons.items())),
                 "checkpoints_removed": len(doc.get("checkpoints_removed", [])),

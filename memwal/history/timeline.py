@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -182,7 +183,7 @@ def _summary(r: RunEntry) -> str:
         return f"  {f.get('generations', 0)} generations, {f.get('rows_upserted', 0)} upserted, " \
                f"{f.get('rows_deleted', 0)} deleted"
     if r["job"] == "gc" and f:
-        return f"  {f.get('generations', 0)} generations, {human_bytes(f.get('bytes', 0))} freed"
+        return gc_summary(f)
     if r["job"] == "compact" and f:
         return f"  fragments {f.get('fragments_before')} -> {f.get('fragments_after')}"
     if r["job"] == "external" and f.get("operations"):
@@ -190,4 +191,20 @@ def _summary(r: RunEntry) -> str:
     return ""
 
 
-__all__ = ["History", "history", "parse_since", "render"]
+def gc_summary(f: Mapping[str, Any]) -> str:
+    """A GC run's line: what it deleted and freed, what it drained and rolled up, and what it
+    kept and why (a run that deleted nothing but kept 5 says so, not "0 generations, 0B freed")."""
+    done = [f"{f.get('generations', 0)} generations deleted, {human_bytes(f.get('bytes', 0))} freed"]
+    done += [f"{f[k]} {what}" for k, what in (("wal_entries", "WAL entries deleted"), ("drained", "drained"),
+                                               ("rolled_up", "rolled up"), ("expired_versions", "versions expired"),
+                                               ("history_pruned", "records pruned")) if f.get(k)]
+    reasons = f.get("blocked_by_reason") or {}
+    kept = f.get("blocked", sum(reasons.values()))
+    if kept:
+        why = ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])[:4])
+        done.append(f"{kept} kept" + (f" ({why})" if why else "")
+                    + ("; waiting: time frees more" if f.get("time_will_free") else ""))
+    return "  " + "; ".join(done)
+
+
+__all__ = ["History", "gc_summary", "history", "parse_since", "render"]

@@ -16,9 +16,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from html import escape
 
 from markupsafe import Markup
+
+from memwal.core.text import html_text as escape
 
 #: Drawing area of a bar chart, in viewBox units (the SVG scales to its container).
 WIDTH, HEIGHT = 960, 220

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from memwal.core import clock as clocks
 from memwal.core.files import write_chunks
-from memwal.core.text import clip
+from memwal.core.text import clip, page_value
 from memwal.core.text import span as text_span
 from memwal.history.record import RunEntry, lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
@@ -91,7 +91,7 @@ def collect(table: Table, *, status: TableStatus | None = None, runs: int = DEFA
     return PageData(st, docs, now, error, len(skipped))
 
 
-def status_page(table: Table, *, links: list[tuple[str, str, str]] | None = None,
+def status_page(table: Table, *, links: list[tuple[str | None, str, str]] | None = None,
                 **options: Unpack[CollectOptions]) -> Iterator[str]:
     """The page of ``table``, piece by piece (see :func:`collect` for the options; ``links``:
     ``(href, label, target)`` shown above the title, e.g. back to a list of tables). The
@@ -308,7 +308,8 @@ def _template() -> jinja2.Template:
     import jinja2
 
     text = resources.files("memwal.inspect").joinpath("status_page.html.j2").read_text(encoding="utf-8")
-    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+                             finalize=page_value)  # no raw control or bidi character (issue 61)
     return env.from_string(text)
 
 
@@ -318,7 +319,7 @@ def stylesheet() -> str:
     return resources.files("memwal.inspect").joinpath("status_page.css").read_text(encoding="utf-8")
 
 
-def render_chunks(data: PageData, *, links: list[tuple[str, str, str]] | None = None) -> Iterator[str]:
+def render_chunks(data: PageData, *, links: list[tuple[str | None, str, str]] | None = None) -> Iterator[str]:
     """The page as it is written out, piece by piece (a server streams it, a file takes it)."""
     from markupsafe import Markup
 
@@ -326,7 +327,7 @@ def render_chunks(data: PageData, *, links: list[tuple[str, str, str]] | None = 
     return _template().generate(**view(data), links=list(links or []), css=Markup(css), policy=meta_policy(css))
 
 
-def render(data: PageData, *, links: list[tuple[str, str, str]] | None = None) -> str:
+def render(data: PageData, *, links: list[tuple[str | None, str, str]] | None = None) -> str:
     """The page as one HTML document."""
     return "".join(render_chunks(data, links=links))
 

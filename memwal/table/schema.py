@@ -51,7 +51,10 @@ def primary_key_of(table: Table, ds: LanceDataset | None = None) -> list[str]:
     open costs a listing of its versions); without one nothing can be merged (exit 2)."""
     pk = primary_key((table.dataset() if ds is None else ds).lance_schema)
     if not pk:
-        raise BadInputError(f"{table.uri}: the base table has no unenforced primary key; nothing can be merged")
+        raise BadInputError(f"{table.uri}: the base table has no unenforced primary key; nothing can be merged: "
+                            "declare it in the schema the table is created with, on a non-null column: Arrow field "
+                            "metadata {'lance-schema:unenforced-primary-key': 'true'} (docs/guides/pylance.md; "
+                            "LanceDB: set_unenforced_primary_key)")
     return pk
 
 

@@ -415,3 +415,16 @@ def test_an_argument_error_is_one_line(argv):
     assert run.rc == 2
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert run.stderr.startswith("memwal: error: ") and "--help)" in run.stderr
+
+
+def test_the_spark_engine_without_pyspark_names_the_extra_to_install(shared, unchanged):
+    """Without the ``spark`` extra (pyspark), ``--engine spark`` names the extra, exit 2,
+    nothing written, even with nothing to do (issue 64: "No module named 'pyspark'"). The
+    interpreter is told pyspark is absent the way Python's import system defines it (a ``None``
+    in ``sys.modules``): the rest of the program is the installed one."""
+    code = ("import sys; sys.modules['pyspark'] = None; from memwal.cli import main; "
+            f"sys.exit(main(['merge', {shared!r}, '--engine', 'spark', '--max-generations', '1']))")
+    with unchanged(shared):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert_error(CliRun(run.returncode, run.stdout, run.stderr), 2,
+                 "the spark engine needs pyspark", "pip install 'memwal-jobs[spark]'")

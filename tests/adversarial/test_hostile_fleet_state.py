@@ -159,7 +159,7 @@ def test_pause_globs_are_bounded_and_a_table_costs_lookups_not_sixty_thousand_ma
     assert f"the first {MAX_GLOB_PAUSES} are matched, the others ignored" in run.stderr
     assert run.seconds < 60  # a bound, not a benchmark: 7 s a table before
     # one more glob (of the fleet's tables: a glob that matches nothing is refused before it is counted)
-    refused = run_cli("fleet", "pause", f"{root}/t*", "--state", str(state), "--by", "ops", "--reason", "r")
+    refused = run_cli("fleet", "pause", f"{root}/t*", "--state", str(state), "--by", "ops", "--reason", "r", "--yes")
     assert refused.rc == 2 and f"{MAX_GLOB_PAUSES} glob pauses already" in refused.stderr
 
 
@@ -204,12 +204,13 @@ def test_a_forged_pause_is_shown_as_forged_and_withholds_nothing(canary, tmp_pat
     assert "k" * 32 not in text and "k" * 32 not in run.stderr + run.stdout
 
 
-FORGED_REPORT = ('{"format": 1, "history": [POINTS], "report": {"format": 1, "at": 1e400, "discovered": Infinity, '
+FORGED_REPORT = ('{"format": 1, "history": [POINTS], "report": {"format": 2, "at": 1e400, "discovered": Infinity, '
                  '"debt": NaN, "by_status": [1], "skipped": "x", "breaches": {"count": [1, 2], "tables": Infinity, '
                  '"named": 5}, "histogram": {"bounds": 5, "counts": [1]}, "sources": 5, "groups": [5], '
                  '"pauses": {"a": 1}, "failures": 5, "problems": [5, {"table": 5}], "top": [{"table": "/t", '
                  '"debt": Infinity, "jobs": 5, "reasons": 5, "breaches": {"x": 1}, "holds": [1], "last": 5, '
-                 '"waiting": [1], "paused": 5, "last_failure": [1]}, 5]}}')
+                 '"waiting": [1], "paused": 5, "last_failure": [1]}, 5], "shares": {"a": "x"}, "index": {"/t": '
+                 '["idle", Infinity, 5, [], -1, NaN, "g", 1, 0, [[99, 1]], 0], "/u": [1, 2]}}}')
 
 
 def test_forged_figures_in_the_last_report_never_stop_status_the_page_or_later_plans(canary, tmp_path, monkeypatch):
@@ -244,7 +245,7 @@ def test_a_row_waiting_on_fifty_thousand_jobs_shows_one_a_job(canary, tmp_path):
     waiting = {f"job{i}": {"until": 1_700_000_000, "why": "x"} for i in range(50_000)}
     row = {"table": "/t", "status": "waiting", "debt": 1, "waiting": waiting}
     plant(state, {"plan.json": json.dumps({"format": 1, "history": [], "report": {
-        "format": 1, "at": 1_700_000_000, "discovered": 1, "by_status": {"waiting": 1}, "top": [row]}})})
+        "format": 2, "at": 1_700_000_000, "discovered": 1, "by_status": {"waiting": 1}, "top": [row]}})})
     page = tmp_path / "fleet.html"
     run = run_cli("fleet", "status", "--state", str(state), "--html", str(page))
     assert run.rc == 0, run.stderr
@@ -260,9 +261,9 @@ def test_any_field_of_a_stored_report_forged_any_way_leaves_status_the_page_and_
     """Every field of a real report (a paused table, a breach, a failure, a pause in the state),
     replaced by each kind of value a stored document can hold: the status text, its document,
     the page and an event run's patch of the report all still come out."""
-    from memwal.fleet import controls
+    from memwal.fleet import control_log as controls
     from memwal.fleet.page import fleet_page_chunks
-    from memwal.fleet.report import last_report, patch_report
+    from memwal.fleet.report import REPORT_FORMAT, last_report, patch_report
     from memwal.fleet.runs import record_results
     from memwal.fleet.state import FleetState
     from memwal.fleet.status import FleetStatus
@@ -297,7 +298,7 @@ def test_any_field_of_a_stored_report_forged_any_way_leaves_status_the_page_and_
             st = FleetStatus(forged, tuple(history))
             assert st.render() and json.dumps(st.to_dict())
             assert "MemWAL fleet" in "".join(fleet_page_chunks(st, controls=state.read("controls.json")[0]))
-            assert patch_report(forged, json.loads(json.dumps(report)), top=50)["format"] == 1
+            assert patch_report(forged, json.loads(json.dumps(report)), top=50)["format"] == REPORT_FORMAT
 
 
 def test_the_airflow_table_page_opens_only_a_table_under_a_configured_sources_roots(canary, tmp_path, monkeypatch):

@@ -216,6 +216,16 @@ def test_a_bad_fleet_config_is_one_import_error_naming_the_key_and_a_missing_one
     message = error()
     assert "sources[0].storage_options.aws_secret_access_key: a credential in the config file" in message
     assert SECRET not in message
+    # every bad key at once: a schema error, a credential, a bad policy value (issue 64: in stages)
+    config.write_text(f"sources: [{{source: {lake}, storage_options: {{aws_secret_access_key: {SECRET}}}}}]\n"
+                      "state: {uri: /tmp/s, storage_options: {azure_storage_account_key: k}}\nengine: flink\n"
+                      "policy: {defaults: {options: {gc: {grace_seconds: .nan}}}}\n")
+    message = error()
+    for part in ("engine: 'flink' is not one of", "sources[0].storage_options.aws_secret_access_key: a credential",
+                 "state.storage_options.azure_storage_account_key: a credential",
+                 "policy defaults.options.gc: grace_seconds"):
+        assert part in message, (part, message)
+    assert SECRET not in message
     config.write_text("sources: []\n")
     assert "sources: [] should be non-empty" in error()
     # a worker without the config, parsing the file to run one of its tasks: an error naming the variable
@@ -353,7 +363,7 @@ def test_a_chunk_on_spark_is_one_spark_submit(tmp_path, monkeypatch):
 
 
 def test_chunks_stay_below_max_map_length_in_debt_order_and_carry_no_credential():
-    from memwal.airflow.fleet import chunks
+    from memwal.airflow.fleet_work import chunks
 
     from memwal.fleet.run import TableWork
 
@@ -476,11 +486,10 @@ def test_every_page_and_link_of_the_view_works_after_a_real_login(airflow_env, t
             at("/plugin/memwal/memwal/tables/config/events")
             page = frame("/memwal/tables/config/events", "document.querySelector('#table-uri')?.textContent")
             assert page["found"] == str(lake / "a" / "events")
-            assert page["links"][:2] == ["← all MemWAL tables", "DAG memwal_events"]
-            click("/memwal/tables/config/events", "DAG memwal_events")  # Airflow's own page, inside the view
-            frame("/dags/memwal_events", "document.body.innerText.length > 0 && !!document.querySelector('#root')")
-            b.navigate(f"{base}/plugin/memwal/memwal/tables/config/events")
-            frame("/memwal/tables/config/events", "!!document.querySelector('#table-uri')")
+            # Airflow's own pages are named, never linked: opened in the view's frame they showed
+            # Airflow's whole UI there, a second navigation rail (issue 64)
+            assert page["links"] == ["← all MemWAL tables"]
+            assert "DAG memwal_events (in Airflow's DAG list)" in page["text"]
             click("/memwal/tables/config/events", "← all MemWAL tables")
             at("/plugin/memwal/memwal/")
             frame("/memwal/", "!!document.querySelector('a.fleet-link')")
@@ -502,17 +511,14 @@ def test_every_page_and_link_of_the_view_works_after_a_real_login(airflow_env, t
             click("/memwal/fleet", first)
             at(f"/plugin/memwal/memwal/fleet/tables?uri={first}")
             shown = frame("/memwal/fleet/tables", "document.querySelector('#table-uri')?.textContent")
-            assert shown["found"] == first and shown["links"][:2] == ["← the fleet", "DAG memwal_fleet"]
+            assert shown["found"] == first and shown["links"][:1] == ["← the fleet"]
+            assert "DAG memwal_fleet (in Airflow's DAG list)" in shown["text"]
             click("/memwal/fleet/tables", "← the fleet")
             at("/plugin/memwal/memwal/fleet")
 
-            for label, dag in (("DAG memwal_fleet", "memwal_fleet"), ("pause, resume, cancel", "memwal_fleet_control"),
-                               ("the control DAG", "memwal_fleet_control")):
-                b.navigate(f"{base}/plugin/memwal/memwal/fleet")
-                frame("/memwal/fleet", "document.querySelectorAll('tr.table-row').length")
-                click("/memwal/fleet", label)
-                seen = frame(f"/dags/{dag}", "!!document.querySelector('#root') && document.body.innerText.length > 0")
-                assert "Not authenticated" not in seen["text"]
+            named = frame("/memwal/fleet", "document.querySelector('#control-dag')?.textContent")
+            assert "memwal_fleet_control" in named["found"] and not [x for x in fleet["links"] if "DAG" in x]
+            assert "DAG memwal_fleet (in Airflow's DAG list)" in named["text"]
 
 
 def test_the_control_dag_pauses_live_and_refuses_what_names_nothing(tmp_path, monkeypatch):
@@ -532,11 +538,12 @@ def test_the_control_dag_pauses_live_and_refuses_what_names_nothing(tmp_path, mo
     MemWalFleetPlanOperator(task_id="plan").execute(context())
     state = tmp_path / "fleet-state"
 
-    def control(action: str, target: str) -> dict:
+    def control(action: str, target: str, **more: object) -> dict:
         class Run:
             triggering_user_name = "carol"
 
-        ctx = {**context(), "params": {"action": action, "target": target, "reason": "on call"}, "dag_run": Run()}
+        ctx = {**context(), "params": {"action": action, "target": target, "reason": "on call", **more},
+               "dag_run": Run()}
         return MemWalFleetControlOperator(task_id="control").execute(ctx)
 
     assert control("pause", table)["paused"] == table
@@ -552,3 +559,11 @@ def test_the_control_dag_pauses_live_and_refuses_what_names_nothing(tmp_path, mo
     assert (state / "controls.json").read_bytes() == before  # refused: nothing written
     assert control("resume", table)["resumed"] == table
     assert control("cancel", table)["cancelled"] == []  # nothing running: nothing asked
+    before = (state / "controls.json").read_bytes()
+    with pytest.raises(AirflowFailException, match="no table of the fleet's sources there"):
+        control("cancel", str(lake / "nowhere"))
+    monkeypatch.delenv("MEMWAL_FLEET_KEY", raising=False)  # pauses unauthenticated: every table needs a yes
+    with pytest.raises(AirflowFailException, match="confirm with --yes"):
+        control("pause", "*")
+    assert (state / "controls.json").read_bytes() == before  # refused: nothing written
+    assert control("pause", "*", confirm_fleet_wide=True)["paused"] == "*"

@@ -125,6 +125,39 @@ def test_a_run_drains_every_table_to_its_writers_rows_and_an_idle_rerun_changes_
     assert idle.rc == 0 and idle.stdout.splitlines()[0].endswith(": nothing to run (3 tables: 3 waiting)"), idle.stdout
 
 
+def test_after_a_run_every_figure_of_status_and_the_page_sums_the_same_tables(lake, tmp_path):
+    """A run re-plans the tables it ran and patches the last report (issue 64: the totals
+    stayed the full plan's: a source said 160 unmerged where its rows held 32, the histogram put
+    each shard in its old bucket). Every figure is then the sum of what each table holds now."""
+    root, _ = lake
+    state, t2 = str(tmp_path / "state"), str(root / "b" / "deep" / "t2")
+    assert run_cli("fleet", "plan", str(root), "--state", state).rc == 0
+    assert run_cli("fleet", "pause", t2, "--state", state, "--by", "ops", "--reason", "not this one").rc == 0
+    run = run_cli("fleet", "run", str(root), "--state", state, "--max-rounds", "1", "--json")
+    assert run.rc == 0, run.stderr
+    page = tmp_path / "fleet.html"
+    run = run_cli("fleet", "status", "--state", state, "--json", "--html", str(page))
+    assert run.rc == 0, run.stderr
+    doc = json.loads(run.stdout)
+    rows = {t["table"]: t for t in doc["tables"]}
+    assert len(rows) == doc["discovered"] == 3 and rows[t2]["state"] == "paused"
+    pending = {uri: [s["unmerged_generations"] for s in json.loads(run_cli("status", uri, "--json").stdout)["shards"]]
+               for uri in rows}
+    assert {uri: r["lag_generations"] for uri, r in rows.items()} == {u: sum(map(len, p)) for u, p in pending.items()}
+    assert sum(s["unmerged_generations"] for s in doc["sources"]) == sum(r["lag_generations"] for r in rows.values())
+    assert sum(s["tables"] for s in doc["sources"]) == 3
+    from memwal.fleet.slo import histogram
+
+    assert doc["histogram"] == histogram(len(g) for p in pending.values() for g in p)
+    assert doc["by_state"] == {**dict.fromkeys(doc["by_state"], 0), **{
+        s: sum(1 for r in rows.values() if r["state"] == s) for s in {r["state"] for r in rows.values()}}}
+    debt = round(sum(r["debt"] for r in rows.values()), 2)
+    assert doc["debt"] == debt == round(sum(g["debt"] for g in doc["groups"]), 2)
+    assert doc["breaches"]["tables"] == sum(1 for r in rows.values() if r["breaches"])
+    html = page.read_text()
+    assert 'data-state="paused"' in html and f">{debt:g}<" in html
+
+
 def test_one_broken_table_fails_alone_and_is_named(lake):
     root, models = lake
     broken = str(root / "t3")

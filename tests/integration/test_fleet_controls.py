@@ -256,7 +256,9 @@ def test_input_that_matches_nothing_is_said_or_refused(tmp_path):
     assert (state / "controls.json").exists() == before is False  # nothing written
     refused = run_cli("fleet", "pause", folder, "--state", str(state), "--by", "a", "--reason", "b")
     assert f"{folder}/* matches them" in refused.stderr
-    assert run_cli("fleet", "pause", f"{folder}/*", "--state", str(state), "--by", "a", "--reason", "b").rc == 0
+    # every table of this fleet, and no fleet key: confirmed
+    assert run_cli("fleet", "pause", f"{folder}/*", "--state", str(state), "--by", "a", "--reason", "b",
+                   "--yes").rc == 0
     assert_one_line_error(run_cli("fleet", "resume", t1, "--state", str(state), "--by", "a", "--reason", "b"), 2,
                           t1, "not paused")
     assert json.loads((state / "controls.json").read_text())["log"][-1]["action"] == "pause"  # nothing logged
@@ -316,6 +318,9 @@ def test_a_waiting_gc_names_the_gate_gc_named_and_when_it_frees(tmp_path):
     assert f"kept {n}: {kept}" in said
     assert "writer-live: when the writer reopens or is quiet for 1d 0h" in said
     assert "grace period" not in said.split("the last GC", 1)[1]  # not the grace period's time
+    # judged with the fleet's GC options, not the command line's defaults: the dry run that shows the same
+    assert "memwal gc TABLE --dry-run --grace-seconds 0 --expire-versions 0 --writer-idle-seconds 86400 shows the " \
+           "same gates" in said, said
     html = tmp_path / "fleet.html"
     assert run_cli("fleet", "status", "--state", state, "--html", str(html)).rc == 0
     assert "when the writer reopens or is quiet for 1d 0h" in html.read_text()

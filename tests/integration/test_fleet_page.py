@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from memwal.core import clock as clocks
-from memwal.fleet import controls
+from memwal.fleet import control_log as controls
 from memwal.fleet.state import FleetState
 from tests.browser import canary, dump_dom, screenshot
 from tests.helpers import run_cli

@@ -46,8 +46,9 @@ def test_every_job_is_recorded_with_its_figures_and_real_versions(make_table):
     assert runs[:len(ours)] == ours and [r["job"] for r in runs[len(ours):]] == ["external"]
     assert runs[-1]["versions"][0] == 1
     assert [r["job"] for r in ours] == ["gc", "snapshot", "compact", "catchup", "merge", "merge"]
-    # gc without --expire-versions keeps every version, which holds every merged generation
-    assert [r["outcome"] for r in ours] == ["nothing-to-do", "ok", "ok", "ok", "ok", "ok"]
+    # gc without --expire-versions keeps every version, which holds every merged generation on
+    # storage; it drained them from the listings, which is work done: ok, and its line says so
+    assert [r["outcome"] for r in ours] == ["ok", "ok", "ok", "ok", "ok", "ok"]
     assert all(r["engine"] == "local" and r["finished_at"] >= r["started_at"] for r in ours)
     by_job = {r["job"]: r for r in ours}
     assert set(by_job["gc"]["figures"]["blocked_by_reason"]) == {"retained-version"}
@@ -63,6 +64,10 @@ def test_every_job_is_recorded_with_its_figures_and_real_versions(make_table):
     assert by_job["snapshot"]["figures"]["committed"] is True
     assert by_job["snapshot"]["versions"] == [snapshot["version"]]
     assert by_job["gc"]["figures"]["generations"] == len(gc["deleted"]) == 0 and by_job["gc"]["versions"] == []
+    gc_figures = by_job["gc"]["figures"]
+    assert gc_figures["drained"] == len(gc["drained"]) > 0 and gc_figures["blocked"] == len(gc["blocked"]) > 0
+    line = next(x for x in run_cli("history", uri, "--limit", "1").stdout.splitlines() if " gc " in x)
+    assert f"{len(gc['drained'])} drained" in line and f"{len(gc['blocked'])} kept (" in line, line
     existing = set(list_versions(table.store))
     named = [v for r in ours for v in r["versions"]]
     assert named and set(named) <= existing and len(named) == len(set(named))  # real versions, each once

@@ -95,6 +95,28 @@ def test_a_cancel_stops_each_job_at_its_next_safe_point(make_table, job):
     assert table_rows(table) == table_rows(table, version) and lsm_rows(table) == model.sorted_rows()
 
 
+def test_a_catchup_cancelled_between_its_commits_records_the_first_as_its_own(make_table):
+    """A catch-up that retrains two indexes commits twice (the vector index, then the scalar
+    one), each after a check. Cancelled after the first check, it builds and commits the first,
+    then stops at the second check: that commit is the job's in its history record and error,
+    never an ``external`` commit (issue 64)."""
+    table, _ = make_table()
+    assert memwal.open(table.uri).merge().ok
+    version = table.dataset().version
+    held = Stalled(lambda: run_cli("catchup", table.uri, "--json", "--max-deltas", "1", "--max-unindexed-fraction",
+                                   "0"), "catchup.fenced")
+    cancel(table.uri)
+    held.resume()
+    run = held.outcome
+    assert run.rc == 3, (run.rc, run.stderr)
+    assert f"cancelled by {BY}: {WHY} (before it stopped it committed version {version + 1})" in run.stderr
+    assert table.dataset().version == version + 1  # the second index was not committed
+    runs = json.loads(run_cli("history", table.uri, "--json").stdout)["runs"]
+    catchup = next(r for r in runs if r["job"] == "catchup")
+    assert (catchup["outcome"], catchup["versions"]) == ("cancelled", [version + 1])
+    assert not [r for r in runs if r["job"] == "external" and version + 1 in r["versions"]], runs
+
+
 def test_fleet_cancel_wait_says_when_the_job_stopped(make_table, manual_clock):
     """``--wait`` polls the job's lease until the job let it go, then reads how its run ended."""
     table, _ = make_table()
@@ -114,6 +136,26 @@ def test_fleet_cancel_wait_says_when_the_job_stopped(make_table, manual_clock):
     (merge,) = doc["jobs"]
     assert (merge["kind"], merge["state"], merge["outcome"]) == ("merge", "ended", "cancelled")
     assert f"cancelled by {BY}: {WHY}" in merge["error"] and merge["run_id"]
+    assert held.error is not None and held.error.exit_code == 3
+
+
+def test_fleet_cancel_wait_exits_1_when_the_job_did_not_stop_in_time(make_table, manual_clock):
+    """A job still running when ``--wait`` ends: the cancel was asked and is recorded, the job
+    may still stop at its next safe point, but the wait failed: exit 1, the job named running."""
+    table, _ = make_table()
+    held = Stalled(lambda: memwal.open(table.uri).merge(), "merge.after-read")
+    runs: list = []
+    waiter = threading.Thread(target=lambda: runs.append(
+        run_cli("fleet", "cancel", table.uri, "--by", BY, "--reason", WHY, "--json", "--wait", "3")))
+    waiter.start()
+    while waiter.is_alive():  # the held merge never reaches a safe point while the waiter waits
+        manual_clock.advance(1.0)
+        waiter.join(0.05)
+    (run,) = runs
+    assert run.rc == 1, run.stderr
+    (merge,) = json.loads(run.stdout)["jobs"]
+    assert (merge["kind"], merge["state"]) == ("merge", "running")
+    held.resume()  # it stops at its next safe point all the same
     assert held.error is not None and held.error.exit_code == 3
 
 
@@ -226,7 +268,8 @@ def test_a_cancelled_cycle_exits_3_and_a_cancelled_airflow_task_is_skipped_not_r
     held.resume()
     run = held.outcome
     assert run.rc == 3 and run.stderr.strip().splitlines()[-1].startswith("memwal: error: merge on ")
-    assert f"cancelled by {BY}: {WHY}" in run.stderr and "compact  not-run   not run: cancelled by" in run.stdout
+    compact = next(line.split() for line in run.stdout.splitlines() if line.strip().startswith("compact"))
+    assert f"cancelled by {BY}: {WHY}" in run.stderr and compact[:4] == ["compact", "not-run", "not", "run:"]
 
     op = MemWalMergeOperator(task_id="merge", table=table.uri)
     held = Stalled(lambda: op.execute(context()), "merge.after-read")

@@ -30,5 +30,7 @@ def typed(uri: str, flag: bool) -> None:
     plans: tuple[MergePlan, CatchupPlan, CompactPlan, SnapshotPlan, GcPlan] = (
         t.plan_merge(shards=["a"]), t.plan_catchup(indexes=["id_idx"]), t.plan_compact(),
         t.plan_snapshot(), t.plan_gc(grace_seconds=timedelta(hours=1), orphans=True))
+    with t.checkpoint(lifetime=timedelta(minutes=10)) as held, t.checkpoint(lifetime=600.0) as seconds:
+        print(held.id, seconds.id)  # a lifetime is seconds or a timedelta, as its docstring says
     print(merge_plan, merged, catchup_plan, caught_up, compact_plan, compacted, snapshot_plan, published, would,
           collected, either, plans)

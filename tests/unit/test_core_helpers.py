@@ -85,7 +85,8 @@ def test_sizes_read_the_same_in_status_history_and_gc():
     from memwal.history.timeline import _summary
 
     assert [human_bytes(n) for n in (0, 512, 1536, 2411963, 5 << 30)] == ["0B", "512B", "1.5KiB", "2.3MiB", "5.0GiB"]
-    assert _summary({"job": "gc", "figures": {"generations": 24, "bytes": 2411963}}) == "  24 generations, 2.3MiB freed"
+    gc_line = _summary({"job": "gc", "figures": {"generations": 24, "bytes": 2411963}})
+    assert gc_line == "  24 generations deleted, 2.3MiB freed"
     doc = {"table": "t", "dry_run": False, "deleted": [], "wal_entries_deleted": 0, "bytes_freed": 2411963,
            "blocked": [], "kept_wal_entries": [], "retention": None, "orphans": [], "broken_shards": []}
     assert "2.3MiB freed" in render_gc(doc)

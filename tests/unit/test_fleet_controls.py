@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memwal.errors import BadInputError
-from memwal.fleet import controls
+from memwal.fleet import control_log as controls
+from memwal.fleet.controls import Controls, Pause
 from memwal.fleet.policy import policy_from
 from memwal.fleet.quota import fair_order, shares
 from memwal.fleet.runs import backoff_of, failures_of, record_results
@@ -73,7 +74,7 @@ def test_pauses_are_recorded_with_who_why_and_when_and_a_tables_own_pause_wins(t
     controls.pause(state, "s3://lake", by="alice", reason="migration", now=100.0)
     controls.pause(state, "s3://lake/t1", by="bob", reason="a bad partition", now=200.0)
     policy = policy_from({"paused": {"s3://lake/legacy/*": {"by": "ops", "reason": "read only"}}})
-    ctl = policy.controls().with_state(state.read("controls.json")[0])
+    ctl = policy.controls().with_state(controls.stored_pauses(state.read("controls.json")[0], state.uri))
     own = ctl.paused("s3://lake/t1", "s3://lake")
     assert (own.by, own.reason, own.at, own.origin) == ("bob", "a bad partition", 200.0, "state")
     assert ctl.paused("s3://lake/t2", "s3://lake").by == "alice"  # the source's pause
@@ -147,7 +148,10 @@ def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live()
            "reasons": reasons, "holds": {"unmerged_generations": 12}, "withheld": [], "paused": None}
     idle = {**row, "table": "s3://l/t2", "status": "paused", "reasons": ["paused by bob: old"], "withheld": ["gc"],
             "paused": {"target": "s3://l/t2", "by": "bob", "reason": "old", "at": 1.0, "origin": "state"}}
-    report = {"at": 10.0, "discovered": 2, "by_status": {"behind": 1, "paused": 1}, "top": [row, idle]}
+    brief = ["behind", 3.0, "s3://l", [], 12, None, "default", True, False, [[5, 1]], False]
+    index = {"s3://l/t1": brief, "s3://l/t2": ["paused", *brief[1:]], "s3://l/t3": ["idle", 0.0, *brief[2:]]}
+    report = {"format": 2, "at": 10.0, "discovered": 3, "by_status": {"behind": 1, "paused": 1}, "top": [row, idle],
+              "index": index}
     runs = {"tables": {"s3://l/t1": {"at": 20.0, "last": [
         {"at": 20.0, "job": "merge", "status": "done", "summary": "v5: 3 generations"},
         {"at": 20.0, "job": "gc", "status": "waiting", "summary": "0 deleted, 6 blocked"}]}}}
@@ -160,7 +164,11 @@ def test_the_status_shows_every_reason_the_last_run_whole_and_pauses_read_live()
     assert text.count("backfill") == 1 and "paused by alice since" in text
     assert "last run 1970-01-01 00:00 UTC: waiting: merge done, gc waiting (0 deleted, 6 blocked)" in text
     doc = st.to_dict()
-    assert doc["by_state"] == {"behind": 1, "paused": 1}  # t1 paused since the plan, t2 resumed since
+    # t1 paused since the plan, t2 resumed since: the counts and every breakdown from the same briefs
+    assert {k: v for k, v in doc["by_state"].items() if v} == {"behind": 1, "paused": 1, "idle": 1}
+    (source,) = doc["sources"]
+    assert source["by_status"] == {**dict.fromkeys(source["by_status"], 0), "behind": 1, "paused": 1, "idle": 1}
+    assert doc["histogram"]["counts"][5] == 3 and source["unmerged_generations"] == 36
     t1, t2 = doc["tables"]
     assert (t1["state"], t1["paused"]["by"], t1["last_run"]["outcome"]) == ("paused", "alice", "waiting")
     assert (t2["state"], t2["paused"], t2["reasons"][0]) == ("behind", None, "resumed since the last plan: "
@@ -193,11 +201,11 @@ def test_the_state_pauses_that_match_no_table_are_looked_up_and_bounded():
     from memwal.fleet.sources_model import Discovery, TableRef
 
     found = Discovery((TableRef("s3://l/t1", "s3://l", {}), TableRef("s3://l/t2", "s3://l", {})), (), ())
-    gone = [controls.Pause(f"s3://l/gone{i:02d}", "ops", "r") for i in range(MAX_UNMATCHED_PAUSES + 3)]
-    held = [controls.Pause("s3://l/t1", "ops", "r"), controls.Pause("s3://l", "ops", "r"),
-            controls.Pause("s3://l/t*", "ops", "r")]
+    gone = [Pause(f"s3://l/gone{i:02d}", "ops", "r") for i in range(MAX_UNMATCHED_PAUSES + 3)]
+    held = [Pause("s3://l/t1", "ops", "r"), Pause("s3://l", "ops", "r"),
+            Pause("s3://l/t*", "ops", "r")]
     policy = policy_from({"paused": {"s3://l/old": {"by": "ops", "reason": "r"}}})
-    out = _unmatched(policy, controls.Controls(policy.controls().pauses + tuple(held + gone)), found)
+    out = _unmatched(policy, Controls(policy.controls().pauses + tuple(held + gone)), found)
     assert out == ['policy paused."s3://l/old": matches no table of the fleet'] + [
         f"pause of s3://l/gone{i:02d} (memwal fleet pause, by ops): matches no table of the fleet"
         for i in range(MAX_UNMATCHED_PAUSES)] + ["3 more pauses match no table of the fleet"]

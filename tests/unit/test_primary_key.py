@@ -63,3 +63,4 @@ def test_a_memwal_table_without_a_key_is_exit_2_and_names_the_table(tmp_path: Pa
     run = run_cli("merge", ds.uri)
     assert run.rc == 2 and run.stderr.count("\n") == 1
     assert f"{ds.uri}: the base table has no unenforced primary key" in run.stderr
+    assert "'lance-schema:unenforced-primary-key': 'true'" in run.stderr  # how to declare one

@@ -61,11 +61,13 @@ def _log(event: str, outcome: JobOutcome) -> None:
 
 
 def render(result: CycleResult) -> str:
+    """One line a job: job, status and time in columns (as wide as the widest status: a
+    ``cancelled`` row keeps the others aligned), then what it did or why not."""
     from memwal.cycle import JobStatus
 
     lines = [f"{result.table}: maintenance cycle"]
+    width = max((len(str(j.status)) for j in result.jobs), default=0)
     for j in result.jobs:
-        took = f" {j.seconds:.1f}s" if j.status in (JobStatus.DONE, JobStatus.PLANNED, JobStatus.WAITING,
-                                                     JobStatus.FAILED) else ""
-        lines.append(f"  {j.job:<8} {j.status:<8}{took}  {j.summary or j.error or ''}".rstrip())
+        took = "" if j.status in (JobStatus.NOT_RUN, JobStatus.SKIPPED) else f"{j.seconds:.1f}s"
+        lines.append(f"  {j.job:<8} {str(j.status):<{width}} {took:>7}  {j.summary or j.error or ''}".rstrip())
     return "\n".join(lines)

@@ -205,9 +205,9 @@ def run_status(args: argparse.Namespace) -> int:
             raise BadInputError(f"--state {args.state}: no plan there yet (run memwal fleet plan SOURCE... --state "
                                 f"{args.state})")
         report, runs, controls = last, state.read(RUNS)[0], state.read(CONTROLS)[0]
-    st = FleetStatus(live(report, runs, controls), tuple(history))
+    st = FleetStatus(live(report, runs, controls, state.uri if state is not None else ""), tuple(history))
     if args.html:
-        write_fleet_page(args.html, st, controls=controls or {}, state_uri=args.state)
+        write_fleet_page(args.html, st, controls=controls or {}, state_uri=state.uri if state is not None else None)
     doc = st.to_dict()
     emit(args, doc, lambda: st.render() + (f"\nfleet page: {args.html}" if args.html else ""))
     failed = _problems(doc["problems"])

@@ -2,18 +2,24 @@
 
 - ``pause TARGET --state URI --by WHO --reason WHY``: withhold the jobs of a table, a source,
   or every table a glob matches, until resumed (recorded in the state with who, why, when); a
-  target that matches no table the fleet knows, and is no Lance table, is refused (exit 2);
+  target that matches no table the fleet knows, and is no Lance table, is refused (exit 2), and
+  so is a fleet-wide pause while pauses are unauthenticated (no ``MEMWAL_FLEET_KEY``) unless
+  ``--yes`` confirms it;
 - ``resume TARGET --state URI --by WHO --reason WHY``: lift a pause set by ``pause``; a target
   not paused in the state is refused (exit 2: a pause written in the policy file is lifted by
   editing the file);
 - ``cancel TABLE --by WHO --reason WHY [--wait [S]]``: ask the table's running jobs to stop
   where nothing is half-done, releasing their leases (:mod:`memwal.lease.cancel`); logged in
   ``--state``. It says, for each job asked, whether it has stopped; ``--wait`` waits until each
-  has (or S seconds passed) and says how each ended (``cancelled``, or finished first);
+  has (or S seconds passed) and says how each ended (``cancelled``, or finished first); a
+  TABLE that is no Lance table is refused (exit 2);
 - ``failures [TABLE] --state URI``: the failure history the fleet's runs left, with reasons.
 
-Exit codes: 0 done; 2 bad input (who or why missing, no state, a pause or resume that names
-nothing), nothing written.
+Targets are recorded as discovery names tables (a relative path made absolute).
+
+Exit codes: 0 done; 1 ``cancel --wait``: a job asked had not stopped when the wait ended (it
+still may, at its next safe point); 2 bad input (who or why missing, no state, a pause,
+resume or cancel that names nothing), nothing written.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, Subparsers, common_options, emit
+from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Subparsers, common_options, emit
 
 #: How long ``fleet cancel --wait`` waits when given no number of seconds.
 DEFAULT_WAIT = 600.0
@@ -39,6 +45,10 @@ def add_verbs(verbs: Subparsers) -> None:
                        help="the fleet's shared state (where the change is recorded)")
         p.add_argument("--by", required=True, metavar="WHO", help="who you are (recorded)")
         p.add_argument("--reason", required=True, metavar="WHY", help="why (recorded)")
+        if name == "pause":
+            p.add_argument("--yes", action="store_true",
+                           help="confirm a fleet-wide pause (every table) while pauses are unauthenticated "
+                                "(no MEMWAL_FLEET_KEY)")
         if name == "cancel":
             p.add_argument("--wait", type=float, nargs="?", const=DEFAULT_WAIT, metavar="S",
                            help=f"wait up to S seconds (default {DEFAULT_WAIT:g}) until every job asked has stopped, "
@@ -62,16 +72,21 @@ def state_of(args: argparse.Namespace) -> Any:
 def run_control(args: argparse.Namespace) -> int:
     from memwal.core import clock as clocks
     from memwal.errors import BadInputError
-    from memwal.fleet import controls, targets
+    from memwal.fleet import control_log as controls
+    from memwal.fleet import targets
+    from memwal.history import cancel_effect
 
     now = clocks.current()()
     by, reason, target = args.by.strip(), args.reason.strip(), args.target.strip()
     if not by or not reason or not target:
         raise BadInputError("say what (TARGET), who you are (--by) and why (--reason): all are recorded")
+    target = controls.canonical_target(target) if args.verb != "resume" else target
     state = state_of(args)
     doc: dict[str, Any]
+    code = EXIT_OK
     if args.verb == "pause":
-        targets.check_target(state, target, is_table=lambda uri: _is_table(uri, args.storage_options))
+        targets.check_target(state, target, is_table=lambda uri: targets.is_table(uri, args.storage_options),
+                             confirmed=args.yes)
         controls.pause(state, target, by=by, reason=reason, now=now)
         doc = {"paused": target, "by": by, "reason": reason, "at": now}
         text = f"paused {target} (by {by}: {reason}); memwal fleet resume {target} --state {args.state} lifts it"
@@ -80,18 +95,15 @@ def run_control(args: argparse.Namespace) -> int:
         doc = {"resumed": target, "by": by, "reason": reason, "at": now}
         text = f"resumed {target}"
     else:
+        if not targets.is_table(target, args.storage_options):
+            raise BadInputError(f"{target}: no Lance table there: nothing to cancel")
         doc, text = _cancel(args, target, by, reason, now)
         if state is not None:
             controls.log_action(state, "cancel", target, by=by, reason=reason, now=now)
+        if args.wait is not None and any(s["state"] == cancel_effect.RUNNING for s in doc["jobs"]):
+            code = EXIT_FAILED  # asked, recorded, but not stopped in time
     emit(args, doc, lambda: text)
-    return EXIT_OK
-
-
-def _is_table(uri: str, storage_options: dict[str, str]) -> bool:
-    """Whether a Lance table lies at ``uri`` (it has a ``_versions/`` folder)."""
-    from memwal.store import check_table_uri, open_store
-
-    return "_versions" in open_store(check_table_uri(uri), storage_options).list_dirs("")
+    return code
 
 
 def _cancel(args: argparse.Namespace, table: str, by: str, reason: str, now: float) -> tuple[dict[str, Any], str]:
