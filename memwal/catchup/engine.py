@@ -64,7 +64,7 @@ class LocalCatchupEngine:
                 steps.step("catchup.fenced")  # past its last check, before Lance builds and commits
                 ds.optimize.optimize_indices(index_names=names, **options)
                 if ds.version != before:  # the handle moved to its own commit (a no-op commits nothing)
-                    history.committed(ds.version)
+                    history.committed(table, ds.version)
                     committed.append(ds.version)
         return committed
 

@@ -62,7 +62,9 @@ def committed(table: Table, version: int | None, *, applied: Mapping[str, tuple[
     if version is None:
         return
     ctx = _current.get()
-    if ctx is not None and version not in ctx.versions:
+    if ctx is not None:
+        if version in ctx.versions:
+            return  # named once already (an engine recorded it as it landed): its receipt is written
         ctx.versions.append(version)
     txn = None
     if applied or bind:
