@@ -14,7 +14,7 @@ progress, and ``ours`` must equal the LSM reader's view of the input; otherwise 
 benchmark failed and exits 1. Then it times ``ours``, ``floor`` and ``spark`` as the change
 rows and the base rows grow, profiles ``ours`` and ``floor`` once under cProfile, and writes
 ``DIR/bench.json`` and ``DIR/bench.png``. Two more comparisons (:mod:`bench.data.tiny`,
-:func:`~bench.merge.side.ops_point`): merging 10,000 tiny generations, and the same table merged
+:func:`ops_point`): merging 10,000 tiny generations, and the same table merged
 with and without merge operators; and a job's fixed costs beside their floors
 (:mod:`bench.merge.fixed_costs`).
 
@@ -44,11 +44,11 @@ from bench.merge.report import (
     TARGET_LOOP_OVER_OURS,
     TARGET_OURS_OVER_FLOOR,
     TARGET_PEAK_RSS_OVER_FLOOR,
+    TARGET_TINY_SECONDS,
     chart,
     profile_pass,
     summary_text,
 )
-from bench.merge.side import ops_point, tiny_point
 
 
 @dataclass
@@ -204,6 +204,37 @@ def point_doc(info: dict, res: dict) -> dict:
     doc["ratios"] = ratios(res)
     doc["failed"] = res.get("_failed", {})
     return doc
+
+
+def ops_point(pristine: str, repeat: int, work: Path, logs: Path) -> dict:
+    """The main table merged with ``value`` summed and with it replaced (:func:`bench.merge.ops.compare_ops`)."""
+    from bench.merge.ops import compare_ops
+
+    point, tables = compare_ops(pristine, repeat, work, logs, "ops")
+    for src in tables.values():
+        shutil.rmtree(src, ignore_errors=True)
+    return {"column": "value", "operator": "sum", **point}
+
+
+def tiny_point(generations: int, repeat: int, work: Path, logs: Path) -> dict:
+    """``memwal merge`` of ``generations`` tiny generations, as a whole process."""
+    from bench.data.tiny import build_tiny
+
+    pristine = str(work / "tiny-table")
+    log(f"tiny generations: writing {generations:,} generations with ShardWriter")
+    info = build_tiny(pristine, generations)
+    runs = []
+    for r in range(repeat):
+        copy = copy_table(pristine, str(work / f"tiny-{r}"))
+        log(f"tiny generations: ours (run {r + 1}/{repeat})")
+        doc = run_contender("ours", copy, logs, f"tiny-{r}")
+        doc["identical"] = doc["generations"] == generations
+        runs.append(doc)
+        shutil.rmtree(copy, ignore_errors=True)
+    shutil.rmtree(pristine, ignore_errors=True)
+    out = summarize(runs)
+    return {"table": info, **out, "all_merged": out["identical"], "target_seconds_max": TARGET_TINY_SECONDS,
+            "met": out["inner_seconds"] < TARGET_TINY_SECONDS}
 
 
 def main(argv: list[str] | None = None) -> int:
