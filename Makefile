@@ -29,7 +29,7 @@ install: bytecode
 # install leaves that to the first import, which writes nothing when PYTHONDONTWRITEBYTECODE is set
 # (CI here, and many container images): every memwal process then compiled its ~250 modules again,
 # 0.14 s of each start, and the merge read 1.43x the single-pass floor at 1M rows instead of 0.95x
-# (bench/growth.py). `make install` runs it; `make test` and `make demo` run it again for the files
+# (bench/merge/growth.py). `make install` runs it; `make test` and `make demo` run it again for the files
 # changed since (0.1 s when none is).
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q memwal jobs airflow_plugins dags
@@ -204,45 +204,26 @@ demo: $(STAMP) bytecode
 	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
 
 # The benchmark harness end to end at a tiny size (tests/integration/test_bench_smoke.py, marked `bench`):
-# every bench writes its documented JSON and chart. `make bench` runs it first; `make test` does not
-# (it checks the harness, not memwal, and cost a fifth of the suite's time).
+# every bench with a smoke writes its documented JSON and chart. `make bench` runs it first; `make test` does
+# not (it checks the harness, not memwal, and cost a fifth of the suite's time).
 bench-smoke: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m bench -n $(TEST_WORKERS) --dist loadfile
 
-# Merge (ours vs the per-generation loop vs the single-pass floor vs Spark, whole processes and
-# in-process, peak memory), the merge as the base grows (1M-16M rows; Lance's key index or a scan),
-# status and gc planning against 5,000 versions and a year of run history, merge operators against
-# none, Spark's time split and its whole-process timeline, compaction (scan before/after, local vs
-# Spark), GC of 10,000 generations against rm -rf and threaded unlinks, and requests per generation
-# (GC) and per shard (status) on moto and Azurite with GC of 1,000 generations against raw
-# DeleteObjects; fleets: `memwal fleet plan` on 100-1,000 tables (time) and on moto and Azurite
-# (requests per table), and a few minutes of a simulated fleet with live writers under the fleet
-# runner against today's fixed per-table schedule, and the same at four times the load (2-s ticks) with the
-# runner serving tables past their service level first against by debt alone; requests a day of an idle
-# 1,000-table fleet woken by events (S3 -> SQS) against polling every 10 minutes; memwal against lance-context's own merger (bench/peers.py: the
-# readers' time after each, on identical copies of a lance-context store); a writer that never stops, 30 minutes for each client
-# (bench/steady.py: what readers open and pay, minute by minute, against cleanup_wal(); and a pylance writer replaced
-# every 10 minutes, the remedy docs/benchmarks.md names; bench/list_reader_floor.py: what pylance's reader pays for one
-# listed generation). JSON and charts in bench-results/.
+# Every bench, concept by concept, as bench/README.md lists them (`python -m bench` prints the cases):
+# merge (ours against the loop users write and the single-pass floors, as the base grows, merge operators,
+# a run's fixed costs), gc (10,000 generations against rm -rf; requests on moto and Azurite), read (status
+# and the gc plan against history, the snapshot refresh, compaction, a writer that never stops for every
+# client, the list reader's floor), spark (the merge by phase, a whole process's timeline, the driver's
+# share of the writes), fleet (the plan at 100-1,000 tables, the simulation under live writers and over
+# capacity, events against polling) and clients (memwal against lance-context's merger). JSON and charts
+# in bench-results/.
 bench: bench-smoke
-	$(PY) -m bench.run --out bench-results
-	$(PY) -m bench.growth --out bench-results
-	$(PY) -m bench.status_scale --out bench-results
-	$(PY) -m bench.ops_profile --out bench-results
-	$(PY) -m bench.spark_breakdown --out bench-results
-	$(PY) -m bench.spark_timeline --out bench-results
-	$(PY) -m bench.driver_share --cluster --out bench-results
-	$(PY) -m bench.compaction --out bench-results
-	$(PY) -m bench.gc_many --work bench-results/gc-work --generations 10000 --runs 3 --floor --timers --out bench-results
-	$(PY) -m bench.object_stores --work bench-results/os-work --generations 1000 --out bench-results
-	$(PY) -m bench.fleet_plan --work bench-results/fleet-work --out bench-results
-	$(PY) -m bench.fleet --work bench-results/fleet-sim --out bench-results
-	$(PY) -m bench.fleet --work bench-results/fleet-sim --tick 2 --phases fleet,fleet-debt --out bench-results/overload
-	$(PY) -m bench.fleet_events --out bench-results
-	$(PY) -m bench.peers --work bench-results/peers-work --out bench-results
-	$(PY) -m bench.steady --work bench-results/steady-work --out bench-results
-	$(PY) -m bench.steady --arms pylance --reopen-every 10 --work bench-results/steady-work --out bench-results/steady-reopen
-	$(PY) -m bench.list_reader_floor --out bench-results
+	$(PY) -m bench merge --out bench-results
+	$(PY) -m bench gc --out bench-results
+	$(PY) -m bench read --out bench-results
+	$(PY) -m bench spark --out bench-results
+	$(PY) -m bench fleet --out bench-results
+	$(PY) -m bench clients --out bench-results
 
 # Airflow on this machine, with the fleet DAG: a few demo tables written by ShardWriter under
 # .demo/fleet/, then `airflow standalone` (metadata database, API server and UI on

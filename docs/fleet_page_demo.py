@@ -2,7 +2,7 @@
 
     .venv/bin/python docs/fleet_page_demo.py [--tables 1000] [--keep DIR] [--out docs/fleet-page.png]
 
-The fleet (``bench/fleet_demo.py``): tables written by pylance's ShardWriter in five sources,
+The fleet (``bench/data/fleet.py``): tables written by pylance's ShardWriter in five sources,
 behind, past a service level, waiting for GC's grace period, idle. A source and a table are
 paused (who and why recorded), one table fails (a generation folder moved away), a few tables
 are merged between plans so the trends move; then the page of the last plan, read from the
@@ -36,7 +36,7 @@ def screenshot(page: str, out: str, width: int = 1400, height: int = 2200) -> No
 def fleet(root: Path, tables: int) -> tuple[list[str], str]:
     """The demo fleet, its pauses, a failure and three plans; its sources and state folder."""
     import memwal
-    from bench.fleet_demo import build_demo_fleet
+    from bench.data.fleet import build_demo_fleet
     from memwal.core import clock as clocks
     from memwal.fleet import control_log as controls
     from memwal.fleet.policy import Policy

@@ -2,7 +2,7 @@
 
 pyspark ships no ``sbin/start-master.sh``, so the daemons are started with ``spark-class`` on
 ports chosen free, as child processes of the caller, and stopped by their ids in a
-``finally``. Used by ``tests/integration/test_spark_cluster.py`` and ``bench/driver_share.py``.
+``finally``. Used by ``tests/integration/test_spark_cluster.py`` and ``bench/spark/driver_share.py``.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ class SparkMergeEngine:
         self.shard_max_bytes = shard_max_bytes
         #: Whether last-write-wins batches are written by the executors (the core decides per batch).
         self.driverless = driverless
-        #: Wall and task seconds of the last run, for ``bench/spark_breakdown.py``.
+        #: Wall and task seconds of the last run, for ``bench/spark/breakdown.py``.
         self.last_timings: dict[str, Any] = {}
 
     @property

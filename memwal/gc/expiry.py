@@ -11,7 +11,7 @@ deletes. Run (:meth:`VersionExpiry.collect`): those numbers go to
 ``cleanup_old_versions(versions=...)``, less every version a checkpoint read again after the
 GC marker names, never a clock difference; the published file snapshot is kept around it
 (hazard H3, :func:`memwal.snapshot.locate.snapshot_file_kept`). Lance's cleanup lists the
-table's files itself (``bench/object_stores.py`` counts its requests).
+table's files itself (``python -m bench gc stores`` counts its requests).
 """
 
 from __future__ import annotations

@@ -32,19 +32,32 @@ import contextvars
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from memwal.core import clock as clocks
+from memwal.core.clock import Clock
 from memwal.errors import BadInputError, MemWalError, NotFoundError, PreconditionFailedError
+from memwal.lease.heartbeat import Heartbeat
 from memwal.lease.record import LEASE_PREFIX, LeaseRecord, lease_key
 from memwal.store import Store
-
-if TYPE_CHECKING:
-    from memwal.lease.lease import Lease
 
 #: How often a running job's lease is read while engine work that can be stopped runs (a
 #: Spark job): one small read each time, only while such work runs.
 WATCH_SECONDS = 5.0
+
+
+class Held(Protocol):
+    """What a run's watcher needs of a lease it holds (:class:`memwal.lease.Lease` is one): a
+    protocol here, so that this module, which the lease's renewal calls, needs nothing of it."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def check(self, *, safe_to_stop: bool = False) -> None: ...
+
 
 _noticed: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -126,7 +139,7 @@ class Scope:
     work that can be stopped meanwhile, and the request that stopped it."""
 
     root: str
-    leases: Sequence[Lease]
+    leases: Sequence[Held]
     stops: list[Callable[[], None]] = field(default_factory=list)
     #: The request that stopped this run's engine work (None: none did).
     stopped: dict[str, Any] | None = None
@@ -145,7 +158,7 @@ _current: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("memwal_
 
 
 @contextlib.contextmanager
-def running(root: str, leases: Sequence[Lease]) -> Iterator[Scope]:
+def running(root: str, leases: Sequence[Held]) -> Iterator[Scope]:
     """The block is one job's run on the table at ``root`` holding ``leases``: engine work
     started inside it (:func:`stoppable`) is stopped when a cancel request reaches it."""
     scope = Scope(root, list(leases))
@@ -168,8 +181,6 @@ def stoppable(stop: Callable[[], None], *, every: float = WATCH_SECONDS) -> Iter
     job's lease is read every ``every`` seconds of its clock, and ``stop()`` is called (once)
     when a cancel request is found there, or by any other check or renewal. Outside a job's
     run (:func:`running`), e.g. a dry run, the block runs unwatched."""
-    from memwal.lease.heartbeat import Heartbeat
-
     scope = _current.get()
     if scope is None or not scope.leases:
         yield
@@ -199,5 +210,5 @@ def stoppable(stop: Callable[[], None], *, every: float = WATCH_SECONDS) -> Iter
                 scope.stops.remove(stop)
 
 
-__all__ = ["WATCH_SECONDS", "Asked", "Scope", "ask", "cancelled", "describe", "noticed", "request_cancel", "running",
-           "stoppable"]
+__all__ = ["WATCH_SECONDS", "Asked", "Held", "Scope", "ask", "cancelled", "describe", "noticed", "request_cancel",
+           "running", "stoppable"]

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from memwal.errors import CancelledError, LeaseLostError, MemWalError, PreconditionFailedError
+from memwal.lease import cancel
 from memwal.lease.heartbeat import renewal_interval
 from memwal.lease.record import LeaseRecord, fmt_time
 from memwal.observe import metrics
@@ -126,8 +127,6 @@ class Renewing:
 
     def _cancel_requested(self, request: dict[str, Any], safe_to_stop: bool) -> None:
         """Note an operator's cancel request; stop the job now if nothing is half-done."""
-        from memwal.lease import cancel
-
         cancel.noticed(self.store.root, request)
         if safe_to_stop:
             raise CancelledError(f"{self.kind} on {self.store.root}: {cancel.describe(request)}")

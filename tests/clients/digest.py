@@ -1,7 +1,7 @@
 """One digest of a table's rows that every client's process computes alike (stdlib only: it
 runs in lance-context's and LanceDB's own virtual environments too).
 
-The steady-state bench (``bench/steady.py``) checks each read of a client against the model of
+The steady-state bench (``bench/read/steady.py``) checks each read of a client against the model of
 what was written without shipping the rows back: the sum, modulo 2**64, of a 64-bit hash of
 each row's key and value. Order does not matter, and the model updates it per write.
 """

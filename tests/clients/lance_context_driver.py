@@ -5,12 +5,12 @@ inside, pinned by ``tests/clients/lance-context.txt``), never in ours: it is the
 client as its users run it, one long-lived process holding one store. Commands:
 ``{"op": "open", "uri": ..., "schema": {...}}``, ``{"op": "open_existing", "uri": ...}``,
 ``{"op": "add", "rows": [...]}``, ``{"op": "flush"}``, ``{"op": "list"}``, ``{"op": "get", "id": ...}``,
-``{"op": "cleanup_wal"}``, ``{"op": "version"}``; for the peer bench (bench/peers.py), where JSON of
+``{"op": "cleanup_wal"}``, ``{"op": "version"}``; for the peer bench (bench/clients/peers.py), where JSON of
 every row would cost more than the work measured: ``{"op": "fill", "generations": G, "rows": R}``
 (G generations of R rows, half of them updates, written and flushed one by one),
 ``{"op": "timed_list"}`` (rows and seconds of one ``list()``) and ``{"op": "cleanup_all"}``
 (``cleanup_wal()`` until it has nothing left: generations merged and calls); for the
-steady-state bench (bench/steady.py): ``{"op": "gen", "rows": [...]}`` (one flushed generation
+steady-state bench (bench/read/steady.py): ``{"op": "gen", "rows": [...]}`` (one flushed generation
 of those rows) and ``{"op": "read"}`` (one ``list()``: rows, the rows' digest of
 :mod:`tests.clients.digest` over ``id`` and ``v``, seconds). Answers: ``{"ok": value}`` or
 ``{"error": "..."}``.

@@ -38,7 +38,7 @@ Commands (``{"op": ..., "handle": ..., args}``):
   routed by Lance; answers the next new key), ``timed_scan`` (rows and seconds of one full
   read) and ``row_count`` (``visible``: the rows a read of the key column through the LSM
   gives, ``seconds`` it took; ``base``: ``count_rows()``); for the steady-state bench
-  (bench/steady.py): ``gen`` ``rows`` (one ``merge_insert`` then ``close_lsm_writers()``: one
+  (bench/read/steady.py): ``gen`` ``rows`` (one ``merge_insert`` then ``close_lsm_writers()``: one
   flushed generation) and ``read`` (one full read through the LSM: rows, seconds and the rows'
   digest of :mod:`tests.clients.digest` over ``id`` and ``v``).
 

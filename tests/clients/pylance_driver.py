@@ -1,7 +1,7 @@
 """A pylance 14 ``ShardWriter`` driven over a pipe, one JSON command a line in, one JSON answer out.
 
 The writer our users run, in a process of its own that stays open for as long as the caller
-wants (the steady-state bench, bench/steady.py, keeps one writing for half an hour), the same
+wants (the steady-state bench, bench/read/steady.py, keeps one writing for half an hour), the same
 protocol as :mod:`tests.clients.lance_context_driver`. Commands:
 
 * ``{"op": "create", "uri": ..., "rows": [...]}``: a table of the bench's schema (``id`` string

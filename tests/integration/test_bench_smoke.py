@@ -1,7 +1,10 @@
-"""The benchmark harness runs end to end at a tiny size and writes the documented JSON and chart.
+"""Every bench with a smoke runs end to end at its tiny size and writes its documented JSON and chart.
 
 No timing assertions: performance is measured by ``make bench`` as ratios, never asserted
-in tests. This only checks that the harness works and its document has the expected shape.
+in tests. This only checks that the harness works and each document has the expected shape.
+The cases and their smoke arguments come from the benches' own registry (``bench/cases.py``,
+each concept's ``CASES``): a case registered with a smoke is run here with no test to write;
+what its document must hold beyond the harness's frame is :data:`CHECKS`'s.
 
 Marked ``bench``: ``make bench-smoke`` runs them (and ``make bench`` first of all), ``make test``
 does not. They check the harness, not memwal, and took 756 of the suite's 3,639 test-seconds
@@ -14,34 +17,72 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench.cases import Case, every
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.bench
 
+Check = Callable[[dict[str, Any], Path], None]
+CHECKS: dict[str, Check] = {}
 
-def test_bench_smoke_writes_json_and_chart(tmp_path):
-    out = tmp_path / "out"
+
+def check(key: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS[key] = fn
+        return fn
+    return register
+
+
+SMOKES = [(concept, case) for concept, cases in every().items() for case in cases if case.smoke is not None]
+
+
+@pytest.mark.parametrize(("concept", "case"), SMOKES, ids=[f"{c}-{case.name}" for c, case in SMOKES])
+def test_bench_smoke(concept: str, case: Case, tmp_path: Path) -> None:
+    out, work = tmp_path / "out", tmp_path / "work"
+    assert case.smoke is not None
+    argv = case.argv(case.smoke, str(out), str(work))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--out", str(out), "--smoke", "--workdir", str(tmp_path / "work")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = subprocess.run([sys.executable, "-m", "bench", concept, case.name, *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "bench.json").read_text())
-    assert (out / "bench.png").stat().st_size > 0
+    doc = json.loads((out / f"{case.json}.json").read_text())
+    # the harness's frame, the same for every case
+    assert doc["benchmark"] and doc["started_at"] and doc["total_seconds"] >= 0
+    assert doc["machine"]["cores"] > 0 and doc["machine"]["pylance"]
+    assert len(doc["machine"]["load_average_at_start"]) == len(doc["machine"]["load_average_at_end"]) == 3
+    if case.chart:
+        assert (out / f"{case.json}.png").stat().st_size > 0
+    CHECKS[f"{concept} {case.name}"](doc, out)
 
+
+def test_every_smoke_has_its_checks() -> None:
+    """A case with a smoke says what its document holds (an entry of CHECKS), and no check is stale."""
+    assert {f"{c} {case.name}" for c, case in SMOKES} == set(CHECKS)
+
+
+def test_the_entry_point_lists_every_case() -> None:
+    proc = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    for concept, cases in every().items():
+        assert f"\n  {concept}\n" in proc.stdout
+        assert all(f" {case.name} " in proc.stdout for case in cases)
+    unknown = subprocess.run([sys.executable, "-m", "bench", "merge", "nothing"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert unknown.returncode == 2 and "no case 'nothing' in merge" in unknown.stderr
+
+
+@check("merge main")
+def _merge_main(doc: dict[str, Any], out: Path) -> None:
     for key in ("mode", "machine", "table", "contenders", "ratios", "targets", "growth", "identical", "ok"):
         assert key in doc, key
     assert doc["mode"] == "smoke" and doc["ok"] and doc["identical"] and doc["matches_lsm_view"]
-    assert doc["machine"]["cores"] > 0 and doc["machine"]["pylance"]
 
     table = doc["table"]
     for key in ("base_rows", "change_rows", "generations", "put_rows", "tombstone_rows", "shards"):
@@ -88,21 +129,47 @@ def test_bench_smoke_writes_json_and_chart(tmp_path):
 
     assert set(doc["profile"]) >= {"ours", "floor"}
     assert doc["profile"]["ours"]["functions"]
-    assert "snapshot_refresh" in doc
 
 
-def test_object_store_request_bench_smoke(tmp_path):
-    """bench/object_stores.py at a tiny size: requests counted on moto and Azurite, GC deleted
-    every generation, the raw DeleteObjects baseline deleted the same keys."""
-    out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.object_stores", "--work", str(tmp_path / "work"), "--generations", "8",
-         "--azure-generations", "4", "--shards", "2", "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "object_stores.json").read_text())
+@check("merge growth")
+def _merge_growth(doc: dict[str, Any], out: Path) -> None:
+    """Every contender gave ours's table, the ratios, the per-function profile of ours and the
+    use_index sweep are in the document."""
+    assert doc["ok"] and not doc["failures"] and len(doc["points"]) == 2
+    for p in doc["points"]:
+        for c in ("ours", "floor", "floor-scan", "floor-sorted"):
+            assert p[c]["whole_seconds"] > 0 and p[c]["peak_rss_mb"] > 0, c
+        assert p["rows_after"] > p["base_rows"]  # the change set inserted new keys
+        assert p["best_floor"] in ("floor", "floor-scan", "floor-sorted")
+        assert p["ratios"]["ours_over_best_floor"] > 0 and p["ratios"]["floor_over_floor_scan"] > 0
+        assert p["ours_timers"]["exit_code"] == 0
+        assert "memwal.merge.execute:marked_pass" in p["ours_timers"]["functions"]
+        assert all(q["upsert_index"] > 0 and q["upsert_scan"] > 0 for q in p["index_sweep"]["points"])
+
+
+@check("merge ops")
+def _merge_ops(doc: dict[str, Any], out: Path) -> None:
+    """The same progress with and without the operator, a ratio, a profile."""
+    (p,) = doc["points"]
+    assert p["same_progress"] and p["ops_over_plain_inner"] > 0
+    assert "memwal.merge.changes:fold_changes" in p["timers"]["ops"]["functions"]
+    assert "memwal.merge.changes:fold_changes" not in p["timers"]["plain"]["functions"]
+
+
+@check("gc many")
+def _gc_many(doc: dict[str, Any], out: Path) -> None:
+    """GC deleted every generation and WAL entry of the forged table, rm -rf and the threaded
+    unlinks deleted the same files."""
+    (run,) = doc["runs"]
+    assert run["generations_deleted"] == doc["generations"] and run["total_s"] > 0
+    assert doc["rm_rf_floor_s"] > 0 and set(doc["threaded_unlink_median_s"]) == {"1", "4", "8"}
+    assert doc["gc_over_rm_rf"] > 0 and doc["filesystem"]
+
+
+@check("gc stores")
+def _gc_stores(doc: dict[str, Any], out: Path) -> None:
+    """Requests counted on moto and Azurite, GC deleted every generation, the raw DeleteObjects
+    baseline deleted the same keys."""
     for store, generations in (("moto", 8), ("azurite", 4)):
         run = doc[store]
         assert run["gc_generations_deleted"] == generations and run["gc_wal_entries_deleted"] == generations
@@ -124,39 +191,9 @@ def test_object_store_request_bench_smoke(tmp_path):
                                          "status_requests_per_shard"}
 
 
-def _run_bench(module: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-
-
-def test_growth_bench_smoke(tmp_path):
-    """bench/growth.py at a tiny size: every contender gave ours's table, the ratios, the
-    per-function profile of ours and the use_index sweep are in the document, the chart exists."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.growth", ["--out", str(out), "--smoke", "--workdir", str(tmp_path / "work")], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "growth.json").read_text())
-    assert (out / "growth.png").stat().st_size > 0
-    assert doc["ok"] and not doc["failures"] and len(doc["points"]) == 2
-    for p in doc["points"]:
-        for c in ("ours", "floor", "floor-scan", "floor-sorted"):
-            assert p[c]["whole_seconds"] > 0 and p[c]["peak_rss_mb"] > 0, c
-        assert p["rows_after"] > p["base_rows"]  # the change set inserted new keys
-        assert p["best_floor"] in ("floor", "floor-scan", "floor-sorted")
-        assert p["ratios"]["ours_over_best_floor"] > 0 and p["ratios"]["floor_over_floor_scan"] > 0
-        assert p["ours_timers"]["exit_code"] == 0
-        assert "memwal.merge.execute:marked_pass" in p["ours_timers"]["functions"]
-        assert all(q["upsert_index"] > 0 and q["upsert_scan"] > 0 for q in p["index_sweep"]["points"])
-
-
-def test_status_scale_bench_smoke(tmp_path):
-    """bench/status_scale.py at a tiny size: every command ran on every table, ratios to the baseline."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.status_scale", ["--out", str(out), "--smoke", "--no-timers", "--workdir",
-                                             str(tmp_path / "work")], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "status_scale.json").read_text())
+@check("read status")
+def _read_status(doc: dict[str, Any], out: Path) -> None:
+    """Every command ran on every table, ratios to the baseline."""
     assert doc["ok"] and doc["build"]["history_records"] == 4 * 365
     assert set(doc["commands"]) == {"status", "status-html", "gc-plan", "merge-noop"}
     for per in doc["commands"].values():
@@ -165,28 +202,55 @@ def test_status_scale_bench_smoke(tmp_path):
         assert all(v["seconds"] > 0 and v["exit_code"] == 0 for v in per.values())
 
 
-def test_ops_profile_bench_smoke(tmp_path):
-    """bench/ops_profile.py at a tiny size: the same progress with and without the operator, a ratio, a profile."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.ops_profile", ["--out", str(out), "--smoke", "--workdir", str(tmp_path / "work")],
-                      tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "ops_profile.json").read_text())
-    (p,) = doc["points"]
-    assert p["same_progress"] and p["ops_over_plain_inner"] > 0
-    assert "memwal.merge.changes:fold_changes" in p["timers"]["ops"]["functions"]
-    assert "memwal.merge.changes:fold_changes" not in p["timers"]["plain"]["functions"]
+@check("read snapshot")
+def _read_snapshot(doc: dict[str, Any], out: Path) -> None:
+    """The refresh read every shard with 1 and 16 threads, an idle refresh committed nothing, readers
+    listed from the snapshot and from the manifests."""
+    assert doc["shards"] == 4 and doc["spark"] == {"skipped": "spark=False"}
+    local = doc["local"]
+    assert local["read_seconds_1_thread"] > 0 and local["read_seconds_16_threads"] > 0 and local["snapshot_bytes"] > 0
+    assert doc["reader"]["manifests_seconds"] > 0 and doc["reader"]["index_seconds"] > 0
+    assert doc["ratios"]["read_16_threads_over_1_thread"] > 0
 
 
-def test_fleet_plan_bench_smoke(tmp_path):
-    """bench/fleet_plan.py at a tiny size: the plan timed at each fleet size, requests counted on
-    moto and Azurite for idle and busy tables, and what today's per-table shape costs beside them."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.fleet_plan", ["--work", str(tmp_path / "work"), "--sizes", "4,8", "--runs", "1",
-                                           "--store-tables", "2", "--out", str(out)], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "fleet_plan.json").read_text())
-    assert (out / "fleet_plan.png").stat().st_size > 0
+@check("read steady")
+def _read_steady(doc: dict[str, Any], out: Path) -> None:
+    """Two minutes of the pylance arm, its cycle given options: every minute recorded, every
+    read right, the goals reported."""
+    arm = doc["arms"]["pylance"]
+    assert [m["minute"] for m in arm["minutes"]] == [1, 2] and arm["cycle_args"] == ["--grace-seconds", "0"]
+    assert arm["failures"] == [] and arm["goals"]["every_read_right"]["met"]
+    assert all(m["maintenance"]["rc"] == 0 for m in arm["minutes"])
+
+
+@check("read floor")
+def _read_floor(doc: dict[str, Any], out: Path) -> None:
+    """The three listings read, each row count checked."""
+    reads = doc["reads"]
+    assert list(reads) == ["nothing listed", "one small generation", "one generation of every key"]
+    assert reads["nothing listed"]["over_nothing_listed"] == 1.0
+
+
+@check("spark driver-share")
+def _spark_driver_share(doc: dict[str, Any], out: Path) -> None:
+    """On local[2] both commit paths gave the same table, bytes were counted from /proc for the
+    driver and the executors. Byte counts, not times: the driverless driver writes a small
+    fraction of what the driver's merge_insert writes, which is about the data itself."""
+    assert doc["mode"] == "smoke" and doc["identical"] and isinstance(doc["goals"]["met"], bool)
+    (p,) = doc["local"]["points"]
+    driverless, driver = p["driverless"], p["driver"]
+    assert (driverless["commit_path"], driver["commit_path"]) == ("driverless", "driver")
+    assert driverless["data_bytes_added"] > 0 and driverless["whole_seconds"] > 0
+    run = driverless["runs"][0]
+    assert run["driver"]["wchar"] > 0 and sum(run["executors"]["write_bytes"].values()) > run["data_bytes_added"] / 2
+    assert driver["driver_share_wchar"] > 0.9  # the driver's merge_insert writes the data again
+    assert driverless["driver_share_wchar"] < driver["driver_share_wchar"] / 10
+
+
+@check("fleet plan")
+def _fleet_plan(doc: dict[str, Any], out: Path) -> None:
+    """The plan timed at each fleet size, requests counted on moto and Azurite for idle and busy
+    tables, and what today's per-table shape costs beside them."""
     assert doc["lake"]["tables"] == 8 and doc["lake"]["files"] > 0
     points = doc["local"]["points"]
     assert [p["tables"] for p in points] == [4, 8] and [p["discovered"] for p in points] == [4, 8]
@@ -204,18 +268,11 @@ def test_fleet_plan_bench_smoke(tmp_path):
         assert s["today_per_idle_table"]["cycle"]["per_table"] > s["today_per_idle_table"]["status"]["per_table"] > 0
 
 
-def test_fleet_simulation_bench_smoke(tmp_path):
-    """bench/fleet.py at a tiny size: both phases ran live writers, every generation's lag, the
-    starvation, GC backlog, requests and load figures are in the document, and every table holds
-    exactly the rows its writers put once merged to the end."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.fleet", ["--work", str(tmp_path / "work"), "--tables", "5", "--hot", "1", "--idle", "2",
-                                      "--tick", "2", "--load-ticks", "3", "--cooldown-ticks", "2", "--every", "2",
-                                      "--hot-rate", "2", "--cold-rate", "1", "--writer-start-seconds", "4",
-                                      "--out", str(out)], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "fleet.json").read_text())
-    assert (out / "fleet.png").stat().st_size > 0
+@check("fleet sim")
+def _fleet_sim(doc: dict[str, Any], out: Path) -> None:
+    """Both phases ran live writers, every generation's lag, the starvation, GC backlog, requests
+    and load figures are in the document, and every table holds exactly the rows its writers put
+    once merged to the end."""
     assert set(doc["phases"]) == {"fleet", "fixed"}
     for mode, phase in doc["phases"].items():
         assert phase["writer_exit_codes"] == [0, 0], mode
@@ -235,57 +292,10 @@ def test_fleet_simulation_bench_smoke(tmp_path):
     assert doc["phases"]["fixed"]["job_statuses"].get("merge done", 0) > 0
 
 
-def test_fleet_events_bench_smoke(tmp_path):
-    """bench/fleet_events.py at a tiny size: a warm plan of idle tables and the SQS trigger's cycles
-    counted at moto's server, scaled to a day, events against polling."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.fleet_events", ["--tables", "4", "--cycles", "2", "--out", str(out)], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "fleet_events.json").read_text())
-    assert (out / "fleet_events.png").stat().st_size > 0
+@check("fleet events")
+def _fleet_events(doc: dict[str, Any], out: Path) -> None:
+    """A warm plan of idle tables and the SQS trigger's cycles counted at moto's server, scaled to
+    a day, events against polling."""
     assert doc["plan"]["tables"] == 4 and 0 < doc["plan"]["per_table"] <= 4
     assert doc["trigger"]["cycles"] == 2 and doc["trigger"]["per_cycle"] >= 1
     assert doc["polling_per_day"] > doc["events_per_day"] > 0 and isinstance(doc["goal_met"], bool)
-
-
-def test_driver_share_bench_smoke(tmp_path):
-    """bench/driver_share.py at a tiny size on local[2]: both commit paths gave the same table,
-    bytes were counted from /proc for the driver and the executors, the chart exists. Byte
-    counts, not times: the driverless driver writes a small fraction of what the driver's
-    merge_insert writes, which is about the data itself."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.driver_share", ["--smoke", "--out", str(out), "--work", str(tmp_path / "work")], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads((out / "driver_share.json").read_text())
-    assert (out / "driver_share.png").stat().st_size > 0
-    assert doc["mode"] == "smoke" and doc["identical"] and isinstance(doc["goals"]["met"], bool)
-    (p,) = doc["local"]["points"]
-    driverless, driver = p["driverless"], p["driver"]
-    assert (driverless["commit_path"], driver["commit_path"]) == ("driverless", "driver")
-    assert driverless["data_bytes_added"] > 0 and driverless["whole_seconds"] > 0
-    run = driverless["runs"][0]
-    assert run["driver"]["wchar"] > 0 and sum(run["executors"]["write_bytes"].values()) > run["data_bytes_added"] / 2
-    assert driver["driver_share_wchar"] > 0.9  # the driver's merge_insert writes the data again
-    assert driverless["driver_share_wchar"] < driver["driver_share_wchar"] / 10
-
-
-def test_steady_state_bench_smoke(tmp_path):
-    """bench/steady.py for two minutes of the pylance arm, its cycle given options: every minute
-    recorded, every read right, the goals reported."""
-    out = tmp_path / "out"
-    proc = _run_bench("bench.steady", ["--smoke", "--out", str(out), "--work", str(tmp_path / "work"),
-                                       "--cycle-args", "--grace-seconds 0"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    arm = json.loads((out / "steady.json").read_text())["arms"]["pylance"]
-    assert [m["minute"] for m in arm["minutes"]] == [1, 2] and arm["cycle_args"] == ["--grace-seconds", "0"]
-    assert arm["failures"] == [] and arm["goals"]["every_read_right"]["met"]
-    assert all(m["maintenance"]["rc"] == 0 for m in arm["minutes"]) and (out / "steady.png").stat().st_size > 0
-
-
-def test_list_reader_floor_bench_smoke(tmp_path):
-    """bench/list_reader_floor.py on a small table: the three listings read, each row count checked."""
-    proc = _run_bench("bench.list_reader_floor", ["--rows", "2000", "--runs", "1", "--out", str(tmp_path)], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    reads = json.loads((tmp_path / "list_reader_floor.json").read_text())["reads"]
-    assert list(reads) == ["nothing listed", "one small generation", "one generation of every key"]
-    assert reads["nothing listed"]["over_nothing_listed"] == 1.0

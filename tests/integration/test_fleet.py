@@ -178,13 +178,17 @@ def test_a_held_lease_skips_that_job_with_its_reason_and_is_no_failure(lake, tmp
     root, models = lake
     uri = str(root / "t3")
     policy = tmp_path / "policy.yaml"
-    policy.write_text("defaults:\n  options: {merge: {lease_wait: 0}}\n")  # no waiting for the holder
+    # no waiting for the holder: neither the merge nor the snapshot, which takes the merge lease too
+    # (each waited the default 30 s for a holder that never lets go: all of this test's time)
+    policy.write_text("defaults:\n  options: {merge: {lease_wait: 0}, snapshot: {lease_wait: 0}}\n")
     other = Lease(open_table(uri).store, "merge", holder="elsewhere:1:x", ttl_seconds=600).acquire()
     run = run_cli("fleet", "run", uri, "--json", "--max-rounds", "1", "--policy", str(policy))
     assert run.rc == 0, run.stderr
     (cycle,) = json.loads(run.stdout)["runs"]
     merge = cycle["jobs"][0]
     assert merge["job"] == "merge" and merge["status"] == "held" and "elsewhere:1:x" in merge["summary"]
+    statuses = {j["job"]: j["status"] for j in cycle["jobs"]}
+    assert statuses.get("snapshot") == "held", statuses  # it needs the merge lease too
     other.release()
     plan = plan_json(uri)
     assert plan["tables"][0]["jobs"][0] == "merge"  # still owed: a later run does it

@@ -1,6 +1,6 @@
 """The page an operator keeps open, at 1,000 tables, in Chromium.
 
-A fleet of 1,000 tables in five sources (``bench/fleet_demo.py``: behind, past a service level,
+A fleet of 1,000 tables in five sources (``bench/data/fleet.py``: behind, past a service level,
 waiting for GC's grace period and version expiry, idle), a source and a table paused with who
 and why, a table whose merge failed; two plans with the state in a folder; then the page of
 the last plan (``memwal fleet status --state DIR --html``, no source: it plans nothing).
@@ -28,7 +28,7 @@ TABLES = 1000
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> dict:
-    from bench.fleet_demo import build_demo_fleet
+    from bench.data.fleet import build_demo_fleet
 
     root = tmp_path_factory.mktemp("fleet-page")
     sources = build_demo_fleet(root / "lake", tables=TABLES, shards=1)

@@ -21,8 +21,8 @@ from urllib.parse import unquote
 import pytest
 
 import memwal
-from bench.gc_many import build
-from bench.object_stores import RequestCounter, lists_mem_wal, request_kind, table_files, upload
+from bench.data.forged import build
+from bench.harness.requests import RequestCounter, lists_mem_wal, request_kind, table_files, upload
 from memwal.core import steps
 from memwal.demo import shard_ids_for, write_generations
 from memwal.inspect.status import table_status
@@ -45,7 +45,7 @@ GENERATIONS = {"s3": 800, "azure": 300}
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """Tables of GENERATIONS merged generations over SHARDS shards (bench/gc_many.py's), on disk."""
+    """Tables of GENERATIONS merged generations over SHARDS shards (bench/data/forged.py's), on disk."""
     out = {}
     for n in sorted(set(GENERATIONS.values())):
         out[n] = tmp_path_factory.mktemp("requests") / f"pristine-{n}"
@@ -163,7 +163,7 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
     assert len(checkpoint_listings) <= 2, checkpoint_listings
     doomed = [k for k in keys if "_gen_" in k or "/wal/" in k]
     assert len(result.deleted) == GENERATIONS[kind] and result.objects_deleted == len(doomed)
-    # the three above, and the fixture's own three (bench/gc_many.build keeps its merges' history)
+    # the three above, and the fixture's own three (bench.data.forged.build keeps its merges' history)
     assert result.expired_versions is not None and result.expired_versions.old_versions == 6
     if kind == "s3":
         assert sum(used.values()) <= 0.02 * result.objects_deleted, used
