@@ -477,6 +477,10 @@ class MemWalTable:
             accept: The plan id to accept (from a dry run).
             by: Who accepts (recorded).
             lease_ttl: The merge lease's time to live, in seconds.
+
+        Returns:
+            The `RepairPlan` (no id given: nothing written), or the `RepairResult` of what was
+            written or accepted.
         """
         from memwal.errors import BadInputError
         from memwal.lease import Lease

@@ -269,7 +269,7 @@ def plan_gc(
         me = current_run()
         history = plan_history_pruning(store, now - seconds(history_retention_seconds),
                                        keep_run=None if me is None else me.run_id)
-    pruning = plan_receipt_pruning(store, receipts, left, listing, generations)
+    pruning = plan_receipt_pruning(proof.receipt, receipts, left, listing, generations)
     return GcPlan(table.uri, latest.version, now, grace, replace(generations, deletions=held.generations),
                   held.wal, tuple(kept), held.orphans, tuple(blocked) + held.blocked, expiry, sweep, history,
                   tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning)

@@ -22,7 +22,7 @@ from typing import Protocol
 import lance
 
 from memwal.errors import first_line
-from memwal.history.receipts import Receipt, ReceiptListing
+from memwal.history.receipts import Receipt, ReceiptListing, read_receipt
 from memwal.merge.cover import READ_ERRORS, Cover, Entry, Judgement
 from memwal.merge.model import GenerationRef
 from memwal.merge.ops import table_ops
@@ -53,6 +53,7 @@ class GcProof:
                  receipts: ReceiptListing) -> None:
         self.table, self.version, self.versions, self.receipts = table, version, versions, receipts
         self._cover: Cover | None = None
+        self._read: dict[str, Receipt | None] = {}
 
     def cover(self) -> Cover:
         """Opened only when some shard has something to prove."""
@@ -83,6 +84,14 @@ class GcProof:
         except READ_ERRORS as exc:
             return f"its rows cannot be read: {first_line(exc, self.table.uri)}"
         return None if unproven is None else unproven.detail
+
+    def receipt(self, key: str) -> Receipt | None:
+        """A receipt, read once per plan (the proof's own reads are shared)."""
+        if self._cover is not None:
+            return self._cover.receipt(key)
+        if key not in self._read:
+            self._read[key] = read_receipt(self.table.store, key)
+        return self._read[key]
 
     def stands_from(self, shard_id: str, path: str, generation: int) -> int:
         """The lowest generation whose rows a rollup folder holds (:mod:`memwal.rollup.marker`)."""

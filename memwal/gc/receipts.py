@@ -9,24 +9,25 @@ says a commit was memwal's) once its version is gone. Receipts are read at most
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from memwal.history.receipts import COMMIT, ReceiptListing, read_receipt
+from memwal.history.receipts import COMMIT, Receipt, ReceiptListing
 from memwal.table.listing import MemWalListing
 from memwal.table.retained import RetainedVersion
 
 if TYPE_CHECKING:
     from memwal.gc.generations import GenerationsPlan
-    from memwal.store import Store
 
 #: Receipts read at most per run to decide whether they may go.
 MAX_READS = 64
 
 
-def plan_receipt_pruning(store: Store, receipts: ReceiptListing, left: Sequence[RetainedVersion],
-                         listing: MemWalListing, plan: GenerationsPlan) -> tuple[str, ...]:
-    """The receipt keys that may go (see the module docstring)."""
+def plan_receipt_pruning(read: Callable[[str], Receipt | None], receipts: ReceiptListing,
+                         left: Sequence[RetainedVersion], listing: MemWalListing,
+                         plan: GenerationsPlan) -> tuple[str, ...]:
+    """The receipt keys that may go (see the module docstring); ``read`` reads one (the proof's
+    own reader: a receipt it read is not read again)."""
     main = [v.version for v in left if v.branch is None]
     if not main:
         return ()
@@ -49,7 +50,7 @@ def plan_receipt_pruning(store: Store, receipts: ReceiptListing, left: Sequence[
             if reads >= MAX_READS:
                 continue
             reads += 1
-            r = read_receipt(store, key)
+            r = read(key)
             if r is None or all(sid not in lowest or span[1] < lowest[sid] for sid, span in r.applied.items()):
                 out.append(key)
     return tuple(out)

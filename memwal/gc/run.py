@@ -93,7 +93,8 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         if lease:
             lease.check(safe_to_stop=True)
         recorded = sum(write_receipt(table.store, r) is not None for r in plan.proofs)
-        plan, drained, rolled, moved = _compact(table, plan, engine, lease)
+        written: dict[str, int] = {}  # shard -> the manifest version this run wrote
+        plan, drained, rolled, moved = _compact(table, plan, engine, lease, written)
         steps.step("gc.before-delete")
         result = _delete(table, plan, engine, lease, orphans)
         result = replace(result, drained=tuple(drained), rolled_up=tuple(rolled), blocked=result.blocked + moved)
@@ -102,7 +103,8 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
                          proofs_recorded=recorded, receipts_pruned=prune_receipts(table.store, plan.receipts_pruning))
     finally:
         gc_finished(table.store, run_id)
-    remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest)
+    remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest,
+                      compactions=plan.progress_digest.with_compactions(written))
     gone = {w.key for w in plan.wal_deletions}
     save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
     result = replace(result, expired_versions=expired)
@@ -115,7 +117,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
     return result
 
 
-def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
+def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, compactions: dict[str, int]
              ) -> tuple[GcPlan, list[DoneDrain], list[WrittenRollup], tuple[Blocked, ...]]:
     """Under the lease, against the latest shard manifests: write every rollup's folder, then
     each shard's next manifest version (its drain and its rollups together, matched entry by
@@ -124,7 +126,8 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
     it, and so does one whose "gone" folder reads now (a rollup another GC was still copying when
     this plan listed). Where a shard's manifest kept moving, nothing of what its drain frees is
     deleted now, and a rollup folder written for it is left unlisted: an orphan (`gc --orphans`
-    takes it once past ``--orphan-age-seconds`` and the gates of the generation it is named for)."""
+    takes it once past ``--orphan-age-seconds`` and the gates of the generation it is named for).
+    ``compactions`` receives each shard manifest version written (remembered for ``memwal status``)."""
     rolled: dict[str, list[WrittenRollup]] = {}
     failed: dict[str, tuple[str, str]] = dict(_moved_since_plan(table, plan))
     for r in plan.rollups:
@@ -160,6 +163,7 @@ def _compact(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None
         if d is not None:
             done.append(DoneDrain(sid, version, d.generations, d.repairs))
         written += mine
+        compactions[sid] = version
     if not failed:
         return plan, done, written, ()
     stopped = {(d.shard_id, g) for d in plan.drains if d.shard_id in failed for g in d.generations}

@@ -28,6 +28,7 @@ from memwal.table.generations import generation_check
 from memwal.table.listing import MemWalListing, ShardListing, list_mem_wal
 from memwal.table.manifest import TableManifest, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME
+from memwal.table.progress_digest import load_digest
 from memwal.table.shards import FlushedGeneration, ShardManifestError, ShardState, read_listed_manifests
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
 
@@ -265,20 +266,24 @@ def first_damaged_generation(table: Table, state: ShardState, compacted: int,
 
 
 def table_status(table: Table, *, now: float | None = None, check_files: bool = False,
-                 manifest: TableManifest | None = None, checkpoints: bool = True) -> TableStatus:
+                 manifest: TableManifest | None = None, checkpoints: bool = True,
+                 writer_activity: bool = True) -> TableStatus:
     """The table's status: the latest table manifest (``manifest``, when the caller has just
     read it: ``memwal status`` hands down the one read to open the table), one listing of
     ``_mem_wal/`` (no WAL, no run history), each shard's latest manifest, and the live
     checkpoints (``checkpoints=False``: not read, none shown): a status reads each once."""
     with table.reading():
-        return _table_status(table, clocks.current()() if now is None else now, check_files, manifest, checkpoints)
+        return _table_status(table, clocks.current()() if now is None else now, check_files, manifest, checkpoints,
+                             writer_activity)
 
 
 def _table_status(table: Table, now: float, check_files: bool, manifest: TableManifest | None,
-                  with_checkpoints: bool) -> TableStatus:
+                  with_checkpoints: bool, writer_activity: bool) -> TableStatus:
     manifest = table.require_mem_wal() if manifest is None else manifest
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     listing = list_mem_wal(table.store, wal=False, staging=False)
+    # GC's own manifest versions (its digest): never the writer's activity; the lag alone needs none
+    compactions = load_digest(table.store).compactions if writer_activity else {}
     found = read_listed_manifests(table.store, listing)
     shards = []
     for sid, state in found.states.items():
@@ -286,7 +291,7 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
         held = any(g.generation <= merged_through(manifest.compacted_generation(sid), state) for g in state.flushed)
         # when the live writer opened is read (a few manifest versions) only where it holds merged generations
         writer = writer_view(history, listing.shards[sid], now=now, idle_seconds=DEFAULT_WRITER_IDLE_SECONDS,
-                             walk=False, claim=held)
+                             walk=False, claim=held, ours=frozenset(compactions.get(sid, ())))
         rows: dict[int, int] = {}
         why = None
         if check_files:
@@ -337,7 +342,7 @@ def lag_now(table: Table) -> dict[str, list[float | int | None]]:
     """Per shard [unmerged generations, rows, oldest age] now, with the gauges published:
     what a run's history record keeps of the table when it ends (the checkpoints are not read:
     the lag does not depend on them)."""
-    st = table_status(table, checkpoints=False)
+    st = table_status(table, checkpoints=False, writer_activity=False)
     st.record_metrics()
     return {shard: list(figures) for shard, figures in st.lag().items()}
 

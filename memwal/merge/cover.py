@@ -137,15 +137,25 @@ class Cover:
     def oldest(self) -> int | None:
         return self.main[0].version if self.main else None
 
+    def receipt(self, key: str) -> Receipt | None:
+        """A receipt of the listing, read at most once."""
+        return self._receipt(key)
+
     def _receipt(self, key: str) -> Receipt | None:
         if key not in self._receipts:
             self._receipts[key] = read_receipt(self.table.store, key)
         return self._receipts[key]
 
-    def transaction_file(self, version: int) -> str | None:
+    def transaction_file(self, version: int, *, evidence: bool = True) -> str | None:
+        """The transaction file of ``version``'s commit, from its manifest. ``evidence=False`` takes
+        the retained-progress digest's name where it stands for the manifest (only to learn what a
+        commit did, never to bind a receipt: the digest is a cache anyone who writes storage can
+        rewrite)."""
+        v = self.by_version.get(version)
+        if v is not None and not evidence and v.transaction_file:
+            return v.transaction_file
         if version not in self._txn:
-            v = self.by_version.get(version)
-            name = v.transaction_file if v is not None else None
+            name = v.transaction_file if v is not None and not v.remembered else None
             if name is None and v is not None:
                 try:
                     manifest = self.table.manifest(version)
@@ -198,7 +208,7 @@ class Cover:
         return self._kinds[version]
 
     def _read_kind(self, version: int) -> str | None:
-        name = self.transaction_file(version)
+        name = self.transaction_file(version, evidence=False)
         if not name or "/" in name or name.startswith("."):
             return None
         try:

@@ -22,6 +22,11 @@ Why this cannot hide a holder:
 - Writing it is the run's last step, after the deletions, and it records facts about
   immutable manifests: an author that lost its lease writes nothing wrong (hazard H5), and
   two runs that race leave one complete digest (an atomic put each).
+
+It also names, per shard, the last :data:`COMPACTIONS_KEPT` shard-manifest versions GC itself
+wrote (its drains and rollups), so that ``memwal status``, which lists no WAL and reads only each
+shard's latest manifest, tells the writer's last write from GC's without a read (issue 64: GC's
+own drain showed as the writer's "last write"). A view's cache: no decision reads it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from memwal.errors import MemWalError, NotFoundError
 from memwal.store import Store
@@ -42,6 +47,8 @@ log = logging.getLogger(__name__)
 DIGEST_KEY = f"{JOBS_DIR}/retained-progress.json"
 T = TypeVar("T")
 FORMAT = 1
+#: GC's own shard-manifest versions remembered per shard (a writer flushes between GC runs).
+COMPACTIONS_KEPT = 16
 
 
 @dataclass(frozen=True)
@@ -53,13 +60,25 @@ class Remembered:
     version: int
     timestamp: float
     compacted: dict[str, int]  # shared by entries with the same progress: read-only
+    #: The commit's transaction file, as its manifest named it (a cache: never a receipt's binding).
+    transaction_file: str | None = None
 
 
 class ProgressDigest:
     """The remembered manifests, found by key and ETag."""
 
-    def __init__(self, entries: Iterable[Remembered] = ()) -> None:
+    def __init__(self, entries: Iterable[Remembered] = (), compactions: dict[str, tuple[int, ...]] | None = None
+                 ) -> None:
         self._by_key = {e.key: e for e in entries}
+        #: Per shard, the shard-manifest versions GC wrote last (see the module docstring).
+        self.compactions: dict[str, tuple[int, ...]] = compactions or {}
+
+    def with_compactions(self, written: dict[str, int]) -> dict[str, tuple[int, ...]]:
+        """The remembered compactions and the versions just ``written`` (``{shard: version}``)."""
+        out = dict(self.compactions)
+        for shard, version in written.items():
+            out[shard] = tuple(sorted({*out.get(shard, ()), version}))[-COMPACTIONS_KEPT:]
+        return out
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -78,7 +97,7 @@ class ProgressDigest:
 
 def load_digest(store: Store) -> ProgressDigest:
     """The digest in ``store``; an empty one when there is none or it is unusable (logged)."""
-    return load_cache(store, DIGEST_KEY, lambda doc: ProgressDigest(_decode(doc)), ProgressDigest())
+    return load_cache(store, DIGEST_KEY, lambda doc: ProgressDigest(_decode(doc), _compactions(doc)), ProgressDigest())
 
 
 def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T) -> T:
@@ -98,14 +117,19 @@ def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T) -> 
         return empty
 
 
-def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDigest | None = None) -> bool:
-    """Remember ``entries`` (the versions retained now) unless the digest (``before``, as read
-    earlier by the caller, else read now) says exactly that; True when written. Never raises:
-    a GC run that cannot leave its digest has still done its work."""
+def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDigest | None = None,
+                compactions: dict[str, tuple[int, ...]] | None = None) -> bool:
+    """Remember ``entries`` (the versions retained now) and GC's ``compactions`` (None: those
+    remembered) unless the digest (``before``, as read earlier by the caller, else read now) says
+    exactly that; True when written. Never raises: a GC run that cannot leave its digest has
+    still done its work."""
     try:
-        if (load_digest(store) if before is None else before).same(entries):
+        known = load_digest(store) if before is None else before
+        kept = known.compactions if compactions is None else compactions
+        if known.same(entries) and kept == known.compactions:
             return False
-        store.put(DIGEST_KEY, json.dumps(_encode(entries), separators=(",", ":")).encode())
+        doc = {**_encode(entries), "compactions": {s: list(v) for s, v in sorted(kept.items())}}
+        store.put(DIGEST_KEY, json.dumps(doc, separators=(",", ":")).encode())
         return True
     except (MemWalError, OSError) as exc:
         log.warning("could not write %s: %s", store.uri_for(DIGEST_KEY), exc)
@@ -123,6 +147,7 @@ class _Document(TypedDict):
     versions: list[int]
     timestamps: list[float]
     section_of: list[int]  # each entry's progress map, by index into sections
+    transactions: NotRequired[list[str]]  # each entry's transaction file ("" unknown); older digests lack it
 
 
 def _encode(entries: list[Remembered]) -> _Document:
@@ -145,7 +170,7 @@ def _encode(entries: list[Remembered]) -> _Document:
     return {"format": FORMAT, "shards": list(shards), "sections": sections,
             "keys": [e.key for e in entries], "etags": [e.etag for e in entries],
             "versions": [e.version for e in entries], "timestamps": [e.timestamp for e in entries],
-            "section_of": section_of}
+            "section_of": section_of, "transactions": [e.transaction_file or "" for e in entries]}
 
 
 def _decode(doc: Any) -> list[Remembered]:
@@ -169,8 +194,20 @@ def _decode(doc: Any) -> list[Remembered]:
             and _only(timestamps, int, float) and all(map(math.isfinite, timestamps))
             and all(0 <= j < len(sections) for j in section_of)):
         raise ValueError("a manifest entry is malformed")
-    return [Remembered(k, e, v, float(t), sections[j])
-            for k, e, v, t, j in zip(keys, etags, versions, timestamps, section_of, strict=True)]
+    txns = doc.get("transactions") or [""] * len(keys)
+    if len(txns) != len(keys) or not _only(txns, str):
+        txns = [""] * len(keys)  # a cache: a bad column is only left unused
+    return [Remembered(k, e, v, float(t), sections[j], x or None)
+            for k, e, v, t, j, x in zip(keys, etags, versions, timestamps, section_of, txns, strict=True)]
+
+
+def _compactions(doc: Any) -> dict[str, tuple[int, ...]]:
+    """GC's compactions of a parsed document (a malformed entry is left out: a view's cache)."""
+    raw = doc.get("compactions") if isinstance(doc, dict) else None
+    if not isinstance(raw, dict):
+        return {}
+    return {s: tuple(v for v in vs if type(v) is int and v >= 0)[-COMPACTIONS_KEPT:]
+            for s, vs in raw.items() if isinstance(s, str) and isinstance(vs, list)}
 
 
 def _only(values: Sequence[object], *types: type) -> bool:
@@ -178,4 +215,4 @@ def _only(values: Sequence[object], *types: type) -> bool:
     return set(map(type, values)) <= set(types)
 
 
-__all__ = ["DIGEST_KEY", "ProgressDigest", "Remembered", "load_cache", "load_digest", "save_digest"]
+__all__ = ["COMPACTIONS_KEPT", "DIGEST_KEY", "ProgressDigest", "Remembered", "load_cache", "load_digest", "save_digest"]

@@ -44,7 +44,8 @@ class RetainedVersion:
     tags: list[str] = field(default_factory=list)
     child_branches: list[str] = field(default_factory=list)
     remembered: bool = False  # taken from the digest, its manifest not read
-    transaction_file: str | None = None  # the manifest's (None when remembered: not read)
+    #: The manifest's transaction file (when remembered, the digest's: a cache, not evidence).
+    transaction_file: str | None = None
 
     def describe(self) -> str:
         """Which version holds the data back, and what holds that version (tag, branch)."""
@@ -101,7 +102,8 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
         read.update(_read(store, unread, shared))
         for version, info in listed:
             seen = remembered[version]
-            timestamp, compacted, txn = (seen.timestamp, seen.compacted, None) if seen else read[version]
+            timestamp, compacted, txn = ((seen.timestamp, seen.compacted, seen.transaction_file) if seen
+                                         else read[version])
             out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
                                        tags.get((branch, version), []), branches.get((branch, version), []),
                                        remembered=seen is not None, transaction_file=txn))
@@ -121,9 +123,12 @@ def _read(store: Store, listed: list[tuple[int, str]],
             yield version, (manifest.timestamp, manifest.compacted, manifest.transaction_file)
 
 
-def remember_retained(table: Table, versions: list[RetainedVersion], *, before: ProgressDigest | None = None) -> bool:
+def remember_retained(table: Table, versions: list[RetainedVersion], *, before: ProgressDigest | None = None,
+                      compactions: dict[str, tuple[int, ...]] | None = None) -> bool:
     """Leave what ``versions`` (every version retained now) had merged for the next plan to
     read instead of their manifests (``before``: the digest as read, else it is read again to
-    compare); True when the digest was written (it is a cache: never raises)."""
-    return save_digest(table.store, [Remembered(v.key, v.etag, v.version, v.timestamp, v.compacted)
-                                     for v in versions], before=before)
+    compare), and GC's ``compactions`` (None: those remembered); True when the digest was
+    written (it is a cache: never raises)."""
+    return save_digest(table.store, [Remembered(v.key, v.etag, v.version, v.timestamp, v.compacted,
+                                                v.transaction_file) for v in versions], before=before,
+                       compactions=compactions)

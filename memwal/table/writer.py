@@ -100,26 +100,27 @@ class WriterView:
 
 
 def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, idle_seconds: float,
-                claim: bool = False, walk: bool = True) -> WriterView:
+                claim: bool = False, walk: bool = True, ours: frozenset[int] = frozenset()) -> WriterView:
     """The shard's writer as storage shows it; ``claim`` also finds when its epoch was claimed
     (a few manifest reads, only for a live writer). ``walk=False`` reads nothing more than the
     listing and the latest manifest (``memwal status``, which shows liveness, never decides on
-    it): the writer's activity is then its newest WAL entry (every put and every claim writes
-    one before its manifest version; a compactor's drain or rollup writes none), and for a shard
-    with no WAL entry left its newest manifest version that is not a compactor's."""
+    it): the writer's activity is then its newest WAL entry, when the WAL was listed (every put
+    and every claim writes one before its manifest version; a compactor's drain or rollup writes
+    none), and the newest manifest version the listing shows that is not among ``ours``, the
+    versions memwal's GC wrote (:mod:`memwal.table.compactions`)."""
     state = history.latest
     times = [e.mtime for e in listed.wal]
-    own = _last_written(history, now, idle_seconds) if walk or not times else None
+    own = _last_written(history, now, idle_seconds) if walk else _newest_not_ours(history, ours)
     if own is not None:
         times.append(history.mtime(own))
-    elif (walk or not times) and state.version in history.versions:  # unknown: the latest counts (live, if recent)
+    elif walk and state.version in history.versions:  # unknown: the latest counts as the writer's (live, if recent)
         times.append(history.mtime(state.version))
     last = max(times) if times else None
     live = last is not None and now - last < idle_seconds
     if not live:
         return WriterView(state.shard_id, state.writer_epoch, last, False)
     paths = None
-    if own is not None:
+    if own is not None and walk:  # what its memory lists: GC's question only (status reads nothing more)
         try:
             paths = frozenset(s.path for s in history.at(own).manifest.sstables)
         except (MemWalError, OSError):
@@ -145,6 +146,12 @@ def _last_written(history: ManifestHistory, now: float, idle_seconds: float) -> 
             return v
         v -= 1
     return None
+
+
+def _newest_not_ours(history: ManifestHistory, ours: frozenset[int]) -> int | None:
+    """The newest listed version GC did not write (no read: the listing and GC's record)."""
+    mine = [v for v in history.versions if v <= history.latest.version and v not in ours]
+    return max(mine) if mine else None
 
 
 def _claimed_at(history: ManifestHistory) -> float | None:

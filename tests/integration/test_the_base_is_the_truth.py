@@ -252,15 +252,22 @@ def test_a_declared_key_the_base_holds_twice_is_refused_with_nothing_written(liv
 
 
 def test_status_shows_the_writers_own_last_write_not_gcs(live: LiveWriter) -> None:
-    """Issue 64: ``memwal status`` took GC's drain (a manifest version GC writes) for the writer's
-    last write. The writer's activity is its newest WAL entry, or (none left) its newest manifest
-    version that is not a compactor's."""
+    """Issue 64: ``memwal status`` took GC's drain or rollup (a manifest version GC writes) for the
+    writer's last write. GC remembers the versions it writes; status shows the writer's own."""
     written(live, 2)
-    live.close()
-    assert memwal.open(live.uri).merge().ok and memwal.open(live.uri).catchup().ok
     manifests = Path(live.uri, "_mem_wal", shard_ids_for(ONE)[0], "manifest")
-    wrote = max(p.stat().st_mtime for p in manifests.glob("*.binpb"))  # the writer's last: its close's flush
-    assert memwal.open(live.uri).gc(**ZERO, writer_idle_seconds=0).ok  # a drain: GC writes a manifest version
-    assert max(p.stat().st_mtime for p in manifests.glob("*.binpb")) > wrote
+
+    def newest() -> float:
+        return max(p.stat().st_mtime for p in manifests.glob("*.binpb"))
+
+    wrote = newest()  # the writer's last flush
+    assert memwal.open(live.uri).merge().ok and memwal.open(live.uri).catchup().ok
+    assert memwal.open(live.uri).gc(**ZERO).to_dict()["rolled_up"]  # the writer is live: GC's rollup version
+    assert newest() > wrote
+    (s,) = memwal.open(live.uri).status().shards
+    assert s.writer_live and s.writer_last_activity == pytest.approx(wrote, abs=1e-3)
+    live.close()  # nothing left in its MemTable: its close writes no version
+    assert memwal.open(live.uri).gc(**ZERO, writer_idle_seconds=0).to_dict()["drained"]  # GC's drain version
+    assert newest() > wrote
     (s,) = memwal.open(live.uri).status().shards
     assert s.writer_last_activity == pytest.approx(wrote, abs=1e-3)
