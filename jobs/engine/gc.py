@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memwal.spark.engine.frames import run_tasks
 from memwal.spark.engine.session import active_or_local
-from pyspark import SparkContext
 
 from memwal.gc import BATCH_OBJECTS, PrefixOutcome, Target, delete_keys, delete_prefixes
 from memwal.store import Store, open_store
@@ -26,6 +26,8 @@ from memwal.table import Table
 from memwal.table.paths import shard_of_key
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from memwal.lease import Lease
 
 #: Folders (or WAL keys) handed out per round: a generation is about 8 objects, so a round is
@@ -38,8 +40,8 @@ Item = TypeVar("Item")
 class SparkGcEngine:
     name = "spark"
 
-    def __init__(self, sc: SparkContext) -> None:
-        self.sc = sc
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
 
     @classmethod
     def from_active_or_local(cls) -> SparkGcEngine:
@@ -60,7 +62,7 @@ class SparkGcEngine:
             return list(zip([key(i) for i in mine], fn(open_store(uri, options), mine), strict=True))
 
         shards = sorted(groups.items(), key=lambda kv: kv[0] or "")
-        return dict(self.sc.parallelize(shards, len(shards)).flatMap(task).collect())
+        return dict(run_tasks(self.spark, shards, task))
 
     def _rounds(self, items: Sequence[Item], lease: Lease | None) -> Iterator[list[Item]]:
         """``items`` in rounds of ROUND_ITEMS, the lease checked on the driver before each."""

@@ -34,8 +34,13 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -182,21 +187,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def tag_sizes(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The archive's shuffle job's second stage: the bytes a partition received."""
+    import pyarrow as pa
+
+    total = sum(len(b) for batch in batches for b in batch.column(1).to_pylist())
+    yield pa.RecordBatch.from_pydict({"part": pa.array([total], pa.int32()), "blob": [b""]})
+
+
 def _context_run(java_opts: str) -> int:
-    """In a child: a local context with ``java_opts`` runs a small shuffle job like the
-    merge engine's (so its classes are loaded); returns the JVM's pid."""
+    """In a child: a local session with ``java_opts`` runs small DataFrame jobs shaped like the
+    merge engine's (``mapInArrow``, ``repartitionById``, ``toArrow``: so Spark SQL's classes are
+    loaded too); returns the JVM's pid."""
+    import pyarrow as pa
+    from memwal.spark.engine.frames import run_tasks, task_frame, task_ids
     from memwal.spark.engine.session import build_context
+    from pyspark.sql import SparkSession
 
     sc = build_context("memwal-jvm-archive", java_opts, master="local[2]")
-    acc = sc.accumulator(0.0)
+    spark = SparkSession(sc)
 
-    def tag(i: int) -> list[tuple[int, bytes]]:
-        acc.add(1.0)
-        return [(i % 4, bytes(64))]
+    def tag(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for i in task_ids(batches):
+            yield pa.RecordBatch.from_pydict({"part": pa.array([i % 4, (i + 1) % 4], pa.int32()),
+                                              "blob": [bytes(64), bytes(64)]})
 
-    out = sc.parallelize(range(8), 2).flatMap(tag).partitionBy(4, lambda k: k).mapPartitions(
-        lambda it: [sum(len(v) for _, v in it)]).collect()
-    assert sum(out) == 8 * 64
+    out = (task_frame(spark, 8).mapInArrow(tag, "part int, blob binary").repartitionById(4, "part")
+           .mapInArrow(tag_sizes, "part int, blob binary").toArrow())
+    assert sum(out.column("part").to_pylist()) == 16 * 64
+    assert run_tasks(spark, [1, 2], lambda i: [i]) == [1, 2]
     jvm = sc._jvm
     assert jvm is not None, "a started context has its JVM gateway"
     pid = int(jvm.java.lang.ProcessHandle.current().pid())

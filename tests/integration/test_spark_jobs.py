@@ -19,7 +19,7 @@ from tests.helpers import ROOT
 from tests.integration.test_gc import expire_all
 
 
-def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark_context):
+def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark_session):
     table, model = make_table()
     t = memwal.open(table.uri)
     assert t.merge().ok
@@ -28,7 +28,7 @@ def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spa
     fragments = len(table.dataset().get_fragments())
     assert fragments >= 2
     # internal entry: one segment per fragment (fragments_per_task=1) is no user option
-    result = run_catchup(table, engine=SparkCatchupEngine(spark_context, fragments_per_task=1), indexes=["id_idx"],
+    result = run_catchup(table, engine=SparkCatchupEngine(spark_session, fragments_per_task=1), indexes=["id_idx"],
                          thresholds=CatchupThresholds(max_unindexed_fraction=0.0))
     assert result.all_recorded and result.engine == "spark"
     stats = table.dataset().stats.index_stats("id_idx")
@@ -40,7 +40,7 @@ def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spa
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_spark_gc_spreads_shards_over_executors(make_table, spark_context):
+def test_spark_gc_spreads_shards_over_executors(make_table, spark_session):
     table, model = make_table()
     t = memwal.open(table.uri)
     assert t.merge().ok and t.catchup().ok

@@ -89,9 +89,9 @@ def test_build_once_then_sessions_use_it_and_survive_damage(tmp_path: Path) -> N
 #: The spark-submit entry's context, in a Python started by pyspark's launcher as spark-submit
 #: starts the driver (PYSPARK_SUBMIT_ARGS: the same arguments, the same JVM system properties).
 ENTRY_CONTEXT = """
-from memwal.spark._entry import spark_context
+from memwal.spark._entry import spark_session
 from memwal.spark.engine.session import active_or_local
-with spark_context("memwal-entry") as sc:
+with spark_session("memwal-entry") as sc:
     assert active_or_local() is sc  # every engine of the process uses it
     conf = sc.getConf()
     print(conf.get("spark.log.level"), conf.get("spark.python.daemon.module"), conf.get("spark.app.name"))
@@ -158,7 +158,7 @@ def test_the_python_daemon_puts_spark_s_zip_behind_only_the_same_installed_versi
         assert moved == [pyspark_zip, other_zip, str(site), "/usr/lib/python311.zip", py4j_zip]
 
 
-def test_our_context_s_workers_import_the_installed_pyspark(spark_context) -> None:
+def test_our_context_s_workers_import_the_installed_pyspark(spark_session) -> None:
     import pyspark
 
     def where(_):
@@ -167,7 +167,7 @@ def test_our_context_s_workers_import_the_installed_pyspark(spark_context) -> No
         import pyspark as worker_pyspark
         return worker_pyspark.__file__, worker_pyspark.__version__, [p for p in sys.path if p.endswith(".zip")]
 
-    found = spark_context.parallelize(range(2), 2).map(where).collect()
+    found = spark_session.parallelize(range(2), 2).map(where).collect()
     installed = str(Path(pyspark.__file__))
     assert {f for f, _, _ in found} == {installed}
     assert {v for _, v, _ in found} == {pyspark.__version__}

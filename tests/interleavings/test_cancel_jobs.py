@@ -126,7 +126,7 @@ SPARK_STAGES = {
 
 
 @pytest.mark.parametrize("job", list(SPARK_STAGES))
-def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_context, manual_clock: ManualClock,
+def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_session, manual_clock: ManualClock,
                                                           tmp_path, job):
     table, model = make_table()
     prepare(table, job)
@@ -154,7 +154,7 @@ def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_cont
     assert lsm_rows(table) == model.sorted_rows()
 
 
-def test_a_cancel_stops_a_spark_gc_before_its_next_round_of_deletes(make_table, spark_context):
+def test_a_cancel_stops_a_spark_gc_before_its_next_round_of_deletes(make_table, spark_session):
     """GC's Spark tasks delete: a round is never cut short; the driver's lease check before each
     round is the safe point. Held after its drains, before its first round: nothing is deleted."""
     from memwal.table.shards import list_generation_dirs
