@@ -358,7 +358,7 @@ def _run(spark: SparkSession, table: Table, job: _Job, frame: DataFrame) -> _Out
     try:
         with stoppable_job(spark, f"memwal-{job.folder.rsplit('/', 1)[-1]}"):
             return _output(frame.toArrow())
-    except Exception:
+    except BaseException:  # an interrupted process too: what the tasks wrote is not left behind
         try:
             job.remove_written(table, settled=not is_connect(spark))
         except Exception as left:  # the job's own error matters more; GC collects staging orphans

@@ -85,6 +85,9 @@ def stoppable_job(spark: SparkSession, name: str) -> Iterator[str]:
                 if stopped.is_set():
                     raise SparkJobStopped(f"the Spark job {name} was interrupted") from None
                 raise spark_error(exc) from None
+            except KeyboardInterrupt:  # the process is asked to stop (Airflow's on_kill): so is its Spark job
+                stop()
+                raise
     finally:
         if connect:
             spark.removeTag(name)

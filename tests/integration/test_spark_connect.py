@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import lance
+import pytest
 
 import memwal
 from memwal.demo import Workload
@@ -173,3 +174,28 @@ def test_a_server_killed_mid_merge_fails_the_job_in_one_line_and_a_rerun_converg
     assert set(table.manifest().compacted.values()) == {5}
     assert not unreferenced(table)
     assert os.environ.get("SPARK_REMOTE") is None  # the test process itself stayed classic
+
+
+def test_an_airflow_spark_connect_connection_runs_the_operator_s_job_over_connect(
+        make_table, connect_server: ConnectServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Spark provider's own ``spark_connect`` connection type (host, port) selects Spark
+    Connect: the operator runs its job file as a client of that server, no spark-submit and no
+    Java on the worker, and pushes the job's document."""
+    from memwal.airflow.operators import MemWalMergeOperator
+    from tests.integration.test_airflow import alias_events, context
+
+    table, model = make_table()
+    monkeypatch.setenv("AIRFLOW_CONN_MEMWAL_CONNECT", json.dumps(
+        {"conn_type": "spark_connect", "host": "127.0.0.1", "port": connect_server.port}))
+    for key, value in javaless_env().items():
+        if key in ("PATH", "MEMWAL_SPARK_CONNECT_RETRY_SECONDS"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    ctx = context()
+    doc = MemWalMergeOperator(task_id="merge", table=table.uri, engine="spark", spark_conn_id="memwal_connect",
+                              max_generations=3).execute(ctx)
+    assert doc["engine"] == "spark" and doc["version"] == table.manifest().version
+    assert {(s["from_generation"], s["to_generation"]) for s in doc["shards"]} == {(1, 3)}
+    assert len(alias_events(ctx)) == 1
+    assert memwal.open(table.uri).merge().ok
+    assert table_rows(open_table(table.uri)) == model.sorted_rows()
