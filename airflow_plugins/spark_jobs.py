@@ -25,6 +25,7 @@ come from a ``spark`` connection) and adds what a memwal job needs around it:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -32,7 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,24 @@ def _read_result(result_file: str) -> dict[str, Any] | None:
     return doc
 
 
+@contextlib.contextmanager
+def job_files(job: str, target: str | None, job_args: list[str], storage_options: Mapping[str, str] | None,
+              private_target: bytes | None) -> Iterator[tuple[list[str], str]]:
+    """A job's arguments (:func:`application_args`) and its result file's path, in a private
+    folder removed afterwards with the 0600 files that hold its secrets (the storage options;
+    ``private_target``: the target is this content, in a file of its own)."""
+    with (
+        tempfile.TemporaryDirectory(prefix=f"memwal-{job}-") as tmp,
+        storage_options_file(storage_options or {}, prefix=f"memwal-{job}-options-") as options_file,
+    ):
+        if private_target is not None:
+            target = os.path.join(tmp, "target.json")
+            write_private_file(target, private_target)
+        result_file = os.path.join(tmp, "result.json")
+        yield application_args(target or "", options_file if storage_options else None, result_file,
+                               job_args), result_file
+
+
 class SparkSubmission:
     """One job file submitted, run to its end, and its result file read."""
 
@@ -134,20 +153,12 @@ class SparkSubmission:
         env = dict(self.settings.env)
         if "PYSPARK_DRIVER_PYTHON" not in env and "PYSPARK_DRIVER_PYTHON" not in os.environ:
             env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # client mode: the driver runs on this worker
-        with (
-            tempfile.TemporaryDirectory(prefix=f"memwal-{self.job}-") as tmp,
-            storage_options_file(storage_options or {}, prefix=f"memwal-{self.job}-options-") as options_file,
-        ):
-            if private_target is not None:
-                target = os.path.join(tmp, "target.json")
-                write_private_file(target, private_target)
-            result_file = os.path.join(tmp, "result.json")
+        with job_files(self.job, target, job_args, storage_options, private_target) as (args, result_file):
             self._submitting = SparkSubmitHook(
                 conf=self.conf,
                 conn_id=self.settings.conn_id,
                 name=f"memwal-{self.job}",
-                application_args=application_args(target or "", options_file if storage_options else None,
-                                                  result_file, job_args),
+                application_args=args,
                 env_vars=env or None,
                 **dict(self.settings.submit),
             )
@@ -186,16 +197,9 @@ class ConnectRun:
 
         env = {**os.environ, **dict(self.settings.env),
                "SPARK_REMOTE": SparkConnectHook(self.settings.conn_id).get_connection_url()}
-        with (
-            tempfile.TemporaryDirectory(prefix=f"memwal-{self.job}-") as tmp,
-            storage_options_file(storage_options or {}, prefix=f"memwal-{self.job}-options-") as options_file,
-        ):
-            if private_target is not None:
-                target = os.path.join(tmp, "target.json")
-                write_private_file(target, private_target)
-            result_file = os.path.join(tmp, "result.json")
-            args = application_args(target or "", options_file if storage_options else None, result_file, job_args)
-            self._child = subprocess.Popen([sys.executable, self.application, *args], env=env, cwd=tmp)
+        with job_files(self.job, target, job_args, storage_options, private_target) as (args, result_file):
+            self._child = subprocess.Popen([sys.executable, self.application, *args], env=env,
+                                           cwd=os.path.dirname(result_file))
             try:
                 exited_ok = self._child.wait() == 0
             finally:

@@ -35,6 +35,8 @@ class ConnectServer:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    #: More ``--conf`` settings (the bench gives the driver the memory a local context gets).
+    conf: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -53,6 +55,7 @@ class ConnectServer:
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false",
              "--conf", "spark.python.daemon.module=memwal.spark.engine.python_daemon",
+             *(a for k, v in self.conf.items() for a in ("--conf", f"{k}={v}")),
              "spark-internal"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.folder)
         log.close()

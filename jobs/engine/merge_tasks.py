@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -76,7 +76,7 @@ ROWS, DOC, OFFSETS, RETIRED, SPENT = "rows", "doc", "offsets", "retired", "spent
 
 def batch(rows: list[Row]) -> pa.RecordBatch:
     """Rows of a stage as one Arrow batch of :data:`ROW_SCHEMA`."""
-    cols = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+    cols: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
     return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, ROW_SCHEMA.types, strict=True)],
                                       schema=ROW_SCHEMA)
 

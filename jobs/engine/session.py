@@ -34,7 +34,7 @@ import sys
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from pyspark import SparkConf, SparkContext
@@ -108,8 +108,7 @@ def bound_retries(spark: SparkSession, seconds: float) -> None:
         waited += min(backoff, cap)
         backoff *= 4
         retries += 1
-    spark.client.set_retry_policies(  # type: ignore[attr-defined]  # a Connect session's client
-        [DefaultPolicy(max_retries=retries, max_backoff=int(cap * 1000))])
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=retries, max_backoff=int(cap * 1000))])
 
 
 def local_context(app: str = "memwal-jobs") -> SparkContext:
@@ -202,7 +201,8 @@ def _existing() -> SparkSession | None:
     if remote_url() is not None or "SPARK_CONNECT_MODE_ENABLED" in os.environ:
         from pyspark.sql.connect.session import SparkSession as RemoteSession
 
-        return RemoteSession.getActiveSession() or RemoteSession._get_default_session()
+        remote = RemoteSession.getActiveSession() or RemoteSession._get_default_session()
+        return cast("SparkSession | None", remote)  # the same API: pyspark types them apart
     from pyspark.sql import SparkSession
 
     # None at once when no context runs: no JVM call

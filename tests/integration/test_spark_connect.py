@@ -182,6 +182,7 @@ def test_an_airflow_spark_connect_connection_runs_the_operator_s_job_over_connec
     Connect: the operator runs its job file as a client of that server, no spark-submit and no
     Java on the worker, and pushes the job's document."""
     from memwal.airflow.operators import MemWalMergeOperator
+
     from tests.integration.test_airflow import alias_events, context
 
     table, model = make_table()

@@ -68,3 +68,25 @@ def test_spark_submit_catchup_and_gc(make_table, tmp_path):
     assert docs["catchup"]["all_recorded"] is True and docs["catchup"]["engine"] == "spark"
     assert len(docs["gc"]["deleted"]) == 12 and docs["gc"]["engine"] == "spark"
     assert table_rows(table) == model.sorted_rows()
+
+
+def test_a_failed_spark_task_is_one_line_naming_its_error(spark_session):
+    """A task's Python error reaches the driver as one line naming it (not Py4J's text, not the
+    JVM's trace); ours keep their class, so the exit code holds."""
+    import pytest
+    from memwal.spark.engine.frames import run_tasks
+    from memwal.spark.engine.tags import stoppable_job
+
+    from memwal.errors import BadInputError, MemWalError
+
+    def boom(kind: str) -> list[int]:
+        if kind == "ours":
+            raise BadInputError("shard s1: a bad generation")
+        raise ValueError("not a number: 'x'")
+
+    with pytest.raises(MemWalError) as failed, stoppable_job(spark_session, "memwal-test-boom"):
+        run_tasks(spark_session, ["theirs"], boom)
+    assert str(failed.value) == "a Spark task failed: ValueError: not a number: 'x'"
+    with pytest.raises(BadInputError, match=r"^shard s1: a bad generation$"), \
+            stoppable_job(spark_session, "memwal-test-ours"):
+        run_tasks(spark_session, ["ours"], boom)

@@ -117,7 +117,7 @@ def test_fleet_cancel_wait_says_when_the_job_stopped(make_table, manual_clock):
     assert held.error is not None and held.error.exit_code == 3
 
 
-# -- the Spark engines: the job group is cancelled while its tasks run ----------------------------------
+# -- the Spark engines: the job's tag is cancelled while its tasks run ----------------------------------
 SPARK_STAGES = {
     "merge": "spark.merge.read-task",
     "compact": "spark.compact.task",
@@ -126,7 +126,7 @@ SPARK_STAGES = {
 
 
 @pytest.mark.parametrize("job", list(SPARK_STAGES))
-def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_session, manual_clock: ManualClock,
+def test_a_cancel_stops_a_spark_job_through_its_tag(make_table, spark_session, manual_clock: ManualClock,
                                                           tmp_path, job):
     table, model = make_table()
     prepare(table, job)
@@ -138,13 +138,16 @@ def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_sess
         held.go.set()  # the driver runs on; the executors stop at the barrier
         barrier.wait_reached()
         assert cancel(table.uri)["cancelled"] == [job]
-        manual_clock.advance(WATCH_SECONDS)  # the watcher reads the lease: the job group is cancelled
+        manual_clock.advance(WATCH_SECONDS)  # the watcher reads the lease: the job's tag is cancelled
         held.thread.join(120)
         assert not held.thread.is_alive(), "the Spark job was not stopped"
         barrier.release()
         held.resume()
     assert held.error is not None and held.error.exit_code == 3, held.error
     assert f"cancelled by {BY}: {WHY}" in str(held.error) and "its running work was stopped" in str(held.error)
+    # one clean line (issue 64): the Spark job named, never Py4J's text
+    assert "the Spark job memwal-" in str(held.error) and "was interrupted" in str(held.error), held.error
+    assert "\n" not in str(held.error) and "An error occurred while calling" not in str(held.error)
 
     table = memwal.open(table.uri).table
     assert table.dataset().version == version and lsm_rows(table) == rows
