@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import lance
 from lance.indices import IndicesBuilder
-from memwal.spark.engine.frames import run_tasks
+from memwal.spark.engine.frames import run_tasks, task_uri
 from memwal.spark.engine.session import active_or_local
 from memwal.spark.engine.tags import stoppable_job
 
@@ -76,7 +76,7 @@ class SparkCatchupEngine:
         version = ds.version
         fragments = [f.fragment_id for f in ds.get_fragments()]
         groups = [fragments[i : i + self.fragments_per_task] for i in range(0, len(fragments), self.fragments_per_task)]
-        uri, storage, name = table.uri, dict(table.storage_options), ip.index_name
+        uri, storage, name = task_uri(table), dict(table.storage_options), ip.index_name
         barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 
         def build(group: list[int]) -> list[Any]:

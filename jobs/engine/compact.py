@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import lance
 from lance.optimize import RewriteResult
-from memwal.spark.engine.frames import run_tasks
+from memwal.spark.engine.frames import run_tasks, task_uri
 from memwal.spark.engine.session import active_or_local
 from memwal.spark.engine.tags import stoppable_job
 
@@ -43,7 +43,7 @@ class SparkCompactEngine:
     def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]:
         if not plan.lance_tasks:
             return []
-        uri, version, options = table.uri, plan.read_version, dict(table.storage_options)
+        uri, version, options = task_uri(table), plan.read_version, dict(table.storage_options)
         blobs = [pickle.dumps(task) for task in plan.lance_tasks]
         barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 

@@ -24,12 +24,20 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from memwal.table import Table
+
 P = TypeVar("P")
 R = TypeVar("R")
 
 #: The schema of :func:`run_tasks`' rows: one pickled result each.
 PICKLED = "blob binary"
 PICKLED_SCHEMA = pa.schema([("blob", pa.binary())])
+
+
+def task_uri(table: Table) -> str:
+    """The table's URI as tasks must get it: a local path made absolute (an executor's working
+    directory is not the driver's: a Spark Connect server's is a folder of the session's)."""
+    return table.store.uri_for("")
 
 
 def task_frame(spark: SparkSession, n: int) -> DataFrame:

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memwal.spark.engine.frames import run_tasks
+from memwal.spark.engine.frames import run_tasks, task_uri
 from memwal.spark.engine.session import active_or_local
 
 from memwal.gc import BATCH_OBJECTS, PrefixOutcome, Target, delete_keys, delete_prefixes
@@ -55,7 +55,7 @@ class SparkGcEngine:
             groups[shard_of_key(key(item))].append(item)
         if not groups:
             return {}
-        uri, options = table.uri, dict(table.storage_options)
+        uri, options = task_uri(table), dict(table.storage_options)
 
         def task(group: tuple[str | None, list[Item]]) -> list[tuple[str, Any]]:
             mine = group[1]

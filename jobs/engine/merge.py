@@ -32,13 +32,13 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
-from memwal.spark.engine.frames import task_frame, task_ids
+from memwal.spark.engine.frames import task_frame, task_ids, task_uri
 from memwal.spark.engine.merge_tasks import (
     CLOSED,
     DOC,
@@ -68,7 +68,7 @@ from memwal.errors import MemWalError
 from memwal.merge.changes import NetChanges, empty_keys
 from memwal.merge.driverless import TableChanges, data_file_keys, deletion_file_key, remove_uncommitted
 from memwal.merge.local import DEFAULT_MEMORY_BUDGET
-from memwal.merge.model import MergePlan
+from memwal.merge.model import GenerationRef, MergePlan
 from memwal.merge.take import own_chunks
 from memwal.table import Table
 from memwal.table.naming import STAGING_DIR
@@ -102,10 +102,11 @@ class _Job:
 
     def __init__(self, table: Table, plan: MergePlan, schema: pa.Schema, parallelism: int, *,
                  driverless: bool) -> None:
-        self.plan, self.options, self.table_uri = plan, dict(table.storage_options), table.uri
+        uri = task_uri(table)
+        self.plan, self.options = _for_tasks(plan, uri), dict(table.storage_options)
         self.driverless = driverless
         self.folder = f"{STAGING_DIR}/merge-{uuid.uuid4().hex[:12]}"
-        self.target = Target(table.uri if driverless else table.store.uri_for(self.folder), table.uri, self.folder,
+        self.target = Target(uri if driverless else table.store.uri_for(self.folder), uri, self.folder,
                              plan.read_version if driverless else None)
         self.schema_bytes = schema.serialize().to_pybytes()
         #: Partitions of the retire stage: the base fragments at the read version, at most the parallelism.
@@ -134,6 +135,15 @@ class _Job:
                 listed |= {k for k in doc if isinstance(k, str)} if isinstance(doc, list) else set()
             remove_uncommitted(table, sorted(listed - keep))
         store.delete_many([k for k in folder if settled or not k.endswith(f"/{CLOSED}")])
+
+
+def _for_tasks(plan: MergePlan, uri: str) -> MergePlan:
+    """The plan as tasks get it: the table's URI (and each generation's) as :func:`task_uri` gives it."""
+    def ref(g: GenerationRef) -> GenerationRef:
+        return replace(g, table_uri=uri) if g.table_uri else g
+
+    shards = tuple(replace(s, generations=tuple(ref(g) for g in s.generations)) for s in plan.shards)
+    return replace(plan, table=uri, shards=shards)
 
 
 @dataclass
@@ -244,7 +254,7 @@ class SparkMergeEngine:
         shape, tasks, out = "shuffle", None, None
         count = 0
         if self.partitions is None and plan.total_rows <= BY_SHARD_MAX_ROWS:
-            tasks = shard_tasks(plan, self.partition_bytes, self.shard_max_bytes, parallelism)
+            tasks = shard_tasks(job.plan, self.partition_bytes, self.shard_max_bytes, parallelism)
         if tasks:
             count = len(tasks)
             out = _run(spark, table, job, _by_shard(spark, job, tasks))
@@ -257,7 +267,7 @@ class SparkMergeEngine:
                 job, out = _Job(table, plan, schema, parallelism, driverless=driverless), None
         parts = 0
         if out is None:
-            read = read_tasks(plan.generations, self.read_task_bytes, job.options)
+            read = read_tasks(job.plan.generations, self.read_task_bytes, job.options)
             parts = self.partitions or max(parallelism, -(-change_bytes // self.partition_bytes))
             out = _run(spark, table, job, _shuffled(spark, job, read, parts))
             count = len(read)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memwal.spark.engine.frames import chunks, run_tasks
+from memwal.spark.engine.frames import chunks, run_tasks, task_uri
 from memwal.spark.engine.session import active_or_local, default_parallelism
 
 from memwal.snapshot.format import FieldColumn, ShardRow
@@ -88,7 +88,7 @@ class SparkManifestReader:
         n = self.partitions or max(
             1, min(len(shard_ids), max(default_parallelism(self.spark), -(-len(shard_ids) // SHARDS_PER_TASK)))
         )
-        fn = _read_partition(table.uri, dict(table.storage_options), list(columns), self.task_threads)
+        fn = _read_partition(task_uri(table), dict(table.storage_options), list(columns), self.task_threads)
         out = run_tasks(self.spark, chunks(shard_ids, n), fn)
         broken = sorted((r for r in out if isinstance(r, BrokenShard)), key=lambda b: b.shard_id)
         if broken:  # the refresh publishes nothing, as with the local engine

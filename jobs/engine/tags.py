@@ -163,8 +163,9 @@ def spark_error(exc: Exception) -> Exception:
     found = _LAST_PY_LINE.findall(str(exc))
     if found:
         cls, message = found[-1]
-        return MemWalError(f"a Spark task failed: {cls.rsplit('.', 1)[-1]}: {message.strip()[:500]}")
-    return MemWalError(f"the Spark job failed: {_spark_line(exc)}")
+        line = f"a Spark task failed: {cls.rsplit('.', 1)[-1]}: {message.strip()}"
+        return MemWalError(first_line(MemWalError(line))[:600])
+    return MemWalError(first_line(MemWalError(f"the Spark job failed: {_spark_line(exc)}"))[:600])
 
 
 def _connection_lost(exc: Exception) -> bool:

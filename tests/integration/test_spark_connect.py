@@ -68,11 +68,13 @@ def assert_no_staging_files(table: Table) -> None:
 
 def test_a_cycle_over_spark_connect_leaves_the_table_the_writers_wrote(make_table, connect_server: ConnectServer,
                                                                        tmp_path: Path) -> None:
-    """``memwal cycle --engine spark`` with ``SPARK_REMOTE`` set: every job on the server, the
-    base table equal to the model of what pylance's ShardWriter wrote, progress recorded."""
+    """``memwal cycle --engine spark`` with ``SPARK_REMOTE`` set (the table given as a relative
+    path): every job on the server, the base table equal to the model of what pylance's
+    ShardWriter wrote, progress recorded."""
     table, model = make_table(Workload(base_rows=400, shards=3, generations=5, rows_per_generation=50, seed=11))
     env = javaless_env(connect_server.url)
-    code, out, err = finished(memwal_cli("cycle", table.uri, "--engine", "spark", "--json", "--grace-seconds", "0",
+    relative = os.path.relpath(table.uri, tmp_path)  # the server's executors have a working directory of their own
+    code, out, err = finished(memwal_cli("cycle", relative, "--engine", "spark", "--json", "--grace-seconds", "0",
                                          "--writer-idle-seconds", "0", env=env, cwd=tmp_path))
     assert code == 0, err[-3000:]
     doc = json.loads(out)
@@ -200,3 +202,16 @@ def test_an_airflow_spark_connect_connection_runs_the_operator_s_job_over_connec
     assert len(alias_events(ctx)) == 1
     assert memwal.open(table.uri).merge().ok
     assert table_rows(open_table(table.uri)) == model.sorted_rows()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--spark-remote", "http://127.0.0.1:15002"], "expected a Spark Connect URL"),
+    (["--spark-remote", "sc://127.0.0.1:15002", "--engine", "local"], "cannot go with --engine local"),
+])
+def test_a_bad_spark_remote_is_bad_input_and_writes_nothing(make_table, argv: list[str], needle: str) -> None:
+    from tests.helpers import assert_one_line_error, run_cli, tree_digest
+
+    table, _ = make_table()
+    before = tree_digest(table.uri)
+    assert_one_line_error(run_cli("merge", table.uri, *argv), 2, "--spark-remote", needle)
+    assert tree_digest(table.uri) == before and "SPARK_REMOTE" not in os.environ
