@@ -48,8 +48,15 @@ def spark_session(app: str) -> Iterator[SparkSession]:
     either is kept.
     """
     from memwal.spark.engine.session import PYTHON_DAEMON, bound_retries, connect_session, remote_url, use_session
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
 
     url = remote_url()
+    if url is None and "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Under spark-submit (its JVM is up: asking starts none), `--remote URL` or
+        # `--conf spark.remote=URL` names a Spark Connect endpoint in its configuration.
+        SparkContext._ensure_initialized()
+        url = SparkConf().get("spark.remote", None)
     if url is not None:
         remote = connect_session(url)
         use_session(remote)
@@ -60,9 +67,6 @@ def spark_session(app: str) -> Iterator[SparkSession]:
                 bound_retries(remote, 0)
                 remote.stop()  # releases the server's side of the session
         return
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession
-
     # The JVM first (spark-submit's, already running): a SparkConf made before it holds none of
     # spark-submit's settings, and ours would then replace a --conf given for the same key.
     SparkContext._ensure_initialized()
