@@ -17,11 +17,15 @@ merge operators, or ``driverless=False``): tasks stage upserts under ``_mem_wal/
 and return delete keys; the driver's marked ``merge_insert`` applies them (data and marker in one
 commit, H2).
 
-Whatever a failed job wrote is removed (the staging dataset, or the files the tasks' receipts
-under the job's staging folder list, a retried attempt's included); a killed driver leaves that
-folder to ``gc --orphans`` and the files to Lance's ``cleanup_old_versions``. Nothing assumes
-local mode: the table URI and storage options travel in closures, so executors need only
-memwal-jobs and pylance installed. Why these shapes: docs/decisions/0005 and 0014.
+The stages are DataFrames (:mod:`memwal.spark.engine.frames`): a range of task indices mapped
+by ``mapInArrow``, ``repartitionById`` where rows go by bucket or by base fragment, ``toArrow``
+back to the driver; the same code on a classic session and over Spark Connect. Whatever a
+failed job wrote is removed (the staging dataset, or the files the tasks' receipts under the
+job's staging folder list, a retried attempt's included), after the folder is closed so a task
+still running removes what it writes (:func:`memwal.spark.engine.merge_tasks.close`); a killed
+driver leaves that folder to ``gc --orphans`` and the files to Lance's ``cleanup_old_versions``.
+Nothing assumes local mode: the table's absolute URI and storage options travel in closures, so
+executors need only memwal-jobs and pylance installed. Why these shapes: docs/decisions/0005 and 0014.
 """
 
 from __future__ import annotations
