@@ -215,3 +215,45 @@ def test_a_bad_spark_remote_is_bad_input_and_writes_nothing(make_table, argv: li
     before = tree_digest(table.uri)
     assert_one_line_error(run_cli("merge", table.uri, *argv), 2, "--spark-remote", needle)
     assert tree_digest(table.uri) == before and "SPARK_REMOTE" not in os.environ
+
+
+def test_a_fleet_runs_its_small_tables_as_tasks_on_the_connect_server(tmp_path: Path,
+                                                                      connect_server: ConnectServer) -> None:
+    """``memwal fleet run --engine spark`` over Connect: the small tables' cycles are tasks on the
+    server's executors (the local engine inside), every table left as its writers wrote it."""
+    from tests.integration.test_fleet import make
+
+    root = tmp_path / "lake"
+    models = {str(root / "a" / "t1"): make(root / "a" / "t1"), str(root / "t2"): make(root / "t2")}
+    code, out, err = finished(memwal_cli("fleet", "run", str(root), "--spark-remote", connect_server.url, "--json",
+                                         env=javaless_env(), cwd=tmp_path))
+    assert code == 0, err[-3000:]
+    doc = json.loads(out)
+    assert doc["engine"] == "spark" and doc["failed_tables"] == []
+    for uri, model in models.items():
+        assert table_rows(open_table(uri)) == model.sorted_rows()
+
+
+#: An application with its own Spark Connect session (a notebook's), no SPARK_REMOTE: the API's
+#: Spark engine uses that session.
+APPLICATION = """
+import sys
+from pyspark.sql import SparkSession
+import memwal
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+result = memwal.open(sys.argv[2]).merge(engine="spark")
+assert result.ok and result.value.engine == "spark", result
+from memwal.spark.engine.session import active_or_local
+assert active_or_local() is spark
+print(result.value.version)
+"""
+
+
+def test_the_python_api_uses_the_application_s_own_connect_session(make_table, connect_server: ConnectServer,
+                                                                   tmp_path: Path) -> None:
+    table, model = make_table()
+    proc = subprocess.run([sys.executable, "-c", APPLICATION, connect_server.url, table.uri], env=javaless_env(),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=CLIENT_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) == open_table(table.uri).manifest().version
+    assert table_rows(open_table(table.uri)) == model.sorted_rows()
