@@ -114,6 +114,6 @@ def javaless_env(url: str | None = None, **extra: str) -> dict[str, str]:
         p for p in env.get("PATH", "").split(os.pathsep) if p and not os.path.exists(os.path.join(p, "java"))])
     if url is not None:
         env["SPARK_REMOTE"] = url
-    env["MEMWAL_SPARK_CONNECT_RETRY_SECONDS"] = "10"  # a killed server fails the job soon
+    env["MEMWAL_SPARK_CONNECT_RETRY_SECONDS"] = "5"  # a killed server fails the job soon
     env.update(extra)
     return env
