@@ -34,6 +34,10 @@ reads first. ``--pre-read`` reads every file of the copy before the run: the dif
 share. A journaled ext4 (the default) charges metadata to its journal thread, a ``noatime`` or
 ``lazytime`` mount writes none, and object stores have no access time.
 
+``--baseline REV`` adds an arm ``classic@REV``: the Spark engine of an earlier revision (its
+``memwal/`` and ``jobs/`` from git, first on the workers' path), interleaved with the others, to
+find where time went between revisions.
+
 Goals: ``connect`` within 1.5x ``classic``; ``classic`` within 3x ``local``. The machine's load
 average is recorded before and after every run: on a shared machine the figures are only as
 good as that. Writes ``OUT/spark_connect.json`` and ``OUT/spark_connect.png``.
@@ -130,12 +134,34 @@ def _files(path: str) -> dict[str, int]:
     return out
 
 
-def arm_env(arm: str, url: str) -> dict[str, str]:
+def arm_env(arm: str, url: str, trees: dict[str, Path] | None = None) -> dict[str, str]:
+    """The environment of an arm's worker: no Java and ``SPARK_REMOTE`` for ``connect``; for
+    ``classic@REV``, the memwal of that revision first on the path (:func:`baseline_tree`)."""
     from tests.sparkconnect import javaless_env
 
     if arm == "connect":
         return javaless_env(url)
-    return dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    if "@" in arm:
+        env["PYTHONPATH"] = str((trees or {})[arm.split("@", 1)[1]])
+    return env
+
+
+def baseline_tree(rev: str, work: Path) -> Path:
+    """``memwal/`` and ``jobs/`` of git revision ``rev`` (its Spark engine as ``memwal.spark``),
+    compiled, under ``work``: what a ``classic@REV`` arm runs, to find where time went between
+    revisions (the venv's packages are this one's)."""
+    tree = work / f"baseline-{rev}"
+    if not (tree / "memwal" / "spark").exists():
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "memwal", "jobs"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        (tree / "memwal" / "spark").symlink_to(tree / "jobs")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "memwal"), str(tree / "jobs")],
+                       check=False, capture_output=True)
+    return tree
 
 
 def _read_all(path: str) -> None:
@@ -148,7 +174,8 @@ def _read_all(path: str) -> None:
                     pass
 
 
-def one_run(pristine: str, copy: Path, arm: str, url: str, logs: Path, *, pre_read: bool = False) -> dict[str, Any]:
+def one_run(pristine: str, copy: Path, arm: str, url: str, logs: Path, *, pre_read: bool = False,
+            trees: dict[str, Path] | None = None) -> dict[str, Any]:
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(pristine, copy)
     before = _files(str(copy))
@@ -164,7 +191,7 @@ def one_run(pristine: str, copy: Path, arm: str, url: str, logs: Path, *, pre_re
     cmd = [sys.executable, "-m", "bench.spark_connect", "worker", str(copy), engine, str(result)]
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=arm_env(arm, url), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=arm_env(arm, url, trees), capture_output=True, text=True)
     whole = time.perf_counter() - t0
     if proc.returncode != 0 or not result.exists():
         err = "\n".join(x for x in proc.stderr.splitlines() if NOISE not in x)[-3000:]
@@ -201,7 +228,8 @@ def _median(values: Any) -> float | None:
 
 
 def run(out: str | Path = "bench-results", *, work: str | Path | None = None, change_rows: int = 2_000_000,
-        repeats: int = REPEATS, arms: tuple[str, ...] = ARMS, pre_read: bool = False) -> dict[str, Any]:
+        repeats: int = REPEATS, arms: tuple[str, ...] = ARMS, pre_read: bool = False,
+        baselines: tuple[str, ...] = ()) -> dict[str, Any]:
     from bench.harness import table_state
     from bench.spark_breakdown import ensure_table
     from tests.sparkconnect import ConnectServer
@@ -212,7 +240,9 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
     pristine, info = ensure_table(work, change_rows)
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
-    copies = {a: work / f"copy-connect-{a}" for a in arms}
+    arms = (*arms, *(f"classic@{rev}" for rev in baselines))
+    trees = {rev: baseline_tree(rev, work) for rev in baselines}
+    copies = {a: work / f"copy-connect-{a.replace('@', '-')}" for a in arms}
     server_dir = work / "connect-server"
     server_dir.mkdir(exist_ok=True)
     server = None
@@ -224,13 +254,13 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
     try:
         for a in arms:  # untimed: each arm's code, Spark's jars and the server's workers warm
             log(f"{a} (warm-up)")
-            one_run(pristine, copies[a], a, url, logs)
+            one_run(pristine, copies[a], a, url, logs, trees=trees)
         runs: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
         for i in range(repeats):
             for a in arms:
                 time.sleep(PAUSE)
                 log(f"{a} ({i + 1}/{repeats})")
-                runs[a].append(one_run(pristine, copies[a], a, url, logs, pre_read=pre_read))
+                runs[a].append(one_run(pristine, copies[a], a, url, logs, pre_read=pre_read, trees=trees))
     finally:
         if server is not None:
             server.stop()
@@ -250,6 +280,9 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
         doc["classic_over_local"] = round(arm["classic"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
     if "connect" in arm and "local" in arm:
         doc["connect_over_local"] = round(arm["connect"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
+    for a in arm:
+        if "@" in a and "classic" in arm:
+            doc[f"classic_over_{a}"] = round(arm["classic"]["whole_seconds"] / arm[a]["whole_seconds"], 3)
     doc["goals"] = {
         "connect_over_classic": {"max": CONNECT_OVER_CLASSIC_MAX, "met": doc.get("connect_over_classic", 0) <= 1.5},
         "classic_over_local": {"max": SPARK_OVER_LOCAL_MAX, "met": doc.get("classic_over_local", 0) <= 3.0},
@@ -274,7 +307,7 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     low = [m - doc["arms"][a]["whole_seconds_min"] for a, m in zip(arms, med, strict=True)]
     high = [doc["arms"][a]["whole_seconds_max"] - m for a, m in zip(arms, med, strict=True)]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(arms, med, yerr=[low, high], capsize=6, color=["#888", "#4a7", "#47a"][: len(arms)])
+    ax.bar(arms, med, yerr=[low, high], capsize=6, color=(["#888", "#4a7", "#47a"] + ["#a74"] * len(arms))[: len(arms)])
     ax.set_ylabel("whole merge process, s (median, min-max)")
     ax.set_title(f"{doc['change_rows']:,} change rows: local, classic Spark, Spark Connect")
     fig.tight_layout()
@@ -292,12 +325,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--change-rows", type=int, default=2_000_000)
     p.add_argument("--repeats", type=int, default=REPEATS)
     p.add_argument("--arms", default=",".join(ARMS), help="comma-separated: local,classic,connect")
+    p.add_argument("--baseline", action="append", default=[], metavar="REV",
+                   help="also an arm classic@REV: the Spark engine of git revision REV, interleaved (repeatable)")
     p.add_argument("--pre-read", action="store_true",
                    help="read every file of each copy first: the driver's writes without the access-time updates "
                         "its reads cause on a relatime mount (a diagnosis, not the goal's figure)")
     a = p.parse_args(args)
     doc = run(a.out, work=a.work, change_rows=a.change_rows, repeats=a.repeats, arms=tuple(a.arms.split(",")),
-              pre_read=a.pre_read)
+              pre_read=a.pre_read, baselines=tuple(a.baseline))
     print(json.dumps({k: v for k, v in doc.items() if k != "arms"}, indent=2))
     for arm, s in doc["arms"].items():
         print(f"{arm:8} {s['whole_seconds']:.2f} s ({s['whole_seconds_min']:.2f}-{s['whole_seconds_max']:.2f}) "
