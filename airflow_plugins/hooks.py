@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from memwal.airflow.provider import CONN_TYPE
-from memwal.airflow.spark_jobs import SparkJobOutcome, SparkSettings, SparkSubmission
+from memwal.airflow.spark_jobs import ConnectRun, SparkJobOutcome, SparkSettings, SparkSubmission, submission
 
 from memwal.actions.options import ENGINES
 from memwal.core.secrets import is_secret_key
@@ -139,7 +139,7 @@ class MemWalHook(BaseHook):
         self.engine = engine
         self.spark = spark or SparkSettings()
         self._resolved: tuple[str, dict[str, str]] | None = None
-        self._submission: SparkSubmission | None = None
+        self._submission: SparkSubmission | ConnectRun | None = None
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -305,7 +305,7 @@ class MemWalHook(BaseHook):
             return []
         argv = ["--workers", str(workers), *(["--max-seconds", str(max_seconds)] if max_seconds is not None else [])]
         content = json.dumps({"work": [w.to_dict(storage_options=True) for w in work]}).encode()
-        self._submission = SparkSubmission("fleet_chunk", self.spark)
+        self._submission = submission("fleet_chunk", self.spark)
         try:
             outcome = self._submission.run(None, argv, private_target=content)
         finally:
@@ -316,7 +316,7 @@ class MemWalHook(BaseHook):
         return [CycleResult.from_dict(d) for d in doc["tables"]]
 
     def _submit(self, job: str, uri: str, argv: list[str], storage_options: Mapping[str, str]) -> SparkJobOutcome:
-        self._submission = SparkSubmission(job, self.spark)
+        self._submission = submission(job, self.spark)
         try:
             return self._submission.run(uri, argv, storage_options=storage_options)
         finally:
@@ -327,7 +327,7 @@ class MemWalHook(BaseHook):
         """The result-file protocol: the job's document, or its failure raised; None when
         spark-submit succeeded without writing one (cluster deploy mode)."""
         where = where or self._where(job)
-        submitted = f"{where} (spark-submit {job}.py)"
+        submitted = f"{where} ({outcome.launcher} {job}.py)"
         if outcome.doc is None:
             if outcome.exited_ok:
                 log.warning("%s: spark-submit succeeded but wrote no result file (cluster deploy mode?)", submitted)

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 
 def warn_secret_arguments(args: list[str]) -> None:
@@ -36,9 +36,10 @@ def warn_secret_arguments(args: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def spark_context(app: str) -> Iterator[SparkContext]:
-    """The context spark-submit configured (its --conf wins), quiet, the one every engine of
-    this process uses (:func:`memwal.spark.engine.session.use_context`), stopped on the way out.
+def spark_session(app: str) -> Iterator[SparkSession]:
+    """The session every engine of this process uses (:func:`memwal.spark.engine.session.use_session`):
+    a Spark Connect client when a remote is set, else a session over the context spark-submit
+    configured (its --conf wins), quiet; stopped (a Connect client: released) on the way out.
 
     Quiet from the start: ``spark.log.level`` applies while the SparkContext starts, so its
     INFO lines never print (``setLogLevel`` afterwards would come too late for them). Python
@@ -46,9 +47,26 @@ def spark_context(app: str) -> Iterator[SparkContext]:
     executors import memwal for every task anyway). A ``--conf`` given to spark-submit for
     either is kept.
     """
-    from memwal.spark.engine.session import PYTHON_DAEMON, use_context
+    from memwal.spark.engine.session import PYTHON_DAEMON, bound_retries, connect_session, remote_url, use_session
     from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
 
+    url = remote_url()
+    if url is None and "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Under spark-submit (its JVM is up: asking starts none), `--remote URL` or
+        # `--conf spark.remote=URL` names a Spark Connect endpoint in its configuration.
+        SparkContext._ensure_initialized()
+        url = SparkConf().get("spark.remote", None)
+    if url is not None:
+        remote = connect_session(url)
+        use_session(remote)
+        try:
+            yield remote
+        finally:
+            with contextlib.suppress(Exception):  # a server gone is the job's error, said already
+                bound_retries(remote, 0)
+                remote.stop()  # releases the server's side of the session
+        return
     # The JVM first (spark-submit's, already running): a SparkConf made before it holds none of
     # spark-submit's settings, and ours would then replace a --conf given for the same key.
     SparkContext._ensure_initialized()
@@ -56,9 +74,10 @@ def spark_context(app: str) -> Iterator[SparkContext]:
     conf.setIfMissing("spark.log.level", os.environ.get("MEMWAL_SPARK_LOG_LEVEL", "WARN"))
     conf.setIfMissing("spark.python.daemon.module", PYTHON_DAEMON)
     sc = SparkContext.getOrCreate(conf)
-    use_context(sc)
+    spark = SparkSession(sc)
+    use_session(spark)
     try:
-        yield sc
+        yield spark
     finally:
         sc.stop()
 
@@ -70,7 +89,7 @@ def run(action: str, argv: Sequence[str] | None = None, *, app: str | None = Non
 
     args = list(sys.argv[1:] if argv is None else argv)
     warn_secret_arguments(args)
-    with spark_context(app or f"memwal-{action}"):
+    with spark_session(app or f"memwal-{action}"):
         if "--engine" not in args:
             args += ["--engine", "spark"]
         return main([action, *args])

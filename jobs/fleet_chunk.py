@@ -64,12 +64,12 @@ def read_work(path: str) -> list[TableWork]:
 
 
 def run_chunk(work: list[TableWork], workers: int, max_seconds: float | None) -> list[CycleResult]:
-    from memwal.spark._entry import spark_context
+    from memwal.spark._entry import spark_session
     from memwal.spark.engine.fleet import SparkTableRunner
 
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
-    with spark_context("memwal-fleet-chunk") as sc:
-        return list(SparkTableRunner(sc).run(work, workers, deadline))
+    with spark_session("memwal-fleet-chunk") as spark:
+        return list(SparkTableRunner(spark).run(work, workers, deadline))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # moto and boto3 load only when a test asks for the S3 server
     from tests.azureserver import AzureServer
     from tests.interleave import ManualClock
     from tests.s3server import S3Server
+    from tests.sparkconnect import ConnectServer
 
 
 @pytest.fixture
@@ -156,9 +157,9 @@ def lsm_rows(table: Table) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def spark_context():
-    """One local-mode SparkContext for the whole run (startup costs seconds), started the way
-    the engines start theirs, so an engine made with ``engine="spark"`` uses it too."""
+def spark_session():
+    """One local-mode (classic) SparkSession for the whole run (startup costs seconds), started
+    the way the engines start theirs, so an engine made with ``engine="spark"`` uses it too."""
     import logging
 
     from memwal.spark.engine.session import active_or_local
@@ -166,10 +167,23 @@ def spark_context():
     # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit,
     # after pytest closed the streams its handlers write to.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    sc = active_or_local("memwal-tests")
-    sc.setLogLevel("ERROR")
-    yield sc
-    sc.stop()
+    spark = active_or_local("memwal-tests")
+    spark.sparkContext.setLogLevel("ERROR")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """One Spark Connect server on loopback for the whole run (its JVM takes seconds to start),
+    started from PySpark's own jars; a test that kills it restarts it (``restart()``)."""
+    from tests.sparkconnect import start_connect_server
+
+    server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def commit_shard_manifest(table: Table, shard_id: str, edit: Callable) -> None:

@@ -148,8 +148,10 @@ GC_RUN = STATUS_GC + [
 
 #: ``memwal merge --engine spark``: the merge path plus the session and the Spark job.
 SPARK = MERGE + [
-    "memwal.spark.engine.session:start_local_context",
+    "memwal.spark.engine.session:start_session",
     "memwal.spark.engine.session:local_context",
+    "memwal.spark.engine.session:local_session",
+    "memwal.spark.engine.session:default_parallelism",
     "memwal.spark.engine.session:build_context",
     "memwal.spark.engine.session:active_or_local",
     "memwal.spark.engine.jvm_archive:java_options",
@@ -165,7 +167,7 @@ SPARK = MERGE + [
     "memwal.merge.driverless:commit_table_changes",
     "memwal.merge.driverless:data_commit",
     "memwal.merge.driverless:marker_commit",
-    "pyspark.rdd:RDD.collect",
+    "memwal.spark.engine.merge:_run",
     "memwal.spark.engine.merge:_staged_upserts",
     "pyspark.context:SparkContext.stop",
 ]

@@ -272,7 +272,7 @@ def _preload(contender: str) -> dict:
         t0 = time.perf_counter()
         from memwal.spark.engine.session import active_or_local
 
-        active_or_local("memwal-bench").setLogLevel("ERROR")
+        active_or_local("memwal-bench").sparkContext.setLogLevel("ERROR")
         extra["spark_startup_seconds"] = time.perf_counter() - t0
     return extra
 

@@ -136,7 +136,7 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
             from memwal.spark.engine.session import active_or_local
 
             spark = active_or_local("memwal-bench-snapshot")
-            spark.setLogLevel("ERROR")
+            spark.sparkContext.setLogLevel("ERROR")
             started_here = True
     except Exception as exc:  # noqa: BLE001 - no Spark here: recorded, not fatal
         return {"skipped": f"{type(exc).__name__}: {exc}"}

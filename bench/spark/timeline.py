@@ -11,7 +11,7 @@ looks at the whole process, as an operator runs it (local[2], ``MEMWAL_SPARK_MAS
 * one run of each engine under :mod:`bench.harness.timers` (set ``spark``): when each phase starts
   and ends, in seconds since the process was exec'd (interpreter and imports, CLI, the
   session's start-up in its background thread, the plan, waiting for the session, the Spark
-  job (``RDD.collect``: first Python workers included), the driver's commits, the run
+  job (``toArrow``: first Python workers included), the driver's commits, the run
   record and lag, and the process exit after the CLI returned: the JVM's shutdown);
 * ``python -c "import lance, pyarrow, memwal.merge.changes"``: what each fresh Python worker
   of the first Spark job pays before its first row.
@@ -40,7 +40,7 @@ PHASES = [
     ("session start-up (background)", "memwal.spark.engine.session:local_context"),
     ("plan", "memwal.merge.plan:plan_merge"),
     ("wait for the session", "memwal.spark.engine.session:active_or_local"),
-    ("Spark job (collect)", "pyspark.rdd:RDD.collect"),
+    ("Spark job (toArrow)", "memwal.spark.engine.merge:_run"),
     ("staging commit", "memwal.spark.engine.merge:_assemble"),
     ("local net changes", "memwal.merge.local:local_net_changes"),
     ("delete pass", "memwal.merge.execute:bound_delete_pass"),

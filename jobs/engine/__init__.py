@@ -6,9 +6,10 @@ never names them. ``merge``: reading, deduplicating or folding and staging on ex
 (:mod:`.merge`); ``catchup``: index segments per fragment group (:mod:`.catchup`);
 ``compact``: one task per Lance compaction task (:mod:`.compact`); ``gc``: one task per shard
 (:mod:`.gc`); ``snapshot``: shard manifests read in parallel (:mod:`.snapshot`); ``fleet``:
-small tables as tasks of one application (:mod:`.fleet`). The
-SparkContext is spark-submit's, or a local one started in the background (:mod:`.session`,
-with the driver JVM's class archive, :mod:`.jvm_archive`).
+small tables as tasks of one application (:mod:`.fleet`). Every stage is a DataFrame
+(:mod:`.frames`), so the same engines run on a classic session (spark-submit's, an
+application's, or a local one started in the background, with the driver JVM's class archive,
+:mod:`.jvm_archive`) and over Spark Connect (``SPARK_REMOTE``: :mod:`.session`).
 """
 
 from __future__ import annotations
@@ -77,10 +78,11 @@ class SparkEngines:
         return self._factories[action]()
 
     def prepare(self) -> None:
-        """Boot a local context in the background while the job plans (spark-submit's wins)."""
-        from memwal.spark.engine.session import start_local_context
+        """Start the session in the background while the job plans (spark-submit's wins; over
+        Spark Connect no JVM starts here)."""
+        from memwal.spark.engine.session import start_session
 
-        start_local_context()
+        start_session()
 
 
 ENGINES = SparkEngines()

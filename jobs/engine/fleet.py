@@ -18,11 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from memwal.spark.engine.frames import run_tasks
+
 from memwal.cycle import CycleResult
 from memwal.fleet.run import TableWork, run_table_work
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 
 def _task(work: TableWork) -> dict[str, Any]:
@@ -34,8 +36,8 @@ def _task(work: TableWork) -> dict[str, Any]:
 class SparkTableRunner:
     name = "spark"
 
-    def __init__(self, sc: SparkContext) -> None:
-        self.sc = sc
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
 
     @classmethod
     def from_active_or_local(cls) -> SparkTableRunner:
@@ -53,7 +55,7 @@ class SparkTableRunner:
         with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="memwal-fleet-large") as pool:
             big = [pool.submit(run_table_work, w) for w in large]
             if small:
-                docs = self.sc.parallelize(small, len(small)).map(_task).collect()
+                docs = run_tasks(self.spark, small, lambda w: [_task(w)])
                 yield from (CycleResult.from_dict(d) for d in docs)
             for f in big:
                 yield f.result()

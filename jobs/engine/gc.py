@@ -17,8 +17,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memwal.spark.engine.frames import run_tasks, task_uri
 from memwal.spark.engine.session import active_or_local
-from pyspark import SparkContext
 
 from memwal.gc import BATCH_OBJECTS, PrefixOutcome, Target, delete_keys, delete_prefixes
 from memwal.store import Store, open_store
@@ -26,6 +26,8 @@ from memwal.table import Table
 from memwal.table.paths import shard_of_key
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from memwal.lease import Lease
 
 #: Folders (or WAL keys) handed out per round: a generation is about 8 objects, so a round is
@@ -38,8 +40,8 @@ Item = TypeVar("Item")
 class SparkGcEngine:
     name = "spark"
 
-    def __init__(self, sc: SparkContext) -> None:
-        self.sc = sc
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
 
     @classmethod
     def from_active_or_local(cls) -> SparkGcEngine:
@@ -53,14 +55,14 @@ class SparkGcEngine:
             groups[shard_of_key(key(item))].append(item)
         if not groups:
             return {}
-        uri, options = table.uri, dict(table.storage_options)
+        uri, options = task_uri(table), dict(table.storage_options)
 
         def task(group: tuple[str | None, list[Item]]) -> list[tuple[str, Any]]:
             mine = group[1]
             return list(zip([key(i) for i in mine], fn(open_store(uri, options), mine), strict=True))
 
         shards = sorted(groups.items(), key=lambda kv: kv[0] or "")
-        return dict(self.sc.parallelize(shards, len(shards)).flatMap(task).collect())
+        return dict(run_tasks(self.spark, shards, task))
 
     def _rounds(self, items: Sequence[Item], lease: Lease | None) -> Iterator[list[Item]]:
         """``items`` in rounds of ROUND_ITEMS, the lease checked on the driver before each."""

@@ -17,36 +17,43 @@ merge operators, or ``driverless=False``): tasks stage upserts under ``_mem_wal/
 and return delete keys; the driver's marked ``merge_insert`` applies them (data and marker in one
 commit, H2).
 
-Whatever a failed job wrote is removed (the staging dataset, or the files the tasks' receipts
-under the job's staging folder list, a retried attempt's included); a killed driver leaves that
-folder to ``gc --orphans`` and the files to Lance's ``cleanup_old_versions``. Nothing assumes
-local mode: the table URI and storage options travel in closures, so executors need only
-memwal-jobs and pylance installed. Why these shapes: docs/decisions/0005 and 0014.
+The stages are DataFrames (:mod:`memwal.spark.engine.frames`): a range of task indices mapped
+by ``mapInArrow``, ``repartitionById`` where rows go by bucket or by base fragment, ``toArrow``
+back to the driver; the same code on a classic session and over Spark Connect. Whatever a
+failed job wrote is removed (the staging dataset, or the files the tasks' receipts under the
+job's staging folder list, a retried attempt's included), after the folder is closed so a task
+still running removes what it writes (:func:`memwal.spark.engine.merge_tasks.close`); a killed
+driver leaves that folder to ``gc --orphans`` and the files to Lance's ``cleanup_old_versions``.
+Nothing assumes local mode: the table's absolute URI and storage options travel in closures, so
+executors need only memwal-jobs and pylance installed. Why these shapes: docs/decisions/0005 and 0014.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
-from memwal.spark.engine.job_groups import settle, stoppable_group
+from memwal.spark.engine.frames import task_frame, task_ids, task_uri
 from memwal.spark.engine.merge_tasks import (
-    Doc,
+    CLOSED,
+    DOC,
+    RETIRED,
+    ROW_DDL,
+    SPENT,
     Item,
-    Keyed,
     Payload,
-    Retired,
     Target,
+    batch,
+    close,
     keys_disjoint,
     read_buckets,
     read_tasks,
@@ -54,21 +61,24 @@ from memwal.spark.engine.merge_tasks import (
     reduce_shards,
     ref_bytes,
     retire_fragments,
-    retire_partition,
+    rows_of,
     shard_tasks,
 )
-from memwal.spark.engine.session import active_or_local
-from pyspark import RDD, SparkContext
+from memwal.spark.engine.session import active_or_local, default_parallelism, is_connect
+from memwal.spark.engine.tags import stoppable_job
 
 from memwal.core import steps
 from memwal.errors import MemWalError
 from memwal.merge.changes import NetChanges, empty_keys
 from memwal.merge.driverless import TableChanges, data_file_keys, deletion_file_key, remove_uncommitted
 from memwal.merge.local import DEFAULT_MEMORY_BUDGET
-from memwal.merge.model import MergePlan
+from memwal.merge.model import GenerationRef, MergePlan
 from memwal.merge.take import own_chunks
 from memwal.table import Table
 from memwal.table.naming import STAGING_DIR
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -89,28 +99,32 @@ BY_SHARD_MAX_ROWS = 16_000_000
 
 
 class _Job:
-    """What every task of one Spark job shares: options, its write target, the timers.
+    """What every task of one Spark job shares: options and its write target.
 
     Its folder under ``_mem_wal/_staging/`` holds the staging dataset (driver path) or the
     tasks' receipts of the files they wrote into the table (driverless)."""
 
-    def __init__(self, table: Table, plan: MergePlan, schema: pa.Schema, sc: SparkContext, *,
+    def __init__(self, table: Table, plan: MergePlan, schema: pa.Schema, parallelism: int, *,
                  driverless: bool) -> None:
-        self.plan, self.options, self.table_uri = plan, dict(table.storage_options), table.uri
+        uri = task_uri(table)
+        self.plan, self.options = _for_tasks(plan, uri), dict(table.storage_options)
         self.driverless = driverless
         self.folder = f"{STAGING_DIR}/merge-{uuid.uuid4().hex[:12]}"
-        self.target = (Target(table.uri, plan.read_version, self.folder) if driverless
-                       else Target(table.store.uri_for(self.folder)))
+        self.target = Target(uri if driverless else table.store.uri_for(self.folder), uri, self.folder,
+                             plan.read_version if driverless else None)
         self.schema_bytes = schema.serialize().to_pybytes()
-        self.spent = {k: sc.accumulator(0.0) for k in ("read", "reduce", "write", "find", "retire")}
         #: Partitions of the retire stage: the base fragments at the read version, at most the parallelism.
-        self.retire_parts = (max(1, min(len(table.dataset(plan.read_version).get_fragments()), sc.defaultParallelism))
+        self.retire_parts = (max(1, min(len(table.dataset(plan.read_version).get_fragments()), parallelism))
                              if driverless else 0)
 
-    def remove_written(self, table: Table, *, keep: frozenset[str] = frozenset()) -> None:
-        """Remove the job's folder and, driverless, every file its receipts list but ``keep``
-        (what the driver will commit): a failed job's, a retried task attempt's."""
+    def remove_written(self, table: Table, *, keep: frozenset[str] = frozenset(), settled: bool = True) -> None:
+        """Close the job's folder (:func:`memwal.spark.engine.merge_tasks.close`: a task still
+        running writes nothing more), then remove it and, driverless, every file its receipts
+        list but ``keep`` (what the driver will commit): a failed job's, a retried task
+        attempt's. Unless every task is known to have ended (``settled``), the closed mark
+        stays: the folder is then an orphan for ``gc --orphans``."""
         store = table.store
+        close(table, self.folder)
         folder = [o.key for o in store.list(f"{self.folder}/")]
         if self.driverless:
             listed: set[str] = set()
@@ -124,7 +138,16 @@ class _Job:
                     continue
                 listed |= {k for k in doc if isinstance(k, str)} if isinstance(doc, list) else set()
             remove_uncommitted(table, sorted(listed - keep))
-        store.delete_many(folder)
+        store.delete_many([k for k in folder if settled or not k.endswith(f"/{CLOSED}")])
+
+
+def _for_tasks(plan: MergePlan, uri: str) -> MergePlan:
+    """The plan as tasks get it: the table's URI (and each generation's) as :func:`task_uri` gives it."""
+    def ref(g: GenerationRef) -> GenerationRef:
+        return replace(g, table_uri=uri) if g.table_uri else g
+
+    shards = tuple(replace(s, generations=tuple(ref(g) for g in s.generations)) for s in plan.shards)
+    return replace(plan, table=uri, shards=shards)
 
 
 @dataclass
@@ -134,6 +157,7 @@ class _Output:
     docs: list[dict[str, Any]] = field(default_factory=list)
     hashes: list[bytes] = field(default_factory=list)
     retired: list[tuple[int, FragmentMetadata | None]] = field(default_factory=list)
+    spent: Counter[str] = field(default_factory=Counter)
 
     def new_fragments(self) -> list[FragmentMetadata]:
         return [FragmentMetadata.from_json(json.dumps(f)) for o in self.docs for f in o["fragments"]]
@@ -150,20 +174,18 @@ class _Output:
         return out
 
 
-def _output(rows: Iterable[Doc | Retired]) -> _Output:
-    """A job's rows: a driver-path task's :data:`Doc`, or a retire task's :data:`Retired`."""
+def _output(table: pa.Table) -> _Output:
+    """A job's rows (:data:`memwal.spark.engine.merge_tasks.ROW_SCHEMA`), sorted out."""
     out = _Output()
-    for row in rows:
-        if len(row) == 2:
-            doc, hashes = row
-            out.docs.append(json.loads(doc))
-            out.hashes.append(hashes)
-        elif row[0] == "doc":
-            out.docs.append(json.loads(row[1]))
-            out.hashes.append(row[2])
-        else:
+    for _, kind, text, blob in rows_of(table.to_batches()):
+        if kind == DOC:
+            out.docs.append(json.loads(text))
+            out.hashes.append(blob)
+        elif kind == RETIRED:
             out.retired += [(int(fid), FragmentMetadata.from_json(json.dumps(m)) if m else None)
-                            for fid, m in json.loads(row[1])]
+                            for fid, m in json.loads(text)]
+        elif kind == SPENT:
+            out.spent.update(json.loads(text))
     return out
 
 
@@ -174,7 +196,7 @@ class SparkMergeEngine:
 
     def __init__(
         self,
-        sc: SparkContext | None,
+        spark: SparkSession | None,
         *,
         partitions: int | None = None,
         read_task_bytes: int = READ_TASK_BYTES,
@@ -182,7 +204,7 @@ class SparkMergeEngine:
         shard_max_bytes: int = SHARD_MAX_BYTES,
         driverless: bool = True,
     ) -> None:
-        self._sc = sc
+        self._spark = spark
         #: Set, it makes every batch a keyed shuffle into this many partitions.
         self.partitions = partitions
         self.read_task_bytes = read_task_bytes
@@ -194,12 +216,12 @@ class SparkMergeEngine:
         self.last_timings: dict[str, Any] = {}
 
     @property
-    def sc(self) -> SparkContext:
-        """The context, waited for when a batch first needs it: a merge with nothing to merge
-        never waits for the JVM."""
-        if self._sc is None:
-            self._sc = active_or_local()
-        return self._sc
+    def spark(self) -> SparkSession:
+        """The session, waited for when a batch first needs it: a merge with nothing to merge
+        never waits for it."""
+        if self._spark is None:
+            self._spark = active_or_local()
+        return self._spark
 
     @classmethod
     def from_active_or_local(cls) -> SparkMergeEngine:
@@ -228,40 +250,39 @@ class SparkMergeEngine:
         """Run the batch's job, by shard when it may, else (or when a key hash came from two
         tasks) as the keyed shuffle."""
         waited = time.perf_counter()
-        sc = self.sc
+        spark = self.spark
         t0 = time.perf_counter()
-        job = _Job(table, plan, schema, sc, driverless=driverless)
+        parallelism = default_parallelism(spark)
+        job = _Job(table, plan, schema, parallelism, driverless=driverless)
         change_bytes = sum(ref_bytes(r) for r in plan.generations)
         shape, tasks, out = "shuffle", None, None
         count = 0
         if self.partitions is None and plan.total_rows <= BY_SHARD_MAX_ROWS:
-            tasks = shard_tasks(plan, self.partition_bytes, self.shard_max_bytes, sc.defaultParallelism)
+            tasks = shard_tasks(job.plan, self.partition_bytes, self.shard_max_bytes, parallelism)
         if tasks:
-            by_shard, count = tasks, len(tasks)
-            out = _run(sc, table, job, lambda: _output(self._by_shard(sc, job, by_shard)))
+            count = len(tasks)
+            out = _run(spark, table, job, _by_shard(spark, job, tasks))
             if keys_disjoint(out.hashes):
                 shape = "by-shard"
             else:  # a key in two tasks: its own error, or a hash collision, comes from the shuffle
                 log.warning("merge %s: a net key hash appears in two by-shard tasks; merging with a keyed shuffle",
                             plan.table)
                 job.remove_written(table)
-                job, out = _Job(table, plan, schema, sc, driverless=driverless), None
+                job, out = _Job(table, plan, schema, parallelism, driverless=driverless), None
         parts = 0
         if out is None:
-            read = read_tasks(plan.generations, self.read_task_bytes, job.options)
-            parts = self.partitions or max(sc.defaultParallelism, -(-change_bytes // self.partition_bytes))
-            out = _run(sc, table, job, lambda: _output(self._shuffled(sc, job, read, parts)))
+            read = read_tasks(job.plan.generations, self.read_task_bytes, job.options)
+            parts = self.partitions or max(parallelism, -(-change_bytes // self.partition_bytes))
+            out = _run(spark, table, job, _shuffled(spark, job, read, parts))
             count = len(read)
         self.last_timings = {
             "shape": shape,
             "commit_path": "driverless" if driverless else "driver",
+            "connect": is_connect(spark),
             "context_wait_seconds": t0 - waited,
             "executors_wall_seconds": time.perf_counter() - t0,
-            "read_task_seconds": job.spent["read"].value,
-            "reduce_task_seconds": job.spent["reduce"].value,
-            "write_task_seconds": job.spent["write"].value,
-            "find_task_seconds": job.spent["find"].value,
-            "retire_task_seconds": job.spent["retire"].value,
+            **{f"{phase}_task_seconds": out.spent.get(phase, 0.0)
+               for phase in ("read", "reduce", "write", "find", "retire")},
             "read_tasks": count,
             "partitions": count if shape == "by-shard" else parts,
             "retire_partitions": job.retire_parts,
@@ -269,55 +290,53 @@ class SparkMergeEngine:
         }
         return job, out
 
-    @staticmethod
-    def _by_shard(sc: SparkContext, job: _Job, tasks: list[list[Payload]]) -> list[Doc | Retired]:
-        """One stage of whole-shard tasks (then the retire stage, driverless)."""
-        plan, options, target, spent, schema_bytes = job.plan, job.options, job.target, job.spent, job.schema_bytes
-        barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 
-        def task(indices: Iterable[int]) -> Iterator[Doc | Keyed]:
-            for i in indices:
-                steps.step("spark.merge.read-task", barrier=barrier)
-                yield from reduce_shards(tasks[i], plan, _schema(schema_bytes), options, target, spent)
+def _by_shard(spark: SparkSession, job: _Job, tasks: list[list[Payload]]) -> DataFrame:
+    """One stage of whole-shard tasks (then the retire stage, driverless)."""
+    plan, options, target, schema_bytes = job.plan, job.options, job.target, job.schema_bytes
+    barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
 
-        rdd = sc.parallelize(range(len(tasks)), len(tasks)).mapPartitions(task)
-        return _collected(rdd, job)
-
-    @staticmethod
-    def _shuffled(sc: SparkContext, job: _Job, tasks: list[list[Item]], parts: int) -> list[Doc | Retired]:
-        """Read tasks, a shuffle of IPC blobs by key, one reduce task per partition (then the
-        retire stage, driverless)."""
-        plan, options, target, spent, schema_bytes = job.plan, job.options, job.target, job.spent, job.schema_bytes
-        shard_ids, pk = plan.shard_ids, list(plan.primary_key)
-        barrier = steps.barrier_for_tasks()
-
-        def read(i: int) -> Iterator[tuple[int, bytes]]:
+    def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for i in task_ids(batches):
             steps.step("spark.merge.read-task", barrier=barrier)
-            started = time.perf_counter()
-            yield from read_buckets(tasks[i], _schema(schema_bytes), options, shard_ids, pk, parts)
-            spent["read"].add(time.perf_counter() - started)
+            yield batch(list(reduce_shards(tasks[i], plan, _schema(schema_bytes), options, target)))
 
-        def reduce(pairs: Iterable[tuple[int, bytes]]) -> Iterator[Doc | Keyed]:
-            yield from reduce_buckets(pairs, plan, _schema(schema_bytes), options, target, spent)
-
-        rdd = sc.parallelize(range(len(tasks)), max(1, len(tasks))).flatMap(read).partitionBy(
-            parts, lambda k: k).mapPartitions(reduce)
-        return _collected(rdd, job)
+    return _retired(task_frame(spark, len(tasks)).mapInArrow(task, ROW_DDL), job)
 
 
-def _collected(rdd: RDD[Doc | Keyed], job: _Job) -> list[Doc | Retired]:
+def _shuffled(spark: SparkSession, job: _Job, tasks: list[list[Item]], parts: int) -> DataFrame:
+    """Read tasks, a shuffle of IPC blobs by bucket (``repartitionById``: bucket ``b`` is
+    partition ``b``), one reduce task per partition (then the retire stage, driverless)."""
+    plan, options, target, schema_bytes = job.plan, job.options, job.target, job.schema_bytes
+    shard_ids, pk = plan.shard_ids, list(plan.primary_key)
+    barrier = steps.barrier_for_tasks()
+
+    def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for i in task_ids(batches):
+            steps.step("spark.merge.read-task", barrier=barrier)
+            yield batch(list(read_buckets(tasks[i], _schema(schema_bytes), options, shard_ids, pk, parts)))
+
+    def reduce(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield batch(list(reduce_buckets(rows_of(batches), plan, _schema(schema_bytes), options, target)))
+
+    read_stage = task_frame(spark, max(1, len(tasks))).mapInArrow(read, ROW_DDL)
+    return _retired(read_stage.repartitionById(parts, "part").mapInArrow(reduce, ROW_DDL), job)
+
+
+def _retired(reduced: DataFrame, job: _Job) -> DataFrame:
     """The reduce tasks' rows (driver path), or after them the retire stage: their offsets
-    shuffled by base fragment, one deletion file per fragment
-    (:func:`memwal.spark.engine.merge_tasks.retire_fragments`)."""
-    # What reduce_and_write yields follows the target: a driver path's (no rows to retire) only
-    # Docs, a driverless job's (its target retires base rows) only Keyed pairs.
+    sent by base fragment (``repartitionById``: each fragment to one task), one deletion file
+    per fragment (:func:`memwal.spark.engine.merge_tasks.retire_fragments`)."""
     if not job.driverless:
-        return list(cast("RDD[Doc]", rdd).collect())
-    keyed = cast("RDD[Keyed]", rdd)
-    target, options, spent = job.target, job.options, job.spent
-    retired = keyed.partitionBy(job.retire_parts, retire_partition).mapPartitions(
-        lambda pairs: retire_fragments(pairs, target, options, spent))
-    return list(retired.collect())
+        return reduced
+    target, options = job.target, job.options
+    barrier = steps.barrier_for_tasks()
+
+    def retire(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        steps.step("spark.merge.retire-task", barrier=barrier)  # the upserts are written: a test may hold here
+        yield batch(list(retire_fragments(rows_of(batches), target, options)))
+
+    return reduced.repartitionById(job.retire_parts, "part").mapInArrow(retire, ROW_DDL)
 
 
 def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetChanges:
@@ -345,25 +364,20 @@ def _assemble(table: Table, schema: pa.Schema, job: _Job, out: _Output) -> NetCh
     return net
 
 
-def _run(sc: SparkContext, table: Table, job: _Job, collect: Callable[[], _Output]) -> _Output:
-    """Run a Spark job (``collect``) in a job group (cancelled by an operator's cancel of the
-    merge: :func:`memwal.spark.engine.job_groups.stoppable_group`); if it fails, what its tasks wrote is removed
-    once they have all ended (:mod:`memwal.spark.engine.job_groups`), and an executor's error of
-    ours comes back with its class and one-line message (the exit code holds), the JVM's trace
-    dropped."""
-    with stoppable_group(sc, f"memwal-{job.folder.rsplit('/', 1)[-1]}") as group:
+def _run(spark: SparkSession, table: Table, job: _Job, frame: DataFrame) -> _Output:
+    """Run a Spark job (``frame``'s rows, collected) under a tag an operator's cancel of the
+    merge interrupts (:func:`memwal.spark.engine.tags.stoppable_job`); if it fails, its folder is
+    closed and what its tasks wrote removed, and the error comes back in one line (ours with its
+    class, so the exit code holds)."""
+    try:
+        with stoppable_job(spark, f"memwal-{job.folder.rsplit('/', 1)[-1]}"):
+            return _output(frame.toArrow())
+    except BaseException:  # an interrupted process too: what the tasks wrote is not left behind
         try:
-            return collect()
-        except Exception as exc:
-            try:
-                settle(sc, group)
-                job.remove_written(table)
-            except Exception as left:  # the job's own error matters more; GC collects staging orphans
-                log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
-            ours = executor_error(exc)
-            if ours is None:
-                raise
-            raise ours from None
+            job.remove_written(table, settled=not is_connect(spark))
+        except Exception as left:  # the job's own error matters more; GC collects staging orphans
+            log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
+        raise
 
 
 def _schema(schema_bytes: bytes) -> pa.Schema:
@@ -376,22 +390,4 @@ def _staged_upserts(staged: lance.LanceDataset, schema: pa.Schema) -> pa.RecordB
     return pa.RecordBatchReader.from_batches(schema, (b.cast(schema) for b in reader))
 
 
-_PY_ERROR = re.compile(r"^(memwal(?:\.\w+)*)\.(\w+): (.+)$", re.MULTILINE)
-
-
-def executor_error(exc: BaseException) -> MemWalError | None:
-    """Our own error raised on an executor, rebuilt on the driver with its class (so the exit
-    code holds) and its one-line message; None when the failure is not ours."""
-    import importlib
-
-    found = _PY_ERROR.findall(str(exc))
-    if not found:
-        return None
-    module, name, message = found[-1]
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        cls = MemWalError
-    if not (isinstance(cls, type) and issubclass(cls, MemWalError)):
-        cls = MemWalError
-    return cls(message.strip())
+__all__ = ["SparkMergeEngine"]

@@ -20,6 +20,17 @@ base table itself, and the task then also finds the base rows of its net keys at
 read version (:func:`memwal.merge.base_rows.base_addresses`) and sends their offsets, keyed
 by base fragment, to the retire stage (:func:`retire_fragments`: one task per group of
 fragments, so each base fragment gets exactly one deletion file).
+
+Every stage yields rows of one schema (:data:`ROW_SCHEMA`: a partition key, a kind, text and
+bytes) that the DataFrame stages of :mod:`memwal.spark.engine.merge` carry from task to task:
+``rows`` (a shuffle bucket's change rows, IPC), ``doc`` (a reduce task's document and its key
+hashes), ``offsets`` (a base fragment's retired rows), ``retired`` (deletion files written) and
+``spent`` (a task's seconds by phase, what accumulators counted on RDDs).
+
+A job's staging folder is *closed* (:func:`close`) before the driver removes what its failed or
+duplicate tasks wrote: a task checks the mark before it writes and again after its receipt,
+and a task that finds it removes its own files. Over Spark Connect the client cannot wait for a
+stopped job's tasks to end, so this is what keeps a late task's files from outliving the job.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -35,15 +46,16 @@ import lance
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.accumulators import Accumulator
 
+from memwal.errors import MemWalError
 from memwal.merge.base_rows import base_addresses, by_fragment, merge_offsets, retire
 from memwal.merge.changes import count_by_shard, reducer
-from memwal.merge.driverless import data_file_keys, deletion_file_key
+from memwal.merge.driverless import data_file_keys, deletion_file_key, remove_uncommitted
 from memwal.merge.local import partition_of
 from memwal.merge.model import GenerationRef, MergePlan
 from memwal.merge.read import SHARD, read_generation, read_generations
 from memwal.store import open_store
+from memwal.table import Table
 
 #: Threads each task reads its generations with (tasks already run side by side).
 TASK_READ_THREADS = 4
@@ -53,16 +65,36 @@ Payload = dict[str, Any]
 Item = tuple[Payload, list[int] | None]
 #: The table's storage options, as every task is sent them.
 Options = dict[str, str]
-#: The job's timers (seconds summed over tasks, by phase): Spark accumulators.
-Spent = dict[str, Accumulator[float]]
-#: A reduce task's document (JSON text: fragments, delete keys, counts) and its net keys' hashes
-#: (uint64 bytes; empty when not asked): what a driver-path task returns.
-Doc = tuple[str, bytes]
-#: What a driverless reduce task sends the retire stage, by key: ``(DOC_KEY, Doc)``, or a base
-#: fragment's id and the offsets of its rows the batch retires (uint32 bytes).
-Keyed = tuple[int, Doc | bytes]
-#: What a retire task returns: ``("doc", document, hashes)`` or ``("retired", JSON, b"")``.
-Retired = tuple[str, str, bytes]
+#: A stage's row: ``(part, kind, text, blob)`` (module docstring); ``part`` is the partition a
+#: later stage's ``repartitionById`` sends it to (a bucket, a base fragment's id, else 0).
+Row = tuple[int, str, str, bytes]
+ROW_SCHEMA = pa.schema([("part", pa.int32()), ("kind", pa.string()), ("text", pa.string()), ("blob", pa.binary())])
+#: The same schema as Spark's DDL, for ``mapInArrow``.
+ROW_DDL = "part int, kind string, text string, blob binary"
+ROWS, DOC, OFFSETS, RETIRED, SPENT = "rows", "doc", "offsets", "retired", "spent"
+
+
+def batch(rows: list[Row]) -> pa.RecordBatch:
+    """Rows of a stage as one Arrow batch of :data:`ROW_SCHEMA`."""
+    cols: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+    return pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, ROW_SCHEMA.types, strict=True)],
+                                      schema=ROW_SCHEMA)
+
+
+def rows_of(batches: Iterable[pa.RecordBatch]) -> Iterator[Row]:
+    """A stage's input rows back as tuples."""
+    for b in batches:
+        yield from zip(*(b.column(i).to_pylist() for i in range(4)), strict=True)
+
+
+class Spent(dict[str, float]):
+    """One task's seconds by phase, sent to the driver as a ``spent`` row."""
+
+    def add(self, phase: str, seconds: float) -> None:
+        self[phase] = self.get(phase, 0.0) + seconds
+
+    def row(self) -> Row:
+        return 0, SPENT, json.dumps(self), b""
 
 
 def ref_bytes(ref: GenerationRef) -> int:
@@ -101,17 +133,19 @@ def shard_tasks(plan: MergePlan, task_bytes: int, shard_max_bytes: int,
     return [t for t in tasks if t]
 
 
-def reduce_shards(payloads: list[Payload], plan: MergePlan, schema: pa.Schema, options: Options, target: Target,
-                  spent: Spent) -> Iterator[Doc | Keyed]:
+def reduce_shards(payloads: list[Payload], plan: MergePlan, schema: pa.Schema, options: Options,
+                  target: Target) -> Iterator[Row]:
     """One by-shard task: its shards' generations read whole (as the local engine reads them),
     reduced and written (:func:`reduce_and_write`, with the net keys' hashes)."""
+    spent = Spent()
     started = time.perf_counter()
     code_of = {sid: i for i, sid in enumerate(plan.shard_ids)}
     frames = list(read_generations([_ref(p) for p in payloads], schema, options, code_of, threads=TASK_READ_THREADS))
-    spent["read"].add(time.perf_counter() - started)
+    spent.add("read", time.perf_counter() - started)
     if frames:
         yield from reduce_and_write(pa.concat_tables(frames, promote_options="permissive"), plan, schema, options,
                                     target, spent, with_key_hashes=True)
+    yield spent.row()
 
 
 def key_hashes(t: pa.Table, primary_key: list[str]) -> np.ndarray:
@@ -162,13 +196,15 @@ def read_tasks(refs: list[GenerationRef], task_bytes: int, options: Options) -> 
 
 def read_buckets(
     items: list[Item], schema: pa.Schema, options: Options, shard_ids: list[str], pk: list[str], parts: int
-) -> Iterator[tuple[int, bytes]]:
-    """One read task: its rows, tagged like the local engine's, as one IPC blob per bucket.
+) -> Iterator[Row]:
+    """One read task: its rows, tagged like the local engine's, as one IPC blob per bucket
+    (``rows`` rows whose ``part`` is the bucket), then its ``spent`` row.
 
     Whole generations are read as the local engine reads them (:func:`read_generations`:
     a bounded thread pool, consecutive generations conformed and tagged together); a part
     of a large generation is read by its fragments.
     """
+    started = time.perf_counter()
     code_of = {sid: i for i, sid in enumerate(shard_ids)}
     refs = [(_ref(payload), fragment_ids) for payload, fragment_ids in items]
     frames = list(read_generations([r for r, f in refs if f is None], schema, options, code_of,
@@ -176,24 +212,34 @@ def read_buckets(
     for ref, fragment_ids in refs:
         if fragment_ids is not None:
             frames += read_generation(ref, schema, options, code_of[ref.shard_id], fragment_ids=fragment_ids)
-    if not frames:
-        return
-    t = pa.concat_tables(frames, promote_options="permissive")
-    bucket = partition_of(t, pk, parts)
-    order = np.argsort(bucket, kind="stable")
-    t, bucket = t.take(pa.array(order)), bucket[order]
-    edges = np.flatnonzero(np.diff(bucket)) + 1
-    for start, end in zip(np.r_[0, edges], np.r_[edges, len(bucket)], strict=True):
-        yield int(bucket[start]), ipc(t.slice(start, end - start))
+    if frames:
+        t = pa.concat_tables(frames, promote_options="permissive")
+        bucket = partition_of(t, pk, parts)
+        order = np.argsort(bucket, kind="stable")
+        t, bucket = t.take(pa.array(order)), bucket[order]
+        edges = np.flatnonzero(np.diff(bucket)) + 1
+        for start, end in zip(np.r_[0, edges], np.r_[edges, len(bucket)], strict=True):
+            yield int(bucket[start]), ROWS, "", ipc(t.slice(start, end - start))
+    spent = Spent()
+    spent.add("read", time.perf_counter() - started)
+    yield spent.row()
 
 
-def reduce_buckets(pairs: Iterable[tuple[int, bytes]], plan: MergePlan, schema: pa.Schema, options: Options,
-                   target: Target, spent: Spent) -> Iterator[Doc | Keyed]:
-    """One reduce task of the shuffle: every blob of its bucket, reduced and written."""
-    tables = [pa.ipc.open_stream(blob).read_all() for _, blob in pairs]
+def reduce_buckets(rows: Iterable[Row], plan: MergePlan, schema: pa.Schema, options: Options,
+                   target: Target) -> Iterator[Row]:
+    """One reduce task of the shuffle: every blob of its bucket, reduced and written; the read
+    tasks' other rows (their ``spent``) pass through."""
+    spent = Spent()
+    tables = []
+    for row in rows:
+        if row[1] == ROWS:
+            tables.append(pa.ipc.open_stream(row[3]).read_all())
+        else:
+            yield row
     if tables:
         yield from reduce_and_write(pa.concat_tables(tables, promote_options="permissive"), plan, schema, options,
                                     target, spent)
+    yield spent.row()
 
 
 def ipc(t: pa.Table) -> bytes:
@@ -209,35 +255,60 @@ def ipc(t: pa.Table) -> bytes:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a task writes its upserts (``uri``: a staging dataset, or the base table) and, for
-    the driverless path, the table version whose base rows the batch retires (``retire_at``)
-    and the folder (a store key under the table) where each task lists the files it wrote
-    (``receipts``): what a failed job or a retried task attempt wrote is found and removed."""
+    """Where a task writes its upserts (``uri``: a staging dataset, or the base table), the table
+    (``table``) and the job's folder under it (``folder``, a store key: the staging dataset, or
+    the driverless tasks' receipts of the files they wrote into the table, so that what a failed
+    job or a retried task attempt wrote is found and removed) and, driverless, the table version
+    whose base rows the batch retires (``retire_at``)."""
 
     uri: str
+    table: str
+    folder: str
     retire_at: int | None = None
-    receipts: str | None = None
 
 
-def receipt(target: Target, options: Options, keys: list[str]) -> None:
-    """List ``keys`` (files just written into the table) in a receipt of the job's folder."""
-    if target.receipts is not None and keys:
-        store = open_store(target.uri, options)
-        store.put(f"{target.receipts}/{uuid.uuid4().hex}.json", json.dumps(keys).encode())
+#: The mark of a closed job folder (:func:`close`): no task of the job may leave files after it.
+CLOSED = "closed"
 
 
-#: The key a task's document travels under through the retire stage (fragment ids are >= 0).
-DOC_KEY = -1
+class JobClosed(MemWalError):
+    """A task of a merge job that already ended (its folder closed) wrote nothing, or removed what it wrote."""
+
+
+def close(table: Table, folder: str) -> None:
+    """Close a job's folder: from now on its tasks write nothing (and remove what they wrote)."""
+    table.store.put(f"{folder}/{CLOSED}", b"")
+
+
+def _check_open(target: Target, options: Options) -> None:
+    """A task's first check before it writes: nothing is written for a job that ended."""
+    if open_store(target.table, options).exists(f"{target.folder}/{CLOSED}"):
+        raise JobClosed(f"merge job folder {target.folder} is closed: its job ended")
+
+
+def _written(target: Target, options: Options, keys: list[str]) -> None:
+    """``keys`` (store keys under the table) were just written: listed in a receipt of the job's
+    folder (driverless), then, if the job ended meanwhile, removed again by this task."""
+    if not keys:
+        return
+    store = open_store(target.table, options)
+    if target.retire_at is not None:
+        store.put(f"{target.folder}/{uuid.uuid4().hex}.json", json.dumps(keys).encode())
+    if store.exists(f"{target.folder}/{CLOSED}"):  # after the receipt: the driver's cleanup saw one or the other
+        if target.retire_at is not None:
+            remove_uncommitted(Table(target.table, dict(options)), keys)
+        else:
+            store.delete_many(keys)
+        raise JobClosed(f"merge job folder {target.folder} closed while a task wrote: its files removed")
 
 
 def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options: Options, target: Target,
-                     spent: Spent, *, with_key_hashes: bool = False) -> Iterator[Doc | Keyed]:
+                     spent: Spent, *, with_key_hashes: bool = False) -> Iterator[Row]:
     """The local engine's reducer over every version of the task's keys, then the upserts
-    written as Lance fragments of ``target``. The document holds the fragments, the delete keys
-    (driver path only: IPC hex) and the counts per shard; with it go, if asked, the net keys'
-    hashes as bytes. Driver path: yields ``(document, hashes)``. Driverless: yields
-    ``(DOC_KEY, (document, hashes))`` and, per base fragment holding rows of the net keys,
-    ``(fragment id, offsets as uint32 bytes)`` for :func:`retire_fragments`."""
+    written as Lance fragments of ``target``. The ``doc`` row holds the document (the fragments,
+    the delete keys (driver path only: IPC hex) and the counts per shard) and, if asked, the net
+    keys' hashes as bytes. Driverless, an ``offsets`` row follows per base fragment holding rows
+    of the net keys (``part``: its id; the offsets as uint32 bytes) for :func:`retire_fragments`."""
     started = time.perf_counter()
     net = reducer(plan, options)(rows)
     ups, dels = net.upserts, net.deletes
@@ -245,55 +316,49 @@ def reduce_and_write(rows: pa.Table, plan: MergePlan, schema: pa.Schema, options
     keys = pa.concat_tables([ups.select(pk), dels.select(pk)])
     hashes = key_hashes(keys, pk).tobytes() if with_key_hashes else b""
     written = time.perf_counter()
-    spent["reduce"].add(written - started)
+    spent.add("reduce", written - started)
     fragments = []
     if ups.num_rows:
+        _check_open(target, options)
         data = ups.select(schema.names).cast(schema)
         fragments = lance.fragment.write_fragments(data, target.uri, schema=schema, storage_options=options or None)
-        receipt(target, options, [k for f in fragments for k in data_file_keys(f)])
+        prefix = "" if target.retire_at is not None else f"{target.folder}/"
+        _written(target, options, [prefix + k for f in fragments for k in data_file_keys(f)])
     found = time.perf_counter()
-    spent["write"].add(found - written)
+    spent.add("write", found - written)
     retired: dict[int, np.ndarray] = {}
     if target.retire_at is not None:
         ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)
         retired = by_fragment(base_addresses(ds, keys, pk))
-        spent["find"].add(time.perf_counter() - found)
+        spent.add("find", time.perf_counter() - found)
     doc: str = json.dumps({
         "fragments": [f.to_json() for f in fragments],
         "deletes": ipc(dels.select(pk)).hex() if dels.num_rows and target.retire_at is None else "",
         "upserted": dict(count_by_shard(ups.column(SHARD), plan.shard_ids)) if ups.num_rows else {},
         "deleted": dict(count_by_shard(dels.column(SHARD), plan.shard_ids)) if dels.num_rows else {},
     })
-    if target.retire_at is None:
-        yield doc, hashes
-        return
-    yield DOC_KEY, (doc, hashes)
+    yield 0, DOC, doc, hashes
     for fid, offsets in retired.items():
-        yield fid, offsets.tobytes()
+        yield fid, OFFSETS, "", offsets.tobytes()
 
 
-def retire_partition(key: int) -> int:
-    """The retire stage's partition of a key: a fragment by its id, documents with fragment 0's."""
-    return max(key, 0)
-
-
-def retire_fragments(pairs: Iterable[Keyed], target: Target, options: Options,
-                     spent: Spent) -> Iterator[Retired]:
-    """One retire task: the documents it was sent pass through as ``("doc", document, hashes)``;
-    its fragments' offsets, joined per fragment, become one deletion file each
-    (:func:`memwal.merge.base_rows.retire`), returned as ``("retired", [[id, metadata or
-    None], ...], b"")``."""
+def retire_fragments(rows: Iterable[Row], target: Target, options: Options) -> Iterator[Row]:
+    """One retire task: the rows other than ``offsets`` pass through; its fragments' offsets,
+    joined per fragment, become one deletion file each (:func:`memwal.merge.base_rows.retire`),
+    returned in a ``retired`` row (``[[id, metadata or None], ...]``)."""
     offsets: list[tuple[int, bytes]] = []
-    for key, value in pairs:
-        if isinstance(value, tuple):  # the document, under DOC_KEY
-            doc, hashes = value
-            yield "doc", doc, hashes
+    for row in rows:
+        if row[1] == OFFSETS:
+            offsets.append((row[0], row[3]))
         else:
-            offsets.append((key, value))
+            yield row
     if offsets:
+        spent = Spent()
         started = time.perf_counter()
+        _check_open(target, options)
         ds = lance.dataset(target.uri, version=target.retire_at, storage_options=options or None)
         done = retire(ds, merge_offsets(offsets))
-        receipt(target, options, [deletion_file_key(m) for _, m in done if m is not None])
-        spent["retire"].add(time.perf_counter() - started)
-        yield "retired", json.dumps([[fid, meta.to_json() if meta is not None else None] for fid, meta in done]), b""
+        _written(target, options, [deletion_file_key(m) for _, m in done if m is not None])
+        spent.add("retire", time.perf_counter() - started)
+        yield 0, RETIRED, json.dumps([[fid, meta.to_json() if meta is not None else None] for fid, meta in done]), b""
+        yield spent.row()

@@ -1,7 +1,7 @@
 """The Spark engine of the snapshot refresh: shard manifests read in parallel on executors.
 
 The plan is the same as the local engine's (memwal.snapshot); only the reads move: the
-driver lists the shard ids, an RDD of them is read on executors (each task opens the
+driver lists the shard ids, chunks of them are read by Spark tasks (each task opens the
 table's store from the URI and storage options carried in the closure and reads its
 shards' latest manifests, a few threads per task since object-store reads are latency
 bound), and the decoded snapshot rows come back to the driver, which encodes the Lance
@@ -15,15 +15,19 @@ driver raises the same error the local engine would.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from memwal.spark.engine.session import active_or_local
-from pyspark import SparkContext
+from memwal.spark.engine.frames import chunks, run_tasks, task_uri
+from memwal.spark.engine.session import active_or_local, default_parallelism
 
 from memwal.snapshot.format import FieldColumn, ShardRow
 from memwal.table import Table
 from memwal.table.shards import ShardManifestError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: Threads per Spark task reading manifests.
 TASK_THREADS = 8
@@ -48,18 +52,18 @@ class BrokenShard:
 
 
 def _read_partition(uri: str, options: dict[str, str], columns: list[FieldColumn],
-                    threads: int) -> Callable[[Iterable[str]], Iterator[ShardRow | BrokenShard]]:
-    def run(ids: Iterable[str]) -> Iterator[ShardRow | BrokenShard]:
+                    threads: int) -> Callable[[Iterable[str]], list[ShardRow | BrokenShard]]:
+    def run(ids: Iterable[str]) -> list[ShardRow | BrokenShard]:
         from memwal.snapshot.engine import LocalSnapshotEngine
         from memwal.table import Table as _Table
 
         shard_ids = list(ids)
         if not shard_ids:
-            return iter(())
+            return []
         try:
-            return iter(LocalSnapshotEngine(threads).read_rows(_Table(uri, dict(options)), shard_ids, columns))
+            return list(LocalSnapshotEngine(threads).read_rows(_Table(uri, dict(options)), shard_ids, columns))
         except ShardManifestError as exc:
-            return iter([BrokenShard.of(exc)])
+            return [BrokenShard.of(exc)]
 
     return run
 
@@ -69,8 +73,8 @@ class SparkManifestReader:
 
     name = "spark"
 
-    def __init__(self, sc: SparkContext, *, partitions: int | None = None, task_threads: int = TASK_THREADS):
-        self.sc = sc
+    def __init__(self, spark: SparkSession, *, partitions: int | None = None, task_threads: int = TASK_THREADS):
+        self.spark = spark
         self.partitions = partitions
         self.task_threads = task_threads
 
@@ -81,13 +85,11 @@ class SparkManifestReader:
     def read_rows(self, table: Table, shard_ids: list[str], columns: list[FieldColumn]) -> list[ShardRow]:
         if not shard_ids:
             return []
-        sc = self.sc
         n = self.partitions or max(
-            1, min(len(shard_ids), max(sc.defaultParallelism, -(-len(shard_ids) // SHARDS_PER_TASK)))
+            1, min(len(shard_ids), max(default_parallelism(self.spark), -(-len(shard_ids) // SHARDS_PER_TASK)))
         )
-        rdd = sc.parallelize(shard_ids, n)
-        fn = _read_partition(table.uri, dict(table.storage_options), list(columns), self.task_threads)
-        out = rdd.mapPartitions(fn).collect()
+        fn = _read_partition(task_uri(table), dict(table.storage_options), list(columns), self.task_threads)
+        out = run_tasks(self.spark, chunks(shard_ids, n), fn)
         broken = sorted((r for r in out if isinstance(r, BrokenShard)), key=lambda b: b.shard_id)
         if broken:  # the refresh publishes nothing, as with the local engine
             raise broken[0].error()

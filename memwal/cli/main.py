@@ -75,6 +75,25 @@ def configure_logging(debug: bool) -> None:
         logger.propagate = False
 
 
+def use_spark_remote(args: argparse.Namespace) -> None:
+    """``--spark-remote URL``: PySpark's own ``SPARK_REMOTE`` for this process, which selects a
+    Spark Connect session for the Spark engine (no JVM starts here), and ``--engine spark``."""
+    url = getattr(args, "spark_remote", None)
+    if url is None:
+        return
+    from memwal.errors import BadInputError
+
+    if not url.startswith("sc://") or len(url) <= len("sc://"):
+        raise BadInputError("--spark-remote: expected a Spark Connect URL sc://HOST[:PORT][/;param=value...]")
+    if getattr(args, "engine", None) == "local":
+        raise BadInputError("--spark-remote runs the spark engine: it cannot go with --engine local")
+    if "token=" in url:
+        log.warning("--spark-remote carries a token, readable by every local user on the command line: "
+                    "set SPARK_REMOTE instead")
+    os.environ["SPARK_REMOTE"] = url
+    args.engine = "spark"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     configure_process()
     args = build_parser().parse_args(argv)
@@ -93,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Everything the user typed is checked before the command touches the table.
         check_storage_options(args.storage_options)
         check_result_file(getattr(args, "result_file", None))
+        use_spark_remote(args)
         result_file = getattr(args, "result_file", None)
         command: Callable[[argparse.Namespace], int] = args.run
         return command(args)

@@ -29,9 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[JobOptions], *, com
         elif spec.kind == "choice":
             parser.add_argument(flag, dest=f.name, choices=spec.choices, default=None,
                                 help=f"{spec.help} (default {f.default})")
+            if f.name == "engine":
+                add_spark_remote(parser)
         else:
             parser.add_argument(flag, dest=f.name, type=argparse_type(CHECKS[spec.kind]), default=None,
                                 metavar=spec.metavar, help=spec.help)
+
+
+def add_spark_remote(parser: argparse.ArgumentParser) -> None:
+    """``--spark-remote URL``: the Spark engine over Spark Connect (:func:`memwal.cli.main.use_spark_remote`)."""
+    parser.add_argument("--spark-remote", metavar="URL",
+                        help="run the spark engine over Spark Connect at URL (sc://host:port; implies --engine spark); "
+                             "a URL with a token belongs in the SPARK_REMOTE variable, not on the command line")
 
 
 def from_namespace(cls: type[JobOptions], ns: argparse.Namespace) -> JobOptions:

@@ -144,7 +144,7 @@ def test_page_garbled_inside_a_data_file_stops_only_its_shard(make_table, tmp_pa
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_spark_engine_attributes_an_unreadable_generation(make_table, tmp_path, spark_context):
+def test_spark_engine_attributes_an_unreadable_generation(make_table, tmp_path, spark_session):
     """The same with the Spark engine: the executor's error comes back to the driver as the
     shard's stop, and the other shards merge."""
     table, _ = make_table(WL)

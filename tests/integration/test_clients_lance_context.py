@@ -172,7 +172,7 @@ def test_rows_come_from_the_generation_when_the_manifest_lacks_them(client: Clie
     client.reads_every_row()
 
 
-def test_spark_merge_and_gc_follow_the_live_writer(client: Client, spark_context) -> None:
+def test_spark_merge_and_gc_follow_the_live_writer(client: Client, spark_session) -> None:
     t = memwal.open(client.uri)
     for job in (lambda: t.merge(engine="spark"), lambda: t.gc(**ZERO, engine="spark")):
         client.generation()

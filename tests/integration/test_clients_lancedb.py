@@ -203,7 +203,7 @@ def test_a_table_kept_at_lancedbs_default_consistency(ldb: LanceDBProcess, tmp_p
         w.reads_match(w.reopened(other))
 
 
-def test_a_composite_key_in_both_engines(ldb: LanceDBProcess, tmp_path: Path, spark_context: object) -> None:
+def test_a_composite_key_in_both_engines(ldb: LanceDBProcess, tmp_path: Path, spark_session: object) -> None:
     """A key of two columns, declared in an order that is not the schema's (``cat, id``),
     identity-sharded by ``cat``: merge by the local engine, then every job the Spark engine
     runs (merge, catchup, compact, gc), each after a LanceDB write. LanceDB's reads, memwal's

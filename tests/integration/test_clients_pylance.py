@@ -184,7 +184,7 @@ def test_a_writer_opened_after_the_merge_lets_gc_drain_and_keeps_its_folders_unt
         reads_every_row(last)
 
 
-def test_spark_jobs_follow_the_writer_too(live: LiveWriter, spark_context) -> None:
+def test_spark_jobs_follow_the_writer_too(live: LiveWriter, spark_session) -> None:
     writes = Writes()
     t = memwal.open(live.uri)
     for job in (lambda: t.merge(engine="spark"), lambda: t.catchup(engine="spark"),

@@ -185,5 +185,5 @@ def test_a_spark_merge_with_nothing_to_merge_never_asks_for_a_context(make_table
     engine = SparkMergeEngine.from_active_or_local()
     result = run_merge(table, engine=engine)  # internal entry: the engine object is inspected afterwards
     assert result.engine == "spark" and result.shards == () and result.version is None
-    assert engine._sc is None
+    assert engine._spark is None
     assert table_rows(table) == model.sorted_rows()

@@ -83,7 +83,7 @@ WINDOW = {"merge.after-data-commit", "merge.before-marked-commit"}
 
 
 @pytest.mark.parametrize("kill_at", STEPS)
-def test_sigkill_at_every_step_then_rerun_converges(make_table, spark_context, tmp_path, kill_at):
+def test_sigkill_at_every_step_then_rerun_converges(make_table, spark_session, tmp_path, kill_at):
     """``memwal merge --engine spark`` held at a step, SIGKILLed with its JVM and Python
     workers; readers, GC and verify are right in whatever state it left; a rerun converges to
     the row model written by ShardWriter, and after a kill between the two commits it commits
@@ -125,7 +125,7 @@ def test_sigkill_at_every_step_then_rerun_converges(make_table, spark_context, t
         assert rerun.commit_path == "driverless" and rerun.commits == 2, rerun
 
 
-def test_readers_between_the_two_commits_see_every_keys_newest_value(make_table, spark_context):
+def test_readers_between_the_two_commits_see_every_keys_newest_value(make_table, spark_session):
     """Held between the data commit and the marker: the base already holds the new rows and the
     generations still shadow it with the same rows, so pylance's LsmScanner and memwal's scan
     both show the model; then the marker lands and nothing a reader sees changes."""
@@ -145,7 +145,7 @@ def test_readers_between_the_two_commits_see_every_keys_newest_value(make_table,
     assert_converged(table, model)
 
 
-def test_the_result_and_history_say_which_path_committed(make_table, spark_context):
+def test_the_result_and_history_say_which_path_committed(make_table, spark_session):
     table, model = make_table()
     t = memwal.open(table.uri)
     first = t.merge(engine="spark", max_generations=2).to_dict()
@@ -157,7 +157,7 @@ def test_the_result_and_history_say_which_path_committed(make_table, spark_conte
     assert_converged(table, model)
 
 
-def test_a_merge_operator_table_keeps_the_drivers_marked_merge_insert(spark_context, tmp_path):
+def test_a_merge_operator_table_keeps_the_drivers_marked_merge_insert(spark_session, tmp_path):
     """Folding twice would be wrong and a reader between two commits would double-count: a table
     with merge operators commits data and marker in one marked merge_insert, on Spark too."""
     from tests.integration.test_merge_ops import approx, base_rows, build_folding_table
@@ -169,7 +169,7 @@ def test_a_merge_operator_table_keeps_the_drivers_marked_merge_insert(spark_cont
     assert approx(base_rows(uri)) == approx(model.rows())
 
 
-def test_data_applied_before_merge_operators_were_turned_on_is_not_folded_again(make_table, spark_context):
+def test_data_applied_before_merge_operators_were_turned_on_is_not_folded_again(make_table, spark_session):
     """A driverless batch stops between its commits; merge operators are turned on; the next
     merge (now folding) finds the applied data and commits the marker alone: the generations'
     values are in the base once, as last write wins had them when the batch was planned."""
@@ -198,7 +198,7 @@ def test_data_applied_before_merge_operators_were_turned_on_is_not_folded_again(
     assert set(table.manifest().compacted.values()) == {SMALL.generations}
 
 
-def test_a_table_with_no_fragment_takes_the_driver_path(tmp_path, spark_context):
+def test_a_table_with_no_fragment_takes_the_driver_path(tmp_path, spark_session):
     """No fragment to fence with: the first batch of an empty base table commits on the driver."""
     from memwal.demo import create_base_table, write_generations
 
@@ -230,7 +230,7 @@ def test_key_lookup_through_the_index_and_the_scan_find_the_same_rows(make_table
     assert len(want) == 43 and set(by_filter.tolist()) == set(by_scan.tolist()) == want
 
 
-def test_applied_data_counts_only_while_no_marker_landed_after_it(make_table, spark_context):
+def test_applied_data_counts_only_while_no_marker_landed_after_it(make_table, spark_session):
     """A driverless batch stops between its commits; then a stale merger's marked pass (made up
     here with Lance's own API: the driver-path intents keep a real one out of that window)
     writes generation 1's older values of one shard and marks it merged. The next plan must not

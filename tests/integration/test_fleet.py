@@ -303,7 +303,7 @@ def test_a_maintained_table_with_new_data_reads_only_its_planned_jobs_leases(s3_
         other.release()
 
 
-def test_the_spark_engine_runs_small_tables_as_tasks_of_one_application(lake, spark_context):
+def test_the_spark_engine_runs_small_tables_as_tasks_of_one_application(lake, spark_session):
     root, models = lake
     run = run_cli("fleet", "run", str(root), "--engine", "spark", "--json")
     assert run.rc == 0, run.stderr

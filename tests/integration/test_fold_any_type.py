@@ -164,7 +164,7 @@ def test_reads_fold_every_type_before_and_after_merge(folding_table, tmp_path):
     assert by_id(table.dataset().to_table()) == list(expect.values()), "the base table after the merge"
 
 
-def test_spark_merge_folds_every_type(folding_table, tmp_path, spark_context):
+def test_spark_merge_folds_every_type(folding_table, tmp_path, spark_session):
     import memwal
 
     table, expect = copy_of(folding_table, tmp_path)

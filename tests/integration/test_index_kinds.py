@@ -126,7 +126,7 @@ def test_every_index_kind_through_the_cycle(source, tmp_path, kind, request):
     uri, model = source
     shutil.copytree(uri, tmp_path / "t")
     table = open_table(str(tmp_path / "t"))
-    spark_session = request.getfixturevalue("spark_context") if kind == "spark" else None
+    spark_session = request.getfixturevalue("spark_session") if kind == "spark" else None
     t = memwal.open(table.uri)
     first = merged_keys(model)
 

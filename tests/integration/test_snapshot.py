@@ -266,7 +266,7 @@ def test_snapshot_cli_json_and_lease(make_table):
         assert main(["snapshot", table.uri, "--json"]) == 3  # another live holder
 
 
-def test_spark_reader_reads_the_same_rows(make_table, spark_context):
+def test_spark_reader_reads_the_same_rows(make_table, spark_session):
     table, _ = make_table()
     t = memwal.open(table.uri)
     local = t.snapshot(dry_run=True).value  # a dry run reads in-process, whatever the engine
@@ -351,7 +351,7 @@ def test_refresh_republishes_an_unreadable_snapshot_and_a_storage_change(make_ta
     assert memwal.open(table.uri).snapshot().value.version is None
 
 
-def test_spark_reader_reports_a_broken_shard_in_one_line(make_table, spark_context):
+def test_spark_reader_reports_a_broken_shard_in_one_line(make_table, spark_session):
     """A shard manifest that cannot be read fails the refresh on Spark as it does locally:
     the same one-line error naming the shard, not Spark's wrapped executor trace."""
     table, _ = make_table()

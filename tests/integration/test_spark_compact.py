@@ -16,7 +16,7 @@ from tests.helpers import ROOT
 from tests.integration.test_compact import build_many_merged
 
 
-def test_spark_engine_gives_the_same_table_as_the_local_engine(spark_context, tmp_path):
+def test_spark_engine_gives_the_same_table_as_the_local_engine(spark_session, tmp_path):
     table, model = build_many_merged(str(tmp_path / "local"))
     shutil.copytree(table.uri, tmp_path / "spark", symlinks=True)
     other = open_table(str(tmp_path / "spark"))

@@ -19,7 +19,7 @@ from tests.helpers import ROOT
 from tests.integration.test_gc import expire_all
 
 
-def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark_context):
+def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark_session):
     table, model = make_table()
     t = memwal.open(table.uri)
     assert t.merge().ok
@@ -28,7 +28,7 @@ def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spa
     fragments = len(table.dataset().get_fragments())
     assert fragments >= 2
     # internal entry: one segment per fragment (fragments_per_task=1) is no user option
-    result = run_catchup(table, engine=SparkCatchupEngine(spark_context, fragments_per_task=1), indexes=["id_idx"],
+    result = run_catchup(table, engine=SparkCatchupEngine(spark_session, fragments_per_task=1), indexes=["id_idx"],
                          thresholds=CatchupThresholds(max_unindexed_fraction=0.0))
     assert result.all_recorded and result.engine == "spark"
     stats = table.dataset().stats.index_stats("id_idx")
@@ -40,7 +40,7 @@ def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spa
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_spark_gc_spreads_shards_over_executors(make_table, spark_context):
+def test_spark_gc_spreads_shards_over_executors(make_table, spark_session):
     table, model = make_table()
     t = memwal.open(table.uri)
     assert t.merge().ok and t.catchup().ok
@@ -68,3 +68,25 @@ def test_spark_submit_catchup_and_gc(make_table, tmp_path):
     assert docs["catchup"]["all_recorded"] is True and docs["catchup"]["engine"] == "spark"
     assert len(docs["gc"]["deleted"]) == 12 and docs["gc"]["engine"] == "spark"
     assert table_rows(table) == model.sorted_rows()
+
+
+def test_a_failed_spark_task_is_one_line_naming_its_error(spark_session):
+    """A task's Python error reaches the driver as one line naming it (not Py4J's text, not the
+    JVM's trace); ours keep their class, so the exit code holds."""
+    import pytest
+    from memwal.spark.engine.frames import run_tasks
+    from memwal.spark.engine.tags import stoppable_job
+
+    from memwal.errors import BadInputError, MemWalError
+
+    def boom(kind: str) -> list[int]:
+        if kind == "ours":
+            raise BadInputError("shard s1: a bad generation")
+        raise ValueError("not a number: 'x'")
+
+    with pytest.raises(MemWalError) as failed, stoppable_job(spark_session, "memwal-test-boom"):
+        run_tasks(spark_session, ["theirs"], boom)
+    assert str(failed.value) == "a Spark task failed: ValueError: not a number: 'x'"
+    with pytest.raises(BadInputError, match=r"^shard s1: a bad generation$"), \
+            stoppable_job(spark_session, "memwal-test-ours"):
+        run_tasks(spark_session, ["ours"], boom)

@@ -28,7 +28,7 @@ SHAPES = {"shuffle": dict(partitions=4, read_task_bytes=1), "by-shard": {}}
 
 @pytest.mark.parametrize("path", ["driverless", "driver"])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark_context, tmp_path, shape, path):
+def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark_session, tmp_path, shape, path):
     """Both shapes, both commit paths (the driver's is the one merge operators take; asked of
     a last-write-wins table here): the local engine's table, row for row."""
     table, model = make_table(Workload(base_rows=400, shards=3, generations=5, rows_per_generation=50, seed=11))
@@ -37,7 +37,7 @@ def test_spark_engine_gives_the_same_table_as_the_local_engine(make_table, spark
     local = memwal.open(table.uri).merge().value
     other = open_table(str(copy))
     # internal entry: the commit path is the core's choice, no user option
-    engine = SparkMergeEngine(spark_context, **SHAPES[shape], driverless=path == "driverless")
+    engine = SparkMergeEngine(spark_session, **SHAPES[shape], driverless=path == "driverless")
     distributed = run_merge(other, engine=engine)
     assert distributed.engine == "spark" and engine.last_timings["shape"] == shape
     assert (distributed.commit_path, local.commit_path) == (path, "driver")
@@ -81,7 +81,7 @@ def test_spark_submit_entry_point(make_table, tmp_path):
     assert table_rows(table) == model.sorted_rows()
 
 
-def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark_context, caplog):
+def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark_session, caplog):
     """By shard, the two shards of the key are two tasks (two shards on local[2]): the driver
     finds the key's hash in both, stages nothing more, and the keyed shuffle names the key."""
     from memwal.errors import MemWalError
@@ -99,7 +99,7 @@ def test_spark_engine_refuses_a_key_in_two_shards(make_table, spark_context, cap
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark_context, tmp_path, shape):
+def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark_session, tmp_path, shape):
     """Same Python fold on executors: identical base tables on copies of one folding table."""
     import lance
 
@@ -110,7 +110,7 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark_context
     copy = tmp_path / "copy"
     shutil.copytree(uri, copy)
     local = memwal.open(uri).merge().value
-    engine = SparkMergeEngine(spark_context, **SHAPES[shape])
+    engine = SparkMergeEngine(spark_session, **SHAPES[shape])
     # internal entry: the engine's own timings are read, and its partitions are no user option
     distributed = run_merge(open_table(str(copy)), engine=engine)
     assert engine.last_timings["shape"] == shape and distributed.commit_path == "driver"  # folding: one commit

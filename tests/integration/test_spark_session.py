@@ -1,8 +1,8 @@
-"""The driver JVM's class archive, the early-started local context (memwal.spark.engine.session)
-and the spark-submit entry's context.
+"""The driver JVM's class archive, the early-started local session (memwal.spark.engine.session)
+and the spark-submit entry's session.
 
-Each case runs Spark in a child process: the suite's own context (conftest) is this
-process's SparkContext, and a JVM's start-up options only apply to a new JVM.
+Each case runs Spark in a child process: the suite's own session (conftest) is this
+process's, and a JVM's start-up options only apply to a new JVM.
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ import pytest
 
 from tests.helpers import ROOT
 
-#: Starts a context as the engines do and runs one job; prints the sum and the JVM's options.
+#: Starts a session as the engines do and runs one job; prints the sum and the JVM's options.
 SESSION_JOB = """
-from memwal.spark.engine.session import active_or_local, start_local_context
-start_local_context()
-start_local_context()  # idempotent: still one context
-sc = active_or_local()
-assert active_or_local() is sc
-print(sc.parallelize(range(10), 2).sum())
-print(sc.getConf().get("spark.driver.extraJavaOptions"))
-sc.stop()
+from memwal.spark.engine.frames import run_tasks
+from memwal.spark.engine.session import active_or_local, start_session
+start_session()
+start_session()  # idempotent: still one session
+spark = active_or_local()
+assert active_or_local() is spark
+print(sum(run_tasks(spark, list(range(10)), lambda i: [i])))
+print(spark.sparkContext.getConf().get("spark.driver.extraJavaOptions"))
+spark.stop()
 again = active_or_local()  # stopped since: a new one
-assert again is not sc and again.parallelize(range(3)).count() == 3
+assert again is not spark and run_tasks(again, [1, 2, 3], lambda i: [i]) == [1, 2, 3]
 """
 
 
@@ -86,14 +87,14 @@ def test_build_once_then_sessions_use_it_and_survive_damage(tmp_path: Path) -> N
     assert not list(tmp_path.glob("hs_err_pid*.log"))  # the crash report went to the cache folder
 
 
-#: The spark-submit entry's context, in a Python started by pyspark's launcher as spark-submit
+#: The spark-submit entry's session, in a Python started by pyspark's launcher as spark-submit
 #: starts the driver (PYSPARK_SUBMIT_ARGS: the same arguments, the same JVM system properties).
 ENTRY_CONTEXT = """
-from memwal.spark._entry import spark_context
+from memwal.spark._entry import spark_session
 from memwal.spark.engine.session import active_or_local
-with spark_context("memwal-entry") as sc:
-    assert active_or_local() is sc  # every engine of the process uses it
-    conf = sc.getConf()
+with spark_session("memwal-entry") as spark:
+    assert active_or_local() is spark  # every engine of the process uses it
+    conf = spark.sparkContext.getConf()
     print(conf.get("spark.log.level"), conf.get("spark.python.daemon.module"), conf.get("spark.app.name"))
 """
 
@@ -158,16 +159,17 @@ def test_the_python_daemon_puts_spark_s_zip_behind_only_the_same_installed_versi
         assert moved == [pyspark_zip, other_zip, str(site), "/usr/lib/python311.zip", py4j_zip]
 
 
-def test_our_context_s_workers_import_the_installed_pyspark(spark_context) -> None:
+def test_our_context_s_workers_import_the_installed_pyspark(spark_session) -> None:
     import pyspark
+    from memwal.spark.engine.frames import run_tasks
 
     def where(_):
         import sys
 
         import pyspark as worker_pyspark
-        return worker_pyspark.__file__, worker_pyspark.__version__, [p for p in sys.path if p.endswith(".zip")]
+        return [(worker_pyspark.__file__, worker_pyspark.__version__, [p for p in sys.path if p.endswith(".zip")])]
 
-    found = spark_context.parallelize(range(2), 2).map(where).collect()
+    found = run_tasks(spark_session, [0, 1], where)
     installed = str(Path(pyspark.__file__))
     assert {f for f, _, _ in found} == {installed}
     assert {v for _, v, _ in found} == {pyspark.__version__}

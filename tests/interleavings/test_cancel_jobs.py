@@ -159,7 +159,7 @@ def test_fleet_cancel_wait_exits_1_when_the_job_did_not_stop_in_time(make_table,
     assert held.error is not None and held.error.exit_code == 3
 
 
-# -- the Spark engines: the job group is cancelled while its tasks run ----------------------------------
+# -- the Spark engines: the job's tag is cancelled while its tasks run ----------------------------------
 SPARK_STAGES = {
     "merge": "spark.merge.read-task",
     "compact": "spark.compact.task",
@@ -168,7 +168,7 @@ SPARK_STAGES = {
 
 
 @pytest.mark.parametrize("job", list(SPARK_STAGES))
-def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_context, manual_clock: ManualClock,
+def test_a_cancel_stops_a_spark_job_through_its_tag(make_table, spark_session, manual_clock: ManualClock,
                                                           tmp_path, job):
     table, model = make_table()
     prepare(table, job)
@@ -180,13 +180,16 @@ def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_cont
         held.go.set()  # the driver runs on; the executors stop at the barrier
         barrier.wait_reached()
         assert cancel(table.uri)["cancelled"] == [job]
-        manual_clock.advance(WATCH_SECONDS)  # the watcher reads the lease: the job group is cancelled
+        manual_clock.advance(WATCH_SECONDS)  # the watcher reads the lease: the job's tag is cancelled
         held.thread.join(120)
         assert not held.thread.is_alive(), "the Spark job was not stopped"
         barrier.release()
         held.resume()
     assert held.error is not None and held.error.exit_code == 3, held.error
     assert f"cancelled by {BY}: {WHY}" in str(held.error) and "its running work was stopped" in str(held.error)
+    # one clean line (issue 64): the Spark job named, never Py4J's text
+    assert "the Spark job memwal-" in str(held.error) and "was interrupted" in str(held.error), held.error
+    assert "\n" not in str(held.error) and "An error occurred while calling" not in str(held.error)
 
     table = memwal.open(table.uri).table
     assert table.dataset().version == version and lsm_rows(table) == rows
@@ -196,7 +199,7 @@ def test_a_cancel_stops_a_spark_job_through_its_job_group(make_table, spark_cont
     assert lsm_rows(table) == model.sorted_rows()
 
 
-def test_a_cancel_stops_a_spark_gc_before_its_next_round_of_deletes(make_table, spark_context):
+def test_a_cancel_stops_a_spark_gc_before_its_next_round_of_deletes(make_table, spark_session):
     """GC's Spark tasks delete: a round is never cut short; the driver's lease check before each
     round is the safe point. Held after its drains, before its first round: nothing is deleted."""
     from memwal.table.shards import list_generation_dirs

@@ -25,7 +25,7 @@ INSERTS = {"update_fraction": 0.0, "delete_fraction": 0.0}
 
 
 @pytest.mark.parametrize("newer, writes", [("local", {}), ("local", INSERTS), ("spark", INSERTS)])
-def test_a_stale_driverless_data_commit_is_refused_by_the_fence(make_table, spark_context, newer, writes):
+def test_a_stale_driverless_data_commit_is_refused_by_the_fence(make_table, spark_session, newer, writes):
     """A (Spark, driverless) passed its lease check and guard and stalls right before its data
     commit, past its lease TTL; B takes the merge over and merges everything (the local engine
     with the driver's merge_insert, or Spark driverless). Bound to its read version alone, A's
@@ -50,7 +50,7 @@ def test_a_stale_driverless_data_commit_is_refused_by_the_fence(make_table, spar
     assert not unreferenced(table)  # A's refused fragments and deletion files are gone
 
 
-def test_driverless_waits_for_an_unfinished_driver_path_merge(make_table, spark_context):
+def test_driverless_waits_for_an_unfinished_driver_path_merge(make_table, spark_session):
     """A (the driver's merge_insert) stalls before its marked pass past its TTL; B on Spark sees
     A's unfinished intent and commits on the driver too: A's marked pass could otherwise land
     between B's two commits and write older values over rows B already committed."""
@@ -76,7 +76,7 @@ def test_driverless_waits_for_an_unfinished_driver_path_merge(make_table, spark_
     ("compact", "compact.after-tasks"),      # the compaction's rewrite done, a driverless merge commits
     ("merge", "merge.after-data-commit"),    # between the merge's commits, a compaction rewrites its rows too
 ])
-def test_driverless_merge_and_compaction_interleaved(make_table, spark_context, held, step):
+def test_driverless_merge_and_compaction_interleaved(make_table, spark_session, held, step):
     """Whoever commits second lost a race on the same fragments and re-plans (a bound commit is
     refused, never applied over the other); rows, progress and catch-up end right."""
     table, model = make_table(WL)
@@ -107,7 +107,7 @@ def test_driverless_merge_and_compaction_interleaved(make_table, spark_context, 
     assert not unreferenced(table) or step == "compact.after-tasks"
 
 
-def test_index_catchup_between_the_two_commits(make_table, spark_context):
+def test_index_catchup_between_the_two_commits(make_table, spark_session):
     """Catch-up runs while a driverless batch's data is committed and its marker is not: it
     indexes the new fragments and records the progress it saw; the marker lands after; a
     later catch-up records the new progress, and readers were right all along."""

@@ -82,7 +82,7 @@ def test_a_job_whose_one_step_lasts_three_ttls_finishes(make_table, manual_clock
     assert {i.kind: i.state for i in list_leases(table.store, now=manual_clock.now)}[kind] == "released"
 
 
-def test_spark_engine_long_stage_keeps_its_lease(make_table, manual_clock, spark_context, tmp_path):
+def test_spark_engine_long_stage_keeps_its_lease(make_table, manual_clock, spark_session, tmp_path):
     """The merge's read stage is held on the executors (a barrier the tasks reach) for three
     TTLs; the driver's heartbeat renews the lease, and the merge commits."""
     table, model = make_table()

@@ -42,6 +42,7 @@ from memwal.cli.commands.common import (
     positive_int,
 )
 from memwal.cli.commands.fleet_controls import add_verbs, state_of
+from memwal.cli.options import add_spark_remote
 from memwal.core.text import one_line
 
 DEFAULT_TOP = 50
@@ -58,9 +59,10 @@ def add_parsers(sub: Subparsers) -> None:
     run.add_argument("--max-seconds", type=float, metavar="S", help="start no table after S seconds")
     run.add_argument("--max-rounds", type=positive_int, metavar="N", help="plan and run at most N rounds")
     run.add_argument("--jobs", metavar="LIST", help="only these jobs (comma-separated; default: all)")
-    run.add_argument("--engine", choices=ENGINES, default="local",
+    run.add_argument("--engine", choices=ENGINES, default=None,
                      help="local: tables on threads here; spark: small tables as tasks of one Spark application, "
-                          "large ones through the per-table Spark engines")
+                          "large ones through the per-table Spark engines (default local)")
+    add_spark_remote(run)
     run.add_argument("--dry-run", action="store_true", help="one round of every planned job's dry run")
     run.set_defaults(run=run_run)
     status = _verb(verbs, "status", "the fleet ranked by debt, with each table's last run and problems")
@@ -167,9 +169,9 @@ def run_run(args: argparse.Namespace) -> int:
     if not args.debug:  # per-job lease and commit logs would drown the fleet's own lines
         logging.getLogger("memwal").setLevel(logging.WARNING)
     result = run_fleet(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
-                       workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs), engine=args.engine,
-                       dry_run=args.dry_run, max_rounds=args.max_rounds, notify=_progress, cache=cache, state=state,
-                       listed=listed)
+                       workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs),
+                       engine=args.engine or "local", dry_run=args.dry_run, max_rounds=args.max_rounds,
+                       notify=_progress, cache=cache, state=state, listed=listed)
     if args.cache and not args.dry_run:
         cache.save(args.cache, args.storage_options)
     doc = result.to_dict()
