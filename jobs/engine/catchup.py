@@ -35,6 +35,7 @@ from memwal.spark.engine.tags import stoppable_job
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
 from memwal.catchup.engine import Fence
 from memwal.core import steps
+from memwal.history import run as history
 from memwal.table import Table
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ class SparkCatchupEngine:
             fence()
         committer = lance.dataset(uri, version=version, storage_options=storage or None)
         committer.commit_existing_index_segments(name, column, segments)
+        # the running job's the moment it lands: a fence before the next index raises, and the
+        # returned list is lost with it (issue 64: the history named it 'external')
+        history.committed(table, committer.version)
         return committer.version
 
 
