@@ -27,6 +27,7 @@ from memwal.gc.drain import DoneDrain, SafeVersions, ShardDrain
 from memwal.gc.expiry import VersionExpiry, plan_version_expiry
 from memwal.gc.gates import Gates
 from memwal.gc.generations import GenerationsPlan, plan_generations
+from memwal.gc.manifests import ManifestPruning, plan_manifest_pruning
 from memwal.gc.model import (
     Blocked,
     BrokenShard,
@@ -98,6 +99,8 @@ class GcPlan(Document):
     proofs: tuple[Receipt, ...] = ()
     #: Receipts no proof needs any more (their versions expired, their generations gone).
     receipts_pruning: tuple[str, ...] = ()
+    #: Shard-manifest versions no reader can hold any more (memwal.gc.manifests).
+    manifest_pruning: ManifestPruning = field(default_factory=ManifestPruning)
 
     @property
     def generations(self) -> tuple[GenerationDeletion, ...]:
@@ -158,6 +161,7 @@ class GcPlan(Document):
             "would_roll_up": [r.to_dict() for r in self.rollups],
             "would_record_proofs": [r.to_dict() for r in self.proofs],
             "receipts_to_prune": len(self.receipts_pruning),
+            "manifest_versions_to_prune": self.manifest_pruning.to_dict(),
             "writers": [w.to_dict() for w in self.writers],
             "blocked": [b.to_dict() for b in self.blocked],
             "orphans": [o.to_dict() for o in self.orphans],
@@ -188,6 +192,7 @@ class GcPlan(Document):
             rolled_up=self.rollups,
             proofs_recorded=len(self.proofs),
             receipts_pruned=len(self.receipts_pruning),
+            manifest_versions_pruned=len(self.manifest_pruning.keys),
             wal_entries_deleted=len(self.wal_deletions),
             objects_deleted=sum(g.objects for g in self.generations) + len(self.wal_deletions),
             bytes_freed=sum(g.bytes for g in self.generations) + sum(w.size for w in self.wal_deletions),
@@ -270,9 +275,10 @@ def plan_gc(
         history = plan_history_pruning(store, now - seconds(history_retention_seconds),
                                        keep_run=None if me is None else me.run_id)
     pruning = plan_receipt_pruning(proof.receipt, receipts, left, listing, generations)
+    manifests = plan_manifest_pruning(histories, writers, now, grace)
     return GcPlan(table.uri, latest.version, now, grace, replace(generations, deletions=held.generations),
                   held.wal, tuple(kept), held.orphans, tuple(blocked) + held.blocked, expiry, sweep, history,
-                  tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning)
+                  tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning, manifests)
 
 
 def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:

@@ -55,6 +55,7 @@ class GcResult(Document):
         rolled_up: Runs of listed merged generations replaced by one rollup each (or that would be).
         proofs_recorded: Read-back proofs recorded as receipts (no later run reads them again).
         receipts_pruned: Receipts no proof needs any more, deleted.
+        manifest_versions_pruned: Old shard-manifest versions no reader can hold any more, deleted.
     """
 
     table: str
@@ -90,6 +91,8 @@ class GcResult(Document):
     #: Read-back proofs recorded as receipts (memwal.history.receipts), and receipts pruned.
     proofs_recorded: int = 0
     receipts_pruned: int = 0
+    #: Old shard-manifest versions deleted (memwal.gc.manifests).
+    manifest_versions_pruned: int = 0
 
     def to_dict(self) -> Json:
         return {
@@ -117,6 +120,7 @@ class GcResult(Document):
             "rolled_up": [r.to_dict() for r in self.rolled_up],
             "proofs_recorded": self.proofs_recorded,
             "receipts_pruned": self.receipts_pruned,
+            "manifest_versions_pruned": self.manifest_versions_pruned,
         }
 
     def problems(self) -> list[str]:

@@ -10,8 +10,9 @@
    replaced by its rollup (:mod:`memwal.gc.drain`; applied again to a newer version when a
    writer flushed meanwhile; a shard whose manifest kept moving keeps everything);
 5. generations (Lance manifests first in every batch), then the WAL entries only deleted
-   generations needed, then orphans when asked: through the engine, the lease checked before
-   each batch, a path refused at deletion time reported, not deleted through;
+   generations needed, then orphans when asked, then the shard-manifest versions no reader can
+   hold (:mod:`memwal.gc.manifests`): through the engine, the lease checked before each batch, a
+   path refused at deletion time reported, not deleted through;
 6. the run history past its retention, the expired checkpoints, the marker's end;
 7. what the run learnt, for the next plan: the retained-progress and WAL-header digests;
    then the audit record when asked.
@@ -239,9 +240,15 @@ def _delete(table: Table, plan: GcPlan, engine: GcEngine, lease: Lease | None, o
                 _unsafe(unsafe, o.shard_id, parse_generation_dir(o.path) or 0, refused)
             else:
                 orphans_deleted += 1
+    manifests = list(plan.manifest_pruning.keys)
+    for key in manifests:
+        check_under(key, f"{key.rsplit('/manifest/', 1)[0]}/manifest")
+    refused_manifests = set(engine.delete_keys(table, manifests, lease)) if manifests else set()
+    pruned = len(manifests) - len(refused_manifests)
     result = plan.result(dry_run=False, engine=engine.name)
     return replace(result, deleted=tuple(deleted), wal_entries_deleted=len(done), objects_deleted=objects,
-                   bytes_freed=freed, orphans_deleted=orphans_deleted, blocked=result.blocked + tuple(unsafe))
+                   bytes_freed=freed, orphans_deleted=orphans_deleted, blocked=result.blocked + tuple(unsafe),
+                   manifest_versions_pruned=pruned)
 
 
 def _unsafe(into: list[Blocked], shard_id: str | None, generation: int, keys: Sequence[str]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import memwal
+from memwal.demo import shard_ids_for
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
 from tests.clients.pylance_client import LiveWriter, client_view, live_writer
@@ -66,4 +67,40 @@ def test_a_generation_without_its_key_index_is_named_and_rewritten(live: LiveWri
     live.generation(keys.keys(live))  # the live writer's next flush reloads the listing
     assert live.view() == live.model.sorted_rows()
     assert client_view(live.uri) == live.model.sorted_rows()
+    assert run_cli("verify", live.uri).rc == 0
+
+
+def test_old_shard_manifest_versions_go_and_every_reader_and_writer_goes_on(live: LiveWriter,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 62: a shard writes a manifest version at every flush and drain (some 50 a minute
+    beside a follower); GC prunes the old ones no reader can hold (older than the grace period,
+    below the newest few kept and below the live writer's claim), a prefix: the writer kept open,
+    a new writer and every reader go on, and verify finds no gap."""
+    import memwal.gc.manifests as manifests
+
+    monkeypatch.setattr(manifests, "KEEP", 8)
+    keys = Writes()
+    for _ in range(24):
+        live.generation(keys.keys(live))
+    live.close()
+    live = LiveWriter(live.uri, shard_ids_for(ONE)[0], live.model)  # replaced (a rotation): a new claim
+    live.generation(keys.keys(live))
+    assert memwal.open(live.uri).merge().ok and memwal.open(live.uri).catchup().ok
+    folder = Path(live.uri, "_mem_wal", shard_ids_for(ONE)[0], "manifest")
+    before = len(list(folder.glob("*.binpb")))
+    gc = memwal.open(live.uri).gc(grace_seconds=0).to_dict()
+    assert gc["manifest_versions_pruned"] >= 20 and len(list(folder.glob("*.binpb"))) <= before - 20 + 1  # + its own
+    live.generation(keys.keys(live))
+    assert live.view() == live.model.sorted_rows()
+    claimed = memwal.open(live.uri).status().shards[0].writer_claimed_at
+    assert memwal.open(live.uri).gc(grace_seconds=0).ok
+    assert memwal.open(live.uri).status().shards[0].writer_claimed_at == claimed  # its claim's version stays
+    live.close()
+    assert run_cli("cycle", live.uri, "--grace-seconds", "0", "--expire-versions", "0",
+                   "--writer-idle-seconds", "0").rc == 0
+    assert client_view(live.uri) == live.model.sorted_rows()
+    again = LiveWriter(live.uri, shard_ids_for(ONE)[0], live.model)
+    again.generation(keys.keys(again))
+    assert again.view() == again.model.sorted_rows()
+    again.close()
     assert run_cli("verify", live.uri).rc == 0
