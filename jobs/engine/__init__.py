@@ -14,6 +14,7 @@ application's, or a local one started in the background, with the driver JVM's c
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -82,7 +83,18 @@ class SparkEngines:
         Spark Connect no JVM starts here)."""
         from memwal.spark.engine.session import start_session
 
+        _require("pyspark")  # here, not in the session's thread: a missing extra is bad input now
         start_session()
+
+
+def _require(module: str) -> None:
+    """ModuleNotFoundError when ``module`` is not installed (found without importing it)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):  # a module set to None in sys.modules: not importable
+        found = False
+    if not found:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 
 ENGINES = SparkEngines()
