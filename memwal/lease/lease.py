@@ -42,6 +42,7 @@ from memwal.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
+from memwal.lease import cancel
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
 from memwal.lease.renewal import Renewing, store_errors
@@ -249,8 +250,9 @@ class Lease(Renewing):
         Re-reads the lease object: lost if it is gone, was taken over (another token or
         holder), has expired, or the heartbeat already found it lost. Without a heartbeat it
         renews the lease here once half the TTL has passed. An operator's cancel request in
-        the record (:mod:`memwal.lease.cancel`) stops the job here with CancelledError when
-        the caller says nothing is half-done (``safe_to_stop``), and is noted otherwise.
+        the record (:mod:`memwal.lease.cancel`), or this process's own stop, stops the job here
+        with CancelledError when the caller says nothing is half-done (``safe_to_stop``), and is
+        noted otherwise.
         """
         with store_errors(self.uri), self._lock:
             if self._fenced is not None:
@@ -268,8 +270,9 @@ class Lease(Renewing):
             if not current.live(now):
                 raise self._lost(f"expired at {fmt_time(current.expires_at)}")
             self._record, self._etag = current, etag
-            if current.cancel is not None:
-                self._cancel_requested(current.cancel, safe_to_stop)
+            request = current.cancel if current.cancel is not None else cancel.process_stop()
+            if request is not None:
+                self._cancel_requested(request, safe_to_stop)
             beating = self._heartbeat is not None and self._heartbeat.running
             if not beating and current.expires_at - now < self.ttl_seconds / 2:
                 self._renew(now)
