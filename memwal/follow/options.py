@@ -38,7 +38,7 @@ class FollowOptions(JobOptions):
                                 "that lags (default 30)", metavar="S")
     catchup_every: float = opt(60.0, "interval", "catch indexes up at most every S seconds, after merges "
                                "(default 60)", metavar="S")
-    compact_every: float = opt(300.0, "interval", "compact at most every S seconds, after merges (default 300)",
+    compact_every: float = opt(60.0, "interval", "compact at most every S seconds, after merges (default 60)",
                                metavar="S")
     gc_every: float = opt(5.0, "interval", "collect (drain, roll up, delete) at most every S seconds, after merges "
                           "(default 5): what merged generations a reader still lists is what GC takes out",

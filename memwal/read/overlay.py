@@ -26,7 +26,7 @@ Which reader a scan takes is decided by :func:`overlay_pays`, a rule measured by
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import lance
 import numpy as np
@@ -98,8 +98,12 @@ def overlay_scan(table: Table, ds: lance.LanceDataset, plan: ReadPlan, *, column
     listed = sum(gen.count_rows() for _, gen in refs)
     if not pk or not pays(ds.count_rows(), listed) or (filter and any(r.renamed for r, _ in refs)):
         return None
-    newest, keep = _newest(table, ds, refs, pk, filter)
-    base = ds.to_table(columns=wanted, filter=filter)
+    # the base and the generations are read at once: Lance reads on threads of its own, and a new
+    # process's first reads (each dataset's files opened) overlap
+    def read(part: str) -> Any:
+        return ds.to_table(columns=wanted, filter=filter) if part == "base" else _newest(table, ds, refs, pk, filter)
+
+    base, (newest, keep) = parallel_map(read, ["base", "generations"], 2)
     untouched = base.filter(pa.array(~key_mask(base, newest.select(pk), pk))) if newest.num_rows else base
     schema = pa.schema([ds.schema.field(c) for c in wanted])
     rows = pa.concat_tables([untouched.select(wanted).cast(schema),

@@ -66,8 +66,8 @@ def test_the_merge_is_due_at_once_the_others_on_their_cadence_after_merges():
     assert s.due(2) == ["merge"]  # a merge that committed is planned again (a bounded batch may have left more)
     s.nothing_to_merge()
     assert s.due(4) == [] and s.next_due(4) == 5
-    assert s.due(5) == ["gc"] and s.due(60) == ["catchup", "gc", "snapshot"]
-    assert s.due(300) == ["catchup", "compact", "gc", "snapshot"]  # compaction: every 300 s by default
+    assert s.due(5) == ["gc"] and s.due(60) == ["catchup", "compact", "gc", "snapshot"]
+    assert s.due(300) == ["catchup", "compact", "gc", "snapshot"]
 
 
 def test_a_waiting_gc_wakes_after_gc_retry_and_merges_wake_it_sooner():
