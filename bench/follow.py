@@ -15,11 +15,11 @@ Arms: ``pylance`` (a pylance 14 ``ShardWriter`` that is never replaced), ``pylan
 
 Measured: what the shard manifest lists (what every list-reading client opens), sampled once a
 second; the follower's CPU (from /proc, every minute); and every minute the live writer's own read,
-a new process's read through the client's reader, a new process's read through memwal's reader
-(``memwal.open(uri).scan()``), each checked row by row against the model (a digest), and the same
-rows read plainly in a new process from a *reference* table holding them with no generation
-(memwal's reader against ``lance.dataset(ref).to_table()``, the client's reader against its own
-read of the reference); reads are timed after their imports. At the end: how long the follower
+a new process's read through the client's reader, ``--reads`` new processes' reads through memwal's
+reader (``memwal.open(uri).scan()``), each checked row by row against the model (a digest), and the
+same rows read plainly (``lance.dataset(ref).to_table()``) by as many new processes from a
+*reference* table holding them with no generation, the medians compared; the client's reader
+against its own read of the reference. Reads are timed after their imports. At the end: how long the follower
 took to stop after SIGTERM, its exit code, and whether it released its leases.
 
 Goals (issue 62): the listing at 1 Hz, max <= 8 and median <= 3; the follower <= 10% of a core;
@@ -58,10 +58,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` now (/proc/PID/status), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def versions_now(uri: str) -> dict[str, int]:
-    """The table versions on storage (what every manifest read lists) and the bytes of ``_versions/``."""
+    """The table versions on storage (what every manifest read lists) and the bytes of ``_versions/``;
+    the run history's records (one a job run) and their bytes."""
     entries = [e for e in os.scandir(Path(uri, "_versions")) if e.name.endswith(".manifest")]
-    return {"versions": len(entries), "versions_bytes": sum(e.stat().st_size for e in entries)}
+    history = [p for p in Path(uri, "_mem_wal", "_jobs", "history").rglob("*.json")]
+    return {"versions": len(entries), "versions_bytes": sum(e.stat().st_size for e in entries),
+            "history_records": len(history), "history_bytes": sum(p.stat().st_size for p in history)}
 
 
 def listed_now(uri: str) -> int:
@@ -111,7 +122,7 @@ class Sampler(threading.Thread):
 
 
 def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rotate_seconds: float,
-            follow_args: list[str]) -> dict[str, Any]:
+            follow_args: list[str], reads: int = 3) -> dict[str, Any]:
     client = CLIENTS[ARMS[arm][0]]
     base = work / arm
     shutil.rmtree(base, ignore_errors=True)
@@ -156,6 +167,7 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
             cpu_now = cpu_seconds(follower.pid)
             record: dict[str, Any] = {"minute": minute, "generations_written": gens[0],
                                       "follower_cpu_seconds": round(cpu_now - cpu_before, 2),
+                                      "follower_rss_mb": rss_mb(follower.pid),
                                       "listed_samples": sampler.samples[-60:]}
             cpu_before = cpu_now
             record.update(storage(uri))
@@ -165,15 +177,19 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
                 record["live"] = {"seconds": round(live["seconds"], 3), "right": live["digest"] == model.digest}
             start = len(model.history) - 1
             new = client.read_new(uri)
-            mine = read_in_new_process("read_memwal", uri)
+            mine = [read_in_new_process("read_memwal", uri) for _ in range(reads)]
             with written:
                 states = model.history[start:]
                 record["new_process"] = {"seconds": round(new["seconds"], 3), "right": new["digest"] in states}
-                record["memwal"] = {"seconds": round(mine["seconds"], 4), "right": mine["digest"] in states}
+                record["memwal"] = {"seconds": round(statistics.median(m["seconds"] for m in mine), 4),
+                                    "each": [round(m["seconds"], 4) for m in mine],
+                                    "right": all(m["digest"] in states for m in mine)}
                 now_rows = model.as_rows()
             client.reference(ref, now_rows)
+            plain = [read_in_new_process("read_plain", ref)["seconds"] for _ in range(reads)]
             record["reference"] = {"client_seconds": round(client.read_new(ref)["seconds"], 3),
-                                   "plain_seconds": round(read_in_new_process("read_plain", ref)["seconds"], 4)}
+                                   "plain_seconds": round(statistics.median(plain), 4),
+                                   "plain_each": [round(p, 4) for p in plain]}
             record["memwal_over_plain"] = round(record["memwal"]["seconds"] / record["reference"]["plain_seconds"], 2)
             ok = {k: "ok" if record[k]["right"] else "WRONG" for k in ("memwal", "new_process", "live")}
             log(f"{arm} minute {minute}: {gens[0]} written, listed now {record['listed_samples'][-1:]}, max "
@@ -281,6 +297,8 @@ def main() -> None:
     parser.add_argument("--rotate-seconds", type=float, default=300.0, help="pylance-rotating: seconds between "
                         "writer replacements (default 300)")
     parser.add_argument("--follow-args", default="", help="more options of the follower (default: its defaults)")
+    parser.add_argument("--reads", type=int, default=3, help="new processes a minute reading through memwal's reader, "
+                        "and as many plain reads of the reference: their medians are compared (default 3)")
     args = parser.parse_args()
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
@@ -291,7 +309,7 @@ def main() -> None:
             continue
         log(f"{arm}: {args.minutes} minutes, a generation of {args.rows} rows every {args.interval}s")
         results[arm] = run_arm(arm, work, args.minutes, args.interval, args.rows, args.rotate_seconds,
-                               args.follow_args.split())
+                               args.follow_args.split(), args.reads)
     doc = {"machine": machine_info(), "arms": results}
     (out / "follow.json").write_text(json.dumps(doc, indent=2))
     chart(doc, out / "follow.png")

@@ -3,7 +3,7 @@
 A service manager (systemd, Kubernetes, Airflow killing a task) stops a process with SIGTERM and
 waits a grace period (30 s by default in Kubernetes and systemd) before SIGKILL. So the first
 signal does not interrupt anything: it asks every job of this process to stop where nothing is
-half-done (:func:`memwal.lease.cancel.stop_process`, met at the jobs' safe points exactly as an
+half-done (:func:`memwal.lease.stop.stop_process`, met at the jobs' safe points exactly as an
 operator's cancel is), and the follower starts nothing new. The job running then ends at its
 next safe point (its leases released by its ``with``), the follower releases its own lease and
 returns. A second signal changes nothing: leaving a commit half-done is what SIGKILL is for.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from memwal.lease import cancel
+from memwal.lease.stop import clear_process_stop, stop_process
 
 #: How often a waiting follower looks whether it was asked to stop.
 SLICE_SECONDS = 0.1
@@ -49,7 +49,7 @@ class StopSignals:
         for sig, handler in self._saved.items():
             signal.signal(sig, handler)
         self._saved.clear()
-        cancel.clear_process_stop()  # the stop was this follower's: a process that goes on is not stopped
+        clear_process_stop()  # the stop was this follower's: a process that goes on is not stopped
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.stop(signal.Signals(signum).name)
@@ -59,7 +59,7 @@ class StopSignals:
         if self.reason is not None:
             return
         self.reason = reason
-        cancel.stop_process(f"memwal follow (pid {os.getpid()})", f"{reason}: the follower is stopping",
+        stop_process(f"memwal follow (pid {os.getpid()})", f"{reason}: the follower is stopping",
                             time.time())
 
     @property

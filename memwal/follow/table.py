@@ -36,6 +36,7 @@ from memwal.follow.schedule import Schedule
 from memwal.follow.signals import StopSignals
 from memwal.follow.watch import ShardWatch
 from memwal.lease import cancel
+from memwal.lease.stop import process_stop
 
 if TYPE_CHECKING:
     from memwal.table import Table
@@ -128,7 +129,7 @@ def _ended_by_others(table: Table, lease: object, since: float, tally: FollowTal
         tally.stopped, tally.detail = LEASE_LOST, f"the follow lease on {table.store.root} was lost: {fenced}"
         return True
     request = cancel.cancelled(table.store.root, since)
-    if request is not None and cancel.process_stop() is None:
+    if request is not None and process_stop() is None:
         tally.stopped, tally.detail = CANCELLED, cancel.describe(request)
         return True
     return False

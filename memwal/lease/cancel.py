@@ -24,13 +24,11 @@ removed or left to ``gc --orphans`` as after any failed job, and the job ends ``
 A lease that is not live has no running work to cancel: nothing is written for it.
 :mod:`memwal.history.cancel_effect` tells the operator whether a request took effect.
 
-**This process's own stop** (:func:`stop_process`: a long-lived follower asked to stop by SIGTERM
-or SIGINT, :mod:`memwal.follow`) is met the same way by every job of the process, on every
+**This process's own stop** (:mod:`memwal.lease.stop`: a long-lived follower asked to stop by
+SIGTERM or SIGINT, :mod:`memwal.follow`) is met the same way by every job of the process, on every
 table, without writing anything: each lease check where nothing is half-done raises
 :class:`~memwal.errors.CancelledError`, the cycle runner starts no further job, and the leases
-are released as on any exit. It is set from a signal handler, so setting it is one assignment
-and takes no lock (a handler runs between two bytecodes of the main thread, which may hold any
-lock at that moment).
+are released as on any exit.
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from memwal.core import clock as clocks
 from memwal.errors import BadInputError, MemWalError, NotFoundError, PreconditionFailedError
 from memwal.lease.record import LEASE_PREFIX, LeaseRecord, lease_key
+from memwal.lease.stop import process_stop
 from memwal.store import Store
 
 if TYPE_CHECKING:
@@ -56,8 +55,6 @@ WATCH_SECONDS = 5.0
 
 _noticed: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
-#: This process's own stop request (None: not asked): see the module docstring.
-_process_stop: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,30 +114,13 @@ def noticed(root: str, request: dict[str, Any]) -> None:
         scope.stop_all(request)
 
 
-def stop_process(by: str, reason: str, at: float) -> None:
-    """Ask every job of this process to stop at its next safe point (see the module docstring):
-    safe to call from a signal handler (one assignment, no lock, no I/O)."""
-    global _process_stop
-    _process_stop = {"by": by, "reason": reason, "at": at}
-
-
-def process_stop() -> dict[str, Any] | None:
-    """This process's own stop request, or None."""
-    return _process_stop
-
-
-def clear_process_stop() -> None:
-    """Forget this process's stop request (a process that goes on after it: tests, a notebook)."""
-    global _process_stop
-    _process_stop = None
-
-
 def cancelled(root: str, since: float) -> dict[str, Any] | None:
     """The cancel request a holder of this process saw for the table at ``root``, made at or
     after ``since`` (the start of the caller's work), or None; this process's own stop, whenever
     it was asked, stops every table's work."""
-    if _process_stop is not None:
-        return _process_stop
+    own = process_stop()
+    if own is not None:
+        return own
     with _lock:
         request = _noticed.get(root)
     return request if request is not None and float(request.get("at") or 0.0) >= since else None
@@ -230,5 +210,5 @@ def stoppable(stop: Callable[[], None], *, every: float = WATCH_SECONDS) -> Iter
                 scope.stops.remove(stop)
 
 
-__all__ = ["WATCH_SECONDS", "Asked", "Scope", "ask", "cancelled", "clear_process_stop", "describe", "noticed",
-           "process_stop", "request_cancel", "running", "stop_process", "stoppable"]
+__all__ = ["WATCH_SECONDS", "Asked", "Scope", "ask", "cancelled", "describe", "noticed", "request_cancel", "running",
+           "stoppable"]

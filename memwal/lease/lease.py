@@ -42,10 +42,10 @@ from memwal.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from memwal.lease import cancel
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
 from memwal.lease.renewal import Renewing, store_errors
+from memwal.lease.stop import process_stop
 from memwal.store import Store
 
 log = logging.getLogger("memwal.lease")
@@ -270,7 +270,7 @@ class Lease(Renewing):
             if not current.live(now):
                 raise self._lost(f"expired at {fmt_time(current.expires_at)}")
             self._record, self._etag = current, etag
-            request = current.cancel if current.cancel is not None else cancel.process_stop()
+            request = current.cancel if current.cancel is not None else process_stop()
             if request is not None:
                 self._cancel_requested(request, safe_to_stop)
             beating = self._heartbeat is not None and self._heartbeat.running

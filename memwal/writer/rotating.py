@@ -96,8 +96,8 @@ class RotatingShardWriter:
     def stats(self) -> dict[str, Any]:
         """pylance's counters, added up over every writer held so far."""
         with self._lock:
-            now = Counter({k: v for k, v in self._writer.stats().items() if isinstance(v, int)})
-            return dict(self._closed + now) | {"rotations": self.rotations}
+            now = {k: v for k, v in self._writer.stats().items() if isinstance(v, int)}
+            return {**{k: self._closed[k] + v for k, v in now.items()}, "rotations": self.rotations}
 
     def _rotate_if_due(self) -> None:
         if self.due():
@@ -110,7 +110,7 @@ class RotatingShardWriter:
             started = time.perf_counter()
             old = self._writer
             old.close()
-            self._closed += Counter({k: v for k, v in old.stats().items() if isinstance(v, int)})
+            self._closed.update({k: v for k, v in old.stats().items() if isinstance(v, int)})
             self._open()
             self.rotations += 1
             self.rotation_seconds.append(time.perf_counter() - started)
