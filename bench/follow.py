@@ -3,7 +3,8 @@
 Usage::
 
     .venv/bin/python -m bench.follow [--minutes 30] [--arms pylance,pylance-rotating,lance-context,lancedb]
-                                     [--interval 1.7] [--rows 200] [--rotate-seconds 300] [--out DIR]
+                                     [--interval 1.7] [--rows 200] [--rotate-seconds 600] [--reads 3]
+                                     [--follow-args "..."] [--out DIR]
 
 One shard, one writer process kept open for the whole run writing a generation of ``--rows`` rows
 (a third of them updates) every ``--interval`` seconds (35 a minute by default), and beside it
@@ -43,6 +44,7 @@ from typing import Any
 
 from bench.harness import log, machine_info
 from bench.steady import CLIENTS, MEMWAL, OURS, PYLANCE_DRIVER, Driver, Model, available, storage
+from memwal.writer import DEFAULT_ROTATE_SECONDS
 
 GOAL_LISTED_MAX, GOAL_LISTED_MEDIAN = 8, 3
 GOAL_FOLLOWER_CORE_SHARE = 0.10
@@ -203,10 +205,12 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
         stopped = stop_follower(follower, uri)
         cpu_total = stopped.pop("cpu_seconds", None)
         sampler.stop.set()
+        rotations = writer.call("rotations") if ARMS[arm][1] else []
         writer.close()
     elapsed = time.monotonic() - t_start
     return {"arm": arm, "client": client.name, "interval_seconds": interval, "rows_per_generation": rows,
             "rotate_seconds": rotate_seconds if ARMS[arm][1] else None, "follow_args": follow_args,
+            "rotations": {"count": len(rotations), "seconds": [round(r, 3) for r in rotations]},
             "minutes": minutes_out, "listed_samples": sampler.samples, "failures": [f for f in failures if f],
             "follower": {**stopped, "cpu_seconds": cpu_total if cpu_total is None else round(cpu_total - cpu_start, 2),
                          "core_share": None if cpu_total is None else round((cpu_total - cpu_start) / elapsed, 4)},
@@ -294,8 +298,9 @@ def main() -> None:
                         "minute)")
     parser.add_argument("--rows", type=int, default=200, help="rows a generation")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
-    parser.add_argument("--rotate-seconds", type=float, default=300.0, help="pylance-rotating: seconds between "
-                        "writer replacements (default 300)")
+    parser.add_argument("--rotate-seconds", type=float, default=DEFAULT_ROTATE_SECONDS,
+                        help="pylance-rotating: seconds between writer replacements (default "
+                             f"{DEFAULT_ROTATE_SECONDS:g}, the writer's own)")
     parser.add_argument("--follow-args", default="", help="more options of the follower (default: its defaults)")
     parser.add_argument("--reads", type=int, default=3, help="new processes a minute reading through memwal's reader, "
                         "and as many plain reads of the reference: their medians are compared (default 3)")

@@ -39,8 +39,9 @@ PK = {"lance-schema:unenforced-primary-key": "true"}
 SHARD = str(uuid.UUID(int=62))
 #: (name, generations, rows a generation: an int, or a share of the base's keys)
 SHAPES: tuple[tuple[str, int, int | float], ...] = (
-    ("1 x 200", 1, 200), ("3 x 200", 3, 200), ("10 x 200", 10, 200),
-    ("1 x base/4", 1, 0.25), ("1 x base/2", 1, 0.5), ("1 x base", 1, 1.0))
+    ("1 x 200", 1, 200), ("3 x 200", 3, 200), ("10 x 200", 10, 200), ("30 x 200", 30, 200),
+    ("1 x base/4", 1, 0.25), ("1 x base/2", 1, 0.5), ("1 x base", 1, 1.0), ("1 x 2 base", 1, 2.0),
+    ("2 x 2 base", 2, 2.0))
 
 
 def _schema() -> Any:
@@ -128,6 +129,7 @@ def _read(spec: str) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bases", default="20000,100000,300000")
+    parser.add_argument("--shapes", default=None, help="only these shapes (comma-separated names)")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--out", default=None)
     parser.add_argument("--read", default=None, help=argparse.SUPPRESS)
@@ -147,6 +149,8 @@ def main() -> None:
     try:
         for base in (int(b) for b in args.bases.split(",")):
             for name, gens, rows in SHAPES:
+                if args.shapes and name not in args.shapes.split(","):
+                    continue
                 uri = str(root / f"{base}-{name.replace(' ', '_').replace('/', 'over')}.lance")
                 model = build(uri, base, gens, rows)
                 figures = measure(uri, model, args.runs)
@@ -157,6 +161,8 @@ def main() -> None:
                 log(f"base {base}, {name}: overlay {figures['overlay']}s, LsmScanner {figures['lsm_scanner']}s, "
                     f"plain {figures['plain_base']}s")
                 shutil.rmtree(uri, ignore_errors=True)
+        if args.shapes:
+            raise SystemExit(json.dumps(doc, indent=2))
         uri, ref = str(root / "issue.lance"), str(root / "reference.lance")
         model = build(uri, 100_000, 3, 200)
         import lance

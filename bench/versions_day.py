@@ -24,8 +24,9 @@ and a warm digest, and the folder's bytes. Then one GC that expires all but the 
 (``expire_versions=0``): its time, and the count after.
 
 Part 2, a day simulated: at ``--per-minute`` versions a minute the retention keeps
-``per_minute x retention`` versions; each figure of part 1 is fitted by a line in the version
-count, and read off at the retentions of 10 minutes, an hour, a day and the default 7 days.
+``per_minute x retention`` versions; each figure of part 1 is read off there (interpolated between
+the measured counts, extrapolated past the largest along the last segment's slope) for the
+retentions of 10 minutes, an hour, a day and the default 7 days.
 JSON to stdout and ``--out``.
 """
 
@@ -96,29 +97,32 @@ def measure(uri: str, runs: int) -> dict[str, Any]:
     memwal.open(uri).gc()  # a run: it leaves the digest of what it read (nothing expires: all are recent)
     out["gc_plan_warm"] = median_seconds(lambda: memwal.open(uri).gc(dry_run=True), runs)
     t0 = time.perf_counter()
-    memwal.open(uri).gc(expire_versions=0, grace_seconds=0)
+    memwal.open(uri).gc(expire_versions=0, grace_seconds=0, writer_idle_seconds=0)  # the writer is gone
     out["gc_expiring_all_but_the_newest"] = time.perf_counter() - t0
     out["versions_after"] = sum(1 for _ in folder.iterdir())
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
 
 
-def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least squares ``a + b x``."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((x - mx) ** 2 for x, _ in points) or 1.0
-    b = sum((x - mx) * (y - my) for x, y in points) / var
-    return my - b * mx, b
+def at(points: list[tuple[int, float]], n: int) -> float:
+    """The figure at ``n`` versions: interpolated between the measured counts, and past the largest
+    extrapolated along the last segment's slope (the costs grow at least linearly: a listing)."""
+    points = sorted(points)
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if n <= x1 or (x1, y1) == points[-1]:
+            slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
+            return y0 + slope * (n - x0) if n >= x0 else y0 * n / max(x0, 1)
+    return points[-1][1]
 
 
 def simulate(measured: list[dict[str, Any]], per_minute: float) -> dict[str, Any]:
     figures = ("lance_open", "memwal_manifest", "memwal_scan", "gc_plan_cold", "gc_plan_warm", "versions_bytes")
-    lines = {f: fit([(m["versions"], float(m[f])) for m in measured]) for f in figures}
-    out: dict[str, Any] = {"per_minute": per_minute, "per_version": {f: b for f, (_, b) in lines.items()}}
+    out: dict[str, Any] = {"per_minute": per_minute,
+                           "how": "interpolated between the measured counts; past the largest, along the last "
+                                  "segment's slope"}
     for name, seconds in RETENTIONS.items():
         kept = int(per_minute * seconds / 60) + 1
-        out[name] = {"versions_retained": kept, **{f: round(a + b * kept, 4) for f, (a, b) in lines.items()}}
+        out[name] = {"versions_retained": kept, **{f: round(at([(m["versions"], float(m[f])) for m in measured], kept),
+                                                            4) for f in figures}}
     return out
 
 

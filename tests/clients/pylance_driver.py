@@ -18,6 +18,7 @@ protocol as :mod:`tests.clients.lance_context_driver`. Commands:
   memwal's own reader, ``memwal.open(uri).scan()``; ``{"op": "read_plain", "uri": ...}``: a plain
   read of a table, ``lance.dataset(uri).to_table()`` (the last two timed after their imports).
   Each answers the rows, their digest (:mod:`tests.clients.digest`) and the seconds;
+* ``{"op": "rotations"}``: the seconds each replacement of a rotating writer took;
 * ``{"op": "close"}``.
 
 Answers: ``{"ok": value}`` or ``{"error": "..."}``.
@@ -115,6 +116,8 @@ def main() -> None:
                 value = read_new(cmd["uri"])
             elif op in ("read_memwal", "read_plain"):
                 value = read_alone(cmd["uri"], memwal_reader=op == "read_memwal")
+            elif op == "rotations":  # a RotatingShardWriter's replacements: seconds each took
+                value = list(getattr(writer, "rotation_seconds", []))
             elif op == "close":
                 writer.close()
                 writer = None
