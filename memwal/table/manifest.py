@@ -106,14 +106,22 @@ def list_version_infos(store: Store) -> dict[int, ObjectInfo]:
     return out
 
 
+_VERSIONS = "_versions/"
+
+
 def latest_version_key(store: Store) -> tuple[int, str] | None:
     """The latest table version and its manifest's key (None: no manifest), without listing every
     version: V2 names (``u64::MAX - version``, fixed width) sort newest first, so the listing's first
     manifest is the latest (an object store sends one page; a disk's names come without a stat of
     each); a table of older names (the version itself) is listed whole. A follower's table commits
     a version every few seconds, and this is what every job and reader reads first."""
-    for key in store.list_keys("_versions/"):
-        version = _version_of(key)
+    from memwal.store import LocalStore
+
+    # a disk's names come from one scandir (no stat); an object store's paged listing stops after
+    # the page that holds the first manifest (its non-recursive listing would take every page)
+    keys = store.list_keys(_VERSIONS) if isinstance(store, LocalStore) else (o.key for o in store.list(_VERSIONS))
+    for key in keys:
+        version = _version_of(key) if "/" not in key[len(_VERSIONS):] else None
         if version is None:
             continue
         if len(key.rsplit("/", 1)[-1].removesuffix(".manifest")) == V2_NAME_DIGITS:
