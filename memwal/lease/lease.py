@@ -296,12 +296,14 @@ class Lease(Renewing):
         def say_why(exc: BaseException) -> None:  # why the job is not starting, not just a stall
             log.info("waiting up to %.0fs: %s", timeout_seconds, exc)
 
-        try:
-            return while_busy(self.acquire, busy=lambda exc: isinstance(exc, LeaseHeldError),
+        try:  # this process asked to stop (a follower's SIGTERM) waits no more: held, as past the timeout
+            return while_busy(self.acquire, busy=lambda exc: isinstance(exc, LeaseHeldError) and process_stop() is None,
                               timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, on_first_wait=say_why,
                               clock=self.clock, sleep=sleep)
         except LeaseHeldError as exc:
-            raise LeaseHeldError(f"{exc} (waited {timeout_seconds:.0f}s for it)") from None
+            why = "no longer waited for: this process is stopping" if process_stop() is not None else (
+                f"waited {timeout_seconds:.0f}s for it")
+            raise LeaseHeldError(f"{exc} ({why})") from None
 
     def release(self) -> None:
         """Give the lease up: stop the heartbeat, then CAS-write ``expires_at=0`` keeping the
