@@ -39,6 +39,7 @@ from memwal.lease import cancel
 from memwal.lease.stop import process_stop
 
 if TYPE_CHECKING:
+    from memwal.lease import Lease
     from memwal.table import Table
 
 log = logging.getLogger(__name__)
@@ -121,10 +122,10 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     return tally
 
 
-def _ended_by_others(table: Table, lease: object, since: float, tally: FollowTally) -> bool:
+def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:
     """Whether an operator cancelled the follower's work, or its lease was taken over (its
     heartbeat found it), while it waited."""
-    fenced = getattr(lease, "fenced", None)
+    fenced = lease.fenced
     if fenced is not None:
         tally.stopped, tally.detail = LEASE_LOST, f"the follow lease on {table.store.root} was lost: {fenced}"
         return True
