@@ -5,7 +5,11 @@
 - ``compaction``: a scan before and after ``memwal compact``, local against Spark (``compaction.json``);
 - ``steady``: a writer that never stops, every client's reads minute by minute (``steady.json``);
   ``steady-reopen``: the pylance arm with its writer replaced every 10 minutes;
-- ``floor``: what pylance's list reader pays for one listed generation (``list_reader_floor.json``).
+- ``floor``: what pylance's list reader pays for one listed generation (``list_reader_floor.json``);
+- ``follow``: a writer that never stops beside ``memwal cycle --follow`` on its defaults, every client
+  (by hand: 30 minutes an arm, alone on the machine);
+- ``overlay``: memwal's own reader over a few small generations against ``LsmScanner`` and a plain read;
+- ``versions``: what each retained version costs (Lance's open, memwal's manifest read, a scan, GC's plan).
 """
 
 from bench.cases import Case
@@ -29,4 +33,10 @@ CASES = (
     Case("floor", "bench.read.floor", "what pylance's list reader pays for one listed generation",
          bench=("--out", "{out}"), smoke=("--rows", "2000", "--runs", "1", "--out", "{out}"),
          json="list_reader_floor", chart=False),
+    Case("follow", "bench.read.follow", "a writer that never stops beside the follower: listing at 1 Hz, CPU, reads",
+         bench=None, json="follow"),
+    Case("overlay", "bench.read.overlay", "memwal's reader over a few small generations, against LsmScanner",
+         bench=None, json="overlay_read"),
+    Case("versions", "bench.read.versions", "what each retained version costs, read off a day of versions",
+         bench=None, json="versions_day"),
 )

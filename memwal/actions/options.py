@@ -35,7 +35,7 @@ ENGINES: tuple[Engine, ...] = get_args(Engine)
 class Spec:
     """How one option is checked and shown on the command line."""
 
-    kind: str  # count | duration | fraction | lease_ttl | flag | names | choice
+    kind: str  # count | duration | interval | fraction | lease_ttl | flag | names | choice
     help: str
     flag: str | None = None  # default: --<name with dashes>
     metavar: str | None = None
@@ -74,6 +74,7 @@ Check = Callable[[str, Any], object]
 CHECKS: dict[str, Check] = {
     "count": validate.positive_int,
     "duration": validate.duration,
+    "interval": validate.interval,
     "fraction": validate.fraction,
     "lease_ttl": validate.lease_ttl,
     "expiry": validate.expiry,

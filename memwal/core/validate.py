@@ -94,6 +94,11 @@ def expiry(name: str, value: object) -> float | str:
     return duration(name, value)
 
 
+def interval(name: str, value: object) -> float:
+    """How often something recurs: a positive duration (every 0 seconds is a busy loop)."""
+    return duration(name, value, allow_zero=False)
+
+
 def lease_ttl(name: str, value: object) -> float:
     """A lease TTL: a positive duration (a zero TTL would expire at once)."""
     return duration(name, value, allow_zero=False)

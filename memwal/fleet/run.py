@@ -16,6 +16,11 @@ that waits for time is not planned again before the policy's ``gc_retry_seconds`
 an operator cancelled (``memwal fleet cancel``) is not started again by this run. An idle
 fleet runs nothing and so commits nothing.
 
+A follower (``memwal fleet run --follow``, :mod:`memwal.follow.fleet`) hands a ``between``:
+where a run would end (a round found no work, or did none), it waits and says whether to plan
+again. A follower's result keeps its last :data:`FOLLOW_ROUNDS` rounds only, and it writes the
+state's report and run log at most every :data:`FOLLOW_SAVE_SECONDS` (it plans every few seconds).
+
 With a state folder (:mod:`memwal.fleet.state`) each round plans with the fleet's shared
 state (:func:`memwal.fleet.shared.plan_shared`: the cache, the pauses, the waits, the last
 plan's report) and leaves its tables' outcomes in the run log (:mod:`memwal.fleet.runs`).
@@ -48,6 +53,11 @@ from memwal.fleet.sources import Discovery, discover
 from memwal.fleet.state import FleetState
 
 log = logging.getLogger(__name__)
+
+#: Rounds a follower's result keeps (its tally counts them all: memwal.follow.result).
+FOLLOW_ROUNDS = 8
+#: A follower writes the state's report and run log at most this often.
+FOLLOW_SAVE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,8 @@ class FleetRunResult(Document):
 
 
 Notify = Callable[[str, Any], None]
+#: A follower's wait between rounds: ``between(progressed)`` -> plan again (see the module docstring).
+Between = Callable[[bool], bool]
 
 
 def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_options: Mapping[str, str] | None = None,
@@ -203,7 +215,8 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
               max_seconds: float | None = None, jobs: Sequence[str] | None = None, engine: str = "local",
               dry_run: bool = False, max_rounds: int | None = None, cache: ProbeCache | None = None,
               notify: Notify | None = None, runner: TableRunner | None = None, state: FleetState | None = None,
-              top: int = 50, listed: Sequence[str] = (), partial: bool | None = None) -> FleetRunResult:
+              top: int = 50, listed: Sequence[str] = (), partial: bool | None = None,
+              between: Between | None = None) -> FleetRunResult:
     """Run the fleet (see the module docstring); ``notify("round", plan)`` and
     ``notify("table", CycleResult)`` as rounds are planned and tables end, and once
     ``notify("unmatched", lines)``: the policy's keys that match no table (logged without ``notify``). ``listed``: the
@@ -211,7 +224,8 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
     :func:`memwal.fleet.shared.plan_shared` takes it (None: these sources are part of the
     state's fleet when they leave out a source of its last report: the report is updated for
     their tables, not replaced). When the run ends on a round that ran tables, those are
-    planned once more, so the state's last report shows what the run left, not what it found."""
+    planned once more, so the state's last report shows what the run left, not what it found.
+    ``between``: a follower's wait (see the module docstring)."""
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
     policy = policy or Policy()
@@ -227,9 +241,13 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         return discover(sources, storage_options=storage_options, namespace_properties=namespace_properties,
                         known=known, exclude=exclude, listed=listed)
 
+    number, saved_at, unsaved = 0, float("-inf"), Unsaved()
     while True:
+        number += 1
+        save = not dry_run and (between is None or time.monotonic() - saved_at >= FOLLOW_SAVE_SECONDS)
+        saved_at = time.monotonic() if save else saved_at
         planned = plan_shared(found, policy, state=state, cache=cache, top=top, now=clocks.current()(),
-                              backoff=backoff, save=not dry_run, partial=partial)
+                              backoff=backoff, save=save, partial=partial)
         plan = planned.plan
         if not rounds:
             check_sources_yield_tables(plan, list(sources))
@@ -241,7 +259,9 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         hear("round", plan)
         work = [w for t in plan.with_work() if (w := _work(t, policy, wanted, quiet, engine, dry_run)) is not None]
         if not work:
-            rounds.append(Round(len(rounds) + 1, plan, ()))
+            rounds.append(Round(number, plan, ()))
+            if _again(between, False, dry_run, deadline, max_rounds, number):
+                continue
             break
         results = []
         for result in runner.run(work, workers, deadline):
@@ -249,18 +269,24 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
             hear("table", result)
         ended = {r.table for r in results}
         not_started = tuple(w.table for w in work if w.table not in ended)
-        rounds.append(Round(len(rounds) + 1, plan, tuple(results)))
+        rounds.append(Round(number, plan, tuple(results)))
+        if between is not None:
+            del rounds[:-FOLLOW_ROUNDS]
         progressed = _remember(results, plan, policy, backoff, quiet)
         if state is not None and not dry_run:
-            from memwal.fleet.runs import record_results
-
-            of = {p.table: p.source for p in plan.tables}
             now = clocks.current()()
-            record_results(state, results, now=now, retry_after=functools.partial(_retry, policy, of),
-                           gc_waits=gc_waits(results, work, now))
-        if dry_run or not progressed or (deadline is not None and time.monotonic() >= deadline) \
-                or (max_rounds is not None and len(rounds) >= max_rounds):
+            unsaved.add(results, gc_waits(results, work, now), {p.table: p.source for p in plan.tables})
+            if save or between is None:
+                unsaved.record(state, policy, now)
+        if not progressed or (deadline is not None and time.monotonic() >= deadline) \
+                or (max_rounds is not None and number >= max_rounds):
+            if _again(between, progressed, dry_run, deadline, max_rounds, number):
+                continue
             break
+        if dry_run:
+            break
+    if state is not None and not dry_run:
+        unsaved.record(state, policy, clocks.current()())
     after = None
     if rounds[-1].results and not dry_run:
         ran = {r.table for r in rounds[-1].results}
@@ -268,6 +294,37 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         after = plan_shared(lambda known, exclude: Discovery(refs, (), ()), policy, state=state, cache=cache, top=top,
                             backoff=backoff, partial=True).plan
     return FleetRunResult(tuple(rounds), time.monotonic() - started, engine, dry_run, not_started, after)
+
+
+def _again(between: Between | None, progressed: bool, dry_run: bool, deadline: float | None,
+           max_rounds: int | None, number: int) -> bool:
+    """Whether a follower plans another round (after its wait) where a run would end."""
+    if between is None or dry_run or (max_rounds is not None and number >= max_rounds):
+        return False
+    return (deadline is None or time.monotonic() < deadline) and between(progressed)
+
+
+@dataclass
+class Unsaved:
+    """Tables' results not yet in the state's run log (a follower writes it every so often)."""
+
+    results: list[CycleResult] = field(default_factory=list)
+    waits: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def add(self, results: Sequence[CycleResult], waits: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        self.results += results
+        self.waits.update(waits)
+        self.sources.update(sources)
+
+    def record(self, state: FleetState, policy: Policy, now: float) -> None:
+        if not self.results:
+            return
+        from memwal.fleet.runs import record_results
+
+        record_results(state, self.results, now=now, retry_after=functools.partial(_retry, policy, self.sources),
+                       gc_waits=self.waits)
+        self.results, self.waits, self.sources = [], {}, {}
 
 
 def gc_waits(results: Sequence[CycleResult], work: Sequence[TableWork], now: float) -> dict[str, Any]:
@@ -334,5 +391,6 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
     return progressed
 
 
-__all__ = ["FleetRunResult", "LocalTableRunner", "Round", "TableRunner", "TableWork", "gc_waits", "options_for",
-           "run_fleet", "run_table_work", "table_runner", "work_for"]
+__all__ = ["FOLLOW_ROUNDS", "FOLLOW_SAVE_SECONDS", "Between", "FleetRunResult", "LocalTableRunner", "Round",
+           "TableRunner", "TableWork", "gc_waits", "options_for", "run_fleet", "run_table_work", "table_runner",
+           "work_for"]

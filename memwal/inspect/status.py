@@ -278,10 +278,13 @@ def table_status(table: Table, *, now: float | None = None, check_files: bool = 
 
 
 def _table_status(table: Table, now: float, check_files: bool, manifest: TableManifest | None,
-                  with_checkpoints: bool, writer_activity: bool) -> TableStatus:
+                  with_checkpoints: bool, writer_activity: bool = True, unmerged_only: bool = False) -> TableStatus:
     manifest = table.require_mem_wal() if manifest is None else manifest
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
-    listing = list_mem_wal(table.store, wal=False, staging=False)
+    # the lag reads the unmerged generations' folders only (what else the listing would walk, the
+    # merged generations kept on storage, only fills the fields the lag does not read)
+    above_mark = (lambda sid, g: g > manifest.compacted_generation(sid)) if unmerged_only else None
+    listing = list_mem_wal(table.store, wal=False, staging=False, generations=above_mark)
     # GC's own manifest versions (its digest): never the writer's activity; the lag alone needs none
     compactions = load_digest(table.store).compactions if writer_activity else {}
     found = read_listed_manifests(table.store, listing)
@@ -340,9 +343,11 @@ def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListin
 
 def lag_now(table: Table) -> dict[str, list[float | int | None]]:
     """Per shard [unmerged generations, rows, oldest age] now, with the gauges published:
-    what a run's history record keeps of the table when it ends (the checkpoints are not read:
-    the lag does not depend on them)."""
-    st = table_status(table, checkpoints=False, writer_activity=False)
+    what a run's history record keeps of the table when it ends (the checkpoints are not read,
+    nor the folders of merged generations, nor GC's record of its own versions: the lag does not
+    depend on them; a follower runs a job every few seconds, each ending here)."""
+    with table.reading():
+        st = _table_status(table, clocks.current()(), False, None, False, writer_activity=False, unmerged_only=True)
     st.record_metrics()
     return {shard: list(figures) for shard, figures in st.lag().items()}
 

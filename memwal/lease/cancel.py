@@ -23,6 +23,12 @@ removed or left to ``gc --orphans`` as after any failed job, and the job ends ``
 
 A lease that is not live has no running work to cancel: nothing is written for it.
 :mod:`memwal.history.cancel_effect` tells the operator whether a request took effect.
+
+**This process's own stop** (:mod:`memwal.lease.stop`: a long-lived follower asked to stop by
+SIGTERM or SIGINT, :mod:`memwal.follow`) is met the same way by every job of the process, on every
+table, without writing anything: each lease check where nothing is half-done raises
+:class:`~memwal.errors.CancelledError`, the cycle runner starts no further job, and the leases
+are released as on any exit.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from memwal.core.clock import Clock
 from memwal.errors import BadInputError, MemWalError, NotFoundError, PreconditionFailedError
 from memwal.lease.heartbeat import Heartbeat
 from memwal.lease.record import LEASE_PREFIX, LeaseRecord, lease_key
+from memwal.lease.stop import process_stop
 from memwal.store import Store
 
 #: How often a running job's lease is read while engine work that can be stopped runs (a
@@ -122,7 +129,11 @@ def noticed(root: str, request: dict[str, Any]) -> None:
 
 def cancelled(root: str, since: float) -> dict[str, Any] | None:
     """The cancel request a holder of this process saw for the table at ``root``, made at or
-    after ``since`` (the start of the caller's work), or None."""
+    after ``since`` (the start of the caller's work), or None; this process's own stop, whenever
+    it was asked, stops every table's work."""
+    own = process_stop()
+    if own is not None:
+        return own
     with _lock:
         request = _noticed.get(root)
     return request if request is not None and float(request.get("at") or 0.0) >= since else None

@@ -45,6 +45,7 @@ from memwal.errors import (
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
 from memwal.lease.renewal import Renewing, store_errors
+from memwal.lease.stop import process_stop
 from memwal.store import Store
 
 log = logging.getLogger("memwal.lease")
@@ -249,8 +250,9 @@ class Lease(Renewing):
         Re-reads the lease object: lost if it is gone, was taken over (another token or
         holder), has expired, or the heartbeat already found it lost. Without a heartbeat it
         renews the lease here once half the TTL has passed. An operator's cancel request in
-        the record (:mod:`memwal.lease.cancel`) stops the job here with CancelledError when
-        the caller says nothing is half-done (``safe_to_stop``), and is noted otherwise.
+        the record (:mod:`memwal.lease.cancel`), or this process's own stop, stops the job here
+        with CancelledError when the caller says nothing is half-done (``safe_to_stop``), and is
+        noted otherwise.
         """
         with store_errors(self.uri), self._lock:
             if self._fenced is not None:
@@ -268,8 +270,9 @@ class Lease(Renewing):
             if not current.live(now):
                 raise self._lost(f"expired at {fmt_time(current.expires_at)}")
             self._record, self._etag = current, etag
-            if current.cancel is not None:
-                self._cancel_requested(current.cancel, safe_to_stop)
+            request = current.cancel if current.cancel is not None else process_stop()
+            if request is not None:
+                self._cancel_requested(request, safe_to_stop)
             beating = self._heartbeat is not None and self._heartbeat.running
             if not beating and current.expires_at - now < self.ttl_seconds / 2:
                 self._renew(now)
@@ -293,12 +296,14 @@ class Lease(Renewing):
         def say_why(exc: BaseException) -> None:  # why the job is not starting, not just a stall
             log.info("waiting up to %.0fs: %s", timeout_seconds, exc)
 
-        try:
-            return while_busy(self.acquire, busy=lambda exc: isinstance(exc, LeaseHeldError),
+        try:  # this process asked to stop (a follower's SIGTERM) waits no more: held, as past the timeout
+            return while_busy(self.acquire, busy=lambda exc: isinstance(exc, LeaseHeldError) and process_stop() is None,
                               timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, on_first_wait=say_why,
                               clock=self.clock, sleep=sleep)
         except LeaseHeldError as exc:
-            raise LeaseHeldError(f"{exc} (waited {timeout_seconds:.0f}s for it)") from None
+            why = "no longer waited for: this process is stopping" if process_stop() is not None else (
+                f"waited {timeout_seconds:.0f}s for it")
+            raise LeaseHeldError(f"{exc} ({why})") from None
 
     def release(self) -> None:
         """Give the lease up: stop the heartbeat, then CAS-write ``expires_at=0`` keeping the

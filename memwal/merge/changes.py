@@ -169,16 +169,25 @@ def base_rows_for_fold(ds: lance.LanceDataset, keys: pa.Table, primary_key: list
 def key_mask(t: pa.Table, keys: pa.Table, primary_key: list[str]) -> np.ndarray:
     """Whether each row of ``t`` has its key among ``keys``' keys.
 
-    A key of one integer column on both sides is matched as integers (:class:`IntKeySet`).
-    Other keys go through a join that sees the key columns and a row number only, never
-    ``t``'s other columns: pyarrow's hash join refuses non-key columns of nested types (a
-    vector column would fail it), and carrying whole rows through a join is wasted work.
-    A mask lets callers fetch the rows with ``filter``, which, unlike a ``take``, costs no
-    more across Lance's many small batches than within one.
+    A key of one integer column on both sides is matched as integers (:class:`IntKeySet`), a key
+    of one column of another type by Arrow's hash set (``is_in``). Other keys go through a join
+    that sees the key columns and a row number only, never ``t``'s other columns: pyarrow's hash
+    join refuses non-key columns of nested types (a vector column would fail it), and carrying
+    whole rows through a join is wasted work. A mask lets callers fetch the rows with
+    ``filter``, which, unlike a ``take``, costs no more across Lance's many small batches than
+    within one.
     """
     values, wanted = int_key(t, primary_key), int_key(keys, primary_key)
     if values is not None and wanted is not None:
         return IntKeySet(wanted, len(values)).contains(values)
+    if len(primary_key) == 1 and t.column(primary_key[0]).type.equals(keys.column(primary_key[0]).type):
+        # one column of another type (a string): Arrow's hash set, no join (a null key matches
+        # nothing, as in the join)
+        column = keys.column(primary_key[0])
+        values_set = column.combine_chunks() if column.num_chunks else pa.array([], column.type)
+        hits = pc.is_in(t.column(primary_key[0]), value_set=values_set, skip_nulls=True).fill_null(False)
+        found_mask: np.ndarray = hits.to_numpy(zero_copy_only=False).astype(bool, copy=False)
+        return found_mask
     numbered = t.select(primary_key).append_column(_ROW, pa.array(np.arange(t.num_rows, dtype=np.int64)))
     found = numbered.join(keys.select(primary_key), primary_key, join_type="left semi")
     mask = np.zeros(t.num_rows, dtype=bool)

@@ -89,6 +89,10 @@ def _open_checked(ref: GenerationRef, storage_options: dict[str, str] | None) ->
     except (ValueError, OSError) as exc:
         raise GenerationUnreadableError(ref.shard_id, ref.generation,
                                         f"cannot open {ref.uri}: {first_line(exc)}") from exc
+    return _checked(ref, ds)
+
+
+def _checked(ref: GenerationRef, ds: lance.LanceDataset) -> lance.LanceDataset:
     if TOMBSTONE not in ds.schema.names:
         raise BadInputError(f"{ref.uri}: generation has no {TOMBSTONE} column; not a MemWAL generation")
     return ds
@@ -101,14 +105,16 @@ def read_generation(
     shard_code: int,
     batch_size: int = 65536,
     fragment_ids: list[int] | None = None,
+    dataset: lance.LanceDataset | None = None,
 ) -> Iterator[pa.Table]:
     """Rows of one generation (or some of its fragments) tagged with row address, generation
     and ``shard_code``, the shard's position in :meth:`MergePlan.shard_ids` (a small integer
-    is far cheaper to carry through sorts and group-bys than the shard's UUID string)."""
+    is far cheaper to carry through sorts and group-bys than the shard's UUID string).
+    ``dataset``: the generation, when the caller has opened it already."""
     if ref.wal_keys:
         yield from read_generations([ref], schema, storage_options, {ref.shard_id: shard_code}, threads=1)
         return
-    ds = _open_checked(ref, storage_options)
+    ds = _open_checked(ref, storage_options) if dataset is None else _checked(ref, dataset)
     fragments = _fragments(ds, ref, fragment_ids) if fragment_ids is not None else None
     scanner = ds.scanner(with_row_address=True, batch_size=batch_size, fragments=fragments)
     for batch in _attributed(ref, scanner.to_batches()):

@@ -2,7 +2,8 @@
 
 :func:`open_plan` opens the base table at the plan's own version (a checkpoint's is older
 than the latest) with the filter checked first; :func:`lsm_scan` reads through pylance's
-``LsmScanner`` (or folds, on a table with merge operators: :mod:`memwal.read.fold`);
+``LsmScanner``, or the overlay when it pays (:mod:`memwal.read.overlay`), or folds (a table with
+merge operators: :mod:`memwal.read.fold`);
 :func:`fresh_scan` starts over when maintenance collected what a plan listed.
 """
 
@@ -16,6 +17,7 @@ from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.ops import table_ops
 from memwal.read.checks import check_columns, check_filter, reading
+from memwal.read.overlay import overlay_scan
 from memwal.read.plan import ReadPlan, plan_read
 from memwal.table import Table
 from memwal.table.manifest import TableManifest
@@ -48,6 +50,10 @@ def lsm_scan(
 ) -> pa.Table:
     """The rows a reader sees: base table merged with unmerged generations by primary key.
 
+    A few small generations over a large base are read by :mod:`memwal.read.overlay` (the base
+    less the keys they touch, plus their newest rows), the rest through pylance's ``LsmScanner``:
+    :func:`memwal.read.overlay.overlay_pays` decides, as measured.
+
     A table with merge operators is folded here (pylance's ``LsmScanner`` is last write
     wins and would return wrong values for folding columns); ``snapshots`` must then be
     left to this function (or given as ``plan``), which needs the generations' paths.
@@ -73,6 +79,10 @@ def lsm_scan(
                 raise BadInputError(f"{table.uri}: a table with merge operators is read from its own plan, "
                                     "not snapshots")
             return folded_scan(table, ds, plan, ops, columns=columns, filter=filter, limit=limit)
+        if snapshots is None and plan is not None:  # the plan's own generations: the overlay may read them
+            rows = overlay_scan(table, ds, plan, columns=columns, filter=filter, limit=limit)
+            if rows is not None:
+                return rows
         scanner = LsmScanner.from_snapshots(ds, listed)
         if columns:
             scanner = scanner.project(columns)

@@ -50,12 +50,20 @@ class GenerationUnreadableError(MemWalError):
 _MESSAGE = re.compile(r"^shard (\S+) generation (\d+): (.*)$", re.DOTALL)
 
 
+#: The generation session's caches, bounded: a long-lived process (a follower) opens every generation
+#: a writer flushes, some 10 KB of metadata each (50,000 a day at 35 a minute); 256 MiB holds a plan of
+#: 25,000 generations, and the oldest go first.
+GENERATION_METADATA_CACHE_BYTES = 256 << 20
+GENERATION_INDEX_CACHE_BYTES = 64 << 20
+
+
 @lru_cache(maxsize=1)
 def generation_session() -> Session:
     """One Lance session for every generation dataset a process opens: its object-store
     registry and metadata cache make the second open of a generation (plan, then read)
-    nearly free, and the first one cheaper (docs/decisions/0020)."""
-    return Session()
+    nearly free, and the first one cheaper (docs/decisions/0020); its caches are bounded."""
+    return Session(index_cache_size_bytes=GENERATION_INDEX_CACHE_BYTES,
+                   metadata_cache_size_bytes=GENERATION_METADATA_CACHE_BYTES)
 
 
 def open_generation(uri: str, storage_options: dict[str, str] | None) -> lance.LanceDataset:

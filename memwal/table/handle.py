@@ -20,7 +20,13 @@ from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, NotFoundError, StateMovedError, first_line
 from memwal.store import LocalStore, ObjectInfo, Store, check_table_uri, open_store
 from memwal.store.options import check_storage_options
-from memwal.table.manifest import TableManifest, list_version_infos, list_versions, read_table_manifest
+from memwal.table.manifest import (
+    TableManifest,
+    latest_version_key,
+    list_version_infos,
+    list_versions,
+    read_table_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +104,22 @@ class Table:
         return m
 
     def _read_manifest(self, version: int | None) -> TableManifest:
-        """The manifest of ``version`` (latest when None): remembered, else read."""
+        """The manifest of ``version`` (latest when None): remembered, else read. Outside a
+        :meth:`reading` stretch the latest is found without listing every version
+        (:func:`memwal.table.manifest.latest_version_key`), another version from the versions'
+        names alone (no stat of each: a followed table keeps thousands)."""
         if version is not None and (known := self.remembered(version)) is not None:
             return known
+        if not self._in_reading():
+            if version is None:
+                found = latest_version_key(self.store)
+                if found is None:
+                    raise NotFoundError(f"{self.store.uri_for('_versions/')}: no table manifest: not a Lance table")
+                version, key = found
+                if (known := self.remembered(version)) is not None:
+                    return known
+                return self._remember(read_table_manifest(self.store, version, versions={version: key}, latest=True))
+            return self._remember(read_table_manifest(self.store, version, versions=list_versions(self.store)))
         versions = {v: info.key for v, info in self.version_infos().items()}
         if version is not None and version not in versions and self._in_reading():
             self.moved()  # a version newer than the listing this stretch holds: list again

@@ -14,7 +14,7 @@ one request, not thirty-five. On a disk the same walk also reports every symboli
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from memwal.store import ObjectInfo, Store
@@ -92,15 +92,24 @@ class MemWalListing:
     links: tuple[str, ...] = ()
 
 
-def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True) -> MemWalListing:
+def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True,
+                 generations: Callable[[str, int], bool] | None = None) -> MemWalListing:
     """One listing of ``_mem_wal/`` (see the module docstring); ``wal=False`` leaves every WAL
-    out, ``staging=False`` the merge staging."""
+    out, ``staging=False`` the merge staging; ``generations(shard, generation)``, when given,
+    says which generation folders to walk (the lag reads the unmerged ones only: a table that
+    keeps a week of merged generations has thousands of folders a status would walk)."""
     root = f"{MEM_WAL_DIR}/"
+
+    def wanted(shard: str, name: str) -> bool:
+        g = parse_generation_dir(name)
+        return generations is None or g is None or generations(shard, g)
 
     def left_out(folder: str) -> bool:
         parts = folder[len(root):].split("/")
         if len(parts) == 1:
             return not (is_shard_dir_name(parts[0]) or (staging and parts[0] == STAGING))
+        if len(parts) == 2 and is_shard_dir_name(parts[0]) and not wanted(parts[0], parts[1]):
+            return True
         return not wal and len(parts) == 2 and parts[1] == "wal" and is_shard_dir_name(parts[0])
 
     objects, links = store.list_with_links(root, skip=left_out)
@@ -120,7 +129,7 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True) -> Mem
             if is_shard_dir_name(sid):
                 s = shards.setdefault(sid, _Shard())
                 for name in store.list_dirs(f"{root}{sid}/"):
-                    if parse_generation_dir(name) is not None:
+                    if parse_generation_dir(name) is not None and wanted(sid, name):
                         s.gens.setdefault(name, [])
                 s.manifest_dirs |= {v for d in store.list_dirs(f"{root}{sid}/manifest/")
                                     if (v := parse_manifest_name(d)) is not None}

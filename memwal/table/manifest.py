@@ -17,7 +17,13 @@ from google.protobuf.message import DecodeError
 
 from memwal.errors import BadInputError, NotFoundError, StateMovedError
 from memwal.pb import mem_wal_index_pb2, table_manifest_pb2
-from memwal.table.naming import MEM_WAL_DETAILS_TYPE_URL, MEM_WAL_INDEX_NAME, shard_uuid_str, table_version_of
+from memwal.table.naming import (
+    MEM_WAL_DETAILS_TYPE_URL,
+    MEM_WAL_INDEX_NAME,
+    V2_NAME_DIGITS,
+    shard_uuid_str,
+    table_version_of,
+)
 
 if TYPE_CHECKING:
     from memwal.store import ObjectInfo, Store
@@ -100,6 +106,31 @@ def list_version_infos(store: Store) -> dict[int, ObjectInfo]:
     return out
 
 
+_VERSIONS = "_versions/"
+
+
+def latest_version_key(store: Store) -> tuple[int, str] | None:
+    """The latest table version and its manifest's key (None: no manifest), without listing every
+    version: V2 names (``u64::MAX - version``, fixed width) sort newest first, so the listing's first
+    manifest is the latest (an object store sends one page; a disk's names come without a stat of
+    each); a table of older names (the version itself) is listed whole. A follower's table commits
+    a version every few seconds, and this is what every job and reader reads first."""
+    from memwal.store import LocalStore
+
+    # a disk's names come from one scandir (no stat); an object store's paged listing stops after
+    # the page that holds the first manifest (its non-recursive listing would take every page)
+    keys = store.list_keys(_VERSIONS) if isinstance(store, LocalStore) else (o.key for o in store.list(_VERSIONS))
+    for key in keys:
+        version = _version_of(key) if "/" not in key[len(_VERSIONS):] else None
+        if version is None:
+            continue
+        if len(key.rsplit("/", 1)[-1].removesuffix(".manifest")) == V2_NAME_DIGITS:
+            return version, key
+        break
+    versions = list_versions(store)
+    return (max(versions), versions[max(versions)]) if versions else None
+
+
 def latest_version(store: Store) -> int:
     versions = list_versions(store)
     if not versions:
@@ -108,17 +139,18 @@ def latest_version(store: Store) -> int:
 
 
 def read_table_manifest(store: Store, version: int | None = None, *,
-                        versions: dict[int, str] | None = None) -> TableManifest:
+                        versions: dict[int, str] | None = None, latest: bool = False) -> TableManifest:
     """Decode the manifest of ``version`` (latest when None) and its MemWAL index details
     (``versions``: the listing of ``_versions/`` when the caller has it, else it is listed).
 
     The latest version vanishing between the listing and the read (a newer version was
-    committed and a concurrent cleanup expired it) is a lost race: :class:`StateMovedError`.
+    committed and a concurrent cleanup expired it) is a lost race: :class:`StateMovedError`
+    (``latest``: ``version`` is the latest the caller found).
     """
     versions = list_versions(store) if versions is None else versions
     if not versions:
         raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
-    latest = version is None
+    latest = latest or version is None
     if version is None:
         version = max(versions)
     if version not in versions:

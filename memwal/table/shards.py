@@ -173,10 +173,13 @@ MISSING = "shard-manifest-missing"
 
 
 def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]:
-    """Manifest versions stored as files, and versions whose name is a directory (never valid)."""
+    """Manifest versions stored as files, and versions whose name is a directory (never valid): from
+    the names alone (a disk's listing stats no file: a followed shard writes a version at every flush
+    and every drain)."""
     prefix = f"{shard_dir(shard_id)}/manifest/"
-    files = [parse_manifest_name(o.key.rsplit("/", 1)[-1]) for o in store.list(prefix, recursive=False)]
-    dirs = [parse_manifest_name(d) for d in store.list_dirs(prefix)]
+    keys, folders = store.list_level(prefix)
+    files = [parse_manifest_name(k.rsplit("/", 1)[-1]) for k in keys]
+    dirs = [parse_manifest_name(d) for d in folders]
     return sorted(v for v in files if v is not None), sorted(v for v in dirs if v is not None)
 
 

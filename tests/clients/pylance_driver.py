@@ -6,14 +6,19 @@ protocol as :mod:`tests.clients.lance_context_driver`. Commands:
 
 * ``{"op": "create", "uri": ..., "rows": [...]}``: a table of the bench's schema (``id`` string
   key, ``v`` int64, ``name`` string), unsharded, those rows its base (none by default);
-  ``{"op": "open", "uri": ..., "rows": R}``: a writer on its one shard, flushing every ``R`` rows;
+  ``{"op": "open", "uri": ..., "rows": R}``: a writer on its one shard, flushing every ``R`` rows
+  (with ``"rotate_seconds": S``: a :class:`memwal.writer.RotatingShardWriter`, replaced every S
+  seconds);
 * ``{"op": "gen", "rows": [...]}``: put the rows (exactly ``R``) and wait for their flush: one
   generation;
 * ``{"op": "read"}``: the writer's own ``lsm_scanner()`` (its base as it opened it, every
   generation its manifest lists, its MemTable); ``{"op": "read_new", "uri": ...}``: a reader
   with nothing open, as a new process reads: the latest base and every generation the shard
-  manifests list, through ``LsmScanner.from_snapshots``. Both answer the rows, their digest
-  (:mod:`tests.clients.digest`) and the seconds;
+  manifests list, through ``LsmScanner.from_snapshots``; ``{"op": "read_memwal", "uri": ...}``:
+  memwal's own reader, ``memwal.open(uri).scan()``; ``{"op": "read_plain", "uri": ...}``: a plain
+  read of a table, ``lance.dataset(uri).to_table()`` (the last two timed after their imports).
+  Each answers the rows, their digest (:mod:`tests.clients.digest`) and the seconds;
+* ``{"op": "rotations"}``: the seconds each replacement of a rotating writer took;
 * ``{"op": "close"}``.
 
 Answers: ``{"ok": value}`` or ``{"error": "..."}``.
@@ -60,6 +65,21 @@ def read_new(uri: str) -> dict[str, Any]:
     return answer(rows, time.perf_counter() - t0)
 
 
+def read_alone(uri: str, *, memwal_reader: bool) -> dict[str, Any]:
+    """One read timed after its imports: memwal's reader (its modules load on a first read, so
+    they are imported first), or a plain read of the table."""
+    if memwal_reader:
+        import memwal
+        import memwal.read.scan  # noqa: F401 - imported before the clock starts
+
+        t0 = time.perf_counter()
+        rows = memwal.open(uri).scan(columns=["id", "v"])
+    else:
+        t0 = time.perf_counter()
+        rows = lance.dataset(uri).to_table(columns=["id", "v"])
+    return answer(rows, time.perf_counter() - t0)
+
+
 def main() -> None:
     writer: Any = None
     flushed = 0
@@ -71,6 +91,12 @@ def main() -> None:
             if op == "create":
                 base = pa.Table.from_pylist(cmd.get("rows") or [], schema=SCHEMA)
                 lance.write_dataset(base, cmd["uri"]).initialize_mem_wal(unsharded=True)
+            elif op == "open" and cmd.get("rotate_seconds"):
+                from memwal.writer import RotatingShardWriter
+
+                writer = RotatingShardWriter(cmd["uri"], SHARD, rotate_seconds=cmd["rotate_seconds"],
+                                             max_memtable_rows=cmd["rows"], durable_write=False,
+                                             stats_log_interval_ms=0)
             elif op == "open":
                 writer = lance.dataset(cmd["uri"]).mem_wal_writer(SHARD, max_memtable_rows=cmd["rows"],
                                                                   durable_write=False, stats_log_interval_ms=0)
@@ -88,6 +114,10 @@ def main() -> None:
                 value = answer(rows, time.perf_counter() - t0)
             elif op == "read_new":
                 value = read_new(cmd["uri"])
+            elif op in ("read_memwal", "read_plain"):
+                value = read_alone(cmd["uri"], memwal_reader=op == "read_memwal")
+            elif op == "rotations":  # a RotatingShardWriter's replacements: seconds each took
+                value = list(getattr(writer, "rotation_seconds", []))
             elif op == "close":
                 writer.close()
                 writer = None

@@ -244,6 +244,28 @@ def test_acquire_waiting_sits_out_a_short_hold_and_gives_up_on_a_long_one(store:
         Lease(store, "merge", holder="merger", clock=clock).acquire_waiting(5, poll_seconds=1, sleep=clock.advance)
 
 
+def test_a_process_asked_to_stop_waits_no_more_for_a_held_lease(store: Store, clock: ManualClock) -> None:
+    """A follower's SIGTERM (this process's own stop) ends a wait for another holder's lease at the
+    next try: the job is held, and the follower exits within its grace period."""
+    from memwal.lease.stop import clear_process_stop, stop_process
+
+    Lease(store, "merge", holder="other", ttl_seconds=600, clock=clock).acquire()
+    waits: list[float] = []
+
+    def sleep_then_stop(seconds: float) -> None:
+        waits.append(seconds)
+        clock.advance(seconds)
+        stop_process("memwal follow (test)", "SIGTERM", clock())
+
+    try:
+        with pytest.raises(LeaseHeldError, match="this process is stopping"):
+            Lease(store, "merge", holder="merger", clock=clock).acquire_waiting(30, poll_seconds=1,
+                                                                               sleep=sleep_then_stop)
+    finally:
+        clear_process_stop()
+    assert waits == [1]  # one wait, not thirty
+
+
 # --------------------------------------------------------------------------- dead holders, TTL
 
 

@@ -16,8 +16,9 @@ import memwal
 from memwal.demo import Workload, create_base_table, write_generations
 from memwal.errors import BadInputError
 from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
+from memwal.store import open_store
 from memwal.table import open_table
-from memwal.table.manifest import decode_table_manifest, list_versions, read_table_manifest
+from memwal.table.manifest import decode_table_manifest, latest_version_key, list_versions, read_table_manifest
 from memwal.table.naming import bitrev64, manifest_key, parse_bitrev64, version_hint_key
 from memwal.table.shards import (
     all_shard_manifests,
@@ -155,6 +156,22 @@ def test_old_manifest_naming_scheme(tmp_path):
     assert read_table_manifest(t.store).mem_wal.num_shards == 2
     write_generations(old, wl, model)
     assert all(len(s.flushed) == 2 for s in all_shard_manifests(t.store).values())
+    assert latest_version_key(t.store) == (2, "_versions/2.manifest")  # older names: the whole listing
+    assert open_table(old).manifest().version == 2
+
+
+def test_the_latest_manifest_is_found_from_the_first_name_of_v2_tables(tmp_path):
+    """A followed table commits a version every few seconds: its latest manifest is found from the
+    first of its V2 names (newest first), whatever else lies in ``_versions/``."""
+    uri = str(tmp_path / "t")
+    ds = lance.write_dataset(pa.table({"id": pa.array([1], pa.int64())}), uri)
+    for i in range(5):
+        ds.update_config({"n": str(i)})
+    Path(uri, "_versions", "-1.manifest").write_text("stray")  # no manifest: skipped
+    Path(uri, "_versions", "notes.txt").write_text("stray")
+    store = open_store(uri)
+    version, key = latest_version_key(store) or (0, "")
+    assert version == 6 == max(list_versions(store)) and key == f"_versions/{2**64 - 1 - 6:020d}.manifest"
 
 
 def test_corrupt_and_truncated_manifests_are_bad_input(make_table):

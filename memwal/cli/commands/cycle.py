@@ -2,7 +2,9 @@
 
 The whole maintenance cycle of one table (merge, catchup, compact, gc, snapshot, in that
 order), through :func:`memwal.cycle.run_cycle`: ``spark-submit jobs/maintenance.py`` is this
-command on the Spark engine, one application for all five jobs. Every job's options are the
+command on the Spark engine, one application for all five jobs. With ``--follow`` it keeps
+running (:mod:`memwal.follow`): a merge as soon as a shard has work, the other jobs on cadences
+of their own, until SIGTERM or SIGINT (exit 0). Every job's options are the
 flags of its own command. The cycle stops at the first job that fails; a job whose lease
 another holder has is ``held`` (reported, not a failure). Exit code: 0, or the failed job's; 3
 when an operator cancelled it (``memwal fleet cancel``: the job stopped, the later ones not run).
@@ -13,14 +15,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memwal.cli.commands.backfill import add_job_arguments, job_options_from, job_order
 from memwal.cli.commands.common import EXIT_LEASE, EXIT_OK, Subparsers, emit, open_table_arg, table_command
+from memwal.cli.commands.following import add_follow_arguments, ended, follow_options_from, quiet_jobs
 from memwal.core.text import one_line
 
 if TYPE_CHECKING:  # the runner (memwal.cycle) loads when the command runs, not for --help
     from memwal.cycle import CycleResult, JobOutcome
+    from memwal.follow import FollowOptions
 
 log = logging.getLogger("memwal.cycle")
 
@@ -31,6 +35,7 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
                    help=f"comma-separated jobs, run in the order {', '.join(job_order())} (default: all)")
     p.add_argument("--dry-run", action="store_true", help="every job's dry run; nothing written")
     add_job_arguments(p)
+    add_follow_arguments(p)
     return p
 
 
@@ -39,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from memwal.cycle import parse_jobs, run_cycle
 
     jobs = parse_jobs(args.jobs)
+    follow = follow_options_from(args)
     options = validated_options(jobs, job_options_from(args), engine=args.engine or "local", dry_run=args.dry_run)
+    if follow is not None:
+        return _follow(args, jobs, options, follow)
     result = run_cycle(open_table_arg(args), jobs, options, notify=_log)
     emit(args, result.to_dict(), lambda: render(result))
     failed = result.failed
@@ -51,6 +59,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"memwal: error: {one_line(cancelled.summary)}", file=sys.stderr)
         return EXIT_LEASE
     return EXIT_OK
+
+
+def _follow(args: argparse.Namespace, jobs: list[str], options: dict[str, Any], follow: FollowOptions) -> int:
+    from memwal.follow import StopSignals, follow_table
+    from memwal.follow.table import logged
+
+    table = open_table_arg(args)
+    quiet_jobs(args.debug)
+    with StopSignals() as stop:
+        tally = follow_table(table, jobs, options, follow, stop=stop, notify=logged)
+    emit(args, tally.to_dict(), tally.line)
+    return ended(tally)
 
 
 def _log(event: str, outcome: JobOutcome) -> None:

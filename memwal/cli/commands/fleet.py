@@ -43,6 +43,7 @@ from memwal.cli.commands.common import (
 )
 from memwal.cli.commands.fleet_controls import add_verbs, state_of
 from memwal.cli.options import add_spark_remote
+from memwal.cli.commands.following import add_fleet_follow_arguments, ended, follow_options_from, quiet_jobs
 from memwal.core.text import one_line
 
 DEFAULT_TOP = 50
@@ -64,6 +65,7 @@ def add_parsers(sub: Subparsers) -> None:
                           "large ones through the per-table Spark engines (default local)")
     add_spark_remote(run)
     run.add_argument("--dry-run", action="store_true", help="one round of every planned job's dry run")
+    add_fleet_follow_arguments(run)
     run.set_defaults(run=run_run)
     status = _verb(verbs, "status", "the fleet ranked by debt, with each table's last run and problems")
     status.add_argument("--top", type=positive_int, default=DEFAULT_TOP, metavar="N",
@@ -166,12 +168,16 @@ def run_run(args: argparse.Namespace) -> int:
         from memwal.errors import BadInputError
 
         raise BadInputError(f"--max-seconds {args.max_seconds}: expected a positive number of seconds")
+    follow = follow_options_from(args)
     if not args.debug:  # per-job lease and commit logs would drown the fleet's own lines
         logging.getLogger("memwal").setLevel(logging.WARNING)
-    result = run_fleet(sources, policy=policy, storage_options=args.storage_options, namespace_properties=properties,
-                       workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs),
-                       engine=args.engine or "local", dry_run=args.dry_run, max_rounds=args.max_rounds,
-                       notify=_progress, cache=cache, state=state, listed=listed)
+    fleet: dict[str, Any] = dict(policy=policy, storage_options=args.storage_options, namespace_properties=properties,
+                                 workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs),
+                                 engine=args.engine or "local", dry_run=args.dry_run, max_rounds=args.max_rounds, cache=cache,
+                                 state=state, listed=listed)
+    if follow is not None:
+        return _follow(args, sources, follow, fleet)
+    result = run_fleet(sources, notify=_progress, **fleet)
     if args.cache and not args.dry_run:
         cache.save(args.cache, args.storage_options)
     doc = result.to_dict()
@@ -183,6 +189,19 @@ def run_run(args: argparse.Namespace) -> int:
     for c in cancelled:
         print(f"memwal: error: {one_line(c.summary)}", file=sys.stderr)
     return _problems(doc["problems"]) or (EXIT_FAILED if result.failed else EXIT_LEASE if cancelled else EXIT_OK)
+
+
+def _follow(args: argparse.Namespace, sources: list[str], follow: Any, fleet: dict[str, Any]) -> int:
+    """``fleet run --follow``: the fleet's rounds until SIGTERM or SIGINT (memwal.follow.fleet)."""
+    from memwal.follow import StopSignals, follow_fleet
+
+    quiet_jobs(args.debug)
+    with StopSignals() as stop:
+        tally = follow_fleet(sources, follow, stop=stop, notify=_progress, **fleet)
+    if args.cache:
+        fleet["cache"].save(args.cache, args.storage_options)
+    emit(args, tally.to_dict(), tally.line)
+    return ended(tally)
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -19,8 +19,9 @@ from memwal.errors import BadInputError
 if TYPE_CHECKING:  # the leases (and the store under them) load when the command runs, not for --help
     from memwal.lease import LeaseInfo
 
-#: The kinds of lease memwal's jobs take (merge-ops and snapshot also take the merge lease).
-JOB_KINDS = ("merge", "catchup", "compact", "snapshot", "gc")
+#: The kinds of lease memwal's jobs take (merge-ops and snapshot also take the merge lease; a
+#: follower, ``memwal cycle --follow``, holds ``follow`` while it runs).
+JOB_KINDS = ("merge", "catchup", "compact", "snapshot", "gc", "follow")
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:

@@ -1,0 +1,67 @@
+"""A follower's options, declared once (flags, keywords and checks derive from them, as for the jobs).
+
+A follower is a job too: it holds a lease of its own (``follow``, one follower per table) for as
+long as it runs, so it takes the common options (``--lease-ttl``, ``--engine``: the engine its
+jobs run on). Its own knobs say how often it looks and how often each job runs:
+
+* the merge runs as soon as a shard has work: the follower reads each shard's version hint every
+  ``poll_seconds`` while writers write, backing off to ``max_poll_seconds`` while nothing moves,
+  and lists the shards every ``rescan_seconds`` (new shards, and a hint that lags: the hint is
+  written after the manifest and may be missing);
+* catch-up, compaction, GC and the snapshot refresh run on cadences of their own, and only when
+  something happened since they last ran (an idle table costs reads, never writes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memwal.actions.options import JobOptions, opt
+from memwal.errors import BadInputError
+
+#: The defaults the follower is measured with (docs/benchmarks.md, "Keeping up").
+DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_MAX_POLL_SECONDS = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FollowOptions(JobOptions):
+    """How a follower keeps up (``memwal cycle TABLE --follow``, ``memwal fleet run --follow``)."""
+
+    poll_seconds: float = opt(DEFAULT_POLL_SECONDS, "interval",
+                              "while writers write, look for work every S seconds (a table: its shards' version "
+                              f"hints; a fleet: a plan) (default {DEFAULT_POLL_SECONDS:g})", metavar="S")
+    max_poll_seconds: float = opt(DEFAULT_MAX_POLL_SECONDS, "interval",
+                                  "while nothing moves, back off to looking every S seconds "
+                                  f"(default {DEFAULT_MAX_POLL_SECONDS:g})", metavar="S")
+    rescan_seconds: float = opt(30.0, "interval", "list the shards every S seconds: new shards, and a version hint "
+                                "that lags (default 30)", metavar="S")
+    catchup_every: float = opt(60.0, "interval", "catch indexes up at most every S seconds, after merges "
+                               "(default 60)", metavar="S")
+    compact_every: float = opt(60.0, "interval", "compact at most every S seconds, after merges (default 60)",
+                               metavar="S")
+    gc_every: float = opt(5.0, "interval", "collect (drain, roll up, delete) at most every S seconds, after merges "
+                          "(default 5): what merged generations a reader still lists is what GC takes out",
+                          metavar="S")
+    gc_retry: float = opt(60.0, "interval", "a GC that waits for time (grace period, retained versions) runs "
+                          "again after S seconds even when nothing was merged (default 60)", metavar="S")
+    snapshot_every: float = opt(60.0, "interval", "refresh the shard snapshot at most every S seconds, after a "
+                                "shard moved (default 60)", metavar="S")
+    max_seconds: float | None = opt(None, "interval", "stop after S seconds (default: run until SIGTERM or SIGINT)",
+                                    flag="--follow-seconds", metavar="S")
+
+    def __post_init__(self) -> None:
+        if self.dry_run:
+            raise BadInputError("--follow runs jobs: a dry run of a follower plans nothing (use memwal cycle "
+                                "--dry-run)")
+        if self.max_poll_seconds < self.poll_seconds:
+            raise BadInputError(f"--max-poll-seconds {self.max_poll_seconds:g} is below --poll-seconds "
+                                f"{self.poll_seconds:g}")
+
+    def every(self, job: str) -> float:
+        """How often ``job`` may run (the merge: whenever a shard has work)."""
+        return {"catchup": self.catchup_every, "compact": self.compact_every, "gc": self.gc_every,
+                "snapshot": self.snapshot_every}.get(job, 0.0)
+
+
+__all__ = ["DEFAULT_MAX_POLL_SECONDS", "DEFAULT_POLL_SECONDS", "FollowOptions"]

@@ -1,0 +1,92 @@
+"""When each of a follower's jobs is due: the merge at once, the others on cadences of their own.
+
+A job is due when it has something new to look at (it is *dirty*) and its cadence allows it:
+
+* the merge is dirtied by a shard that moved (a flush, a claim, another compactor), and stays
+  dirty after a merge that committed (a bounded batch may have left more): planning it again
+  costs reads only, and the follower runs it only when its plan has work;
+* catch-up, compaction and GC are dirtied by a merge that committed; GC also by a shard that
+  moved (a writer reopened: what it held may go now), and again ``gc_retry`` seconds after a run
+  that waited for time (the grace period, retained versions);
+* the snapshot refresh is dirtied by any shard that moved or a merge that committed.
+
+A job that failed, or whose lease another holder has, stays dirty and is retried after a delay
+that doubles up to :data:`MAX_RETRY_SECONDS`. At the start every job is dirty: a follower begins
+with a whole cycle. An idle table dirties nothing, so a follower writes nothing to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from memwal.cycle import CycleResult, JobStatus
+from memwal.follow.options import FollowOptions
+
+#: The longest a failed or held job waits before it is tried again.
+MAX_RETRY_SECONDS = 300.0
+
+
+@dataclass
+class Schedule:
+    jobs: Sequence[str]
+    options: FollowOptions
+    dirty: set[str] = field(default_factory=set)
+    last_run: dict[str, float] = field(default_factory=dict)
+    retry_at: dict[str, float] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    #: Jobs that waited for time: dirty again at that moment, whatever else happens.
+    wake_at: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.dirty = set(self.jobs)
+
+    def moved(self, shards: Iterable[str]) -> None:
+        """Shards moved: the merge, GC and the snapshot have something new to look at."""
+        if any(True for _ in shards):
+            self.dirty |= {"merge", "gc", "snapshot"} & set(self.jobs)
+
+    def due(self, now: float) -> list[str]:
+        """The jobs to run now, in cycle order."""
+        for job, at in list(self.wake_at.items()):
+            if now >= at:
+                self.dirty.add(job)
+                del self.wake_at[job]
+        return [j for j in self.jobs if j in self.dirty and now >= self._allowed_at(j)]
+
+    def next_due(self, now: float) -> float | None:
+        """When the next job is due, as things stand (None: none is dirty or waiting)."""
+        times = [max(now, self._allowed_at(j)) for j in self.jobs if j in self.dirty]
+        times += [max(now, at) for at in self.wake_at.values()]
+        return min(times) if times else None
+
+    def _allowed_at(self, job: str) -> float:
+        cadence = self.last_run.get(job, float("-inf")) + self.options.every(job)
+        return max(cadence, self.retry_at.get(job, float("-inf")))
+
+    def nothing_to_merge(self) -> None:
+        """The merge planned and found no work: clean until a shard moves."""
+        self.dirty.discard("merge")
+
+    def ended(self, result: CycleResult, now: float) -> None:
+        """What the cycle that ran at ``now`` came to."""
+        for outcome in result.jobs:
+            job = outcome.job
+            if outcome.status in (JobStatus.NOT_RUN, JobStatus.SKIPPED, JobStatus.CANCELLED):
+                continue
+            self.last_run[job] = now
+            if outcome.status in (JobStatus.FAILED, JobStatus.HELD):
+                n = self.failures[job] = self.failures.get(job, 0) + 1
+                self.retry_at[job] = now + min(MAX_RETRY_SECONDS, self.options.poll_seconds * 2 ** n)
+                continue
+            self.failures.pop(job, None)
+            self.retry_at.pop(job, None)
+            self.dirty.discard(job)
+            committed = outcome.version is not None
+            if job == "merge" and committed:
+                self.dirty |= {"merge", "catchup", "compact", "gc", "snapshot"} & set(self.jobs)
+            if outcome.status is JobStatus.WAITING:  # time alone frees more: again after gc_retry
+                self.wake_at[job] = now + self.options.gc_retry
+
+
+__all__ = ["MAX_RETRY_SECONDS", "Schedule"]

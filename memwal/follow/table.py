@@ -1,0 +1,158 @@
+"""Following one table: one long-lived process that merges as soon as a shard has work.
+
+``memwal cycle TABLE --follow`` (and :func:`follow_table`): instead of a cycle every minute from a
+scheduler, each a new process that pays its start-up and leaves a minute of flushes listed, one
+process looks at the table's shards every poll (:class:`memwal.follow.watch.ShardWatch`: a
+version hint per shard), plans a merge when one moved, and runs the jobs that are due
+(:class:`memwal.follow.schedule.Schedule`) through the one cycle runner (:func:`memwal.cycle.run_cycle`):
+every job is a ``memwal <job>`` run, with its leases, its history record, its metrics (the lag,
+the generations each reader lists) and its own verdict. A failed job is retried later; the
+follower goes on.
+
+The follower holds the ``follow`` lease of the table while it runs (one follower per table; a
+second one exits 3 naming the first), renewed by its heartbeat. It stops
+
+* when asked (SIGTERM, SIGINT: :mod:`memwal.follow.signals`) or when ``max_seconds`` is up: the
+  job running then ends at its next safe point, the leases are released, exit 0;
+* when an operator cancels its work (``memwal fleet cancel TABLE``, met through its leases) or
+  its lease is taken over: exit 3, as any job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from memwal.actions import ACTIONS
+from memwal.actions.options import JobOptions, MergeOptions
+from memwal.actions.run import new_run_id
+from memwal.core import steps
+from memwal.cycle import JobOutcome, Notify, run_cycle
+from memwal.follow.options import FollowOptions
+from memwal.follow.result import CANCELLED, LEASE_LOST, FollowTally
+from memwal.follow.schedule import Schedule
+from memwal.follow.signals import StopSignals
+from memwal.follow.watch import ShardWatch
+from memwal.lease import cancel
+from memwal.lease.stop import process_stop
+
+if TYPE_CHECKING:
+    from memwal.lease import Lease
+    from memwal.table import Table
+
+log = logging.getLogger(__name__)
+
+#: The follower's own lease kind (one follower per table).
+FOLLOW_KIND = "follow"
+#: How often the follower logs what it did so far.
+REPORT_SECONDS = 60.0
+
+
+def merge_has_work(table: Table, options: JobOptions) -> bool:
+    """Whether a merge would merge anything now: the merge's own plan (reads only). A plan that
+    fails says yes: the merge job runs and reports the failure as its outcome."""
+    act = ACTIONS["merge"]
+    try:
+        plan = act.plan(table, options)
+    except Exception:  # noqa: BLE001 - the job itself reports it, with its own verdict
+        return True
+    return act.has_work is None or bool(act.has_work(plan))
+
+
+def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOptions], follow: FollowOptions, *,
+                 stop: StopSignals, notify: Notify | None = None) -> FollowTally:
+    """Follow ``table`` (see the module docstring) until stopped; what it did.
+
+    ``options``: each job's, validated by the caller (a job without an entry runs with its
+    defaults). Raises LeaseHeldError (exit 3) when another follower holds the table's
+    ``follow`` lease, with nothing done."""
+    from memwal.lease import Lease
+
+    lease = Lease(table.store, FOLLOW_KIND, ttl_seconds=follow.lease_ttl, run_id=new_run_id())
+    lease.inspect()  # a corrupt lease fails here, with nothing written
+    tally = FollowTally(table.uri)
+    watch = ShardWatch(table.store, poll_seconds=follow.poll_seconds, max_poll_seconds=follow.max_poll_seconds,
+                       rescan_seconds=follow.rescan_seconds)
+    schedule = Schedule(list(jobs), follow)
+    merge_options = options.get("merge") or MergeOptions()
+    began = time.monotonic()
+    since = time.time()
+    next_report = began + REPORT_SECONDS
+    with lease:
+        log.info("following %s (jobs %s; looking every %gs to %gs)", table.uri, ",".join(jobs), follow.poll_seconds,
+                 follow.max_poll_seconds)
+        while not stop.stopped:
+            now = time.monotonic()
+            if follow.max_seconds is not None and now - began >= follow.max_seconds:
+                stop.stop("max-seconds")
+                break
+            if _ended_by_others(table, lease, since, tally):
+                break
+            moved = watch.look(now)
+            tally.looks += 1
+            schedule.moved(moved)
+            steps.step("follow.looked")
+            due = schedule.due(now)
+            if "merge" in due and not merge_has_work(table, merge_options):
+                schedule.nothing_to_merge()
+                due.remove("merge")
+            if due:
+                result = run_cycle(table, due, options, notify=notify)
+                schedule.ended(result, now)
+                tally.add(result)
+                steps.step("follow.ran")
+                if result.cancelled is not None and not stop.stopped:
+                    tally.stopped, tally.detail = CANCELLED, result.cancelled.summary
+                    break
+                continue  # look again at once: what ran may have left more (a bounded batch), or moved shards
+            if time.monotonic() >= next_report:
+                log.info("%s", tally.line())
+                _publish_lag(table)  # idle: the gauges age as the table does (every job publishes them too)
+                next_report = time.monotonic() + REPORT_SECONDS
+            wake = schedule.next_due(time.monotonic())
+            delay = watch.delay if wake is None else min(watch.delay, wake - time.monotonic())
+            stop.wait(max(0.0, delay))
+    tally.requests = watch.requests
+    tally.seconds = time.monotonic() - began
+    if tally.stopped is None:
+        tally.stopped = stop.reason
+    log.info("%s; stopped: %s", tally.line(), tally.stopped)
+    return tally
+
+
+def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:
+    """Whether an operator cancelled the follower's work, or its lease was taken over (its
+    heartbeat found it), while it waited."""
+    fenced = lease.fenced
+    if fenced is not None:
+        tally.stopped, tally.detail = LEASE_LOST, f"the follow lease on {table.store.root} was lost: {fenced}"
+        return True
+    request = cancel.cancelled(table.store.root, since)
+    if request is not None and process_stop() is None:
+        tally.stopped, tally.detail = CANCELLED, cancel.describe(request)
+        return True
+    return False
+
+
+def _publish_lag(table: Table) -> None:
+    """The lag and listing gauges of ``table`` now (:func:`memwal.inspect.status.lag_now`)."""
+    from memwal.inspect.status import lag_now
+
+    try:
+        lag_now(table)
+    except Exception as exc:  # noqa: BLE001 - a gauge never stops a follower
+        log.debug("%s: lag not published: %s", table.uri, exc)
+
+
+def logged(event: str, outcome: JobOutcome) -> None:
+    """A follower's ``notify``: a failed job is a warning (the follower goes on); the rest is
+    in the run history and the metrics."""
+    from memwal.cycle import JobStatus
+
+    if event == "end" and outcome.status is JobStatus.FAILED:
+        log.warning("%s %s failed (retried later): %s", outcome.table, outcome.job, outcome.error)
+
+
+__all__ = ["FOLLOW_KIND", "follow_table", "logged", "merge_has_work"]

@@ -1,0 +1,101 @@
+"""What moved in a table's shards since the follower last looked, found cheaply.
+
+A writer that flushes a generation writes its shard's next manifest version, then the shard's
+``version_hint.json`` (``{"version": N}``). Reading the hints is one small GET per shard (a file
+read on a disk), far cheaper than a merge plan, so the follower reads them every poll and plans
+a merge only for a table whose hints moved. The hint is written best-effort after the manifest:
+it may lag, be missing or be garbage. So it is only a *hint* that something moved: every
+``rescan_seconds`` the follower lists the shards and their manifests (new shards, a hint that
+lags), and a hint it cannot read is replaced by that shard's listing at once. A spurious change
+costs one merge plan (reads only); a missed one, at most a rescan interval.
+
+The poll backs off while nothing moves (``poll_seconds`` doubling up to ``max_poll_seconds``) and
+comes back to ``poll_seconds`` at the first change: a writer that never stops keeps it at the
+fastest rate, an idle table costs a request per shard every ``max_poll_seconds``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from memwal.core.json_doc import JsonDocError, finite, load_json, mapping_of
+from memwal.core.pool import parallel_map
+from memwal.errors import MemWalError
+from memwal.store import LocalStore, Store
+from memwal.table.naming import version_hint_key
+from memwal.table.shards import ShardManifestError, latest_shard_version, list_shard_ids
+
+log = logging.getLogger(__name__)
+
+#: A version hint is a few bytes; a larger object there is not read (storage is untrusted).
+HINT_MAX_BYTES = 4096
+#: Shards read at once on an object store (latency bound); a disk reads them in turn.
+_THREADS = 16
+#: What a shard whose latest manifest cannot be established reads as: it differs from every
+#: version, so the merge plans it and reports it (the follower never decides that itself).
+BROKEN = -1
+
+
+class ShardWatch:
+    """Each shard's last seen manifest version, and which moved since (see the module docstring)."""
+
+    def __init__(self, store: Store, *, poll_seconds: float, max_poll_seconds: float, rescan_seconds: float) -> None:
+        self.store = store
+        self.poll_seconds = poll_seconds
+        self.max_poll_seconds = max_poll_seconds
+        self.rescan_seconds = rescan_seconds
+        self.seen: dict[str, int] = {}
+        self.delay = poll_seconds
+        self._next_rescan: float | None = None
+        #: Requests made so far (a listing of the shards counts one, each shard's listing one).
+        self.requests = 0
+
+    def look(self, now: float) -> set[str]:
+        """The shards whose manifest moved since the last look (the first look: every shard), and
+        the next delay set: back to ``poll_seconds`` after a change, doubled (up to
+        ``max_poll_seconds``) after none."""
+        if self._next_rescan is None or now >= self._next_rescan:
+            versions = self._rescan()
+            self._next_rescan = now + self.rescan_seconds
+        else:
+            versions = self._hints()
+        moved = {sid for sid, v in versions.items() if self.seen.get(sid) != v}
+        self.seen = versions
+        self.delay = self.poll_seconds if moved else min(self.max_poll_seconds, self.delay * 2)
+        return moved
+
+    def _rescan(self) -> dict[str, int]:
+        self.requests += 1
+        shards = list_shard_ids(self.store)
+        return dict(zip(shards, parallel_map(self._listed, shards, self._threads()), strict=True))
+
+    def _hints(self) -> dict[str, int]:
+        shards = sorted(self.seen)
+        return dict(zip(shards, parallel_map(self._hinted, shards, self._threads()), strict=True))
+
+    def _threads(self) -> int:
+        return 1 if isinstance(self.store, LocalStore) else _THREADS
+
+    def _listed(self, shard_id: str) -> int:
+        """The shard's latest manifest version by listing (exact), or :data:`BROKEN`."""
+        self.requests += 1
+        try:
+            return latest_shard_version(self.store, shard_id)
+        except ShardManifestError:
+            return BROKEN
+
+    def _hinted(self, shard_id: str) -> int:
+        """The shard's version hint; its listing when the hint cannot be read or makes no sense."""
+        self.requests += 1
+        try:
+            doc = load_json(self.store.get(version_hint_key(shard_id), max_bytes=HINT_MAX_BYTES), max_values=8)
+        except (MemWalError, OSError, JsonDocError) as exc:
+            log.debug("shard %s: version hint unreadable (%s): listed instead", shard_id, exc)
+            return self._listed(shard_id)
+        version = finite(mapping_of(doc).get("version"))
+        if version is None or version < 1 or version != int(version):
+            return self._listed(shard_id)
+        return int(version)
+
+
+__all__ = ["BROKEN", "HINT_MAX_BYTES", "ShardWatch"]

@@ -1,0 +1,98 @@
+"""A follower's look at the shards (version hints, the listing behind them) and its schedule."""
+
+from __future__ import annotations
+
+import uuid
+
+import lance
+import pyarrow as pa
+import pytest
+
+from memwal.cycle import CycleResult, JobOutcome, JobStatus
+from memwal.follow.options import FollowOptions
+from memwal.follow.schedule import MAX_RETRY_SECONDS, Schedule
+from memwal.follow.watch import ShardWatch
+from memwal.table import open_table
+from memwal.table.naming import version_hint_key
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+JOBS = ["merge", "catchup", "compact", "gc", "snapshot"]
+
+
+def flush(uri: str, shard: str, n: int) -> None:
+    """``n`` generations of ``shard``, each flushed by its writer's close."""
+    for i in range(n):
+        w = lance.dataset(uri).mem_wal_writer(shard, max_memtable_rows=100, durable_write=False)
+        w.put(pa.table({"id": pa.array([i], pa.int64()), "v": pa.array([i], pa.int64())}))
+        w.close()
+
+
+def test_the_watch_sees_flushes_by_hint_a_bad_hint_by_listing_and_new_shards_at_a_rescan(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.Table.from_pylist([], schema=SCHEMA), uri).initialize_mem_wal(unsharded=True)
+    a, b = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
+    flush(uri, a, 1)
+    store = open_table(uri).store
+    watch = ShardWatch(store, poll_seconds=1, max_poll_seconds=8, rescan_seconds=100)
+    assert watch.look(0) == {a} and watch.delay == 1  # the first look: every shard
+    assert watch.look(1) == set() and watch.delay == 2
+    assert watch.look(2) == set() and watch.delay == 4
+    flush(uri, a, 1)
+    assert watch.look(3) == {a} and watch.delay == 1  # seen by its hint
+    store.put(version_hint_key(a), b"not json")
+    flush(uri, a, 1)
+    store.put(version_hint_key(a), b"{\"version\": \"x\"}")
+    assert watch.look(4) == {a}  # a hint that makes no sense: the shard's listing says
+    flush(uri, b, 1)
+    assert watch.look(5) == set()  # a new shard waits for the rescan...
+    assert watch.look(100) == {b}  # ...which lists it
+    store.put(version_hint_key(b), b"[" * 5000)  # over the size a hint may have: listed instead
+    assert watch.look(101) == set()
+
+
+def outcome(job: str, status: JobStatus, version: int | None = None) -> JobOutcome:
+    return JobOutcome("t", job, status, document={"version": version})
+
+
+def test_the_merge_is_due_at_once_the_others_on_their_cadence_after_merges():
+    s = Schedule(JOBS, FollowOptions(gc_every=5, catchup_every=60))
+    assert s.due(0) == JOBS  # a follower begins with a whole cycle
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS)), 0)
+    assert s.due(1) == [] and s.next_due(1) is None  # idle: nothing dirty, nothing written
+    s.moved({"shard"})
+    assert s.due(1) == ["merge"]  # gc and snapshot are dirty too, within their cadence
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=7),)), 1)
+    assert s.due(2) == ["merge"]  # a merge that committed is planned again (a bounded batch may have left more)
+    s.nothing_to_merge()
+    assert s.due(4) == [] and s.next_due(4) == 5
+    assert s.due(5) == ["gc"] and s.due(60) == ["catchup", "compact", "gc", "snapshot"]
+    assert s.due(300) == ["catchup", "compact", "gc", "snapshot"]
+
+
+def test_a_waiting_gc_wakes_after_gc_retry_and_merges_wake_it_sooner():
+    s = Schedule(JOBS, FollowOptions(gc_every=5, gc_retry=60))
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.WAITING if j == "gc" else JobStatus.DONE)
+                                   for j in JOBS)), 0)
+    assert s.due(30) == [] and s.next_due(30) == 60
+    assert s.due(60) == ["gc"]
+    s.ended(CycleResult("t", (outcome("gc", JobStatus.WAITING),)), 60)
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=3),)), 61)
+    assert "gc" in s.due(65)  # a merge that committed: GC has something new to roll up or drain
+
+
+@pytest.mark.parametrize("status", [JobStatus.FAILED, JobStatus.HELD])
+def test_a_failed_or_held_job_is_retried_later_and_later(status):
+    s = Schedule(["merge"], FollowOptions(poll_seconds=1))
+    at = 0.0
+    waits = []
+    for _ in range(12):
+        assert s.due(at) == ["merge"]
+        s.ended(CycleResult("t", (outcome("merge", status),)), at)
+        nxt = s.next_due(at)
+        assert nxt is not None
+        waits.append(nxt - at)
+        at = nxt
+    assert waits[:4] == [2, 4, 8, 16] and max(waits) == MAX_RETRY_SECONDS
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE),)), at)
+    assert s.due(at + 1) == [] and s.failures == {}
