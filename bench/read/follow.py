@@ -12,7 +12,8 @@ One shard, one writer process kept open for the whole run writing a generation o
 Arms: ``pylance`` (a pylance 14 ``ShardWriter`` that is never replaced), ``pylance-rotating``
 (``memwal.writer.RotatingShardWriter``: replaced every ``--rotate-seconds``), ``lance-context``
 (0.6.7) and ``lancedb`` (0.40), each when its client is installed (``make lance-context``,
-``make lancedb``). The clients, their writers, readers and reference tables are bench/clients/drivers.py's and bench/read/steady.py's.
+``make lancedb``). The clients, their writers, readers and reference tables are
+bench/clients/drivers.py's and bench/read/steady.py's.
 
 Measured: what the shard manifest lists (what every list-reading client opens), sampled once a
 second; the follower's CPU (from /proc, every minute); and every minute the live writer's own read,

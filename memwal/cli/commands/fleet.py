@@ -42,8 +42,8 @@ from memwal.cli.commands.common import (
     positive_int,
 )
 from memwal.cli.commands.fleet_controls import add_verbs, state_of
-from memwal.cli.options import add_spark_remote
 from memwal.cli.commands.following import add_fleet_follow_arguments, ended, follow_options_from, quiet_jobs
+from memwal.cli.options import add_spark_remote
 from memwal.core.text import one_line
 
 DEFAULT_TOP = 50
@@ -173,8 +173,8 @@ def run_run(args: argparse.Namespace) -> int:
         logging.getLogger("memwal").setLevel(logging.WARNING)
     fleet: dict[str, Any] = dict(policy=policy, storage_options=args.storage_options, namespace_properties=properties,
                                  workers=args.workers, max_seconds=args.max_seconds, jobs=_jobs(args.jobs),
-                                 engine=args.engine or "local", dry_run=args.dry_run, max_rounds=args.max_rounds, cache=cache,
-                                 state=state, listed=listed)
+                                 engine=args.engine or "local", dry_run=args.dry_run, max_rounds=args.max_rounds,
+                                 cache=cache, state=state, listed=listed)
     if follow is not None:
         return _follow(args, sources, follow, fleet)
     result = run_fleet(sources, notify=_progress, **fleet)
