@@ -3,7 +3,7 @@
 Planned (:func:`plan_version_expiry`): the main-line versions committed before ``now -
 older_than``, except the latest, tagged ones, ones a branch starts from, every version a live
 checkpoint's record names (all of them while a record of a newer format is live: it may pin
-any), and those a live shard writer may hold open (``writer_pins``). The record pins by
+any), and those a live shard writer may have opened (``writer_pins``). The record pins by
 itself: its Lance tag is a convenience that a kill between record and tag, or a deleted tag,
 leaves missing (invariant 10). The rest of the
 plan's gates are computed as if they were gone already, so the dry run lists what the run
@@ -62,22 +62,30 @@ class VersionExpiry:
 
 def plan_version_expiry(versions: Iterable[RetainedVersion], latest: int, older_than_seconds: float,
                         checkpoints: Iterable[Checkpoint], now: float, *,
-                        writer_pins: Iterable[float | None] = ()) -> tuple[VersionExpiry, list[RetainedVersion]]:
+                        writer_pins: Iterable[tuple[float, float] | None] = ()
+                        ) -> tuple[VersionExpiry, list[RetainedVersion]]:
     """The planned expiry, and the versions it removes (see the module docstring).
 
-    ``writer_pins``: per live shard writer, the time its view may date from (None: unknown).
-    Such a writer keeps the version it opened for as long as it lives (Lance's cleanup would
-    delete files it still reads: docs/decisions/0025-drain-protocol.md), so the newest version
-    committed at or before that time, and every later one, stays; an unknown time keeps all.
+    ``writer_pins``: per live shard writer, the span its view may date from, ``(earliest,
+    claimed)``: from the grace period before its claim to its claim (None: unknown). Such a
+    writer keeps the base version it opened for as long as it lives (Lance's cleanup would delete
+    files it still reads: docs/decisions/0025-drain-protocol.md), and reads no later one: the
+    version current at ``earliest`` and every version committed up to ``claimed`` stay, and no
+    version after (issue 62: a writer that never stops held every version since it opened, so
+    the retention bounded nothing); an unknown span keeps all.
     """
     cutoff = now - older_than_seconds
     pins = tuple(checkpoints)
     main = sorted((v for v in versions if v.branch is None), key=lambda v: v.version)
     held: set[int] = set()
     for pin in writer_pins:
-        opened = [v.version for v in main if pin is not None and v.timestamp <= pin]
+        if pin is None:
+            held |= {v.version for v in main}
+            continue
+        earliest, claimed = pin
+        opened = [v.version for v in main if v.timestamp <= earliest]
         floor = opened[-1] if opened else (main[0].version if main else 0)
-        held |= {v.version for v in main if v.version >= (floor if pin is not None else 0)}
+        held |= {v.version for v in main if v.version >= floor and (v.version == floor or v.timestamp <= claimed)}
     due = [v for v in main if v.version != latest and not v.tags and not v.child_branches
            and v.timestamp < cutoff and not any(c.pins_version(v.version) for c in pins)]
     gone = [v for v in due if v.version not in held]

@@ -236,7 +236,8 @@ def plan_gc(
     left = versions
     if expire_versions_seconds is not None:
         expiry, gone = plan_version_expiry(versions, latest.version, seconds(expire_versions_seconds), sweep.live, now,
-                                           writer_pins=[w.claimed_at - grace if w.claimed_at is not None else None
+                                           writer_pins=[(w.claimed_at - grace, w.claimed_at)
+                                                        if w.claimed_at is not None else None
                                                         for w in writers.values() if w.live])
         going = {id(v) for v in gone}
         left = [v for v in versions if id(v) not in going]
