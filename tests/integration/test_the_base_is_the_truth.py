@@ -131,8 +131,9 @@ def test_a_marker_one_row_carries_proves_nothing_and_repair_writes_what_the_oper
     shard = shard_ids_for(ONE)[0]
     ds = lance.dataset(live.uri)
     one = ds.to_table(limit=1)
-    ds.merge_insert("id").when_matched_update_all().mark_sstables_as_compacted(
-        [CompactedSsTable(shard, 5)]).execute(one)
+    ds.merge_insert("id").when_matched_update_all().mark_sstables_as_compacted([CompactedSsTable(shard, 5)]).execute(
+        one
+    )
     wal = wal_of(live.uri, shard, {3, 4, 5})
     assert wal and memwal.open(live.uri).catchup().ok
     gc = json.loads(run_cli("gc", live.uri, *NONE, "--json").stdout)
@@ -213,6 +214,50 @@ def test_two_gcs_at_once_keep_a_live_writers_rollup(live: LiveWriter) -> None:
     assert live.view() == live.model.sorted_rows()
     written(live, 1)
     assert live.view() == live.model.sorted_rows()
+    assert client_view(live.uri) == live.model.sorted_rows()
+
+
+@pytest.mark.parametrize("step", ["gc.planned", "gc.before-rollup", "gc.before-manifest", "gc.before-delete"])
+def test_a_merge_and_a_flush_while_gc_is_held_keep_every_reader_right(live: LiveWriter, step: str) -> None:
+    """GC is held at each of its steps while the live writer flushes a generation (updates of
+    merged keys, a delete) and memwal merges it, then goes on with what it planned. The writer's
+    reads, a new reader's and the base stay right, then and after another GC and the writer's next
+    flush: a drain or rollup planned before the merge never takes in what it did not plan."""
+    keys = Writes()
+    written(live, 5)
+    assert memwal.open(live.uri).merge().ok
+
+    def flush_and_merge() -> None:
+        live.generation(keys.keys(live))
+        assert memwal.open(live.uri).merge().ok
+
+    with running_at(step, flush_and_merge) as reached:
+        assert memwal.open(live.uri).gc(grace_seconds=0).ok
+    assert reached == [step]
+    assert live.view() == live.model.sorted_rows()
+    assert client_view(live.uri) == live.model.sorted_rows()
+    assert memwal.open(live.uri).gc(grace_seconds=0).ok
+    live.generation(keys.keys(live))
+    assert live.view() == live.model.sorted_rows()
+    assert client_view(live.uri) == live.model.sorted_rows()
+
+
+@pytest.mark.parametrize("step", ["merge.after-read", "merge.before-marked-commit"])
+def test_gc_while_a_merge_is_held_keeps_every_reader_right(live: LiveWriter, step: str) -> None:
+    """A merge is held at a step while GC runs to the end (it rolls up for the live writer and
+    keeps what it cannot prove): the merge then commits, and every reader stays right."""
+    written(live, 5)
+    assert memwal.open(live.uri).merge(max_generations=2).ok
+
+    def gc() -> None:
+        assert memwal.open(live.uri).gc(grace_seconds=0).ok
+
+    with running_at(step, gc) as reached:
+        assert memwal.open(live.uri).merge().ok
+    assert reached == [step]
+    assert live.view() == live.model.sorted_rows()
+    assert client_view(live.uri) == live.model.sorted_rows()
+    assert memwal.open(live.uri).gc(grace_seconds=0).ok
     assert client_view(live.uri) == live.model.sorted_rows()
 
 
