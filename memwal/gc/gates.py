@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from memwal.checkpoint import Checkpoint
 from memwal.gc.model import GateEvidence
-from memwal.gc.versions import ShardProgress, VersionProgress
+from memwal.gc.versions import Holders, ShardProgress, VersionProgress
 from memwal.table.manifest import TableManifest
 from memwal.table.retained import RetainedVersion
 from memwal.table.shards import GAP, MISSING, UNREADABLE
@@ -83,7 +83,7 @@ class Verdict(NamedTuple):
 
     reasons: list[str]  # every gate that blocks it (empty when deletable)
     evidence: GateEvidence  # the values the gates compared
-    holders: list[RetainedVersion]  # retained versions that still need it (gate c)
+    holders: Holders  # retained versions that still need it (gate c)
 
 
 def verdict_of(
@@ -114,7 +114,7 @@ def verdict_of(
     reasons += [c.gate for c in checkpoints if c.pins(shard_id, g)]
     holders = progress.holders(g)
     if holders:
-        reasons.append(f"retained-version:{holders[0].describe()}")
+        reasons.append(f"retained-version:{holders.first.describe()}")
     # the first retained main-line version that merged g: when readers stopped needing it
     first = progress.first_merged(g)
     merged_at = None if first is None else first.timestamp

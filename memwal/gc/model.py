@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from memwal.store import ObjectInfo
@@ -79,12 +81,19 @@ class Deletable:
     def __bool__(self) -> bool:
         return bool(self.drained) or self.through > len({g for g in self.kept if 0 < g <= self.through})
 
+    @cached_property
+    def _kept_sorted(self) -> list[int]:
+        """``kept`` less the drained, in order: counted by bisection, once per WAL entry (a table
+        that keeps a week of generations keeps a week of WAL entries and of kept numbers)."""
+        return sorted(k for k in self.kept if k not in self.drained)
+
     def count_in(self, numbers: Numbers, lo: int, hi: int) -> int:
         """How many of ``numbers`` in ``[lo, hi]`` are deletable, counted without a range."""
         a, b = numbers.span(lo, hi)
         n = max(0, min(b, self.through) - max(a, 1) + 1) if a <= b else 0
-        n -= sum(1 for k in self.kept if a <= k <= min(b, self.through) and k not in self.drained)
-        n += sum(1 for d in self.drained if a <= d <= b and not (d <= self.through and d not in self.kept))
+        kept = self._kept_sorted
+        n -= max(0, bisect_right(kept, min(b, self.through)) - bisect_left(kept, a))
+        n += sum(1 for d in self.drained if a <= d <= b and d > self.through)  # the run counted the rest
         return n + sum(1 for e in numbers.outside(lo, hi) if e in self)
 
 

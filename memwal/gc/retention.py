@@ -6,11 +6,10 @@ main-line version goes with Lance's cleanup (``--expire-versions SECONDS``).
 
 The hint proposes a value only if it really frees generations, and says exactly how many. Each
 candidate is tried the way the run would plan it: :func:`memwal.gc.expiry.plan_version_expiry`
-picks the versions that go, then every gate is asked again without them
-(:meth:`memwal.gc.gates.Gates.without`). Expiry can also remove the version that first merged a
-generation, which moves its grace period later, so expiring more may free less. The candidates
-are, per held generation, the largest whole number of seconds that still expires its youngest
-holder. Between two candidates a larger value expires the same holders and keeps more versions,
+picks the versions that go, then every gate is asked again without them (the answer
+:meth:`memwal.gc.gates.Gates.without` would give, worked out once per trial: :class:`_Trials`).
+The candidates are, per held generation, the largest whole number of seconds that still expires
+its youngest holder. Between two candidates a larger value expires the same holders and keeps more versions,
 so it never frees less. The hint names the candidate that frees the most (the largest among
 equals: it keeps the most history, and ages only grow, so it stays valid). When none frees any,
 the hint proposes no value and names the gates that would still hold the generations.
@@ -22,10 +21,13 @@ import math
 from collections import Counter
 from typing import NamedTuple
 
+import numpy as np
+
 from memwal.checkpoint import TAG_PREFIX
 from memwal.gc.expiry import plan_version_expiry
 from memwal.gc.gates import GRACE_PERIOD, Gates
 from memwal.gc.model import BlockingVersion, Retention
+from memwal.gc.versions import Holders
 from memwal.table.retained import RetainedVersion
 
 #: At most this many ``--expire-versions`` values are tried for the hint (the largest ones, and
@@ -40,7 +42,7 @@ class HeldGeneration(NamedTuple):
 
     shard_id: str
     generation: int
-    holders: list[RetainedVersion]  # retained versions that had not merged it
+    holders: Holders  # retained versions that had not merged it
 
 
 class ExpiryTrial(NamedTuple):
@@ -59,9 +61,7 @@ def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | No
     if not held:
         return None
     now = gates.now
-    counts: Counter[int] = Counter(id(v) for h in held for v in h.holders)
-    versions = {id(v): v for h in held for v in h.holders}
-    rows = sorted((_blocking_version(v, counts[i], now) for i, v in versions.items()),
+    rows = sorted((_blocking_version(v, n, now) for v, n in _held_counts(held)),
                   key=lambda r: (r.branch or "", r.version))
     expirable = [r for r in rows if r.held_by is None]
     hints = []
@@ -82,10 +82,24 @@ def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | No
     return Retention(tuple(rows), " ".join(hints))
 
 
+def _held_counts(held: list[HeldGeneration]) -> list[tuple[RetainedVersion, int]]:
+    """Each retained version that holds a generation of ``held``, with how many it holds (a
+    count of positions: a week of versions times a week of generations is too many to list)."""
+    lists: dict[int, tuple[list[RetainedVersion], list[np.ndarray]]] = {}
+    for h in held:
+        lists.setdefault(id(h.holders.versions), (h.holders.versions, []))[1].append(h.holders.positions)
+    out = []
+    for versions, positions in lists.values():
+        counts = np.bincount(np.concatenate(positions), minlength=len(versions))
+        out += [(versions[i], int(counts[i])) for i in np.flatnonzero(counts)]
+    return out
+
+
 def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[BlockingVersion]) -> str:
     """Two sentences: what holds the generations (the retained versions, the untagged ones named),
     then what would free them: the ``--expire-versions`` value that frees the most, or why none does."""
-    trials = [t for t in (try_expiry(held, gates, s) for s in expiry_candidates(held, gates.now)) if t is not None]
+    trial = _Trials(held, gates)
+    trials = [t for t in (trial(s) for s in expiry_candidates(held, gates.now)) if t is not None]
     best = max(trials, key=lambda t: (t.freed, t.seconds), default=None)
     n = len(held)
     if best is not None and best.freed:
@@ -101,28 +115,58 @@ def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[Block
 
 def expiry_candidates(held: list[HeldGeneration], now: float) -> list[int]:
     """The ``--expire-versions`` values worth trying (see the module docstring), largest first."""
-    youngest = {min(now - v.timestamp for v in h.holders) for h in held
-                if all(_held_by(v) is None for v in h.holders)}
+    youngest: set[float] = set()
+    facts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for h in held:
+        versions = h.holders.versions
+        if id(versions) not in facts:
+            n = len(versions)
+            facts[id(versions)] = (np.fromiter((_held_by(v) is None for v in versions), dtype=bool, count=n),
+                                   np.fromiter((v.timestamp for v in versions), dtype=float, count=n))
+        by_age_only, stamps = facts[id(versions)]
+        p = h.holders.positions
+        if by_age_only[p].all():
+            youngest.add(now - float(stamps[p].max()))
     values = sorted({math.ceil(age) - 1 for age in youngest if age > 0}, reverse=True)
     values = [v for v in values if v >= 0]
     return values if len(values) <= MAX_TRIALS else [*values[:MAX_TRIALS - 1], values[-1]]
 
 
-def try_expiry(held: list[HeldGeneration], gates: Gates, seconds: int) -> ExpiryTrial | None:
-    """What ``--expire-versions seconds`` would free of ``held``, every gate asked again
-    without the versions the run would expire (None: it expires nothing)."""
-    _, gone = plan_version_expiry(gates.versions, gates.latest.version, seconds, gates.checkpoints, gates.now)
-    if not gone:
-        return None
-    after = gates.without(gone)
-    still: Counter[str] = Counter()
-    freed = 0
-    for h in held:
-        # a held folder is past its listing: the merge's grace period no longer applies to it
-        reasons = [r for r in after.verdict(h.shard_id, h.generation).reasons if r != GRACE_PERIOD]
-        freed += not reasons
-        still.update(RETAINED_VERSION if r.startswith(f"{RETAINED_VERSION}:") else r for r in reasons)
-    return ExpiryTrial(seconds, frozenset(v.version for v in gone), freed, still)
+class _Trials:
+    """What ``--expire-versions seconds`` would free of ``held``, every gate asked again without
+    the versions the run would expire (None: it expires nothing).
+
+    Expiry changes one gate only, the retained versions (the merge progress, index catch-up and
+    checkpoints do not move; the grace period does not apply to a folder past its listing), so
+    the other gates of each held generation are asked once, and per trial "a version left had
+    not merged g" is a comparison with the least progress of the versions left, per shard:
+    exactly what :meth:`memwal.gc.gates.Gates.without` would answer, at the cost of one pass
+    over the versions a trial rather than one per held generation."""
+
+    def __init__(self, held: list[HeldGeneration], gates: Gates) -> None:
+        self.held, self.gates = held, gates
+        self.others = [tuple(r for r in gates.verdict(h.shard_id, h.generation).reasons
+                             if r != GRACE_PERIOD and not r.startswith(f"{RETAINED_VERSION}:")) for h in held]
+        self.progress = {h.shard_id: gates.shard(h.shard_id).values for h in held}
+
+    def __call__(self, seconds: int) -> ExpiryTrial | None:
+        gates = self.gates
+        _, gone = plan_version_expiry(gates.versions, gates.latest.version, seconds, gates.checkpoints, gates.now)
+        if not gone:
+            return None
+        going = {id(v) for v in gone}
+        left = np.fromiter((id(v) not in going for v in gates.versions), dtype=bool, count=len(gates.versions))
+        # a generation is held by a version left when its progress is below the generation
+        least = {sid: int(values[left].min()) if left.any() else None for sid, values in self.progress.items()}
+        still: Counter[str] = Counter()
+        freed = 0
+        for h, others in zip(self.held, self.others, strict=True):
+            low = least[h.shard_id]
+            retained = low is not None and h.generation > low
+            freed += not (others or retained)
+            still.update(others)
+            still[RETAINED_VERSION] += retained
+        return ExpiryTrial(seconds, frozenset(v.version for v in gone), freed, +still)
 
 
 def _still_text(still: Counter[str], lead: str) -> str:

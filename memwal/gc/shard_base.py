@@ -8,6 +8,8 @@ of the spec, and read which merged generations are on storage for a proof to rea
 
 from __future__ import annotations
 
+import numpy as np
+
 from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED, Gates, Verdict
 from memwal.gc.model import Blocked, Deletable, GateEvidence, GenerationDeletion
 from memwal.gc.proven import Prover
@@ -32,6 +34,7 @@ class ShardBase:
         self.deletions: list[GenerationDeletion] = []
         self.blocked: list[Blocked] = []
         self.held: list[HeldGeneration] = []
+        self._writer_mask: tuple[list[RetainedVersion], np.ndarray] | None = None
         self.drain: list[int] = []
         #: Merged generations listed whose folder is gone (readers fail on them now): drained.
         self.gone: list[int] = []
@@ -93,15 +96,20 @@ class ShardBase:
         it lists (:meth:`WriterView.may_list`), never a snapshot of that version."""
         reasons = [r for r in verdict.reasons if r not in (GRACE_PERIOD, NOT_MERGED)
                    and not r.startswith("retained-version:")]
-        holders = [h for h in verdict.holders if not self._for_writer(h)]
+        holders = verdict.holders.without(self._for_writer(verdict.holders.versions))
         if holders:
-            reasons.append(f"retained-version:{holders[0].describe()}")
+            reasons.append(f"retained-version:{holders.first.describe()}")
             self.held.append(HeldGeneration(self.sid, g, holders))
         return tuple(reasons)
 
-    def _for_writer(self, holder: RetainedVersion) -> bool:
-        """Whether a retained version is kept only for a live writer's view (not by age or a tag)."""
-        return holder.branch is None and holder.version in self.writer_held and not holder.tags
+    def _for_writer(self, versions: list[RetainedVersion]) -> np.ndarray:
+        """Which of ``versions`` are kept only for a live writer's view (not by age or a tag), one
+        bool each, worked out once per shard."""
+        if self._writer_mask is None or self._writer_mask[0] is not versions:
+            mask = np.fromiter((v.branch is None and v.version in self.writer_held and not v.tags for v in versions),
+                               dtype=bool, count=len(versions))
+            self._writer_mask = (versions, mask)
+        return self._writer_mask[1]
 
     def _evidence(self, merged: int | None = None) -> GateEvidence:
         return GateEvidence(self.compacted if merged is None else merged, {}, self.gates.shard(self.sid).low,

@@ -18,12 +18,43 @@ version whose progress reaches g is the first where that maximum does).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from memwal.table.retained import RetainedVersion
+
+
+class Holders:
+    """The retained versions that had not merged one generation, in order, kept as their
+    positions among the retained versions: a table that keeps a week of versions and of
+    generations asks this of every folder at every GC run, and a list of versions per folder
+    would cost what the folders times the versions do (a follower's GC runs every few seconds).
+    The versions are made only for who iterates them."""
+
+    __slots__ = ("versions", "positions")
+
+    def __init__(self, versions: list[RetainedVersion], positions: np.ndarray) -> None:
+        self.versions = versions
+        self.positions = positions  # intp, ascending
+
+    def __bool__(self) -> bool:
+        return len(self.positions) > 0
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __iter__(self) -> Iterator[RetainedVersion]:
+        return (self.versions[i] for i in self.positions)
+
+    @property
+    def first(self) -> RetainedVersion:
+        return self.versions[int(self.positions[0])]
+
+    def without(self, left_out: np.ndarray) -> Holders:
+        """These holders less the versions ``left_out`` marks (bool, one per retained version)."""
+        return Holders(self.versions, self.positions[~left_out[self.positions]])
 
 
 @dataclass(frozen=True)
@@ -36,11 +67,11 @@ class ShardProgress:
     low: int  # smallest progress of any version (0 without versions)
     main_high: np.ndarray  # running maximum of main-line progress (-1 before the first)
 
-    def holders(self, g: int) -> list[RetainedVersion]:
+    def holders(self, g: int) -> Holders:
         """The versions that had not merged generation ``g``, in order."""
         if g <= self.low:
-            return []
-        return [self.versions[i] for i in np.flatnonzero(self.values < g)]
+            return Holders(self.versions, _NONE)
+        return Holders(self.versions, np.flatnonzero(self.values < g))
 
     def first_merged(self, g: int, keep: Callable[[RetainedVersion], bool] | None = None) -> RetainedVersion | None:
         """The oldest main-line version that had merged ``g`` (among those ``keep`` accepts)."""
@@ -54,6 +85,9 @@ class ShardProgress:
             if keep(v):
                 return v
         return None
+
+
+_NONE = np.empty(0, dtype=np.intp)
 
 
 class VersionProgress:

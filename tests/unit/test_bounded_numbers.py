@@ -34,3 +34,22 @@ def test_nothing_deletable_is_false():
 
 def test_a_span_is_told_by_neighbours_not_by_a_range():
     assert span([1, 2, 3]) == "1..3" and span([1, 1 << 62]) == f"1,{1 << 62}" and span([]) == "-"
+
+
+def _count_by_set(d: Deletable, n: Numbers, lo: int, hi: int) -> int:
+    """The model: every number in [lo, hi] that is flushed and deletable, one by one."""
+    flushed = set(range(max(lo, 1), min(hi, n.below - 1) + 1)) | {g for g in n.listed if lo <= g <= hi}
+    return sum(1 for g in flushed if g in d)
+
+
+def test_count_in_is_the_count_of_deletable_numbers_one_by_one():
+    import random
+
+    rng = random.Random(61)
+    for _ in range(5000):
+        d = Deletable(through=rng.randint(0, 50), kept=frozenset(rng.sample(range(60), rng.randint(0, 25))),
+                      drained=frozenset(rng.sample(range(60), rng.randint(0, 5))))
+        n = Numbers(rng.randint(0, 55), frozenset(rng.sample(range(70), rng.randint(0, 6))))
+        lo = rng.randint(-3, 60)
+        hi = rng.randint(lo - 2, 70)
+        assert d.count_in(n, lo, hi) == _count_by_set(d, n, lo, hi), (d, n, lo, hi)
