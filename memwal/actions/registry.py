@@ -44,11 +44,11 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------------------- merge
 
 
-def plan_merge(table: Table, o: MergeOptions) -> MergePlan:
+def plan_merge(table: Table, o: MergeOptions, *, check_keys: bool = True) -> MergePlan:
     from memwal.merge import plan_merge
 
     return plan_merge(table, shards=list(o.shards) or None, max_generations=o.max_generations,
-                      max_rows=o.max_rows, max_bytes=o.max_bytes)
+                      max_rows=o.max_rows, max_bytes=o.max_bytes, check_keys=check_keys)
 
 
 def execute_merge(table: Table, plan: MergePlan, o: MergeOptions, engine: MergeEngine, lease: Lease) -> MergeResult:

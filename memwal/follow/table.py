@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from memwal.actions import ACTIONS
-from memwal.actions.options import JobOptions, MergeOptions
+from memwal.actions.options import DEFAULT_EXPIRE_VERSIONS_SECONDS, JobOptions, MergeOptions
 from memwal.actions.run import new_run_id
 from memwal.core import steps
 from memwal.cycle import JobOutcome, Notify, run_cycle
@@ -48,14 +48,21 @@ log = logging.getLogger(__name__)
 FOLLOW_KIND = "follow"
 #: How often the follower logs what it did so far.
 REPORT_SECONDS = 60.0
+#: A version retention longer than this on a followed table keeps more generation folders than GC,
+#: which walks them all at every run (every few seconds here), can walk within a follower's budget:
+#: an hour beside a writer flushing 35 a minute is some 2,100 folders (docs/operations/deploy.md).
+LONG_RETENTION_SECONDS = 3600.0
 
 
-def merge_has_work(table: Table, options: JobOptions) -> bool:
-    """Whether a merge would merge anything now: the merge's own plan (reads only). A plan that
+def merge_has_work(table: Table, options: MergeOptions) -> bool:
+    """Whether a merge would merge anything now: the merge's own plan (reads only), less its check
+    of the base's keys (a scan of the key column at every flush; the merge makes it). A plan that
     fails says yes: the merge job runs and reports the failure as its outcome."""
+    from memwal.actions.registry import plan_merge
+
     act = ACTIONS["merge"]
     try:
-        plan = act.plan(table, options)
+        plan = plan_merge(table, options, check_keys=False)
     except Exception:  # noqa: BLE001 - the job itself reports it, with its own verdict
         return True
     return act.has_work is None or bool(act.has_work(plan))
@@ -76,11 +83,14 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     watch = ShardWatch(table.store, poll_seconds=follow.poll_seconds, max_poll_seconds=follow.max_poll_seconds,
                        rescan_seconds=follow.rescan_seconds)
     schedule = Schedule(list(jobs), follow)
-    merge_options = options.get("merge") or MergeOptions()
+    given = options.get("merge")
+    merge_options = given if isinstance(given, MergeOptions) else MergeOptions()
     began = time.monotonic()
     since = time.time()
     next_report = began + REPORT_SECONDS
     with lease:
+        if "gc" in jobs:
+            warn_long_retention(table, options.get("gc"), follow)
         log.info("following %s (jobs %s; looking every %gs to %gs)", table.uri, ",".join(jobs), follow.poll_seconds,
                  follow.max_poll_seconds)
         while not stop.stopped:
@@ -120,6 +130,21 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
         tally.stopped = stop.reason
     log.info("%s; stopped: %s", tally.line(), tally.stopped)
     return tally
+
+
+def warn_long_retention(table: Table, gc: JobOptions | None, follow: FollowOptions) -> None:
+    """Say once, at the start, when the version retention keeps more generation folders than a
+    follower's GC can walk every few seconds (measured: its CPU a minute grew from 3 to 14 s over
+    30 minutes on the defaults, docs/benchmarks.md#keeping-up). A warning, not a refusal: the
+    retention is the owner's choice for time travel, and GC stays right either way."""
+    keep = getattr(gc, "expire_versions", DEFAULT_EXPIRE_VERSIONS_SECONDS)
+    if keep is not None and keep <= LONG_RETENTION_SECONDS:
+        return
+    kept = "forever (--expire-versions never)" if keep is None else f"{keep:g} s"
+    log.warning("%s: versions are kept %s, and every generation merged meanwhile stays on storage: GC walks them "
+                "all at every run (every %gs here), so the follower's CPU grows with them; on a followed table "
+                "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", table.uri, kept,
+                follow.gc_every)
 
 
 def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:

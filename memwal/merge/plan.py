@@ -125,11 +125,14 @@ def plan_merge(
     max_bytes: int | None = None,
     manifest: TableManifest | None = None,
     stop_at: dict[str, BlockedShard] | None = None,
+    check_keys: bool = True,
 ) -> MergePlan:
     """Pure: reads manifests, returns what a merge would do. Nothing is written.
 
     ``stop_at`` stops shards at generations an earlier attempt of this run could not read. A base
-    that holds a key the batch writes twice is refused (:mod:`memwal.merge.unique`, exit 2).
+    that holds a key the batch writes twice is refused (:mod:`memwal.merge.unique`, exit 2);
+    ``check_keys=False`` leaves that check, which reads the base's key column, to the merge
+    itself (a follower asks only whether there is work, every time a shard moves).
     What moved while we read (a generation merged and collected by others, a table version
     expired) is read again (memwal.core.retry), never reported as missing or bad input.
     """
@@ -139,7 +142,8 @@ def plan_merge(
                                 max_bytes=max_bytes, manifest=manifest if n == 1 else None, stop_at=stop_at or {})
 
     plan = after_conflict(attempt, what=f"{table.uri}: merge plan")
-    check_unique_keys(table, plan)
+    if check_keys:
+        check_unique_keys(table, plan)
     return plan
 
 

@@ -131,6 +131,8 @@ def test_a_follower_merges_a_live_writer_and_stops_cleanly_on_sigterm(tmp_path, 
 
     assert sorted(memwal.open(uri).scan().to_pylist(), key=lambda r: r["id"]) == w.rows()
     assert "memwal.shard.listed_generations" in err and "memwal.shard.lag_seconds" in err  # exported at exit
+    # on the defaults (versions kept 7 days) it says once what that costs a follower
+    assert err.count("versions are kept 604800 s") == 1 and "--expire-versions 600" in err
 
 
 def test_sigterm_during_a_merge_stops_it_at_its_safe_point_with_nothing_committed(tmp_path, follower):
@@ -157,12 +159,13 @@ def test_sigterm_during_a_merge_stops_it_at_its_safe_point_with_nothing_committe
 def test_one_follower_per_table(tmp_path, follower):
     uri = str(tmp_path / "t.lance")
     Writer(uri)
-    first = start(follower, uri)
+    first = start(follower, uri, "--expire-versions", "600")
     wait_for("take its lease", lambda: any(i.kind == "follow" and i.state == "live"
                                             for i in list_leases(open_table(uri).store)))
     second = subprocess.run([memwal_program(), "cycle", uri, "--follow"], capture_output=True, text=True, timeout=120)
     assert second.returncode == 3 and "follow lease" in second.stderr and "held by" in second.stderr
-    stop(first)
+    assert "versions are kept" not in second.stderr  # refused: the one line of its error, no more
+    assert "versions are kept" not in stop(first)[1]  # ten minutes: nothing to say
 
 
 def test_follower_flags_need_follow_and_a_follower_has_no_dry_run(tmp_path):
