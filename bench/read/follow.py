@@ -31,7 +31,6 @@ memwal's reader <= 3x the plain read at every minute; every read right. JSON and
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -45,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.clients.drivers import CLIENTS, OURS, PYLANCE_DRIVER, Driver, available
-from bench.harness.results import log, machine_info
-from bench.read.steady import MEMWAL, Model, storage
+from bench.harness.results import Run, figure, log, parser
+from bench.read.steady import MEMWAL, Model, PacedWriter, storage
 from memwal.writer import DEFAULT_ROTATE_SECONDS
 
 GOAL_LISTED_MAX, GOAL_LISTED_MEDIAN = 8, 3
@@ -141,25 +140,9 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
                                     stderr=err)
     sampler = Sampler(uri)
     sampler.start()
-    stop, failures, gens, written = threading.Event(), [], [0], threading.Lock()
-
-    def write_loop() -> None:
-        nxt = time.monotonic()
-        while not stop.is_set():
-            nxt += interval
-            batch = model.next_rows(rows, gens[0] + 1)
-            with written:
-                try:
-                    writer.call("gen", rows=batch)
-                except RuntimeError as exc:
-                    failures.append(f"write: {exc}")
-                    return
-                model.apply(batch)
-                gens[0] += 1
-            stop.wait(max(0.0, nxt - time.monotonic()))
-
-    thread = threading.Thread(target=write_loop, daemon=True)
-    thread.start()
+    paced = PacedWriter(writer, model, rows, interval)
+    failures, written = paced.failures, paced.lock  # a write and its model update, one step for the readers
+    paced.start()
     minutes_out: list[dict[str, Any]] = []
     t_start, cpu_start = time.monotonic(), cpu_seconds(follower.pid)
     cpu_before = cpu_start
@@ -170,7 +153,7 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
                 failures.append(f"follower exited with {follower.returncode}" if follower.poll() is not None else "")
                 break
             cpu_now = cpu_seconds(follower.pid)
-            record: dict[str, Any] = {"minute": minute, "generations_written": gens[0],
+            record: dict[str, Any] = {"minute": minute, "generations_written": paced.written,
                                       "follower_cpu_seconds": round(cpu_now - cpu_before, 2),
                                       "follower_rss_mb": rss_mb(follower.pid),
                                       "listed_samples": sampler.samples[-60:]}
@@ -197,14 +180,13 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
                                    "plain_each": [round(p, 4) for p in plain]}
             record["memwal_over_plain"] = round(record["memwal"]["seconds"] / record["reference"]["plain_seconds"], 2)
             ok = {k: "ok" if record[k]["right"] else "WRONG" for k in ("memwal", "new_process", "live")}
-            log(f"{arm} minute {minute}: {gens[0]} written, listed now {record['listed_samples'][-1:]}, max "
+            log(f"{arm} minute {minute}: {paced.written} written, listed now {record['listed_samples'][-1:]}, max "
                 f"{max(record['listed_samples'], default=0)}; follower {record['follower_cpu_seconds']}s CPU; "
                 f"memwal {record['memwal']['seconds']}s = {record['memwal_over_plain']}x plain {ok['memwal']}; "
                 f"new {record['new_process']['seconds']}s {ok['new_process']}; live {ok['live']}")
             minutes_out.append(record)
     finally:
-        stop.set()
-        thread.join(timeout=120)
+        paced.end()
         stopped = stop_follower(follower, uri)
         cpu_total = stopped.pop("cpu_seconds", None)
         sampler.stop.set()
@@ -268,66 +250,61 @@ def goals(minutes: list[dict[str, Any]], samples: list[int], cpu_total: float | 
 
 
 def chart(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
+    with figure(path, rows=1, cols=2, size=(14, 4.5)) as (fig, axes):
+        for arm, r in doc["arms"].items():
+            axes[0].plot([s / 60 for s in range(len(r["listed_samples"]))], r["listed_samples"], linewidth=0.7,
+                         label=arm)
+            axes[1].plot([m["minute"] for m in r["minutes"]], [m["memwal_over_plain"] for m in r["minutes"]],
+                         marker="o", label=arm)
+        axes[0].axhline(GOAL_LISTED_MEDIAN, color="#c33", linestyle="--", linewidth=1)
+        axes[1].axhline(GOAL_MEMWAL_OVER_PLAIN, color="#c33", linestyle="--", linewidth=1)
+        for ax, title, ylabel in zip(axes, ("generations listed, sampled once a second",
+                                            "memwal.open(uri).scan() / a plain read of the same rows (new processes)"),
+                                     ("generations", "ratio"), strict=True):
+            ax.set_title(title, fontsize=11)
+            ax.set_xlabel("minute", fontsize=10)
+            ax.set_ylabel(ylabel, fontsize=10)
+            ax.legend(fontsize=9)
+        fig.suptitle("Keeping up: a writer that never stops, memwal cycle --follow on its defaults")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+def summary(doc: dict[str, Any]) -> str:
+    lines = []
     for arm, r in doc["arms"].items():
-        axes[0].plot([s / 60 for s in range(len(r["listed_samples"]))], r["listed_samples"], linewidth=0.7, label=arm)
-        axes[1].plot([m["minute"] for m in r["minutes"]], [m["memwal_over_plain"] for m in r["minutes"]], marker="o",
-                     label=arm)
-    axes[0].axhline(GOAL_LISTED_MEDIAN, color="#c33", linestyle="--", linewidth=1)
-    axes[1].axhline(GOAL_MEMWAL_OVER_PLAIN, color="#c33", linestyle="--", linewidth=1)
-    for ax, title, ylabel in zip(axes, ("generations listed, sampled once a second",
-                                        "memwal.open(uri).scan() / a plain read of the same rows (new processes)"),
-                                 ("generations", "ratio"), strict=True):
-        ax.set_title(title, fontsize=11)
-        ax.set_xlabel("minute", fontsize=10)
-        ax.set_ylabel(ylabel, fontsize=10)
-        ax.legend(fontsize=9)
-    fig.suptitle("Keeping up: a writer that never stops, memwal cycle --follow on its defaults")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        lines += [f"{arm}: {goal} {v['value']} (goal {v['goal']}): {'met' if v['met'] else 'NOT met'}"
+                  for goal, v in r["goals"].items()]
+        lines.append(f"{arm}: follower stopped in {r['follower'].get('stop_seconds')}s with exit code "
+                     f"{r['follower'].get('exit_code')}, leases released: {r['follower'].get('leases_released')}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m bench read {__name__.rsplit('.', 1)[-1]}",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench-results")
-    parser.add_argument("--work", default="bench-results/follow-work")
-    parser.add_argument("--minutes", type=int, default=30)
-    parser.add_argument("--interval", type=float, default=1.7, help="seconds between generations (default 1.7: 35 a "
-                        "minute)")
-    parser.add_argument("--rows", type=int, default=200, help="rows a generation")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
-    parser.add_argument("--rotate-seconds", type=float, default=DEFAULT_ROTATE_SECONDS,
-                        help="pylance-rotating: seconds between writer replacements (default "
-                             f"{DEFAULT_ROTATE_SECONDS:g}, the writer's own)")
-    parser.add_argument("--follow-args", default="", help="more options of the follower (default: its defaults)")
-    parser.add_argument("--reads", type=int, default=3, help="new processes a minute reading through memwal's reader, "
-                        "and as many plain reads of the reference: their medians are compared (default 3)")
-    args = parser.parse_args(argv)
-    out, work = Path(args.out), Path(args.work)
-    out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for arm in [a for a in args.arms.split(",") if a]:
-        if not available({"pylance-rotating": "pylance"}.get(arm, arm)):
-            log(f"{arm}: its client is not installed here, skipped")
-            continue
-        log(f"{arm}: {args.minutes} minutes, a generation of {args.rows} rows every {args.interval}s")
-        results[arm] = run_arm(arm, work, args.minutes, args.interval, args.rows, args.rotate_seconds,
-                               args.follow_args.split(), args.reads)
-    doc = {"machine": machine_info(), "arms": results}
-    (out / "follow.json").write_text(json.dumps(doc, indent=2))
-    chart(doc, out / "follow.png")
-    for arm, r in results.items():
-        for goal, v in r["goals"].items():
-            log(f"{arm}: {goal} {v['value']} (goal {v['goal']}): {'met' if v['met'] else 'NOT met'}")
-        log(f"{arm}: follower stopped in {r['follower'].get('stop_seconds')}s with exit code "
-            f"{r['follower'].get('exit_code')}, leases released: {r['follower'].get('leases_released')}")
-    shutil.rmtree(work, ignore_errors=True)
+    p = parser("read follow", __doc__)
+    p.add_argument("--minutes", type=int, default=30)
+    p.add_argument("--interval", type=float, default=1.7, help="seconds between generations (default 1.7: 35 a "
+                   "minute)")
+    p.add_argument("--rows", type=int, default=200, help="rows a generation")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    p.add_argument("--rotate-seconds", type=float, default=DEFAULT_ROTATE_SECONDS,
+                   help="pylance-rotating: seconds between writer replacements (default "
+                        f"{DEFAULT_ROTATE_SECONDS:g}, the writer's own)")
+    p.add_argument("--follow-args", default="", help="more options of the follower (default: its defaults)")
+    p.add_argument("--reads", type=int, default=3, help="new processes a minute reading through memwal's reader, "
+                   "and as many plain reads of the reference: their medians are compared (default 3)")
+    args = p.parse_args(argv)
+    with Run("follow", "a writer that never stops beside memwal cycle --follow", out=args.out,
+             work=args.work) as bench:
+        results = {}
+        for arm in [a for a in args.arms.split(",") if a]:
+            if not available({"pylance-rotating": "pylance"}.get(arm, arm)):
+                bench.log(f"{arm}: its client is not installed here, skipped")
+                continue
+            bench.log(f"{arm}: {args.minutes} minutes, a generation of {args.rows} rows every {args.interval}s")
+            results[arm] = run_arm(arm, bench.work, args.minutes, args.interval, args.rows, args.rotate_seconds,
+                                   args.follow_args.split(), args.reads)
+        bench.doc["arms"] = results
+        bench.publish(draw=chart, summary=summary)
+        shutil.rmtree(bench.work, ignore_errors=True)  # the tables of a half-hour run: not kept
     return 0
 
 

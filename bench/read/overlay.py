@@ -26,7 +26,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness.processes import ROOT
-from bench.harness.results import log, machine_info
+from bench.harness.results import Run, parser
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 SHARD = str(uuid.UUID(int=62))
@@ -128,27 +127,27 @@ def _read(spec: str) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m bench read {__name__.rsplit('.', 1)[-1]}",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--bases", default="20000,100000,300000")
-    parser.add_argument("--shapes", default=None, help="only these shapes (comma-separated names)")
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--read", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    p = parser("read overlay", __doc__, work=False)
+    p.add_argument("--bases", default="20000,100000,300000")
+    p.add_argument("--shapes", default=None, help="only these shapes (comma-separated names)")
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--read", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
     if args.read:
         from memwal.core.process import configure_process, quiet_lance
 
         configure_process()
         quiet_lance()
         print(json.dumps(_read(args.read)))
-        return
+        return 0
     from memwal.core.process import quiet_lance
 
     quiet_lance()
-    root = Path(tempfile.mkdtemp(prefix="memwal-overlay-"))
-    doc: dict[str, Any] = {"machine": machine_info(), "runs": args.runs, "shapes": [], "new_process": {}}
-    try:
+    with Run("overlay_read", "memwal's reader over a few small generations, against LsmScanner and a plain read",
+             out=args.out, runs=args.runs) as bench:
+        doc = bench.doc
+        doc.update(shapes=[], new_process={})
+        root = bench.work
         for base in (int(b) for b in args.bases.split(",")):
             for name, gens, rows in SHAPES:
                 if args.shapes and name not in args.shapes.split(","):
@@ -160,38 +159,37 @@ def main(argv: list[str] | None = None) -> int:
                 doc["shapes"].append({"base_rows": base, "listed": name, "listed_rows": listed, **figures,
                                       "overlay_over_lsm": round(figures["overlay"] / figures["lsm_scanner"], 3),
                                       "overlay_over_plain": round(figures["overlay"] / figures["plain_base"], 2)})
-                log(f"base {base}, {name}: overlay {figures['overlay']}s, LsmScanner {figures['lsm_scanner']}s, "
-                    f"plain {figures['plain_base']}s")
+                bench.log(f"base {base}, {name}: overlay {figures['overlay']}s, LsmScanner {figures['lsm_scanner']}s, "
+                          f"plain {figures['plain_base']}s")
                 shutil.rmtree(uri, ignore_errors=True)
-        if args.shapes:
-            raise SystemExit(json.dumps(doc, indent=2))
-        uri, ref = str(root / "issue.lance"), str(root / "reference.lance")
-        model = build(uri, 100_000, 3, 200)
-        import lance
-        import pyarrow as pa
-
-        lance.write_dataset(pa.table({"id": list(model), "v": list(model.values()), "name": ["x"] * len(model)},
-                                     schema=_schema()), ref)
-        times: dict[str, list[float]] = {"memwal_scan": [], "plain_reference": []}
-        for _ in range(args.runs):
-            for name, spec in (("memwal_scan", f"memwal:{uri}"), ("plain_reference", f"plain:{ref}")):
-                seconds, got = new_process(spec)
-                if got != len(model):
-                    raise SystemExit(f"{spec}: {got} rows, the model holds {len(model)}")
-                times[name].append(seconds)
-        med = {k: statistics.median(v) for k, v in times.items()}
-        doc["new_process"] = {"shape": "100,000-row base, 3 x 200 rows listed", **{k: round(v, 4) for k, v in
-                              med.items()}, "ratio": round(med["memwal_scan"] / med["plain_reference"], 2),
-                              "spread": {k: [round(min(v), 4), round(max(v), 4)] for k, v in times.items()}}
-        log(f"new process, the issue's shape: {doc['new_process']}")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    text = json.dumps(doc, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        Path(args.out, "overlay_read.json").write_text(text)
+        if not args.shapes:  # the issue's shape, new processes: only in a whole run
+            doc["new_process"] = _new_process(root, args.runs)
+            bench.log(f"new process, the issue's shape: {doc['new_process']}")
+        bench.publish()
     return 0
+
+
+def _new_process(root: Path, runs: int) -> dict[str, Any]:
+    """The issue's shape (a 100,000-row base, 3 x 200 rows listed), read by new processes through memwal's
+    reader and plainly from a reference table of the same rows, interleaved: medians and spreads."""
+    import lance
+    import pyarrow as pa
+
+    uri, ref = str(root / "issue.lance"), str(root / "reference.lance")
+    model = build(uri, 100_000, 3, 200)
+    lance.write_dataset(pa.table({"id": list(model), "v": list(model.values()), "name": ["x"] * len(model)},
+                                 schema=_schema()), ref)
+    times: dict[str, list[float]] = {"memwal_scan": [], "plain_reference": []}
+    for _ in range(runs):
+        for name, spec in (("memwal_scan", f"memwal:{uri}"), ("plain_reference", f"plain:{ref}")):
+            seconds, got = new_process(spec)
+            if got != len(model):
+                raise SystemExit(f"{spec}: {got} rows, the model holds {len(model)}")
+            times[name].append(seconds)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"shape": "100,000-row base, 3 x 200 rows listed", **{k: round(v, 4) for k, v in med.items()},
+            "ratio": round(med["memwal_scan"] / med["plain_reference"], 2),
+            "spread": {k: [round(min(v), 4), round(max(v), 4)] for k, v in times.items()}}
 
 
 if __name__ == "__main__":

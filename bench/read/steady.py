@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.clients.drivers import ARMS, CLIENTS, available
+from bench.clients.drivers import ARMS, CLIENTS, Driver, available
 from bench.harness.processes import ROOT, run
 from bench.harness.results import Run, figure, log, parser
 from tests.clients.digest import MASK, row_hash
@@ -88,6 +88,46 @@ class Model:
         return [self.row(k, v, 0) for k, v in self.rows.items()]
 
 
+class PacedWriter:
+    """A writer process that writes a generation of ``rows`` every ``interval`` seconds on a thread
+    of its own, each write and its model update one step under ``lock`` (what a reader's result is
+    compared with). ``writer`` may be replaced under the lock (a new process: docs/clients.md)."""
+
+    def __init__(self, writer: Driver, model: Model, rows: int, interval: float) -> None:
+        self.writer, self.model, self.rows, self.interval = writer, model, rows, interval
+        self.lock = threading.Lock()
+        self.failures: list[str] = []
+        self.written = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def end(self) -> None:
+        """Stop writing (the write under way ends first); the writer stays open."""
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def _loop(self) -> None:
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            nxt += self.interval
+            batch = self.model.next_rows(self.rows, self.written + 1)
+            with self.lock:
+                try:
+                    self.writer.call("gen", rows=batch)
+                except RuntimeError as exc:
+                    self.failures.append(f"write: {exc}")
+                    return
+                self.model.apply(batch)
+                self.written += 1
+            self._stop.wait(max(0.0, nxt - time.monotonic()))
+
+
 def _run_peak(argv: list[str]) -> dict[str, Any]:
     """A whole process with its own peak RSS: wall and CPU seconds, peak RSS, exit code."""
     proc = run(argv, peak=True)
@@ -125,31 +165,10 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
     uri, ref = str(base / "t.lance"), str(base / "reference" / "t.lance")
     model = Model(client.row, int_keys=client_name == "lancedb")
     base = model.next_rows(base_rows, 0) if base_rows else []
-    writer = client.open_writer(uri, rows, base)
     model.apply(base)
-    stop = threading.Event()
-    holder = [writer]  # the writer process of the moment (``reopen_every``: replaced every so many minutes)
-    failures: list[str] = []
-    gens = [0]
-    written = threading.Lock()  # a write and its model update, as one step for the readers
-
-    def write_loop() -> None:
-        nxt = time.monotonic()
-        while not stop.is_set():
-            nxt += interval
-            batch = model.next_rows(rows, gens[0] + 1)
-            with written:
-                try:
-                    holder[0].call("gen", rows=batch)
-                except RuntimeError as exc:
-                    failures.append(f"write: {exc}")
-                    return
-                model.apply(batch)
-                gens[0] += 1
-            stop.wait(max(0.0, nxt - time.monotonic()))
-
-    thread = threading.Thread(target=write_loop, daemon=True)
-    thread.start()
+    paced = PacedWriter(client.open_writer(uri, rows, base), model, rows, interval)
+    failures, written = paced.failures, paced.lock  # a write and its model update, one step for the readers
+    paced.start()
     minutes_out = []
     t_start = time.monotonic()
     try:
@@ -159,9 +178,9 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
                 break
             if reopen_every and minute % reopen_every == 0:
                 with written:  # the writer is replaced by a new process (its users' remedy: docs/clients.md)
-                    holder[0].close()
-                    holder[0] = client.reopen_writer(uri, rows)
-            writer = holder[0]
+                    paced.writer.close()
+                    paced.writer = client.reopen_writer(uri, rows)
+            writer = paced.writer
             maint: dict[str, Any] = {}
             if maintenance in ("cleanup_wal", "both"):
                 c0 = time.perf_counter()
@@ -169,13 +188,13 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
                 maint = {"cleanup_wal_wall_seconds": round(time.perf_counter() - c0, 2), "merged": done["merged"]}
             if maintenance in ("memwal", "both"):
                 maint.update(_run_peak([str(MEMWAL), "cycle", uri, *cycle_args]))
-            record: dict[str, Any] = {"minute": minute, "generations_written": gens[0], "maintenance": maint}
+            record: dict[str, Any] = {"minute": minute, "generations_written": paced.written, "maintenance": maint}
             record.update(storage(uri))
             # the writer's own read, once it flushed after the maintenance: until then a pylance
             # writer reads the listing it loaded at its last flush (the generations a rollup just
             # replaced among them), a window of one generation's interval
-            after = gens[0]
-            while gens[0] == after and not failures and thread.is_alive():
+            after = paced.written
+            while paced.written == after and not failures and paced.alive():
                 time.sleep(0.05)
             with written:  # the writer's own read sees exactly what it wrote
                 live = writer.call("read")
@@ -191,17 +210,16 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, reop
             client.reference(ref, now_rows)
             reference = client.read_new(ref)
             record["reference"] = {"seconds": round(reference["seconds"], 3), "rows": reference["rows"]}
-            log(f"{arm} minute {minute}: {gens[0]} written, {record['listed']} listed, {record['folders']} folders, "
-                f"{record['bytes'] / 1e6:.1f} MB; live {record['live']['seconds']}s "
+            log(f"{arm} minute {minute}: {paced.written} written, {record['listed']} listed, "
+                f"{record['folders']} folders, {record['bytes'] / 1e6:.1f} MB; live {record['live']['seconds']}s "
                 f"{'ok' if record['live']['right'] else 'WRONG'}, new {record['new_process']['seconds']}s "
                 f"{'ok' if record['new_process']['right'] else 'WRONG'}, reference {record['reference']['seconds']}s; "
                 f"maintenance {maint.get('wall_seconds', maint.get('cleanup_wal_wall_seconds'))}s wall, "
                 f"{maint.get('cpu_seconds', '-')}s CPU")
             minutes_out.append(record)
     finally:
-        stop.set()
-        thread.join(timeout=120)
-        holder[0].close()
+        paced.end()
+        paced.writer.close()
     return {"arm": arm, "client": client_name, "maintenance": maintenance, "interval_seconds": interval,
             "writer_reopened_every_minutes": reopen_every or None, "base_rows": base_rows,
             "cycle_args": list(cycle_args),

@@ -32,19 +32,16 @@ JSON to stdout and ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.harness.results import log, machine_info
+from bench.harness.results import Run, parser
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 SHARD = str(uuid.UUID(int=62))
@@ -128,37 +125,28 @@ def simulate(measured: list[dict[str, Any]], per_minute: float) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m bench read {__name__.rsplit('.', 1)[-1]}",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--counts", default="1000,10000,40000")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--per-minute", type=float, default=40.0, help="versions a followed table commits a minute")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
+    p = parser("read versions", __doc__, work=False)
+    p.add_argument("--counts", default="1000,10000,40000")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--per-minute", type=float, default=40.0, help="versions a followed table commits a minute")
+    args = p.parse_args(argv)
     from memwal.core.process import configure_process, quiet_lance
 
     configure_process()
     quiet_lance()
-    root = Path(tempfile.mkdtemp(prefix="memwal-versions-"))
-    measured = []
-    try:
+    with Run("versions_day", "what each retained version costs, read off a day of versions", out=args.out,
+             runs=args.runs) as bench:
+        measured = []
         for n in (int(c) for c in args.counts.split(",")):
-            uri = str(root / f"t{n}.lance")
+            uri = str(bench.work / f"t{n}.lance")
             t0 = time.perf_counter()
             build(uri, n)
-            log(f"{n} versions written in {time.perf_counter() - t0:.0f}s")
+            bench.log(f"{n} versions written in {time.perf_counter() - t0:.0f}s")
             measured.append(measure(uri, args.runs))
-            log(f"{n} versions: {measured[-1]}")
+            bench.log(f"{n} versions: {measured[-1]}")
             shutil.rmtree(uri, ignore_errors=True)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    doc = {"machine": machine_info(), "runs": args.runs, "measured": measured,
-           "day": simulate(measured, args.per_minute)}
-    text = json.dumps(doc, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        Path(args.out, "versions_day.json").write_text(text)
+        bench.doc.update(measured=measured, day=simulate(measured, args.per_minute))
+        bench.publish()
     return 0
 
 
