@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
@@ -61,9 +63,20 @@ class AzureServer:
         }
 
     def make_container(self, name: str | None = None) -> dict[str, str]:
-        """Create a container (a fresh unique one if no name) and return storage options."""
+        """Create a container (a fresh unique one if no name) and return storage options.
+
+        Azurite is one Node process: while a loaded machine (a Spark job just ended, two test
+        workers) keeps it busy a call may time out, so the call is tried again, and a container
+        that the timed-out call did create (409 on the retry) is the one asked for."""
         name = name or f"test-{uuid.uuid4().hex[:16]}"
-        self._request("PUT", f"/{name}?restype=container", f"/{ACCOUNT}/{name}\nrestype:container")
+        for attempt in Retrying(retry=retry_if_exception_type(TimeoutError), stop=stop_after_attempt(3),
+                                reraise=True):
+            with attempt:
+                try:
+                    self._request("PUT", f"/{name}?restype=container", f"/{ACCOUNT}/{name}\nrestype:container")
+                except urllib.error.HTTPError as exc:
+                    if not (exc.code == 409 and attempt.retry_state.attempt_number > 1):
+                        raise
         self.last_container = name
         return dict(self.storage_options)
 

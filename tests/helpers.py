@@ -21,9 +21,11 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: The repository's root (this file is tests/helpers.py).
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,3 +179,13 @@ def run_watched(argv: list[str], *, kill_after: float = 120, cwd: str | None = N
 def memwal_program() -> str:
     """The installed ``memwal`` program of this interpreter's environment."""
     return str(Path(sys.executable).parent / "memwal")
+
+
+def wait_flushed(writer: Any, flushes: int, *, deadline_seconds: float = 120) -> None:
+    """Until a pylance ``ShardWriter`` has flushed ``flushes`` MemTables: its flush runs on a
+    background thread, so a job started right after a full MemTable may find nothing yet (a
+    condition polled, not a guess at how long the flush takes)."""
+    deadline = time.monotonic() + deadline_seconds
+    while writer.stats()["memtable_flush_count"] < flushes:
+        assert time.monotonic() < deadline, f"the writer did not flush {flushes} MemTables"
+        time.sleep(0.005)

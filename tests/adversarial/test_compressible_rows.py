@@ -18,7 +18,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from tests.helpers import memwal_program, run_watched
+from tests.helpers import memwal_program, run_watched, wait_flushed
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("blob", pa.string())])
@@ -43,6 +43,7 @@ def compressible(tmp_path: Path):  # type: ignore[no-untyped-def]
                                                 max_unflushed_memtable_bytes=4 << 30, durable_write=False)
     for g in range(GENERATIONS):
         writer.put(rows(g))
+    wait_flushed(writer, GENERATIONS)
     writer.put(rows(GENERATIONS).slice(0, 1))  # its MemTable holds a row: it flushed the twelve, it is open
     yield uri
     writer.close()

@@ -10,7 +10,6 @@ through memwal's own reader, which lists only unmerged generations.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from lance.mem_wal import LsmScanner, ShardWriter
 from memwal.demo import Model, Workload, create_base_table, demo_schema, shard_ids_for
 from memwal.read.plan import plan_read
 from memwal.table import open_table
+from tests.helpers import wait_flushed
 
 DIM = 8
 
@@ -62,10 +62,7 @@ class LiveWriter:
     def wait_flushed(self) -> None:
         """Until the writer's background flush of every full MemTable has landed (a condition
         polled, not a guess at how long it takes)."""
-        deadline = time.monotonic() + 60
-        while self.writer.stats()["memtable_flush_count"] < self.n:
-            assert time.monotonic() < deadline, "the writer did not flush its MemTable"
-            time.sleep(0.01)
+        wait_flushed(self.writer, self.n)
 
     def view(self) -> list[dict[str, Any]]:
         """What ``lsm_scanner()`` shows through this writer, sorted by key."""

@@ -23,7 +23,7 @@ import pytest
 
 from memwal.lease import RELEASED, list_leases
 from memwal.table import open_table
-from tests.helpers import memwal_program, run_cli
+from tests.helpers import memwal_program, run_cli, wait_flushed
 from tests.interleave import Barrier
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
@@ -56,10 +56,7 @@ class Writer:
         self.writer.delete(pa.table({"id": pa.array([delete], pa.int64())}))  # key 0 was never written
         self.model.pop(delete, None)
         self.flushes += 1
-        deadline = time.monotonic() + DEADLINE
-        while self.writer.stats()["memtable_flush_count"] < self.flushes:
-            assert time.monotonic() < deadline, "the writer did not flush"
-            time.sleep(0.01)
+        wait_flushed(self.writer, self.flushes, deadline_seconds=DEADLINE)
 
     def rows(self) -> list[dict[str, object]]:
         return [self.model[k] for k in sorted(self.model)]

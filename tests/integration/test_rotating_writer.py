@@ -11,7 +11,7 @@ import pytest
 
 import memwal
 from memwal.writer import RotatingShardWriter
-from tests.helpers import run_cli
+from tests.helpers import run_cli, wait_flushed
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
@@ -36,6 +36,7 @@ def test_a_rotation_moves_the_base_and_loses_no_put(tmp_path):
         model[i % 7] = i
     w.delete(pa.table({"id": pa.array([3], pa.int64())}))
     del model[3]
+    wait_flushed(w, 2)
     assert run_cli("merge", uri).rc == 0  # what a follower does meanwhile
     assert w.base_version == opened and w.rotations == 0
     now[0] = 61.0
