@@ -6,8 +6,10 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
   dirty after a merge that committed (a bounded batch may have left more): planning it again
   costs reads only, and the follower runs it only when its plan has work;
 * catch-up, compaction and GC are dirtied by a merge that committed; GC also by a shard that
-  moved (a writer reopened: what it held may go now), and again ``gc_retry`` seconds after a run
-  that waited for time (the grace period, retained versions);
+  moved (a writer reopened: what it held may go now), again ``gc_retry`` seconds after a run
+  that waited for time (the grace period, retained versions), and when a listed generation with
+  no key index that GC found too young to rewrite may be (``heal_at``: every list reader fails
+  while it is listed, so the follower does not wait for the next flush or ``gc_retry``);
 * the snapshot refresh is dirtied by any shard that moved or a merge that committed.
 
 A job that failed, or whose lease another holder has, stays dirty and is retried after a delay
@@ -17,6 +19,7 @@ with a whole cycle. An idle table dirties nothing, so a follower writes nothing 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -87,6 +90,10 @@ class Schedule:
                 self.dirty |= {"merge", "catchup", "compact", "gc", "snapshot"} & set(self.jobs)
             if outcome.status is JobStatus.WAITING:  # time alone frees more: again after gc_retry
                 self.wake_at[job] = now + self.options.gc_retry
+            heal_at = (outcome.document or {}).get("heal_at")
+            if isinstance(heal_at, int | float):  # a key-index gap to rewrite: again then, on monotonic time
+                at = now + max(0.0, float(heal_at) - time.time())
+                self.wake_at[job] = min(self.wake_at.get(job, at), at)
 
 
 __all__ = ["MAX_RETRY_SECONDS", "Schedule"]

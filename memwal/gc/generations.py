@@ -82,6 +82,9 @@ class GenerationsPlan:
     #: The shard manifests the drains are planned from (the run writes the next version of each).
     states: Mapping[str, ShardState] = field(default_factory=dict, repr=False)
     writers: Mapping[str, WriterView] = field(default_factory=dict, repr=False)
+    #: When the next listed generation with no key index, flushed too recently to be rewritten
+    #: now, may be (a Unix time; None: none waits): a follower runs GC again then.
+    heal_at: float | None = None
 
     @property
     def time_will_free(self) -> bool:
@@ -102,6 +105,7 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
     deletable: dict[str, Deletable] = {}
     drains: list[ShardDrain] = []
     rollups: list[RollupPlan] = []
+    heal_at: list[float] = []
     for sid, err in shards.broken.items():
         broken.append(BrokenShard(sid, err.reason, str(err)))
         listed = listing.shards.get(sid)
@@ -119,14 +123,21 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
             drains.append(ShardDrain(sid, state.version, tuple(sorted(shard.drain + shard.gone)),
                                      tuple(shard.gone), tuple(shard.drained_paths())))
         mine = [r for segment in shard.kept_segments() for r in plan_rollups(sid, segment)]
-        rollups += mine + plan_heals(sid, shard.unindexed(), mine)
+        unindexed, pending = shard.unindexed()
+        rollups += mine + plan_heals(sid, unindexed, mine)
+        heal_at += pending
     return GenerationsPlan(tuple(deletions), tuple(blocked), tuple(broken), retention_report(held, gates),
                            deletable, tuple(drains), tuple(rollups), dict(shards.states),
-                           dict(writers))
+                           dict(writers), min(heal_at, default=None))
 
 
 #: Seconds after its flush before a listed generation with no key index is rewritten with one.
-HEAL_AFTER = 30.0
+#: A flush writes the key index after the generation's Lance manifest, or never (lance#9035):
+#: measured 1-13 ms after it (median 5 ms, 149 of 150 flushes of pylance 14's writer; the other
+#: never), so two seconds leave a busy machine's flush 150 times that and every list reader, which
+#: fails while such a generation is listed, waits seconds, not minutes. Rewriting one that was
+#: about to get its index costs a rewrite of one small generation, never a row.
+HEAL_AFTER = 2.0
 
 
 class _Shard(ShardBase):
@@ -191,17 +202,22 @@ class _Shard(ShardBase):
                                          fg.generation not in unproven))
         self.kept_wal |= unproven
 
-    def unindexed(self) -> list[RollupEntry]:
+    def unindexed(self) -> tuple[list[RollupEntry], list[float]]:
         """Listed generations that stay listed with no key index, flushed at least
-        :data:`HEAL_AFTER` seconds ago (a flush may still be writing it): each is rewritten with one."""
+        :data:`HEAL_AFTER` seconds ago (a flush may still be writing it): each is rewritten with
+        one; and when each younger one may be (a run then heals it)."""
         leaving = set(self.drain + self.gone)
-        out = []
+        out: list[RollupEntry] = []
+        pending: list[float] = []
         for fg in self.state.flushed:
             flushed = self.listed.flushed_at(fg.path)
-            if (fg.generation not in leaving and flushed is not None and not self.listed.key_indexed(fg.path)
-                    and self.gates.now - flushed >= HEAL_AFTER):
+            if fg.generation in leaving or flushed is None or self.listed.key_indexed(fg.path):
+                continue
+            if self.gates.now - flushed >= HEAL_AFTER:
                 out.append(RollupEntry(fg.generation, fg.path, self.listed.bytes_under(fg.path), fg.in_memory_bytes))
-        return out
+            else:
+                pending.append(flushed + HEAL_AFTER)
+        return out, pending
 
     def kept_segments(self) -> list[list[RollupEntry]]:
         """The merged entries that stay listed, in runs that may be rolled up: split where the

@@ -139,6 +139,10 @@ class GcPlan(Document):
         return self.generation_plan.time_will_free
 
     @property
+    def heal_at(self) -> float | None:
+        return self.generation_plan.heal_at
+
+    @property
     def retained_versions(self) -> int:
         return len(self.versions)
 
@@ -169,6 +173,7 @@ class GcPlan(Document):
             "kept_wal_entries": [k.to_dict() for k in self.kept_wal_entries],
             "retention": None if self.retention is None else self.retention.to_dict(),
             "time_will_free": self.time_will_free,
+            "heal_at": self.heal_at,
             "checkpoints": [c.to_dict() for c in self.checkpoints],
             "expired_checkpoints": list(self.checkpoint_sweep.expired_ids),
             "history_records_to_prune": len(self.history.keys),
@@ -179,8 +184,8 @@ class GcPlan(Document):
         """A result carrying the plan's explanations (blocked, kept, retention), nothing deleted yet."""
         return GcResult(table=self.table, dry_run=dry_run, engine=engine, blocked=self.blocked, orphans=self.orphans,
                         broken_shards=self.broken_shards, kept_wal_entries=self.kept_wal_entries,
-                        retention=self.retention, time_will_free=self.time_will_free, checkpoints=self.checkpoints,
-                        writers=self.writers)
+                        retention=self.retention, time_will_free=self.time_will_free, heal_at=self.heal_at,
+                        checkpoints=self.checkpoints, writers=self.writers)
 
     def preview(self) -> GcResult:
         """The result a run of this plan would give, with nothing deleted: the dry run's document."""

@@ -47,6 +47,8 @@ class GcResult(Document):
         kept_wal_entries: WAL entries kept on purpose (replay, fence sentinels).
         retention: Which retained versions block, and what would free them.
         time_will_free: Whether a later run with nothing else changed would free something.
+        heal_at: When a listed generation with no key index, too recently flushed to be rewritten
+            by this run, may be (Unix time; None: none waits): a follower runs GC again then.
         checkpoints: Live checkpoints honoured.
         checkpoints_removed: Expired checkpoints removed (or that would be).
         history_pruned: Run-history records pruned.
@@ -77,6 +79,8 @@ class GcResult(Document):
     retention: Retention | None = None
     #: Whether a later run with nothing else changed would free something (grace period only).
     time_will_free: bool = False
+    #: When a generation with no key index this run left may be rewritten with one (Unix time).
+    heal_at: float | None = None
     #: Live checkpoints the run honoured, and the expired ones it removed (or would remove).
     checkpoints: tuple[LiveCheckpoint, ...] = ()
     checkpoints_removed: tuple[str, ...] = ()
@@ -112,6 +116,7 @@ class GcResult(Document):
             "kept_wal_entries": [k.to_dict() for k in self.kept_wal_entries],
             "retention": None if self.retention is None else self.retention.to_dict(),
             "time_will_free": self.time_will_free,
+            "heal_at": self.heal_at,
             "checkpoints": [c.to_dict() for c in self.checkpoints],
             "checkpoints_removed": list(self.checkpoints_removed),
             "history_pruned": self.history_pruned,

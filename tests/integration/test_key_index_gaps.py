@@ -30,16 +30,39 @@ def live(tmp_path: Path):  # type: ignore[no-untyped-def]
     yield from live_writer(tmp_path, ONE)
 
 
-def without_key_index(uri: str, generation: int) -> str:
-    """Remove the listed generation's ``_pk_index/`` and age its flush past GC's heal delay."""
+def without_key_index(uri: str, generation: int, *, flushed_ago: float = 120) -> str:
+    """Remove the listed generation's ``_pk_index/`` and date its flush ``flushed_ago`` seconds back
+    (by default past GC's heal delay)."""
     (state,) = all_shard_manifests(open_table(uri).store).values()
     (path,) = [g.path for g in state.flushed if g.generation == generation]
     folder = Path(uri, "_mem_wal", state.shard_id, path)
-    shutil.rmtree(folder / "_pk_index")
-    old = time.time() - 120
+    shutil.rmtree(folder / "_pk_index", ignore_errors=True)  # a second call only dates it
+    old = time.time() - flushed_ago
     for f in folder.rglob("*"):
         os.utime(f, (old, old))
     return path
+
+
+def test_a_gap_younger_than_the_heal_delay_waits_and_says_when_it_goes(live: LiveWriter) -> None:
+    """A flush writes its key index milliseconds after the generation's manifest (lance#9035: or
+    never): GC leaves a gap flushed less than HEAL_AFTER ago and says when it may rewrite it (the
+    follower comes back then); at that age it is rewritten."""
+    from memwal.gc.generations import HEAL_AFTER
+
+    keys = Writes()
+    for _ in range(2):
+        live.generation(keys.keys(live))
+    broken = without_key_index(live.uri, 2, flushed_ago=0)
+    (state,) = all_shard_manifests(open_table(live.uri).store).values()
+    manifests = Path(live.uri, "_mem_wal", state.shard_id, broken, "_versions").glob("*.manifest")
+    flushed = min(f.stat().st_mtime for f in manifests)
+    gc = memwal.open(live.uri).gc(grace_seconds=0).to_dict()
+    assert not [r for r in gc["rolled_up"] if {"generation": 2, "path": broken} in r["replaces"]]
+    assert gc["heal_at"] == pytest.approx(flushed + HEAL_AFTER)
+    without_key_index(live.uri, 2, flushed_ago=HEAL_AFTER)
+    gc = memwal.open(live.uri).gc(grace_seconds=0).to_dict()
+    assert [r["heal"] for r in gc["rolled_up"] if {"generation": 2, "path": broken} in r["replaces"]] == [True]
+    assert gc["heal_at"] is None and client_view(live.uri) == live.model.sorted_rows()
 
 
 @pytest.mark.parametrize("merged", [False, True])

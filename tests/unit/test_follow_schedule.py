@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import lance
@@ -79,6 +80,22 @@ def test_a_waiting_gc_wakes_after_gc_retry_and_merges_wake_it_sooner():
     s.ended(CycleResult("t", (outcome("gc", JobStatus.WAITING),)), 60)
     s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=3),)), 61)
     assert "gc" in s.due(65)  # a merge that committed: GC has something new to roll up or drain
+
+
+def test_a_gc_that_left_a_young_key_index_gap_runs_again_when_it_may_rewrite_it():
+    """Every list reader fails while a generation without its key index is listed: GC rewrites
+    it once its flush is HEAL_AFTER old, and the follower comes back then (its cadence allowing),
+    not at the next flush or gc_retry."""
+    s = Schedule(JOBS, FollowOptions(gc_every=5, gc_retry=60))
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS if j != "gc")), 0)
+    gap = JobOutcome("t", "gc", JobStatus.WAITING, document={"heal_at": time.time() + 8})
+    s.ended(CycleResult("t", (gap,)), 0)
+    assert s.due(7) == [] and s.next_due(0) == pytest.approx(8, abs=1)  # before gc_retry's 60
+    assert s.due(9) == ["gc"]
+    s.ended(CycleResult("t", (JobOutcome("t", "gc", JobStatus.DONE, document={"heal_at": time.time() - 1}),)), 9)
+    assert s.due(10) == [] and s.due(14) == ["gc"]  # a gap due already: at the next run its cadence allows
+    s.ended(CycleResult("t", (JobOutcome("t", "gc", JobStatus.DONE, document={"heal_at": None}),)), 14)
+    assert s.next_due(15) is None  # none left: GC sleeps until something moves
 
 
 @pytest.mark.parametrize("status", [JobStatus.FAILED, JobStatus.HELD])
