@@ -26,9 +26,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from memwal.actions import ACTIONS
-from memwal.actions.options import DEFAULT_EXPIRE_VERSIONS_SECONDS, JobOptions, MergeOptions
+from memwal.actions.options import JobOptions, MergeOptions
 from memwal.actions.run import new_run_id
 from memwal.core import steps
+from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
 from memwal.cycle import JobOutcome, Notify, run_cycle
 from memwal.follow.options import FollowOptions
 from memwal.follow.result import CANCELLED, LEASE_LOST, FollowTally
