@@ -137,7 +137,6 @@ class MemWalFleetOperator(_FleetOperator):
         from memwal.airflow.fleet_work import work_of
         from memwal.airflow.hooks import MemWalHook
 
-        from memwal.core import clock as clocks
         from memwal.fleet.run import gc_waits
 
         config = load_fleet_config(self.config_path)
@@ -149,7 +148,7 @@ class MemWalFleetOperator(_FleetOperator):
         finally:
             self._hook = None
         ended = {r.table for r in results}
-        waits = gc_waits(results, work, clocks.current()())
+        waits = gc_waits(results)
         tables = []
         for r in results:
             merge = r.outcome("merge")

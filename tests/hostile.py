@@ -58,7 +58,9 @@ def plant_hostile_history(uri: str, canary: Canary, now: float) -> int:
         "figures": {"indexes": [{"index_name": p, "action": p, "recorded": False}]}})
     plant_record(uri, "gc", now - 400, {
         **base, "job": "gc", "started_at": now - 400, "finished_at": now - 399,
-        "figures": {"generations": 1, "wal_entries": 1, "objects": 2, "bytes": 10, "blocked_by_reason": {p: 2}}})
+        "figures": {"generations": 1, "wal_entries": 1, "objects": 2, "bytes": 10, "blocked_by_reason": {p: 2},
+                    "wait": {"gates": {p: 2}, "blocked": 2, "frees": p, "options": {"grace_seconds": p},
+                             "passes": [{"gates": p, "count": 2, "passes_at": 1e300, "frees": p}, p]}}})
     plant_record(uri, "snapshot", now - 300, {
         **base, "job": "snapshot", "started_at": now - 300, "finished_at": now - 299,
         "figures": {"committed": False, "reason": p}})

@@ -18,7 +18,12 @@ from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, Literal, Self, get_args
 
 from memwal.core import validate
-from memwal.core.defaults import DEFAULT_GRACE_SECONDS, DEFAULT_ORPHAN_AGE_SECONDS, DEFAULT_WRITER_IDLE_SECONDS
+from memwal.core.defaults import (
+    DEFAULT_EXPIRE_VERSIONS_SECONDS,
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_ORPHAN_AGE_SECONDS,
+    DEFAULT_WRITER_IDLE_SECONDS,
+)
 from memwal.errors import BadInputError
 
 DEFAULT_LEASE_TTL = 300.0
@@ -195,7 +200,6 @@ class SnapshotOptions(WaitingOptions):
 
 DEFAULT_HISTORY_RETENTION_SECONDS = 90 * 24 * 3600.0
 #: The one default retention of base-table versions, everywhere (CLI, API, DAGs).
-DEFAULT_EXPIRE_VERSIONS_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,3 +15,6 @@ DEFAULT_ORPHAN_AGE_SECONDS = 3600.0
 #: How long a shard's writer may be quiet and still be presumed live (a day): GC keeps what
 #: such a writer's view needs until then (memwal.table.writer).
 DEFAULT_WRITER_IDLE_SECONDS = 86400.0
+
+#: How long base-table versions are kept before GC's version expiry takes them (7 days, as Delta's VACUUM).
+DEFAULT_EXPIRE_VERSIONS_SECONDS = 7 * 24 * 3600.0

@@ -124,7 +124,7 @@ def summarize(job: str, doc: dict[str, Any]) -> str:
     if job == "snapshot":
         return f"v{doc['version']}" if doc.get("version") is not None else "unchanged"
     if job == "gc":
-        return f"{len(doc.get('deleted', []))} deleted, {len(doc.get('blocked', []))} blocked"
+        return f"{len(doc.get('deleted', []))} deleted, {len(doc.get('blocked', []))} blocked" + _kept(doc)
     return "done"
 
 
@@ -134,7 +134,8 @@ def _planned(job: str, doc: dict[str, Any]) -> str:
         gens = sum(len(s.get("generations", [])) for s in doc.get("shards", []))
         return f"would merge {gens} generations of {len(doc.get('shards', []))} shards" if gens else "nothing to merge"
     if job == "gc":
-        return f"would delete {len(doc.get('deleted', []))} generations, {len(doc.get('blocked', []))} blocked"
+        return f"would delete {len(doc.get('deleted', []))} generations, {len(doc.get('blocked', []))} blocked" \
+            + _kept(doc)
     if job == "catchup":
         work = [i for i in doc.get("indexes", []) if i.get("action") not in (None, "none")]
         return f"would catch up {len(work)} indexes" if work else "nothing to catch up"
@@ -144,6 +145,14 @@ def _planned(job: str, doc: dict[str, Any]) -> str:
     if job == "snapshot":
         return f"unchanged: {doc.get('reason')}" if doc.get("noop") else f"would publish {doc.get('num_shards')} shards"
     return "planned"
+
+
+def _kept(doc: Mapping[str, Any]) -> str:
+    """GC's own gates for what it kept, each with when it passes (its ``wait``), or nothing."""
+    from memwal.core.waits import brief
+
+    said = brief(doc.get("wait"))
+    return f": {said}" if said else ""
 
 
 def waits_for_time(job: str, doc: dict[str, Any]) -> bool:

@@ -137,9 +137,9 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
             backoff: Mapping[str, float] | None = None, last_gc: Mapping[str, Any] | None = None) -> Debt:
     """The table's debt (see the module docstring). ``backoff``: job -> the time before which
     it is not planned again (a GC that waits for time); ``last_gc``: what its last GC said kept
-    its merged generations (:mod:`memwal.fleet.gc_wait`): a waiting GC's reason names those
-    gates, as GC does, and when they free."""
-    from memwal.fleet.gc_wait import describe
+    its merged generations (GC's own ``wait``: :mod:`memwal.gc.wait`): a waiting GC's reason
+    names those gates, as GC does, and when each passes."""
+    from memwal.core.waits import describe
     th, w = policy.thresholds, policy.weights
     retention, grace, writer_idle = _gc_settings(policy)
     st = state_of(facts, now, writer_idle)
@@ -188,11 +188,15 @@ def debt_of(facts: TableFacts, policy: TablePolicy, now: float, *,
         if ripe_generations and now < retry:
             waiting["gc"] = (retry, f"gc: {pending} merged generations on storage; "
                                     f"{said or 'the last GC kept them'}; tried again {_fmt(retry)}")
-        else:
+        elif said:  # GC's own gates and their times, never the plan's estimate beside them (issue 64)
+            again = max(min((t for t in due.values() if t > now), default=now), retry)
+            waiting["gc"] = (again, f"gc: {pending} merged generations on storage; {said}; tried again {_fmt(again)}")
+        else:  # no GC has judged them yet: the plan's estimate, said as one
             waiting["gc"] = (min((t for t in due.values() if t > now), default=now),
-                             f"gc: {pending} merged generations wait for the reader grace period ({grace:.0f} s "
-                             f"after the merge) and version expiry ({retention:.0f} s after the flush)"
-                             + (f"; {said}" if said else ""))
+                             f"gc: {pending} merged generations; no GC has judged them yet: the plan expects the "
+                             f"reader grace period ({grace:.0f} s after the merge) and version expiry "
+                             f"({retention:.0f} s after the flush) to keep them (memwal gc --dry-run names every "
+                             "gate and when it passes)")
     # Merged generations still listed cost every reader a dataset each: GC rolls them up or
     # drains them at once, with no grace period to wait for (docs/decisions/0054-rollups.md).
     # So GC follows every merge, and a backlog of them (more than a rollup leaves) is GC's work

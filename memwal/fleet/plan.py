@@ -174,7 +174,7 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
     """Plan every discovered table (see the module docstring). ``backoff``: per table, job ->
     the time before which that job is not planned again; ``controls``: the pauses and quiet
     hours in force (default: the policy's); ``last_gc``: per table, what its last GC said kept
-    its merged generations (:mod:`memwal.fleet.gc_wait`)."""
+    its merged generations (GC's own ``wait``: :mod:`memwal.gc.wait`)."""
     from memwal.fleet.cache import ProbeCache
     from memwal.store import open_store
 

@@ -137,18 +137,24 @@ def point_of(report: Mapping[str, Any]) -> dict[str, Any]:
             "unmerged_generations": report["unmerged_generations"], "requests": report["requests"]}
 
 
-def save_report(state: FleetState, report: dict[str, Any]) -> dict[str, Any]:
-    """The report as the last plan's, its totals added to the history (compare-and-swap)."""
+def save_report(state: FleetState, report: dict[str, Any],
+                read: tuple[dict[str, Any], str | None] | None = None) -> dict[str, Any]:
+    """The report as the last plan's, its totals added to the history (compare-and-swap).
+    ``read``: ``plan.json`` as the plan read it (document, ETag), so that it is not read again."""
     def change(doc: dict[str, Any]) -> dict[str, Any]:
         history = [q for p in doc.get("history") or [] if (q := _stored_point(p)) is not None]
         return {"report": report, "history": [*history, point_of(report)][-MAX_HISTORY:]}
 
-    return state.update("plan.json", change)
+    return state.update("plan.json", change, read=read)
 
 
 def last_report(state: FleetState) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The last plan's report (None: no plan yet, or an unreadable one) and the history."""
-    doc, _ = state.read("plan.json")
+    return report_in(state.read("plan.json")[0])
+
+
+def report_in(doc: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The report and history of a ``plan.json`` document (see :func:`last_report`)."""
     report = doc.get("report")
     history = [q for p in doc.get("history") or [] if (q := _stored_point(p)) is not None]
     if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
@@ -156,5 +162,5 @@ def last_report(state: FleetState) -> tuple[dict[str, Any] | None, list[dict[str
     return report, history
 
 
-__all__ = ["MAX_HISTORY", "REPORT_FORMAT", "last_report", "patch_report", "point_of", "report_of", "save_report",
-           "with_totals"]
+__all__ = ["MAX_HISTORY", "REPORT_FORMAT", "last_report", "patch_report", "point_of", "report_in", "report_of",
+           "save_report", "with_totals"]

@@ -275,7 +275,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         progressed = _remember(results, plan, policy, backoff, quiet)
         if state is not None and not dry_run:
             now = clocks.current()()
-            unsaved.add(results, gc_waits(results, work, now), {p.table: p.source for p in plan.tables})
+            unsaved.add(results, gc_waits(results), {p.table: p.source for p in plan.tables})
             if save or between is None:
                 unsaved.record(state, policy, now)
         if not progressed or (deadline is not None and time.monotonic() >= deadline) \
@@ -327,17 +327,16 @@ class Unsaved:
         self.results, self.waits, self.sources = [], {}, {}
 
 
-def gc_waits(results: Sequence[CycleResult], work: Sequence[TableWork], now: float) -> dict[str, Any]:
-    """Per table whose GC ran, what kept its merged generations (:func:`memwal.fleet.gc_wait.gc_wait`,
-    with the options the fleet gave that GC)."""
-    from memwal.fleet.gc_wait import gc_wait
-
-    options = {w.table: w.options.get("gc") for w in work}
+def gc_waits(results: Sequence[CycleResult]) -> dict[str, Any]:
+    """Per table whose GC ran, what kept its merged generations: GC's own ``wait``
+    (:func:`memwal.gc.wait.gc_wait`, judged by GC with the options the fleet gave it, when it
+    ran; None: it kept none)."""
     out: dict[str, Any] = {}
     for r in results:
         gc = r.outcome("gc")
         if gc is not None and gc.document is not None and gc.status in (JobStatus.DONE, JobStatus.WAITING):
-            out[r.table] = gc_wait(gc.document, at=now, options=options.get(r.table))
+            wait = gc.document.get("wait")
+            out[r.table] = dict(wait) if isinstance(wait, Mapping) else None
     return out
 
 

@@ -10,7 +10,7 @@ that any machine's next plan and the page know:
 - ``waiting``: jobs that ran and said only time will free more (a GC in its grace period):
   not planned again before the policy's ``gc_retry_seconds`` (the plan's ``backoff``);
 - ``gc``: what kept its merged generations at its last GC, each gate as GC names it, and when
-  they free (:mod:`memwal.fleet.gc_wait`): the plan's reasons and the page say it.
+  they free (GC's own ``wait``: :mod:`memwal.gc.wait`): the plan's reasons and the page say it.
 
 Bounded: the :data:`MAX_TABLES` tables most recently run are kept. Storage is untrusted input:
 every entry is rebuilt from the fields it should have, of their types, each time the log is
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from memwal.core.json_doc import finite, list_of
-from memwal.fleet.gc_wait import MAX_GATES
+from memwal.core.waits import stored_wait
 
 if TYPE_CHECKING:
     from memwal.cycle import CycleResult
@@ -35,8 +35,6 @@ MAX_TABLES = 20_000
 MAX_TEXT = 500
 #: Waits kept per table (one a job: a stored entry with more is junk).
 MAX_WAITS = 16
-#: Longest text kept of what frees a GC's generations (several gates' sentences).
-MAX_FREES = 2000
 
 
 def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[str, Any]], *, now: float,
@@ -45,7 +43,7 @@ def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[st
     """Add the cycles' outcomes (results, or their ``to_dict()`` documents) to ``runs.json``
     (compare-and-swap); the new document. ``retry_after(table)``: seconds before a waiting GC
     of that table is planned again. ``gc_waits``: per table whose GC ran, what kept its merged
-    generations (:func:`memwal.fleet.gc_wait.gc_wait`; None: nothing), kept as its ``gc``."""
+    generations (GC's ``wait``: :func:`memwal.gc.wait.gc_wait`; None: nothing), kept as its ``gc``."""
     docs = [r if isinstance(r, Mapping) else r.to_dict() for r in results]
     if not docs:
         return state.read("runs.json")[0]
@@ -97,23 +95,9 @@ def _stored_job(j: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _stored_gc(value: Any) -> dict[str, Any] | None:
-    """What kept a table's merged generations at its last GC (:func:`memwal.fleet.gc_wait.gc_wait`)
-    rebuilt from its fields: the first ``MAX_GATES`` gate combinations (as many as it names) with their counts,
-    bounded times and counts, the text clipped (None: not a mapping)."""
-    if not isinstance(value, Mapping):
-        return None
-    gates = value.get("gates")
-    named = {str(g)[:MAX_TEXT]: int(n) for g, v in list(gates.items() if isinstance(gates, Mapping) else ())[:MAX_GATES]
-             if (n := finite(v)) is not None and n >= 0}
-    blocked = finite(value.get("blocked"))
-    options = value.get("options")
-    judged = {k: finite(options.get(k)) for k in ("grace_seconds", "expire_versions", "writer_idle_seconds")} \
-        if isinstance(options, Mapping) else None
-    will = value.get("time_will_free")
-    return {"at": finite(value.get("at")), "gates": named, "blocked": int(blocked) if blocked and blocked > 0 else 0,
-            "frees_at": finite(value.get("frees_at")), "frees": str(value.get("frees") or "")[:MAX_FREES],
-            "retry_at": finite(value.get("retry_at")), "options": judged,
-            "time_will_free": will if isinstance(will, bool) else None}
+    """What kept a table's merged generations at its last GC (GC's ``wait``:
+    :func:`memwal.gc.wait.gc_wait`) rebuilt from its fields (:func:`memwal.core.waits.stored_wait`)."""
+    return stored_wait(value)
 
 
 def _entry(value: Any) -> dict[str, Any]:

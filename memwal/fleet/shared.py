@@ -22,10 +22,10 @@ from memwal.fleet.control_log import stored_pauses
 from memwal.fleet.controls import MAX_GLOB_PAUSES, Controls, is_glob, matches
 from memwal.fleet.plan import FleetPlan, plan_fleet
 from memwal.fleet.policy import Policy
-from memwal.fleet.report import last_report, patch_report, report_of, save_report
+from memwal.fleet.report import patch_report, report_in, report_of, save_report
 from memwal.fleet.runs import backoff_of, last_gcs
 from memwal.fleet.sources import Discovery
-from memwal.fleet.state import CONTROLS, RUNS, FleetState
+from memwal.fleet.state import CONTROLS, PLAN, RUNS, FleetState
 
 #: ``discover(known, exclude)``: the fleet's tables (``known``: found by earlier plans;
 #: ``exclude``: folders to leave out, the state's own).
@@ -77,7 +77,10 @@ def plan_shared(discover: Discover, policy: Policy, *, state: FleetState | None 
         waits[table] = {**waits.get(table, {}), **jobs}
     plan = plan_fleet(found, policy, cache=cache, now=at, workers=workers, backoff=waits, controls=controls,
                       last_gc=last_gcs(runs))
-    last = last_report(state)[0] if state is not None and partial is not False else None
+    # plan.json is read once: for the last report a partial plan patches, and as the document
+    # the report is then saved over (its history kept), by compare-and-swap on this read's ETag
+    stored = state.read(PLAN) if state is not None and (save or partial is not False) else None
+    last = report_in(stored[0])[0] if stored is not None and partial is not False else None
     if partial is None:
         partial = last is not None and not covers(found, last)
     if not found.problems and not partial:
@@ -93,7 +96,7 @@ def plan_shared(discover: Discover, policy: Policy, *, state: FleetState | None 
         elif state is not None:
             written = cache.save_to_state(state)
         if state is not None:
-            save_report(state, report)
+            save_report(state, report, read=stored)
     return Planned(plan, report, runs, controls_doc, written, partial, unmatched)
 
 

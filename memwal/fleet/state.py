@@ -95,13 +95,17 @@ class FleetState:
         """Write a document whole (for objects with one writer at a time: the cache, the plan)."""
         return self.store.put(name, dump(doc))
 
-    def update(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    def update(self, name: str, change: Callable[[dict[str, Any]], dict[str, Any]], *,
+               read: tuple[dict[str, Any], str | None] | None = None) -> dict[str, Any]:
         """Read, change and write back an object by compare-and-swap, redone after a lost race
-        (the one retry primitive: :func:`memwal.core.retry.after_conflict`); the new document."""
+        (the one retry primitive: :func:`memwal.core.retry.after_conflict`); the new document.
+        ``read``: the document and ETag :meth:`read` gave the caller a moment ago, used by the
+        first attempt instead of a second GET (a plan reads ``plan.json`` once, issue 64); the
+        compare-and-swap makes a stale one a lost race, redone from a fresh read."""
         from memwal.core.retry import after_conflict
 
-        def attempt(_n: int) -> dict[str, Any]:
-            doc, etag = self.read(name)
+        def attempt(n: int) -> dict[str, Any]:
+            doc, etag = read if read is not None and n == 1 else self.read(name)
             new = change(dict(doc))
             new["format"] = FORMAT
             data = dump(new)

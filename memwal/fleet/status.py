@@ -181,8 +181,8 @@ def last_run(row: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def reasons_of(row: Mapping[str, Any]) -> list[str]:
     """A row's reasons as planned (its pause aside: said apart), and what kept its last GC's
-    generations when no reason says it already (:mod:`memwal.fleet.gc_wait`)."""
-    from memwal.fleet.gc_wait import describe
+    generations when no reason says it already (GC's own ``wait``: :mod:`memwal.core.waits`)."""
+    from memwal.core.waits import describe
 
     out = [str(x) for x in _list(row.get("reasons")) if not str(x).startswith("paused by ")]
     gc = describe(row.get("gc") if isinstance(row.get("gc"), Mapping) else None)

@@ -11,6 +11,10 @@ table costs its two listings (the probe cache: :mod:`memwal.fleet.probe`), which
 follower pays per table per poll. The jobs' cadences are the policy's (``thresholds``), as for
 every fleet run.
 
+Like a table follower, it warns once per table whose GC options (the fleet policy's, as its
+GC jobs get them) keep versions more than an hour (:func:`memwal.follow.table.warn_long_retention`),
+when the table is first planned: GC walks every generation those versions keep at each run.
+
 It stops as a table follower does (:mod:`memwal.follow.table`): SIGTERM or SIGINT, or
 ``--max-seconds`` (no table started after it), end the work running at its next safe point, and
 the process exits 0.
@@ -22,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memwal.cycle import CycleResult
+from memwal.cycle import CycleResult, parse_jobs
 from memwal.follow.options import FollowOptions
 from memwal.follow.result import FollowTally
 from memwal.follow.signals import StopSignals
@@ -39,8 +43,11 @@ def follow_fleet(sources: Sequence[str], follow: FollowOptions, *, stop: StopSig
     delay = [follow.poll_seconds]
     hear = notify or (lambda event, value: None)
 
+    warn = _retention_warner(fleet)
+
     def heard(event: str, value: Any) -> None:
         if event == "round":
+            warn(value)
             tally.looks += 1
             tally.requests += int(getattr(value, "requests", 0) or 0)
         if event == "table" and isinstance(value, CycleResult):
@@ -58,6 +65,33 @@ def follow_fleet(sources: Sequence[str], follow: FollowOptions, *, stop: StopSig
     tally.seconds = time.monotonic() - began
     tally.stopped = stop.reason or ("max-seconds" if max_seconds is not None else None)
     return tally
+
+
+def _retention_warner(fleet: dict[str, Any]) -> Callable[[Any], None]:
+    """``warn(plan)``: the long-retention warning, once per table of the fleet's plans, with the
+    GC options the fleet runs that table's GC with (none when the run leaves GC out)."""
+    from memwal.actions.options import GcOptions
+    from memwal.fleet.policy import Policy
+    from memwal.fleet.run import options_for
+    from memwal.follow.table import warn_long_retention
+
+    policy = fleet.get("policy") or Policy()
+    jobs = fleet.get("jobs")
+    runs_gc = "gc" in parse_jobs(list(jobs) if jobs else None)
+    seen: set[str] = set()
+
+    def warn(plan: Any) -> None:
+        if not runs_gc:
+            return
+        for t in plan.tables:
+            if t.table in seen:
+                continue
+            seen.add(t.table)
+            gc = options_for(policy.for_table(t.table, t.source), "gc", engine=fleet.get("engine", "local"),
+                             dry_run=False)
+            warn_long_retention(t.table, GcOptions.from_kwargs(**gc), "after every merge here")
+
+    return warn
 
 
 __all__ = ["follow_fleet"]

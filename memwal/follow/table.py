@@ -26,9 +26,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from memwal.actions import ACTIONS
-from memwal.actions.options import DEFAULT_EXPIRE_VERSIONS_SECONDS, JobOptions, MergeOptions
+from memwal.actions.options import JobOptions, MergeOptions
 from memwal.actions.run import new_run_id
 from memwal.core import steps
+from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
 from memwal.cycle import JobOutcome, Notify, run_cycle
 from memwal.follow.options import FollowOptions
 from memwal.follow.result import CANCELLED, LEASE_LOST, FollowTally
@@ -90,7 +91,7 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     next_report = began + REPORT_SECONDS
     with lease:
         if "gc" in jobs:
-            warn_long_retention(table, options.get("gc"), follow)
+            warn_long_retention(table.uri, options.get("gc"), f"every {follow.gc_every:g}s here")
         log.info("following %s (jobs %s; looking every %gs to %gs)", table.uri, ",".join(jobs), follow.poll_seconds,
                  follow.max_poll_seconds)
         while not stop.stopped:
@@ -132,19 +133,22 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     return tally
 
 
-def warn_long_retention(table: Table, gc: JobOptions | None, follow: FollowOptions) -> None:
+def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> bool:
     """Say once, at the start, when the version retention keeps more generation folders than a
     follower's GC can walk every few seconds (measured: its CPU a minute grew from 3 to 14 s over
-    30 minutes on the defaults, docs/benchmarks.md#keeping-up). A warning, not a refusal: the
-    retention is the owner's choice for time travel, and GC stays right either way."""
+    30 minutes on the defaults, docs/benchmarks.md#keeping-up); whether it did. A warning, not a
+    refusal: the retention is the owner's choice for time travel, and GC stays right either way.
+    ``gc``: the GC options the follower runs the table with; ``cadence``: how often its GC runs
+    there (a table follower's ``--gc-every``; a fleet follower's GC follows its merges). The
+    table follower says it for its table, the fleet follower for each table of the fleet."""
     keep = getattr(gc, "expire_versions", DEFAULT_EXPIRE_VERSIONS_SECONDS)
     if keep is not None and keep <= LONG_RETENTION_SECONDS:
-        return
+        return False
     kept = "forever (--expire-versions never)" if keep is None else f"{keep:g} s"
     log.warning("%s: versions are kept %s, and every generation merged meanwhile stays on storage: GC walks them "
-                "all at every run (every %gs here), so the follower's CPU grows with them; on a followed table "
-                "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", table.uri, kept,
-                follow.gc_every)
+                "all at every run (%s), so the follower's CPU grows with them; on a followed table "
+                "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", uri, kept, cadence)
+    return True
 
 
 def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:

@@ -194,7 +194,10 @@ class _Shard(ShardBase):
         for fg, key, verdict in candidates:
             self._drained(fg, key, verdict)
         for fg, why, verdict in stays:
-            self._block(fg.generation, why)
+            if fg.generation <= self.compacted and why[0] in (GRACE_PERIOD, WRITER_LIVE):
+                self._block(fg.generation, why, *self.then_gates(verdict))  # the wait past the listing too
+            else:
+                self._block(fg.generation, why)
             if fg.generation <= self.compacted:
                 self.kept_listed.append((RollupEntry(fg.generation, fg.path, self.listed.bytes_under(fg.path),
                                                      fg.in_memory_bytes),

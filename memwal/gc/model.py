@@ -55,6 +55,11 @@ class Blocked:
     reason: str
     reasons: tuple[str, ...] = ()
     wal_position: int | None = None
+    #: For a merged generation kept listed (the grace period, a live writer): the gates its folder
+    #: will still face once it leaves the listing (retained versions, checkpoints, an index), and
+    #: when the newest retained version holding it by age alone was committed (its expiry's start).
+    then: tuple[str, ...] = ()
+    then_versions_at: float | None = None
 
     def to_dict(self) -> Json:
         d: Json = {"shard_id": self.shard_id, "generation": self.generation, "reason": self.reason}
@@ -62,6 +67,9 @@ class Blocked:
             d["reasons"] = list(self.reasons)
         if self.wal_position is not None:
             d["wal_position"] = self.wal_position
+        if self.then:
+            d["then"] = list(self.then)
+            d["then_versions_at"] = self.then_versions_at
         return d
 
 

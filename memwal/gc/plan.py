@@ -47,6 +47,7 @@ from memwal.gc.orphans import hold_linked, plan_shard_orphans, plan_staging_orph
 from memwal.gc.proven import GcProof
 from memwal.gc.receipts import plan_receipt_pruning
 from memwal.gc.result import GcResult
+from memwal.gc.wait import gc_wait
 from memwal.gc.wal import plan_shard_wal
 from memwal.history.prune import HistoryPruning, plan_history_pruning
 from memwal.history.receipts import Receipt, list_receipts
@@ -101,6 +102,14 @@ class GcPlan(Document):
     receipts_pruning: tuple[str, ...] = ()
     #: Shard-manifest versions no reader can hold any more (memwal.gc.manifests).
     manifest_pruning: ManifestPruning = field(default_factory=ManifestPruning)
+    #: The version expiry and writer idle period the gates were judged with (the wait's times).
+    expire_versions: float | None = None
+    writer_idle_seconds: float = DEFAULT_WRITER_IDLE_SECONDS
+
+    def wait_of(self, result: GcResult, at: float) -> GcResult:
+        """``result`` with its ``wait``: what kept its generations, and when each combination of
+        gates passes, judged with this plan's options (:func:`memwal.gc.wait.gc_wait`)."""
+        return replace(result, wait=gc_wait(result.to_dict(), at=at, options=self))
 
     @property
     def generations(self) -> tuple[GenerationDeletion, ...]:
@@ -188,8 +197,9 @@ class GcPlan(Document):
                         checkpoints=self.checkpoints, writers=self.writers)
 
     def preview(self) -> GcResult:
-        """The result a run of this plan would give, with nothing deleted: the dry run's document."""
-        return replace(
+        """The result a run of this plan would give, with nothing deleted: the dry run's document,
+        its wait judged when the plan was made."""
+        return self.wait_of(replace(
             self.result(dry_run=True),
             deleted=tuple(DeletedGeneration(g.shard_id, g.generation, g.path, g.objects, g.bytes, g.gates)
                           for g in self.generations),
@@ -203,7 +213,7 @@ class GcPlan(Document):
             bytes_freed=sum(g.bytes for g in self.generations) + sum(w.size for w in self.wal_deletions),
             expired_versions=None if self.version_expiry is None else self.version_expiry.preview(),
             checkpoints_removed=self.checkpoint_sweep.expired_ids,
-            history_pruned=len(self.history.keys))
+            history_pruned=len(self.history.keys)), self.planned_at)
 
 
 def plan_gc(
@@ -284,7 +294,9 @@ def plan_gc(
     manifests = plan_manifest_pruning(histories, writers, now, grace)
     return GcPlan(table.uri, latest.version, now, grace, replace(generations, deletions=held.generations),
                   held.wal, tuple(kept), held.orphans, tuple(blocked) + held.blocked, expiry, sweep, history,
-                  tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning, manifests)
+                  tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning, manifests,
+                  expire_versions=None if expire_versions_seconds is None else seconds(expire_versions_seconds),
+                  writer_idle_seconds=seconds(writer_idle_seconds))
 
 
 def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memwal.core.sizes import human_bytes
+from memwal.core.waits import judged, passes_lines
 from memwal.gc.gates import WAL_GENERATION_UNKNOWN, WAL_NEEDED_FOR_REPLAY, WRITER_LIVE, is_gate, only_grace
 
 
@@ -33,20 +34,27 @@ def render_gc(doc: Mapping[str, Any]) -> str:
         if r.get("heal"):
             lines.append(f"  {roll} shard {r['shard_id']} generation {r['generation']} with its key index (every list "
                          "reader failed on it: lance#9035)")
-    gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if is_gate(r)) or b["reason"]
-                    for b in doc["blocked"])
-    for reasons, n in sorted(gates.items()):
-        lines.append(f"  blocked: {n} x {reasons}")
+    wait = doc.get("wait")
+    if wait:  # GC's own account: each combination of gates, when it passes or what frees it
+        lines += [f"  blocked: {line}" for line in passes_lines(wait)]
+    else:
+        gates = Counter(" + ".join(r for r in (b.get("reasons") or [b["reason"]]) if is_gate(r)) or b["reason"]
+                        for b in doc["blocked"])
+        for reasons, n in sorted(gates.items()):
+            lines.append(f"  blocked: {n} x {reasons}")
     for reason, n in sorted(Counter(k["reason"] for k in doc.get("kept_wal_entries", [])).items()):
         why = {WAL_NEEDED_FOR_REPLAY: "the writer replays it after a crash",
                WAL_GENERATION_UNKNOWN: "its header names no generation, and not all it may belong to go"}.get(
                    reason, "it fences out older writers")
         lines.append(f"  kept: {n} WAL entr{'y' if n == 1 else 'ies'} x {reason} ({why})")
+    if wait:
+        lines.append("  gates " + judged(wait).strip(" ()"))  # the options each time above depends on
     if doc.get("retention"):
         lines.append(f"  retained versions: {doc['retention']['hint']}")
     if doc.get("time_will_free"):
         waiting = sum(1 for b in doc["blocked"] if only_grace(b.get("reasons", [b["reason"]])))
-        lines.append(f"  {waiting} generation(s) wait only for the reader grace period: a later run frees them")
+        lines.append(f"  {waiting} generation(s) wait only for the reader grace period: a later run drains or frees "
+                     "them (a folder's own gates, named after 'then' above, still hold it)")
     live = sum(1 for b in doc["blocked"] if b["reason"] == WRITER_LIVE)
     if live:
         lines.append(f"  {live} merged generation(s) kept for live writers' views: drained once each writer "

@@ -58,6 +58,10 @@ class GcResult(Document):
         proofs_recorded: Read-back proofs recorded as receipts (no later run reads them again).
         receipts_pruned: Receipts no proof needs any more, deleted.
         manifest_versions_pruned: Old shard-manifest versions no reader can hold any more, deleted.
+        wait: What kept the blocked generations, per combination of gates (``grace-period then
+            retained-version:3``: what keeps one now, then what its folder faces once it leaves
+            the listing), and when each passes or what frees it; the options they were judged
+            with (None: nothing kept). What ``memwal gc``, the history, the cycle and the fleet show.
     """
 
     table: str
@@ -97,6 +101,9 @@ class GcResult(Document):
     receipts_pruned: int = 0
     #: Old shard-manifest versions deleted (memwal.gc.manifests).
     manifest_versions_pruned: int = 0
+    #: What kept the blocked generations, per combination of gates, and when each passes
+    #: (:func:`memwal.gc.wait.gc_wait`; None: nothing kept). What every view of it shows.
+    wait: Mapping[str, Any] | None = None
 
     def to_dict(self) -> Json:
         return {
@@ -126,6 +133,7 @@ class GcResult(Document):
             "proofs_recorded": self.proofs_recorded,
             "receipts_pruned": self.receipts_pruned,
             "manifest_versions_pruned": self.manifest_versions_pruned,
+            "wait": None if self.wait is None else dict(self.wait),
         }
 
     def problems(self) -> list[str]:

@@ -108,7 +108,7 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
                       compactions=plan.progress_digest.with_compactions(written))
     gone = {w.key for w in plan.wal_deletions}
     save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
-    result = replace(result, expired_versions=expired)
+    result = plan.wait_of(replace(result, expired_versions=expired), clocks.current()())
     steps.step("gc.after-delete")
     progress.phase("gc", "after-delete")
     if audit:

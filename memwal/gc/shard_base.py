@@ -14,6 +14,7 @@ from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED, Gates, Verdict
 from memwal.gc.model import Blocked, Deletable, GateEvidence, GenerationDeletion
 from memwal.gc.proven import Prover
 from memwal.gc.retention import HeldGeneration
+from memwal.gc.versions import Holders
 from memwal.merge.cover import Entry
 from memwal.rollup.plan import Entry as RollupEntry
 from memwal.table.drain import merged_through
@@ -48,8 +49,9 @@ class ShardBase:
         self.evidence: dict[int, int] = {}
         self._present: dict[int, str] | None = None
 
-    def _block(self, g: int, reasons: tuple[str, ...]) -> None:
-        self.blocked.append(Blocked(self.sid, g, reasons[0], reasons))
+    def _block(self, g: int, reasons: tuple[str, ...], then: tuple[str, ...] = (),
+               then_versions_at: float | None = None) -> None:
+        self.blocked.append(Blocked(self.sid, g, reasons[0], reasons, then=then, then_versions_at=then_versions_at))
 
     def deletable(self) -> Deletable:
         """The generations whose WAL entries may go: a WAL entry goes with its generation's
@@ -94,13 +96,31 @@ class ShardBase:
         versions, checkpoints). A retained version the expiry keeps only for a live writer does
         not count: the writer reads its base at that version, and of the generations only what
         it lists (:meth:`WriterView.may_list`), never a snapshot of that version."""
+        reasons, holders = self._folder_gates(verdict)
+        if holders:
+            self.held.append(HeldGeneration(self.sid, g, holders))
+        return reasons
+
+    def _folder_gates(self, verdict: Verdict) -> tuple[tuple[str, ...], Holders]:
+        """:meth:`_storage_gates` without recording the holders (what a listed generation's
+        folder will face once it leaves the listing: :meth:`then_gates`)."""
         reasons = [r for r in verdict.reasons if r not in (GRACE_PERIOD, NOT_MERGED)
                    and not r.startswith("retained-version:")]
         holders = verdict.holders.without(self._for_writer(verdict.holders.versions))
         if holders:
             reasons.append(f"retained-version:{holders.first.describe()}")
-            self.held.append(HeldGeneration(self.sid, g, holders))
-        return tuple(reasons)
+        return tuple(reasons), holders
+
+    def then_gates(self, verdict: Verdict) -> tuple[tuple[str, ...], float | None]:
+        """The storage gates a merged generation kept listed will still face once it leaves the
+        listing (retained versions hold folders, not the listing: they are not its blockers now,
+        but its wait is not over before they pass), and when the newest retained version that
+        holds it was committed, when only their age keeps them all (None: a tag, a branch or a
+        checkpoint keeps one, or none holds it): version expiry frees it that long after."""
+        reasons, holders = self._folder_gates(verdict)
+        aged = [v for v in holders if not v.tags and not v.child_branches and v.branch is None]
+        since = max((v.timestamp for v in aged), default=None) if len(aged) == len(holders) else None
+        return reasons, since
 
     def _for_writer(self, versions: list[RetainedVersion]) -> np.ndarray:
         """Which of ``versions`` are kept only for a live writer's view (not by age or a tag), one

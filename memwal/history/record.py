@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, NotRequired, TypedDict
 
 from memwal.core.document import Document
+from memwal.core.waits import stored_wait
 from memwal.history.schema import LagTotal, checked, checked_detail
 
 #: Outcomes of a run. ``running`` is what a record says until its run ends (a run whose
@@ -170,5 +171,7 @@ def figures(job: str, doc: Mapping[str, Any]) -> dict[str, Any]:
                 "objects": doc.get("objects_deleted", 0), "bytes": doc.get("bytes_freed", 0),
                 "blocked_by_reason": dict(sorted(reasons.items())),
                 "checkpoints_removed": len(doc.get("checkpoints_removed", [])),
-                "expired_versions": (doc.get("expired_versions") or {}).get("old_versions")}
+                "expired_versions": (doc.get("expired_versions") or {}).get("old_versions"),
+                # what kept the rest and when each gate passes: GC's own account (memwal.gc.wait)
+                "wait": stored_wait(doc.get("wait"))}
     return {}

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable
 from typing import Any, TypedDict
 
+from memwal.core.waits import stored_wait
+
 #: Latest start time a record can state (the history key's limit, the year 5138).
 MAX_TIMESTAMP = (10**14 - 1) / 1000
 JOB_RE = re.compile(r"^[a-z][a-z_.-]{0,31}$")
@@ -131,6 +133,7 @@ _FIGURES: dict[str, Callable[[str, object], object]] = {
     "operations": lambda n, v: None if v is None else _counts(n, v),
     "shards": lambda n, v: [_shard_figure(f"{n}[{i}]", s) for i, s in enumerate(_list(n, v))],
     "indexes": lambda n, v: [_index_figure(f"{n}[{i}]", s) for i, s in enumerate(_list(n, v))],
+    "wait": lambda n, v: stored_wait(_dict(n, v)) if v is not None else None,  # GC's own, fields rebuilt
 }
 
 

@@ -20,6 +20,7 @@ from memwal.core import clock as clocks
 from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
 from memwal.core.text import clip, one_line, span
+from memwal.core.waits import brief
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
 from memwal.history.record import ABANDONED, RUNNING, RunEntry, RunRecord
@@ -193,17 +194,19 @@ def _summary(r: RunEntry) -> str:
 
 def gc_summary(f: Mapping[str, Any]) -> str:
     """A GC run's line: what it deleted and freed, what it drained and rolled up, and what it
-    kept and why (a run that deleted nothing but kept 5 says so, not "0 generations, 0B freed")."""
+    kept and why (a run that deleted nothing but kept 5 says so, not "0 generations, 0B freed"):
+    GC's own gates with when each passes (its ``wait``), for records that hold one."""
     done = [f"{f.get('generations', 0)} generations deleted, {human_bytes(f.get('bytes', 0))} freed"]
     done += [f"{f[k]} {what}" for k, what in (("wal_entries", "WAL entries deleted"), ("drained", "drained"),
                                                ("rolled_up", "rolled up"), ("expired_versions", "versions expired"),
                                                ("history_pruned", "records pruned")) if f.get(k)]
     reasons = f.get("blocked_by_reason") or {}
     kept = f.get("blocked", sum(reasons.values()))
+    wait = brief(f.get("wait"))  # GC's own gates, each with when it passes
     if kept:
-        why = ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])[:4])
+        why = wait or ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])[:4])
         done.append(f"{kept} kept" + (f" ({why})" if why else "")
-                    + ("; waiting: time frees more" if f.get("time_will_free") else ""))
+                    + ("; waiting: time frees more" if f.get("time_will_free") and not wait else ""))
     return "  " + "; ".join(done)
 
 

@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from memwal.core import clock as clocks
 from memwal.core.files import write_chunks
+from memwal.core.sizes import human_duration as fmt_age
 from memwal.core.text import clip, page_value
 from memwal.core.text import span as text_span
+from memwal.core.waits import brief
 from memwal.history.record import RunEntry, lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
 from memwal.inspect.policy import meta_policy
@@ -116,19 +118,6 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n} B"
 
 
-def fmt_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0, int(seconds))
-    if s < 90:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
-
-
 def fmt_time(at: float | None) -> str:
     return "-" if at is None else datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -170,7 +159,7 @@ def run_summary(r: RunEntry) -> str:
     if job == "snapshot" and f:
         return "snapshot published" if f.get("committed") else f"idle: {f.get('reason') or 'nothing new'}"
     if job == "gc" and f:
-        blocked = ", ".join(f"{k} {v}" for k, v in (f.get("blocked_by_reason") or {}).items())
+        blocked = brief(f.get("wait")) or ", ".join(f"{k} {v}" for k, v in (f.get("blocked_by_reason") or {}).items())
         return (f"{fmt_int(f.get('generations', 0))} generations, {fmt_int(f.get('wal_entries', 0))} WAL entries, "
                 f"{fmt_bytes(f.get('bytes', 0))} freed" + (f"; kept: {blocked}" if blocked else ""))
     if job == "external":

@@ -21,6 +21,7 @@ from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
 from memwal.core.text import span
+from memwal.core.waits import writer_live_frees
 from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.drain import merged_through
@@ -413,14 +414,15 @@ def render_status(st: TableStatus) -> str:
                 f"({len(s.merged_listed)} merged, {len(s.rollups)} of them rollups)")
         if s.writer_live:
             since = "" if s.writer_claimed_at is None else f", opened {_ago(s.writer_claimed_at)}"
+            frees = writer_live_frees(s.writer_last_activity, DEFAULT_WRITER_IDLE_SECONDS, clocks.current()())
             lines.append(f"{what}: kept listed for its live writer (epoch {s.writer_epoch}{since}, last write "
                          f"{_ago(s.writer_last_activity)}), whose view of the base is older than their merge; gc "
-                         "rolls them up and drains them once the writer reopens or is quiet for the writer idle "
-                         "period (a closed writer leaves no trace a quiet one does not: it waits that period too; "
-                         "gc --dry-run names every gate and when it frees)")
+                         f"rolls them up and drains them {frees.removeprefix('writer-live: ')} with GC's default "
+                         "writer idle period (a closed writer leaves no trace a quiet one does not: it waits that "
+                         "period too; gc --dry-run names every gate and when it passes, with its options)")
         else:
-            lines.append(f"{what}: gc drains them once their merge is older than the grace period "
-                         "(gc --dry-run names every gate)")
+            lines.append(f"{what}: gc drains them once its gates pass: the reader grace period after their merge, "
+                         "and any other gate (gc --dry-run names every gate and when it passes)")
     for s in st.shards:
         if s.unindexed:
             lines.append(f"shard {s.shard_id[:8]}: generation(s) {', '.join(map(str, s.unindexed))} listed with no "

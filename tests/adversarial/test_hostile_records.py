@@ -89,6 +89,7 @@ WRONG_TYPES = {
     "lag row of text": {"lag": {"s": ["a", "b", "c"]}},
     "figures of text": {"figures": {"generations": "many"}},
     "figures a list": {"figures": [1, 2]},
+    "GC's wait a list": {"figures": {"wait": [1, 2]}},
     "finished before started": {"finished_at": 1.0},
     "not an object": None,
 }

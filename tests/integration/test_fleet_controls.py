@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import memwal
+from memwal.core.waits import when
 from memwal.demo import Workload, create_base_table, shard_ids_for, write_generations
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
@@ -59,7 +60,8 @@ def test_pauses_quiet_hours_waits_and_breaches_say_why_and_withhold_the_work(tmp
     assert [b["slo"] for b in t["breaches"]] == ["generations_per_shard"]  # 3 unmerged in a shard, target 2
     m = tables[merged]
     assert m["status"] == "waiting" and m["jobs"] == [] and "gc" in m["waiting"]  # GC: grace and version expiry
-    assert any("wait for the reader grace period" in r for r in m["reasons"])
+    # no GC has judged them (a plan with no state: no run log): the plan's estimate, said as one
+    assert any("no GC has judged them yet: the plan expects the reader grace period" in r for r in m["reasons"])
     assert m["state"]["max_shard_listed"] == 1 and not m["breaches"]  # what GC's rollup left listed
     # nothing unmerged, yet every reader opens its 3 merged generations a shard: past the target,
     # and GC's work at once (it rolls them up), though no folder can go before the grace period
@@ -308,7 +310,8 @@ def test_a_waiting_gc_names_the_gate_gc_named_and_when_it_frees(tmp_path):
     # rollups too (more of them), for the same gate
     dry = run_cli("gc", t1, "--dry-run", "--grace-seconds", "0", "--expire-versions", "0")
     (blocked,) = [x.strip() for x in dry.stdout.splitlines() if x.strip().startswith("blocked:")]
-    assert blocked.endswith(" x writer-live"), dry.stdout
+    assert blocked.split(" x ", 1)[1].startswith("writer-live: no time passes it alone; writer-live: when the writer "
+                                                 "reopens or is quiet for 1d 0h (not before "), dry.stdout
     kept = f"{n} x writer-live"
 
     rc, doc, _ = status(state)
@@ -324,3 +327,11 @@ def test_a_waiting_gc_names_the_gate_gc_named_and_when_it_frees(tmp_path):
     html = tmp_path / "fleet.html"
     assert run_cli("fleet", "status", "--state", state, "--html", str(html)).rc == 0
     assert "when the writer reopens or is quiet for 1d 0h" in html.read_text()
+    # memwal status says the same gate, with the time it passes under GC's default idle period
+    shards = json.loads(run_cli("status", t1, "--json").stdout)["shards"]
+    live = [s for s in shards if s["writer_live"] and s["merged_listed"]]
+    text = run_cli("status", t1).stdout
+    assert live, shards
+    for s in live:
+        assert f"drains them when the writer reopens or is quiet for 1d 0h (not before " \
+               f"{when(s['writer_last_activity'] + 86400)}" in text, text

@@ -179,9 +179,11 @@ def test_follower_flags_need_follow_and_a_follower_has_no_dry_run(tmp_path):
 def test_a_fleet_follower_merges_every_table_honours_a_pause_and_stops_on_sigterm(tmp_path, follower):
     root, state = tmp_path / "lake", str(tmp_path / "state")
     a, b = Writer(str(root / "a.lance")), Writer(str(root / "b.lance"))
+    policy = tmp_path / "policy.json"  # b's versions kept ten minutes; a's on GC's defaults (7 days)
+    policy.write_text(json.dumps({"tables": {b.uri: {"options": {"gc": {"expire_versions": 600}}}}}))
     p = subprocess.Popen([memwal_program(), "fleet", "run", str(root), "--state", state, "--follow", "--json",
-                          "--poll-seconds", "0.2", "--max-poll-seconds", "1"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                          "--policy", str(policy), "--poll-seconds", "0.2", "--max-poll-seconds", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     follower.append(p)
     for w in (a, b):
         w.generation(1)
@@ -193,8 +195,14 @@ def test_a_fleet_follower_merges_every_table_honours_a_pause_and_stops_on_sigter
     assert merged(b.uri) == 1  # planned after the pause (a's second generation was flushed after it): left alone
     assert run_cli("fleet", "resume", b.uri, "--state", state, "--by", "test", "--reason", "test").rc == 0
     wait_for("merge the resumed table", lambda: merged(b.uri) >= 2)
-    doc, _ = stop(p)
+    doc, err = stop(p)
     assert doc["stopped"] == "SIGTERM" and doc["generations_merged"] >= 4
+    # as the table follower does, once per table whose GC (the policy's options) keeps versions past an hour,
+    # though the follower planned the fleet many times
+    assert err.count(f"{a.uri}: versions are kept 604800 s") == 1, err
+    assert "--expire-versions 600" in err
+    assert f"{b.uri}: versions are kept" not in err  # ten minutes: nothing to say
+    assert err.count("versions are kept") == 1
     for w in (a, b):
         assert all(i.state == RELEASED for i in list_leases(open_table(w.uri).store))
         w.writer.close()

@@ -1,0 +1,97 @@
+"""GC's gates and when each passes, the same everywhere they are shown (issue 64).
+
+The fleet once said ``3 x grace-period; frees by 13:23`` while, a minute after, ``memwal gc
+--dry-run`` named ``retained-version`` (7 days): the grace period kept the generations listed,
+and once drained, their folders waited for the versions from before the merge to expire. Here a
+table written by pylance's ShardWriter is merged and collected by the fleet on GC's defaults
+(grace period 10 minutes, versions kept 7 days), the clock held at one reading: GC names both
+gates (``grace-period then retained-version:<v>``) and the time they pass, the version's expiry;
+``memwal gc --dry-run``, ``memwal history``, the cycle's summary, ``memwal fleet status`` (text
+and JSON), ``memwal fleet plan``, the fleet page and the status page all show that time, the one
+GC computed, and none shows the grace period's end as when the generations go.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import lance
+
+from memwal.core import clock as clocks
+from memwal.core.waits import when
+from tests.helpers import run_cli
+from tests.integration.test_fleet_controls import WL, make
+from tests.interleave import ScriptedClock
+
+DAY = 86400.0
+EXPIRE = 7 * DAY  # GC's default version retention
+
+
+def test_every_view_shows_the_gates_gc_named_and_the_time_gc_computed(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    t1 = make(lake / "t1")
+    before_merge = lance.dataset(t1).versions()[0]["version"]  # GC names the first version that had merged nothing
+    state = str(tmp_path / "state")
+    now = time.time()
+    with clocks.use(ScriptedClock(lambda: now)):
+        run = run_cli("fleet", "run", str(lake), "--state", state, "--json")
+        assert run.rc == 0, run.stderr
+        gcs = [j for r in json.loads(run.stdout)["runs"] for j in r["jobs"] if j["job"] == "gc"]
+        assert [j["status"] for j in gcs] == ["waiting"], gcs
+
+        # GC's own account, as its run history keeps it: both gates, and when the later one passes
+        history = json.loads(run_cli("history", t1, "--job", "gc", "--json").stdout)["runs"]
+        wait = history[0]["figures"]["wait"]
+        kept = WL.shards * WL.generations
+        combo = f"grace-period then retained-version:{before_merge}"
+        assert wait["gates"] == {combo: kept}, wait
+        (passes,) = wait["passes"]
+        at = passes["passes_at"]
+        assert passes["gates"] == combo and passes["count"] == kept and wait["frees_at"] == at
+        # the version's expiry (it was committed about now: Lance stamps commits by the wall clock), not the
+        # grace period's end
+        assert abs(at - (now + EXPIRE)) < 3600
+        assert wait["options"] == {"grace_seconds": 600.0, "expire_versions": EXPIRE, "writer_idle_seconds": DAY}
+        shown = when(at)
+        grace_end = when(now + 600)
+        assert f"passes by {grace_end}" in passes["frees"] and f"by {shown}" in passes["frees"]
+
+        # the cycle's summary and the history's line
+        assert f"{kept} blocked: {kept} x {combo} until {shown}" in gcs[0]["summary"]
+        line = run_cli("history", t1, "--job", "gc").stdout
+        assert f"{kept} kept ({kept} x {combo} until {shown})" in line, line
+
+        # memwal gc --dry-run, a moment later: the grace period drained them from the listing in
+        # the run, so their folders now name the version itself; the time is the same
+        dry = run_cli("gc", t1, "--dry-run", "--json")
+        assert dry.rc == 0, dry.stderr
+        again = json.loads(dry.stdout)["wait"]
+        assert f"retained-version:{before_merge}" in again["gates"]
+        # (the same instant: GC reports a blocking version's age to a tenth of a second)
+        assert all(abs(p["passes_at"] - at) < 1 for p in again["passes"]), again["passes"]
+        text = run_cli("gc", t1, "--dry-run").stdout
+        again_at = when(again["passes"][0]["passes_at"])
+        assert f"blocked: {kept} x retained-version:{before_merge}: passes at {again_at};" in text, text
+
+        # the fleet: its status (JSON and text), its plan's reasons, its page
+        rc_doc = run_cli("fleet", "status", "--state", state, "--json")
+        assert rc_doc.rc == 0, rc_doc.stderr
+        row = {t["table"]: t for t in json.loads(rc_doc.stdout)["tables"]}[t1]
+        assert row["gc"]["gates"] == {combo: kept} and row["gc"]["frees_at"] == at
+        assert [(p["gates"], p["count"], p["passes_at"]) for p in row["gc"]["passes"]] == [(combo, kept, at)]
+        said = " ".join(row["reasons"])
+        assert f"kept {kept}: {kept} x {combo}" in said and f"by {shown}" in said, said
+        planned = run_cli("fleet", "plan", str(lake), "--state", state, "--json")
+        assert planned.rc == 0, planned.stderr
+        reasons = " ".join({t["table"]: t for t in json.loads(planned.stdout)["tables"]}[t1]["reasons"])
+        assert f"by {shown}" in reasons and "the plan expects" not in reasons, reasons  # GC's, not an estimate
+        page = tmp_path / "fleet.html"
+        assert run_cli("fleet", "status", "--state", state, "--html", str(page)).rc == 0
+        assert f"by {shown}" in page.read_text()
+
+        # the table's status page: its runs
+        status_page = tmp_path / "status.html"
+        assert run_cli("status", t1, "--html", str(status_page)).rc == 0
+        assert f"{kept} x {combo} until {shown}" in status_page.read_text()
