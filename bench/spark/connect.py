@@ -58,7 +58,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness.processes import ROOT  # the repository (git archive of a baseline, the arms' cwd)
+
 ARMS = ("local", "classic", "connect")
 REPEATS = 3
 #: Seconds between whole-process runs, not timed: a finished run's JVM takes a moment to exit.
