@@ -90,3 +90,54 @@ def test_a_dag_file_parse_loads_no_engine(name):
     report = _probe(DAG_PROBE, str(ROOT / "dags" / name), json.dumps(HEAVY_FOR_A_DAG), env=DAG_CONFIGS[name])
     assert report["dags"], report
     assert report["loaded"] == [], report
+
+
+#: Reads a one-shard table written by pylance's ShardWriter (merged once, one generation unmerged)
+#: through memwal's reader, and reports the modules the read loaded.
+READ_PROBE = """
+import json, sys
+import memwal
+before = set(sys.modules)
+rows = memwal.open(sys.argv[1]).scan().num_rows
+print(json.dumps({"rows": rows, "loaded": sorted(set(sys.modules) - before)}), file=sys.stderr)
+"""
+
+
+def test_a_read_loads_no_sql_parser_and_no_job_it_does_not_run(tmp_path) -> None:
+    """A new process's first read paid 170 ms for sqlglot (only a filter needs it) and some 40 ms for
+    the merge's and the snapshot refresh's execution, which a read never runs."""
+    import uuid
+
+    import lance
+    import pyarrow as pa
+
+    from tests.helpers import run_cli
+
+    pk = {"lance-schema:unenforced-primary-key": "true"}
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=pk), pa.field("v", pa.int64())])
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.Table.from_pylist([{"id": 0, "v": 0}], schema=schema), uri).initialize_mem_wal(
+        unsharded=True)
+    for v in (1, 2):  # each writer's close flushes a generation
+        with lance.dataset(uri).mem_wal_writer(str(uuid.UUID(int=1)), durable_write=False) as w:
+            w.put(pa.Table.from_pylist([{"id": v, "v": v}], schema=schema))
+        if v == 1:
+            assert run_cli("merge", uri).rc == 0
+    report = _probe(READ_PROBE, uri)
+    loaded = set(report["loaded"])  # type: ignore[arg-type]
+    assert report["rows"] == 3
+    assert "sqlglot" not in loaded
+    assert not loaded & {"memwal.merge.execute", "memwal.snapshot.execute", "memwal.snapshot.guard"}
+    assert "memwal.read.scan" in loaded  # the probe did read through memwal's reader
+
+
+@pytest.mark.parametrize("package", ["memwal.merge", "memwal.snapshot"])
+def test_a_lazy_package_serves_every_name_it_exports(package: str) -> None:
+    import importlib
+
+    module = importlib.import_module(package)
+    assert set(module.__all__) == set(module._WHERE)
+    for name in module.__all__:
+        assert getattr(module, name) is getattr(importlib.import_module(module._WHERE[name]), name)
+    with pytest.raises(AttributeError):
+        module.no_such_name  # noqa: B018
