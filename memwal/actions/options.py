@@ -199,7 +199,6 @@ class SnapshotOptions(WaitingOptions):
 
 
 DEFAULT_HISTORY_RETENTION_SECONDS = 90 * 24 * 3600.0
-#: The one default retention of base-table versions, everywhere (CLI, API, DAGs).
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -92,4 +92,9 @@ def list_of(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-__all__ = ["MAX_INT", "JsonDocError", "finite", "list_of", "load_json", "mapping_of", "value_count"]
+def mappings_of(value: Any) -> list[Mapping[str, Any]]:
+    """The mappings of the list a document holds there (anything else in it, or no list: left out)."""
+    return [v for v in list_of(value) if isinstance(v, Mapping)]
+
+
+__all__ = ["MAX_INT", "JsonDocError", "finite", "list_of", "load_json", "mapping_of", "mappings_of", "value_count"]

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from memwal.core.json_doc import finite, mapping_of
+from memwal.core.json_doc import finite, mapping_of, mappings_of
 from memwal.core.sizes import human_duration
 
 #: Most gate combinations a wait names (the most frequent first).
@@ -65,7 +65,7 @@ def passes_lines(wait: Mapping[str, Any] | None) -> list[str]:
     if not isinstance(wait, Mapping):
         return []
     out = []
-    for p in list_of_mappings(wait.get("passes")):
+    for p in mappings_of(wait.get("passes")):
         t = finite(p.get("passes_at"))
         head = f"passes at {when(t)}" if t is not None else "no time passes it alone"
         out.append(f"{int(finite(p.get('count')) or 0)} x {str(p.get('gates'))[:240]}: {head}; "
@@ -79,7 +79,7 @@ def brief(wait: Mapping[str, Any] | None) -> str:
     if not isinstance(wait, Mapping):
         return ""
     out = []
-    for p in list_of_mappings(wait.get("passes"))[:3]:
+    for p in mappings_of(wait.get("passes"))[:3]:
         t = finite(p.get("passes_at"))
         until = f"until {when(t)}" if t is not None else "(no time alone)"
         out.append(f"{int(finite(p.get('count')) or 0)} x {str(p.get('gates'))[:120]} {until}")
@@ -100,10 +100,6 @@ def judged(wait: Mapping[str, Any]) -> str:
     return f" (judged with {' '.join(flags)}: memwal gc TABLE --dry-run {' '.join(flags)} shows the same gates)"
 
 
-def list_of_mappings(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
 def stored_wait(value: Any) -> dict[str, Any] | None:
     """A wait rebuilt from its fields (None: not a mapping): the first :data:`MAX_GATES` gate
     combinations with their counts and times, bounded times and counts, the texts clipped."""
@@ -115,7 +111,7 @@ def stored_wait(value: Any) -> dict[str, Any] | None:
     passes = [{"gates": str(p.get("gates") or "")[:MAX_GATE_TEXT],
                "count": int(c) if (c := finite(p.get("count"))) is not None and c >= 0 else 0,
                "passes_at": finite(p.get("passes_at")), "frees": str(p.get("frees") or "")[:MAX_FREES]}
-              for p in list_of_mappings(value.get("passes"))[:MAX_GATES]]
+              for p in mappings_of(value.get("passes"))[:MAX_GATES]]
     blocked = finite(value.get("blocked"))
     options = value.get("options")
     judged_with = {k: finite(options.get(k)) for k in ("grace_seconds", "expire_versions", "writer_idle_seconds")} \

@@ -67,7 +67,7 @@ def record_results(state: FleetState, results: Iterable[CycleResult | Mapping[st
             table = str(r["table"])
             if table in waits:
                 wait = waits[table]
-                entry["gc"] = None if wait is None else _stored_gc({**wait, "retry_at": waiting.get("gc")})
+                entry["gc"] = None if wait is None else stored_wait({**wait, "retry_at": waiting.get("gc")})
             tables[table] = entry  # last: the most recently run at the end
         return {**doc, "tables": dict(list(tables.items())[-MAX_TABLES:])}
 
@@ -94,15 +94,10 @@ def _stored_job(j: Mapping[str, Any]) -> dict[str, Any]:
             "exit_code": code if isinstance(code, int) and not isinstance(code, bool) and 0 <= code < 256 else None}
 
 
-def _stored_gc(value: Any) -> dict[str, Any] | None:
-    """What kept a table's merged generations at its last GC (GC's ``wait``:
-    :func:`memwal.gc.wait.gc_wait`) rebuilt from its fields (:func:`memwal.core.waits.stored_wait`)."""
-    return stored_wait(value)
-
 
 def _entry(value: Any) -> dict[str, Any]:
     """A table's entry rebuilt from what a stored one holds of use: the jobs' outcomes that are
-    mappings, the waits that are bounded times, its last GC's wait (:func:`_stored_gc`)."""
+    mappings, the waits that are bounded times, its last GC's wait (:func:`memwal.core.waits.stored_wait`)."""
     entry = value if isinstance(value, Mapping) else {}
     jobs = {key: [_stored_job(j) for j in list_of(entry.get(key)) if isinstance(j, Mapping)]
             for key in ("last", "failures")}
@@ -110,7 +105,7 @@ def _entry(value: Any) -> dict[str, Any]:
     due = {str(k)[:MAX_TEXT]: t for k, v in list(waiting.items() if isinstance(waiting, Mapping) else ())[:MAX_WAITS]
            if (t := finite(v)) is not None}
     return {"at": finite(entry.get("at")), "last": jobs["last"][-MAX_FAILURES:],
-            "failures": jobs["failures"][-MAX_FAILURES:], "waiting": due, "gc": _stored_gc(entry.get("gc"))}
+            "failures": jobs["failures"][-MAX_FAILURES:], "waiting": due, "gc": stored_wait(entry.get("gc"))}
 
 
 def backoff_of(doc: Mapping[str, Any], now: float) -> dict[str, dict[str, float]]:
@@ -127,10 +122,10 @@ def backoff_of(doc: Mapping[str, Any], now: float) -> dict[str, dict[str, float]
 
 def last_gcs(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """Per table, what kept its merged generations at its last GC (see :func:`record_results`),
-    rebuilt from its fields (:func:`_stored_gc`)."""
+    rebuilt from its fields (:func:`memwal.core.waits.stored_wait`)."""
     out: dict[str, Mapping[str, Any]] = {}
     for table, entry in _tables(doc).items():
-        gc = _stored_gc(entry.get("gc")) if isinstance(entry, Mapping) else None
+        gc = stored_wait(entry.get("gc")) if isinstance(entry, Mapping) else None
         if gc is not None:
             out[str(table)] = gc
     return out

@@ -133,22 +133,21 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     return tally
 
 
-def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> bool:
+def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
     """Say once, at the start, when the version retention keeps more generation folders than a
     follower's GC can walk every few seconds (measured: its CPU a minute grew from 3 to 14 s over
-    30 minutes on the defaults, docs/benchmarks.md#keeping-up); whether it did. A warning, not a
+    30 minutes on the defaults, docs/benchmarks.md#keeping-up). A warning, not a
     refusal: the retention is the owner's choice for time travel, and GC stays right either way.
     ``gc``: the GC options the follower runs the table with; ``cadence``: how often its GC runs
     there (a table follower's ``--gc-every``; a fleet follower's GC follows its merges). The
     table follower says it for its table, the fleet follower for each table of the fleet."""
     keep = getattr(gc, "expire_versions", DEFAULT_EXPIRE_VERSIONS_SECONDS)
     if keep is not None and keep <= LONG_RETENTION_SECONDS:
-        return False
+        return
     kept = "forever (--expire-versions never)" if keep is None else f"{keep:g} s"
     log.warning("%s: versions are kept %s, and every generation merged meanwhile stays on storage: GC walks them "
                 "all at every run (%s), so the follower's CPU grows with them; on a followed table "
                 "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", uri, kept, cadence)
-    return True
 
 
 def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:

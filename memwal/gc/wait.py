@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from memwal.core.json_doc import finite, mapping_of
+from memwal.core.json_doc import finite, mapping_of, mappings_of
 from memwal.core.sizes import human_duration
 from memwal.core.waits import MAX_GATES, when, writer_live_frees
 from memwal.gc.gates import DRAIN_GRACE, GRACE_PERIOD, NOT_MERGED, WRITER_LIVE, is_gate
@@ -58,7 +58,7 @@ def gc_wait(doc: Mapping[str, Any], *, at: float, options: GcTimes) -> dict[str,
     every generation it keeps (None: no time alone does) and what frees them; ``frees_at`` is the
     earliest of those times (None: GC says time alone frees none of them, or no time frees them);
     ``options`` are the GC options the gates were judged with."""
-    blocked = [b for b in doc.get("blocked") or [] if isinstance(b, Mapping)]
+    blocked = mappings_of(doc.get("blocked"))
     if not blocked:
         return None
     will = doc.get("time_will_free")
@@ -111,13 +111,13 @@ def _gate(gate: str, doc: Mapping[str, Any], at: float, o: GcTimes,
                                       f"{human_duration(o.grace_seconds)} after {after}; GC judges every gate again "
                                       "then)")
     if gate == WRITER_LIVE:
-        live = [w for w in doc.get("writers") or [] if isinstance(w, Mapping) and w.get("live")]
+        live = [w for w in mappings_of(doc.get("writers")) if w.get("live")]
         seen = max((t for w in live if (t := finite(w.get("last_activity"))) is not None), default=None)
         return None, writer_live_frees(seen, o.writer_idle_seconds, at)
     if gate.startswith("checkpoint:"):
         cid = gate.split(":", 1)[1]
-        exp = next((finite(c.get("expires_at")) for c in doc.get("checkpoints") or []
-                    if isinstance(c, Mapping) and str(c.get("id")) == cid), None)
+        exp = next((finite(c.get("expires_at")) for c in mappings_of(doc.get("checkpoints"))
+                    if str(c.get("id")) == cid), None)
         if exp is None:
             return None, f"{gate}: when the checkpoint is deleted or expires"
         return exp, f"{gate}: when it expires, {when(exp)} (unless its reader refreshes it)"
@@ -140,7 +140,7 @@ def _retained(doc: Mapping[str, Any], at: float, o: GcTimes) -> tuple[float | No
     """A retained version that still needs the generations: its expiry frees them, when only its
     age keeps it and version expiry is on; a tag or a branch never goes by itself."""
     retention = mapping_of(doc.get("retention"))
-    rows = [v for v in retention.get("blocking_versions") or [] if isinstance(v, Mapping)]
+    rows = mappings_of(retention.get("blocking_versions"))
     aged = [a for v in rows if v.get("held_by") is None and (a := finite(v.get("age_seconds"))) is not None]
     if rows and len(aged) == len(rows) and o.expire_versions is not None:
         at_time = at + max(0.0, o.expire_versions - min(aged))

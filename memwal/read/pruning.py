@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "filter_literals",
-    "filter_columns",
     "source_columns",
     "allowed_shard_values",
     "routed_values",
@@ -70,14 +69,6 @@ def filter_literals(expr: str | None) -> dict[str, list[LiteralValue]]:
     from memwal.read import filter_sql
 
     return filter_sql.filter_literals(expr)
-
-
-def filter_columns(expr: str) -> set[str] | None:
-    """The column names a filter mentions; None when sqlglot cannot tell (the caller then
-    assumes any column)."""
-    from memwal.read import filter_sql
-
-    return filter_sql.filter_columns(expr)
 
 
 # ---------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def distances(vectors: npt.NDArray[np.float32], q: npt.NDArray[np.float32], metr
 def _exact_reason(table: Table, ds: lance.LanceDataset, plan: ReadPlan, column: str, metric: str,
                   index: VectorIndex | None, ops: MergeOps, filter: str | None) -> str | None:
     """Why the planner would miss rows of this view (None: it will not)."""
-    from memwal.read.pruning import filter_columns
+    from memwal.read.filter_sql import filter_columns
     from memwal.table.paths import generation_key
 
     if ops.op(column) != "replace":

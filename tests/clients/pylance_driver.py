@@ -39,6 +39,7 @@ import lance  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from tests.clients.digest import rows_digest  # noqa: E402
+from tests.helpers import wait_flushed  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False, metadata=PK), pa.field("v", pa.int64()),
@@ -103,11 +104,7 @@ def main() -> None:
             elif op == "gen":
                 writer.put(pa.Table.from_pylist(cmd["rows"], schema=SCHEMA))
                 flushed += 1
-                deadline = time.monotonic() + 120
-                while writer.stats()["memtable_flush_count"] < flushed:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("the writer did not flush its MemTable")
-                    time.sleep(0.005)
+                wait_flushed(writer, flushed)
             elif op == "read":
                 t0 = time.perf_counter()
                 rows = writer.lsm_scanner().to_table()
