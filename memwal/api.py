@@ -90,6 +90,7 @@ class GcPlanOptions(TypedDict, total=False):
     audit: bool
     history_retention: Seconds | None
     writer_idle_seconds: Seconds | None
+    listed_only: bool
 
 
 class RunOptions(TypedDict, total=False):
@@ -377,7 +378,7 @@ class MemWalTable:
            orphans: bool = False, orphan_age_seconds: Seconds | None = None, audit: bool = False,
            history_retention: Seconds | None = None, writer_idle_seconds: Seconds | None = None,
            engine: Engine | None = None, dry_run: bool = False,
-           lease_ttl: Seconds | None = None) -> JobResult[GcResult]:
+           lease_ttl: Seconds | None = None, listed_only: bool = False) -> JobResult[GcResult]:
         """Delete what nothing can need any more (``memwal gc``); every kept item says which gates keep it.
 
         Merged generations first leave the shard manifests (the drain), then they and their WAL
@@ -399,6 +400,8 @@ class MemWalTable:
             engine: ``"local"`` (the default) or ``"spark"`` (one Spark task per shard).
             dry_run: Plan only: the value is the result the run would give, same items, same bytes.
             lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
+            listed_only: A listing pass: roll up and heal what the shard manifests list, walking only
+                their folders; it drains and deletes nothing (a follower's pass after each merge).
 
         Returns:
             A `JobResult` whose value is the `GcResult`: what was (or would be) deleted and drained,
@@ -412,7 +415,7 @@ class MemWalTable:
         return self._run("gc", dict(grace_seconds=grace_seconds, expire_versions=expire_versions, orphans=orphans,
                                     orphan_age_seconds=orphan_age_seconds, audit=audit,
                                     history_retention=history_retention, writer_idle_seconds=writer_idle_seconds,
-                                    engine=engine, dry_run=dry_run, lease_ttl=lease_ttl))
+                                    engine=engine, dry_run=dry_run, lease_ttl=lease_ttl, listed_only=listed_only))
 
     def plan_gc(self, **options: Unpack[GcPlanOptions]) -> GcPlan:
         """The GC plan: every collector's items, each kept one with its gates.

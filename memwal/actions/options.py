@@ -221,6 +221,12 @@ class GcOptions(JobOptions):
                                      "a shard writer quiet this long is presumed gone: until then merged "
                                      "generations its view needs stay listed and on storage (default 86400: "
                                      "a day; 0: no writer is live)", metavar="S")
+    listed_only: bool = opt(False, "flag", "a listing pass: roll up and heal what the shard manifests list, walking "
+                            "only their folders; drains and deletes nothing (a follower's pass after each merge)")
+
+    def __post_init__(self) -> None:
+        if self.listed_only and self.orphans:
+            raise BadInputError("--listed-only walks the listed folders only: it cannot find orphans (drop --orphans)")
 
 
 def option_names(cls: type[JobOptions], *, common: bool = True) -> list[str]:

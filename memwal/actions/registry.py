@@ -147,7 +147,7 @@ def plan_gc(table: Table, o: GcOptions) -> GcPlan:
     # deletes, so a plan made before the lease stays safe.
     return prepare_gc(table, audit=o.audit, grace_seconds=o.grace_seconds, orphan_age_seconds=o.orphan_age_seconds,
                       history_retention_seconds=o.history_retention, expire_versions_seconds=o.expire_versions,
-                      writer_idle_seconds=o.writer_idle_seconds)
+                      writer_idle_seconds=o.writer_idle_seconds, listed_only=o.listed_only)
 
 
 def execute_gc(table: Table, plan: GcPlan, o: GcOptions, engine: GcEngine, lease: Lease) -> GcResult:

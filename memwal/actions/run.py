@@ -75,8 +75,12 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
+def run(name: str, table: Table, options: JobOptions, *, plan: Any = None) -> JobResult[Any]:
     """Plan, then (unless a dry run) take the leases and execute exactly that plan.
+
+    ``plan``: the action's plan for ``table`` and ``options``, made by the caller just before
+    (a follower plans the merge to learn whether a shard has work: it runs that plan, not a
+    second one made a moment later).
 
     The engine starts what it needs (a Spark session boots in the background) once the
     table has opened, so bad input starts nothing; a dry run never starts an engine. An
@@ -87,7 +91,7 @@ def run(name: str, table: Table, options: JobOptions) -> JobResult[Any]:
     early = not options.dry_run and act.has_work is None
     if early:
         engines.prepare(options.engine)
-    plan = act.plan(table, options)
+    plan = act.plan(table, options) if plan is None else plan
     steps.step(f"{name}.planned")
     if options.dry_run:
         shown = act.preview(table, plan) if act.preview else plan

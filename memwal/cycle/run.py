@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memwal.actions import ACTIONS, run
 from memwal.actions.options import JobOptions
@@ -47,11 +47,12 @@ def parse_jobs(text: str | Sequence[str] | None) -> list[str]:
     return [j for j in JOB_ORDER if j in names]
 
 
-def run_job(table: Table, job: str, options: JobOptions) -> JobOutcome:
-    """Run one job on ``table``; its outcome, never an exception (see the module docstring)."""
+def run_job(table: Table, job: str, options: JobOptions, *, plan: Any = None) -> JobOutcome:
+    """Run one job on ``table`` (``plan``: its plan, made by the caller; None: the job plans);
+    its outcome, never an exception (see the module docstring)."""
     started = time.monotonic()
     try:
-        result = run(job, table, options)
+        result = run(job, table, options, plan=plan)
     except LeaseHeldError as exc:
         return JobOutcome(table.uri, job, JobStatus.HELD, time.monotonic() - started,
                           summary=f"held: {first_line(exc)}", exit_code=exc.exit_code)
@@ -79,9 +80,11 @@ def run_job(table: Table, job: str, options: JobOptions) -> JobOutcome:
 
 
 def run_cycle(table: Table, jobs: Sequence[str], options: Mapping[str, JobOptions], *,
-              notify: Notify | None = None, skip: Skip | None = None) -> CycleResult:
+              notify: Notify | None = None, skip: Skip | None = None,
+              plans: Mapping[str, Any] | None = None) -> CycleResult:
     """Run ``jobs`` (in cycle order) on ``table``, each with its options from ``options``
-    (validated by the caller: a job without an entry runs with its defaults)."""
+    (validated by the caller: a job without an entry runs with its defaults) and its plan from
+    ``plans`` when the caller made one (a follower's merge), else its own."""
     from memwal.core import clock as clocks
     from memwal.lease import cancel
 
@@ -102,7 +105,7 @@ def run_cycle(table: Table, jobs: Sequence[str], options: Mapping[str, JobOption
             outcome = JobOutcome(table.uri, job, JobStatus.SKIPPED, summary=why)
         else:
             hear("start", JobOutcome(table.uri, job, JobStatus.NOT_RUN, summary="running"))
-            outcome = run_job(table, job, options.get(job) or ACTIONS[job].options())
+            outcome = run_job(table, job, options.get(job) or ACTIONS[job].options(), plan=(plans or {}).get(job))
             if outcome.status is JobStatus.FAILED:
                 failed = job
             elif outcome.status is JobStatus.CANCELLED:

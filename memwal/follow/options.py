@@ -9,7 +9,11 @@ jobs run on). Its own knobs say how often it looks and how often each job runs:
   and lists the shards every ``rescan_seconds`` (new shards, and a hint that lags: the hint is
   written after the manifest and may be missing);
 * catch-up, compaction, GC and the snapshot refresh run on cadences of their own, and only when
-  something happened since they last ran (an idle table costs reads, never writes).
+  something happened since they last ran (an idle table costs reads, never writes);
+* GC runs in two scopes: its listing pass right after each merge (``rollup_every``): what merged
+  is rolled up into what stays listed, walking only the listed folders, so a reader lists a few
+  entries, not every flush since the last GC; and the whole GC (``gc_every``), which walks every
+  folder the version retention keeps (thousands on a table that keeps a week), drains and deletes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from dataclasses import dataclass
 
 from memwal.actions.options import JobOptions, opt
 from memwal.errors import BadInputError
+
+#: GC's listing pass (``memwal gc --listed-only``) as the schedule names it: the GC job, run with
+#: ``listed_only``, on a cadence of its own (``rollup_every``), beside the whole GC (``gc_every``).
+LISTING = "gc:listing"
 
 #: The defaults the follower is measured with (docs/benchmarks.md, "Keeping up").
 DEFAULT_POLL_SECONDS = 1.0
@@ -40,9 +48,12 @@ class FollowOptions(JobOptions):
                                "(default 60)", metavar="S")
     compact_every: float = opt(60.0, "interval", "compact at most every S seconds, after merges (default 60)",
                                metavar="S")
-    gc_every: float = opt(5.0, "interval", "collect (drain, roll up, delete) at most every S seconds, after merges "
-                          "(default 5): what merged generations a reader still lists is what GC takes out",
-                          metavar="S")
+    gc_every: float = opt(60.0, "interval", "run the whole GC (drain, delete: it walks every folder the version "
+                          "retention keeps) at most every S seconds, after merges (default 60)", metavar="S")
+    rollup_every: float = opt(0.0, "interval", "after a merge, run GC's listing pass (roll up and heal what readers "
+                              "list, walking only the listed folders) at most every S seconds (default 0: after "
+                              "every merge): what merged since it ran stays listed as it was flushed",
+                              metavar="S")
     gc_retry: float = opt(60.0, "interval", "a GC that waits for time (grace period, retained versions) runs "
                           "again after S seconds even when nothing was merged (default 60)", metavar="S")
     snapshot_every: float = opt(60.0, "interval", "refresh the shard snapshot at most every S seconds, after a "
@@ -61,7 +72,7 @@ class FollowOptions(JobOptions):
     def every(self, job: str) -> float:
         """How often ``job`` may run (the merge: whenever a shard has work)."""
         return {"catchup": self.catchup_every, "compact": self.compact_every, "gc": self.gc_every,
-                "snapshot": self.snapshot_every}.get(job, 0.0)
+                LISTING: self.rollup_every, "snapshot": self.snapshot_every}.get(job, 0.0)
 
 
-__all__ = ["DEFAULT_MAX_POLL_SECONDS", "DEFAULT_POLL_SECONDS", "FollowOptions"]
+__all__ = ["DEFAULT_MAX_POLL_SECONDS", "DEFAULT_POLL_SECONDS", "LISTING", "FollowOptions"]

@@ -6,10 +6,14 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
   dirty after a merge that committed (a bounded batch may have left more): planning it again
   costs reads only, and the follower runs it only when its plan has work;
 * catch-up, compaction and GC are dirtied by a merge that committed; GC also by a shard that
-  moved (a writer reopened: what it held may go now), again ``gc_retry`` seconds after a run
-  that waited for time (the grace period, retained versions), and when a listed generation with
-  no key index that GC found too young to rewrite may be (``heal_at``: every list reader fails
-  while it is listed, so the follower does not wait for the next flush or ``gc_retry``);
+  moved (a writer reopened: what it held may go now), and again ``gc_retry`` seconds after a run
+  that waited for time (the grace period, retained versions);
+* GC's listing pass (:data:`memwal.follow.options.LISTING`: GC with ``listed_only``) is dirtied
+  by a merge that committed, and when a listed generation with no key index that GC found too
+  young to rewrite may be (``heal_at``: every list reader fails while it is listed, so the
+  follower does not wait for the next flush). It runs when the whole GC is not due (which does
+  all it does), and its cadence is its own: a follower rolls up after each merge and walks every
+  folder once a minute;
 * the snapshot refresh is dirtied by any shard that moved or a merge that committed.
 
 A job that failed, or whose lease another holder has, stays dirty and is retried after a delay
@@ -24,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from memwal.cycle import CycleResult, JobStatus
-from memwal.follow.options import FollowOptions
+from memwal.follow.options import LISTING, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
 MAX_RETRY_SECONDS = 300.0
@@ -40,6 +44,8 @@ class Schedule:
     failures: dict[str, int] = field(default_factory=dict)
     #: Jobs that waited for time: dirty again at that moment, whatever else happens.
     wake_at: dict[str, float] = field(default_factory=dict)
+    #: Whether the GC that :meth:`due` returned last is the listing pass (not the whole GC).
+    listing_only: bool = False
 
     def __post_init__(self) -> None:
         self.dirty = set(self.jobs)
@@ -50,16 +56,22 @@ class Schedule:
             self.dirty |= {"merge", "gc", "snapshot"} & set(self.jobs)
 
     def due(self, now: float) -> list[str]:
-        """The jobs to run now, in cycle order."""
+        """The jobs to run now, in cycle order; ``gc`` is the listing pass when :attr:`listing_only`."""
         for job, at in list(self.wake_at.items()):
             if now >= at:
                 self.dirty.add(job)
                 del self.wake_at[job]
-        return [j for j in self.jobs if j in self.dirty and now >= self._allowed_at(j)]
+        due = [j for j in self.jobs if j in self.dirty and now >= self._allowed_at(j)]
+        self.listing_only = "gc" not in due and self._ready(LISTING, now)
+        return [j for j in self.jobs if j in due or (self.listing_only and j == "gc")]
+
+    def _ready(self, name: str, now: float) -> bool:
+        return "gc" in self.jobs and name in self.dirty and now >= self._allowed_at(name)
 
     def next_due(self, now: float) -> float | None:
         """When the next job is due, as things stand (None: none is dirty or waiting)."""
-        times = [max(now, self._allowed_at(j)) for j in self.jobs if j in self.dirty]
+        names = [*self.jobs, LISTING] if "gc" in self.jobs else list(self.jobs)
+        times = [max(now, self._allowed_at(j)) for j in names if j in self.dirty]
         times += [max(now, at) for at in self.wake_at.values()]
         return min(times) if times else None
 
@@ -74,7 +86,7 @@ class Schedule:
     def ended(self, result: CycleResult, now: float) -> None:
         """What the cycle that ran at ``now`` came to."""
         for outcome in result.jobs:
-            job = outcome.job
+            job = LISTING if outcome.job == "gc" and self.listing_only else outcome.job
             if outcome.status in (JobStatus.NOT_RUN, JobStatus.SKIPPED, JobStatus.CANCELLED):
                 continue
             self.last_run[job] = now
@@ -85,15 +97,18 @@ class Schedule:
             self.failures.pop(job, None)
             self.retry_at.pop(job, None)
             self.dirty.discard(job)
+            if job == "gc":
+                self.dirty.discard(LISTING)  # the whole GC rolled up and healed as well
             committed = outcome.version is not None
             if job == "merge" and committed:
                 self.dirty |= {"merge", "catchup", "compact", "gc", "snapshot"} & set(self.jobs)
-            if outcome.status is JobStatus.WAITING:  # time alone frees more: again after gc_retry
+                self.dirty |= {LISTING} if "gc" in self.jobs else set()
+            if outcome.status is JobStatus.WAITING and job == "gc":  # time alone frees more: again after gc_retry
                 self.wake_at[job] = now + self.options.gc_retry
             heal_at = (outcome.document or {}).get("heal_at")
-            if isinstance(heal_at, int | float):  # a key-index gap to rewrite: again then, on monotonic time
+            if isinstance(heal_at, int | float):  # a key-index gap to rewrite: the listing pass then (monotonic)
                 at = now + max(0.0, float(heal_at) - time.time())
-                self.wake_at[job] = min(self.wake_at.get(job, at), at)
+                self.wake_at[LISTING] = min(self.wake_at.get(LISTING, at), at)
 
 
 __all__ = ["MAX_RETRY_SECONDS", "Schedule"]

@@ -23,10 +23,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from memwal.actions import ACTIONS
-from memwal.actions.options import JobOptions, MergeOptions
+from memwal.actions.options import GcOptions, JobOptions, MergeOptions
 from memwal.actions.run import new_run_id
 from memwal.core import steps
 from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
@@ -41,6 +42,7 @@ from memwal.lease.stop import process_stop
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
+    from memwal.merge.model import MergePlan
     from memwal.table import Table
 
 log = logging.getLogger(__name__)
@@ -55,18 +57,24 @@ REPORT_SECONDS = 60.0
 LONG_RETENTION_SECONDS = 3600.0
 
 
-def merge_has_work(table: Table, options: MergeOptions) -> bool:
-    """Whether a merge would merge anything now: the merge's own plan (reads only), less its check
-    of the base's keys (a scan of the key column at every flush; the merge makes it). A plan that
-    fails says yes: the merge job runs and reports the failure as its outcome."""
+def merge_work(table: Table, options: MergeOptions) -> tuple[bool, MergePlan | None]:
+    """Whether a merge would merge anything now, and the plan it would run: the merge's own plan
+    (reads only), its check of the base's keys made only when there is work (a scan of the key
+    column, not one at every look). The follower runs that plan rather than planning again. A plan
+    or check that fails says yes, with no plan: the merge job plans itself and reports the failure
+    as its outcome, with its own verdict (bad input: exit 2, nothing written)."""
     from memwal.actions.registry import plan_merge
+    from memwal.merge.unique import check_unique_keys
 
     act = ACTIONS["merge"]
     try:
         plan = plan_merge(table, options, check_keys=False)
+        if act.has_work is not None and not act.has_work(plan):
+            return False, None
+        check_unique_keys(table, plan)
     except Exception:  # noqa: BLE001 - the job itself reports it, with its own verdict
-        return True
-    return act.has_work is None or bool(act.has_work(plan))
+        return True, None
+    return True, plan
 
 
 def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOptions], follow: FollowOptions, *,
@@ -106,11 +114,17 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
             schedule.moved(moved)
             steps.step("follow.looked")
             due = schedule.due(now)
-            if "merge" in due and not merge_has_work(table, merge_options):
-                schedule.nothing_to_merge()
-                due.remove("merge")
+            plans: dict[str, MergePlan] = {}
+            if "merge" in due:
+                work, plan = merge_work(table, merge_options)
+                if not work:
+                    schedule.nothing_to_merge()
+                    due.remove("merge")
+                elif plan is not None:
+                    plans["merge"] = plan
             if due:
-                result = run_cycle(table, due, options, notify=notify)
+                result = run_cycle(table, due, _listing_pass(options) if schedule.listing_only else options,
+                                   notify=notify, plans=plans)
                 schedule.ended(result, now)
                 tally.add(result)
                 steps.step("follow.ran")
@@ -150,6 +164,12 @@ def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
                 "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", uri, kept, cadence)
 
 
+def _listing_pass(options: Mapping[str, JobOptions]) -> dict[str, JobOptions]:
+    """``options`` with GC's as its listing pass (``--listed-only``; orphans need the whole walk)."""
+    gc = options.get("gc")
+    return {**options, "gc": replace(gc if isinstance(gc, GcOptions) else GcOptions(), listed_only=True, orphans=False)}
+
+
 def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:
     """Whether an operator cancelled the follower's work, or its lease was taken over (its
     heartbeat found it), while it waited."""
@@ -183,4 +203,4 @@ def logged(event: str, outcome: JobOutcome) -> None:
         log.warning("%s %s failed (retried later): %s", outcome.table, outcome.job, outcome.error)
 
 
-__all__ = ["FOLLOW_KIND", "follow_table", "logged", "merge_has_work"]
+__all__ = ["FOLLOW_KIND", "follow_table", "logged", "merge_work"]

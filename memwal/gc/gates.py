@@ -60,11 +60,18 @@ ROLLUP_FAILED = "rollup-failed"
 DRAIN_GRACE = "drain-grace-period"
 
 
+#: A merged generation every gate lets leave the listing, met by a listing pass (``memwal gc
+#: --listed-only``, a follower's pass after each merge): it walks the listed folders only, so it
+#: cannot prove rows (a proof reads every folder its version covers) and drains nothing; the next
+#: whole GC run proves and drains it.
+LISTED_ONLY = "listed-only"
+
+
 #: Gates named by a code alone, and gates named by a code and what they name (``checkpoint:<id>``,
 #: ``retained-version:<version (tag ...)>``): what a blocked item's ``reasons`` hold before
 #: its details (a broken shard's message, a link's path, an orphan's name).
 GATE_CODES = frozenset({NOT_MERGED, GRACE_PERIOD, UNSAFE_PATH, GAP, UNREADABLE, MISSING, WRITER_LIVE, DRAIN_GRACE,
-                        PROGRESS_UNPROVEN, ROLLUP_FAILED, DRAIN_ORDER})
+                        PROGRESS_UNPROVEN, ROLLUP_FAILED, DRAIN_ORDER, LISTED_ONLY})
 GATE_PREFIXES = ("index-not-caught-up:", "checkpoint:", "retained-version:", "orphan-", "changed-since-plan:")
 
 

@@ -46,6 +46,7 @@ from memwal.gc.gates import (
     DRAIN_GRACE,
     DRAIN_ORDER,
     GRACE_PERIOD,
+    LISTED_ONLY,
     NOT_MERGED,
     PROGRESS_UNPROVEN,
     UNSAFE_PATH,
@@ -94,10 +95,15 @@ class GenerationsPlan:
 
 def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gates,
                      writers: Mapping[str, WriterView], safe: SafeVersions,
-                     writer_held: frozenset[int], prove: Prover) -> GenerationsPlan:
+                     writer_held: frozenset[int], prove: Prover, *, listed_only: bool = False) -> GenerationsPlan:
     """Every generation's verdict, per shard (see the module docstring); ``writer_held``: the
     retained versions the version expiry keeps only for live writers; ``prove``: the proof that
-    the base holds rows that leave every reader's view (no default: progress is a claim)."""
+    the base holds rows that leave every reader's view (no default: progress is a claim).
+
+    ``listed_only``: ``listing`` holds the listed generations' folders only (a listing pass):
+    what stays listed is rolled up and healed as in a whole run, nothing is drained (a drain is
+    proven, and a proof reads every folder its version covers: :data:`LISTED_ONLY`) and no folder
+    is judged for deletion."""
     deletions: list[GenerationDeletion] = []
     blocked: list[Blocked] = []
     broken: list[BrokenShard] = []
@@ -113,8 +119,9 @@ def plan_generations(shards: ShardManifests, listing: MemWalListing, gates: Gate
             blocked.append(Blocked(sid, g, err.reason, (err.reason, str(err))))
     for sid, state in shards.states.items():
         shard = _Shard(sid, state, listing.shards[sid], gates, writers[sid], writer_held, prove)
-        shard.plan_listed()
-        shard.plan_unlisted(safe)
+        shard.plan_listed(listed_only=listed_only)
+        if not listed_only:
+            shard.plan_unlisted(safe)
         deletions += shard.deletions
         blocked += shard.blocked
         held += shard.held
@@ -143,9 +150,10 @@ HEAL_AFTER = 2.0
 class _Shard(ShardBase):
     """One shard's plan, built by :meth:`plan_listed` then :meth:`plan_unlisted`."""
 
-    def plan_listed(self) -> None:
+    def plan_listed(self, *, listed_only: bool = False) -> None:
         """The generations the manifest lists: the drain prefix, proven (its folders deleted now
-        or later), then what stays listed (rolled up when merged), each with why it stays."""
+        or later), then what stays listed (rolled up when merged), each with why it stays.
+        ``listed_only``: the drain prefix stays as it is (neither drained nor rolled up)."""
         candidates: list[tuple[FlushedGeneration, str, Verdict]] = []
         stays: list[tuple[FlushedGeneration, tuple[str, ...], Verdict]] = []
         first_kept: int | None = None
@@ -170,6 +178,12 @@ class _Shard(ShardBase):
             first_kept = fg.generation if first_kept is None else first_kept
             stays.append((fg, why, verdict))
         unproven: set[int] = set()
+        if listed_only and candidates:
+            why = (LISTED_ONLY, "every gate lets it leave the listing; a listing pass drains nothing (a drain is "
+                                "proven by reading back every folder its version covers): the next whole GC run does")
+            stays = [*((fg, why, verdict) for fg, _, verdict in candidates), *stays]
+            unproven = {fg.generation for fg, _, _ in candidates}
+            candidates = []
         if candidates:
             entries = [self._entry(fg.generation, fg.path) for fg, _, _ in candidates]
             judged = self.prove.judge(self.sid, entries, self.present(),
@@ -203,7 +217,8 @@ class _Shard(ShardBase):
                                                      fg.in_memory_bytes),
                                          self.writer.live and self.writer.claimed_before(verdict.evidence.merged_at),
                                          fg.generation not in unproven))
-        self.kept_wal |= unproven
+        if not listed_only:
+            self.kept_wal |= unproven
 
     def unindexed(self) -> tuple[list[RollupEntry], list[float]]:
         """Listed generations that stay listed with no key index, flushed at least

@@ -50,18 +50,18 @@ from memwal.gc.result import GcResult
 from memwal.gc.wait import gc_wait
 from memwal.gc.wal import plan_shard_wal
 from memwal.history.prune import HistoryPruning, plan_history_pruning
-from memwal.history.receipts import Receipt, list_receipts
+from memwal.history.receipts import Receipt, ReceiptListing, list_receipts
 from memwal.history.run import current as current_run
 from memwal.rollup.plan import RollupPlan
 from memwal.store import Store
 from memwal.table import Table
-from memwal.table.listing import list_mem_wal
+from memwal.table.listing import MemWalListing, list_mem_wal
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
 from memwal.table.paths import shard_of_key
 from memwal.table.progress_digest import ProgressDigest, load_digest
 from memwal.table.retained import RetainedVersion, retained_versions
-from memwal.table.shards import read_listed_manifests
+from memwal.table.shards import ShardManifests, read_listed_manifests, read_shard_manifests
 from memwal.table.wal_digest import Header, WalDigest, load_wal_digest
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
 
@@ -105,6 +105,8 @@ class GcPlan(Document):
     #: The version expiry and writer idle period the gates were judged with (the wait's times).
     expire_versions: float | None = None
     writer_idle_seconds: float = DEFAULT_WRITER_IDLE_SECONDS
+    #: A listing pass (:func:`plan_gc`'s ``listed_only``): it rolls up and heals, and deletes nothing.
+    listed_only: bool = False
 
     def wait_of(self, result: GcResult, at: float) -> GcResult:
         """``result`` with its ``wait``: what kept its generations, and when each combination of
@@ -194,7 +196,7 @@ class GcPlan(Document):
         return GcResult(table=self.table, dry_run=dry_run, engine=engine, blocked=self.blocked, orphans=self.orphans,
                         broken_shards=self.broken_shards, kept_wal_entries=self.kept_wal_entries,
                         retention=self.retention, time_will_free=self.time_will_free, heal_at=self.heal_at,
-                        checkpoints=self.checkpoints, writers=self.writers)
+                        checkpoints=self.checkpoints, writers=self.writers, listed_only=self.listed_only)
 
     def preview(self) -> GcResult:
         """The result a run of this plan would give, with nothing deleted: the dry run's document,
@@ -225,6 +227,7 @@ def plan_gc(
     expire_versions_seconds: Duration | None = None,
     writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS,
     now: float | None = None,
+    listed_only: bool = False,
 ) -> GcPlan:
     """Pure: what each collector may do and, for everything kept, which gate keeps it.
 
@@ -232,14 +235,24 @@ def plan_gc(
     expiry is a step of the plan: the versions it removes are named (less those a live
     shard writer may have opened: :mod:`memwal.table.writer`), and every gate is computed
     without them, so the dry run lists exactly what the run deletes.
+
+    ``listed_only``: a listing pass, for a follower after each merge. It walks only the folders
+    the shard manifests list (a table that keeps a week of merged generations has thousands a
+    whole run walks), rolls up and heals what stays listed exactly as a whole run, and plans
+    nothing else: no drain (:data:`memwal.gc.gates.LISTED_ONLY`), no deletion of any kind, no
+    version expiry, no pruning.
     """
     now = clocks.current()() if now is None else now
     grace = seconds(grace_seconds)
     latest = table.require_mem_wal()
     indexes = [i for i in maintained_indexes(latest) if i != MEM_WAL_INDEX_NAME]
     store = table.store
-    listing = list_mem_wal(store)
-    shards = read_listed_manifests(store, listing)
+    if listed_only:
+        listing, shards = _listed_folders(store)
+        expire_versions_seconds = history_retention_seconds = None
+    else:
+        listing = list_mem_wal(store)
+        shards = read_listed_manifests(store, listing)
     histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in shards.states.items()}
     writers = {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=seconds(writer_idle_seconds), claim=True)
                for sid, h in histories.items()}
@@ -257,18 +270,18 @@ def plan_gc(
         going = {id(v) for v in gone}
         left = [v for v in versions if id(v) not in going]
     gates = Gates(latest, indexes, left, sweep.live, now, grace)
-    receipts = list_receipts(store)
+    receipts = ReceiptListing() if listed_only else list_receipts(store)
     proof = GcProof(table, latest.version, versions, receipts)
     generations = plan_generations(shards, listing, gates, writers, SafeVersions(histories, now, grace),
                                    frozenset(expiry.held_for_writers) if expiry is not None else frozenset(),
-                                   prove=proof)
-    digest = load_wal_digest(store)
+                                   prove=proof, listed_only=listed_only)
+    digest = WalDigest() if listed_only else load_wal_digest(store)
     wal: list[WalDeletion] = []
     kept: list[KeptWal] = []
     orphans: list[Orphan] = []
     blocked: list[Blocked] = []
     headers: dict[str, Header] = {}
-    for sid, state in shards.states.items():
+    for sid, state in ({} if listed_only else shards.states).items():
         w = plan_shard_wal(store, state, listing.shards[sid], generations.deletable.get(sid, Deletable()),
                            None if expiry is None else expiry.expire_before, digest)
         wal += w.deletions
@@ -278,7 +291,8 @@ def plan_gc(
                                seconds(orphan_age_seconds), latest.compacted_generation(sid))
         orphans += o.orphans
         blocked += o.blocked
-    orphans += plan_staging_orphans(listing, now, seconds(orphan_age_seconds))
+    if not listed_only:
+        orphans += plan_staging_orphans(listing, now, seconds(orphan_age_seconds))
     links = sorted(set(listing.links) | set(store.list_links(f"{JOBS_DIR}/")))
     held = hold_linked(links, generations.deletions, tuple(wal), tuple(orphans))
     # a link in a shard's folder may stand where the drain's new manifest version goes: no drain there
@@ -290,13 +304,29 @@ def plan_gc(
         me = current_run()
         history = plan_history_pruning(store, now - seconds(history_retention_seconds),
                                        keep_run=None if me is None else me.run_id)
-    pruning = plan_receipt_pruning(proof.receipt, receipts, left, listing, generations)
-    manifests = plan_manifest_pruning(histories, writers, now, grace)
+    pruning = () if listed_only else plan_receipt_pruning(proof.receipt, receipts, left, listing, generations)
+    manifests = ManifestPruning() if listed_only else plan_manifest_pruning(histories, writers, now, grace)
+    if listed_only:  # the checkpoints' gates hold, their records stay: removing expired ones is the whole run's
+        sweep = CheckpointSweep(live=sweep.live)
     return GcPlan(table.uri, latest.version, now, grace, replace(generations, deletions=held.generations),
                   held.wal, tuple(kept), held.orphans, tuple(blocked) + held.blocked, expiry, sweep, history,
                   tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning, manifests,
                   expire_versions=None if expire_versions_seconds is None else seconds(expire_versions_seconds),
-                  writer_idle_seconds=seconds(writer_idle_seconds))
+                  writer_idle_seconds=seconds(writer_idle_seconds), listed_only=listed_only)
+
+
+def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:
+    """A listing pass's reads: each shard's latest manifest, then a listing of ``_mem_wal/`` that
+    walks only the folders those manifests list (by generation number: a failed flush attempt or
+    a rollup under a listed number is walked too), leaving out every WAL and the merge staging.
+    The plan judges those manifests, read before the walk, so every folder they list was walked
+    (one missing is missing: gone, or never written)."""
+    found = read_shard_manifests(store)
+    numbers = {sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()}
+    listing = list_mem_wal(store, wal=False, staging=False,
+                           generations=lambda sid, g: g in numbers.get(sid, ()))
+    states = {sid: state for sid, state in found.states.items() if sid in listing.shards}
+    return listing, ShardManifests(states, dict(found.broken))
 
 
 def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:
@@ -325,7 +355,8 @@ def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SEC
                     orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
                     history_retention_seconds: Duration | None = None,
                     expire_versions_seconds: Duration | None = None,
-                    writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS, now: float | None = None) -> GcPlan:
+                    writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS, now: float | None = None,
+                    listed_only: bool = False) -> GcPlan:
     """:func:`plan_gc`, planned again when a listed object vanished before it was read.
 
     A concurrent GC deletes WAL entries and generations between our listing and our read:
@@ -337,7 +368,7 @@ def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SEC
                 return plan_gc(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
                                history_retention_seconds=history_retention_seconds,
                                expire_versions_seconds=expire_versions_seconds,
-                               writer_idle_seconds=writer_idle_seconds, now=now)
+                               writer_idle_seconds=writer_idle_seconds, now=now, listed_only=listed_only)
         except NotFoundError as exc:
             raise StateMovedError(f"{exc} vanished while planning") from exc
 
@@ -352,10 +383,11 @@ def prepare_gc(table: Table, *, audit: bool = False, grace_seconds: Duration = D
                orphan_age_seconds: Duration = DEFAULT_ORPHAN_AGE_SECONDS,
                history_retention_seconds: Duration | None = None,
                expire_versions_seconds: Duration | None = None,
-               writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS) -> GcPlan:
+               writer_idle_seconds: Duration = DEFAULT_WRITER_IDLE_SECONDS, listed_only: bool = False) -> GcPlan:
     """Everything a GC run reads, checked before its first write (lease, expiry, drain, deletion, audit)."""
     if audit:
         check_audit_destination(table.store)
     return plan_gc_settled(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
                            history_retention_seconds=history_retention_seconds,
-                           expire_versions_seconds=expire_versions_seconds, writer_idle_seconds=writer_idle_seconds)
+                           expire_versions_seconds=expire_versions_seconds, writer_idle_seconds=writer_idle_seconds,
+                           listed_only=listed_only)

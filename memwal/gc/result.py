@@ -62,6 +62,7 @@ class GcResult(Document):
             retained-version:3``: what keeps one now, then what its folder faces once it leaves
             the listing), and when each passes or what frees it; the options they were judged
             with (None: nothing kept). What ``memwal gc``, the history, the cycle and the fleet show.
+        listed_only: A listing pass (``--listed-only``): it rolled up and healed, drained and deleted nothing.
     """
 
     table: str
@@ -104,6 +105,7 @@ class GcResult(Document):
     #: What kept the blocked generations, per combination of gates, and when each passes
     #: (:func:`memwal.gc.wait.gc_wait`; None: nothing kept). What every view of it shows.
     wait: Mapping[str, Any] | None = None
+    listed_only: bool = False
 
     def to_dict(self) -> Json:
         return {
@@ -134,6 +136,7 @@ class GcResult(Document):
             "receipts_pruned": self.receipts_pruned,
             "manifest_versions_pruned": self.manifest_versions_pruned,
             "wait": None if self.wait is None else dict(self.wait),
+            "listed_only": self.listed_only,
         }
 
     def problems(self) -> list[str]:

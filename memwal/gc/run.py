@@ -106,8 +106,9 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
         gc_finished(table.store, run_id)
     remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest,
                       compactions=plan.progress_digest.with_compactions(written))
-    gone = {w.key for w in plan.wal_deletions}
-    save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
+    if not plan.listed_only:  # a listing pass read no WAL header: the digest stays as the last whole run left it
+        gone = {w.key for w in plan.wal_deletions}
+        save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
     result = plan.wait_of(replace(result, expired_versions=expired), clocks.current()())
     steps.step("gc.after-delete")
     progress.phase("gc", "after-delete")

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from memwal.core.json_doc import finite, mapping_of, mappings_of
 from memwal.core.sizes import human_duration
 from memwal.core.waits import MAX_GATES, when, writer_live_frees
-from memwal.gc.gates import DRAIN_GRACE, GRACE_PERIOD, NOT_MERGED, WRITER_LIVE, is_gate
+from memwal.gc.gates import DRAIN_GRACE, GRACE_PERIOD, LISTED_ONLY, NOT_MERGED, WRITER_LIVE, is_gate
 
 
 class GcTimes(Protocol):
@@ -133,6 +133,8 @@ def _gate(gate: str, doc: Mapping[str, Any], at: float, o: GcTimes,
         return None, f"{gate}: after the catch-up"
     if gate.startswith("changed-since-plan:"):
         return at, f"{gate}: the next GC"
+    if gate == LISTED_ONLY:
+        return at, f"{gate}: the next whole GC run (not a listing pass) drains it"
     return None, f"{gate}: needs an operator (memwal gc --dry-run shows it)"
 
 

@@ -56,46 +56,65 @@ def outcome(job: str, status: JobStatus, version: int | None = None) -> JobOutco
     return JobOutcome("t", job, status, document={"version": version})
 
 
-def test_the_merge_is_due_at_once_the_others_on_their_cadence_after_merges():
-    s = Schedule(JOBS, FollowOptions(gc_every=5, catchup_every=60))
-    assert s.due(0) == JOBS  # a follower begins with a whole cycle
+def test_the_merge_is_due_at_once_the_listing_pass_after_it_the_others_on_their_cadence():
+    s = Schedule(JOBS, FollowOptions(gc_every=60, catchup_every=60))
+    assert s.due(0) == JOBS and not s.listing_only  # a follower begins with a whole cycle
     s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS)), 0)
     assert s.due(1) == [] and s.next_due(1) is None  # idle: nothing dirty, nothing written
     s.moved({"shard"})
-    assert s.due(1) == ["merge"]  # gc and snapshot are dirty too, within their cadence
+    assert s.due(1) == ["merge"]  # GC and the snapshot are dirty too, within their cadence; nothing merged to roll up
     s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=7),)), 1)
-    assert s.due(2) == ["merge"]  # a merge that committed is planned again (a bounded batch may have left more)
+    # a merge that committed: planned again (a bounded batch may have left more), and GC's listing pass at once
+    assert s.due(2) == ["merge", "gc"] and s.listing_only
     s.nothing_to_merge()
-    assert s.due(4) == [] and s.next_due(4) == 5
-    assert s.due(5) == ["gc"] and s.due(60) == ["catchup", "compact", "gc", "snapshot"]
-    assert s.due(300) == ["catchup", "compact", "gc", "snapshot"]
+    s.ended(CycleResult("t", (outcome("gc", JobStatus.WAITING),)), 2)  # a pass that kept what waits for time...
+    assert s.due(3) == [] and s.next_due(3) == 60  # ...wakes nothing: the whole GC comes on its cadence
+    assert s.due(60) == ["catchup", "compact", "gc", "snapshot"] and not s.listing_only
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in ("catchup", "compact", "gc", "snapshot"))), 60)
+    assert s.due(61) == [] and s.next_due(61) is None
 
 
-def test_a_waiting_gc_wakes_after_gc_retry_and_merges_wake_it_sooner():
+def test_the_listing_pass_keeps_its_own_cadence_and_retries():
+    s = Schedule(JOBS, FollowOptions(gc_every=60, rollup_every=5, poll_seconds=1))
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS)), 0)
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=3),)), 1)
+    assert s.due(1) == ["merge", "gc"] and s.listing_only  # never run: due at once
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=4), outcome("gc", JobStatus.FAILED))), 1)
+    assert s.due(2) == ["merge"]  # a failed pass waits for its retry, and its cadence: 5 s after it ran
+    s.nothing_to_merge()
+    assert s.next_due(2) == 6 and s.due(6) == ["gc"] and s.listing_only
+    s.ended(CycleResult("t", (outcome("gc", JobStatus.DONE),)), 6)
+    assert s.failures == {} and s.due(7) == [] and s.next_due(7) == 60  # the whole GC, dirty since the merges
+
+
+def test_a_waiting_gc_wakes_after_gc_retry_and_merges_roll_up_sooner():
     s = Schedule(JOBS, FollowOptions(gc_every=5, gc_retry=60))
     s.ended(CycleResult("t", tuple(outcome(j, JobStatus.WAITING if j == "gc" else JobStatus.DONE)
                                    for j in JOBS)), 0)
     assert s.due(30) == [] and s.next_due(30) == 60
-    assert s.due(60) == ["gc"]
+    assert s.due(60) == ["gc"] and not s.listing_only
     s.ended(CycleResult("t", (outcome("gc", JobStatus.WAITING),)), 60)
     s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=3),)), 61)
-    assert "gc" in s.due(65)  # a merge that committed: GC has something new to roll up or drain
+    assert s.due(62) == JOBS and s.listing_only  # what merged is rolled up at once (the others: their cadence)...
+    s.nothing_to_merge()
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS if j != "merge")), 62)
+    assert s.due(65) == ["gc"] and not s.listing_only  # ...and the whole GC, dirty since, drains on its cadence
 
 
 def test_a_gc_that_left_a_young_key_index_gap_runs_again_when_it_may_rewrite_it():
     """Every list reader fails while a generation without its key index is listed: GC rewrites
-    it once its flush is HEAL_AFTER old, and the follower comes back then (its cadence allowing),
-    not at the next flush or gc_retry."""
-    s = Schedule(JOBS, FollowOptions(gc_every=5, gc_retry=60))
+    it once its flush is HEAL_AFTER old, and the follower's listing pass comes back then (its
+    cadence allowing), not at the next flush or gc_retry."""
+    s = Schedule(JOBS, FollowOptions(gc_every=60, rollup_every=5, gc_retry=60))
     s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS if j != "gc")), 0)
     gap = JobOutcome("t", "gc", JobStatus.WAITING, document={"heal_at": time.time() + 8})
     s.ended(CycleResult("t", (gap,)), 0)
     assert s.due(7) == [] and s.next_due(0) == pytest.approx(8, abs=1)  # before gc_retry's 60
-    assert s.due(9) == ["gc"]
+    assert s.due(9) == ["gc"] and s.listing_only
     s.ended(CycleResult("t", (JobOutcome("t", "gc", JobStatus.DONE, document={"heal_at": time.time() - 1}),)), 9)
-    assert s.due(10) == [] and s.due(14) == ["gc"]  # a gap due already: at the next run its cadence allows
+    assert s.due(10) == [] and s.due(14) == ["gc"] and s.listing_only  # a gap due already: when its cadence allows
     s.ended(CycleResult("t", (JobOutcome("t", "gc", JobStatus.DONE, document={"heal_at": None}),)), 14)
-    assert s.next_due(15) is None  # none left: GC sleeps until something moves
+    assert s.next_due(15) == 60  # none left: only the whole GC's wait for time (gc_retry) is ahead
 
 
 @pytest.mark.parametrize("status", [JobStatus.FAILED, JobStatus.HELD])
