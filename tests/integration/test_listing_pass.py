@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import memwal
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
@@ -19,8 +21,6 @@ from tests.clients.pylance_client import LiveWriter, client_view, live_writer
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 from tests.integration.test_clients_pylance import ONE, Writes
 from tests.integration.test_key_index_gaps import without_key_index
-
-import pytest
 
 
 @pytest.fixture
