@@ -18,17 +18,12 @@ from __future__ import annotations
 
 import logging
 
-from memwal.core.json_doc import JsonDocError, finite, load_json, mapping_of
 from memwal.core.pool import parallel_map
-from memwal.errors import MemWalError
 from memwal.store import LocalStore, Store
-from memwal.table.naming import version_hint_key
-from memwal.table.shards import ShardManifestError, latest_shard_version, list_shard_ids
+from memwal.table.shards import ShardManifestError, hinted_shard_version, latest_shard_version, list_shard_ids
 
 log = logging.getLogger(__name__)
 
-#: A version hint is a few bytes; a larger object there is not read (storage is untrusted).
-HINT_MAX_BYTES = 4096
 #: Shards read at once on an object store (latency bound); a disk reads them in turn.
 _THREADS = 16
 #: What a shard whose latest manifest cannot be established reads as: it differs from every
@@ -87,15 +82,11 @@ class ShardWatch:
     def _hinted(self, shard_id: str) -> int:
         """The shard's version hint; its listing when the hint cannot be read or makes no sense."""
         self.requests += 1
-        try:
-            doc = load_json(self.store.get(version_hint_key(shard_id), max_bytes=HINT_MAX_BYTES), max_values=8)
-        except (MemWalError, OSError, JsonDocError) as exc:
-            log.debug("shard %s: version hint unreadable (%s): listed instead", shard_id, exc)
+        version = hinted_shard_version(self.store, shard_id)
+        if version is None:
+            log.debug("shard %s: version hint unreadable: listed instead", shard_id)
             return self._listed(shard_id)
-        version = finite(mapping_of(doc).get("version"))
-        if version is None or version < 1 or version != int(version):
-            return self._listed(shard_id)
-        return int(version)
+        return version
 
 
-__all__ = ["BROKEN", "HINT_MAX_BYTES", "ShardWatch"]
+__all__ = ["BROKEN", "ShardWatch"]

@@ -55,7 +55,7 @@ from memwal.table.sharding import (
     shard_field_value_from_bytes,
     spec_to_dict,
 )
-from memwal.table.shards import ShardState, generation_readable, latest_shard_manifest, list_shard_ids
+from memwal.table.shards import ShardState, generation_readable, list_shard_ids, reader_shard_manifest
 
 if TYPE_CHECKING:
     from lance.schema import LanceSchema
@@ -177,7 +177,7 @@ def _stale_reason(table: Table, view: ShardView, manifest: TableManifest, includ
 
 
 def _from_manifests(table: Table, shard_ids: list[str], specs: dict[int, ShardingSpecDict]) -> dict[str, ShardView]:
-    states = parallel_map(lambda sid: latest_shard_manifest(table.store, sid), shard_ids, _threads(table))
+    states = parallel_map(lambda sid: reader_shard_manifest(table.store, sid), shard_ids, _threads(table))
     return {s.shard_id: _view_from_state(s, specs) for s in states if s is not None}
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
+from memwal.core.json_doc import JsonDocError, finite, load_json, mapping_of
 from memwal.errors import BadInputError, MemWalError, NotFoundError
 from memwal.pb import shard_manifest_pb2
 from memwal.store import Store
@@ -31,6 +32,7 @@ from memwal.table.naming import (
     shard_dir,
     shard_uuid_str,
     table_version_of,
+    version_hint_key,
     wal_key,
 )
 from memwal.table.paths import generation_key
@@ -223,6 +225,55 @@ def _latest_of(store: Store, shard_id: str, files: list[int], dirs: list[int]) -
 def list_manifest_versions(store: Store, shard_id: str) -> list[int]:
     """Every manifest version stored as a file, ascending (no gap check: see latest_shard_version)."""
     return _listed_versions(store, shard_id)[0]
+
+
+#: A version hint is a few bytes; a larger object there is not read (storage is untrusted).
+HINT_MAX_BYTES = 4096
+#: Versions a reader probes above a shard's version hint before it lists the versions instead.
+HINT_PROBES = 32
+
+
+def hinted_shard_version(store: Store, shard_id: str) -> int | None:
+    """The version the shard's ``version_hint.json`` names (``{"version": N}``, written by the
+    writer after each manifest version, best-effort); None when it is missing, unreadable, larger
+    than :data:`HINT_MAX_BYTES` or names no version. A hint, never the latest by itself: it may lag,
+    lead or be garbage."""
+    try:
+        doc = load_json(store.get(version_hint_key(shard_id), max_bytes=HINT_MAX_BYTES), max_values=8)
+    except (MemWalError, OSError, JsonDocError):
+        return None
+    version = finite(mapping_of(doc).get("version"))
+    if version is None or version < 1 or version != int(version):
+        return None
+    return int(version)
+
+
+def reader_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
+    """The shard's latest manifest as a reader finds it: the version its hint names if that version
+    is on storage, then each next version while one is (a request each; versions are allocated by
+    compare-and-swap without gaps, lance#8640, so the first missing one ends them).
+
+    :func:`latest_shard_manifest` lists every version the shard keeps instead: beside a writer that
+    never reopens GC prunes none of its epoch (its claim is among them), some 50 a minute, and a
+    reader's listing of them grew from 2 to 15 ms over 30 minutes of a followed table. A hint that
+    cannot be used (missing, garbage, a version pruned or not there, more than :data:`HINT_PROBES`
+    versions behind) falls back to that listing, which also names a broken shard. What the probe
+    cannot see is a gap above the latest version (a broken table): a reader then reads the last
+    version below it, as it read before the gap; ``memwal verify``, ``status`` and GC, which list,
+    name it."""
+    v = hinted_shard_version(store, shard_id)
+    if v is None or not store.exists(manifest_key(shard_id, v)):
+        return latest_shard_manifest(store, shard_id)
+    for _ in range(HINT_PROBES):
+        if not store.exists(manifest_key(shard_id, v + 1)):
+            break
+        v += 1
+    else:
+        return latest_shard_manifest(store, shard_id)
+    try:
+        return read_shard_manifest(store, shard_id, v)
+    except (MemWalError, OSError):  # pruned or replaced since the probe: the listing says what is there
+        return latest_shard_manifest(store, shard_id)
 
 
 def latest_shard_manifest(store: Store, shard_id: str) -> ShardState | None:

@@ -1,0 +1,85 @@
+"""A reader finds each shard's latest manifest from its version hint (issue 62).
+
+Beside a writer that never reopens, a shard keeps every manifest version of the writer's epoch (GC
+prunes none of them: its claim is among them), some 50 a minute, and a reader that listed them all
+paid more for it every minute. A reader now reads ``version_hint.json``, checks that the version it
+names is there and probes the next ones; a hint that cannot be used (missing, garbage, leading, or
+naming a version that is gone) falls back to the listing. Every read is checked against the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import memwal
+from memwal.table import open_table
+from memwal.table.naming import manifest_key, version_hint_key
+from memwal.table.shards import latest_shard_manifest, list_manifest_versions, reader_shard_manifest
+from tests.clients.pylance_client import LiveWriter, live_writer
+from tests.integration.test_clients_pylance import ONE, Writes
+
+
+@pytest.fixture
+def live(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A pylance ``ShardWriter`` kept open over a one-shard table, its writes in a model."""
+    yield from live_writer(tmp_path, ONE)
+
+
+def flushed(live: LiveWriter, n: int) -> int:
+    keys = Writes()
+    for _ in range(n):
+        live.generation(keys.keys(live))
+    return max(list_manifest_versions(open_table(live.uri).store, live.shard_id))
+
+
+HINTS = {
+    "lags": lambda latest: json.dumps({"version": latest - 3}).encode(),
+    "leads": lambda latest: json.dumps({"version": latest + 5}).encode(),
+    "garbage": lambda latest: b"{not json",
+    "no-version": lambda latest: json.dumps({"version": 0}).encode(),
+    "too-large": lambda latest: b" " * 5000 + json.dumps({"version": latest}).encode(),
+    "missing": lambda latest: None,
+}
+
+
+@pytest.mark.parametrize("hint", sorted(HINTS))
+def test_a_reader_reads_the_latest_manifest_whatever_the_hint_says(live: LiveWriter, hint: str) -> None:
+    latest = flushed(live, 5)
+    store = open_table(live.uri).store
+    body = HINTS[hint](latest)
+    if body is None:
+        store.delete_many([version_hint_key(live.shard_id)])
+    else:
+        store.put(version_hint_key(live.shard_id), body)
+    found = reader_shard_manifest(store, live.shard_id)
+    assert found is not None and found.version == latest == latest_shard_manifest(store, live.shard_id).version
+    assert memwal.open(live.uri).scan().sort_by("id").to_pylist() == live.model.sorted_rows()
+
+
+def test_a_hint_naming_a_pruned_version_or_far_behind_falls_back_to_the_listing(live: LiveWriter,
+                                                                                monkeypatch) -> None:
+    from memwal.table import shards
+
+    latest = flushed(live, 4)
+    store = open_table(live.uri).store
+    store.delete_many([manifest_key(live.shard_id, 1)])  # GC prunes a prefix of the versions
+    store.put(version_hint_key(live.shard_id), json.dumps({"version": 1}).encode())
+    assert reader_shard_manifest(store, live.shard_id).version == latest  # type: ignore[union-attr]
+    monkeypatch.setattr(shards, "HINT_PROBES", 1)
+    store.put(version_hint_key(live.shard_id), json.dumps({"version": latest - 2}).encode())
+    assert reader_shard_manifest(store, live.shard_id).version == latest  # type: ignore[union-attr]
+    assert memwal.open(live.uri).scan().sort_by("id").to_pylist() == live.model.sorted_rows()
+
+
+def test_a_read_with_a_current_hint_lists_no_manifest_folder(make_table, s3_server) -> None:
+    uri, opts = s3_server.new_table("tables/hinted")
+    table, model = make_table(uri=uri, storage_options=opts)
+    t = memwal.open(uri, storage_options=opts)
+    t.scan(source="manifests")  # warm: the table's own listing of _versions/ is not what is counted
+    since = len(s3_server.requests)
+    rows = t.scan(source="manifests").sort_by("id").to_pylist()
+    listed = [p for m, p in s3_server.requests[since:] if m == "GET" and "list-type=2" in p and "manifest" in p]
+    assert listed == [] and rows == model.sorted_rows()
