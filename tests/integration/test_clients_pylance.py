@@ -24,7 +24,7 @@ from memwal.table import open_table
 from memwal.table.naming import ROLLUP_MARKER
 from memwal.table.shards import all_shard_manifests
 from tests.clients.jobs import ZERO, every_job
-from tests.clients.pylance_client import LiveWriter, client_view, live_writer
+from tests.clients.pylance_client import LiveWriter, client_view
 from tests.helpers import run_cli
 
 ONE = Workload(base_rows=200, shards=1, generations=0, rows_per_generation=30, seed=3, maintain_vector_index=False)
@@ -40,11 +40,6 @@ class Writes:
         old = sorted(live.model.rows)[live.n * 7 % 150:][:15]
         return old + [next(self.fresh) for _ in range(15)]
 
-
-@pytest.fixture
-def live(tmp_path: Path):
-    """A pylance ``ShardWriter`` kept open over a one-shard table, its writes in a model."""
-    yield from live_writer(tmp_path, ONE)
 
 
 def listed(uri: str) -> list[int]:

@@ -19,15 +19,9 @@ import memwal
 from memwal.demo import shard_ids_for
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
-from tests.clients.pylance_client import LiveWriter, client_view, live_writer
+from tests.clients.pylance_client import LiveWriter, client_view
 from tests.helpers import run_cli
 from tests.integration.test_clients_pylance import ONE, Writes
-
-
-@pytest.fixture
-def live(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A pylance ``ShardWriter`` kept open over a one-shard table, its writes in a model."""
-    yield from live_writer(tmp_path, ONE)
 
 
 def without_key_index(uri: str, generation: int, *, flushed_ago: float = 120) -> str:

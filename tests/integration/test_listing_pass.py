@@ -10,23 +10,24 @@ reader, memwal's) reads the model after it.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
-import pytest
 
 import memwal
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
-from tests.clients.pylance_client import LiveWriter, client_view, live_writer
+from tests.clients.pylance_client import LiveWriter, client_view
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
-from tests.integration.test_clients_pylance import ONE, Writes
+from tests.integration.test_clients_pylance import Writes
 from tests.integration.test_key_index_gaps import without_key_index
 
 
-@pytest.fixture
-def live(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A pylance ``ShardWriter`` kept open over a one-shard table, its writes in a model."""
-    yield from live_writer(tmp_path, ONE)
+def merged(live: LiveWriter, n: int) -> memwal.MemWalTable:
+    """``n`` generations flushed by the live writer, then merged: the table."""
+    keys = Writes()
+    for _ in range(n):
+        live.generation(keys.keys(live))
+    t = memwal.open(live.uri)
+    assert t.merge().ok
+    return t
 
 
 def listed(uri: str) -> list[tuple[int, str]]:
@@ -46,11 +47,7 @@ def files(digest: dict[str, str]) -> dict[str, str]:
 
 
 def test_a_listing_pass_rolls_up_what_a_whole_run_would_and_removes_nothing(live: LiveWriter) -> None:
-    keys = Writes()
-    for _ in range(4):
-        live.generation(keys.keys(live))
-    t = memwal.open(live.uri)
-    assert t.merge().ok
+    t = merged(live, 4)
     whole = t.gc(dry_run=True).to_dict()
     planned = t.gc(dry_run=True, listed_only=True).to_dict()
     assert replaced(planned) == replaced(whole) == [listed(live.uri)]  # the four merged generations, one run
@@ -66,11 +63,7 @@ def test_a_listing_pass_rolls_up_what_a_whole_run_would_and_removes_nothing(live
 
 
 def test_a_listing_pass_drains_nothing_and_names_what_the_whole_run_drains(live: LiveWriter) -> None:
-    keys = Writes()
-    for _ in range(3):
-        live.generation(keys.keys(live))
-    t = memwal.open(live.uri)
-    assert t.merge().ok
+    t = merged(live, 3)
     live.close()
     entries = listed(live.uri)
     before = files(tree_digest(live.uri))
@@ -87,16 +80,12 @@ def test_a_listing_pass_drains_nothing_and_names_what_the_whole_run_drains(live:
 
 def test_a_listing_pass_walks_only_the_listed_folders(live: LiveWriter) -> None:
     """What the manifests no longer list is the whole run's: a pass neither sees nor judges it."""
-    keys = Writes()
-    for _ in range(2):
-        live.generation(keys.keys(live))
-    t = memwal.open(live.uri)
-    assert t.merge().ok
+    t = merged(live, 2)
     live.close()
     t.gc(writer_idle_seconds=0, grace_seconds=0, expire_versions=600)  # drained; folders go with the grace
     live2 = LiveWriter(live.uri, live.shard_id, live.model, seed=1)
     try:
-        live2.generation(keys.keys(live2))
+        live2.generation(Writes().keys(live2))
         kept_by_drain = {b["generation"] for b in t.gc(dry_run=True).to_dict()["blocked"]}
         passed = t.gc(dry_run=True, listed_only=True).to_dict()
         assert {b["generation"] for b in passed["blocked"]} == {g for g, _ in listed(live.uri)}

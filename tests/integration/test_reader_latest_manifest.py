@@ -10,7 +10,6 @@ naming a version that is gone) falls back to the listing. Every read is checked 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +17,8 @@ import memwal
 from memwal.table import open_table
 from memwal.table.naming import manifest_key, version_hint_key
 from memwal.table.shards import latest_shard_manifest, list_manifest_versions, reader_shard_manifest
-from tests.clients.pylance_client import LiveWriter, live_writer
-from tests.integration.test_clients_pylance import ONE, Writes
-
-
-@pytest.fixture
-def live(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A pylance ``ShardWriter`` kept open over a one-shard table, its writes in a model."""
-    yield from live_writer(tmp_path, ONE)
+from tests.clients.pylance_client import LiveWriter
+from tests.integration.test_clients_pylance import Writes
 
 
 def flushed(live: LiveWriter, n: int) -> int:

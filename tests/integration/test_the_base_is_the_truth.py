@@ -27,7 +27,7 @@ from memwal.demo import shard_ids_for
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests, list_wal_entries, read_wal_entry_metas
 from tests.clients.jobs import ZERO, every_job
-from tests.clients.pylance_client import LiveWriter, client_view, live_writer, rows_for
+from tests.clients.pylance_client import LiveWriter, client_view, rows_for
 from tests.conftest import commit_shard_manifest, table_rows
 from tests.helpers import run_cli
 from tests.integration.test_clients_pylance import ONE, Writes, folders, listed
@@ -35,11 +35,6 @@ from tests.interleave import running_at
 
 NONE = ("--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0")
 
-
-@pytest.fixture
-def live(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """A pylance ``ShardWriter`` kept open over a one-shard table, its writes in a model."""
-    yield from live_writer(tmp_path, ONE)
 
 
 def written(w: LiveWriter, generations: int) -> None:
