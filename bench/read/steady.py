@@ -28,6 +28,8 @@ chart in ``--out``; ``--minutes`` and ``--arms`` choose the run (``--smoke``: tw
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import shlex
 import shutil
@@ -144,9 +146,10 @@ def storage(uri: str) -> dict[str, Any]:
     listed = sum(len(s.flushed) for s in all_shard_manifests(open_table(uri).store).values())
     folders = wal = size = 0
     mem_wal = Path(uri, "_mem_wal")
-    for p in Path(uri).rglob("*"):
-        if p.is_file():
-            size += p.stat().st_size
+    for dirpath, _dirs, files in os.walk(uri):  # a live table: a folder a job removes meanwhile is skipped
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                size += os.stat(os.path.join(dirpath, name)).st_size
     for shard in (mem_wal.iterdir() if mem_wal.exists() else ()):
         if shard.name.startswith("_"):
             continue
