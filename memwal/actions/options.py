@@ -222,7 +222,8 @@ class GcOptions(JobOptions):
                                      "generations its view needs stay listed and on storage (default 86400: "
                                      "a day; 0: no writer is live)", metavar="S")
     listed_only: bool = opt(False, "flag", "a listing pass: roll up and heal what the shard manifests list, walking "
-                            "only their folders; drains and deletes nothing (a follower's pass after each merge)")
+                            "only their folders; drains and deletes nothing but a listed merged generation whose "
+                            "folder is gone (a follower's pass after each merge)")
 
     def __post_init__(self) -> None:
         if self.listed_only and self.orphans:

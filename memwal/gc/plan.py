@@ -239,8 +239,10 @@ def plan_gc(
     ``listed_only``: a listing pass, for a follower after each merge. It walks only the folders
     the shard manifests list (a table that keeps a week of merged generations has thousands a
     whole run walks), rolls up and heals what stays listed exactly as a whole run, and plans
-    nothing else: no drain (:data:`memwal.gc.gates.LISTED_ONLY`), no deletion of any kind, no
-    version expiry, no pruning.
+    nothing else: no drain (:data:`memwal.gc.gates.LISTED_ONLY`), no deletion, no version expiry,
+    no pruning; but for the repair every run makes at once, a listed merged generation whose folder
+    is gone or has no Lance manifest left (every reader fails on it): drained, and what is left of
+    it deleted after the run looks again under its lease.
     """
     now = clocks.current()() if now is None else now
     grace = seconds(grace_seconds)
