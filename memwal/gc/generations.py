@@ -178,11 +178,12 @@ class _Shard(ShardBase):
             first_kept = fg.generation if first_kept is None else first_kept
             stays.append((fg, why, verdict))
         unproven: set[int] = set()
+        as_is: set[int] = set()  # left to a whole run: neither drained nor rolled up
         if listed_only and candidates:
             why = (LISTED_ONLY, "every gate lets it leave the listing; a listing pass drains nothing (a drain is "
                                 "proven by reading back every folder its version covers): the next whole GC run does")
             stays = [*((fg, why, verdict) for fg, _, verdict in candidates), *stays]
-            unproven = {fg.generation for fg, _, _ in candidates}
+            as_is = {fg.generation for fg, _, _ in candidates}
             candidates = []
         if candidates:
             entries = [self._entry(fg.generation, fg.path) for fg, _, _ in candidates]
@@ -216,9 +217,8 @@ class _Shard(ShardBase):
                 self.kept_listed.append((RollupEntry(fg.generation, fg.path, self.listed.bytes_under(fg.path),
                                                      fg.in_memory_bytes),
                                          self.writer.live and self.writer.claimed_before(verdict.evidence.merged_at),
-                                         fg.generation not in unproven))
-        if not listed_only:
-            self.kept_wal |= unproven
+                                         fg.generation not in unproven | as_is))
+        self.kept_wal |= unproven
 
     def unindexed(self) -> tuple[list[RollupEntry], list[float]]:
         """Listed generations that stay listed with no key index, flushed at least
