@@ -92,13 +92,16 @@ class MemWalListing:
     links: tuple[str, ...] = ()
 
 
-def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True,
+def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manifests: bool = True,
                  generations: Callable[[str, int], bool] | None = None) -> MemWalListing:
     """One listing of ``_mem_wal/`` (see the module docstring); ``wal=False`` leaves every WAL
-    out, ``staging=False`` the merge staging; ``generations(shard, generation)``, when given,
+    out, ``staging=False`` the merge staging, ``manifests=False`` every shard's manifest versions
+    (the lag finds each shard's latest from its hint: beside a writer that never reopens, its
+    versions grow by some 50 a minute); ``generations(shard, generation)``, when given,
     says which generation folders to walk (the lag reads the unmerged ones only: a table that
     keeps a week of merged generations has thousands of folders a status would walk)."""
     root = f"{MEM_WAL_DIR}/"
+    skipped = {name for name, listed in (("wal", wal), ("manifest", manifests)) if not listed}
 
     def wanted(shard: str, name: str) -> bool:
         g = parse_generation_dir(name)
@@ -110,7 +113,7 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True,
             return not (is_shard_dir_name(parts[0]) or (staging and parts[0] == STAGING))
         if len(parts) == 2 and is_shard_dir_name(parts[0]) and not wanted(parts[0], parts[1]):
             return True
-        return not wal and len(parts) == 2 and parts[1] == "wal" and is_shard_dir_name(parts[0])
+        return len(parts) == 2 and parts[1] in skipped and is_shard_dir_name(parts[0])
 
     objects, links = store.list_with_links(root, skip=left_out)
     shards: dict[str, _Shard] = {}
@@ -131,8 +134,9 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True,
                 for name in store.list_dirs(f"{root}{sid}/"):
                     if parse_generation_dir(name) is not None and wanted(sid, name):
                         s.gens.setdefault(name, [])
-                s.manifest_dirs |= {v for d in store.list_dirs(f"{root}{sid}/manifest/")
-                                    if (v := parse_manifest_name(d)) is not None}
+                if manifests:
+                    s.manifest_dirs |= {v for d in store.list_dirs(f"{root}{sid}/manifest/")
+                                        if (v := parse_manifest_name(d)) is not None}
     return MemWalListing({sid: s.done(sid, wal) for sid, s in sorted(shards.items())},
                          {k: tuple(v) for k, v in sorted(stage.items())}, tuple(sorted(set(links))))
 

@@ -10,6 +10,7 @@ and every caller stops that shard, never guesses.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -300,11 +301,25 @@ class ShardManifests:
 
 def read_shard_manifests(store: Store) -> ShardManifests:
     """Latest manifest of every shard, collecting broken shards instead of failing on them."""
+    return _each_latest(store, list_shard_ids(store), latest_shard_manifest)
+
+
+def read_hinted_manifests(store: Store, shard_ids: Iterable[str]) -> ShardManifests:
+    """:func:`read_shard_manifests` as a reader finds each latest (:func:`reader_shard_manifest`:
+    the shard's hint, no listing of its versions while the hint holds): what the lag reads after
+    every job of a follower. A shard the hint cannot tell falls back to the listing, which names a
+    broken one; a gap above the latest version is not seen (status, verify and GC list and name it)."""
+    return _each_latest(store, shard_ids, reader_shard_manifest)
+
+
+def _each_latest(store: Store, shard_ids: Iterable[str],
+                 latest: Callable[[Store, str], ShardState | None]) -> ShardManifests:
+    """``latest(store, shard)`` of each shard, a broken shard collected rather than raised."""
     states: dict[str, ShardState] = {}
     broken: dict[str, ShardManifestError] = {}
-    for shard_id in list_shard_ids(store):
+    for shard_id in shard_ids:
         try:
-            state = latest_shard_manifest(store, shard_id)
+            state = latest(store, shard_id)
         except ShardManifestError as exc:
             broken[shard_id] = exc
             continue

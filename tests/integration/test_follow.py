@@ -73,6 +73,16 @@ def flushed(uri: str) -> list[int]:
     return [] if state is None else [g.generation for g in state.flushed]
 
 
+def runs_ended(*uris: str) -> bool:
+    """Every run the follower began on ``uris`` is recorded as ended. A SIGTERM sent between a
+    merge's commit and its end stops it at its last safe point: it stands, reported cancelled
+    ("it committed version N"), and the follower's tally counts only the merges that ended done."""
+    from memwal.history.log import read_runs
+    from memwal.history.record import RUNNING
+
+    return all(r.outcome != RUNNING for uri in uris for r in read_runs(open_table(uri).store))
+
+
 def wait_for(what: str, done: object) -> None:
     deadline = time.monotonic() + DEADLINE
     while not done():  # type: ignore[operator]
@@ -116,6 +126,7 @@ def test_a_follower_merges_a_live_writer_and_stops_cleanly_on_sigterm(tmp_path, 
         w.generation(g, delete=1 if g == 3 else 0)
         target = max(flushed(uri))
         wait_for(f"merge generation {target}", lambda t=target: merged(uri) >= t)  # type: ignore[misc]
+    wait_for("end its runs", lambda: runs_ended(uri))
     doc, err = stop(p)
     assert doc["stopped"] == "SIGTERM" and doc["generations_merged"] >= 4
     assert doc["runs"]["merge"].get("failed", 0) == 0
@@ -195,6 +206,7 @@ def test_a_fleet_follower_merges_every_table_honours_a_pause_and_stops_on_sigter
     assert merged(b.uri) == 1  # planned after the pause (a's second generation was flushed after it): left alone
     assert run_cli("fleet", "resume", b.uri, "--state", state, "--by", "test", "--reason", "test").rc == 0
     wait_for("merge the resumed table", lambda: merged(b.uri) >= 2)
+    wait_for("end its runs", lambda: runs_ended(a.uri, b.uri))
     doc, err = stop(p)
     assert doc["stopped"] == "SIGTERM" and doc["generations_merged"] >= 4
     # as the table follower does, once per table whose GC (the policy's options) keeps versions past an hour,

@@ -16,7 +16,7 @@ import pytest
 import memwal
 from memwal.table import open_table
 from memwal.table.naming import manifest_key, version_hint_key
-from memwal.table.shards import latest_shard_manifest, list_manifest_versions, reader_shard_manifest
+from memwal.table.shards import latest_shard_manifest, list_manifest_versions, list_shard_ids, reader_shard_manifest
 from tests.clients.pylance_client import LiveWriter
 from tests.integration.test_clients_pylance import Writes
 
@@ -76,3 +76,26 @@ def test_a_read_with_a_current_hint_lists_no_manifest_folder(make_table, s3_serv
     rows = t.scan(source="manifests").sort_by("id").to_pylist()
     listed = [p for m, p in s3_server.requests[since:] if m == "GET" and "list-type=2" in p and "manifest" in p]
     assert listed == [] and rows == model.sorted_rows()
+
+
+def test_the_lag_a_job_records_is_the_status_lag_from_the_hints(make_table, s3_server, manual_clock) -> None:
+    """Every job of a follower ends with the table's lag (its history record, its gauges). It finds
+    each shard's latest manifest from the hint, as a reader does, and walks neither the manifest
+    versions nor the merged generations: what it finds is what the whole status finds, with the
+    hint current, lagging or garbage."""
+    from memwal.inspect.status import lag_now, table_status
+
+    uri, opts = s3_server.new_table("tables/lagged")
+    table, _ = make_table(uri=uri, storage_options=opts)
+    memwal.open(uri, storage_options=opts).merge(max_generations=1)  # merged and unmerged generations both
+    shards = list_shard_ids(table.store)
+    for hint in ("current", "lags", "garbage"):
+        if hint != "current":
+            for sid in shards:
+                latest = max(list_manifest_versions(table.store, sid))
+                table.store.put(version_hint_key(sid), HINTS[hint](latest))
+        lag = lag_now(table)
+        status = table_status(table, now=manual_clock())
+        assert lag == {s.shard_id: [len(s.unmerged_generations), s.unmerged_rows, s.oldest_unmerged_age_seconds and
+                                    round(s.oldest_unmerged_age_seconds, 1)] for s in status.shards}
+        assert sorted(lag) == shards and all(gens > 0 and rows for gens, rows, _ in lag.values())
