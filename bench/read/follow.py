@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python -m bench read follow [--minutes 30] [--arms pylance,pylance-rotating,lance-context,lancedb]
-                                     [--interval 1.7] [--rows 200] [--rotate-seconds 600] [--reads 3]
+                                     [--interval 1.7] [--rows 200] [--rotate-seconds 600] [--reads 5]
                                      [--follow-args "..."] [--out DIR]
 
 One shard, one writer process kept open for the whole run writing a generation of ``--rows`` rows
@@ -20,7 +20,8 @@ second; the follower's CPU (from /proc, every minute); and every minute the live
 a new process's read through the client's reader, ``--reads`` new processes' reads through memwal's
 reader (``memwal.open(uri).scan()``), each checked row by row against the model (a digest), and the
 same rows read plainly (``lance.dataset(ref).to_table()``) by as many new processes from a
-*reference* table holding them with no generation, the medians compared; the client's reader
+*reference* table holding them with no generation (written just before, from the model then), the
+two kinds of read interleaved (memwal, plain, memwal, ...) and their medians compared; the client's reader
 against its own read of the reference. Reads are timed after their imports. At the end: how long the follower
 took to stop after SIGTERM, its exit code, and whether it released its leases.
 
@@ -126,7 +127,7 @@ class Sampler(threading.Thread):
 
 
 def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rotate_seconds: float,
-            follow_args: list[str], reads: int = 3) -> dict[str, Any]:
+            follow_args: list[str], reads: int = 5) -> dict[str, Any]:
     client = CLIENTS[ARMS[arm][0]]
     base = work / arm
     shutil.rmtree(base, ignore_errors=True)
@@ -163,18 +164,21 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
             with written:
                 live = writer.call("read")
                 record["live"] = {"seconds": round(live["seconds"], 3), "right": live["digest"] == model.digest}
+            with written:
+                now_rows = model.as_rows()
+            client.reference(ref, now_rows)  # written first: each plain read runs beside a memwal read
             start = len(model.history) - 1
             new = client.read_new(uri)
-            mine = [read_in_new_process("read_memwal", uri) for _ in range(reads)]
+            mine, plain = [], []
+            for _ in range(reads):  # interleaved, so both see the same load on the machine
+                mine.append(read_in_new_process("read_memwal", uri))
+                plain.append(read_in_new_process("read_plain", ref)["seconds"])
             with written:
                 states = model.history[start:]
                 record["new_process"] = {"seconds": round(new["seconds"], 3), "right": new["digest"] in states}
                 record["memwal"] = {"seconds": round(statistics.median(m["seconds"] for m in mine), 4),
                                     "each": [round(m["seconds"], 4) for m in mine],
                                     "right": all(m["digest"] in states for m in mine)}
-                now_rows = model.as_rows()
-            client.reference(ref, now_rows)
-            plain = [read_in_new_process("read_plain", ref)["seconds"] for _ in range(reads)]
             record["reference"] = {"client_seconds": round(client.read_new(ref)["seconds"], 3),
                                    "plain_seconds": round(statistics.median(plain), 4),
                                    "plain_each": [round(p, 4) for p in plain]}
@@ -289,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="pylance-rotating: seconds between writer replacements (default "
                         f"{DEFAULT_ROTATE_SECONDS:g}, the writer's own)")
     p.add_argument("--follow-args", default="", help="more options of the follower (default: its defaults)")
-    p.add_argument("--reads", type=int, default=3, help="new processes a minute reading through memwal's reader, "
-                   "and as many plain reads of the reference: their medians are compared (default 3)")
+    p.add_argument("--reads", type=int, default=5, help="new processes a minute reading through memwal's reader, "
+                   "and as many plain reads of the reference, interleaved: their medians are compared (default 5)")
     args = p.parse_args(argv)
     with Run("follow", "a writer that never stops beside memwal cycle --follow", out=args.out,
              work=args.work) as bench:
