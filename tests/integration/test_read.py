@@ -12,7 +12,9 @@ import pyarrow as pa
 import memwal
 from memwal.demo import bucket_of, shard_ids_for, write_generations
 from memwal.read import lsm_scan, plan_read, shard_snapshots
+from memwal.read.plan import HINT_NEWER
 from memwal.snapshot import run_snapshot
+from memwal.table.naming import version_hint_key
 from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL, commit_shard_manifest, table_rows
 
@@ -56,8 +58,8 @@ def test_scans_equal_the_model_before_and_after_merge_and_gc(make_table):
     assert delete_merged_generations(table) == 6
     # GC drained the shard manifests after the snapshot was published: a reader sees their
     # newer versions and reads each shard from its manifest, until the next refresh
-    plan = plan_read(table)
-    assert {f["reason"] for f in plan.fallbacks} == {"shard manifest has a version newer than the snapshot's 5"}
+    plan = plan_read(table)  # GC's drains wrote each shard's hint after the snapshot: it is not decoded
+    assert {f["reason"] for f in plan.fallbacks} == {HINT_NEWER} and plan.snapshot_ts_millis == 0
     assert scan(table, "index") == expected
     assert memwal.open(table.uri).snapshot().ok
     plan = plan_read(table)
@@ -120,8 +122,17 @@ def test_stale_snapshot_still_gives_correct_rows(make_table):
     assert memwal.open(table.uri).snapshot().ok
     write_generations(table.uri, wl, model, generations=1, seed_offset=99)  # new generation 5 everywhere
     plan = plan_read(table)
-    assert {f["shard_id"] for f in plan.fallbacks} == set(shard_ids_for(wl))
-    assert all("newer" in f["reason"] for f in plan.fallbacks)
+    # every shard's hint was written after the snapshot: it is not even decoded (a disk: a stat a shard)
+    assert plan.fallbacks == [{"shard_id": sid, "reason": HINT_NEWER} for sid in sorted(shard_ids_for(wl))]
+    assert plan.snapshot_ts_millis == 0
+    assert all(s["generations"] == [1, 2, 3, 4, 5] and s["source"] == "manifests" for s in plan.shards)
+    assert scan(table, "index") == model.sorted_rows()
+    # one shard whose hint says nothing (it is best-effort): the snapshot is read, and each shard it
+    # lists is found stale by the next manifest version on storage
+    table.store.delete_many([version_hint_key(shard_ids_for(wl)[0])])
+    plan = plan_read(table)
+    assert {f["shard_id"] for f in plan.fallbacks} == set(shard_ids_for(wl)) and plan.snapshot_ts_millis > 0
+    assert all("has a version newer than the snapshot's" in f["reason"] for f in plan.fallbacks)
     assert all(s["generations"] == [1, 2, 3, 4, 5] and s["source"] == "manifests" for s in plan.shards)
     assert scan(table, "index") == model.sorted_rows()
     # Without the freshness check the snapshot's point in time is what a reader sees.
@@ -137,7 +148,7 @@ def test_stale_snapshot_still_gives_correct_rows(make_table):
     with ds.mem_wal_writer(new_shard, durable_write=False) as w:
         w.put(pa.Table.from_pylist([row], schema=ds.schema))
     model.put(pa.Table.from_pylist([row], schema=ds.schema))
-    plan = plan_read(table)
+    plan = plan_read(table)  # the hint deleted above still leaves the snapshot read
     assert {"shard_id": new_shard, "reason": "shard not in the snapshot"} in plan.fallbacks
     assert scan(table, "index") == model.sorted_rows()
 
