@@ -288,16 +288,19 @@ def table_status(table: Table, *, now: float | None = None, check_files: bool = 
 def _table_status(table: Table, now: float, check_files: bool, manifest: TableManifest | None,
                   with_checkpoints: bool, writer_activity: bool = True, lag_only: bool = False) -> TableStatus:
     """``lag_only``: what :func:`lag_now` reads, no more. Only the unmerged generations' folders are
-    walked (the merged ones kept on storage only fill fields the lag does not read), each shard's
-    latest manifest comes from its hint, not a listing of its versions, and no writer is looked
-    at (each shard's writer then shows as not live)."""
+    walked (the merged ones kept on storage only fill fields the lag does not read), no writer is
+    looked at (each shard's writer then shows as not live), and on a disk each shard's latest
+    manifest comes from its hint, not a walk of its versions (a stat each there; an object store's
+    listing gives a thousand of them with their times in one request, where the hint costs three
+    or four requests a shard)."""
     manifest = table.require_mem_wal() if manifest is None else manifest
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     above_mark = (lambda sid, g: g > manifest.compacted_generation(sid)) if lag_only else None
-    listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not lag_only, generations=above_mark)
+    by_hint = lag_only and table.store.has_directories
+    listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not by_hint, generations=above_mark)
     # GC's own manifest versions (its digest): never the writer's activity; the lag alone needs none
     compactions = load_digest(table.store).compactions if writer_activity else {}
-    found = (read_hinted_manifests(table.store, list_shard_ids(table.store)) if lag_only
+    found = (read_hinted_manifests(table.store, list_shard_ids(table.store)) if by_hint
              else read_listed_manifests(table.store, listing))
     shards = []
     for sid, state in found.states.items():
@@ -362,11 +365,11 @@ def lag_now(table: Table) -> dict[str, list[float | int | None]]:
     """Per shard [unmerged generations, rows, oldest age] now, with the gauges published:
     what a run's history record keeps of the table when it ends. A follower runs a job every few
     seconds, each ending here, so it reads what the lag depends on and nothing else: the latest
-    table version and each shard's latest manifest as a reader finds them (no listing of the
-    versions, which grow for as long as the writer lives and the retention keeps them), and the
-    unmerged generations' folders (``lag_only``: not the checkpoints, the merged generations, the
-    writer, nor GC's record of its own versions). Measured: a quarter of a follower's busy time
-    at minute 19 of a writer that never stops, when it listed them."""
+    table version and each shard's latest manifest (on a disk from its hint, not a walk of the
+    versions, which grow for as long as the writer lives), and the unmerged generations' folders
+    (``lag_only``: not the checkpoints, the merged generations, the writer, nor GC's record of its
+    own versions). Measured: a quarter of a follower's busy time at minute 19 of a writer that
+    never stops, when it walked them all."""
     st = _table_status(table, clocks.current()(), False, None, False, writer_activity=False, lag_only=True)
     st.record_metrics()
     return {shard: list(figures) for shard, figures in st.lag().items()}

@@ -78,16 +78,16 @@ def test_a_read_with_a_current_hint_lists_no_manifest_folder(make_table, s3_serv
     assert listed == [] and rows == model.sorted_rows()
 
 
-def test_the_lag_a_job_records_is_the_status_lag_from_the_hints(make_table, s3_server, manual_clock) -> None:
-    """Every job of a follower ends with the table's lag (its history record, its gauges). It finds
-    each shard's latest manifest from the hint, as a reader does, and walks neither the manifest
-    versions nor the merged generations: what it finds is what the whole status finds, with the
-    hint current, lagging or garbage."""
+def test_the_lag_a_job_records_is_the_status_lag_from_the_hints(make_table, manual_clock) -> None:
+    """Every job of a follower ends with the table's lag (its history record, its gauges). On a disk
+    it finds each shard's latest manifest from the hint, as a reader does, and walks neither the
+    manifest versions nor the merged generations: what it finds is what the whole status finds,
+    with the hint current, lagging or garbage. (On an object store it lists them, as the status
+    does: a thousand versions a request; tests/integration/test_requests.py counts them.)"""
     from memwal.inspect.status import lag_now, table_status
 
-    uri, opts = s3_server.new_table("tables/lagged")
-    table, _ = make_table(uri=uri, storage_options=opts)
-    memwal.open(uri, storage_options=opts).merge(max_generations=1)  # merged and unmerged generations both
+    table, _ = make_table()
+    memwal.open(table.uri).merge(max_generations=1)  # merged and unmerged generations both
     shards = list_shard_ids(table.store)
     for hint in ("current", "lags", "garbage"):
         if hint != "current":
