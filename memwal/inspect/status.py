@@ -34,7 +34,6 @@ from memwal.table.shards import (
     FlushedGeneration,
     ShardManifestError,
     ShardState,
-    list_shard_ids,
     read_hinted_manifests,
     read_listed_manifests,
 )
@@ -300,7 +299,7 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
     listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not by_hint, generations=above_mark)
     # GC's own manifest versions (its digest): never the writer's activity; the lag alone needs none
     compactions = load_digest(table.store).compactions if writer_activity else {}
-    found = (read_hinted_manifests(table.store, list_shard_ids(table.store)) if by_hint
+    found = (read_hinted_manifests(table.store) if by_hint
              else read_listed_manifests(table.store, listing))
     shards = []
     for sid, state in found.states.items():

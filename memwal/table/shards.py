@@ -304,12 +304,12 @@ def read_shard_manifests(store: Store) -> ShardManifests:
     return _each_latest(store, list_shard_ids(store), latest_shard_manifest)
 
 
-def read_hinted_manifests(store: Store, shard_ids: Iterable[str]) -> ShardManifests:
+def read_hinted_manifests(store: Store) -> ShardManifests:
     """:func:`read_shard_manifests` as a reader finds each latest (:func:`reader_shard_manifest`:
     the shard's hint, no listing of its versions while the hint holds): what the lag reads after
     every job of a follower. A shard the hint cannot tell falls back to the listing, which names a
     broken one; a gap above the latest version is not seen (status, verify and GC list and name it)."""
-    return _each_latest(store, shard_ids, reader_shard_manifest)
+    return _each_latest(store, list_shard_ids(store), reader_shard_manifest)
 
 
 def _each_latest(store: Store, shard_ids: Iterable[str],
