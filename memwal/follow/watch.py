@@ -9,9 +9,13 @@ it may lag, be missing or be garbage. So it is only a *hint* that something move
 lags), and a hint it cannot read is replaced by that shard's listing at once. A spurious change
 costs one merge plan (reads only); a missed one, at most a rescan interval.
 
-The poll backs off while nothing moves (``poll_seconds`` doubling up to ``max_poll_seconds``) and
-comes back to ``poll_seconds`` at the first change: a writer that never stops keeps it at the
-fastest rate, an idle table costs a request per shard every ``max_poll_seconds``.
+The poll backs off while nothing moves and comes back to ``poll_seconds`` at the first change: the
+delay is half the time since a shard last moved, between ``poll_seconds`` and ``max_poll_seconds``.
+A writer that never stops keeps it at the fastest rate, an idle table costs a request per shard
+every ``max_poll_seconds``. The backoff follows time, not looks: a follower looks again at once
+after each job it ran (a bounded batch may have left more), and a delay doubled at each look
+slept 4 s after a merge and its listing pass that moved nothing, while a writer flushed every
+1.7 s (two or three generations listed the longer: the listing's sawtooth in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -42,13 +46,15 @@ class ShardWatch:
         self.seen: dict[str, int] = {}
         self.delay = poll_seconds
         self._next_rescan: float | None = None
+        #: When a look last found a shard moved (the backoff's origin).
+        self._moved_at: float | None = None
         #: Requests made so far (a listing of the shards counts one, each shard's listing one).
         self.requests = 0
 
     def look(self, now: float) -> set[str]:
         """The shards whose manifest moved since the last look (the first look: every shard), and
-        the next delay set: back to ``poll_seconds`` after a change, doubled (up to
-        ``max_poll_seconds``) after none."""
+        the next delay set: ``poll_seconds`` after a change, then half the time nothing moved (up to
+        ``max_poll_seconds``), however many looks that time held."""
         if self._next_rescan is None or now >= self._next_rescan:
             versions = self._rescan()
             self._next_rescan = now + self.rescan_seconds
@@ -56,7 +62,9 @@ class ShardWatch:
             versions = self._hints()
         moved = {sid for sid, v in versions.items() if self.seen.get(sid) != v}
         self.seen = versions
-        self.delay = self.poll_seconds if moved else min(self.max_poll_seconds, self.delay * 2)
+        if moved or self._moved_at is None:
+            self._moved_at = now
+        self.delay = min(self.max_poll_seconds, max(self.poll_seconds, (now - self._moved_at) / 2))
         return moved
 
     def _rescan(self) -> dict[str, int]:

@@ -37,16 +37,20 @@ def test_the_watch_sees_flushes_by_hint_a_bad_hint_by_listing_and_new_shards_at_
     store = open_table(uri).store
     watch = ShardWatch(store, poll_seconds=1, max_poll_seconds=8, rescan_seconds=100)
     assert watch.look(0) == {a} and watch.delay == 1  # the first look: every shard
-    assert watch.look(1) == set() and watch.delay == 2
-    assert watch.look(2) == set() and watch.delay == 4
+    assert watch.look(1) == set() and watch.delay == 1
+    # looks at once (after each job a follower ran) back nothing off: time does
+    assert watch.look(2) == set() and watch.look(2) == set() and watch.look(2) == set() and watch.delay == 1
+    assert watch.look(4) == set() and watch.delay == 2
+    assert watch.look(12) == set() and watch.delay == 6
+    assert watch.look(20) == set() and watch.delay == 8  # up to max_poll_seconds
     flush(uri, a, 1)
-    assert watch.look(3) == {a} and watch.delay == 1  # seen by its hint
+    assert watch.look(21) == {a} and watch.delay == 1  # seen by its hint
     store.put(version_hint_key(a), b"not json")
     flush(uri, a, 1)
     store.put(version_hint_key(a), b"{\"version\": \"x\"}")
-    assert watch.look(4) == {a}  # a hint that makes no sense: the shard's listing says
+    assert watch.look(22) == {a}  # a hint that makes no sense: the shard's listing says
     flush(uri, b, 1)
-    assert watch.look(5) == set()  # a new shard waits for the rescan...
+    assert watch.look(23) == set()  # a new shard waits for the rescan...
     assert watch.look(100) == {b}  # ...which lists it
     store.put(version_hint_key(b), b"[" * 5000)  # over the size a hint may have: listed instead
     assert watch.look(101) == set()
