@@ -3,8 +3,11 @@
 A job is due when it has something new to look at (it is *dirty*) and its cadence allows it:
 
 * the merge is dirtied by a shard that moved (a flush, a claim, another compactor), and stays
-  dirty after a merge that committed (a bounded batch may have left more): planning it again
-  costs reads only, and the follower runs it only when its plan has work;
+  dirty after a merge that committed when its batches are bounded (``--max-generations``,
+  ``--max-rows``, ``--max-bytes``: it may have left more); the follower runs it only when its plan
+  has work. An unbounded merge took every generation its plan saw, and what was flushed since
+  moved a shard: planning it again found nothing, once a flush, at a cost that grows with the
+  shard's manifest versions;
 * catch-up, compaction and GC are dirtied by a merge that committed; GC also by a shard that
   moved (a writer reopened: what it held may go now), and again ``gc_retry`` seconds after a run
   that waited for time (the grace period, retained versions);
@@ -38,6 +41,8 @@ MAX_RETRY_SECONDS = 300.0
 class Schedule:
     jobs: Sequence[str]
     options: FollowOptions
+    #: Whether a merge's batch is bounded (it may leave work a shard's move will not announce).
+    merge_bounded: bool = True
     dirty: set[str] = field(default_factory=set)
     last_run: dict[str, float] = field(default_factory=dict)
     retry_at: dict[str, float] = field(default_factory=dict)
@@ -101,7 +106,8 @@ class Schedule:
                 self.dirty.discard(LISTING)  # the whole GC rolled up and healed as well
             committed = outcome.version is not None
             if job == "merge" and committed:
-                self.dirty |= {"merge", "catchup", "compact", "gc", "snapshot"} & set(self.jobs)
+                self.dirty |= {"catchup", "compact", "gc", "snapshot"} & set(self.jobs)
+                self.dirty |= {"merge"} if self.merge_bounded else set()
                 self.dirty |= {LISTING} if "gc" in self.jobs else set()
             if outcome.status is JobStatus.WAITING and job == "gc":  # time alone frees more: again after gc_retry
                 self.wake_at[job] = now + self.options.gc_retry

@@ -91,9 +91,11 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     tally = FollowTally(table.uri)
     watch = ShardWatch(table.store, poll_seconds=follow.poll_seconds, max_poll_seconds=follow.max_poll_seconds,
                        rescan_seconds=follow.rescan_seconds)
-    schedule = Schedule(list(jobs), follow)
     given = options.get("merge")
     merge_options = given if isinstance(given, MergeOptions) else MergeOptions()
+    bounded = any(v is not None for v in (merge_options.max_generations, merge_options.max_rows,
+                                          merge_options.max_bytes))
+    schedule = Schedule(list(jobs), follow, merge_bounded=bounded)
     began = time.monotonic()
     since = time.time()
     next_report = began + REPORT_SECONDS

@@ -26,7 +26,8 @@ log: the figures read here are type-checked and the texts clipped where they lan
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any, Protocol
 
 from memwal.core.json_doc import finite, mapping_of, mappings_of
@@ -62,6 +63,9 @@ def gc_wait(doc: Mapping[str, Any], *, at: float, options: GcTimes) -> dict[str,
     if not blocked:
         return None
     will = doc.get("time_will_free")
+    # what the retained versions free is the same for every generation they keep: judged once (a
+    # whole GC beside a writer that never reopens keeps thousands, each held by hundreds of versions)
+    retained: Callable[[], tuple[float | None, str]] = cache(lambda: _retained(doc, at, options))
     combos: Counter[str] = Counter()
     latest: dict[str, float | None] = {}
     said: dict[str, str] = {}
@@ -70,11 +74,11 @@ def gc_wait(doc: Mapping[str, Any], *, at: float, options: GcTimes) -> dict[str,
         gates = [r for r in reasons if is_gate(r)] or reasons[:1]
         then = [str(r) for r in b.get("then") or [] if is_gate(str(r))]
         combo = " + ".join(gates) + (f" then {' + '.join(then)}" if then else "")
-        t, what = _frees(gates, doc, at, options)
+        t, what = _frees(gates, doc, at, options, retained)
         if t is not None and not then and will is False and all(g in (GRACE_PERIOD, DRAIN_GRACE) for g in gates):
             t = None  # GC knows more than the gates' names
         if then:
-            later, after = _frees(then, doc, at, options, since=finite(b.get("then_versions_at")))
+            later, after = _frees(then, doc, at, options, retained, since=finite(b.get("then_versions_at")))
             t = None if t is None or later is None else max(t, later)
             what = f"{what}; then, out of the listing, {after}"
         combos[combo] += 1
@@ -93,17 +97,18 @@ def gc_wait(doc: Mapping[str, Any], *, at: float, options: GcTimes) -> dict[str,
 
 
 def _frees(gates: list[str], doc: Mapping[str, Any], at: float, o: GcTimes,
-           since: float | None = None) -> tuple[float | None, str]:
+           retained: Callable[[], tuple[float | None, str]], since: float | None = None) -> tuple[float | None, str]:
     """When the generations these gates hold may go (None: no time frees them), and what frees
-    them. ``since``: when the newest retained version holding them by age alone was committed."""
-    out: list[tuple[float | None, str]] = [_gate(g, doc, at, o, since) for g in gates]
+    them. ``since``: when the newest retained version holding them by age alone was committed;
+    ``retained()``: what the retained versions free (:func:`_retained`)."""
+    out: list[tuple[float | None, str]] = [_gate(g, doc, at, o, retained, since) for g in gates]
     if any(t is None for t, _ in out):
         return None, " and ".join(what for _, what in out)
     latest = max(t for t, _ in out if t is not None)
     return latest, " and ".join(what for _, what in out)
 
 
-def _gate(gate: str, doc: Mapping[str, Any], at: float, o: GcTimes,
+def _gate(gate: str, doc: Mapping[str, Any], at: float, o: GcTimes, retained: Callable[[], tuple[float | None, str]],
           since: float | None = None) -> tuple[float | None, str]:
     if gate in (GRACE_PERIOD, DRAIN_GRACE):
         after = "the merge" if gate == GRACE_PERIOD else "the drain"
@@ -126,7 +131,7 @@ def _gate(gate: str, doc: Mapping[str, Any], at: float, o: GcTimes,
             t = since + o.expire_versions
             return t, f"retained-version: when version expiry takes it, by {when(t)} " \
                       f"(--expire-versions {human_duration(o.expire_versions)})"
-        return _retained(doc, at, o)
+        return retained()
     if gate == NOT_MERGED:
         return None, f"{gate}: after the merge"
     if gate.startswith("index-not-caught-up:"):

@@ -12,9 +12,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import lance
+from lance.lance import _Session as Session  # what lance.Session is; pylance's stubs leave it out of __all__
 
 from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, MemWalError, NotFoundError, StateMovedError, first_line
@@ -34,6 +35,24 @@ log = logging.getLogger(__name__)
 #: so the run that reads the latest again after reading it once (open, plan, status) lists
 #: ``_versions/`` but gets it for nothing; few, because a big table's manifest is big.
 MANIFESTS_KEPT = 4
+
+#: The base tables' session caches, bounded: a long-lived process (a follower, a fleet) opens its
+#: tables' bases again and again (each job, its plan and its run), and what a version holds never
+#: changes.
+BASE_METADATA_CACHE_BYTES = 128 << 20
+BASE_INDEX_CACHE_BYTES = 128 << 20
+
+
+@lru_cache(maxsize=1)
+def base_session() -> Session:
+    """One Lance session for every base table a process opens: a follower opens the base several
+    times a flush (the merge's plan and run, GC's listing pass), each open with a session of its
+    own read the same manifest, fragments and index metadata again (py-spy: 15% of its busy time
+    at minute 2 beside a pylance writer; an open and a count 0.35 ms, 0.06 ms in a shared session).
+    Lance still finds the latest version on storage at each open (tested: another process's commit
+    is seen at the next open); the session keeps only what a version's files say, which never
+    changes."""
+    return Session(index_cache_size_bytes=BASE_INDEX_CACHE_BYTES, metadata_cache_size_bytes=BASE_METADATA_CACHE_BYTES)
 
 
 @dataclass
@@ -139,11 +158,13 @@ class Table:
         race (:class:`StateMovedError`, retried), not bad input.
         """
         try:
-            return lance.dataset(self.uri, version=version, storage_options=self.storage_options or None)
+            return lance.dataset(self.uri, version=version, storage_options=self.storage_options or None,
+                                 session=base_session())
         except (ValueError, OSError, RuntimeError) as exc:
             if version is None and "not found" in str(exc).lower():
                 try:  # the version Lance found latest expired as a newer one was committed: once more
-                    return lance.dataset(self.uri, storage_options=self.storage_options or None)
+                    return lance.dataset(self.uri, storage_options=self.storage_options or None,
+                                         session=base_session())
                 except (ValueError, OSError, RuntimeError):
                     pass
             if version is not None and self._expired(version):

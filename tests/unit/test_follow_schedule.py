@@ -78,6 +78,19 @@ def test_the_merge_is_due_at_once_the_listing_pass_after_it_the_others_on_their_
     assert s.due(61) == [] and s.next_due(61) is None
 
 
+def test_an_unbounded_merge_that_committed_is_not_planned_again_until_a_shard_moves():
+    """It took every generation its plan saw; a flush since moved a shard, which the watch sees."""
+    s = Schedule(JOBS, FollowOptions(gc_every=60, catchup_every=60), merge_bounded=False)
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS)), 0)
+    s.moved({"shard"})
+    assert s.due(1) == ["merge"]
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=7),)), 1)
+    assert s.due(2) == ["gc"] and s.listing_only  # the listing pass only: no plan of the merge again
+    s.ended(CycleResult("t", (outcome("gc", JobStatus.DONE),)), 2)
+    s.moved({"shard"})
+    assert s.due(3) == ["merge"]
+
+
 def test_the_listing_pass_keeps_its_own_cadence_and_retries():
     s = Schedule(JOBS, FollowOptions(gc_every=60, rollup_every=5, poll_seconds=1))
     s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS)), 0)
