@@ -63,7 +63,7 @@ from memwal.table.progress_digest import ProgressDigest, load_digest
 from memwal.table.retained import RetainedVersion, retained_versions
 from memwal.table.shards import ShardManifests, read_listed_manifests, read_shard_manifests
 from memwal.table.wal_digest import Header, WalDigest, load_wal_digest
-from memwal.table.writer import ManifestHistory, WriterView, writer_view
+from memwal.table.writer import ManifestHistory, StatOnUse, WriterView, writer_view
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,8 @@ def plan_gc(
     else:
         listing = list_mem_wal(store)
         shards = read_listed_manifests(store, listing)
-    histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in shards.states.items()}
+    histories = {sid: ManifestHistory(store, st, StatOnUse(store, sid) if listed_only and store.has_directories
+                                      else listing.shards[sid].manifests) for sid, st in shards.states.items()}
     writers = {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=seconds(writer_idle_seconds), claim=True)
                for sid, h in histories.items()}
     progress_digest = load_digest(table.store)
@@ -325,7 +326,8 @@ def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:
     (one missing is missing: gone, or never written)."""
     found = read_shard_manifests(store)
     numbers = {sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()}
-    listing = list_mem_wal(store, wal=False, staging=False,
+    # on a disk the manifest versions are stat-ed when asked (:class:`memwal.table.writer.StatOnUse`)
+    listing = list_mem_wal(store, wal=False, staging=False, manifests=not store.has_directories,
                            generations=lambda sid, g: g in numbers.get(sid, ()))
     states = {sid: state for sid, state in found.states.items() if sid in listing.shards}
     return listing, ShardManifests(states, dict(found.broken))

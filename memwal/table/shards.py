@@ -186,6 +186,11 @@ def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]
     return sorted(v for v in files if v is not None), sorted(v for v in dirs if v is not None)
 
 
+def listed_versions(store: Store, shard_id: str) -> list[int]:
+    """The shard's manifest versions stored as files, ascending, from their names alone."""
+    return _listed_versions(store, shard_id)[0]
+
+
 def latest_shard_version(store: Store, shard_id: str) -> int:
     """Latest manifest version by listing ``manifest/`` (0 when the shard has none).
 

@@ -25,18 +25,55 @@ storage says a process is alive, so:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from memwal.errors import MemWalError
+from memwal.errors import MemWalError, NotFoundError
 from memwal.store import ObjectInfo, Store
 from memwal.table.drain import is_compaction
 from memwal.table.listing import ShardListing
-from memwal.table.shards import ShardState, decode_shard_manifest
+from memwal.table.naming import manifest_key
+from memwal.table.shards import ShardState, decode_shard_manifest, listed_versions
 
 #: Compactor versions (drains, rollups) walked back over to find the writer's own last manifest
 #: version; past this many in a row the shard counts as live (a guess on the safe side).
 _MAX_DRAINS_WALKED = 32
+
+
+class StatOnUse(Mapping[int, ObjectInfo]):
+    """A shard's manifest versions from a listing of their names, each stat-ed when first asked.
+
+    GC's listing pass (a follower's, after every merge) asks for a few: the writer's last versions,
+    its claim (a binary search). A listing with a stat of every version cost it more than the rest
+    of its walk beside a writer that never reopens (some 50 versions a minute since its claim). On a
+    disk only, where a stat is a system call; an object store's listing has the times already. A
+    version gone between the listing and its stat (pruned by a concurrent GC) is NotFoundError: the
+    plan is made again (:func:`memwal.gc.plan.plan_gc_settled`)."""
+
+    def __init__(self, store: Store, shard_id: str) -> None:
+        self.store, self.shard_id = store, shard_id
+        self._versions = frozenset(listed_versions(store, shard_id))
+        self._infos: dict[int, ObjectInfo] = {}
+
+    def __getitem__(self, version: int) -> ObjectInfo:
+        if version not in self._versions:
+            raise KeyError(version)
+        if version not in self._infos:
+            key = manifest_key(self.shard_id, version)
+            info = self.store.head(key)
+            if info is None:
+                raise NotFoundError(f"{self.store.uri_for(key)}: gone since the listing")
+            self._infos[version] = info
+        return self._infos[version]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._versions))
+
+    def __len__(self) -> int:
+        return len(self._versions)
+
+    def __contains__(self, version: object) -> bool:
+        return version in self._versions
 
 
 class ManifestHistory:
@@ -172,4 +209,4 @@ def _claimed_at(history: ManifestHistory) -> float | None:
         return None
 
 
-__all__ = ["ManifestHistory", "WriterView", "writer_view"]
+__all__ = ["ManifestHistory", "StatOnUse", "WriterView", "writer_view"]

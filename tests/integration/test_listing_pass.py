@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import memwal
 from memwal.table import open_table
 from memwal.table.shards import all_shard_manifests
@@ -111,3 +113,33 @@ def test_listed_only_with_orphans_is_bad_input_with_nothing_written(live: LiveWr
     assert tree_digest(live.uri) == before
     doc = json.loads(run_cli("gc", live.uri, "--listed-only", "--dry-run", "--json").stdout)
     assert doc["listed_only"] is True
+
+
+def test_a_listing_pass_on_a_disk_stats_only_the_manifest_versions_it_asks_for(live: LiveWriter) -> None:
+    """The writer's view from the versions' names (each stat-ed when asked) is the one a listing
+    with a stat of every version gives; a version gone between its listing and its stat is a lost
+    race (NotFoundError: the plan is made again), never a wrong view."""
+    from memwal.errors import NotFoundError
+    from memwal.table.listing import list_mem_wal
+    from memwal.table.naming import manifest_key
+    from memwal.table.writer import ManifestHistory, StatOnUse, writer_view
+
+    keys = Writes()
+    for _ in range(5):
+        live.generation(keys.keys(live))
+    store = open_table(live.uri).store
+    (sid, state), = all_shard_manifests(store).items()
+    listing = list_mem_wal(store)
+    lazy = StatOnUse(store, sid)
+    assert list(lazy) == sorted(listing.shards[sid].manifests) and len(lazy) == state.version
+    views = [writer_view(ManifestHistory(store, state, versions), listing.shards[sid], now=state.mtime + 1,
+                         idle_seconds=3600, claim=True) for versions in (listing.shards[sid].manifests, lazy)]
+    assert views[0] == views[1] and views[1].live and views[1].claimed_at is not None
+    asked = set(lazy._infos)
+    assert asked and len(asked) < len(lazy)  # a few stat-ed, not every version
+    assert all(lazy[v] == listing.shards[sid].manifests[v] for v in asked)
+    gone = StatOnUse(store, sid)
+    store.delete_many([manifest_key(sid, 1)])
+    assert 1 in gone
+    with pytest.raises(NotFoundError, match="gone since the listing"):
+        gone[1]
