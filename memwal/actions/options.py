@@ -169,6 +169,12 @@ class MergeOptions(WaitingOptions):
     max_rows: int | None = opt(None, "count", "stop adding generations past N change rows", metavar="N")
     max_bytes: int | None = opt(None, "count", "stop adding generations past N bytes", metavar="N")
 
+    @property
+    def bounded(self) -> bool:
+        """Whether a run may leave work its plan saw (a batch of it): a follower plans again after
+        a bounded merge; an unbounded one took every generation its plan saw."""
+        return any(v is not None for v in (self.max_generations, self.max_rows, self.max_bytes))
+
 
 @dataclass(frozen=True, kw_only=True)
 class CatchupOptions(JobOptions):

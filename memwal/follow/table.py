@@ -93,9 +93,7 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
                        rescan_seconds=follow.rescan_seconds)
     given = options.get("merge")
     merge_options = given if isinstance(given, MergeOptions) else MergeOptions()
-    bounded = any(v is not None for v in (merge_options.max_generations, merge_options.max_rows,
-                                          merge_options.max_bytes))
-    schedule = Schedule(list(jobs), follow, merge_bounded=bounded)
+    schedule = Schedule(list(jobs), follow, merge_bounded=merge_options.bounded)
     began = time.monotonic()
     since = time.time()
     next_report = began + REPORT_SECONDS

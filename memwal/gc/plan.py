@@ -255,8 +255,7 @@ def plan_gc(
     else:
         listing = list_mem_wal(store)
         shards = read_listed_manifests(store, listing)
-    histories = {sid: ManifestHistory(store, st, StatOnUse(store, sid) if listed_only and store.has_directories
-                                      else listing.shards[sid].manifests) for sid, st in shards.states.items()}
+    histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in shards.states.items()}
     writers = {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=seconds(writer_idle_seconds), claim=True)
                for sid, h in histories.items()}
     progress_digest = load_digest(table.store)
@@ -323,12 +322,17 @@ def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:
     walks only the folders those manifests list (by generation number: a failed flush attempt or
     a rollup under a listed number is walked too), leaving out every WAL and the merge staging.
     The plan judges those manifests, read before the walk, so every folder they list was walked
-    (one missing is missing: gone, or never written)."""
+    (one missing is missing: gone, or never written). On a disk the walk leaves the manifest
+    versions out: the listing holds the names the manifests' reads found, each stat-ed when the
+    plan asks for it (:class:`memwal.table.writer.StatOnUse`)."""
     found = read_shard_manifests(store)
     numbers = {sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()}
-    # on a disk the manifest versions are stat-ed when asked (:class:`memwal.table.writer.StatOnUse`)
     listing = list_mem_wal(store, wal=False, staging=False, manifests=not store.has_directories,
                            generations=lambda sid, g: g in numbers.get(sid, ()))
+    if store.has_directories:
+        named = {sid: replace(shard, manifests=StatOnUse(store, sid, found.versions.get(sid, ())))
+                 for sid, shard in listing.shards.items()}
+        listing = replace(listing, shards=named)
     states = {sid: state for sid, state in found.states.items() if sid in listing.shards}
     return listing, ShardManifests(states, dict(found.broken))
 

@@ -11,7 +11,7 @@ and every caller stops that shard, never guesses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from google.protobuf.message import DecodeError
@@ -186,11 +186,6 @@ def _listed_versions(store: Store, shard_id: str) -> tuple[list[int], list[int]]
     return sorted(v for v in files if v is not None), sorted(v for v in dirs if v is not None)
 
 
-def listed_versions(store: Store, shard_id: str) -> list[int]:
-    """The shard's manifest versions stored as files, ascending, from their names alone."""
-    return _listed_versions(store, shard_id)[0]
-
-
 def latest_shard_version(store: Store, shard_id: str) -> int:
     """Latest manifest version by listing ``manifest/`` (0 when the shard has none).
 
@@ -284,7 +279,12 @@ def reader_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
 
 def latest_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
     """The decoded latest manifest, None for a shard without any; ShardManifestError if broken."""
-    v = latest_shard_version(store, shard_id)
+    return _latest_manifest_of(store, shard_id, *_listed_versions(store, shard_id))
+
+
+def _latest_manifest_of(store: Store, shard_id: str, files: list[int], dirs: list[int]) -> ShardState | None:
+    """:func:`latest_shard_manifest` from the shard's listed manifest version names."""
+    v = _latest_of(store, shard_id, files, dirs)
     if not v:
         if list_generation_dirs(store, shard_id) or any(True for _ in store.list(f"{shard_dir(shard_id)}/wal/")):
             where = store.uri_for(f"{shard_dir(shard_id)}/manifest/")
@@ -302,11 +302,23 @@ class ShardManifests:
 
     states: dict[str, ShardState]
     broken: dict[str, ShardManifestError]
+    #: The manifest versions (stored as files, ascending) each shard's listing named, where the
+    #: reader listed them by name (:func:`read_shard_manifests`); GC's listing pass stats a few.
+    versions: dict[str, list[int]] = field(default_factory=dict)
 
 
 def read_shard_manifests(store: Store) -> ShardManifests:
-    """Latest manifest of every shard, collecting broken shards instead of failing on them."""
-    return _each_latest(store, list_shard_ids(store), latest_shard_manifest)
+    """Latest manifest of every shard, collecting broken shards instead of failing on them; with
+    the manifest version names each listing found (read once, not listed again by who needs them)."""
+    named: dict[str, list[int]] = {}
+
+    def latest(store: Store, shard_id: str) -> ShardState | None:
+        files, dirs = _listed_versions(store, shard_id)
+        named[shard_id] = files
+        return _latest_manifest_of(store, shard_id, files, dirs)
+
+    found = _each_latest(store, list_shard_ids(store), latest)
+    return ShardManifests(found.states, found.broken, named)
 
 
 def read_hinted_manifests(store: Store) -> ShardManifests:

@@ -25,7 +25,7 @@ storage says a process is alive, so:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from memwal.errors import MemWalError, NotFoundError
@@ -33,7 +33,7 @@ from memwal.store import ObjectInfo, Store
 from memwal.table.drain import is_compaction
 from memwal.table.listing import ShardListing
 from memwal.table.naming import manifest_key
-from memwal.table.shards import ShardState, decode_shard_manifest, listed_versions
+from memwal.table.shards import ShardState, decode_shard_manifest
 
 #: Compactor versions (drains, rollups) walked back over to find the writer's own last manifest
 #: version; past this many in a row the shard counts as live (a guess on the safe side).
@@ -41,7 +41,8 @@ _MAX_DRAINS_WALKED = 32
 
 
 class StatOnUse(Mapping[int, ObjectInfo]):
-    """A shard's manifest versions from a listing of their names, each stat-ed when first asked.
+    """A shard's manifest versions from a listing of their names (``versions``, as
+    :func:`memwal.table.shards.read_shard_manifests` found them), each stat-ed when first asked.
 
     GC's listing pass (a follower's, after every merge) asks for a few: the writer's last versions,
     its claim (a binary search). A listing with a stat of every version cost it more than the rest
@@ -50,9 +51,10 @@ class StatOnUse(Mapping[int, ObjectInfo]):
     version gone between the listing and its stat (pruned by a concurrent GC) is NotFoundError: the
     plan is made again (:func:`memwal.gc.plan.plan_gc_settled`)."""
 
-    def __init__(self, store: Store, shard_id: str) -> None:
+    def __init__(self, store: Store, shard_id: str, versions: Iterable[int]) -> None:
         self.store, self.shard_id = store, shard_id
-        self._versions = frozenset(listed_versions(store, shard_id))
+        self._order = tuple(sorted(set(versions)))
+        self._versions = frozenset(self._order)
         self._infos: dict[int, ObjectInfo] = {}
 
     def __getitem__(self, version: int) -> ObjectInfo:
@@ -67,7 +69,7 @@ class StatOnUse(Mapping[int, ObjectInfo]):
         return self._infos[version]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(sorted(self._versions))
+        return iter(self._order)
 
     def __len__(self) -> int:
         return len(self._versions)

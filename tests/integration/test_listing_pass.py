@@ -122,6 +122,7 @@ def test_a_listing_pass_on_a_disk_stats_only_the_manifest_versions_it_asks_for(l
     from memwal.errors import NotFoundError
     from memwal.table.listing import list_mem_wal
     from memwal.table.naming import manifest_key
+    from memwal.table.shards import read_shard_manifests
     from memwal.table.writer import ManifestHistory, StatOnUse, writer_view
 
     keys = Writes()
@@ -130,7 +131,7 @@ def test_a_listing_pass_on_a_disk_stats_only_the_manifest_versions_it_asks_for(l
     store = open_table(live.uri).store
     (sid, state), = all_shard_manifests(store).items()
     listing = list_mem_wal(store)
-    lazy = StatOnUse(store, sid)
+    lazy = StatOnUse(store, sid, read_shard_manifests(store).versions[sid])
     assert list(lazy) == sorted(listing.shards[sid].manifests) and len(lazy) == state.version
     views = [writer_view(ManifestHistory(store, state, versions), listing.shards[sid], now=state.mtime + 1,
                          idle_seconds=3600, claim=True) for versions in (listing.shards[sid].manifests, lazy)]
@@ -138,7 +139,7 @@ def test_a_listing_pass_on_a_disk_stats_only_the_manifest_versions_it_asks_for(l
     asked = set(lazy._infos)
     assert asked and len(asked) < len(lazy)  # a few stat-ed, not every version
     assert all(lazy[v] == listing.shards[sid].manifests[v] for v in asked)
-    gone = StatOnUse(store, sid)
+    gone = StatOnUse(store, sid, list(lazy))
     store.delete_many([manifest_key(sid, 1)])
     assert 1 in gone
     with pytest.raises(NotFoundError, match="gone since the listing"):
