@@ -244,8 +244,20 @@ class _Shard(ShardBase):
         the listing once a writer opened the grace period after that merge; one that went on
         taking each new merge in would never leave it, however often the writer is replaced (the
         remedy docs/clients.md gives). Split there, what was merged before the live writer opened
-        stays in rollups of its own and leaves the listing at the next writer's open."""
-        runs = groupby(self.kept_listed, key=lambda kept: (kept[1], kept[2]))
+        stays in rollups of its own and leaves the listing at the next writer's open.
+
+        Not split while the live writer has one flush merged since it opened: a client that opens
+        a writer for each write (LanceDB claims an epoch at every ``add``) has exactly that, and
+        kept its one flush apart from the rollup before it, one entry more listed at every moment
+        (the listing median 4 beside LanceDB, 3 beside pylance: docs/decisions/0062, section 11).
+        One small flush does not take in a large rollup before it (the tiers), so what a replaced
+        writer left still leaves at the next open; only a last tier of at most :data:`memwal.rollup.plan.RATIO` times
+        that flush goes with the new writer's rows."""
+        kept = self.kept_listed
+        after = [entry for entry, after_claim, _ in kept if after_claim]
+        if len(after) == 1 and not self.listed.is_rollup(after[0].path):
+            kept = [(entry, False, rollable) for entry, _, rollable in kept]
+        runs = groupby(kept, key=lambda kept: (kept[1], kept[2]))
         return [[entry for entry, _, _ in run] for (_, rollable), run in runs if rollable]
 
     def _listing_needed(self, fg: FlushedGeneration, verdict: Verdict) -> tuple[str, ...]:

@@ -143,6 +143,33 @@ def test_a_replaced_writer_lets_what_was_rolled_up_before_it_opened_leave_the_li
         reads_every_row(last)
 
 
+def test_a_writer_opened_for_each_write_keeps_its_flush_in_the_rollup_before_it(live: LiveWriter) -> None:
+    """A client that opens a writer for each write (LanceDB claims an epoch at every ``add``) has
+    one flush merged since its writer opened: it is rolled up with what came before, not kept
+    apart as a second entry; a writer with more than one (a replaced pylance writer, above) is
+    split at its open. Every reader reads every row throughout."""
+    writes, uri, t = Writes(), live.uri, memwal.open(live.uri)
+    hour = {"grace_seconds": 3600, "expire_versions": 0}  # everything stays listed: for the grace period
+    for _ in range(3):
+        live.generation(writes.keys(live))
+    assert t.merge().ok and t.gc(**hour).ok
+    (first,) = listed(uri)
+    live.close()
+    for seed in range(20, 24):
+        with LiveWriter(uri, live.shard_id, live.model, seed=seed) as each:
+            each.generation(writes.keys(each))
+            assert t.merge().ok and t.gc(**hour).ok
+            assert len(listed(uri)) == 1, listed(uri)  # one rollup: the writer's one flush went into it
+            reads_every_row(each)
+    assert listed(uri)[0] > first and len(rollup_paths(uri)) >= 2
+    with LiveWriter(uri, live.shard_id, live.model, seed=30) as two:
+        for _ in range(2):
+            two.generation(writes.keys(two))
+        assert t.merge().ok and t.gc(**hour).ok
+        assert len(listed(uri)) == 2, listed(uri)  # two flushes since it opened: rolled up apart
+        reads_every_row(two)
+
+
 def rollup_paths(uri: str) -> set[str]:
     shard = Path(uri, "_mem_wal", shard_ids_for(ONE)[0])
     return {p.name for p in shard.iterdir() if (p / ROLLUP_MARKER).exists()}
