@@ -16,6 +16,11 @@ every ``max_poll_seconds``. The backoff follows time, not looks: a follower look
 after each job it ran (a bounded batch may have left more), and a delay doubled at each look
 slept 4 s after a merge and its listing pass that moved nothing, while a writer flushed every
 1.7 s (two or three generations listed the longer: the listing's sawtooth in docs/benchmarks.md).
+
+A shard moved only by this process's own GC (a rollup or a drain: the one version after the last
+seen is the one it wrote, :func:`memwal.table.drain.written_here`) did not move for the follower:
+it planned a merge after each listing pass that found nothing, one flush in two, at a cost that
+grows with the shard's manifest versions. A writer's version after it is a move, as ever.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import logging
 
 from memwal.core.pool import parallel_map
 from memwal.store import LocalStore, Store
+from memwal.table.drain import written_here
 from memwal.table.shards import ShardManifestError, hinted_shard_version, latest_shard_version, list_shard_ids
 
 log = logging.getLogger(__name__)
@@ -60,12 +66,16 @@ class ShardWatch:
             self._next_rescan = now + self.rescan_seconds
         else:
             versions = self._hints()
-        moved = {sid for sid, v in versions.items() if self.seen.get(sid) != v}
+        moved = {sid for sid, v in versions.items() if self.seen.get(sid) != v and not self._ours(sid, v)}
         self.seen = versions
         if moved or self._moved_at is None:
             self._moved_at = now
         self.delay = min(self.max_poll_seconds, max(self.poll_seconds, (now - self._moved_at) / 2))
         return moved
+
+    def _ours(self, shard_id: str, version: int) -> bool:
+        """Whether ``version`` is the only one since the last look, and this process wrote it."""
+        return self.seen.get(shard_id) == version - 1 and written_here(self.store, shard_id) == version
 
     def _rescan(self) -> dict[str, int]:
         self.requests += 1

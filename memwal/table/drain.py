@@ -134,6 +134,16 @@ def compacted_manifest(state: ShardState, *, drained: Collection[tuple[int, str]
     return out
 
 
+#: The shard manifest version this process wrote last, per (table root, shard): a follower does not
+#: take its own GC's write for a writer's move (:class:`memwal.follow.watch.ShardWatch`).
+_WRITTEN_HERE: dict[tuple[str, str], int] = {}
+
+
+def written_here(store: Store, shard_id: str) -> int | None:
+    """The shard manifest version this process wrote last to ``shard_id`` of ``store`` (None: none)."""
+    return _WRITTEN_HERE.get((store.root, shard_id))
+
+
 def write_next_version(store: Store, state: ShardState, manifest: ShardManifest) -> int:
     """Write ``manifest`` as version ``state.version + 1``, created only if no one wrote it
     first (StateMovedError then: a writer flushed or claimed the shard, or another compactor
@@ -145,6 +155,7 @@ def write_next_version(store: Store, state: ShardState, manifest: ShardManifest)
     except PreconditionFailedError as exc:
         raise StateMovedError(f"shard {state.shard_id}: manifest version {manifest.version} was written "
                               "by someone else first") from exc
+    _WRITTEN_HERE[(store.root, state.shard_id)] = manifest.version
     try:
         store.put(version_hint_key(state.shard_id), json.dumps({"version": manifest.version}).encode())
     except (MemWalError, OSError) as exc:
@@ -153,4 +164,4 @@ def write_next_version(store: Store, state: ShardState, manifest: ShardManifest)
 
 
 __all__ = ["ListedEntry", "compacted_manifest", "compacted_since", "drained_through", "is_compaction", "is_drain",
-           "merged_through", "write_next_version"]
+           "merged_through", "write_next_version", "written_here"]

@@ -56,6 +56,36 @@ def test_the_watch_sees_flushes_by_hint_a_bad_hint_by_listing_and_new_shards_at_
     assert watch.look(101) == set()
 
 
+def test_the_watch_does_not_take_its_own_gcs_write_for_a_move(tmp_path):
+    """A version this process's GC wrote (a rollup, a drain) right after the last seen is no move;
+    a writer's flush before or after it is."""
+    from memwal.table.drain import compacted_manifest, write_next_version
+    from memwal.table.shards import latest_shard_manifest
+
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.Table.from_pylist([], schema=SCHEMA), uri).initialize_mem_wal(unsharded=True)
+    a = str(uuid.UUID(int=1))
+    flush(uri, a, 1)
+    store = open_table(uri).store
+
+    def ours() -> int:
+        state = latest_shard_manifest(store, a)
+        assert state is not None
+        return write_next_version(store, state, compacted_manifest(state))
+
+    watch = ShardWatch(store, poll_seconds=1, max_poll_seconds=8, rescan_seconds=100)
+    assert watch.look(0) == {a}
+    v = ours()
+    assert watch.look(1) == set() and watch.seen[a] == v  # its own write, right after the last seen
+    flush(uri, a, 1)
+    ours()
+    assert watch.look(2) == {a}  # a flush, then its own write: the flush moved it
+    ours()
+    flush(uri, a, 1)
+    assert watch.look(3) == {a}  # its own write, then a flush
+    assert watch.look(20) == set() and watch.delay == 8  # no move since 3
+
+
 def outcome(job: str, status: JobStatus, version: int | None = None) -> JobOutcome:
     return JobOutcome("t", job, status, document={"version": version})
 
