@@ -17,6 +17,10 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
   follower does not wait for the next flush). It runs when the whole GC is not due (which does
   all it does), and its cadence is its own: a follower rolls up after each merge and walks every
   folder once a minute;
+* compaction's tail pass (:data:`memwal.follow.options.TAIL`: the compact job on the small
+  fragments only) is due once ``compact_fragments`` merges have each appended a fragment to the
+  base since the last compaction (a merge that wrote rows writes them as a new fragment); it runs
+  when the whole compaction is not due, and either resets the count;
 * the snapshot refresh is dirtied by any shard that moved or a merge that committed.
 
 A job that failed, or whose lease another holder has, stays dirty and is retried after a delay
@@ -30,8 +34,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memwal.cycle import CycleResult, JobStatus
-from memwal.follow.options import LISTING, FollowOptions
+from memwal.cycle import CycleResult, JobOutcome, JobStatus
+from memwal.follow.options import LISTING, TAIL, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
 MAX_RETRY_SECONDS = 300.0
@@ -51,6 +55,10 @@ class Schedule:
     wake_at: dict[str, float] = field(default_factory=dict)
     #: Whether the GC that :meth:`due` returned last is the listing pass (not the whole GC).
     listing_only: bool = False
+    #: Merges that appended a fragment to the base since the last compaction (either pass).
+    appended: int = 0
+    #: Whether the compaction that :meth:`due` returned last is the tail pass (not the whole one).
+    tail_only: bool = False
 
     def __post_init__(self) -> None:
         self.dirty = set(self.jobs)
@@ -68,16 +76,22 @@ class Schedule:
                 del self.wake_at[job]
         due = [j for j in self.jobs if j in self.dirty and now >= self._allowed_at(j)]
         self.listing_only = "gc" not in due and self._ready(LISTING, now)
-        return [j for j in self.jobs if j in due or (self.listing_only and j == "gc")]
+        self.tail_only = "compact" not in due and self._tail_due() and now >= self._allowed_at(TAIL)
+        return [j for j in self.jobs if j in due or (self.listing_only and j == "gc")
+                or (self.tail_only and j == "compact")]
 
     def _ready(self, name: str, now: float) -> bool:
         return "gc" in self.jobs and name in self.dirty and now >= self._allowed_at(name)
+
+    def _tail_due(self) -> bool:
+        return "compact" in self.jobs and self.appended >= self.options.compact_fragments
 
     def next_due(self, now: float) -> float | None:
         """When the next job is due, as things stand (None: none is dirty or waiting)."""
         names = [*self.jobs, LISTING] if "gc" in self.jobs else list(self.jobs)
         times = [max(now, self._allowed_at(j)) for j in names if j in self.dirty]
         times += [max(now, at) for at in self.wake_at.values()]
+        times += [max(now, self._allowed_at(TAIL))] if self._tail_due() else []
         return min(times) if times else None
 
     def _allowed_at(self, job: str) -> float:
@@ -91,7 +105,8 @@ class Schedule:
     def ended(self, result: CycleResult, now: float) -> None:
         """What the cycle that ran at ``now`` came to."""
         for outcome in result.jobs:
-            job = LISTING if outcome.job == "gc" and self.listing_only else outcome.job
+            job = LISTING if outcome.job == "gc" and self.listing_only else \
+                TAIL if outcome.job == "compact" and self.tail_only else outcome.job
             if outcome.status in (JobStatus.NOT_RUN, JobStatus.SKIPPED, JobStatus.CANCELLED):
                 continue
             self.last_run[job] = now
@@ -104,7 +119,11 @@ class Schedule:
             self.dirty.discard(job)
             if job == "gc":
                 self.dirty.discard(LISTING)  # the whole GC rolled up and healed as well
+            if job in ("compact", TAIL):
+                self.appended = 0
             committed = outcome.version is not None
+            if job == "merge" and committed and _appended_a_fragment(outcome):
+                self.appended += 1
             if job == "merge" and committed:
                 self.dirty |= {"catchup", "compact", "gc", "snapshot"} & set(self.jobs)
                 self.dirty |= {"merge"} if self.merge_bounded else set()
@@ -115,6 +134,14 @@ class Schedule:
             if isinstance(heal_at, int | float):  # a key-index gap to rewrite: the listing pass then (monotonic)
                 at = now + max(0.0, float(heal_at) - time.time())
                 self.wake_at[LISTING] = min(self.wake_at.get(LISTING, at), at)
+
+
+def _appended_a_fragment(merge: JobOutcome) -> bool:
+    """Whether a merge that committed wrote rows (Lance writes a merge's new and updated rows as a
+    new fragment; deletions and a progress marker alone append none)."""
+    shards = (merge.document or {}).get("shards")
+    return isinstance(shards, list) and any(isinstance(s, dict) and isinstance(s.get("rows_upserted"), int)
+                                            and s["rows_upserted"] > 0 for s in shards)
 
 
 __all__ = ["MAX_RETRY_SECONDS", "Schedule"]

@@ -27,12 +27,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from memwal.actions import ACTIONS
-from memwal.actions.options import GcOptions, JobOptions, MergeOptions
+from memwal.actions.options import CompactOptions, GcOptions, JobOptions, MergeOptions
 from memwal.actions.run import new_run_id
 from memwal.core import steps
 from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
 from memwal.cycle import JobOutcome, Notify, run_cycle
-from memwal.follow.options import FollowOptions
+from memwal.follow.options import TAIL_ROWS, FollowOptions
 from memwal.follow.result import CANCELLED, LEASE_LOST, FollowTally
 from memwal.follow.schedule import Schedule
 from memwal.follow.signals import StopSignals
@@ -123,8 +123,7 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
                 elif plan is not None:
                     plans["merge"] = plan
             if due:
-                result = run_cycle(table, due, _listing_pass(options) if schedule.listing_only else options,
-                                   notify=notify, plans=plans)
+                result = run_cycle(table, due, _scoped(options, schedule), notify=notify, plans=plans)
                 schedule.ended(result, now)
                 tally.add(result)
                 steps.step("follow.ran")
@@ -164,10 +163,26 @@ def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
                 "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", uri, kept, cadence)
 
 
-def _listing_pass(options: Mapping[str, JobOptions]) -> dict[str, JobOptions]:
-    """``options`` with GC's as its listing pass (``--listed-only``; orphans need the whole walk)."""
-    gc = options.get("gc")
-    return {**options, "gc": replace(gc if isinstance(gc, GcOptions) else GcOptions(), listed_only=True, orphans=False)}
+def _scoped(options: Mapping[str, JobOptions], schedule: Schedule) -> Mapping[str, JobOptions]:
+    """``options`` with GC's as its listing pass and compaction's as its tail pass, when the
+    schedule chose those scopes this time."""
+    out = dict(options)
+    if schedule.listing_only:  # --listed-only; orphans need the whole walk
+        gc = options.get("gc")
+        out["gc"] = replace(gc if isinstance(gc, GcOptions) else GcOptions(), listed_only=True, orphans=False)
+    if schedule.tail_only:
+        out["compact"] = tail_pass(options.get("compact"))
+    return out
+
+
+def tail_pass(given: JobOptions | None) -> CompactOptions:
+    """Compaction's tail pass: Lance's planner with the fragments under :data:`TAIL_ROWS` rows as its
+    candidates (the given target when lower) and no fragment chosen for its deletions, so what it
+    rewrites is what merges appended since the last compaction, never a large fragment; the whole
+    compaction, on its cadence, materialises the deletions."""
+    o = given if isinstance(given, CompactOptions) else CompactOptions()
+    return replace(o, target_rows_per_fragment=min(o.target_rows_per_fragment or TAIL_ROWS, TAIL_ROWS),
+                   materialize_deletions_threshold=1.0)
 
 
 def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:
@@ -203,4 +218,4 @@ def logged(event: str, outcome: JobOutcome) -> None:
         log.warning("%s %s failed (retried later): %s", outcome.table, outcome.job, outcome.error)
 
 
-__all__ = ["FOLLOW_KIND", "follow_table", "logged", "merge_work"]
+__all__ = ["FOLLOW_KIND", "follow_table", "logged", "merge_work", "tail_pass"]

@@ -322,3 +322,36 @@ def test_compaction_on_s3(s3_server):
     assert len(gc["deleted"]) == SMALL.shards * SMALL.generations
     assert all_generations_collected(table, shard_ids_for(SMALL))
     assert table_rows(table) == model.sorted_rows()
+
+
+def test_a_followers_tail_pass_rewrites_only_the_small_fragments_merges_appended(fresh):
+    """The tail pass (memwal.follow.table.tail_pass) runs every few merges: it must leave a large
+    fragment as it is, its deletions included (the whole compaction materialises them), so its cost
+    is what was merged since, not the table."""
+    from dataclasses import asdict
+
+    from memwal.actions.options import CompactOptions
+    from memwal.follow.table import tail_pass
+
+    table, model = fresh
+    before = table.manifest()
+    frags = table.dataset().get_fragments()
+    large = {f.fragment_id: f.metadata for f in frags if f.metadata.physical_rows >= 100}
+    small = {f.fragment_id for f in frags if f.metadata.physical_rows < 100}
+    assert large and len(small) >= 20
+    # deleted past Lance's threshold (10%): the whole compaction would rewrite it
+    assert any(m.num_deletions > 0.1 * m.physical_rows for m in large.values())
+    o = tail_pass(CompactOptions(target_rows_per_fragment=100))
+    assert o.target_rows_per_fragment == 100 and o.materialize_deletions_threshold == 1.0
+    assert tail_pass(None).target_rows_per_fragment == 65_536  # never more than TAIL_ROWS
+
+    doc = memwal.open(table.uri).compact(**{k: v for k, v in asdict(o).items()
+                                            if k in ("target_rows_per_fragment", "materialize_deletions_threshold")})
+
+    after = {f.fragment_id: f.metadata for f in table.dataset().get_fragments()}
+    assert doc.value.version is not None and doc.value.fragments_removed == len(small)
+    assert {i: after[i] for i in large} == large  # the same files and deletion files: untouched
+    assert not small & set(after) and len(after) - len(large) <= len(small) // 4  # a few in their place
+    assert table_rows(table) == lsm_rows(table) == model.sorted_rows()
+    assert table.manifest().compacted == before.compacted
+    assert table.manifest().index_catchup == before.index_catchup

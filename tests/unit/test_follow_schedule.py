@@ -179,3 +179,32 @@ def test_a_failed_or_held_job_is_retried_later_and_later(status):
     assert waits[:4] == [2, 4, 8, 16] and max(waits) == MAX_RETRY_SECONDS
     s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE),)), at)
     assert s.due(at + 1) == [] and s.failures == {}
+
+
+def merged(version: int, upserted: int) -> JobOutcome:
+    """A merge that committed ``version``, with ``upserted`` rows written (a new fragment when > 0)."""
+    return JobOutcome("t", "merge", JobStatus.DONE, document={
+        "version": version, "shards": [{"shard_id": "s", "rows_upserted": upserted, "rows_deleted": 0}]})
+
+
+def test_compactions_tail_pass_comes_after_n_merges_that_appended_a_fragment_the_whole_one_on_its_cadence():
+    jobs = [j for j in JOBS if j != "gc"]
+    s = Schedule(jobs, FollowOptions(compact_every=60, compact_fragments=3, catchup_every=60, snapshot_every=60))
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in jobs)), 0)
+    for i, upserted in enumerate([5, 0, 5], start=1):  # a delete-only merge appends no fragment
+        s.ended(CycleResult("t", (merged(i, upserted),)), i)
+        s.nothing_to_merge()
+    assert s.appended == 2 and "compact" not in s.due(4) and s.next_due(4) == 60
+    s.ended(CycleResult("t", (merged(4, 5),)), 4)
+    s.nothing_to_merge()
+    assert s.due(5) == ["compact"] and s.tail_only and s.next_due(5) == 5  # before the cadence's 60
+    s.ended(CycleResult("t", (outcome("compact", JobStatus.FAILED),)), 5)
+    assert s.due(6) == [] and s.next_due(6) == 7  # a failed tail pass is retried later, the count kept
+    assert s.due(7) == ["compact"] and s.tail_only
+    s.ended(CycleResult("t", (outcome("compact", JobStatus.DONE, version=5),)), 7)
+    assert s.appended == 0 and s.due(8) == [] and s.next_due(8) == 60  # the whole compaction: still dirty, later
+    assert "compact" in s.due(60) and not s.tail_only
+    for i in range(3):
+        s.ended(CycleResult("t", (merged(10 + i, 5),)), 61)
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in jobs if j != "merge")), 61)
+    assert s.appended == 0 and not s.tail_only  # the whole compaction ran: it rewrote the tail too
