@@ -122,9 +122,8 @@ class Schedule:
             if job in ("compact", TAIL):
                 self.appended = 0
             committed = outcome.version is not None
-            if job == "merge" and committed and _appended_a_fragment(outcome):
-                self.appended += 1
             if job == "merge" and committed:
+                self.appended += _appended_a_fragment(outcome)
                 self.dirty |= {"catchup", "compact", "gc", "snapshot"} & set(self.jobs)
                 self.dirty |= {"merge"} if self.merge_bounded else set()
                 self.dirty |= {LISTING} if "gc" in self.jobs else set()
@@ -139,9 +138,7 @@ class Schedule:
 def _appended_a_fragment(merge: JobOutcome) -> bool:
     """Whether a merge that committed wrote rows (Lance writes a merge's new and updated rows as a
     new fragment; deletions and a progress marker alone append none)."""
-    shards = (merge.document or {}).get("shards")
-    return isinstance(shards, list) and any(isinstance(s, dict) and isinstance(s.get("rows_upserted"), int)
-                                            and s["rows_upserted"] > 0 for s in shards)
+    return any(s.get("rows_upserted", 0) > 0 for s in (merge.document or {}).get("shards", ()))
 
 
 __all__ = ["MAX_RETRY_SECONDS", "Schedule"]

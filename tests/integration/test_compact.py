@@ -328,8 +328,6 @@ def test_a_followers_tail_pass_rewrites_only_the_small_fragments_merges_appended
     """The tail pass (memwal.follow.table.tail_pass) runs every few merges: it must leave a large
     fragment as it is, its deletions included (the whole compaction materialises them), so its cost
     is what was merged since, not the table."""
-    from dataclasses import asdict
-
     from memwal.actions.options import CompactOptions
     from memwal.follow.table import tail_pass
 
@@ -345,8 +343,8 @@ def test_a_followers_tail_pass_rewrites_only_the_small_fragments_merges_appended
     assert o.target_rows_per_fragment == 100 and o.materialize_deletions_threshold == 1.0
     assert tail_pass(None).target_rows_per_fragment == 65_536  # never more than TAIL_ROWS
 
-    doc = memwal.open(table.uri).compact(**{k: v for k, v in asdict(o).items()
-                                            if k in ("target_rows_per_fragment", "materialize_deletions_threshold")})
+    doc = memwal.open(table.uri).compact(target_rows_per_fragment=o.target_rows_per_fragment,
+                                         materialize_deletions_threshold=o.materialize_deletions_threshold)
 
     after = {f.fragment_id: f.metadata for f in table.dataset().get_fragments()}
     assert doc.value.version is not None and doc.value.fragments_removed == len(small)
