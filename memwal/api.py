@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
+from memwal.core.process import quiet_lance
+
 if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from typing import Unpack
 
@@ -695,8 +697,6 @@ def open(uri: str, storage_options: dict[str, str] | None = None) -> MemWalTable
         memwal.errors.BadInputError: No table at ``uri``, a table without a MemWAL or a primary
             key, or a bad storage option; the message names what is wrong (exit code 2).
     """
-    from memwal.core.process import quiet_lance
-
     quiet_lance()  # before Lance loads (its log filter is read then)
     from memwal.store.options import check_storage_options
     from memwal.table import open_table

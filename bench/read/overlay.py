@@ -119,7 +119,8 @@ def _read(spec: str) -> tuple[float, int]:
     import lance
 
     import memwal
-    import memwal.read.scan  # the reader's modules: memwal loads them on a first read, a cost of imports
+    import memwal.api  # noqa: F401 - the reader's modules: memwal loads them on a first read, a cost of imports
+    import memwal.read.scan  # noqa: F401
 
     t0 = time.perf_counter()
     rows = memwal.open(uri).scan() if how == "memwal" else lance.dataset(uri).to_table()

@@ -28,6 +28,27 @@ def take_rows(t: pa.Table, idx: np.ndarray) -> pa.Table:
     return t.take(chunked_indices(idx))
 
 
+#: Rows a table keeps per row dropped, at least, for :func:`rows_but` to drop by slicing: each slice
+#: costs a few microseconds, and a filter some 25 ns a row (an 87,000-row table: slicing around
+#: 100 rows 0.6 ms, a filter 2 ms; around 1,000 rows 4 ms against 3 ms).
+ROWS_PER_SLICE = 256
+
+
+def rows_but(t: pa.Table, drop: np.ndarray) -> pa.Table:
+    """The rows of ``t`` but those where ``drop`` is true, in order.
+
+    A reader drops from a large base the few rows some small generations replaced: a filter
+    copies every other row to drop them (a third of a plain read of the same rows), where
+    slices of ``t`` around the dropped rows copy nothing. Many dropped rows are filtered."""
+    hits = np.flatnonzero(drop)
+    if len(hits) == 0:
+        return t
+    if len(hits) * ROWS_PER_SLICE > t.num_rows:
+        return t.filter(pa.array(~drop))
+    starts, ends = np.r_[0, hits + 1].tolist(), np.r_[hits, t.num_rows].tolist()
+    return pa.concat_tables([t.slice(0, 0), *(t.slice(a, b - a) for a, b in zip(starts, ends, strict=True) if b > a)])
+
+
 def own_chunks(t: pa.Table) -> pa.Table:
     """``t`` with chunks of at most TAKE_ROWS rows, each with buffers of its own (copied
     only when a chunk is larger)."""

@@ -85,6 +85,7 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
     """The live rows a reader sees (``columns``, all by default; only ``keys`` when given),
     folded by the table's merge operators. Rows come in no particular order."""
     from memwal.merge.changes import fold_changes, key_mask
+    from memwal.merge.take import rows_but
     from memwal.table.schema import primary_key
 
     pk = primary_key(ds.lance_schema)
@@ -104,7 +105,7 @@ def folded_rows(table: Table, ds: lance.LanceDataset, plan: ReadPlan, ops: Merge
     touched = key_mask(base, operands, pk)
     changes = fold_changes(operands, pk, folding,
                            base.filter(pa.array(touched)).select(_unique([*pk, *folding.folding_columns()])))
-    untouched = base.filter(pa.array(~touched))
+    untouched = rows_but(base, touched)
     return pa.concat_tables([t.select(wanted).cast(schema) for t in (untouched, changes.upserts)])
 
 

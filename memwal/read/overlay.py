@@ -37,7 +37,7 @@ from memwal.merge.changes import key_mask, newest_rows
 from memwal.merge.columns import BaseFields, dataset_field_ids, renames
 from memwal.merge.model import GenerationRef
 from memwal.merge.read import GEN, INTERNAL, READ_THREADS, ROWADDR, SHARD, TOMBSTONE, read_generation
-from memwal.merge.take import take_rows
+from memwal.merge.take import rows_but, take_rows
 from memwal.table.generations import open_generation
 from memwal.table.paths import generation_key
 from memwal.table.schema import primary_key
@@ -105,7 +105,7 @@ def overlay_scan(table: Table, ds: lance.LanceDataset, plan: ReadPlan, *, column
         return ds.to_table(columns=wanted, filter=filter) if part == "base" else _newest(table, ds, refs, pk, filter)
 
     base, (newest, keep) = parallel_map(read, ["base", "generations"], 2)
-    untouched = base.filter(pa.array(~key_mask(base, newest.select(pk), pk))) if newest.num_rows else base
+    untouched = rows_but(base, key_mask(base, newest.select(pk), pk)) if newest.num_rows else base
     schema = pa.schema([ds.schema.field(c) for c in wanted])
     rows = pa.concat_tables([untouched.select(wanted).cast(schema),
                              take_rows(newest.select(wanted), np.flatnonzero(keep)).cast(schema)])

@@ -17,6 +17,7 @@ from memwal.core import steps
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.ops import table_ops
 from memwal.read.checks import check_columns, check_filter, reading
+from memwal.read.fold import folded_scan
 from memwal.read.overlay import overlay_scan
 from memwal.read.plan import ReadPlan, plan_read
 from memwal.table import Table
@@ -61,8 +62,6 @@ def lsm_scan(
     its version. Bad input (a filter Lance refuses, an unknown column) raises
     :class:`BadInputError` before anything is read; a failed read, :class:`~memwal.errors.ReadError`.
     """
-    from memwal.read.fold import folded_scan
-
     with reading(table):
         if snapshots is not None and plan is None:
             manifest = manifest or table.require_mem_wal()

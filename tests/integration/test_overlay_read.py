@@ -20,6 +20,7 @@ from lance.mem_wal import LsmScanner
 
 import memwal
 from memwal.demo import Workload, create_base_table, write_generations
+from memwal.merge.take import ROWS_PER_SLICE
 from memwal.read.overlay import overlay_pays, overlay_scan
 from memwal.read.plan import plan_read
 from memwal.table import open_table
@@ -117,6 +118,21 @@ def test_many_shards_with_updates_duplicates_and_deletes_through_memwal_open(tmp
     assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == model.sorted_rows(["id", "name", "value"])
     overlay, scanned = both(uri, filter="value < 500 AND id % 2 = 0")
     assert overlay == scanned and overlay
+
+
+def test_a_large_base_with_a_few_replaced_rows_reads_right_through_the_sliced_base(tmp_path):
+    """The base rows the generations replaced are dropped by slicing around them (few against
+    the base: :func:`memwal.merge.take.rows_but`), not by the filter the small tables above take."""
+    uri = str(tmp_path / "t.lance")
+    workload = Workload(base_rows=20_000, shards=1, generations=2, rows_per_generation=30, indexes=False, seed=9)
+    _, model = create_base_table(uri, workload)
+    write_generations(uri, workload, model)
+    listed = sum(len(s["generations"]) for s in plan_read(open_table(uri)).to_dict()["shards"])
+    assert listed == 2 and 2 * 33 * ROWS_PER_SLICE <= 20_000  # at most that many base rows replaced: sliced
+    rows = memwal.open(uri).scan(columns=["id", "name", "value"])
+    assert sorted(rows.to_pylist(), key=lambda r: r["id"]) == model.sorted_rows(["id", "name", "value"])
+    overlay, scanned = both(uri)
+    assert overlay == scanned and len(overlay) == len(model.sorted_rows(["id"]))
 
 
 def test_a_table_with_merge_operators_is_folded_not_overlaid(tmp_path):
