@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 import lance
 from lance.lance import _Session as Session  # what lance.Session is; pylance's stubs leave it out of __all__
@@ -28,6 +29,9 @@ from memwal.table.manifest import (
     list_versions,
     read_table_manifest,
 )
+
+if TYPE_CHECKING:
+    from memwal.table.manifest import Listed
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,8 @@ class Table:
                                                         compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
     _scope: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
+    #: The version manifests listed so far, on a disk (:func:`memwal.table.manifest.list_version_infos`).
+    _listed: Listed = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
@@ -100,11 +106,20 @@ class Table:
     def version_infos(self) -> dict[int, ObjectInfo]:
         """Every committed version and its manifest's listing: listed now, or once in :meth:`reading`."""
         if not self._in_reading():
-            return list_version_infos(self.store)
+            return self._list_versions()
         listing: dict[int, ObjectInfo] | None = getattr(self._scope, "listing", None)
         if listing is None:
-            listing = self._scope.listing = list_version_infos(self.store)
+            listing = self._scope.listing = self._list_versions()
         return listing
+
+    def _list_versions(self) -> dict[int, ObjectInfo]:
+        """Every committed version now, a manifest listed before not stat-ed again."""
+        with self._lock:
+            seen = dict(self._listed)
+        found = list_version_infos(self.store, seen)
+        with self._lock:
+            self._listed = seen
+        return found
 
     def remembered(self, version: int) -> TableManifest | None:
         """The manifest of ``version`` if this table read it lately (it cannot have changed), else None."""

@@ -26,7 +26,12 @@ from memwal.table.naming import (
 )
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from memwal.store import ObjectInfo, Store
+
+    #: The version manifests a disk's listing found before: key -> (version, listing).
+    Listed: TypeAlias = dict[str, tuple[int, ObjectInfo]]
 
 _TRAILER = struct.Struct("<qhh4s")
 _MAGIC = b"LANC"
@@ -96,14 +101,36 @@ def list_versions(store: Store) -> dict[int, str]:
     return out
 
 
-def list_version_infos(store: Store) -> dict[int, ObjectInfo]:
-    """:func:`list_versions` with each manifest's listing (its ETag tells one manifest from another)."""
-    out: dict[int, ObjectInfo] = {}
-    for info in store.list("_versions/", recursive=False):
-        version = _version_of(info.key)
-        if version is not None:
-            out[version] = info
-    return out
+def list_version_infos(store: Store, seen: Listed | None = None) -> dict[int, ObjectInfo]:
+    """:func:`list_versions` with each manifest's listing (its ETag tells one manifest from another).
+
+    ``seen``: on a disk, what an earlier call found, updated here. The names then come from one
+    ``scandir`` and only a manifest not seen before is parsed and stat-ed: a committed version's
+    manifest never changes (Lance writes each once, under a name no other commit can take; Lance's
+    session and :meth:`memwal.table.Table.remembered` keep decoded manifests on the same ground).
+    A follower's GC lists the versions twice after every merge, and the versions grow for as long
+    as the retention keeps them: stat-ing each took 12 ms of every pass at 385 versions (minute 8
+    beside a writer that never stops). An object store's listing carries every object's ETag."""
+    if seen is None or not store.has_directories:
+        out: dict[int, ObjectInfo] = {}
+        for info in store.list(_VERSIONS, recursive=False):
+            version = _version_of(info.key)
+            if version is not None:
+                out[version] = info
+        return out
+    now: Listed = {}
+    for key in store.list_keys(_VERSIONS):
+        found = seen.get(key)
+        if found is None:
+            version = _version_of(key)
+            head = store.head(key) if version is not None else None
+            if version is None or head is None:
+                continue  # not a manifest, or expired since the listing
+            found = (version, head)
+        now[key] = found
+    seen.clear()
+    seen.update(now)
+    return {version: info for version, info in now.values()}
 
 
 _VERSIONS = "_versions/"

@@ -1,0 +1,44 @@
+"""A table's listing of its versions on a disk: names from one scandir, only a manifest not listed
+before stat-ed (a committed manifest never changes), and exactly the versions on storage now."""
+
+from __future__ import annotations
+
+import os
+
+import lance
+import pyarrow as pa
+
+from memwal.table import open_table
+from memwal.table.manifest import list_version_infos
+
+
+def test_a_tables_version_listing_follows_commits_and_expiry_and_stats_each_manifest_once(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    lance.write_dataset(rows, uri).initialize_mem_wal(unsharded=True)
+    table = open_table(uri)
+    first = table.version_infos()
+    assert first == list_version_infos(table.store) and len(first) == 2  # the write and the MemWAL's commit
+
+    # a manifest listed before keeps its listing, though its file's metadata changed since
+    oldest = min(first)
+    path = os.path.join(uri, first[oldest].key)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert list_version_infos(table.store)[oldest].etag != first[oldest].etag  # a fresh listing sees the change
+    assert table.version_infos()[oldest] == first[oldest]
+
+    # a new commit is listed (stat-ed once), an expired version is gone
+    lance.write_dataset(rows, uri, mode="append")
+    grown = table.version_infos()
+    fresh = list_version_infos(table.store)
+    assert set(grown) == set(fresh) == {*first, max(first) + 1}
+    assert grown[max(grown)] == fresh[max(fresh)]
+    os.remove(path)
+    assert set(table.version_infos()) == set(grown) - {oldest}
+    assert set(list_version_infos(table.store)) == set(grown) - {oldest}
+
+    # a file that is not a manifest is never listed as a version
+    with open(os.path.join(uri, "_versions", "notes.txt"), "w") as f:
+        f.write("not a manifest")
+    assert set(table.version_infos()) == set(grown) - {oldest}
