@@ -46,7 +46,7 @@ def rows_but(t: pa.Table, drop: np.ndarray) -> pa.Table:
     if len(hits) * ROWS_PER_SLICE > t.num_rows:
         return t.filter(pa.array(~drop))
     starts, ends = np.r_[0, hits + 1].tolist(), np.r_[hits, t.num_rows].tolist()
-    return pa.concat_tables([t.slice(0, 0), *(t.slice(a, b - a) for a, b in zip(starts, ends, strict=True) if b > a)])
+    return pa.concat_tables([t.slice(a, b - a) for a, b in zip(starts, ends, strict=True) if b > a])
 
 
 def own_chunks(t: pa.Table) -> pa.Table:

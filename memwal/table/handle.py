@@ -13,7 +13,6 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
 
 import lance
 from lance.lance import _Session as Session  # what lance.Session is; pylance's stubs leave it out of __all__
@@ -29,9 +28,6 @@ from memwal.table.manifest import (
     list_versions,
     read_table_manifest,
 )
-
-if TYPE_CHECKING:
-    from memwal.table.manifest import Listed
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +74,8 @@ class Table:
                                                         compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
     _scope: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
-    #: The version manifests listed so far, on a disk (:func:`memwal.table.manifest.list_version_infos`).
-    _listed: Listed = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: The versions the last listing found, on a disk (:func:`memwal.table.manifest.list_version_infos`).
+    _listed: dict[int, ObjectInfo] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
@@ -113,12 +109,9 @@ class Table:
         return listing
 
     def _list_versions(self) -> dict[int, ObjectInfo]:
-        """Every committed version now, a manifest listed before not stat-ed again."""
-        with self._lock:
-            seen = dict(self._listed)
-        found = list_version_infos(self.store, seen)
-        with self._lock:
-            self._listed = seen
+        """Every committed version now, a manifest listed before not stat-ed again (threads that
+        list at once each start from a listing that was true of what it holds: no lock)."""
+        self._listed = found = list_version_infos(self.store, self._listed)
         return found
 
     def remembered(self, version: int) -> TableManifest | None:

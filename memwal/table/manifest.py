@@ -26,12 +26,7 @@ from memwal.table.naming import (
 )
 
 if TYPE_CHECKING:
-    from typing import TypeAlias
-
     from memwal.store import ObjectInfo, Store
-
-    #: The version manifests a disk's listing found before: key -> (version, listing).
-    Listed: TypeAlias = dict[str, tuple[int, ObjectInfo]]
 
 _TRAILER = struct.Struct("<qhh4s")
 _MAGIC = b"LANC"
@@ -101,36 +96,34 @@ def list_versions(store: Store) -> dict[int, str]:
     return out
 
 
-def list_version_infos(store: Store, seen: Listed | None = None) -> dict[int, ObjectInfo]:
+def list_version_infos(store: Store, known: dict[int, ObjectInfo] | None = None) -> dict[int, ObjectInfo]:
     """:func:`list_versions` with each manifest's listing (its ETag tells one manifest from another).
 
-    ``seen``: on a disk, what an earlier call found, updated here. The names then come from one
-    ``scandir`` and only a manifest not seen before is parsed and stat-ed: a committed version's
-    manifest never changes (Lance writes each once, under a name no other commit can take; Lance's
-    session and :meth:`memwal.table.Table.remembered` keep decoded manifests on the same ground).
-    A follower's GC lists the versions twice after every merge, and the versions grow for as long
-    as the retention keeps them: stat-ing each took 12 ms of every pass at 385 versions (minute 8
-    beside a writer that never stops). An object store's listing carries every object's ETag."""
-    if seen is None or not store.has_directories:
-        out: dict[int, ObjectInfo] = {}
+    ``known``: on a disk, what an earlier call returned. The names then come from one ``scandir``
+    and only a manifest not known is parsed and stat-ed: a committed version's manifest never
+    changes (Lance writes each once, under a name no other commit can take; Lance's session and
+    :meth:`memwal.table.Table.remembered` keep decoded manifests on the same ground). A follower's
+    GC lists the versions twice after every merge, and the versions grow for as long as the
+    retention keeps them: stat-ing each took 12 ms of every pass at 385 versions (minute 8 beside a
+    writer that never stops). An object store's listing carries every object's ETag."""
+    out: dict[int, ObjectInfo] = {}
+    if not known or not store.has_directories:  # nothing known yet: one listing stats them all
         for info in store.list(_VERSIONS, recursive=False):
             version = _version_of(info.key)
             if version is not None:
                 out[version] = info
         return out
-    now: Listed = {}
+    by_key = {info.key: (version, info) for version, info in known.items()}
     for key in store.list_keys(_VERSIONS):
-        found = seen.get(key)
+        found = by_key.get(key)
         if found is None:
             version = _version_of(key)
             head = store.head(key) if version is not None else None
             if version is None or head is None:
                 continue  # not a manifest, or expired since the listing
             found = (version, head)
-        now[key] = found
-    seen.clear()
-    seen.update(now)
-    return {version: info for version, info in now.values()}
+        out[found[0]] = found[1]
+    return out
 
 
 _VERSIONS = "_versions/"
