@@ -171,4 +171,15 @@ def waits_for_time(job: str, doc: dict[str, Any]) -> bool:
     return "checkpoint" in holders or (expiring and None in holders)
 
 
-__all__ = ["CycleResult", "JobOutcome", "JobStatus", "summarize", "waits_for_time"]
+def gc_changed(doc: Mapping[str, Any]) -> bool:
+    """Whether a GC run wrote or removed anything: a drain or a rollup written, or anything deleted
+    (generations, WAL entries, objects, orphans, old shard-manifest versions, receipts, run
+    history, expired checkpoints, expired base versions). A follower backs its whole GC off while
+    this is false: a run that changed nothing walked every retained folder for nothing."""
+    expired = doc.get("expired_versions") or {}
+    return any(doc.get(k) for k in ("deleted", "drained", "rolled_up", "checkpoints_removed", "wal_entries_deleted",
+                                    "objects_deleted", "orphans_deleted", "manifest_versions_pruned",
+                                    "receipts_pruned", "history_pruned")) or bool(expired.get("old_versions"))
+
+
+__all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_changed", "summarize", "waits_for_time"]

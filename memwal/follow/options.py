@@ -20,6 +20,10 @@ jobs run on). Its own knobs say how often it looks and how often each job runs:
   is rolled up into what stays listed, walking only the listed folders, so a reader lists a few
   entries, not every flush since the last GC; and the whole GC (``gc_every``), which walks every
   folder the version retention keeps (thousands on a table that keeps a week), drains and deletes.
+  While its runs free nothing (beside a writer that never reopens, under a week's retention, none
+  does), each waits twice as long as the last, up to ``gc_max_every``: the walk grows with what the
+  retention keeps, and walking it every minute to free nothing was a quarter of a follower's time
+  by minute 17 of a writer that never stops. Running GC less often deletes nothing more.
 """
 
 from __future__ import annotations
@@ -67,6 +71,9 @@ class FollowOptions(JobOptions):
                                  "base (default 8)", metavar="N")
     gc_every: float = opt(60.0, "interval", "run the whole GC (drain, delete: it walks every folder the version "
                           "retention keeps) at most every S seconds, after merges (default 60)", metavar="S")
+    gc_max_every: float = opt(600.0, "interval", "while whole GCs free nothing, wait twice as long after each, up to "
+                              "S seconds (default 600): one that frees, drains or rolls up something goes back to "
+                              "--gc-every, and one that names when its gates pass runs again then", metavar="S")
     rollup_every: float = opt(0.0, "interval", "after a merge, run GC's listing pass (roll up and heal what readers "
                               "list, walking only the listed folders) at most every S seconds (default 0: after "
                               "every merge): what merged since it ran stays listed as it was flushed",
@@ -82,6 +89,8 @@ class FollowOptions(JobOptions):
         if self.dry_run:
             raise BadInputError("--follow runs jobs: a dry run of a follower plans nothing (use memwal cycle "
                                 "--dry-run)")
+        if self.gc_max_every < self.gc_every:
+            raise BadInputError(f"--gc-max-every {self.gc_max_every:g} is below --gc-every {self.gc_every:g}")
         if self.max_poll_seconds < self.poll_seconds:
             raise BadInputError(f"--max-poll-seconds {self.max_poll_seconds:g} is below --poll-seconds "
                                 f"{self.poll_seconds:g}")

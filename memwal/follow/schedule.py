@@ -10,7 +10,12 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
   shard's manifest versions;
 * catch-up, compaction and GC are dirtied by a merge that committed; GC also by a shard that
   moved (a writer reopened: what it held may go now), and again ``gc_retry`` seconds after a run
-  that waited for time (the grace period, retained versions);
+  that waited for time (the grace period, retained versions). The whole GC backs off while it
+  frees nothing (:func:`memwal.cycle.outcome.gc_changed`): each run that changed nothing doubles
+  its cadence, from ``gc_every`` up to ``gc_max_every``; one that changed something goes back to
+  ``gc_every``, and when a run names the time its gates pass (its ``wait``'s ``frees_at``), the
+  next may run then. Less GC deletes nothing more: it only leaves what it would free a little
+  longer (at most ``gc_max_every``, or until the time GC named);
 * GC's listing pass (:data:`memwal.follow.options.LISTING`: GC with ``listed_only``) is dirtied
   by a merge that committed, and when a listed generation with no key index that GC found too
   young to rewrite may be (``heal_at``: every list reader fails while it is listed, so the
@@ -31,10 +36,12 @@ with a whole cycle. An idle table dirties nothing, so a follower writes nothing 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
+from memwal.cycle.outcome import gc_changed
 from memwal.follow.options import LISTING, TAIL, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
@@ -59,6 +66,10 @@ class Schedule:
     appended: int = 0
     #: Whether the compaction that :meth:`due` returned last is the tail pass (not the whole one).
     tail_only: bool = False
+    #: Whole GCs in a row that changed nothing (its cadence doubles with each, up to ``gc_max_every``).
+    gc_idle: int = 0
+    #: When the gates the last whole GC named pass (monotonic; None: it named no time): it may run then.
+    gc_frees_at: float | None = None
 
     def __post_init__(self) -> None:
         self.dirty = set(self.jobs)
@@ -95,7 +106,11 @@ class Schedule:
         return min(times) if times else None
 
     def _allowed_at(self, job: str) -> float:
-        cadence = self.last_run.get(job, float("-inf")) + self.options.every(job)
+        last = self.last_run.get(job, float("-inf"))
+        cadence = last + self.options.every(job)
+        if job == "gc" and self.gc_idle:
+            backed_off = last + min(self.options.gc_max_every, self.options.gc_every * 2 ** min(self.gc_idle, 32))
+            cadence = backed_off if self.gc_frees_at is None else max(cadence, min(backed_off, self.gc_frees_at))
         return max(cadence, self.retry_at.get(job, float("-inf")))
 
     def nothing_to_merge(self) -> None:
@@ -119,6 +134,7 @@ class Schedule:
             self.dirty.discard(job)
             if job == "gc":
                 self.dirty.discard(LISTING)  # the whole GC rolled up and healed as well
+                self._gc_ran(outcome.document or {}, now)
             if job in ("compact", TAIL):
                 self.appended = 0
             committed = outcome.version is not None
@@ -133,6 +149,15 @@ class Schedule:
             if isinstance(heal_at, int | float):  # a key-index gap to rewrite: the listing pass then (monotonic)
                 at = now + max(0.0, float(heal_at) - time.time())
                 self.wake_at[LISTING] = min(self.wake_at.get(LISTING, at), at)
+
+
+    def _gc_ran(self, doc: Mapping[str, Any], now: float) -> None:
+        """A whole GC ended: back off while it changes nothing, from the time its gates pass."""
+        self.gc_idle = 0 if gc_changed(doc) else self.gc_idle + 1
+        wait = doc.get("wait")
+        frees_at = wait.get("frees_at") if isinstance(wait, Mapping) else None
+        self.gc_frees_at = None if not isinstance(frees_at, int | float) else \
+            now + max(0.0, float(frees_at) - time.time())
 
 
 def _appended_a_fragment(merge: JobOutcome) -> bool:

@@ -99,7 +99,8 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     next_report = began + REPORT_SECONDS
     with lease:
         if "gc" in jobs:
-            warn_long_retention(table.uri, options.get("gc"), f"every {follow.gc_every:g}s here")
+            warn_long_retention(table.uri, options.get("gc"), f"every {follow.gc_every:g}s here, "
+                                f"backing off to {follow.gc_max_every:g}s while it frees nothing")
         log.info("following %s (jobs %s; looking every %gs to %gs)", table.uri, ",".join(jobs), follow.poll_seconds,
                  follow.max_poll_seconds)
         while not stop.stopped:

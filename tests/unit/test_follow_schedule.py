@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
+from memwal.errors import BadInputError
 from memwal.follow.options import FollowOptions
 from memwal.follow.schedule import MAX_RETRY_SECONDS, Schedule
 from memwal.follow.watch import ShardWatch
@@ -103,9 +104,11 @@ def test_the_merge_is_due_at_once_the_listing_pass_after_it_the_others_on_their_
     s.nothing_to_merge()
     s.ended(CycleResult("t", (outcome("gc", JobStatus.WAITING),)), 2)  # a pass that kept what waits for time...
     assert s.due(3) == [] and s.next_due(3) == 60  # ...wakes nothing: the whole GC comes on its cadence
-    assert s.due(60) == ["catchup", "compact", "gc", "snapshot"] and not s.listing_only
-    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in ("catchup", "compact", "gc", "snapshot"))), 60)
-    assert s.due(61) == [] and s.next_due(61) is None
+    assert s.due(60) == ["catchup", "compact", "snapshot"]  # the first whole GC changed nothing: 120 s for the next
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in ("catchup", "compact", "snapshot"))), 60)
+    assert s.due(119) == [] and s.due(120) == ["gc"] and not s.listing_only
+    s.ended(CycleResult("t", (outcome("gc", JobStatus.DONE),)), 120)
+    assert s.due(121) == [] and s.next_due(121) is None
 
 
 def test_an_unbounded_merge_that_committed_is_not_planned_again_until_a_shard_moves():
@@ -145,7 +148,8 @@ def test_a_waiting_gc_wakes_after_gc_retry_and_merges_roll_up_sooner():
     assert s.due(62) == JOBS and s.listing_only  # what merged is rolled up at once (the others: their cadence)...
     s.nothing_to_merge()
     s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS if j != "merge")), 62)
-    assert s.due(65) == ["gc"] and not s.listing_only  # ...and the whole GC, dirty since, drains on its cadence
+    # ...and the whole GC, dirty since, on its cadence backed off: its two runs changed nothing (5 s doubled twice)
+    assert s.due(79) == [] and s.next_due(79) == 80 and s.due(80) == ["gc"] and not s.listing_only
 
 
 def test_a_gc_that_left_a_young_key_index_gap_runs_again_when_it_may_rewrite_it():
@@ -162,6 +166,56 @@ def test_a_gc_that_left_a_young_key_index_gap_runs_again_when_it_may_rewrite_it(
     assert s.due(10) == [] and s.due(14) == ["gc"] and s.listing_only  # a gap due already: when its cadence allows
     s.ended(CycleResult("t", (JobOutcome("t", "gc", JobStatus.DONE, document={"heal_at": None}),)), 14)
     assert s.next_due(15) == 60  # none left: only the whole GC's wait for time (gc_retry) is ahead
+
+
+def whole_gc(s: Schedule, at: float, **doc: object) -> float | None:
+    """Merge at ``at``, run the listing pass and then the whole GC when each is due, the whole GC
+    ending with ``doc``; how long after it the whole GC may run again."""
+    s.ended(CycleResult("t", (merged(1, 5),)), at)
+    s.nothing_to_merge()
+    t = at
+    while True:
+        due = s.due(t)
+        if "gc" in due and not s.listing_only:
+            s.ended(CycleResult("t", (JobOutcome("t", "gc", JobStatus.DONE, document=doc),)), t)
+            s.moved({"s"})  # a flush: the whole GC is dirty again, the merge has nothing yet
+            s.nothing_to_merge()
+            nxt = s.next_due(t)
+            return None if nxt is None else nxt - t
+        if "gc" in due:
+            s.ended(CycleResult("t", (outcome("gc", JobStatus.DONE),)), t)
+        nxt = s.next_due(t)
+        assert nxt is not None
+        t = nxt
+
+
+def test_the_whole_gc_backs_off_while_it_changes_nothing_and_comes_back_when_it_does_or_when_its_gates_pass():
+    """Beside a writer that never reopens, under a week's retention, a whole GC frees nothing and
+    walks every retained folder: each such run doubles its cadence, up to gc_max_every."""
+    s = Schedule(["merge", "gc"], FollowOptions(gc_every=60, gc_max_every=600, rollup_every=0))
+    at, waits = 0.0, []
+    for _ in range(7):
+        wait = whole_gc(s, at)
+        assert wait is not None
+        waits.append(wait)
+        at += wait
+    assert waits == [120, 240, 480, 600, 600, 600, 600] and s.gc_idle == 7
+    assert whole_gc(s, at, drained=[{"shard_id": "s", "generations": [1]}]) == 60 and s.gc_idle == 0  # it did work
+    at += 60
+    for changed in ({"wal_entries_deleted": 3}, {"rolled_up": [{}]}, {"manifest_versions_pruned": 2},
+                    {"expired_versions": {"old_versions": 4}}):
+        assert whole_gc(s, at, **changed) == 60
+        at += 60
+    assert whole_gc(s, at, expired_versions={"old_versions": 0}, deleted=[]) == 120  # nothing, named or not
+    at += 120
+    assert whole_gc(s, at, wait={"frees_at": time.time() + 200}) == pytest.approx(200, abs=2)  # before 240
+    assert whole_gc(s, at + 200, wait={"frees_at": time.time() + 10}) == 60  # never sooner than gc_every
+    assert whole_gc(s, at + 260, wait={"frees_at": None}) == 600
+
+
+def test_gc_max_every_below_gc_every_is_bad_input():
+    with pytest.raises(BadInputError, match="--gc-max-every 30 is below --gc-every 60"):
+        FollowOptions(gc_every=60, gc_max_every=30)
 
 
 @pytest.mark.parametrize("status", [JobStatus.FAILED, JobStatus.HELD])
