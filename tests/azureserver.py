@@ -85,6 +85,12 @@ class AzureServer:
         opts = self.make_container()
         return f"az://{self.last_container}/{name}", opts
 
+    def drop_container(self, name: str) -> None:
+        """Delete a container and every blob in it, in one request. Azurite's deletes slow with every
+        blob the server holds, in any container (1,200 deletes took 4 s on a fresh server and 77 s
+        beside 5,001 blobs left by another test): a test that seeds thousands drops them after."""
+        self._request("DELETE", f"/{name}?restype=container", f"/{ACCOUNT}/{name}\nrestype:container")
+
     def seed_blobs(self, container: str, keys: Iterable[str], body: bytes = b"x", concurrency: int = 48) -> None:
         """Create many small blobs at once (test setup: Azurite takes about 300 puts a second)."""
         import obstore

@@ -220,17 +220,28 @@ def _list_requests(request: pytest.FixtureRequest, store: Store) -> int | None:
     return None
 
 
-def test_listing_pages_and_bulk_delete_of_5000_keys(request: pytest.FixtureRequest, store: Store) -> None:
-    """5,001 keys: more than one listing page on every server (S3 pages 1,000 keys, Azure
-    5,000), then one bulk delete of all of them plus keys that never existed."""
+def test_listing_pages_across_5000_keys(request: pytest.FixtureRequest, store: Store) -> None:
+    """5,001 keys: more than one listing page on every server (S3 pages 1,000 keys, Azure 5,000)."""
     keys = [f"d/{i % 3}/{i:05d}" for i in range(5001)]  # 1,667 a folder: more than a page of S3 too
     _seed(request, store, keys + ["keep/me"])
-    before = _list_requests(request, store)
-    listed = [o.key for o in store.list("d/")]
-    assert listed == sorted(keys)  # every key, once, in order across pages
-    if before is not None:
-        assert _list_requests(request, store) - before >= 2  # more than one page was listed
-    assert [o.key for o in store.list("d/0/", recursive=False)] == sorted(k for k in keys if k.startswith("d/0/"))
+    try:
+        before = _list_requests(request, store)
+        listed = [o.key for o in store.list("d/")]
+        assert listed == sorted(keys)  # every key, once, in order across pages
+        if before is not None:
+            assert _list_requests(request, store) - before >= 2  # more than one page was listed
+        assert [o.key for o in store.list("d/0/", recursive=False)] == sorted(k for k in keys if k.startswith("d/0/"))
+    finally:  # Azurite's deletes slow with every blob it holds, in any container: the next tests' too
+        if _kind(store) == "azure":
+            request.getfixturevalue("azure_server").drop_container(store.bucket)
+
+
+def test_bulk_delete_of_1200_keys_and_keys_that_never_existed(request: pytest.FixtureRequest, store: Store) -> None:
+    """One bulk delete of more keys than a request takes on every server (S3 1,000, Azure 256),
+    with keys that never existed among them. 1,200, not the 5,001 of the listing above: Azurite
+    deletes a blob in time that grows with the blobs it holds (5,001 took 112 s, 1,200 took 4 s)."""
+    keys = [f"d/{i % 3}/{i:05d}" for i in range(1200)]
+    _seed(request, store, keys + ["keep/me"])
     requested = keys + ["d/missing", "never/there"]
     assert store.delete_many(iter(requested)) == len(requested)
     assert [o.key for o in store.list("")] == ["keep/me"]
