@@ -150,7 +150,6 @@ class Schedule:
                 at = now + max(0.0, float(heal_at) - time.time())
                 self.wake_at[LISTING] = min(self.wake_at.get(LISTING, at), at)
 
-
     def _gc_ran(self, doc: Mapping[str, Any], now: float) -> None:
         """A whole GC ended: back off while it changes nothing, from the time its gates pass."""
         self.gc_idle = 0 if gc_changed(doc) else self.gc_idle + 1
