@@ -94,9 +94,10 @@ browser:
 
 # One worker per core (pytest-xdist), a test file stays on one worker: module fixtures (an
 # Airflow home, a Spark session) start once per file as in a serial run. TEST_WORKERS=0: serial.
+# Files marked long go first (tests/conftest.py orders them; xdist's own reorder is off).
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP) bytecode $(AZURITE) $(LC_STAMP) $(LDB_STAMP) browser typecheck docs-check
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Re-resolve the pins after changing a range in pyproject.toml: a fresh 3.11 venv, frozen; then 3.12's
 # and 3.13's installs constrained by that freeze add what only they need (3.13: PyYAML-ft), so one file

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +34,21 @@ if TYPE_CHECKING:  # moto and boto3 load only when a test asks for the S3 server
     from tests.interleave import ManualClock
     from tests.s3server import S3Server
     from tests.sparkconnect import ConnectServer
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked ``long`` (a minute or more of the suite: a JVM, an Airflow, a cluster) go to the
+    workers first, then the rest, most tests first, as pytest-xdist would order them: started
+    last, one long file kept a worker busy for minutes while the other had nothing left
+    (decision 0065). The Makefile turns xdist's own reordering off, which would undo this."""
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    tests = Counter(file_of(item) for item in items)
+    first_seen = {file_of(item): n for n, item in reversed(list(enumerate(items)))}
+    long_files = {file_of(item) for item in items if item.get_closest_marker("long")}
+    order = {f: (f not in long_files, -tests[f], first_seen[f]) for f in tests}
+    items.sort(key=lambda item: order[file_of(item)])  # stable: a file's tests keep their order
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ from memwal.demo import shard_ids_for
 from tests.conftest import SMALL, table_rows
 from tests.helpers import ROOT, assert_one_line_error, run_cli, tree_digest
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 VENV_BIN = Path(sys.executable).parent
 SECRET = f"memwal-fake-secret-{uuid.uuid4().hex}"
 

@@ -40,6 +40,8 @@ from memwal.table.shards import all_shard_manifests, list_generation_dirs
 from tests.conftest import SMALL, table_rows
 from tests.helpers import ROOT, migrated_airflow_home
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 DAGS = ROOT / "dags"
 VENV_BIN = Path(sys.executable).parent
 SECRET = "memwal-test-secret-0123456789"

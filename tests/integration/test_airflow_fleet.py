@@ -33,6 +33,8 @@ from tests.conftest import table_rows
 from tests.helpers import ROOT, migrated_airflow_home, run_cli, tree_digest
 from tests.integration.test_airflow_observe import StatsdListener, metric
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 DAGS = ROOT / "dags"
 VENV_BIN = Path(sys.executable).parent
 WL = Workload(base_rows=300, shards=2, generations=3, rows_per_generation=20, seed=7)

@@ -26,6 +26,8 @@ from tests.browser import browser
 from tests.conftest import SMALL
 from tests.helpers import ROOT, migrated_airflow_home
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 DAGS = ROOT / "dags"
 VENV_BIN = Path(sys.executable).parent
 SECRET = "memwal-observe-secret-0123456789"

@@ -31,6 +31,8 @@ from tests.azureserver import ACCOUNT_KEY, AzureServer
 from tests.conftest import SMALL, table_rows
 from tests.helpers import ROOT, assert_one_line_error, run_cli
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 VENV_BIN = Path(sys.executable).parent
 
 

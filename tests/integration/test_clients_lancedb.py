@@ -35,7 +35,10 @@ from tests.clients.piped import ClientError
 from tests.clients.pylance_client import client_view
 from tests.helpers import run_cli
 
-pytestmark = pytest.mark.skipif(not available(), reason="LanceDB's venv is missing: make lancedb")
+pytestmark = [
+    pytest.mark.skipif(not available(), reason="LanceDB's venv is missing: make lancedb"),
+    pytest.mark.long,  # the workers start this file first (tests/conftest.py)
+]
 
 SPECS: dict[str, dict[str, Any]] = {
     "bucket": {"kind": "bucket", "column": "id", "buckets": 2},

@@ -25,6 +25,8 @@ from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import run_cli
 from tests.interleave import Barrier, Stalled
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 VENV_BIN = Path(sys.executable).parent
 
 

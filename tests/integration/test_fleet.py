@@ -27,6 +27,8 @@ from tests.browser import canary, dump_dom
 from tests.conftest import table_rows
 from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 WL = Workload(base_rows=300, shards=2, generations=3, rows_per_generation=20, seed=5)
 BIG = Workload(base_rows=300, shards=2, generations=6, rows_per_generation=40, seed=6)
 

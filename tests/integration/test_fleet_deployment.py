@@ -29,6 +29,8 @@ from tests.browser import browser
 from tests.conftest import table_rows
 from tests.helpers import migrated_airflow_home
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 WL = Workload(base_rows=120, shards=2, generations=2, rows_per_generation=10, seed=8, indexes=False)
 VENV_BIN = Path(sys.executable).parent
 STATE_FILES = {"cache.json", "plan.json", "runs.json", "controls.json"}

@@ -22,6 +22,8 @@ import pytest
 
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 PYTHONS = {"memwal": Path(sys.executable), "lance-context": ROOT / ".venv-lc" / "bin" / "python",
            "lancedb": ROOT / ".venv-ldb" / "bin" / "python"}
 MAKE = {"lance-context": "lance-context", "lancedb": "lancedb"}

@@ -36,6 +36,8 @@ from tests.conftest import SMALL
 from tests.helpers import run_cli
 from tests.integration.test_gc import expire_all
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 SHARDS = 4
 #: Merged generations of the table: on S3 ~6,600 objects, enough that a run's fixed requests are
 #: spread thin; Azurite deletes slower the fuller a container (46 blobs a second at 6,600), so

@@ -19,6 +19,8 @@ from tests.conftest import table_rows
 from tests.helpers import ROOT
 from tests.sparkcluster import cluster_env, spark_home, standalone_cluster, wait_for
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(spark_home(), "bin", "spark-class")), reason="no spark-class")
 def test_maintenance_job_on_a_standalone_cluster(make_table, tmp_path):

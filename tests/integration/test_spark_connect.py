@@ -29,6 +29,8 @@ from tests.integration.test_driverless_merge import unreferenced
 from tests.interleave import Barrier
 from tests.sparkconnect import ConnectServer, javaless_env
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 #: How long a client process may take (its first Spark job waits for the server's Python workers).
 CLIENT_TIMEOUT = 600
 

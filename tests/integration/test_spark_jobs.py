@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from memwal.spark.engine.catchup import SparkCatchupEngine
 
 import memwal
@@ -17,6 +18,8 @@ from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import ROOT
 from tests.integration.test_gc import expire_all
+
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
 
 
 def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spark_session):

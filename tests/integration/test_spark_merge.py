@@ -20,6 +20,8 @@ from tests.conftest import table_rows
 from tests.helpers import ROOT
 from tests.integration.test_driverless_merge import unreferenced
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 #: The two shapes of a Spark merge job. The keyed shuffle with tiny read tasks (one generation
 #: each), so it really joins several tasks' rows; by shard, as users run it (two tasks on local[2]).
 # internal entry: the read task size and the partitions are no user options

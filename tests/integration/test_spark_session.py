@@ -17,6 +17,8 @@ import pytest
 
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
+
 #: Starts a session as the engines do and runs one job; prints the sum and the JVM's options.
 SESSION_JOB = """
 from memwal.spark.engine.frames import run_tasks

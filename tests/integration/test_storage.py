@@ -40,13 +40,16 @@ def _bulk_put(store: Store, keys: list[str], body: bytes = b"x") -> None:
 
 def _seed(request: pytest.FixtureRequest, store: Store, keys: list[str]) -> None:
     """Create many small objects fast (setup only): straight into moto's state on S3,
-    concurrent uploads on Azurite."""
+    concurrent uploads on Azurite, whose container goes when the test ends, whatever is left in
+    it (Azurite's deletes slow with every blob the server holds, in any container: the next
+    tests' too)."""
     kind = _kind(store)
     if kind == "s3":
         server: S3Server = request.getfixturevalue("s3_server")
         server.seed_objects(store.bucket, [f"{store.prefix}/{k}" for k in keys])
     elif kind == "azure":
         az: AzureServer = request.getfixturevalue("azure_server")
+        request.addfinalizer(lambda: az.drop_container(store.bucket))
         az.seed_blobs(store.bucket, [f"{store.prefix}/{k}" for k in keys])
     else:
         _bulk_put(store, keys)
@@ -224,16 +227,12 @@ def test_listing_pages_across_5000_keys(request: pytest.FixtureRequest, store: S
     """5,001 keys: more than one listing page on every server (S3 pages 1,000 keys, Azure 5,000)."""
     keys = [f"d/{i % 3}/{i:05d}" for i in range(5001)]  # 1,667 a folder: more than a page of S3 too
     _seed(request, store, keys + ["keep/me"])
-    try:
-        before = _list_requests(request, store)
-        listed = [o.key for o in store.list("d/")]
-        assert listed == sorted(keys)  # every key, once, in order across pages
-        if before is not None:
-            assert _list_requests(request, store) - before >= 2  # more than one page was listed
-        assert [o.key for o in store.list("d/0/", recursive=False)] == sorted(k for k in keys if k.startswith("d/0/"))
-    finally:  # Azurite's deletes slow with every blob it holds, in any container: the next tests' too
-        if _kind(store) == "azure":
-            request.getfixturevalue("azure_server").drop_container(store.bucket)
+    before = _list_requests(request, store)
+    listed = [o.key for o in store.list("d/")]
+    assert listed == sorted(keys)  # every key, once, in order across pages
+    if before is not None:
+        assert _list_requests(request, store) - before >= 2  # more than one page was listed
+    assert [o.key for o in store.list("d/0/", recursive=False)] == sorted(k for k in keys if k.startswith("d/0/"))
 
 
 def test_bulk_delete_of_1200_keys_and_keys_that_never_existed(request: pytest.FixtureRequest, store: Store) -> None:
