@@ -295,7 +295,9 @@ def plan_gc(
         blocked += o.blocked
     if not listed_only:
         orphans += plan_staging_orphans(listing, now, seconds(orphan_age_seconds))
-    links = sorted(set(listing.links) | set(store.list_links(f"{JOBS_DIR}/")))
+    # a listing pass deletes and prunes nothing under _jobs/ (run history, receipts: thousands of
+    # files a follower's table keeps), so no link there can redirect what it does
+    links = sorted(set(listing.links) | set(() if listed_only else store.list_links(f"{JOBS_DIR}/")))
     held = hold_linked(links, generations.deletions, tuple(wal), tuple(orphans))
     # a link in a shard's folder may stand where the drain's new manifest version goes: no drain there
     linked = {shard_of_key(link + "/x") for link in links}

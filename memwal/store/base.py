@@ -219,6 +219,11 @@ class Store(abc.ABC):
         """
         return []
 
+    def list_dirs_and_links(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
+        """:meth:`list_dirs` and the non-recursive :meth:`list_links` of ``prefix`` (a local
+        store reads both from one directory listing)."""
+        return self.list_dirs(prefix), self.list_links(prefix, recursive=False)
+
     def list_with_links(self, prefix: str, *, skip: Skip = ()) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         """:meth:`list` and :meth:`list_links` of one prefix, but nothing under the folders ``skip``
         names (folder keys, or a predicate of a folder key: GC's and status's one listing of

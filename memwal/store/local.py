@@ -19,8 +19,12 @@ from memwal.errors import BadInputError, LinkedPathError
 from memwal.store.base import ObjectInfo, Skip, Store, clean_key, clean_prefix, dir_prefix
 from memwal.store.local_reads import read_all, read_each, read_upto
 from memwal.store.local_trees import delete_trees
-from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_link, listing
+from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, TreeDeleter, is_file, is_link, listing
 from memwal.store.local_writes import LocalWrites
+
+#: How many entries :meth:`LocalStore.least_key` passes over (links, folders, temporary files) before
+#: it lets the sorted listing decide.
+LEAST_KEY_TRIES = 8
 
 
 class LocalStore(LocalWrites, Store):
@@ -298,6 +302,80 @@ class LocalStore(LocalWrites, Store):
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Immediate subdirectory names under ``prefix``, sorted; links to directories are not listed."""
         return self._names_in(dir_prefix(prefix).rstrip("/"), lambda e: e.is_dir(follow_symlinks=False))
+
+    def list_level(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
+        """:meth:`list_keys` and :meth:`list_dirs` of one folder (``prefix`` ends with ``/``) from one
+        ``scandir``: a shard's manifest versions, thousands beside a writer that never reopens, are
+        listed so by every job a follower runs."""
+        if not prefix.endswith("/"):
+            return super().list_level(prefix)
+        dir_key = dir_prefix(prefix).rstrip("/")
+        files: list[str] = []
+        dirs: list[str] = []
+
+        def keep(e: os.DirEntry[str]) -> bool:
+            if e.is_dir(follow_symlinks=False):
+                dirs.append(e.name)
+            elif TEMP_MARKER not in e.name and e.is_file(follow_symlinks=False):
+                files.append(e.name)
+            return False
+
+        self._names_in(dir_key, keep)
+        rel = f"{dir_key}/" if dir_key else ""
+        return [rel + name for name in sorted(files)], sorted(dirs)
+
+    def least_key(self, prefix: str) -> str | None:
+        """The first of :meth:`list_keys` (None: no file), from one ``listdir`` and a stat of that
+        file alone: a table's latest version is the least of its version names (V2 names sort
+        newest first), read some ten times a merge, among thousands a follower's table keeps."""
+        dir_part, _, name_prefix = clean_prefix(prefix).rpartition("/")
+        try:
+            fd = self._open_dir(dir_part.split("/") if dir_part else [], key=dir_part or ".")
+        except LinkedPathError:
+            return None
+        if fd is None:
+            return None
+        rel = f"{dir_part}/" if dir_part else ""
+        try:
+            names = [n for n in os.listdir(fd) if n.startswith(name_prefix)] if name_prefix else os.listdir(fd)
+            for _ in range(LEAST_KEY_TRIES):
+                if not names:
+                    return None
+                name = min(names)
+                if TEMP_MARKER not in name and is_file(fd, name):
+                    return rel + name
+                names.remove(name)
+        finally:
+            os.close(fd)
+        return next(iter(self.list_keys(prefix)), None)  # many links or folders first: the listing decides
+
+    def list_dirs_and_links(self, prefix: str) -> tuple[builtins.list[str], builtins.list[str]]:
+        """:meth:`list_dirs` and the non-recursive :meth:`list_links` of one directory from one
+        ``scandir`` (types from d_type, nothing stat-ed): a follower's listings read a shard's
+        folder of thousands of generation folders this way, at every lag and listing pass."""
+        dir_key = dir_prefix(prefix).rstrip("/")
+        try:
+            fd = self._open_dir(dir_key.split("/") if dir_key else [], key=dir_key or ".")
+        except LinkedPathError as exc:
+            return [], [self._component_key(exc)] if exc.link else []
+        if fd is None:
+            return [], []
+        rel = f"{dir_key}/" if dir_key else ""
+        dirs: list[str] = []
+        links: list[str] = []
+        try:
+            with os.scandir(fd) as it:
+                for e in it:
+                    try:
+                        if e.is_symlink():
+                            links.append(rel + e.name)
+                        elif e.is_dir(follow_symlinks=False):
+                            dirs.append(e.name)
+                    except FileNotFoundError:
+                        continue  # deleted while listing
+        finally:
+            os.close(fd)
+        return sorted(dirs), sorted(links)
 
     # -- deletes
 

@@ -253,6 +253,14 @@ def unlink_entry(store: Walked, fd: int, name: str, key: str) -> bool:
     return True
 
 
+def is_file(dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in the directory ``dir_fd`` is a regular file (lstat: a link is not; False if gone)."""
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def is_link(dir_fd: int, name: str) -> bool:
     """Whether ``name`` in the directory ``dir_fd`` is a symbolic link (lstat; False if gone)."""
     try:

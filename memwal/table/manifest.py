@@ -10,6 +10,7 @@ Manifest message, whose ``index_section`` points at the IndexSection.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -132,14 +133,19 @@ _VERSIONS = "_versions/"
 def latest_version_key(store: Store) -> tuple[int, str] | None:
     """The latest table version and its manifest's key (None: no manifest), without listing every
     version: V2 names (``u64::MAX - version``, fixed width) sort newest first, so the listing's first
-    manifest is the latest (an object store sends one page; a disk's names come without a stat of
-    each); a table of older names (the version itself) is listed whole. A follower's table commits
-    a version every few seconds, and this is what every job and reader reads first."""
+    manifest is the latest (an object store sends one page; a disk gives its least name, stat-ed
+    alone: :meth:`memwal.store.LocalStore.least_key`); a table of older names (the version itself)
+    is listed whole. A follower's table commits a version every few seconds, and this is what every
+    job and reader reads first."""
     from memwal.store import LocalStore
 
-    # a disk's names come from one scandir (no stat); an object store's paged listing stops after
-    # the page that holds the first manifest (its non-recursive listing would take every page)
-    keys = store.list_keys(_VERSIONS) if isinstance(store, LocalStore) else (o.key for o in store.list(_VERSIONS))
+    # a disk's least name comes from one listdir and one stat; an object store's paged listing stops
+    # after the page that holds the first manifest (its non-recursive listing would take every page)
+    if isinstance(store, LocalStore):
+        least = store.least_key(_VERSIONS)
+        keys: Iterator[str] = iter(() if least is None else (least,))
+    else:
+        keys = (o.key for o in store.list(_VERSIONS))
     for key in keys:
         version = _version_of(key) if "/" not in key[len(_VERSIONS):] else None
         if version is None:

@@ -34,8 +34,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NotRequired, TypedDict, TypeVar
 
 from memwal.errors import MemWalError, NotFoundError
@@ -96,13 +98,27 @@ class ProgressDigest:
 
 
 def load_digest(store: Store) -> ProgressDigest:
-    """The digest in ``store``; an empty one when there is none or it is unusable (logged)."""
-    return load_cache(store, DIGEST_KEY, lambda doc: ProgressDigest(_decode(doc), _compactions(doc)), ProgressDigest())
+    """The digest in ``store``; an empty one when there is none or it is unusable (logged). The
+    same bytes as this process wrote or decoded last for the table are not decoded again
+    (:data:`_DECODED`)."""
+    return load_cache(store, DIGEST_KEY, lambda doc: ProgressDigest(_decode(doc), _compactions(doc)), ProgressDigest(),
+                      memo=_DECODED)
 
 
-def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T) -> T:
+#: The digest each table's store read or wrote last in this process, with its bytes (at most
+#: :data:`DECODED_KEPT` tables): a follower's listing pass reads it after every merge, some 35
+#: times a minute, and decoding 1,409 versions' entries took 11.6 ms of CPU each time. Only the
+#: very same bytes are answered from here; :func:`save_digest` leaves what it wrote.
+_DECODED: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
+DECODED_KEPT = 16
+_MEMO_LOCK = threading.Lock()
+
+
+def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T,
+               memo: OrderedDict[str, tuple[bytes, Any]] | None = None) -> T:
     """A JSON cache GC keeps under ``_jobs/`` (this digest, the WAL headers' one), decoded; ``empty``
-    when there is none, it cannot be read, or it is malformed in any way (logged): never a failure."""
+    when there is none, it cannot be read, or it is malformed in any way (logged): never a failure.
+    ``memo``: what the same bytes decoded to before, by the object's URI (read-only results only)."""
     try:
         data = store.get(key)
     except NotFoundError:
@@ -110,8 +126,16 @@ def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T) -> 
     except (MemWalError, OSError) as exc:
         log.warning("not using %s: %s", store.uri_for(key), exc)
         return empty
+    uri = store.uri_for(key)
+    with _MEMO_LOCK:
+        seen = None if memo is None else memo.get(uri)
+    if seen is not None and seen[0] == data:
+        return seen[1]  # type: ignore[no-any-return]
     try:
-        return decode(json.loads(data))
+        decoded = decode(json.loads(data))
+        if memo is not None:
+            _memorise(memo, uri, data, decoded)
+        return decoded
     except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
         log.warning("not using %s: malformed: %s", store.uri_for(key), exc)
         return empty
@@ -129,11 +153,25 @@ def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDige
         if known.same(entries) and kept == known.compactions:
             return False
         doc = {**_encode(entries), "compactions": {s: list(v) for s, v in sorted(kept.items())}}
-        store.put(DIGEST_KEY, json.dumps(doc, separators=(",", ":")).encode())
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        store.put(DIGEST_KEY, data)
+        # what a decode of these bytes gives, without one: the next plan reads them back
+        _memorise(_DECODED, store.uri_for(DIGEST_KEY), data, ProgressDigest(
+            [e if type(e.timestamp) is float and e.transaction_file != "" else
+             replace(e, timestamp=float(e.timestamp), transaction_file=e.transaction_file or None) for e in entries],
+            dict(kept)))
         return True
     except (MemWalError, OSError) as exc:
         log.warning("could not write %s: %s", store.uri_for(DIGEST_KEY), exc)
         return False
+
+
+def _memorise(memo: OrderedDict[str, tuple[bytes, Any]], uri: str, data: bytes, decoded: Any) -> None:
+    with _MEMO_LOCK:  # a fleet's tables run on threads
+        memo[uri] = (data, decoded)
+        memo.move_to_end(uri)
+        while len(memo) > DECODED_KEPT:
+            memo.popitem(last=False)
 
 
 class _Document(TypedDict):

@@ -96,7 +96,8 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
         listed = sorted((table.version_infos() if branch is None else list_version_infos(store)).items())
         remembered = {v: known.get(root + info.key, info.etag, v) for v, info in listed}
         # the manifests this table object read lately (the latest, as a rule) are not read again
-        decoded = {v: m for v, _ in listed if branch is None and (m := table.remembered(v)) is not None}
+        decoded = {v: m for v, _ in listed if branch is None and remembered[v] is None
+                   and (m := table.remembered(v)) is not None}
         unread = [(v, info.key) for v, info in listed if remembered[v] is None and v not in decoded]
         read = {v: (m.timestamp, m.compacted, m.transaction_file) for v, m in decoded.items()}
         read.update(_read(store, unread, shared))

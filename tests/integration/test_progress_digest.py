@@ -118,6 +118,34 @@ def test_a_run_leaves_the_digest_a_dry_run_does_not_and_the_next_plan_reads_no_r
     assert _plan_from_manifests(table) == expected
 
 
+def _entries(digest) -> dict:
+    return {k: (e.etag, e.version, e.timestamp, e.compacted, e.transaction_file) for k, e in digest._by_key.items()}
+
+
+def test_the_bytes_a_run_wrote_are_not_decoded_again_and_any_other_bytes_are(make_table):
+    """A follower reads the digest at every listing pass: what the run wrote is what a decode of
+    those bytes gives, kept (not decoded again); bytes another run wrote, or forged, are decoded."""
+    from memwal.table.progress_digest import _DECODED
+
+    table, _ = make_table()
+    _history(table)
+    assert memwal.open(table.uri).gc(grace_seconds=KEEP_ALL, expire_versions="never").ok
+    kept = load_digest(table.store)
+    assert load_digest(table.store) is kept and len(kept) > 8
+    _DECODED.clear()
+    decoded = load_digest(table.store)
+    assert decoded is not kept and _entries(decoded) == _entries(kept) and decoded.compactions == kept.compactions
+    assert any(e[4] is not None for e in _entries(kept).values())  # transaction files, as decoded
+    path = os.path.join(table.store.root, DIGEST_KEY)
+    doc = json.loads(open(path, "rb").read())
+    doc["timestamps"][0] += 1.0  # another writer's bytes
+    with open(path, "wb") as f:
+        f.write(json.dumps(doc).encode())
+    changed = load_digest(table.store)
+    first = doc["keys"][0]
+    assert changed is not decoded and _entries(changed)[first][2] == _entries(decoded)[first][2] + 1.0
+
+
 def test_versions_committed_since_the_digest_are_read(make_table):
     table, _ = make_table()
     v = _history(table)
