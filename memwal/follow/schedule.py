@@ -147,7 +147,7 @@ class Schedule:
                 self.wake_at[job] = now + self.options.gc_retry
             heal_at = (outcome.document or {}).get("heal_at")
             if isinstance(heal_at, int | float):  # a key-index gap to rewrite: the listing pass then (monotonic)
-                at = now + max(0.0, float(heal_at) - time.time())
+                at = _monotonic(float(heal_at), now)
                 self.wake_at[LISTING] = min(self.wake_at.get(LISTING, at), at)
 
     def _gc_ran(self, doc: Mapping[str, Any], now: float) -> None:
@@ -155,8 +155,13 @@ class Schedule:
         self.gc_idle = 0 if gc_changed(doc) else self.gc_idle + 1
         wait = doc.get("wait")
         frees_at = wait.get("frees_at") if isinstance(wait, Mapping) else None
-        self.gc_frees_at = None if not isinstance(frees_at, int | float) else \
-            now + max(0.0, float(frees_at) - time.time())
+        self.gc_frees_at = _monotonic(float(frees_at), now) if isinstance(frees_at, int | float) else None
+
+
+def _monotonic(wall: float, now: float) -> float:
+    """A wall-clock time a job's document named (``heal_at``, ``frees_at``) on the schedule's
+    monotonic clock, where ``now`` is the monotonic time the job ran at; a past time is ``now``."""
+    return now + max(0.0, wall - time.time())
 
 
 def _appended_a_fragment(merge: JobOutcome) -> bool:
