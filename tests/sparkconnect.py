@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memwal.spark.engine import jvm_archive
+
 from tests.sparkcluster import cluster_env, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +52,9 @@ class ConnectServer:
             [str(Path(sys.executable).parent / "spark-submit"),
              "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
              "--master", "local[2]",
-             "--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J.as_uri()}",
+             # the driver's class archive and C1, as the Spark guide's users pass them (tests/helpers.py)
+             "--driver-java-options",
+             f"-Dlog4j2.configurationFile={LOG4J.as_uri()} {jvm_archive.java_options()}".strip(),
              "--conf", f"spark.connect.grpc.binding.port={self.port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false",

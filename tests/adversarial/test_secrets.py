@@ -27,7 +27,7 @@ from memwal.core.secrets import (
 )
 from memwal.demo import shard_ids_for
 from tests.conftest import SMALL, table_rows
-from tests.helpers import ROOT, assert_one_line_error, run_cli, tree_digest
+from tests.helpers import ROOT, assert_one_line_error, run_cli, spark_submit, tree_digest
 
 pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
 
@@ -285,8 +285,7 @@ def test_spark_submit_maintenance_reads_its_options_file(make_table, tmp_path):
     result = tmp_path / "result.json"
     with CmdlineWatch(table.uri) as watch, storage_options_file({"aws_session_token": SECRET}) as path:
         proc = subprocess.run(
-            [
-                str(VENV_BIN / "spark-submit"),
+            spark_submit(
                 "--master",
                 "local[2]",
                 "--conf",
@@ -299,7 +298,7 @@ def test_spark_submit_maintenance_reads_its_options_file(make_table, tmp_path):
                 path,
                 "--result-file",
                 str(result),
-            ],
+            ),
             capture_output=True,
             text=True,
             env=env,

@@ -29,11 +29,9 @@ from memwal.table.shards import list_generation_dirs
 from tests.adversarial.test_secrets import CmdlineWatch
 from tests.azureserver import ACCOUNT_KEY, AzureServer
 from tests.conftest import SMALL, table_rows
-from tests.helpers import ROOT, assert_one_line_error, run_cli
+from tests.helpers import ROOT, assert_one_line_error, run_cli, spark_submit
 
 pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
-
-VENV_BIN = Path(sys.executable).parent
 
 
 def _azure_table(azure_server: AzureServer, name: str = "cycle"):
@@ -86,9 +84,9 @@ def test_full_cycle_on_azure_spark_submit_keeps_the_key_off_every_command_line(a
     result = tmp_path / "result.json"
     with CmdlineWatch(uri) as watch, storage_options_file(opts) as path:
         proc = subprocess.run(
-            [str(VENV_BIN / "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-             str(ROOT / "jobs/maintenance.py"), uri, "--storage-options-file", path, "--result-file", str(result),
-             "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0"],
+            spark_submit("--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                         str(ROOT / "jobs/maintenance.py"), uri, "--storage-options-file", path, "--result-file",
+                         str(result), "--grace-seconds", "0", "--writer-idle-seconds", "0", "--expire-versions", "0"),
             capture_output=True, text=True, env=env, timeout=900,
         )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

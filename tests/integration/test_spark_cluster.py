@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from tests.conftest import table_rows
-from tests.helpers import ROOT
+from tests.helpers import ROOT, spark_submit
 from tests.sparkcluster import cluster_env, spark_home, standalone_cluster, wait_for
 
 pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
@@ -29,10 +29,11 @@ def test_maintenance_job_on_a_standalone_cluster(make_table, tmp_path):
         env = cluster_env()
         result = tmp_path / "result.json"
         proc = subprocess.run(
-            [os.path.join(env["SPARK_HOME"], "bin", "spark-submit"), "--master", url,
-             "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}",
-             "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
-             str(ROOT / "jobs/maintenance.py"), table.uri, "--result-file", str(result)],
+            spark_submit("--master", url,
+                         "--conf", "spark.ui.enabled=false", "--conf", f"spark.pyspark.python={sys.executable}",
+                         "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
+                         str(ROOT / "jobs/maintenance.py"), table.uri, "--result-file", str(result),
+                         submit=os.path.join(env["SPARK_HOME"], "bin", "spark-submit")),
             capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         state = wait_for("application completed", lambda s: s.get("completedapps"), webui, [], timeout=60)

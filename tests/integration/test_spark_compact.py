@@ -7,12 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import memwal
 from memwal.table import open_table
 from tests.conftest import table_rows
-from tests.helpers import ROOT
+from tests.helpers import ROOT, spark_submit
 from tests.integration.test_compact import build_many_merged
 
 
@@ -42,9 +41,8 @@ def test_spark_submit_compact(tmp_path):
     before = table.manifest()
     out = tmp_path / "result.json"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    submit = str(Path(sys.executable).parent / "spark-submit")
-    proc = subprocess.run([submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                           str(ROOT / "jobs/compact.py"), table.uri, "--result-file", str(out)],
+    proc = subprocess.run(spark_submit("--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                                       str(ROOT / "jobs/compact.py"), table.uri, "--result-file", str(out)),
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())

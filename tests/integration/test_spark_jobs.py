@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from memwal.spark.engine.catchup import SparkCatchupEngine
@@ -16,7 +15,7 @@ from memwal.catchup import CatchupThresholds, run_catchup
 from memwal.demo import shard_ids_for
 from memwal.table.shards import list_generation_dirs
 from tests.conftest import SMALL, lsm_rows, table_rows
-from tests.helpers import ROOT
+from tests.helpers import ROOT, spark_submit
 from tests.integration.test_gc import expire_all
 
 pytestmark = pytest.mark.long  # the workers start this file first (tests/conftest.py)
@@ -58,13 +57,12 @@ def test_spark_submit_catchup_and_gc(make_table, tmp_path):
     table, model = make_table()
     assert memwal.open(table.uri).merge().ok
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    submit = str(Path(sys.executable).parent / "spark-submit")
     docs = {}
     for job, extra in (("catchup", []), ("gc", ["--grace-seconds", "0", "--writer-idle-seconds", "0",
                                                 "--expire-versions", "0"])):
         out = tmp_path / f"{job}.json"
-        proc = subprocess.run([submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                               str(ROOT / f"jobs/{job}.py"), table.uri, *extra, "--result-file", str(out)],
+        proc = subprocess.run(spark_submit("--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                                           str(ROOT / f"jobs/{job}.py"), table.uri, *extra, "--result-file", str(out)),
                               capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:]
         docs[job] = json.loads(out.read_text())
