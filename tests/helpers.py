@@ -107,17 +107,19 @@ def assert_only_run_records(before: dict[str, str], after: dict[str, str], *jobs
     assert not unexpected, unexpected
 
 
-def spark_submit(*args: str, submit: str | None = None) -> list[str]:
+def spark_submit(*args: str, submit: str | None = None, java_options: str = "") -> list[str]:
     """``spark-submit ARGS`` as the Spark guide tells a user to run it on a machine with the driver
     JVM's class archive (docs/operations/spark.md: the options ``python -m
     memwal.spark.engine.jvm_archive --java-options`` prints, as ``make demo`` passes them; none when
     there is no archive). Without them each test's driver JVM loaded Spark's classes and compiled
     with both JIT tiers: 21 s of CPU for a small job's spark-submit, against 8-10 s with them.
-    ``submit``: another installation's spark-submit (default: this venv's). One test runs the
-    guide's plain command (tests/integration/test_spark_merge.py)."""
+    ``submit``: another installation's spark-submit (default: this venv's); ``java_options``: the
+    caller's own driver JVM options, ahead of the archive's (spark-submit takes one
+    ``--driver-java-options``). One test runs the guide's plain command
+    (tests/integration/test_spark_merge.py)."""
     from memwal.spark.engine import jvm_archive
 
-    java = jvm_archive.java_options()
+    java = f"{java_options} {jvm_archive.java_options()}".strip()
     return [submit or str(Path(sys.executable).parent / "spark-submit"),
             *(["--driver-java-options", java] if java else []), *args]
 

@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memwal.spark.engine import jvm_archive
-
+from tests.helpers import spark_submit
 from tests.sparkcluster import cluster_env, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,18 +48,14 @@ class ConnectServer:
         self.starts += 1
         log = open(self.folder / f"server-{self.starts}.log", "wb")  # noqa: SIM115 - the child holds it
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "spark-submit"),
-             "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-             "--master", "local[2]",
-             # the driver's class archive and C1, as the Spark guide's users pass them (tests/helpers.py)
-             "--driver-java-options",
-             f"-Dlog4j2.configurationFile={LOG4J.as_uri()} {jvm_archive.java_options()}".strip(),
-             "--conf", f"spark.connect.grpc.binding.port={self.port}",
-             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-             "--conf", "spark.ui.enabled=false",
-             "--conf", "spark.python.daemon.module=memwal.spark.engine.python_daemon",
-             *(a for k, v in self.conf.items() for a in ("--conf", f"{k}={v}")),
-             "spark-internal"],
+            spark_submit("--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+                         "--master", "local[2]",
+                         "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                         "--conf", "spark.ui.enabled=false",
+                         "--conf", "spark.python.daemon.module=memwal.spark.engine.python_daemon",
+                         *(a for k, v in self.conf.items() for a in ("--conf", f"{k}={v}")),
+                         "spark-internal", java_options=f"-Dlog4j2.configurationFile={LOG4J.as_uri()}"),
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.folder)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
