@@ -56,7 +56,7 @@ from memwal.table.drain import ListedEntry, compacted_since
 from memwal.table.naming import JOBS_DIR, parse_generation_dir, shard_dir
 from memwal.table.paths import check_deletable, shard_of_key
 from memwal.table.retained import RetainedVersion, remember_retained, retained_versions
-from memwal.table.shards import generation_readable, latest_shard_manifest
+from memwal.table.shards import generation_readable, probe_shard_manifest
 from memwal.table.wal_digest import save_wal_digest
 
 if TYPE_CHECKING:
@@ -182,8 +182,9 @@ def _moved_since_plan(table: Table, plan: GcPlan) -> Iterator[tuple[str, tuple[s
     """Shards whose planned drain or rollup no longer holds, read under the lease: a listed
     merged generation the plan found unreadable (drained at once: readers fail on it) reads now,
     or (for a shard with rollups to write, before writing them) another compactor wrote its
-    manifest since the plan. :func:`memwal.gc.drain.write_compaction` checks the latest manifest
-    again when it writes."""
+    manifest since the plan. The latest is probed from the planned version, not listed among the
+    thousands of versions a writer that never reopens keeps; :func:`memwal.gc.drain.write_compaction`
+    writes the planned version's next by compare-and-swap, and lists them when that fails."""
     for d in plan.drains:
         for g, path in d.entries:
             if g in d.repairs and generation_readable(table.store, f"{shard_dir(d.shard_id)}/{path}"):
@@ -192,7 +193,7 @@ def _moved_since_plan(table: Table, plan: GcPlan) -> Iterator[tuple[str, tuple[s
                 break
     for sid in sorted({r.shard_id for r in plan.rollups}):
         planned = plan.generation_plan.states[sid]
-        latest = latest_shard_manifest(table.store, sid)
+        latest = probe_shard_manifest(table.store, sid, planned.version)
         if latest is not None and latest.version > planned.version and compacted_since(planned, latest):
             yield sid, (MOVED, f"shard {sid}: another compactor wrote its manifest since the plan read version "
                                f"{planned.version}: its rollups and drain wait for the next run")

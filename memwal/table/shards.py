@@ -250,19 +250,28 @@ def hinted_shard_version(store: Store, shard_id: str) -> int | None:
 
 
 def reader_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
-    """The shard's latest manifest as a reader finds it: the version its hint names if that version
-    is on storage, then each next version while one is (a request each; versions are allocated by
-    compare-and-swap without gaps, lance#8640, so the first missing one ends them).
+    """The shard's latest manifest as a reader finds it: :func:`probe_shard_manifest` from the
+    version its hint names.
 
     :func:`latest_shard_manifest` lists every version the shard keeps instead: beside a writer that
     never reopens GC prunes none of its epoch (its claim is among them), some 50 a minute, and a
-    reader's listing of them grew from 2 to 15 ms over 30 minutes of a followed table. A hint that
-    cannot be used (missing, garbage, a version pruned or not there, more than :data:`HINT_PROBES`
-    versions behind) falls back to that listing, which also names a broken shard. What the probe
-    cannot see is a gap above the latest version (a broken table): a reader then reads the last
-    version below it, as it read before the gap; ``memwal verify``, ``status`` and GC, which list,
-    name it."""
-    v = hinted_shard_version(store, shard_id)
+    reader's listing of them grew from 2 to 15 ms over 30 minutes of a followed table."""
+    return probe_shard_manifest(store, shard_id, hinted_shard_version(store, shard_id))
+
+
+def probe_shard_manifest(store: Store, shard_id: str, known: int | None) -> ShardState | None:
+    """The shard's latest manifest found from version ``known`` (a hint, or a version the caller
+    read): that version if it is on storage, then each next version while one is (a request each;
+    versions are allocated by compare-and-swap without gaps, lance#8640, so the first missing one
+    ends them), instead of listing the thousands a shard beside a writer that never reopens keeps.
+
+    A ``known`` that cannot be used (None, a version pruned or not there, more than
+    :data:`HINT_PROBES` versions behind) falls back to :func:`latest_shard_manifest`'s listing,
+    which also names a broken shard. What the probe cannot see is a gap above the latest version
+    (a broken table): a caller then reads the last version below it, as it read before the gap;
+    so only a reader, or a check that a compare-and-swap repeats when it writes, finds the latest
+    so. ``memwal verify``, ``status`` and GC's plan, which list, name the gap."""
+    v = known
     if v is None or not store.exists(manifest_key(shard_id, v)):
         return latest_shard_manifest(store, shard_id)
     for _ in range(HINT_PROBES):

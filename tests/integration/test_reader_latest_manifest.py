@@ -99,3 +99,26 @@ def test_the_lag_a_job_records_is_the_status_lag_from_the_hints(make_table, manu
         assert lag == {s.shard_id: [len(s.unmerged_generations), s.unmerged_rows, s.oldest_unmerged_age_seconds and
                                     round(s.oldest_unmerged_age_seconds, 1)] for s in status.shards}
         assert sorted(lag) == shards and all(gens > 0 and rows for gens, rows, _ in lag.values())
+
+
+def test_gc_finds_a_shard_moved_since_its_plan_from_the_planned_version(live: LiveWriter, monkeypatch) -> None:
+    """GC's check before it rolls up (did another compactor write the shard since the plan?) probes
+    the versions after the planned one instead of listing the thousands a writer that never
+    reopens keeps: the latest it finds is the listing's, and it lists only when the planned version
+    is gone (a prefix pruned) or far behind."""
+    from memwal.table import shards
+
+    planned = flushed(live, 2)
+    latest = flushed(live, 3)
+    store = open_table(live.uri).store
+    listed: list[str] = []
+    listing = shards._listed_versions
+    monkeypatch.setattr(shards, "_listed_versions", lambda s, sid: listed.append(sid) or listing(s, sid))
+    assert shards.probe_shard_manifest(store, live.shard_id, planned).version == latest  # type: ignore[union-attr]
+    assert shards.probe_shard_manifest(store, live.shard_id, latest).version == latest  # type: ignore[union-attr]
+    assert listed == []
+    store.delete_many([manifest_key(live.shard_id, v) for v in range(1, planned + 1)])  # pruned: listed instead
+    assert shards.probe_shard_manifest(store, live.shard_id, planned).version == latest  # type: ignore[union-attr]
+    assert shards.probe_shard_manifest(store, live.shard_id, None).version == latest  # type: ignore[union-attr]
+    assert listed == [live.shard_id, live.shard_id]
+    assert latest_shard_manifest(store, live.shard_id).version == latest  # type: ignore[union-attr]
