@@ -34,7 +34,10 @@ def test_every_view_shows_the_gates_gc_named_and_the_time_gc_computed(tmp_path: 
     t1 = make(lake / "t1")
     before_merge = lance.dataset(t1).versions()[0]["version"]  # GC names the first version that had merged nothing
     state = str(tmp_path / "state")
-    now = time.time()
+    # the clock is held a minute after the commits the run makes (Lance stamps them by the wall clock): a
+    # version committed after the reading would have its age clamped to 0 by the dry run, and its
+    # expiry shown that much earlier than the run's, by as long as the run took to commit it
+    now = time.time() + 60
     with clocks.use(ScriptedClock(lambda: now)):
         run = run_cli("fleet", "run", str(lake), "--state", state, "--json")
         assert run.rc == 0, run.stderr
