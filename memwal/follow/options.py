@@ -16,9 +16,12 @@ jobs run on). Its own knobs say how often it looks and how often each job runs:
   holds a few fragments, not a minute of merges (every fragment is a file that reader opens: a
   plain read of 38,000 rows took 13 ms at 36 fragments, 4 ms at one); and the whole compaction
   (``compact_every``), which also rewrites the larger fragments and materialises deletions;
-* GC runs in two scopes: its listing pass right after each merge (``rollup_every``): what merged
-  is rolled up into what stays listed, walking only the listed folders, so a reader lists a few
-  entries, not every flush since the last GC; and the whole GC (``gc_every``), which walks every
+* GC runs in two scopes: its listing pass after merges, at most every ``rollup_every`` seconds
+  (3: every other flush of a writer flushing 35 generations a minute): what merged is rolled up
+  into what stays listed, walking only the listed folders, so a reader lists a few entries, not
+  every flush since the last GC. A pass after every merge (0) left one entry fewer listed a fifth
+  of the time and cost a fifth more of the follower's CPU: the pass is half its work, paid per
+  flush (docs/decisions/0062-keeping-up.md, sections 17 and 18). And the whole GC (``gc_every``), which walks every
   folder the version retention keeps (thousands on a table that keeps a week), drains and deletes.
   While its runs free nothing (beside a writer that never reopens, under a week's retention, none
   does), each waits twice as long as the last, up to ``gc_max_every``: the walk grows with what the
@@ -48,6 +51,9 @@ TAIL_ROWS = 65_536
 #: The defaults the follower is measured with (docs/benchmarks.md, "Keeping up").
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_MAX_POLL_SECONDS = 10.0
+#: GC's listing pass at most this often (seconds) after merges: measured beside the three clients'
+#: writers that never stop (docs/benchmarks.md, "Keeping up").
+DEFAULT_ROLLUP_EVERY = 3.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,10 +80,10 @@ class FollowOptions(JobOptions):
     gc_max_every: float = opt(600.0, "interval", "while whole GCs free nothing, wait twice as long after each, up to "
                               "S seconds (default 600): one that frees, drains or rolls up something goes back to "
                               "--gc-every, and one that names when its gates pass runs again then", metavar="S")
-    rollup_every: float = opt(0.0, "interval", "after a merge, run GC's listing pass (roll up and heal what readers "
-                              "list, walking only the listed folders) at most every S seconds (default 0: after "
-                              "every merge): what merged since it ran stays listed as it was flushed",
-                              metavar="S")
+    rollup_every: float = opt(DEFAULT_ROLLUP_EVERY, "interval", "after merges, run GC's listing pass (roll up and "
+                              "heal what readers list, walking only the listed folders) at most every S seconds "
+                              f"(default {DEFAULT_ROLLUP_EVERY:g}; 0: after every merge): what merged since it ran "
+                              "stays listed as it was flushed", metavar="S")
     gc_retry: float = opt(60.0, "interval", "a GC that waits for time (grace period, retained versions) runs "
                           "again after S seconds even when nothing was merged (default 60)", metavar="S")
     snapshot_every: float = opt(60.0, "interval", "refresh the shard snapshot at most every S seconds, after a "
@@ -101,4 +107,5 @@ class FollowOptions(JobOptions):
                 LISTING: self.rollup_every, "snapshot": self.snapshot_every}.get(job, 0.0)
 
 
-__all__ = ["DEFAULT_MAX_POLL_SECONDS", "DEFAULT_POLL_SECONDS", "LISTING", "TAIL", "TAIL_ROWS", "FollowOptions"]
+__all__ = ["DEFAULT_MAX_POLL_SECONDS", "DEFAULT_POLL_SECONDS", "DEFAULT_ROLLUP_EVERY", "LISTING", "TAIL", "TAIL_ROWS",
+           "FollowOptions"]

@@ -52,6 +52,7 @@ from memwal.history.receipts import prune_receipts, write_receipt
 from memwal.observe import progress
 from memwal.rollup.write import RollupError, WrittenRollup, write_rollup
 from memwal.table import Table
+from memwal.table.compactions import record_compactions
 from memwal.table.drain import ListedEntry, compacted_since
 from memwal.table.naming import JOBS_DIR, parse_generation_dir, shard_dir
 from memwal.table.paths import check_deletable, shard_of_key
@@ -104,9 +105,10 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
                          proofs_recorded=recorded, receipts_pruned=prune_receipts(table.store, plan.receipts_pruning))
     finally:
         gc_finished(table.store, run_id)
-    remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest,
-                      compactions=plan.progress_digest.with_compactions(written))
-    if not plan.listed_only:  # a listing pass read no WAL header: the digest stays as the last whole run left it
+    record_compactions(table.store, written)
+    if not plan.listed_only:  # a listing pass leaves both digests as the last whole run left them
+        # (the table object keeps what its plan read: memwal.table.retained), and read no WAL header
+        remember_retained(table, left if left is not None else list(plan.versions), before=plan.progress_digest)
         gone = {w.key for w in plan.wal_deletions}
         save_wal_digest(table.store, {k: h for k, h in plan.wal_headers.items() if k not in gone}, plan.wal_digest)
     result = plan.wait_of(replace(result, expired_versions=expired), clocks.current()())

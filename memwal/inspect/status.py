@@ -24,12 +24,12 @@ from memwal.core.text import span
 from memwal.core.waits import writer_live_frees
 from memwal.errors import UnsafePathError
 from memwal.table import Table
+from memwal.table.compactions import load_compactions
 from memwal.table.drain import merged_through
 from memwal.table.generations import generation_check
 from memwal.table.listing import MemWalListing, ShardListing, list_mem_wal
 from memwal.table.manifest import TableManifest, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME
-from memwal.table.progress_digest import load_digest
 from memwal.table.shards import (
     FlushedGeneration,
     ShardManifestError,
@@ -296,11 +296,15 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
     above_mark = (lambda sid, g: g > manifest.compacted_generation(sid)) if lag_only else None
     by_hint = lag_only and table.store.has_directories
-    listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not by_hint, generations=above_mark)
-    # GC's own manifest versions (its digest): never the writer's activity; the lag alone needs none
-    compactions = load_digest(table.store).compactions if writer_activity else {}
-    found = (read_hinted_manifests(table.store) if by_hint
-             else read_listed_manifests(table.store, listing))
+    # by hint, the manifests first: the folders they list above the mark are walked, not found
+    # among the thousands of names a shard's folder holds (memwal.table.listing._walk_chosen)
+    hinted = read_hinted_manifests(table.store) if by_hint else None
+    listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not by_hint, generations=above_mark,
+                           named=None if hinted is None else
+                           {sid: [g.path for g in st.flushed] for sid, st in hinted.states.items()})
+    # GC's own manifest versions: never the writer's activity; the lag alone needs none
+    compactions = load_compactions(table.store) if writer_activity else {}
+    found = hinted if hinted is not None else read_listed_manifests(table.store, listing)
     shards = []
     for sid, state in found.states.items():
         listed = listing.shards.get(sid) or ShardListing(sid)

@@ -23,10 +23,12 @@ Why this cannot hide a holder:
   immutable manifests: an author that lost its lease writes nothing wrong (hazard H5), and
   two runs that race leave one complete digest (an atomic put each).
 
-It also names, per shard, the last :data:`COMPACTIONS_KEPT` shard-manifest versions GC itself
-wrote (its drains and rollups), so that ``memwal status``, which lists no WAL and reads only each
-shard's latest manifest, tells the writer's last write from GC's without a read (issue 64: GC's
-own drain showed as the writer's "last write"). A view's cache: no decision reads it.
+A whole GC run writes it; a listing pass (``gc --listed-only``, a follower's every few seconds)
+does not: its plan reads what the digest lacks from the manifests once, and the table object it
+runs on remembers that for its next passes (:func:`memwal.table.retained.retained_versions`).
+GC's own shard-manifest versions, which ``memwal status`` tells from a writer's, are recorded
+apart (:mod:`memwal.table.compactions`); a digest written before keeps them in a field no
+longer read.
 """
 
 from __future__ import annotations
@@ -49,8 +51,6 @@ log = logging.getLogger(__name__)
 DIGEST_KEY = f"{JOBS_DIR}/retained-progress.json"
 T = TypeVar("T")
 FORMAT = 1
-#: GC's own shard-manifest versions remembered per shard (a writer flushes between GC runs).
-COMPACTIONS_KEPT = 16
 
 
 @dataclass(frozen=True)
@@ -69,18 +69,8 @@ class Remembered:
 class ProgressDigest:
     """The remembered manifests, found by key and ETag."""
 
-    def __init__(self, entries: Iterable[Remembered] = (), compactions: dict[str, tuple[int, ...]] | None = None
-                 ) -> None:
+    def __init__(self, entries: Iterable[Remembered] = ()) -> None:
         self._by_key = {e.key: e for e in entries}
-        #: Per shard, the shard-manifest versions GC wrote last (see the module docstring).
-        self.compactions: dict[str, tuple[int, ...]] = compactions or {}
-
-    def with_compactions(self, written: dict[str, int]) -> dict[str, tuple[int, ...]]:
-        """The remembered compactions and the versions just ``written`` (``{shard: version}``)."""
-        out = dict(self.compactions)
-        for shard, version in written.items():
-            out[shard] = tuple(sorted({*out.get(shard, ()), version}))[-COMPACTIONS_KEPT:]
-        return out
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -101,8 +91,7 @@ def load_digest(store: Store) -> ProgressDigest:
     """The digest in ``store``; an empty one when there is none or it is unusable (logged). The
     same bytes as this process wrote or decoded last for the table are not decoded again
     (:data:`_DECODED`)."""
-    return load_cache(store, DIGEST_KEY, lambda doc: ProgressDigest(_decode(doc), _compactions(doc)), ProgressDigest(),
-                      memo=_DECODED)
+    return load_cache(store, DIGEST_KEY, lambda doc: ProgressDigest(_decode(doc)), ProgressDigest(), memo=_DECODED)
 
 
 #: The digest each table's store read or wrote last in this process, with its bytes (at most
@@ -141,25 +130,20 @@ def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T,
         return empty
 
 
-def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDigest | None = None,
-                compactions: dict[str, tuple[int, ...]] | None = None) -> bool:
-    """Remember ``entries`` (the versions retained now) and GC's ``compactions`` (None: those
-    remembered) unless the digest (``before``, as read earlier by the caller, else read now) says
-    exactly that; True when written. Never raises: a GC run that cannot leave its digest has
-    still done its work."""
+def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDigest | None = None) -> bool:
+    """Remember ``entries`` (the versions retained now) unless the digest (``before``, as read
+    earlier by the caller, else read now) says exactly that; True when written. Never raises: a GC
+    run that cannot leave its digest has still done its work."""
     try:
         known = load_digest(store) if before is None else before
-        kept = known.compactions if compactions is None else compactions
-        if known.same(entries) and kept == known.compactions:
+        if known.same(entries):
             return False
-        doc = {**_encode(entries), "compactions": {s: list(v) for s, v in sorted(kept.items())}}
-        data = json.dumps(doc, separators=(",", ":")).encode()
+        data = json.dumps(_encode(entries), separators=(",", ":")).encode()
         store.put(DIGEST_KEY, data)
         # what a decode of these bytes gives, without one: the next plan reads them back
         _memorise(_DECODED, store.uri_for(DIGEST_KEY), data, ProgressDigest(
             [e if type(e.timestamp) is float and e.transaction_file != "" else
-             replace(e, timestamp=float(e.timestamp), transaction_file=e.transaction_file or None) for e in entries],
-            dict(kept)))
+             replace(e, timestamp=float(e.timestamp), transaction_file=e.transaction_file or None) for e in entries]))
         return True
     except (MemWalError, OSError) as exc:
         log.warning("could not write %s: %s", store.uri_for(DIGEST_KEY), exc)
@@ -239,18 +223,9 @@ def _decode(doc: Any) -> list[Remembered]:
             for k, e, v, t, j, x in zip(keys, etags, versions, timestamps, section_of, txns, strict=True)]
 
 
-def _compactions(doc: Any) -> dict[str, tuple[int, ...]]:
-    """GC's compactions of a parsed document (a malformed entry is left out: a view's cache)."""
-    raw = doc.get("compactions") if isinstance(doc, dict) else None
-    if not isinstance(raw, dict):
-        return {}
-    return {s: tuple(v for v in vs if type(v) is int and v >= 0)[-COMPACTIONS_KEPT:]
-            for s, vs in raw.items() if isinstance(s, str) and isinstance(vs, list)}
-
-
 def _only(values: Sequence[object], *types: type) -> bool:
     """Every value is exactly one of ``types`` (``True`` is not a version)."""
     return set(map(type, values)) <= set(types)
 
 
-__all__ = ["COMPACTIONS_KEPT", "DIGEST_KEY", "ProgressDigest", "Remembered", "load_cache", "load_digest", "save_digest"]
+__all__ = ["DIGEST_KEY", "ProgressDigest", "Remembered", "load_cache", "load_digest", "save_digest"]

@@ -8,7 +8,9 @@ manifest, on the main line and on every branch under ``tree/<branch>/``.
 Every version counts, whatever its neighbours say: a ``restore`` commits an older manifest
 again, so progress is not monotone across versions. What keeps that cheap with thousands of
 versions (issue 23): a manifest a GC run has read before is not read again
-(:mod:`memwal.table.progress_digest`: same key, same ETag); the others are read in batches
+(:mod:`memwal.table.progress_digest`: same key, same ETag), nor one the same table object read
+for an earlier plan (a follower's listing passes, which leave the digest to whole runs: the
+versions committed since the last whole run are read once, not at every pass); the others are read in batches
 (:meth:`Store.get_many`: concurrently on an object store, each folder reached once on a disk),
 and the index section, where the MemWAL progress of every shard lives, is decoded once per
 distinct section (consecutive versions usually carry the same bytes), see
@@ -88,13 +90,16 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
     an open handle to list tags and branches through, else the latest is opened)."""
     tags, branches = _holders(table, dataset)
     known = load_digest(table.store) if known is None else known
+    learned = table.progress_read if isinstance(table.progress_read, ProgressDigest) else ProgressDigest()
     out: list[RetainedVersion] = []
+    not_in_digest: list[Remembered] = []
     shared: dict[bytes, IndexState] = {}
     lines: list[tuple[str | None, Store, str]] = [(None, table.store, "")]
     lines += [(b, table.store.child(f"tree/{b}"), f"tree/{b}/") for b in table.store.list_dirs("tree/")]
     for branch, store, root in lines:
         listed = sorted((table.version_infos() if branch is None else list_version_infos(store)).items())
-        remembered = {v: known.get(root + info.key, info.etag, v) for v, info in listed}
+        in_digest = {v: known.get(root + info.key, info.etag, v) for v, info in listed}
+        remembered = {v: in_digest[v] or learned.get(root + info.key, info.etag, v) for v, info in listed}
         # the manifests this table object read lately (the latest, as a rule) are not read again
         decoded = {v: m for v, _ in listed if branch is None and remembered[v] is None
                    and (m := table.remembered(v)) is not None}
@@ -108,6 +113,9 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
             out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
                                        tags.get((branch, version), []), branches.get((branch, version), []),
                                        remembered=seen is not None, transaction_file=txn))
+            if in_digest[version] is None:
+                not_in_digest.append(Remembered(root + info.key, info.etag, version, timestamp, compacted, txn))
+    table.progress_read = ProgressDigest(not_in_digest)
     return out
 
 
@@ -124,12 +132,9 @@ def _read(store: Store, listed: list[tuple[int, str]],
             yield version, (manifest.timestamp, manifest.compacted, manifest.transaction_file)
 
 
-def remember_retained(table: Table, versions: list[RetainedVersion], *, before: ProgressDigest | None = None,
-                      compactions: dict[str, tuple[int, ...]] | None = None) -> bool:
+def remember_retained(table: Table, versions: list[RetainedVersion], *, before: ProgressDigest | None = None) -> bool:
     """Leave what ``versions`` (every version retained now) had merged for the next plan to
     read instead of their manifests (``before``: the digest as read, else it is read again to
-    compare), and GC's ``compactions`` (None: those remembered); True when the digest was
-    written (it is a cache: never raises)."""
+    compare); True when the digest was written (it is a cache: never raises)."""
     return save_digest(table.store, [Remembered(v.key, v.etag, v.version, v.timestamp, v.compacted,
-                                                v.transaction_file) for v in versions], before=before,
-                       compactions=compactions)
+                                                v.transaction_file) for v in versions], before=before)

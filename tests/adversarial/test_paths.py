@@ -247,16 +247,18 @@ def test_gc_never_deletes_through_a_planted_link(case: Case, table: Path, outsid
         assert {d["generation"] for d in doc["deleted"] if d["shard_id"] == S1} == {1, 2, 3}
 
 
-@pytest.mark.parametrize("folder", ["history", "history-detail", "history-month", "checkpoints", "digest"])
+@pytest.mark.parametrize("folder", ["history", "history-detail", "history-month", "checkpoints", "digest",
+                                    "compactions"])
 def test_a_link_among_our_records_is_reported_and_left(table: Path, outside: Path, folder: str) -> None:
     """The plan's survey does not stat ``_jobs/`` (a year of run records cost a stat each), but
     its links are still found by name: one planted among the run records GC prunes (or as the
     detail object of an expired record, which GC prunes with it, or as the month folder of
-    expired records), among the checkpoint records, or as the retained-progress digest a GC
-    run reads and rewrites, is reported by name and left in place (neither read, nor written,
-    nor pruned through), and GC's own work is done."""
+    expired records), among the checkpoint records, or as the retained-progress digest or the
+    record of GC's compactions a GC run reads and rewrites, is reported by name and left in place
+    (neither read, nor written, nor pruned through), and GC's own work is done."""
     from memwal.history.log import detail_key, record_key
     from memwal.history.record import RunRecord
+    from memwal.table.compactions import COMPACTIONS_KEY
     from memwal.table.progress_digest import DIGEST_KEY
 
     expired = record_key(1_000.0, "merge", "abc")
@@ -265,7 +267,7 @@ def test_a_link_among_our_records_is_reported_and_left(table: Path, outside: Pat
            "history-detail": detail_key(expired),
            "history-month": expired.rsplit("/", 1)[0],
            "checkpoints": "_mem_wal/_jobs/checkpoints/x.json",
-           "digest": DIGEST_KEY}[folder]
+           "digest": DIGEST_KEY, "compactions": COMPACTIONS_KEY}[folder]
     target = outside / "precious.txt"
     if folder == "history-detail":  # the expired record itself is a regular file
         (table / expired).parent.mkdir(parents=True, exist_ok=True)

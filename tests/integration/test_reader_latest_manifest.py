@@ -78,10 +78,11 @@ def test_a_read_with_a_current_hint_lists_no_manifest_folder(make_table, s3_serv
     assert listed == [] and rows == model.sorted_rows()
 
 
-def test_the_lag_a_job_records_is_the_status_lag_from_the_hints(make_table, manual_clock) -> None:
+def test_the_lag_a_job_records_is_the_status_lag_from_the_hints(make_table, manual_clock, monkeypatch) -> None:
     """Every job of a follower ends with the table's lag (its history record, its gauges). On a disk
     it finds each shard's latest manifest from the hint, as a reader does, and walks neither the
-    manifest versions nor the merged generations: what it finds is what the whole status finds,
+    manifest versions nor the merged generations, nor lists the names of a shard's folders (it walks
+    the folders the manifest lists above the mark): what it finds is what the whole status finds,
     with the hint current, lagging or garbage. (On an object store it lists them, as the status
     does: a thousand versions a request; tests/integration/test_requests.py counts them.)"""
     from memwal.inspect.status import lag_now, table_status
@@ -89,12 +90,17 @@ def test_the_lag_a_job_records_is_the_status_lag_from_the_hints(make_table, manu
     table, _ = make_table()
     memwal.open(table.uri).merge(max_generations=1)  # merged and unmerged generations both
     shards = list_shard_ids(table.store)
+    listed: list[str] = []
+    names = table.store.list_dirs_and_links
+    monkeypatch.setattr(table.store, "list_dirs_and_links", lambda prefix: listed.append(prefix) or names(prefix))
     for hint in ("current", "lags", "garbage"):
         if hint != "current":
             for sid in shards:
                 latest = max(list_manifest_versions(table.store, sid))
                 table.store.put(version_hint_key(sid), HINTS[hint](latest))
+        listed.clear()
         lag = lag_now(table)
+        assert listed == ["_mem_wal/"]  # the shards' folders, not the names in them
         status = table_status(table, now=manual_clock())
         assert lag == {s.shard_id: [len(s.unmerged_generations), s.unmerged_rows, s.oldest_unmerged_age_seconds and
                                     round(s.oldest_unmerged_age_seconds, 1)] for s in status.shards}
@@ -122,3 +128,59 @@ def test_gc_finds_a_shard_moved_since_its_plan_from_the_planned_version(live: Li
     assert shards.probe_shard_manifest(store, live.shard_id, None).version == latest  # type: ignore[union-attr]
     assert listed == [live.shard_id, live.shard_id]
     assert latest_shard_manifest(store, live.shard_id).version == latest  # type: ignore[union-attr]
+
+
+def test_the_merges_check_before_its_commit_finds_a_drain_from_the_hint(live: LiveWriter, monkeypatch) -> None:
+    """The check before a merge commits (did another compactor drain a planned generation?) reads
+    the shard's latest manifest as a reader does, from its hint, listing none of the versions a
+    writer that never reopens keeps; it refuses the plan once a drain took a planned generation,
+    and lets it be while only a flush came after the plan."""
+    from memwal.merge import plan_merge
+    from memwal.merge.guard import StaleProgressError, guard_progress
+    from memwal.table import shards
+    from memwal.table.drain import compacted_manifest, write_next_version
+
+    flushed(live, 3)
+    table = open_table(live.uri)
+    plan = plan_merge(table)
+    (planned,) = plan.shards
+    flushed(live, 1)  # a flush since the plan: nothing the plan took moved
+    listed: list[str] = []
+    listing = shards._listed_versions
+    monkeypatch.setattr(shards, "_listed_versions", lambda s, sid: listed.append(sid) or listing(s, sid))
+    guard_progress(table, plan)
+    state = reader_shard_manifest(table.store, live.shard_id)
+    assert state is not None and listed == []
+    first = planned.generations[0]
+    write_next_version(table.store, state, compacted_manifest(state, drained=[(first.generation, first.path)]))
+    with pytest.raises(StaleProgressError, match=f"generation {first.generation} left its shard manifest"):
+        guard_progress(table, plan)
+    assert listed == []
+
+
+def test_a_version_the_caller_names_is_read_by_its_name_not_found_by_a_listing(live: LiveWriter,
+                                                                               monkeypatch) -> None:
+    """What a job reads of the version it just committed (its transaction file, for its receipt)
+    comes from the manifest under its V2 name; a version not under one is found by the listing,
+    and one that is gone is not found."""
+    from memwal.errors import NotFoundError
+    from memwal.table import handle
+
+    flushed(live, 1)
+    uri = live.uri
+    latest = open_table(uri).manifest()
+    listed: list[int] = []
+    listing = handle.list_versions
+    monkeypatch.setattr(handle, "list_versions", lambda s: listed.append(1) or listing(s))
+    from memwal.table.manifest import read_table_manifest
+
+    store = open_table(uri).store
+    for v in (latest.version, 1):
+        m = open_table(uri).manifest(v)
+        listed_read = read_table_manifest(store, v)  # found by the listing
+        assert (m.version, m.compacted, m.transaction_file, m.timestamp) == (
+            v, listed_read.compacted, listed_read.transaction_file, listed_read.timestamp)
+    assert listed == []
+    with pytest.raises(NotFoundError):
+        open_table(uri).manifest(latest.version + 100)
+    assert listed  # not under its V2 name: the listing says it does not exist

@@ -302,6 +302,14 @@ def test_status_shows_the_writers_own_last_write_not_gcs(live: LiveWriter) -> No
 
     wrote = newest()  # the writer's last flush
     assert memwal.open(live.uri).merge().ok and memwal.open(live.uri).catchup().ok
+    # a listing pass's rollup (a follower's, every few seconds), then a whole run's
+    assert memwal.open(live.uri).gc(**ZERO, listed_only=True).to_dict()["rolled_up"]
+    assert newest() > wrote
+    (s,) = memwal.open(live.uri).status().shards
+    assert s.writer_live and s.writer_last_activity == pytest.approx(wrote, abs=1e-3)
+    written(live, 1)
+    wrote = newest()
+    assert memwal.open(live.uri).merge().ok and memwal.open(live.uri).catchup().ok
     assert memwal.open(live.uri).gc(**ZERO).to_dict()["rolled_up"]  # the writer is live: GC's rollup version
     assert newest() > wrote
     (s,) = memwal.open(live.uri).status().shards

@@ -137,6 +137,21 @@ def test_the_listing_pass_keeps_its_own_cadence_and_retries():
     assert s.failures == {} and s.due(7) == [] and s.next_due(7) == 60  # the whole GC, dirty since the merges
 
 
+def test_by_default_the_listing_pass_runs_at_most_every_3_s_and_then_without_another_merge():
+    """A writer flushing every 1.7 s gets a pass every other flush; what merged since the last pass
+    is rolled up when the 3 s are up, whether or not another merge comes."""
+    s = Schedule(JOBS, FollowOptions())
+    s.ended(CycleResult("t", tuple(outcome(j, JobStatus.DONE) for j in JOBS)), 0)
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=3),)), 1)
+    s.nothing_to_merge()
+    assert s.due(1) == ["gc"] and s.listing_only  # the first pass: at once
+    s.ended(CycleResult("t", (outcome("gc", JobStatus.DONE),)), 1)
+    s.ended(CycleResult("t", (outcome("merge", JobStatus.DONE, version=4),)), 2.7)
+    s.nothing_to_merge()
+    assert s.due(2.7) == [] and s.next_due(2.7) == 4  # 3 s after the last pass, though no other merge comes
+    assert s.due(4) == ["gc"] and s.listing_only
+
+
 def test_a_waiting_gc_wakes_after_gc_retry_and_merges_roll_up_sooner():
     s = Schedule(JOBS, FollowOptions(gc_every=5, gc_retry=60))
     s.ended(CycleResult("t", tuple(outcome(j, JobStatus.WAITING if j == "gc" else JobStatus.DONE)
