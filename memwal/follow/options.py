@@ -16,17 +16,18 @@ jobs run on). Its own knobs say how often it looks and how often each job runs:
   holds a few fragments, not a minute of merges (every fragment is a file that reader opens: a
   plain read of 38,000 rows took 13 ms at 36 fragments, 4 ms at one); and the whole compaction
   (``compact_every``), which also rewrites the larger fragments and materialises deletions;
-* GC runs in two scopes: its listing pass after merges, at most every ``rollup_every`` seconds
-  (3: every other flush of a writer flushing 35 generations a minute): what merged is rolled up
-  into what stays listed, walking only the listed folders, so a reader lists a few entries, not
-  every flush since the last GC. A pass after every merge (0) left one entry fewer listed a fifth
-  of the time and cost a fifth more of the follower's CPU: the pass is half its work, paid per
-  flush (docs/decisions/0062-keeping-up.md, sections 17 and 18). And the whole GC (``gc_every``), which walks every
-  folder the version retention keeps (thousands on a table that keeps a week), drains and deletes.
-  While its runs free nothing (beside a writer that never reopens, under a week's retention, none
-  does), each waits twice as long as the last, up to ``gc_max_every``: the walk grows with what the
-  retention keeps, and walking it every minute to free nothing was a quarter of a follower's time
-  by minute 17 of a writer that never stops. Running GC less often deletes nothing more.
+* GC runs in two scopes: its listing pass after merges, at most every ``rollup_every`` seconds (3:
+  every other flush of a writer flushing 35 generations a minute): what merged is rolled up into
+  what stays listed, walking only the listed folders, so a reader lists a few entries, not every
+  flush since the last GC. A pass after every merge (0) left 4 or 5 entries listed in 16% of the
+  1 Hz samples rather than 26%, and cost the follower 17-26% more CPU: the pass is half its work,
+  paid per flush (docs/decisions/0062-keeping-up.md, sections 17 and 18). And the whole GC
+  (``gc_every``), which walks every folder the version retention keeps (thousands on a table that
+  keeps a week), drains and deletes. While its runs free nothing (beside a writer that never
+  reopens, under a week's retention, none does), each waits twice as long as the last, up to
+  ``gc_max_every``: the walk grows with what the retention keeps, and walking it every minute to
+  free nothing was a quarter of a follower's time by minute 17 of a writer that never stops. Running
+  GC less often deletes nothing more.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ TAIL_ROWS = 65_536
 #: The defaults the follower is measured with (docs/benchmarks.md, "Keeping up").
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_MAX_POLL_SECONDS = 10.0
-#: GC's listing pass at most this often (seconds) after merges: measured beside the three clients'
-#: writers that never stop (docs/benchmarks.md, "Keeping up").
+#: GC's listing pass at most this often (seconds) after merges: measured beside pylance's and
+#: lance-context's writers that never stop (docs/benchmarks.md, "Keeping up").
 DEFAULT_ROLLUP_EVERY = 3.0
 
 

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 import lance
 from lance.lance import _Session as Session  # what lance.Session is; pylance's stubs leave it out of __all__
@@ -31,6 +31,9 @@ from memwal.table.manifest import (
     read_table_manifest,
 )
 from memwal.table.naming import table_manifest_key
+
+if TYPE_CHECKING:
+    from memwal.table.progress_digest import ProgressDigest
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +83,10 @@ class Table:
     #: The versions the last listing found, on a disk (:func:`memwal.table.manifest.list_version_infos`).
     _listed: dict[int, ObjectInfo] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: The merge progress of the retained versions the last plan did not find in the digest, as
-    #: :func:`memwal.table.retained.retained_versions` read it (a ProgressDigest; same key and ETag
-    #: only): the digest is a whole GC run's, and a follower's listing passes between two whole runs
-    #: would read every version committed since, each pass.
-    progress_read: Any = field(default=None, init=False, repr=False, compare=False)
+    #: :func:`memwal.table.retained.retained_versions` read it (same key and ETag only): the digest
+    #: is a whole GC run's, and a follower's listing passes between two whole runs would read every
+    #: version committed since, each pass.
+    progress_read: ProgressDigest | None = field(default=None, init=False, repr=False, compare=False)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:

@@ -90,7 +90,7 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
     an open handle to list tags and branches through, else the latest is opened)."""
     tags, branches = _holders(table, dataset)
     known = load_digest(table.store) if known is None else known
-    learned = table.progress_read if isinstance(table.progress_read, ProgressDigest) else ProgressDigest()
+    learned = table.progress_read if table.progress_read is not None else ProgressDigest()
     out: list[RetainedVersion] = []
     not_in_digest: list[Remembered] = []
     shared: dict[bytes, IndexState] = {}
