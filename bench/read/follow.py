@@ -114,6 +114,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.uri, self.stop = uri, threading.Event()
         self.samples: list[int] = []
+        self.skipped: list[str] = []  # why each sample not taken (the JSON's ``skipped_samples``)
 
     def run(self) -> None:
         nxt = time.monotonic()
@@ -121,6 +122,7 @@ class Sampler(threading.Thread):
             try:
                 self.samples.append(listed_now(self.uri))
             except Exception as exc:  # noqa: BLE001 - a manifest written while read: the next second reads it
+                self.skipped.append(str(exc)[:300])
                 log(f"listing sample skipped: {exc}")
             nxt += 1.0
             self.stop.wait(max(0.0, nxt - time.monotonic()))
@@ -200,7 +202,8 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
     return {"arm": arm, "client": client.name, "interval_seconds": interval, "rows_per_generation": rows,
             "rotate_seconds": rotate_seconds if ARMS[arm][1] else None, "follow_args": follow_args,
             "rotations": {"count": len(rotations), "seconds": [round(r, 3) for r in rotations]},
-            "minutes": minutes_out, "listed_samples": sampler.samples, "failures": [f for f in failures if f],
+            "minutes": minutes_out, "listed_samples": sampler.samples, "skipped_samples": sampler.skipped,
+            "failures": [f for f in failures if f],
             "follower": {**stopped, "cpu_seconds": cpu_total if cpu_total is None else round(cpu_total - cpu_start, 2),
                          "core_share": None if cpu_total is None else round((cpu_total - cpu_start) / elapsed, 4)},
             "goals": goals(minutes_out, sampler.samples, cpu_total, cpu_start, elapsed)}

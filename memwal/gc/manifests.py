@@ -12,8 +12,10 @@ period (a reader that listed the shard within the grace period may hold that one
 own drains are judged against it: :func:`memwal.gc.drain.unlisted_safely`); it is older than the
 live writer's claim (the first version of its epoch, which tells when its view was opened); and
 the shard keeps at least :data:`KEEP` versions above it (what GC walks back over to tell a
-writer's version from a compactor's). Only a prefix goes, so no gap ever opens among the versions
-a reader lists.
+writer's version from a compactor's). Only a prefix goes, so no gap stays among the versions a
+reader lists. While the deletes run (several at once) a listing may show a gap among the versions
+going, never among the newest :data:`KEEP`, the only ones a reader requires whole
+(:data:`memwal.table.shards.WHOLE_NEWEST`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memwal.table.naming import manifest_key
+from memwal.table.shards import WHOLE_NEWEST
 from memwal.table.writer import ManifestHistory, WriterView
 
-#: Newest shard-manifest versions always kept.
-KEEP = 128
+#: Newest shard-manifest versions always kept: those a reader requires without a gap.
+KEEP = WHOLE_NEWEST
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import memwal
 from memwal.actions import run_action
 from memwal.demo import create_base_table, shard_ids_for, write_generations
 from memwal.errors import BadInputError
+from memwal.pb import shard_manifest_pb2
 from memwal.store import LocalStore
 from memwal.table import Table, open_table
 from memwal.table.naming import JOBS_DIR, manifest_key, shard_dir, version_hint_key, wal_key
@@ -93,6 +94,23 @@ def delete_version(v: int) -> Callable[[Table], None]:
     return lambda t: manifest_file(t, v).unlink()
 
 
+def delete_versions(versions: range) -> Callable[[Table], None]:
+    return lambda t: [manifest_file(t, v).unlink() for v in versions]
+
+
+def renumbered_up_to(last: int) -> Callable[[Table], None]:
+    """Versions after the latest up to ``last``, each the latest's state under its own number (as a
+    writer's flushes that list nothing new leave them): a shard holding more than WHOLE_NEWEST."""
+    def mutate(t: Table) -> None:
+        top = latest(t)
+        state = shard_manifest_pb2.ShardManifest.FromString(manifest_file(t, top).read_bytes())
+        for v in range(top + 1, last + 1):
+            state.version = v
+            manifest_file(t, v).write_bytes(state.SerializeToString())
+
+    return mutate
+
+
 def drop_hint(t: Table) -> None:
     hint_file(t).unlink()
 
@@ -160,6 +178,10 @@ CASES = [
     Case("gap-v2-hint-stale", both(delete_version(2), set_hint('{"version": 1}')), "lack 2"),
     Case("gap-below-latest-hint-stale", both(delete_version(4), set_hint('{"version": 3}')), "lack 4"),
     Case("gap-below-latest-hint-ahead", both(delete_version(4), set_hint('{"version": 99}')), "lack 4"),
+    # 200 versions: a gap among the newest WHOLE_NEWEST (73..200), at its lowest and in its middle
+    Case("gap-among-the-newest-kept", both(renumbered_up_to(200), delete_version(73)), "lack 73"),
+    Case("gaps-among-the-newest-kept", both(renumbered_up_to(200), delete_versions(range(60, 80, 2))),
+         "lack 74, 76, 78"),
     Case("latest-is-directory", latest_is_directory(with_file=True), "is not a file"),
     Case("latest-is-empty-directory", both(latest_is_directory(with_file=False), drop_hint), "is not a file"),
     Case("latest-truncated-half", rewrite_latest(lambda t, raw: raw[: len(raw) // 2]), "corrupt shard manifest"),
@@ -185,6 +207,9 @@ CASES = [
     Case("hint-list", set_hint("[]"), None),
     Case("hint-garbage", set_hint("\x00garbage"), None),
     Case("hint-is-directory", hint_directory, None),
+    # GC prunes the oldest versions several deletes at once: a listing meanwhile shows some of them
+    Case("pruning-under-way", both(renumbered_up_to(200), delete_versions(range(2, 72, 3))), None),
+    Case("pruning-under-way-lowest-gone", both(renumbered_up_to(200), delete_versions(range(1, 72, 2))), None),
 ]
 
 
