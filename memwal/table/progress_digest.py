@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NotRequired, TypedDict, TypeVar
 
+from memwal.core.json_doc import load_json
 from memwal.errors import MemWalError, NotFoundError
 from memwal.store import Store
 from memwal.table.naming import JOBS_DIR
@@ -103,13 +104,25 @@ DECODED_KEPT = 16
 _MEMO_LOCK = threading.Lock()
 
 
+#: The largest cache :func:`load_cache` reads, and the most JSON values it decodes: whoever can write
+#: the table's storage can write these objects, and their size must not size a job's memory. A
+#: digest of 1,389 retained versions is 226 KB (163 bytes, 6 values, a version), so this is
+#: some 400,000 versions, what the default 7-day retention keeps of a table merged every 1.5 s
+#: (docs/operations/deploy.md gives such a table 10 minutes); decoding costs 30-70 bytes of memory a
+#: value (:mod:`memwal.core.json_doc`). A larger cache is not used: GC reads the manifests it spares.
+CACHE_MAX_BYTES = 64 << 20
+CACHE_MAX_VALUES = CACHE_MAX_BYTES // 16
+
+
 def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T,
                memo: OrderedDict[str, tuple[bytes, Any]] | None = None) -> T:
     """A JSON cache GC keeps under ``_jobs/`` (this digest, the WAL headers' one), decoded; ``empty``
-    when there is none, it cannot be read, or it is malformed in any way (logged): never a failure.
-    ``memo``: what the same bytes decoded to before, by the object's URI (read-only results only)."""
+    when there is none, it cannot be read, it is over :data:`CACHE_MAX_BYTES` or
+    :data:`CACHE_MAX_VALUES` (not fetched, or not decoded), or it is malformed in any way (logged):
+    never a failure. ``memo``: what the same bytes decoded to before, by the object's URI
+    (read-only results only)."""
     try:
-        data = store.get(key)
+        data = store.get(key, max_bytes=CACHE_MAX_BYTES)
     except NotFoundError:
         return empty
     except (MemWalError, OSError) as exc:
@@ -121,7 +134,7 @@ def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T,
     if seen is not None and seen[0] == data:
         return seen[1]  # type: ignore[no-any-return]
     try:
-        decoded = decode(json.loads(data))
+        decoded = decode(load_json(data, max_values=CACHE_MAX_VALUES))
         if memo is not None:
             _memorise(memo, uri, data, decoded)
         return decoded

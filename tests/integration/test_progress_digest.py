@@ -20,7 +20,7 @@ from memwal.errors import BadInputError
 from memwal.gc import plan_gc
 from memwal.table import open_table
 from memwal.table.manifest import list_version_infos, list_versions, read_table_manifest
-from memwal.table.progress_digest import DIGEST_KEY, load_digest
+from memwal.table.progress_digest import CACHE_MAX_BYTES, CACHE_MAX_VALUES, DIGEST_KEY, load_digest
 from memwal.table.retained import retained_versions
 from tests.conftest import SMALL, table_rows
 
@@ -220,8 +220,11 @@ def test_a_manifest_replaced_under_its_key_is_read_again(make_table):
     lambda d: json.dumps({**d, "timestamps": [float("nan")] * len(d["timestamps"])}).encode(),
     lambda d: json.dumps({**d, "section_of": [len(d["sections"])] * len(d["section_of"])}).encode(),
     lambda d: json.dumps({k: x for k, x in d.items() if k != "keys"}).encode(),
+    # well formed, each, and refused before they size the plan's memory: not fetched; not decoded
+    lambda d: json.dumps(d).encode().ljust(CACHE_MAX_BYTES + 1),
+    lambda d: json.dumps({**d, "padding": [0] * CACHE_MAX_VALUES}).encode(),
 ], ids=["not-json", "too-deep", "format", "negative-generation", "shard-index", "bool-version", "short-column",
-        "nan-time", "section-index", "no-keys"])
+        "nan-time", "section-index", "no-keys", "over-the-byte-cap", "over-the-value-cap"])
 def test_an_unusable_digest_is_ignored(make_table, spoil):
     table, _ = make_table()
     _history(table)
