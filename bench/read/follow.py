@@ -23,7 +23,9 @@ same rows read plainly (``lance.dataset(ref).to_table()``) by as many new proces
 *reference* table holding them with no generation (written just before, from the model then), the
 two kinds of read interleaved (memwal, plain, memwal, ...) and their medians compared; the client's reader
 against its own read of the reference. Reads are timed after their imports. At the end: how long the follower
-took to stop after SIGTERM, its exit code, and whether it released its leases.
+took to stop after SIGTERM, its exit code, and whether it released its leases. Before the writer opens
+and after it closes: the machine's yardstick (``machine_reference_cpu_seconds``, a fixed piece of Lance
+work timed in a new process), against which the follower's CPU on machines of different speeds compares.
 
 Goals (issue 62): the listing at 1 Hz, max <= 8 and median <= 3; the follower <= 10% of a core;
 memwal's reader <= 3x the plain read at every minute; every read right. JSON and a chart in
@@ -55,6 +57,35 @@ GOAL_MEMWAL_OVER_PLAIN = 3.0
 #: arm -> (client, seconds between writer replacements: 0, never)
 ARMS = {"pylance": ("pylance", 0), "pylance-rotating": ("pylance", -1), "lance-context": ("lance-context", 0),
         "lancedb": ("lancedb", 0)}
+
+
+#: A fixed piece of the follower's kind of work (Lance writes, merge_insert commits, filtered reads), timed
+#: in a new process after its imports: the CPU seconds it takes are the machine's yardstick, so that a
+#: follower's CPU share on one machine can be set against another's (runs here differed 2.2 times for the
+#: same jobs between two machines of the same kind).
+_REFERENCE_WORK = """
+import tempfile, time
+import lance, numpy as np, pyarrow as pa
+rng = np.random.default_rng(0)
+with tempfile.TemporaryDirectory() as d:
+    t0 = time.process_time()
+    ds = lance.write_dataset(pa.table({"id": np.arange(20_000), "v": rng.integers(0, 1 << 30, 20_000)}), d + "/r.lance")
+    for i in range(30):
+        keys = rng.integers(0, 25_000, 200)
+        batch = pa.table({"id": np.unique(keys), "v": np.arange(len(np.unique(keys)))})
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
+        ds = lance.dataset(d + "/r.lance")
+        ds.to_table(filter=f"id < {1000 + i}")
+    print(time.process_time() - t0)
+"""
+
+
+def reference_cpu_seconds() -> float:
+    """CPU seconds of :data:`_REFERENCE_WORK` in a new process, the least of five: Lance's threads make
+    a run's CPU bimodal (here 0.43-0.50 s, or 0.85-1.01 s), the least is the work's."""
+    runs = [float(subprocess.run([sys.executable, "-c", _REFERENCE_WORK], check=True, capture_output=True,
+                                 text=True).stdout.strip()) for _ in range(5)]
+    return round(min(runs), 3)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -136,6 +167,7 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
     base.mkdir(parents=True)
     uri, ref = str(base / "t.lance"), str(base / "reference" / "t.lance")
     model = Model(client.row, int_keys=client.name == "lancedb")
+    reference = [reference_cpu_seconds()]
     writer = open_writer(arm, uri, rows, rotate_seconds)
     out_path, err_path = base / "follower.json", base / "follower.log"
     with open(out_path, "w") as out, open(err_path, "w") as err:
@@ -199,6 +231,7 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
         rotations = writer.call("rotations") if ARMS[arm][1] else []
         writer.close()
     elapsed = time.monotonic() - t_start
+    reference.append(reference_cpu_seconds())
     return {"arm": arm, "client": client.name, "interval_seconds": interval, "rows_per_generation": rows,
             "rotate_seconds": rotate_seconds if ARMS[arm][1] else None, "follow_args": follow_args,
             "rotations": {"count": len(rotations), "seconds": [round(r, 3) for r in rotations]},
@@ -206,6 +239,8 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
             "failures": [f for f in failures if f],
             "follower": {**stopped, "cpu_seconds": cpu_total if cpu_total is None else round(cpu_total - cpu_start, 2),
                          "core_share": None if cpu_total is None else round((cpu_total - cpu_start) / elapsed, 4)},
+            # before the writer opened and after the follower stopped
+            "machine_reference_cpu_seconds": reference,
             "goals": goals(minutes_out, sampler.samples, cpu_total, cpu_start, elapsed)}
 
 
@@ -280,6 +315,8 @@ def summary(doc: dict[str, Any]) -> str:
     for arm, r in doc["arms"].items():
         lines += [f"{arm}: {goal} {v['value']} (goal {v['goal']}): {'met' if v['met'] else 'NOT met'}"
                   for goal, v in r["goals"].items()]
+        lines.append(f"{arm}: the machine's yardstick took {r.get('machine_reference_cpu_seconds')} s of CPU "
+                     "(before, after)")
         lines.append(f"{arm}: follower stopped in {r['follower'].get('stop_seconds')}s with exit code "
                      f"{r['follower'].get('exit_code')}, leases released: {r['follower'].get('leases_released')}")
     return "\n".join(lines)
