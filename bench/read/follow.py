@@ -24,7 +24,7 @@ same rows read plainly (``lance.dataset(ref).to_table()``) by as many new proces
 two kinds of read interleaved (memwal, plain, memwal, ...) and their medians compared; the client's reader
 against its own read of the reference. Reads are timed after their imports. At the end: how long the follower
 took to stop after SIGTERM, its exit code, and whether it released its leases. Before the writer opens
-and after it closes: the machine's yardstick (``machine_reference_cpu_seconds``, a fixed piece of Lance
+and after the follower stops: the machine's yardstick (``machine_reference_cpu_seconds``, a fixed piece of Lance
 work timed in a new process), against which the follower's CPU on machines of different speeds compares.
 
 Goals (issue 62): the listing at 1 Hz, max <= 8 and median <= 3; the follower <= 10% of a core;
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.clients.drivers import CLIENTS, OURS, PYLANCE_DRIVER, Driver, available
+from bench.harness.processes import python
 from bench.harness.results import Run, figure, log, parser
 from bench.read.steady import MEMWAL, Model, PacedWriter, storage
 from memwal.writer import DEFAULT_ROTATE_SECONDS
@@ -61,8 +62,8 @@ ARMS = {"pylance": ("pylance", 0), "pylance-rotating": ("pylance", -1), "lance-c
 
 #: A fixed piece of the follower's kind of work (Lance writes, merge_insert commits, filtered reads), timed
 #: in a new process after its imports: the CPU seconds it takes are the machine's yardstick, so that a
-#: follower's CPU share on one machine can be set against another's (runs here differed 2.2 times for the
-#: same jobs between two machines of the same kind).
+#: follower's CPU share on one machine can be set against another's (the same jobs took 2.2-2.9 times the
+#: CPU on one machine as on another of the same kind).
 _REFERENCE_WORK = """
 import tempfile, time
 import lance, numpy as np, pyarrow as pa
@@ -83,9 +84,7 @@ with tempfile.TemporaryDirectory() as d:
 def reference_cpu_seconds() -> float:
     """CPU seconds of :data:`_REFERENCE_WORK` in a new process, the least of five: Lance's threads make
     a run's CPU bimodal (here 0.43-0.50 s, or 0.85-1.01 s), the least is the work's."""
-    runs = [float(subprocess.run([sys.executable, "-c", _REFERENCE_WORK], check=True, capture_output=True,
-                                 text=True).stdout.strip()) for _ in range(5)]
-    return round(min(runs), 3)
+    return round(min(float(python("-c", _REFERENCE_WORK).check().stdout) for _ in range(5)), 3)
 
 
 def cpu_seconds(pid: int) -> float:
