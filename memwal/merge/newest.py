@@ -33,14 +33,15 @@ GEN, SLOT, OFF = "__gen", "__slot", "__off"
 IO_BUFFER_BYTES = 64 << 20
 
 
-def bounded_scanner(ds: lance.LanceDataset, columns: list[str], *, filter: object = None) -> lance.LanceScanner:
+def bounded_scanner(ds: lance.LanceDataset, columns: list[str], *, filter: object = None,
+                    with_row_address: bool = False) -> lance.LanceScanner:
     """A scan whose memory is bounded by decoded bytes: batches of about :data:`BATCH_BYTES`
     (Lance's own byte limit, alone: with a row limit beside it, Lance 14 decodes the rows first,
     and a scan of 10 KB rows in batches of 65,536 peaked at 800 MB where 360 MB by bytes), one
     fragment's reads at a time, two batches decoded ahead, at most :data:`IO_BUFFER_BYTES`
     buffered."""
     return ds.scanner(columns=columns, filter=filter, batch_size_bytes=BATCH_BYTES, batch_readahead=2,
-                      fragment_readahead=1, io_buffer_size=IO_BUFFER_BYTES)
+                      fragment_readahead=1, io_buffer_size=IO_BUFFER_BYTES, with_row_address=with_row_address)
 
 
 def _gen_names(ref: GenerationRef, wanted: Sequence[str], present: Sequence[str]) -> dict[str, str]:
