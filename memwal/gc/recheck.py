@@ -15,16 +15,19 @@ checkpoint created since.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import NamedTuple
+
+import numpy as np
 
 from memwal.checkpoint import Checkpoint
 from memwal.core import clock as clocks
 from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED
 from memwal.gc.model import Blocked, GenerationDeletion
 from memwal.gc.plan import GcPlan
-from memwal.gc.versions import ShardProgress, VersionProgress
+from memwal.gc.versions import ShardProgress, VersionProgress, kept_for_writers
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME, parse_generation_dir
@@ -64,6 +67,14 @@ class SincePlan:
         self.progress = VersionProgress(versions) if versions is not None else None
         self._shards: dict[str, ShardProgress] = {}
         self._seen: dict[tuple[str, int, Gates], str | None] = {}
+        self._writer_mask: np.ndarray | None = None
+
+    def _for_writers(self, versions: list[RetainedVersion]) -> np.ndarray:
+        """The versions kept only for live writers, one mask for every question (each shard's
+        holders are answered from one order of the versions: :meth:`ShardProgress.ranked`)."""
+        if self._writer_mask is None:
+            self._writer_mask = kept_for_writers(versions, self.writer_held)
+        return self._writer_mask
 
     def lost(self, shard_id: str, g: int, *, gates: Gates = ALL) -> str | None:
         key = (shard_id, g, gates)
@@ -84,10 +95,10 @@ class SincePlan:
             return None
         if shard_id not in self._shards:
             self._shards[shard_id] = self.progress.shard(shard_id)
-        holders = [h for h in self._shards[shard_id].holders(g)
-                   if not (h.branch is None and h.version in self.writer_held and not h.tags)] if gates.retained else []
-        if holders:
-            return f"retained-version:{holders[0].describe()}"
+        if gates.retained:
+            holders = self._shards[shard_id].holders(g).without(self._for_writers(self.progress.versions))
+            if holders:
+                return f"retained-version:{holders.first.describe()}"
         first = self._shards[shard_id].first_merged(g)
         if gates.grace and (first is None or self.now - first.timestamp < self.grace_seconds):
             return GRACE_PERIOD
@@ -136,15 +147,17 @@ def recheck(table: Table, plan: GcPlan, checkpoints: Iterable[Checkpoint],
     # A WAL entry goes with its generations: those listed at the plan only if they still
     # leave the manifest now; those no longer listed then have nothing left to decide.
     leaving = {(d.shard_id, g) for d in drains for g in d.generations}
-    listed = {sid: {fg.generation for fg in st.flushed} for sid, st in plan.generation_plan.states.items()}
+    # sorted once per shard, each entry's span found by binary search (not a sort an entry)
+    listed = {sid: sorted({fg.generation for fg in st.flushed}) for sid, st in plan.generation_plan.states.items()}
     wal = []
     for w in plan.wal_deletions:
         span = w.generations
         if span is None:  # a fence sentinel: nothing in the table decides its fate
             wal.append(w)
             continue
-        lost = next((g for g in sorted(listed.get(w.shard_id, ()))
-                     if span[0] <= g <= span[1] and (w.shard_id, g) not in leaving), None)
+        numbers = listed.get(w.shard_id, [])
+        within = numbers[bisect_left(numbers, span[0]):bisect_right(numbers, span[1])]
+        lost = next((g for g in within if (w.shard_id, g) not in leaving), None)
         if lost is None:
             wal.append(w)
         elif (w.shard_id, lost) not in dropped:

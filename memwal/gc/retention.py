@@ -27,7 +27,7 @@ from memwal.checkpoint import TAG_PREFIX
 from memwal.gc.expiry import plan_version_expiry
 from memwal.gc.gates import GRACE_PERIOD, Gates
 from memwal.gc.model import BlockingVersion, Retention
-from memwal.gc.versions import Holders
+from memwal.gc.versions import Holders, Ranked, by_age_only
 from memwal.table.retained import RetainedVersion
 
 #: At most this many ``--expire-versions`` values are tried for the hint (the largest ones, and
@@ -83,15 +83,26 @@ def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | No
 
 
 def _held_counts(held: list[HeldGeneration]) -> list[tuple[RetainedVersion, int]]:
-    """Each retained version that holds a generation of ``held``, with how many it holds (a
-    count of positions: a week of versions times a week of generations is too many to list)."""
-    lists: dict[int, tuple[list[RetainedVersion], list[np.ndarray]]] = {}
+    """Each retained version that holds a generation of ``held``, with how many it holds.
+
+    Counted, never listed (issue 82: a week of versions times a week of generations is too many
+    positions to hold): per shard, the held generations sorted once, and each version holds
+    those above its progress, one binary search a version (:class:`memwal.gc.versions.Ranked`
+    has the versions in progress order, less the ones its mask leaves out)."""
+    per_view: dict[int, tuple[list[RetainedVersion], Ranked, list[int]]] = {}
     for h in held:
-        lists.setdefault(id(h.holders.versions), (h.holders.versions, []))[1].append(h.holders.positions)
+        ranked = h.holders.ranked()
+        if ranked is not None:
+            per_view.setdefault(id(ranked), (h.holders.versions, ranked, []))[2].append(h.generation)
+    counts: dict[int, tuple[list[RetainedVersion], np.ndarray]] = {}
+    for versions, ranked, generations in per_view.values():
+        total = counts.setdefault(id(versions), (versions, np.zeros(len(versions), dtype=np.int64)))[1]
+        above = np.sort(np.asarray(generations, dtype=np.int64))
+        # held generations above each kept version's progress: the ones it had not merged
+        total[ranked.at] += len(above) - np.searchsorted(above, ranked.values, side="right")
     out = []
-    for versions, positions in lists.values():
-        counts = np.bincount(np.concatenate(positions), minlength=len(versions))
-        out += [(versions[i], int(counts[i])) for i in np.flatnonzero(counts)]
+    for versions, total in counts.values():
+        out += [(versions[i], int(total[i])) for i in np.flatnonzero(total)]
     return out
 
 
@@ -114,19 +125,14 @@ def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[Block
 
 
 def expiry_candidates(held: list[HeldGeneration], now: float) -> list[int]:
-    """The ``--expire-versions`` values worth trying (see the module docstring), largest first."""
+    """The ``--expire-versions`` values worth trying (see the module docstring), largest first:
+    per held generation whose holders only their age keeps, the age of the newest holder (one
+    binary search each: :meth:`memwal.gc.versions.Holders.aged_since`)."""
     youngest: set[float] = set()
-    facts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for h in held:
-        versions = h.holders.versions
-        if id(versions) not in facts:
-            n = len(versions)
-            facts[id(versions)] = (np.fromiter((_held_by(v) is None for v in versions), dtype=bool, count=n),
-                                   np.fromiter((v.timestamp for v in versions), dtype=float, count=n))
-        by_age_only, stamps = facts[id(versions)]
-        p = h.holders.positions
-        if by_age_only[p].all():
-            youngest.add(now - float(stamps[p].max()))
+        since = h.holders.aged_since()
+        if since is not None:
+            youngest.add(now - since)
     values = sorted({math.ceil(age) - 1 for age in youngest if age > 0}, reverse=True)
     values = [v for v in values if v >= 0]
     return values if len(values) <= MAX_TRIALS else [*values[:MAX_TRIALS - 1], values[-1]]
@@ -183,12 +189,12 @@ def _blocking_version(v: RetainedVersion, generations_held: int, now: float) -> 
 
 def _held_by(v: RetainedVersion) -> str | None:
     """What keeps a version from Lance's cleanup: ``"checkpoint"`` (only checkpoint tags), ``"tag"``,
-    ``"branch"``, or None (only its age)."""
+    ``"branch"``, or None (only its age: :func:`memwal.gc.versions.by_age_only`)."""
     if v.tags and all(t.startswith(TAG_PREFIX) for t in v.tags):
         return "checkpoint"
     if v.tags:
         return "tag"
-    return "branch" if v.branch is not None or v.child_branches else None
+    return None if by_age_only(v) else "branch"
 
 
 def _versions_text(rows: list[BlockingVersion]) -> str:

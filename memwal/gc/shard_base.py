@@ -14,7 +14,7 @@ from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED, Gates, Verdict
 from memwal.gc.model import Blocked, Deletable, GateEvidence, GenerationDeletion
 from memwal.gc.proven import Prover
 from memwal.gc.retention import HeldGeneration
-from memwal.gc.versions import Holders
+from memwal.gc.versions import Holders, kept_for_writers
 from memwal.merge.cover import Entry
 from memwal.rollup.plan import Entry as RollupEntry
 from memwal.table.drain import merged_through
@@ -118,17 +118,15 @@ class ShardBase:
         holds it was committed, when only their age keeps them all (None: a tag, a branch or a
         checkpoint keeps one, or none holds it): version expiry frees it that long after."""
         reasons, holders = self._folder_gates(verdict)
-        aged = [v for v in holders if not v.tags and not v.child_branches and v.branch is None]
-        since = max((v.timestamp for v in aged), default=None) if len(aged) == len(holders) else None
-        return reasons, since
+        return reasons, holders.aged_since()
 
     def _for_writer(self, versions: list[RetainedVersion]) -> np.ndarray:
         """Which of ``versions`` are kept only for a live writer's view (not by age or a tag), one
-        bool each, worked out once per shard."""
+        bool each, worked out once per shard: one mask object, so that the holders of every
+        generation are answered from one order of the versions
+        (:meth:`memwal.gc.versions.ShardProgress.ranked`)."""
         if self._writer_mask is None or self._writer_mask[0] is not versions:
-            mask = np.fromiter((v.branch is None and v.version in self.writer_held and not v.tags for v in versions),
-                               dtype=bool, count=len(versions))
-            self._writer_mask = (versions, mask)
+            self._writer_mask = (versions, kept_for_writers(versions, self.writer_held))
         return self._writer_mask[1]
 
     def _evidence(self, merged: int | None = None) -> GateEvidence:

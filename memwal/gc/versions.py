@@ -14,47 +14,136 @@ progress over all versions costs one lookup per *distinct* map plus one array ga
 "no version holds g" is a comparison with the minimum, and the oldest main-line version
 that merged g is a binary search in the running maximum of main-line progress (the first
 version whose progress reaches g is the first where that maximum does).
+
+Who holds g is never listed (issue 82): with one merge a version, generation g has about g
+holders, so a list of them per generation is generations times versions, in memory and in
+time (1.9 GiB for a GC plan at 13,415 versions). What the gates and the report ask of the
+holders is a count, the oldest one, whether only their age keeps them all and the newest
+one's commit time, and per version how many held generations it holds; each is answered
+from the shard's progress sorted once (:class:`Ranked`): the holders of g are a prefix of
+that order, so a count is a binary search and the rest are prefix minima and maxima.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from memwal.table.retained import RetainedVersion
 
+#: Left-out masks a shard keeps a ranking for (the plan asks with one, the live writers' own:
+#: more would each cost a sort over the versions, and are not asked).
+_RANKINGS_KEPT = 4
+
+
+def by_age_only(v: RetainedVersion) -> bool:
+    """Whether only its age keeps ``v`` from Lance's cleanup: a main-line version with no tag
+    that starts no branch (version expiry may take it)."""
+    return not v.tags and not v.child_branches and v.branch is None
+
+
+def kept_for_writers(versions: Sequence[RetainedVersion], writer_held: frozenset[int] | set[int]) -> np.ndarray:
+    """Which of ``versions`` the version expiry keeps only for a live writer's view (main line,
+    untagged, named in ``writer_held``), one bool each: such a version holds no folder (the
+    writer reads its base at that version, and of the generations only what it lists)."""
+    return np.fromiter((v.branch is None and v.version in writer_held and not v.tags for v in versions),
+                       dtype=bool, count=len(versions))
+
+
+class Ranked:
+    """One shard's retained versions (less those a mask leaves out) ordered by progress, once.
+
+    The holders of g are the first ``count(g)`` of that order, so each question about them is
+    one binary search and one read of an array built here: the oldest holder is a prefix
+    minimum of positions, the newest holder's commit time a prefix maximum of times, and
+    whether a tag, a branch or a checkpoint keeps one of them a comparison with the least
+    progress of the versions kept by more than their age. Four arrays over the versions per
+    shard and mask, whatever the number of generations asked about."""
+
+    __slots__ = ("values", "at", "oldest", "newest", "least_pinned")
+
+    def __init__(self, values: np.ndarray, by_age: np.ndarray, stamps: np.ndarray, left_out: np.ndarray | None) -> None:
+        kept = np.arange(len(values), dtype=np.intp) if left_out is None else np.flatnonzero(~left_out)
+        kept_values = values[kept]
+        order = np.argsort(kept_values, kind="stable")
+        #: progress of the kept versions, ascending
+        self.values: np.ndarray = kept_values[order]
+        #: their positions among the retained versions, in that order
+        self.at: np.ndarray = kept[order]
+        #: the smallest position among the first i + 1 (the oldest holder)
+        self.oldest: np.ndarray = np.minimum.accumulate(self.at) if len(kept) else self.at
+        #: the latest commit time among the first i + 1 (the newest holder's)
+        self.newest: np.ndarray = np.maximum.accumulate(stamps[self.at]) if len(kept) else stamps[:0]
+        pinned = kept_values[~by_age[kept]]
+        #: the least progress of a kept version that more than its age keeps (None: there is none)
+        self.least_pinned: int | None = int(pinned.min()) if len(pinned) else None
+
+    def count(self, g: int) -> int:
+        """How many kept versions had not merged ``g``."""
+        return int(self.values.searchsorted(g, side="left"))
+
 
 class Holders:
-    """The retained versions that had not merged one generation, in order, kept as their
-    positions among the retained versions: a table that keeps a week of versions and of
-    generations asks this of every folder at every GC run, and a list of versions per folder
-    would cost what the folders times the versions do (a follower's GC runs every few seconds).
-    The versions are made only for who iterates them."""
+    """The retained versions that had not merged one generation (less those a mask leaves
+    out), never listed: a table that keeps a week of versions and of generations asks this of
+    every folder at every GC run, and a list of versions per folder would cost what the
+    folders times the versions do (a follower's GC runs every few seconds; issue 82). Every
+    answer comes from the shard's :class:`Ranked` order, built at the first question that
+    needs it."""
 
-    __slots__ = ("versions", "positions")
+    __slots__ = ("progress", "generation", "left_out", "_count")
 
-    def __init__(self, versions: list[RetainedVersion], positions: np.ndarray) -> None:
-        self.versions = versions
-        self.positions = positions  # intp, ascending
+    def __init__(self, progress: ShardProgress, generation: int, left_out: np.ndarray | None = None) -> None:
+        self.progress, self.generation, self.left_out = progress, generation, left_out
+        self._count: int | None = None  # asked several times per generation (a gate, its report)
 
-    def __bool__(self) -> bool:
-        return len(self.positions) > 0
+    @property
+    def versions(self) -> list[RetainedVersion]:
+        """Every retained version (the holders are some of them)."""
+        return self.progress.versions
+
+    def ranked(self) -> Ranked | None:
+        """The shard's order, or None when no version holds the generation (then nothing is built)."""
+        if self.generation <= self.progress.low:
+            return None
+        return self.progress.ranked(self.left_out)
 
     def __len__(self) -> int:
-        return len(self.positions)
+        if self._count is None:
+            r = self.ranked()
+            self._count = 0 if r is None else r.count(self.generation)
+        return self._count
 
-    def __iter__(self) -> Iterator[RetainedVersion]:
-        return (self.versions[i] for i in self.positions)
+    def __bool__(self) -> bool:
+        return len(self) > 0
 
     @property
     def first(self) -> RetainedVersion:
-        return self.versions[int(self.positions[0])]
+        """The oldest holder, in the retained versions' order (IndexError when none holds it)."""
+        n = len(self)
+        r = self.ranked()
+        if r is None or n == 0:
+            raise IndexError("no retained version holds this generation")
+        return self.versions[int(r.oldest[n - 1])]
+
+    def aged_since(self) -> float | None:
+        """When the newest holder was committed, when only their age keeps every holder (None:
+        none holds the generation, or a tag, a branch or a checkpoint keeps one): version expiry
+        frees the generation that long after."""
+        n = len(self)
+        r = self.ranked()
+        if r is None or n == 0 or (r.least_pinned is not None and r.least_pinned < self.generation):
+            return None
+        return float(r.newest[n - 1])
 
     def without(self, left_out: np.ndarray) -> Holders:
-        """These holders less the versions ``left_out`` marks (bool, one per retained version)."""
-        return Holders(self.versions, self.positions[~left_out[self.positions]])
+        """These holders less the versions ``left_out`` marks (bool, one per retained version).
+        Nothing is computed here: pass one mask object for every generation of a shard, and its
+        order is built once (a new mask is a new sort over the versions)."""
+        mask = left_out if self.left_out is None else self.left_out | left_out
+        return Holders(self.progress, self.generation, mask)
 
 
 @dataclass(frozen=True)
@@ -66,12 +155,32 @@ class ShardProgress:
     main: np.ndarray  # bool: the version is on the main line (not a branch)
     low: int  # smallest progress of any version (0 without versions)
     main_high: np.ndarray  # running maximum of main-line progress (-1 before the first)
+    by_age: np.ndarray  # bool: only its age keeps the version (:func:`by_age_only`)
+    stamps: np.ndarray  # float: its commit time
+    _rankings: dict[int, tuple[np.ndarray | None, Ranked]] = field(default_factory=dict, compare=False, repr=False)
 
     def holders(self, g: int) -> Holders:
-        """The versions that had not merged generation ``g``, in order."""
-        if g <= self.low:
-            return Holders(self.versions, _NONE)
-        return Holders(self.versions, np.flatnonzero(self.values < g))
+        """The versions that had not merged generation ``g`` (nothing is computed until asked)."""
+        return Holders(self, g)
+
+    def ranked(self, left_out: np.ndarray | None = None) -> Ranked:
+        """The kept versions in progress order (see :class:`Ranked`), built once per mask object:
+        the plan asks every generation of a shard with the same one (read-only: a mask changed
+        after its first use would be answered from the order built before)."""
+        key = 0 if left_out is None else id(left_out)
+        hit = self._rankings.get(key)
+        if hit is not None and hit[0] is left_out:
+            return hit[1]
+        if left_out is not None and len(left_out) != len(self.versions):
+            raise ValueError(f"a mask of {len(left_out)} for {len(self.versions)} retained versions")
+        if left_out is not None and not left_out.any():  # leaves none out: the same order as none
+            r = self.ranked(None)
+        else:
+            r = Ranked(self.values, self.by_age, self.stamps, left_out)
+        if len(self._rankings) >= _RANKINGS_KEPT:
+            self._rankings.pop(next(k for k in self._rankings if k != 0), None)
+        self._rankings[key] = (left_out, r)  # the mask is kept with it: its id is not reused meanwhile
+        return r
 
     def first_merged(self, g: int, keep: Callable[[RetainedVersion], bool] | None = None) -> RetainedVersion | None:
         """The oldest main-line version that had merged ``g`` (among those ``keep`` accepts)."""
@@ -87,7 +196,11 @@ class ShardProgress:
         return None
 
 
-_NONE = np.empty(0, dtype=np.intp)
+def _version_facts(versions: Sequence[RetainedVersion]) -> tuple[np.ndarray, np.ndarray]:
+    """Per version, whether only its age keeps it (:func:`by_age_only`), and its commit time."""
+    n = len(versions)
+    return (np.fromiter((by_age_only(v) for v in versions), dtype=bool, count=n),
+            np.fromiter((v.timestamp for v in versions), dtype=float, count=n))
 
 
 class VersionProgress:
@@ -107,9 +220,14 @@ class VersionProgress:
             group[i] = j
         self._group = group
         self._main = np.fromiter((v.branch is None for v in versions), dtype=bool, count=len(versions))
+        self._facts: tuple[np.ndarray, np.ndarray] | None = None
 
     def shard(self, shard_id: str) -> ShardProgress:
         per_map = np.fromiter((m.get(shard_id, 0) for m in self._maps), dtype=np.int64, count=len(self._maps))
         values = per_map[self._group]
         main_high = np.maximum.accumulate(np.where(self._main, values, -1)) if len(values) else values
-        return ShardProgress(self.versions, values, self._main, int(values.min()) if len(values) else 0, main_high)
+        if self._facts is None:  # shared by every shard: what keeps each version, and when it was committed
+            self._facts = _version_facts(self.versions)
+        by_age, stamps = self._facts
+        return ShardProgress(self.versions, values, self._main, int(values.min()) if len(values) else 0, main_high,
+                             by_age, stamps)
