@@ -8,7 +8,9 @@ Run where the batch's rows are (Spark executors), for the driverless commit
   ``merge_insert``'s (:func:`memwal.merge.join.use_key_index`), so that finding a batch's rows
   costs what the merge's own join does, never more: few keys for the base's size are looked up
   through Lance's filter (its scalar index when the key has one), in chunks; any other batch is
-  matched against one scan of the key columns, the batch's keys indexed once for the whole scan
+  matched against one scan of the key columns (in batches of :data:`SCAN_BATCH_ROWS` rows for a
+  fixed-width key, of decoded bytes for a key of strings: Lance's own 8,192-row batches made the
+  per-batch work half the check at 16M rows), the batch's keys indexed once for the whole scan
   (:class:`memwal.merge.keys.IntKeySet`; indexing them again for each of the base's batches made
   the merge's key check 30 times its floor at 16M rows, issue 82). Text filters are built from
   integers only, never from key text read from storage; other keys go to Lance as an Arrow
@@ -32,7 +34,7 @@ import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata, LanceFragment
 
 from memwal.core.pool import parallel_map
-from memwal.merge.changes import key_mask
+from memwal.merge.changes import SCAN_BATCH_ROWS, key_mask
 from memwal.merge.join import use_key_index
 from memwal.merge.keys import IntKeySet, int_key
 from memwal.merge.newest import bounded_scanner
@@ -73,7 +75,11 @@ def base_key_rows(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str]
             return pa.concat_tables([t.select([*primary_key, ROWADDR]) for t in found]).cast(schema)
     among = IntKeySet(wanted, base_rows) if wanted is not None else None
     kept = []
-    for batch in bounded_scanner(ds, primary_key, with_row_address=True).to_batches():
+    if all(_fixed_width(f.type) for f in schema):  # a row's width is known: batches by rows
+        scanner = ds.scanner(columns=primary_key, with_row_address=True, batch_size=SCAN_BATCH_ROWS)
+    else:  # a key of strings may be any width: batches by decoded bytes
+        scanner = bounded_scanner(ds, primary_key, with_row_address=True)
+    for batch in scanner.to_batches():
         values = int_key(batch, primary_key) if among is not None else None
         if among is not None and values is not None:
             mask = among.contains(values)
@@ -82,6 +88,13 @@ def base_key_rows(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str]
         if mask.any():
             kept.append(pa.Table.from_batches([batch]).select([*primary_key, ROWADDR]).filter(pa.array(mask)))
     return pa.concat_tables(kept).cast(schema) if kept else schema.empty_table()
+
+
+def _fixed_width(t: pa.DataType) -> bool:
+    try:
+        return bool(t.bit_width > 0)
+    except ValueError:  # Arrow's answer for a type of no fixed width (strings, lists)
+        return False
 
 
 def base_addresses(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str]) -> np.ndarray:
