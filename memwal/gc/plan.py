@@ -25,7 +25,7 @@ from memwal.core.retry import after_conflict
 from memwal.errors import BadInputError, ConflictError, MemWalError, NotFoundError, StateMovedError
 from memwal.gc.drain import DoneDrain, SafeVersions, ShardDrain
 from memwal.gc.expiry import VersionExpiry, plan_version_expiry
-from memwal.gc.gates import Gates
+from memwal.gc.gates import PROGRESS_UNPROVEN, Gates
 from memwal.gc.generations import GenerationsPlan, plan_generations
 from memwal.gc.manifests import ManifestPruning, plan_manifest_pruning
 from memwal.gc.model import (
@@ -60,7 +60,7 @@ from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
 from memwal.table.paths import shard_of_key
 from memwal.table.progress_digest import ProgressDigest, load_digest
-from memwal.table.retained import RetainedVersion, retained_versions
+from memwal.table.retained import RetainedVersion, retained_versions, vouch
 from memwal.table.shards import ShardManifests, read_listed_manifests, read_shard_manifests
 from memwal.table.wal_digest import Header, WalDigest, load_wal_digest
 from memwal.table.writer import ManifestHistory, StatOnUse, WriterView, writer_view
@@ -262,21 +262,31 @@ def plan_gc(
     versions = retained_versions(table, known=progress_digest)
     sweep = sweep_checkpoints(table, now)
     _warn_lost_views(table, versions, sweep.live)
-    expiry: VersionExpiry | None = None
-    left = versions
-    if expire_versions_seconds is not None:
-        expiry, gone = plan_version_expiry(versions, latest.version, seconds(expire_versions_seconds), sweep.live, now,
-                                           writer_pins=[(w.claimed_at - grace, w.claimed_at)
-                                                        if w.claimed_at is not None else None
-                                                        for w in writers.values() if w.live])
-        going = {id(v) for v in gone}
-        left = [v for v in versions if id(v) not in going]
-    gates = Gates(latest, indexes, left, sweep.live, now, grace)
     receipts = ReceiptListing() if listed_only else list_receipts(store)
-    proof = GcProof(table, latest.version, versions, receipts)
-    generations = plan_generations(shards, listing, gates, writers, SafeVersions(histories, now, grace),
-                                   frozenset(expiry.held_for_writers) if expiry is not None else frozenset(),
-                                   prove=proof, listed_only=listed_only)
+    expire = None if expire_versions_seconds is None else seconds(expire_versions_seconds)
+
+    def judge() -> tuple[VersionExpiry | None, list[RetainedVersion], list[RetainedVersion], Gates, GcProof,
+                         GenerationsPlan]:
+        expiry: VersionExpiry | None = None
+        gone: list[RetainedVersion] = []
+        left = versions
+        if expire is not None:
+            expiry, gone = plan_version_expiry(versions, latest.version, expire, sweep.live, now,
+                                               writer_pins=[(w.claimed_at - grace, w.claimed_at)
+                                                            if w.claimed_at is not None else None
+                                                            for w in writers.values() if w.live])
+            going = {id(v) for v in gone}
+            left = [v for v in versions if id(v) not in going]
+        gates = Gates(latest, indexes, left, sweep.live, now, grace)
+        proof = GcProof(table, latest.version, versions, receipts)
+        generations = plan_generations(shards, listing, gates, writers, SafeVersions(histories, now, grace),
+                                       frozenset(expiry.held_for_writers) if expiry is not None else frozenset(),
+                                       prove=proof, listed_only=listed_only)
+        return expiry, list(gone), left, gates, proof, generations
+
+    expiry, gone, left, gates, proof, generations = judge()
+    if vouch(table, versions, _deciding(versions, gone, generations)):
+        expiry, gone, left, gates, proof, generations = judge()  # from the manifests: the digest lied
     digest = WalDigest() if listed_only else load_wal_digest(store)
     wal: list[WalDeletion] = []
     kept: list[KeptWal] = []
@@ -317,6 +327,23 @@ def plan_gc(
                   tuple(versions), headers, digest, progress_digest, tuple(proof.proven), pruning, manifests,
                   expire_versions=None if expire_versions_seconds is None else seconds(expire_versions_seconds),
                   writer_idle_seconds=seconds(writer_idle_seconds), listed_only=listed_only)
+
+
+def _deciding(versions: list[RetainedVersion], gone: list[RetainedVersion],
+              generations: GenerationsPlan) -> list[RetainedVersion]:
+    """The retained versions whose progress (or commit time) decides a verdict of this plan, for
+    :func:`memwal.table.retained.vouch` to confirm where it is the digest's claim (issue 83): a
+    claim may save a read, never free, alarm or name a holder. Each version named as what holds a
+    folder back; each version the expiry removes (its commit time decides); and when the plan frees
+    a folder or a listing entry, or alarms (``progress-unproven``: the covering version the proof
+    judged at comes from the claims), every one, since any of them could hold it. A plan that only
+    keeps things, as most of a follower's do, checks its few named holders."""
+    if generations.deletions or generations.drains or any(
+            PROGRESS_UNPROVEN in b.reasons or b.reason == PROGRESS_UNPROVEN for b in generations.blocked):
+        return versions
+    named = {f"retained-version:{v.describe()}": v for v in versions if not v.vouched}
+    held = {id(v): v for b in generations.blocked for r in (b.reason, *b.reasons) if (v := named.get(r)) is not None}
+    return [*gone, *held.values()]
 
 
 def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:

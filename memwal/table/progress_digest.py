@@ -15,8 +15,15 @@ Why this cannot hide a holder:
 - The digest names only progress values and versions, never a key to read or delete: a stale
   entry is one that no listed manifest matches. A forged one (whoever writes the storage sees
   the keys and ETags) can say any progress: lower holds more back; higher is what that writer
-  could do by deleting the folders outright. GC's proof that merged rows are in the base
-  (:mod:`memwal.gc.proven`) never takes progress from here: it reads the manifests again.
+  could do by deleting the folders outright. So an entry saves reads, never decides a verdict
+  (issue 83): before a plan frees anything (a folder, a listing entry, a version) or raises an
+  alarm (``progress-unproven``, a failing verify, a repair plan), or names a version as what holds
+  a folder back, the entries that decide it are checked against their manifests
+  (:func:`memwal.table.retained.vouch`); one that disagrees makes the plan read every manifest,
+  and a whole GC run rewrites the digest from them (:meth:`ProgressDigest.same` compares what the
+  entries say, not only which manifests they stand for), so a forged entry does not persist.
+  Only a digest this process wrote from manifests it read (:attr:`ProgressDigest.trusted`) is
+  taken without that check: a follower pays the check once, not at every pass.
 - Anything malformed (not JSON, a wrong type, a negative generation) discards the whole digest:
   the plan then reads every manifest, as without one. It is a cache, never a reason to fail.
 - Writing it is the run's last step, after the deletions, and it records facts about
@@ -68,13 +75,19 @@ class Remembered:
 
 
 class ProgressDigest:
-    """The remembered manifests, found by key and ETag."""
+    """The remembered manifests, found by key and ETag. ``trusted``: every entry is what this
+    process read from its manifest (the bytes it wrote itself); a digest decoded from storage is
+    not, whoever wrote it, and its entries are checked before they decide a verdict."""
 
-    def __init__(self, entries: Iterable[Remembered] = ()) -> None:
+    def __init__(self, entries: Iterable[Remembered] = (), *, trusted: bool = False) -> None:
         self._by_key = {e.key: e for e in entries}
+        self.trusted = trusted
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    def entries(self) -> list[Remembered]:
+        return list(self._by_key.values())
 
     def get(self, key: str, etag: str, version: int) -> Remembered | None:
         """The entry for exactly this manifest (key, ETag and version), or None: read it."""
@@ -82,10 +95,14 @@ class ProgressDigest:
         return e if e is not None and e.etag == etag and e.version == version else None
 
     def same(self, entries: Iterable[Remembered]) -> bool:
-        """Whether ``entries`` are exactly the remembered ones (then there is nothing to write)."""
+        """Whether ``entries`` are exactly the remembered ones, saying the same (then there is
+        nothing to write). What they say counts too: a digest whose entries disagree with the
+        manifests read since is rewritten, not kept because it names the same files (issue 83)."""
         entries = list(entries)
-        return len(entries) == len(self._by_key) and all(self.get(e.key, e.etag, e.version) is not None
-                                                         for e in entries)
+        return len(entries) == len(self._by_key) and all(
+            (e_ := self.get(e.key, e.etag, e.version)) is not None and e_.compacted == e.compacted
+            and e_.timestamp == e.timestamp and (e_.transaction_file or None) == (e.transaction_file or None)
+            for e in entries)
 
 
 def load_digest(store: Store) -> ProgressDigest:
@@ -143,10 +160,13 @@ def load_cache(store: Store, key: str, decode: Callable[[Any], T], empty: T,
         return empty
 
 
-def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDigest | None = None) -> bool:
+def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDigest | None = None,
+                trusted: bool = False) -> bool:
     """Remember ``entries`` (the versions retained now) unless the digest (``before``, as read
-    earlier by the caller, else read now) says exactly that; True when written. Never raises: a GC
-    run that cannot leave its digest has still done its work."""
+    earlier by the caller, else read now) says exactly that; True when written. ``trusted``: every
+    entry was read from its manifest in this process (then this process takes the bytes it wrote
+    back unchecked; nobody else does). Never raises: a GC run that cannot leave its digest has
+    still done its work."""
     try:
         known = load_digest(store) if before is None else before
         if known.same(entries):
@@ -156,7 +176,8 @@ def save_digest(store: Store, entries: list[Remembered], *, before: ProgressDige
         # what a decode of these bytes gives, without one: the next plan reads them back
         _memorise(_DECODED, store.uri_for(DIGEST_KEY), data, ProgressDigest(
             [e if type(e.timestamp) is float and e.transaction_file != "" else
-             replace(e, timestamp=float(e.timestamp), transaction_file=e.transaction_file or None) for e in entries]))
+             replace(e, timestamp=float(e.timestamp), transaction_file=e.transaction_file or None) for e in entries],
+            trusted=trusted))
         return True
     except (MemWalError, OSError) as exc:
         log.warning("could not write %s: %s", store.uri_for(DIGEST_KEY), exc)

@@ -15,12 +15,21 @@ versions committed since the last whole run are read once, not at every pass); t
 and the index section, where the MemWAL progress of every shard lives, is decoded once per
 distinct section (consecutive versions usually carry the same bytes), see
 :func:`memwal.table.manifest.decode_table_manifest`.
+
+The digest is a record anyone who writes the table's storage can rewrite (issue 83), so what it
+says is a claim until the version's manifest confirms it (:attr:`RetainedVersion.vouched`):
+:func:`vouch` reads the manifests of the claims a verdict rests on, and when one disagrees, every
+other claim of that digest too (it is not used again: a warning names it). GC checks only the
+claims that decide what it frees, alarms on or names as a holder (:func:`memwal.gc.plan.plan_gc`);
+callers that pass no digest of their own (verify, repair: alarms, each) get manifests only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import lance
 
@@ -28,7 +37,10 @@ from memwal.errors import BadInputError, first_line
 from memwal.store import Store
 from memwal.table import Table
 from memwal.table.manifest import IndexState, decode_table_manifest, list_version_infos
-from memwal.table.progress_digest import ProgressDigest, Remembered, load_digest, save_digest
+from memwal.table.progress_digest import DIGEST_KEY, ProgressDigest, Remembered, load_digest, save_digest
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Manifests read at once: a batch is in memory together (a manifest carries the progress of
 #: every shard), and on an object store it is what is in flight, :attr:`Store.READ_THREADS` at a time.
@@ -48,6 +60,9 @@ class RetainedVersion:
     remembered: bool = False  # taken from the digest, its manifest not read
     #: The manifest's transaction file (when remembered, the digest's: a cache, not evidence).
     transaction_file: str | None = None
+    #: What this says is its manifest's (read by this process, or a digest this process wrote from
+    #: them); False: a digest's claim, which :func:`vouch` checks before it decides a verdict.
+    vouched: bool = True
 
     def describe(self) -> str:
         """Which version holds the data back, and what holds that version (tag, branch)."""
@@ -86,20 +101,24 @@ def _holders(table: Table, ds: lance.LanceDataset | None = None) -> tuple[Holder
 def retained_versions(table: Table, *, known: ProgressDigest | None = None,
                       dataset: lance.LanceDataset | None = None) -> list[RetainedVersion]:
     """All versions whose manifests still exist, oldest first per line of history (``known``:
-    the retained-progress digest when the caller has it already, else it is read; ``dataset``:
-    an open handle to list tags and branches through, else the latest is opened)."""
+    the retained-progress digest when the caller has it already, and then checks the claims it
+    takes from it with :func:`vouch`, before they decide anything; without one, the digest is
+    read and every claim from it confirmed here: the caller gets manifests' values only;
+    ``dataset``: an open handle to list tags and branches through, else the latest is opened)."""
     tags, branches = _holders(table, dataset)
+    checked = known is not None
     known = load_digest(table.store) if known is None else known
     learned = table.progress_read if table.progress_read is not None else ProgressDigest()
     out: list[RetainedVersion] = []
-    not_in_digest: list[Remembered] = []
+    truth: list[Remembered] = []
     shared: dict[bytes, IndexState] = {}
     lines: list[tuple[str | None, Store, str]] = [(None, table.store, "")]
     lines += [(b, table.store.child(f"tree/{b}"), f"tree/{b}/") for b in table.store.list_dirs("tree/")]
     for branch, store, root in lines:
         listed = sorted((table.version_infos() if branch is None else list_version_infos(store)).items())
-        in_digest = {v: known.get(root + info.key, info.etag, v) for v, info in listed}
-        remembered = {v: in_digest[v] or learned.get(root + info.key, info.etag, v) for v, info in listed}
+        # what this table object read from the manifests first: a digest's claim only where it did not
+        mine = {v: learned.get(root + info.key, info.etag, v) for v, info in listed}
+        remembered = {v: mine[v] or known.get(root + info.key, info.etag, v) for v, info in listed}
         # the manifests this table object read lately (the latest, as a rule) are not read again
         decoded = {v: m for v, _ in listed if branch is None and remembered[v] is None
                    and (m := table.remembered(v)) is not None}
@@ -110,26 +129,66 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
             seen = remembered[version]
             timestamp, compacted, txn = ((seen.timestamp, seen.compacted, seen.transaction_file) if seen
                                          else read[version])
+            vouched = seen is None or mine[version] is not None or known.trusted
             out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
                                        tags.get((branch, version), []), branches.get((branch, version), []),
-                                       remembered=seen is not None, transaction_file=txn))
-            if in_digest[version] is None:
-                not_in_digest.append(Remembered(root + info.key, info.etag, version, timestamp, compacted, txn))
-    table.progress_read = ProgressDigest(not_in_digest)
+                                       remembered=seen is not None, transaction_file=txn, vouched=vouched))
+            if vouched:
+                truth.append(Remembered(root + info.key, info.etag, version, timestamp, compacted, txn))
+    table.progress_read = ProgressDigest(truth)
+    if not checked:
+        vouch(table, out, out)
     return out
 
 
-def _read(store: Store, listed: list[tuple[int, str]],
-          shared: dict[bytes, IndexState]) -> Iterator[tuple[int, tuple[float, dict[str, int], str]]]:
-    """(version, (commit time, progress, transaction file)) of each listed manifest, read
+def vouch(table: Table, versions: list[RetainedVersion], which: Iterable[RetainedVersion]) -> bool:
+    """Confirm the digest's claims among ``which`` (every one of ``versions``, the plan's retained
+    versions) against their manifests, in place; True when one disagreed, and then every claim of
+    ``versions`` is replaced by its manifest's values (a digest that lied once is not used again:
+    a warning names it, and a whole GC run rewrites it from the manifests). What is read is kept
+    by the table object (:attr:`Table.progress_read`): a follower confirms a version once."""
+    pending = [v for v in which if not v.vouched]
+    if not pending:
+        return False
+    wrong = _confirm(table, pending)
+    if wrong:
+        log.warning("not using %s: it says other merge progress than the manifests of version(s) %s; "
+                    "reading every retained version's manifest instead", table.store.uri_for(DIGEST_KEY),
+                    ", ".join(v.describe() for v in wrong[:5]) + (" ..." if len(wrong) > 5 else ""))
+        _confirm(table, [v for v in versions if not v.vouched])
+    return bool(wrong)
+
+
+def _confirm(table: Table, versions: list[RetainedVersion]) -> list[RetainedVersion]:
+    """Read ``versions``' manifests, put their values in place of the claims, and remember them in
+    the table object; the versions whose claims were wrong."""
+    wrong: list[RetainedVersion] = []
+    shared: dict[bytes, IndexState] = {}
+    by_key = {v.key: v for v in versions}
+    read: list[Remembered] = []
+    for key, (timestamp, compacted, txn) in _read(table.store, [(k, k) for k in by_key], shared):
+        v = by_key[key]
+        if compacted != v.compacted or timestamp != v.timestamp or (txn or None) != (v.transaction_file or None):
+            wrong.append(v)
+        v.timestamp, v.compacted, v.transaction_file = timestamp, compacted, txn
+        v.remembered, v.vouched = False, True
+        read.append(Remembered(v.key, v.etag, v.version, timestamp, compacted, txn))
+    before = table.progress_read if table.progress_read is not None else ProgressDigest()
+    table.progress_read = ProgressDigest([*before.entries(), *read])
+    return wrong
+
+
+def _read(store: Store, listed: list[tuple[T, str]],
+          shared: dict[bytes, IndexState]) -> Iterator[tuple[T, tuple[float, dict[str, int], str]]]:
+    """(tag, (commit time, progress, transaction file)) of each listed (tag, key) manifest, read
     :data:`READ_BATCH` at a time."""
     for start in range(0, len(listed), READ_BATCH):
         batch = listed[start:start + READ_BATCH]
-        for (version, key), data in zip(batch, store.get_many([k for _, k in batch]), strict=True):
+        for (tag, key), data in zip(batch, store.get_many([k for _, k in batch]), strict=True):
             if data is None:  # cleaned up since the listing: as a get of it would have said
                 raise store.not_found(key)
             manifest = decode_table_manifest(data, key=key, where=store.uri_for(key), shared=shared)
-            yield version, (manifest.timestamp, manifest.compacted, manifest.transaction_file)
+            yield tag, (manifest.timestamp, manifest.compacted, manifest.transaction_file)
 
 
 def remember_retained(table: Table, versions: list[RetainedVersion], *, before: ProgressDigest | None = None) -> bool:
@@ -137,4 +196,5 @@ def remember_retained(table: Table, versions: list[RetainedVersion], *, before: 
     read instead of their manifests (``before``: the digest as read, else it is read again to
     compare); True when the digest was written (it is a cache: never raises)."""
     return save_digest(table.store, [Remembered(v.key, v.etag, v.version, v.timestamp, v.compacted,
-                                                v.transaction_file) for v in versions], before=before)
+                                                v.transaction_file) for v in versions], before=before,
+                       trusted=all(v.vouched for v in versions))
