@@ -324,10 +324,15 @@ class LocalStore(LocalWrites, Store):
         rel = f"{dir_key}/" if dir_key else ""
         return [rel + name for name in sorted(files)], sorted(dirs)
 
-    def least_key(self, prefix: str) -> str | None:
+    def least_key(self, prefix: str, *, names_seen: Callable[[builtins.list[str]], None] | None = None) -> str | None:
         """The first of :meth:`list_keys` (None: no file), from one ``listdir`` and a stat of that
         file alone: a table's latest version is the least of its version names (V2 names sort
-        newest first), read some ten times a merge, among thousands a follower's table keeps."""
+        newest first), read some ten times a merge, among thousands a follower's table keeps.
+
+        ``names_seen``: given every name the ``listdir`` found under ``prefix`` (not yet checked
+        for being files), before the least is chosen; it may raise. The directory is read whole
+        anyway, so a caller that must refuse it by what else it holds (a table whose manifests are
+        named by two schemes, which Lance refuses) checks that for no further request."""
         dir_part, _, name_prefix = clean_prefix(prefix).rpartition("/")
         try:
             fd = self._open_dir(dir_part.split("/") if dir_part else [], key=dir_part or ".")
@@ -338,6 +343,8 @@ class LocalStore(LocalWrites, Store):
         rel = f"{dir_part}/" if dir_part else ""
         try:
             names = [n for n in os.listdir(fd) if n.startswith(name_prefix)] if name_prefix else os.listdir(fd)
+            if names_seen is not None:
+                names_seen(names)
             for _ in range(LEAST_KEY_TRIES):
                 if not names:
                     return None

@@ -9,14 +9,15 @@ Manifest message, whose ``index_section`` points at the IndexSection.
 
 from __future__ import annotations
 
+import itertools
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
-from memwal.errors import BadInputError, NotFoundError, StateMovedError
+from memwal.errors import BadInputError, NotFoundError, ReadError, StateMovedError
 from memwal.pb import mem_wal_index_pb2, table_manifest_pb2
 from memwal.table.naming import (
     MEM_WAL_DETAILS_TYPE_URL,
@@ -87,12 +88,70 @@ def _version_of(key: str) -> int | None:
     return table_version_of(key)
 
 
+#: Characters of a V2 manifest name (``<20 digits>.manifest``); an older name is shorter.
+_V2_NAME_CHARS = V2_NAME_DIGITS + len(".manifest")
+
+
+def _is_v2_name(key: str) -> bool:
+    """Whether a key :func:`_version_of` reads as a manifest is named by the V2 scheme."""
+    return len(key.rpartition("/")[2]) == _V2_NAME_CHARS
+
+
+class _OneScheme:
+    """Checks that the manifests a listing names all follow one naming scheme, at the cost of a
+    length check per name (a listing that parses every name anyway calls :meth:`saw` with each)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.first: dict[bool, str] = {}
+
+    def saw(self, key: str) -> None:
+        """``key`` names a manifest: ReadError once both schemes were seen."""
+        v2 = _is_v2_name(key)
+        if v2 not in self.first:
+            self.first[v2] = key
+            if len(self.first) == 2:
+                raise mixed_names_error(self.store, self.first[False], self.first[True])
+
+
+def mixed_names_error(store: Store, v1_key: str, v2_key: str) -> ReadError:
+    """The error for a table whose ``_versions/`` names manifests by both schemes (exit code 1,
+    one line naming the folder and a name of each).
+
+    Lance refuses such a table ("multiple manifest naming schemes"): the two schemes sort
+    differently, so which manifest is the latest depends on which names a reader looks at. A
+    stray or forged V2 copy of an old manifest beside V1 names sorts first and would pass for the
+    latest version, showing a merged generation's value over the owner's later one (issue 83).
+    Refused, never resolved: the operator removes the stray, or migrates the table
+    (``migrate_manifest_paths_v2``)."""
+    v1, v2 = v1_key.rpartition("/")[2], v2_key.rpartition("/")[2]
+    return ReadError(f"{store.uri_for(_VERSIONS)}: manifests named by two schemes, {v1} (V1: the version) and "
+                     f"{v2} (V2: u64::MAX - version): Lance refuses such a table; remove the stray manifests "
+                     "or migrate the table (migrate_manifest_paths_v2)")
+
+
+def refuse_mixed_names(store: Store, names: Iterable[str]) -> None:
+    """ReadError if ``names`` (file names in ``_versions/``, no folder) hold manifests of both naming
+    schemes. Cheap for a table of V2 names, however many: a length compared per name, and only the
+    few names of another length parsed (a disk's least name is read some ten times a merge)."""
+    names = list(names)
+    v1 = next((n for n in [n for n in names if len(n) != _V2_NAME_CHARS] if _version_of(n) is not None), None)
+    if v1 is None:
+        return
+    v2 = next((n for n in [n for n in names if len(n) == _V2_NAME_CHARS] if _version_of(n) is not None), None)
+    if v2 is not None:
+        raise mixed_names_error(store, v1, v2)
+
+
 def list_versions(store: Store) -> dict[int, str]:
-    """Every committed table version and its manifest key, for both naming schemes."""
+    """Every committed table version and its manifest key, for both naming schemes; ReadError for a
+    table that names them by both (:func:`mixed_names_error`: checked for free, every name is read)."""
     out: dict[int, str] = {}
+    schemes = _OneScheme(store)
     for key in store.list_keys("_versions/"):
         version = _version_of(key)
         if version is not None:
+            schemes.saw(key)
             out[version] = key
     return out
 
@@ -108,10 +167,12 @@ def list_version_infos(store: Store, known: dict[int, ObjectInfo] | None = None)
     retention keeps them: stat-ing each took 12 ms of every pass at 385 versions (minute 8 beside a
     writer that never stops). An object store's listing carries every object's ETag."""
     out: dict[int, ObjectInfo] = {}
+    schemes = _OneScheme(store)  # both naming schemes: ReadError, as list_versions
     if not known or not store.has_directories:  # nothing known yet: one listing stats them all
         for info in store.list(_VERSIONS, recursive=False):
             version = _version_of(info.key)
             if version is not None:
+                schemes.saw(info.key)
                 out[version] = info
         return out
     by_key = {info.key: (version, info) for version, info in known.items()}
@@ -123,11 +184,17 @@ def list_version_infos(store: Store, known: dict[int, ObjectInfo] | None = None)
             if version is None or head is None:
                 continue  # not a manifest, or expired since the listing
             found = (version, head)
+        schemes.saw(key)
         out[found[0]] = found[1]
     return out
 
 
 _VERSIONS = "_versions/"
+
+
+#: Names an object store's listing reads past the first V2 manifest to find an older name beside
+#: it (only from the page the first came in: no request more).
+NAMES_PAST_THE_FIRST = 16
 
 
 def latest_version_key(store: Store) -> tuple[int, str] | None:
@@ -136,21 +203,34 @@ def latest_version_key(store: Store) -> tuple[int, str] | None:
     manifest is the latest (an object store sends one page; a disk gives its least name, stat-ed
     alone: :meth:`memwal.store.LocalStore.least_key`); a table of older names (the version itself)
     is listed whole. A follower's table commits a version every few seconds, and this is what every
-    job and reader reads first."""
+    job and reader reads first.
+
+    A table whose manifests follow both schemes is refused (ReadError, :func:`mixed_names_error`)
+    wherever the names are seen anyway: in the whole listing of a table whose first name is older;
+    on a disk, among every name the one ``listdir`` read (as Lance refuses it there); on an object
+    store, among the next :data:`NAMES_PAST_THE_FIRST` names of the first page. An older name that
+    sorts before every V2 name makes the first name older (the whole listing then sees the V2 one);
+    one that sorts after them all is found there only when few V2 names precede it (stray copies
+    beside older names, the hazard). Lance itself, on an object store, takes the first V2 name
+    and checks nothing more (observed with pylance 14 on S3); a check of every name would be the
+    whole listing this function exists to avoid."""
     from memwal.store import LocalStore
 
     # a disk's least name comes from one listdir and one stat; an object store's paged listing stops
     # after the page that holds the first manifest (its non-recursive listing would take every page)
     if isinstance(store, LocalStore):
-        least = store.least_key(_VERSIONS)
+        least = store.least_key(_VERSIONS, names_seen=lambda names: refuse_mixed_names(store, names))
         keys: Iterator[str] = iter(() if least is None else (least,))
     else:
         keys = (o.key for o in store.list(_VERSIONS))
-    for key in keys:
+    page = getattr(store, "list_chunk", 0)  # keys an object store's listing request returns
+    for seen, key in enumerate(keys, 1):
         version = _version_of(key) if "/" not in key[len(_VERSIONS):] else None
         if version is None:
             continue
-        if len(key.rsplit("/", 1)[-1].removesuffix(".manifest")) == V2_NAME_DIGITS:
+        if _is_v2_name(key):
+            after = itertools.islice(keys, max(0, min(NAMES_PAST_THE_FIRST, page - seen)))
+            refuse_mixed_names(store, [k[len(_VERSIONS):] for k in (key, *after) if "/" not in k[len(_VERSIONS):]])
             return version, key
         break
     versions = list_versions(store)

@@ -1,11 +1,14 @@
 """Read shard state: manifests, WAL entry metadata and generation directories.
 
-The shard manifest is authoritative for its shard (spec: "Shard Manifest"). We find the
-latest version by listing ``manifest/`` rather than by the spec's hint-and-probe: the hint
-is best-effort (it may lag, lead or be garbage) and a probe stops silently at a gap or at a
-version that is not a readable file, which would make a stale version look like the latest.
-A shard whose latest version cannot be established is *broken* (:class:`ShardManifestError`)
-and every caller stops that shard, never guesses.
+The shard manifest is authoritative for its shard (spec: "Shard Manifest"). Jobs that plan
+find the latest version by listing ``manifest/`` rather than by the spec's hint-and-probe: the
+hint is best-effort (it may lag, lead or be garbage) and the spec's probe stops silently at a gap
+or at a version that is not a readable file, which would make a stale version look like the
+latest. Readers, and checks repeated on every pass, probe from the hint
+(:func:`probe_shard_manifest`), but never stop at a gap they could see: one look past the end of
+the chain, and the listing whenever the hint is not usable or the chain ended at a gap. A shard
+whose latest version cannot be established is *broken* (:class:`ShardManifestError`) and every
+caller stops that shard, never guesses.
 """
 
 from __future__ import annotations
@@ -241,6 +244,9 @@ def list_manifest_versions(store: Store, shard_id: str) -> list[int]:
 HINT_MAX_BYTES = 4096
 #: Versions a reader probes above a shard's version hint before it lists the versions instead.
 HINT_PROBES = 32
+#: Where a probe looks past the end of its chain (version ``v``, ``v + 1`` missing): a version
+#: newer than ``v`` would be at least this far above it (:func:`probe_shard_manifest`).
+GAP_LOOK = WHOLE_NEWEST + 1
 
 
 def hinted_shard_version(store: Store, shard_id: str) -> int | None:
@@ -270,27 +276,57 @@ def reader_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
 
 def probe_shard_manifest(store: Store, shard_id: str, known: int | None) -> ShardState | None:
     """The shard's latest manifest found from version ``known`` (a hint, or a version the caller
-    read): that version if it is on storage, then each next version while one is (a request each;
-    versions are allocated by compare-and-swap without gaps, lance#8640, so the first missing one
-    ends them), instead of listing the thousands a shard beside a writer that never reopens keeps.
+    read): that version if it is on storage, then each next version while one is (a HEAD each),
+    instead of listing the thousands a shard beside a writer that never reopens keeps. A ``known``
+    that cannot be used (None, a version pruned or not there, more than :data:`HINT_PROBES`
+    versions behind) falls back to :func:`latest_shard_manifest`'s listing, which also names a
+    broken shard.
 
-    A ``known`` that cannot be used (None, a version pruned or not there, more than
-    :data:`HINT_PROBES` versions behind) falls back to :func:`latest_shard_manifest`'s listing,
-    which also names a broken shard. What the probe cannot see is a gap above the latest version
-    (a broken table): a caller then reads the last version below it, as it read before the gap;
-    so only a reader, or a check that a compare-and-swap repeats when it writes, finds the latest
-    so. ``memwal verify``, ``status`` and GC's plan, which list, name the gap."""
+    Where the chain ends (``v`` there, ``v + 1`` not) is the latest only if ``v + 1`` was never
+    written. Writers allocate versions by compare-and-swap without gaps (lance#8640), but GC
+    prunes old versions (:mod:`memwal.gc.manifests`, lance#9953) and may leave gaps below the
+    newest :data:`WHOLE_NEWEST` (several deletes at once, or a prune cut short), never among them
+    (:func:`_latest_of` calls such a shard broken). So a chain that ends at a gap ends below the
+    newest ``WHOLE_NEWEST``: a newer version is then at least ``v + GAP_LOOK``, and the
+    ``WHOLE_NEWEST`` versions up to it are all there. Issue 83: a hint at 5 over versions 1..151
+    without 6..8 read version 5 (66 rows of 650), ``verify`` said OK and every merge failed its
+    check against version 5. Hence one more HEAD, of ``v + GAP_LOOK``: there, the chain ended at a
+    gap and the listing says what is latest (and whether the shard is whole where it must be).
+
+    The trade-off. That HEAD proves ``v`` the latest whenever the newest version is at most
+    ``2 * WHOLE_NEWEST`` above ``v`` (any newest in ``v + GAP_LOOK .. v + 2 * WHOLE_NEWEST`` has
+    ``v + GAP_LOOK`` among its whole ``WHOLE_NEWEST``), so for every hint that lags the newest by
+    up to 256 versions. Beyond that nothing short of a listing proves it: no bounded set of HEADs
+    rules out a version anywhere above, and bit-reversed names sort by a version's low bits first,
+    so no listing of ``manifest/`` can start at, or stop after, the newest (unlike a table's V2
+    ``_versions/`` names, newest first): the only proof is the listing of every kept version, the
+    cost per read that readers stopped paying (issue 62; a follower checks each shard on every
+    pass). Left unseen: a hint more than 256 versions behind whose chain ends on a leftover of a
+    pruned stretch. Writers write the hint after each version (pylance, and
+    :func:`memwal.table.drain.write_next_version`), so that takes 256 lost hint writes or a forged
+    hint, and a leftover goes at GC's next prune (then the hint names a missing version: the
+    listing). The HEAD is paid for by reading the chain's end with the HEAD that found it (the
+    read used to HEAD it again): a current hint costs what it did, a GET of the hint, a HEAD of
+    its version and of the next, the look past, and a GET of the manifest; no listing."""
+    if known is None or not 0 < known <= MAX_GENERATION:  # a garbage hint names no bit-reversible version
+        return latest_shard_manifest(store, shard_id)
     v = known
-    if v is None or not store.exists(manifest_key(shard_id, v)):
+    info = store.head(manifest_key(shard_id, v))
+    if info is None:
         return latest_shard_manifest(store, shard_id)
     for _ in range(HINT_PROBES):
-        if not store.exists(manifest_key(shard_id, v + 1)):
+        after = store.head(manifest_key(shard_id, v + 1))
+        if after is None:
             break
-        v += 1
+        v, info = v + 1, after
     else:
         return latest_shard_manifest(store, shard_id)
+    if store.exists(manifest_key(shard_id, v + GAP_LOOK)):  # the chain ended at a gap: v is stale
+        return latest_shard_manifest(store, shard_id)
+    key = manifest_key(shard_id, v)
     try:
-        return read_shard_manifest(store, shard_id, v)
+        return decode_shard_manifest(store.get(key), shard_id=shard_id, version=v, where=store.uri_for(key),
+                                     mtime=info.mtime)
     except (MemWalError, OSError):  # pruned or replaced since the probe: the listing says what is there
         return latest_shard_manifest(store, shard_id)
 
@@ -342,8 +378,8 @@ def read_shard_manifests(store: Store) -> ShardManifests:
 def read_hinted_manifests(store: Store) -> ShardManifests:
     """:func:`read_shard_manifests` as a reader finds each latest (:func:`reader_shard_manifest`:
     the shard's hint, no listing of its versions while the hint holds): what the lag reads after
-    every job of a follower. A shard the hint cannot tell falls back to the listing, which names a
-    broken one; a gap above the latest version is not seen (status, verify and GC list and name it)."""
+    every job of a follower. A shard the hint cannot tell, or whose hint ends at a gap, falls back to
+    the listing, which names a broken one (what the probe cannot see: :func:`probe_shard_manifest`)."""
     return _each_latest(store, list_shard_ids(store), reader_shard_manifest)
 
 
