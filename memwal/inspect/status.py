@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
 from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
@@ -36,8 +36,12 @@ from memwal.table.shards import (
     ShardState,
     read_hinted_manifests,
     read_listed_manifests,
+    read_shard_manifests,
 )
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
+
+if TYPE_CHECKING:
+    from memwal.checkpoint.ops import CheckpointRecords
 
 
 @dataclass
@@ -294,17 +298,28 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
     or four requests a shard)."""
     manifest = table.require_mem_wal() if manifest is None else manifest
     indexes = [i for i in maintained_indexes(manifest) if i != MEM_WAL_INDEX_NAME]
-    above_mark = (lambda sid, g: g > manifest.compacted_generation(sid)) if lag_only else None
     by_hint = lag_only and table.store.has_directories
-    # by hint, the manifests first: the folders they list above the mark are walked, not found
-    # among the thousands of names a shard's folder holds (memwal.table.listing._walk_chosen)
-    hinted = read_hinted_manifests(table.store) if by_hint else None
-    listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not by_hint, generations=above_mark,
-                           named=None if hinted is None else
-                           {sid: [g.path for g in st.flushed] for sid, st in hinted.states.items()})
+    records = _read_checkpoints(table, now) if with_checkpoints else None
+    # on a disk, the manifests first: only the folders they list are walked, not found among the
+    # thousands of names a shard's folder holds (memwal.table.listing._walk_chosen). The lag reads
+    # each latest from its hint; a status lists each shard's versions (it names a gap). A status
+    # walks every folder only for the bytes a live checkpoint holds back (its merged generations).
+    by_manifests = (not lag_only and table.store.has_directories
+                    and not (records is not None and any(c.live(now) for c in records.checkpoints)))
+    first = read_hinted_manifests(table.store) if by_hint else read_shard_manifests(table.store) if by_manifests \
+        else None
+    named = None if first is None else {sid: [g.path for g in st.flushed] for sid, st in first.states.items()}
+
+    def chosen(sid: str, g: int) -> bool:
+        # the lag's: the unmerged folders; a status's: those a manifest lists (walked by name) and,
+        # of a broken shard, whose manifest names none, its folders above the mark
+        return (by_manifests and named is not None and sid in named) or g > manifest.compacted_generation(sid)
+
+    listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not by_hint,
+                           generations=chosen if lag_only or by_manifests else None, named=named)
     # GC's own manifest versions: never the writer's activity; the lag alone needs none
     compactions = load_compactions(table.store) if writer_activity else {}
-    found = hinted if hinted is not None else read_listed_manifests(table.store, listing)
+    found = first if first is not None else read_listed_manifests(table.store, listing)
     shards = []
     for sid, state in found.states.items():
         listed = listing.shards.get(sid) or ShardListing(sid)
@@ -331,18 +346,21 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
     shards += [broken_shard_status(manifest, e, listing.shards.get(sid) or ShardListing(sid), indexes)
                for sid, e in found.broken.items()]
     shards.sort(key=lambda s: s.shard_id)
-    checkpoints, unreadable = checkpoint_status(table, manifest, listing, now) if with_checkpoints else ([], [])
+    checkpoints, unreadable = checkpoint_status(table, manifest, listing, now, records) if records else ([], [])
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
                        checkpoints=checkpoints, unreadable_checkpoints=unreadable)
 
 
-def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListing,
-                      now: float) -> tuple[list[CheckpointStatus], list[str]]:
-    """Live checkpoints and the bytes each holds back (from the listing: no request per
-    generation), and why each unreadable checkpoint record is one."""
+def _read_checkpoints(table: Table, now: float) -> CheckpointRecords:
     from memwal.checkpoint import read_checkpoints
 
-    records = read_checkpoints(table, now)
+    return read_checkpoints(table, now)
+
+
+def checkpoint_status(table: Table, latest: TableManifest, listing: MemWalListing, now: float,
+                      records: CheckpointRecords) -> tuple[list[CheckpointStatus], list[str]]:
+    """Live checkpoints and the bytes each holds back (from the listing: no request per
+    generation), and why each unreadable checkpoint record is one."""
     out = []
     versions = set(table.version_infos()) if records.checkpoints else set()
     for c in records.checkpoints:

@@ -1,0 +1,108 @@
+"""``memwal status`` reads what the shard manifests list, not every folder a table kept (issue 82).
+
+A table merged every few seconds keeps a week of merged generation folders under the default
+version retention (each one a retained version may still read): 84,000 files at 8,000 versions.
+A status walked every one of them (``list_mem_wal``: 5.3k entries at 500 versions, 134k at
+13,415). On a disk it now walks only the folders each shard's manifest lists (and, of a broken
+shard, its folders above the mark); the merged folders a live checkpoint holds back are walked
+only while one is live, for the bytes it holds.
+
+Work is counted, never timed: the entries the store lists for one status, on the same table
+keeping 30 and then 300 merged folders outside the listing (copies of a real merged generation,
+as the 7-day retention keeps them), are the same; the status itself is the same.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import memwal
+from memwal.checkpoint.ops import create_checkpoint
+from memwal.inspect.status import TableStatus, table_status
+from memwal.store.local import LocalStore
+from memwal.table import open_table
+from memwal.table.shards import parse_generation_dir
+from tests.clients.jobs import ZERO
+
+
+@pytest.fixture
+def listed_entries(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Entries (objects, folder and link names) a LocalStore listed since the last call."""
+    seen = [0]
+
+    def counting(name: str) -> None:
+        real = getattr(LocalStore, name)
+
+        def wrapper(self: LocalStore, *args: object, **kwargs: object) -> object:
+            out = real(self, *args, **kwargs)
+            if name == "list":
+                out = list(out)
+                seen[0] += len(out)
+            elif isinstance(out, tuple):
+                seen[0] += sum(len(part) for part in out)
+            else:
+                seen[0] += len(out)
+            return out if name != "list" else iter(out)
+
+        monkeypatch.setattr(LocalStore, name, wrapper)
+
+    for name in ("list", "list_with_links", "list_dirs", "list_dirs_and_links"):
+        counting(name)
+
+    def take() -> int:
+        n, seen[0] = seen[0], 0
+        return n
+
+    return take
+
+
+def _keep_merged_folders(uri: str, shard_id: str, total: int) -> None:
+    """Copies of the shard's first merged folder, under other prefixes, until ``total`` merged
+    folders outside the listing are on storage (what a week of retained versions keeps)."""
+    shard = Path(uri, "_mem_wal", shard_id)
+    merged = sorted(p for p in shard.iterdir() if parse_generation_dir(p.name) == 1)
+    assert merged, "the first generation's folder is kept (the retention holds it)"
+    have = sum(1 for p in shard.iterdir() if parse_generation_dir(p.name) is not None)
+    for i in range(have, total):
+        shutil.copytree(merged[0], shard / f"{i:08x}_gen_1")
+
+
+def _shape(status: TableStatus) -> list[tuple]:
+    return [(s.shard_id, s.manifest_version, s.flushed_generations, s.collected_generations, s.unmerged_generations,
+             s.merged_listed, s.rollups, s.unindexed, s.unmerged_bytes) for s in status.shards]
+
+
+def test_a_status_lists_the_same_entries_whatever_the_merged_folders_kept(make_table, listed_entries):
+    table, _ = make_table()
+    t = memwal.open(table.uri)
+    assert t.merge(max_generations=2).ok
+    # drained from the listing, the folders kept: the retained versions before the merge read them
+    assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
+    shard_id = sorted(table.manifest().compacted)[0]
+    counts, shapes = [], []
+    for kept in (30, 300):
+        _keep_merged_folders(table.uri, shard_id, kept)
+        fresh = open_table(table.uri)
+        listed_entries()
+        st = table_status(fresh)
+        counts.append(listed_entries())
+        shapes.append(_shape(st))
+    assert shapes[0] == shapes[1]
+    assert counts[1] == counts[0], counts  # 270 more folders kept, nothing more listed
+    assert any(s.unmerged_generations for s in st.shards) and any(s.merged_listed or s.flushed_generations
+                                                                  for s in st.shards)
+
+
+def test_a_live_checkpoint_still_shows_the_bytes_it_holds(make_table):
+    """The merged folders a live checkpoint holds back are walked for their bytes."""
+    table, _ = make_table()
+    t = memwal.open(table.uri)
+    create_checkpoint(open_table(table.uri), lifetime_seconds=3600)
+    assert t.merge().ok
+    assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
+    (c,) = table_status(open_table(table.uri)).checkpoints
+    assert c.generations_held > 0 and c.bytes_held > 0
