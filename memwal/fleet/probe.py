@@ -24,17 +24,25 @@ every gate; a wrong figure can only order the work differently, never do unsafe 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
 
 from pyroaring import BitMap
 
-from memwal.errors import BadInputError, NotFoundError
+from memwal.errors import BadInputError, NotFoundError, ReadError
 from memwal.fleet.cache import ProbeCache
 from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
 from memwal.store import ObjectInfo, Store
-from memwal.table.manifest import TableManifest, decode_table_manifest, fragment_stats, maintained_indexes
+from memwal.table.manifest import (
+    NAMES_PAST_THE_FIRST,
+    TableManifest,
+    decode_table_manifest,
+    fragment_stats,
+    maintained_indexes,
+    refuse_mixed_names,
+)
 from memwal.table.naming import (
     MEM_WAL_DIR,
     MEM_WAL_INDEX_NAME,
@@ -50,26 +58,51 @@ log = logging.getLogger(__name__)
 _JOBS_FOLDER = "_jobs"
 
 
-def latest_manifest(store: Store, prefix: str = "") -> ObjectInfo | None:
+def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = False) -> ObjectInfo | None:
     """The latest table manifest's listing entry under ``prefix`` (a table folder, or ``""``:
     the store's own root), its key relative to ``prefix``; None when there is none (not a
     Lance table). The first of ``_versions/`` in key order (V2 names, newest first: the first
     page of the listing only), else the highest version of the whole listing (older tables).
     Names are read by the one rule of ``_versions/`` (:func:`memwal.table.naming.table_version_of`):
-    a stray file there is no manifest."""
+    a stray file there is no manifest.
+
+    A table whose manifests are named by both schemes has no latest anyone may trust (Lance
+    refuses it; :func:`memwal.table.manifest.mixed_names_error`), checked by
+    :func:`memwal.table.manifest.refuse_mixed_names` in the names the listing reads anyway (every
+    name of an older table; after a first V2 name, the next
+    :data:`~memwal.table.manifest.NAMES_PAST_THE_FIRST` of the page it came in, as
+    :func:`~memwal.table.manifest.latest_version_key` reads them: no request more). With
+    ``refuse_mixed`` (the probe) that is the ReadError; without (discovery under a root, where
+    one table's error must not fail the others) None, as for a folder with no table: discovery
+    then finds the table by its ``_versions/`` folder, hands the probe no entry, and the probe,
+    listing again, refuses it, so the fleet reports it as a problem of that table alone."""
     folder = f"{prefix}_versions/"
+    keys = store.list(folder)
+    page = getattr(store, "list_chunk", 0)  # keys an object store's listing request returns (a disk: none)
     first: ObjectInfo | None = None
-    for obj in store.list(folder):
+    seen = 0
+    for seen, obj in enumerate(keys, 1):  # noqa: B007 - ``seen`` (keys taken) is read after the loop
         name = obj.key[len(folder):]
         if "/" not in name and table_version_of(name) is not None:
             first = obj
             break
     if first is None:
         return None
-    if len(first.key.rsplit("/", 1)[-1].removesuffix(".manifest")) != V2_NAME_DIGITS:
-        manifests = [(v, o) for o in store.list(folder, recursive=False)
-                     if (v := table_version_of(o.key)) is not None]
-        first = max(manifests, key=lambda p: p[0])[1]
+    names = [first.key[len(folder):]]
+    if len(names[0].removesuffix(".manifest")) == V2_NAME_DIGITS:
+        past = NAMES_PAST_THE_FIRST if not page else max(0, min(NAMES_PAST_THE_FIRST, page - seen))
+        names += [n for o in itertools.islice(keys, past) if "/" not in (n := o.key[len(folder):])]
+    else:
+        listed = list(store.list(folder, recursive=False))
+        names = [o.key[len(folder):] for o in listed]
+        first = max(((v, o) for o in listed if (v := table_version_of(o.key)) is not None),
+                    key=lambda p: p[0])[1]
+    try:
+        refuse_mixed_names(store, names)
+    except ReadError:
+        if refuse_mixed:
+            raise
+        return None
     return replace(first, key=first.key[len(prefix):])
 
 
@@ -115,7 +148,7 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     manifest's listing entry, when discovery listed ``_versions/`` a moment ago."""
     cache = cache or ProbeCache()
     sent = store.requests_sent
-    latest = latest or latest_manifest(store)
+    latest = latest or latest_manifest(store, refuse_mixed=True)
     if latest is None:
         raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
     tag = f"{latest.key}:{latest.etag}"

@@ -12,8 +12,10 @@ Where shard state comes from (``source``):
   shards. pylance's reader does not skip a missing generation and a shard flushed after the
   snapshot would be invisible, so by default (``check_fresh=True``) a shard is read from its
   manifest when the snapshot is older than it, lists a missing generation above the merge
-  progress, or lacks the shard (one listing of ``_mem_wal/``, a HEAD per shard, a listing per
-  listed generation). No snapshot (or an unreadable one): every shard from its manifest.
+  progress, or lacks the shard (one listing of ``_mem_wal/``, per shard a HEAD of the version
+  after the snapshot's and, when that is missing, one ``GAP_LOOK`` versions on: GC's pruning may
+  have left a gap there, :func:`memwal.table.shards.probe_shard_manifest`; a listing per listed
+  generation). No snapshot (or an unreadable one): every shard from its manifest.
 
 Shard pruning with a ``filter`` (:mod:`memwal.read.pruning`) skips a shard only when its field
 values are known to be outside what the filter allows, and only on fields computed from
@@ -55,7 +57,15 @@ from memwal.table.sharding import (
     shard_field_value_from_bytes,
     spec_to_dict,
 )
-from memwal.table.shards import ShardState, generation_readable, list_shard_ids, reader_shard_manifest
+from memwal.table.shards import (
+    GAP_LOOK,
+    MAX_GENERATION,
+    ShardState,
+    ended_at_gap,
+    generation_readable,
+    list_shard_ids,
+    reader_shard_manifest,
+)
 
 if TYPE_CHECKING:
     from lance.schema import LanceSchema
@@ -171,8 +181,16 @@ def _stale_reason(table: Table, view: ShardView, manifest: TableManifest, includ
     for g, p in _unmerged(view, manifest, include_merged):
         if not generation_readable(table.store, generation_key(view.shard_id, p)):
             return f"generation {g} ({p}) listed by the snapshot is missing"
+    if not 0 < view.version <= MAX_GENERATION:  # as a garbage hint: no version a shard manifest has
+        return f"the snapshot's shard manifest version {view.version} is not one a shard has"
     if table.store.exists(manifest_key(view.shard_id, view.version + 1)):
         return f"shard manifest has a version newer than the snapshot's {view.version}"
+    # the snapshot's next version may be missing because GC pruned it (a gap), not because none was
+    # written: one look past it, as a probe from a hint looks past the end of its chain
+    # (:func:`memwal.table.shards.probe_shard_manifest`, where the rule and its reach are argued)
+    if ended_at_gap(table.store, view.shard_id, view.version):
+        return (f"shard manifest has a version newer than the snapshot's {view.version} "
+                f"(version {view.version + GAP_LOOK}, past a gap GC's pruning left)")
     return None
 
 

@@ -274,6 +274,13 @@ def reader_shard_manifest(store: Store, shard_id: str) -> ShardState | None:
     return probe_shard_manifest(store, shard_id, hinted_shard_version(store, shard_id))
 
 
+def ended_at_gap(store: Store, shard_id: str, v: int) -> bool:
+    """Whether a chain of versions that ends at ``v`` (``v + 1`` not there) ended at a gap GC's
+    pruning left, not at the latest: a version :data:`GAP_LOOK` on is there (one HEAD; the rule
+    and its reach: :func:`probe_shard_manifest`)."""
+    return store.exists(manifest_key(shard_id, v + GAP_LOOK))
+
+
 def probe_shard_manifest(store: Store, shard_id: str, known: int | None) -> ShardState | None:
     """The shard's latest manifest found from version ``known`` (a hint, or a version the caller
     read): that version if it is on storage, then each next version while one is (a HEAD each),
@@ -321,7 +328,7 @@ def probe_shard_manifest(store: Store, shard_id: str, known: int | None) -> Shar
         v, info = v + 1, after
     else:
         return latest_shard_manifest(store, shard_id)
-    if store.exists(manifest_key(shard_id, v + GAP_LOOK)):  # the chain ended at a gap: v is stale
+    if ended_at_gap(store, shard_id, v):
         return latest_shard_manifest(store, shard_id)
     key = manifest_key(shard_id, v)
     try:
