@@ -40,9 +40,10 @@ from memwal.core.retry import after_conflict, is_conflict, vanished
 from memwal.errors import LeaseLostError, StateMovedError, first_line
 from memwal.history import run as history
 from memwal.merge import intents
+from memwal.merge.batches import split_plan
 from memwal.merge.changes import NetChanges, no_changes
 from memwal.merge.driverless import claim_fence, commit_table_changes, fence_fragment, with_fence
-from memwal.merge.engine import LocalMergeEngine, MergeEngine, writes_table
+from memwal.merge.engine import LocalMergeEngine, MergeEngine, max_decoded_bytes, writes_table
 from memwal.merge.guard import StaleProgressError as StaleProgressError  # re-exported: callers catch it here
 from memwal.merge.guard import applied_ranges, before_commit, earlier, markers
 from memwal.merge.join import join_builder
@@ -259,6 +260,24 @@ def execute_merge(
     return replace(result, version=version, commits=commits, commit_path=path, shards=shards)
 
 
+def _combined(table: Table, engine: MergeEngine, done: list[MergeResult],
+              blocked: tuple[BlockedShard, ...]) -> MergeResult:
+    """One result for a run's committed batches (:mod:`memwal.merge.batches`): per shard, the
+    generations from the first batch's to the last's and the rows of all; the commits of all; the
+    last batch's version and path; ``blocked`` from the last plan."""
+    if not done:
+        return MergeResult(table=table.uri, version=None, engine=engine.name, blocked=blocked)
+    shards: dict[str, ShardMergeResult] = {}
+    for result in done:
+        for s in result.shards:
+            seen = shards.get(s.shard_id)
+            shards[s.shard_id] = s if seen is None else replace(
+                seen, to_generation=s.to_generation, rows_upserted=seen.rows_upserted + s.rows_upserted,
+                rows_deleted=seen.rows_deleted + s.rows_deleted)
+    last = done[-1]
+    return replace(last, shards=tuple(shards.values()), blocked=blocked, commits=sum(r.commits for r in done))
+
+
 def _expired_under_us(table: Table, plan: MergePlan, exc: BaseException) -> bool:
     """Whether Lance failed on a file that a version cleanup removed since we planned:
     "not found", and the table has moved past the plan's read version."""
@@ -286,18 +305,32 @@ def run_merge(
     left to merge, never with a success.
     """
     engine = engine or LocalMergeEngine()
+    bound = max_decoded_bytes(engine)
     #: Generations this run failed to read: their shards stop there, the others merge.
     unreadable: dict[str, BlockedShard] = {}
+    #: What each committed batch did, across re-plans (a conflict in a later batch keeps the earlier ones).
+    done: list[MergeResult] = []
 
     def attempt(n: int) -> MergeResult:
         if n > 1 and lease:
             lease.check(safe_to_stop=True)
         p = plan if n == 1 and plan is not None and not unreadable else replan()
         while True:
+            current = p
             try:
-                result = execute_merge(table, p, engine, lease=lease, on_step=on_step)
+                batches = split_plan(table, p, bound)
+                if len(batches) > 1:
+                    log.info("merge %s: %d generations in %d commits of at most %d MiB decoded", table.uri,
+                             len(p.generations), len(batches), (bound or 0) >> 20)
+                version = p.read_version
+                for i, batch in enumerate(batches):
+                    current = batch if i == 0 else replace(batch, read_version=version)
+                    result = execute_merge(table, current, engine, lease=lease, on_step=on_step)
+                    if result.version is not None:
+                        done.append(result)
+                        version = result.version
             except GenerationUnreadableError as exc:
-                planned = next((s.compacted_generation for s in p.shards if s.shard_id == exc.shard_id), None)
+                planned = next((s.compacted_generation for s in current.shards if s.shard_id == exc.shard_id), None)
                 if planned is not None and table.manifest().compacted_generation(exc.shard_id) != planned:
                     # Merged (and collected) by another merger since we planned: a lost race.
                     raise StateMovedError(f"{table.uri}: shard {exc.shard_id} was merged meanwhile ({exc})") from exc
@@ -309,14 +342,14 @@ def run_merge(
                 p = replan()
                 continue
             except (OSError, ValueError, RuntimeError) as exc:
-                if not _expired_under_us(table, p, exc):
+                if not _expired_under_us(table, current, exc):
                     raise
                 # gc --expire-versions removed the version (or its files) we read or commit
                 # against: nothing of this pass was committed (a delete pass that was is
                 # harmless to redo: invariant 2), so plan again at the latest version.
-                raise StateMovedError(f"{table.uri}: version {p.read_version} expired while merging "
+                raise StateMovedError(f"{table.uri}: version {current.read_version} expired while merging "
                                       f"({first_line(exc, table.uri)})") from exc
-            return replace(result, attempts=n)
+            return replace(_combined(table, engine, done, p.blocked), attempts=n)
 
     def replan() -> MergePlan:
         return plan_merge(table, shards=shards, max_generations=max_generations, max_rows=max_rows,

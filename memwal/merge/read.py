@@ -134,7 +134,7 @@ def _fragments(ds: lance.LanceDataset, ref: GenerationRef, ids: list[int]) -> li
 
 
 @contextmanager
-def _reading(ref: GenerationRef) -> Iterator[None]:
+def reading(ref: GenerationRef) -> Iterator[None]:
     """Lance reading one generation: a failure names the shard, the generation and Lance's
     reason (:class:`GenerationUnreadableError`), so the merge stops that shard there and
     merges the others."""
@@ -148,11 +148,11 @@ def _reading(ref: GenerationRef) -> Iterator[None]:
 
 
 def _attributed(ref: GenerationRef, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``batches`` of one generation, read under :func:`_reading` (what the consumer does
+    """``batches`` of one generation, read under :func:`reading` (what the consumer does
     with each batch is not attributed to the generation)."""
     batches = iter(batches)
     while True:
-        with _reading(ref):
+        with reading(ref):
             batch = next(batches, None)
         if batch is None:
             return
@@ -213,7 +213,7 @@ def read_generations(
         ds = _open_checked(ref, storage_options)
         if ref.wal_keys:
             return _scan_flushed(ref, ds, pk, storage_options)
-        with _reading(ref):
+        with reading(ref):
             return _Scanned(ref, to_base_names(ds.scanner(with_row_address=True, batch_size=65536).to_table(),
                                                ref.renamed))
 
@@ -258,7 +258,7 @@ def _scan_flushed(ref: GenerationRef, ds: lance.LanceDataset, pk: list[str],
     the flushed keys and tombstones they must reproduce."""
     with _operands_of(ref):
         entries = fetch_operands(ref.table_uri, storage_options, ref.wal_keys)
-    with _reading(ref):
+    with reading(ref):
         flushed = ds.to_table(columns=[*pk, TOMBSTONE])
     return _Scanned(ref, pa.table({}), to_base_names(flushed, ref.renamed), _Fetched(entries, dataset_field_ids(ds)))
 
