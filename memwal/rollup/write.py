@@ -32,6 +32,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from memwal.core import steps
 from memwal.errors import MemWalError, first_line
 from memwal.merge.newest import OpenGenerations, batch_rows, fetch, newest_versions, row_width
 from memwal.merge.read import TOMBSTONE
@@ -137,10 +138,12 @@ def write_rollup(table: Table, plan: RollupPlan, *, remove_staging: Callable[[st
     staging = f"{STAGING_DIR}/rollup-{uuid.uuid4().hex[:16]}"
     try:
         flushed = _flush_in_clone(table, ds, plan.shard_id, staging, rows)
+        steps.step("rollup.staged")  # flushed in the staging clone; nothing in the shard yet
         path = _fresh_name(table.store, plan.shard_id, plan.generation)
         low = min(stands_from(table.store, plan.shard_id, e.path, e.generation) for e in plan.entries)
         size = _copy_folder(table.store, flushed, f"{shard_dir(plan.shard_id)}/{path}",
                             marker=marker_bytes([(e.generation, e.path) for e in plan.entries], low))
+        steps.step("rollup.written")  # the folder whole in the shard, unlisted; the staging still there
     finally:
         remove_staging(staging)
     log.info("rollup of shard %s: generations %s as %s (%d rows, %d deletes)", plan.shard_id,
@@ -202,6 +205,7 @@ def _copy_folder(store: Store, source: str, target: str, *, marker: bytes) -> in
         return size
 
     size = copy([o.key for o in objects if "/_versions/" not in o.key])
+    steps.step("rollup.copied")  # rows, key index and bloom filter in the shard, no Lance manifest: unopenable
     store.put_if_absent(f"{target}/{ROLLUP_MARKER}", marker)
     return size + len(marker) + copy([o.key for o in objects if "/_versions/" in o.key])
 
