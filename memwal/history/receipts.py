@@ -35,6 +35,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from memwal.core.json_doc import JsonDocError, finite, list_of, load_json, mapping_of
@@ -124,10 +125,24 @@ class ReceiptListing:
         return any(kind in (MERGE, REPAIR, COMMIT) for kind, _ in self.by_version.get(version, ()))
 
     def evidence_keys(self, version: int) -> list[str]:
-        return [key for kind, key in self.by_version.get(version, ()) if kind in EVIDENCE]
+        return list(self.evidence.get(version, ()))
 
     def evidence_versions(self) -> list[int]:
-        return sorted(v for v, items in self.by_version.items() if any(k in EVIDENCE for k, _ in items))
+        return list(self.evidence)
+
+    @cached_property
+    def evidence(self) -> Mapping[int, tuple[str, ...]]:
+        """Per version with a receipt that says rows are in the base, those receipts' keys (in the
+        listing's order), versions ascending. Built once per listing, on first use: a proof asks
+        for every generation it judges, and sorting the listing at each ask made ``memwal verify``
+        cost generations x receipts (issue 82). The listing is frozen, so the cache cannot go
+        stale; a listing nobody asks (a GC plan with nothing to prove) never builds it."""
+        out: dict[int, tuple[str, ...]] = {}
+        for version in sorted(self.by_version):
+            keys = tuple(key for kind, key in self.by_version[version] if kind in EVIDENCE)
+            if keys:
+                out[version] = keys
+        return out
 
     @property
     def keys(self) -> list[str]:

@@ -29,6 +29,7 @@ older folders as its evidence. A value no generation wrote is the owner's.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -102,11 +103,19 @@ class Cover:
         self.table, self.receipts, self.refs, self.pk, self.folding = table, receipts, refs, pk, list(folding)
         self.main = sorted((v for v in versions if v.branch is None), key=lambda v: v.version)
         self.by_version = {v.version: v for v in self.main}
+        self._numbers = [v.version for v in self.main]  # ascending, for bisect
         self._receipts: dict[str, Receipt | None] = {}
         self._txn: dict[int, str | None] = {}
         self._kinds: dict[int, str | None] = {}
         self._datasets: dict[int, lance.LanceDataset] = {}
         self._suffix: dict[str, tuple[int, np.ndarray]] = {}
+        # Indexes built once, on first use, so that each generation judged costs O(log n) (issue 82):
+        self._walks: _Walks | None = None
+        self._floors: dict[str, _PrefixMin] = {}
+        self._back: dict[int, _BackWalk] = {}
+        #: Versions after ``_foreign_low`` whose commit may have written rows (see foreign_writes).
+        self._foreign_low: int | None = None
+        self._foreign_neg: list[int] = []  # their numbers negated, ascending (newest first)
         #: Receipts to write for what was read back and proven (GC's run writes them).
         self.proven: list[Receipt] = []
 
@@ -182,22 +191,56 @@ class Cover:
         return None if cover is None else self.receipt_point(shard_id, g, cover, exact)
 
     def receipt_point(self, shard_id: str, g: int, cover: RetainedVersion, exact: bool) -> int | None:
-        """The version of a valid receipt that names ``g``, covered from ``cover`` (None: none does)."""
-        evidence = self.receipts.evidence_versions()
-        later = [v for v in evidence if v > cover.version]
-        before: list[int] = []
-        if not exact:  # coverage may have begun at a version expired since
-            floor = max((v.version for v in self.main if v.version < cover.version
-                         and v.compacted.get(shard_id, 0) < g), default=0)
-            before = [v for v in evidence if floor < v < cover.version and v not in self.by_version]
-        for version in [cover.version, *later, *reversed(before)]:
-            for key in self.receipts.evidence_keys(version):
-                if version > cover.version and f"-{MERGE}." in key:
-                    continue  # a merge applies what is above the mark it read: never again later
+        """The version of a valid receipt that names ``g``, covered from ``cover`` (None: none does).
+
+        The receipts asked, in order, and the first that names ``g`` and is valid wins: those at
+        ``cover``; those after it, oldest first, but never a merge's (a merge applies what is above
+        the mark it read: never again later); when ``cover`` is not exact, those at versions expired
+        since, newest first, down to the newest retained version before ``cover`` whose mark is
+        below ``g`` (a receipt before it belongs to a history that version left). Each step is a
+        lookup in an index built once for the proof (:class:`_Walks`, :class:`_PrefixMin`,
+        :class:`_BackWalk`), never a pass over every receipt or version: verify asks this for
+        every generation on storage, and a pass each cost generations x receipts (issue 82)."""
+        for key in self.receipts.evidence_keys(cover.version):
+            r = self._receipt(key)
+            if r is not None and r.kind in EVIDENCE and r.covers(shard_id, g) and self._valid(r, cover):
+                return r.version
+        walks = self._walks_index()
+        # After ``cover``: a receipt at a version not retained on the main line is never valid
+        # there (_valid), so only retained versions with a receipt other than a merge's are walked.
+        # The loop returns at the first receipt that names ``g``, which is usually the first.
+        for i in range(bisect_right(walks.later, cover.version), len(walks.later)):
+            for key in walks.later_keys[walks.later[i]]:
                 r = self._receipt(key)
                 if r is not None and r.kind in EVIDENCE and r.covers(shard_id, g) and self._valid(r, cover):
                     return r.version
-        return None
+        if exact:
+            return None
+        # Coverage may have begun at a version expired since (every receipt there is valid: an
+        # expired version before ``cover``).
+        start = bisect_left(walks.expired, cover.version)
+        if start == 0:
+            return None  # no receipt at a version expired before ``cover``: the floor is not needed
+        floor = self._floor(shard_id, g, cover.version)
+        back = self._back.get(start)
+        if back is None:
+            back = self._back[start] = _BackWalk(walks, start, self._receipt)
+        return back.point(shard_id, g, floor)
+
+    def _walks_index(self) -> _Walks:
+        if self._walks is None:
+            self._walks = _Walks.build(self.receipts, self.by_version)
+        return self._walks
+
+    def _floor(self, shard_id: str, g: int, before: int) -> int:
+        """The newest main-line version before ``before`` whose mark for the shard is below ``g``
+        (0: none). Marks are not monotone in the version (a ``restore`` commits an older manifest
+        again), so it is a search in a range-minimum tree over the marks, built once per shard."""
+        tree = self._floors.get(shard_id)
+        if tree is None:
+            tree = self._floors[shard_id] = _PrefixMin([v.compacted.get(shard_id, 0) for v in self.main])
+        i = tree.last_below(bisect_left(self._numbers, before), g)
+        return 0 if i < 0 else self.main[i].version
 
     # -- commits after the proof point ------------------------------------------------------
 
@@ -221,13 +264,25 @@ class Cover:
 
     def foreign_writes(self, after: int) -> list[int]:
         """Versions after ``after`` whose commit is not memwal's and may have written rows."""
-        out = []
-        for v in self.main:
-            if v.version <= after or self.receipts.ours(v.version):
-                continue
-            if self.commit_kind(v.version) not in _HARMLESS:
-                out.append(v.version)
-        return out
+        n = self._foreign_count(after)
+        return [-v for v in reversed(self._foreign_neg[:n])]
+
+    def _foreign_count(self, after: int) -> int:
+        """How many versions after ``after`` are foreign writes (see :meth:`foreign_writes`).
+
+        Each version's commit is asked once per proof, not once per entry judged (a pass over every
+        version per entry cost entries x versions, issue 82), and in the order a pass from each
+        ``after`` in turn would ask: only :data:`MAX_TRANSACTIONS` commits are read, so that order
+        decides which versions are read and which are unknown."""
+        low = self._foreign_low
+        if low is None or after < low:
+            lo = bisect_right(self._numbers, after)
+            hi = len(self._numbers) if low is None else bisect_right(self._numbers, low)
+            found = [v.version for v in self.main[lo:hi]
+                     if not self.receipts.ours(v.version) and self.commit_kind(v.version) not in _HARMLESS]
+            self._foreign_neg.extend(-v for v in reversed(found))
+            self._foreign_low = after
+        return bisect_left(self._foreign_neg, -after)
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -244,15 +299,21 @@ class Cover:
                 out[e] = Judgement(False, detail=f"generation {e.generation}: no retained version records it merged")
                 continue
             points[e] = (cover, exact)
-            receipted = [self.receipt_for(shard_id, g) for g in range(e.first, e.generation + 1)]
-            if all(p is not None for p in receipted):
-                out[e] = Judgement(True, "receipt", max(p for p in receipted if p is not None))
+            receipted: list[int] = []
+            for g in range(e.first, e.generation + 1):
+                p = self.receipt_for(shard_id, g)
+                if p is None:
+                    break  # one generation unnamed: the entry is read back, the others need not be asked
+                receipted.append(p)
+            else:
+                out[e] = Judgement(True, "receipt", max(receipted))
         groups: dict[int, list[Entry]] = {}
         for e in entries:
             if e not in out and e in points:
                 groups.setdefault(points[e][0].version, []).append(e)
+        on_storage = sorted(present) if groups else []  # once, not a pass over ``present`` per group
         for version, group in sorted(groups.items()):
-            out.update(self._read_back(shard_id, version, group, present))
+            out.update(self._read_back(shard_id, version, group, present, on_storage))
         return self._reverts(shard_id, out, present, superseding)
 
     def _dataset(self, version: int) -> lance.LanceDataset:
@@ -260,15 +321,17 @@ class Cover:
             self._datasets[version] = self.table.dataset(version)
         return self._datasets[version]
 
-    def _read_back(self, shard_id: str, version: int, group: list[Entry],
-                   present: Mapping[int, str]) -> dict[Entry, Judgement]:
+    def _read_back(self, shard_id: str, version: int, group: list[Entry], present: Mapping[int, str],
+                   on_storage: Sequence[int]) -> dict[Entry, Judgement]:
         """Prove ``group`` (entries covered from ``version``) by reading them back against the base
-        at ``version``, with every other generation on storage that ``version`` covers as theirs."""
+        at ``version``, with every other generation on storage that ``version`` covers as theirs
+        (``on_storage``: ``present``'s generations ascending, to find those in a range by bisection)."""
         v = self.by_version[version]
         mark = v.compacted.get(shard_id, 0)
         asked = {e.generation: e.path for e in group}
         low = min(e.first for e in group)
-        others = {g: p for g, p in present.items() if low <= g <= mark and g not in asked}
+        others = {g: present[g] for g in on_storage[bisect_left(on_storage, low):bisect_right(on_storage, mark)]
+                  if g not in asked}
         try:
             entries = sorted({**others, **asked}.items())
             refs = self.refs(shard_id, entries)
@@ -297,7 +360,7 @@ class Cover:
                  superseding: Sequence[tuple[int, str]]) -> dict[Entry, Judgement]:
         """Proven entries another compactor may have reverted since (see the module docstring)."""
         at_risk = [e for e, j in judged.items() if j.proven and j.version is not None
-                   and self.foreign_writes(j.version)]
+                   and self._foreign_count(j.version)]
         if not at_risk or not self.main:
             return judged
         latest = self.main[-1].version
@@ -337,6 +400,152 @@ class Cover:
                     "older rows again); the base at the latest version no longer holds it"),
                     evidence=tuple(sorted(evidence)), failing=_within(unproven.failing, e, keys))
         return out
+
+
+@dataclass(frozen=True)
+class _Walks:
+    """What :meth:`Cover.receipt_point` walks after and before a covering version, built once per
+    proof from the listing's evidence (:attr:`ReceiptListing.evidence`) and the retained versions."""
+
+    #: Retained main-line versions with a receipt whose key is not a merge's, ascending.
+    later: list[int]
+    #: Those receipts' keys, per version, in the listing's order.
+    later_keys: dict[int, tuple[str, ...]]
+    #: Versions with evidence that no retained main-line version has (expired), ascending.
+    expired: list[int]
+    #: Their evidence keys, per version, in the listing's order.
+    expired_keys: dict[int, tuple[str, ...]]
+
+    @classmethod
+    def build(cls, receipts: ReceiptListing, retained: Mapping[int, RetainedVersion]) -> _Walks:
+        later_keys: dict[int, tuple[str, ...]] = {}
+        expired_keys: dict[int, tuple[str, ...]] = {}
+        for version, keys in receipts.evidence.items():  # ascending
+            if version not in retained:
+                expired_keys[version] = keys
+                continue
+            # the same test as a walk that skips merges after the covering version: the key's name
+            not_merges = tuple(key for key in keys if f"-{MERGE}." not in key)
+            if not_merges:
+                later_keys[version] = not_merges
+        return cls(list(later_keys), later_keys, list(expired_keys), expired_keys)
+
+
+#: Above any mark (a 63-bit generation number).
+_NO_MARK = 1 << 64
+
+
+class _PrefixMin:
+    """A range-minimum tree over the marks of the main-line versions (one shard), ascending by
+    version: the last version before a given one whose mark is below ``g``, in O(log n). The marks
+    are not monotone (a ``restore`` commits an older manifest again), so no bisection of the marks
+    alone can answer it."""
+
+    def __init__(self, marks: Sequence[int]) -> None:
+        self.n = len(marks)
+        self.size = 1
+        while self.size < self.n:
+            self.size *= 2
+        # the padding is past every prefix asked, and above every mark
+        self.tree = [_NO_MARK] * self.size + list(marks) + [_NO_MARK] * (self.size - self.n)
+        for i in range(self.size - 1, 0, -1):
+            self.tree[i] = min(self.tree[2 * i], self.tree[2 * i + 1])
+
+    def last_below(self, k: int, g: int) -> int:
+        """The largest index ``i < k`` whose mark is below ``g`` (-1: none)."""
+        return self._last(1, 0, self.size, min(k, self.n), g)
+
+    def _last(self, node: int, lo: int, hi: int, k: int, g: int) -> int:
+        # One node per level straddles ``k``; a node inside the prefix whose minimum is below
+        # ``g`` holds the answer, found by one descent (right child first): O(log n) nodes.
+        if lo >= k or self.tree[node] >= g:
+            return -1
+        if hi - lo == 1:
+            return lo
+        mid = (lo + hi) // 2
+        right = self._last(2 * node + 1, mid, hi, k, g)
+        return right if right >= 0 else self._last(2 * node, lo, mid, k, g)
+
+
+class _FirstCover:
+    """Per generation of one shard, the first receipt (in a walk's order) whose span names it:
+    disjoint labelled ranges, and the union of every span painted so far (merged), so that a span
+    paints only the gaps it finds, each range of the union merged away once: amortised O(log n) a
+    span, however the spans overlap (storage is untrusted input: a planted receipt may name any range)."""
+
+    def __init__(self) -> None:
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+        self.at: list[int] = []
+        self.union_lo: list[int] = []
+        self.union_hi: list[int] = []
+
+    def find(self, g: int) -> int | None:
+        i = bisect_right(self.lo, g) - 1
+        return self.at[i] if i >= 0 and g <= self.hi[i] else None
+
+    def paint(self, lo: int, hi: int, at: int) -> None:
+        """Label ``at`` every generation of ``lo``..``hi`` that has no label yet."""
+        if lo > hi:
+            return
+        a = bisect_left(self.union_hi, lo - 1)  # the union's ranges that touch lo..hi: a..b-1
+        b = bisect_right(self.union_lo, hi + 1)
+        cur = lo
+        for k in range(a, b):
+            if self.union_lo[k] > cur:
+                self._label(cur, self.union_lo[k] - 1, at)
+            cur = max(cur, self.union_hi[k] + 1)
+        if cur <= hi:
+            self._label(cur, hi, at)
+        merged_lo = min(lo, self.union_lo[a]) if a < b else lo
+        merged_hi = max(hi, self.union_hi[b - 1]) if a < b else hi
+        self.union_lo[a:b] = [merged_lo]
+        self.union_hi[a:b] = [merged_hi]
+
+    def _label(self, lo: int, hi: int, at: int) -> None:
+        i = bisect_left(self.lo, lo)
+        self.lo.insert(i, lo)
+        self.hi.insert(i, hi)
+        self.at.insert(i, at)
+
+
+class _BackWalk:
+    """The walk of :meth:`Cover.receipt_point` through receipts at expired versions, newest
+    first, from one starting point (the versions expired before a covering version), kept across
+    the generations asked: every receipt it reads is read once and labels the generations it
+    names (:class:`_FirstCover`), so a generation asked later is answered by a lookup, and the walk
+    goes on only past what it has read, as far as the first receipt that names the generation
+    (as a walk from the start would: the same receipts read, in the same order)."""
+
+    def __init__(self, walks: _Walks, start: int, read: Callable[[str], Receipt | None]) -> None:
+        self.walks, self.read = walks, read
+        self.at = start - 1  # the expired version read next (index into walks.expired); -1: none left
+        self.key = 0  # and its next key
+        self.first: dict[str, _FirstCover] = {}
+
+    def point(self, shard_id: str, g: int, floor: int) -> int | None:
+        """The newest expired version above ``floor`` (and before the start) with an evidence receipt
+        that names ``g`` (None: none does)."""
+        seen = self.first.get(shard_id)
+        found = None if seen is None else seen.find(g)
+        if found is not None:  # everything from the start down to it is read: it is the first
+            return found if found > floor else None
+        expired = self.walks.expired
+        while self.at >= 0 and expired[self.at] > floor:
+            version = expired[self.at]
+            keys = self.walks.expired_keys[version]
+            while self.key < len(keys):
+                r = self.read(keys[self.key])
+                self.key += 1
+                if r is None or r.kind not in EVIDENCE:
+                    continue
+                for sid, (lo, hi) in r.applied.items():
+                    self.first.setdefault(sid, _FirstCover()).paint(lo, hi, version)
+                if r.covers(shard_id, g):
+                    return r.version
+            self.at -= 1
+            self.key = 0
+        return None
 
 
 def _within(failing: pa.Table, e: Entry, keys: Sequence[object] | None = None) -> pa.Table:
