@@ -28,10 +28,12 @@ caller's), that session is used. The start-up is the classic engine's largest fi
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import sys
 import threading
+import warnings
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -77,13 +79,32 @@ def is_connect(spark: SparkSession) -> bool:
 
 def connect_session(url: str) -> SparkSession:
     """A Spark Connect session to ``url`` (the process's default one when it is already open),
-    retrying an unreachable server for :func:`connect_retry_seconds`. PySpark's own builder: it
-    also marks the process as a Connect client, which its functions and column helpers dispatch
-    on (a process is one or the other)."""
+    retrying an unreachable server for :func:`connect_retry_seconds` in all, then failing with
+    one line (:class:`~memwal.spark.engine.tags.SparkConnectionLost`, exit 1) that names the
+    server by :func:`redacted` alone. PySpark's own builder: it also marks the process as a
+    Connect client, which its functions and column helpers dispatch on (a process is one or the
+    other).
+
+    The builder makes no call: the first one was the first Spark job, which PySpark runs as
+    several calls (a configuration read, the plan, a release of the plan, a clean-up at exit),
+    each retried for the whole budget on its own: 217 s to the error and 435 s to the exit on
+    the 120 s default (issue 83). So the session is proven here, by one cheap call under
+    :class:`~memwal.spark.engine.connect_retries.BoundedRetries`, before any job uses it: a
+    server that does not answer fails the job at the budget, and the client is closed so that
+    nothing calls it again at exit.
+    """
     from pyspark.sql import SparkSession
 
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]", category=UserWarning)  # our line says it
     spark = SparkSession.builder.remote(url).getOrCreate()  # the server names the application
     bound_retries(spark, connect_retry_seconds())
+    try:
+        spark.version  # noqa: B018 - one small call: does the server answer?
+    except Exception as exc:
+        from memwal.spark.engine.tags import SparkConnectionLost
+
+        abandon(spark)
+        raise SparkConnectionLost(f"Spark Connect at {redacted(url)}: unreachable ({grpc_reason(exc)})") from None
     return spark
 
 
@@ -98,17 +119,34 @@ def connect_retry_seconds() -> float:
 
 
 def bound_retries(spark: SparkSession, seconds: float) -> None:
-    """PySpark's retry policy (exponential backoff from 50 ms, times 4) with as many retries
-    as fit in ``seconds``."""
-    from pyspark.sql.connect.client.retries import DefaultPolicy
+    """Retry what ``spark``'s client calls for ``seconds`` at most
+    (:class:`memwal.spark.engine.connect_retries.BoundedRetries`); 0: each call makes one attempt."""
+    from memwal.spark.engine.connect_retries import BoundedRetries
 
-    cap = min(60.0, max(0.2, seconds / 4))
-    waited, backoff, retries = 0.0, 0.05, 0
-    while waited + min(backoff, cap) <= seconds:
-        waited += min(backoff, cap)
-        backoff *= 4
-        retries += 1
-    spark.client.set_retry_policies([DefaultPolicy(max_retries=retries, max_backoff=int(cap * 1000))])
+    spark.client.set_retry_policies([BoundedRetries(seconds)])
+
+
+def abandon(spark: SparkSession) -> None:
+    """Close a Connect client whose server does not answer, with one attempt at each call it
+    makes on the way (the session's release), and forget it as the process's session: a
+    later job starts a new one, and PySpark's clean-up at exit skips a closed client."""
+    bound_retries(spark, 0)
+    with contextlib.suppress(Exception):
+        spark.stop()
+
+
+_DETAILS = re.compile(r'details = "([^"\n]*)"')
+_SECRET = re.compile(r"(token|password|secret)=[^;&/\s\"]*", re.IGNORECASE)
+
+
+def grpc_reason(exc: BaseException) -> str:
+    """What a failed Connect call says, in one line: gRPC's ``details`` (``failed to connect to
+    all addresses; ... Connection refused``) rather than the ``<_InactiveRpcError ...>`` its
+    message begins with; a ``token=`` (or password) in it never shown."""
+    text = str(exc)
+    found = _DETAILS.search(text)
+    line = found.group(1) if found else next((x.strip() for x in text.splitlines() if x.strip()), type(exc).__name__)
+    return _SECRET.sub(lambda m: f"{m.group(1)}=...", line)[:300]
 
 
 def local_context(app: str = "memwal-jobs") -> SparkContext:

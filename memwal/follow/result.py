@@ -20,6 +20,8 @@ KEPT_FAILURES = 20
 #: Why a follower stopped, when it was not asked to: an operator cancelled its work, or its lease
 #: was taken over (both exit 3, as for any job).
 CANCELLED, LEASE_LOST = "cancelled", "lease-lost"
+#: ... or its table was removed under it (exit 1: there is nothing left to follow).
+GONE = "table-gone"
 
 
 @dataclass
@@ -55,8 +57,8 @@ class FollowTally(Document):
     @property
     def exit_code(self) -> int:
         """0 when it stopped because it was asked to (a signal, its time up); 3 when its work was
-        cancelled by an operator or its lease lost."""
-        return 3 if self.stopped in (CANCELLED, LEASE_LOST) else 0
+        cancelled by an operator or its lease lost; 1 when its table was removed."""
+        return 3 if self.stopped in (CANCELLED, LEASE_LOST) else 1 if self.stopped == GONE else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"follow": self.target, "seconds": round(self.seconds, 3), "stopped": self.stopped,
@@ -74,4 +76,4 @@ class FollowTally(Document):
                 f"{self.generations_merged} generations merged, {failed} failed, {self.looks} looks")
 
 
-__all__ = ["CANCELLED", "KEPT_FAILURES", "LEASE_LOST", "FollowTally"]
+__all__ = ["CANCELLED", "GONE", "KEPT_FAILURES", "LEASE_LOST", "FollowTally"]

@@ -15,7 +15,17 @@ second one exits 3 naming the first), renewed by its heartbeat. It stops
 * when asked (SIGTERM, SIGINT: :mod:`memwal.follow.signals`) or when ``max_seconds`` is up: the
   job running then ends at its next safe point, the leases are released, exit 0;
 * when an operator cancels its work (``memwal fleet cancel TABLE``, met through its leases) or
-  its lease is taken over: exit 3, as any job.
+  its lease is taken over: exit 3, as any job;
+* when the table was removed (its ``_versions/`` is gone): one line saying so, exit 1. It used to
+  go on failing merges there, its leases writing ``_mem_wal/_jobs/leases/`` back into the removed
+  path (issue 83; :mod:`memwal.lease.guard`). The table is looked for when something says it may
+  be gone (a look found a shard's manifests or a shard gone, a job failed, the lease was lost), not
+  at every look.
+
+What breaks is said once: a shard whose newest manifest cannot be read is said by the watch
+(:class:`~memwal.follow.watch.ShardWatch`) when it breaks and when it reads again, the merges
+leave it out meanwhile (the other shards go on), and a job that fails again with the same error,
+or with one about that shard, is not said again (the run history and the tally keep every run).
 """
 
 from __future__ import annotations
@@ -31,13 +41,14 @@ from memwal.actions.options import CompactOptions, GcOptions, JobOptions, MergeO
 from memwal.actions.run import new_run_id
 from memwal.core import steps
 from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
-from memwal.cycle import JobOutcome, Notify, run_cycle
+from memwal.cycle import JobOutcome, JobStatus, Notify, run_cycle
 from memwal.follow.options import TAIL_ROWS, FollowOptions
-from memwal.follow.result import CANCELLED, LEASE_LOST, FollowTally
+from memwal.follow.result import CANCELLED, GONE, LEASE_LOST, FollowTally
 from memwal.follow.schedule import Schedule
 from memwal.follow.signals import StopSignals
 from memwal.follow.watch import ShardWatch
 from memwal.lease import cancel
+from memwal.lease.guard import VERSIONS_DIR, table_gone
 from memwal.lease.stop import process_stop
 
 if TYPE_CHECKING:
@@ -91,6 +102,7 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     tally = FollowTally(table.uri)
     watch = ShardWatch(table.store, poll_seconds=follow.poll_seconds, max_poll_seconds=follow.max_poll_seconds,
                        rescan_seconds=follow.rescan_seconds)
+    said = _SaidOnce(table, watch, notify)
     given = options.get("merge")
     merge_options = given if isinstance(given, MergeOptions) else MergeOptions()
     schedule = Schedule(list(jobs), follow, merge_bounded=merge_options.bounded)
@@ -108,25 +120,33 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
             if follow.max_seconds is not None and now - began >= follow.max_seconds:
                 stop.stop("max-seconds")
                 break
+            if lease.fenced is not None and _gone(table, tally):
+                break
             if _ended_by_others(table, lease, since, tally):
                 break
             moved = watch.look(now)
             tally.looks += 1
+            if watch.suspect and _gone(table, tally):
+                break
             schedule.moved(moved)
             steps.step("follow.looked")
             due = schedule.due(now)
             plans: dict[str, MergePlan] = {}
+            merging = _healthy(merge_options, watch)
             if "merge" in due:
-                work, plan = merge_work(table, merge_options)
+                work, plan = (False, None) if merging is None else merge_work(table, merging)
                 if not work:
                     schedule.nothing_to_merge()
                     due.remove("merge")
                 elif plan is not None:
                     plans["merge"] = plan
             if due:
-                result = run_cycle(table, due, _scoped(options, schedule), notify=notify, plans=plans)
-                schedule.ended(result, now)
+                scoped = _scoped(options, schedule, None if merging is merge_options else merging)
+                result = run_cycle(table, due, scoped, notify=said, plans=plans)
                 tally.add(result)
+                if any(j.status is JobStatus.FAILED for j in result.jobs) and _gone(table, tally):
+                    break
+                schedule.ended(result, now)
                 steps.step("follow.ran")
                 if result.cancelled is not None and not stop.stopped:
                     tally.stopped, tally.detail = CANCELLED, result.cancelled.summary
@@ -164,10 +184,13 @@ def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
                 "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", uri, kept, cadence)
 
 
-def _scoped(options: Mapping[str, JobOptions], schedule: Schedule) -> Mapping[str, JobOptions]:
+def _scoped(options: Mapping[str, JobOptions], schedule: Schedule,
+            merging: MergeOptions | None = None) -> Mapping[str, JobOptions]:
     """``options`` with GC's as its listing pass and compaction's as its tail pass, when the
-    schedule chose those scopes this time."""
+    schedule chose those scopes this time, and the merge's as ``merging`` (its shards) when given."""
     out = dict(options)
+    if merging is not None:
+        out["merge"] = merging
     if schedule.listing_only:  # --listed-only; orphans need the whole walk
         gc = options.get("gc")
         out["gc"] = replace(gc if isinstance(gc, GcOptions) else GcOptions(), listed_only=True, orphans=False)
@@ -184,6 +207,62 @@ def tail_pass(given: JobOptions | None) -> CompactOptions:
     o = given if isinstance(given, CompactOptions) else CompactOptions()
     return replace(o, target_rows_per_fragment=min(o.target_rows_per_fragment or TAIL_ROWS, TAIL_ROWS),
                    materialize_deletions_threshold=1.0)
+
+
+def _healthy(given: MergeOptions, watch: ShardWatch) -> MergeOptions | None:
+    """The merge's options with the shards the watch finds broken left out (None: no shard left to
+    merge); ``given`` itself while none is broken. A broken shard stops only itself in a merge,
+    but the merge fails, and a failed merge waits its retry delay (up to five minutes) before it
+    merges the other shards again."""
+    if not watch.broken:
+        return given
+    shards = [s for s in (given.shards or sorted(watch.seen)) if s not in watch.broken]
+    return replace(given, shards=tuple(shards)) if shards else None
+
+
+def _gone(table: Table, tally: FollowTally) -> bool:
+    """Whether the table was removed (no ``_versions/``): then the tally says so, once."""
+    try:
+        gone = table_gone(table.store)
+    except Exception as exc:  # noqa: BLE001 - a listing that fails says nothing about the table
+        log.debug("%s: could not list it: %s", table.uri, exc)
+        return False
+    if gone:
+        tally.stopped, tally.detail = GONE, f"{table.uri}: the table is gone (no {VERSIONS_DIR}/): stopped following it"
+    return gone
+
+
+class _SaidOnce:
+    """A follower's ``notify`` that says a failure once (the module docstring): not again while a
+    job fails with the same error, nor for a shard the watch said is broken, nor at all once the
+    table is gone (the follower says that)."""
+
+    def __init__(self, table: Table, watch: ShardWatch, notify: Notify | None) -> None:
+        self.table, self.watch, self.notify = table, watch, notify
+        self.last: dict[str, str | None] = {}
+
+    def __call__(self, event: str, outcome: JobOutcome) -> None:
+        if self.notify is None:
+            return
+        if event == "end" and outcome.status is JobStatus.FAILED:
+            error = outcome.error or ""
+            again = self.last.get(outcome.job) == error
+            self.last[outcome.job] = error
+            broken = [sid for sid in sorted(self.watch.seen) if sid in error and self.watch.check(sid)]
+            if again or broken or _quietly_gone(self.table):
+                log.debug("%s %s failed again: %s", outcome.table, outcome.job, error)
+                return
+        elif event == "end" and outcome.status in (JobStatus.DONE, JobStatus.WAITING):
+            self.last.pop(outcome.job, None)  # it worked: a failure after it is news
+        self.notify(event, outcome)
+
+
+def _quietly_gone(table: Table) -> bool:
+    """:func:`_gone` without a word: a failed job's line is dropped when the table went."""
+    try:
+        return table_gone(table.store)
+    except Exception:  # noqa: BLE001 - see _gone
+        return False
 
 
 def _ended_by_others(table: Table, lease: Lease, since: float, tally: FollowTally) -> bool:

@@ -17,6 +17,17 @@ after each job it ran (a bounded batch may have left more), and a delay doubled 
 slept 4 s after a merge and its listing pass that moved nothing, while a writer flushed every
 1.7 s (two or three generations listed the longer: the listing's sawtooth in docs/benchmarks.md).
 
+A shard whose newest manifest cannot be read (truncated, corrupt, a gap among the newest
+versions: :class:`~memwal.table.shards.ShardManifestError`) is said once, at the look that found
+it, and again once when it reads again; meanwhile it is looked at only by the rescan (it backs off
+to ``rescan_seconds``) and it is no move: the follower merges the other shards. The rescan reads
+each shard's newest manifest, not only its name, when a HEAD of it shows what it last read
+changed (or its version is new): a newest manifest cut short in place moves no name and no hint,
+and a follower that only listed names looked 31 times in 13 s without a word (issue 83).
+
+A look that finds a shard's manifests gone, or a shard gone, makes the table :attr:`suspect`: the
+follower then checks that the table itself is still there (:func:`memwal.lease.guard.table_gone`).
+
 A shard moved only by this process's own GC (a rollup or a drain: the one version after the last
 seen is the one it wrote, :func:`memwal.table.drain.written_here`) did not move for the follower:
 it planned a merge after each listing pass that found nothing, one flush in two, at a cost that
@@ -28,9 +39,17 @@ from __future__ import annotations
 import logging
 
 from memwal.core.pool import parallel_map
+from memwal.errors import MemWalError
 from memwal.store import LocalStore, Store
 from memwal.table.drain import written_here
-from memwal.table.shards import ShardManifestError, hinted_shard_version, latest_shard_version, list_shard_ids
+from memwal.table.naming import manifest_key
+from memwal.table.shards import (
+    ShardManifestError,
+    hinted_shard_version,
+    latest_shard_version,
+    list_shard_ids,
+    read_shard_manifest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +75,14 @@ class ShardWatch:
         self._moved_at: float | None = None
         #: Requests made so far (a listing of the shards counts one, each shard's listing one).
         self.requests = 0
+        #: Shards whose newest manifest cannot be read now, and why (said once: the module docstring).
+        self.broken: dict[str, str] = {}
+        #: Each shard's newest manifest as the rescan last read it whole: (version, size, ETag).
+        self._read_ok: dict[str, tuple[int, int, str]] = {}
+        #: Whether the last look found a shard's manifests, or a shard, gone (the table may be).
+        self.suspect = False
+        #: Why each shard read as BROKEN in the look under way.
+        self._why: dict[str, str] = {}
 
     def look(self, now: float) -> set[str]:
         """The shards whose manifest moved since the last look (the first look: every shard), and
@@ -66,7 +93,11 @@ class ShardWatch:
             self._next_rescan = now + self.rescan_seconds
         else:
             versions = self._hints()
-        moved = {sid for sid, v in versions.items() if self.seen.get(sid) != v and not self._ours(sid, v)}
+        self.suspect = any(self.seen.get(sid, 0) > 0 >= v for sid, v in versions.items()) or bool(
+            set(self.seen) - set(versions))
+        self._say_broken(versions)
+        moved = {sid for sid, v in versions.items()
+                 if self.seen.get(sid) != v and v != BROKEN and not self._ours(sid, v)}
         self.seen = versions
         if moved or self._moved_at is None:
             self._moved_at = now
@@ -77,14 +108,66 @@ class ShardWatch:
         """Whether ``version`` is the only one since the last look, and this process wrote it."""
         return self.seen.get(shard_id) == version - 1 and written_here(self.store, shard_id) == version
 
+    def check(self, shard_id: str) -> bool:
+        """Read the shard's newest manifest now, a job having failed naming it: whether it is
+        broken (then said, once, as a look would have). A job may meet a newest manifest cut short
+        before the rescan does, and the follower says what broke in one line, the watch's."""
+        if shard_id in self.broken:
+            return True
+        self._why = {}
+        version = self._validated(shard_id)
+        if version == BROKEN:
+            self.seen[shard_id] = BROKEN  # no move; reading again later is one
+            self._say_broken({shard_id: BROKEN})
+        return version == BROKEN
+
+    def _say_broken(self, versions: dict[str, int]) -> None:
+        """Say once that a shard's newest manifest cannot be read, and once that it reads again."""
+        for sid in sorted(self.broken):
+            if versions.get(sid, BROKEN) not in (BROKEN, 0):
+                log.info("%s: shard %s reads again (manifest version %d): merging it", self.store.root, sid,
+                         versions[sid])
+                del self.broken[sid]
+        for sid, why in sorted(self._why.items()):
+            if versions.get(sid) == BROKEN and sid not in self.broken:
+                self.broken[sid] = why
+                log.warning("%s: shard %s cannot be read (%s): the other shards are merged; it is looked at "
+                            "again every %gs", self.store.root, sid, why, self.rescan_seconds)
+        self._why = {}
+
     def _rescan(self) -> dict[str, int]:
         self.requests += 1
         shards = list_shard_ids(self.store)
-        return dict(zip(shards, parallel_map(self._listed, shards, self._threads()), strict=True))
+        return dict(zip(shards, parallel_map(self._validated, shards, self._threads()), strict=True))
 
     def _hints(self) -> dict[str, int]:
-        shards = sorted(self.seen)
-        return dict(zip(shards, parallel_map(self._hinted, shards, self._threads()), strict=True))
+        """Each shard's hint; a broken shard keeps its state until the next rescan (its backoff)."""
+        shards = sorted(sid for sid in self.seen if sid not in self.broken)
+        versions = dict(zip(shards, parallel_map(self._hinted, shards, self._threads()), strict=True))
+        return {**{sid: BROKEN for sid in self.broken if sid in self.seen}, **versions}
+
+    def _validated(self, shard_id: str) -> int:
+        """The shard's latest version by listing, its newest manifest read whole when a HEAD shows
+        it is not the one the last rescan read (a manifest is read once, however often listed)."""
+        version = self._listed(shard_id)
+        if version <= 0:
+            return version
+        key = manifest_key(shard_id, version)
+        self.requests += 1
+        info = self.store.head(key)
+        mark = (version, info.size, info.etag) if info is not None else None
+        if mark is not None and self._read_ok.get(shard_id) == mark:
+            return version
+        self.requests += 1
+        try:
+            read_shard_manifest(self.store, shard_id, version)
+        except (MemWalError, OSError) as exc:
+            self._read_ok.pop(shard_id, None)
+            self._why[shard_id] = f"latest manifest version {version} is unreadable: {exc}"
+            return BROKEN
+        if mark is not None:
+            self._read_ok[shard_id] = mark
+        return version
 
     def _threads(self) -> int:
         return 1 if isinstance(self.store, LocalStore) else _THREADS
@@ -94,7 +177,8 @@ class ShardWatch:
         self.requests += 1
         try:
             return latest_shard_version(self.store, shard_id)
-        except ShardManifestError:
+        except ShardManifestError as exc:
+            self._why[shard_id] = exc.detail
             return BROKEN
 
     def _hinted(self, shard_id: str) -> int:

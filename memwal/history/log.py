@@ -118,6 +118,10 @@ def finish(store: Store, record: RunRecord, etag: str | None) -> None:
     """Rewrite the record with how the run ended (never raises: the history must not fail a job)."""
     key = record_key(record.started_at, record.job, record.run_id)
     try:
+        if etag is not None and store.has_directories and store.head(key) is None:
+            # gone since it began (its table removed meanwhile): on a disk a write would make the
+            # removed table's folders again
+            raise NotFoundError(f"the record is gone: {store.uri_for(key)}")
         data = record.dumps()
         if len(data) > DETAIL_BYTES:  # a summary that names its detail only once the detail exists
             store.put(detail_key(key), record.detail_dumps())

@@ -42,6 +42,7 @@ from memwal.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
+from memwal.lease.guard import TableGoneError, check_create, check_rewrite, note_table, noted_gone
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
 from memwal.lease.renewal import Renewing, store_errors
@@ -138,6 +139,7 @@ class Lease(Renewing):
         from memwal.core.retry import after_conflict
 
         with store_errors(self.uri):
+            note_table(self.store)  # a table removed later gets no lease folder back (memwal.lease.guard)
             try:
                 return after_conflict(lambda _n: self._acquire_round(), what=f"{self.kind} lease on {self.store.root}",
                                       attempts=_ACQUIRE_ROUNDS, base_seconds=0.01, max_seconds=0.2)
@@ -161,6 +163,7 @@ class Lease(Renewing):
                 self._refuse_folder()
             rec = self._new_record(1, now)
             steps.step("lease.before-write")
+            check_create(self.store, self.uri)
             try:
                 new_etag = self.store.put_if_absent(self.key, rec.encode())
             except PreconditionFailedError:
@@ -180,6 +183,7 @@ class Lease(Renewing):
         # incarnation of the same holder.
         rec = self._new_record(current.token + 1, now)
         steps.step("lease.before-write")
+        check_rewrite(self.store, self.key)
         new_etag = self.store.put_if_match(self.key, rec.encode(), etag)  # lost race: retried
         if dead:
             log.warning("took over the %s lease of dead holder %s (token %d, would have expired %s): "
@@ -222,6 +226,7 @@ class Lease(Renewing):
         """
         try:
             with store_errors(self.uri):
+                note_table(self.store)  # a table removed later gets no lease folder back (memwal.lease.guard)
                 data, etag = self.store.get_with_etag(self.key)
         except NotFoundError:
             self._refuse_folder()
@@ -316,8 +321,8 @@ class Lease(Renewing):
             self._heartbeat.stop()
         with self._lock:
             if self._fenced is not None:
-                log.warning("not releasing the %s lease (token %d): it was lost (%s)", self.kind, self.token,
-                            self._fenced)
+                log.log(logging.INFO if self._gone() else logging.WARNING,
+                        "not releasing the %s lease (token %d): it was lost (%s)", self.kind, self.token, self._fenced)
                 return
             if not self._held:
                 return
@@ -334,11 +339,22 @@ class Lease(Renewing):
                 rec = LeaseRecord(self.kind, self.holder, self.token, current.acquired_at, 0.0,
                                   renewed_at=current.renewed_at, host=current.host, pid=current.pid,
                                   run_id=current.run_id)
+                check_rewrite(self.store, self.key)
                 self._etag = self.store.put_if_match(self.key, rec.encode(), etag)
                 self._record = rec
                 log.info("released %s lease (token %d)", self.kind, self.token)
             except (MemWalError, OSError) as exc:
+                if isinstance(exc, TableGoneError | NotFoundError) and self._gone():  # the caller says that, once
+                    log.info("not releasing the %s lease (token %d): the table is gone", self.kind, self.token)
+                    return
                 log.warning("could not release %s lease (token %d): %s", self.kind, self.token, exc)
+
+    def _gone(self) -> bool:
+        """Whether the table of this lease is gone (a release then has nothing to say)."""
+        try:
+            return noted_gone(self.store)
+        except (MemWalError, OSError):
+            return False
 
     def _release_as_known(self) -> bool:
         """Release with one write: the record as this holder last wrote or read it, on
@@ -351,6 +367,7 @@ class Lease(Renewing):
         rec = LeaseRecord(self.kind, self.holder, self.token, known.acquired_at, 0.0, renewed_at=known.renewed_at,
                           host=known.host, pid=known.pid, run_id=known.run_id)
         try:
+            check_rewrite(self.store, self.key)
             self._etag = self.store.put_if_match(self.key, rec.encode(), etag)
         except PreconditionFailedError:
             return False

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from memwal.errors import CancelledError, LeaseLostError, MemWalError, PreconditionFailedError
 from memwal.lease import cancel
+from memwal.lease.guard import TableGoneError, check_rewrite
 from memwal.lease.heartbeat import renewal_interval
 from memwal.lease.record import LeaseRecord, fmt_time
 from memwal.observe import metrics
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from memwal.store import Store
 
 log = logging.getLogger("memwal.lease")
+
+#: Why a renewal lost a lease whose object is gone (removed with its table, most often).
+OBJECT_GONE = "the lease object is gone"
 
 
 @contextlib.contextmanager
@@ -69,14 +73,16 @@ class Renewing:
             f"lost the {self.kind} lease on {self.store.root} (holder {self.holder}, token {self.token}): {why}"
         )
 
-    def _fence(self, why: str) -> None:
-        """The heartbeat found the lease lost: the next check stops the job."""
+    def _fence(self, why: str, *, quiet: bool = False) -> None:
+        """The heartbeat found the lease lost: the next check stops the job. ``quiet``: said at
+        info only (its table is gone, which the job or the follower says)."""
         with self._lock:
             if self._fenced is None:
                 self._fenced, self._held = why, False
                 metrics.lease_lost(self.kind)
-        log.warning("lost the %s lease on %s (token %d): %s; the job stops before its next side effect",
-                    self.kind, self.store.root, self.token, why)
+        log.log(logging.INFO if quiet else logging.WARNING,
+                "lost the %s lease on %s (token %d): %s; the job stops before its next side effect",
+                self.kind, self.store.root, self.token, why)
 
     def renew(self) -> None:
         """Extend the lease now, by CAS on the last ETag this holder saw (LeaseLostError if
@@ -98,10 +104,12 @@ class Renewing:
                           renewed_at=now, host=self._record.host, pid=self._record.pid, run_id=self._record.run_id,
                           cancel=self._record.cancel)
         try:
+            check_rewrite(self.store, self.key)  # a lease gone with its table is not written back
             etag = self.store.put_if_match(self.key, rec.encode(), self._etag)
         except PreconditionFailedError:
             if not self._adopt_cancel():
-                raise self._lost("the lease object changed under a renewal") from None
+                gone = not self.store.exists(self.key)
+                raise self._lost(OBJECT_GONE if gone else "the lease object changed under a renewal") from None
             self._renew(now)  # the record is still ours, with a cancel request added: renew that
             return
         self._record, self._etag = rec, etag
@@ -148,7 +156,12 @@ class Renewing:
             try:
                 self._renew(now)
             except LeaseLostError as exc:
-                self._fence(self._takeover_reason(str(exc)))
+                # a lease object gone (its table removed, as a rule) is said by whoever holds it,
+                # at its next check: the job's exit 3, or the follower's line that the table is gone
+                self._fence(self._takeover_reason(str(exc)), quiet=str(exc).endswith(OBJECT_GONE))
+                return None
+            except TableGoneError as exc:  # lost with its table: whoever holds it says that, once
+                self._fence(str(exc), quiet=True)
                 return None
             except (MemWalError, OSError) as exc:
                 remaining = self._record.expires_at - now

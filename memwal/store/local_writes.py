@@ -41,8 +41,9 @@ class LocalWrites(Store):
     @abc.abstractmethod
     def _etag(st: os.stat_result) -> str: ...
 
-    def _write_temp(self, key: str, data: bytes) -> tuple[int, str, str]:
-        """Write ``data`` to a new temporary file in ``key``'s directory.
+    def _write_temp(self, key: str, data: bytes, *, make_dirs: bool = True) -> tuple[int, str, str]:
+        """Write ``data`` to a new temporary file in ``key``'s directory (``make_dirs=False``: one
+        that exists; a missing one is a :class:`PreconditionFailedError`, the object being gone).
 
         Returns (directory descriptor, temporary name, final name): renames and links then
         happen inside that very directory, whatever is swapped in on the path meanwhile.
@@ -52,7 +53,7 @@ class LocalWrites(Store):
         tmp = f".{key.rsplit('/', 1)[-1][:100]}{TEMP_MARKER}{uuid.uuid4().hex}"
 
         def create() -> tuple[int, str, int]:
-            dfd, name = self._parent_for_write(key)
+            dfd, name = self._parent_for_write(key, make_dirs=make_dirs)
             try:
                 return dfd, name, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                                           0o644, dir_fd=dfd)
@@ -76,14 +77,18 @@ class LocalWrites(Store):
             raise
         return dfd, tmp, name
 
-    def _parent_for_write(self, key: str) -> tuple[int, str]:
-        """The (created) directory of ``key``: a link on the way is refused, a file is bad input."""
+    def _parent_for_write(self, key: str, *, make_dirs: bool = True) -> tuple[int, str]:
+        """The directory of ``key``, created unless ``make_dirs`` is False (a rewrite of an object
+        whose folder is gone must not bring the folders back: a removed table's path would be made
+        again by a job still running on it): a link on the way is refused, a file is bad input."""
         try:
-            dfd, name = self._open_parent(key, create=True)
+            dfd, name = self._open_parent(key, create=make_dirs)
         except LinkedPathError as exc:
             if exc.link:
                 raise
             raise BadInputError(f"cannot write {self.uri_for(key)}: {exc.where} is not a directory") from None
+        if dfd is None and not make_dirs:
+            raise PreconditionFailedError(f"conditional write failed, object is gone: {self.uri_for(key)}")
         if dfd is None:  # the root vanished between makedirs and open
             raise self.not_found("/".join(key.split("/")[:-1]) or key)
         return dfd, name
@@ -106,7 +111,7 @@ class LocalWrites(Store):
         of this process are excluded as well as other processes.
         """
         k = clean_key(key)
-        dfd, tmp, name = self._write_temp(k, data)
+        dfd, tmp, name = self._write_temp(k, data, make_dirs=etag is None)
         try:
             fcntl.flock(dfd, fcntl.LOCK_EX)
             self._refuse_if_link(dfd, k)

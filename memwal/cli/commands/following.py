@@ -77,7 +77,10 @@ def ended(tally: FollowTally) -> int:
     if tally.exit_code:
         print(f"memwal: error: {one_line(tally.detail or str(tally.stopped))}", file=sys.stderr)
     from memwal.cycle import JobStatus
+    from memwal.follow.result import GONE
 
+    if tally.stopped == GONE:  # its jobs failed for want of the table: that line says it all
+        return tally.exit_code
     for last in tally.last.values():  # a job whose last run failed: the table needs a look
         if last.status is JobStatus.FAILED:
             print(f"memwal: warning: {one_line(f'{last.table} {last.job}')}: its last run failed: "
