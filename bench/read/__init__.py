@@ -9,7 +9,9 @@
 - ``follow``: a writer that never stops beside ``memwal cycle --follow`` on its defaults, every client
   (by hand: 30 minutes an arm, alone on the machine);
 - ``overlay``: memwal's own reader over a few small generations against ``LsmScanner`` and a plain read;
-- ``versions``: what each retained version costs (Lance's open, memwal's manifest read, a scan, GC's plan).
+- ``versions``: what each retained version costs (Lance's open, memwal's manifest read, a scan, GC's plan);
+- ``age``: each recurring job's cost (a follower's per-flush work, ``gc --dry-run``, ``status``, a scan) as a
+  followed table ages on the default retention, beside Lance's own open and ``versions()`` (``age.json``).
 """
 
 from bench.cases import Case
@@ -39,4 +41,6 @@ CASES = (
          bench=None, json="overlay_read"),
     Case("versions", "bench.read.versions", "what each retained version costs, read off a day of versions",
          bench=None, json="versions_day"),
+    Case("age", "bench.read.age", "each recurring job's cost as a followed table ages (300 to 3,000 flushes)",
+         bench=("--out", "{out}"), smoke=("--smoke", "--out", "{out}", "--work", "{work}"), json="age", chart=False),
 )

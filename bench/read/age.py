@@ -1,0 +1,184 @@
+"""Age: what each recurring job costs as a followed table ages on the default retention (issue 82).
+
+Usage::
+
+    .venv/bin/python -m bench read age [--ages 300,1000,3000] [--rounds 10] [--out DIR]
+
+A writer that never stops beside ``memwal cycle --follow`` makes the table commit a version per
+flush (some 35 a minute, 50,000 a day), and the default 7-day retention keeps them all, with the
+merged generation folders, WAL entries and shard manifest versions they still need. A job whose
+cost follows what the table kept, not the work since its last run, slows as the table ages.
+
+The table is aged in-process as the follower's jobs would age it, one flush at a time: pylance's
+``ShardWriter`` flushes 60 rows (``max_memtable_rows=60``), then a merge; a listing pass every 3
+flushes; a whole GC (default retention: it expires nothing) and a catch-up every 100. At each of
+``--ages`` (flushes) the table is copied and, in a new process each (its digest written by a
+whole GC first, as the follower's keep it written), measured by process CPU
+seconds (Lance's threads included): a follower's per-flush work (a flush, its merge and a listing
+pass; ``--rounds`` of them after 3 of warm-up, the mean), ``gc --dry-run``, ``status`` and a new
+reader's ``memwal.open(uri).scan()`` (each the second of two, the first warming the process), and
+beside them Lance's own ``lance.dataset()`` open and ``versions()``, which grow with the versions
+whatever memwal does; also the files and bytes under ``_mem_wal/_jobs/`` (memwal's own records).
+
+Going further than a bench can: age once with ``--work DIR`` (the oldest copy is kept, as
+``DIR/aged/age-N``), then start the next run from it (``--from DIR/aged/age-N``): its ages count
+the flushes since.
+JSON to stdout and ``--out``; the figures and their spread are in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.harness import processes
+from bench.harness.results import Run, parser
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+
+#: One measurement, run as ``python -c`` in a new process: prints a JSON object of CPU seconds.
+MEASURE = r"""
+import json, os, shutil, sys, time, logging
+import lance, numpy as np, pyarrow as pa
+logging.disable(logging.WARNING)
+import memwal
+src, scratch, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def fresh():
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(src, scratch, symlinks=True)
+    return scratch
+
+def cpu(fn, n=1):
+    t0 = time.process_time()
+    for i in range(n):
+        fn(i)
+    return (time.process_time() - t0) / n
+
+out = {}
+uri = fresh()
+ds = lance.dataset(uri)
+shard = [d for d in os.listdir(uri + "/_mem_wal") if not d.startswith("_")][0]
+writer = ds.mem_wal_writer(shard, max_memtable_rows=60, durable_write=False)
+table = memwal.open(uri)
+rng = np.random.default_rng(7)
+
+def flush(i):
+    k = rng.choice(20_000, 60, replace=False).astype(np.int64)
+    writer.put(pa.table(dict(zip(ds.schema.names, (k, k * 0 - i))), schema=ds.schema))
+    assert table.merge().ok
+    table.gc(listed_only=True)
+
+cpu(flush, 3)
+out["flush_cpu"] = cpu(flush, rounds)
+uri = fresh()
+# a copy's files are new to the retained-progress digest (its keys name the files): a whole GC,
+# as a follower's every minute, writes it for this copy
+memwal.open(uri).gc()
+for name, fn in (("gc_dry_run_cpu", lambda i: memwal.open(uri).gc(dry_run=True)),
+                 ("status_cpu", lambda i: memwal.open(uri).status()),
+                 ("scan_cpu", lambda i: memwal.open(uri).scan()),
+                 ("lance_open_cpu", lambda i: lance.dataset(uri)),
+                 ("lance_versions_cpu", lambda i: lance.dataset(uri).versions())):
+    fn(0)
+    out[name] = cpu(fn)
+shutil.rmtree(scratch, ignore_errors=True)
+print(json.dumps(out))
+"""
+
+
+def age(uri: str, ages: list[int], keep: Path, log: Any, start: str | None = None) -> dict[int, float]:
+    """Age the table at ``uri`` flush by flush (see the module docstring), copying it to
+    ``keep/age-N`` at each of ``ages``; the seconds it took to reach each."""
+    import lance
+    import numpy as np
+    import pyarrow as pa
+
+    import memwal
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    if start:
+        shutil.copytree(start, uri, symlinks=True)
+        shard = next(d for d in os.listdir(f"{uri}/_mem_wal") if not d.startswith("_"))
+    else:
+        ids = np.arange(10_000, dtype=np.int64)
+        lance.write_dataset(pa.table({"id": ids, "v": ids}, schema=schema), uri)
+        lance.dataset(uri).create_scalar_index("id", "BTREE")
+        lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=1, maintained_indexes=["id_idx"])
+        shard = str(uuid.uuid4())
+    writer = lance.dataset(uri).mem_wal_writer(shard, max_memtable_rows=60, durable_write=False)
+    table = memwal.open(uri)
+    rng = np.random.default_rng(1)
+    reached: dict[int, float] = {}
+    t0 = time.perf_counter()
+    for i in range(1, max(ages) + 1):
+        k = rng.choice(20_000, 60, replace=False).astype(np.int64)
+        writer.put(pa.table({"id": k, "v": k * 0 + i}, schema=schema))
+        if not table.merge().ok:
+            raise processes.BenchFailed(f"merge failed at flush {i}")
+        if i % 3 == 0:
+            table.gc(listed_only=True)
+        if i % 100 == 0:
+            table.gc()
+            table.catchup()
+        if i in ages:
+            shutil.copytree(uri, keep / f"age-{i}", symlinks=True)
+            reached[i] = time.perf_counter() - t0
+            log(f"{i} flushes, table version {lance.dataset(uri).version}, {reached[i]:.0f}s")
+    writer.close()
+    return reached
+
+
+def jobs_folder(uri: str) -> dict[str, int]:
+    """Files and bytes under ``_mem_wal/_jobs/`` (memwal's own records)."""
+    files = size = 0
+    for root, _, names in os.walk(Path(uri, "_mem_wal", "_jobs")):
+        for n in names:
+            files += 1
+            size += os.path.getsize(os.path.join(root, n))
+    return {"jobs_files": files, "jobs_bytes": size}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser("read age", __doc__, smoke=True)
+    p.add_argument("--ages", default="300,1000,3000", help="flushes at which the table is measured")
+    p.add_argument("--rounds", type=int, default=10, help="flushes measured per age (after 3 of warm-up)")
+    p.add_argument("--from", dest="start", default=None, help="an aged table to start from (see the docstring)")
+    args = p.parse_args(argv)
+    ages = [20, 60] if args.smoke else sorted(int(a) for a in args.ages.split(","))
+    rounds = 2 if args.smoke else args.rounds
+    from memwal.core.process import configure_process, quiet_lance
+
+    configure_process()
+    quiet_lance()
+    with Run("age", "each recurring job's cost as a followed table ages", out=args.out, work=args.work,
+             ages=ages, rounds=rounds) as bench:
+        keep = bench.work / "aged"
+        keep.mkdir(parents=True, exist_ok=True)
+        reached = age(str(bench.work / "t"), ages, keep, bench.log, args.start)
+        points = []
+        for n in ages:
+            aged = str(keep / f"age-{n}")
+            proc = processes.python("-c", MEASURE, aged, str(bench.work / "scratch"), str(rounds)).check()
+            point = {"flushes": n, "seconds_to_reach": round(reached[n], 1),
+                     **{k: round(v, 4) for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()},
+                     **jobs_folder(aged)}
+            bench.log(json.dumps(point))
+            points.append(point)
+            if n != ages[-1]:
+                shutil.rmtree(aged, ignore_errors=True)
+        young = points[0]
+        bench.doc.update(points=points, growth={
+            k: round(points[-1][k] / young[k], 2) for k in young if k.endswith("_cpu") and young[k]})
+        bench.publish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
