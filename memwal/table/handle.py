@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 #: ``_versions/`` but gets it for nothing; few, because a big table's manifest is big.
 MANIFESTS_KEPT = 4
 
+#: Versions :meth:`Table._probe_latest` steps over before it lists ``_versions/`` instead.
+LATEST_PROBES = 32
+
 #: The base tables' session caches, bounded: a long-lived process (a follower, a fleet) opens its
 #: tables' bases again and again (each job, its plan and its run), and what a version holds never
 #: changes.
@@ -87,6 +90,8 @@ class Table:
     #: is a whole GC run's, and a follower's listing passes between two whole runs would read every
     #: version committed since, each pass.
     progress_read: ProgressDigest | None = field(default=None, init=False, repr=False, compare=False)
+    #: On a disk, the newest V2-named version this table found: where :meth:`_probe_latest` starts.
+    _newest: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
@@ -150,7 +155,10 @@ class Table:
             return known
         if not self._in_reading():
             if version is None:
-                found = latest_version_key(self.store)
+                found = self._probe_latest() or latest_version_key(self.store)
+                if found is not None and self.store.has_directories and found[1] == table_manifest_key(
+                        found[0], v2_naming=True):
+                    self._newest = found[0]
                 if found is None:
                     raise NotFoundError(f"{self.store.uri_for('_versions/')}: no table manifest: not a Lance table")
                 version, key = found
@@ -165,6 +173,22 @@ class Table:
         if version is None and versions and (known := self.remembered(max(versions))) is not None:
             return known
         return self._remember(read_table_manifest(self.store, version, versions=versions))
+
+    def _probe_latest(self) -> tuple[int, str] | None:
+        """On a disk, the latest version found from the newest this table found before: that one
+        still there, then each next while one is (a stat each; Lance commits versions in order, each
+        by a put-if-absent of the next, and a cleanup never removes the latest), instead of listing
+        ``_versions/`` (one name a version: a merge read the latest six times, 28 ms at 13,415
+        versions, issue 82). None (the listing then): nothing found before, or that version gone."""
+        v = self._newest
+        if v is None or not self.store.exists(table_manifest_key(v, v2_naming=True)):
+            return None
+        for _ in range(LATEST_PROBES):
+            key = table_manifest_key(v + 1, v2_naming=True)
+            if not self.store.exists(key):
+                return v, table_manifest_key(v, v2_naming=True)
+            v += 1
+        return None
 
     def _read_named(self, version: int) -> TableManifest:
         """The manifest of ``version`` under its V2 name (what pylance 14 writes), read without a

@@ -42,3 +42,43 @@ def test_a_tables_version_listing_follows_commits_and_expiry_and_stats_each_mani
     with open(os.path.join(uri, "_versions", "notes.txt"), "w") as f:
         f.write("not a manifest")
     assert set(table.version_infos()) == set(grown) - {oldest}
+
+
+def test_the_latest_is_found_from_the_newest_seen_without_listing_the_versions(tmp_path, monkeypatch):
+    """A table object finds the latest version from the newest it found before (a stat each),
+    not by listing ``_versions/`` (one name a version: a merge reads the latest several times):
+    the same 1 and 20 versions on, and right after others' commits, an expiry of old versions and a
+    restore (Lance commits an older version's state as a new version); more than LATEST_PROBES
+    versions on, one listing again."""
+    from datetime import timedelta
+
+    from memwal.store.local import LocalStore
+    from memwal.table.handle import LATEST_PROBES
+
+    listed: list[str] = []
+    for name in ("least_key", "list"):
+        real = getattr(LocalStore, name)
+
+        def counting(self: LocalStore, prefix: str, *args: object, _real=real, **kwargs: object) -> object:
+            if prefix.startswith("_versions"):
+                listed.append(prefix)
+            return _real(self, prefix, *args, **kwargs)
+
+        monkeypatch.setattr(LocalStore, name, counting)
+    uri = str(tmp_path / "t.lance")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    lance.write_dataset(rows, uri).initialize_mem_wal(unsharded=True)
+    table = open_table(uri)
+    assert table.manifest().version == 2 and len(listed) == 1  # the first read lists
+    for commits in (1, 20):
+        for _ in range(commits):
+            lance.write_dataset(rows, uri, mode="append")
+        listed.clear()
+        assert table.manifest().version == lance.dataset(uri).version  # others' commits are seen
+        assert listed == []  # 1 or 20 versions on: found by stats alone
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(seconds=0))
+    lance.dataset(uri, version=lance.dataset(uri).version).restore()
+    assert table.manifest().version == lance.dataset(uri).version and listed == []
+    for _ in range(LATEST_PROBES + 1):
+        lance.write_dataset(rows, uri, mode="append")
+    assert table.manifest().version == lance.dataset(uri).version and listed == ["_versions/"]
