@@ -183,25 +183,6 @@ def count_calls(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
 
 # -- 2. mixed manifest names ----------------------------------------------------------------------
 
-SMALL_V1 = Workload(base_rows=50, shards=2, generations=3, rows_per_generation=10, indexes=False, seed=3)
-
-
-@pytest.fixture(scope="module")
-def v1_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Model]:
-    """A MemWAL table whose manifests have V1 names (``<version>.manifest``), its generations
-    written by pylance's ShardWriter and merged."""
-    root = tmp_path_factory.mktemp("v1")
-    ds, _ = create_base_table(str(root / "src"), SMALL_V1)
-    uri = str(root / "t")
-    lance.write_dataset(ds.to_table(), uri, enable_v2_manifest_paths=False).initialize_mem_wal(
-        bucket_column="id", num_buckets=SMALL_V1.shards)
-    model = Model()
-    model.put(ds.to_table())
-    write_generations(uri, SMALL_V1, model)
-    assert memwal.open(uri).merge().ok
-    return uri, model
-
-
 def v1_names(uri: str) -> list[str]:
     return sorted(n for n in os.listdir(Path(uri, "_versions")) if n.endswith(".manifest"))
 

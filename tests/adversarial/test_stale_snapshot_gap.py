@@ -25,7 +25,7 @@ import lance
 import pytest
 
 import memwal
-from memwal.demo import Model, Workload, create_base_table, shard_ids_for, write_generations
+from memwal.demo import Model, Workload, shard_ids_for, write_generations
 from memwal.errors import ReadError
 from memwal.fleet.plan import plan_fleet
 from memwal.fleet.policy import policy_from
@@ -122,25 +122,6 @@ def test_a_snapshot_above_a_pruned_gap_is_still_fresh(make_table: Any) -> None:
 
 
 # -- 2. the fleet's probe and mixed manifest names ------------------------------------------------
-
-SMALL_V1 = Workload(base_rows=50, shards=2, generations=3, rows_per_generation=10, indexes=False, seed=3)
-
-
-@pytest.fixture(scope="module")
-def v1_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Model]:
-    """A MemWAL table whose manifests have V1 names (``<version>.manifest``), its generations
-    written by pylance's ShardWriter and merged."""
-    root = tmp_path_factory.mktemp("v1")
-    ds, _ = create_base_table(str(root / "src"), SMALL_V1)
-    uri = str(root / "t")
-    lance.write_dataset(ds.to_table(), uri, enable_v2_manifest_paths=False).initialize_mem_wal(
-        bucket_column="id", num_buckets=SMALL_V1.shards)
-    model = Model()
-    model.put(ds.to_table())
-    write_generations(uri, SMALL_V1, model)
-    assert memwal.open(uri).merge().ok
-    return uri, model
-
 
 def v2_name(version: int) -> str:
     return f"{U64_MAX - version:020d}.manifest"
