@@ -87,9 +87,9 @@ def use_spark_remote(args: argparse.Namespace) -> None:
         raise BadInputError("--spark-remote: expected a Spark Connect URL sc://HOST[:PORT][/;param=value...]")
     if getattr(args, "engine", None) == "local":
         raise BadInputError("--spark-remote runs the spark engine: it cannot go with --engine local")
-    if "token=" in url:
-        log.warning("--spark-remote carries a token, readable by every local user on the command line: "
-                    "set SPARK_REMOTE instead")
+    if "token=" in url.lower():  # a secret in process arguments: every local user reads them (ps)
+        raise BadInputError("--spark-remote carries a token, which every local user can read on the command line: "
+                            "set SPARK_REMOTE in the environment instead (the URL is never shown)")
     os.environ["SPARK_REMOTE"] = url
     args.engine = "spark"
 

@@ -209,13 +209,16 @@ def test_an_airflow_spark_connect_connection_runs_the_operator_s_job_over_connec
 @pytest.mark.parametrize("argv, needle", [
     (["--spark-remote", "http://127.0.0.1:15002"], "expected a Spark Connect URL"),
     (["--spark-remote", "sc://127.0.0.1:15002", "--engine", "local"], "cannot go with --engine local"),
+    (["--spark-remote", "sc://127.0.0.1:15002/;token=s3cr3t-Token"], "set SPARK_REMOTE in the environment"),
 ])
 def test_a_bad_spark_remote_is_bad_input_and_writes_nothing(make_table, argv: list[str], needle: str) -> None:
     from tests.helpers import assert_one_line_error, run_cli, tree_digest
 
     table, _ = make_table()
     before = tree_digest(table.uri)
-    assert_one_line_error(run_cli("merge", table.uri, *argv), 2, "--spark-remote", needle)
+    run = run_cli("merge", table.uri, *argv)
+    assert_one_line_error(run, 2, "--spark-remote", needle)
+    assert "s3cr3t" not in run.stderr + run.stdout  # a token is never shown
     assert tree_digest(table.uri) == before and "SPARK_REMOTE" not in os.environ
 
 
