@@ -14,8 +14,10 @@ the state is honoured only when it is recognised as one memwal wrote (:func:`sto
   action, target, who, why, when, a random nonce and the state's location (a pause copied
   from another fleet's state is refused). The state also holds the signed set of the nonces in
   force (``in_force``), rewritten by every pause and resume: a pause that was resumed is no
-  longer in it, so replaying it is refused (issue 61). What a signature cannot see is a rollback
-  of the whole document to an earlier copy: keep the state where only the fleet writes;
+  longer in it, so replaying it is refused (issue 61); nor is a pause older than a signed resume
+  of its target the log holds (an old pause restored with its old set in force, issue 83). What a
+  signature cannot see is a rollback of the whole document to an earlier copy: keep the state
+  where only the fleet writes;
 - **without a key** (the default): a pause is recognised when the same write logged it (its
   log entry: the same target, who, when and nonce). Anyone who can write the state can then
   write both: such pauses are *unauthenticated*, and ``fleet status`` and the page say so
@@ -34,7 +36,7 @@ import logging
 import os
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memwal.core.json_doc import finite, list_of, mapping_of
@@ -132,13 +134,24 @@ class _Recognised:
     key: bytes | None
     logged: frozenset[tuple[Any, ...]]  # (action, target, by, at, nonce) of every log entry
     in_force: frozenset[str] | None  # the signed set in force (None: missing or forged)
+    #: With the key: per target, when a signed resume of it was last logged. A signed set in force
+    #: restored with its old pause (a partial replay of the document, issue 83) cannot outlive
+    #: the signed resume the log still holds.
+    resumed: Mapping[Any, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, doc: Mapping[str, Any], location: str) -> _Recognised:
         key = _key()
         logged = frozenset((e.get("action"), e.get("target"), e.get("by"), e.get("at"), e.get("nonce"))
                            for e in _entries(doc, "log")) if key is None else frozenset()
-        return cls(location, key, logged, None if key is None else _in_force(doc, key, location))
+        resumed: dict[Any, float] = {}
+        if key is not None:
+            for e in _entries(doc, "log"):
+                at = finite(e.get("at"))
+                if (e.get("action") == "resume" and at is not None and at > resumed.get(e.get("target"), -1.0)
+                        and _verified(key, LOG, location, e)):
+                    resumed[e.get("target")] = at
+        return cls(location, key, logged, None if key is None else _in_force(doc, key, location), resumed)
 
     def unrecognised(self, entry: Mapping[str, Any]) -> str | None:
         """Why a stored pause is not one memwal wrote in this state and still in force (None:
@@ -156,6 +169,9 @@ class _Recognised:
             return "the state's signed list of pauses in force is missing or forged"
         if entry.get("nonce") not in self.in_force:
             return "no longer in force: resumed, and replayed since"
+        at, resumed = finite(entry.get("at")), self.resumed.get(entry.get("target"))
+        if resumed is not None and (at is None or resumed >= at):
+            return "no longer in force: the log holds its signed resume, and the pause was replayed since"
         return None
 
 

@@ -145,3 +145,21 @@ def test_targets_are_recorded_absolute_and_a_cancel_of_no_table_is_refused(tmp_p
                   "--reason", "r")
     assert run.rc == 2 and "no Lance table there: nothing to cancel" in run.stderr, run.stderr
     assert tree_digest(str(tmp_path)) == before
+
+
+def test_a_partial_replay_of_an_old_pause_and_its_set_in_force_holds_nothing(tmp_path, monkeypatch):
+    """Issue 83: the old signed pause and the old signed set in force restored together, the log
+    (with its signed resume) kept: the pause is not honoured, and says why; a pause made after the
+    resume is."""
+    monkeypatch.setenv("MEMWAL_FLEET_KEY", KEY)
+    root, t1, t2 = lake(tmp_path)
+    state = tmp_path / "state"
+    control("pause", t2, state, "hank")
+    before = json.loads((state / "controls.json").read_text())
+    control("resume", t2, state, "hank")
+    edit(state, lambda d: d.update(pauses=before["pauses"], in_force=before["in_force"]))
+    run = run_cli("fleet", "plan", str(root), "--state", str(state), "--json")
+    assert run.rc == 0 and "the log holds its signed resume" in run.stderr, run.stderr
+    assert statuses(root, state) == {t1: ("behind", None), t2: ("behind", None)}
+    control("pause", t2, state, "ivy")  # a pause after the resume: in force
+    assert statuses(root, state)[t2] == ("paused", "ivy")
