@@ -9,13 +9,17 @@ latest is found from the names that remain.
 
 A version goes when all of these hold: it is older than the newest version older than the grace
 period (a reader that listed the shard within the grace period may hold that one or a newer; GC's
-own drains are judged against it: :func:`memwal.gc.drain.unlisted_safely`); it is older than the
-live writer's claim (the first version of its epoch, which tells when its view was opened); and
-the shard keeps at least :data:`KEEP` versions above it (what GC walks back over to tell a
-writer's version from a compactor's). Only a prefix goes, so no gap stays among the versions a
-reader lists. While the deletes run (several at once) a listing may show a gap among the versions
-going, never among the newest :data:`KEEP`, the only ones a reader requires whole
-(:data:`memwal.table.shards.WHOLE_NEWEST`).
+own drains are judged against it: :func:`memwal.gc.drain.unlisted_safely`); it is not the live
+writer's claim (the first version of its epoch, which tells when its view was opened: the binary
+search of :func:`memwal.table.writer._claimed_at` finds it among what is left); and the shard
+keeps at least :data:`KEEP` versions above it (what GC walks back over to tell a writer's version
+from a compactor's). The versions between a live writer's claim and those go too: a writer that
+never reopens wrote some 50 a minute, all kept while it lived (4,011 after 3,000 flushes, listed
+by every merge plan and listing pass: issue 82), so one gap stays after the claim, below the
+newest :data:`KEEP`, where readers allow gaps (:data:`memwal.table.shards.WHOLE_NEWEST`; a probe
+from a hint looks past one: :func:`memwal.table.shards.ended_at_gap`). While the deletes run
+(several at once) a listing may show other gaps among the versions going, never among the newest
+:data:`KEEP`, the only ones a reader requires whole.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ def plan_manifest_pruning(histories: Mapping[str, ManifestHistory], writers: Map
         if held is None:
             continue
         floor = min(held, versions[-KEEP])
+        claim: int | None = None
         w = writers.get(sid)
         if w is not None and w.live:
             if w.claimed_at is None:
@@ -62,8 +67,7 @@ def plan_manifest_pruning(histories: Mapping[str, ManifestHistory], writers: Map
             claim = min((v for v in versions if history.mtime(v) >= w.claimed_at), default=None)
             if claim is None:
                 continue
-            floor = min(floor, claim)
-        going = [v for v in versions if v < floor]
+        going = [v for v in versions if v < floor and v != claim]
         if going:
             keys += [manifest_key(sid, v) for v in going]
             per_shard[sid] = len(going)

@@ -121,3 +121,36 @@ def test_old_shard_manifest_versions_go_and_every_reader_and_writer_goes_on(live
     assert again.view() == again.model.sorted_rows()
     again.close()
     assert run_cli("verify", live.uri).rc == 0
+
+
+def test_a_writer_that_never_reopens_keeps_its_claim_and_the_newest_versions_only(live: LiveWriter) -> None:
+    """Issue 82: the versions of a live writer's epoch all stayed while it lived (4,011 after
+    3,000 flushes, listed by every merge plan and listing pass). GC keeps its claim (which tells
+    when its view opened) and the newest KEEP (128: a gap below them is one readers allow); the
+    writer goes on, every reader reads every row, its claim time is unchanged, verify passes, and
+    a new writer opens on the shard."""
+    from memwal.gc.manifests import KEEP
+
+    keys = Writes()
+    folder = Path(live.uri, "_mem_wal", shard_ids_for(ONE)[0], "manifest")
+    for _ in range(KEEP + 20):
+        live.generation(keys.keys(live))
+    assert memwal.open(live.uri).merge().ok and memwal.open(live.uri).catchup().ok
+    claimed = memwal.open(live.uri).status().shards[0].writer_claimed_at
+    before = len(list(folder.glob("*.binpb")))
+    assert memwal.open(live.uri).gc(grace_seconds=0).ok
+    kept = len(list(folder.glob("*.binpb")))
+    assert before > KEEP + 20 and kept <= 1 + KEEP + 2, (before, kept)  # the claim, the newest, GC's own
+    assert memwal.open(live.uri).status().shards[0].writer_claimed_at == claimed
+    for _ in range(3):
+        live.generation(keys.keys(live))
+        assert live.view() == live.model.sorted_rows()
+    assert client_view(live.uri) == live.model.sorted_rows()
+    assert run_cli("verify", live.uri).rc == 0
+    assert memwal.open(live.uri).gc(grace_seconds=0).ok
+    assert memwal.open(live.uri).status().shards[0].writer_claimed_at == claimed
+    live.close()
+    again = LiveWriter(live.uri, shard_ids_for(ONE)[0], live.model)
+    again.generation(keys.keys(again))
+    assert again.view() == again.model.sorted_rows() and client_view(again.uri) == again.model.sorted_rows()
+    again.close()
