@@ -27,6 +27,7 @@ import lance
 import pytest
 
 import memwal
+from bench.harness.requests import table_files, upload
 from memwal.demo import Model, Workload, create_base_table, shard_ids_for, write_generations
 from memwal.errors import ReadError
 from memwal.pb import shard_manifest_pb2
@@ -243,7 +244,8 @@ def test_an_object_store_refuses_it_from_the_names_it_lists_anyway(v1_template: 
     with one listing request."""
     local = with_stray(v1_template, tmp_path / "t", first)
     uri, opts = s3_server.new_table(f"mixed-{first}")
-    upload(s3_server, local, uri)
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    upload("s3", s3_server, bucket, prefix, table_files(Path(local)))
     run = run_cli("status", uri, *[a for k, v in opts.items() for a in ("--storage-option", f"{k}={v}")])
     assert_one_line_error(run, 1, "_versions", v2_name(2), "two schemes")
 
@@ -255,12 +257,3 @@ def test_an_object_store_refuses_it_from_the_names_it_lists_anyway(v1_template: 
     since = len(s3_server.requests)
     assert latest_version_key(store) == (4, f"_versions/{v2_name(4)}")
     assert len(s3_server.requests) - since == 1
-
-
-def upload(s3_server: Any, local: str, uri: str) -> None:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    client = s3_server.client()
-    for folder, _, files in os.walk(local):
-        for name in files:
-            path = os.path.join(folder, name)
-            client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, local)}")

@@ -15,7 +15,6 @@ Every table is written by pylance's ``ShardWriter``; reads are checked against t
 
 from __future__ import annotations
 
-import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +24,7 @@ import lance
 import pytest
 
 import memwal
+from bench.harness.requests import table_files, upload
 from memwal.demo import Model, Workload, shard_ids_for, write_generations
 from memwal.errors import ReadError
 from memwal.fleet.plan import plan_fleet
@@ -194,7 +194,8 @@ def test_the_fleet_probe_refuses_it_on_an_object_store(v1_template: tuple[str, M
     probed from one listing request of ``_versions/``."""
     local = with_stray(v1_template[0], tmp_path / "t", first)
     uri, opts = s3_server.new_table(f"fleet-mixed-{first}")
-    upload(s3_server, local, uri)
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    upload("s3", s3_server, bucket, prefix, table_files(Path(local)))
     with pytest.raises(ReadError, match="two schemes"):
         probe(uri, open_store(uri, opts))
 
@@ -207,12 +208,3 @@ def test_the_fleet_probe_refuses_it_on_an_object_store(v1_template: tuple[str, M
     latest = latest_manifest(store, refuse_mixed=True)
     assert latest is not None and latest.key == f"_versions/{v2_name(4)}"
     assert len(s3_server.requests) - since == 1
-
-
-def upload(s3_server: Any, local: str, uri: str) -> None:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    client = s3_server.client()
-    for folder, _, files in os.walk(local):
-        for name in files:
-            path = os.path.join(folder, name)
-            client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, local)}")
