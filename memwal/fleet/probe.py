@@ -24,7 +24,6 @@ every gate; a wrong figure can only order the work differently, never do unsafe 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
@@ -36,11 +35,11 @@ from memwal.fleet.cache import ProbeCache
 from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
 from memwal.store import ObjectInfo, Store
 from memwal.table.manifest import (
-    NAMES_PAST_THE_FIRST,
     TableManifest,
     decode_table_manifest,
     fragment_stats,
     maintained_indexes,
+    refuse_mixed_after_first,
     refuse_mixed_names,
 )
 from memwal.table.naming import (
@@ -78,7 +77,6 @@ def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = Fals
     listing again, refuses it, so the fleet reports it as a problem of that table alone."""
     folder = f"{prefix}_versions/"
     keys = store.list(folder)
-    page = getattr(store, "list_chunk", 0)  # keys an object store's listing request returns (a disk: none)
     first: ObjectInfo | None = None
     seen = 0
     for seen, obj in enumerate(keys, 1):  # noqa: B007 - ``seen`` (keys taken) is read after the loop
@@ -88,17 +86,14 @@ def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = Fals
             break
     if first is None:
         return None
-    names = [first.key[len(folder):]]
-    if len(names[0].removesuffix(".manifest")) == V2_NAME_DIGITS:
-        past = NAMES_PAST_THE_FIRST if not page else max(0, min(NAMES_PAST_THE_FIRST, page - seen))
-        names += [n for o in itertools.islice(keys, past) if "/" not in (n := o.key[len(folder):])]
-    else:
-        listed = list(store.list(folder, recursive=False))
-        names = [o.key[len(folder):] for o in listed]
-        first = max(((v, o) for o in listed if (v := table_version_of(o.key)) is not None),
-                    key=lambda p: p[0])[1]
     try:
-        refuse_mixed_names(store, names)
+        if len(first.key[len(folder):].removesuffix(".manifest")) == V2_NAME_DIGITS:
+            refuse_mixed_after_first(store, first.key[len(folder):], (o.key[len(folder):] for o in keys), seen)
+        else:
+            listed = list(store.list(folder, recursive=False))
+            first = max(((v, o) for o in listed if (v := table_version_of(o.key)) is not None),
+                        key=lambda p: p[0])[1]
+            refuse_mixed_names(store, [o.key[len(folder):] for o in listed])
     except ReadError:
         if refuse_mixed:
             raise

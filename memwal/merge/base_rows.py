@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata, LanceFragment
 
 from memwal.core.pool import parallel_map
+from memwal.merge.batches import fixed_width_bytes
 from memwal.merge.changes import SCAN_BATCH_ROWS, key_mask
 from memwal.merge.join import use_key_index
 from memwal.merge.keys import IntKeySet, int_key
@@ -75,7 +76,7 @@ def base_key_rows(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str]
             return pa.concat_tables([t.select([*primary_key, ROWADDR]) for t in found]).cast(schema)
     among = IntKeySet(wanted, base_rows) if wanted is not None else None
     kept = []
-    if all(_fixed_width(f.type) for f in schema):  # a row's width is known: batches by rows
+    if all(fixed_width_bytes(f.type) is not None for f in schema):  # a row's width is known: batches by rows
         scanner = ds.scanner(columns=primary_key, with_row_address=True, batch_size=SCAN_BATCH_ROWS)
     else:  # a key of strings may be any width: batches by decoded bytes
         scanner = bounded_scanner(ds, primary_key, with_row_address=True)
@@ -88,13 +89,6 @@ def base_key_rows(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str]
         if mask.any():
             kept.append(pa.Table.from_batches([batch]).select([*primary_key, ROWADDR]).filter(pa.array(mask)))
     return pa.concat_tables(kept).cast(schema) if kept else schema.empty_table()
-
-
-def _fixed_width(t: pa.DataType) -> bool:
-    try:
-        return bool(t.bit_width > 0)
-    except ValueError:  # Arrow's answer for a type of no fixed width (strings, lists)
-        return False
 
 
 def base_addresses(ds: lance.LanceDataset, keys: pa.Table, primary_key: list[str]) -> np.ndarray:

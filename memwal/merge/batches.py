@@ -53,7 +53,7 @@ SAMPLE_ROWS = 8
 INTERNAL_ROW_BYTES = 8 + 8 + 4 + 1
 
 
-def _fixed_width(t: pa.DataType) -> int | None:
+def fixed_width_bytes(t: pa.DataType) -> int | None:
     """Bytes a value of ``t`` decodes to, when the type alone says (None: variable width)."""
     try:
         bits = int(t.bit_width)
@@ -71,7 +71,7 @@ def decoded_size(ds: lance.LanceDataset) -> int:
         return 0
     width, variable = INTERNAL_ROW_BYTES, []
     for f in ds.schema:
-        fixed = _fixed_width(f.type)
+        fixed = fixed_width_bytes(f.type)
         if fixed is None:
             variable.append(f.name)
         else:
@@ -149,4 +149,4 @@ def split_plan(table: Table, plan: MergePlan, bound: int | None) -> list[MergePl
     return out
 
 
-__all__ = ["DEFAULT_MAX_DECODED_BYTES", "decoded_size", "decoded_sizes", "split_plan"]
+__all__ = ["DEFAULT_MAX_DECODED_BYTES", "decoded_size", "decoded_sizes", "fixed_width_bytes", "split_plan"]

@@ -143,6 +143,16 @@ def refuse_mixed_names(store: Store, names: Iterable[str]) -> None:
         raise mixed_names_error(store, v1, v2)
 
 
+def refuse_mixed_after_first(store: Store, first: str, after: Iterator[str], seen: int) -> None:
+    """:func:`refuse_mixed_names` over ``first`` (a V2 name, the first manifest a listing of
+    ``_versions/`` found, after ``seen`` names) and the next :data:`NAMES_PAST_THE_FIRST` names of
+    ``after`` (the listing's rest, names relative to ``_versions/``), taken only from the page
+    ``first`` came in on an object store (``list_chunk`` names a request): no request more."""
+    page = getattr(store, "list_chunk", 0)
+    past = NAMES_PAST_THE_FIRST if not page else max(0, min(NAMES_PAST_THE_FIRST, page - seen))
+    refuse_mixed_names(store, [first, *(n for n in itertools.islice(after, past) if "/" not in n)])
+
+
 def list_versions(store: Store) -> dict[int, str]:
     """Every committed table version and its manifest key, for both naming schemes; ReadError for a
     table that names them by both (:func:`mixed_names_error`: checked for free, every name is read)."""
@@ -223,14 +233,12 @@ def latest_version_key(store: Store) -> tuple[int, str] | None:
         keys: Iterator[str] = iter(() if least is None else (least,))
     else:
         keys = (o.key for o in store.list(_VERSIONS))
-    page = getattr(store, "list_chunk", 0)  # keys an object store's listing request returns
     for seen, key in enumerate(keys, 1):
         version = _version_of(key) if "/" not in key[len(_VERSIONS):] else None
         if version is None:
             continue
         if _is_v2_name(key):
-            after = itertools.islice(keys, max(0, min(NAMES_PAST_THE_FIRST, page - seen)))
-            refuse_mixed_names(store, [k[len(_VERSIONS):] for k in (key, *after) if "/" not in k[len(_VERSIONS):]])
+            refuse_mixed_after_first(store, key[len(_VERSIONS):], (k[len(_VERSIONS):] for k in keys), seen)
             return version, key
         break
     versions = list_versions(store)
