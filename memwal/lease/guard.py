@@ -8,8 +8,8 @@ removed path, and the follower failed merges there for ever. An object store has
 make (a conditional write of a missing object fails there by itself), so only a
 :class:`~memwal.store.local.LocalStore` is guarded, with no request added elsewhere:
 
-* a rewrite (``put_if_match``) of a lease object that is not there fails as it would anyway
-  (PreconditionFailedError), before the write could make its folders;
+* a rewrite (``put_if_match``) of a lease object that is not there fails, and makes no folder:
+  the local store's own rule for every conditional write (:mod:`memwal.store.local_writes`);
 * a new lease object (``put_if_absent``) on a store this process saw holding a table
   (:func:`note_table`) is refused while the table's ``_versions/`` is gone
   (:class:`TableGoneError`). A store never seen with a table (the lease contract's tests, an
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 
-from memwal.errors import MemWalError, PreconditionFailedError
+from memwal.errors import MemWalError
 from memwal.store import LocalStore, Store
 
 #: The table's own folder of manifests: a Lance table is there while it holds it.
@@ -62,14 +62,4 @@ def check_create(store: Store, uri: str) -> None:
         raise TableGoneError(f"{store.root}: the table is gone (no {VERSIONS_DIR}/): no lease written at {uri}")
 
 
-def check_rewrite(store: Store, key: str) -> None:
-    """Fail a rewrite of the lease object ``key`` that is not there before the write could make
-    its folders (a local store; elsewhere the conditional write fails by itself): TableGoneError
-    when its table went with it, else PreconditionFailedError, as the write would have."""
-    if isinstance(store, LocalStore) and store.head(key) is None:
-        if noted_gone(store):
-            raise TableGoneError(f"{store.root}: the table is gone (no {VERSIONS_DIR}/)")
-        raise PreconditionFailedError(f"conditional write failed, object is gone: {store.uri_for(key)}")
-
-
-__all__ = ["VERSIONS_DIR", "TableGoneError", "check_create", "check_rewrite", "note_table", "noted_gone", "table_gone"]
+__all__ = ["VERSIONS_DIR", "TableGoneError", "check_create", "note_table", "noted_gone", "table_gone"]

@@ -42,7 +42,7 @@ from memwal.errors import (
     NotFoundError,
     PreconditionFailedError,
 )
-from memwal.lease.guard import TableGoneError, check_create, check_rewrite, note_table, noted_gone
+from memwal.lease.guard import check_create, note_table, noted_gone
 from memwal.lease.heartbeat import Heartbeat, renewal_interval
 from memwal.lease.record import LeaseRecord, default_holder, fmt_time, holder_is_dead, lease_key
 from memwal.lease.renewal import Renewing, store_errors
@@ -183,7 +183,6 @@ class Lease(Renewing):
         # incarnation of the same holder.
         rec = self._new_record(current.token + 1, now)
         steps.step("lease.before-write")
-        check_rewrite(self.store, self.key)
         new_etag = self.store.put_if_match(self.key, rec.encode(), etag)  # lost race: retried
         if dead:
             log.warning("took over the %s lease of dead holder %s (token %d, would have expired %s): "
@@ -339,12 +338,12 @@ class Lease(Renewing):
                 rec = LeaseRecord(self.kind, self.holder, self.token, current.acquired_at, 0.0,
                                   renewed_at=current.renewed_at, host=current.host, pid=current.pid,
                                   run_id=current.run_id)
-                check_rewrite(self.store, self.key)
                 self._etag = self.store.put_if_match(self.key, rec.encode(), etag)
                 self._record = rec
                 log.info("released %s lease (token %d)", self.kind, self.token)
             except (MemWalError, OSError) as exc:
-                if isinstance(exc, TableGoneError | NotFoundError) and self._gone():  # the caller says that, once
+                if isinstance(exc, NotFoundError | PreconditionFailedError) and self._gone():
+                    # its table is gone (the object with it): the caller says that, once
                     log.info("not releasing the %s lease (token %d): the table is gone", self.kind, self.token)
                     return
                 log.warning("could not release %s lease (token %d): %s", self.kind, self.token, exc)
@@ -367,7 +366,6 @@ class Lease(Renewing):
         rec = LeaseRecord(self.kind, self.holder, self.token, known.acquired_at, 0.0, renewed_at=known.renewed_at,
                           host=known.host, pid=known.pid, run_id=known.run_id)
         try:
-            check_rewrite(self.store, self.key)
             self._etag = self.store.put_if_match(self.key, rec.encode(), etag)
         except PreconditionFailedError:
             return False

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from memwal.errors import CancelledError, LeaseLostError, MemWalError, PreconditionFailedError
 from memwal.lease import cancel
-from memwal.lease.guard import TableGoneError, check_rewrite
 from memwal.lease.heartbeat import renewal_interval
 from memwal.lease.record import LeaseRecord, fmt_time
 from memwal.observe import metrics
@@ -104,7 +103,6 @@ class Renewing:
                           renewed_at=now, host=self._record.host, pid=self._record.pid, run_id=self._record.run_id,
                           cancel=self._record.cancel)
         try:
-            check_rewrite(self.store, self.key)  # a lease gone with its table is not written back
             etag = self.store.put_if_match(self.key, rec.encode(), self._etag)
         except PreconditionFailedError:
             if not self._adopt_cancel():
@@ -159,9 +157,6 @@ class Renewing:
                 # a lease object gone (its table removed, as a rule) is said by whoever holds it,
                 # at its next check: the job's exit 3, or the follower's line that the table is gone
                 self._fence(self._takeover_reason(str(exc)), quiet=str(exc).endswith(OBJECT_GONE))
-                return None
-            except TableGoneError as exc:  # lost with its table: whoever holds it says that, once
-                self._fence(str(exc), quiet=True)
                 return None
             except (MemWalError, OSError) as exc:
                 remaining = self._record.expires_at - now
