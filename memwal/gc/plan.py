@@ -258,7 +258,9 @@ def plan_gc(
     histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in shards.states.items()}
     writers = {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=seconds(writer_idle_seconds), claim=True)
                for sid, h in histories.items()}
-    progress_digest = load_digest(table.store)
+    # a listing pass of a table object that read every retained version before reads only what was
+    # committed since, from the manifests (the digest is a whole run's; its bytes grow with the age)
+    progress_digest = ProgressDigest() if listed_only and table.main_line is not None else load_digest(table.store)
     versions = retained_versions(table, known=progress_digest)
     sweep = sweep_checkpoints(table, now)
     _warn_lost_views(table, versions, sweep.live)
@@ -341,8 +343,11 @@ def _deciding(versions: list[RetainedVersion], gone: list[RetainedVersion],
     if generations.deletions or generations.drains or any(
             PROGRESS_UNPROVEN in b.reasons or b.reason == PROGRESS_UNPROVEN for b in generations.blocked):
         return versions
-    named = {f"retained-version:{v.describe()}": v for v in versions if not v.vouched}
-    held = {id(v): v for b in generations.blocked for r in (b.reason, *b.reasons) if (v := named.get(r)) is not None}
+    asked = {r for b in generations.blocked for r in (b.reason, *b.reasons) if r.startswith("retained-version:")}
+    # each claim described only when some version is named: a listing pass names none, and a week
+    # of versions described at every pass grew with the table's age (issue 82)
+    named = {f"retained-version:{v.describe()}": v for v in versions if not v.vouched} if asked else {}
+    held = {id(v): v for r in asked if (v := named.get(r)) is not None}
     return [*gone, *held.values()]
 
 
@@ -401,7 +406,9 @@ def plan_gc_settled(table: Table, *, grace_seconds: Duration = DEFAULT_GRACE_SEC
     """
     def attempt(_n: int) -> GcPlan:
         try:
-            with table.reading():  # one listing of _versions/ per attempt: a retry lists again
+            # one listing of _versions/ per attempt (a retry lists again); a listing pass grows the
+            # versions its table object knew by those committed since (memwal.table.versions_cursor)
+            with table.reading(grown=listed_only and _n == 1):
                 return plan_gc(table, grace_seconds=grace_seconds, orphan_age_seconds=orphan_age_seconds,
                                history_retention_seconds=history_retention_seconds,
                                expire_versions_seconds=expire_versions_seconds,

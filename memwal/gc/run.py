@@ -87,7 +87,9 @@ def run_gc(table: Table, plan: GcPlan, *, engine: GcEngine | None = None, lease:
             if lease:
                 lease.check(safe_to_stop=True)
             expired, handle = plan.version_expiry.collect(table, keep=checkpoints.live)
-        with table.reading():  # the re-check reads afresh, once: the versions left and the latest from one listing
+        # the re-check reads afresh, once: the versions left and the latest from one listing (a listing
+        # pass: the versions its plan knew, grown by those committed since)
+        with table.reading(grown=plan.listed_only):
             if plan.version_expiry is not None:
                 left = retained_versions(table, known=plan.progress_digest, dataset=handle)
             plan = recheck(table, plan, checkpoints.live, left)

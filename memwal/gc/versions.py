@@ -196,38 +196,66 @@ class ShardProgress:
         return None
 
 
-def _version_facts(versions: Sequence[RetainedVersion]) -> tuple[np.ndarray, np.ndarray]:
-    """Per version, whether only its age keeps it (:func:`by_age_only`), and its commit time."""
-    n = len(versions)
-    return (np.fromiter((by_age_only(v) for v in versions), dtype=bool, count=n),
-            np.fromiter((v.timestamp for v in versions), dtype=float, count=n))
-
-
 class VersionProgress:
-    """The retained versions' progress, ready to be read per shard (:class:`ShardProgress`)."""
+    """The retained versions' progress, ready to be read per shard (:class:`ShardProgress`).
+
+    Built from the last one built (:data:`_BUILT`) when these versions start with all of its, the
+    same objects (a table object grows its main line by what was committed since:
+    :class:`memwal.table.retained.MainLine`): a follower's listing pass, every few seconds, then
+    pays for the versions committed since its last, not for a week of them (issue 82)."""
 
     def __init__(self, versions: list[RetainedVersion]) -> None:
         self.versions = versions
-        maps: dict[int, int] = {}  # id of a shared progress dict -> its index in self._maps
-        self._maps: list[dict[str, int]] = []
-        group = np.empty(len(versions), dtype=np.intp)
-        for i, v in enumerate(versions):
-            m = v.compacted
-            j = maps.get(id(m))
+        prior = _grown_from(versions)
+        #: the distinct progress maps (versions of one index section share one), and each one's
+        #: place among them by the map's id
+        self._maps: list[dict[str, int]] = list(prior._maps) if prior else []
+        self._where: dict[int, int] = dict(prior._where) if prior else {}
+        self._groups: list[int] = list(prior._groups) if prior else []
+        self._mains: list[bool] = list(prior._mains) if prior else []
+        self._ages: list[bool] = list(prior._ages) if prior else []
+        self._stamps: list[float] = list(prior._stamps) if prior else []
+        #: per shard, each distinct map's progress for it (grown with the maps)
+        self._per_map: dict[str, list[int]] = {sid: list(p) for sid, p in prior._per_map.items()} if prior else {}
+        for v in versions[len(self._groups):]:
+            j = self._where.get(id(v.compacted))
             if j is None:
-                j = maps[id(m)] = len(self._maps)
-                self._maps.append(m)
-            group[i] = j
-        self._group = group
-        self._main = np.fromiter((v.branch is None for v in versions), dtype=bool, count=len(versions))
+                j = self._where[id(v.compacted)] = len(self._maps)
+                self._maps.append(v.compacted)
+            self._groups.append(j)
+            self._mains.append(v.branch is None)
+            self._ages.append(by_age_only(v))
+            self._stamps.append(v.timestamp)
+        self._group = np.array(self._groups, dtype=np.intp)
+        self._main = np.array(self._mains, dtype=bool)
         self._facts: tuple[np.ndarray, np.ndarray] | None = None
+        _BUILT.append(self)
+        del _BUILT[:-_BUILT_KEPT]
 
     def shard(self, shard_id: str) -> ShardProgress:
-        per_map = np.fromiter((m.get(shard_id, 0) for m in self._maps), dtype=np.int64, count=len(self._maps))
-        values = per_map[self._group]
+        per_map = self._per_map.setdefault(shard_id, [])
+        per_map += [m.get(shard_id, 0) for m in self._maps[len(per_map):]]
+        values = np.array(per_map, dtype=np.int64)[self._group] if per_map else np.zeros(0, dtype=np.int64)
         main_high = np.maximum.accumulate(np.where(self._main, values, -1)) if len(values) else values
         if self._facts is None:  # shared by every shard: what keeps each version, and when it was committed
-            self._facts = _version_facts(self.versions)
+            self._facts = np.array(self._ages, dtype=bool), np.array(self._stamps, dtype=float)
         by_age, stamps = self._facts
         return ShardProgress(self.versions, values, self._main, int(values.min()) if len(values) else 0, main_high,
                              by_age, stamps)
+
+
+#: The version progress built last, for the next to start from: a few per table (a plan builds
+#: one, and one without the versions its expiry removes), for a fleet's follower a few tables.
+_BUILT: list[VersionProgress] = []
+_BUILT_KEPT = 8
+
+
+def _grown_from(versions: list[RetainedVersion]) -> VersionProgress | None:
+    """A progress built before over a prefix of ``versions`` (the same objects), the longest."""
+    best: VersionProgress | None = None
+    for p in list(_BUILT):  # another thread's plan may add one meanwhile
+        n = len(p.versions)
+        if n <= len(versions) and (best is None or n > len(best.versions)) and n and all(
+                a is b for a, b in zip(p.versions, versions[:n], strict=True)):
+            best = p
+    return best

@@ -26,14 +26,15 @@ from memwal.table.manifest import (
     TableManifest,
     decode_table_manifest,
     latest_version_key,
-    list_version_infos,
     list_versions,
     read_table_manifest,
 )
 from memwal.table.naming import table_manifest_key
+from memwal.table.versions_cursor import VersionsCursor
 
 if TYPE_CHECKING:
     from memwal.table.progress_digest import ProgressDigest
+    from memwal.table.retained import MainLine
 
 log = logging.getLogger(__name__)
 
@@ -83,30 +84,43 @@ class Table:
                                                         compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
     _scope: threading.local = field(default_factory=threading.local, init=False, repr=False, compare=False)
-    #: The versions the last listing found, on a disk (:func:`memwal.table.manifest.list_version_infos`).
-    _listed: dict[int, ObjectInfo] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: The versions the last listing found, grown by a stat each where a stretch allows
+    #: (:meth:`reading` with ``grown``).
+    cursor: VersionsCursor = field(default_factory=VersionsCursor, init=False, repr=False, compare=False)
     #: The merge progress of the retained versions the last plan did not find in the digest, as
     #: :func:`memwal.table.retained.retained_versions` read it (same key and ETag only): the digest
     #: is a whole GC run's, and a follower's listing passes between two whole runs would read every
     #: version committed since, each pass.
     progress_read: ProgressDigest | None = field(default=None, init=False, repr=False, compare=False)
+    #: The main line's retained versions this table built last (:func:`memwal.table.retained.retained_versions`
+    #: grows them by what was committed since, rather than building a week of versions at every pass).
+    main_line: MainLine | None = field(default=None, init=False, repr=False, compare=False)
+    #: Held while the main line is built or grown (two plans of one table object at once grow it once).
+    main_line_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
     #: On a disk, the newest V2-named version this table found: where :meth:`_probe_latest` starts.
     _newest: int | None = field(default=None, init=False, repr=False, compare=False)
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self, *, grown: bool = False) -> Iterator[None]:
         """A stretch of reads that writes nothing (a plan, a status): in it, on this thread,
         ``_versions/`` is listed once and that listing serves every read of the latest
         manifest and of the versions (:meth:`version_infos`). Call :meth:`moved` when the
-        stretch must see the store afresh (a retry after a lost race)."""
+        stretch must see the store afresh (a retry after a lost race).
+
+        ``grown`` (a follower's listing pass): the versions this table knew, grown by those
+        committed on top since (:meth:`VersionsCursor.grow`), not a listing of them all; a
+        version removed since stays known until a stretch without it lists them."""
         depth = getattr(self._scope, "depth", 0)
         self._scope.depth = depth + 1
+        if depth == 0:
+            self._scope.grown = grown
         try:
             yield
         finally:
             self._scope.depth = depth
             if depth == 0:
                 self._scope.listing = None
+                self._scope.grown = False
 
     def _in_reading(self) -> bool:
         return bool(getattr(self._scope, "depth", 0))
@@ -121,14 +135,14 @@ class Table:
             return self._list_versions()
         listing: dict[int, ObjectInfo] | None = getattr(self._scope, "listing", None)
         if listing is None:
-            listing = self._scope.listing = self._list_versions()
+            grown = self.cursor.grow(self.store) if getattr(self._scope, "grown", False) else None
+            listing = self._scope.listing = grown if grown is not None else self._list_versions()
         return listing
 
     def _list_versions(self) -> dict[int, ObjectInfo]:
         """Every committed version now, a manifest listed before not stat-ed again (threads that
         list at once each start from a listing that was true of what it holds: no lock)."""
-        self._listed = found = list_version_infos(self.store, self._listed)
-        return found
+        return self.cursor.relist(self.store)
 
     def remembered(self, version: int) -> TableManifest | None:
         """The manifest of ``version`` if this table read it lately (it cannot have changed), else None."""
@@ -166,13 +180,19 @@ class Table:
                     return known
                 return self._remember(read_table_manifest(self.store, version, versions={version: key}, latest=True))
             return self._remember(self._read_named(version))
-        versions = {v: info.key for v, info in self.version_infos().items()}
-        if version is not None and version not in versions and self._in_reading():
+        infos = self.version_infos()
+        if version is not None and version not in infos:
             self.moved()  # a version newer than the listing this stretch holds: list again
-            versions = {v: info.key for v, info in self.version_infos().items()}
-        if version is None and versions and (known := self.remembered(max(versions))) is not None:
+            infos = self.version_infos()
+        wanted = max(infos, default=None) if version is None else version
+        if version is None and wanted is not None and (known := self.remembered(wanted)) is not None:
             return known
-        return self._remember(read_table_manifest(self.store, version, versions=versions))
+        # only the key of the version read: a proof reads thousands of manifests in one stretch,
+        # and a map of every version built for each read cost versions x reads (issue 82)
+        if infos and wanted not in infos:
+            raise NotFoundError(f"{self.store.root}: table version {wanted} does not exist")
+        named = {wanted: infos[wanted].key} if wanted is not None else {}
+        return self._remember(read_table_manifest(self.store, wanted, versions=named, latest=version is None))
 
     def _probe_latest(self) -> tuple[int, str] | None:
         """On a disk, the latest version found from the newest this table found before: that one

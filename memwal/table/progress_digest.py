@@ -86,6 +86,10 @@ class ProgressDigest:
     def __len__(self) -> int:
         return len(self._by_key)
 
+    def add(self, entries: Iterable[Remembered]) -> None:
+        """Remember ``entries`` too (a table object's record of what it read, grown by each plan)."""
+        self._by_key.update((e.key, e) for e in entries)
+
     def entries(self) -> list[Remembered]:
         return list(self._by_key.values())
 

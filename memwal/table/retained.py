@@ -34,7 +34,7 @@ from typing import TypeVar
 import lance
 
 from memwal.errors import BadInputError, first_line
-from memwal.store import Store
+from memwal.store import ObjectInfo, Store
 from memwal.table import Table
 from memwal.table.manifest import IndexState, decode_table_manifest, list_version_infos
 from memwal.table.progress_digest import DIGEST_KEY, ProgressDigest, Remembered, load_digest, save_digest
@@ -104,41 +104,99 @@ def retained_versions(table: Table, *, known: ProgressDigest | None = None,
     the retained-progress digest when the caller has it already, and then checks the claims it
     takes from it with :func:`vouch`, before they decide anything; without one, the digest is
     read and every claim from it confirmed here: the caller gets manifests' values only;
-    ``dataset``: an open handle to list tags and branches through, else the latest is opened)."""
+    ``dataset``: an open handle to list tags and branches through, else the latest is opened).
+
+    The main line is built once per table object and then grown by the versions committed on
+    top since (:class:`MainLine`): a follower asks at every listing pass, and a week of versions
+    built again each time grew with the table's age (issue 82)."""
     tags, branches = _holders(table, dataset)
     checked = known is not None
     known = load_digest(table.store) if known is None else known
     learned = table.progress_read if table.progress_read is not None else ProgressDigest()
-    out: list[RetainedVersion] = []
-    truth: list[Remembered] = []
     shared: dict[bytes, IndexState] = {}
-    lines: list[tuple[str | None, Store, str]] = [(None, table.store, "")]
-    lines += [(b, table.store.child(f"tree/{b}"), f"tree/{b}/") for b in table.store.list_dirs("tree/")]
-    for branch, store, root in lines:
-        listed = sorted((table.version_infos() if branch is None else list_version_infos(store)).items())
-        # what this table object read from the manifests first: a digest's claim only where it did not
-        mine = {v: learned.get(root + info.key, info.etag, v) for v, info in listed}
-        remembered = {v: mine[v] or known.get(root + info.key, info.etag, v) for v, info in listed}
-        # the manifests this table object read lately (the latest, as a rule) are not read again
-        decoded = {v: m for v, _ in listed if branch is None and remembered[v] is None
-                   and (m := table.remembered(v)) is not None}
-        unread = [(v, info.key) for v, info in listed if remembered[v] is None and v not in decoded]
-        read = {v: (m.timestamp, m.compacted, m.transaction_file) for v, m in decoded.items()}
-        read.update(_read(store, unread, shared))
-        for version, info in listed:
-            seen = remembered[version]
-            timestamp, compacted, txn = ((seen.timestamp, seen.compacted, seen.transaction_file) if seen
-                                         else read[version])
-            vouched = seen is None or mine[version] is not None or known.trusted
-            out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
-                                       tags.get((branch, version), []), branches.get((branch, version), []),
-                                       remembered=seen is not None, transaction_file=txn, vouched=vouched))
-            if vouched:
-                truth.append(Remembered(root + info.key, info.etag, version, timestamp, compacted, txn))
-    table.progress_read = ProgressDigest(truth)
+    listing = table.version_infos()
+    with table.main_line_lock:
+        line = table.main_line
+        if line is not None and line.holds(table, listing, tags, branches):
+            grown, truth = _build(table, None, table.store, "", table.cursor.since(line.top), tags, branches, known,
+                                  learned, shared)
+            line.grow(grown, table.cursor.top)
+            learned.add(truth)
+            table.progress_read = learned
+        else:
+            main, truth = _build(table, None, table.store, "", sorted(listing.items()), tags, branches, known,
+                                 learned, shared)
+            line = MainLine(table.cursor.epoch, max(listing, default=0), tags, branches, main,
+                            [v for v in main if not v.remembered])
+            table.main_line = line if listing is table.cursor.infos else None
+            table.progress_read = ProgressDigest(truth)
+        out = list(line.versions)
+    for b in table.store.list_dirs("tree/"):
+        store = table.store.child(f"tree/{b}")
+        on_branch, truth = _build(table, b, store, f"tree/{b}/", sorted(list_version_infos(store).items()), tags,
+                                  branches, known, learned, shared)
+        out += on_branch
+        table.progress_read.add(truth)
     if not checked:
         vouch(table, out, out)
     return out
+
+
+@dataclass
+class MainLine:
+    """The main line's retained versions as a table object built them last, to be grown by the
+    versions committed on top since rather than built again: valid while the versions' listing
+    found nothing but new versions on top (:attr:`memwal.table.versions_cursor.VersionsCursor.epoch`)
+    and the tags and branches are the same."""
+
+    epoch: int
+    top: int  # the newest version built
+    tags: Holders
+    branches: Holders
+    versions: list[RetainedVersion]
+    #: The versions the last build read from their manifests: for the next plan they are what this
+    #: table object read before (remembered), as they were when each plan built every version.
+    fresh: list[RetainedVersion] = field(default_factory=list)
+
+    def holds(self, table: Table, listing: dict[int, ObjectInfo], tags: Holders, branches: Holders) -> bool:
+        return (listing is table.cursor.infos and self.epoch == table.cursor.epoch and tags == self.tags
+                and branches == self.branches)
+
+    def grow(self, versions: list[RetainedVersion], top: int | None) -> None:
+        for v in self.fresh:
+            v.remembered = True
+        self.fresh = [v for v in versions if not v.remembered]
+        self.versions += versions
+        self.top = self.top if top is None else max(self.top, top)
+
+
+def _build(table: Table, branch: str | None, store: Store, root: str, listed: list[tuple[int, ObjectInfo]],
+           tags: Holders, branches: Holders, known: ProgressDigest, learned: ProgressDigest,
+           shared: dict[bytes, IndexState]) -> tuple[list[RetainedVersion], list[Remembered]]:
+    """The retained versions of ``listed`` (one line of history, ascending) and what was read of
+    them from their manifests (for :attr:`Table.progress_read`)."""
+    # what this table object read from the manifests first: a digest's claim only where it did not
+    mine = {v: learned.get(root + info.key, info.etag, v) for v, info in listed}
+    remembered = {v: mine[v] or known.get(root + info.key, info.etag, v) for v, info in listed}
+    # the manifests this table object read lately (the latest, as a rule) are not read again
+    decoded = {v: m for v, _ in listed if branch is None and remembered[v] is None
+               and (m := table.remembered(v)) is not None}
+    unread = [(v, info.key) for v, info in listed if remembered[v] is None and v not in decoded]
+    read = {v: (m.timestamp, m.compacted, m.transaction_file) for v, m in decoded.items()}
+    read.update(_read(store, unread, shared))
+    out: list[RetainedVersion] = []
+    truth: list[Remembered] = []
+    for version, info in listed:
+        seen = remembered[version]
+        timestamp, compacted, txn = ((seen.timestamp, seen.compacted, seen.transaction_file) if seen
+                                     else read[version])
+        vouched = seen is None or mine[version] is not None or known.trusted
+        out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
+                                   tags.get((branch, version), []), branches.get((branch, version), []),
+                                   remembered=seen is not None, transaction_file=txn, vouched=vouched))
+        if vouched:
+            truth.append(Remembered(root + info.key, info.etag, version, timestamp, compacted, txn))
+    return out, truth
 
 
 def vouch(table: Table, versions: list[RetainedVersion], which: Iterable[RetainedVersion]) -> bool:

@@ -1,0 +1,84 @@
+"""The table versions a table object knows, grown by what was committed since (issue 82).
+
+A followed table commits a version per merge and the default retention keeps a week of them
+(50,000 beside a writer that never stops). A follower's listing pass, every few seconds, asked
+for every version: a listing of ``_versions/`` (one name each) and, built on it, the retained
+versions, both growing with the table's age. What changes between two passes is the few
+versions committed on top: Lance commits version n + 1 by a put-if-absent of its name, never
+below the latest, and a cleanup never removes the latest. So a pass that may work from the
+versions known before (:meth:`VersionsCursor.grow`) stats the next names until one is missing,
+instead of listing them all.
+
+What growing cannot see: a version removed meanwhile (a cleanup, version expiry), a manifest
+rewritten in place, a name of the other naming scheme. A removed version stays known, which
+only keeps more (it still counts as a holder, as it did at the last listing), until the next
+full listing (:meth:`VersionsCursor.relist`: every whole GC run, ``status``, ``verify``), which
+bumps :attr:`VersionsCursor.epoch` when it finds anything but new versions on top, so that what
+was built on the old listing (:func:`memwal.table.retained.retained_versions`) is built again.
+"""
+
+from __future__ import annotations
+
+from memwal.store import ObjectInfo, Store
+from memwal.table.manifest import list_version_infos
+from memwal.table.naming import table_manifest_key
+
+#: New versions :meth:`VersionsCursor.grow` stats before it gives up (the caller lists instead).
+GROW_PROBES = 32
+
+
+class VersionsCursor:
+    """Every version the last listing found, plus those grown on top since (see the module docstring).
+
+    :attr:`infos` is replaced, never changed in place: a listing handed out stays as it was."""
+
+    def __init__(self) -> None:
+        self.infos: dict[int, ObjectInfo] = {}
+        #: The newest version known (None: nothing listed yet).
+        self.top: int | None = None
+        #: Bumped when a listing found anything but new versions on top of the last one.
+        self.epoch = 0
+
+    def relist(self, store: Store) -> dict[int, ObjectInfo]:
+        """Every version now, by a listing (on a disk a known manifest is not stat-ed again); the
+        epoch moves when it found a version gone, changed, or new below the newest known."""
+        known, top = self.infos, self.top
+        found = list_version_infos(store, known)
+        if top is not None and (not found.keys() >= known.keys() or any(v <= top for v in found.keys() - known.keys())
+                                or any(found[v] is not info and found[v].etag != info.etag
+                                       for v, info in known.items())):
+            self.epoch += 1
+        self.infos, self.top = found, max(found, default=None)
+        return found
+
+    def grow(self, store: Store) -> dict[int, ObjectInfo] | None:
+        """The versions known plus those committed on top since, a stat each, on a disk (None: grow
+        cannot tell, list them: nothing known, the newest known not V2-named or gone, or more than
+        :data:`GROW_PROBES` new)."""
+        top = self.top
+        if top is None or not store.has_directories:
+            return None
+        key = table_manifest_key(top, v2_naming=True)
+        if self.infos[top].key != key or store.head(key) is None:
+            return None
+        new: dict[int, ObjectInfo] = {}
+        for _ in range(GROW_PROBES):
+            info = store.head(table_manifest_key(top + 1, v2_naming=True))
+            if info is None:
+                break
+            top += 1
+            new[top] = info
+        else:
+            return None
+        if new:
+            self.infos, self.top = {**self.infos, **new}, top
+        return self.infos
+
+    def since(self, version: int) -> list[tuple[int, ObjectInfo]]:
+        """The known versions above ``version``, ascending (what grew on top since a caller's last look)."""
+        if self.top is None:
+            return []
+        return [(v, self.infos[v]) for v in range(version + 1, self.top + 1) if v in self.infos]
+
+
+__all__ = ["GROW_PROBES", "VersionsCursor"]

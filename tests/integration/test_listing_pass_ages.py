@@ -1,0 +1,155 @@
+"""A follower's listing pass follows what was committed since its last pass, not the table's age (issue 82).
+
+A followed table commits a version per merge, and the default 7-day retention keeps them all: a
+pass that listed ``_versions/`` and built every retained version again grew with the table's age
+(35 ms of a 150 ms pass at 3,000 versions, 1 s at 50,000). A table object now knows the versions it
+listed, grows them by a stat of each next name (:mod:`memwal.table.versions_cursor`), and grows the
+main line's retained versions by those (:class:`memwal.table.retained.MainLine`).
+
+Work is counted, never timed: on one table object beside a live pylance writer, a flush, its merge
+and a listing pass list no version name and build and read the same few versions at 12 and at 72
+flushes; what it knows equals what a new table object reads; a version removed or forged below the
+newest is seen by the next full listing, which builds the main line again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+
+import lance
+import pytest
+
+import memwal
+from memwal.store.local import LocalStore
+from memwal.table import open_table
+from memwal.table import retained as retained_module
+from memwal.table.naming import table_manifest_key
+from memwal.table.retained import retained_versions
+from tests.clients.pylance_client import LiveWriter, client_view
+from tests.integration.test_clients_pylance import Writes
+
+
+@pytest.fixture
+def work(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[str]]:
+    """Work since the last call: version names listed, version manifests read, retained versions built."""
+    seen: Counter[str] = Counter()
+
+    def listing(name: str) -> None:
+        real = getattr(LocalStore, name)
+
+        def wrapper(self: LocalStore, prefix: str, *args: object, **kwargs: object) -> object:
+            out = real(self, prefix, *args, **kwargs)
+            if prefix.startswith("_versions"):
+                out = list(out)
+                seen["names listed"] += len(out)
+                return iter(out) if name != "list_level" else out
+            return out
+
+        monkeypatch.setattr(LocalStore, name, wrapper)
+
+    for name in ("list", "list_keys"):
+        listing(name)
+    real_get_many, real_get_with_etag = LocalStore.get_many, LocalStore.get_with_etag
+
+    def get_many(self: LocalStore, keys: list[str]) -> list[bytes | None]:
+        seen["manifests read"] += sum(k.startswith("_versions/") for k in keys)
+        return real_get_many(self, keys)
+
+    def get_with_etag(self: LocalStore, key: str, **kwargs: object) -> tuple[bytes, str]:
+        seen["manifests read"] += key.startswith("_versions/")
+        return real_get_with_etag(self, key, **kwargs)
+
+    monkeypatch.setattr(LocalStore, "get_many", get_many)
+    monkeypatch.setattr(LocalStore, "get_with_etag", get_with_etag)
+    real_build = retained_module._build
+
+    def build(*args: object, **kwargs: object) -> object:
+        out = real_build(*args, **kwargs)  # type: ignore[arg-type]
+        seen["versions built"] += len(out[0])
+        return out
+
+    monkeypatch.setattr(retained_module, "_build", build)
+
+    def take() -> Counter[str]:
+        out = Counter(seen)
+        seen.clear()
+        return out
+
+    return take
+
+
+def facts(versions: list[retained_module.RetainedVersion]) -> list[tuple[int, float, dict[str, int]]]:
+    return [(v.version, v.timestamp, dict(v.compacted)) for v in versions]
+
+
+def test_a_listing_pass_reads_what_was_committed_since_at_two_ages(live: LiveWriter, work) -> None:
+    keys = Writes()
+    t = memwal.open(live.uri)
+
+    def cycle() -> None:
+        live.generation(keys.keys(live))
+        assert t.merge().ok
+        assert t.gc(listed_only=True).ok
+
+    per_cycle: dict[int, list[Counter[str]]] = {}
+    for age in (12, 72):
+        while live.n < age:
+            cycle()
+        work()
+        per_cycle[age] = []
+        for _ in range(3):
+            cycle()
+            per_cycle[age].append(work())
+    versions = len(lance.dataset(live.uri).versions())
+    assert versions > 72
+    young, old = per_cycle[12], per_cycle[72]
+    assert old == young, (young, old)
+    for c in old:
+        assert c["names listed"] == 0  # no listing of _versions/: the next names stat-ed
+        assert 1 <= c["versions built"] <= 2  # the merge's commit (and a rollup's none): not 70 more
+        assert c["manifests read"] <= 4
+    # what the table object grew is what a new one reads from the manifests
+    fresh = open_table(live.uri)
+    with fresh.reading():
+        truth = facts(retained_versions(fresh))
+    with t.table.reading(grown=True):
+        assert facts(retained_versions(t.table)) == truth
+    assert client_view(live.uri) == live.model.sorted_rows() == live.view()
+
+
+def test_a_version_removed_or_forged_below_the_newest_is_seen_by_the_next_full_listing(live: LiveWriter) -> None:
+    keys = Writes()
+    t = memwal.open(live.uri)
+    for _ in range(4):
+        live.generation(keys.keys(live))
+        assert t.merge().ok
+    table = t.table
+    with table.reading():
+        before = facts(retained_versions(table))
+    epoch = table.cursor.epoch
+    ds = lance.dataset(live.uri)
+    ds.cleanup_old_versions(older_than=timedelta(seconds=0))
+    left = {v["version"] for v in lance.dataset(live.uri).versions()}
+    assert len(left) < len(before)
+    # a grown stretch does not see the removal: it keeps more, never less
+    with table.reading(grown=True):
+        assert facts(retained_versions(table)) == before
+    # a full listing does: the main line is built again from what is there
+    with table.reading():
+        assert [v[0] for v in facts(retained_versions(table))] == sorted(left)
+    assert table.cursor.epoch == epoch + 1
+    # a name put below the newest (a forged or stray copy) is not grown over: the full listing
+    # counts it as a change, and the main line is built again with it
+    newest = max(left)
+    src = os.path.join(live.uri, table.cursor.infos[newest].key)
+    below = min(set(range(1, newest)) - left)
+    with open(src, "rb") as f, open(os.path.join(live.uri, table_manifest_key(below, v2_naming=True)), "wb") as g:
+        g.write(f.read())
+    with table.reading(grown=True):
+        assert below not in {v.version for v in retained_versions(table)}
+    with table.reading():
+        assert below in {v.version for v in retained_versions(table)}
+    assert table.cursor.epoch == epoch + 2
