@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memwal.table.retained import RetainedVersion
+from memwal.table.retained import RetainedVersion, changes
 
 #: Left-out masks a shard keeps a ranking for (the plan asks with one, the live writers' own:
 #: more would each cost a sort over the versions, and are not asked).
@@ -206,7 +206,8 @@ class VersionProgress:
 
     def __init__(self, versions: list[RetainedVersion]) -> None:
         self.versions = versions
-        prior = _grown_from(versions)
+        self._changes = changes()
+        prior = _grown_from(versions, self._changes)
         #: the distinct progress maps (versions of one index section share one), and each one's
         #: place among them by the map's id
         self._maps: list[dict[str, int]] = list(prior._maps) if prior else []
@@ -250,12 +251,13 @@ _BUILT: list[VersionProgress] = []
 _BUILT_KEPT = 8
 
 
-def _grown_from(versions: list[RetainedVersion]) -> VersionProgress | None:
-    """A progress built before over a prefix of ``versions`` (the same objects), the longest."""
+def _grown_from(versions: list[RetainedVersion], changed: int) -> VersionProgress | None:
+    """A progress built before over a prefix of ``versions`` (the same objects, none changed in
+    place since: :func:`memwal.table.retained.changes`), the longest."""
     best: VersionProgress | None = None
     for p in list(_BUILT):  # another thread's plan may add one meanwhile
         n = len(p.versions)
-        if n <= len(versions) and (best is None or n > len(best.versions)) and n and all(
+        if p._changes == changed and n <= len(versions) and (best is None or n > len(best.versions)) and n and all(
                 a is b for a, b in zip(p.versions, versions[:n], strict=True)):
             best = p
     return best

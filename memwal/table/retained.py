@@ -217,9 +217,20 @@ def vouch(table: Table, versions: list[RetainedVersion], which: Iterable[Retaine
     return bool(wrong)
 
 
+#: How many times retained versions were changed in place (:func:`_confirm`): what was built on
+#: them before (:class:`memwal.gc.versions.VersionProgress`) is not grown from after a change.
+_changes = [0]
+
+
+def changes() -> int:
+    """How many times :func:`_confirm` changed retained versions in place, in this process."""
+    return _changes[0]
+
+
 def _confirm(table: Table, versions: list[RetainedVersion]) -> list[RetainedVersion]:
     """Read ``versions``' manifests, put their values in place of the claims, and remember them in
     the table object; the versions whose claims were wrong."""
+    _changes[0] += 1
     wrong: list[RetainedVersion] = []
     shared: dict[bytes, IndexState] = {}
     by_key = {v.key: v for v in versions}
