@@ -253,7 +253,7 @@ def plan_gc(
         listing, shards = _listed_folders(store)
         expire_versions_seconds = history_retention_seconds = None
     else:
-        listing = list_mem_wal(store)
+        listing = list_mem_wal(store, lazy=True)  # a folder's files walked when the plan asks for them
         shards = read_listed_manifests(store, listing)
     histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in shards.states.items()}
     writers = {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=seconds(writer_idle_seconds), claim=True)
@@ -309,7 +309,7 @@ def plan_gc(
         orphans += plan_staging_orphans(listing, now, seconds(orphan_age_seconds))
     # a listing pass deletes and prunes nothing under _jobs/ (run history, receipts: thousands of
     # files a follower's table keeps), so no link there can redirect what it does
-    links = sorted(set(listing.links) | set(() if listed_only else store.list_links(f"{JOBS_DIR}/")))
+    links = sorted(set(listing.links_met()) | set(() if listed_only else store.list_links(f"{JOBS_DIR}/")))
     held = hold_linked(links, generations.deletions, tuple(wal), tuple(orphans))
     # a link in a shard's folder may stand where the drain's new manifest version goes: no drain there
     linked = {shard_of_key(link + "/x") for link in links}

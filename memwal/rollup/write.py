@@ -182,11 +182,14 @@ def _flush_in_clone(table: Table, ds: lance.LanceDataset, shard_id: str, staging
 
 
 def _fresh_name(store: Store, shard_id: str, generation: int) -> str:
-    """A ``<8 hex>_gen_<g>`` name no folder of the shard has."""
-    taken = set(store.list_dirs(f"{shard_dir(shard_id)}/"))
+    """A ``<8 hex>_gen_<g>`` name no folder of the shard has: each name drawn is looked up alone
+    (a shard keeps a week of folders: listing them all at every rollup grew with the table's age,
+    issue 82), and the copy's put-if-absent of every object refuses a name taken meanwhile."""
     while True:
         name = f"{secrets.token_hex(4)}_gen_{generation}"
-        if name not in taken:
+        prefix = f"{shard_dir(shard_id)}/{name}/"
+        keys, folders = store.list_level(prefix)
+        if not keys and not folders and not store.list_links(prefix, recursive=False):
             return name
 
 

@@ -14,8 +14,8 @@ one request, not thirty-five. On a disk the same walk also reports every symboli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 from memwal.store import ObjectInfo, Store
 from memwal.table.naming import (
@@ -83,6 +83,46 @@ class ShardListing:
         return any(_is_table_manifest(o.key, name) for o in self.generations.get(name, ()))
 
 
+class LazyFolders(Mapping[str, tuple[ObjectInfo, ...]]):
+    """A shard's generation folders on a disk, name -> every object under it, each folder walked
+    the first time its objects are asked for (its name, from the shard folder's listing, is known
+    at once): a whole GC run asks for the objects of the folders it lists, deletes, proves or finds
+    orphaned, and a table that keeps a week of merged generations has thousands more, each held
+    by a retained version whatever its files (84,000 files at 8,000 versions: issue 82). A link
+    met in a walked folder goes to ``links`` (the listing's :meth:`MemWalListing.links_met`): a
+    folder never walked is never deleted, and a link in its place is met by the shard's listing."""
+
+    def __init__(self, store: Store, prefix: str, names: Collection[str], links: list[str]) -> None:
+        self._store, self._prefix, self._links = store, prefix, links
+        self._names = sorted(set(names))
+        self._known = frozenset(self._names)
+        self._walked: dict[str, tuple[ObjectInfo, ...]] = {}
+
+    def __getitem__(self, name: str) -> tuple[ObjectInfo, ...]:
+        if name not in self._known:
+            raise KeyError(name)
+        found = self._walked.get(name)
+        if found is None:
+            objects, links = self._store.list_with_links(f"{self._prefix}{name}/")
+            self._links.extend(links)
+            found = self._walked[name] = tuple(objects)
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._known
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @property
+    def walked(self) -> int:
+        """How many folders were walked so far."""
+        return len(self._walked)
+
+
 @dataclass(frozen=True)
 class MemWalListing:
     shards: Mapping[str, ShardListing]
@@ -90,11 +130,17 @@ class MemWalListing:
     staging: Mapping[str, tuple[ObjectInfo, ...]] = field(default_factory=dict)
     #: Symbolic links met under ``_mem_wal/`` outside ``_jobs/`` (a disk only), never followed.
     links: tuple[str, ...] = ()
+    #: Links met since, in the generation folders walked when first asked for (:class:`LazyFolders`).
+    walked_links: list[str] = field(default_factory=list)
+
+    def links_met(self) -> tuple[str, ...]:
+        """Every link met so far: the listing's, and those of the folders walked since."""
+        return tuple(sorted({*self.links, *self.walked_links}))
 
 
 def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manifests: bool = True,
                  generations: Callable[[str, int], bool] | None = None,
-                 named: Mapping[str, Collection[str]] | None = None) -> MemWalListing:
+                 named: Mapping[str, Collection[str]] | None = None, lazy: bool = False) -> MemWalListing:
     """One listing of ``_mem_wal/`` (see the module docstring); ``wal=False`` leaves every WAL
     out, ``staging=False`` the merge staging, ``manifests=False`` every shard's manifest versions
     (the lag finds each shard's latest from its hint: beside a writer that never reopens, its
@@ -105,8 +151,11 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manife
     shards the folder names to walk (those of their chosen generations a shard manifest lists), so
     their folders' names are not listed. An object store keeps its one paged listing: a walk of
     chosen folders there would cost a request per shard and per folder (requests are money:
-    ``status`` reads at most 2 a shard, issue 41)."""
+    ``status`` reads at most 2 a shard, issue 41). ``lazy``, on a disk and with no
+    ``generations``: every generation folder is named, and walked only when its objects are
+    asked for (:class:`LazyFolders`: a whole GC run)."""
     root = f"{MEM_WAL_DIR}/"
+    lazy = lazy and generations is None and store.has_directories
     skipped = {name for name, listed in (("wal", wal), ("manifest", manifests)) if not listed}
     if generations is not None and store.has_directories:
         objects, links, folders = _walk_chosen(store, root, skipped, staging, generations, named or {})
@@ -115,9 +164,9 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manife
             parts = folder[len(root):].split("/")
             if len(parts) == 1:
                 return not (is_shard_dir_name(parts[0]) or (staging and parts[0] == STAGING))
-            if len(parts) == 2 and is_shard_dir_name(parts[0]) and generations is not None:
+            if len(parts) == 2 and is_shard_dir_name(parts[0]) and (generations is not None or lazy):
                 g = parse_generation_dir(parts[1])
-                if g is not None and not generations(parts[0], g):
+                if g is not None and (lazy or not generations(parts[0], g)):  # type: ignore[misc]
                     return True
             return len(parts) == 2 and parts[1] in skipped and is_shard_dir_name(parts[0])
 
@@ -143,8 +192,12 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manife
         if manifests:
             s.manifest_dirs |= {v for d in store.list_dirs(f"{root}{sid}/manifest/")
                                 if (v := parse_manifest_name(d)) is not None}
-    return MemWalListing({sid: s.done(sid, wal) for sid, s in sorted(shards.items())},
-                         {k: tuple(v) for k, v in sorted(stage.items())}, tuple(sorted(set(links))))
+    walked: list[str] = []
+    done = {sid: s.done(sid, wal) for sid, s in sorted(shards.items())}
+    if lazy:
+        done = {sid: replace(shard, generations=LazyFolders(store, f"{root}{sid}/", shard.generations, walked))
+                for sid, shard in done.items()}
+    return MemWalListing(done, {k: tuple(v) for k, v in sorted(stage.items())}, tuple(sorted(set(links))), walked)
 
 
 def _walk_chosen(store: Store, root: str, skipped: set[str], staging: bool, generations: Callable[[str, int], bool],

@@ -1,4 +1,4 @@
-"""``memwal status`` reads what the shard manifests list, not every folder a table kept (issue 82).
+"""``memwal status`` and a whole GC read what they judge, not every folder a table kept (issue 82).
 
 A table merged every few seconds keeps a week of merged generation folders under the default
 version retention (each one a retained version may still read): 84,000 files at 8,000 versions.
@@ -106,3 +106,30 @@ def test_a_live_checkpoint_still_shows_the_bytes_it_holds(make_table):
     assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
     (c,) = table_status(open_table(table.uri)).checkpoints
     assert c.generations_held > 0 and c.bytes_held > 0
+
+
+def test_a_whole_gc_walks_the_folders_it_judges_not_every_folder_the_retention_keeps(make_table, listed_entries):
+    """A whole GC run names every generation folder (the orphans and the gates need the names)
+    but walks the files only of those it lists, deletes, proves or finds orphaned: 270 more merged
+    folders kept by the retained versions add their 270 names to the listing, not their files
+    (issue 82: 84,000 files at 8,000 versions, a second of a whole run's 1.6 s at 3,000)."""
+    table, _ = make_table()
+    t = memwal.open(table.uri)
+    assert t.merge(max_generations=2).ok
+    assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
+    shard_id = sorted(table.manifest().compacted)[0]
+    counts, docs = [], []
+    for kept in (30, 300):
+        _keep_merged_folders(table.uri, shard_id, kept)
+        listed_entries()
+        doc = memwal.open(table.uri).gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0,
+                                        dry_run=True).to_dict()
+        counts.append(listed_entries())
+        docs.append(doc)
+    files = sum(1 for _ in Path(table.uri, "_mem_wal", shard_id, f"{299:08x}_gen_1").rglob("*") if _.is_file())
+    assert files > 1
+    assert counts[1] - counts[0] == 270, counts  # a name each, no file
+    held = [[b for b in d["blocked"] if b["shard_id"] == shard_id and b["generation"] == 1] for d in docs]
+    assert len(held[1]) - len(held[0]) == 270 and all(
+        any(r.startswith("retained-version:") for r in b["reasons"]) for b in held[1])
+    assert docs[0]["deleted"] == docs[1]["deleted"] == []
