@@ -19,12 +19,30 @@ was built on the old listing (:func:`memwal.table.retained.retained_versions`) i
 
 from __future__ import annotations
 
+from memwal.core.json_doc import JsonDocError, load_json
+from memwal.errors import MemWalError
 from memwal.store import ObjectInfo, Store
 from memwal.table.manifest import list_version_infos
 from memwal.table.naming import table_manifest_key
 
 #: New versions :meth:`VersionsCursor.grow` stats before it gives up (the caller lists instead).
 GROW_PROBES = 32
+
+#: Lance's own record of the latest version it committed (``{"version": N}``), written after each commit.
+LANCE_HINT = "_versions/latest_version_hint.json"
+
+
+def lance_hint(store: Store) -> int | None:
+    """The latest version Lance's hint names (None: none, unreadable, not a version). A hint is a
+    claim: a caller never takes a version from it that it did not find on storage, only a place
+    to look from. It matters where versions were expired between two looks: probing forward
+    from the newest seen stops at the first one gone, while the latest lies beyond."""
+    try:
+        doc = load_json(store.get(LANCE_HINT, max_bytes=4096), max_values=8)
+    except (MemWalError, JsonDocError, OSError):
+        return None
+    v = doc.get("version") if isinstance(doc, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 63 else None
 
 
 class VersionsCursor:
@@ -53,8 +71,9 @@ class VersionsCursor:
 
     def grow(self, store: Store) -> dict[int, ObjectInfo] | None:
         """The versions known plus those committed on top since, a stat each, on a disk (None: grow
-        cannot tell, list them: nothing known, the newest known not V2-named or gone, or more than
-        :data:`GROW_PROBES` new)."""
+        cannot tell, list them: nothing known, the newest known not V2-named or gone, more than
+        :data:`GROW_PROBES` new, or Lance's hint names a newer version than the probe found: one
+        committed since was expired before this look, and the latest lies past the gap)."""
         top = self.top
         if top is None or not store.has_directories:
             return None
@@ -70,6 +89,9 @@ class VersionsCursor:
             new[top] = info
         else:
             return None
+        hint = lance_hint(store)
+        if hint is not None and hint > top:
+            return None  # a version after the newest found is gone, or never was: list them
         if new:
             self.infos, self.top = {**self.infos, **new}, top
         return self.infos

@@ -55,11 +55,11 @@ def work(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[str]]:
     real_get_many, real_get_with_etag = LocalStore.get_many, LocalStore.get_with_etag
 
     def get_many(self: LocalStore, keys: list[str]) -> list[bytes | None]:
-        seen["manifests read"] += sum(k.startswith("_versions/") for k in keys)
+        seen["manifests read"] += sum(k.startswith("_versions/") and k.endswith(".manifest") for k in keys)
         return real_get_many(self, keys)
 
     def get_with_etag(self: LocalStore, key: str, **kwargs: object) -> tuple[bytes, str]:
-        seen["manifests read"] += key.startswith("_versions/")
+        seen["manifests read"] += key.startswith("_versions/") and key.endswith(".manifest")
         return real_get_with_etag(self, key, **kwargs)
 
     monkeypatch.setattr(LocalStore, "get_many", get_many)

@@ -4,6 +4,7 @@ before stat-ed (a committed manifest never changes), and exactly the versions on
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import lance
 import pyarrow as pa
@@ -79,6 +80,43 @@ def test_the_latest_is_found_from_the_newest_seen_without_listing_the_versions(t
     lance.dataset(uri).cleanup_old_versions(older_than=timedelta(seconds=0))
     lance.dataset(uri, version=lance.dataset(uri).version).restore()
     assert table.manifest().version == lance.dataset(uri).version and listed == []
+    # more than LATEST_PROBES versions on: Lance's hint is where the probe starts
     for _ in range(LATEST_PROBES + 1):
         lance.write_dataset(rows, uri, mode="append")
-    assert table.manifest().version == lance.dataset(uri).version and listed == ["_versions/"]
+    assert table.manifest().version == lance.dataset(uri).version and listed == []
+    # without a usable hint (gone, or naming a version not there), one listing again
+    hint = os.path.join(uri, "_versions", "latest_version_hint.json")
+    for forged in (None, b'{"version": 9999}', b"not json"):
+        for _ in range(LATEST_PROBES + 1):
+            lance.write_dataset(rows, uri, mode="append")
+        if forged is None:
+            os.remove(hint)
+        else:
+            with open(hint, "wb") as f:
+                f.write(forged)
+        listed.clear()
+        assert table.manifest().version == lance.dataset(uri).version and listed == ["_versions/"]
+
+
+def test_versions_committed_and_expired_between_two_looks_do_not_hide_the_latest(tmp_path):
+    """The newest version a table object saw is kept (a tag), the versions committed after it are
+    expired before it looks again: probing forward from it stops at the first one gone, while the
+    latest lies beyond. Lance's own hint starts the probe past the gap: the latest manifest, the
+    base a job opens, and a listing pass's versions are the latest's."""
+    uri = str(tmp_path / "t.lance")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    lance.write_dataset(rows, uri).initialize_mem_wal(unsharded=True)
+    table = open_table(uri)
+    seen = table.manifest().version
+    with table.reading(grown=True):
+        assert max(table.version_infos()) == seen
+    lance.dataset(uri).tags.create("kept", seen)
+    for _ in range(5):
+        lance.write_dataset(rows, uri, mode="append")
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(seconds=0), error_if_tagged_old_versions=False)
+    latest = lance.dataset(uri).version
+    assert {v["version"] for v in lance.dataset(uri).versions()} == {seen, latest} and latest > seen + 1
+    assert table.manifest().version == latest
+    assert table.dataset().version == latest
+    with table.reading(grown=True):
+        assert max(table.version_infos()) == latest and seen + 1 not in table.version_infos()
