@@ -57,7 +57,7 @@ from memwal.store import Store
 from memwal.table import Table
 from memwal.table.listing import MemWalListing, list_mem_wal
 from memwal.table.manifest import maintained_indexes
-from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME
+from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, shard_dir
 from memwal.table.paths import shard_of_key
 from memwal.table.progress_digest import ProgressDigest, load_digest
 from memwal.table.retained import RetainedVersion, retained_versions, vouch
@@ -353,20 +353,27 @@ def _deciding(versions: list[RetainedVersion], gone: list[RetainedVersion],
 
 def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:
     """A listing pass's reads: each shard's latest manifest, then a listing of ``_mem_wal/`` that
-    walks only the folders those manifests list (by generation number: a failed flush attempt or
-    a rollup under a listed number is walked too), leaving out every WAL and the merge staging.
+    walks only the folders those manifests list (on a disk by name; an object store's one listing
+    by generation number: a failed flush attempt or a rollup under a listed number comes too),
+    leaving out every WAL and the merge staging (on a disk, a link in place of a shard's
+    ``manifest/`` folder, where the pass writes, is looked for).
     The plan judges those manifests, read before the walk, so every folder they list was walked
     (one missing is missing: gone, or never written). On a disk the walk leaves the manifest
     versions out: the listing holds the names the manifests' reads found, each stat-ed when the
     plan asks for it (:class:`memwal.table.writer.StatOnUse`)."""
     found = read_shard_manifests(store)
     numbers = {sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()}
+    # on a disk the listed folders are walked by name: the names of a shard's folders (a week of
+    # them kept by the retention) are not listed at every pass (issue 82)
+    paths = {sid: [fg.path for fg in state.flushed] for sid, state in found.states.items()}
     listing = list_mem_wal(store, wal=False, staging=False, manifests=not store.has_directories,
-                           generations=lambda sid, g: g in numbers.get(sid, ()))
+                           generations=lambda sid, g: g in numbers.get(sid, ()), named=paths)
     if store.has_directories:
         named = {sid: replace(shard, manifests=StatOnUse(store, sid, found.versions.get(sid, ())))
                  for sid, shard in listing.shards.items()}
-        listing = replace(listing, shards=named)
+        # where this pass writes a shard's next manifest version: a link in that folder's place holds it
+        linked = [link for sid in named for link in store.list_links(f"{shard_dir(sid)}/manifest/", recursive=False)]
+        listing = replace(listing, shards=named, links=tuple(sorted({*listing.links, *linked})))
     states = {sid: state for sid, state in found.states.items() if sid in listing.shards}
     return listing, ShardManifests(states, dict(found.broken))
 
