@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.core.words import counted
 
 
 class JobStatus(StrEnum):
@@ -111,7 +112,7 @@ def summarize(job: str, doc: dict[str, Any]) -> str:
         if doc.get("version") is None:
             return "nothing to merge"
         gens = sum(s["to_generation"] - s["from_generation"] + 1 for s in doc.get("shards", []))
-        return f"v{doc['version']}: {gens} generations"
+        return f"v{doc['version']}: {counted(gens, 'generation')}"
     if job == "catchup":
         if not doc.get("indexes"):
             return "no index to catch up"
@@ -132,9 +133,11 @@ def _planned(job: str, doc: dict[str, Any]) -> str:
     """What a dry run would do."""
     if job == "merge":
         gens = sum(len(s.get("generations", [])) for s in doc.get("shards", []))
-        return f"would merge {gens} generations of {len(doc.get('shards', []))} shards" if gens else "nothing to merge"
+        return f"would merge {counted(gens, 'generation')} of {counted(len(doc.get('shards', [])), 'shard')}" \
+            if gens else "nothing to merge"
     if job == "gc":
-        return f"would delete {len(doc.get('deleted', []))} generations, {len(doc.get('blocked', []))} blocked" \
+        deleted = counted(len(doc.get("deleted", [])), "generation")
+        return f"would delete {deleted}, {len(doc.get('blocked', []))} blocked" \
             + _kept(doc)
     if job == "catchup":
         work = [i for i in doc.get("indexes", []) if i.get("action") not in (None, "none")]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.core.words import counted
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
 
 #: Failures kept for the report (the run history keeps every run).
@@ -72,8 +73,9 @@ class FollowTally(Document):
         """One line for the log: what it did so far."""
         runs = ", ".join(f"{sum(c.values())} {job}" for job, c in sorted(self.runs.items()))
         failed = sum(c.get(str(JobStatus.FAILED), 0) for c in self.runs.values())
-        return (f"following {self.target}: {self.cycles} cycles ({runs or 'nothing run'}), "
-                f"{self.generations_merged} generations merged, {failed} failed, {self.looks} looks")
+        return (f"following {self.target}: {counted(self.cycles, 'cycle')} ({runs or 'nothing run'}), "
+                f"{counted(self.generations_merged, 'generation')} merged, {failed} failed, "
+                f"{counted(self.looks, 'look')}")
 
 
 __all__ = ["CANCELLED", "GONE", "KEPT_FAILURES", "LEASE_LOST", "FollowTally"]

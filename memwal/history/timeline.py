@@ -21,6 +21,7 @@ from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
 from memwal.core.text import clip, one_line, span
 from memwal.core.waits import brief
+from memwal.core.words import counted
 from memwal.errors import BadInputError
 from memwal.history.log import read_runs
 from memwal.history.record import ABANDONED, RUNNING, RunEntry, RunRecord
@@ -77,9 +78,11 @@ class History(Document):
     #: Records skipped as unreadable (too large, not matching the model, dated in the future),
     #: each as ``"<uri>: <why>"``.
     skipped: list[str] = field(default_factory=list)
+    #: More runs are recorded than the limit let through (older ones: ``--limit`` shows them).
+    more: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "runs": self.runs, "skipped": self.skipped}
+        return {"table": self.table, "runs": self.runs, "skipped": self.skipped, "more": self.more}
 
 
 def history(table: Table, *, limit: int = 20, job: str | None = None, since: float | None = None,
@@ -90,9 +93,12 @@ def history(table: Table, *, limit: int = 20, job: str | None = None, since: flo
     if job is not None and job not in JOBS:
         raise BadInputError(f"--job {job!r}: expected one of {', '.join(JOBS)}")
     skipped: list[str] = []
-    records = list(read_runs(table.store, job=job, since=since, limit=limit, detail=detail, skipped=skipped))
+    # one more than asked for: whether older runs are recorded (a count of them all would read the
+    # names of a year of records)
+    records = list(read_runs(table.store, job=job, since=since, limit=limit + 1, detail=detail, skipped=skipped))
+    more, records = len(records) > limit, records[:limit]
     live = _live_runs(table)
-    out = History(table.uri, skipped=skipped)
+    out = History(table.uri, skipped=skipped, more=limit if more else None)
     for r in records:
         doc = r.entry()
         if r.outcome == RUNNING and r.run_id not in live:
@@ -165,8 +171,10 @@ def render(h: History) -> str:
     skipped = f"; {len(h.skipped)} unreadable record{'s' * (len(h.skipped) != 1)} skipped" if h.skipped else ""
     if not h.runs:
         return f"{h.table}: no runs recorded{skipped}"
-    n = len(h.runs)
-    lines = [f"{h.table}: {n} entr{'ies' if n != 1 else 'y'}, newest first{skipped}"]
+    shown = counted(len(h.runs), "entry", "entries")
+    if h.more is not None:
+        shown += f" (the newest {h.more:,} runs and what happened between them; older runs are recorded: raise --limit)"
+    lines = [f"{h.table}: {shown}, newest first{skipped}"]
     for r in h.runs:
         when = datetime.fromtimestamp(r["started_at"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
         finished, failure = r["finished_at"], r["error"]

@@ -79,8 +79,20 @@ def test_every_job_is_recorded_with_its_figures_and_real_versions(make_table):
     # every run left the lag it saw: all merged at the end
     assert set(by_job["gc"]["lag"]) == set(merge_shards(merge)) and all(v[0] == 0 for v in by_job["gc"]["lag"].values())
     assert [r["job"] for r in cli_json("history", uri, "--job", "merge")["runs"]] == ["merge", "merge"]
-    assert [r["job"] for r in cli_json("history", uri, "--limit", "2")["runs"]] == ["gc", "snapshot"]
+    limited = cli_json("history", uri, "--limit", "2")
+    assert [r["job"] for r in limited["runs"]] == ["gc", "snapshot"] and limited["more"] == 2
+    assert cli_json("history", uri, "--limit", "50")["more"] is None  # every run shown
+    head = run_cli("history", uri, "--limit", "2").stdout.splitlines()[0]
+    assert "the newest 2 runs" in head and "older runs are recorded: raise --limit" in head, head
     assert table_rows(table) == model.sorted_rows()
+
+
+def test_counts_read_as_words() -> None:
+    from memwal.core.words import counted
+
+    assert [counted(n, "generation") for n in (0, 1, 2, 1500)] == [
+        "0 generations", "1 generation", "2 generations", "1,500 generations"]
+    assert counted(1, "entry", "entries") == "1 entry" and counted(3, "entry", "entries") == "3 entries"
 
 
 def merge_shards(doc: dict) -> set[str]:
