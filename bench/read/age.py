@@ -106,6 +106,7 @@ def age(uri: str, ages: list[int], keep: Path, log: Any, start: str | None = Non
     if start:
         shutil.copytree(start, uri, symlinks=True)
         shard = next(d for d in os.listdir(f"{uri}/_mem_wal") if not d.startswith("_"))
+        schema = lance.dataset(uri).schema  # an aged table's own (a bench before may have named them otherwise)
     else:
         ids = np.arange(10_000, dtype=np.int64)
         lance.write_dataset(pa.table({"id": ids, "v": ids}, schema=schema), uri)
@@ -119,7 +120,7 @@ def age(uri: str, ages: list[int], keep: Path, log: Any, start: str | None = Non
     t0 = time.perf_counter()
     for i in range(1, max(ages) + 1):
         k = rng.choice(20_000, 60, replace=False).astype(np.int64)
-        writer.put(pa.table({"id": k, "v": k * 0 + i}, schema=schema))
+        writer.put(pa.table(dict(zip(schema.names, (k, k * 0 + i), strict=True)), schema=schema))
         if not table.merge().ok:
             raise processes.BenchFailed(f"merge failed at flush {i}")
         if i % 3 == 0:
