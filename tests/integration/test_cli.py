@@ -102,6 +102,21 @@ def test_merge_with_a_gap_exits_nonzero_naming_the_shard(make_table):
     assert table.manifest().compacted[shard_id] == 2
 
 
+def test_an_unknown_option_names_its_command_and_the_option_meant(tmp_path):
+    """An option a command does not know is that command's error: one line pointing to its own
+    --help, with the option meant when one is close; nothing is opened or written."""
+    uri = str(tmp_path / "nope")
+    assert_one_line_error(run_cli("cycle", uri, "--expire-verions", "5"), 2,
+                          "unrecognized arguments: --expire-verions 5", "did you mean --expire-versions?",
+                          "see memwal cycle --help")
+    assert_one_line_error(run_cli("fleet", "status", "--jsn"), 2, "did you mean --json?",
+                          "see memwal fleet status --help")
+    far = run_cli("status", uri, "--zzzzzz")
+    assert_one_line_error(far, 2, "unrecognized arguments: --zzzzzz", "see memwal status --help")
+    assert "did you mean" not in far.error_lines[0]
+    assert not (tmp_path / "nope").exists()
+
+
 def test_missing_table_is_bad_input(tmp_path):
     assert_one_line_error(run_cli("status", str(tmp_path / "nope")), 2, "nope")
     assert not (tmp_path / "nope").exists()

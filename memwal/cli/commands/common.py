@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -35,6 +36,24 @@ class Parser(argparse.ArgumentParser):
         where = f"{command}: " if command else ""
         print(f"memwal: error: {where}{one_line(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        """A command's own arguments: one it does not know is its error (naming its ``--help``, and
+        the option meant when one is close), not the top parser's (``see memwal --help``)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None and self.prog != "memwal":
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._meant(extras)}")
+        return parsed, extras
+
+    def _meant(self, extras: Sequence[str]) -> str:
+        options = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        for extra in extras:
+            if extra.startswith("--"):
+                close = difflib.get_close_matches(extra.split("=", 1)[0], options, n=1, cutoff=0.75)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
 
 
 def parse_storage_options(pairs: Sequence[str] | None) -> dict[str, str]:
