@@ -49,9 +49,9 @@ C1_ONLY = "-XX:TieredStopAtLevel=1"
 #: A JVM that cannot use the archive (class path changed) says so on stdout; keep it quiet.
 QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"
 #: What the dump run exercises (:func:`_context_run`), part of the archive's name: an archive of an
-#: older workload (RDD jobs only, without Spark SQL's classes) is rebuilt, not kept. With the
-#: DataFrame jobs' classes the session came up in 0.9-1.3 s instead of 1.6-2.2 s, and a first
-#: job took 1.9-2.3 s instead of 2.5-3.1 s (2 shared cores, load 1.5-2.5, 2026-11-26).
+#: older workload (RDD jobs only, without Spark SQL's classes) is rebuilt, not kept, since the
+#: session's start pays for every class the archive lacks (figures: docs/benchmarks.md, "Spark
+#: Connect, classic Spark and the local engine").
 WORKLOAD = "dataframes-1"
 #: Seconds the dump run may take (start a context, run a small shuffle job, write the archive).
 BUILD_TIMEOUT = 300
