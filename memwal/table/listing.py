@@ -117,11 +117,6 @@ class LazyFolders(Mapping[str, tuple[ObjectInfo, ...]]):
     def __len__(self) -> int:
         return len(self._names)
 
-    @property
-    def walked(self) -> int:
-        """How many folders were walked so far."""
-        return len(self._walked)
-
 
 @dataclass(frozen=True)
 class MemWalListing:
@@ -166,7 +161,7 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manife
                 return not (is_shard_dir_name(parts[0]) or (staging and parts[0] == STAGING))
             if len(parts) == 2 and is_shard_dir_name(parts[0]) and (generations is not None or lazy):
                 g = parse_generation_dir(parts[1])
-                if g is not None and (lazy or not generations(parts[0], g)):  # type: ignore[misc]
+                if g is not None and (lazy or (generations is not None and not generations(parts[0], g))):
                     return True
             return len(parts) == 2 and parts[1] in skipped and is_shard_dir_name(parts[0])
 

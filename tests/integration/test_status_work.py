@@ -24,7 +24,7 @@ import memwal
 from memwal.checkpoint.ops import create_checkpoint
 from memwal.inspect.status import TableStatus, table_status
 from memwal.store.local import LocalStore
-from memwal.table import open_table
+from memwal.table import Table, open_table
 from memwal.table.shards import parse_generation_dir
 from tests.clients.jobs import ZERO
 
@@ -76,13 +76,18 @@ def _shape(status: TableStatus) -> list[tuple]:
              s.merged_listed, s.rollups, s.unindexed, s.unmerged_bytes) for s in status.shards]
 
 
-def test_a_status_lists_the_same_entries_whatever_the_merged_folders_kept(make_table, listed_entries):
+def _merged_and_drained(make_table: Callable[..., tuple[Table, object]]) -> tuple[Table, str]:
+    """A table with generations merged and drained from the listing, their folders kept (the
+    retained versions before the merge read them), and one of its shards."""
     table, _ = make_table()
     t = memwal.open(table.uri)
     assert t.merge(max_generations=2).ok
-    # drained from the listing, the folders kept: the retained versions before the merge read them
     assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
-    shard_id = sorted(table.manifest().compacted)[0]
+    return table, sorted(table.manifest().compacted)[0]
+
+
+def test_a_status_lists_the_same_entries_whatever_the_merged_folders_kept(make_table, listed_entries):
+    table, shard_id = _merged_and_drained(make_table)
     counts, shapes = [], []
     for kept in (30, 300):
         _keep_merged_folders(table.uri, shard_id, kept)
@@ -113,11 +118,7 @@ def test_a_whole_gc_walks_the_folders_it_judges_not_every_folder_the_retention_k
     but walks the files only of those it lists, deletes, proves or finds orphaned: 270 more merged
     folders kept by the retained versions add their 270 names to the listing, not their files
     (issue 82: 84,000 files at 8,000 versions, a second of a whole run's 1.6 s at 3,000)."""
-    table, _ = make_table()
-    t = memwal.open(table.uri)
-    assert t.merge(max_generations=2).ok
-    assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
-    shard_id = sorted(table.manifest().compacted)[0]
+    table, shard_id = _merged_and_drained(make_table)
     counts, docs = [], []
     for kept in (30, 300):
         _keep_merged_folders(table.uri, shard_id, kept)
