@@ -22,9 +22,10 @@ jobs run on). Its own knobs say how often it looks and how often each job runs:
   flush since the last GC. A pass after every merge (0) left 4 or 5 entries listed in 16% of the
   1 Hz samples rather than 26%, and cost the follower 17-26% more CPU: the pass is half its work,
   paid per flush (docs/decisions/0062-keeping-up.md, sections 17 and 18). And the whole GC
-  (``gc_every``), which walks every folder the version retention keeps (thousands on a table that
-  keeps a week), drains and deletes. While its runs free nothing (beside a writer that never
-  reopens, under a week's retention, none does), each waits twice as long as the last, up to
+  (``gc_every``), which names every folder the version retention keeps (thousands on a table that
+  keeps a week; on a disk it walks the files of those it judges), drains and deletes. While its
+  runs free nothing (beside a writer that never reopens, under a week's retention, none does),
+  each waits twice as long as the last, up to
   ``gc_max_every``: the walk grows with what the retention keeps, and walking it every minute to
   free nothing was a quarter of a follower's time by minute 17 of a writer that never stops. Running
   GC less often deletes nothing more.
@@ -76,7 +77,7 @@ class FollowOptions(JobOptions):
     compact_fragments: int = opt(8, "count", "between compactions, run compaction's tail pass (the small fragments "
                                  f"only, under {TAIL_ROWS:,} rows) once N merges have each appended a fragment to the "
                                  "base (default 8)", metavar="N")
-    gc_every: float = opt(60.0, "interval", "run the whole GC (drain, delete: it walks every folder the version "
+    gc_every: float = opt(60.0, "interval", "run the whole GC (drain, delete: it names every folder the version "
                           "retention keeps) at most every S seconds, after merges (default 60)", metavar="S")
     gc_max_every: float = opt(600.0, "interval", "while whole GCs free nothing, wait twice as long after each, up to "
                               "S seconds (default 600): one that frees, drains or rolls up something goes back to "

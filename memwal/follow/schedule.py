@@ -21,7 +21,7 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
   young to rewrite may be (``heal_at``: every list reader fails while it is listed, so the
   follower does not wait for the next flush). It runs when the whole GC is not due (which does
   all it does), and its cadence is its own (``rollup_every``, 3 s): a follower rolls up every few
-  seconds after merges and walks every folder once a minute;
+  seconds after merges and runs the whole GC, which names every folder, once a minute;
 * compaction's tail pass (:data:`memwal.follow.options.TAIL`: the compact job on the small
   fragments only) is due once ``compact_fragments`` merges have each appended a fragment to the
   base since the last compaction (a merge that wrote rows writes them as a new fragment); it runs
