@@ -30,7 +30,7 @@ from memwal.table.manifest import (
     read_table_manifest,
 )
 from memwal.table.naming import table_manifest_key
-from memwal.table.versions_cursor import VersionsCursor, lance_hint
+from memwal.table.versions_cursor import VersionsCursor, lance_hint, versions_after
 
 if TYPE_CHECKING:
     from memwal.table.progress_digest import ProgressDigest
@@ -209,14 +209,11 @@ class Table:
         # before this one leave a gap the probe from the newest seen would stop at
         hint = lance_hint(self.store)
         v = max(v, hint) if hint is not None else v
-        if not self.store.exists(table_manifest_key(v, v2_naming=True)):
+        after = versions_after(self.store, v, LATEST_PROBES)
+        if after is None:
             return None
-        for _ in range(LATEST_PROBES):
-            key = table_manifest_key(v + 1, v2_naming=True)
-            if not self.store.exists(key):
-                return v, table_manifest_key(v, v2_naming=True)
-            v += 1
-        return None
+        latest = after[-1][0] if after else v
+        return latest, table_manifest_key(latest, v2_naming=True)
 
     def _read_named(self, version: int) -> TableManifest:
         """The manifest of ``version`` under its V2 name (what pylance 14 writes), read without a

@@ -45,6 +45,23 @@ def lance_hint(store: Store) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 63 else None
 
 
+def versions_after(store: Store, start: int, probes: int) -> list[tuple[int, ObjectInfo]] | None:
+    """The V2-named versions committed after ``start``, in order, a stat each until one is missing
+    (None: ``start`` itself is gone, or more than ``probes`` follow it: list them instead). Lance
+    commits version n + 1 by a put-if-absent of its name and a cleanup never removes the latest,
+    so the first one missing ends them, unless versions were expired since ``start`` was seen
+    (callers look from Lance's hint too: :func:`lance_hint`)."""
+    if store.head(table_manifest_key(start, v2_naming=True)) is None:
+        return None
+    found: list[tuple[int, ObjectInfo]] = []
+    for v in range(start + 1, start + probes + 1):
+        info = store.head(table_manifest_key(v, v2_naming=True))
+        if info is None:
+            return found
+        found.append((v, info))
+    return None
+
+
 class VersionsCursor:
     """Every version the last listing found, plus those grown on top since (see the module docstring).
 
@@ -75,25 +92,17 @@ class VersionsCursor:
         :data:`GROW_PROBES` new, or Lance's hint names a newer version than the probe found: one
         committed since was expired before this look, and the latest lies past the gap)."""
         top = self.top
-        if top is None or not store.has_directories:
+        if top is None or not store.has_directories or self.infos[top].key != table_manifest_key(top, v2_naming=True):
             return None
-        key = table_manifest_key(top, v2_naming=True)
-        if self.infos[top].key != key or store.head(key) is None:
+        new = versions_after(store, top, GROW_PROBES)
+        if new is None:
             return None
-        new: dict[int, ObjectInfo] = {}
-        for _ in range(GROW_PROBES):
-            info = store.head(table_manifest_key(top + 1, v2_naming=True))
-            if info is None:
-                break
-            top += 1
-            new[top] = info
-        else:
-            return None
+        top = new[-1][0] if new else top
         hint = lance_hint(store)
         if hint is not None and hint > top:
             return None  # a version after the newest found is gone, or never was: list them
         if new:
-            self.infos, self.top = {**self.infos, **new}, top
+            self.infos, self.top = {**self.infos, **dict(new)}, top
         return self.infos
 
     def since(self, version: int) -> list[tuple[int, ObjectInfo]]:
@@ -103,4 +112,4 @@ class VersionsCursor:
         return [(v, self.infos[v]) for v in range(version + 1, self.top + 1) if v in self.infos]
 
 
-__all__ = ["GROW_PROBES", "VersionsCursor"]
+__all__ = ["GROW_PROBES", "LANCE_HINT", "VersionsCursor", "lance_hint", "versions_after"]
