@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from memwal.errors import BadInputError, MemWalError
 from memwal.merge.base_rows import base_key_rows
-from memwal.merge.keys import key_codes
+from memwal.merge.keys import int_key, key_codes
 from memwal.merge.model import MergePlan
 from memwal.merge.newest import OpenGenerations
 from memwal.table import Table
@@ -41,15 +41,15 @@ def check_unique_keys(table: Table, plan: MergePlan) -> None:
     if not parts:
         return
     keys = pa.concat_tables(parts, promote_options="permissive")
-    keys = keys.take(pa.array(pd.Series(key_codes(keys, pk)).drop_duplicates().index.to_numpy()))
+    if int_key(keys, pk) is None:  # integers are looked up as a set (base_key_rows): repeats cost nothing there
+        keys = keys.take(pa.array(pd.Series(key_codes(keys, pk)).drop_duplicates().index.to_numpy()))
     held = base_key_rows(table.dataset(plan.read_version), keys, pk).select(pk)
-    if held.num_rows <= 1:
+    codes = pd.Series(key_codes(held, pk))
+    again = codes.duplicated()  # one hash pass; the counts only when the base is wrong
+    if not again.any():
         return
-    counts = pd.Series(key_codes(held, pk)).value_counts()
-    twice = counts[counts > 1]
-    if twice.empty:
-        return
-    first = int(pd.Series(key_codes(held, pk)).eq(twice.index[0]).to_numpy().argmax())
+    twice = codes[codes.isin(codes[again])].value_counts()
+    first = int(codes.eq(twice.index[0]).to_numpy().argmax())
     row = held.slice(first, 1).to_pylist()[0]
     shown = row[pk[0]] if len(pk) == 1 else {k: row[k] for k in pk}
     raise BadInputError(
