@@ -9,6 +9,7 @@ from typing import Any
 
 from memwal.core.sizes import human_bytes
 from memwal.core.waits import judged, passes_lines
+from memwal.core.words import counted
 from memwal.gc.gates import WAL_GENERATION_UNKNOWN, WAL_NEEDED_FOR_REPLAY, WRITER_LIVE, is_gate, only_grace
 
 
@@ -17,7 +18,8 @@ def render_gc(doc: Mapping[str, Any]) -> str:
     generation ranges (a run may collect thousands), then why the rest stays and what would
     free it."""
     verb = "would delete" if doc["dry_run"] else "deleted"
-    lines = [f"{doc['table']}: {verb} {len(doc['deleted'])} generations and {doc['wal_entries_deleted']} WAL entries"
+    lines = [f"{doc['table']}: {verb} {counted(len(doc['deleted']), 'generation')} and "
+             f"{counted(doc['wal_entries_deleted'], 'WAL entry', 'WAL entries')}"
              + ("" if doc["dry_run"] else f", {human_bytes(doc['bytes_freed'])} freed")]
     by_shard: dict[str, list[int]] = defaultdict(list)
     for d in doc["deleted"]:
@@ -46,18 +48,19 @@ def render_gc(doc: Mapping[str, Any]) -> str:
         why = {WAL_NEEDED_FOR_REPLAY: "the writer replays it after a crash",
                WAL_GENERATION_UNKNOWN: "its header names no generation, and not all it may belong to go"}.get(
                    reason, "it fences out older writers")
-        lines.append(f"  kept: {n} WAL entr{'y' if n == 1 else 'ies'} x {reason} ({why})")
+        lines.append(f"  kept: {counted(n, 'WAL entry', 'WAL entries')} x {reason} ({why})")
     if wait:
         lines.append("  gates " + judged(wait).strip(" ()"))  # the options each time above depends on
     if doc.get("retention"):
         lines.append(f"  retained versions: {doc['retention']['hint']}")
     if doc.get("time_will_free"):
         waiting = sum(1 for b in doc["blocked"] if only_grace(b.get("reasons", [b["reason"]])))
-        lines.append(f"  {waiting} generation(s) wait only for the reader grace period: a later run drains or frees "
-                     "them (a folder's own gates, named after 'then' above, still hold it)")
+        lines.append(f"  {counted(waiting, 'generation')} {'waits' if waiting == 1 else 'wait'} only for the reader "
+                     "grace period: a later run drains or frees them (a folder's own gates, named after 'then' "
+                     "above, still hold it)")
     live = sum(1 for b in doc["blocked"] if b["reason"] == WRITER_LIVE)
     if live:
-        lines.append(f"  {live} merged generation(s) kept for live writers' views: drained once each writer "
+        lines.append(f"  {counted(live, 'merged generation')} kept for live writers' views: drained once each writer "
                      "reopens or is quiet for --writer-idle-seconds")
     for o in doc["orphans"]:
         lines.append(f"  orphan {o['kind']} {o['key']} ({o['age_seconds']:.0f}s old)"

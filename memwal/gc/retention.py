@@ -9,10 +9,12 @@ candidate is tried the way the run would plan it: :func:`memwal.gc.expiry.plan_v
 picks the versions that go, then every gate is asked again without them (the answer
 :meth:`memwal.gc.gates.Gates.without` would give, worked out once per trial: :class:`_Trials`).
 The candidates are, per held generation, the largest whole number of seconds that still expires
-its youngest holder. Between two candidates a larger value expires the same holders and keeps more versions,
-so it never frees less. The hint names the candidate that frees the most (the largest among
-equals: it keeps the most history, and ages only grow, so it stays valid). When none frees any,
-the hint proposes no value and names the gates that would still hold the generations.
+its youngest holder. Between two candidates a larger value expires the same holders and keeps
+more versions, so it never frees less. Each is rounded down to a value a person would schedule
+(:func:`round_seconds`) and tried as rounded. The hint names the value that frees the most (the
+largest among equals: it keeps the most history, and ages only grow, so it stays valid, and the
+same until the versions pass the next step). When none frees any, the hint proposes no value and
+names the gates that would still hold the generations.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from memwal.checkpoint import TAG_PREFIX
+from memwal.core.words import counted
 from memwal.gc.expiry import plan_version_expiry
 from memwal.gc.gates import GRACE_PERIOD, Gates
 from memwal.gc.model import BlockingVersion, Retention
@@ -33,6 +36,10 @@ from memwal.table.retained import RetainedVersion
 #: At most this many ``--expire-versions`` values are tried for the hint (the largest ones, and
 #: the smallest, which expires every untagged holder): each is one more pass of the gates.
 MAX_TRIALS = 16
+#: The ``--expire-versions`` values a hint proposes (one minute to a month), rather than the age of
+#: a holder to the second, which changed with every run (issue 84).
+ROUND_SECONDS = (60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 3 * 86400,
+                 7 * 86400, 14 * 86400, 30 * 86400)
 
 RETAINED_VERSION = "retained-version"
 
@@ -110,18 +117,27 @@ def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[Block
     """Two sentences: what holds the generations (the retained versions, the untagged ones named),
     then what would free them: the ``--expire-versions`` value that frees the most, or why none does."""
     trial = _Trials(held, gates)
-    trials = [t for t in (trial(s) for s in expiry_candidates(held, gates.now)) if t is not None]
+    tried = sorted({round_seconds(s) for s in expiry_candidates(held, gates.now)}, reverse=True)
+    trials = [t for t in map(trial, tried) if t is not None]
     best = max(trials, key=lambda t: (t.freed, t.seconds), default=None)
     n = len(held)
     if best is not None and best.freed:
         named = [r for r in expirable if r.version in best.gone] or expirable
-        return (f"Retained versions hold {n} merged generation(s), untagged version(s) {_versions_text(named)} "
-                f"among them. Run gc with --expire-versions {best.seconds} to expire those: that frees {best.freed} "
-                f"of the {n} generation(s)" + _still_text(best.still, "; the others would still be held by ") + ".")
+        return (f"Retained versions hold {counted(n, 'merged generation')}, {_versions_text(named)} among them. "
+                f"Run gc with --expire-versions {best.seconds} to expire those: that frees {best.freed} of the "
+                f"{counted(n, 'generation')}" + _still_text(best.still, "; the others would still be held by ") + ".")
     most = min(trials, key=lambda t: t.seconds, default=None)
-    return (f"Retained versions hold {n} merged generation(s), untagged version(s) {_versions_text(expirable)} "
-            f"among them. Expiring those (gc --expire-versions) frees none of the {n} generation(s) now"
+    return (f"Retained versions hold {counted(n, 'merged generation')}, {_versions_text(expirable)} among them. "
+            f"Expiring those (gc --expire-versions) frees none of the {counted(n, 'generation')} now"
             + ("" if most is None else _still_text(most.still, ": they would still be held by ")) + ".")
+
+
+def round_seconds(seconds: int) -> int:
+    """``seconds`` rounded down to the nearest of :data:`ROUND_SECONDS` (as it is below a minute):
+    an ``--expire-versions`` value a person can keep in a schedule. Down, so that it expires at
+    least the versions ``seconds`` would (it is tried as it is, never assumed to free the same);
+    and the value proposed stays the same as the versions age until they pass the next step."""
+    return max((r for r in ROUND_SECONDS if r <= seconds), default=seconds)
 
 
 def expiry_candidates(held: list[HeldGeneration], now: float) -> list[int]:
@@ -198,6 +214,7 @@ def _held_by(v: RetainedVersion) -> str | None:
 
 
 def _versions_text(rows: list[BlockingVersion]) -> str:
-    """``3, 4, 5`` (or ``3..40`` for a long run) for a hint."""
+    """``untagged versions 3, 4, 5`` (or ``3..40`` for a long run) for a hint."""
     vs = sorted(r.version for r in rows)
-    return f"{vs[0]}..{vs[-1]}" if len(vs) > 5 else ", ".join(map(str, vs))
+    listed = f"{vs[0]}..{vs[-1]}" if len(vs) > 5 else ", ".join(map(str, vs))
+    return f"untagged version{'s' * (len(vs) != 1)} {listed}"

@@ -189,8 +189,8 @@ def render(h: History) -> str:
 def _summary(r: RunEntry) -> str:
     f = r.get("figures") or {}
     if r["job"] == "merge" and f:
-        return f"  {f.get('generations', 0)} generations, {f.get('rows_upserted', 0)} upserted, " \
-               f"{f.get('rows_deleted', 0)} deleted"
+        return f"  {counted(f.get('generations', 0), 'generation')}, {f.get('rows_upserted', 0):,} upserted, " \
+               f"{f.get('rows_deleted', 0):,} deleted"
     if r["job"] == "gc" and f:
         return gc_summary(f)
     if r["job"] == "compact" and f:
@@ -204,10 +204,11 @@ def gc_summary(f: Mapping[str, Any]) -> str:
     """A GC run's line: what it deleted and freed, what it drained and rolled up, and what it
     kept and why (a run that deleted nothing but kept 5 says so, not "0 generations, 0B freed"):
     GC's own gates with when each passes (its ``wait``), for records that hold one."""
-    done = [f"{f.get('generations', 0)} generations deleted, {human_bytes(f.get('bytes', 0))} freed"]
-    done += [f"{f[k]} {what}" for k, what in (("wal_entries", "WAL entries deleted"), ("drained", "drained"),
-                                               ("rolled_up", "rolled up"), ("expired_versions", "versions expired"),
-                                               ("history_pruned", "records pruned")) if f.get(k)]
+    done = [f"{counted(f.get('generations', 0), 'generation')} deleted, {human_bytes(f.get('bytes', 0))} freed"]
+    done += [f"{counted(f[k], noun, plural)} {what}" for k, noun, plural, what in (
+        ("wal_entries", "WAL entry", "WAL entries", "deleted"), ("drained", "generation", None, "drained"),
+        ("rolled_up", "generation", None, "rolled up"), ("expired_versions", "version", None, "expired"),
+        ("history_pruned", "record", None, "pruned")) if f.get(k)]
     reasons = f.get("blocked_by_reason") or {}
     kept = f.get("blocked", sum(reasons.values()))
     wait = brief(f.get("wait"))  # GC's own gates, each with when it passes

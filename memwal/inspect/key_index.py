@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from lance.file import LanceFileReader
 
+from memwal.core.words import counted
 from memwal.errors import MemWalError, first_line
 from memwal.table import Table
 from memwal.table.shards import ShardState, generation_readable
@@ -36,7 +37,7 @@ def doubly_indexed(table: Table, state: ShardState) -> list[tuple[int, str]]:
             continue
         unique = len(set(ids.to_pylist()))
         if unique != len(ids):
-            out.append((fg.generation, f"its key index names {len(ids) - unique} row(s) twice ({uri})"))
+            out.append((fg.generation, f"its key index names {counted(len(ids) - unique, 'row')} twice ({uri})"))
     return out
 
 

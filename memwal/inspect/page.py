@@ -35,6 +35,7 @@ from memwal.core.sizes import human_duration as fmt_age
 from memwal.core.text import clip, page_value
 from memwal.core.text import span as text_span
 from memwal.core.waits import brief
+from memwal.core.words import counted
 from memwal.history.record import RunEntry, lag_total
 from memwal.inspect.charts import Bar, Point, bar_chart, line_chart
 from memwal.inspect.policy import meta_policy
@@ -149,7 +150,7 @@ def run_summary(r: RunEntry) -> str:
     job = r.get("job")
     if job == "merge" and f:
         shards = f.get("shard_count", len(f.get("shards") or []))
-        return (f"{fmt_int(f.get('generations', 0))} generations of {shards} shard{'s' * (shards != 1)}, "
+        return (f"{counted(f.get('generations', 0), 'generation')} of {counted(shards, 'shard')}, "
                 f"{fmt_int(f.get('rows_upserted', 0))} rows upserted, {fmt_int(f.get('rows_deleted', 0))} deleted")
     if job == "catchup" and f.get("indexes"):
         return ", ".join(f"{i['index_name']}: {i['action']}{'' if i.get('recorded') else ' (not recorded)'}"
@@ -160,7 +161,8 @@ def run_summary(r: RunEntry) -> str:
         return "snapshot published" if f.get("committed") else f"idle: {f.get('reason') or 'nothing new'}"
     if job == "gc" and f:
         blocked = brief(f.get("wait")) or ", ".join(f"{k} {v}" for k, v in (f.get("blocked_by_reason") or {}).items())
-        return (f"{fmt_int(f.get('generations', 0))} generations, {fmt_int(f.get('wal_entries', 0))} WAL entries, "
+        return (f"{counted(f.get('generations', 0), 'generation')}, "
+                f"{counted(f.get('wal_entries', 0), 'WAL entry', 'WAL entries')}, "
                 f"{fmt_bytes(f.get('bytes', 0))} freed" + (f"; kept: {blocked}" if blocked else ""))
     if job == "external":
         ops = f.get("operations") or {}
@@ -223,11 +225,11 @@ def lag_points(data: PageData) -> list[Point]:
             continue
         gens = int(total["generations"])
         points.append(Point(r["finished_at"], gens, f"after {r['job']} ({r['outcome']}) at "
-                            f"{fmt_time(r['finished_at'])} UTC: {gens} unmerged generations, "
+                            f"{fmt_time(r['finished_at'])} UTC: {counted(gens, 'unmerged generation')}, "
                             f"{fmt_int(int(total['rows']))} rows over {total['shards']} shards", css=f"job-{r['job']}"))
     st = data.status
     points.append(Point(data.now, st.unmerged_generations, f"now ({fmt_time(data.now)} UTC): "
-                        f"{st.unmerged_generations} unmerged generations, "
+                        f"{counted(st.unmerged_generations, 'unmerged generation')}, "
                         f"{fmt_int(st.unmerged_rows)} rows", css="now"))
     return points
 

@@ -22,6 +22,7 @@ from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
 from memwal.core.text import span
 from memwal.core.waits import writer_live_frees
+from memwal.core.words import counted
 from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.compactions import load_compactions
@@ -440,7 +441,7 @@ def render_status(st: TableStatus) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     lines.append(
-        f"{len(st.shards)} shards, {st.unmerged_generations} unmerged generations, "
+        f"{counted(len(st.shards), 'shard')}, {counted(st.unmerged_generations, 'unmerged generation')}, "
         f"{human_bytes(st.unmerged_bytes)} unmerged"
     )
     for c in st.checkpoints:
@@ -448,13 +449,14 @@ def render_status(st: TableStatus) -> str:
         notes = "; ITS VERSION IS GONE: readers of it fail, delete it" if c.version_gone else ""
         notes += f"; pinned for {(c.expires_at - clocks.current()()) / 86400:.0f} more days" if c.long_pin else ""
         notes += " (its record claimed longer: capped)" if c.claimed_expiry is not None else ""
-        lines.append(f"checkpoint {c.id}{name}: version {c.version}, {c.generations_pinned} generations pinned, "
-                     f"holds back {c.generations_held} merged generations ({human_bytes(c.bytes_held)}){notes}")
+        lines.append(f"checkpoint {c.id}{name}: version {c.version}, "
+                     f"{counted(c.generations_pinned, 'generation')} pinned, holds back "
+                     f"{counted(c.generations_held, 'merged generation')} ({human_bytes(c.bytes_held)}){notes}")
     for s in st.shards:
         if not s.merged_listed:
             continue
-        what = (f"shard {s.shard_id[:8]}: readers open {s.readers_open.get('list', 0)} generations "
-                f"({len(s.merged_listed)} merged, {len(s.rollups)} of them rollups)")
+        what = (f"shard {s.shard_id[:8]}: readers open {counted(s.readers_open.get('list', 0), 'generation')} "
+                f"({len(s.merged_listed)} merged, {counted(len(s.rollups), 'rollup')} among them)")
         if s.writer_live:
             since = "" if s.writer_claimed_at is None else f", opened {_ago(s.writer_claimed_at)}"
             frees = writer_live_frees(s.writer_last_activity, DEFAULT_WRITER_IDLE_SECONDS, clocks.current()())
@@ -468,7 +470,8 @@ def render_status(st: TableStatus) -> str:
                          "and any other gate (gc --dry-run names every gate and when it passes)")
     for s in st.shards:
         if s.unindexed:
-            lines.append(f"shard {s.shard_id[:8]}: generation(s) {', '.join(map(str, s.unindexed))} listed with no "
+            listed = f"generation{'s' * (len(s.unindexed) != 1)} {', '.join(map(str, s.unindexed))}"
+            lines.append(f"shard {s.shard_id[:8]}: {listed} listed with no "
                          "primary-key index: every list reader (pylance's lsm_scanner(), lance-context) fails while "
                          "they are listed (lance#9035); gc rewrites each with its key index")
     lines += [f"UNREADABLE checkpoint record: {why}" for why in st.unreadable_checkpoints]

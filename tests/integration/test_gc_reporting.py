@@ -58,10 +58,10 @@ def test_untagged_versions_are_named_with_the_expiry_that_frees_them(make_table)
     assert 0 <= seconds < min(r["age_seconds"] for r in rows) + 0.05  # it expires every one of them (ages rounded)
     # the value given is enough: expiring with exactly it frees every generation
     assert "still be held" not in retention["hint"]  # the expiry removes every holder
-    assert f"frees {GENERATIONS} of the {GENERATIONS} generation(s)" in retention["hint"]
+    assert f"frees {GENERATIONS} of the {GENERATIONS} generations" in retention["hint"]
     # two sentences: what holds the generations, then what would free them
     held, free = retention["hint"].split(". ", 1)
-    assert held.startswith(f"Retained versions hold {GENERATIONS} merged generation(s), untagged version(s) ")
+    assert held.startswith(f"Retained versions hold {GENERATIONS} merged generations, untagged version")
     assert free.startswith("Run gc with --expire-versions ") and free.endswith(".")
     result = memwal.open(table.uri).gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=seconds).to_dict()
     assert len(result["deleted"]) == GENERATIONS and result["retention"] is None
@@ -77,8 +77,8 @@ def test_the_expiry_hint_counts_every_gate_and_proposes_no_value_that_frees_noth
     dry = t.gc(grace_seconds=0, writer_idle_seconds=0, dry_run=True)
     hint = dry.to_dict()["retention"]["hint"]
     assert "--expire-versions 0" not in hint and "Run gc with --expire-versions" not in hint
-    assert f"frees none of the {GENERATIONS} generation(s)" in hint
-    assert hint.startswith(f"Retained versions hold {GENERATIONS} merged generation(s)") and ". Expiring those" in hint
+    assert f"frees none of the {GENERATIONS} generations" in hint
+    assert hint.startswith(f"Retained versions hold {GENERATIONS} merged generations") and ". Expiring those" in hint
     assert f"still be held by index-not-caught-up:id_idx ({GENERATIONS})" in hint and "retained-version (" not in hint
     text = render_gc(dry.to_dict())
     assert f"blocked: {GENERATIONS} x index-not-caught-up:" in text and " + retained-version:" in text
@@ -119,10 +119,14 @@ def test_the_hinted_expiry_frees_exactly_the_generations_it_names(make_table):
         dry = t.gc(grace_seconds=600, writer_idle_seconds=0, dry_run=True).to_dict()  # the writers are gone
         hint = dry["retention"]["hint"]
         seconds = int(hint.split("Run gc with --expire-versions ")[1].split()[0])
+        assert seconds == 600  # a round value below the holders' age (some 1,000 s), not that age to the second
         freed = SMALL.shards * 2
-        assert f"frees {freed} of the {GENERATIONS} generation(s)" in hint
+        assert f"frees {freed} of the {GENERATIONS} generations" in hint
         assert f"still be held by retained-version ({GENERATIONS - freed})" in hint  # the tag, not the expiry
         assert "tagged first-merge: delete the tag" in hint
+    with clocks.use(ScriptedClock(lambda: later + 700)):  # older still, not past the next step (1,800 s)
+        assert t.gc(grace_seconds=600, writer_idle_seconds=0, dry_run=True).to_dict()["retention"]["hint"] == hint
+    with clocks.use(ScriptedClock(lambda: later)):
         listed = t.gc(grace_seconds=600, writer_idle_seconds=0, expire_versions=seconds, dry_run=True).to_dict()
         # every merged generation leaves the shard manifests in this run (retained versions hold
         # folders, not the listing), their folders a grace period later, as the versions allow

@@ -90,3 +90,20 @@ def test_sizes_read_the_same_in_status_history_and_gc():
     doc = {"table": "t", "dry_run": False, "deleted": [], "wal_entries_deleted": 0, "bytes_freed": 2411963,
            "blocked": [], "kept_wal_entries": [], "retention": None, "orphans": [], "broken_shards": []}
     assert "2.3MiB freed" in render_gc(doc)
+
+
+def test_counts_read_as_words_in_history_gc_and_the_retention_hint():
+    """"1 generation", never "1 generations" or "generation(s)"; round expiry values (issue 84)."""
+    from memwal.gc.report import render_gc
+    from memwal.gc.retention import round_seconds
+    from memwal.history.timeline import _summary
+
+    assert _summary({"job": "merge", "figures": {"generations": 1, "rows_upserted": 1200, "rows_deleted": 0}}) == (
+        "  1 generation, 1,200 upserted, 0 deleted")
+    assert _summary({"job": "gc", "figures": {"generations": 1, "bytes": 0, "wal_entries": 1, "expired_versions": 2}}) \
+        == "  1 generation deleted, 0B freed; 1 WAL entry deleted; 2 versions expired"
+    doc = {"table": "t", "dry_run": True, "deleted": [{"shard_id": "s", "generation": 3}], "wal_entries_deleted": 2,
+           "bytes_freed": 0, "blocked": [], "kept_wal_entries": [], "retention": None, "orphans": []}
+    assert render_gc(doc).splitlines()[0] == "t: would delete 1 generation and 2 WAL entries"
+    assert [round_seconds(s) for s in (0, 59, 60, 167, 734, 1799, 7000, 10 * 86400, 400 * 86400)] == [
+        0, 59, 60, 60, 600, 600, 3600, 7 * 86400, 30 * 86400]

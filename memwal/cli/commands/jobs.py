@@ -17,6 +17,7 @@ from typing import Any
 
 from memwal.cli.commands.common import EXIT_FAILED, EXIT_OK, Subparsers, emit, open_table_arg, table_command
 from memwal.cli.options import add_arguments, from_namespace
+from memwal.core.words import counted
 
 
 def add_parsers(sub: Subparsers) -> None:
@@ -62,7 +63,8 @@ def _merge_result(doc: dict[str, Any]) -> str:
     if doc["version"] is None:
         return f"{doc['table']}: nothing to merge"
     lines = [
-        f"{doc['table']}: merged into version {doc['version']} in {doc['commits']} commit(s), engine {doc['engine']}"
+        f"{doc['table']}: merged into version {doc['version']} in {counted(doc['commits'], 'commit')}, "
+        f"engine {doc['engine']}"
     ]
     for s in doc["shards"]:
         lines.append(
@@ -137,8 +139,8 @@ def _snapshot_result(doc: dict[str, Any]) -> str:
     )
     if doc["repairs"]:
         line += (
-            f"; {doc['interleaved_commits']} concurrent commits interleaved, progress they recorded was "
-            f"restored in {doc['repairs']} repair commit(s) (hazard H1)"
+            f"; {counted(doc['interleaved_commits'], 'concurrent commit')} interleaved, progress they recorded was "
+            f"restored in {counted(doc['repairs'], 'repair commit')} (hazard H1)"
         )
     return line
 
