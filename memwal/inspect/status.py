@@ -21,7 +21,7 @@ from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
 from memwal.core.text import span
-from memwal.core.waits import writer_live_frees
+from memwal.core.waits import when
 from memwal.core.words import counted
 from memwal.errors import UnsafePathError
 from memwal.table import Table
@@ -452,22 +452,28 @@ def render_status(st: TableStatus) -> str:
         lines.append(f"checkpoint {c.id}{name}: version {c.version}, "
                      f"{counted(c.generations_pinned, 'generation')} pinned, holds back "
                      f"{counted(c.generations_held, 'merged generation')} ({human_bytes(c.bytes_held)}){notes}")
+    live = waiting = 0
     for s in st.shards:
         if not s.merged_listed:
             continue
         what = (f"shard {s.shard_id[:8]}: readers open {counted(s.readers_open.get('list', 0), 'generation')} "
-                f"({len(s.merged_listed)} merged, {counted(len(s.rollups), 'rollup')} among them)")
+                f"({len(s.merged_listed)} merged, {counted(len(s.rollups), 'rollup')})")
         if s.writer_live:
+            live += 1
             since = "" if s.writer_claimed_at is None else f", opened {_ago(s.writer_claimed_at)}"
-            frees = writer_live_frees(s.writer_last_activity, DEFAULT_WRITER_IDLE_SECONDS, clocks.current()())
+            quiet = when((s.writer_last_activity or clocks.current()()) + DEFAULT_WRITER_IDLE_SECONDS)
             lines.append(f"{what}: kept listed for its live writer (epoch {s.writer_epoch}{since}, last write "
-                         f"{_ago(s.writer_last_activity)}), whose view of the base is older than their merge; gc "
-                         f"rolls them up and drains them {frees.removeprefix('writer-live: ')} with GC's default "
-                         "writer idle period (a closed writer leaves no trace a quiet one does not: it waits that "
-                         "period too; gc --dry-run names every gate and when it passes, with its options)")
+                         f"{_ago(s.writer_last_activity)}) until it reopens, or {quiet} if it writes nothing more")
         else:
-            lines.append(f"{what}: gc drains them once its gates pass: the reader grace period after their merge, "
-                         "and any other gate (gc --dry-run names every gate and when it passes)")
+            waiting += 1
+            lines.append(f"{what}: drained once gc's gates pass")
+    if live:  # said once for every shard it applies to, not on each shard's line
+        lines.append("  a live writer's view of the base is older than the merges it lists: gc rolls them up and "
+                     "drains them once it reopens or has been quiet for GC's writer idle period (a closed writer "
+                     "leaves no trace a quiet one does not: it waits that period too)")
+    if live or waiting:
+        lines.append("  gc --dry-run names every gate of each kept generation and when it passes, with its options "
+                     "(the reader grace period after a merge first)")
     for s in st.shards:
         if s.unindexed:
             listed = f"generation{'s' * (len(s.unindexed) != 1)} {', '.join(map(str, s.unindexed))}"
