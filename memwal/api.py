@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.repair import RepairPlan, RepairResult
     from memwal.snapshot import SnapshotPlan, SnapshotResult
     from memwal.table import Table
+    from memwal.table.writer import WriterView
+    from memwal.table.writers_closed import ClosedWriter
 
 #: A duration: seconds, or a `datetime.timedelta` (converted where options are validated).
 Seconds = float | timedelta
@@ -659,6 +661,37 @@ class MemWalTable:
         from memwal.lease import list_leases
 
         return list_leases(self._table.store)
+
+    def writers(self) -> list[WriterView]:
+        """Each shard's writer as GC judges it (``memwal writers``): epoch, last write, live, said closed.
+
+        Returns:
+            A `memwal.table.writer.WriterView` per shard (``.to_dict()`` is an entry of ``memwal writers --json``).
+        """
+        from memwal.inspect.writers import writer_views
+
+        return list(writer_views(self._table).values())
+
+    def say_writers_closed(self, shards: Sequence[str]) -> list[ClosedWriter]:
+        """Record that these shards' writers, as they are now, were closed (``memwal writers --closed
+        SHARD --yes``): GC stops waiting the writer idle period for them (a closed writer looks like a
+        quiet one on storage). Void for a writer that writes again, or a new writer.
+
+        Args:
+            shards: The shards whose writers were closed.
+
+        Returns:
+            The records written.
+
+        Raises:
+            memwal.errors.BadInputError: A shard the table does not have, or that no writer wrote
+                (nothing written).
+        """
+        from memwal.inspect.writers import closing, say_closed
+
+        records = closing(self._table, list(shards))
+        say_closed(self._table, records)
+        return records
 
     def merge_ops(self, *, set: dict[str, str] | None = None, unset: list[str] | None = None,
                   force: bool = False) -> MergeOpsChange:

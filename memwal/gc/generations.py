@@ -386,8 +386,9 @@ class _Shard(ShardBase):
         until = "" if w.quiet_at is None else f" (by {_clock(w.quiet_at)} if it writes nothing more)"
         return (f"shard writer epoch {w.epoch} wrote {ago}; its view needs this merged generation listed: "
                 f"kept listed (rolled up) until the writer reopens or is quiet for --writer-idle-seconds{until}; "
-                "a closed writer leaves no trace a quiet one does not, so set --writer-idle-seconds to the longest "
-                "a writer of this table stays open without writing")
+                "a closed writer leaves no trace a quiet one does not: say so with memwal writers TABLE --closed "
+                "SHARD, or set --writer-idle-seconds to the longest a writer of this table stays open without "
+                "writing")
 
 
 def _clock(when: float) -> str:

@@ -21,7 +21,7 @@ from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
 from memwal.core.text import span
-from memwal.core.waits import when
+from memwal.core.waits import writer_live_frees
 from memwal.core.words import counted
 from memwal.errors import UnsafePathError
 from memwal.table import Table
@@ -40,6 +40,7 @@ from memwal.table.shards import (
     read_shard_manifests,
 )
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
+from memwal.table.writers_closed import load_closed
 
 if TYPE_CHECKING:
     from memwal.checkpoint.ops import CheckpointRecords
@@ -86,6 +87,8 @@ class ShardStatus:
     writer_last_activity: float | None = None
     #: When the live writer claimed its epoch (its view of the base is no older): None when quiet.
     writer_claimed_at: float | None = None
+    #: Who said the writer, as it is, was closed, and when (``memwal writers --closed``): not live then.
+    writer_closed: dict[str, Any] | None = None
     #: What a read of this shard opens, per kind of reader: ``list`` readers (pylance 14's
     #: ``lsm_scanner()``, lance-context) open every listed generation; ``mark`` readers (LanceDB,
     #: upstream's "Reader Expectations") skip those at or below the lower of the merge and
@@ -212,6 +215,7 @@ def shard_status(manifest: TableManifest, state: ShardState, listed: ShardListin
         writer_live=writer.live,
         writer_last_activity=writer.last_activity,
         writer_claimed_at=writer.claimed_at,
+        writer_closed=None if writer.closed is None else writer.closed.to_dict(),
         readers_open=readers_open(flushed, compacted, [manifest.index_catchup.get(name, {}).get(state.shard_id, 0)
                                                         for name in indexes]),
         rollups=[g.generation for g in flushed if listed.is_rollup(g.path)],
@@ -320,6 +324,7 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
                            generations=chosen if lag_only or by_manifests else None, named=named)
     # GC's own manifest versions: never the writer's activity; the lag alone needs none
     compactions = load_compactions(table.store) if writer_activity else {}
+    closed = load_closed(table.store) if not lag_only else {}
     found = first if first is not None else read_listed_manifests(table.store, listing)
     shards = []
     for sid, state in found.states.items():
@@ -332,7 +337,8 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
                        for g in state.flushed)
             # when the live writer opened is read (a few manifest versions) only where it holds merged generations
             writer = writer_view(history, listed, now=now, idle_seconds=DEFAULT_WRITER_IDLE_SECONDS,
-                                 walk=False, claim=held, ours=frozenset(compactions.get(sid, ())))
+                                 walk=False, claim=held, ours=frozenset(compactions.get(sid, ())),
+                                 closed=closed.get(sid))
         rows: dict[int, int] = {}
         why = None
         if check_files:
@@ -461,16 +467,18 @@ def render_status(st: TableStatus) -> str:
         if s.writer_live:
             live += 1
             since = "" if s.writer_claimed_at is None else f", opened {_ago(s.writer_claimed_at)}"
-            quiet = when((s.writer_last_activity or clocks.current()()) + DEFAULT_WRITER_IDLE_SECONDS)
-            lines.append(f"{what}: kept listed for its live writer (epoch {s.writer_epoch}{since}, last write "
-                         f"{_ago(s.writer_last_activity)}) until it reopens, or {quiet} if it writes nothing more")
+            frees = writer_live_frees(s.writer_last_activity, DEFAULT_WRITER_IDLE_SECONDS, clocks.current()())
+            lines.append(f"{what}: kept listed for its live writer (epoch {s.writer_epoch}{since}); gc drains "
+                         f"them {frees.removeprefix('writer-live: ')}")
         else:
             waiting += 1
-            lines.append(f"{what}: drained once gc's gates pass")
+            said = "" if s.writer_closed is None else (f" (its writer said closed by {s.writer_closed['by']} "
+                                                        f"{_ago(s.writer_closed['recorded_at'])})")
+            lines.append(f"{what}: drained once gc's gates pass{said}")
     if live:  # said once for every shard it applies to, not on each shard's line
         lines.append("  a live writer's view of the base is older than the merges it lists: gc rolls them up and "
                      "drains them once it reopens or has been quiet for GC's writer idle period (a closed writer "
-                     "leaves no trace a quiet one does not: it waits that period too)")
+                     "leaves no trace a quiet one does not: say so with memwal writers TABLE --closed SHARD)")
     if live or waiting:
         lines.append("  gc --dry-run names every gate of each kept generation and when it passes, with its options "
                      "(the reader grace period after a merge first)")

@@ -13,8 +13,9 @@ storage says a process is alive, so:
   that was closed leaves no trace a quiet one does not (observed, pylance 14.0.2: ``close()``
   flushes its MemTable as a last generation and writes an ordinary manifest version, status
   ``ACTIVE``, replay position at the last WAL entry, as any flush of an idle writer does), so a
-  closed writer counts as live until the idle period passes; the wait is named where it is
-  shown (``writer-live``), with the setting that shortens it.
+  closed writer counts as live until the idle period passes, unless someone who knows says it
+  was closed (:mod:`memwal.table.writers_closed`); the wait is named where it is shown
+  (``writer-live``), with the setting that shortens it and the command that says so.
 * **claimed at**: when the writer epoch in the latest manifest was claimed (the first
   version with that epoch). pylance claims at ``mem_wal_writer()``, right after the caller
   opened the table, so its view is no older than the claim, less the grace period a caller
@@ -34,6 +35,7 @@ from memwal.table.drain import is_compaction
 from memwal.table.listing import ShardListing
 from memwal.table.naming import manifest_key
 from memwal.table.shards import ShardState, decode_shard_manifest
+from memwal.table.writers_closed import ClosedWriter
 
 #: Compactor versions (drains, rollups) walked back over to find the writer's own last manifest
 #: version; past this many in a row the shard counts as live (a guess on the safe side).
@@ -119,6 +121,8 @@ class WriterView:
     own_paths: frozenset[str] | None = None
     #: When a live writer that writes nothing more counts as gone (its last write + the idle period).
     quiet_at: float | None = None
+    #: The record saying this writer, as it is, was closed (:mod:`memwal.table.writers_closed`): not live.
+    closed: ClosedWriter | None = None
 
     def may_list(self, path: str) -> bool:
         """Whether the writer may still list the folder ``path`` in its memory."""
@@ -135,18 +139,21 @@ class WriterView:
 
     def to_dict(self) -> dict[str, object]:
         return {"shard_id": self.shard_id, "epoch": self.epoch, "live": self.live,
-                "last_activity": self.last_activity, "claimed_at": self.claimed_at, "quiet_at": self.quiet_at}
+                "last_activity": self.last_activity, "claimed_at": self.claimed_at, "quiet_at": self.quiet_at,
+                "closed": None if self.closed is None else self.closed.to_dict()}
 
 
 def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, idle_seconds: float,
-                claim: bool = False, walk: bool = True, ours: frozenset[int] = frozenset()) -> WriterView:
+                claim: bool = False, walk: bool = True, ours: frozenset[int] = frozenset(),
+                closed: ClosedWriter | None = None) -> WriterView:
     """The shard's writer as storage shows it; ``claim`` also finds when its epoch was claimed
     (a few manifest reads, only for a live writer). ``walk=False`` reads nothing more than the
     listing and the latest manifest (``memwal status``, which shows liveness, never decides on
     it): the writer's activity is then its newest WAL entry, when the WAL was listed (every put
     and every claim writes one before its manifest version; a compactor's drain or rollup writes
     none), and the newest manifest version the listing shows that is not among ``ours``, the
-    versions memwal's GC wrote (:mod:`memwal.table.compactions`)."""
+    versions memwal's GC wrote (:mod:`memwal.table.compactions`). ``closed``: the shard's writer
+    said closed; it counts when it names this epoch and nothing was written since (not live then)."""
     state = history.latest
     times = [e.mtime for e in listed.wal]
     own = _last_written(history, now, idle_seconds) if walk else _newest_not_ours(history, ours)
@@ -156,8 +163,9 @@ def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, i
         times.append(history.mtime(state.version))
     last = max(times) if times else None
     live = last is not None and now - last < idle_seconds
-    if not live:
-        return WriterView(state.shard_id, state.writer_epoch, last, False)
+    said = closed if closed is not None and closed.covers(state.writer_epoch, last) else None
+    if not live or said is not None:
+        return WriterView(state.shard_id, state.writer_epoch, last, False, closed=said)
     paths = None
     if own is not None and walk:  # what its memory lists: GC's question only (status reads nothing more)
         try:

@@ -13,6 +13,7 @@ COMMAND_MODULES = [
     "verify",
     "repair",
     "lease",
+    "writers",
     "history",
     "merge_ops",
     "cycle",
