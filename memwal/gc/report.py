@@ -54,10 +54,17 @@ def render_gc(doc: Mapping[str, Any]) -> str:
     if doc.get("retention"):
         lines.append(f"  retained versions: {doc['retention']['hint']}")
     if doc.get("time_will_free"):
-        waiting = sum(1 for b in doc["blocked"] if only_grace(b.get("reasons", [b["reason"]])))
-        lines.append(f"  {counted(waiting, 'generation')} {'waits' if waiting == 1 else 'wait'} only for the reader "
-                     "grace period: a later run drains or frees them (a folder's own gates, named after 'then' "
-                     "above, still hold it)")
+        waiting = [b for b in doc["blocked"] if only_grace(b.get("reasons", [b["reason"]]))]
+        freed = sum(1 for b in waiting if not b.get("then"))
+        listed = Counter(g for b in waiting for g in b.get("then") or ())
+        if freed:
+            lines.append(f"  {counted(freed, 'generation')} {'waits' if freed == 1 else 'wait'} only for the "
+                         "reader grace period: a later run frees them")
+        if listed:
+            stay = ", ".join(f"{g} ({n})" for g, n in sorted(listed.items()))
+            n = len(waiting) - freed
+            lines.append(f"  {counted(n, 'listed generation')} {'leaves' if n == 1 else 'leave'} the listing after "
+                         f"the reader grace period; their folders stay for {stay}")
     live = sum(1 for b in doc["blocked"] if b["reason"] == WRITER_LIVE)
     if live:
         lines.append(f"  {counted(live, 'merged generation')} kept for live writers' views: drained once each writer "
