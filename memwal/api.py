@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # imported lazily: `import memwal` stays cheap
     from memwal.actions import JobResult
     from memwal.actions.merge_ops import MergeOpsChange
     from memwal.actions.options import Engine  # the one list of engines
+    from memwal.actions.policy import TablePolicy
     from memwal.catchup import CatchupPlan, CatchupResult
     from memwal.checkpoint import Checkpoint, ManagedCheckpoint
     from memwal.compact import CompactPlan, CompactResult
@@ -661,6 +662,38 @@ class MemWalTable:
         from memwal.lease import list_leases
 
         return list_leases(self._table.store)
+
+    def policy(self) -> TablePolicy:
+        """The table's own maintenance policy (``memwal policy``): option values stored with the
+        table, used by every job unless it is given the option.
+
+        Returns:
+            The `memwal.actions.policy.TablePolicy`: ``values`` as stored, ``invalid`` (not used) with why.
+        """
+        from memwal.actions.policy import table_policy
+
+        return table_policy(self._table)
+
+    def set_policy(self, *, set: dict[str, str] | None = None, unset: Sequence[str] = ()) -> TablePolicy:
+        """Change the table's own maintenance policy (``memwal policy --set/--unset``): one commit of
+        Lance's table config, none when nothing changes.
+
+        Args:
+            set: Option name to value, as the option takes it (``{"grace_seconds": "3600"}``,
+                ``{"expire_versions": "never"}``): grace_seconds, expire_versions, writer_idle_seconds,
+                history_retention, orphan_age_seconds, max_generations, max_rows, max_bytes.
+            unset: Options that go back to memwal's default.
+
+        Returns:
+            The policy after the change.
+
+        Raises:
+            memwal.errors.BadInputError: An option a policy does not set, or a value its option
+                refuses (nothing written).
+        """
+        from memwal.actions.policy import change_policy
+
+        return change_policy(self._table, {k: str(v) for k, v in (set or {}).items()}, list(unset))
 
     def writers(self) -> list[WriterView]:
         """Each shard's writer as GC judges it (``memwal writers``): epoch, last write, live, said closed.

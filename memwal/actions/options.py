@@ -129,7 +129,10 @@ class JobOptions:
             else:
                 value = CHECKS[spec.kind](name, value)
             values[name] = None if value == validate.NEVER else value
-        return cls(**values)
+        options = cls(**values)
+        # what the run was given, apart from the defaults: those a table's own policy does not override
+        object.__setattr__(options, "_given", frozenset(values))  # (memwal.actions.policy)
+        return options
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from memwal.actions import engines
 from memwal.actions.action import Action, HeldLeases
 from memwal.actions.options import JobOptions
+from memwal.actions.policy import with_policy
 from memwal.actions.registry import ACTIONS
 from memwal.core import steps
 from memwal.core.document import Document
@@ -88,6 +89,7 @@ def run(name: str, table: Table, options: JobOptions, *, plan: Any = None) -> Jo
     planning, for a plan with work; the others start it while they plan.
     """
     act = action(name)
+    options = with_policy(table, options)
     early = not options.dry_run and act.has_work is None
     if early:
         engines.prepare(options.engine)

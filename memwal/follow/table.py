@@ -74,12 +74,13 @@ def merge_work(table: Table, options: MergeOptions) -> tuple[bool, MergePlan | N
     column, not one at every look). The follower runs that plan rather than planning again. A plan
     or check that fails says yes, with no plan: the merge job plans itself and reports the failure
     as its outcome, with its own verdict (bad input: exit 2, nothing written)."""
+    from memwal.actions.policy import with_policy
     from memwal.actions.registry import plan_merge
     from memwal.merge.unique import check_unique_keys
 
     act = ACTIONS["merge"]
     try:
-        plan = plan_merge(table, options, check_keys=False)
+        plan = plan_merge(table, with_policy(table, options), check_keys=False)
         if act.has_work is not None and not act.has_work(plan):
             return False, None
         check_unique_keys(table, plan)

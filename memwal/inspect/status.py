@@ -23,7 +23,7 @@ from memwal.core.sizes import human_bytes
 from memwal.core.text import span
 from memwal.core.waits import writer_live_frees
 from memwal.core.words import counted
-from memwal.errors import UnsafePathError
+from memwal.errors import MemWalError, UnsafePathError
 from memwal.table import Table
 from memwal.table.compactions import load_compactions
 from memwal.table.drain import merged_through
@@ -43,6 +43,7 @@ from memwal.table.writer import ManifestHistory, WriterView, writer_view
 from memwal.table.writers_closed import load_closed
 
 if TYPE_CHECKING:
+    from memwal.actions.policy import TablePolicy
     from memwal.checkpoint.ops import CheckpointRecords
 
 
@@ -130,6 +131,10 @@ class TableStatus(Document):
     checkpoints: list[CheckpointStatus] = field(default_factory=list)
     #: Checkpoint records that are no checkpoint (corrupt, too large, misnamed): why, each.
     unreadable_checkpoints: list[str] = field(default_factory=list)
+    #: The table's own maintenance policy (``memwal policy``): option to stored value; None: not read.
+    policy: dict[str, str] | None = None
+    #: Stored policy values that are not used (they fail their option's check): why, each.
+    policy_invalid: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The table's fields, its shards, and the totals over its shards."""
@@ -354,8 +359,21 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
                for sid, e in found.broken.items()]
     shards.sort(key=lambda s: s.shard_id)
     checkpoints, unreadable = checkpoint_status(table, manifest, listing, now, records) if records else ([], [])
+    policy = None if lag_only else _policy(table, manifest.version)
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
-                       checkpoints=checkpoints, unreadable_checkpoints=unreadable)
+                       checkpoints=checkpoints, unreadable_checkpoints=unreadable,
+                       policy=None if policy is None else policy.values,
+                       policy_invalid=None if policy is None else policy.invalid)
+
+
+def _policy(table: Table, version: int) -> TablePolicy | None:
+    """The table's own policy at ``version`` (None: its config could not be read; the jobs say why)."""
+    from memwal.actions.policy import read_policy
+
+    try:
+        return read_policy(table.dataset(version).config())
+    except (MemWalError, OSError, ValueError):
+        return None
 
 
 def _read_checkpoints(table: Table, now: float) -> CheckpointRecords:
@@ -450,6 +468,10 @@ def render_status(st: TableStatus) -> str:
         f"{counted(len(st.shards), 'shard')}, {counted(st.unmerged_generations, 'unmerged generation')}, "
         f"{human_bytes(st.unmerged_bytes)} unmerged"
     )
+    if st.policy:
+        lines.append("policy: " + ", ".join(f"{k}={v}" for k, v in st.policy.items())
+                     + " (memwal policy: every job uses it unless given the option)")
+    lines += [f"policy {k}: NOT USED: {why}" for k, why in (st.policy_invalid or {}).items()]
     for c in st.checkpoints:
         name = f" {c.name!r}" if c.name else ""
         notes = "; ITS VERSION IS GONE: readers of it fail, delete it" if c.version_gone else ""

@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "writers",
     "history",
     "merge_ops",
+    "policy",
     "cycle",
     "backfill",
     "fleet",

@@ -1,0 +1,78 @@
+"""A table's own maintenance policy (``memwal policy``, issue 84): stored with the table, used by
+every job and the cycle unless the run is given the option, which wins and says so; a stored
+value that does not pass its check is not used and is named; bad input writes nothing."""
+
+from __future__ import annotations
+
+import json
+
+import lance
+
+import memwal
+from memwal.table.shards import all_shard_manifests
+from tests.conftest import SMALL
+from tests.integration.test_gc import gen_dirs, ready_table
+from tests.helpers import run_cli
+
+ZERO_POLICY = ("--set", "grace_seconds=0", "--set", "writer_idle_seconds=0", "--set", "expire_versions=0")
+
+
+def test_gc_and_the_cycle_follow_the_tables_policy_unless_given_the_option(make_table):
+    table, _ = ready_table(make_table)
+    before = gen_dirs(table)
+    assert all(before.values())
+    assert memwal.open(table.uri).gc(dry_run=True).value.deleted == ()  # the defaults: a grace period, a day's idle
+
+    set_ = run_cli("policy", table.uri, *ZERO_POLICY, "--json")
+    assert set_.rc == 0, set_.stderr
+    assert json.loads(set_.stdout)["policy"]["values"] == {"expire_versions": "0", "grace_seconds": "0",
+                                                          "writer_idle_seconds": "0"}
+    assert lance.dataset(table.uri).config()["memwal.policy.grace_seconds"] == "0"  # with the table, in Lance's config
+    assert "policy: expire_versions=0, grace_seconds=0, writer_idle_seconds=0" in run_cli("status", table.uri).stdout
+
+    held = run_cli("gc", table.uri, "--grace-seconds", "600", "--json")  # the run's own option wins, and says so
+    assert held.rc == 0 and json.loads(held.stdout)["deleted"] == [] and gen_dirs(table) == before
+    assert "--grace-seconds 600 overrides the table's policy (0) for this run" in held.stderr
+
+    freed = run_cli("cycle", table.uri, "--json")  # no option given: the table's policy
+    assert freed.rc == 0, freed.stderr
+    assert gen_dirs(table) == {s: set() for s in before}
+
+
+def test_merge_bounds_come_from_the_policy(make_table):
+    table, _ = make_table()
+    t = memwal.open(table.uri)
+    t.set_policy(set={"max_generations": "1"})
+    assert t.merge().ok
+    manifest = table.manifest()
+    assert {s: manifest.compacted_generation(s) for s in all_shard_manifests(table.store)} == {
+        s: 1 for s in all_shard_manifests(table.store)}
+    assert t.merge(max_generations=2).ok  # given: two more
+    manifest = table.manifest()
+    assert {manifest.compacted_generation(s) for s in all_shard_manifests(table.store)} == {min(3, SMALL.generations)}
+    t.set_policy(unset=["max_generations"])
+    assert t.policy().values == {} and t.merge().ok
+    manifest = table.manifest()
+    assert {manifest.compacted_generation(s) for s in all_shard_manifests(table.store)} == {SMALL.generations}
+
+
+def test_a_bad_policy_is_refused_and_a_forged_one_is_not_used(make_table):
+    table, _ = ready_table(make_table)
+    version = lance.dataset(table.uri).version
+    for bad in (("--set", "grace_seconds=-1"), ("--set", "bogus=1"), ("--set", "grace_seconds"),
+                ("--set", "expire_versions=soon"), ("--set", "max_rows=0")):
+        r = run_cli("policy", table.uri, *bad)
+        assert r.rc == 2 and len(r.error_lines) == 1, (bad, r.stderr)
+    assert lance.dataset(table.uri).version == version  # nothing written
+
+    lance.dataset(table.uri).update_config({"memwal.policy.grace_seconds": "-5", "memwal.policy.nope": "1"})
+    shown = run_cli("policy", table.uri, "--json")
+    assert json.loads(shown.stdout)["policy"] == {
+        "values": {}, "invalid": {"grace_seconds": "'-5' must be non-negative",
+                                  "nope": json.loads(shown.stdout)["policy"]["invalid"]["nope"]}}
+    status = run_cli("status", table.uri).stdout
+    assert "policy grace_seconds: NOT USED: '-5' must be non-negative" in status
+    before = gen_dirs(table)
+    gc = run_cli("gc", table.uri, "--writer-idle-seconds", "0", "--json")  # the default grace period: nothing goes
+    assert gc.rc == 0 and json.loads(gc.stdout)["deleted"] == [] and gen_dirs(table) == before
+    assert "the table's policy grace_seconds is not used" in gc.stderr
