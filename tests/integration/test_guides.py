@@ -2,6 +2,7 @@
 
 Each guide page marks the blocks a reader runs with an HTML comment right before the fence:
 ``<!-- guide: memwal -->`` (Python, in memwal-jobs' environment, pylance 14 with it),
+``<!-- guide: file NAME -->`` (the block saved as the file NAME, which a later block runs),
 ``<!-- guide: lance-context -->`` (lance-context 0.6.7's own environment, ``make lance-context``),
 ``<!-- guide: lancedb -->`` (LanceDB 0.40's, ``make lancedb``) and ``<!-- guide: shell -->`` (each
 line a command, with memwal-jobs' ``memwal`` on PATH). The blocks of a page run in order, each
@@ -27,9 +28,9 @@ pytestmark = pytest.mark.long  # the workers start this file first (tests/confte
 PYTHONS = {"memwal": Path(sys.executable), "lance-context": ROOT / ".venv-lc" / "bin" / "python",
            "lancedb": ROOT / ".venv-ldb" / "bin" / "python"}
 MAKE = {"lance-context": "lance-context", "lancedb": "lancedb"}
-GUIDES = ["docs/guides/pylance.md", "docs/guides/lance-context.md", "docs/lancedb.md", "README.md",
+GUIDES = ["docs/guides/quickstart.md", "docs/guides/pylance.md", "docs/guides/lance-context.md", "docs/lancedb.md", "README.md",
           "docs/reference/python-api.md", "docs/guides/generations-not-freed.md"]
-BLOCK = re.compile(r"<!-- guide: ([\w-]+) -->\n```[\w-]*\n(.*?)\n```", re.S)
+BLOCK = re.compile(r"<!-- guide: ([\w-]+(?: [\w.-]+)?) -->\n```[\w-]*\n(.*?)\n```", re.S)
 
 
 #: Paths a page names outside its folder, run under the test's folder instead.
@@ -46,6 +47,9 @@ def blocks(page: str, where: Path | None = None) -> list[tuple[str, str]]:
 
 
 def run_block(env: str, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    if env.startswith("file "):  # a file the page asks the reader to save
+        (cwd / env.removeprefix("file ")).write_text(code + "\n", encoding="utf-8")
+        return subprocess.CompletedProcess([], 0, "", "")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     clean["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{clean.get('PATH', '')}"
     if env == "shell":
