@@ -23,7 +23,7 @@ whatever memwal does; also the files and bytes under ``_mem_wal/_jobs/`` (memwal
 Going further than a bench can: age once with ``--work DIR`` (the oldest copy is kept, as
 ``DIR/aged/age-N``), then start the next run from it (``--from DIR/aged/age-N``): its ages count
 the flushes since.
-JSON to stdout and ``--out``; the figures and their spread are in docs/benchmarks.md.
+JSON to stdout and ``--out``; the figures and their spread are in docs/benchmarks/reads.md.
 """
 
 from __future__ import annotations

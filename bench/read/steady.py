@@ -22,7 +22,7 @@ rows with no generation; and the maintenance's wall and CPU seconds.
 Goals (issue 54): at most 16 generations listed at every minute and 8 at the median; a new
 process's read within 1.5x the reference; the live writer's reads right at every minute and
 within 1.5x the reference; storage within what the retention settings allow
-(docs/benchmarks.md gives the formula); the maintenance within 10% of one core. JSON and a
+(docs/benchmarks/keeping-up.md gives the formula); the maintenance within 10% of one core. JSON and a
 chart in ``--out``; ``--minutes`` and ``--arms`` choose the run (``--smoke``: two minutes).
 """
 

@@ -50,7 +50,7 @@ C1_ONLY = "-XX:TieredStopAtLevel=1"
 QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"
 #: What the dump run exercises (:func:`_context_run`), part of the archive's name: an archive of an
 #: older workload (RDD jobs only, without Spark SQL's classes) is rebuilt, not kept, since the
-#: session's start pays for every class the archive lacks (figures: docs/benchmarks.md, "Spark
+#: session's start pays for every class the archive lacks (figures: docs/benchmarks/spark.md, "Spark
 #: Connect, classic Spark and the local engine").
 WORKLOAD = "dataframes-1"
 #: Seconds the dump run may take (start a context, run a small shuffle job, write the archive).

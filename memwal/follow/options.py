@@ -50,11 +50,11 @@ TAIL = "compact:tail"
 #: the last compaction plus this many rows, however large the base is.
 TAIL_ROWS = 65_536
 
-#: The defaults the follower is measured with (docs/benchmarks.md, "Keeping up").
+#: The defaults the follower is measured with (docs/benchmarks/keeping-up.md, "Keeping up").
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_MAX_POLL_SECONDS = 10.0
 #: GC's listing pass at most this often (seconds) after merges: measured beside pylance's,
-#: lance-context's and LanceDB's writers that never stop (docs/benchmarks.md, "Keeping up").
+#: lance-context's and LanceDB's writers that never stop (docs/benchmarks/keeping-up.md, "Keeping up").
 DEFAULT_ROLLUP_EVERY = 3.0
 
 

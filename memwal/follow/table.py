@@ -171,7 +171,7 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
 def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
     """Say once, at the start, when the version retention keeps more generation folders than a
     follower's GC can walk every few seconds (measured: its CPU a minute grew from 3 to 14 s over
-    30 minutes on the defaults, docs/benchmarks.md#keeping-up). A warning, not a
+    30 minutes on the defaults, docs/benchmarks/keeping-up.md#keeping-up). A warning, not a
     refusal: the retention is the owner's choice for time travel, and GC stays right either way.
     ``gc``: the GC options the follower runs the table with; ``cadence``: how often its GC runs
     there (a table follower's ``--gc-every``; a fleet follower's GC follows its merges). The

@@ -15,7 +15,7 @@ A writer that never stops keeps it at the fastest rate, an idle table costs a re
 every ``max_poll_seconds``. The backoff follows time, not looks: a follower looks again at once
 after each job it ran (a bounded batch may have left more), and a delay doubled at each look
 slept 4 s after a merge and its listing pass that moved nothing, while a writer flushed every
-1.7 s (two or three generations listed the longer: the listing's sawtooth in docs/benchmarks.md).
+1.7 s (two or three generations listed the longer: the listing's sawtooth in docs/benchmarks/keeping-up.md).
 
 A shard whose newest manifest cannot be read (truncated, corrupt, a gap among the newest
 versions: :class:`~memwal.table.shards.ShardManifestError`) is said once, at the look that found

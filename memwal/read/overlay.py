@@ -20,7 +20,7 @@ A table with merge operators is folded instead (:mod:`memwal.read.fold`, which w
 way). Rows come in no particular order, as from ``LsmScanner``.
 
 Which reader a scan takes is decided by :func:`overlay_pays`, a rule measured by
-``bench/read/overlay.py`` (docs/benchmarks.md, "memwal's own reader").
+``bench/read/overlay.py`` (docs/benchmarks/reads.md, "memwal's own reader").
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from memwal.table import Table
 
 #: The overlay was faster than ``LsmScanner`` in every shape measured, up to listed generations
-#: holding 4 times the base's rows (bench/read/overlay.py, docs/benchmarks.md); past that it is not
+#: holding 4 times the base's rows (bench/read/overlay.py, docs/benchmarks/reads.md); past that it is not
 #: measured, and ``LsmScanner`` (which streams) reads.
 MAX_GENERATION_SHARE = 4.0
 

@@ -11,7 +11,7 @@ of 1M and 4M rows holding the same generations (pylance's ``ShardWriter``):
   the base's size, and the scan reads the key column once;
 * a key the base holds twice is refused through either join, naming it, with nothing written.
 
-Figures (whole processes against one ``merge_insert``) live in docs/benchmarks.md.
+Figures (whole processes against one ``merge_insert``) live in docs/benchmarks/reads.md.
 """
 
 from __future__ import annotations
