@@ -11,7 +11,8 @@ cost follows what the table kept, not the work since its last run, slows as the 
 
 The table is aged in-process as the follower's jobs would age it, one flush at a time: pylance's
 ``ShardWriter`` flushes 60 rows (``max_memtable_rows=60``), then a merge; a listing pass every 3
-flushes; a whole GC (default retention: it expires nothing) and a catch-up every 100. At each of
+flushes; a compaction every 8 (the follower's tail pass keeps the base's fragments as few); a
+whole GC (default retention: it expires nothing) and a catch-up every 100. At each of
 ``--ages`` (flushes) the table is copied and, in a new process each (its digest written by a
 whole GC first, as the follower's keep it written), measured by process CPU
 seconds (Lance's threads included): a follower's per-flush work (a flush, its merge and a listing
@@ -125,6 +126,8 @@ def age(uri: str, ages: list[int], keep: Path, log: Any, start: str | None = Non
             raise processes.BenchFailed(f"merge failed at flush {i}")
         if i % 3 == 0:
             table.gc(listed_only=True)
+        if i % 8 == 0:  # as the follower's tail pass keeps the base's fragments few (--compact-fragments 8)
+            table.compact()
         if i % 100 == 0:
             table.gc()
             table.catchup()
