@@ -167,7 +167,8 @@ def waits_for_time(job: str, doc: dict[str, Any]) -> bool:
     are read from the document (``memwal.gc.gates``' names): importing GC here would load Lance."""
     if job != "gc" or doc.get("dry_run"):
         return False
-    if doc.get("time_will_free") or any(b.get("reason") == "writer-live" for b in doc.get("blocked") or []):
+    if doc.get("time_will_free") or any("writer-live" in (b.get("reasons") or [b.get("reason")])
+                                      for b in doc.get("blocked") or []):
         return True
     holders = [v.get("held_by") for v in (doc.get("retention") or {}).get("blocking_versions", [])]
     expiring = doc.get("expired_versions") is not None

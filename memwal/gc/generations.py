@@ -264,11 +264,11 @@ class _Shard(ShardBase):
         """Why a reader still needs ``fg`` listed (empty: it may be drained)."""
         if fg.generation > self.compacted:
             return tuple(verdict.reasons) or (NOT_MERGED,)
-        if GRACE_PERIOD in verdict.reasons:
-            return (GRACE_PERIOD,)
+        # every gate that holds the listing now, so that what is said of it holds after the first passes
+        waits: tuple[str, ...] = (GRACE_PERIOD,) if GRACE_PERIOD in verdict.reasons else ()
         if self.writer.live and not self.writer.opened_after(verdict.evidence.merged_at, self.gates.grace_seconds):
-            return (WRITER_LIVE, self._writer_detail())
-        return ()
+            return (*waits, WRITER_LIVE, self._writer_detail())
+        return waits
 
     def _drained(self, fg: FlushedGeneration, key: str, verdict: Verdict) -> None:
         """``fg`` leaves the manifest in this run; its folder goes now only if every storage

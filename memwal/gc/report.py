@@ -65,7 +65,7 @@ def render_gc(doc: Mapping[str, Any]) -> str:
             n = len(waiting) - freed
             lines.append(f"  {counted(n, 'listed generation')} {'leaves' if n == 1 else 'leave'} the listing after "
                          f"the reader grace period; their folders stay for {stay}")
-    live = sum(1 for b in doc["blocked"] if b["reason"] == WRITER_LIVE)
+    live = sum(1 for b in doc["blocked"] if WRITER_LIVE in (b.get("reasons") or [b["reason"]]))
     if live:
         lines.append(f"  {counted(live, 'merged generation')} kept for live writers' views: drained once each writer "
                      "reopens or is quiet for --writer-idle-seconds")
