@@ -67,21 +67,27 @@ def passes_lines(wait: Mapping[str, Any] | None) -> list[str]:
     out = []
     for p in mappings_of(wait.get("passes")):
         t = finite(p.get("passes_at"))
-        head = f"passes at {when(t)}" if t is not None else "no time passes it alone"
+        head = f"passes at {when(t)}" if t is not None else untimed(str(p.get("gates")))
         out.append(f"{int(finite(p.get('count')) or 0)} x {str(p.get('gates'))[:240]}: {head}; "
                    f"{str(p.get('frees'))[:600]}")
     return out
 
 
+def untimed(gates: str) -> str:
+    """What frees gates that name no time: a live writer's reopening or quiet (a time that holds
+    only if it writes nothing more, so none is given), else nothing time does alone."""
+    return "when its writer reopens or goes quiet" if "writer-live" in gates else "no time passes it alone"
+
+
 def brief(wait: Mapping[str, Any] | None) -> str:
     """A short account for a table's cell: each combination of gates with when it passes
-    (``3 x grace-period until 13:23 UTC, 2 x writer-live (no time alone)``)."""
+    (``3 x grace-period until 13:23 UTC, 2 x writer-live (when its writer reopens or goes quiet)``)."""
     if not isinstance(wait, Mapping):
         return ""
     out = []
     for p in mappings_of(wait.get("passes"))[:3]:
         t = finite(p.get("passes_at"))
-        until = f"until {when(t)}" if t is not None else "(no time alone)"
+        until = f"until {when(t)}" if t is not None else f"({untimed(str(p.get('gates')))})"
         out.append(f"{int(finite(p.get('count')) or 0)} x {str(p.get('gates'))[:120]} {until}")
     return ", ".join(out)
 
@@ -124,5 +130,5 @@ def stored_wait(value: Any) -> dict[str, Any] | None:
             "time_will_free": will if isinstance(will, bool) else None}
 
 
-__all__ = ["MAX_FREES", "MAX_GATES", "brief", "describe", "judged", "passes_lines", "stored_wait", "when",
+__all__ = ["MAX_FREES", "MAX_GATES", "brief", "describe", "judged", "passes_lines", "stored_wait", "untimed", "when",
            "writer_live_frees"]

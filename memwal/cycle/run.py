@@ -74,8 +74,9 @@ def run_job(table: Table, job: str, options: JobOptions, *, plan: Any = None) ->
     if result.dry_run:
         return JobOutcome(table.uri, job, JobStatus.PLANNED, seconds, summary=summary, document=doc)
     if waits_for_time(job, doc):
+        when = "with time" if doc.get("time_will_free") else "as writers go quiet or reopen, and with time"
         return JobOutcome(table.uri, job, JobStatus.WAITING, seconds, document=doc,
-                          summary=f"{summary}; more becomes free with time: rerun later")
+                          summary=f"{summary}; more becomes free {when}: rerun later")
     return JobOutcome(table.uri, job, JobStatus.DONE, seconds, summary=summary, document=doc)
 
 
