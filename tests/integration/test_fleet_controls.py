@@ -310,8 +310,9 @@ def test_a_waiting_gc_names_the_gate_gc_named_and_when_it_frees(tmp_path):
     # rollups too (more of them), for the same gate
     dry = run_cli("gc", t1, "--dry-run", "--grace-seconds", "0", "--expire-versions", "0")
     (blocked,) = [x.strip() for x in dry.stdout.splitlines() if x.strip().startswith("blocked:")]
-    assert blocked.split(" x ", 1)[1].startswith("writer-live: when its writer reopens or goes quiet; writer-live: when the writer "
-                                                 "reopens or is quiet for 1d 0h (not before "), dry.stdout
+    said = "writer-live: when its writer reopens or goes quiet; writer-live: when the writer reopens or is quiet " \
+           "for 1d 0h (not before "
+    assert blocked.split(" x ", 1)[1].startswith(said), dry.stdout
     kept = f"{n} x writer-live"
 
     rc, doc, _ = status(state)

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.long  # the workers start this file first (tests/confte
 PYTHONS = {"memwal": Path(sys.executable), "lance-context": ROOT / ".venv-lc" / "bin" / "python",
            "lancedb": ROOT / ".venv-ldb" / "bin" / "python"}
 MAKE = {"lance-context": "lance-context", "lancedb": "lancedb"}
-GUIDES = ["docs/guides/quickstart.md", "docs/guides/pylance.md", "docs/guides/lance-context.md", "docs/lancedb.md", "README.md",
-          "docs/reference/python-api.md", "docs/guides/generations-not-freed.md"]
+GUIDES = ["docs/guides/quickstart.md", "docs/guides/pylance.md", "docs/guides/lance-context.md", "docs/lancedb.md",
+          "README.md", "docs/reference/python-api.md", "docs/guides/generations-not-freed.md"]
 BLOCK = re.compile(r"<!-- guide: ([\w-]+(?: [\w.-]+)?) -->\n```[\w-]*\n(.*?)\n```", re.S)
 
 

@@ -11,8 +11,8 @@ import lance
 import memwal
 from memwal.table.shards import all_shard_manifests
 from tests.conftest import SMALL
-from tests.integration.test_gc import gen_dirs, ready_table
 from tests.helpers import run_cli
+from tests.integration.test_gc import gen_dirs, ready_table
 
 ZERO_POLICY = ("--set", "grace_seconds=0", "--set", "writer_idle_seconds=0", "--set", "expire_versions=0")
 
