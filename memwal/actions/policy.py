@@ -87,7 +87,7 @@ def read_policy(config: Mapping[str, str]) -> TablePolicy:
 
 def table_policy(table: Table) -> TablePolicy:
     """The policy of the table's latest version."""
-    return read_policy(table.dataset().config())
+    return read_policy(table.manifest().config)
 
 
 def with_policy(table: Table, options: Opts) -> Opts:
@@ -97,7 +97,7 @@ def with_policy(table: Table, options: Opts) -> Opts:
     if not names & set(POLICY_OPTIONS):
         return options
     try:
-        policy = table_policy(table)
+        policy = read_policy(table.newest_read().config)  # a run reads the latest anyway: no read more
     except (MemWalError, OSError, ValueError) as exc:  # the job's own open says what is wrong with the table
         log.debug("%s: no policy read: %s", table.uri, exc)
         return options
@@ -148,7 +148,7 @@ def policy_changes(table: Table, set_values: Mapping[str, str], unset: list[str]
     for name, text in set_values.items():
         _parse(name, text)
         changes[POLICY_PREFIX + name] = str(text).strip()
-    config = table.dataset().config()
+    config = table.manifest().config
     changes.update({POLICY_PREFIX + name: None for name in unset if POLICY_PREFIX + name in config})
     return changes
 
@@ -157,7 +157,7 @@ def change_policy(table: Table, set_values: Mapping[str, str], unset: list[str])
     """Set and unset options of the table's policy: one commit of Lance's table config (none when
     nothing changes). Returns the policy after it."""
     changes = policy_changes(table, set_values, unset)
-    config = table.dataset().config()
+    config = table.manifest().config
     changes = {k: v for k, v in changes.items() if config.get(k) != v}
     if changes:
         table.dataset().update_config(changes)

@@ -23,7 +23,7 @@ from memwal.core.sizes import human_bytes
 from memwal.core.text import span
 from memwal.core.waits import writer_live_frees
 from memwal.core.words import counted
-from memwal.errors import MemWalError, UnsafePathError
+from memwal.errors import UnsafePathError
 from memwal.table import Table
 from memwal.table.compactions import load_compactions
 from memwal.table.drain import merged_through
@@ -40,10 +40,9 @@ from memwal.table.shards import (
     read_shard_manifests,
 )
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
-from memwal.table.writers_closed import load_closed
+from memwal.table.writers_closed import ClosedRecords
 
 if TYPE_CHECKING:
-    from memwal.actions.policy import TablePolicy
     from memwal.checkpoint.ops import CheckpointRecords
 
 
@@ -329,7 +328,7 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
                            generations=chosen if lag_only or by_manifests else None, named=named)
     # GC's own manifest versions: never the writer's activity; the lag alone needs none
     compactions = load_compactions(table.store) if writer_activity else {}
-    closed = load_closed(table.store) if not lag_only else {}
+    closed = ClosedRecords(table.store)
     found = first if first is not None else read_listed_manifests(table.store, listing)
     shards = []
     for sid, state in found.states.items():
@@ -343,7 +342,7 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
             # when the live writer opened is read (a few manifest versions) only where it holds merged generations
             writer = writer_view(history, listed, now=now, idle_seconds=DEFAULT_WRITER_IDLE_SECONDS,
                                  walk=False, claim=held, ours=frozenset(compactions.get(sid, ())),
-                                 closed=closed.get(sid))
+                                 closed=closed.of(sid) if held else None)  # read where it changes what is said
         rows: dict[int, int] = {}
         why = None
         if check_files:
@@ -359,21 +358,13 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
                for sid, e in found.broken.items()]
     shards.sort(key=lambda s: s.shard_id)
     checkpoints, unreadable = checkpoint_status(table, manifest, listing, now, records) if records else ([], [])
-    policy = None if lag_only else _policy(table, manifest.version)
+    from memwal.actions.policy import read_policy  # the options' checks, loaded with a status only
+
+    policy = None if lag_only else read_policy(manifest.config)
     return TableStatus(table=table.uri, version=manifest.version, maintained_indexes=indexes, shards=shards,
                        checkpoints=checkpoints, unreadable_checkpoints=unreadable,
                        policy=None if policy is None else policy.values,
                        policy_invalid=None if policy is None else policy.invalid)
-
-
-def _policy(table: Table, version: int) -> TablePolicy | None:
-    """The table's own policy at ``version`` (None: its config could not be read; the jobs say why)."""
-    from memwal.actions.policy import read_policy
-
-    try:
-        return read_policy(table.dataset(version).config())
-    except (MemWalError, OSError, ValueError):
-        return None
 
 
 def _read_checkpoints(table: Table, now: float) -> CheckpointRecords:

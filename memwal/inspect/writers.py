@@ -18,7 +18,7 @@ from memwal.table import Table
 from memwal.table.listing import list_mem_wal
 from memwal.table.shards import read_listed_manifests
 from memwal.table.writer import ManifestHistory, WriterView, writer_view
-from memwal.table.writers_closed import ClosedWriter, closed_writer, load_closed, record_closed
+from memwal.table.writers_closed import ClosedRecords, ClosedWriter, closed_writer, record_closed
 
 
 def writer_views(table: Table, *, idle_seconds: float = DEFAULT_WRITER_IDLE_SECONDS) -> dict[str, WriterView]:
@@ -26,9 +26,9 @@ def writer_views(table: Table, *, idle_seconds: float = DEFAULT_WRITER_IDLE_SECO
     now = clocks.current()()
     listing = list_mem_wal(table.store, lazy=True)
     shards = read_listed_manifests(table.store, listing)
-    closed = load_closed(table.store)
+    closed = ClosedRecords(table.store)
     return {sid: writer_view(ManifestHistory(table.store, st, listing.shards[sid].manifests), listing.shards[sid],
-                             now=now, idle_seconds=idle_seconds, claim=True, closed=closed.get(sid))
+                             now=now, idle_seconds=idle_seconds, claim=True, closed=closed.of(sid))
             for sid, st in sorted(shards.states.items())}
 
 

@@ -25,27 +25,31 @@ _sym_db = _symbol_database.Default()
 from memwal.pb import shard_manifest_pb2 as memwal_dot_pb_dot_shard__manifest__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememwal/pb/table_manifest.proto\x12\tmemwal.pb\x1a\x1ememwal/pb/shard_manifest.proto\"&\n\x03\x41ny\x12\x10\n\x08type_url\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"+\n\tTimestamp\x12\x0f\n\x07seconds\x18\x01 \x01(\x03\x12\r\n\x05nanos\x18\x02 \x01(\x05\"\x99\x01\n\x08Manifest\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x1a\n\rindex_section\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\'\n\ttimestamp\x18\x07 \x01(\x0b\x32\x14.memwal.pb.Timestamp\x12\x0b\n\x03tag\x18\x08 \x01(\t\x12\x18\n\x10transaction_file\x18\x0c \x01(\tB\x10\n\x0e_index_section\"\xa5\x01\n\rIndexMetadata\x12\x1d\n\x04uuid\x18\x01 \x01(\x0b\x32\x0f.memwal.pb.UUID\x12\x0e\n\x06\x66ields\x18\x02 \x03(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x17\n\x0f\x64\x61taset_version\x18\x04 \x01(\x04\x12\x17\n\x0f\x66ragment_bitmap\x18\x05 \x01(\x0c\x12%\n\rindex_details\x18\x06 \x01(\x0b\x32\x0e.memwal.pb.Any\"9\n\x0cIndexSection\x12)\n\x07indices\x18\x01 \x03(\x0b\x32\x18.memwal.pb.IndexMetadata\"?\n\x11ManifestFragments\x12*\n\tfragments\x18\x02 \x03(\x0b\x32\x17.memwal.pb.DataFragment\"a\n\x0c\x44\x61taFragment\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\rdeletion_file\x18\x03 \x01(\x0b\x32\x17.memwal.pb.DeletionFile\x12\x15\n\rphysical_rows\x18\x04 \x01(\x04\"(\n\x0c\x44\x65letionFile\x12\x18\n\x10num_deleted_rows\x18\x04 \x01(\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememwal/pb/table_manifest.proto\x12\tmemwal.pb\x1a\x1ememwal/pb/shard_manifest.proto\"&\n\x03\x41ny\x12\x10\n\x08type_url\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"+\n\tTimestamp\x12\x0f\n\x07seconds\x18\x01 \x01(\x03\x12\r\n\x05nanos\x18\x02 \x01(\x05\"\xf9\x01\n\x08Manifest\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x1a\n\rindex_section\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\'\n\ttimestamp\x18\x07 \x01(\x0b\x32\x14.memwal.pb.Timestamp\x12\x0b\n\x03tag\x18\x08 \x01(\t\x12\x18\n\x10transaction_file\x18\x0c \x01(\t\x12/\n\x06\x63onfig\x18\x10 \x03(\x0b\x32\x1f.memwal.pb.Manifest.ConfigEntry\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_index_section\"\xa5\x01\n\rIndexMetadata\x12\x1d\n\x04uuid\x18\x01 \x01(\x0b\x32\x0f.memwal.pb.UUID\x12\x0e\n\x06\x66ields\x18\x02 \x03(\x05\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x17\n\x0f\x64\x61taset_version\x18\x04 \x01(\x04\x12\x17\n\x0f\x66ragment_bitmap\x18\x05 \x01(\x0c\x12%\n\rindex_details\x18\x06 \x01(\x0b\x32\x0e.memwal.pb.Any\"9\n\x0cIndexSection\x12)\n\x07indices\x18\x01 \x03(\x0b\x32\x18.memwal.pb.IndexMetadata\"?\n\x11ManifestFragments\x12*\n\tfragments\x18\x02 \x03(\x0b\x32\x17.memwal.pb.DataFragment\"a\n\x0c\x44\x61taFragment\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\rdeletion_file\x18\x03 \x01(\x0b\x32\x17.memwal.pb.DeletionFile\x12\x15\n\rphysical_rows\x18\x04 \x01(\x04\"(\n\x0c\x44\x65letionFile\x12\x18\n\x10num_deleted_rows\x18\x04 \x01(\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memwal.pb.table_manifest_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_MANIFEST_CONFIGENTRY']._loaded_options = None
+  _globals['_MANIFEST_CONFIGENTRY']._serialized_options = b'8\001'
   _globals['_ANY']._serialized_start=77
   _globals['_ANY']._serialized_end=115
   _globals['_TIMESTAMP']._serialized_start=117
   _globals['_TIMESTAMP']._serialized_end=160
   _globals['_MANIFEST']._serialized_start=163
-  _globals['_MANIFEST']._serialized_end=316
-  _globals['_INDEXMETADATA']._serialized_start=319
-  _globals['_INDEXMETADATA']._serialized_end=484
-  _globals['_INDEXSECTION']._serialized_start=486
-  _globals['_INDEXSECTION']._serialized_end=543
-  _globals['_MANIFESTFRAGMENTS']._serialized_start=545
-  _globals['_MANIFESTFRAGMENTS']._serialized_end=608
-  _globals['_DATAFRAGMENT']._serialized_start=610
-  _globals['_DATAFRAGMENT']._serialized_end=707
-  _globals['_DELETIONFILE']._serialized_start=709
-  _globals['_DELETIONFILE']._serialized_end=749
+  _globals['_MANIFEST']._serialized_end=412
+  _globals['_MANIFEST_CONFIGENTRY']._serialized_start=349
+  _globals['_MANIFEST_CONFIGENTRY']._serialized_end=394
+  _globals['_INDEXMETADATA']._serialized_start=415
+  _globals['_INDEXMETADATA']._serialized_end=580
+  _globals['_INDEXSECTION']._serialized_start=582
+  _globals['_INDEXSECTION']._serialized_end=639
+  _globals['_MANIFESTFRAGMENTS']._serialized_start=641
+  _globals['_MANIFESTFRAGMENTS']._serialized_end=704
+  _globals['_DATAFRAGMENT']._serialized_start=706
+  _globals['_DATAFRAGMENT']._serialized_end=803
+  _globals['_DELETIONFILE']._serialized_start=805
+  _globals['_DELETIONFILE']._serialized_end=845
 # @@protoc_insertion_point(module_scope)

@@ -24,18 +24,27 @@ class Timestamp(_message.Message):
     def __init__(self, seconds: _Optional[int] = ..., nanos: _Optional[int] = ...) -> None: ...
 
 class Manifest(_message.Message):
-    __slots__ = ("version", "index_section", "timestamp", "tag", "transaction_file")
+    __slots__ = ("version", "index_section", "timestamp", "tag", "transaction_file", "config")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INDEX_SECTION_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_FILE_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
     version: int
     index_section: int
     timestamp: Timestamp
     tag: str
     transaction_file: str
-    def __init__(self, version: _Optional[int] = ..., index_section: _Optional[int] = ..., timestamp: _Optional[_Union[Timestamp, _Mapping]] = ..., tag: _Optional[str] = ..., transaction_file: _Optional[str] = ...) -> None: ...
+    config: _containers.ScalarMap[str, str]
+    def __init__(self, version: _Optional[int] = ..., index_section: _Optional[int] = ..., timestamp: _Optional[_Union[Timestamp, _Mapping]] = ..., tag: _Optional[str] = ..., transaction_file: _Optional[str] = ..., config: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class IndexMetadata(_message.Message):
     __slots__ = ("uuid", "fields", "name", "dataset_version", "fragment_bitmap", "index_details")

@@ -266,6 +266,16 @@ class Table:
                                       f"(a concurrent gc): {first_line(exc, self.uri)}") from exc
             raise BadInputError(f"{self.uri}: cannot open the Lance table: {first_line(exc, self.uri)}") from exc
 
+    def newest_read(self) -> TableManifest:
+        """The newest manifest this table object has read already (none yet: the latest, read
+        now): what a run takes the table's own settings from (:mod:`memwal.actions.policy`)
+        without one more read of the store, as fresh as the table's last read."""
+        with self._lock:
+            known = max(self._manifests.values(), key=lambda m: m.version, default=None)
+        if self.opened is not None and (known is None or self.opened.version > known.version):
+            known = self.opened
+        return known if known is not None else self.manifest()
+
     def manifest(self, version: int | None = None) -> TableManifest:
         """The decoded table manifest of ``version`` (latest when None); a version that
         vanished while we read it (expired by a concurrent cleanup) is a

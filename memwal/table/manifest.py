@@ -72,6 +72,8 @@ class TableManifest:
     index_catchup: dict[str, dict[str, int]] = field(default_factory=dict)
     #: The commit's transaction file under ``_transactions/`` ("" when Lance wrote none).
     transaction_file: str = ""
+    #: The table's config (Lance's ``update_config``): merge operators, memwal's table policy.
+    config: dict[str, str] = field(default_factory=dict)
 
     def compacted_generation(self, shard_id: str) -> int:
         """Merge progress of a shard; 0 when nothing was merged."""
@@ -334,6 +336,7 @@ def decode_table_manifest(data: bytes, *, key: str, where: str,
         compacted=compacted,
         index_catchup=catchup,
         transaction_file=manifest.transaction_file,
+        config=dict(manifest.config),
     )
 
 

@@ -26,7 +26,7 @@ storage says a process is alive, so:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from memwal.errors import MemWalError, NotFoundError
@@ -145,15 +145,16 @@ class WriterView:
 
 def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, idle_seconds: float,
                 claim: bool = False, walk: bool = True, ours: frozenset[int] = frozenset(),
-                closed: ClosedWriter | None = None) -> WriterView:
+                closed: Callable[[], ClosedWriter | None] | None = None) -> WriterView:
     """The shard's writer as storage shows it; ``claim`` also finds when its epoch was claimed
     (a few manifest reads, only for a live writer). ``walk=False`` reads nothing more than the
     listing and the latest manifest (``memwal status``, which shows liveness, never decides on
     it): the writer's activity is then its newest WAL entry, when the WAL was listed (every put
     and every claim writes one before its manifest version; a compactor's drain or rollup writes
     none), and the newest manifest version the listing shows that is not among ``ours``, the
-    versions memwal's GC wrote (:mod:`memwal.table.compactions`). ``closed``: the shard's writer
-    said closed; it counts when it names this epoch and nothing was written since (not live then)."""
+    versions memwal's GC wrote (:mod:`memwal.table.compactions`). ``closed``: the record saying the
+    shard's writer was closed, asked only of a writer that would be live (a read of the store): it
+    counts when it names this epoch and nothing was written since (not live then)."""
     state = history.latest
     times = [e.mtime for e in listed.wal]
     own = _last_written(history, now, idle_seconds) if walk else _newest_not_ours(history, ours)
@@ -163,7 +164,8 @@ def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, i
         times.append(history.mtime(state.version))
     last = max(times) if times else None
     live = last is not None and now - last < idle_seconds
-    said = closed if closed is not None and closed.covers(state.writer_epoch, last) else None
+    said = closed() if live and closed is not None else None
+    said = said if said is not None and said.covers(state.writer_epoch, last) else None
     if not live or said is not None:
         return WriterView(state.shard_id, state.writer_epoch, last, False, closed=said)
     paths = None

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -65,6 +66,23 @@ def load_closed(store: Store) -> dict[str, ClosedWriter]:
     """Per shard, its writer said closed (empty when none is, or the record is unusable: logged).
     A record that cannot be read counts as none: the writers count as live, GC's safe side."""
     return load_cache(store, CLOSED_KEY, _decode, {}, memo=_DECODED)
+
+
+class ClosedRecords:
+    """The record, read once and only when asked (:func:`memwal.table.writer.writer_view` asks of
+    a live writer only: a table with no live writer reads nothing more)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._found: dict[str, ClosedWriter] | None = None
+
+    def of(self, shard_id: str) -> Callable[[], ClosedWriter | None]:
+        """What the record says of ``shard_id``'s writer, read when first called."""
+        def ask() -> ClosedWriter | None:
+            if self._found is None:
+                self._found = load_closed(self.store)
+            return self._found.get(shard_id)
+        return ask
 
 
 def record_closed(store: Store, writers: list[ClosedWriter]) -> None:
@@ -127,4 +145,4 @@ def _decode(doc: Any) -> dict[str, ClosedWriter]:
     return out
 
 
-__all__ = ["CLOSED_KEY", "ClosedWriter", "closed_writer", "load_closed", "record_closed"]
+__all__ = ["CLOSED_KEY", "ClosedRecords", "ClosedWriter", "closed_writer", "load_closed", "record_closed"]
