@@ -12,6 +12,7 @@ way holds whatever it could redirect, drains included. It writes nothing.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -333,6 +334,10 @@ def plan_gc(
                   writer_idle_seconds=seconds(writer_idle_seconds), listed_only=listed_only)
 
 
+#: The version number a ``retained-version:`` reason starts with (:meth:`RetainedVersion.describe`).
+_LEADING_NUMBER = re.compile(r"\d+")
+
+
 def _deciding(versions: list[RetainedVersion], gone: list[RetainedVersion],
               generations: GenerationsPlan) -> list[RetainedVersion]:
     """The retained versions whose progress (or commit time) decides a verdict of this plan, for
@@ -348,7 +353,8 @@ def _deciding(versions: list[RetainedVersion], gone: list[RetainedVersion],
     asked = {r for b in generations.blocked for r in (b.reason, *b.reasons) if r.startswith("retained-version:")}
     # each claim described only when some version is named: a listing pass names none, and a week
     # of versions described at every pass grew with the table's age (issue 82)
-    named = {f"retained-version:{v.describe()}": v for v in versions if not v.vouched} if asked else {}
+    numbers = {int(m.group()) for r in asked if (m := _LEADING_NUMBER.match(r, len("retained-version:")))}
+    named = {f"retained-version:{v.describe()}": v for v in versions if not v.vouched and v.version in numbers}
     held = {id(v): v for r in asked if (v := named.get(r)) is not None}
     return [*gone, *held.values()]
 

@@ -207,7 +207,9 @@ class VersionProgress:
     def __init__(self, versions: list[RetainedVersion]) -> None:
         self.versions = versions
         self._changes = changes()
-        prior = _grown_from(versions, self._changes)
+        #: each version object's identity, in order: what a later build compares its prefix with
+        self._ids = np.fromiter(map(id, versions), dtype=np.uint64, count=len(versions))
+        prior = _grown_from(self._ids, self._changes)
         #: the distinct progress maps (versions of one index section share one), and each one's
         #: place among them by the map's id
         self._maps: list[dict[str, int]] = list(prior._maps) if prior else []
@@ -251,13 +253,15 @@ _BUILT: list[VersionProgress] = []
 _BUILT_KEPT = 8
 
 
-def _grown_from(versions: list[RetainedVersion], changed: int) -> VersionProgress | None:
-    """A progress built before over a prefix of ``versions`` (the same objects, none changed in
-    place since: :func:`memwal.table.retained.changes`), the longest."""
+def _grown_from(ids: np.ndarray, changed: int) -> VersionProgress | None:
+    """A progress built before over a prefix of the versions whose identities are ``ids`` (the
+    same objects, none changed in place since: :func:`memwal.table.retained.changes`), the
+    longest. Identities compared as one array (a built progress holds its versions, so no
+    identity of one of them is reused meanwhile)."""
     best: VersionProgress | None = None
     for p in list(_BUILT):  # another thread's plan may add one meanwhile
-        n = len(p.versions)
-        if p._changes == changed and n <= len(versions) and (best is None or n > len(best.versions)) and n and all(
-                a is b for a, b in zip(p.versions, versions[:n], strict=True)):
+        n = len(p._ids)
+        if p._changes == changed and 0 < n <= len(ids) and (best is None or n > len(best._ids)) and \
+                np.array_equal(p._ids, ids[:n]):
             best = p
     return best
