@@ -205,10 +205,10 @@ def gc_summary(f: Mapping[str, Any]) -> str:
     kept and why (a run that deleted nothing but kept 5 says so, not "0 generations, 0B freed"):
     GC's own gates with when each passes (its ``wait``), for records that hold one."""
     done = [f"{counted(f.get('generations', 0), 'generation')} deleted, {human_bytes(f.get('bytes', 0))} freed"]
-    done += [f"{counted(f[k], noun, plural)} {what}" for k, noun, plural, what in (
-        ("wal_entries", "WAL entry", "WAL entries", "deleted"), ("drained", "generation", None, "drained"),
-        ("rolled_up", "generation", None, "rolled up"), ("expired_versions", "version", None, "expired"),
-        ("history_pruned", "record", None, "pruned")) if f.get(k)]
+    done += [f"{counted(f[k], noun, plural)}{what}" for k, noun, plural, what in (
+        ("wal_entries", "WAL entry", "WAL entries", " deleted"), ("drained", "shard drain", None, ""),
+        ("rolled_up", "rollup", None, ""), ("expired_versions", "version", None, " expired"),
+        ("history_pruned", "record", None, " pruned")) if f.get(k)]
     reasons = f.get("blocked_by_reason") or {}
     kept = f.get("blocked", sum(reasons.values()))
     wait = brief(f.get("wait"))  # GC's own gates, each with when it passes

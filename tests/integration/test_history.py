@@ -14,6 +14,7 @@ import pytest
 
 import memwal
 from memwal.core import steps
+from memwal.core.words import counted
 from memwal.history.run import JOB_PROPERTY, RUN_ID_PROPERTY
 from memwal.table.manifest import list_versions
 from tests.conftest import table_rows
@@ -67,7 +68,7 @@ def test_every_job_is_recorded_with_its_figures_and_real_versions(make_table):
     gc_figures = by_job["gc"]["figures"]
     assert gc_figures["drained"] == len(gc["drained"]) > 0 and gc_figures["blocked"] == len(gc["blocked"]) > 0
     line = next(x for x in run_cli("history", uri, "--limit", "1").stdout.splitlines() if " gc " in x)
-    assert f"{len(gc['drained'])} drained" in line and f"{len(gc['blocked'])} kept (" in line, line
+    assert f"{counted(len(gc['drained']), 'shard drain')}" in line and f"{len(gc['blocked'])} kept (" in line, line
     existing = set(list_versions(table.store))
     named = [v for r in ours for v in r["versions"]]
     assert named and set(named) <= existing and len(named) == len(set(named))  # real versions, each once
