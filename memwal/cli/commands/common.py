@@ -66,6 +66,18 @@ def parse_storage_options(pairs: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
+def assignments(items: list[str], shape: str) -> dict[str, str]:
+    """Repeated ``--set KEY=VALUE`` values as a dict, each side stripped; BadInputError naming
+    the item and the ``shape`` expected (``COLUMN=OPERATOR``) for one without both sides."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise BadInputError(f"--set {item!r}: expected {shape}")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def common_options(*, json_flag: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_OK, Subparsers, assignments, emit, open_table_arg, table_command
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
@@ -19,23 +19,11 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    from memwal.errors import BadInputError
-
-    out: dict[str, str] = {}
-    for item in items:
-        column, sep, op = item.partition("=")
-        if not sep or not column.strip() or not op.strip():
-            raise BadInputError(f"--set {item!r}: expected COLUMN=OPERATOR")
-        out[column.strip()] = op.strip()
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     from memwal.actions.merge_ops import change_merge_ops
 
-    result = change_merge_ops(open_table_arg(args), set_ops=_pairs(args.set), unset=args.unset, force=args.force,
-                              lease_ttl=getattr(args, "lease_ttl", None) or 300.0)
+    result = change_merge_ops(open_table_arg(args), set_ops=assignments(args.set, "COLUMN=OPERATOR"),
+                              unset=args.unset, force=args.force, lease_ttl=getattr(args, "lease_ttl", None) or 300.0)
     doc = result.to_dict()
     emit(args, doc, lambda: render(doc))
     return EXIT_OK

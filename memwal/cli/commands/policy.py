@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memwal.cli.commands.common import EXIT_OK, Subparsers, emit, open_table_arg, table_command
+from memwal.cli.commands.common import EXIT_OK, Subparsers, assignments, emit, open_table_arg, table_command
 
 
 def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
@@ -24,25 +24,13 @@ def add_parser(sub: Subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    from memwal.errors import BadInputError
-
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise BadInputError(f"--set {item!r}: expected NAME=VALUE")
-        out[name.strip()] = value.strip()
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     from memwal.actions.policy import change_policy, table_policy
 
     table = open_table_arg(args)
     changing = bool(args.set or args.unset)
     before = table_policy(table)
-    policy = change_policy(table, _pairs(args.set), list(args.unset)) if changing else before
+    policy = change_policy(table, assignments(args.set, "NAME=VALUE"), list(args.unset)) if changing else before
     changed = policy.values != before.values
     doc: dict[str, Any] = {"table": table.uri, "changed": changed, "policy": policy.to_dict(),
                            "defaults": defaults()}
