@@ -291,6 +291,9 @@ def view(data: PageData) -> dict[str, Any]:
         } for c in st.checkpoints[:CHECKPOINTS_SHOWN]],
         "unreadable_checkpoints": [clip(why, 500) for why in st.unreadable_checkpoints[:CHECKPOINTS_SHOWN]],
         "checkpoints_more": max(0, len(st.checkpoints) - CHECKPOINTS_SHOWN),
+        # the table's own policy (memwal policy): values read from storage, clipped and escaped as any
+        "table_policy": [(clip(k, 100), clip(v, 100)) for k, v in (st.policy or {}).items()],
+        "table_policy_invalid": [(clip(k, 100), clip(why, 300)) for k, why in (st.policy_invalid or {}).items()],
     }
 
 

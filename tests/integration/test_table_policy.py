@@ -17,7 +17,7 @@ from tests.integration.test_gc import gen_dirs, ready_table
 ZERO_POLICY = ("--set", "grace_seconds=0", "--set", "writer_idle_seconds=0", "--set", "expire_versions=0")
 
 
-def test_gc_and_the_cycle_follow_the_tables_policy_unless_given_the_option(make_table):
+def test_gc_and_the_cycle_follow_the_tables_policy_unless_given_the_option(make_table, tmp_path):
     table, _ = ready_table(make_table)
     before = gen_dirs(table)
     assert all(before.values())
@@ -29,6 +29,9 @@ def test_gc_and_the_cycle_follow_the_tables_policy_unless_given_the_option(make_
                                                           "writer_idle_seconds": "0"}
     assert lance.dataset(table.uri).config()["memwal.policy.grace_seconds"] == "0"  # with the table, in Lance's config
     assert "policy: expire_versions=0, grace_seconds=0, writer_idle_seconds=0" in run_cli("status", table.uri).stdout
+    page = tmp_path / "status.html"
+    assert run_cli("status", table.uri, "--html", str(page)).rc == 0
+    assert "policy: expire_versions=0, grace_seconds=0, writer_idle_seconds=0" in page.read_text()
 
     held = run_cli("gc", table.uri, "--grace-seconds", "600", "--json")  # the run's own option wins, and says so
     assert held.rc == 0 and json.loads(held.stdout)["deleted"] == [] and gen_dirs(table) == before
@@ -56,7 +59,7 @@ def test_merge_bounds_come_from_the_policy(make_table):
     assert {manifest.compacted_generation(s) for s in all_shard_manifests(table.store)} == {SMALL.generations}
 
 
-def test_a_bad_policy_is_refused_and_a_forged_one_is_not_used(make_table):
+def test_a_bad_policy_is_refused_and_a_forged_one_is_not_used(make_table, tmp_path):
     table, _ = ready_table(make_table)
     version = lance.dataset(table.uri).version
     for bad in (("--set", "grace_seconds=-1"), ("--set", "bogus=1"), ("--set", "grace_seconds"),
@@ -72,6 +75,9 @@ def test_a_bad_policy_is_refused_and_a_forged_one_is_not_used(make_table):
                                   "nope": json.loads(shown.stdout)["policy"]["invalid"]["nope"]}}
     status = run_cli("status", table.uri).stdout
     assert "policy grace_seconds: NOT USED: '-5' must be non-negative" in status
+    page = tmp_path / "status.html"
+    assert run_cli("status", table.uri, "--html", str(page)).rc == 0
+    assert "policy grace_seconds not used: &#39;-5&#39; must be non-negative" in page.read_text()
     before = gen_dirs(table)
     gc = run_cli("gc", table.uri, "--writer-idle-seconds", "0", "--json")  # the default grace period: nothing goes
     assert gc.rc == 0 and json.loads(gc.stdout)["deleted"] == [] and gen_dirs(table) == before
