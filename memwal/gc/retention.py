@@ -124,7 +124,7 @@ def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[Block
     if best is not None and best.freed:
         named = [r for r in expirable if r.version in best.gone] or expirable
         return (f"Retained versions hold {counted(n, 'merged generation')}, {_versions_text(named)} among them. "
-                f"Run gc with --expire-versions {best.seconds} to expire those: that frees {best.freed} of the "
+                f"Run gc with --expire-versions {best.seconds} to expire those: that frees {best.freed:,} of the "
                 f"{counted(n, 'generation')}" + _still_text(best.still, "; the others would still be held by ") + ".")
     most = min(trials, key=lambda t: t.seconds, default=None)
     return (f"Retained versions hold {counted(n, 'merged generation')}, {_versions_text(expirable)} among them. "
