@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from memwal.core import clock as clocks
+from memwal.core.json_doc import load_json
 from memwal.errors import MemWalError, NotFoundError, PreconditionFailedError, TooLargeError
 from memwal.store import Store
 from memwal.table.naming import JOBS_DIR
-from memwal.table.progress_digest import CACHE_MAX_BYTES, load_cache
+from memwal.table.progress_digest import CACHE_MAX_BYTES, CACHE_MAX_VALUES, load_cache
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def record_closed(store: Store, writers: list[ClosedWriter]) -> None:
         except TooLargeError:  # unusable, as load_closed finds it: replaced
             data, etag = b"", _etag(store)
         try:
-            known = _decode(json.loads(data)) if data else {}
+            known = _decode(load_json(data, max_values=CACHE_MAX_VALUES)) if data else {}
         except (ValueError, TypeError, RecursionError):  # malformed: replaced, as load_closed ignores it anyway
             known = {}
         merged = {**known, **{w.shard_id: w for w in writers}}
