@@ -14,7 +14,7 @@ the same way from the command line, from Python and from a DAG config.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, Literal, Self, get_args
 
 from memwal.core import validate
@@ -136,6 +136,23 @@ class JobOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The options the run was given, apart from memwal's defaults: what a table's own policy
+        leaves as they are (:mod:`memwal.actions.policy`). Recorded by :meth:`from_kwargs` and kept
+        by :meth:`but`; for options built otherwise, those that differ from the defaults."""
+        recorded: frozenset[str] | None = self.__dict__.get("_given")
+        if recorded is not None:
+            return recorded
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) != f.default)
+
+    def but(self, **changes: Any) -> Self:
+        """These options with ``changes`` (a follower's scope for one pass), keeping what the run
+        was given, and given those changed here."""
+        out = replace(self, **changes)
+        object.__setattr__(out, "_given", self.given | frozenset(changes))
+        return out
 
     def to_argv(self, *, skip: tuple[str, ...] = ("engine",)) -> list[str]:
         """Command-line arguments that rebuild these options (defaults left out): what a

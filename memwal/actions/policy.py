@@ -104,7 +104,7 @@ def with_policy(table: Table, options: Opts) -> Opts:
     for name, why in policy.invalid.items():
         log.warning("%s: the table's policy %s is not used: %s (memwal policy %s --unset %s)", table.uri, name, why,
                     table.uri, name)
-    given = given_options(options)
+    given = options.given
     changes = {}
     for name, value in policy.parsed().items():
         if name not in names:
@@ -119,17 +119,8 @@ def with_policy(table: Table, options: Opts) -> Opts:
     return keep_given(replace(options, **changes), given) if changes else options
 
 
-def given_options(options: JobOptions) -> frozenset[str]:
-    """The options a run was given (:meth:`JobOptions.from_kwargs` records them); for options built
-    otherwise, those that differ from memwal's default."""
-    given: frozenset[str] | None = getattr(options, "_given", None)
-    if given is not None:
-        return given
-    return frozenset(f.name for f in fields(options) if getattr(options, f.name) != f.default)
-
-
 def keep_given(options: Opts, given: frozenset[str]) -> Opts:
-    """``options`` recording ``given`` as the options the run was given."""
+    """``options`` recording ``given`` as the options the run was given (a policy's values are not)."""
     object.__setattr__(options, "_given", given)
     return options
 
@@ -174,5 +165,5 @@ def _shown(value: Any) -> str:
     return "never" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-__all__ = ["POLICY_OPTIONS", "POLICY_PREFIX", "TablePolicy", "change_policy", "given_options", "read_policy",
-           "table_policy", "with_policy"]
+__all__ = ["POLICY_OPTIONS", "POLICY_PREFIX", "TablePolicy", "change_policy", "read_policy", "table_policy",
+           "with_policy"]

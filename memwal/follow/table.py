@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from memwal.actions import ACTIONS
@@ -194,7 +193,7 @@ def _scoped(options: Mapping[str, JobOptions], schedule: Schedule,
         out["merge"] = merging
     if schedule.listing_only:  # --listed-only; orphans need the whole walk
         gc = options.get("gc")
-        out["gc"] = replace(gc if isinstance(gc, GcOptions) else GcOptions(), listed_only=True, orphans=False)
+        out["gc"] = (gc if isinstance(gc, GcOptions) else GcOptions()).but(listed_only=True, orphans=False)
     if schedule.tail_only:
         out["compact"] = tail_pass(options.get("compact"))
     return out
@@ -206,8 +205,8 @@ def tail_pass(given: JobOptions | None) -> CompactOptions:
     rewrites is what merges appended since the last compaction, never a large fragment; the whole
     compaction, on its cadence, materialises the deletions."""
     o = given if isinstance(given, CompactOptions) else CompactOptions()
-    return replace(o, target_rows_per_fragment=min(o.target_rows_per_fragment or TAIL_ROWS, TAIL_ROWS),
-                   materialize_deletions_threshold=1.0)
+    return o.but(target_rows_per_fragment=min(o.target_rows_per_fragment or TAIL_ROWS, TAIL_ROWS),
+                 materialize_deletions_threshold=1.0)
 
 
 def _healthy(given: MergeOptions, watch: ShardWatch) -> MergeOptions | None:
@@ -218,7 +217,7 @@ def _healthy(given: MergeOptions, watch: ShardWatch) -> MergeOptions | None:
     if not watch.broken:
         return given
     shards = [s for s in (given.shards or sorted(watch.seen)) if s not in watch.broken]
-    return replace(given, shards=tuple(shards)) if shards else None
+    return given.but(shards=tuple(shards)) if shards else None
 
 
 def _gone(table: Table, tally: FollowTally) -> bool:

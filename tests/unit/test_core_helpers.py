@@ -107,3 +107,15 @@ def test_counts_read_as_words_in_history_gc_and_the_retention_hint():
     assert render_gc(doc).splitlines()[0] == "t: would delete 1 generation and 2 WAL entries"
     assert [round_seconds(s) for s in (0, 59, 60, 167, 734, 1799, 7000, 10 * 86400, 400 * 86400)] == [
         0, 59, 60, 60, 600, 600, 3600, 7 * 86400, 30 * 86400]
+
+
+def test_the_options_a_run_was_given_survive_a_followers_scopes():
+    """What the run was given (even a value equal to memwal's default) is what a table's own
+    policy leaves alone; a follower's scope for one pass keeps it (issue 84)."""
+    from memwal.actions.options import GcOptions
+
+    given = GcOptions.from_kwargs(grace_seconds=600, expire_versions="never")
+    assert given.given == {"grace_seconds", "expire_versions"}
+    scoped = given.but(listed_only=True, orphans=False)
+    assert scoped.given == {"grace_seconds", "expire_versions", "listed_only", "orphans"} and scoped.listed_only
+    assert GcOptions().given == frozenset() and GcOptions(grace_seconds=5).given == {"grace_seconds"}
