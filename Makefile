@@ -199,17 +199,19 @@ SPARK_SUBMIT := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath 
 	--driver-java-options "-Dlog4j2.configurationFile=$(abspath jobs/log4j2.properties) $$($(PY) -m memwal.spark.engine.jvm_archive --java-options)"
 
 # The demo: a table written by pylance's ShardWriter, then the whole maintenance cycle as a
-# Spark job in local mode. GC runs with no grace period, expires old versions and takes the
-# writers as gone because nothing else reads the demo table and demo-data closed its writers
-# (so GC frees every merged generation); production keeps the defaults (600 s, 7 days, a day).
+# Spark job in local mode. The table's own policy (memwal policy) has GC run with no grace
+# period, expire old versions and take the writers as gone, because nothing else reads the demo
+# table and demo-data closed its writers (so GC frees every merged generation); production keeps
+# the defaults (600 s, 7 days, a day).
 demo: $(STAMP) bytecode $(JVM_STAMP)
 	@rm -rf $(DEMO_DIR)
 	$(VENV)/bin/memwal demo-data $(DEMO_DIR)/table
+	$(VENV)/bin/memwal policy $(DEMO_DIR)/table --set grace_seconds=0 --set expire_versions=0 --set writer_idle_seconds=0
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
-	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table --grace-seconds 0 --expire-versions 0 --writer-idle-seconds 0
+	$(SPARK_SUBMIT) jobs/maintenance.py $(DEMO_DIR)/table
 	$(VENV)/bin/memwal status $(DEMO_DIR)/table
 	$(VENV)/bin/memwal verify $(DEMO_DIR)/table
-	@echo "GC freed the merged generations above: the demo's writers are closed, so the cycle ran with --writer-idle-seconds 0 (a live writer keeps what its view needs listed, rolled up, until it reopens: docs/clients.md)"
+	@echo "GC freed the merged generations above: the demo's writers are closed, so the table's policy (memwal policy $(DEMO_DIR)/table) has GC take them as gone (a live writer keeps what its view needs listed, rolled up, until it reopens: docs/clients.md)"
 	@echo "memwal is installed in $(VENV)/bin: try '$(VENV)/bin/memwal history $(DEMO_DIR)/table', or put it on PATH with 'source $(VENV)/bin/activate'"
 
 # The benchmark harness end to end at a tiny size (tests/integration/test_bench_smoke.py, marked `bench`):
