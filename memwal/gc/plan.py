@@ -64,8 +64,7 @@ from memwal.table.progress_digest import ProgressDigest, load_digest
 from memwal.table.retained import RetainedVersion, retained_versions, vouch
 from memwal.table.shards import ShardManifests, read_listed_manifests, read_shard_manifests
 from memwal.table.wal_digest import Header, WalDigest, load_wal_digest
-from memwal.table.writer import ManifestHistory, StatOnUse, WriterView, writer_view
-from memwal.table.writers_closed import ClosedRecords
+from memwal.table.writer import StatOnUse, WriterView, shard_writers
 
 log = logging.getLogger(__name__)
 
@@ -257,10 +256,8 @@ def plan_gc(
     else:
         listing = list_mem_wal(store, lazy=True)  # a folder's files walked when the plan asks for them
         shards = read_listed_manifests(store, listing)
-    histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in shards.states.items()}
-    closed = ClosedRecords(store)
-    writers = {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=seconds(writer_idle_seconds), claim=True,
-                                closed=closed.of(sid)) for sid, h in histories.items()}
+    histories, writers = shard_writers(store, listing, shards.states, now=now,
+                                       idle_seconds=seconds(writer_idle_seconds))
     # a listing pass of a table object that read every retained version before reads only what was
     # committed since, from the manifests (the digest is a whole run's; its bytes grow with the age)
     progress_digest = ProgressDigest() if listed_only and table.main_line is not None else load_digest(table.store)

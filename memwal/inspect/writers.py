@@ -17,8 +17,8 @@ from memwal.errors import BadInputError
 from memwal.table import Table
 from memwal.table.listing import list_mem_wal
 from memwal.table.shards import read_listed_manifests
-from memwal.table.writer import ManifestHistory, WriterView, writer_view
-from memwal.table.writers_closed import ClosedRecords, ClosedWriter, closed_writer, record_closed
+from memwal.table.writer import WriterView, shard_writers
+from memwal.table.writers_closed import ClosedWriter, closed_writer, record_closed
 
 
 def writer_views(table: Table, *, idle_seconds: float = DEFAULT_WRITER_IDLE_SECONDS) -> dict[str, WriterView]:
@@ -26,10 +26,8 @@ def writer_views(table: Table, *, idle_seconds: float = DEFAULT_WRITER_IDLE_SECO
     now = clocks.current()()
     listing = list_mem_wal(table.store, lazy=True)
     shards = read_listed_manifests(table.store, listing)
-    closed = ClosedRecords(table.store)
-    return {sid: writer_view(ManifestHistory(table.store, st, listing.shards[sid].manifests), listing.shards[sid],
-                             now=now, idle_seconds=idle_seconds, claim=True, closed=closed.of(sid))
-            for sid, st in sorted(shards.states.items())}
+    _, writers = shard_writers(table.store, listing, shards.states, now=now, idle_seconds=idle_seconds)
+    return dict(sorted(writers.items()))
 
 
 def closing(table: Table, shard_ids: list[str]) -> list[ClosedWriter]:

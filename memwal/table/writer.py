@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from memwal.errors import MemWalError, NotFoundError
 from memwal.store import ObjectInfo, Store
 from memwal.table.drain import is_compaction
-from memwal.table.listing import ShardListing
+from memwal.table.listing import MemWalListing, ShardListing
 from memwal.table.naming import manifest_key
 from memwal.table.shards import ShardState, decode_shard_manifest
-from memwal.table.writers_closed import ClosedWriter
+from memwal.table.writers_closed import ClosedRecords, ClosedWriter
 
 #: Compactor versions (drains, rollups) walked back over to find the writer's own last manifest
 #: version; past this many in a row the shard counts as live (a guess on the safe side).
@@ -176,6 +176,17 @@ def writer_view(history: ManifestHistory, listed: ShardListing, *, now: float, i
             paths = None
     return WriterView(state.shard_id, state.writer_epoch, last, True, _claimed_at(history) if claim else None, paths,
                       None if last is None else last + idle_seconds)
+
+
+def shard_writers(store: Store, listing: MemWalListing, states: Mapping[str, ShardState], *, now: float,
+                  idle_seconds: float) -> tuple[dict[str, ManifestHistory], dict[str, WriterView]]:
+    """Per shard, its manifest history and its writer as GC judges it (when the live one claimed its
+    epoch, and the closed-writer record read for a writer that would be live): GC's plan and
+    ``memwal writers`` ask the same question of the same listing."""
+    histories = {sid: ManifestHistory(store, st, listing.shards[sid].manifests) for sid, st in states.items()}
+    closed = ClosedRecords(store)
+    return histories, {sid: writer_view(h, listing.shards[sid], now=now, idle_seconds=idle_seconds, claim=True,
+                                        closed=closed.of(sid)) for sid, h in histories.items()}
 
 
 def _last_written(history: ManifestHistory, now: float, idle_seconds: float) -> int | None:
