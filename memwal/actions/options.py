@@ -150,8 +150,16 @@ class JobOptions:
     def but(self, **changes: Any) -> Self:
         """These options with ``changes`` (a follower's scope for one pass), keeping what the run
         was given, and given those changed here."""
+        return self._with(changes, self.given | frozenset(changes))
+
+    def defaulted(self, **changes: Any) -> Self:
+        """These options with ``changes`` that the run was not given (a table's own policy's values):
+        what it was given stays what it was given."""
+        return self._with(changes, self.given)
+
+    def _with(self, changes: dict[str, Any], given: frozenset[str]) -> Self:
         out = replace(self, **changes)
-        object.__setattr__(out, "_given", self.given | frozenset(changes))
+        object.__setattr__(out, "_given", given)
         return out
 
     def to_argv(self, *, skip: tuple[str, ...] = ("engine",)) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memwal.actions.options import GcOptions, JobOptions, MergeOptions, flag_of, spec_of
@@ -93,8 +93,8 @@ def table_policy(table: Table) -> TablePolicy:
 def with_policy(table: Table, options: Opts) -> Opts:
     """``options`` with the table's policy for every option the run was not given (module
     docstring); a given value that differs from the policy's is logged."""
-    names = {f.name for f in fields(options)}
-    if not names & set(POLICY_OPTIONS):
+    named = {f.name: f for f in fields(options)}
+    if not named.keys() & POLICY_OPTIONS.keys():
         return options
     try:
         policy = read_policy(table.newest_read().config)  # a run reads the latest anyway: no read more
@@ -107,27 +107,23 @@ def with_policy(table: Table, options: Opts) -> Opts:
     given = options.given
     changes = {}
     for name, value in policy.parsed().items():
-        if name not in names:
+        if name not in named:
             continue
         if name in given:
             if getattr(options, name) != value:
-                flag = flag_of(name, spec_of(next(f for f in fields(options) if f.name == name)))
+                flag = flag_of(name, spec_of(named[name]))
                 log.info("%s: %s %s overrides the table's policy (%s) for this run", table.uri, flag,
                          _shown(getattr(options, name)), _shown(value))
             continue
         changes[name] = value
-    return keep_given(replace(options, **changes), given) if changes else options
+    return options.defaulted(**changes) if changes else options
 
 
-def keep_given(options: Opts, given: frozenset[str]) -> Opts:
-    """``options`` recording ``given`` as the options the run was given (a policy's values are not)."""
-    object.__setattr__(options, "_given", given)
-    return options
-
-
-def policy_changes(table: Table, set_values: Mapping[str, str], unset: list[str]) -> dict[str, str | None]:
-    """The config values a change of policy writes (None: the key removed), each value checked
-    as its flag's. BadInputError, naming the option, for anything else (nothing written)."""
+def policy_changes(config: Mapping[str, str], set_values: Mapping[str, str],
+                   unset: list[str]) -> dict[str, str | None]:
+    """The values a change of policy writes over the table config ``config`` (None: the key
+    removed), each value checked as its flag's, those it holds already left out. BadInputError,
+    naming the option, for anything else (nothing written)."""
     both = set(set_values) & set(unset)
     if both:
         raise BadInputError(f"policy {sorted(both)[0]}: both set and unset")
@@ -139,17 +135,14 @@ def policy_changes(table: Table, set_values: Mapping[str, str], unset: list[str]
     for name, text in set_values.items():
         _parse(name, text)
         changes[POLICY_PREFIX + name] = str(text).strip()
-    config = table.manifest().config
     changes.update({POLICY_PREFIX + name: None for name in unset if POLICY_PREFIX + name in config})
-    return changes
+    return {k: v for k, v in changes.items() if config.get(k) != v}
 
 
 def change_policy(table: Table, set_values: Mapping[str, str], unset: list[str]) -> TablePolicy:
     """Set and unset options of the table's policy: one commit of Lance's table config (none when
     nothing changes). Returns the policy after it."""
-    changes = policy_changes(table, set_values, unset)
-    config = table.manifest().config
-    changes = {k: v for k, v in changes.items() if config.get(k) != v}
+    changes = policy_changes(table.manifest().config, set_values, unset)
     if changes:
         table.dataset().update_config(changes)
     return table_policy(table)
