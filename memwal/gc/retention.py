@@ -28,7 +28,7 @@ import numpy as np
 from memwal.checkpoint import TAG_PREFIX
 from memwal.core.words import counted
 from memwal.gc.expiry import plan_version_expiry
-from memwal.gc.gates import GRACE_PERIOD, Gates
+from memwal.gc.gates import Gates
 from memwal.gc.model import BlockingVersion, Retention
 from memwal.gc.versions import Holders, Ranked, by_age_only
 from memwal.table.retained import RetainedVersion
@@ -50,6 +50,9 @@ class HeldGeneration(NamedTuple):
     shard_id: str
     generation: int
     holders: Holders  # retained versions that had not merged it
+    #: its verdict's other gates (not the grace period, not retained versions): what version
+    #: expiry leaves holding it, from the verdict its run already asked
+    others: tuple[str, ...]
 
 
 class ExpiryTrial(NamedTuple):
@@ -160,15 +163,14 @@ class _Trials:
 
     Expiry changes one gate only, the retained versions (the merge progress, index catch-up and
     checkpoints do not move; the grace period does not apply to a folder past its listing), so
-    the other gates of each held generation are asked once, and per trial "a version left had
+    the other gates of each held generation are the ones its run's verdict named, and per trial "a version left had
     not merged g" is a comparison with the least progress of the versions left, per shard:
     exactly what :meth:`memwal.gc.gates.Gates.without` would answer, at the cost of one pass
     over the versions a trial rather than one per held generation."""
 
     def __init__(self, held: list[HeldGeneration], gates: Gates) -> None:
         self.held, self.gates = held, gates
-        self.others = [tuple(r for r in gates.verdict(h.shard_id, h.generation).reasons
-                             if r != GRACE_PERIOD and not r.startswith(f"{RETAINED_VERSION}:")) for h in held]
+        self.others = [h.others for h in held]
         self.progress = {h.shard_id: gates.shard(h.shard_id).values for h in held}
 
     def __call__(self, seconds: int) -> ExpiryTrial | None:

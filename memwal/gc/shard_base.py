@@ -13,7 +13,7 @@ import numpy as np
 from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED, Gates, Verdict
 from memwal.gc.model import Blocked, Deletable, GateEvidence, GenerationDeletion
 from memwal.gc.proven import Prover
-from memwal.gc.retention import HeldGeneration
+from memwal.gc.retention import RETAINED_VERSION, HeldGeneration
 from memwal.gc.versions import Holders, kept_for_writers
 from memwal.merge.cover import Entry
 from memwal.rollup.plan import Entry as RollupEntry
@@ -98,7 +98,8 @@ class ShardBase:
         it lists (:meth:`WriterView.may_list`), never a snapshot of that version."""
         reasons, holders = self._folder_gates(verdict)
         if holders:
-            self.held.append(HeldGeneration(self.sid, g, holders))
+            others = tuple(r for r in verdict.reasons if r != GRACE_PERIOD and not r.startswith(f"{RETAINED_VERSION}:"))
+            self.held.append(HeldGeneration(self.sid, g, holders, others))
         return reasons
 
     def _folder_gates(self, verdict: Verdict) -> tuple[tuple[str, ...], Holders]:

@@ -153,15 +153,15 @@ def list_receipts(store: Store) -> ReceiptListing:
     """Every receipt's version, kind and key, from one listing (a name that is not a receipt's is skipped)."""
     found: dict[int, list[tuple[str, str]]] = {}
     try:
-        listed = list(store.list(RECEIPTS_DIR + "/", recursive=False))
+        listed = list(store.list_keys(RECEIPTS_DIR + "/"))  # names only: no file stat-ed
     except (MemWalError, OSError) as exc:
         log.warning("receipts not listed (GC reads the generations back instead): %s", exc)
         return ReceiptListing()
-    for info in listed:
-        m = _NAME.match(info.key.rsplit("/", 1)[-1])
+    for key in listed:
+        m = _NAME.match(key.rsplit("/", 1)[-1])
         if m is None:
             continue
-        found.setdefault(int(m.group(1)), []).append((m.group(2), info.key))
+        found.setdefault(int(m.group(1)), []).append((m.group(2), key))
     return ReceiptListing({v: tuple(sorted(items)) for v, items in found.items()})
 
 
