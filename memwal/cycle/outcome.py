@@ -136,7 +136,7 @@ def _planned(job: str, doc: dict[str, Any]) -> str:
         return f"would merge {counted(gens, 'generation')} of {counted(len(doc.get('shards', [])), 'shard')}" \
             if gens else "nothing to merge"
     if job == "gc":
-        deleted = counted(len(doc.get("deleted", [])), "generation")
+        deleted = counted(len(doc.get("deleted", [])), "generation folder")
         return f"would delete {deleted}, {len(doc.get('blocked', []))} blocked" \
             + _kept(doc)
     if job == "catchup":

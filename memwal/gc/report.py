@@ -18,14 +18,15 @@ def render_gc(doc: Mapping[str, Any]) -> str:
     generation ranges (a run may collect thousands), then why the rest stays and what would
     free it."""
     verb = "would delete" if doc["dry_run"] else "deleted"
-    lines = [f"{doc['table']}: {verb} {counted(len(doc['deleted']), 'generation')} and "
-             f"{counted(doc['wal_entries_deleted'], 'WAL entry', 'WAL entries')}"
-             + ("" if doc["dry_run"] else f", {human_bytes(doc['bytes_freed'])} freed")]
     by_shard: dict[str, list[int]] = defaultdict(list)
     for d in doc["deleted"]:
         by_shard[d["shard_id"]].append(d["generation"])
+    numbers = sum(len(set(gens)) for gens in by_shard.values())
+    lines = [f"{doc['table']}: {verb} {counted(numbers, 'generation')}{_folders(len(doc['deleted']), numbers)} and "
+             f"{counted(doc['wal_entries_deleted'], 'WAL entry', 'WAL entries')}"
+             + ("" if doc["dry_run"] else f", {human_bytes(doc['bytes_freed'])} freed")]
     for shard_id, gens in sorted(by_shard.items()):
-        lines.append(f"  {verb} shard {shard_id} generations {_ranges(gens)}")
+        lines.append(f"  {verb} shard {shard_id} generations {_ranges(gens)}{_folders(len(gens), len(set(gens)))}")
     drain = "would take" if doc["dry_run"] else "took"
     for d in doc.get("drained", []):
         repaired = f" (of which {_ranges(d['repairs'])} already gone: readers failed on them)" if d["repairs"] else ""
@@ -73,6 +74,13 @@ def render_gc(doc: Mapping[str, Any]) -> str:
         lines.append(f"  orphan {o['kind']} {o['key']} ({o['age_seconds']:.0f}s old)"
                      + ("" if doc.get("orphans_deleted") else ": kept (use --orphans)"))
     return "\n".join(lines)
+
+
+def _folders(folders: int, numbers: int) -> str:
+    """`` (N folders)`` where generations had more than one folder each (a rollup is named for its
+    newest generation, beside the folder it replaced; a retried flush leaves another): the count
+    stays what the ranges list, and the folders are said beside it."""
+    return "" if folders == numbers else f" ({folders:,} folders)"
 
 
 def _ranges(values: list[int]) -> str:

@@ -77,7 +77,8 @@ def test_merge_and_gc_show_progress_on_a_terminal(make_table):
         assert f"shard {shard[:8]} generations" in shown and f"shard {shard[:8]} WAL entries" in shown
     total = 12 + gc.figures["wal_entries"]
     last = shown.splitlines()[-1]
-    assert last.startswith(f"gc deleted 12 generations and {gc.figures['wal_entries']} WAL entries in 3 shards: done")
+    assert last.startswith(f"gc deleted 12 generation folders and {gc.figures['wal_entries']} WAL entries "
+                           "in 3 shards: done")
     assert f"{total}/{total}" in last
     assert table_rows(table) == model.sorted_rows()
 

@@ -105,6 +105,11 @@ def test_counts_read_as_words_in_history_gc_and_the_retention_hint():
     doc = {"table": "t", "dry_run": True, "deleted": [{"shard_id": "s", "generation": 3}], "wal_entries_deleted": 2,
            "bytes_freed": 0, "blocked": [], "kept_wal_entries": [], "retention": None, "orphans": []}
     assert render_gc(doc).splitlines()[0] == "t: would delete 1 generation and 2 WAL entries"
+    # a rollup named for generation 4 beside the folder of 4 it replaced: the count is what the ranges list
+    doc["deleted"] = [{"shard_id": s, "generation": g} for s, g in (("a", 3), ("a", 4), ("a", 4), ("b", 1))]
+    assert render_gc(doc).splitlines()[:3] == ["t: would delete 3 generations (4 folders) and 2 WAL entries",
+                                               "  would delete shard a generations 3-4 (3 folders)",
+                                               "  would delete shard b generations 1"]
     assert [round_seconds(s) for s in (0, 59, 60, 167, 734, 1799, 7000, 10 * 86400, 400 * 86400)] == [
         0, 59, 60, 60, 600, 600, 3600, 7 * 86400, 30 * 86400]
 

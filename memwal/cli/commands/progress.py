@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from memwal.core.text import one_line
+from memwal.core.words import counted
 
 #: At most this many shard lines are printed for a merge batch (then a count of the others).
 MAX_LINES = 20
@@ -88,8 +89,9 @@ class JobDisplay:
             task = self.progress.tasks[self.main]
             if exc_type is None and self.job == "gc":
                 self.progress.update(self.main, completed=task.total, description=(
-                    f"gc deleted {self.deleted[0]} generations and {self.deleted[1]} WAL entries in "
-                    f"{len(self.shards_done)} shards: done"))
+                    f"gc deleted {counted(self.deleted[0], 'generation folder')} and "
+                    f"{counted(self.deleted[1], 'WAL entry', 'WAL entries')} in "
+                    f"{counted(len(self.shards_done), 'shard')}: done"))
             elif exc_type is None:
                 self.progress.update(self.main, completed=task.total, description=f"{self.base}: done")
             else:
@@ -127,7 +129,7 @@ class JobDisplay:
         for w in plan.wal_entries:
             self.shard_totals.setdefault(w.shard_id, [0, 0])[1] += 1
         total = sum(a + b for a, b in self.shard_totals.values())
-        self.base = "gc: generations and WAL entries deleted"
+        self.base = "gc: generation folders and WAL entries deleted"
         self.main = self.progress.add_task(self.base, total=total)
 
     def shard_done(self, job: str, shard_id: str, *, generations: int = 0, wal_entries: int = 0) -> None:
