@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memwal.actions.options import GcOptions, JobOptions, MergeOptions, flag_of, spec_of
 from memwal.core.document import Document
+from memwal.core.text import clip
 from memwal.errors import BadInputError, MemWalError
 
 if TYPE_CHECKING:
@@ -68,9 +69,17 @@ class TablePolicy(Document):
         return {"values": self.values, "invalid": self.invalid}
 
 
+#: Stored keys that are not used, named one by one (the rest are counted): whoever can write the
+#: table's config writes as many as they like, and every job logs what it does not use.
+MAX_INVALID_NAMED = 10
+
+
 def read_policy(config: Mapping[str, str]) -> TablePolicy:
-    """The policy in a Lance table config (``ds.config()``)."""
-    values, invalid = {}, {}
+    """The policy in a Lance table config (``ds.config()``). What is not used is named clipped,
+    at most :data:`MAX_INVALID_NAMED` of it, then counted: the config is the table's storage."""
+    values: dict[str, str] = {}
+    invalid: dict[str, str] = {}
+    unnamed = 0
     for key, text in sorted(config.items()):
         if not key.startswith(POLICY_PREFIX):
             continue
@@ -81,7 +90,12 @@ def read_policy(config: Mapping[str, str]) -> TablePolicy:
             _parse(name, text)
             values[name] = text
         except BadInputError as exc:
-            invalid[name] = str(exc).removeprefix(f"{name}: ")
+            if len(invalid) < MAX_INVALID_NAMED:
+                invalid[clip(name, 80)] = clip(str(exc).removeprefix(f"{name}: "), 200)
+            else:
+                unnamed += 1
+    if unnamed:
+        invalid[f"({unnamed:,} more keys)"] = f"not named here: the table config's other {POLICY_PREFIX}* keys"
     return TablePolicy(values, invalid)
 
 
@@ -101,9 +115,9 @@ def with_policy(table: Table, options: Opts) -> Opts:
     except (MemWalError, OSError, ValueError) as exc:  # the job's own open says what is wrong with the table
         log.debug("%s: no policy read: %s", table.uri, exc)
         return options
-    for name, why in policy.invalid.items():
-        log.warning("%s: the table's policy %s is not used: %s (memwal policy %s --unset %s)", table.uri, name, why,
-                    table.uri, name)
+    if policy.invalid:  # one line a run, whatever the config holds
+        log.warning("%s: the table's policy is not used for %s (memwal policy %s says why)", table.uri,
+                    ", ".join(policy.invalid), table.uri)
     given = options.given
     changes = {}
     for name, value in policy.parsed().items():
@@ -127,7 +141,7 @@ def policy_changes(config: Mapping[str, str], set_values: Mapping[str, str],
     both = set(set_values) & set(unset)
     if both:
         raise BadInputError(f"policy {sorted(both)[0]}: both set and unset")
-    for name in [*set_values, *unset]:
+    for name in [*set_values, *(n for n in unset if POLICY_PREFIX + n not in config)]:  # a stored key may go
         if name not in POLICY_OPTIONS:
             raise BadInputError(f"policy {name!r}: not an option a table's policy sets (one of "
                                 f"{', '.join(POLICY_OPTIONS)})")

@@ -81,4 +81,30 @@ def test_a_bad_policy_is_refused_and_a_forged_one_is_not_used(make_table, tmp_pa
     before = gen_dirs(table)
     gc = run_cli("gc", table.uri, "--writer-idle-seconds", "0", "--json")  # the default grace period: nothing goes
     assert gc.rc == 0 and json.loads(gc.stdout)["deleted"] == [] and gen_dirs(table) == before
-    assert "the table's policy grace_seconds is not used" in gc.stderr
+    assert "the table's policy is not used for grace_seconds, nope" in gc.stderr
+    assert run_cli("policy", table.uri, "--unset", "nope", "--unset", "grace_seconds").rc == 0  # stored keys go
+    assert memwal.open(table.uri).policy().invalid == {}
+
+
+def test_a_hostile_policy_is_shown_clipped_counted_and_inert(make_table, tmp_path):
+    """Whoever writes the table's config writes any keys and values: what memwal shows of them is
+    one line each, clipped, escaped, at most ten named; a job logs one line; nothing is used."""
+    table, _ = ready_table(make_table)
+    evil = "\x1b[31m" + "A" * 5000 + "\x1b]0;pwned\x07"
+    config = {"memwal.policy." + evil: "1", "memwal.policy.grace_seconds": "\x1b[2J" + "9" * 3000,
+              **{f"memwal.policy.junk{i:03d}": "1" for i in range(200)}}
+    lance.dataset(table.uri).update_config(config)
+    policy = memwal.open(table.uri).policy()
+    assert policy.values == {} and len(policy.invalid) == 11 and policy.invalid["(192 more keys)"]
+    for cmd in (("policy", table.uri), ("status", table.uri)):
+        r = run_cli(*cmd)
+        out = r.stdout + r.stderr
+        assert r.rc == 0 and "\x1b" not in out and max(map(len, out.splitlines())) < 400, cmd
+        assert "(192 more keys): NOT USED" in out and "(4,935 more characters)" in out
+    page = tmp_path / "status.html"
+    assert run_cli("status", table.uri, "--html", str(page)).rc == 0
+    assert "\x1b" not in page.read_text() and "pwned" not in page.read_text()
+    before = gen_dirs(table)
+    gc = run_cli("gc", table.uri, "--writer-idle-seconds", "0")  # the default grace period: nothing goes
+    assert gc.rc == 0 and gen_dirs(table) == before
+    assert len([line for line in gc.stderr.splitlines() if "policy is not used" in line]) == 1
