@@ -306,3 +306,23 @@ def test_a_store_that_never_stops_keeps_a_bounded_listing(client: Client) -> Non
         seen.append(len(listed(client.uri)))
     assert max(seen) <= 2, seen  # a rollup, and what was flushed during the cycle
     assert run_cli("verify", client.uri).rc == 0
+
+
+def test_cleanup_wal_as_the_merger_and_memwal_for_the_rest(client: Client) -> None:
+    """One merger per table (docs/clients.md): lance-context's ``cleanup_wal()`` in the writer
+    process, and memwal's cycle without its merge. Nothing stays listed, memwal merges nothing,
+    every process reads every row, and GC frees what ``cleanup_wal()`` merged once it may."""
+    rest = ("--jobs", "catchup,compact,gc,snapshot")
+    for _ in range(4):
+        for _ in range(3):
+            client.generation(8)
+        assert client.live.cleanup_wal() == 3 and listed(client.uri) == []
+        assert run_cli("cycle", client.uri, *rest).rc == 0
+        client.reads_every_row()
+        assert client_view(client.uri) == client_view(client.control_uri)
+    assert open_table(client.uri).manifest().compacted == {}  # memwal's own mark: it merged nothing
+    assert run_cli("verify", client.uri).rc == 0
+    client.live.close()
+    assert run_cli("cycle", client.uri, *rest, "--grace-seconds", "0", "--writer-idle-seconds", "0",
+                   "--expire-versions", "0").rc == 0
+    assert folders(client.uri) == set() and client.reopened_rows() == client.model
