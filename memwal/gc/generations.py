@@ -210,7 +210,7 @@ class _Shard(ShardBase):
             self._drained(fg, key, verdict)
         for fg, why, verdict in stays:
             if fg.generation <= self.compacted and why[0] in (GRACE_PERIOD, WRITER_LIVE):
-                self._block(fg.generation, why, *self.then_gates(verdict))  # the wait past the listing too
+                self._block(fg.generation, why, *self.then_gates(fg.generation))  # the wait past the listing too
             else:
                 self._block(fg.generation, why)
             if fg.generation <= self.compacted:
@@ -276,7 +276,7 @@ class _Shard(ShardBase):
         self.drain.append(fg.generation)
         if fg.path not in self.listed.generations:
             return
-        reasons = self._storage_gates(fg.generation, verdict)
+        [reasons] = self._storage_gates([fg.generation])
         if reasons:
             self._block(fg.generation, reasons)
         elif self.gates.grace_seconds > 0:
@@ -309,17 +309,20 @@ class _Shard(ShardBase):
         numbers = {fg.generation for fg in self.state.flushed}
         inferred: list[tuple[int, str, str]] = []
         going: list[tuple[int, str, str]] = []
+        folders: list[tuple[int, str, str]] = []
         for name, g in sorted(self.listed.generation_dirs().items(), key=lambda item: (item[1], item[0])):
             if name in paths or g > merged or (g in numbers and g not in rolled):
                 continue  # listed; not merged; a failed flush attempt of a listed generation: the orphans collector's
             try:
-                key = generation_key(self.sid, name)
+                folders.append((g, name, generation_key(self.sid, name)))
             except UnsafePathError as exc:
                 self._block(g, (UNSAFE_PATH, str(exc)))
                 self.kept_wal.add(g)
-                continue
+        # the folders a recorded merge covers, their gates asked at once (a week keeps thousands)
+        judged = iter(self._storage_gates([g for g, _, _ in folders if g <= self.compacted]))
+        for g, name, key in folders:
             if g <= self.compacted:
-                reasons = self._storage_gates(g, self.gates.verdict(self.sid, g))
+                reasons = next(judged)
             else:  # merged by someone else, as a drain shows: no recorded progress or catch-up to judge
                 reasons = tuple(c.gate for c in self.gates.checkpoints if c.pins(self.sid, g))
             if g > self.compacted:

@@ -8,9 +8,11 @@ of the spec, and read which merged generations are on storage for a proof to rea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED, Gates, Verdict
+from memwal.gc.gates import Gates
 from memwal.gc.model import Blocked, Deletable, GateEvidence, GenerationDeletion
 from memwal.gc.proven import Prover
 from memwal.gc.retention import RETAINED_VERSION, HeldGeneration
@@ -91,34 +93,56 @@ class ShardBase:
 
     # -- what readers list -------------------------------------------------------------
 
-    def _storage_gates(self, g: int, verdict: Verdict) -> tuple[str, ...]:
-        """The gates of the spec that keep a merged generation's folder (index catch-up, retained
-        versions, checkpoints). A retained version the expiry keeps only for a live writer does
-        not count: the writer reads its base at that version, and of the generations only what
-        it lists (:meth:`WriterView.may_list`), never a snapshot of that version."""
-        reasons, holders = self._folder_gates(verdict)
-        if holders:
-            others = tuple(r for r in verdict.reasons if r != GRACE_PERIOD and not r.startswith(f"{RETAINED_VERSION}:"))
-            self.held.append(HeldGeneration(self.sid, g, holders, others))
-        return reasons
+    def _storage_gates(self, gs: Sequence[int]) -> list[tuple[str, ...]]:
+        """The gates of the spec that keep each merged generation's folder in ``gs`` (index
+        catch-up, checkpoints, retained versions), the held ones recorded for the retention
+        report. A retained version the expiry keeps only for a live writer does not count: the
+        writer reads its base at that version, and of the generations only what it lists
+        (:meth:`WriterView.may_list`), never a snapshot of that version."""
+        out = []
+        for g, (reasons, holders) in zip(gs, self._folder_gates(gs), strict=True):
+            if holders:
+                others = tuple(r for r in reasons if not r.startswith(f"{RETAINED_VERSION}:"))
+                self.held.append(HeldGeneration(self.sid, g, holders, others))
+            out.append(reasons)
+        return out
 
-    def _folder_gates(self, verdict: Verdict) -> tuple[tuple[str, ...], Holders]:
-        """:meth:`_storage_gates` without recording the holders (what a listed generation's
-        folder will face once it leaves the listing: :meth:`then_gates`)."""
-        reasons = [r for r in verdict.reasons if r not in (GRACE_PERIOD, NOT_MERGED)
-                   and not r.startswith("retained-version:")]
-        holders = verdict.holders.without(self._for_writer(verdict.holders.versions))
-        if holders:
-            reasons.append(f"retained-version:{holders.first.describe()}")
-        return tuple(reasons), holders
+    def _folder_gates(self, gs: Sequence[int]) -> list[tuple[tuple[str, ...], Holders]]:
+        """:meth:`_storage_gates` without recording the holders, each generation's gates with
+        its holders. The gates of :func:`memwal.gc.gates.verdict_of` a folder faces (not the
+        merge, not the grace period), asked of many generations at once: a whole GC asks them of
+        every folder a week's retention keeps (issue 82), so the holders are counted with one
+        binary search over the versions for all of them, and each holder described once."""
+        gates = self.gates
+        progress = gates.shard(self.sid)
+        caught = [(name, gates.latest.index_catchup.get(name, {}).get(self.sid, 0)) for name in gates.indexes]
+        pins = [c for c in gates.checkpoints if any(c.pins(self.sid, g) for g in gs)]
+        mask = self._for_writer(progress.versions)
+        numbers = np.asarray(gs, dtype=np.int64)
+        above = numbers > progress.low  # at or below every version's progress: no version holds it
+        ranked = progress.ranked(mask) if above.any() else None
+        counts = np.zeros(len(numbers), dtype=np.intp) if ranked is None else \
+            np.where(above, ranked.values.searchsorted(numbers, side="left"), 0)
+        described: dict[int, str] = {}
+        out = []
+        for g, n in zip(gs, counts.tolist(), strict=True):
+            reasons = [f"index-not-caught-up:{name}" for name, at in caught if g > at]
+            reasons += [c.gate for c in pins if c.pins(self.sid, g)]
+            if n and ranked is not None:
+                i = int(ranked.oldest[n - 1])
+                if i not in described:
+                    described[i] = f"{RETAINED_VERSION}:{progress.versions[i].describe()}"
+                reasons.append(described[i])
+            out.append((tuple(reasons), Holders(progress, g, mask, count=n)))
+        return out
 
-    def then_gates(self, verdict: Verdict) -> tuple[tuple[str, ...], float | None]:
+    def then_gates(self, g: int) -> tuple[tuple[str, ...], float | None]:
         """The storage gates a merged generation kept listed will still face once it leaves the
         listing (retained versions hold folders, not the listing: they are not its blockers now,
         but its wait is not over before they pass), and when the newest retained version that
         holds it was committed, when only their age keeps them all (None: a tag, a branch or a
         checkpoint keeps one, or none holds it): version expiry frees it that long after."""
-        reasons, holders = self._folder_gates(verdict)
+        [(reasons, holders)] = self._folder_gates([g])
         return reasons, holders.aged_since()
 
     def _for_writer(self, versions: list[RetainedVersion]) -> np.ndarray:

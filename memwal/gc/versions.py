@@ -95,9 +95,12 @@ class Holders:
 
     __slots__ = ("progress", "generation", "left_out", "_count")
 
-    def __init__(self, progress: ShardProgress, generation: int, left_out: np.ndarray | None = None) -> None:
+    def __init__(self, progress: ShardProgress, generation: int, left_out: np.ndarray | None = None, *,
+                 count: int | None = None) -> None:
         self.progress, self.generation, self.left_out = progress, generation, left_out
-        self._count: int | None = None  # asked several times per generation (a gate, its report)
+        #: how many hold it, asked several times per generation (a gate, its report); given by a
+        #: caller that counted many generations at once (:meth:`ShardProgress.ranked`'s order)
+        self._count: int | None = count
 
     @property
     def versions(self) -> list[RetainedVersion]:

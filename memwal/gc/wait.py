@@ -69,18 +69,17 @@ def gc_wait(doc: Mapping[str, Any], *, at: float, options: GcTimes) -> dict[str,
     combos: Counter[str] = Counter()
     latest: dict[str, float | None] = {}
     said: dict[str, str] = {}
+    # a time depends on the gates, what follows them and since when: asked once per such kind
+    judged: dict[tuple[str, float | None], tuple[float | None, str]] = {}
     for b in blocked:
         reasons = [str(r) for r in (b.get("reasons") or [b.get("reason")]) if r is not None]
         gates = [r for r in reasons if is_gate(r)] or reasons[:1]
         then = [str(r) for r in b.get("then") or [] if is_gate(str(r))]
         combo = " + ".join(gates) + (f" then {' + '.join(then)}" if then else "")
-        t, what = _frees(gates, doc, at, options, retained)
-        if t is not None and not then and will is False and all(g in (GRACE_PERIOD, DRAIN_GRACE) for g in gates):
-            t = None  # GC knows more than the gates' names
-        if then:
-            later, after = _frees(then, doc, at, options, retained, since=finite(b.get("then_versions_at")))
-            t = None if t is None or later is None else max(t, later)
-            what = f"{what}; then, out of the listing, {after}"
+        since = finite(b.get("then_versions_at")) if then else None
+        if (combo, since) not in judged:
+            judged[combo, since] = _passes(gates, then, since, doc, at, options, retained, will)
+        t, what = judged[combo, since]
         combos[combo] += 1
         latest[combo] = t if combo not in latest else (
             None if t is None or latest[combo] is None else max(t, latest[combo] or t))
@@ -94,6 +93,20 @@ def gc_wait(doc: Mapping[str, Any], *, at: float, options: GcTimes) -> dict[str,
             "time_will_free": will if isinstance(will, bool) else None,
             "options": {"grace_seconds": options.grace_seconds, "expire_versions": options.expire_versions,
                         "writer_idle_seconds": options.writer_idle_seconds}}
+
+
+def _passes(gates: list[str], then: list[str], since: float | None, doc: Mapping[str, Any], at: float,
+            options: GcTimes, retained: Callable[[], tuple[float | None, str]],
+            will: object) -> tuple[float | None, str]:
+    """When a generation these gates keep (then, out of the listing, ``then``) may go, and what frees it."""
+    t, what = _frees(gates, doc, at, options, retained)
+    if t is not None and not then and will is False and all(g in (GRACE_PERIOD, DRAIN_GRACE) for g in gates):
+        t = None  # GC knows more than the gates' names
+    if then:
+        later, after = _frees(then, doc, at, options, retained, since=since)
+        t = None if t is None or later is None else max(t, later)
+        what = f"{what}; then, out of the listing, {after}"
+    return t, what
 
 
 def _frees(gates: list[str], doc: Mapping[str, Any], at: float, o: GcTimes,

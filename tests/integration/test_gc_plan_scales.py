@@ -71,8 +71,22 @@ def _listed_holders(self: ShardProgress, g: int) -> _ListedHolders:
     return _ListedHolders(self.versions, np.flatnonzero(self.values < g))
 
 
-def _listed_then_gates(self: ShardBase, verdict) -> tuple[tuple[str, ...], float | None]:
-    reasons, holders = self._folder_gates(verdict)
+def _listed_folder_gates(self: ShardBase, gs: list[int]) -> list[tuple[tuple[str, ...], _ListedHolders]]:
+    """The old ``ShardBase._folder_gates``: each generation's verdict, its holders listed."""
+    out = []
+    for g in gs:
+        verdict = self.gates.verdict(self.sid, g)
+        reasons = [r for r in verdict.reasons if r not in (GRACE_PERIOD, NOT_MERGED)
+                   and not r.startswith("retained-version:")]
+        holders = verdict.holders.without(self._for_writer(verdict.holders.versions))
+        if holders:
+            reasons.append(f"retained-version:{holders.first.describe()}")
+        out.append((tuple(reasons), holders))
+    return out
+
+
+def _listed_then_gates(self: ShardBase, g: int) -> tuple[tuple[str, ...], float | None]:
+    [(reasons, holders)] = _listed_folder_gates(self, [g])
     aged = [v for v in holders if not v.tags and not v.child_branches and v.branch is None]
     since = max((v.timestamp for v in aged), default=None) if len(aged) == len(holders) else None
     return reasons, since
@@ -135,6 +149,7 @@ def _the_old_lists(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every question about holders answered as before issue 82: from lists of positions."""
     with monkeypatch.context() as m:
         m.setattr(ShardProgress, "holders", _listed_holders)
+        m.setattr(ShardBase, "_folder_gates", _listed_folder_gates)
         m.setattr(ShardBase, "then_gates", _listed_then_gates)
         m.setattr(retention, "_held_counts", _listed_held_counts)
         m.setattr(retention, "expiry_candidates", _listed_expiry_candidates)
@@ -258,7 +273,7 @@ def test_random_histories_give_the_verdicts_and_report_the_lists_gave(seed, monk
             base = ShardBase(s, None, None, gates, None, writer_held, None)
             for g in range(top):
                 verdict = gates.verdict(s, g)
-                answers.append((s, g, verdict.reasons, base._storage_gates(g, verdict), base.then_gates(verdict)))
+                answers.append((s, g, verdict.reasons, base._storage_gates([g])[0], base.then_gates(g)))
             held += base.held
         assert held, "the history holds some generation back"
         since = SincePlan(latest, (), versions, now, grace, writer_held)
@@ -319,9 +334,9 @@ def _plan_peak(n: int) -> int:
         for s in ("a", "b"):
             base = ShardBase(s, None, None, gates, None, writer_held, None)
             for g in range(1, n + 1):
-                verdict = gates.verdict(s, g)
-                base._storage_gates(g, verdict)
-                base.then_gates(verdict)
+                gates.verdict(s, g)
+                base.then_gates(g)
+            base._storage_gates(list(range(1, n + 1)))  # as a plan asks of the folders it judges
             held += base.held
         report = retention_report(held, gates)
         since = SincePlan(latest, (), versions, gates.now, 30.0, writer_held)
