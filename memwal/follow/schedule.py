@@ -15,7 +15,11 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
   its cadence, from ``gc_every`` up to ``gc_max_every``; one that changed something goes back to
   ``gc_every``, and when a run names the time its gates pass (its ``wait``'s ``frees_at``), the
   next may run then. Less GC deletes nothing more: it only leaves what it would free a little
-  longer (at most ``gc_max_every``, or until the time GC named);
+  longer (at most ``gc_max_every``, or until the time GC named). Whatever it frees, a whole GC
+  starts no sooner after the last than :data:`GC_SHARE` of the time between them: it names every
+  folder the version retention keeps, a cost that grows with the retention (a week beside a
+  writer flushing 35 a minute is 350,000 folders), so the follower spaces it by what the last
+  one took rather than let it take more and more of its time; what it frees goes that much later;
 * GC's listing pass (:data:`memwal.follow.options.LISTING`: GC with ``listed_only``) is dirtied
   by a merge that committed, and when a listed generation with no key index that GC found too
   young to rewrite may be (``heal_at``: every list reader fails while it is listed, so the
@@ -46,6 +50,9 @@ from memwal.follow.options import LISTING, TAIL, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
 MAX_RETRY_SECONDS = 300.0
+#: The largest share of the follower's time its whole GC takes: the next starts no sooner than its
+#: last took divided by this (a run of 1 s at most every 50 s; 10 s, every 500 s).
+GC_SHARE = 0.02
 
 
 @dataclass
@@ -70,6 +77,8 @@ class Schedule:
     gc_idle: int = 0
     #: When the gates the last whole GC named pass (monotonic; None: it named no time): it may run then.
     gc_frees_at: float | None = None
+    #: Seconds the last whole GC took (the next is spaced by it: :data:`GC_SHARE`).
+    gc_took: float = 0.0
 
     def __post_init__(self) -> None:
         self.dirty = set(self.jobs)
@@ -111,6 +120,8 @@ class Schedule:
         if job == "gc" and self.gc_idle:
             backed_off = last + min(self.options.gc_max_every, self.options.gc_every * 2 ** min(self.gc_idle, 32))
             cadence = backed_off if self.gc_frees_at is None else max(cadence, min(backed_off, self.gc_frees_at))
+        if job == "gc":
+            cadence = max(cadence, last + self.gc_took / GC_SHARE)
         return max(cadence, self.retry_at.get(job, float("-inf")))
 
     def nothing_to_merge(self) -> None:
@@ -135,6 +146,7 @@ class Schedule:
             if job == "gc":
                 self.dirty.discard(LISTING)  # the whole GC rolled up and healed as well
                 self._gc_ran(outcome.document or {}, now)
+                self.gc_took = outcome.seconds
             if job in ("compact", TAIL):
                 self.appended = 0
             committed = outcome.version is not None
@@ -170,4 +182,4 @@ def _appended_a_fragment(merge: JobOutcome) -> bool:
     return any(s.get("rows_upserted", 0) > 0 for s in (merge.document or {}).get("shards", ()))
 
 
-__all__ = ["MAX_RETRY_SECONDS", "Schedule"]
+__all__ = ["GC_SHARE", "MAX_RETRY_SECONDS", "Schedule"]

@@ -12,7 +12,7 @@ import pytest
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
 from memwal.errors import BadInputError
 from memwal.follow.options import FollowOptions
-from memwal.follow.schedule import MAX_RETRY_SECONDS, Schedule
+from memwal.follow.schedule import GC_SHARE, MAX_RETRY_SECONDS, Schedule
 from memwal.follow.watch import ShardWatch
 from memwal.table import open_table
 from memwal.table.naming import version_hint_key
@@ -226,6 +226,28 @@ def test_the_whole_gc_backs_off_while_it_changes_nothing_and_comes_back_when_it_
     assert whole_gc(s, at, wait={"frees_at": time.time() + 200}) == pytest.approx(200, abs=2)  # before 240
     assert whole_gc(s, at + 200, wait={"frees_at": time.time() + 10}) == 60  # never sooner than gc_every
     assert whole_gc(s, at + 260, wait={"frees_at": None}) == 600
+
+
+def test_a_whole_gc_is_spaced_by_what_the_last_one_took():
+    """A week's retention makes every whole GC name some 350,000 folders: the follower gives it at
+    most GC_SHARE of its time, whether it freed something (gc_every) or not (gc_max_every)."""
+    s = Schedule(["merge", "gc"], FollowOptions(gc_every=60, gc_max_every=600, rollup_every=0))
+
+    def took(seconds: float, at: float, **doc: object) -> float | None:
+        s.ended(CycleResult("t", (merged(1, 5),)), at)
+        s.nothing_to_merge()
+        assert "gc" in s.due(at) and not s.listing_only
+        s.ended(CycleResult("t", (JobOutcome("t", "gc", JobStatus.DONE, seconds=seconds, document=doc),)), at)
+        s.moved({"s"})
+        s.nothing_to_merge()
+        nxt = s.next_due(at)
+        return None if nxt is None else nxt - at
+
+    changed = {"wal_entries_deleted": 3}
+    assert took(0.5, 0.0, **changed) == 60  # within its share: gc_every
+    assert took(4.0, 60.0, **changed) == pytest.approx(4.0 / GC_SHARE)  # it freed something, and took 4 s
+    assert took(30.0, 260.0) == pytest.approx(30.0 / GC_SHARE)  # past gc_max_every: its share decides
+    assert took(0.5, 1760.0, **changed) == 60  # cheap again: back to gc_every
 
 
 def test_gc_max_every_below_gc_every_is_bad_input():
