@@ -12,7 +12,7 @@ follower pays per table per poll. The jobs' cadences are the policy's (``thresho
 every fleet run.
 
 Like a table follower, it warns once per table whose GC options (the fleet policy's, as its
-GC jobs get them) keep versions more than an hour (:func:`memwal.follow.table.warn_long_retention`),
+GC jobs get them) keep versions more than an hour (:func:`warn_long_retention`),
 when the table is first planned: GC walks every generation those versions keep at each run.
 
 It stops as a table follower does (:mod:`memwal.follow.table`): SIGTERM or SIGINT, or
@@ -22,14 +22,24 @@ the process exits 0.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memwal.actions.options import JobOptions
+from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
 from memwal.cycle import CycleResult, parse_jobs
 from memwal.follow.options import FollowOptions
 from memwal.follow.result import FollowTally
 from memwal.follow.signals import StopSignals
+
+log = logging.getLogger(__name__)
+
+#: A version retention longer than this keeps more generation folders than a fleet follower's GC,
+#: which walks them all after every merge, can walk within a follower's budget: an hour beside a
+#: writer flushing 35 a minute is some 2,100 folders (docs/operations/deploy.md).
+LONG_RETENTION_SECONDS = 3600.0
 
 
 def follow_fleet(sources: Sequence[str], follow: FollowOptions, *, stop: StopSignals,
@@ -73,7 +83,6 @@ def _retention_warner(fleet: dict[str, Any]) -> Callable[[Any], None]:
     from memwal.actions.options import GcOptions
     from memwal.fleet.policy import Policy
     from memwal.fleet.run import options_for
-    from memwal.follow.table import warn_long_retention
 
     policy = fleet.get("policy") or Policy()
     jobs = fleet.get("jobs")
@@ -94,4 +103,22 @@ def _retention_warner(fleet: dict[str, Any]) -> Callable[[Any], None]:
     return warn
 
 
-__all__ = ["follow_fleet"]
+
+def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
+    """Say once, when a table is first planned, that its version retention keeps more generation
+    folders than a fleet follower's GC, which follows its merges and names every folder at each
+    run, can walk every few seconds. A warning, not a refusal: the retention is the owner's
+    choice for time travel, and GC stays right either way. (A table follower spaces its whole GC
+    by what the last one took instead: :data:`memwal.follow.schedule.GC_SHARE`.)
+    ``gc``: the GC options the table's jobs get; ``cadence``: how often its GC runs."""
+    keep = getattr(gc, "expire_versions", DEFAULT_EXPIRE_VERSIONS_SECONDS)
+    if keep is not None and keep <= LONG_RETENTION_SECONDS:
+        return
+    kept = "forever (--expire-versions never)" if keep is None else f"{keep:g} s"
+    log.warning("%s: versions are kept %s, and every generation merged meanwhile stays on storage: GC walks them "
+                "all at every run (%s), so the follower's CPU grows with them; on a table a fleet "
+                "follows, keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)",
+                uri, kept, cadence)
+
+
+__all__ = ["follow_fleet", "warn_long_retention"]

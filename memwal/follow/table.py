@@ -39,7 +39,6 @@ from memwal.actions import ACTIONS
 from memwal.actions.options import CompactOptions, GcOptions, JobOptions, MergeOptions
 from memwal.actions.run import new_run_id
 from memwal.core import steps
-from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
 from memwal.cycle import JobOutcome, JobStatus, Notify, run_cycle
 from memwal.follow.options import TAIL_ROWS, FollowOptions
 from memwal.follow.result import CANCELLED, GONE, LEASE_LOST, FollowTally
@@ -61,10 +60,6 @@ log = logging.getLogger(__name__)
 FOLLOW_KIND = "follow"
 #: How often the follower logs what it did so far.
 REPORT_SECONDS = 60.0
-#: A version retention longer than this on a followed table keeps more generation folders than GC,
-#: which walks them all at every run (every few seconds here), can walk within a follower's budget:
-#: an hour beside a writer flushing 35 a minute is some 2,100 folders (docs/operations/deploy.md).
-LONG_RETENTION_SECONDS = 3600.0
 
 
 def merge_work(table: Table, options: MergeOptions) -> tuple[bool, MergePlan | None]:
@@ -110,9 +105,6 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     since = time.time()
     next_report = began + REPORT_SECONDS
     with lease:
-        if "gc" in jobs:
-            warn_long_retention(table.uri, options.get("gc"), f"every {follow.gc_every:g}s here, "
-                                f"backing off to {follow.gc_max_every:g}s while it frees nothing")
         log.info("following %s (jobs %s; looking every %gs to %gs)", table.uri, ",".join(jobs), follow.poll_seconds,
                  follow.max_poll_seconds)
         while not stop.stopped:
@@ -165,23 +157,6 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
         tally.stopped = stop.reason
     log.info("%s; stopped: %s", tally.line(), tally.stopped)
     return tally
-
-
-def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
-    """Say once, at the start, when the version retention keeps more generation folders than a
-    follower's GC can walk every few seconds (measured: its CPU a minute grew from 3 to 14 s over
-    30 minutes on the defaults, docs/benchmarks/keeping-up.md#keeping-up). A warning, not a
-    refusal: the retention is the owner's choice for time travel, and GC stays right either way.
-    ``gc``: the GC options the follower runs the table with; ``cadence``: how often its GC runs
-    there (a table follower's ``--gc-every``; a fleet follower's GC follows its merges). The
-    table follower says it for its table, the fleet follower for each table of the fleet."""
-    keep = getattr(gc, "expire_versions", DEFAULT_EXPIRE_VERSIONS_SECONDS)
-    if keep is not None and keep <= LONG_RETENTION_SECONDS:
-        return
-    kept = "forever (--expire-versions never)" if keep is None else f"{keep:g} s"
-    log.warning("%s: versions are kept %s, and every generation merged meanwhile stays on storage: GC walks them "
-                "all at every run (%s), so the follower's CPU grows with them; on a followed table "
-                "keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)", uri, kept, cadence)
 
 
 def _scoped(options: Mapping[str, JobOptions], schedule: Schedule,

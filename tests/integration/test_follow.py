@@ -139,8 +139,8 @@ def test_a_follower_merges_a_live_writer_and_stops_cleanly_on_sigterm(tmp_path, 
 
     assert sorted(memwal.open(uri).scan().to_pylist(), key=lambda r: r["id"]) == w.rows()
     assert "memwal.shard.listed_generations" in err and "memwal.shard.lag_seconds" in err  # exported at exit
-    # on the defaults (versions kept 7 days) it says once what that costs a follower
-    assert err.count("versions are kept 604800 s") == 1 and "--expire-versions 600" in err
+    # on the defaults (versions kept 7 days) nothing to say: its whole GC is spaced by its cost
+    assert "versions are kept" not in err
 
 
 def test_sigterm_during_a_merge_stops_it_at_its_safe_point_with_nothing_committed(tmp_path, follower):
@@ -209,8 +209,8 @@ def test_a_fleet_follower_merges_every_table_honours_a_pause_and_stops_on_sigter
     wait_for("end its runs", lambda: runs_ended(a.uri, b.uri))
     doc, err = stop(p)
     assert doc["stopped"] == "SIGTERM" and doc["generations_merged"] >= 4
-    # as the table follower does, once per table whose GC (the policy's options) keeps versions past an hour,
-    # though the follower planned the fleet many times
+    # once per table whose GC (the policy's options) keeps versions past an hour, though the follower
+    # planned the fleet many times (its GC follows its merges: a table follower spaces its own by its cost)
     assert err.count(f"{a.uri}: versions are kept 604800 s") == 1, err
     assert "--expire-versions 600" in err
     assert f"{b.uri}: versions are kept" not in err  # ten minutes: nothing to say
