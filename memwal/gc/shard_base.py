@@ -8,7 +8,7 @@ of the spec, and read which merged generations are on storage for a proof to rea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class ShardBase:
         self.kept_wal: set[int] = set()
         #: Older generations kept as the evidence that a newer one's rows were reverted since.
         self.evidence: dict[int, int] = {}
-        self._present: dict[int, str] | None = None
+        self._present: _Present | None = None
 
     def _block(self, g: int, reasons: tuple[str, ...], then: tuple[str, ...] = (),
                then_versions_at: float | None = None) -> None:
@@ -73,19 +73,24 @@ class ShardBase:
         leaving = set(self.drain + self.gone)
         return [(fg.generation, fg.path) for fg in self.state.flushed if fg.generation in leaving]
 
-    def present(self) -> dict[int, str]:
+    def present(self) -> Mapping[int, str]:
         """Each merged generation on storage, by number: the folder the manifest lists, else the
-        one folder of that number that is not a rollup (several: none, nothing can be read back)."""
+        one folder of that number that is not a rollup (several: none, nothing can be read back).
+        Found at the first question: telling a folder readable walks its files, a week's retention
+        keeps tens of thousands, and a proof by receipts alone never asks (issue 82)."""
         if self._present is None:
-            by_number: dict[int, list[str]] = {}
-            for name, g in self.listed.generation_dirs().items():
-                if self.listed.readable(name) and not self.listed.is_rollup(name):
-                    by_number.setdefault(g, []).append(name)
-            out = {g: names[0] for g, names in by_number.items() if len(names) == 1}
-            out.update({fg.generation: fg.path for fg in self.state.flushed
-                        if self.listed.readable(fg.path) and not self.listed.is_rollup(fg.path)})
-            self._present = out
+            self._present = _Present(self._present_now)
         return self._present
+
+    def _present_now(self) -> dict[int, str]:
+        by_number: dict[int, list[str]] = {}
+        for name, g in self.listed.generation_dirs().items():
+            if self.listed.readable(name) and not self.listed.is_rollup(name):
+                by_number.setdefault(g, []).append(name)
+        out = {g: names[0] for g, names in by_number.items() if len(names) == 1}
+        out.update({fg.generation: fg.path for fg in self.state.flushed
+                    if self.listed.readable(fg.path) and not self.listed.is_rollup(fg.path)})
+        return out
 
     def _entry(self, g: int, path: str) -> Entry:
         """The proof's entry for a folder: a rollup stands for the generations it replaced."""
@@ -160,3 +165,26 @@ class ShardBase:
 
 
 __all__ = ["ShardBase"]
+
+
+class _Present(Mapping[int, str]):
+    """:meth:`ShardBase.present`, worked out when first asked."""
+
+    def __init__(self, find: Callable[[], dict[int, str]]) -> None:
+        self._find = find
+        self._found: dict[int, str] | None = None
+
+    @property
+    def _map(self) -> dict[int, str]:
+        if self._found is None:
+            self._found = self._find()
+        return self._found
+
+    def __getitem__(self, g: int) -> str:
+        return self._map[g]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
