@@ -87,15 +87,18 @@ class Later:
         return stop.wait(max(0.0, deadline - self()))
 
 from memwal.core import clock as clocks
-with clocks.use(Later()):
-    memwal.open(uri).gc()
+
+def past_grace(uri):
+    with clocks.use(Later()):
+        memwal.open(uri).gc()
+
+past_grace(uri)
 cpu(flush, 3)
 out["flush_cpu"] = cpu(flush, rounds)
 uri = fresh()
 # a copy's files are new to the retained-progress digest (its keys name the files): a whole GC,
 # as a follower's every minute, writes it for this copy (past the grace period, as above)
-with clocks.use(Later()):
-    memwal.open(uri).gc()
+past_grace(uri)
 for name, fn in (("gc_dry_run_cpu", lambda i: memwal.open(uri).gc(dry_run=True)),
                  ("status_cpu", lambda i: memwal.open(uri).status()),
                  ("scan_cpu", lambda i: memwal.open(uri).scan()),

@@ -117,10 +117,10 @@ class Schedule:
     def _allowed_at(self, job: str) -> float:
         last = self.last_run.get(job, float("-inf"))
         cadence = last + self.options.every(job)
-        if job == "gc" and self.gc_idle:
-            backed_off = last + min(self.options.gc_max_every, self.options.gc_every * 2 ** min(self.gc_idle, 32))
-            cadence = backed_off if self.gc_frees_at is None else max(cadence, min(backed_off, self.gc_frees_at))
         if job == "gc":
+            if self.gc_idle:
+                backed_off = last + min(self.options.gc_max_every, self.options.gc_every * 2 ** min(self.gc_idle, 32))
+                cadence = backed_off if self.gc_frees_at is None else max(cadence, min(backed_off, self.gc_frees_at))
             cadence = max(cadence, last + self.gc_took / GC_SHARE)
         return max(cadence, self.retry_at.get(job, float("-inf")))
 

@@ -163,14 +163,14 @@ class _Trials:
 
     Expiry changes one gate only, the retained versions (the merge progress, index catch-up and
     checkpoints do not move; the grace period does not apply to a folder past its listing), so
-    the other gates of each held generation are the ones its run's verdict named, and per trial "a version left had
-    not merged g" is a comparison with the least progress of the versions left, per shard:
+    the other gates of each held generation are the ones its run's verdict named
+    (:attr:`HeldGeneration.others`), and per trial "a version left had not merged g" is a
+    comparison with the least progress of the versions left, per shard:
     exactly what :meth:`memwal.gc.gates.Gates.without` would answer, at the cost of one pass
     over the versions a trial rather than one per held generation."""
 
     def __init__(self, held: list[HeldGeneration], gates: Gates) -> None:
         self.held, self.gates = held, gates
-        self.others = [h.others for h in held]
         self.progress = {h.shard_id: gates.shard(h.shard_id).values for h in held}
 
     def __call__(self, seconds: int) -> ExpiryTrial | None:
@@ -184,11 +184,11 @@ class _Trials:
         least = {sid: int(values[left].min()) if left.any() else None for sid, values in self.progress.items()}
         still: Counter[str] = Counter()
         freed = 0
-        for h, others in zip(self.held, self.others, strict=True):
+        for h in self.held:
             low = least[h.shard_id]
             retained = low is not None and h.generation > low
-            freed += not (others or retained)
-            still.update(others)
+            freed += not (h.others or retained)
+            still.update(h.others)
             still[RETAINED_VERSION] += retained
         return ExpiryTrial(seconds, frozenset(v.version for v in gone), freed, +still)
 

@@ -164,9 +164,6 @@ class ShardBase:
                             None, self.gates.grace_seconds)
 
 
-__all__ = ["ShardBase"]
-
-
 class _Present(Mapping[int, str]):
     """:meth:`ShardBase.present`, worked out when first asked."""
 
@@ -188,3 +185,6 @@ class _Present(Mapping[int, str]):
 
     def __len__(self) -> int:
         return len(self._map)
+
+
+__all__ = ["ShardBase"]
