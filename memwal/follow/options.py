@@ -78,7 +78,8 @@ class FollowOptions(JobOptions):
                                  f"only, under {TAIL_ROWS:,} rows) once N merges have each appended a fragment to the "
                                  "base (default 8)", metavar="N")
     gc_every: float = opt(60.0, "interval", "run the whole GC (drain, delete: it names every folder the version "
-                          "retention keeps) at most every S seconds, after merges (default 60)", metavar="S")
+                          "retention keeps) at most every S seconds, after merges, and never sooner after the last "
+                          "than 50 times what it took (default 60)", metavar="S")
     gc_max_every: float = opt(600.0, "interval", "while whole GCs free nothing, wait twice as long after each, up to "
                               "S seconds (default 600): one that frees, drains or rolls up something goes back to "
                               "--gc-every, and one that names when its gates pass runs again then", metavar="S")
