@@ -8,6 +8,7 @@ failure is decided in one place: the action's ``problems``.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -93,7 +94,9 @@ def run(name: str, table: Table, options: JobOptions, *, plan: Any = None) -> Jo
     early = not options.dry_run and act.has_work is None
     if early:
         engines.prepare(options.engine)
+    began = time.monotonic()
     plan = act.plan(table, options) if plan is None else plan
+    planned_seconds = time.monotonic() - began
     steps.step(f"{name}.planned")
     if options.dry_run:
         shown = act.preview(table, plan) if act.preview else plan
@@ -109,7 +112,8 @@ def run(name: str, table: Table, options: JobOptions, *, plan: Any = None) -> Jo
     run_id = new_run_id()
     with act.leases(table, options, run_id=run_id) as leases:
         with recorded(table, name, run_id, getattr(engine, "name", options.engine), leases.primary.holder,
-                      lag=lag_now) as ctx, cancel.running(table.store.root, leases) as scope:
+                      lag=lag_now, planned_seconds=planned_seconds) as ctx, \
+                cancel.running(table.store.root, leases) as scope:
             steps.step(f"{name}.leased")  # holding its leases, its run recorded, nothing done yet
             try:
                 value = act.execute(table, plan, options, engine, leases.primary)

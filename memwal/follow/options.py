@@ -83,7 +83,7 @@ class FollowOptions(JobOptions):
     gc_max_every: float = opt(600.0, "interval", "while whole GCs free nothing, wait twice as long after each, up to "
                               "S seconds (default 600): one that frees, drains or rolls up something goes back to "
                               "--gc-every, and one that names when its gates pass runs again then", metavar="S")
-    rollup_every: float = opt(DEFAULT_ROLLUP_EVERY, "interval", "after merges, run GC's listing pass (roll up and "
+    rollup_every: float = opt(DEFAULT_ROLLUP_EVERY, "duration", "after merges, run GC's listing pass (roll up and "
                               "heal what readers list, walking only the listed folders) at most every S seconds "
                               f"(default {DEFAULT_ROLLUP_EVERY:g}; 0: after every merge): what merged since it ran "
                               "stays listed as it was flushed", metavar="S")

@@ -34,7 +34,9 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
 
 A job that failed, or whose lease another holder has, stays dirty and is retried after a delay
 that doubles up to :data:`MAX_RETRY_SECONDS`. At the start every job is dirty: a follower begins
-with a whole cycle. An idle table dirties nothing, so a follower writes nothing to it.
+with a whole cycle, but for the whole GC when the run history says one ended lately
+(:meth:`Schedule.resumed_gc`): it is spaced from that one, and the listing pass runs in its place.
+An idle table dirties nothing, so a follower writes nothing to it.
 """
 
 from __future__ import annotations
@@ -79,9 +81,22 @@ class Schedule:
     gc_frees_at: float | None = None
     #: Seconds the last whole GC took (the next is spaced by it: :data:`GC_SHARE`).
     gc_took: float = 0.0
+    #: When a whole GC an earlier process ran lets the first of this one start (:meth:`resumed_gc`).
+    gc_not_before: float = float("-inf")
 
     def __post_init__(self) -> None:
-        self.dirty = set(self.jobs)
+        self.dirty = set(self.jobs) | ({LISTING} if "gc" in self.jobs else set())
+
+    def resumed_gc(self, ago: float, took: float, now: float) -> None:
+        """A whole GC an earlier process ran ended ``ago`` seconds before ``now``, after ``took``
+        seconds (:func:`memwal.history.log.last_whole_gc`): the next is spaced from it as from one
+        this follower ran, so a restart does not pay a week's folders again; the listing pass rolls
+        up and heals meanwhile. The run history is a record anyone who writes the table's storage
+        can write: what it says delays the whole GC by at most ``gc_max_every``. Only the spacing
+        by cost carries over, not ``gc_every``: after a whole GC of a second, a restarted follower
+        runs the next within a minute, as before."""
+        spaced = now - max(0.0, ago) + max(0.0, took) / GC_SHARE
+        self.gc_not_before = min(spaced, now + self.options.gc_max_every)
 
     def moved(self, shards: Iterable[str]) -> None:
         """Shards moved: the merge, GC and the snapshot have something new to look at."""
@@ -121,7 +136,7 @@ class Schedule:
             if self.gc_idle:
                 backed_off = last + min(self.options.gc_max_every, self.options.gc_every * 2 ** min(self.gc_idle, 32))
                 cadence = backed_off if self.gc_frees_at is None else max(cadence, min(backed_off, self.gc_frees_at))
-            cadence = max(cadence, last + self.gc_took / GC_SHARE)
+            cadence = max(cadence, last + self.gc_took / GC_SHARE, self.gc_not_before)
         return max(cadence, self.retry_at.get(job, float("-inf")))
 
     def nothing_to_merge(self) -> None:

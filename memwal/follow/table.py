@@ -101,6 +101,8 @@ def follow_table(table: Table, jobs: Sequence[str], options: Mapping[str, JobOpt
     given = options.get("merge")
     merge_options = given if isinstance(given, MergeOptions) else MergeOptions()
     schedule = Schedule(list(jobs), follow, merge_bounded=merge_options.bounded)
+    if "gc" in schedule.jobs:
+        _resume_gc(table, schedule)
     began = time.monotonic()
     since = time.time()
     next_report = began + REPORT_SECONDS
@@ -193,6 +195,22 @@ def _healthy(given: MergeOptions, watch: ShardWatch) -> MergeOptions | None:
         return given
     shards = [s for s in (given.shards or sorted(watch.seen)) if s not in watch.broken]
     return given.but(shards=tuple(shards)) if shards else None
+
+
+def _resume_gc(table: Table, schedule: Schedule) -> None:
+    """Space the first whole GC from the last one any process ran (:meth:`Schedule.resumed_gc`);
+    with no such run in the history, or a history that cannot be read, it runs at the start."""
+    from memwal.core import clock as clocks
+    from memwal.history.log import last_whole_gc
+
+    try:
+        last = last_whole_gc(table.store)
+    except Exception as exc:  # noqa: BLE001 - the whole GC then runs at the start, as it always may
+        log.debug("%s: no last whole GC from the history: %s", table.uri, exc)
+        return
+    if last is not None:
+        finished, took = last
+        schedule.resumed_gc(clocks.current()() - finished, took, time.monotonic())
 
 
 def _gone(table: Table, tally: FollowTally) -> bool:

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 
 from memwal.core import clock as clocks
 from memwal.errors import MemWalError, NotFoundError, TooLargeError
-from memwal.history.record import RunRecord
+from memwal.history.record import NOTHING, OK, RunRecord
 from memwal.history.schema import BadRecord
 from memwal.store import Store
 from memwal.table.naming import JOBS_DIR
@@ -55,6 +55,9 @@ DETAIL_MAX_BYTES = 32 * 1024 * 1024
 FUTURE_SKEW_SECONDS = 24 * 3600.0
 #: Unreadable records a reader skips before it stops looking further back.
 MAX_SKIPPED = 1000
+#: GC records :func:`last_whole_gc` reads, newest first, looking for a whole run among listing
+#: passes (a follower runs one every few seconds of merges, a whole GC every minute or more).
+WHOLE_GC_LOOKBACK = 256
 
 
 #: Largest month a folder name can hold (``year * 12 + month - 1``).
@@ -185,6 +188,22 @@ def read_runs(store: Store, *, job: str | None = None, since: float | None = Non
             return
 
 
+def last_whole_gc(store: Store, *, now: float | None = None) -> tuple[float, float] | None:
+    """When the newest whole GC run (not a listing pass) finished, and the seconds it took (its plan
+    included: the record's span is the run's after its plan), from the
+    newest :data:`WHOLE_GC_LOOKBACK` GC records (None: none of them is a whole run that ended).
+
+    A record anyone who writes the table's storage can write: the caller bounds what it does with
+    the answer (a follower waits at most its ``gc_max_every`` for it). Records written before
+    ``listed_only`` was a figure say nothing either way: they are passed over."""
+    for record in read_runs(store, job="gc", limit=WHOLE_GC_LOOKBACK, detail=False, now=now):
+        if record.figures.get("listed_only") is False and record.finished_at is not None \
+                and record.outcome in (OK, NOTHING):
+            planned = record.figures.get("plan_seconds") or 0.0
+            return record.finished_at, max(0.0, record.finished_at - record.started_at) + planned
+    return None
+
+
 def _with_detail(store: Store, key: str, record: RunRecord) -> RunRecord:
     """The summary ``record`` made whole from its detail object (as it is if that is gone,
     too large or does not match the model)."""
@@ -231,4 +250,4 @@ def expired_history(store: Store, older_than: float, *, keep_run: str | None = N
 
 
 __all__ = ["FUTURE_SKEW_SECONDS", "HISTORY_PREFIX", "RECORD_MAX_BYTES", "begin", "detail_key", "expired_history",
-           "finish", "read_runs", "record_key", "with_details"]
+           "finish", "last_whole_gc", "read_runs", "record_key", "with_details"]

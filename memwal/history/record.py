@@ -171,6 +171,7 @@ def figures(job: str, doc: Mapping[str, Any]) -> dict[str, Any]:
                 "objects": doc.get("objects_deleted", 0), "bytes": doc.get("bytes_freed", 0),
                 "blocked_by_reason": dict(sorted(reasons.items())),
                 "checkpoints_removed": len(doc.get("checkpoints_removed", [])),
+                "listed_only": bool(doc.get("listed_only")),  # a listing pass (a follower's), or a whole run
                 "expired_versions": (doc.get("expired_versions") or {}).get("old_versions"),
                 # what kept the rest and when each gate passes: GC's own account (memwal.gc.wait)
                 "wait": stored_wait(doc.get("wait"))}

@@ -85,11 +85,14 @@ def transaction_properties() -> dict[str, str]:
 
 @contextlib.contextmanager
 def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | None,
-             lag: Callable[[Table], dict[str, list[float | int | None]]] | None = None) -> Iterator[RunContext]:
+             lag: Callable[[Table], dict[str, list[float | int | None]]] | None = None,
+             planned_seconds: float = 0.0) -> Iterator[RunContext]:
     """Record one run of ``job`` in the table's history (see the module docstring).
 
     ``lag`` reads the lag the run left (per shard [generations, rows, oldest age]); it is
     passed in because reading the table's state belongs to the layer above the history.
+    ``planned_seconds``: what its plan took before the run began (the figure ``plan_seconds``:
+    a whole GC's cost is mostly its plan, and a restarted follower spaces the next by it).
     """
     clock = clocks.current()
     ctx = RunContext(job, run_id, engine)
@@ -104,7 +107,7 @@ def recorded(table: Table, job: str, run_id: str, engine: str, holder: str | Non
         yield ctx
         doc = ctx.doc or {}
         record.outcome = outcome_of(job, doc, ctx.problems)
-        record.figures = figures(job, doc)
+        record.figures = {**figures(job, doc), "plan_seconds": round(max(0.0, planned_seconds), 3)}
         record.error = "; ".join(ctx.problems) or None
     except LeaseLostError as exc:
         record.outcome, record.error = FENCED, first_line(exc)

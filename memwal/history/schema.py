@@ -130,6 +130,8 @@ _FIGURES: dict[str, Callable[[str, object], object]] = {
     "commit_path": _text,
     "blocked_by_reason": _counts,
     "time_will_free": lambda n, v: None if v is None else _flag(n, v),
+    "listed_only": lambda n, v: None if v is None else _flag(n, v),
+    "plan_seconds": lambda n, v: _number(n, v, optional=True),
     "operations": lambda n, v: None if v is None else _counts(n, v),
     "shards": lambda n, v: [_shard_figure(f"{n}[{i}]", s) for i, s in enumerate(_list(n, v))],
     "indexes": lambda n, v: [_index_figure(f"{n}[{i}]", s) for i, s in enumerate(_list(n, v))],

@@ -21,6 +21,7 @@ import lance
 import pyarrow as pa
 import pytest
 
+import memwal
 from memwal.lease import RELEASED, list_leases
 from memwal.table import open_table
 from tests.helpers import memwal_program, run_cli, wait_flushed
@@ -219,3 +220,57 @@ def test_a_fleet_follower_merges_every_table_honours_a_pause_and_stops_on_sigter
         assert all(i.state == RELEASED for i in list_leases(open_table(w.uri).store))
         w.writer.close()
         assert sorted(lance.dataset(w.uri).to_table().to_pylist(), key=lambda r: r["id"]) == w.rows()
+
+
+def _whole_gc_said_it_took(uri: str, seconds: float) -> None:
+    """Rewrite the newest GC record (a whole run's) to say its plan took ``seconds``: what a week's
+    folders cost, or what anyone who writes the table's storage may claim."""
+    from memwal.history.log import HISTORY_PREFIX
+    from memwal.history.record import RunRecord
+
+    store = open_table(uri).store
+    key = next(k for k in sorted(o.key for o in store.list(HISTORY_PREFIX)) if "-gc-" in k)
+    record = RunRecord.loads(store.get(key))
+    assert record.figures["listed_only"] is False and record.figures["plan_seconds"] >= 0
+    record.figures["plan_seconds"] = seconds
+    store.put(key, record.dumps())
+
+
+def _follower_gcs(uri: str, since: float) -> list[bool]:
+    """Whether each GC run the follower made since ``since`` was a listing pass (oldest first)."""
+    from memwal.history.log import read_runs
+
+    runs = read_runs(open_table(uri).store, job="gc", since=since)
+    return [bool(r.figures.get("listed_only")) for r in reversed(list(runs))]
+
+
+@pytest.mark.parametrize(("said", "options", "whole"), [
+    (10.0, (), False),  # 10 s: the next no sooner than 500 s after it; the listing pass meanwhile
+    (1e9, ("--gc-every", "0.5", "--gc-max-every", "1"), True),  # forged: it waits --gc-max-every at most
+])
+def test_a_restarted_follower_spaces_its_first_whole_gc_from_the_last_in_the_history(tmp_path, said, options, whole):
+    """Issue 82: a follower's start-up ran a whole GC, which names every folder a week's retention
+    keeps (most of 15 s of CPU at 30,000 flushes), even when one had ended a minute before. It is
+    spaced from the newest whole run in the history now, by what that one took, as the follower
+    spaces its own; the listing pass rolls up what merged meanwhile. The record is storage's word:
+    it delays the whole GC by at most --gc-max-every."""
+    uri = str(tmp_path / "t.lance")
+    w = Writer(uri)
+    for g in (1, 2):
+        w.generation(g)
+    assert run_cli("merge", uri).rc == 0 and run_cli("gc", uri).rc == 0
+    _whole_gc_said_it_took(uri, said)
+    w.generation(3)
+    w.generation(4)
+    began = time.time()
+    out = subprocess.run([memwal_program(), "cycle", uri, "--follow", "--json", "--follow-seconds", "4",
+                          "--poll-seconds", "0.2", "--rollup-every", "0", *options],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert merged(uri) == 4  # the start-up merged what was pending
+    gcs = _follower_gcs(uri, began)
+    assert gcs[0] is True  # the start-up's GC: the listing pass, not the whole run
+    assert (False in gcs) is whole
+    assert len(flushed(uri)) <= 1  # rolled up or drained: a reader lists one at most
+    w.writer.close()
+    assert sorted(memwal.open(uri).scan().to_pylist(), key=lambda r: r["id"]) == w.rows()
