@@ -12,7 +12,9 @@ Rounds go on until a round finds no work, or does none (everything it ran was he
 waiting or had nothing to do), or ``max_seconds`` passes: no table is started after it. A
 job that ran and found nothing to do is not planned again for that table until the table
 changes (its probe fingerprint), nor is one that failed without committing anything; a GC
-that waits for time is not planned again before the policy's ``gc_retry_seconds``; a table
+that waits for time is not planned again before the policy's ``gc_retry_seconds``; a table's
+whole GC is spaced by what its last one in this run took, GC's listing pass standing in for it
+meanwhile (:func:`_spaced_gc`); a table
 an operator cancelled (``memwal fleet cancel``) is not started again by this run. An idle
 fleet runs nothing and so commits nothing.
 
@@ -33,6 +35,7 @@ Spark engines on the driver (``memwal.spark.engine.fleet``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -235,6 +238,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
     hear = notify or (lambda event, value: None)
     backoff: dict[str, dict[str, float]] = {}
     quiet: dict[tuple[str, str], str] = {}  # (table, job) -> the fingerprint at which it found nothing to do
+    spaced: dict[str, float] = {}  # table -> when its next whole GC may start: see _spaced_gc
     rounds: list[Round] = []
     not_started: tuple[str, ...] = ()
     def found(known: frozenset[str], exclude: frozenset[str]) -> Any:
@@ -257,7 +261,8 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
                         log.warning("%s", line)
                 hear("unmatched", planned.unmatched)
         hear("round", plan)
-        work = [w for t in plan.with_work() if (w := _work(t, policy, wanted, quiet, engine, dry_run)) is not None]
+        work = [w for t in plan.with_work()
+                if (w := _work(t, policy, wanted, quiet, engine, dry_run, spaced)) is not None]
         if not work:
             rounds.append(Round(number, plan, ()))
             if _again(between, False, dry_run, deadline, max_rounds, number):
@@ -272,7 +277,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         rounds.append(Round(number, plan, tuple(results)))
         if between is not None:
             del rounds[:-FOLLOW_ROUNDS]
-        progressed = _remember(results, plan, policy, backoff, quiet)
+        progressed = _remember(results, plan, policy, backoff, quiet, spaced)
         if state is not None and not dry_run:
             now = clocks.current()()
             unsaved.add(results, gc_waits(results), {p.table: p.source for p in plan.tables})
@@ -349,9 +354,28 @@ def _retry(policy: Policy, sources: Mapping[str, str], table: str) -> float:
 
 
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,
-          dry_run: bool) -> TableWork | None:
+          dry_run: bool, spaced: Mapping[str, float]) -> TableWork | None:
     jobs = tuple(j for j in t.jobs if j in wanted and quiet.get((t.table, j)) not in (t.facts.fingerprint, ""))
-    return work_for(t, policy, jobs, engine=engine, dry_run=dry_run)
+    work = work_for(t, policy, jobs, engine=engine, dry_run=dry_run)
+    return work if work is None or clocks.current()() >= spaced.get(t.table, float("-inf")) else _spaced_gc(t, work)
+
+
+def _spaced_gc(t: TablePlan, work: TableWork) -> TableWork | None:
+    """``work`` while the table's whole GC is spaced (:func:`_remember`: no sooner after the last
+    than :data:`memwal.follow.schedule.GC_SHARE` of the time between them, as a table follower
+    spaces its own): GC is its listing pass, which rolls up what merged and walks only the listed
+    folders, when a merge runs or merged generations are listed; else it waits for its time.
+
+    A whole GC names every folder the version retention keeps (a week beside a writer flushing 35
+    a minute is 350,000): after every merge of a run's rounds, its cost grew with the table's age."""
+    if "gc" not in work.jobs:
+        return work
+    if "merge" in work.jobs or any(s.listed_merged for s in t.facts.shards):
+        options = {**work.options, "gc": {**work.options.get("gc", {}), "listed_only": True, "orphans": False}}
+        return dataclasses.replace(work, options=options)
+    jobs = tuple(j for j in work.jobs if j != "gc")
+    return dataclasses.replace(work, jobs=jobs, options={j: o for j, o in work.options.items() if j in jobs}) \
+        if jobs else None
 
 
 def work_for(t: TablePlan, policy: Policy, jobs: Sequence[str], *, engine: str, dry_run: bool) -> TableWork | None:
@@ -367,8 +391,11 @@ def work_for(t: TablePlan, policy: Policy, jobs: Sequence[str], *, engine: str, 
 
 
 def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, backoff: dict[str, dict[str, float]],
-              quiet: dict[tuple[str, str], str]) -> bool:
-    """Note what not to plan again soon; whether the round did any work (committed or deleted)."""
+              quiet: dict[tuple[str, str], str], spaced: dict[str, float]) -> bool:
+    """Note what not to plan again soon; whether the round did any work (committed or deleted).
+    A whole GC spaces the table's next by what it took (:func:`_spaced_gc`)."""
+    from memwal.follow.schedule import GC_SHARE
+
     now = clocks.current()()
     fingerprints = {t.table: t.facts.fingerprint for t in plan.tables}
     sources = {t.table: t.source for t in plan.tables}
@@ -380,6 +407,11 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
             progressed |= did and j.status is JobStatus.DONE
             if r.cancelled is not None:
                 continue
+            listing = j.job == "gc" and bool(doc.get("listed_only"))
+            if j.job == "gc" and not listing and j.status in (JobStatus.DONE, JobStatus.WAITING):
+                spaced[r.table] = now + j.seconds / GC_SHARE
+            if listing and j.status is not JobStatus.FAILED:
+                continue  # a spaced whole GC's stand-in: the whole one comes in its time, the table changed or not
             if j.status is JobStatus.WAITING and j.job == "gc":
                 retry = policy.for_table(r.table, sources.get(r.table, "")).thresholds.gc_retry_seconds
                 backoff.setdefault(r.table, {})["gc"] = now + retry

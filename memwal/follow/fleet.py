@@ -11,9 +11,10 @@ table costs its two listings (the probe cache: :mod:`memwal.fleet.probe`), which
 follower pays per table per poll. The jobs' cadences are the policy's (``thresholds``), as for
 every fleet run.
 
-Like a table follower, it warns once per table whose GC options (the fleet policy's, as its
-GC jobs get them) keep versions more than an hour (:func:`warn_long_retention`),
-when the table is first planned: GC walks every generation those versions keep at each run.
+Like a table follower, it spaces each table's whole GC by what the last one took (the fleet's
+run: :func:`memwal.fleet.run.run_fleet`), running GC's listing pass after merges meanwhile: a
+whole GC names every folder the version retention keeps, and a week of them made a GC after
+every merge cost more as the table aged (issue 82).
 
 It stops as a table follower does (:mod:`memwal.follow.table`): SIGTERM or SIGINT, or
 ``--max-seconds`` (no table started after it), end the work running at its next safe point, and
@@ -27,19 +28,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memwal.actions.options import JobOptions
-from memwal.core.defaults import DEFAULT_EXPIRE_VERSIONS_SECONDS
-from memwal.cycle import CycleResult, parse_jobs
+from memwal.cycle import CycleResult
 from memwal.follow.options import FollowOptions
 from memwal.follow.result import FollowTally
 from memwal.follow.signals import StopSignals
 
 log = logging.getLogger(__name__)
-
-#: A version retention longer than this keeps more generation folders than a fleet follower's GC,
-#: which walks them all after every merge, can walk within a follower's budget: an hour beside a
-#: writer flushing 35 a minute is some 2,100 folders (docs/operations/deploy.md).
-LONG_RETENTION_SECONDS = 3600.0
 
 
 def follow_fleet(sources: Sequence[str], follow: FollowOptions, *, stop: StopSignals,
@@ -53,11 +47,8 @@ def follow_fleet(sources: Sequence[str], follow: FollowOptions, *, stop: StopSig
     delay = [follow.poll_seconds]
     hear = notify or (lambda event, value: None)
 
-    warn = _retention_warner(fleet)
-
     def heard(event: str, value: Any) -> None:
         if event == "round":
-            warn(value)
             tally.looks += 1
             tally.requests += int(getattr(value, "requests", 0) or 0)
         if event == "table" and isinstance(value, CycleResult):
@@ -77,48 +68,4 @@ def follow_fleet(sources: Sequence[str], follow: FollowOptions, *, stop: StopSig
     return tally
 
 
-def _retention_warner(fleet: dict[str, Any]) -> Callable[[Any], None]:
-    """``warn(plan)``: the long-retention warning, once per table of the fleet's plans, with the
-    GC options the fleet runs that table's GC with (none when the run leaves GC out)."""
-    from memwal.actions.options import GcOptions
-    from memwal.fleet.policy import Policy
-    from memwal.fleet.run import options_for
-
-    policy = fleet.get("policy") or Policy()
-    jobs = fleet.get("jobs")
-    runs_gc = "gc" in parse_jobs(list(jobs) if jobs else None)
-    seen: set[str] = set()
-
-    def warn(plan: Any) -> None:
-        if not runs_gc:
-            return
-        for t in plan.tables:
-            if t.table in seen:
-                continue
-            seen.add(t.table)
-            gc = options_for(policy.for_table(t.table, t.source), "gc", engine=fleet.get("engine", "local"),
-                             dry_run=False)
-            warn_long_retention(t.table, GcOptions.from_kwargs(**gc), "after every merge here")
-
-    return warn
-
-
-
-def warn_long_retention(uri: str, gc: JobOptions | None, cadence: str) -> None:
-    """Say once, when a table is first planned, that its version retention keeps more generation
-    folders than a fleet follower's GC, which follows its merges and names every folder at each
-    run, can walk every few seconds. A warning, not a refusal: the retention is the owner's
-    choice for time travel, and GC stays right either way. (A table follower spaces its whole GC
-    by what the last one took instead: :data:`memwal.follow.schedule.GC_SHARE`.)
-    ``gc``: the GC options the table's jobs get; ``cadence``: how often its GC runs."""
-    keep = getattr(gc, "expire_versions", DEFAULT_EXPIRE_VERSIONS_SECONDS)
-    if keep is not None and keep <= LONG_RETENTION_SECONDS:
-        return
-    kept = "forever (--expire-versions never)" if keep is None else f"{keep:g} s"
-    log.warning("%s: versions are kept %s, and every generation merged meanwhile stays on storage: GC walks them "
-                "all at every run (%s), so the follower's CPU grows with them; on a table a fleet "
-                "follows, keep versions minutes (--expire-versions 600, see docs/operations/deploy.md)",
-                uri, kept, cadence)
-
-
-__all__ = ["follow_fleet", "warn_long_retention"]
+__all__ = ["follow_fleet"]

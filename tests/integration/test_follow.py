@@ -210,12 +210,8 @@ def test_a_fleet_follower_merges_every_table_honours_a_pause_and_stops_on_sigter
     wait_for("end its runs", lambda: runs_ended(a.uri, b.uri))
     doc, err = stop(p)
     assert doc["stopped"] == "SIGTERM" and doc["generations_merged"] >= 4
-    # once per table whose GC (the policy's options) keeps versions past an hour, though the follower
-    # planned the fleet many times (its GC follows its merges: a table follower spaces its own by its cost)
-    assert err.count(f"{a.uri}: versions are kept 604800 s") == 1, err
-    assert "--expire-versions 600" in err
-    assert f"{b.uri}: versions are kept" not in err  # ten minutes: nothing to say
-    assert err.count("versions are kept") == 1
+    # a's versions kept a week (GC's defaults): nothing to say, its whole GC is spaced by its cost
+    assert "versions are kept" not in err
     for w in (a, b):
         assert all(i.state == RELEASED for i in list_leases(open_table(w.uri).store))
         w.writer.close()
