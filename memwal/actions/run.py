@@ -55,7 +55,16 @@ class JobResult(Document, Generic[V]):
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the CLI's ``--json`` document (a run's names its ``run_id``: ``memwal history``)."""
-        doc = self.value.to_dict()
+        return self._document(self.value.to_dict())
+
+    def summary_dict(self) -> dict[str, Any]:
+        """The document as it travels (a cycle's outcome, the run history's figures): the value's
+        ``summary_dict()`` where it has one (GC's names at most a hundred of what it kept, the
+        rest counted), else :meth:`to_dict`."""
+        summary = getattr(self.value, "summary_dict", None)
+        return self._document(summary()) if callable(summary) else self.to_dict()
+
+    def _document(self, doc: dict[str, Any]) -> dict[str, Any]:
         if self.run_id is not None:
             doc = {**doc, "run_id": self.run_id}
         return {"dry_run": True, **doc} if self.dry_run and "dry_run" not in doc else doc
@@ -127,7 +136,7 @@ def run(name: str, table: Table, options: JobOptions, *, plan: Any = None) -> Jo
                     raise
                 raise stopped from exc
             result = JobResult(name, False, value, run_id, tuple(value.problems()))
-            ctx.doc, ctx.problems = result.to_dict(), list(result.problems)
+            ctx.doc, ctx.problems = result.summary_dict(), list(result.problems)
             _done(leases, ctx.versions)
     return result
 

@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.core.kept import blocked_total, kept_by_gate
 from memwal.core.words import counted
 
 
@@ -125,7 +126,7 @@ def summarize(job: str, doc: dict[str, Any]) -> str:
     if job == "snapshot":
         return f"v{doc['version']}" if doc.get("version") is not None else "unchanged"
     if job == "gc":
-        return f"{len(doc.get('deleted', []))} deleted, {len(doc.get('blocked', []))} blocked" + _kept(doc)
+        return f"{len(doc.get('deleted', []))} deleted, {blocked_total(doc)} blocked" + _kept(doc)
     return "done"
 
 
@@ -137,7 +138,7 @@ def _planned(job: str, doc: dict[str, Any]) -> str:
             if gens else "nothing to merge"
     if job == "gc":
         deleted = counted(len(doc.get("deleted", [])), "generation folder")
-        return f"would delete {deleted}, {len(doc.get('blocked', []))} blocked" \
+        return f"would delete {deleted}, {blocked_total(doc)} blocked" \
             + _kept(doc)
     if job == "catchup":
         work = [i for i in doc.get("indexes", []) if i.get("action") not in (None, "none")]
@@ -167,8 +168,7 @@ def waits_for_time(job: str, doc: dict[str, Any]) -> bool:
     are read from the document (``memwal.gc.gates``' names): importing GC here would load Lance."""
     if job != "gc" or doc.get("dry_run"):
         return False
-    if doc.get("time_will_free") or any("writer-live" in (b.get("reasons") or [b.get("reason")])
-                                      for b in doc.get("blocked") or []):
+    if doc.get("time_will_free") or kept_by_gate(doc, "writer-live"):
         return True
     holders = [v.get("held_by") for v in (doc.get("retention") or {}).get("blocking_versions", [])]
     expiring = doc.get("expired_versions") is not None

@@ -66,7 +66,8 @@ def run_job(table: Table, job: str, options: JobOptions, *, plan: Any = None) ->
         return JobOutcome(table.uri, job, JobStatus.FAILED, time.monotonic() - started,
                           error=first_line(exc, table.uri), exit_code=1)
     seconds = time.monotonic() - started
-    doc = json.loads(result.to_json())  # plain JSON data: it travels and never aliases the result
+    # plain JSON data: it travels and never aliases the result (GC's names at most a hundred it kept)
+    doc = json.loads(json.dumps(result.summary_dict(), default=str))
     if result.problems:
         return JobOutcome(table.uri, job, JobStatus.FAILED, seconds, error="; ".join(result.problems), exit_code=1,
                           document=doc)

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from memwal.core.document import Document
 from memwal.gc.drain import DoneDrain
-from memwal.gc.gates import UNSAFE_PATH
+from memwal.gc.gates import UNSAFE_PATH, is_gate
 from memwal.gc.model import (
     Blocked,
     BrokenShard,
@@ -108,6 +109,21 @@ class GcResult(Document):
     listed_only: bool = False
 
     def to_dict(self) -> Json:
+        return self._document([b.to_dict() for b in self.blocked])
+
+    def summary_dict(self) -> Json:
+        """The document as it travels (a cycle's outcome, a follower's, an Airflow XCom, the run
+        history's figures): :meth:`to_dict` with ``blocked`` naming at most :data:`SHOWN_BLOCKED`
+        generations (unsafe paths first), all of them counted in ``blocked_total``, by reason in
+        ``blocked_by_reason`` and by every gate that keeps one in ``blocked_gates``. A week's
+        retention keeps some 350,000 generations beside a busy writer: each run's document listed
+        them all, several times over, into every view and XCom (issue 82). ``memwal gc --json``
+        keeps :meth:`to_dict`, every one named."""
+        unsafe = [b for b in self.blocked if b.reason == UNSAFE_PATH]
+        shown = (unsafe + [b for b in self.blocked[:SHOWN_BLOCKED] if b.reason != UNSAFE_PATH])[:SHOWN_BLOCKED]
+        return {**self._document([b.to_dict() for b in shown]), **blocked_counts(self.blocked)}
+
+    def _document(self, blocked: list[Json]) -> Json:
         return {
             "table": self.table,
             "dry_run": self.dry_run,
@@ -115,7 +131,7 @@ class GcResult(Document):
             "wal_entries_deleted": self.wal_entries_deleted,
             "bytes_freed": self.bytes_freed,
             "objects_deleted": self.objects_deleted,
-            "blocked": [b.to_dict() for b in self.blocked],
+            "blocked": blocked,
             "orphans": [o.to_dict() for o in self.orphans],
             "orphans_deleted": self.orphans_deleted,
             "expired_versions": None if self.expired_versions is None else self.expired_versions.to_dict(),
@@ -144,6 +160,24 @@ class GcResult(Document):
         whole; the other shards were collected), a link planted in the table or a manifest
         path leaving its shard (nothing was deleted through it; it needs an operator)."""
         return problems_of(self.broken_shards, self.blocked)
+
+
+#: Blocked generations a travelling GC document names (:meth:`GcResult.summary_dict`); the rest are counted.
+SHOWN_BLOCKED = 100
+
+
+def blocked_counts(blocked: Iterable[Blocked]) -> Json:
+    """``blocked_total``, ``blocked_by_reason`` (the first gate's code) and ``blocked_gates`` (every
+    gate's code that keeps one, counted once per generation) of the generations a run kept."""
+    total = 0
+    by_reason: Counter[str] = Counter()
+    gates: Counter[str] = Counter()
+    for b in blocked:
+        total += 1
+        by_reason[b.reason.split(":", 1)[0]] += 1
+        gates.update({r.split(":", 1)[0] for r in b.reasons or (b.reason,) if is_gate(r)})
+    return {"blocked_total": total, "blocked_by_reason": dict(sorted(by_reason.items())),
+            "blocked_gates": dict(sorted(gates.items()))}
 
 
 def problems_of(broken: Iterable[BrokenShard], blocked: Iterable[Blocked]) -> list[str]:

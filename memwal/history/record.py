@@ -9,12 +9,12 @@ the history says what the job said.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NotRequired, TypedDict
 
 from memwal.core.document import Document
+from memwal.core.kept import blocked_by_reason, blocked_total
 from memwal.core.waits import stored_wait
 from memwal.history.schema import LagTotal, checked, checked_detail
 
@@ -163,10 +163,10 @@ def figures(job: str, doc: Mapping[str, Any]) -> dict[str, Any]:
         return {"committed": doc.get("version") is not None, "reason": doc.get("reason"),
                 "num_shards": doc.get("num_shards"), "repairs": doc.get("repairs")}
     if job == "gc":
-        reasons = Counter(b["reason"].split(":", 1)[0] for b in doc.get("blocked", []))
+        reasons = blocked_by_reason(doc)
         return {"generations": len(doc.get("deleted", [])), "wal_entries": doc.get("wal_entries_deleted", 0),
                 "drained": len(doc.get("drained") or []), "rolled_up": len(doc.get("rolled_up") or []),
-                "blocked": len(doc.get("blocked") or []), "time_will_free": bool(doc.get("time_will_free")),
+                "blocked": blocked_total(doc), "time_will_free": bool(doc.get("time_will_free")),
                 "history_pruned": doc.get("history_pruned") or 0,
                 "objects": doc.get("objects_deleted", 0), "bytes": doc.get("bytes_freed", 0),
                 "blocked_by_reason": dict(sorted(reasons.items())),

@@ -31,7 +31,6 @@ the whole fleet's spread is the pending-generations histogram.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -39,6 +38,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
+from memwal.core.kept import blocked_by_reason
 from memwal.core.version import __version__
 
 
@@ -122,7 +122,7 @@ def record_run(job: str, outcome: str, engine: str, seconds: float, doc: Mapping
             m.merge_generations.add(s["to_generation"] - s["from_generation"] + 1, shard)
     elif job == "gc":
         m.gc_bytes.add(doc.get("bytes_freed", 0))
-        for reason, n in Counter(b["reason"].split(":", 1)[0] for b in doc.get("blocked", [])).items():
+        for reason, n in blocked_by_reason(doc).items():
             m.gc_blocked.add(n, {"reason": reason})
 
 

@@ -242,3 +242,40 @@ def test_lost_lease_stops_before_the_next_batch_and_a_rerun_finishes(make_table,
     assert len(result["deleted"]) == remaining
     assert gen_dirs(table) == {s: set() for s in shard_ids_for(SMALL)}
     assert lsm_rows(table) == model.sorted_rows()
+
+
+def test_a_travelling_gc_document_names_a_hundred_kept_and_counts_them_all(make_table):
+    """Issue 82: a week's retention keeps thousands of generations, and every GC run's document
+    named each of them into the cycle's outcome, a follower's memory, an XCom and the history's
+    figures. What travels names at most SHOWN_BLOCKED (unsafe paths first) and counts them all;
+    ``memwal gc --json`` still names every one."""
+    from dataclasses import replace
+
+    from memwal.cycle import JobStatus, run_cycle
+    from memwal.cycle.outcome import waits_for_time
+    from memwal.gc.gates import UNSAFE_PATH
+    from memwal.gc.model import Blocked
+    from memwal.gc.result import SHOWN_BLOCKED, problems_in
+    from memwal.history.log import read_runs
+
+    wl = replace(SMALL, shards=1, generations=SHOWN_BLOCKED + 12, rows_per_generation=2)
+    table, _ = make_table(wl)
+    t = memwal.open(table.uri)
+    assert t.merge().ok
+    full = t.gc(dry_run=True).to_dict()
+    kept = len(full["blocked"])
+    assert kept > SHOWN_BLOCKED  # the grace period keeps every generation just merged
+    outcome = run_cycle(table, ["gc"], {}).jobs[0]
+    doc = outcome.document
+    assert outcome.status is JobStatus.WAITING and waits_for_time("gc", doc)
+    assert len(doc["blocked"]) == SHOWN_BLOCKED and doc["blocked_total"] == kept
+    assert sum(doc["blocked_by_reason"].values()) == kept and doc["blocked_gates"]["grace-period"] == kept
+    assert outcome.summary.startswith(f"0 deleted, {kept} blocked")
+    record = next(read_runs(table.store, job="gc"))
+    assert record.figures["blocked"] == kept and sum(record.figures["blocked_by_reason"].values()) == kept
+    # an unsafe path is named however many were kept before it: backfill's verdict reads it from the document
+    result = t.gc(dry_run=True).value
+    unsafe = Blocked(None, 0, UNSAFE_PATH, (UNSAFE_PATH, "_mem_wal/planted"))
+    summary = replace(result, blocked=(*result.blocked, unsafe)).summary_dict()
+    assert summary["blocked"][0]["reason"] == UNSAFE_PATH and len(summary["blocked"]) == SHOWN_BLOCKED
+    assert problems_in(summary) == ["unsafe paths refused, nothing deleted through them: _mem_wal/planted"]
