@@ -259,7 +259,8 @@ def test_a_restarted_follower_spaces_its_first_whole_gc_from_the_last_in_the_his
     w.generation(3)
     w.generation(4)
     began = time.time()
-    out = subprocess.run([memwal_program(), "cycle", uri, "--follow", "--json", "--follow-seconds", "4",
+    # 10 s: the start-up cycle ends well within it, loaded or not, and the forged record's whole GC comes after it
+    out = subprocess.run([memwal_program(), "cycle", uri, "--follow", "--json", "--follow-seconds", "10",
                           "--poll-seconds", "0.2", "--rollup-every", "0", *options],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
