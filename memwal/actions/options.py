@@ -264,6 +264,12 @@ class GcOptions(JobOptions):
             raise BadInputError("--listed-only walks the listed folders only: it cannot find orphans (drop --orphans)")
 
 
+#: GC's listing pass (``--listed-only``), as a follower runs it after merges in place of the whole
+#: run: table followers on :class:`GcOptions`, fleets on the options as they travel. Orphans need
+#: the whole walk.
+LISTING_PASS: dict[str, bool] = {"listed_only": True, "orphans": False}
+
+
 def option_names(cls: type[JobOptions], *, common: bool = True) -> list[str]:
     """The keyword names of an options class (without the common ones if ``common=False``)."""
     base = {f.name for f in fields(JobOptions)}

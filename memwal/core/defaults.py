@@ -18,3 +18,8 @@ DEFAULT_WRITER_IDLE_SECONDS = 86400.0
 
 #: How long base-table versions are kept before GC's version expiry takes them (7 days, as Delta's VACUUM).
 DEFAULT_EXPIRE_VERSIONS_SECONDS = 7 * 24 * 3600.0
+
+#: The largest share of a follower's time its whole GC takes (a table's, or each table's in a fleet):
+#: the next starts no sooner than the last took divided by this (a run of 1 s at most every 50 s;
+#: 10 s, every 500 s). A whole GC names every folder the version retention keeps.
+GC_SHARE = 0.02

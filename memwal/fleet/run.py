@@ -45,7 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memwal.actions import ACTIONS
+from memwal.actions.options import LISTING_PASS
 from memwal.core import clock as clocks
+from memwal.core.defaults import GC_SHARE
 from memwal.core.document import Document
 from memwal.cycle import CycleResult, JobStatus, parse_jobs, run_cycle_at
 from memwal.fleet.cache import ProbeCache
@@ -362,7 +364,7 @@ def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[s
 
 def _spaced_gc(t: TablePlan, work: TableWork) -> TableWork | None:
     """``work`` while the table's whole GC is spaced (:func:`_remember`: no sooner after the last
-    than :data:`memwal.follow.schedule.GC_SHARE` of the time between them, as a table follower
+    than :data:`memwal.core.defaults.GC_SHARE` of the time between them, as a table follower
     spaces its own): GC is its listing pass, which rolls up what merged and walks only the listed
     folders, when a merge runs or merged generations are listed; else it waits for its time.
 
@@ -371,7 +373,7 @@ def _spaced_gc(t: TablePlan, work: TableWork) -> TableWork | None:
     if "gc" not in work.jobs:
         return work
     if "merge" in work.jobs or any(s.listed_merged for s in t.facts.shards):
-        options = {**work.options, "gc": {**work.options.get("gc", {}), "listed_only": True, "orphans": False}}
+        options = {**work.options, "gc": {**work.options.get("gc", {}), **LISTING_PASS}}
         return dataclasses.replace(work, options=options)
     jobs = tuple(j for j in work.jobs if j != "gc")
     return dataclasses.replace(work, jobs=jobs, options={j: o for j, o in work.options.items() if j in jobs}) \
@@ -394,8 +396,6 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
               quiet: dict[tuple[str, str], str], spaced: dict[str, float]) -> bool:
     """Note what not to plan again soon; whether the round did any work (committed or deleted).
     A whole GC spaces the table's next by what it took (:func:`_spaced_gc`)."""
-    from memwal.follow.schedule import GC_SHARE
-
     now = clocks.current()()
     fingerprints = {t.table: t.facts.fingerprint for t in plan.tables}
     sources = {t.table: t.source for t in plan.tables}

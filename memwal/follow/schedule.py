@@ -46,15 +46,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memwal.core.defaults import GC_SHARE
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
 from memwal.cycle.outcome import gc_changed
 from memwal.follow.options import LISTING, TAIL, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
 MAX_RETRY_SECONDS = 300.0
-#: The largest share of the follower's time its whole GC takes: the next starts no sooner than its
-#: last took divided by this (a run of 1 s at most every 50 s; 10 s, every 500 s).
-GC_SHARE = 0.02
 
 
 @dataclass
@@ -197,4 +195,4 @@ def _appended_a_fragment(merge: JobOutcome) -> bool:
     return any(s.get("rows_upserted", 0) > 0 for s in (merge.document or {}).get("shards", ()))
 
 
-__all__ = ["GC_SHARE", "MAX_RETRY_SECONDS", "Schedule"]
+__all__ = ["MAX_RETRY_SECONDS", "Schedule"]

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from memwal.actions import ACTIONS
-from memwal.actions.options import CompactOptions, GcOptions, JobOptions, MergeOptions
+from memwal.actions.options import LISTING_PASS, CompactOptions, GcOptions, JobOptions, MergeOptions
 from memwal.actions.run import new_run_id
 from memwal.core import steps
 from memwal.cycle import JobOutcome, JobStatus, Notify, run_cycle
@@ -168,9 +168,9 @@ def _scoped(options: Mapping[str, JobOptions], schedule: Schedule,
     out = dict(options)
     if merging is not None:
         out["merge"] = merging
-    if schedule.listing_only:  # --listed-only; orphans need the whole walk
+    if schedule.listing_only:
         gc = options.get("gc")
-        out["gc"] = (gc if isinstance(gc, GcOptions) else GcOptions()).but(listed_only=True, orphans=False)
+        out["gc"] = (gc if isinstance(gc, GcOptions) else GcOptions()).but(**LISTING_PASS)
     if schedule.tail_only:
         out["compact"] = tail_pass(options.get("compact"))
     return out

@@ -9,10 +9,11 @@ import lance
 import pyarrow as pa
 import pytest
 
+from memwal.core.defaults import GC_SHARE
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
 from memwal.errors import BadInputError
 from memwal.follow.options import FollowOptions
-from memwal.follow.schedule import GC_SHARE, MAX_RETRY_SECONDS, Schedule
+from memwal.follow.schedule import MAX_RETRY_SECONDS, Schedule
 from memwal.follow.watch import ShardWatch
 from memwal.table import open_table
 from memwal.table.naming import version_hint_key
