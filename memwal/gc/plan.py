@@ -287,7 +287,7 @@ def plan_gc(
         return expiry, list(gone), left, gates, proof, generations
 
     expiry, gone, left, gates, proof, generations = judge()
-    if vouch(table, versions, _deciding(versions, gone, generations)):
+    if vouch(table, versions, _deciding(versions, gone, generations, gates)):
         expiry, gone, left, gates, proof, generations = judge()  # from the manifests: the digest lied
     digest = WalDigest() if listed_only else load_wal_digest(store)
     wal: list[WalDeletion] = []
@@ -336,7 +336,7 @@ _LEADING_NUMBER = re.compile(r"\d+")
 
 
 def _deciding(versions: list[RetainedVersion], gone: list[RetainedVersion],
-              generations: GenerationsPlan) -> list[RetainedVersion]:
+              generations: GenerationsPlan, gates: Gates) -> list[RetainedVersion]:
     """The retained versions whose progress (or commit time) decides a verdict of this plan, for
     :func:`memwal.table.retained.vouch` to confirm where it is the digest's claim (issue 83): a
     claim may save a read, never free, alarm or name a holder. Each version named as what holds a
@@ -351,7 +351,7 @@ def _deciding(versions: list[RetainedVersion], gone: list[RetainedVersion],
     # each claim described only when some version is named: a listing pass names none, and a week
     # of versions described at every pass grew with the table's age (issue 82)
     numbers = {int(m.group()) for r in asked if (m := _LEADING_NUMBER.match(r, len("retained-version:")))}
-    named = {f"retained-version:{v.describe()}": v for v in versions if not v.vouched and v.version in numbers}
+    named = {f"retained-version:{v.describe()}": v for v in gates.progress.numbered(numbers) if not v.vouched}
     held = {id(v): v for r in asked if (v := named.get(r)) is not None}
     return [*gone, *held.values()]
 
@@ -387,9 +387,12 @@ def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: It
     """Say which live checkpoint lost its base version (expired by hand, or before this
     fix without its tag): its view cannot be read any more. GC goes on, and still keeps the
     generations the record lists (gate f is as strict as ever)."""
+    asked = [c for c in live if c.newer_format is None]
+    if not asked:  # most tables have no checkpoint: no pass over a week of versions (issue 82)
+        return
     main = {v.version for v in versions if v.branch is None}
-    for c in live:
-        if c.newer_format is None and c.version not in main:
+    for c in asked:
+        if c.version not in main:
             log.warning("%s: checkpoint %s pins table version %d, which is gone: its view can no longer be "
                         "read (delete it with memwal checkpoint delete); gc goes on", table.uri, c.id, c.version)
 

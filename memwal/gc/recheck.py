@@ -27,7 +27,7 @@ from memwal.core import clock as clocks
 from memwal.gc.gates import GRACE_PERIOD, NOT_MERGED
 from memwal.gc.model import Blocked, GenerationDeletion
 from memwal.gc.plan import GcPlan
-from memwal.gc.versions import ShardProgress, VersionProgress, kept_for_writers
+from memwal.gc.versions import ShardProgress, VersionProgress
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, maintained_indexes
 from memwal.table.naming import MEM_WAL_INDEX_NAME, parse_generation_dir
@@ -69,11 +69,11 @@ class SincePlan:
         self._seen: dict[tuple[str, int, Gates], str | None] = {}
         self._writer_mask: np.ndarray | None = None
 
-    def _for_writers(self, versions: list[RetainedVersion]) -> np.ndarray:
+    def _for_writers(self, progress: VersionProgress) -> np.ndarray:
         """The versions kept only for live writers, one mask for every question (each shard's
         holders are answered from one order of the versions: :meth:`ShardProgress.ranked`)."""
         if self._writer_mask is None:
-            self._writer_mask = kept_for_writers(versions, self.writer_held)
+            self._writer_mask = progress.kept_for_writers(self.writer_held)
         return self._writer_mask
 
     def lost(self, shard_id: str, g: int, *, gates: Gates = ALL) -> str | None:
@@ -96,7 +96,7 @@ class SincePlan:
         if shard_id not in self._shards:
             self._shards[shard_id] = self.progress.shard(shard_id)
         if gates.retained:
-            holders = self._shards[shard_id].holders(g).without(self._for_writers(self.progress.versions))
+            holders = self._shards[shard_id].holders(g).without(self._for_writers(self.progress))
             if holders:
                 return f"retained-version:{holders.first.describe()}"
         first = self._shards[shard_id].first_merged(g)

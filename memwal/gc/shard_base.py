@@ -16,12 +16,11 @@ from memwal.gc.gates import Gates
 from memwal.gc.model import Blocked, Deletable, GateEvidence, GenerationDeletion
 from memwal.gc.proven import Prover
 from memwal.gc.retention import RETAINED_VERSION, HeldGeneration
-from memwal.gc.versions import Holders, kept_for_writers
+from memwal.gc.versions import Holders, VersionProgress
 from memwal.merge.cover import Entry
 from memwal.rollup.plan import Entry as RollupEntry
 from memwal.table.drain import merged_through
 from memwal.table.listing import ShardListing
-from memwal.table.retained import RetainedVersion
 from memwal.table.shards import ShardState
 from memwal.table.writer import WriterView
 
@@ -37,7 +36,7 @@ class ShardBase:
         self.deletions: list[GenerationDeletion] = []
         self.blocked: list[Blocked] = []
         self.held: list[HeldGeneration] = []
-        self._writer_mask: tuple[list[RetainedVersion], np.ndarray] | None = None
+        self._writer_mask: tuple[VersionProgress, np.ndarray] | None = None
         self.drain: list[int] = []
         #: Merged generations listed whose folder is gone (readers fail on them now): drained.
         self.gone: list[int] = []
@@ -122,7 +121,7 @@ class ShardBase:
         progress = gates.shard(self.sid)
         caught = [(name, gates.latest.index_catchup.get(name, {}).get(self.sid, 0)) for name in gates.indexes]
         pins = [c for c in gates.checkpoints if any(c.pins(self.sid, g) for g in gs)]
-        mask = self._for_writer(progress.versions)
+        mask = self._for_writer()
         numbers = np.asarray(gs, dtype=np.int64)
         above = numbers > progress.low  # at or below every version's progress: no version holds it
         ranked = progress.ranked(mask) if above.any() else None
@@ -150,13 +149,14 @@ class ShardBase:
         [(reasons, holders)] = self._folder_gates([g])
         return reasons, holders.aged_since()
 
-    def _for_writer(self, versions: list[RetainedVersion]) -> np.ndarray:
-        """Which of ``versions`` are kept only for a live writer's view (not by age or a tag), one
-        bool each, worked out once per shard: one mask object, so that the holders of every
+    def _for_writer(self) -> np.ndarray:
+        """Which retained versions are kept only for a live writer's view (not by age or a tag),
+        one bool each, worked out once per shard: one mask object, so that the holders of every
         generation are answered from one order of the versions
         (:meth:`memwal.gc.versions.ShardProgress.ranked`)."""
-        if self._writer_mask is None or self._writer_mask[0] is not versions:
-            self._writer_mask = (versions, kept_for_writers(versions, self.writer_held))
+        progress = self.gates.progress
+        if self._writer_mask is None or self._writer_mask[0] is not progress:
+            self._writer_mask = (progress, progress.kept_for_writers(self.writer_held))
         return self._writer_mask[1]
 
     def _evidence(self, merged: int | None = None) -> GateEvidence:

@@ -26,7 +26,7 @@ that order, so a count is a binary search and the rest are prefix minima and max
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,14 +42,6 @@ def by_age_only(v: RetainedVersion) -> bool:
     """Whether only its age keeps ``v`` from Lance's cleanup: a main-line version with no tag
     that starts no branch (version expiry may take it)."""
     return not v.tags and not v.child_branches and v.branch is None
-
-
-def kept_for_writers(versions: Sequence[RetainedVersion], writer_held: frozenset[int] | set[int]) -> np.ndarray:
-    """Which of ``versions`` the version expiry keeps only for a live writer's view (main line,
-    untagged, named in ``writer_held``), one bool each: such a version holds no folder (the
-    writer reads its base at that version, and of the generations only what it lists)."""
-    return np.fromiter((v.branch is None and v.version in writer_held and not v.tags for v in versions),
-                       dtype=bool, count=len(versions))
 
 
 class Ranked:
@@ -202,52 +194,78 @@ class ShardProgress:
 class VersionProgress:
     """The retained versions' progress, ready to be read per shard (:class:`ShardProgress`).
 
-    Built from the last one built (:data:`_BUILT`) when these versions start with all of its, the
-    same objects (a table object grows its main line by what was committed since:
+    Built from the last one built (:data:`_BUILT`) when these versions start with all of its (a
+    table object grows its main line by what was committed since:
     :class:`memwal.table.retained.MainLine`): a follower's listing pass, every few seconds, then
-    pays for the versions committed since its last, not for a week of them (issue 82)."""
+    reads the versions committed since its last, not a week of them (issue 82). What it keeps per
+    version are arrays, grown by a copy of memory; what is read from each version object (its
+    progress map, its kind, its commit time) is read once, by the build that first saw it."""
 
     def __init__(self, versions: list[RetainedVersion]) -> None:
         self.versions = versions
         self._changes = changes()
-        #: each version object's identity, in order: what a later build compares its prefix with
-        self._ids = np.fromiter(map(id, versions), dtype=np.uint64, count=len(versions))
-        prior = _grown_from(self._ids, self._changes)
+        #: the versions this was built over, as they were (a caller's list may change after)
+        self._seen = list(versions)
+        prior = _grown_from(self._seen, self._changes)
+        old = len(prior._seen) if prior else 0
+        new = self._seen[old:]
         #: the distinct progress maps (versions of one index section share one), and each one's
-        #: place among them by the map's id
+        #: place among them by the map's id; the places are shared with the builds grown from this
+        #: one, so a place is trusted only where it names the same map (:meth:`_place`)
         self._maps: list[dict[str, int]] = list(prior._maps) if prior else []
-        self._where: dict[int, int] = dict(prior._where) if prior else {}
-        self._groups: list[int] = list(prior._groups) if prior else []
-        self._mains: list[bool] = list(prior._mains) if prior else []
-        self._ages: list[bool] = list(prior._ages) if prior else []
-        self._stamps: list[float] = list(prior._stamps) if prior else []
-        #: per shard, each distinct map's progress for it (grown with the maps)
-        self._per_map: dict[str, list[int]] = {sid: list(p) for sid, p in prior._per_map.items()} if prior else {}
-        for v in versions[len(self._groups):]:
-            j = self._where.get(id(v.compacted))
-            if j is None:
-                j = self._where[id(v.compacted)] = len(self._maps)
-                self._maps.append(v.compacted)
-            self._groups.append(j)
-            self._mains.append(v.branch is None)
-            self._ages.append(by_age_only(v))
-            self._stamps.append(v.timestamp)
-        self._group = np.array(self._groups, dtype=np.intp)
-        self._main = np.array(self._mains, dtype=bool)
-        self._facts: tuple[np.ndarray, np.ndarray] | None = None
+        self._where: dict[int, int] = prior._where if prior else {}
+        def grown(name: str, values: Iterable[object], dtype: type) -> np.ndarray:
+            return _grown(getattr(prior, name) if prior else None, np.fromiter(values, dtype=dtype, count=len(new)))
+
+        self._group = grown("_group", (self._place(v.compacted) for v in new), np.intp)
+        self._main = grown("_main", (v.branch is None for v in new), bool)
+        self._by_age = grown("_by_age", (by_age_only(v) for v in new), bool)
+        self._stamps = grown("_stamps", (v.timestamp for v in new), float)
+        self._numbers = grown("_numbers", (v.version for v in new), np.int64)
+        self._tagged = grown("_tagged", (bool(v.tags) for v in new), bool)
+        #: per shard, each distinct map's progress for it (grown with the maps when a shard is read)
+        self._per_map: dict[str, np.ndarray] = dict(prior._per_map) if prior else {}
         _BUILT.append(self)
         del _BUILT[:-_BUILT_KEPT]
 
+    def _place(self, m: dict[str, int]) -> int:
+        j = self._where.get(id(m))
+        if j is None or j >= len(self._maps) or self._maps[j] is not m:
+            j = self._where[id(m)] = len(self._maps)
+            self._maps.append(m)
+        return j
+
     def shard(self, shard_id: str) -> ShardProgress:
-        per_map = self._per_map.setdefault(shard_id, [])
-        per_map += [m.get(shard_id, 0) for m in self._maps[len(per_map):]]
-        values = np.array(per_map, dtype=np.int64)[self._group] if per_map else np.zeros(0, dtype=np.int64)
+        per_map = self._per_map.get(shard_id)
+        have = 0 if per_map is None else len(per_map)
+        if per_map is None or have < len(self._maps):
+            more = np.fromiter((m.get(shard_id, 0) for m in self._maps[have:]), dtype=np.int64,
+                               count=len(self._maps) - have)
+            per_map = self._per_map[shard_id] = _grown(per_map, more)
+        values = per_map[self._group]
         main_high = np.maximum.accumulate(np.where(self._main, values, -1)) if len(values) else values
-        if self._facts is None:  # shared by every shard: what keeps each version, and when it was committed
-            self._facts = np.array(self._ages, dtype=bool), np.array(self._stamps, dtype=float)
-        by_age, stamps = self._facts
         return ShardProgress(self.versions, values, self._main, int(values.min()) if len(values) else 0, main_high,
-                             by_age, stamps)
+                             self._by_age, self._stamps)
+
+    def kept_for_writers(self, writer_held: frozenset[int] | set[int]) -> np.ndarray:
+        """Which versions the version expiry keeps only for a live writer's view (main line,
+        untagged, named in ``writer_held``), one bool each: such a version holds no folder (the
+        writer reads its base at that version, and of the generations only what it lists)."""
+        held = np.fromiter(writer_held, dtype=np.int64, count=len(writer_held))
+        mask: np.ndarray = self._main & ~self._tagged & np.isin(self._numbers, held)
+        return mask
+
+
+    def numbered(self, numbers: set[int]) -> list[RetainedVersion]:
+        """The versions whose number is one of ``numbers`` (on any branch), in order: found in an
+        array, not by a pass over a week of version objects."""
+        wanted = np.fromiter(numbers, dtype=np.int64, count=len(numbers))
+        return [self.versions[i] for i in np.flatnonzero(np.isin(self._numbers, wanted))]
+
+
+def _grown(before: np.ndarray | None, more: np.ndarray) -> np.ndarray:
+    """``before`` and then ``more``, a new array (arrays built before are never changed)."""
+    return more if before is None or not len(before) else np.concatenate([before, more]) if len(more) else before
 
 
 #: The version progress built last, for the next to start from: a few per table (a plan builds
@@ -256,15 +274,13 @@ _BUILT: list[VersionProgress] = []
 _BUILT_KEPT = 8
 
 
-def _grown_from(ids: np.ndarray, changed: int) -> VersionProgress | None:
-    """A progress built before over a prefix of the versions whose identities are ``ids`` (the
-    same objects, none changed in place since: :func:`memwal.table.retained.changes`), the
-    longest. Identities compared as one array (a built progress holds its versions, so no
-    identity of one of them is reused meanwhile)."""
-    best: VersionProgress | None = None
-    for p in list(_BUILT):  # another thread's plan may add one meanwhile
-        n = len(p._ids)
-        if p._changes == changed and 0 < n <= len(ids) and (best is None or n > len(best._ids)) and \
-                np.array_equal(p._ids, ids[:n]):
-            best = p
-    return best
+def _grown_from(versions: list[RetainedVersion], changed: int) -> VersionProgress | None:
+    """The progress built before over the longest prefix of ``versions`` (equal versions, as
+    compared by a list: the same objects, none changed in place since:
+    :func:`memwal.table.retained.changes`). The longest are compared first, and the first equal
+    one is taken: most often the last built, one comparison of pointers."""
+    for p in sorted(_BUILT, key=lambda b: len(b._seen), reverse=True):  # a copy: another thread may add
+        n = len(p._seen)
+        if p._changes == changed and 0 < n <= len(versions) and versions[:n] == p._seen:
+            return p
+    return None

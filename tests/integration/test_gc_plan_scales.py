@@ -78,7 +78,10 @@ def _listed_folder_gates(self: ShardBase, gs: list[int]) -> list[tuple[tuple[str
         verdict = self.gates.verdict(self.sid, g)
         reasons = [r for r in verdict.reasons if r not in (GRACE_PERIOD, NOT_MERGED)
                    and not r.startswith("retained-version:")]
-        holders = verdict.holders.without(self._for_writer(verdict.holders.versions))
+        versions = verdict.holders.versions  # the writers' mask as the old pass over the versions made it
+        writers = np.array([v.branch is None and v.version in self.writer_held and not v.tags for v in versions],
+                           dtype=bool)
+        holders = verdict.holders.without(writers)
         if holders:
             reasons.append(f"retained-version:{holders.first.describe()}")
         out.append((tuple(reasons), holders))
@@ -302,6 +305,34 @@ def test_holders_answer_every_question_a_list_answered():
             assert (holders.first if holders else None) is (listed[0] if listed else None)
             aged = all(not v.tags and not v.child_branches and v.branch is None for v in listed)
             assert holders.aged_since() == (max(v.timestamp for v in listed) if listed and aged else None)
+
+
+def test_a_progress_grown_from_an_earlier_build_answers_as_one_built_whole():
+    """A follower's listing pass grows the last build by the versions committed since (issue
+    82): a build grown through three earlier ones (one over other objects of equal versions,
+    one over a list changed after it was built) answers every shard, and which versions only a
+    live writer keeps, as a build from nothing does."""
+    rng = random.Random(11)
+    versions = _history(rng, 400, ["a", "b"])
+    VersionProgress(versions[:100])
+    copies = [RetainedVersion(v.version, v.branch, v.timestamp, dict(v.compacted), v.key, v.etag, list(v.tags),
+                              list(v.child_branches)) for v in versions[:250]]
+    VersionProgress(copies)
+    changed = list(versions[:300])
+    VersionProgress(changed)
+    changed[150] = copies[10]  # a caller's list changed after its build: the build saw it as it was
+    grown = VersionProgress(versions)
+    from memwal.gc import versions as built
+    built._BUILT.clear()
+    whole = VersionProgress(versions)
+    held = {v.version for v in versions[::7]}
+    expected = np.array([v.branch is None and v.version in held and not v.tags for v in versions], dtype=bool)
+    assert grown.kept_for_writers(held).tolist() == whole.kept_for_writers(held).tolist() == expected.tolist()
+    for shard in ("a", "b", "c"):
+        a, b = grown.shard(shard), whole.shard(shard)
+        assert a.values.tolist() == b.values.tolist() == [v.compacted.get(shard, 0) for v in versions]
+        assert a.main_high.tolist() == b.main_high.tolist() and a.low == b.low
+        assert a.by_age.tolist() == b.by_age.tolist() and a.stamps.tolist() == b.stamps.tolist()
 
 
 # --------------------------------------------------------------------------- the work, at two ages

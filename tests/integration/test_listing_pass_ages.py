@@ -23,6 +23,7 @@ import lance
 import pytest
 
 import memwal
+from memwal.gc import versions as versions_module
 from memwal.store.local import LocalStore
 from memwal.table import open_table
 from memwal.table import retained as retained_module
@@ -34,7 +35,8 @@ from tests.integration.test_clients_pylance import Writes
 
 @pytest.fixture
 def work(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[str]]:
-    """Work since the last call: version names listed, version manifests read, retained versions built."""
+    """Work since the last call: version names listed, version manifests read, retained versions built,
+    retained versions GC's gates read into their arrays (:class:`memwal.gc.versions.VersionProgress`)."""
     seen: Counter[str] = Counter()
 
     def listing(name: str) -> None:
@@ -72,6 +74,13 @@ def work(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Counter[str]]:
         return out
 
     monkeypatch.setattr(retained_module, "_build", build)
+    real_by_age = versions_module.by_age_only
+
+    def by_age(v: retained_module.RetainedVersion) -> bool:  # read once per version a progress build reads
+        seen["progress versions read"] += 1
+        return real_by_age(v)
+
+    monkeypatch.setattr(versions_module, "by_age_only", by_age)
 
     def take() -> Counter[str]:
         out = Counter(seen)
@@ -111,6 +120,7 @@ def test_a_listing_pass_reads_what_was_committed_since_at_two_ages(live: LiveWri
         assert c["names listed"] == 0  # no listing of _versions/: the next names stat-ed
         assert 1 <= c["versions built"] <= 2  # the merge's commit (and a rollup's none): not 70 more
         assert c["manifests read"] <= 4
+        assert c["progress versions read"] <= 4  # GC's gates grow their arrays by the new versions only
     # what the table object grew is what a new one reads from the manifests
     fresh = open_table(live.uri)
     with fresh.reading():
