@@ -214,6 +214,7 @@ class VersionProgress:
         #: one, so a place is trusted only where it names the same map (:meth:`_place`)
         self._maps: list[dict[str, int]] = list(prior._maps) if prior else []
         self._where: dict[int, int] = prior._where if prior else {}
+
         def grown(name: str, values: Iterable[object], dtype: type) -> np.ndarray:
             return _grown(getattr(prior, name) if prior else None, np.fromiter(values, dtype=dtype, count=len(new)))
 
@@ -254,7 +255,6 @@ class VersionProgress:
         held = np.fromiter(writer_held, dtype=np.int64, count=len(writer_held))
         mask: np.ndarray = self._main & ~self._tagged & np.isin(self._numbers, held)
         return mask
-
 
     def numbered(self, numbers: set[int]) -> list[RetainedVersion]:
         """The versions whose number is one of ``numbers`` (on any branch), in order: found in an
