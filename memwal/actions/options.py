@@ -13,8 +13,9 @@ the same way from the command line, from Python and from a DAG config.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import Field, asdict, dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any, Literal, Self, get_args
 
 from memwal.core import validate
@@ -267,7 +268,7 @@ class GcOptions(JobOptions):
 #: GC's listing pass (``--listed-only``), as a follower runs it after merges in place of the whole
 #: run: table followers on :class:`GcOptions`, fleets on the options as they travel. Orphans need
 #: the whole walk.
-LISTING_PASS: dict[str, bool] = {"listed_only": True, "orphans": False}
+LISTING_PASS: Mapping[str, bool] = MappingProxyType({"listed_only": True, "orphans": False})
 
 
 def option_names(cls: type[JobOptions], *, common: bool = True) -> list[str]:

@@ -202,13 +202,12 @@ class VersionProgress:
     progress map, its kind, its commit time) is read once, by the build that first saw it."""
 
     def __init__(self, versions: list[RetainedVersion]) -> None:
-        self.versions = versions
+        #: the versions this was built over, as they were (a caller's list may change after): the
+        #: positions every array and every :class:`ShardProgress` of this build refer to
+        self.versions = list(versions)
         self._changes = changes()
-        #: the versions this was built over, as they were (a caller's list may change after)
-        self._seen = list(versions)
-        prior = _grown_from(self._seen, self._changes)
-        old = len(prior._seen) if prior else 0
-        new = self._seen[old:]
+        prior = _grown_from(self.versions, self._changes)
+        new = self.versions[len(prior.versions) if prior else 0:]
         #: the distinct progress maps (versions of one index section share one), and each one's
         #: place among them by the map's id; the places are shared with the builds grown from this
         #: one, so a place is trusted only where it names the same map (:meth:`_place`)
@@ -265,7 +264,9 @@ class VersionProgress:
 
 def _grown(before: np.ndarray | None, more: np.ndarray) -> np.ndarray:
     """``before`` and then ``more``, a new array (arrays built before are never changed)."""
-    return more if before is None or not len(before) else np.concatenate([before, more]) if len(more) else before
+    if before is None or not len(before):
+        return more
+    return np.concatenate([before, more]) if len(more) else before
 
 
 #: The version progress built last, for the next to start from: a few per table (a plan builds
@@ -279,8 +280,8 @@ def _grown_from(versions: list[RetainedVersion], changed: int) -> VersionProgres
     compared by a list: the same objects, none changed in place since:
     :func:`memwal.table.retained.changes`). The longest are compared first, and the first equal
     one is taken: most often the last built, one comparison of pointers."""
-    for p in sorted(_BUILT, key=lambda b: len(b._seen), reverse=True):  # a copy: another thread may add
-        n = len(p._seen)
-        if p._changes == changed and 0 < n <= len(versions) and versions[:n] == p._seen:
+    for p in sorted(_BUILT, key=lambda b: len(b.versions), reverse=True):  # a copy: another thread may add
+        n = len(p.versions)
+        if p._changes == changed and 0 < n <= len(versions) and versions[:n] == p.versions:
             return p
     return None
