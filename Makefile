@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	@# setuptools notes on every editable install that folders named like the package may shadow
 	@# it: here that folder (memwal/) is the package itself, so the note is silenced.
-	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -c constraints.txt -e ".[spark,airflow,otel,test,docs]"
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q -c constraints.txt -e ".[spark,ray,airflow,otel,test,docs]"
 	@# The build leaves an egg-info beside the sources; with the repo root on sys.path
 	@# (pytest) Airflow would then see memwal-jobs twice and register its plugin twice.
 	@rm -rf memwal_jobs.egg-info
@@ -109,11 +109,11 @@ test: $(STAMP) bytecode $(JVM_STAMP) $(AZURITE) $(LC_STAMP) $(LDB_STAMP) browser
 # pins all three (a pin 3.11 chose that a newer Python cannot install fails here, loudly).
 lock:
 	rm -rf .venv-lock* && $(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/pip install -q ".[spark,airflow,otel,test,docs]"
+	.venv-lock/bin/pip install -q ".[spark,ray,airflow,otel,test,docs]"
 	.venv-lock/bin/pip freeze | grep -v '^memwal-jobs' > .venv-lock.txt
 	for v in $(SMOKE_PYTHONS); do \
 		py=$$($(call find_python,$$v)) && $$py -m venv .venv-lock-$$v && \
-		.venv-lock-$$v/bin/pip install -q -c .venv-lock.txt ".[spark,airflow,otel,test,docs]" && \
+		.venv-lock-$$v/bin/pip install -q -c .venv-lock.txt ".[spark,ray,airflow,otel,test,docs]" && \
 		.venv-lock-$$v/bin/pip freeze | grep -v '^memwal-jobs' >> .venv-lock.txt || exit 1; \
 	done
 	@sort -u -f .venv-lock.txt | cut -d= -f1 | tr A-Z_ a-z- | uniq -d | grep . \
@@ -167,12 +167,13 @@ lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check memwal jobs dags airflow_plugins tests bench
 
 # mypy --strict over memwal/, jobs/, airflow_plugins/ and dags/, as configured in pyproject.toml's
-# [tool.mypy]. jobs/ and airflow_plugins/ are installed as memwal.spark and memwal.airflow, and their
-# imports say so: two links under build/typecheck/ give mypy those names (errors in them are
-# reported under build/typecheck/memwal/spark/ and .../airflow/).
+# [tool.mypy]. jobs/, jobs/ray/ and airflow_plugins/ are installed as memwal.spark, memwal.ray and
+# memwal.airflow, and their imports say so: links under build/typecheck/ give mypy those names (errors
+# in them are reported under build/typecheck/memwal/spark/, .../ray/ and .../airflow/).
 typecheck: $(STAMP)
 	@mkdir -p build/typecheck/memwal
-	@ln -sfn ../../../jobs build/typecheck/memwal/spark && ln -sfn ../../../airflow_plugins build/typecheck/memwal/airflow
+	@ln -sfn ../../../jobs build/typecheck/memwal/spark && ln -sfn ../../../jobs/ray build/typecheck/memwal/ray && \
+		ln -sfn ../../../airflow_plugins build/typecheck/memwal/airflow
 	$(PY) -m mypy
 
 # The documentation site (mkdocs.yml, pages in docs/) into site/: --strict fails on a broken link or

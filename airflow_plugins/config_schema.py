@@ -73,7 +73,7 @@ def build_schema() -> dict[str, Any]:
         "pool_slots": {"type": "integer", "minimum": 1},
         "priority_weight": {"type": "integer"},
         "queue": {"type": ["string", "null"], "description": "the executor queue of the table's tasks"},
-        "engine": {"enum": ["local", "spark"]},
+        "engine": {"enum": ["local", "spark", "ray"]},
         "jobs": {"type": "array", "items": {"enum": jobs}, "minItems": 1, "uniqueItems": True},
         "one_application": {"type": "boolean", "description": "engine spark: the whole cycle as one spark-submit"},
         "retries": {"type": "integer", "minimum": 0},
@@ -89,6 +89,14 @@ def build_schema() -> dict[str, Any]:
                 "conf": {"type": ["object", "null"], "additionalProperties": {"type": ["string", "number", "boolean"]}},
                 "env": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
                 "submit": {"type": ["object", "null"], "description": "any other SparkSubmitHook argument"},
+            },
+        },
+        "ray": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "conn_id": {"type": ["string", "null"],
+                            "description": "engine ray: the connection naming the Ray cluster (null: a local Ray)"},
             },
         },
         **{job: _job_options(job) for job in jobs},

@@ -138,8 +138,9 @@ class FleetConfig:
     schedule: str | None = field(default="*/10 * * * *", metadata={
         "help": "cron, preset, or null (manual runs only): each run plans every table once"})
     engine: str = field(default="local", metadata={"help": "local: tables on the task's threads; spark: one "
-                                                           "spark-submit per task, a Spark task per small table",
-                                                   "enum": ("local", "spark")})
+                                                           "spark-submit per task, a Spark task per small table; "
+                                                           "ray: a Ray task per small table, from the task's process",
+                                                   "enum": ("local", "spark", "ray")})
     jobs: tuple[str, ...] = field(default=("merge", "catchup", "compact", "gc", "snapshot"), metadata={
         "help": "the jobs the fleet may run (each table gets those its debt calls for)"})
     policy: Policy = field(default_factory=Policy, metadata={
@@ -155,6 +156,8 @@ class FleetConfig:
     top: int = field(default=50, metadata={"help": "tables listed by the fleet page", "minimum": 1})
     plan_workers: int = field(default=8, metadata={"help": "tables probed at once while planning", "minimum": 1})
     spark: SparkSettings = field(default_factory=SparkSettings, metadata={"help": "engine spark: how to submit"})
+    ray_conn_id: str | None = field(default=None, metadata={
+        "help": "engine ray: the connection naming the Ray cluster (its password: the token); null: a local Ray"})
     retries: int = field(default=0, metadata={"help": "retries of a table task (its tables' jobs are idempotent)",
                                               "minimum": 0})
     asset_alias: str | None = field(default="memwal-merged", metadata={

@@ -141,7 +141,7 @@ class MemWalFleetOperator(_FleetOperator):
 
         config = load_fleet_config(self.config_path)
         work = work_of(config, self.work)
-        self._hook = MemWalHook(engine=config.engine, spark=config.spark)
+        self._hook = MemWalHook(engine=config.engine, spark=config.spark, ray_conn_id=config.ray_conn_id)
         try:
             results = self._hook.run_work(work, workers=config.budget.threads,
                                           max_seconds=self._seconds_left(context, config.budget.max_seconds))

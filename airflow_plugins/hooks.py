@@ -13,7 +13,8 @@ Airflow's cloud connections (``aws``, ``wasb``, ``adls``, ``google_cloud_platfor
 credentials become the storage options (``memwal.airflow.connections``), the URI comes from ``table=``.
 
 **The jobs**, through the public API: ``engine="local"`` runs ``memwal.open(uri).<job>(**options)``
-or a cycle (:func:`memwal.cycle.run_cycle`) in the task's process; ``engine="spark"`` submits
+or a cycle (:func:`memwal.cycle.run_cycle`) in the task's process; ``engine="ray"`` does the same
+as a Ray client of the cluster ``ray_conn_id`` names (:mod:`memwal.airflow.ray_jobs`); ``engine="spark"`` submits
 ``jobs/<job>.py`` (``maintenance.py`` for a cycle, ``fleet_chunk.py`` for a fleet's tables)
 through the Spark provider's ``SparkSubmitHook`` (:mod:`memwal.airflow.spark_jobs`) and reads the
 job's result file. A failure is one line from the job's exit code: bad input (2) raises
@@ -120,8 +121,9 @@ class MemWalHook(BaseHook):
     :param memwal_conn_id: connection of type ``memwal`` (optional when ``table`` is given).
     :param table: table URI; overrides the connection's.
     :param storage_options: storage options; override the connection's key by key.
-    :param engine: ``local`` or ``spark``.
+    :param engine: ``local``, ``spark`` or ``ray``.
     :param spark: how Spark jobs are submitted (``memwal.airflow.spark_jobs.SparkSettings``).
+    :param ray_conn_id: the connection naming the Ray cluster of ``engine="ray"`` (none: a local Ray).
     """
 
     conn_name_attr = "memwal_conn_id"
@@ -131,13 +133,14 @@ class MemWalHook(BaseHook):
 
     def __init__(self, memwal_conn_id: str | None = None, *, table: str | None = None,
                  storage_options: Mapping[str, Any] | None = None, engine: str = "local",
-                 spark: SparkSettings | None = None, **kwargs: Any) -> None:
+                 spark: SparkSettings | None = None, ray_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.memwal_conn_id = memwal_conn_id
         self._table = table
         self._storage_options = dict(storage_options or {})
         self.engine = engine
         self.spark = spark or SparkSettings()
+        self.ray_conn_id = ray_conn_id
         self._resolved: tuple[str, dict[str, str]] | None = None
         self._submission: SparkSubmission | ConnectRun | None = None
 
@@ -242,7 +245,7 @@ class MemWalHook(BaseHook):
         given = {**options, "engine": engine, "dry_run": dry_run}
         validated = self._guarded(job, lambda: ACTIONS[job].options.from_kwargs(**given))
         uri, storage_options = self.resolve()
-        if engine == "local":
+        if self._in_process(engine):
             result = self._guarded(job, lambda: getattr(self.get_conn(), job)(**given))
             doc = json.loads(result.to_json())
         else:
@@ -265,7 +268,7 @@ class MemWalHook(BaseHook):
         validated = self._guarded("maintenance", lambda: validated_options(names, options, engine=engine,
                                                                            dry_run=dry_run))
         uri, storage_options = self.resolve()
-        if engine == "local":
+        if self._in_process(engine):
             return run_cycle(self._guarded("maintenance", lambda: self.get_conn().table), names, validated)
         # each job's flags; a shared --lease-ttl repeats with one value, which argparse accepts
         argv = ["--jobs", ",".join(names), *(a for o in validated.values() for a in o.to_argv())]
@@ -298,9 +301,16 @@ class MemWalHook(BaseHook):
         from memwal.fleet.run import LocalTableRunner
 
         engine = check_engine(self.engine, "memwal fleet")
-        if engine == "local":
+        if self._in_process(engine):
+            from memwal.actions.engines import engine_for
+            from memwal.errors import MemWalError, first_line
+
             deadline = None if max_seconds is None else time.monotonic() + max_seconds
-            return list(LocalTableRunner().run(work, workers, deadline))
+            try:  # the ray extra missing: bad input, the task not retried
+                runner = engine_for("fleet", engine, LocalTableRunner)
+            except MemWalError as exc:
+                raise job_failed("memwal fleet", first_line(exc), exc.exit_code) from None
+            return list(runner.run(work, workers, deadline))
         if max_seconds is not None and max_seconds <= 0:
             return []
         argv = ["--workers", str(workers), *(["--max-seconds", str(max_seconds)] if max_seconds is not None else [])]
@@ -314,6 +324,14 @@ class MemWalHook(BaseHook):
         if doc is None:
             raise AirflowException("memwal fleet: spark-submit wrote no result file (cluster deploy mode?)")
         return [CycleResult.from_dict(d) for d in doc["tables"]]
+
+    def _in_process(self, engine: str) -> bool:
+        """Whether ``engine`` runs in the task's process (local, and ray as a client of its cluster)."""
+        if engine == "ray":
+            from memwal.airflow.ray_jobs import use_ray_connection
+
+            use_ray_connection(self.ray_conn_id)
+        return engine != "spark"
 
     def _submit(self, job: str, uri: str, argv: list[str], storage_options: Mapping[str, str]) -> SparkJobOutcome:
         self._submission = submission(job, self.spark)

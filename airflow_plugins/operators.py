@@ -64,7 +64,7 @@ class MemWalTableOperator(BaseOperator):
     :param storage_options: storage options; override the connection's. Never templated or logged.
     :param storage_options_param: name of a DAG param (run conf key) to read extra storage
         options from at run time (used by the ad-hoc ``memwal_maintenance`` DAG).
-    :param engine: ``local`` or ``spark`` (templated).
+    :param engine: ``local``, ``spark`` or ``ray`` (templated).
     :param dry_run: plan only, change nothing.
     :param lease_ttl: lease time-to-live in seconds.
     :param job_options: the options by name (templated: a DAG config or run conf can set them).
@@ -75,12 +75,15 @@ class MemWalTableOperator(BaseOperator):
         time (never rendered: they may hold credentials).
     :param spark_env: environment of the spark-submit process.
     :param spark_submit_kwargs: any other ``SparkSubmitHook`` argument (``executor_memory``, ...).
+    :param ray_conn_id: connection naming the Ray cluster for ``engine="ray"`` (its address; its
+        password is the cluster's token: :mod:`memwal.airflow.ray_jobs`); none: a local Ray (templated).
     """
 
     action: ClassVar[str] = ""
     # Never storage options or Spark settings (either may hold credentials): those are read
     # at run time from a DAG param (storage_options_param, spark_conf_param), never rendered.
-    template_fields: tuple[str, ...] = ("table", "memwal_conn_id", "engine", "spark_conn_id", "job_options")
+    template_fields: tuple[str, ...] = ("table", "memwal_conn_id", "engine", "spark_conn_id", "ray_conn_id",
+                                        "job_options")
     template_fields_renderers = {"job_options": "json"}
     ui_color = "#cfe3f7"
 
@@ -90,7 +93,7 @@ class MemWalTableOperator(BaseOperator):
                  job_options: dict[str, Any] | None = None, spark_conn_id: str = "spark_default",
                  spark_conf: dict[str, Any] | None = None, spark_conf_param: str | None = None,
                  spark_env: dict[str, str] | None = None, spark_submit_kwargs: dict[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+                 ray_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not table and not memwal_conn_id:
             raise ValueError(f"{type(self).__name__}: give `table` or `memwal_conn_id`")
@@ -109,6 +112,7 @@ class MemWalTableOperator(BaseOperator):
         self.spark_conf_param = spark_conf_param
         self.spark_env = dict(spark_env or {})
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.ray_conn_id = ray_conn_id
         self._hook: MemWalHook | None = None
 
     def hook(self, context: Context) -> MemWalHook:
@@ -117,7 +121,8 @@ class MemWalTableOperator(BaseOperator):
         conf = {**self.spark_conf, **params_object(context, self.spark_conf_param, "spark conf settings")}
         hook = MemWalHook(self.memwal_conn_id or None, table=self.table or None, storage_options=storage,
                           engine=self.engine, spark=SparkSettings(self.spark_conn_id or "spark_default", conf,
-                                                                  self.spark_env, self.spark_submit_kwargs))
+                                                                  self.spark_env, self.spark_submit_kwargs),
+                          ray_conn_id=self.ray_conn_id or None)
         try:
             uri, options = hook.resolve()
         except ValueError as exc:

@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "priority_weight": None,
     "queue": None,
     "spark": {"conn_id": "spark_default", "conf": {}, "env": {}, "submit": {}},
+    "ray": {"conn_id": None},  # engine ray: the connection naming the cluster (None: a local Ray)
     "one_application": True,  # engine spark: the whole cycle as one spark-submit (one JVM)
     "merge": {},
     "catchup": {},

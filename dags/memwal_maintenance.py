@@ -7,9 +7,10 @@ Trigger it with a run conf (or the trigger form)::
 
 ``table`` (required), ``storage_options`` (an object; read at run time, registered for
 masking, never rendered), ``conn_id`` (a ``memwal`` connection: the better home for
-credentials, since a run conf is visible in the UI), ``engine`` (``local`` or ``spark``),
+credentials, since a run conf is visible in the UI), ``engine`` (``local``, ``spark`` or ``ray``),
 ``spark_conn_id``, ``spark_conf`` (an object of ``--conf`` settings), ``one_application``
-(with the Spark engine, run the whole cycle as one spark-submit: default true),
+(with the Spark engine, run the whole cycle as one spark-submit: default true), ``ray_conn_id``
+(with the Ray engine, the connection naming the cluster; none: a local Ray),
 ``grace_seconds``, ``expire_versions`` (GC: base-table versions older than this are
 expired first, tags and branches kept; default 7 days; null keeps every version) and
 ``writer_idle_seconds`` (GC: a shard writer quiet this long is presumed gone; default a day).
@@ -36,6 +37,7 @@ COMMON: dict[str, Any] = dict(
     engine="{{ params.engine }}",
     spark_conn_id="{{ params.spark_conn_id }}",
     spark_conf_param="spark_conf",
+    ray_conn_id="{{ params.ray_conn_id or '' }}",
 )
 GC_OPTIONS = {"grace_seconds": "{{ params.grace_seconds }}",
               "expire_versions": "{{ 'never' if params.expire_versions is none else params.expire_versions }}",
@@ -60,10 +62,12 @@ with DAG(
         "table": Param(type="string", minLength=1, description="table URI: s3://bucket/prefix or a local path"),
         "storage_options": Param({}, type="object", description="Lance storage options (prefer conn_id)"),
         "conn_id": Param(None, type=["null", "string"], description="memwal connection (URI and credentials)"),
-        "engine": Param("local", enum=["local", "spark"]),
+        "engine": Param("local", enum=["local", "spark", "ray"]),
         "spark_conn_id": Param("spark_default", type="string"),
         "spark_conf": Param({}, type="object", description="spark-submit --conf settings"),
         "one_application": Param(True, type="boolean", description="Spark engine: the cycle as one spark-submit"),
+        "ray_conn_id": Param(None, type=["null", "string"], description="Ray engine: the connection naming the "
+                             "cluster (its password: the token); null: a local Ray"),
         "grace_seconds": Param(600, type="number", minimum=0, description="GC reader grace period"),
         "expire_versions": Param(604800, type=["null", "number"], minimum=0,
                                  description="GC expires base-table versions older than this (null: keep all)"),

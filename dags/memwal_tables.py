@@ -77,6 +77,7 @@ def build_table_dags(spec: dict[str, Any]) -> list[DAG]:
         "spark_conf": spark.get("conf") or {},
         "spark_env": spark.get("env") or {},
         "spark_submit_kwargs": spark.get("submit") or {},
+        "ray_conn_id": (spec.get("ray") or {}).get("conn_id"),
     }
     tags = ["memwal", *spec.get("tags", [])]
     dags = []

@@ -5,7 +5,7 @@ task on the Spark engine (``memwal.airflow.hooks.MemWalHook.run_work``). ``WORK_
 ``{"work": [TableWork.to_dict(storage_options=True), ...]}`` in a 0600 file of a private folder
 (it holds the tables' storage options: never on a command line), removed after the job. Small
 tables run as tasks of this application, the local engine inside; large ones through the
-per-table Spark engines on the driver (:mod:`memwal.spark.engine.fleet`). Each job is a
+per-table Spark engines on the driver (:mod:`memwal.tasks.fleet`). Each job is a
 ``memwal <job>`` run with its leases and history record.
 
 The result file holds ``{"tables": [CycleResult.to_dict(), ...]}``, or ``{"failure": {"error",
@@ -65,11 +65,13 @@ def read_work(path: str) -> list[TableWork]:
 
 def run_chunk(work: list[TableWork], workers: int, max_seconds: float | None) -> list[CycleResult]:
     from memwal.spark._entry import spark_session
-    from memwal.spark.engine.fleet import SparkTableRunner
+    from memwal.spark.engine.runner import SparkRunner
+
+    from memwal.tasks.fleet import TaskTableRunner
 
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     with spark_session("memwal-fleet-chunk") as spark:
-        return list(SparkTableRunner(spark).run(work, workers, deadline))
+        return list(TaskTableRunner(SparkRunner(spark)).run(work, workers, deadline))
 
 
 if __name__ == "__main__":

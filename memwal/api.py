@@ -199,7 +199,7 @@ class MemWalTable:
             max_generations: At most this many generations per shard in one run.
             max_rows: Stop adding generations to the batch past this many change rows.
             max_bytes: Stop adding generations to the batch past this many bytes.
-            engine: ``"local"`` (in this process, the default) or ``"spark"``.
+            engine: ``"local"`` (in this process, the default), ``"spark"`` or ``"ray"``.
             dry_run: Plan only: nothing written, no lease taken, no engine started.
             lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
             lease_wait: Seconds (or a `timedelta`) to wait for the merge lease another job holds before
@@ -250,7 +250,7 @@ class MemWalTable:
             indexes: Index names to catch up (default: the MemWAL index's maintained ones).
             max_deltas: Retrain an index that has this many deltas or more (default 8).
             max_unindexed_fraction: Retrain when more than this fraction of the rows is unindexed (default 0.5).
-            engine: ``"local"`` (the default) or ``"spark"`` (index segments built per fragment group).
+            engine: ``"local"`` (the default), ``"spark"`` or ``"ray"`` (index segments built per fragment group).
             dry_run: Plan only: nothing written, no lease taken, no engine started.
             lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
 
@@ -303,7 +303,7 @@ class MemWalTable:
             materialize_deletions_threshold: Rewrite a fragment once more than this fraction of its rows
                 is deleted (default: Lance's, 0.1).
             max_fragments: Rewrite at most this many fragments in this run, oldest first.
-            engine: ``"local"`` (the default) or ``"spark"`` (one Spark task per Lance task).
+            engine: ``"local"`` (the default), ``"spark"`` or ``"ray"`` (one task per Lance task).
             dry_run: Plan only: nothing written, no lease taken, no engine started.
             lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
 
@@ -350,7 +350,7 @@ class MemWalTable:
         """Publish every shard's state in the MemWAL index, the snapshot readers start from (``memwal snapshot``).
 
         Args:
-            engine: ``"local"`` (the default) or ``"spark"`` (shard manifests read in parallel).
+            engine: ``"local"`` (the default), ``"spark"`` or ``"ray"`` (shard manifests read in parallel).
             dry_run: Plan only: nothing written, no lease taken, no engine started.
             lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
             lease_wait: Seconds (or a `timedelta`) to wait for the merge lease (a merge and a refresh
@@ -402,7 +402,7 @@ class MemWalTable:
             history_retention: Prune the run history of runs older than this (default 90 days).
             writer_idle_seconds: A shard writer quiet this long is presumed gone; until then the merged
                 generations its view needs stay listed and on storage (default 1 day; 0: no writer is live).
-            engine: ``"local"`` (the default) or ``"spark"`` (one Spark task per shard).
+            engine: ``"local"`` (the default), ``"spark"`` or ``"ray"`` (one task per shard).
             dry_run: Plan only: the value is the result the run would give, same items, same bytes.
             lease_ttl: Seconds (or a `timedelta`) the lease lives between renewals (default 300).
             listed_only: A listing pass: roll up and heal what the shard manifests list, walking only

@@ -130,7 +130,9 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
     started_here = False
     t0 = time.perf_counter()
     try:
-        from memwal.spark.engine.snapshot import SparkManifestReader
+        from memwal.spark.engine.runner import SparkRunner
+
+        from memwal.tasks.snapshot import TaskManifestReader
 
         if spark is None:
             from memwal.spark.engine.session import active_or_local
@@ -141,7 +143,7 @@ def _spark_part(table, spark, local_rows) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - no Spark here: recorded, not fatal
         return {"skipped": f"{type(exc).__name__}: {exc}"}
     try:
-        reader = SparkManifestReader(spark)
+        reader = TaskManifestReader(SparkRunner(spark))
         plan = plan_snapshot(table, reader=reader)
         cold = time.perf_counter() - t0
         warm_read, plan = _median(lambda: plan_snapshot(table, reader=reader))

@@ -10,7 +10,9 @@ one untimed run of each arm:
   process (``local[2]``, its JVM's start-up included, the class archive when built);
 * ``connect``: the same with ``SPARK_REMOTE`` pointing at a Spark Connect server on loopback,
   started once by the bench from PySpark's own jars (``local[2]``, the driver memory a local
-  context gets): a cluster that is up, as users reach one. The client has no Java on its PATH.
+  context gets): a cluster that is up, as users reach one. The client has no Java on its PATH;
+* ``ray`` (``--arms local,classic,ray``; issue 85): ``memwal merge COPY --engine ray --json``, a
+  local Ray of the machine's cores started by the process (its start-up included).
 
 Each run is the CLI's own ``main`` in a worker process (:func:`worker`), timed by the harness from
 exec to exit. The worker records, over the merge:
@@ -38,9 +40,9 @@ share. A journaled ext4 (the default) charges metadata to its journal thread, a 
 ``memwal/`` and ``jobs/`` from git, first on the workers' path), interleaved with the others, to
 find where time went between revisions.
 
-Goals: ``connect`` within 1.5x ``classic``; ``classic`` within 3x ``local``. The machine's load
-average is recorded before and after every run: on a shared machine the figures are only as
-good as that. Writes ``OUT/spark_connect.json`` and ``OUT/spark_connect.png``.
+Goals: ``connect`` within 1.5x ``classic``; ``classic`` within 3x ``local``; ``ray`` within 2x
+``local``. The machine's load average is recorded before and after every run: on a shared
+machine the figures are only as good as that. Writes ``OUT/spark_connect.json`` and ``OUT/spark_connect.png``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ PAUSE = 2.0
 DRIVER_SHARE_MAX = 0.05
 CONNECT_OVER_CLASSIC_MAX = 1.5
 SPARK_OVER_LOCAL_MAX = 3.0
+RAY_OVER_LOCAL_MAX = 2.0
 IO_KEYS = ("write_bytes", "wchar", "syscw", "cancelled_write_bytes", "read_bytes")
 NOISE = "Index __lance_mem_wal has no fields"
 
@@ -90,23 +93,22 @@ def worker(table: str, engine: str, result: str) -> int:
     """One merge as users run it, its driver's io and the engine's timings in ``result``."""
     from unittest import mock
 
-    from memwal.spark.engine.merge import SparkMergeEngine
-
     from memwal.cli import main
     from memwal.core import steps
+    from memwal.tasks.merge_job import TaskMergeEngine
 
-    engines: list[SparkMergeEngine] = []
-    real = SparkMergeEngine.from_active_or_local.__func__  # type: ignore[attr-defined]
+    engines: list[TaskMergeEngine] = []
+    real = TaskMergeEngine._collect
 
-    def keep(cls: type[SparkMergeEngine]) -> SparkMergeEngine:
-        engines.append(real(cls))
-        return engines[-1]
+    def keep(self: TaskMergeEngine, *args: Any, **kwargs: Any) -> Any:
+        engines.append(self)
+        return real(self, *args, **kwargs)
 
     marks: dict[str, float] = {}
     before = proc_io(os.getpid())
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(SparkMergeEngine, "from_active_or_local", classmethod(keep)))
+        stack.enter_context(mock.patch.object(TaskMergeEngine, "_collect", keep))
         stack.enter_context(steps.hooked(lambda name: marks.setdefault(name, time.perf_counter() - t0)))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -143,6 +145,7 @@ def arm_env(arm: str, url: str, trees: dict[str, Path] | None = None) -> dict[st
     if arm == "connect":
         return javaless_env(url)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.pop("RAY_ADDRESS", None)  # the ray arm's own local Ray
     if "@" in arm:
         env["PYTHONPATH"] = str((trees or {})[arm.split("@", 1)[1]])
     return env
@@ -188,7 +191,7 @@ def one_run(pristine: str, copy: Path, arm: str, url: str, logs: Path, *, pre_re
     os.sync()
     result = logs / f"{copy.name}-{arm}.json"
     result.unlink(missing_ok=True)
-    engine = "local" if arm == "local" else "spark"
+    engine = arm if arm in ("local", "ray") else "spark"
     cmd = [sys.executable, "-m", "bench.spark.connect", "worker", str(copy), engine, str(result)]
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -279,6 +282,8 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
         doc["connect_over_classic"] = round(arm["connect"]["whole_seconds"] / arm["classic"]["whole_seconds"], 3)
     if "classic" in arm and "local" in arm:
         doc["classic_over_local"] = round(arm["classic"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
+    if "ray" in arm and "local" in arm:
+        doc["ray_over_local"] = round(arm["ray"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
     if "connect" in arm and "local" in arm:
         doc["connect_over_local"] = round(arm["connect"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
     for a in arm:
@@ -287,6 +292,7 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
     doc["goals"] = {
         "connect_over_classic": {"max": CONNECT_OVER_CLASSIC_MAX, "met": doc.get("connect_over_classic", 0) <= 1.5},
         "classic_over_local": {"max": SPARK_OVER_LOCAL_MAX, "met": doc.get("classic_over_local", 0) <= 3.0},
+        "ray_over_local": {"max": RAY_OVER_LOCAL_MAX, "met": doc.get("ray_over_local", 0) <= RAY_OVER_LOCAL_MAX},
         "driver_share": {"max": DRIVER_SHARE_MAX, "met": all(
             (arm[a]["driver_share_max"] or 0) <= DRIVER_SHARE_MAX for a in arm if a != "local")},
     }
@@ -310,7 +316,7 @@ def chart(doc: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(arms, med, yerr=[low, high], capsize=6, color=(["#888", "#4a7", "#47a"] + ["#a74"] * len(arms))[: len(arms)])
     ax.set_ylabel("whole merge process, s (median, min-max)")
-    ax.set_title(f"{doc['change_rows']:,} change rows: local, classic Spark, Spark Connect")
+    ax.set_title(f"{doc['change_rows']:,} change rows: {', '.join(arms)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -325,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", help="where tables are built and kept (default OUT/spark-work)")
     p.add_argument("--change-rows", type=int, default=2_000_000)
     p.add_argument("--repeats", type=int, default=REPEATS)
-    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated: local,classic,connect")
+    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated: local,classic,connect,ray")
     p.add_argument("--baseline", action="append", default=[], metavar="REV",
                    help="also an arm classic@REV: the Spark engine of git revision REV, interleaved (repeatable)")
     p.add_argument("--pre-read", action="store_true",

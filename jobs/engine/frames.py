@@ -24,20 +24,12 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from memwal.table import Table
-
 P = TypeVar("P")
 R = TypeVar("R")
 
 #: The schema of :func:`run_tasks`' rows: one pickled result each.
 PICKLED = "blob binary"
 PICKLED_SCHEMA = pa.schema([("blob", pa.binary())])
-
-
-def task_uri(table: Table) -> str:
-    """The table's URI as tasks must get it: a local path made absolute (an executor's working
-    directory is not the driver's: a Spark Connect server's is a folder of the session's)."""
-    return table.store.uri_for("")
 
 
 def task_frame(spark: SparkSession, n: int) -> DataFrame:
@@ -72,15 +64,3 @@ def run_tasks(spark: SparkSession, payloads: Sequence[P], fn: Callable[[P], Iter
             yield pickled(fn(items[i]))
 
     return unpickled(task_frame(spark, len(items)).mapInArrow(tasks, PICKLED).toArrow())
-
-
-def chunks(items: Sequence[P], n: int) -> list[list[P]]:
-    """``items`` in ``n`` contiguous chunks of near-equal size (none empty)."""
-    n = max(1, min(n, len(items)))
-    size, extra = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + size + (i < extra)
-        out.append(list(items[start:end]))
-        start = end
-    return [c for c in out if c]

@@ -17,7 +17,7 @@ A failed job's other tasks are stopped asynchronously: a task's Python worker ma
 seconds more (its monitor's poll and ``spark.python.task.killTimeout``). On a classic session
 the block waits for them (:func:`settle`, through the job group its jobs also run in); Spark
 Connect shows the client no task, so what a late task writes must fence itself (the merge's
-closed staging folder, :mod:`memwal.spark.engine.merge_tasks`).
+closed staging folder, :mod:`memwal.tasks.merge_tasks`).
 """
 
 from __future__ import annotations

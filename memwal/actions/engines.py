@@ -37,7 +37,7 @@ def plugged(name: str) -> Any:
     eps = _plugged()
     if name not in eps:
         raise BadInputError(f"unknown engine {name!r}: expected {' or '.join(names())}"
-                            + (" (memwal-jobs[spark] brings the spark engine)" if name == "spark" else ""))
+                            + (f" (memwal-jobs[{name}] brings the {name} engine)" if name in ("spark", "ray") else ""))
     with _installed(name):
         return eps[name].load()
 
@@ -51,6 +51,19 @@ def _installed(name: str) -> Iterator[None]:
     except ModuleNotFoundError as exc:
         raise BadInputError(f"the {name} engine needs {exc.name}, which is not installed: install the {name} extra "
                             f"(pip install 'memwal-jobs[{name}]'), or run with --engine local") from None
+
+
+def require_module(module: str) -> None:
+    """ModuleNotFoundError when ``module`` is not installed (found without importing it): what an
+    engine's ``prepare`` raises first, so a missing extra is bad input before a job writes anything."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ValueError, ImportError):  # a module set to None in sys.modules: not importable
+        found = False
+    if not found:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 
 def engine_for(action: str, name: str, local: Callable[[], Any]) -> Any:

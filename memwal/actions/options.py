@@ -31,9 +31,10 @@ DEFAULT_LEASE_TTL = 300.0
 #: A merge and a snapshot refresh wait this long for the merge lease: long enough to sit out
 #: the other's short hold, short enough that a stuck holder is reported, not waited on.
 DEFAULT_LEASE_WAIT = 30.0
-#: Where a job's heavy work runs: in-process, or on Spark (the active context, or a local one).
-#: The one list of engines: the CLI's choices, the API's keyword type, Airflow's and the DAG config's.
-Engine = Literal["local", "spark"]
+#: Where a job's heavy work runs: in-process, on Spark (the active context, or a local one), or
+#: on Ray (``RAY_ADDRESS``'s cluster, or a local Ray). The one list of engines: the CLI's choices,
+#: the API's keyword type, Airflow's and the DAG config's.
+Engine = Literal["local", "spark", "ray"]
 ENGINES: tuple[Engine, ...] = get_args(Engine)
 
 
@@ -102,7 +103,8 @@ def flag_of(name: str, spec: Spec) -> str:
 class JobOptions:
     """Options every job action takes."""
 
-    engine: str = opt("local", "choice", "local: in-process; spark: the active Spark session or a local one",
+    engine: str = opt("local", "choice", "local: in-process; spark: the active Spark session or a local one; "
+                      "ray: the Ray cluster RAY_ADDRESS names, or a local Ray",
                       choices=ENGINES)
     dry_run: bool = opt(False, "flag", "print the plan, change nothing")
     lease_ttl: float = opt(DEFAULT_LEASE_TTL, "lease_ttl",

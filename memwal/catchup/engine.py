@@ -1,6 +1,6 @@
 """Where a catch-up's index work runs: the :class:`CatchupEngine` protocol, and Lance's own
-``optimize_indices`` in-process (:class:`LocalCatchupEngine`). A Spark engine
-(``memwal.spark.engine.catchup``) builds segments on executors and satisfies the same protocol.
+``optimize_indices`` in-process (:class:`LocalCatchupEngine`). The task engine
+(``memwal.tasks.catchup``) builds segments in Spark or Ray tasks and satisfies the same protocol.
 
 An engine calls ``fence`` (the lease check) right before each commit, so a job that lost its
 lease commits nothing more (a lease check is not a fence on its own: hazard H5), and records

@@ -75,18 +75,29 @@ def configure_logging(debug: bool) -> None:
         logger.propagate = False
 
 
-def use_spark_remote(args: argparse.Namespace) -> None:
+def use_engine_address(args: argparse.Namespace) -> None:
     """``--spark-remote URL``: PySpark's own ``SPARK_REMOTE`` for this process, which selects a
-    Spark Connect session for the Spark engine (no JVM starts here), and ``--engine spark``."""
-    url = getattr(args, "spark_remote", None)
-    if url is None:
-        return
+    Spark Connect session for the Spark engine (no JVM starts here), and ``--engine spark``;
+    ``--ray-address ADDRESS``: Ray's own ``RAY_ADDRESS``, and ``--engine ray``."""
     from memwal.errors import BadInputError
 
+    url, address = getattr(args, "spark_remote", None), getattr(args, "ray_address", None)
+    if url is not None and address is not None:
+        raise BadInputError("--spark-remote and --ray-address name two engines: give one")
+    if address is not None:
+        if not address.strip() or any(c.isspace() for c in address):
+            raise BadInputError("--ray-address: expected HOST:PORT of a Ray head, or ray://HOST:PORT")
+        if getattr(args, "engine", None) not in (None, "ray"):
+            raise BadInputError(f"--ray-address runs the ray engine: it cannot go with --engine {args.engine}")
+        os.environ["RAY_ADDRESS"] = address
+        args.engine = "ray"
+        return
+    if url is None:
+        return
     if not url.startswith("sc://") or len(url) <= len("sc://"):
         raise BadInputError("--spark-remote: expected a Spark Connect URL sc://HOST[:PORT][/;param=value...]")
-    if getattr(args, "engine", None) == "local":
-        raise BadInputError("--spark-remote runs the spark engine: it cannot go with --engine local")
+    if getattr(args, "engine", None) not in (None, "spark"):
+        raise BadInputError(f"--spark-remote runs the spark engine: it cannot go with --engine {args.engine}")
     if "token=" in url.lower():  # a secret in process arguments: every local user reads them (ps)
         raise BadInputError("--spark-remote carries a token, which every local user can read on the command line: "
                             "set SPARK_REMOTE in the environment instead (the URL is never shown)")
@@ -112,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Everything the user typed is checked before the command touches the table.
         check_storage_options(args.storage_options)
         check_result_file(getattr(args, "result_file", None))
-        use_spark_remote(args)
+        use_engine_address(args)
         result_file = getattr(args, "result_file", None)
         command: Callable[[argparse.Namespace], int] = args.run
         return command(args)

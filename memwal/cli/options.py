@@ -30,17 +30,21 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[JobOptions], *, com
             parser.add_argument(flag, dest=f.name, choices=spec.choices, default=None,
                                 help=f"{spec.help} (default {f.default})")
             if f.name == "engine":
-                add_spark_remote(parser)
+                add_engine_addresses(parser)
         else:
             parser.add_argument(flag, dest=f.name, type=argparse_type(CHECKS[spec.kind]), default=None,
                                 metavar=spec.metavar, help=spec.help)
 
 
-def add_spark_remote(parser: argparse.ArgumentParser) -> None:
-    """``--spark-remote URL``: the Spark engine over Spark Connect (:func:`memwal.cli.main.use_spark_remote`)."""
+def add_engine_addresses(parser: argparse.ArgumentParser) -> None:
+    """``--spark-remote URL``: the Spark engine over Spark Connect; ``--ray-address ADDRESS``: the
+    Ray engine on that cluster (:func:`memwal.cli.main.use_engine_address`)."""
     parser.add_argument("--spark-remote", metavar="URL",
                         help="run the spark engine over Spark Connect at URL (sc://host:port; implies --engine spark); "
                              "a URL with a token belongs in the SPARK_REMOTE variable, not on the command line")
+    parser.add_argument("--ray-address", metavar="ADDRESS",
+                        help="run the ray engine on the Ray cluster at ADDRESS (host:port of its head, or "
+                             "ray://host:10001; implies --engine ray; default: RAY_ADDRESS, else a local Ray)")
 
 
 def from_namespace(cls: type[JobOptions], ns: argparse.Namespace) -> JobOptions:

@@ -1,6 +1,6 @@
 """Where a compaction's rewrite tasks run: the :class:`CompactEngine` protocol, and Lance's tasks
-in-process (:class:`LocalCompactEngine`). A Spark engine (``memwal.spark.engine.compact``) runs
-one Spark task per Lance task and satisfies the same protocol. An engine only rewrites: the
+in-process (:class:`LocalCompactEngine`). The task engine (``memwal.tasks.compact``) runs
+one Spark or Ray task per Lance task and satisfies the same protocol. An engine only rewrites: the
 one commit, with progress kept, is the driver's (:mod:`memwal.compact.execute`).
 """
 

@@ -28,9 +28,9 @@ state (:func:`memwal.fleet.shared.plan_shared`: the cache, the pauses, the waits
 plan's report) and leaves its tables' outcomes in the run log (:mod:`memwal.fleet.runs`).
 
 Tables run on a :class:`TableRunner`: threads in this process (``local``), or, on the
-``spark`` engine, small tables as tasks of one Spark application (a table per task, the
-local engine inside) and tables above the policy's ``spark_min_bytes`` through the per-table
-Spark engines on the driver (``memwal.spark.engine.fleet``).
+``spark`` or ``ray`` engine, small tables as tasks of one job (a table per task, the local
+engine inside) and tables above the policy's ``spark_min_bytes`` through the engine's per-table
+engines on the driver (``memwal.tasks.fleet``).
 """
 
 from __future__ import annotations

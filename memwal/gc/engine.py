@@ -1,7 +1,7 @@
 """Where GC's deletions run: the :class:`GcEngine` protocol, and deletion in-process
-(:class:`LocalGcEngine`). A Spark engine (``memwal.spark.engine.gc``) spreads the same
+(:class:`LocalGcEngine`). The task engine (``memwal.tasks.gc``) spreads the same
 :func:`~memwal.gc.delete.delete_prefixes` / :func:`~memwal.gc.delete.delete_keys` over
-executors and satisfies the same protocol. Every engine deletes through
+Spark or Ray tasks and satisfies the same protocol. Every engine deletes through
 :func:`~memwal.gc.delete.delete_objects` (invariant 5: nothing outside a planned prefix) and
 checks the lease before every batch (a point where an operator's cancel stops the run).
 """

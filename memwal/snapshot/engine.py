@@ -1,6 +1,6 @@
 """Where a snapshot refresh reads the shard manifests: the :class:`SnapshotEngine` protocol, and
-reads in-process (:class:`LocalSnapshotEngine`). A Spark engine
-(``memwal.spark.engine.snapshot``) reads on executors and satisfies the same protocol. An
+reads in-process (:class:`LocalSnapshotEngine`). The task engine
+(``memwal.tasks.snapshot``, on Spark or Ray) reads in tasks and satisfies the same protocol. An
 engine only reads; a shard whose latest manifest is unknown fails the refresh (see
 :func:`read_rows_from_store`), and the guarded commit is :mod:`memwal.snapshot.execute`'s.
 """

@@ -86,9 +86,12 @@ def db_rows(home: Path, sql: str) -> list[tuple]:
         return db.execute(sql).fetchall()
 
 
-def xcom_value(home: Path, dag_id: str, task_id: str):
+def xcom_value(home: Path, dag_id: str, task_id: str, *, latest: bool = False):
+    """The task's return value: its only one, or (``latest``) that of the DAG's latest run."""
+    run = (f" and run_id = (select run_id from dag_run where dag_id='{dag_id}' order by id desc limit 1)"
+           if latest else "")
     rows = db_rows(
-        home, f"select value from xcom where dag_id='{dag_id}' and task_id='{task_id}' and key='return_value'"
+        home, f"select value from xcom where dag_id='{dag_id}' and task_id='{task_id}' and key='return_value'{run}"
     )
     assert len(rows) == 1
     value = json.loads(rows[0][0])
@@ -135,6 +138,31 @@ def test_airflow_dags_test_memwal_maintenance_merges_and_catches_up(airflow_env,
     assert SECRET not in out
     for sql in ("select rendered_fields from rendered_task_instance_fields", "select data from serialized_dag"):
         assert all(SECRET not in str(r) for r in db_rows(home, sql))
+
+
+def test_the_maintenance_dag_runs_on_a_ray_cluster_named_by_a_connection(airflow_env, ray_cluster, make_table):
+    """``engine: ray`` with ``ray_conn_id``: each task a Ray client of the cluster the connection
+    names, its token from the connection's password (never in the DAG's environment, the run
+    conf, a log or a rendered template)."""
+    env, home = airflow_env
+    address, ray_env = ray_cluster
+    host, port = address.rsplit(":", 1)
+    token = ray_env["RAY_AUTH_TOKEN"]
+    conn = {"conn_type": "generic", "host": host, "port": int(port), "password": token}
+    table, model = make_table()
+    conf = {"table": table.uri, "engine": "ray", "ray_conn_id": "ray_test", "grace_seconds": 0,
+            "writer_idle_seconds": 0, "expire_versions": 0}
+    proc = airflow_cli({**env, "AIRFLOW_CONN_RAY_TEST": json.dumps(conn)}, "dags", "test", "memwal_maintenance",
+                       "-c", json.dumps(conf))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "state=success" in out, out[-4000:]
+    for job in ("merge", "catchup", "compact", "gc", "snapshot"):
+        assert xcom_value(home, "memwal_maintenance", job, latest=True)["engine"] == "ray", job
+    assert len(xcom_value(home, "memwal_maintenance", "gc", latest=True)["deleted"]) == 12
+    assert table_rows(table) == model.sorted_rows() and progress(table) == {s: 4 for s in shard_ids_for(SMALL)}
+    assert token not in out
+    for sql in ("select rendered_fields from rendered_task_instance_fields", "select data from serialized_dag"):
+        assert all(token not in str(r) for r in db_rows(home, sql))
 
 
 def test_config_generated_dag_runs_with_its_gc_policy(airflow_env, make_table, tmp_path):
@@ -293,7 +321,7 @@ def test_dag_files_import_with_a_two_table_config(monkeypatch, tmp_path):
 
     config.write_text("tables:\n  - table: s3://a/t\n    engine: flink\n    gc: {grace: 1}\n")
     (error,) = dagbag().import_errors.values()
-    assert "table t: tables[0].engine: 'flink' is not one of ['local', 'spark']" in error
+    assert "table t: tables[0].engine: 'flink' is not one of ['local', 'spark', 'ray']" in error
     assert "tables[0].gc: Additional properties are not allowed ('grace' was unexpected)" in error
     assert "(schema memwal_tables.schema.json)" in error and str(config) in error
     config.write_text("tables:\n  - table: s3://a/t\n    gc: {grace_seconds: .nan}\n")

@@ -211,7 +211,8 @@ def test_a_bad_fleet_config_is_one_import_error_naming_the_key_and_a_missing_one
     config.write_text(f"sources: [{lake}]\nbudget: {{worker: 4}}\nengine: flink\n")
     message = error()
     assert "budget: Additional properties are not allowed ('worker' was unexpected)" in message
-    assert "engine: 'flink' is not one of ['local', 'spark']" in message and "memwal_fleet.schema.json" in message
+    assert "engine: 'flink' is not one of ['local', 'spark', 'ray']" in message
+    assert "memwal_fleet.schema.json" in message
     config.write_text(f"sources: [{lake}]\npolicy: {{defaults: {{options: {{gc: {{grace_seconds: .nan}}}}}}}}\n")
     assert "policy defaults.options.gc: grace_seconds" in error()
     config.write_text(f"sources: [{{source: {lake}, storage_options: {{aws_secret_access_key: {SECRET}}}}}]\n")

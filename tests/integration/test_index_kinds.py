@@ -114,10 +114,12 @@ def catchup(table: Table, kind: str, spark_session, **thresholds):
     """The catch-up's result: through the API, or on Spark with a segment per fragment."""
     if kind == "local":
         return memwal.open(table.uri).catchup(**thresholds).value
-    from memwal.spark.engine.catchup import SparkCatchupEngine
+    from memwal.spark.engine.runner import SparkRunner
+
+    from memwal.tasks.catchup import TaskCatchupEngine
 
     # internal entry: one index segment per fragment (fragments_per_task=1) is no user option
-    engine = SparkCatchupEngine(spark_session, fragments_per_task=1)
+    engine = TaskCatchupEngine(SparkRunner(spark_session), fragments_per_task=1)
     return run_catchup(table, engine=engine, thresholds=CatchupThresholds(**thresholds))
 
 

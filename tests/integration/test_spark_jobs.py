@@ -8,12 +8,13 @@ import subprocess
 import sys
 
 import pytest
-from memwal.spark.engine.catchup import SparkCatchupEngine
+from memwal.spark.engine.runner import SparkRunner
 
 import memwal
 from memwal.catchup import CatchupThresholds, run_catchup
 from memwal.demo import shard_ids_for
 from memwal.table.shards import list_generation_dirs
+from memwal.tasks.catchup import TaskCatchupEngine
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.helpers import ROOT, spark_submit
 from tests.integration.test_gc import expire_all
@@ -30,7 +31,8 @@ def test_spark_scalar_rebuild_in_fragment_groups_records_catchup(make_table, spa
     fragments = len(table.dataset().get_fragments())
     assert fragments >= 2
     # internal entry: one segment per fragment (fragments_per_task=1) is no user option
-    result = run_catchup(table, engine=SparkCatchupEngine(spark_session, fragments_per_task=1), indexes=["id_idx"],
+    engine = TaskCatchupEngine(SparkRunner(spark_session), fragments_per_task=1)
+    result = run_catchup(table, engine=engine, indexes=["id_idx"],
                          thresholds=CatchupThresholds(max_unindexed_fraction=0.0))
     assert result.all_recorded and result.engine == "spark"
     stats = table.dataset().stats.index_stats("id_idx")

@@ -127,9 +127,8 @@ def test_spark_folds_merge_operators_exactly_like_the_local_engine(spark_session
 
 
 def test_read_tasks_pack_generations_by_bytes():
-    from memwal.spark.engine.merge_tasks import read_tasks
-
     from memwal.merge.model import GenerationRef
+    from memwal.tasks.merge_tasks import read_tasks
 
     refs = [GenerationRef("s", g, f"p{g}", f"k{g}", f"u{g}", rows=10, bytes=b, wal_keys=("w",) if g == 5 else ())
             for g, b in enumerate([30, 30, 50, 10, 10, 500], start=0)]

@@ -49,7 +49,7 @@ def test_api_results_are_the_cli_documents(make_table):
     ("gc", {"expire_versions": 1e300}, "expire_versions"),
     ("merge", {"max_generations": 0}, "max_generations: 0 must be positive"),
     ("catchup", {"max_unindexed_fraction": -1}, "between 0 and 1"),
-    ("compact", {"engine": "flink"}, "engine: 'flink' is not one of local, spark"),
+    ("compact", {"engine": "flink"}, "engine: 'flink' is not one of local, spark, ray"),
     ("snapshot", {"lease_ttl": 0}, "lease_ttl"),
 ])
 def test_bad_options_raise_bad_input_and_write_nothing(make_table, action, options, needle):

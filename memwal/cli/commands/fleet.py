@@ -43,7 +43,7 @@ from memwal.cli.commands.common import (
 )
 from memwal.cli.commands.fleet_controls import add_verbs, state_of
 from memwal.cli.commands.following import add_fleet_follow_arguments, ended, follow_options_from, quiet_jobs
-from memwal.cli.options import add_spark_remote
+from memwal.cli.options import add_engine_addresses
 from memwal.core.text import one_line
 
 DEFAULT_TOP = 50
@@ -61,9 +61,9 @@ def add_parsers(sub: Subparsers) -> None:
     run.add_argument("--max-rounds", type=positive_int, metavar="N", help="plan and run at most N rounds")
     run.add_argument("--jobs", metavar="LIST", help="only these jobs (comma-separated; default: all)")
     run.add_argument("--engine", choices=ENGINES, default=None,
-                     help="local: tables on threads here; spark: small tables as tasks of one Spark application, "
-                          "large ones through the per-table Spark engines (default local)")
-    add_spark_remote(run)
+                     help="local: tables on threads here; spark or ray: small tables as tasks of one job, "
+                          "large ones through the engine's per-table engines (default local)")
+    add_engine_addresses(run)
     run.add_argument("--dry-run", action="store_true", help="one round of every planned job's dry run")
     add_fleet_follow_arguments(run)
     run.set_defaults(run=run_run)

@@ -1,6 +1,6 @@
-"""The executors' half of the Spark merge: what a task gets and what it does with it.
+"""The tasks' half of a distributed merge (Spark, Ray): what a task gets and what it does with it.
 
-Two shapes of task (:mod:`memwal.spark.engine.merge` chooses):
+Two shapes of task (the engine's merge chooses: :mod:`memwal.spark.engine.merge`, :mod:`memwal.ray.merge`):
 
 * **by shard** (:func:`shard_tasks`, :func:`reduce_shards`): whole shards per task. A
   primary key is written to one shard only (MemWAL spec: "rows from different shards do not
@@ -22,7 +22,7 @@ by base fragment, to the retire stage (:func:`retire_fragments`: one task per gr
 fragments, so each base fragment gets exactly one deletion file).
 
 Every stage yields rows of one schema (:data:`ROW_SCHEMA`: a partition key, a kind, text and
-bytes) that the DataFrame stages of :mod:`memwal.spark.engine.merge` carry from task to task:
+bytes) that the engine's stages carry from task to task (Spark's DataFrames, Ray's objects):
 ``rows`` (a shuffle bucket's change rows, IPC), ``doc`` (a reduce task's document and its key
 hashes), ``offsets`` (a base fragment's retired rows), ``retired`` (deletion files written) and
 ``spent`` (a task's seconds by phase, what accumulators counted on RDDs).
@@ -30,7 +30,8 @@ hashes), ``offsets`` (a base fragment's retired rows), ``retired`` (deletion fil
 A job's staging folder is *closed* (:func:`close`) before the driver removes what its failed or
 duplicate tasks wrote: a task checks the mark before it writes and again after its receipt,
 and a task that finds it removes its own files. Over Spark Connect the client cannot wait for a
-stopped job's tasks to end, so this is what keeps a late task's files from outliving the job.
+stopped job's tasks to end (nor can Ray's driver for a task it cancelled), so this is what
+keeps a late task's files from outliving the job.
 """
 
 from __future__ import annotations
@@ -69,8 +70,6 @@ Options = dict[str, str]
 #: later stage's ``repartitionById`` sends it to (a bucket, a base fragment's id, else 0).
 Row = tuple[int, str, str, bytes]
 ROW_SCHEMA = pa.schema([("part", pa.int32()), ("kind", pa.string()), ("text", pa.string()), ("blob", pa.binary())])
-#: The same schema as Spark's DDL, for ``mapInArrow``.
-ROW_DDL = "part int, kind string, text string, blob binary"
 ROWS, DOC, OFFSETS, RETIRED, SPENT = "rows", "doc", "offsets", "retired", "spent"
 
 

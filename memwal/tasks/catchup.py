@@ -1,6 +1,6 @@
-"""The Spark catch-up engine: index rebuilds split by fragment groups over executors.
+"""Index catch-up as tasks: index rebuilds split by fragment groups over the engine's workers.
 
-A rebuild of a large index is the expensive case: executors each build an uncommitted
+A rebuild of a large index is the expensive case: tasks each build an uncommitted
 segment over a group of fragments (``create_index_uncommitted``) and the driver publishes
 them in one commit (``commit_existing_index_segments``), after which Lance records the
 catch-up because the segments cover every fragment (observed for BTREE, INVERTED and
@@ -11,47 +11,39 @@ IVF_PQ indexes with pylance 14.0.2: that commit writes ``index_catchup``).
   types are rebuilt on the driver.
 * Vector indexes (IVF_PQ, IVF_FLAT) are trained once on the driver (Lance's
   ``IndicesBuilder``: IVF centroids, and the PQ codebook), with the index's own partition
-  count, sub-vectors and metric; every executor then builds its segment with that shared
+  count, sub-vectors and metric; every task then builds its segment with that shared
   model, so the segments form one index. A table too small to sample (fewer than 2 rows
   per centroid, or per PQ code) and other vector types are retrained on the driver.
 
 Incremental optimisation (adding the unindexed fragments as a delta) runs on the driver
 through the local engine, which Lance already parallelises within the process. The segment
-builds run under a tag an operator's cancel interrupts
-(:func:`memwal.spark.engine.tags.stoppable_job`): nothing is committed then.
+builds run in a block an operator's cancel stops (:meth:`memwal.tasks.TaskRunner.stoppable`):
+nothing is committed then.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lance
 from lance.indices import IndicesBuilder
-from memwal.spark.engine.frames import run_tasks, task_uri
-from memwal.spark.engine.session import active_or_local
-from memwal.spark.engine.tags import stoppable_job
 
 from memwal.catchup import RETRAIN, CatchupPlan, IndexPlan, LocalCatchupEngine
 from memwal.catchup.engine import Fence
 from memwal.core import steps
 from memwal.history import run as history
 from memwal.table import Table
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from memwal.tasks import TaskRunner, task_uri
 
 
-class SparkCatchupEngine:
-    name = "spark"
+class TaskCatchupEngine:
+    """A :class:`memwal.catchup.CatchupEngine` whose index rebuilds run in tasks of ``runner``."""
 
-    def __init__(self, spark: SparkSession, *, fragments_per_task: int = 8) -> None:
-        self.spark = spark
+    def __init__(self, runner: TaskRunner, *, fragments_per_task: int = 8) -> None:
+        self.runner = runner
+        self.name = runner.name
         self.fragments_per_task = fragments_per_task
-
-    @classmethod
-    def from_active_or_local(cls) -> SparkCatchupEngine:
-        return cls(active_or_local())
 
     def run(self, table: Table, plan: CatchupPlan, work: list[IndexPlan], fence: Fence = None) -> list[int]:
         """As :meth:`LocalCatchupEngine.run`: the versions committed, ``fence`` before each."""
@@ -70,7 +62,7 @@ class SparkCatchupEngine:
         return committed
 
     def _rebuild(self, table: Table, ip: IndexPlan, index_type: str, options: dict[str, Any], fence: Fence) -> int:
-        """Segments over fragment groups on executors, one commit on the driver."""
+        """Segments over fragment groups in tasks, one commit on the driver."""
         ds = table.dataset()
         meta = next(i for i in ds.describe_indices() if i.name == ip.index_name)
         column = meta.field_names[0]
@@ -79,15 +71,16 @@ class SparkCatchupEngine:
         groups = [fragments[i : i + self.fragments_per_task] for i in range(0, len(fragments), self.fragments_per_task)]
         uri, storage, name = task_uri(table), dict(table.storage_options), ip.index_name
         barrier = steps.barrier_for_tasks()  # a test holding the stage travels with the tasks
+        step = f"{self.name}.catchup.task"
 
         def build(group: list[int]) -> list[Any]:
-            steps.step("spark.catchup.task", barrier=barrier)
+            steps.step(step, barrier=barrier)
             d = lance.dataset(uri, version=version, storage_options=storage or None)
             return [d.create_index_uncommitted(column, index_type, name=name, fragment_ids=group, replace=True,
                                                **options)]
 
-        with stoppable_job(self.spark, f"memwal-catchup-{uuid.uuid4().hex[:12]}"):
-            segments = run_tasks(self.spark, groups, build)
+        with self.runner.stoppable(f"memwal-catchup-{uuid.uuid4().hex[:12]}"):
+            segments = self.runner.run_tasks(groups, build)
         if fence is not None:
             fence()
         committer = lance.dataset(uri, version=version, storage_options=storage or None)

@@ -1,15 +1,15 @@
-"""The Spark engine of the snapshot refresh: shard manifests read in parallel on executors.
+"""The snapshot refresh as tasks: shard manifests read in parallel on the engine's workers.
 
 The plan is the same as the local engine's (memwal.snapshot); only the reads move: the
-driver lists the shard ids, chunks of them are read by Spark tasks (each task opens the
+driver lists the shard ids, chunks of them are read by tasks (each task opens the
 table's store from the URI and storage options carried in the closure and reads its
 shards' latest manifests, a few threads per task since object-store reads are latency
 bound), and the decoded snapshot rows come back to the driver, which encodes the Lance
 file and makes the guarded commit. Nothing assumes local mode.
 
 A broken shard (:class:`ShardManifestError`) comes back from its task as data, not as an
-exception: Spark would hand the driver an exception raised on an executor wrapped in its
-own JVM and Python traces, while the local engine's one-line error names the shard. The
+exception: an engine hands the driver an exception raised in a task wrapped in its own
+traces (Spark's JVM and Python ones, Ray's), while the local engine's one-line error names the shard. The
 driver raises the same error the local engine would.
 """
 
@@ -17,19 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from memwal.spark.engine.frames import chunks, run_tasks, task_uri
-from memwal.spark.engine.session import active_or_local, default_parallelism
 
 from memwal.snapshot.format import FieldColumn, ShardRow
 from memwal.table import Table
 from memwal.table.shards import ShardManifestError
+from memwal.tasks import TaskRunner, chunks, task_uri
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-#: Threads per Spark task reading manifests.
+#: Threads per task reading manifests.
 TASK_THREADS = 8
 #: Shards per task when the number of partitions is not given.
 SHARDS_PER_TASK = 64
@@ -68,28 +62,23 @@ def _read_partition(uri: str, options: dict[str, str], columns: list[FieldColumn
     return run
 
 
-class SparkManifestReader:
-    """A :class:`memwal.snapshot.SnapshotEngine` that reads on Spark executors."""
+class TaskManifestReader:
+    """A :class:`memwal.snapshot.SnapshotEngine` that reads in tasks of ``runner``."""
 
-    name = "spark"
-
-    def __init__(self, spark: SparkSession, *, partitions: int | None = None, task_threads: int = TASK_THREADS):
-        self.spark = spark
+    def __init__(self, runner: TaskRunner, *, partitions: int | None = None, task_threads: int = TASK_THREADS):
+        self.runner = runner
+        self.name = runner.name
         self.partitions = partitions
         self.task_threads = task_threads
-
-    @classmethod
-    def from_active_or_local(cls) -> SparkManifestReader:
-        return cls(active_or_local())
 
     def read_rows(self, table: Table, shard_ids: list[str], columns: list[FieldColumn]) -> list[ShardRow]:
         if not shard_ids:
             return []
         n = self.partitions or max(
-            1, min(len(shard_ids), max(default_parallelism(self.spark), -(-len(shard_ids) // SHARDS_PER_TASK)))
+            1, min(len(shard_ids), max(self.runner.parallelism(), -(-len(shard_ids) // SHARDS_PER_TASK)))
         )
         fn = _read_partition(task_uri(table), dict(table.storage_options), list(columns), self.task_threads)
-        out = run_tasks(self.spark, chunks(shard_ids, n), fn)
+        out = self.runner.run_tasks(chunks(shard_ids, n), fn)
         broken = sorted((r for r in out if isinstance(r, BrokenShard)), key=lambda b: b.shard_id)
         if broken:  # the refresh publishes nothing, as with the local engine
             raise broken[0].error()

@@ -1,7 +1,7 @@
-"""The Spark GC engine: deletions spread over executors, one task per shard.
+"""GC as tasks: deletions spread over the engine's workers, one task per shard.
 
 The plan (every gate, every reason, and on an object store the files it listed) is made on
-the driver by the core; executors only delete the validated folders and keys they are handed,
+the driver by the core; tasks only delete the validated folders and keys they are handed,
 through the very functions the local engine uses (``delete_prefixes``, ``delete_keys``): the
 same batches with their manifests first, the same allowed-prefix rule and the same
 deletion-time refusal of any path that crosses a symbolic link, reported back to the driver.
@@ -17,17 +17,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memwal.spark.engine.frames import run_tasks, task_uri
-from memwal.spark.engine.session import active_or_local
-
 from memwal.gc import BATCH_OBJECTS, PrefixOutcome, Target, delete_keys, delete_prefixes
 from memwal.store import Store, open_store
 from memwal.table import Table
 from memwal.table.paths import shard_of_key
+from memwal.tasks import TaskRunner, task_uri
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from memwal.lease import Lease
 
 #: Folders (or WAL keys) handed out per round: a generation is about 8 objects, so a round is
@@ -37,19 +33,16 @@ ROUND_ITEMS = BATCH_OBJECTS
 Item = TypeVar("Item")
 
 
-class SparkGcEngine:
-    name = "spark"
+class TaskGcEngine:
+    """A :class:`memwal.gc.GcEngine` whose deletions run on ``runner``, one task per shard."""
 
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
-
-    @classmethod
-    def from_active_or_local(cls) -> SparkGcEngine:
-        return cls(active_or_local())
+    def __init__(self, runner: TaskRunner) -> None:
+        self.runner = runner
+        self.name = runner.name
 
     def _per_shard(self, table: Table, items: Sequence[Item], key: Callable[[Item], str],
                    fn: Callable[[Store, list[Item]], list[Any]]) -> dict[str, Any]:
-        """Run ``fn(store, items_of_one_shard)`` on executors, one task per shard; results by item key."""
+        """Run ``fn(store, items_of_one_shard)`` in tasks, one per shard; results by item key."""
         groups: dict[str | None, list[Item]] = defaultdict(list)
         for item in items:
             groups[shard_of_key(key(item))].append(item)
@@ -62,7 +55,7 @@ class SparkGcEngine:
             return list(zip([key(i) for i in mine], fn(open_store(uri, options), mine), strict=True))
 
         shards = sorted(groups.items(), key=lambda kv: kv[0] or "")
-        return dict(run_tasks(self.spark, shards, task))
+        return dict(self.runner.run_tasks(shards, task))
 
     def _rounds(self, items: Sequence[Item], lease: Lease | None) -> Iterator[list[Item]]:
         """``items`` in rounds of ROUND_ITEMS, the lease checked on the driver before each."""
