@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
-import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -37,6 +32,7 @@ from memwal.table import Table, open_table  # noqa: E402
 if TYPE_CHECKING:  # moto and boto3 load only when a test asks for the S3 server
     from tests.azureserver import AzureServer
     from tests.interleave import ManualClock
+    from tests.raycluster import RayCluster
     from tests.s3server import S3Server
     from tests.sparkconnect import ConnectServer
 
@@ -209,50 +205,12 @@ def ray_local():
 
 
 @pytest.fixture
-def ray_cluster(tmp_path) -> Iterator[tuple[str, dict[str, str]]]:
-    """A Ray cluster on loopback: a head (``ray start --head``) and a second node, one CPU each,
-    with token authentication and a token of this test's own (in the environment, never on a
-    command line); its address and the environment a client needs. Both are stopped after."""
-    port = 20_000 + secrets.randbelow(20_000)
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
-    env.pop("RAY_ADDRESS", None)
-    ray = str(Path(sys.executable).parent / "ray")
-    common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--block"]
-    nodes: list[subprocess.Popen[bytes]] = []
-    try:
-        nodes.append(subprocess.Popen([ray, "start", "--head", "--port", str(port), "--include-dashboard", "false",
-                                       *common], env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                                      stderr=open(tmp_path / "head.log", "wb")))
-        address = f"127.0.0.1:{port}"
-        _wait_for_nodes(address, env, 1)
-        nodes.append(subprocess.Popen([ray, "start", "--address", address, *common], env=env,
-                                      start_new_session=True, stdout=subprocess.DEVNULL,
-                                      stderr=open(tmp_path / "node.log", "wb")))
-        _wait_for_nodes(address, env, 2)
-        yield address, {k: env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-    finally:
-        for node in reversed(nodes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(node.pid, signal.SIGTERM)
-        for node in nodes:
-            try:
-                node.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(node.pid, signal.SIGKILL)
+def ray_cluster(tmp_path) -> Iterator[RayCluster]:
+    """A Ray cluster on loopback, a head and a second node of one CPU each (tests/raycluster.py)."""
+    from tests.raycluster import ray_cluster as start
 
-
-def _wait_for_nodes(address: str, env: dict[str, str], n: int) -> None:
-    """Until the cluster at ``address`` has ``n`` live nodes (asked from a process of its own)."""
-    ask = ("import ray, sys; ray.init(address=sys.argv[1], logging_level=40); "
-           "print(sum(1 for node in ray.nodes() if node['Alive']))")
-    deadline = time.monotonic() + 90
-    while True:
-        proc = subprocess.run([sys.executable, "-c", ask, address], env=env, capture_output=True, text=True,
-                              timeout=120)
-        if proc.returncode == 0 and proc.stdout.strip() == str(n):
-            return
-        assert time.monotonic() < deadline, f"the Ray cluster at {address} has no {n} nodes: {proc.stderr[-500:]}"
-        time.sleep(1)
+    with start(tmp_path, nodes=2) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,12 @@ one untimed run of each arm:
 * ``connect``: the same with ``SPARK_REMOTE`` pointing at a Spark Connect server on loopback,
   started once by the bench from PySpark's own jars (``local[2]``, the driver memory a local
   context gets): a cluster that is up, as users reach one. The client has no Java on its PATH;
-* ``ray`` (``--arms local,classic,ray``; issue 85): ``memwal merge COPY --engine ray --json``, a
-  local Ray of the machine's cores started by the process (its start-up included).
+* ``ray`` (``--arms local,classic,ray,ray-cluster``; issue 85): ``memwal merge COPY --engine ray
+  --json``, a local Ray of the machine's cores started by the process (its start-up and shutdown
+  included);
+* ``ray-cluster``: the same with ``RAY_ADDRESS`` at a one-node Ray cluster on loopback of the
+  machine's cores (``ray start --head``, started once by the bench, tests/raycluster.py): a
+  cluster that is up, as ``connect`` measures Spark's.
 
 Each run is the CLI's own ``main`` in a worker process (:func:`worker`), timed by the harness from
 exec to exit. The worker records, over the merge:
@@ -137,15 +141,19 @@ def _files(path: str) -> dict[str, int]:
     return out
 
 
-def arm_env(arm: str, url: str, trees: dict[str, Path] | None = None) -> dict[str, str]:
-    """The environment of an arm's worker: no Java and ``SPARK_REMOTE`` for ``connect``; for
-    ``classic@REV``, the memwal of that revision first on the path (:func:`baseline_tree`)."""
+def arm_env(arm: str, url: str, trees: dict[str, Path] | None = None,
+            ray: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of an arm's worker: no Java and ``SPARK_REMOTE`` for ``connect``; the
+    cluster's address and token (``ray``) for ``ray-cluster``; for ``classic@REV``, the memwal of
+    that revision first on the path (:func:`baseline_tree`)."""
     from tests.sparkconnect import javaless_env
 
     if arm == "connect":
         return javaless_env(url)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     env.pop("RAY_ADDRESS", None)  # the ray arm's own local Ray
+    if arm == "ray-cluster":
+        env.update(ray or {})
     if "@" in arm:
         env["PYTHONPATH"] = str((trees or {})[arm.split("@", 1)[1]])
     return env
@@ -178,8 +186,8 @@ def _read_all(path: str) -> None:
                     pass
 
 
-def one_run(pristine: str, copy: Path, arm: str, url: str, logs: Path, *, pre_read: bool = False,
-            trees: dict[str, Path] | None = None) -> dict[str, Any]:
+def one_run(pristine: str, copy: Path, arm: str, env: dict[str, str], logs: Path, *,
+            pre_read: bool = False) -> dict[str, Any]:
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(pristine, copy)
     before = _files(str(copy))
@@ -191,11 +199,11 @@ def one_run(pristine: str, copy: Path, arm: str, url: str, logs: Path, *, pre_re
     os.sync()
     result = logs / f"{copy.name}-{arm}.json"
     result.unlink(missing_ok=True)
-    engine = arm if arm in ("local", "ray") else "spark"
+    engine = "local" if arm == "local" else "ray" if arm.startswith("ray") else "spark"
     cmd = [sys.executable, "-m", "bench.spark.connect", "worker", str(copy), engine, str(result)]
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=arm_env(arm, url, trees), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     whole = time.perf_counter() - t0
     if proc.returncode != 0 or not result.exists():
         err = "\n".join(x for x in proc.stderr.splitlines() if NOISE not in x)[-3000:]
@@ -236,6 +244,7 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
         baselines: tuple[str, ...] = ()) -> dict[str, Any]:
     from bench.merge.compare import table_state
     from bench.spark.breakdown import ensure_table
+    from tests.raycluster import ray_cluster
     from tests.sparkconnect import ConnectServer
 
     out, work = Path(out), Path(work or Path(out) / "spark-work")
@@ -249,25 +258,28 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
     copies = {a: work / f"copy-connect-{a.replace('@', '-')}" for a in arms}
     server_dir = work / "connect-server"
     server_dir.mkdir(exist_ok=True)
-    server = None
-    url = ""
-    if "connect" in arms:
-        log("starting a Spark Connect server (local[2])")
-        server = ConnectServer(server_dir, conf={"spark.driver.memory": "2g"}).start()
-        url = server.url
-    try:
+    with contextlib.ExitStack() as stack:
+        url, ray = "", None
+        if "connect" in arms:
+            log("starting a Spark Connect server (local[2])")
+            server = ConnectServer(server_dir, conf={"spark.driver.memory": "2g"}).start()
+            stack.callback(server.stop)
+            url = server.url
+        if "ray-cluster" in arms:
+            log(f"starting a Ray cluster ({os.cpu_count()} CPUs)")
+            (work / "ray-cluster").mkdir(exist_ok=True)
+            cluster = stack.enter_context(ray_cluster(work / "ray-cluster", cpus=os.cpu_count() or 1))
+            ray = {"RAY_ADDRESS": cluster.address, **cluster.env}
+        envs = {a: arm_env(a, url, trees, ray) for a in arms}
         for a in arms:  # untimed: each arm's code, Spark's jars and the server's workers warm
             log(f"{a} (warm-up)")
-            one_run(pristine, copies[a], a, url, logs, trees=trees)
+            one_run(pristine, copies[a], a, envs[a], logs)
         runs: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
         for i in range(repeats):
             for a in arms:
                 time.sleep(PAUSE)
                 log(f"{a} ({i + 1}/{repeats})")
-                runs[a].append(one_run(pristine, copies[a], a, url, logs, pre_read=pre_read, trees=trees))
-    finally:
-        if server is not None:
-            server.stop()
+                runs[a].append(one_run(pristine, copies[a], a, envs[a], logs, pre_read=pre_read))
     states = {a: table_state(str(copies[a])) for a in arms}
     first = states[arms[0]]
     doc: dict[str, Any] = {
@@ -282,8 +294,9 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
         doc["connect_over_classic"] = round(arm["connect"]["whole_seconds"] / arm["classic"]["whole_seconds"], 3)
     if "classic" in arm and "local" in arm:
         doc["classic_over_local"] = round(arm["classic"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
-    if "ray" in arm and "local" in arm:
-        doc["ray_over_local"] = round(arm["ray"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
+    for a in ("ray", "ray-cluster"):
+        if a in arm and "local" in arm:
+            doc[f"{a.replace('-', '_')}_over_local"] = round(arm[a]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
     if "connect" in arm and "local" in arm:
         doc["connect_over_local"] = round(arm["connect"]["whole_seconds"] / arm["local"]["whole_seconds"], 3)
     for a in arm:
@@ -292,7 +305,8 @@ def run(out: str | Path = "bench-results", *, work: str | Path | None = None, ch
     doc["goals"] = {
         "connect_over_classic": {"max": CONNECT_OVER_CLASSIC_MAX, "met": doc.get("connect_over_classic", 0) <= 1.5},
         "classic_over_local": {"max": SPARK_OVER_LOCAL_MAX, "met": doc.get("classic_over_local", 0) <= 3.0},
-        "ray_over_local": {"max": RAY_OVER_LOCAL_MAX, "met": doc.get("ray_over_local", 0) <= RAY_OVER_LOCAL_MAX},
+        **{f"{a}_over_local": {"max": RAY_OVER_LOCAL_MAX, "met": doc[f"{a}_over_local"] <= RAY_OVER_LOCAL_MAX}
+           for a in ("ray", "ray_cluster") if f"{a}_over_local" in doc},
         "driver_share": {"max": DRIVER_SHARE_MAX, "met": all(
             (arm[a]["driver_share_max"] or 0) <= DRIVER_SHARE_MAX for a in arm if a != "local")},
     }
@@ -331,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", help="where tables are built and kept (default OUT/spark-work)")
     p.add_argument("--change-rows", type=int, default=2_000_000)
     p.add_argument("--repeats", type=int, default=REPEATS)
-    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated: local,classic,connect,ray")
+    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated: local,classic,connect,ray,ray-cluster")
     p.add_argument("--baseline", action="append", default=[], metavar="REV",
                    help="also an arm classic@REV: the Spark engine of git revision REV, interleaved (repeatable)")
     p.add_argument("--pre-read", action="store_true",

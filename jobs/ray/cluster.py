@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import warnings
+from typing import Any
 
 from memwal.errors import BadInputError, MemWalError, first_line
 
@@ -28,6 +29,15 @@ ADDRESS_ENV = "RAY_ADDRESS"
 #: an unreachable address for many minutes. The environment variable sets another bound.
 CONNECT_SECONDS = 60.0
 CONNECT_SECONDS_ENV = "MEMWAL_RAY_CONNECT_SECONDS"
+#: How long a job's tasks are waited for while the cluster's GCS does not answer: then the job
+#: fails with one line (:func:`memwal.ray.runner.RayRunner.get`). The environment variable sets
+#: another bound.
+LOST_SECONDS = 30.0
+LOST_SECONDS_ENV = "MEMWAL_RAY_LOST_SECONDS"
+#: Ray's own bound on a GCS that does not answer, after which its driver ends the process with a
+#: native abort (60 s by default): set above :data:`LOST_SECONDS` for this process, unless the
+#: environment sets it, so that the job's own one-line failure comes first.
+RAY_RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
@@ -44,6 +54,7 @@ def start() -> None:
     :data:`CONNECT_SECONDS_ENV` is bad input here, before the job writes anything."""
     global _thread
     _connect_seconds()
+    lost_seconds()
     with _lock:
         if _thread is None:
             _thread = threading.Thread(target=_connect, name="memwal-ray-connect", daemon=True)
@@ -61,16 +72,46 @@ def connected() -> None:
 
 
 def _connect_seconds() -> float:
-    text = os.environ.get(CONNECT_SECONDS_ENV)
+    return _seconds(CONNECT_SECONDS_ENV, CONNECT_SECONDS)
+
+
+def lost_seconds() -> float:
+    """How long a job waits for a cluster whose GCS does not answer (:data:`LOST_SECONDS`)."""
+    return _seconds(LOST_SECONDS_ENV, LOST_SECONDS)
+
+
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
     if text is None:
-        return CONNECT_SECONDS
+        return default
     try:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
     if not 0 < seconds < float("inf"):
-        raise BadInputError(f"{CONNECT_SECONDS_ENV}: expected a number of seconds above 0, got {text[:40]!r}")
+        raise BadInputError(f"{name}: expected a number of seconds above 0, got {text[:40]!r}")
     return seconds
+
+
+def where() -> str:
+    """The Ray this process uses, for a one-line error."""
+    return f"Ray {_where()}"
+
+
+def answers(timeout: float = 2.0) -> bool:
+    """Whether the cluster's GCS answers a read within ``timeout`` seconds. Ray's public API has
+    no call with a timeout that asks the GCS (``ray.nodes()`` waits as long as Ray's own bound),
+    so this reads a key through the worker's GCS client, as Ray's own tools do."""
+    from ray._private.worker import global_worker
+
+    client: Any = getattr(global_worker, "gcs_client", None)  # set when this process connected
+    if client is None:
+        return False
+    try:
+        client.internal_kv_get(b"memwal-ping", None, timeout=timeout)
+    except Exception:  # noqa: BLE001 - any failure: no answer
+        return False
+    return True
 
 
 def _where() -> str:
@@ -89,6 +130,7 @@ def _connect() -> None:
             local = address == "local"
             # Ray starts its processes by fork and exec: Lance's fork warning does not apply to them
             warnings.filterwarnings("ignore", message="lance is not fork-safe")
+            os.environ.setdefault(RAY_RECONNECT_ENV, str(int(lost_seconds() * 4 + 60)))
             ray.init(address=address, num_cpus=os.cpu_count() if local else None,
                      include_dashboard=False if local else None, log_to_driver=False, logging_level=logging.ERROR,
                      namespace="memwal")

@@ -5,18 +5,22 @@ A job of tasks is one remote call per payload; the function they share is put in
 store once. What the tasks return is waited for in rounds (:data:`WAIT_SECONDS`), so that an
 operator's cancel, reaching the run through the lease it watches (:meth:`RayRunner.stoppable`),
 cancels every task still running (``ray.cancel(force=True)``: the worker process is killed) and
-the run stops with one line. A task's failure comes back as one line too: our own error with its
-class (so the exit code holds), else the task's error class and message, never Ray's traceback.
+the run stops with one line. Each round also asks the cluster's GCS for an answer: a cluster
+that gives none for :data:`memwal.ray.cluster.LOST_SECONDS` fails the job with one line, exit 1,
+before anything is committed (the tasks' results are needed first). A task's failure comes back
+as one line too: our own error with its class (so the exit code holds), else the task's error
+class and message, never Ray's traceback.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from memwal.ray.cluster import connected
+from memwal.ray.cluster import RayUnavailable, answers, connected, lost_seconds, where
 
 from memwal.errors import MemWalError, first_line
 from memwal.lease import cancel
@@ -74,11 +78,16 @@ class RayRunner:
         with self._lock:
             self._running += refs
         try:
-            pending = list(refs)
+            pending, bound = list(refs), lost_seconds()
+            heard = time.monotonic()
             while pending:
                 if self._stopped.is_set():
                     raise RayJobStopped("the Ray tasks were cancelled")
                 _, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_SECONDS)
+                if pending and answers():
+                    heard = time.monotonic()
+                elif pending and time.monotonic() - heard > bound:
+                    raise RayUnavailable(f"{where()}: lost: no answer for {bound:g} s while tasks ran")
             return list(ray.get(refs))
         except ray.exceptions.TaskCancelledError:
             raise RayJobStopped("the Ray tasks were cancelled") from None

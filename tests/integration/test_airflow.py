@@ -145,9 +145,8 @@ def test_the_maintenance_dag_runs_on_a_ray_cluster_named_by_a_connection(airflow
     names, its token from the connection's password (never in the DAG's environment, the run
     conf, a log or a rendered template)."""
     env, home = airflow_env
-    address, ray_env = ray_cluster
-    host, port = address.rsplit(":", 1)
-    token = ray_env["RAY_AUTH_TOKEN"]
+    host, port = ray_cluster.address.rsplit(":", 1)
+    token = ray_cluster.env["RAY_AUTH_TOKEN"]
     conn = {"conn_type": "generic", "host": host, "port": int(port), "password": token}
     table, model = make_table()
     conf = {"table": table.uri, "engine": "ray", "ray_conn_id": "ray_test", "grace_seconds": 0,

@@ -163,7 +163,7 @@ def run_cli_env(env: dict[str, str], *argv: str) -> CliRun:
 def test_the_cycle_on_a_ray_cluster_of_two_nodes(make_table, ray_cluster, tmp_path):
     """``memwal cycle --ray-address`` against a head and a second node: every job on Ray, the
     table every row right; the cluster's token travels in the environment only."""
-    address, env = ray_cluster
+    address, env = ray_cluster.address, ray_cluster.env
     table, model = make_table(Workload(base_rows=400, shards=4, generations=4, rows_per_generation=40, seed=2))
     run = run_cli_env(env, "cycle", table.uri, "--ray-address", address, "--json", "--grace-seconds", "0",
                       "--writer-idle-seconds", "0", "--expire-versions", "0")
@@ -177,3 +177,27 @@ def test_the_cycle_on_a_ray_cluster_of_two_nodes(make_table, ray_cluster, tmp_pa
     table = open_table(table.uri)
     assert table_rows(table) == lsm_rows(table) == model.sorted_rows()
     assert run_cli("verify", table.uri).rc == 0
+
+
+def test_a_cluster_lost_mid_merge_fails_in_the_bound_with_one_line(make_table, ray_cluster, ray_local, tmp_path):
+    """The head of the cluster is killed while the merge's tasks run (held at a barrier): the
+    driver stops waiting once the cluster gave no answer for the bound and fails with one line,
+    exit 1, nothing committed; the next merge, on a local Ray, merges every row."""
+    table, model = make_table()
+    version, rows = table.dataset().version, lsm_rows(table)
+    env = {**ray_cluster.env, "MEMWAL_RAY_LOST_SECONDS": "5"}
+    with Barrier(str(tmp_path / "barrier"), "ray.merge.read-task") as barrier:
+        proc = subprocess.Popen([memwal_program(), "merge", table.uri, "--ray-address", ray_cluster.address],
+                                env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        barrier.wait_reached()
+        started = time.monotonic()
+        ray_cluster.kill_head()
+        out, err = proc.communicate(timeout=120)
+        barrier.release()
+    assert time.monotonic() - started < 60, "the lost cluster was waited for past its bound"
+    run = CliRun(proc.returncode, out, err)
+    assert_one_line_error(run, 1, f"Ray cluster at {ray_cluster.address}: lost: no answer for 5 s")
+    table = open_table(table.uri)
+    assert table.dataset().version == version and lsm_rows(table) == rows
+    assert memwal.open(table.uri).merge(engine="ray").ok  # the next run: a local Ray
+    assert table_rows(open_table(table.uri)) == model.sorted_rows()
