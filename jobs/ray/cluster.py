@@ -51,7 +51,8 @@ class RayUnavailable(MemWalError):
 
 def start() -> None:
     """Connect in the background (once per process; a connection already made is kept). A bad
-    :data:`CONNECT_SECONDS_ENV` is bad input here, before the job writes anything."""
+    :data:`CONNECT_SECONDS_ENV` or :data:`LOST_SECONDS_ENV` is bad input here, before the job
+    writes anything."""
     global _thread
     _connect_seconds()
     lost_seconds()
@@ -66,9 +67,9 @@ def connected() -> None:
     start()
     seconds = _connect_seconds()
     if not _ready.wait(seconds):
-        raise RayUnavailable(f"Ray {_where()}: not reached within {seconds:g} s")
+        raise RayUnavailable(f"{where()}: not reached within {seconds:g} s")
     if _failed is not None:
-        raise RayUnavailable(f"Ray {_where()}: {first_line(_failed)}")
+        raise RayUnavailable(f"{where()}: {first_line(_failed)}")
 
 
 def _connect_seconds() -> float:

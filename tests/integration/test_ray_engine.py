@@ -21,6 +21,7 @@ from memwal.ray.merge import RayMergeEngine
 
 import memwal
 from memwal.demo import Workload
+from memwal.history.log import read_runs
 from memwal.merge import run_merge
 from memwal.table import open_table
 from tests.clients.jobs import ZERO
@@ -201,3 +202,20 @@ def test_a_cluster_lost_mid_merge_fails_in_the_bound_with_one_line(make_table, r
     assert table.dataset().version == version and lsm_rows(table) == rows
     assert memwal.open(table.uri).merge(engine="ray").ok  # the next run: a local Ray
     assert table_rows(open_table(table.uri)) == model.sorted_rows()
+
+
+def test_the_fleet_runs_small_tables_as_ray_tasks(make_table, ray_local, tmp_path):
+    """``fleet run --engine ray``: each table's cycle is a Ray task (its jobs run, with the local
+    engine inside, in a Ray worker: another process than this one), every row right."""
+    root = tmp_path / "lake"
+    built = {str(root / name): make_table(uri=str(root / name)) for name in ("a/t1", "t2")}
+    run = run_cli("fleet", "run", str(root), "--engine", "ray", "--json")
+    assert run.rc == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["engine"] == "ray" and doc["failed_tables"] == []
+    for uri, (table, model) in built.items():
+        assert table_rows(open_table(uri)) == model.sorted_rows()
+        runs = list(read_runs(table.store))
+        assert {r.job for r in runs} >= {"merge", "catchup", "compact", "snapshot"}, runs
+        assert {r.engine for r in runs} == {"local"}  # the local engine inside each task
+        assert all(r.holder and int(r.holder.split(":")[1]) != os.getpid() for r in runs)  # in a Ray worker
