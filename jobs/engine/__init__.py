@@ -12,21 +12,15 @@ application's, or a local one started in the background, with the driver JVM's c
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from memwal.spark.engine.merge import SparkMergeEngine
 
-    from memwal.tasks.catchup import TaskCatchupEngine
-    from memwal.tasks.compact import TaskCompactEngine
-    from memwal.tasks.fleet import TaskTableRunner
-    from memwal.tasks.gc import TaskGcEngine
-    from memwal.tasks.snapshot import TaskManifestReader
+    from memwal.tasks import TaskEngine
 
     #: One action's Spark engine (each satisfies that action's engine protocol in the core).
-    SparkEngine: TypeAlias = (SparkMergeEngine | TaskCatchupEngine | TaskCompactEngine | TaskManifestReader
-                              | TaskGcEngine | TaskTableRunner)
+    SparkEngine: TypeAlias = SparkMergeEngine | TaskEngine
 
 
 def _merge() -> SparkMergeEngine:
@@ -39,17 +33,9 @@ def _tasks(action: str) -> SparkEngine:
     """The task engine of ``action`` (:mod:`memwal.tasks`) on this process's Spark session."""
     from memwal.spark.engine.runner import SparkRunner
 
-    from memwal.tasks.catchup import TaskCatchupEngine
-    from memwal.tasks.compact import TaskCompactEngine
-    from memwal.tasks.fleet import TaskTableRunner
-    from memwal.tasks.gc import TaskGcEngine
-    from memwal.tasks.snapshot import TaskManifestReader
+    from memwal.tasks import task_engine
 
-    if action == "fleet":
-        return TaskTableRunner(SparkRunner(app="memwal-fleet"))
-    kinds: dict[str, Callable[[SparkRunner], SparkEngine]] = {
-        "catchup": TaskCatchupEngine, "compact": TaskCompactEngine, "snapshot": TaskManifestReader, "gc": TaskGcEngine}
-    return kinds[action](SparkRunner())
+    return task_engine(action, SparkRunner(app="memwal-fleet") if action == "fleet" else SparkRunner())
 
 
 class SparkEngines:

@@ -11,22 +11,15 @@ The cluster is ``RAY_ADDRESS``'s, else a local Ray with the machine's cores (:mo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from memwal.ray.merge import RayMergeEngine
-    from memwal.ray.runner import RayRunner
 
-    from memwal.tasks.catchup import TaskCatchupEngine
-    from memwal.tasks.compact import TaskCompactEngine
-    from memwal.tasks.fleet import TaskTableRunner
-    from memwal.tasks.gc import TaskGcEngine
-    from memwal.tasks.snapshot import TaskManifestReader
+    from memwal.tasks import TaskEngine
 
     #: One action's Ray engine (each satisfies that action's engine protocol in the core).
-    RayEngine: TypeAlias = (RayMergeEngine | TaskCatchupEngine | TaskCompactEngine | TaskManifestReader
-                            | TaskGcEngine | TaskTableRunner)
+    RayEngine: TypeAlias = RayMergeEngine | TaskEngine
 
 
 class RayEngines:
@@ -38,16 +31,9 @@ class RayEngines:
         from memwal.ray.merge import RayMergeEngine
         from memwal.ray.runner import RayRunner
 
-        from memwal.tasks.catchup import TaskCatchupEngine
-        from memwal.tasks.compact import TaskCompactEngine
-        from memwal.tasks.fleet import TaskTableRunner
-        from memwal.tasks.gc import TaskGcEngine
-        from memwal.tasks.snapshot import TaskManifestReader
+        from memwal.tasks import task_engine
 
-        kinds: dict[str, Callable[[RayRunner], RayEngine]] = {
-            "merge": RayMergeEngine, "catchup": TaskCatchupEngine, "compact": TaskCompactEngine,
-            "snapshot": TaskManifestReader, "gc": TaskGcEngine, "fleet": TaskTableRunner}
-        return kinds[action](RayRunner())
+        return RayMergeEngine(RayRunner()) if action == "merge" else task_engine(action, RayRunner())
 
     def prepare(self) -> None:
         """Connect to Ray in the background while the job plans (:func:`memwal.ray.cluster.start`)."""

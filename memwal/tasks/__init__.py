@@ -17,10 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     from memwal.table import Table
+    from memwal.tasks.catchup import TaskCatchupEngine
+    from memwal.tasks.compact import TaskCompactEngine
+    from memwal.tasks.fleet import TaskTableRunner
+    from memwal.tasks.gc import TaskGcEngine
+    from memwal.tasks.snapshot import TaskManifestReader
+
+    #: One action's task engine (each satisfies that action's engine protocol in the core).
+    TaskEngine: TypeAlias = (TaskCatchupEngine | TaskCompactEngine | TaskManifestReader | TaskGcEngine
+                             | TaskTableRunner)
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -44,6 +53,21 @@ class TaskRunner(Protocol):
         """The tasks this block starts are stopped when an operator's cancel reaches the run
         (:func:`memwal.lease.cancel.stoppable`); a failure comes out in one line."""
         ...
+
+
+def task_engine(action: str, runner: TaskRunner) -> TaskEngine:
+    """The task engine of ``action`` (``catchup``, ``compact``, ``snapshot``, ``gc``, ``fleet``) on
+    ``runner``: the one table of them every distributed engine hands the core."""
+    from memwal.tasks.catchup import TaskCatchupEngine
+    from memwal.tasks.compact import TaskCompactEngine
+    from memwal.tasks.fleet import TaskTableRunner
+    from memwal.tasks.gc import TaskGcEngine
+    from memwal.tasks.snapshot import TaskManifestReader
+
+    kinds: dict[str, Callable[[TaskRunner], TaskEngine]] = {
+        "catchup": TaskCatchupEngine, "compact": TaskCompactEngine, "snapshot": TaskManifestReader,
+        "gc": TaskGcEngine, "fleet": TaskTableRunner}
+    return kinds[action](runner)
 
 
 def task_uri(table: Table) -> str:
