@@ -30,7 +30,6 @@ executors need only memwal-jobs and pylance installed. Why these shapes: docs/de
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -55,8 +54,6 @@ from memwal.tasks.merge_tasks import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-log = logging.getLogger(__name__)
 
 #: :data:`memwal.tasks.merge_tasks.ROW_SCHEMA` as Spark's DDL, for ``mapInArrow``.
 ROW_DDL = "part int, kind string, text string, blob binary"
@@ -149,15 +146,10 @@ def _run(spark: SparkSession, table: Table, job: MergeJob, frame: DataFrame) -> 
     merge interrupts (:func:`memwal.spark.engine.tags.stoppable_job`); if it fails, its folder is
     closed and what its tasks wrote removed, and the error comes back in one line (ours with its
     class, so the exit code holds)."""
-    try:
-        with stoppable_job(spark, f"memwal-{job.folder.rsplit('/', 1)[-1]}"):
-            return Output.of(rows_of(frame.toArrow().to_batches()))
-    except BaseException:  # an interrupted process too: what the tasks wrote is not left behind
-        try:
-            job.remove_written(table, settled=not is_connect(spark))
-        except Exception as left:  # the job's own error matters more; GC collects staging orphans
-            log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
-        raise
+    # over Connect the client cannot wait for a stopped job's tasks: they may still run
+    with job.removed_on_failure(table, lambda: not is_connect(spark)), \
+            stoppable_job(spark, f"memwal-{job.folder.rsplit('/', 1)[-1]}"):
+        return Output.of(rows_of(frame.toArrow().to_batches()))
 
 
 __all__ = ["SparkMergeEngine"]

@@ -18,7 +18,6 @@ removes its own files when it finds the folder closed. Why Ray this way: docs/de
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,8 +43,6 @@ from memwal.tasks.merge_tasks import (
     retire_fragments,
     rows_of,
 )
-
-log = logging.getLogger(__name__)
 
 
 def split(rows: Iterable[Row], kind: str, parts: int) -> list[pa.RecordBatch]:
@@ -135,18 +132,10 @@ class RayMergeEngine(TaskMergeEngine):
             barrier = steps.barrier_for_tasks()
             heads += [retire.remote(job.target, job.options, barrier, *(r[1 + p] for r in reduced))
                       for p in range(job.retire_parts)]
-        try:
-            with self.runner.stoppable(f"memwal-{job.folder.rsplit('/', 1)[-1]}"):
-                return Output.of(rows_of(self.runner.get(heads)))
-        except BaseException:  # an interrupted process too: what the tasks wrote is not left behind
-            every = [ref for refs in reduced for ref in refs] + heads
-            for ref in every:
-                ray.cancel(ref, force=True)
-            try:
-                job.remove_written(table, settled=_ended(every))
-            except Exception as left:  # the job's own error matters more; GC collects staging orphans
-                log.warning("merge %s: files left under %s: %s", table.uri, job.folder, left)
-            raise
+        # ``heads`` holds one reference of every task (ray.wait refuses a reference twice)
+        with job.removed_on_failure(table, lambda: _stopped(heads)), \
+                self.runner.stoppable(f"memwal-{job.folder.rsplit('/', 1)[-1]}"):
+            return Output.of(rows_of(self.runner.get(heads)))
 
 
 def _refs(returned: Any) -> list[Any]:
@@ -154,10 +143,13 @@ def _refs(returned: Any) -> list[Any]:
     return returned if isinstance(returned, list) else [returned]
 
 
-def _ended(refs: list[Any], seconds: float = 10.0) -> bool:
-    """Whether every task behind ``refs`` has ended (cancelled or not) within ``seconds``."""
+def _stopped(refs: list[Any], seconds: float = 10.0) -> bool:
+    """Every task behind ``refs`` cancelled (its worker killed); whether all have ended within
+    ``seconds``."""
     import ray
 
+    for ref in refs:
+        ray.cancel(ref, force=True)
     _, pending = ray.wait(refs, num_returns=len(refs), timeout=seconds)
     return not pending
 

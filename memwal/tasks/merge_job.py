@@ -19,7 +19,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -112,6 +113,21 @@ class MergeJob:
                 listed |= {k for k in doc if isinstance(k, str)} if isinstance(doc, list) else set()
             remove_uncommitted(table, sorted(listed - keep))
         store.delete_many([k for k in folder if settled or not k.endswith(f"/{CLOSED}")])
+
+    @contextmanager
+    def removed_on_failure(self, table: Table, settled: Callable[[], bool]) -> Iterator[None]:
+        """If the block fails (an interrupted process too), what the job's tasks wrote is not left
+        behind: :meth:`remove_written`, ``settled()`` saying whether every task has ended (the
+        engine stops them first). The job's own error then propagates: it matters more than a
+        failed cleanup, whose leftovers GC collects as staging orphans."""
+        try:
+            yield
+        except BaseException:
+            try:
+                self.remove_written(table, settled=settled())
+            except Exception as left:
+                log.warning("merge %s: files left under %s: %s", table.uri, self.folder, left)
+            raise
 
     def table_changes(self, table: Table, out: Output) -> TableChanges:
         """The driverless path's half: the fragments and deletion files the tasks wrote into

@@ -95,6 +95,15 @@ def test_a_cancel_stops_the_ray_tasks(make_table, ray_local, manual_clock: Manua
     assert "the Ray job memwal-" in error and "was cancelled" in error, error
 
 
+def test_a_merge_cancelled_after_its_tasks_wrote_leaves_none_of_their_files(make_table, ray_local,
+                                                                             manual_clock: ManualClock, tmp_path):
+    """Held at the retire stage, the upserts already written into the table by the reduce tasks:
+    the cancel stops the job and every file its tasks wrote is removed (their receipts list them)."""
+    error = assert_cancel_stops_engine_tasks(make_table, manual_clock, tmp_path, "merge", "ray",
+                                             "ray.merge.retire-task")
+    assert "the Ray job memwal-" in error and "was cancelled" in error, error
+
+
 @pytest.mark.parametrize("step", ["ray.merge.read-task", "ray.merge.retire-task"])
 def test_a_worker_killed_mid_merge_is_retried_and_the_table_comes_out_right(make_table, ray_local, tmp_path, step):
     """The worker process running a merge task is killed (SIGKILL) while its task is held:
