@@ -170,9 +170,9 @@ def waits_for_time(job: str, doc: dict[str, Any]) -> bool:
         return False
     if doc.get("time_will_free") or kept_by_gate(doc, "writer-live"):
         return True
-    holders = [v.get("held_by") for v in (doc.get("retention") or {}).get("blocking_versions", [])]
+    holders = (doc.get("retention") or {}).get("blocking_by_holder") or {}
     expiring = doc.get("expired_versions") is not None
-    return "checkpoint" in holders or (expiring and None in holders)
+    return "checkpoint" in holders or (expiring and "age" in holders)
 
 
 def gc_changed(doc: Mapping[str, Any]) -> bool:

@@ -258,13 +258,25 @@ class BlockingVersion:
 
 @dataclass(frozen=True)
 class Retention:
-    """Which retained versions block, and what would free them (``retention``)."""
+    """Which retained versions block, and what would free them (``retention``): at most a hundred
+    named (:func:`memwal.gc.retention.retention_report` says which), every one counted."""
 
     blocking_versions: tuple[BlockingVersion, ...]
     hint: str
+    #: How many versions block, by what keeps each: ``age`` (only its age), ``tag``, ``branch``, ``checkpoint``.
+    blocking_by_holder: Mapping[str, int] = field(default_factory=dict)
+    #: The age of the youngest version only its age keeps (None: none): version expiry frees the
+    #: generations these hold once it passes ``--expire-versions``.
+    youngest_by_age_seconds: float | None = None
+
+    @property
+    def blocking_total(self) -> int:
+        return sum(self.blocking_by_holder.values())
 
     def to_dict(self) -> Json:
-        return {"blocking_versions": [v.to_dict() for v in self.blocking_versions], "hint": self.hint}
+        return {"blocking_versions": [v.to_dict() for v in self.blocking_versions],
+                "blocking_total": self.blocking_total, "blocking_by_holder": dict(self.blocking_by_holder),
+                "youngest_by_age_seconds": self.youngest_by_age_seconds, "hint": self.hint}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from memwal.core.words import counted
 from memwal.gc.expiry import plan_version_expiry
 from memwal.gc.gates import Gates
 from memwal.gc.model import BlockingVersion, Retention
-from memwal.gc.versions import Holders, Ranked, by_age_only
+from memwal.gc.versions import Holders, Ranked, ShardProgress, by_age_only
 from memwal.table.retained import RetainedVersion
 
 #: At most this many ``--expire-versions`` values are tried for the hint (the largest ones, and
@@ -67,17 +67,26 @@ class ExpiryTrial(NamedTuple):
 def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | None:
     """Which retained versions hold merged generations back, and what would free each (see
     the module docstring). ``held`` lists the merged generations the retained-version gate
-    blocks; ``gates`` are the gates they were judged by."""
+    blocks; ``gates`` are the gates they were judged by.
+
+    Every holder is counted, at most :data:`SHOWN_VERSIONS` are named: the ones a tag, a branch or
+    a checkpoint keeps first (the user's to delete, each with its own hint), then the youngest of
+    those only their age keeps (the first version expiry frees last). A week of versions beside a
+    busy writer is some 70,000 holders: a row for each made every whole GC's document 9 MB and
+    its plan grow with the table's age (issue 82)."""
     if not held:
         return None
     now = gates.now
-    rows = sorted((_blocking_version(v, n, now) for v, n in _held_counts(held)),
-                  key=lambda r: (r.branch or "", r.version))
-    expirable = [r for r in rows if r.held_by is None]
+    holding = _held_counts(held)
+    pinned = [_blocking_version(v, n, now) for v, n in holding.pinned]
+    aged = holding.youngest(SHOWN_VERSIONS - min(len(pinned), SHOWN_VERSIONS // 2))
+    shown = sorted(pinned[:SHOWN_VERSIONS - len(aged)] + [_blocking_version(v, n, now) for v, n in aged],
+                   key=lambda r: (r.branch or "", r.version))
     hints = []
-    if expirable:
-        hints.append(_expiry_hint(held, gates, expirable))
-    for r in rows:
+    if holding.aged:
+        hints.append(_expiry_hint(held, gates, [v.version for v in holding.aged]))
+    named = [r for r in shown if r.held_by is not None]
+    for r in named:
         if r.held_by == "checkpoint":
             ids = ", ".join(t.removeprefix(TAG_PREFIX) for t in (r.tag or "").split(", "))
             hints.append(f"Version {r.version} is pinned by checkpoint {ids}: it is freed when the checkpoint "
@@ -89,43 +98,82 @@ def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | No
             where = r.branch or r.starts_branch
             hints.append(f"Version {r.version} is kept by branch {where}: delete the branch to free it "
                          "(GC never deletes branches).")
-    return Retention(tuple(rows), " ".join(hints))
+    if len(pinned) > len(named):
+        hints.append(f"{counted(len(pinned) - len(named), 'more version')} kept by a tag, a branch or a checkpoint "
+                     "also hold some.")
+    by_holder = Counter(r.held_by or BY_AGE for r in pinned)
+    if holding.aged:
+        by_holder[BY_AGE] = len(holding.aged)
+    youngest = None if not aged else round(max(0.0, now - max(v.timestamp for v, _ in aged)), 1)
+    return Retention(tuple(shown), " ".join(hints), dict(sorted(by_holder.items())), youngest)
 
 
-def _held_counts(held: list[HeldGeneration]) -> list[tuple[RetainedVersion, int]]:
+#: Blocking versions a GC document names (:func:`retention_report`); every one is counted.
+SHOWN_VERSIONS = 100
+#: ``blocking_by_holder``'s key for the versions only their age keeps (``held_by`` None).
+BY_AGE = "age"
+
+
+class _Holding(NamedTuple):
+    """The retained versions that hold a generation of ``held``, with how many each holds."""
+
+    pinned: list[tuple[RetainedVersion, int]]  # kept by a tag, a branch or a checkpoint
+    aged: list[RetainedVersion]  # kept by their age only
+    aged_counts: list[int]
+    aged_stamps: np.ndarray  # their commit times
+
+    def youngest(self, n: int) -> list[tuple[RetainedVersion, int]]:
+        """The ``n`` most recently committed holders only their age keeps."""
+        stamps = self.aged_stamps
+        top = range(len(stamps)) if len(stamps) <= n else np.argpartition(stamps, len(stamps) - n)[-n:].tolist()
+        return [(self.aged[j], self.aged_counts[j]) for j in top] if n > 0 else []
+
+
+def _held_counts(held: list[HeldGeneration]) -> _Holding:
     """Each retained version that holds a generation of ``held``, with how many it holds.
 
     Counted, never listed (issue 82: a week of versions times a week of generations is too many
     positions to hold): per shard, the held generations sorted once, and each version holds
     those above its progress, one binary search a version (:class:`memwal.gc.versions.Ranked`
     has the versions in progress order, less the ones its mask leaves out)."""
-    per_view: dict[int, tuple[list[RetainedVersion], Ranked, list[int]]] = {}
+    per_view: dict[int, tuple[ShardProgress, Ranked, list[int]]] = {}
     for h in held:
         ranked = h.holders.ranked()
         if ranked is not None:
-            per_view.setdefault(id(ranked), (h.holders.versions, ranked, []))[2].append(h.generation)
-    counts: dict[int, tuple[list[RetainedVersion], np.ndarray]] = {}
-    for versions, ranked, generations in per_view.values():
-        total = counts.setdefault(id(versions), (versions, np.zeros(len(versions), dtype=np.int64)))[1]
+            per_view.setdefault(id(ranked), (h.holders.progress, ranked, []))[2].append(h.generation)
+    counts: dict[int, tuple[ShardProgress, np.ndarray]] = {}
+    for progress, ranked, generations in per_view.values():
+        total = counts.setdefault(id(progress.versions),
+                                  (progress, np.zeros(len(progress.versions), dtype=np.int64)))[1]
         above = np.sort(np.asarray(generations, dtype=np.int64))
         # held generations above each kept version's progress: the ones it had not merged
         total[ranked.at] += len(above) - np.searchsorted(above, ranked.values, side="right")
-    out = []
-    for versions, total in counts.values():
-        out += [(versions[i], int(total[i])) for i in np.flatnonzero(total)]
-    return out
+    pinned: list[tuple[RetainedVersion, int]] = []
+    aged: list[RetainedVersion] = []
+    aged_counts: list[int] = []
+    stamps = []
+    for progress, total in counts.values():
+        at = np.flatnonzero(total)
+        by_age = progress.by_age[at]
+        pin, age = at[~by_age], at[by_age]
+        pinned += zip([progress.versions[i] for i in pin.tolist()], total[pin].tolist(), strict=True)
+        aged += [progress.versions[i] for i in age.tolist()]
+        aged_counts += total[age].tolist()
+        stamps.append(progress.stamps[age])
+    return _Holding(pinned, aged, aged_counts, np.concatenate(stamps) if stamps else np.zeros(0))
 
 
-def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[BlockingVersion]) -> str:
-    """Two sentences: what holds the generations (the retained versions, the untagged ones named),
-    then what would free them: the ``--expire-versions`` value that frees the most, or why none does."""
+def _expiry_hint(held: list[HeldGeneration], gates: Gates, expirable: list[int]) -> str:
+    """Two sentences: what holds the generations (the retained versions, the untagged ones named:
+    ``expirable``, the numbers of those only their age keeps), then what would free them: the
+    ``--expire-versions`` value that frees the most, or why none does."""
     trial = _Trials(held, gates)
     tried = sorted({round_seconds(s) for s in expiry_candidates(held, gates.now)}, reverse=True)
     trials = [t for t in map(trial, tried) if t is not None]
     best = max(trials, key=lambda t: (t.freed, t.seconds), default=None)
     n = len(held)
     if best is not None and best.freed:
-        named = [r for r in expirable if r.version in best.gone] or expirable
+        named = [v for v in expirable if v in best.gone] or expirable
         return (f"Retained versions hold {counted(n, 'merged generation')}, {_versions_text(named)} among them. "
                 f"Run gc with --expire-versions {best.seconds} to expire those: that frees {best.freed:,} of the "
                 f"{counted(n, 'generation')}" + _still_text(best.still, "; the others would still be held by ") + ".")
@@ -215,8 +263,8 @@ def _held_by(v: RetainedVersion) -> str | None:
     return None if by_age_only(v) else "branch"
 
 
-def _versions_text(rows: list[BlockingVersion]) -> str:
+def _versions_text(versions: list[int]) -> str:
     """``untagged versions 3, 4, 5`` (or ``3..40`` for a long run) for a hint."""
-    vs = sorted(r.version for r in rows)
+    vs = sorted(versions)
     listed = f"{vs[0]}..{vs[-1]}" if len(vs) > 5 else ", ".join(map(str, vs))
     return f"untagged version{'s' * (len(vs) != 1)} {listed}"

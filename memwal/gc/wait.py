@@ -160,10 +160,10 @@ def _retained(doc: Mapping[str, Any], at: float, o: GcTimes) -> tuple[float | No
     """A retained version that still needs the generations: its expiry frees them, when only its
     age keeps it and version expiry is on; a tag or a branch never goes by itself."""
     retention = mapping_of(doc.get("retention"))
-    rows = mappings_of(retention.get("blocking_versions"))
-    aged = [a for v in rows if v.get("held_by") is None and (a := finite(v.get("age_seconds"))) is not None]
-    if rows and len(aged) == len(rows) and o.expire_versions is not None:
-        at_time = at + max(0.0, o.expire_versions - min(aged))
+    youngest = finite(retention.get("youngest_by_age_seconds"))
+    only_age = set(mapping_of(retention.get("blocking_by_holder"))) == {"age"}
+    if youngest is not None and only_age and o.expire_versions is not None:
+        at_time = at + max(0.0, o.expire_versions - youngest)
         return at_time, f"retained-version: when version expiry takes it, by {when(at_time)} " \
                         f"(--expire-versions {human_duration(o.expire_versions)})"
     hint = str(retention.get("hint") or "")[:300]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from memwal.store import ObjectInfo, Store
 from memwal.table.naming import (
@@ -56,8 +57,15 @@ class ShardListing:
     wal: tuple[WalEntry, ...] = ()
     wal_listed: bool = True
 
-    def generation_dirs(self) -> dict[str, int]:
-        """Generation folders present, name -> generation (as :func:`memwal.table.shards.list_generation_dirs`)."""
+    def generation_dirs(self) -> Mapping[str, int]:
+        """Generation folders present, name -> generation (as :func:`memwal.table.shards.list_generation_dirs`).
+
+        Read once per listing: a whole GC's gates, orphans and receipts each ask, and a week of
+        merged generations is some 70,000 names a shard (issue 82)."""
+        return self._generation_dirs
+
+    @cached_property
+    def _generation_dirs(self) -> Mapping[str, int]:
         return {name: g for name in self.generations if (g := parse_generation_dir(name)) is not None}
 
     def bytes_under(self, name: str) -> int:

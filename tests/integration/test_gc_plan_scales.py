@@ -95,7 +95,7 @@ def _listed_then_gates(self: ShardBase, g: int) -> tuple[tuple[str, ...], float 
     return reasons, since
 
 
-def _listed_held_counts(held: list[HeldGeneration]) -> list[tuple[RetainedVersion, int]]:
+def _listed_held_counts(held: list[HeldGeneration]) -> retention._Holding:
     lists: dict[int, tuple[list[RetainedVersion], list[np.ndarray]]] = {}
     for h in held:
         lists.setdefault(id(h.holders.versions), (h.holders.versions, []))[1].append(h.holders.positions)
@@ -103,7 +103,9 @@ def _listed_held_counts(held: list[HeldGeneration]) -> list[tuple[RetainedVersio
     for versions, positions in lists.values():
         counts = np.bincount(np.concatenate(positions), minlength=len(versions))
         out += [(versions[i], int(counts[i])) for i in np.flatnonzero(counts)]
-    return out
+    aged = [(v, n) for v, n in out if retention._held_by(v) is None]
+    return retention._Holding([(v, n) for v, n in out if retention._held_by(v) is not None], [v for v, _ in aged],
+                              [n for _, n in aged], np.array([v.timestamp for v, _ in aged], dtype=float))
 
 
 def _listed_expiry_candidates(held: list[HeldGeneration], now: float) -> list[int]:

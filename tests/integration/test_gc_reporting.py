@@ -11,9 +11,10 @@ import pytest
 
 import memwal
 from memwal.core import clock as clocks
+from memwal.cycle import waits_for_time
 from memwal.demo import shard_ids_for, write_generations
 from memwal.errors import LeaseLostError
-from memwal.gc import render_gc
+from memwal.gc import render_gc, retention
 from memwal.table.shards import generation_readable, list_generation_dirs, list_wal_entries, read_wal_entry_meta
 from tests.conftest import SMALL, lsm_rows, table_rows
 from tests.integration.test_gc import expire_all, gen_dirs, ready_table
@@ -192,6 +193,41 @@ def test_tag_and_branch_are_named_as_the_users_to_delete(make_table):
     assert "tagged audit-2026: delete the tag" in hint and "branch experiment" in hint
     assert "--expire-versions" not in hint  # expiry cannot remove a tag or a branch
     assert "retained versions:" in render_gc(result)
+
+
+def test_a_report_names_a_bounded_few_of_the_blocking_versions_and_counts_every_one(make_table, monkeypatch):
+    """A week of versions beside a busy writer is some 70,000 holders: the report names at most
+    ``SHOWN_VERSIONS`` (the tagged first, then the youngest only their age keeps) and counts them
+    all; the hint, the wait and what a cycle waits for are the same as when every one is named."""
+    table, _ = make_table()
+    ds = table.dataset()
+    for i in range(12):  # versions before the merge: each holds every generation
+        ds.update_config({"test.commit": str(i)})
+    tagged = table.dataset().version - 6
+    table.dataset().tags.create("audit", tagged)
+    t = memwal.open(table.uri)
+    assert t.merge().ok and t.catchup().ok
+    later = time.time() + 1000
+
+    def plan() -> dict:
+        with clocks.use(ScriptedClock(lambda: later)):
+            return t.gc(grace_seconds=0, writer_idle_seconds=0, expire_versions=86400, dry_run=True).to_dict()
+
+    whole = plan()
+    monkeypatch.setattr(retention, "SHOWN_VERSIONS", 4)
+    few = plan()
+    every, named = whole["retention"], few["retention"]
+    assert len(every["blocking_versions"]) == every["blocking_total"] == named["blocking_total"] > 12
+    assert every["blocking_by_holder"] == named["blocking_by_holder"] == {"age": every["blocking_total"] - 1, "tag": 1}
+    rows = {r["version"]: r for r in every["blocking_versions"]}
+    # youngest first (a later version of the main line was committed later: ages are rounded)
+    aged = sorted((r for r in rows.values() if r["held_by"] is None), key=lambda r: (r["age_seconds"], -r["version"]))
+    assert [r["version"] for r in named["blocking_versions"]] == sorted([tagged] + [r["version"] for r in aged[:3]])
+    assert all(r == rows[r["version"]] for r in named["blocking_versions"])  # each named row as it was
+    assert named["youngest_by_age_seconds"] == every["youngest_by_age_seconds"] == aged[0]["age_seconds"]
+    assert named["hint"] == every["hint"] and "tagged audit: delete the tag" in named["hint"]
+    assert few["wait"] == whole["wait"] and few["blocked"] == whole["blocked"]
+    assert waits_for_time("gc", {**few, "dry_run": False}) is waits_for_time("gc", {**whole, "dry_run": False})
 
 
 def test_time_will_free_only_when_the_grace_period_alone_blocks(make_table):
