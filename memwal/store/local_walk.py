@@ -55,12 +55,12 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
     its place is still reported).
     """
     pruned = skipping(skip)
-    stack: list[tuple[int, str, Iterator[tuple[str, os.stat_result | None]]]] = [
+    stack: list[tuple[int, str, Iterator[tuple[str, str, os.stat_result | None]]]] = [
         (fd, rel, _entries(fd, rel, name_prefix, links, objects))]
     try:
         while stack:
             dfd, drel, entries = stack[-1]
-            for name, st in entries:
+            for _, name, st in entries:
                 key = drel + name
                 if st is not None:
                     if stat.S_ISREG(st.st_mode):
@@ -82,9 +82,9 @@ def scan(store: Walked, fd: int, rel: str, name_prefix: str, recursive: bool, li
 
 
 def _entries(fd: int, rel: str, name_prefix: str, links: list[str],
-             objects: bool) -> Iterator[tuple[str, os.stat_result | None]]:
-    """A directory's entries in key order: (name, lstat) for files, (name, None) for
-    directories; links go to ``links``, our temporary files are skipped."""
+             objects: bool) -> Iterator[tuple[str, str, os.stat_result | None]]:
+    """A directory's entries in key order: (sort key, name, lstat) for files, (sort key, name,
+    None) for directories; links go to ``links``, our temporary files are skipped."""
     found: list[tuple[str, str, os.stat_result | None]] = []
     with os.scandir(fd) as it:
         for e in it:
@@ -100,7 +100,7 @@ def _entries(fd: int, rel: str, name_prefix: str, links: list[str],
             except FileNotFoundError:
                 continue  # deleted while listing
     found.sort(key=lambda t: t[0])
-    return iter([(name, st) for _, name, st in found])
+    return iter(found)
 
 
 def open_subdir(fd: int, name: str, key: str, links: list[str]) -> int | None:

@@ -176,24 +176,30 @@ def _build(table: Table, branch: str | None, store: Store, root: str, listed: li
     """The retained versions of ``listed`` (one line of history, ascending) and what was read of
     them from their manifests (for :attr:`Table.progress_read`)."""
     # what this table object read from the manifests first: a digest's claim only where it did not
-    mine = {v: learned.get(root + info.key, info.etag, v) for v, info in listed}
-    remembered = {v: mine[v] or known.get(root + info.key, info.etag, v) for v, info in listed}
+    # (one pass: a week of versions is some 70,000, built by every whole GC of a new process)
+    seen: dict[int, tuple[Remembered | None, bool]] = {}  # version -> (remembered, vouched)
+    for v, info in listed:
+        key = root + info.key
+        if (m := learned.get(key, info.etag, v) if learned else None) is not None:
+            seen[v] = (m, True)
+        else:
+            m = known.get(key, info.etag, v)
+            seen[v] = (m, m is None or known.trusted)
     # the manifests this table object read lately (the latest, as a rule) are not read again
-    decoded = {v: m for v, _ in listed if branch is None and remembered[v] is None
-               and (m := table.remembered(v)) is not None}
-    unread = [(v, info.key) for v, info in listed if remembered[v] is None and v not in decoded]
+    decoded = {v: d for v, _ in listed if branch is None and seen[v][0] is None
+               and (d := table.remembered(v)) is not None}
+    unread = [(v, info.key) for v, info in listed if seen[v][0] is None and v not in decoded]
     read = {v: (m.timestamp, m.compacted, m.transaction_file) for v, m in decoded.items()}
     read.update(_read(store, unread, shared))
     out: list[RetainedVersion] = []
     truth: list[Remembered] = []
     for version, info in listed:
-        seen = remembered[version]
-        timestamp, compacted, txn = ((seen.timestamp, seen.compacted, seen.transaction_file) if seen
-                                     else read[version])
-        vouched = seen is None or mine[version] is not None or known.trusted
+        remembered, vouched = seen[version]
+        timestamp, compacted, txn = ((remembered.timestamp, remembered.compacted, remembered.transaction_file)
+                                     if remembered else read[version])
         out.append(RetainedVersion(version, branch, timestamp, compacted, root + info.key, info.etag,
                                    tags.get((branch, version), []), branches.get((branch, version), []),
-                                   remembered=seen is not None, transaction_file=txn, vouched=vouched))
+                                   remembered=remembered is not None, transaction_file=txn, vouched=vouched))
         if vouched:
             truth.append(Remembered(root + info.key, info.etag, version, timestamp, compacted, txn))
     return out, truth

@@ -19,7 +19,7 @@ from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.store import open_store
 from memwal.table import open_table
 from memwal.table.manifest import decode_table_manifest, latest_version_key, list_versions, read_table_manifest
-from memwal.table.naming import bitrev64, manifest_key, parse_bitrev64, version_hint_key
+from memwal.table.naming import U64_MAX, bitrev64, manifest_key, parse_bitrev64, table_version_of, version_hint_key
 from memwal.table.shards import (
     all_shard_manifests,
     latest_shard_version,
@@ -38,6 +38,18 @@ def test_bitrev64_matches_pylance_names():
         assert parse_bitrev64(bitrev64(n)) == n
     with pytest.raises(ValueError):
         parse_bitrev64("12")
+
+
+@pytest.mark.parametrize(("name", "version"), [
+    ("_versions/18446744073709551000.manifest", U64_MAX - 18446744073709551000),  # V2: u64::MAX - version
+    ("_versions/12.manifest", 12), ("tree/b/_versions/3.manifest", 3),  # the older scheme: the version
+    ("_versions/-1.manifest", None), ("_versions/0.manifest", None), ("00000000000000000000.manifest", None),
+    ("18446744073709551615.manifest", None), ("123456789012345678901.manifest", None),  # out of range, 21 digits
+    ("12.manifest\n", None), ("\u0661\u0662.manifest", None), ("12.manifest.manifest", None), (".manifest", None),
+    ("1.manifesto", None), ("x.manifest", None), ("_versions/12.txn", None),
+])
+def test_a_table_manifest_name_is_read_as_lance_names_them_and_nothing_else_is(name, version):
+    assert table_version_of(name) == version
 
 
 def test_generated_protobuf_modules_are_fresh(tmp_path):
