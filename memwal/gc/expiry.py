@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 from lance import LanceDataset
 
 from memwal.checkpoint import Checkpoint
@@ -64,7 +65,16 @@ def plan_version_expiry(versions: Iterable[RetainedVersion], latest: int, older_
                         checkpoints: Iterable[Checkpoint], now: float, *,
                         writer_pins: Iterable[tuple[float, float] | None] = ()
                         ) -> tuple[VersionExpiry, list[RetainedVersion]]:
-    """The planned expiry, and the versions it removes (see the module docstring).
+    """The planned expiry, and the versions it removes (see the module docstring and
+    :class:`ExpiryPlanner`, which this builds for one plan)."""
+    return ExpiryPlanner(versions, latest, checkpoints, writer_pins=writer_pins).plan(older_than_seconds, now)
+
+
+class ExpiryPlanner:
+    """:func:`plan_version_expiry` for one set of versions, asked of several ``--expire-versions``
+    values: what keeps a version apart from its age is judged once (the retention report's hint
+    tries up to 16 values over a week's 70,000 versions: issue 82), and each value then only
+    compares commit times.
 
     ``writer_pins``: per live shard writer, the span its view may date from, ``(earliest,
     claimed)``: from the grace period before its claim to its claim (None: unknown). Such a
@@ -74,20 +84,31 @@ def plan_version_expiry(versions: Iterable[RetainedVersion], latest: int, older_
     version after (issue 62: a writer that never stops held every version since it opened, so
     the retention bounded nothing); an unknown span keeps all.
     """
-    cutoff = now - older_than_seconds
-    pins = tuple(checkpoints)
-    main = sorted((v for v in versions if v.branch is None), key=lambda v: v.version)
-    held: set[int] = set()
-    for pin in writer_pins:
-        if pin is None:
-            held |= {v.version for v in main}
-            continue
-        earliest, claimed = pin
-        opened = [v.version for v in main if v.timestamp <= earliest]
-        floor = opened[-1] if opened else (main[0].version if main else 0)
-        held |= {v.version for v in main if v.version >= floor and (v.version == floor or v.timestamp <= claimed)}
-    due = [v for v in main if v.version != latest and not v.tags and not v.child_branches
-           and v.timestamp < cutoff and not any(c.pins_version(v.version) for c in pins)]
-    gone = [v for v in due if v.version not in held]
-    kept = tuple(v.version for v in due if v.version in held)
-    return VersionExpiry(cutoff, tuple(v.version for v in gone), kept), gone
+
+    def __init__(self, versions: Iterable[RetainedVersion], latest: int, checkpoints: Iterable[Checkpoint], *,
+                 writer_pins: Iterable[tuple[float, float] | None] = ()) -> None:
+        pins = tuple(checkpoints)
+        main = sorted((v for v in versions if v.branch is None), key=lambda v: v.version)
+        held: set[int] = set()
+        for pin in writer_pins:
+            if pin is None:
+                held |= {v.version for v in main}
+                continue
+            earliest, claimed = pin
+            opened = [v.version for v in main if v.timestamp <= earliest]
+            floor = opened[-1] if opened else (main[0].version if main else 0)
+            held |= {v.version for v in main if v.version >= floor and (v.version == floor or v.timestamp <= claimed)}
+        #: the main-line versions only their age keeps, in version order, and their commit times
+        self.candidates = [v for v in main if v.version != latest and not v.tags and not v.child_branches
+                           and not any(c.pins_version(v.version) for c in pins)]
+        self.stamps = np.fromiter((v.timestamp for v in self.candidates), dtype=float, count=len(self.candidates))
+        self.held = held
+
+    def plan(self, older_than_seconds: float, now: float) -> tuple[VersionExpiry, list[RetainedVersion]]:
+        """The planned expiry of the versions older than ``older_than_seconds`` at ``now``, and the
+        versions it removes."""
+        cutoff = now - older_than_seconds
+        due = [self.candidates[i] for i in np.flatnonzero(self.stamps < cutoff).tolist()]
+        gone = [v for v in due if v.version not in self.held]
+        kept = tuple(v.version for v in due if v.version in self.held)
+        return VersionExpiry(cutoff, tuple(v.version for v in gone), kept), gone

@@ -5,7 +5,7 @@ checkpoint, a tag or a branch is the user's to delete (GC never deletes them); a
 main-line version goes with Lance's cleanup (``--expire-versions SECONDS``).
 
 The hint proposes a value only if it really frees generations, and says exactly how many. Each
-candidate is tried the way the run would plan it: :func:`memwal.gc.expiry.plan_version_expiry`
+candidate is tried the way the run would plan it: :class:`memwal.gc.expiry.ExpiryPlanner`
 picks the versions that go, then every gate is asked again without them (the answer
 :meth:`memwal.gc.gates.Gates.without` would give, worked out once per trial: :class:`_Trials`).
 The candidates are, per held generation, the largest whole number of seconds that still expires
@@ -27,7 +27,7 @@ import numpy as np
 
 from memwal.checkpoint import TAG_PREFIX
 from memwal.core.words import counted
-from memwal.gc.expiry import plan_version_expiry
+from memwal.gc.expiry import ExpiryPlanner
 from memwal.gc.gates import Gates
 from memwal.gc.model import BlockingVersion, Retention
 from memwal.gc.versions import Holders, Ranked, ShardProgress, by_age_only
@@ -129,6 +129,17 @@ class _Holding(NamedTuple):
         return [(self.aged[j], self.aged_counts[j]) for j in top] if n > 0 else []
 
 
+def _views(held: list[HeldGeneration]) -> list[tuple[ShardProgress, Ranked, np.ndarray]]:
+    """The held generations by the order their holders are counted in (a shard's versions, less one
+    mask), each order built once: every question of the report is then one binary search per
+    order, not a Python call per generation (a week keeps some 70,000 of them: issue 82)."""
+    groups: dict[tuple[int, int], tuple[ShardProgress, np.ndarray | None, list[int]]] = {}
+    for h in held:
+        hs = h.holders
+        groups.setdefault((id(hs.progress), id(hs.left_out)), (hs.progress, hs.left_out, []))[2].append(h.generation)
+    return [(progress, progress.ranked(mask), np.asarray(gs, dtype=np.int64)) for progress, mask, gs in groups.values()]
+
+
 def _held_counts(held: list[HeldGeneration]) -> _Holding:
     """Each retained version that holds a generation of ``held``, with how many it holds.
 
@@ -136,16 +147,11 @@ def _held_counts(held: list[HeldGeneration]) -> _Holding:
     positions to hold): per shard, the held generations sorted once, and each version holds
     those above its progress, one binary search a version (:class:`memwal.gc.versions.Ranked`
     has the versions in progress order, less the ones its mask leaves out)."""
-    per_view: dict[int, tuple[ShardProgress, Ranked, list[int]]] = {}
-    for h in held:
-        ranked = h.holders.ranked()
-        if ranked is not None:
-            per_view.setdefault(id(ranked), (h.holders.progress, ranked, []))[2].append(h.generation)
     counts: dict[int, tuple[ShardProgress, np.ndarray]] = {}
-    for progress, ranked, generations in per_view.values():
+    for progress, ranked, generations in _views(held):
         total = counts.setdefault(id(progress.versions),
                                   (progress, np.zeros(len(progress.versions), dtype=np.int64)))[1]
-        above = np.sort(np.asarray(generations, dtype=np.int64))
+        above = np.sort(generations)
         # held generations above each kept version's progress: the ones it had not merged
         total[ranked.at] += len(above) - np.searchsorted(above, ranked.values, side="right")
     pinned: list[tuple[RetainedVersion, int]] = []
@@ -194,12 +200,11 @@ def round_seconds(seconds: int) -> int:
 def expiry_candidates(held: list[HeldGeneration], now: float) -> list[int]:
     """The ``--expire-versions`` values worth trying (see the module docstring), largest first:
     per held generation whose holders only their age keeps, the age of the newest holder (one
-    binary search each: :meth:`memwal.gc.versions.Holders.aged_since`)."""
+    binary search per shard: :meth:`memwal.gc.versions.Ranked.aged_since`)."""
     youngest: set[float] = set()
-    for h in held:
-        since = h.holders.aged_since()
-        if since is not None:
-            youngest.add(now - since)
+    for _, ranked, generations in _views(held):
+        since = ranked.aged_since(generations)
+        youngest.update((now - since[~np.isnan(since)]).tolist())
     values = sorted({math.ceil(age) - 1 for age in youngest if age > 0}, reverse=True)
     values = [v for v in values if v >= 0]
     return values if len(values) <= MAX_TRIALS else [*values[:MAX_TRIALS - 1], values[-1]]
@@ -215,29 +220,44 @@ class _Trials:
     (:attr:`HeldGeneration.others`), and per trial "a version left had not merged g" is a
     comparison with the least progress of the versions left, per shard:
     exactly what :meth:`memwal.gc.gates.Gates.without` would answer, at the cost of one pass
-    over the versions a trial rather than one per held generation."""
+    over the versions a trial and one comparison of each shard's held generations at once."""
 
     def __init__(self, held: list[HeldGeneration], gates: Gates) -> None:
-        self.held, self.gates = held, gates
+        self.gates = gates
         self.progress = {h.shard_id: gates.shard(h.shard_id).values for h in held}
+        per_shard: dict[str, tuple[list[int], list[bool]]] = {}
+        #: the other gates of every held generation: the same whatever versions expire
+        self.others: Counter[str] = Counter()
+        for h in held:
+            generations, bare = per_shard.setdefault(h.shard_id, ([], []))
+            generations.append(h.generation)
+            bare.append(not h.others)
+            if h.others:
+                self.others.update(h.others)
+        #: per shard, its held generations and which of them no other gate holds
+        self.shards = {sid: (np.asarray(gs, dtype=np.int64), np.asarray(bare, dtype=bool))
+                       for sid, (gs, bare) in per_shard.items()}
+        #: what keeps each version apart from its age, judged once for every trial
+        self.planner = ExpiryPlanner(gates.versions, gates.latest.version, gates.checkpoints)
+        #: each version's position among the retained versions (the progress arrays' order)
+        self.at = {id(v): i for i, v in enumerate(gates.versions)}
 
     def __call__(self, seconds: int) -> ExpiryTrial | None:
         gates = self.gates
-        _, gone = plan_version_expiry(gates.versions, gates.latest.version, seconds, gates.checkpoints, gates.now)
+        _, gone = self.planner.plan(seconds, gates.now)
         if not gone:
             return None
-        going = {id(v) for v in gone}
-        left = np.fromiter((id(v) not in going for v in gates.versions), dtype=bool, count=len(gates.versions))
+        left = np.ones(len(gates.versions), dtype=bool)
+        left[[self.at[id(v)] for v in gone]] = False
         # a generation is held by a version left when its progress is below the generation
         least = {sid: int(values[left].min()) if left.any() else None for sid, values in self.progress.items()}
-        still: Counter[str] = Counter()
+        still = Counter(self.others)
         freed = 0
-        for h in self.held:
-            low = least[h.shard_id]
-            retained = low is not None and h.generation > low
-            freed += not (h.others or retained)
-            still.update(h.others)
-            still[RETAINED_VERSION] += retained
+        for sid, (generations, bare) in self.shards.items():
+            low = least[sid]
+            retained = generations > low if low is not None else np.zeros(len(generations), dtype=bool)
+            freed += int(np.count_nonzero(bare & ~retained))
+            still[RETAINED_VERSION] += int(np.count_nonzero(retained))
         return ExpiryTrial(seconds, frozenset(v.version for v in gone), freed, +still)
 
 

@@ -76,6 +76,18 @@ class Ranked:
         """How many kept versions had not merged ``g``."""
         return int(self.values.searchsorted(g, side="left"))
 
+    def aged_since(self, gs: np.ndarray) -> np.ndarray:
+        """Per generation of ``gs``: when its newest holder was committed, where only their age
+        keeps every holder (version expiry frees it that long after); NaN where none holds it or a
+        tag, a branch or a checkpoint keeps one. One binary search for them all."""
+        n = self.values.searchsorted(gs, side="left")
+        held = n > 0
+        if self.least_pinned is not None:
+            held &= gs <= self.least_pinned
+        out = np.full(len(gs), np.nan)
+        out[held] = self.newest[n[held] - 1]
+        return out
+
 
 class Holders:
     """The retained versions that had not merged one generation (less those a mask leaves
@@ -127,11 +139,9 @@ class Holders:
         """When the newest holder was committed, when only their age keeps every holder (None:
         none holds the generation, or a tag, a branch or a checkpoint keeps one): version expiry
         frees the generation that long after."""
-        n = len(self)
         r = self.ranked()
-        if r is None or n == 0 or (r.least_pinned is not None and r.least_pinned < self.generation):
-            return None
-        return float(r.newest[n - 1])
+        since = np.nan if r is None else float(r.aged_since(np.array([self.generation], dtype=np.int64))[0])
+        return None if np.isnan(since) else since
 
     def without(self, left_out: np.ndarray) -> Holders:
         """These holders less the versions ``left_out`` marks (bool, one per retained version).
