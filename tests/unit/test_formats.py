@@ -19,7 +19,15 @@ from memwal.pb import mem_wal_index_pb2, shard_manifest_pb2
 from memwal.store import open_store
 from memwal.table import open_table
 from memwal.table.manifest import decode_table_manifest, latest_version_key, list_versions, read_table_manifest
-from memwal.table.naming import U64_MAX, bitrev64, manifest_key, parse_bitrev64, table_version_of, version_hint_key
+from memwal.table.naming import (
+    U64_MAX,
+    bitrev64,
+    manifest_key,
+    parse_bitrev64,
+    parse_generation_dir,
+    table_version_of,
+    version_hint_key,
+)
 from memwal.table.shards import (
     all_shard_manifests,
     latest_shard_version,
@@ -50,6 +58,17 @@ def test_bitrev64_matches_pylance_names():
 ])
 def test_a_table_manifest_name_is_read_as_lance_names_them_and_nothing_else_is(name, version):
     assert table_version_of(name) == version
+
+
+@pytest.mark.parametrize(("name", "generation"), [
+    ("abcdef01_gen_5", 5), ("00000000_gen_1", 1), ("abcdef01_gen_123456789", 123456789),
+    ("abcdef01_gen_5\n", None), ("ABCDEF01_gen_5", None), ("abcdef0_gen_5", None), ("abcdef012_gen_5", None),
+    ("abcdef01_gen_0", None), ("abcdef01_gen_05", None), ("abcdef01_gen_", None), ("abcdef01_gen_\u0661", None),
+    ("abcdef01-gen_5", None), ("0000000g_gen_1", None), ("abcdef01_gen_+5", None), (" bcdef01_gen_1", None),
+    ("abcdef01_gen_5 ", None), ("", None),
+])
+def test_a_generation_folder_name_is_read_as_writers_name_them_and_nothing_else_is(name, generation):
+    assert parse_generation_dir(name) == generation
 
 
 def test_generated_protobuf_modules_are_fresh(tmp_path):
