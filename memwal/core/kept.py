@@ -4,6 +4,8 @@
 (a cycle's outcome, the run history's figures, an XCom: :meth:`memwal.gc.result.GcResult.summary_dict`)
 names at most a hundred and counts them all (``blocked_total``, ``blocked_by_reason``,
 ``blocked_gates``). Readers of either ask here, so none counts a summary's hundred as the whole.
+The same holds for the retained versions that block (``retention.blocking_versions`` names at most
+a hundred; :func:`blocking_by_holder` counts them all).
 Here, not in :mod:`memwal.gc`: the cycle, the history and the metrics read documents without
 loading GC (and Lance with it).
 """
@@ -37,4 +39,18 @@ def kept_by_gate(doc: Mapping[str, Any], gate: str) -> bool:
     return any(gate in (b.get("reasons") or [b.get("reason")]) for b in doc.get("blocked") or [])
 
 
-__all__ = ["blocked_by_reason", "blocked_total", "kept_by_gate"]
+#: :func:`blocking_by_holder`'s key for the versions only their age keeps (version expiry takes them).
+BY_AGE = "age"
+
+
+def blocking_by_holder(doc: Mapping[str, Any]) -> dict[str, int]:
+    """How many retained versions keep the run's merged generations, by what keeps each version:
+    :data:`BY_AGE`, ``tag``, ``branch`` or ``checkpoint`` (none: no version blocks)."""
+    retention = doc.get("retention")
+    counted = retention.get("blocking_by_holder") if isinstance(retention, Mapping) else None
+    if not isinstance(counted, Mapping):
+        return {}
+    return {str(k): v for k, v in counted.items() if isinstance(v, int) and v > 0}
+
+
+__all__ = ["BY_AGE", "blocked_by_reason", "blocked_total", "blocking_by_holder", "kept_by_gate"]

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from memwal.core.document import Document
-from memwal.core.kept import blocked_total, kept_by_gate
+from memwal.core.kept import BY_AGE, blocked_total, blocking_by_holder, kept_by_gate
 from memwal.core.words import counted
 
 
@@ -170,9 +170,9 @@ def waits_for_time(job: str, doc: dict[str, Any]) -> bool:
         return False
     if doc.get("time_will_free") or kept_by_gate(doc, "writer-live"):
         return True
-    holders = (doc.get("retention") or {}).get("blocking_by_holder") or {}
+    holders = blocking_by_holder(doc)
     expiring = doc.get("expired_versions") is not None
-    return "checkpoint" in holders or (expiring and "age" in holders)
+    return "checkpoint" in holders or (expiring and BY_AGE in holders)
 
 
 def gc_changed(doc: Mapping[str, Any]) -> bool:

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from memwal.checkpoint import TAG_PREFIX
+from memwal.core.kept import BY_AGE
 from memwal.core.words import counted
 from memwal.gc.expiry import ExpiryPlanner
 from memwal.gc.gates import Gates
@@ -110,8 +111,6 @@ def retention_report(held: list[HeldGeneration], gates: Gates) -> Retention | No
 
 #: Blocking versions a GC document names (:func:`retention_report`); every one is counted.
 SHOWN_VERSIONS = 100
-#: ``blocking_by_holder``'s key for the versions only their age keeps (``held_by`` None).
-BY_AGE = "age"
 
 
 class _Holding(NamedTuple):

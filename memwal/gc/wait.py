@@ -31,6 +31,7 @@ from functools import cache
 from typing import Any, Protocol
 
 from memwal.core.json_doc import finite, mapping_of, mappings_of
+from memwal.core.kept import BY_AGE, blocking_by_holder
 from memwal.core.sizes import human_duration
 from memwal.core.waits import MAX_GATES, when, writer_live_frees
 from memwal.gc.gates import DRAIN_GRACE, GRACE_PERIOD, LISTED_ONLY, NOT_MERGED, WRITER_LIVE, is_gate
@@ -161,7 +162,7 @@ def _retained(doc: Mapping[str, Any], at: float, o: GcTimes) -> tuple[float | No
     age keeps it and version expiry is on; a tag or a branch never goes by itself."""
     retention = mapping_of(doc.get("retention"))
     youngest = finite(retention.get("youngest_by_age_seconds"))
-    only_age = set(mapping_of(retention.get("blocking_by_holder"))) == {"age"}
+    only_age = set(blocking_by_holder(doc)) == {BY_AGE}
     if youngest is not None and only_age and o.expire_versions is not None:
         at_time = at + max(0.0, o.expire_versions - youngest)
         return at_time, f"retained-version: when version expiry takes it, by {when(at_time)} " \
