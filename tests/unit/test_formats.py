@@ -44,8 +44,9 @@ def test_bitrev64_matches_pylance_names():
     assert bitrev64(5) == "101" + "0" * 61
     for n in (0, 1, 2, 5, 12345, (1 << 64) - 1):
         assert parse_bitrev64(bitrev64(n)) == n
-    with pytest.raises(ValueError):
-        parse_bitrev64("12")
+    for bad in ("12", "1" * 63, "1" * 65, "1" * 64 + "\n", "2" + "0" * 63, "\u0661" + "0" * 63, " " + "0" * 63):
+        with pytest.raises(ValueError):
+            parse_bitrev64(bad)
 
 
 @pytest.mark.parametrize(("name", "version"), [
