@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memwal.core import clock as clocks
+from memwal.core.cycles import collector_paused
 from memwal.core.defaults import DEFAULT_WRITER_IDLE_SECONDS
 from memwal.core.document import Document
 from memwal.core.sizes import human_bytes
@@ -285,6 +286,7 @@ def first_damaged_generation(table: Table, state: ShardState, compacted: int,
     return None
 
 
+@collector_paused()
 def table_status(table: Table, *, now: float | None = None, check_files: bool = False,
                  manifest: TableManifest | None = None, checkpoints: bool = True,
                  writer_activity: bool = True) -> TableStatus:

@@ -33,6 +33,7 @@ from lance.mem_wal import LsmScanner
 
 from memwal.core import clock as clocks
 from memwal.core import steps
+from memwal.core.cycles import collector_paused
 from memwal.core.document import Document
 from memwal.core.retry import after_conflict
 from memwal.errors import MemWalError, StateMovedError, UnsafePathError, first_line
@@ -79,6 +80,7 @@ class VerifyResult(Document):
         return d
 
 
+@collector_paused()
 def verify_table(table: Table, *, attempts: int = 6) -> VerifyResult:
     """Check the table; a finding is reported only when the table stood still while it was made.
 
