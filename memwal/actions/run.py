@@ -102,7 +102,7 @@ def run(name: str, table: Table, options: JobOptions, *, plan: Any = None) -> Jo
 
     The whole job runs with Python's cycle collector paused (:mod:`memwal.core.cycles`): a plan
     reads a table's state into objects, and at a table's age the collector's passes over them
-    were a third of a whole GC.
+    were some 30% of a whole GC.
     """
     act = action(name)
     options = with_policy(table, options)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,8 +19,7 @@ def collector_on() -> Iterator[None]:
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
-        gc.disable()
+    (gc.enable if was else gc.disable)()
 
 
 def test_the_collector_runs_again_when_the_last_of_overlapping_pauses_ends(collector_on):
@@ -45,6 +45,38 @@ def test_a_host_that_turned_the_collector_off_keeps_it_off(collector_on):
     with collector_paused():
         assert not gc.isenabled()
     assert not gc.isenabled()
+
+
+def test_overlapping_pauses_collect_once_the_collector_was_paused_a_minute(collector_on, monkeypatch):
+    """A fleet follower's jobs may overlap without end: the garbage a paused collector leaves
+    is collected once it has been paused for a minute, at the end of a pause, others running."""
+    import memwal.core.cycles as cycles
+
+    now = [1000.0]
+    monkeypatch.setattr(cycles, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    ran: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            ran.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    long_job = collector_paused()
+    try:
+        long_job.__enter__()
+        with collector_paused():  # a job that ends within the minute
+            now[0] += 30
+        assert ran == []
+        with collector_paused():  # one that ends past it: a whole collection, the long job still paused
+            now[0] += 31
+        assert ran == [2] and not gc.isenabled()
+        with collector_paused():  # the next minute counts from that collection
+            now[0] += 59
+        assert ran == [2] and not gc.isenabled()
+    finally:
+        long_job.__exit__(None, None, None)
+        gc.callbacks.remove(seen)
+    assert gc.isenabled()
 
 
 def test_no_collection_runs_during_a_job_a_status_or_a_verify(collector_on, make_table, monkeypatch):
