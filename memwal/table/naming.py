@@ -20,6 +20,7 @@ ROLLUP_MARKER = "_memwal_rollup.json"
 MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"
 U64_MAX = (1 << 64) - 1
 
+
 def bitrev64(n: int) -> str:
     """The 64-character binary string of ``n`` with bit order reversed (1 -> '1000...0')."""
     if not 0 <= n <= U64_MAX:
