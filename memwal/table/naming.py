@@ -8,6 +8,7 @@ their number so that sequential writes spread over S3's key space; generation di
 from __future__ import annotations
 
 import functools
+import re
 import uuid
 
 MEM_WAL_DIR = "_mem_wal"
@@ -20,6 +21,10 @@ ROLLUP_MARKER = "_memwal_rollup.json"
 MEM_WAL_DETAILS_TYPE_URL = "/lance.table.MemWalIndexDetails"
 U64_MAX = (1 << 64) - 1
 
+# Whole names only (``fullmatch``): ``match`` with ``$`` let a name with a trailing newline through.
+_BITREV_RE = re.compile(r"[01]{64}")
+_GEN_DIR_RE = re.compile(r"[0-9a-f]{8}_gen_([1-9][0-9]*)")
+
 
 def bitrev64(n: int) -> str:
     """The 64-character binary string of ``n`` with bit order reversed (1 -> '1000...0')."""
@@ -29,9 +34,8 @@ def bitrev64(n: int) -> str:
 
 
 def parse_bitrev64(name: str) -> int:
-    """Inverse of :func:`bitrev64`; raises ValueError for anything that is not 64 binary digits
-    (no regular expression: a whole GC reads a name for each of a week's WAL entries)."""
-    if len(name) != 64 or name.strip("01"):
+    """Inverse of :func:`bitrev64`; raises ValueError for anything that is not 64 binary digits."""
+    if not _BITREV_RE.fullmatch(name):
         raise ValueError(f"not a bit-reversed u64 name: {name!r}")
     return int(name[::-1], 2)
 
@@ -84,15 +88,9 @@ def parse_wal_name(name: str) -> int | None:
 @functools.lru_cache(maxsize=PARSED_NAMES)
 def parse_generation_dir(name: str) -> int | None:
     """The generation number of a ``<8 hex>_gen_<g>`` directory name (lowercase hex, ``g`` from 1,
-    ASCII digits only), or None. No regular expression: a whole GC reads some 70,000 a shard."""
-    head, digits = name[:8], name[13:]
-    if name[8:13] != "_gen_" or len(head) != 8 or head.strip(_HEX_DIGITS) or not digits.isdigit() \
-            or not digits.isascii() or digits[0] == "0":
-        return None
-    return int(digits)
-
-
-_HEX_DIGITS = "0123456789abcdef"
+    ASCII digits only), or None."""
+    m = _GEN_DIR_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
 
 
 @functools.lru_cache(maxsize=4096)
