@@ -24,6 +24,12 @@ the proof point that is not memwal's wrote rows (anything but a ``Delete`` or a 
 changes no row), the base at the latest version is read back too, and a key whose value there is
 an *older* generation's version of it has been reverted: the generation stays listed, with the
 older folders as its evidence. A value no generation wrote is the owner's.
+
+Only a key such a commit wrote can have been reverted: every other key holds what memwal's own
+merges put there, in order. So the generations read back are those holding a key in the
+fragments the foreign commits added or gave new data files (:meth:`Cover.written_keys`), and the
+newer generations on storage are read only for them. An owner who writes the base now and then
+no longer makes each whole GC read every generation the retention keeps (issue 82).
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ from google.protobuf.message import DecodeError
 
 from memwal.errors import MemWalError, first_line
 from memwal.history.receipts import EVIDENCE, PROVEN, Receipt, ReceiptListing, read_receipt
+from memwal.merge.changes import key_mask
 from memwal.merge.cover_walks import BackWalk, PrefixMin, Walks
 from memwal.merge.model import GenerationRef
+from memwal.merge.newest import SLOT, OpenGenerations, bounded_scanner
 from memwal.merge.proof import prove
 from memwal.merge.reverts import reverted_keys
 from memwal.pb import transaction_pb2
@@ -62,6 +70,9 @@ _HARMLESS = frozenset({"delete", "create_index", "rewrite", "reserve_fragments",
 MAX_TRANSACTIONS = 256
 #: A transaction file larger than this is not read (storage is untrusted input): unknown.
 TRANSACTION_MAX_BYTES = 64 << 20
+#: Decoded bytes of keys read at most from what the foreign commits after a proof point wrote
+#: (more: any key may have been written, and every generation at risk is read back, as before).
+WRITTEN_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,7 @@ class Cover:
         #: Versions after ``_foreign_low`` whose commit may have written rows (see foreign_writes).
         self._foreign_low: int | None = None
         self._foreign_neg: list[int] = []  # their numbers negated, ascending (newest first)
+        self._written: dict[int, pa.Table | None] = {}  # per foreign write: the keys it wrote
         #: Receipts to write for what was read back and proven (GC's run writes them).
         self.proven: list[Receipt] = []
 
@@ -285,6 +297,68 @@ class Cover:
             self._foreign_low = after
         return bisect_left(self._foreign_neg, -after)
 
+    def written_keys(self, after: int) -> pa.Table | None:
+        """The key columns of the rows the foreign writes after ``after`` put in the base: the rows
+        of each one's fragments that the version before it did not hold with the same data files (a
+        row elsewhere holds what it held before that commit: a deletion file only hides rows).
+        None: any key may have been written (more than :data:`MAX_TRANSACTIONS` such commits, the
+        version before one is not retained, a version cannot be read, or keys of more than
+        :data:`WRITTEN_MAX_BYTES`)."""
+        versions = self.foreign_writes(after)
+        if len(versions) > MAX_TRANSACTIONS:
+            return None
+        parts, size = [], 0
+        for version in versions:
+            if version not in self._written:
+                self._written[version] = self._written_by(version)
+            t = self._written[version]
+            if t is None or (size := size + t.nbytes) > WRITTEN_MAX_BYTES:
+                return None
+            parts.append(t)
+        try:
+            return pa.concat_tables(parts, promote_options="permissive") if parts else None
+        except pa.ArrowException:
+            return None
+
+    def _written_by(self, version: int) -> pa.Table | None:
+        """The keys of the rows ``version``'s commit wrote (see :meth:`written_keys`)."""
+        if version - 1 not in self.by_version:
+            return None
+        try:
+            before = {_identity(f) for f in self.table.dataset(version - 1).get_fragments()}
+            ds = self.table.dataset(version)
+            added = [f for f in ds.get_fragments() if _identity(f) not in before]
+            batches, size = [], 0
+            for batch in bounded_scanner(ds, self.pk, fragments=added).to_batches() if added else ():
+                if (size := size + batch.nbytes) > WRITTEN_MAX_BYTES:
+                    return None  # counted as read: the fragments' own row counts are storage's word
+                batches.append(batch)
+            schema = pa.schema([ds.schema.field(k) for k in self.pk])
+            return pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
+        except READ_ERRORS:
+            return None
+
+    def _holding_written(self, shard_id: str, at_risk: list[Entry], judged: Mapping[Entry, Judgement]
+                         ) -> tuple[list[Entry], dict[str, pa.Table]]:
+        """The entries of ``at_risk`` holding a key a foreign write after their proof points wrote
+        (:meth:`written_keys`): only those can have been reverted. All of them when the keys
+        written are not known, or cannot be matched against the entries' own. And the key
+        columns read, by folder (the check reads none of them again)."""
+        written = self.written_keys(min(judged[e].version or 0 for e in at_risk))
+        if written is None:
+            return at_risk, {}
+        if not written.num_rows:
+            return [], {}
+        try:
+            refs = self.refs(shard_id, [(e.generation, e.path) for e in at_risk])
+            gens = OpenGenerations(refs, self.pk, self.table.storage_options)
+            keys = gens.keys(range(len(refs)))
+            hit = key_mask(keys.select(self.pk), written.select(self.pk), self.pk)
+        except READ_ERRORS:
+            return at_risk, {}
+        slots = set(keys.column(SLOT).to_numpy()[hit].tolist())
+        return [e for slot, e in enumerate(at_risk) if slot in slots], gens.split(keys)
+
     # -- judging ---------------------------------------------------------------------------
 
     def judge(self, shard_id: str, entries: Sequence[Entry], present: Mapping[int, str],
@@ -362,6 +436,9 @@ class Cover:
         """Proven entries another compactor may have reverted since (see the module docstring)."""
         at_risk = [e for e, j in judged.items() if j.proven and j.version is not None
                    and self._foreign_count(j.version)]
+        known: dict[str, pa.Table] = {}
+        if at_risk and self.main:
+            at_risk, known = self._holding_written(shard_id, at_risk, judged)
         if not at_risk or not self.main:
             return judged
         latest = self.main[-1].version
@@ -376,7 +453,7 @@ class Cover:
             newer = self.refs(shard_id, sorted(later.items()))
             ds = self._dataset(latest)
             unproven = prove(ds, shard_id, refs, pk=self.pk, folding=self.folding, superseding=newer,
-                             storage_options=self.table.storage_options)
+                             storage_options=self.table.storage_options, known=known)
             if unproven is None:
                 return judged
             older = {g: p for g, p in present.items() if g < max(unproven.generations)}
@@ -403,6 +480,11 @@ class Cover:
         return out
 
 
+def _identity(fragment: lance.LanceFragment) -> tuple[int, tuple[str, ...]]:
+    """A fragment as far as its rows' values go: its id and its data files."""
+    return fragment.fragment_id, tuple(f.path for f in fragment.metadata.files)
+
+
 def _within(failing: pa.Table, e: Entry, keys: Sequence[object] | None = None) -> pa.Table:
     """The failing keys whose newest version is within ``e`` (and among ``keys``, when given)."""
     gens = failing.column("__gen").to_numpy()
@@ -412,5 +494,5 @@ def _within(failing: pa.Table, e: Entry, keys: Sequence[object] | None = None) -
     return mine
 
 
-__all__ = ["MAX_TRANSACTIONS", "READ_ERRORS", "Cover", "Entry", "Judgement"]
+__all__ = ["MAX_TRANSACTIONS", "READ_ERRORS", "WRITTEN_MAX_BYTES", "Cover", "Entry", "Judgement"]
 

@@ -9,7 +9,7 @@ fetched by position (``take``) in batches sized from a sample of their decoded w
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import lance
 import numpy as np
@@ -34,14 +34,16 @@ IO_BUFFER_BYTES = 64 << 20
 
 
 def bounded_scanner(ds: lance.LanceDataset, columns: list[str], *, filter: object = None,
-                    with_row_address: bool = False) -> lance.LanceScanner:
+                    with_row_address: bool = False, fragments: list[lance.LanceFragment] | None = None
+                    ) -> lance.LanceScanner:
     """A scan whose memory is bounded by decoded bytes: batches of about :data:`BATCH_BYTES`
     (Lance's own byte limit, alone: with a row limit beside it, Lance 14 decodes the rows first,
     and a scan of 10 KB rows in batches of 65,536 peaked at 800 MB where 360 MB by bytes), one
     fragment's reads at a time, two batches decoded ahead, at most :data:`IO_BUFFER_BYTES`
-    buffered."""
+    buffered; ``fragments``: only those."""
     return ds.scanner(columns=columns, filter=filter, batch_size_bytes=BATCH_BYTES, batch_readahead=2,
-                      fragment_readahead=1, io_buffer_size=IO_BUFFER_BYTES, with_row_address=with_row_address)
+                      fragment_readahead=1, io_buffer_size=IO_BUFFER_BYTES, with_row_address=with_row_address,
+                      fragments=fragments)
 
 
 def _gen_names(ref: GenerationRef, wanted: Sequence[str], present: Sequence[str]) -> dict[str, str]:
@@ -57,21 +59,35 @@ def _gen_names(ref: GenerationRef, wanted: Sequence[str], present: Sequence[str]
 
 
 class OpenGenerations:
-    """The generations of a proof, open, with their key columns read."""
+    """The generations of a proof, open, with their key columns read.
 
-    def __init__(self, refs: Sequence[GenerationRef], pk: list[str], storage_options: dict[str, str] | None) -> None:
-        self.refs, self.pk = list(refs), pk
-        self.ds = [open_generation(r.uri, storage_options) for r in self.refs]
+    ``known``: the key columns (and tombstone) of some of them, by folder URI, as :meth:`split`
+    gave them from an earlier read: not read again, and their folders opened only for their rows."""
+
+    def __init__(self, refs: Sequence[GenerationRef], pk: list[str], storage_options: dict[str, str] | None,
+                 known: Mapping[str, pa.Table] | None = None) -> None:
+        self.refs, self.pk, self._options = list(refs), pk, storage_options
+        self._known = known or {}
+        self._ds = {slot: open_generation(r.uri, storage_options) for slot, r in enumerate(self.refs)
+                    if r.uri not in self._known}
+
+    def dataset(self, slot: int) -> lance.LanceDataset:
+        if slot not in self._ds:
+            self._ds[slot] = open_generation(self.refs[slot].uri, self._options)
+        return self._ds[slot]
 
     def keys(self, slots: Sequence[int]) -> pa.Table:
         """Key columns, generation, slot, row position and tombstone of every row of ``slots``."""
         parts = []
         for slot in slots:
-            ref, ds = self.refs[slot], self.ds[slot]
-            names = _gen_names(ref, self.pk, ds.schema.names)
-            cols = [*names.values(), TOMBSTONE] if TOMBSTONE in ds.schema.names else list(names.values())
-            t = bounded_scanner(ds, cols).to_table()
-            t = t.rename_columns([{g: b for b, g in names.items()}.get(c, c) for c in t.column_names])
+            ref = self.refs[slot]
+            t = self._known.get(ref.uri)
+            if t is None:
+                ds = self.dataset(slot)
+                names = _gen_names(ref, self.pk, ds.schema.names)
+                cols = [*names.values(), TOMBSTONE] if TOMBSTONE in ds.schema.names else list(names.values())
+                t = bounded_scanner(ds, cols).to_table()
+                t = t.rename_columns([{g: b for b, g in names.items()}.get(c, c) for c in t.column_names])
             n = t.num_rows
             tomb = t.column(TOMBSTONE).fill_null(False) if TOMBSTONE in t.column_names else pa.array(np.zeros(n, bool))
             parts.append(pa.table({**{k: t.column(k) for k in self.pk},
@@ -80,10 +96,18 @@ class OpenGenerations:
                                    OFF: pa.array(np.arange(n, dtype=np.int64)), TOMBSTONE: tomb}))
         return pa.concat_tables(parts, promote_options="permissive")
 
+    def split(self, keys: pa.Table) -> dict[str, pa.Table]:
+        """What :meth:`keys` read of every slot, per folder URI, for ``known`` (its rows come slot
+        by slot, in order)."""
+        counts = np.bincount(keys.column(SLOT).to_numpy(), minlength=len(self.refs))
+        starts = np.r_[0, np.cumsum(counts)]
+        cols = keys.select([*self.pk, TOMBSTONE])
+        return {r.uri: cols.slice(int(starts[slot]), int(counts[slot])) for slot, r in enumerate(self.refs)}
+
     def scan(self, slot: int, schema: pa.Schema) -> Iterator[tuple[int, pa.Table]]:
         """Every row of generation ``slot`` in order, in bounded batches under the base's names and
         types: ``(position of the batch's first row, rows)``."""
-        ref, ds = self.refs[slot], self.ds[slot]
+        ref, ds = self.refs[slot], self.dataset(slot)
         names = _gen_names(ref, schema.names, ds.schema.names)
         back = {g: b for b, g in names.items()}
         at = 0
@@ -95,7 +119,7 @@ class OpenGenerations:
 
     def rows(self, slot: int, offsets: np.ndarray, schema: pa.Schema) -> pa.Table:
         """The rows at ``offsets`` of generation ``slot``, under the base's names and types."""
-        ref, ds = self.refs[slot], self.ds[slot]
+        ref, ds = self.refs[slot], self.dataset(slot)
         names = _gen_names(ref, schema.names, ds.schema.names)
         t = ds.take(pa.array(offsets), columns=list(names.values()))
         t = t.rename_columns([{g: b for b, g in names.items()}.get(c, c) for c in t.column_names])

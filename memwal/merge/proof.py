@@ -19,7 +19,7 @@ to the scan as a filter (Lance uses the key's scalar index when the table has on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import lance
@@ -192,12 +192,14 @@ _HOW = {1: "the base table lacks", 2: "the base table holds with other values",
 
 def prove(ds: lance.LanceDataset, shard_id: str, refs: Sequence[GenerationRef], *, pk: list[str],
           folding: Sequence[str] = (), superseding: Sequence[GenerationRef] = (),
-          storage_options: dict[str, str] | None = None) -> Unproven | None:
+          storage_options: dict[str, str] | None = None,
+          known: Mapping[str, pa.Table] | None = None) -> Unproven | None:
     """None when ``ds`` holds each key's newest version among ``refs`` (or a ``superseding``
-    generation holds the key too), else the first key that fails (see the module docstring)."""
+    generation holds the key too), else the first key that fails (see the module docstring).
+    ``known``: key columns already read (:class:`OpenGenerations`)."""
     if not refs or not pk:
         return None
-    gens = OpenGenerations([*refs, *superseding], pk, storage_options)
+    gens = OpenGenerations([*refs, *superseding], pk, storage_options, known)
     newest = newest_versions(gens, range(len(refs)), range(len(refs), len(refs) + len(superseding)))
     if not newest.num_rows:
         return None
