@@ -19,8 +19,10 @@ from memwal.core.document import Document, as_document
 from memwal.core.retry import after_conflict, vanished
 from memwal.errors import CancelledError, ConflictError, MemWalError, StateMovedError
 from memwal.history import run as history
+from memwal.store import Store
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
+from memwal.table.versions_cursor import GROW_PROBES, lance_hint, versions_after
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -161,7 +163,7 @@ def check_progress_kept(table: Table, since_version: int) -> None:
     should it ever carry stale ones, merge progress written concurrently would be lost and
     the next merge would re-apply generations: stop loudly instead.
     """
-    versions = sorted(v for v in list_versions(table.store) if v >= since_version)
+    versions = versions_since(table.store, since_version)
     last: dict[str, int] = {}
     for v in versions:
         manifest = table.manifest(v)
@@ -171,6 +173,21 @@ def check_progress_kept(table: Table, since_version: int) -> None:
                 raise MemWalError(f"{table.uri}: merge progress of shard {shard} went from generation "
                                   f"{last[shard]} down to {g} at table version {v}")
             last[shard] = g
+
+
+def versions_since(store: Store, since_version: int) -> list[int]:
+    """The versions from ``since_version`` on: a stat of each name on top of it (a compaction's
+    window holds a few), a listing of every version only where that cannot tell
+    (:func:`memwal.table.versions_cursor.versions_after`; Lance's hint naming a newer one: a version
+    in between is gone). Listing them at every compaction grew with what the retention keeps: a
+    follower's tail pass compacts every few merges (issue 82)."""
+    found = versions_after(store, since_version, GROW_PROBES)
+    if found is not None:
+        top = found[-1][0] if found else since_version
+        hint = lance_hint(store)
+        if hint is None or hint <= top:
+            return [since_version, *(v for v, _ in found)]
+    return sorted(v for v in list_versions(store) if v >= since_version)
 
 
 def _behind(before: dict[str, dict[str, int]], after: TableManifest) -> list[str]:

@@ -9,7 +9,9 @@ main line's retained versions by those (:class:`memwal.table.retained.MainLine`)
 Work is counted, never timed: on one table object beside a live pylance writer, a flush, its merge
 and a listing pass list no version name and build and read the same few versions at 12 and at 72
 flushes; what it knows equals what a new table object reads; a version removed or forged below the
-newest is seen by the next full listing, which builds the main line again.
+newest is seen by the next full listing, which builds the main line again. A compaction (a
+follower's tail pass, every few merges) reads back the versions since the one it planned on by the
+same stats, listing no version name at either age.
 """
 
 from __future__ import annotations
@@ -163,3 +165,23 @@ def test_a_version_removed_or_forged_below_the_newest_is_seen_by_the_next_full_l
     with table.reading():
         assert below in {v.version for v in retained_versions(table)}
     assert table.cursor.epoch == epoch + 2
+
+
+def test_a_compaction_checks_the_versions_since_without_listing_them(live: LiveWriter, work) -> None:
+    """Compaction reads back merge progress in every version from the one it planned on (never
+    down): those few are stat-ed on top of it, not found in a listing of every version, which grew
+    with the retention at each of a follower's tail passes."""
+    keys = Writes()
+    t = memwal.open(live.uri)
+    listed = {}
+    for age in (12, 72):
+        while live.n < age:
+            live.generation(keys.keys(live))
+            assert t.merge().ok
+        before = lance.dataset(live.uri).version
+        work()
+        assert t.compact().ok
+        assert lance.dataset(live.uri).version > before  # it compacted: the check ran
+        listed[age] = work()["names listed"]
+    assert listed == {12: 0, 72: 0}
+    assert client_view(live.uri) == live.model.sorted_rows() == live.view()
