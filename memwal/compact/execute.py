@@ -22,7 +22,7 @@ from memwal.history import run as history
 from memwal.store import Store
 from memwal.table import Table
 from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
-from memwal.table.versions_cursor import GROW_PROBES, lance_hint, versions_after
+from memwal.table.versions_cursor import GROW_PROBES, versions_on_top
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -178,15 +178,12 @@ def check_progress_kept(table: Table, since_version: int) -> None:
 def versions_since(store: Store, since_version: int) -> list[int]:
     """The versions from ``since_version`` on: a stat of each name on top of it (a compaction's
     window holds a few), a listing of every version only where that cannot tell
-    (:func:`memwal.table.versions_cursor.versions_after`; Lance's hint naming a newer one: a version
-    in between is gone). Listing them at every compaction grew with what the retention keeps: a
-    follower's tail pass compacts every few merges (issue 82)."""
-    found = versions_after(store, since_version, GROW_PROBES)
+    (:func:`memwal.table.versions_cursor.versions_on_top`, as a table's cursor grows). Listing them
+    at every compaction grew with what the retention keeps: a follower's tail pass compacts every
+    few merges (issue 82)."""
+    found = versions_on_top(store, since_version, GROW_PROBES)
     if found is not None:
-        top = found[-1][0] if found else since_version
-        hint = lance_hint(store)
-        if hint is None or hint <= top:
-            return [since_version, *(v for v, _ in found)]
+        return [since_version, *(v for v, _ in found)]
     return sorted(v for v in list_versions(store) if v >= since_version)
 
 

@@ -436,10 +436,10 @@ class Cover:
         """Proven entries another compactor may have reverted since (see the module docstring)."""
         at_risk = [e for e, j in judged.items() if j.proven and j.version is not None
                    and self._foreign_count(j.version)]
-        known: dict[str, pa.Table] = {}
-        if at_risk and self.main:
-            at_risk, known = self._holding_written(shard_id, at_risk, judged)
         if not at_risk or not self.main:
+            return judged
+        at_risk, known = self._holding_written(shard_id, at_risk, judged)
+        if not at_risk:
             return judged
         latest = self.main[-1].version
         try:

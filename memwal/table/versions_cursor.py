@@ -62,6 +62,16 @@ def versions_after(store: Store, start: int, probes: int) -> list[tuple[int, Obj
     return None
 
 
+def versions_on_top(store: Store, start: int, probes: int) -> list[tuple[int, ObjectInfo]] | None:
+    """:func:`versions_after`, and None too when Lance's hint names a newer version than the last
+    found: one committed since was expired before this look, and the latest lies past the gap."""
+    found = versions_after(store, start, probes)
+    if found is None:
+        return None
+    hint = lance_hint(store)
+    return None if hint is not None and hint > (found[-1][0] if found else start) else found
+
+
 class VersionsCursor:
     """Every version the last listing found, plus those grown on top since (see the module docstring).
 
@@ -94,15 +104,11 @@ class VersionsCursor:
         top = self.top
         if top is None or not store.has_directories or self.infos[top].key != table_manifest_key(top, v2_naming=True):
             return None
-        new = versions_after(store, top, GROW_PROBES)
+        new = versions_on_top(store, top, GROW_PROBES)
         if new is None:
             return None
-        top = new[-1][0] if new else top
-        hint = lance_hint(store)
-        if hint is not None and hint > top:
-            return None  # a version after the newest found is gone, or never was: list them
         if new:
-            self.infos, self.top = {**self.infos, **dict(new)}, top
+            self.infos, self.top = {**self.infos, **dict(new)}, new[-1][0]
         return self.infos
 
     def since(self, version: int) -> list[tuple[int, ObjectInfo]]:
@@ -112,4 +118,4 @@ class VersionsCursor:
         return [(v, self.infos[v]) for v in range(version + 1, self.top + 1) if v in self.infos]
 
 
-__all__ = ["GROW_PROBES", "LANCE_HINT", "VersionsCursor", "lance_hint", "versions_after"]
+__all__ = ["GROW_PROBES", "LANCE_HINT", "VersionsCursor", "lance_hint", "versions_after", "versions_on_top"]
