@@ -175,15 +175,22 @@ def waits_for_time(job: str, doc: dict[str, Any]) -> bool:
     return "checkpoint" in holders or (expiring and BY_AGE in holders)
 
 
-def gc_changed(doc: Mapping[str, Any]) -> bool:
-    """Whether a GC run wrote or removed anything: a drain or a rollup written, or anything deleted
-    (generations, WAL entries, objects, orphans, old shard-manifest versions, receipts, run
-    history, expired checkpoints, expired base versions). A follower backs its whole GC off while
-    this is false: a run that changed nothing walked every retained folder for nothing."""
+def gc_freed(doc: Mapping[str, Any]) -> bool:
+    """Whether a whole GC run freed something or drained toward it: a drain written, or anything
+    deleted that the retention kept (generations, WAL entries, their objects, orphans, run history,
+    expired checkpoints, expired base versions). A follower backs its whole GC off while this is
+    false: a run that freed nothing walked every retained folder for nothing.
+
+    Two things a whole run also does are left out, as they came every time beside a writer that never
+    stops and kept the whole GC at every minute, however many folders it walks (issue 82): a rollup
+    (the listing pass rolls up every few seconds; the whole run finds the merge that landed since)
+    and the pruning of old shard-manifest versions and receipts (such a writer writes some 40
+    manifest versions a minute, so once the grace period has passed every run prunes some). Both
+    are bookkeeping that waits harmlessly: at most ``--gc-max-every`` more versions stay on storage."""
     expired = doc.get("expired_versions") or {}
-    return any(doc.get(k) for k in ("deleted", "drained", "rolled_up", "checkpoints_removed", "wal_entries_deleted",
-                                    "objects_deleted", "orphans_deleted", "manifest_versions_pruned",
-                                    "receipts_pruned", "history_pruned")) or bool(expired.get("old_versions"))
+    return any(doc.get(k) for k in ("deleted", "drained", "checkpoints_removed", "wal_entries_deleted",
+                                    "objects_deleted", "orphans_deleted", "history_pruned")) \
+        or bool(expired.get("old_versions"))
 
 
-__all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_changed", "summarize", "waits_for_time"]
+__all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_freed", "summarize", "waits_for_time"]

@@ -81,8 +81,9 @@ class FollowOptions(JobOptions):
                           "retention keeps) at most every S seconds, after merges, and never sooner after the last "
                           "than 50 times what it took (default 60)", metavar="S")
     gc_max_every: float = opt(600.0, "interval", "while whole GCs free nothing, wait twice as long after each, up to "
-                              "S seconds (default 600): one that frees, drains or rolls up something goes back to "
-                              "--gc-every, and one that names when its gates pass runs again then", metavar="S")
+                              "S seconds (default 600): one that frees or drains something goes back to --gc-every "
+                              "(a rollup or a pruning of old shard-manifest versions is not counted), and one that "
+                              "names when its gates pass runs again then", metavar="S")
     rollup_every: float = opt(DEFAULT_ROLLUP_EVERY, "duration", "after merges, run GC's listing pass (roll up and "
                               "heal what readers list, walking only the listed folders) at most every S seconds "
                               f"(default {DEFAULT_ROLLUP_EVERY:g}; 0: after every merge): what merged since it ran "

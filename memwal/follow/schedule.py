@@ -11,15 +11,17 @@ A job is due when it has something new to look at (it is *dirty*) and its cadenc
 * catch-up, compaction and GC are dirtied by a merge that committed; GC also by a shard that
   moved (a writer reopened: what it held may go now), and again ``gc_retry`` seconds after a run
   that waited for time (the grace period, retained versions). The whole GC backs off while it
-  frees nothing (:func:`memwal.cycle.outcome.gc_changed`): each run that changed nothing doubles
-  its cadence, from ``gc_every`` up to ``gc_max_every``; one that changed something goes back to
-  ``gc_every``, and when a run names the time its gates pass (its ``wait``'s ``frees_at``), the
-  next may run then. Less GC deletes nothing more: it only leaves what it would free a little
-  longer (at most ``gc_max_every``, or until the time GC named). Whatever it frees, a whole GC
-  starts no sooner after the last than :data:`GC_SHARE` of the time between them: it names every
-  folder the version retention keeps, a cost that grows with the retention (a week beside a
-  writer flushing 35 a minute is 350,000 folders), so the follower spaces it by what the last
-  one took rather than let it take more and more of its time; what it frees goes that much later;
+  frees nothing (:func:`memwal.cycle.outcome.gc_freed`: a rollup or a pruning of old shard-manifest
+  versions is not counted, as beside a writer that never stops every run has one): each run that
+  freed nothing doubles its cadence, from ``gc_every`` up to ``gc_max_every``; one that freed or
+  drained something goes back to ``gc_every``, and when a run names the time its gates pass (its
+  ``wait``'s ``frees_at``), the next may run then. Less GC deletes nothing more: it only leaves
+  what it would free a little longer (at most ``gc_max_every``, or until the time GC named).
+  Whatever it frees, a whole GC starts no sooner after the last than :data:`GC_SHARE` of the time
+  between them: it names every folder the version retention keeps, a cost that grows with the
+  retention (a week beside a writer flushing 35 a minute is 350,000 folders), so the follower
+  spaces it by what the last one took rather than let it take more and more of its time; what
+  it frees goes that much later;
 * GC's listing pass (:data:`memwal.follow.options.LISTING`: GC with ``listed_only``) is dirtied
   by a merge that committed, and when a listed generation with no key index that GC found too
   young to rewrite may be (``heal_at``: every list reader fails while it is listed, so the
@@ -48,7 +50,7 @@ from typing import Any
 
 from memwal.core.defaults import GC_SHARE
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
-from memwal.cycle.outcome import gc_changed
+from memwal.cycle.outcome import gc_freed
 from memwal.follow.options import LISTING, TAIL, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
@@ -73,7 +75,7 @@ class Schedule:
     appended: int = 0
     #: Whether the compaction that :meth:`due` returned last is the tail pass (not the whole one).
     tail_only: bool = False
-    #: Whole GCs in a row that changed nothing (its cadence doubles with each, up to ``gc_max_every``).
+    #: Whole GCs in a row that freed nothing (its cadence doubles with each, up to ``gc_max_every``).
     gc_idle: int = 0
     #: When the gates the last whole GC named pass (monotonic; None: it named no time): it may run then.
     gc_frees_at: float | None = None
@@ -176,8 +178,8 @@ class Schedule:
                 self.wake_at[LISTING] = min(self.wake_at.get(LISTING, at), at)
 
     def _gc_ran(self, doc: Mapping[str, Any], now: float) -> None:
-        """A whole GC ended: back off while it changes nothing, from the time its gates pass."""
-        self.gc_idle = 0 if gc_changed(doc) else self.gc_idle + 1
+        """A whole GC ended: back off while it frees nothing, from the time its gates pass."""
+        self.gc_idle = 0 if gc_freed(doc) else self.gc_idle + 1
         wait = doc.get("wait")
         frees_at = wait.get("frees_at") if isinstance(wait, Mapping) else None
         self.gc_frees_at = _monotonic(float(frees_at), now) if isinstance(frees_at, int | float) else None

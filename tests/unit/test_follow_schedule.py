@@ -205,9 +205,11 @@ def whole_gc(s: Schedule, at: float, **doc: object) -> float | None:
         t = nxt
 
 
-def test_the_whole_gc_backs_off_while_it_changes_nothing_and_comes_back_when_it_does_or_when_its_gates_pass():
+def test_the_whole_gc_backs_off_while_it_frees_nothing_and_comes_back_when_it_does_or_when_its_gates_pass():
     """Beside a writer that never reopens, under a week's retention, a whole GC frees nothing and
-    walks every retained folder: each such run doubles its cadence, up to gc_max_every."""
+    walks every retained folder: each such run doubles its cadence, up to gc_max_every. Such a
+    run still rolls up the merge that landed since the listing pass and prunes the writer's old
+    shard-manifest versions, every time: those do not bring it back to gc_every."""
     s = Schedule(["merge", "gc"], FollowOptions(gc_every=60, gc_max_every=600, rollup_every=0))
     at, waits = 0.0, []
     for _ in range(7):
@@ -218,15 +220,20 @@ def test_the_whole_gc_backs_off_while_it_changes_nothing_and_comes_back_when_it_
     assert waits == [120, 240, 480, 600, 600, 600, 600] and s.gc_idle == 7
     assert whole_gc(s, at, drained=[{"shard_id": "s", "generations": [1]}]) == 60 and s.gc_idle == 0  # it did work
     at += 60
-    for changed in ({"wal_entries_deleted": 3}, {"rolled_up": [{}]}, {"manifest_versions_pruned": 2},
-                    {"expired_versions": {"old_versions": 4}}):
-        assert whole_gc(s, at, **changed) == 60
+    for freed in ({"wal_entries_deleted": 3}, {"deleted": [{}]}, {"history_pruned": 2},
+                  {"expired_versions": {"old_versions": 4}}):
+        assert whole_gc(s, at, **freed) == 60
         at += 60
     assert whole_gc(s, at, expired_versions={"old_versions": 0}, deleted=[]) == 120  # nothing, named or not
     at += 120
     assert whole_gc(s, at, wait={"frees_at": time.time() + 200}) == pytest.approx(200, abs=2)  # before 240
     assert whole_gc(s, at + 200, wait={"frees_at": time.time() + 10}) == 60  # never sooner than gc_every
     assert whole_gc(s, at + 260, wait={"frees_at": None}) == 600
+    at += 860
+    assert whole_gc(s, at, wal_entries_deleted=1) == 60 and s.gc_idle == 0
+    bookkeeping = {"rolled_up": [{}], "manifest_versions_pruned": 61, "receipts_pruned": 3}
+    assert [whole_gc(s, at + t, **bookkeeping) for t in (60, 180, 420)] == [120, 240, 480]
+    assert whole_gc(s, at + 900, drained=[{"shard_id": "s", "generations": [2]}]) == 60  # a drain counts
 
 
 def test_a_whole_gc_is_spaced_by_what_the_last_one_took():
