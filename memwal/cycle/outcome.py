@@ -181,12 +181,12 @@ def gc_freed(doc: Mapping[str, Any]) -> bool:
     expired checkpoints, expired base versions). A follower backs its whole GC off while this is
     false: a run that freed nothing walked every retained folder for nothing.
 
-    Two things a whole run also does are left out, as they came every time beside a writer that never
-    stops and kept the whole GC at every minute, however many folders it walks (issue 82): a rollup
-    (the listing pass rolls up every few seconds; the whole run finds the merge that landed since)
-    and the pruning of old shard-manifest versions and receipts (such a writer writes some 40
-    manifest versions a minute, so once the grace period has passed every run prunes some). Both
-    are bookkeeping that waits harmlessly: at most ``--gc-max-every`` more versions stay on storage."""
+    Left out: a rollup and old shard-manifest versions pruned, which came at every run beside a
+    writer that never stops and so kept the whole GC at every minute, however many folders it walks
+    (issue 82: the listing pass rolls up every few seconds, and the whole run finds the merge that
+    landed since; such a writer writes some 40 manifest versions a minute, so once the grace period
+    has passed every run prunes some); and receipts pruned, bookkeeping alike. All of them wait
+    harmlessly: at most ``--gc-max-every`` longer."""
     expired = doc.get("expired_versions") or {}
     return any(doc.get(k) for k in ("deleted", "drained", "checkpoints_removed", "wal_entries_deleted",
                                     "objects_deleted", "orphans_deleted", "history_pruned")) \

@@ -4,30 +4,18 @@ What a listed generation costs a reader is mostly its open (its Lance manifest, 
 and bloom filter), not its rows (docs/decisions/0054-rollups.md), so the count is what to bound.
 Rewriting a run costs its rows, and a writer that never reopens keeps every row merged since it
 opened listed; so the runs are tiered:
-walking from the newest entry back, an entry joins the newer ones when it is at most a ratio
-times their size. Entries then grow by more than the ratio going back, and a shard lists at most
-about ``log(total / smallest) / log(ratio + 1) + 1`` merged entries, while a row is rewritten
-each time the entries newer than its own reach a ``1 / ratio`` of it.
+walking from the newest entry back, an entry joins the newer ones when it holds at most
+:data:`RATIO` times their bytes. Entries then grow by more than ``RATIO`` going back, and a
+shard lists at most about ``log(total / smallest) / log(RATIO + 1) + 1`` merged entries, while a
+row is rewritten each time the entries newer than its own reach a ``1 / RATIO`` of it.
 
-The size is the rows' decoded size, the writer's own figure in the shard manifest
-(``in_memory_bytes``; memwal's rollups write it too), when every entry compared has it, else the
-bytes the one listing of ``_mem_wal/`` found under each folder (Lance 9 writers leave the figure
-out). Bytes on disk do not measure rows for small flushes: a folder's bloom filter and key index
-are some 67 KB however few its rows (pylance 14: 67.6 KB for 50 rows of two integers, 80.7 KB for
-a rollup of 600), so tiered by bytes a rollup took in every new flush, and each listing pass
-rewrote every row merged since the writer opened (issue 82). Beside one writer that never
-reopened (400 flushes of 50 rows, a listing pass every second flush, compaction's tail pass every
-eighth, in one process): 352 rows rewritten a flush against 3,595, one entry more listed at the
-median (6 against 5); with a 32-dimension vector column whose index every writer maintains, 349
-rows against 461, and the pass's CPU in the last hundred flushes 70-74 ms against 88-96 ms (two
-runs each).
-
-A rollup is written from memory, by a writer whose MemTable holds every row of it, so a run never
-grows past :data:`MAX_DECODED_BYTES` of *decoded* rows: the writer's own figure, never the bytes
-on disk, which Lance compresses some 600x on repetitive rows (issue 61: a run of 0.16 MB folders
-decoded to 50 MB each took GC past 1.5 GB). An entry without the figure counts
-:data:`UNKNOWN_FACTOR` times its bytes, and the rollup's write stops at the same bound as it reads
-(:mod:`memwal.rollup.write`).
+Sizes are the bytes the one listing of ``_mem_wal/`` found under each folder (no read). A rollup
+is written from memory, by a writer whose MemTable holds every row of it, so a run never grows past
+:data:`MAX_DECODED_BYTES` of *decoded* rows: the writer's own figure in the shard manifest
+(``in_memory_bytes``), never the bytes on disk, which Lance compresses some 600x on repetitive rows
+(issue 61: a run of 0.16 MB folders decoded to 50 MB each took GC past 1.5 GB). An entry without
+the figure (Lance 9 writers leave it out) counts :data:`UNKNOWN_FACTOR` times its bytes, and the
+rollup's write stops at the same bound as it reads (:mod:`memwal.rollup.write`).
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: An older entry joins the newer run when it is at most this many times their size.
+#: An older entry joins the newer run when it holds at most this many times its bytes.
 RATIO = 4
 
 #: A run holds at most this many decoded bytes (its rows are held in memory to be written).
@@ -90,18 +78,11 @@ def plan_rollups(shard_id: str, entries: Sequence[Entry], *, ratio: float = RATI
     consecutive in the manifest) to roll up, oldest first; runs of one entry are left alone."""
     runs: list[list[Entry]] = []
     for e in reversed(entries):
-        if runs and _joins(e, runs[-1], ratio) and e.memory + sum(x.memory for x in runs[-1]) <= max_decoded:
+        if runs and e.bytes <= ratio * _size(runs[-1]) and e.memory + sum(x.memory for x in runs[-1]) <= max_decoded:
             runs[-1].insert(0, e)
         else:
             runs.append([e])
     return [RollupPlan(shard_id, tuple(run)) for run in reversed(runs) if len(run) > 1]
-
-
-def _joins(e: Entry, newer: list[Entry], ratio: float) -> bool:
-    """Whether ``e`` joins the newer run: by decoded sizes where the writer counted each, else by bytes."""
-    if e.decoded is not None and all(x.decoded is not None for x in newer):
-        return e.decoded <= ratio * sum(x.decoded or 0 for x in newer)
-    return e.bytes <= ratio * _size(newer)
 
 
 def plan_heals(shard_id: str, unindexed: Sequence[Entry], planned: Sequence[RollupPlan]) -> list[RollupPlan]:

@@ -60,10 +60,8 @@ def reads_every_row(w: LiveWriter) -> None:
 def test_a_writer_kept_open_reads_every_row_after_every_job(live: LiveWriter, tmp_path: Path) -> None:
     """Every job runs after the writer's last flush, with GC as hard as it goes (no grace, every
     old version expired); the writer kept open reads every row after each. GC keeps what its view
-    needs listed (``writer-live``), rolled up in size tiers (a rollup of the first generations,
-    then the last flush when the rollup's rows decode to more than 4 times its own: it is not
-    written again for one flush); the folders it replaced go once the writer's own flush stopped
-    listing them. Once it closes, GC drains and frees
+    needs listed (``writer-live``), rolled up into one generation; the folders it replaced go
+    once the writer's own flush stopped listing them. Once it closes, GC drains and frees
     everything, and a new writer reads every row."""
     writes = Writes()
     uri = live.uri
@@ -76,15 +74,15 @@ def test_a_writer_kept_open_reads_every_row_after_every_job(live: LiveWriter, tm
     merged = open_table(uri).manifest().compacted_generation(live.shard_id)
     assert merged == live.n and gc.drained == ()
     (state,) = all_shard_manifests(open_table(uri).store).values()
-    kept = [fg.generation for fg in state.flushed]  # every merged generation, in its tiers
-    assert kept[-1] == merged and len(kept) <= 2 and rollup_paths(uri) >= {state.flushed[0].path}
+    (rollup,) = state.flushed  # every merged generation listed as one
+    assert rollup.generation == merged and rollup_paths(uri) >= {rollup.path}
     assert {b.reason for b in gc.blocked if b.generation == merged} >= {"writer-live"}
     assert len(folder_names(uri)) <= 3  # the rollup, and what the writer's memory still lists
     assert run_cli("verify", uri).rc == 0
 
     live.close()
     freed = t.gc(**ZERO, writer_idle_seconds=0).value  # the writer is gone
-    assert freed.drained[0].generations == tuple(kept)
+    assert freed.drained[0].generations == (merged,)
     assert listed(uri) == [] and folders(uri) == set()
     with LiveWriter(uri, live.shard_id, live.model, seed=9) as again:
         reads_every_row(again)

@@ -53,37 +53,3 @@ def test_the_listing_stays_short_as_a_writer_never_stops():
             listed[first:last] = [sum(listed[first:last])]
         most = max(most, len(listed))
     assert most <= 8 and sum(listed) == 3000
-
-
-def flush(g: int, rows: int, *, counted: bool = True) -> Entry:
-    """A pylance 14 folder of two-integer rows: some 67 KB of bloom filter and key index whatever
-    its rows, 16 bytes a row on disk, 17 decoded (the writer's figure, absent for Lance 9 writers)."""
-    return Entry(g, f"0000000{g % 10}_gen_{g}", 67_500 + 16 * rows, 17 * rows if counted else None)
-
-
-def test_small_flushes_after_a_rollup_are_tiered_by_their_rows_not_their_fixed_bytes():
-    """A rollup of 600 rows is 80 KB on disk and a flush of 50 is 68 KB: by bytes the rollup takes
-    in every two new flushes (it is less than 4 times theirs); by the writers' decoded figures it
-    holds 6 times their rows, so it stays and the flushes roll up alone."""
-    rollup_then_two = [flush(1, 600), flush(2, 50), flush(3, 50)]
-    assert [[e.generation for e in r.entries] for r in plan_rollups("s", rollup_then_two)] == [[2, 3]]
-    uncounted = [flush(1, 600, counted=False), flush(2, 50, counted=False), flush(3, 50, counted=False)]
-    assert [[e.generation for e in r.entries] for r in plan_rollups("s", uncounted)] == [[1, 2, 3]]  # as before
-
-
-def test_beside_a_writer_that_never_stops_each_row_is_rewritten_a_few_times():
-    """Two flushes of 50 rows a listing pass, 1,000 passes: every row merged since the writer
-    opened stays listed. Tiered by decoded rows a row is rewritten some 10 times and the shard
-    lists the tiers the module's bound allows (log(2,000) / log(5) + 1, under 6); tiered by bytes
-    (each folder's fixed 67 KB) it was rewritten some 105 times, nearly at every pass."""
-    rows: list[int] = []
-    rewritten = most = 0
-    for _pass in range(1000):
-        rows += [50, 50]
-        for r in reversed(plan_rollups("s", [flush(g, n) for g, n in enumerate(rows, start=1)])):
-            first, last = r.entries[0].generation - 1, r.entries[-1].generation
-            rewritten += sum(rows[first:last])
-            rows[first:last] = [sum(rows[first:last])]
-        most = max(most, len(rows))
-    assert sum(rows) == 100_000 and most <= 6
-    assert rewritten / sum(rows) < 15
