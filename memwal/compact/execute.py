@@ -19,10 +19,9 @@ from memwal.core.document import Document, as_document
 from memwal.core.retry import after_conflict, vanished
 from memwal.errors import CancelledError, ConflictError, MemWalError, StateMovedError
 from memwal.history import run as history
-from memwal.store import Store
 from memwal.table import Table
-from memwal.table.manifest import TableManifest, list_versions, maintained_indexes
-from memwal.table.versions_cursor import GROW_PROBES, versions_on_top
+from memwal.table.manifest import TableManifest, maintained_indexes
+from memwal.table.versions_cursor import versions_since
 
 if TYPE_CHECKING:
     from memwal.lease import Lease
@@ -173,18 +172,6 @@ def check_progress_kept(table: Table, since_version: int) -> None:
                 raise MemWalError(f"{table.uri}: merge progress of shard {shard} went from generation "
                                   f"{last[shard]} down to {g} at table version {v}")
             last[shard] = g
-
-
-def versions_since(store: Store, since_version: int) -> list[int]:
-    """The versions from ``since_version`` on: a stat of each name on top of it (a compaction's
-    window holds a few), a listing of every version only where that cannot tell
-    (:func:`memwal.table.versions_cursor.versions_on_top`, as a table's cursor grows). Listing them
-    at every compaction grew with what the retention keeps: a follower's tail pass compacts every
-    few merges (issue 82)."""
-    found = versions_on_top(store, since_version, GROW_PROBES)
-    if found is not None:
-        return [since_version, *(v for v, _ in found)]
-    return sorted(v for v in list_versions(store) if v >= since_version)
 
 
 def _behind(before: dict[str, dict[str, int]], after: TableManifest) -> list[str]:

@@ -16,6 +16,19 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+#: The counts of a GC document that say it freed storage the retention kept, or drained toward it
+#: (generations, WAL entries, their objects, orphans, run history, expired checkpoints; expired base
+#: versions are ``expired_versions.old_versions``). Whether a run did anything
+#: (:func:`memwal.history.record.outcome_of`) and whether a follower's whole GC backs off
+#: (:func:`memwal.cycle.outcome.gc_freed`) both start from these: one list, so neither drifts.
+GC_FREED = ("deleted", "drained", "checkpoints_removed", "wal_entries_deleted", "objects_deleted",
+            "orphans_deleted", "history_pruned")
+
+
+def gc_freed_any(doc: Mapping[str, Any], *more: str) -> bool:
+    """Whether a GC document counts anything of :data:`GC_FREED` or of ``more``, or expired base versions."""
+    return any(doc.get(k) for k in (*GC_FREED, *more)) or bool((doc.get("expired_versions") or {}).get("old_versions"))
+
 
 def blocked_total(doc: Mapping[str, Any]) -> int:
     """How many generations the run kept."""

@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from memwal.core.document import Document
-from memwal.core.kept import BY_AGE, blocked_total, blocking_by_holder, kept_by_gate
+from memwal.core.kept import BY_AGE, blocked_total, blocking_by_holder, gc_freed_any, kept_by_gate
 from memwal.core.words import counted
 
 
@@ -187,10 +187,7 @@ def gc_freed(doc: Mapping[str, Any]) -> bool:
     landed since; such a writer writes some 40 manifest versions a minute, so once the grace period
     has passed every run prunes some); and receipts pruned, bookkeeping alike. All of them wait
     harmlessly: at most ``--gc-max-every`` longer."""
-    expired = doc.get("expired_versions") or {}
-    return any(doc.get(k) for k in ("deleted", "drained", "checkpoints_removed", "wal_entries_deleted",
-                                    "objects_deleted", "orphans_deleted", "history_pruned")) \
-        or bool(expired.get("old_versions"))
+    return gc_freed_any(doc)
 
 
 __all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_freed", "summarize", "waits_for_time"]

@@ -95,6 +95,18 @@ class Deletable:
         that keeps a week of generations keeps a week of WAL entries and of kept numbers)."""
         return sorted(k for k in self.kept if k not in self.drained)
 
+    @cached_property
+    def top(self) -> int:
+        """The highest deletable generation (0: none). No WAL entry placed above it can go: a
+        week of entries kept with their folders is passed by one comparison each, not counted
+        (issue 82). Found by stepping down from ``through`` past the kept numbers, so a forged
+        ``through`` costs at most one step per kept number."""
+        g, kept = self.through, self._kept_sorted
+        i = bisect_right(kept, g) - 1
+        while g > 0 and i >= 0 and kept[i] == g:
+            g, i = g - 1, i - 1
+        return max(g, 0, *self.drained)
+
     def count_in(self, numbers: Numbers, lo: int, hi: int) -> int:
         """How many of ``numbers`` in ``[lo, hi]`` are deletable, counted without a range."""
         a, b = numbers.span(lo, hi)

@@ -134,16 +134,15 @@ class _Placement:
         """Per data entry (not a known sentinel): the generations it may belong to, exactly one
         when its header is known, else those between its known neighbours."""
         data = [i for i in range(len(self.entries)) if not (i in self.known and self.known[i].generation is None)]
+        named = [self.generation(i) for i in data]  # asked once: a week keeps tens of thousands of entries
         out: dict[int, tuple[int, int]] = {}
         lo = 0
-        for i in data:
-            g = self.generation(i)
+        for i, g in zip(data, named, strict=True):
             if g is not None:
                 lo = g
             out[i] = (g, g) if g is not None else (lo, 0)
         hi = _UNBOUNDED
-        for i in reversed(data):
-            g = self.generation(i)
+        for i, g in zip(reversed(data), reversed(named), strict=True):
             if g is not None:
                 hi = g
                 continue
@@ -153,6 +152,8 @@ class _Placement:
 
     def verdict(self, position: int, lo: int, hi: int, exact: bool) -> bool | None:
         """True: its generation goes; False: it stays with its generation; None: open (read it)."""
+        if max(lo, 1) > self.deletable.top:  # generations are numbered from 1
+            return False
         going = self.deletable.count_in(self.flushed, lo, hi)
         if not going:
             return False

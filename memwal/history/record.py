@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, NotRequired, TypedDict
 
 from memwal.core.document import Document
-from memwal.core.kept import blocked_by_reason, blocked_total
+from memwal.core.kept import blocked_by_reason, blocked_total, gc_freed_any
 from memwal.core.waits import stored_wait
 from memwal.history.schema import LagTotal, checked, checked_detail
 
@@ -137,10 +137,7 @@ def outcome_of(job: str, doc: Mapping[str, Any], problems: list[str]) -> str:
     """ok, nothing-to-do or failed, from a finished run's result document."""
     if problems:
         return FAILED
-    did = doc.get("version") is not None or any(doc.get(k) for k in (
-        "deleted", "checkpoints_removed", "history_pruned", "orphans_deleted", "drained", "rolled_up",
-        "wal_entries_deleted")) \
-        or (doc.get("expired_versions") or {}).get("old_versions")
+    did = doc.get("version") is not None or gc_freed_any(doc, "rolled_up")  # a rollup is work, frees nothing
     return OK if did else NOTHING
 
 

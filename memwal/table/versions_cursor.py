@@ -22,7 +22,7 @@ from __future__ import annotations
 from memwal.core.json_doc import JsonDocError, load_json
 from memwal.errors import MemWalError
 from memwal.store import ObjectInfo, Store
-from memwal.table.manifest import list_version_infos
+from memwal.table.manifest import list_version_infos, list_versions
 from memwal.table.naming import table_manifest_key
 
 #: New versions :meth:`VersionsCursor.grow` stats before it gives up (the caller lists instead).
@@ -72,6 +72,18 @@ def versions_on_top(store: Store, start: int, probes: int) -> list[tuple[int, Ob
     return None if hint is not None and hint > (found[-1][0] if found else start) else found
 
 
+def versions_since(store: Store, since_version: int) -> list[int]:
+    """The versions from ``since_version`` on: a stat of each name on top of it (a compaction's
+    window holds a few), a listing of every version only where that cannot tell
+    (:func:`versions_on_top`, as a table's cursor grows). Listing them at every compaction (its
+    caller) grew with what the retention keeps: a follower's tail pass compacts every few merges
+    (issue 82)."""
+    found = versions_on_top(store, since_version, GROW_PROBES)
+    if found is not None:
+        return [since_version, *(v for v, _ in found)]
+    return sorted(v for v in list_versions(store) if v >= since_version)
+
+
 class VersionsCursor:
     """Every version the last listing found, plus those grown on top since (see the module docstring).
 
@@ -118,4 +130,5 @@ class VersionsCursor:
         return [(v, self.infos[v]) for v in range(version + 1, self.top + 1) if v in self.infos]
 
 
-__all__ = ["GROW_PROBES", "LANCE_HINT", "VersionsCursor", "lance_hint", "versions_after", "versions_on_top"]
+__all__ = ["GROW_PROBES", "LANCE_HINT", "VersionsCursor", "lance_hint", "versions_after", "versions_on_top",
+           "versions_since"]
