@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,33 @@ def test_compaction_after_many_merges_keeps_rows_progress_and_catchup_then_gc_co
     assert len(gc["deleted"]) == MANY.shards * MANY.generations
     assert all_generations_collected(table, shard_ids_for(MANY))
     assert table_rows(table) == lsm_rows(table) == model.sorted_rows()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: Lance's tasks run one at a time")
+def test_the_local_engine_runs_lances_tasks_side_by_side(fresh):
+    """Lance's rewrite tasks run ``num_threads`` at a time, the machine's cores unless said otherwise,
+    as Lance's own ``compact_files`` runs them (one at a time kept one core of two busy): held at
+    its step, the first task goes on only once a second has started. Rows, progress and catch-up
+    are what one at a time leaves."""
+    table, model = fresh
+    before = table.manifest()
+    arrived: list[str] = []
+    two = threading.Event()
+
+    def hold(name: str) -> None:
+        if name == "local.compact.task":
+            arrived.append(threading.current_thread().name)
+            if len(arrived) >= 2:
+                two.set()
+            assert two.wait(60), "a second task never started while the first was held"
+
+    with steps.hooked(hold):
+        doc = memwal.open(table.uri).compact(target_rows_per_fragment=100).to_dict()
+    assert len(arrived) >= 2 and len(set(arrived[:2])) == 2, arrived
+    assert doc["fragments_after"] == fragments(table) < doc["fragments_before"]
+    assert table_rows(table) == model.sorted_rows()
+    assert table.manifest().compacted == before.compacted
+    assert table.manifest().index_catchup == before.index_catchup
 
 
 def test_lance_compact_files_drops_catchup_and_compact_re_earns_it(fresh):
