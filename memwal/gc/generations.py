@@ -329,7 +329,7 @@ class _Shard(ShardBase):
                 self.kept_wal.add(g)  # its WAL entries are evidence too, until its rows are proven
             if reasons:
                 self._block(g, (*reasons, name))
-                if any(r.startswith("checkpoint:") for r in reasons):
+                if self.gates.checkpoints and any(r.startswith("checkpoint:") for r in reasons):
                     self.kept_wal.add(g)
             elif g in self.evidence:
                 self._block(g, (PROGRESS_UNPROVEN, f"{name}: the evidence that generation {self.evidence[g]}'s rows "

@@ -104,9 +104,13 @@ class ShardBase:
         writer reads its base at that version, and of the generations only what it lists
         (:meth:`WriterView.may_list`), never a snapshot of that version."""
         out = []
+        retained = f"{RETAINED_VERSION}:"
         for g, (reasons, holders) in zip(gs, self._folder_gates(gs), strict=True):
             if holders:
-                others = tuple(r for r in reasons if not r.startswith(f"{RETAINED_VERSION}:"))
+                # the holders' gate is the last of a held folder's (_folder_gates): no pass over each
+                # folder's gates to find it (a week's retention holds tens of thousands of folders)
+                others = reasons[:-1] if reasons[-1].startswith(retained) else \
+                    tuple(r for r in reasons if not r.startswith(retained))
                 self.held.append(HeldGeneration(self.sid, g, holders, others))
             out.append(reasons)
         return out

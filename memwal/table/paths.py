@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 
 from memwal.errors import UnsafePathError
-from memwal.table.naming import MEM_WAL_DIR, is_shard_dir_name, shard_dir
+from memwal.table.naming import MEM_WAL_DIR, is_shard_dir_name, parse_generation_dir, shard_dir
 
 
 def shard_of_key(key: str) -> str | None:
@@ -54,6 +54,8 @@ def generation_key(shard_id: str, path: str) -> str:
     """
     if not is_shard_dir_name(shard_id):
         raise UnsafePathError(shard_id, path, "the shard id is not a UUID")
+    if parse_generation_dir(path) is not None:  # one name of hex, "_gen_" and digits: inside as it stands
+        return f"{shard_dir(shard_id)}/{path}"
     if not path or "\x00" in path:
         raise UnsafePathError(shard_id, path, "empty path")
     if "://" in path or path.startswith("/") or "\\" in path:
