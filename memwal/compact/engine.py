@@ -6,8 +6,11 @@ one commit, with progress kept, is the driver's (:mod:`memwal.compact.execute`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Protocol
 
 from lance.optimize import CompactionTask, RewriteResult
@@ -25,9 +28,28 @@ class CompactEngine(Protocol):
     def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]: ...
 
 
+#: Lance's rewrite tasks the local engine runs at once in this context (None: the plan's
+#: ``num_threads``, else the machine's cores): see :func:`one_task_at_a_time`.
+_WIDTH: ContextVar[int | None] = ContextVar("memwal_compact_width", default=None)
+
+
+@contextlib.contextmanager
+def one_task_at_a_time() -> Iterator[None]:
+    """The local engine runs Lance's rewrite tasks one after the other in the block: where a
+    cluster runs the caller as one task of one core (a fleet's small table in a Spark or Ray task),
+    its scheduler, not the compaction, spreads the work over the cores, and each task holds the
+    rows of one rewrite in memory, not one per core."""
+    token = _WIDTH.set(1)
+    try:
+        yield
+    finally:
+        _WIDTH.reset(token)
+
+
 class LocalCompactEngine:
     """Lance's tasks in this process, ``num_threads`` at a time (Lance's own option, as its
-    ``compact_files`` runs them: the machine's cores unless the plan's options say otherwise).
+    ``compact_files`` runs them: the machine's cores unless the plan's options say otherwise;
+    one inside :func:`one_task_at_a_time`).
     Each task reads and writes its own fragments, and a task's own work keeps about one core
     busy: one at a time left every other core idle (1.07 cores over a 64-fragment compaction)."""
 
@@ -40,7 +62,7 @@ class LocalCompactEngine:
     def run_tasks(self, table: Table, plan: CompactPlan) -> list[RewriteResult]:
         ds = table.dataset(plan.read_version)
         tasks = plan.lance_tasks
-        width = min(len(tasks), plan.options.get("num_threads") or os.cpu_count() or 1)
+        width = min(len(tasks), _WIDTH.get() or plan.options.get("num_threads") or os.cpu_count() or 1)
 
         def rewrite(task: CompactionTask) -> RewriteResult:
             steps.step("local.compact.task")

@@ -18,15 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from memwal.compact.engine import one_task_at_a_time
 from memwal.cycle import CycleResult
 from memwal.fleet.run import TableWork, run_table_work
 from memwal.tasks import TaskRunner
 
 
 def _task(work: TableWork) -> dict[str, Any]:
-    """One small table in a task, the local engine inside."""
+    """One small table in a task, the local engine inside (its compaction's rewrites one at a
+    time: the task has one core of the cluster's)."""
     local = {job: {**opts, "engine": "local"} for job, opts in work.options.items()}
-    return run_table_work(replace(work, options=local)).to_dict()
+    with one_task_at_a_time():
+        return run_table_work(replace(work, options=local)).to_dict()
 
 
 class TaskTableRunner:

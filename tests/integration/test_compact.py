@@ -14,6 +14,7 @@ import pytest
 
 import memwal
 from memwal.actions import run_action
+from memwal.compact.engine import one_task_at_a_time
 from memwal.core import clock as clocks
 from memwal.core import steps
 from memwal.demo import Model, Workload, create_base_table, shard_ids_for, write_generations
@@ -117,6 +118,23 @@ def test_the_local_engine_runs_lances_tasks_side_by_side(fresh):
     assert table_rows(table) == model.sorted_rows()
     assert table.manifest().compacted == before.compacted
     assert table.manifest().index_catchup == before.index_catchup
+
+
+def test_a_fleets_task_rewrites_one_lance_task_at_a_time(fresh):
+    """Inside a cluster's task (a fleet's small table on Spark or Ray: one core of the cluster's),
+    the local engine runs Lance's tasks one after the other, in the task's own thread."""
+    table, model = fresh
+    arrived: list[str] = []
+
+    def seen(name: str) -> None:
+        if name == "local.compact.task":
+            arrived.append(threading.current_thread().name)
+
+    with steps.hooked(seen), one_task_at_a_time():
+        doc = memwal.open(table.uri).compact(target_rows_per_fragment=100).to_dict()
+    assert len(arrived) >= 2 and set(arrived) == {threading.current_thread().name}, arrived
+    assert doc["fragments_after"] == fragments(table) < doc["fragments_before"]
+    assert table_rows(table) == model.sorted_rows()
 
 
 def test_lance_compact_files_drops_catchup_and_compact_re_earns_it(fresh):
