@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -144,6 +144,17 @@ def screenshot(url: str, out: str, *, window: str = "1400,2200") -> None:
 
 
 # -- DevTools protocol ----------------------------------------------------------------------------------
+class DevToolsError(AssertionError):
+    """A DevTools command answered with an error."""
+
+    def navigating(self) -> bool:
+        """The page navigated while the command ran (a click that submits a form, a redirect):
+        the command reached the document that went away, and the next one reaches the new one."""
+        return any(m in str(self) for m in ("Inspected target navigated or closed",
+                                             "Execution context was destroyed",
+                                             "Cannot find context with specified id"))
+
+
 class Browser:
     """Headless Chromium on a DevTools port; one page target."""
 
@@ -178,7 +189,8 @@ class Browser:
         while True:
             reply = json.loads(self.ws.recv(timeout=60))
             if reply.get("id") == n:
-                assert "error" not in reply, reply["error"]
+                if "error" in reply:
+                    raise DevToolsError(reply["error"])
                 return reply.get("result", {})
 
     def frame_evaluate(self, url_part: str, expression: str, *, user_gesture: bool = False) -> Any:
@@ -212,13 +224,7 @@ class Browser:
 
     def wait_for_frame(self, url_part: str, expression: str, *, timeout: float = 60.0) -> Any:
         """:meth:`frame_evaluate` until it returns something truthy."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.frame_evaluate(url_part, expression)
-            if value:
-                return value
-            assert time.monotonic() < deadline, f"timed out waiting in frame {url_part}: {expression}"
-            time.sleep(0.1)
+        return _until(lambda: self.frame_evaluate(url_part, expression), timeout, f"in frame {url_part}: {expression}")
 
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)
@@ -247,19 +253,30 @@ class Browser:
 
     def wait_for(self, expression: str, *, timeout: float = 60.0) -> Any:
         """Evaluate ``expression`` until it returns something truthy (the page is a live SPA)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
-            assert time.monotonic() < deadline, f"timed out waiting for: {expression}"
-            time.sleep(0.1)
+        return _until(lambda: self.evaluate(expression), timeout, expression)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._stack.close()
         stop_group(self.proc)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def _until(probe: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``probe()`` every 0.1 s until it returns something truthy. A probe the page's navigation
+    cut off (a submitted form, a redirect) counts as "not yet": the next reaches the new page."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = probe()
+        except DevToolsError as e:
+            if not e.navigating():
+                raise
+            value = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        time.sleep(0.1)
 
 
 def stop_group(proc: subprocess.Popen) -> None:
