@@ -16,7 +16,8 @@ class ShardFacts:
     #: above the merged one, and the rows of those the shard manifest lists.
     unmerged: dict[int, tuple[int, float]]
     unmerged_rows: int
-    #: Generation folders at or below every index's catch-up (GC may take them), their bytes,
+    #: Generation folders at or below every index's catch-up (GC may take them), their bytes
+    #: (on a disk, estimated from the oldest and the newest: :func:`memwal.fleet.probe.probe`),
     #: and the oldest one's flush time (none can go before it is older than GC's retention).
     collectable: int
     collectable_bytes: int

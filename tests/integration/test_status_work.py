@@ -1,4 +1,5 @@
-"""``memwal status`` and a whole GC read what they judge, not every folder a table kept (issue 82).
+"""``memwal status``, a whole GC and a fleet's probe read what they judge, not every folder a
+table kept (issue 82).
 
 A table merged every few seconds keeps a week of merged generation folders under the default
 version retention (each one a retained version may still read): 84,000 files at 8,000 versions.
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import memwal
 from memwal.checkpoint.ops import create_checkpoint
+from memwal.fleet.probe import probe
 from memwal.inspect.status import TableStatus, table_status
+from memwal.store import open_store
 from memwal.store.local import LocalStore
 from memwal.table import Table, open_table
 from memwal.table.shards import parse_generation_dir
@@ -50,7 +54,7 @@ def listed_entries(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
 
         monkeypatch.setattr(LocalStore, name, wrapper)
 
-    for name in ("list", "list_with_links", "list_dirs", "list_dirs_and_links"):
+    for name in ("list", "list_with_links", "list_dirs", "list_dirs_and_links", "list_level"):
         counting(name)
 
     def take() -> int:
@@ -134,3 +138,33 @@ def test_a_whole_gc_walks_the_folders_it_judges_not_every_folder_the_retention_k
     assert len(held[1]) - len(held[0]) == 270 and all(
         any(r.startswith("retained-version:") for r in b["reasons"]) for b in held[1])
     assert docs[0]["deleted"] == docs[1]["deleted"] == []
+
+
+def test_a_fleet_probe_on_a_disk_counts_the_folders_it_does_not_walk(make_table, listed_entries):
+    """A fleet's probe of a table on a disk lists each shard's folder names and walks only the
+    folders its figures need: 270 more merged, caught-up folders kept add their 270 names, not
+    their files (a fleet round over six tables of 4,000 versions spent 87% of its time walking
+    them). Its figures are those of the object stores' one listing of every file, but for GC's
+    bytes, estimated from the folders it walked."""
+    table, shard_id = _merged_and_drained(make_table)
+    assert memwal.open(table.uri).catchup().ok  # generation 1 caught up: GC may take its folders
+    counts, facts = [], []
+    for kept in (30, 300):
+        _keep_merged_folders(table.uri, shard_id, kept)
+        listed_entries()
+        facts.append(probe(table.uri, open_store(table.uri)))
+        counts.append(listed_entries())
+    assert counts[1] - counts[0] == 270, counts  # a name each, no file
+    whole_store = open_store(table.uri)
+    whole_store.has_directories = False  # as on an object store: one listing of every file
+    whole = probe(table.uri, whole_store)
+    by_shard = [{s.shard_id: s for s in f.shards} for f in (facts[1], whole)]
+    assert by_shard[0].keys() == by_shard[1].keys()
+    for sid, chosen in by_shard[0].items():
+        exact = by_shard[1][sid]
+        assert replace(chosen, collectable_bytes=0) == replace(exact, collectable_bytes=0)
+        assert exact.collectable_bytes / 2 <= chosen.collectable_bytes <= exact.collectable_bytes * 2
+    before = {s.shard_id: s for s in facts[0].shards}[shard_id]
+    assert by_shard[0][shard_id].collectable == before.collectable == 2  # generations: the copies are of one
+    assert by_shard[0][shard_id].collectable_bytes > 5 * before.collectable_bytes  # their folders: bytes
+    assert any(s.unmerged for s in facts[1].shards)  # the merge's debt is there too, walked
