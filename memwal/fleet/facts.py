@@ -17,7 +17,7 @@ class ShardFacts:
     unmerged: dict[int, tuple[int, float]]
     unmerged_rows: int
     #: Generation folders at or below every index's catch-up (GC may take them), their bytes
-    #: (on a disk, estimated from the oldest and the newest: :func:`memwal.fleet.probe.probe`),
+    #: (on a disk, estimated from a sample of their folders: :func:`memwal.fleet.probe.probe`),
     #: and the oldest one's flush time (none can go before it is older than GC's retention).
     collectable: int
     collectable_bytes: int

@@ -162,7 +162,7 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     if not m.mem_wal:
         return TableFacts(uri, m.version, False, (), (), m.fragments, m.live_rows, m.deleted_rows, {}, None, tag,
                           requests=store.requests_sent - sent)
-    named: dict[str, list[str]] | None = None
+    named: dict[str, dict[str, int]] | None = None
     if store.has_directories:
         listing, named = _walk_chosen(store, m)
     else:
@@ -170,8 +170,8 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     digest = hashlib.sha1(tag.encode())
     for o in listing:
         digest.update(f"\n{o.key}\t{o.size}\t{o.etag}".encode())
-    for shard, names in sorted((named or {}).items()):
-        digest.update(f"\n{shard}/\t{'/'.join(names)}".encode())
+    for shard, folders in sorted((named or {}).items()):
+        digest.update(f"\n{shard}/\t{'/'.join(sorted(folders))}".encode())
     fingerprint = digest.hexdigest()
     known = cache.get_facts(uri, fingerprint)
     if known is not None:
@@ -189,8 +189,9 @@ def _caught(m: ManifestFacts, shard: str) -> int:
     return min([m.catchup.get(i, {}).get(shard, 0) for i in m.indexes] + [m.compacted.get(shard, 0)])
 
 
-def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict[str, list[str]]]:
-    """On a disk: the objects the figures need, and each shard's generation folder names.
+def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict[str, dict[str, int]]]:
+    """On a disk: the objects the figures need, and each shard's generation folders (name ->
+    generation).
 
     Walked: every folder above the merge mark (the merge's debt: bytes and times); one folder of
     each of :data:`_SAMPLED` generations GC may take, spread from the lowest to the highest (when
@@ -201,19 +202,18 @@ def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict
     folders is some 350,000 names beside a busy writer, ten files each."""
     root = f"{MEM_WAL_DIR}/"
     objects: list[ObjectInfo] = []
-    named: dict[str, list[str]] = {}
+    named: dict[str, dict[str, int]] = {}
     for shard in store.list_dirs(root):
         if shard.startswith("_"):
             continue  # our own folders (staging, jobs), as below
         prefix = f"{root}{shard}/"
         _, dirs = store.list_level(prefix)
+        named[shard] = {name: g for name in dirs if (g := parse_generation_dir(name)) is not None}
         by_generation: dict[int, list[str]] = {}
-        for name in dirs:
-            if (g := parse_generation_dir(name)) is not None:
-                by_generation.setdefault(g, []).append(name)
-        named[shard] = sorted(n for names in by_generation.values() for n in names)
-        merged = m.compacted.get(shard, 0)
-        collectable = sorted(g for g in by_generation if g <= _caught(m, shard))
+        for name, g in named[shard].items():
+            by_generation.setdefault(g, []).append(name)
+        merged, caught = m.compacted.get(shard, 0), _caught(m, shard)
+        collectable = sorted(g for g in by_generation if g <= caught)
         sample = collectable[::max(1, -(-len(collectable) // _SAMPLED))] + collectable[-1:]
         walked = {n for g, names in by_generation.items() if g > merged for n in names}
         walked |= {min(by_generation[g]) for g in [*sample, *sorted(by_generation)[-1:]]}
@@ -231,9 +231,9 @@ def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict
 
 
 def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],
-            named: dict[str, list[str]] | None = None) -> tuple[tuple[ShardFacts, ...], tuple[str, ...]]:
+            named: dict[str, dict[str, int]] | None = None) -> tuple[tuple[ShardFacts, ...], tuple[str, ...]]:
     """Per shard, from the listing (and the latest manifest of a shard with unmerged data).
-    ``named``: every generation folder's name per shard, when the listing walked only some
+    ``named``: every generation folder per shard (name -> generation), when the listing walked only some
     (:func:`_walk_chosen`): GC's figures count the names and estimate the bytes from those walked."""
     folders: dict[str, dict[int, list[ObjectInfo]]] = {}
     manifests: dict[str, list[tuple[int, ObjectInfo]]] = {}
@@ -252,8 +252,7 @@ def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],
         g = parse_generation_dir(top)
         if g is not None:
             folders.setdefault(shard, {}).setdefault(g, []).append(o)
-    numbers = {shard: [g for n in names if (g := parse_generation_dir(n)) is not None]
-               for shard, names in (named or {}).items()}
+    numbers = {shard: list(folders.values()) for shard, folders in (named or {}).items()}
     out, problems = [], []
     for shard in sorted(set(folders) | set(manifests) | {s for s, gs in numbers.items() if gs}):
         merged = m.compacted.get(shard, 0)
