@@ -175,6 +175,13 @@ class Store(abc.ABC):
         concurrent callers holding the same ETag exactly one wins.  Returns the new ETag.
         """
 
+    def move_folder(self, source: str, target: str) -> int | None:
+        """Rename the folder ``source`` to ``target``, a name no folder has, in one step, with every
+        file in it made durable first; the bytes moved. None where the store cannot (an object store
+        has no rename; a disk when something in it is not a file or a folder, or ``target`` is on
+        another file system): the caller copies. PreconditionFailedError when ``target`` exists."""
+        return None
+
     @abc.abstractmethod
     def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
         """Objects whose key starts with ``prefix``, in lexicographic key order.

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 import uuid
 
 from memwal.core.retry import after_transient
 from memwal.errors import BadInputError, LinkedPathError, PreconditionFailedError
 from memwal.store.base import Store, clean_key
-from memwal.store.local_walk import TEMP_MARKER
+from memwal.store.local_walk import DIR_FLAGS, TEMP_MARKER, is_link
 
 
 class LocalWrites(Store):
@@ -32,6 +34,9 @@ class LocalWrites(Store):
 
     @abc.abstractmethod
     def _refuse_if_link(self, dfd: int, key: str) -> None: ...
+
+    @abc.abstractmethod
+    def _path(self, key: str, *, allow_empty: bool = False) -> str: ...
 
     @staticmethod
     @abc.abstractmethod
@@ -154,3 +159,69 @@ class LocalWrites(Store):
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Compare-and-swap under the directory's flock: rename only if the ETag still matches."""
         return self._replace_locked(key, data, etag)
+
+    def move_folder(self, source: str, target: str) -> int | None:
+        """``rename()`` of the folder ``source`` to ``target`` (see :meth:`Store.move_folder`), both
+        reached without following a link. Its files are fsynced first, as each put's are, so a crash
+        after the rename never leaves a moved file empty. ``rename()`` refuses a ``target`` that holds
+        anything or is not a folder; an empty folder there is replaced (it held nothing)."""
+        src, dst = clean_key(source), clean_key(target)
+        sfd, sname = self._open_parent(src)
+        if sfd is None:
+            raise self.not_found(src)
+        try:
+            try:
+                size = _synced_tree(sfd, sname)
+            except FileNotFoundError:
+                raise self.not_found(src) from None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise LinkedPathError(src, self._path(src), link=is_link(sfd, sname)) from None
+                raise
+            if size is None:
+                return None
+            dfd, dname = self._parent_for_write(dst)
+            try:
+                os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.EXDEV:
+                    return None
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                    raise PreconditionFailedError(f"folder already exists: {self.uri_for(dst)}") from None
+                raise
+            finally:
+                os.close(dfd)
+            return size
+        finally:
+            os.close(sfd)
+
+
+def _synced_tree(parent: int, name: str) -> int | None:
+    """fsync every file under the folder ``name`` of ``parent`` (opened without following a
+    link); their bytes. None when the folder holds anything but files and folders (a link: the
+    copy a caller falls back to skips it, as every listing does). FileNotFoundError: no folder."""
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    try:
+        size = 0
+        with os.scandir(fd) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    inner = _synced_tree(fd, e.name)
+                    if inner is None:
+                        return None
+                    size += inner
+                elif e.is_file(follow_symlinks=False):
+                    f = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    try:
+                        st = os.fstat(f)
+                        if not stat.S_ISREG(st.st_mode):
+                            return None
+                        os.fsync(f)
+                        size += st.st_size
+                    finally:
+                        os.close(f)
+                else:
+                    return None
+        return size
+    finally:
+        os.close(fd)

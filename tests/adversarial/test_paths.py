@@ -556,6 +556,27 @@ def test_local_store_lists_reads_and_writes_nothing_through_links(tmp_path: Path
     assert store.child("a/dlink").list_dirs("") == [] and store.child("a/dlink").head("top.bin") is None
 
 
+def test_a_folder_is_never_moved_through_or_with_a_link(tmp_path: Path, outside: Path) -> None:
+    """A rollup's move (LocalStore.move_folder) neither reaches a folder through a link, nor
+    moves a link: a staged folder holding one is left for the copy, which skips links."""
+    root = tmp_path / "t"
+    (root / "stage" / "gen").mkdir(parents=True)
+    (root / "stage" / "gen" / "f").write_bytes(b"rows")
+    link_to(root / "stage" / "gen" / "escape", outside_dir(outside, "d"))
+    link_to(root / "linked", outside_dir(outside, "e"))
+    before = tree_digest(str(outside))
+    store = LocalStore(str(root))
+    assert store.move_folder("stage/gen", "shard/new") is None  # a link inside: not moved
+    assert (root / "stage" / "gen" / "f").read_bytes() == b"rows" and not (root / "shard").exists()
+    (root / "stage" / "gen" / "escape").unlink()
+    with pytest.raises(LinkedPathError):
+        store.move_folder("stage/gen", "linked/new")  # the target's folder is a link
+    with pytest.raises(LinkedPathError):
+        store.move_folder("linked/sub", "shard/new")  # the source's folder is a link
+    assert (root / "stage" / "gen" / "f").read_bytes() == b"rows"
+    assert tree_digest(str(outside)) == before
+
+
 def test_a_fifo_in_the_table_is_not_an_object_and_does_not_hang(tmp_path: Path) -> None:
     root = tmp_path / "t"
     root.mkdir()

@@ -144,3 +144,35 @@ def test_a_listing_pass_on_a_disk_stats_only_the_manifest_versions_it_asks_for(l
     assert 1 in gone
     with pytest.raises(NotFoundError, match="gone since the listing"):
         gone[1]
+
+
+def test_a_rollup_on_a_disk_is_moved_into_its_shard_not_copied(live: LiveWriter,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staged rollup becomes its shard's folder by one rename: no object of the staging is read
+    or written again (a copy reads and writes each, some twenty a rollup), and the folder comes
+    whole, its marker and Lance manifest inside, read right by every client."""
+    from memwal.store.local import LocalStore
+    from memwal.table.naming import ROLLUP_MARKER, STAGING_DIR
+
+    t = merged(live, 3)
+    staged: list[str] = []
+    real_get = LocalStore.get
+
+    def get(self: LocalStore, key: str, **kwargs: object) -> bytes:
+        if key.startswith(STAGING_DIR):
+            staged.append(key)
+        return real_get(self, key, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalStore, "get", get)
+    done = t.gc(listed_only=True).to_dict()
+    (rollup,) = done["rolled_up"]
+    assert staged == []  # nothing of the staged folder read back
+    store = open_table(live.uri).store
+    folder = f"_mem_wal/{rollup['shard_id']}/{rollup['path']}/"
+    objects = list(store.list(folder))
+    names = [o.key[len(folder):] for o in objects]
+    assert ROLLUP_MARKER in names and any(n.startswith("_versions/") for n in names), names
+    assert rollup["bytes"] == sum(o.size for o in objects)
+    assert list(store.list(f"{STAGING_DIR}/")) == []  # the staging is gone
+    assert listed(live.uri) == [(rollup["generation"], rollup["path"])]
+    assert client_view(live.uri) == live.model.sorted_rows() == live.view()

@@ -290,6 +290,27 @@ def test_put_if_absent(store: Store) -> None:
     assert [o.key for o in store.list("_mem_wal/")] == ["_mem_wal/_jobs/leases/x.json"]
 
 
+def test_move_folder_moves_a_whole_folder_on_a_disk_and_nothing_elsewhere(store: Store) -> None:
+    files = {"s/gen/data/a.lance": b"rows", "s/gen/_versions/1.manifest": b"manifest", "s/gen/marker.json": b"{}"}
+    for key, data in files.items():
+        store.put(key, data)
+    store.put("t/taken/x", b"keep")
+    moved = store.move_folder("s/gen", "t/fresh")
+    if not isinstance(store, LocalStore):  # no rename: the caller copies; nothing changed
+        assert moved is None
+        assert sorted(o.key for o in store.list("")) == sorted([*files, "t/taken/x"])
+        return
+    assert moved == sum(map(len, files.values()))
+    assert {o.key: store.get(o.key) for o in store.list("t/fresh/")} == {
+        k.replace("s/gen/", "t/fresh/"): v for k, v in files.items()}
+    assert list(store.list("s/")) == []
+    with pytest.raises(PreconditionFailedError, match="already exists"):  # never into a folder that holds anything
+        store.move_folder("t/fresh", "t/taken")
+    assert store.get("t/taken/x") == b"keep" and store.get("t/fresh/marker.json") == b"{}"
+    with pytest.raises(NotFoundError):
+        store.move_folder("s/gone", "t/other")
+
+
 def test_put_if_match(store: Store) -> None:
     e1 = store.put("k", b"v1")
     e2 = store.put_if_match("k", b"v2", e1)

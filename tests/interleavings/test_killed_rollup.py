@@ -2,7 +2,7 @@
 
 A follower killed with SIGKILL and restarted beside a pylance writer that never stops: the
 report saw the live writer's ``lsm_scanner()`` return keys twice. A rollup and a heal are two
-steps on storage (the folder, copied from a staging clone, then the shard manifest version that
+steps on storage (the folder, moved from a staging clone, then the shard manifest version that
 lists it) and a merge several (its passes, its marker): a kill between any two must leave
 storage in a state every client reads right, and the next pass must finish or redo the job
 without ever listing two folders of one generation number (pylance's block lists are keyed by
@@ -46,14 +46,15 @@ pytestmark = pytest.mark.long  # 29 jobs killed, each its own process: the worke
 
 VENV_BIN = Path(sys.executable).parent
 
-#: Every step a GC that rolls up passes, in order: before anything is written, the rollup's
-#: folder staged, half copied (no Lance manifest), whole but unlisted, listed with its version
-#: hint not yet moved, and the deletions after.
+#: Every step a GC that rolls up passes on a disk, in order: before anything is written, the
+#: rollup's folder staged, moved whole into the shard but unlisted, listed with its version hint
+#: not yet moved, and the deletions after. (An object store copies the folder, its Lance manifests
+#: last, a step more: ``rollup.copied``.)
 ROLLUP_STEPS = ["gc.planned", "gc.leased", "gc.before-marker", "gc.before-drain", "gc.before-rollup",
-                "rollup.staged", "rollup.copied", "rollup.written", "gc.before-manifest", "gc.before-hint",
+                "rollup.staged", "rollup.written", "gc.before-manifest", "gc.before-hint",
                 "gc.before-delete", "gc.after-delete"]
 #: The steps where a heal differs from a rollup: its folder on storage, then listed.
-HEAL_STEPS = ["gc.before-rollup", "rollup.staged", "rollup.copied", "rollup.written", "gc.before-manifest",
+HEAL_STEPS = ["gc.before-rollup", "rollup.staged", "rollup.written", "gc.before-manifest",
               "gc.before-hint", "gc.before-delete"]
 #: Every step of a merge with a delete pass, from its plan to its report.
 MERGE_STEPS = ["merge.planned", "merge.leased", "merge.before-read", "merge.after-read", "merge.before-delete-commit",
