@@ -3,7 +3,8 @@
 - ``plan``: ``memwal fleet plan`` on 100-1,000 tables (time), its requests on moto and Azurite (``fleet_plan.json``);
 - ``sim``: 40 tables under live writers, the fleet runner against a fixed schedule (``fleet.json``);
   ``overload``: the same at 2-s ticks, by service level and by debt alone;
-- ``events``: an idle fleet's requests a day, woken by events against polling (``fleet_events.json``).
+- ``events``: an idle fleet's requests a day, woken by events against polling (``fleet_events.json``);
+- ``aged``: a round over aged tables, local against a Ray cluster on loopback (``fleet_aged.json``).
 """
 
 from bench.cases import Case
@@ -24,4 +25,8 @@ CASES = (
                 "--out", "{out}/overload"), json="fleet"),
     Case("events", "bench.fleet.events", "an idle fleet's requests a day: events against polling",
          bench=("--out", "{out}"), smoke=("--tables", "4", "--cycles", "2", "--out", "{out}"), json="fleet_events"),
+    Case("aged", "bench.fleet.aged", "a fleet's round over aged tables, local against a Ray cluster",
+         bench=("--work", "{out}/fleet-aged-work", "--out", "{out}"),
+         smoke=("--flushes", "30", "--tables", "2", "--runs", "1", "--work", "{work}", "--out", "{out}"),
+         json="fleet_aged", chart=False),
 )
