@@ -42,5 +42,5 @@ CASES = (
     Case("versions", "bench.read.versions", "what each retained version costs, read off a day of versions",
          bench=None, json="versions_day"),
     Case("age", "bench.read.age", "each recurring job's cost as a followed table ages (300 to 3,000 flushes)",
-         bench=("--out", "{out}"), smoke=("--smoke", "--out", "{out}", "--work", "{work}"), json="age", chart=False),
+         bench=("--out", "{out}"), smoke=("--smoke", "--out", "{out}", "--work", "{work}"), json="age"),
 )

@@ -24,7 +24,8 @@ whatever memwal does; also the files and bytes under ``_mem_wal/_jobs/`` (memwal
 Going further than a bench can: age once with ``--work DIR`` (the oldest copy is kept, as
 ``DIR/aged/age-N``), then start the next run from it (``--from DIR/aged/age-N``): its ages count
 the flushes since.
-JSON to stdout and ``--out``; the figures and their spread are in docs/benchmarks/reads.md.
+JSON to stdout and ``--out``, with a chart there of each cost against age and against its young value
+(``OUT/age.png``); the figures and their spread are in docs/benchmarks/reads.md.
 """
 
 from __future__ import annotations
@@ -156,6 +157,44 @@ def age(uri: str, ages: list[int], keep: Path, log: Any, start: str | None = Non
     return reached
 
 
+#: The costs the chart draws: memwal's (the goal: within 1.5x its young value plus Lance's own growth) and Lance's.
+CHARTED = {"flush_cpu": "a flush, its merge and listing pass", "gc_dry_run_cpu": "gc --dry-run",
+           "status_cpu": "status", "scan_cpu": "a new reader's scan", "lance_open_cpu": "Lance: lance.dataset()",
+           "lance_versions_cpu": "Lance: versions()"}
+
+
+def chart(doc: dict[str, Any], path: Path) -> None:
+    """Each cost against the table's age (flushes), and its ratio to the youngest age's."""
+    from bench.harness.results import figure
+
+    points = doc["points"]
+    ages = [p["flushes"] for p in points]
+    with figure(path, rows=1, cols=2, size=(13, 4.8)) as (_, axes):
+        for key, label in CHARTED.items():
+            style = "--" if key.startswith("lance_") else "-"
+            axes[0].plot(ages, [p[key] * 1000 for p in points], style, marker="o", label=label)
+            if points[0][key]:
+                axes[1].plot(ages, [p[key] / points[0][key] for p in points], style, marker="o", label=label)
+        axes[0].set_ylabel("CPU ms (process time, Lance's threads included)")
+        axes[0].set_yscale("log")
+        axes[1].axhline(1.5, color="black", linewidth=1, linestyle=":", label="1.5x")
+        axes[1].set_ylabel(f"x its cost at {ages[0]:,} flushes")
+        axes[1].set_yscale("log")
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        plain = FuncFormatter(lambda v, _: f"{v:,.6g}")
+        axes[1].yaxis.set_major_formatter(plain)
+        axes[1].yaxis.set_minor_formatter(plain)
+        for ax in axes:
+            ax.set_xscale("log")
+            ax.set_xticks(ages, [f"{a:,}" for a in ages])  # the ages measured, no other labels
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_xlabel("flushes (a table version each, the default retention keeps them all)")
+            ax.legend(fontsize=7)
+        axes[0].set_title("each recurring cost as a followed table ages", fontsize=9)
+        axes[1].set_title("against its young value (memwal's goal: 1.5x plus Lance's own growth)", fontsize=9)
+
+
 def jobs_folder(uri: str) -> dict[str, int]:
     """Files and bytes under ``_mem_wal/_jobs/`` (memwal's own records)."""
     files = size = 0
@@ -197,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         young = points[0]
         bench.doc.update(points=points, growth={
             k: round(points[-1][k] / young[k], 2) for k in young if k.endswith("_cpu") and young[k]})
-        bench.publish()
+        bench.publish(draw=chart)
     return 0
 
 

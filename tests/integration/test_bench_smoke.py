@@ -299,3 +299,27 @@ def _fleet_events(doc: dict[str, Any], out: Path) -> None:
     assert doc["plan"]["tables"] == 4 and 0 < doc["plan"]["per_table"] <= 4
     assert doc["trigger"]["cycles"] == 2 and doc["trigger"]["per_cycle"] >= 1
     assert doc["polling_per_day"] > doc["events_per_day"] > 0 and isinstance(doc["goal_met"], bool)
+
+
+@check("read age")
+def _read_age(doc: dict[str, Any], out: Path) -> None:
+    """Each age measured in its own process: every cost, memwal's records, and each cost's growth."""
+    assert [p["flushes"] for p in doc["points"]] == [20, 60]
+    for point in doc["points"]:
+        for key in ("flush_cpu", "gc_dry_run_cpu", "status_cpu", "scan_cpu", "lance_open_cpu", "lance_versions_cpu"):
+            assert point[key] > 0, (point["flushes"], key)
+        assert point["jobs_files"] > 0 and point["jobs_bytes"] > 0 and point["seconds_to_reach"] > 0
+    assert set(doc["growth"]) >= {"flush_cpu", "gc_dry_run_cpu", "status_cpu"}
+
+
+@check("fleet aged")
+def _fleet_aged(doc: dict[str, Any], out: Path) -> None:
+    """Both arms ran the same fleet to the same outcomes; each arm's seconds and the ratio and goal."""
+    assert doc["tables"] == 2 and doc["source_versions"] > 20 and doc["flushes"] == 30
+    assert set(doc["arms"]) == {"local", "ray-cluster"}
+    for arm in doc["arms"].values():
+        (run,) = arm["runs"]
+        assert run["seconds"] > 0 and run["machine_busy_seconds"] > 0 and run["rounds"] >= 1
+        assert run["outcomes"]["failed"] == 0 and run["outcomes"]["done"] > 0
+        assert arm["seconds"]["min"] == arm["seconds"]["max"] == run["seconds"]
+    assert doc["ray_cluster_over_local"] > 0 and isinstance(doc["goals"]["ray_cluster_beats_local"]["met"], bool)
