@@ -6,17 +6,17 @@ Usage::
         [--arms local,ray-cluster] [--from AGED] [--work DIR] [--out DIR]
 
 In ``make bench``, which ages its table first (kept in ``--work``: the next run reuses it); it
-starts a Ray cluster on loopback. The shape: a fleet taken over by memwal after its writers aged its tables (a
-first deployment, or tables whose records were lost), so each table's whole GC has no digest of its
-retained versions' progress and reads every retained manifest (``docs/concepts/gc.md``): seconds of
-Python work a table. One table is aged as a follower would age it (``bench.read.age``: a pylance
-``ShardWriter`` flushing 60 rows, each merged, the listing, compaction and whole GC passes on their
-cadences) to ``--flushes``, or taken from ``--from``; each run hard-links ``--tables`` copies of it
-(``cp -al``: every job writes new files and removes links, never a file in place) and removes each
-copy's digest (``_mem_wal/_jobs/retained-progress.json``), then times ``memwal fleet run FLEET
---json`` as a whole process:
+starts a Ray cluster on loopback. The shape: a fleet taken over by memwal after its writers aged its
+tables (a first deployment, or tables whose records were lost), so each table's whole GC has no
+digest of its retained versions' progress and reads every retained manifest
+(``docs/concepts/gc.md``): seconds of Python work a table. One table is aged as a follower would age
+it (``bench.read.age``: a pylance ``ShardWriter`` flushing 60 rows, each merged, the listing,
+compaction and whole GC passes on their cadences) to ``--flushes``, or taken from ``--from``; each
+run hard-links ``--tables`` copies of it (``cp -al``: every job writes new files and removes links,
+never a file in place) and removes each copy's digest (``_mem_wal/_jobs/retained-progress.json``),
+then times ``memwal fleet run FLEET --json`` as a whole process:
 
-* ``local``: the local engine, ``--workers`` tables at a time on threads of the process;
+* ``local``: the local engine, two tables at a time (``--workers``' default) on threads of the process;
 * ``ray-cluster``: ``--engine ray`` with ``RAY_ADDRESS`` at a one-node Ray cluster of the machine's
   cores on loopback (``ray start --head``, started once, tests/raycluster.py): a table per task, in
   the cluster's worker processes;
