@@ -216,7 +216,7 @@ def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict
         collectable = sorted(g for g in by_generation if g <= caught)
         sample = collectable[::max(1, -(-len(collectable) // _SAMPLED))] + collectable[-1:]
         walked = {n for g, names in by_generation.items() if g > merged for n in names}
-        walked |= {min(by_generation[g]) for g in [*sample, *sorted(by_generation)[-1:]]}
+        walked |= {min(by_generation[g]) for g in [*sample, *([max(by_generation)] if by_generation else [])]}
         for name in sorted(walked):
             objects += store.list(f"{prefix}{name}/")
         hint = version_hint_key(shard)  # the writer's, written after each manifest version
@@ -252,7 +252,7 @@ def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],
         g = parse_generation_dir(top)
         if g is not None:
             folders.setdefault(shard, {}).setdefault(g, []).append(o)
-    numbers = {shard: list(folders.values()) for shard, folders in (named or {}).items()}
+    numbers = {shard: list(generations.values()) for shard, generations in (named or {}).items()}
     out, problems = [], []
     for shard in sorted(set(folders) | set(manifests) | {s for s, gs in numbers.items() if gs}):
         merged = m.compacted.get(shard, 0)

@@ -201,14 +201,18 @@ def _fresh_name(store: Store, shard_id: str, generation: int) -> str:
 
 
 def _place_folder(store: Store, source: str, target: str, *, marker: bytes) -> int:
-    """Write the rollup marker (:data:`ROLLUP_MARKER`: what the rollup replaces) into the staged
-    folder ``source``, then make it ``target`` (created only if absent): moved by one rename where
-    the store can (:meth:`Store.move_folder`), else copied object by object, the Lance manifests
-    last: a folder cut short by a crash has none, and no reader can open it. Bytes placed."""
-    store.put_if_absent(f"{source}/{ROLLUP_MARKER}", marker)
-    moved = store.move_folder(source, target)
-    if moved is not None:
-        return moved
+    """Make the staged folder ``source`` the rollup's ``target`` (created only if absent), with
+    the rollup marker (:data:`ROLLUP_MARKER`: what the rollup replaces) in it. On a disk the marker
+    is written into ``source``, which is then moved by one rename (:meth:`Store.move_folder`);
+    elsewhere (or when the move cannot be made) it is copied object by object, the marker put
+    into ``target`` directly, the Lance manifests last: a folder cut short by a crash has none,
+    and no reader can open it. Bytes placed."""
+    marked = store.has_directories  # the marker goes in with the folder's one rename
+    if marked:
+        store.put_if_absent(f"{source}/{ROLLUP_MARKER}", marker)
+        moved = store.move_folder(source, target)
+        if moved is not None:
+            return moved
     objects = list(store.list(source + "/"))
 
     def copy(keys: list[str]) -> int:
@@ -219,7 +223,10 @@ def _place_folder(store: Store, source: str, target: str, *, marker: bytes) -> i
             size += len(data)
         return size
 
-    size = copy([o.key for o in objects if "/_versions/" not in o.key])
+    size = copy([o.key for o in objects if "/_versions/" not in o.key])  # the marker among them when marked
+    if not marked:  # an object store: no PUT and GET of the marker through the staging
+        store.put_if_absent(f"{target}/{ROLLUP_MARKER}", marker)
+        size += len(marker)
     steps.step("rollup.copied")  # rows, key index, bloom filter and marker in the shard, no Lance manifest: unopenable
     return size + copy([o.key for o in objects if "/_versions/" in o.key])
 

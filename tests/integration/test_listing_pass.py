@@ -176,3 +176,24 @@ def test_a_rollup_on_a_disk_is_moved_into_its_shard_not_copied(live: LiveWriter,
     assert list(store.list(f"{STAGING_DIR}/")) == []  # the staging is gone
     assert listed(live.uri) == [(rollup["generation"], rollup["path"])]
     assert client_view(live.uri) == live.model.sorted_rows() == live.view()
+
+
+def test_a_rollup_that_cannot_be_moved_is_copied_whole(live: LiveWriter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the staged folder cannot be renamed into its shard (another file system, a link in
+    it), it is copied object by object, the marker with it: the same folder, read right by every
+    client, and the staging removed."""
+    from memwal.store.local import LocalStore
+    from memwal.table.naming import ROLLUP_MARKER, STAGING_DIR
+
+    t = merged(live, 3)
+    monkeypatch.setattr(LocalStore, "move_folder", lambda self, source, target: None)  # as on EXDEV
+    (rollup,) = t.gc(listed_only=True).to_dict()["rolled_up"]
+    store = open_table(live.uri).store
+    folder = f"_mem_wal/{rollup['shard_id']}/{rollup['path']}/"
+    objects = list(store.list(folder))
+    names = [o.key[len(folder):] for o in objects]
+    assert names.count(ROLLUP_MARKER) == 1 and any(n.startswith("_versions/") for n in names), names
+    assert rollup["bytes"] == sum(o.size for o in objects)
+    assert list(store.list(f"{STAGING_DIR}/")) == []
+    assert listed(live.uri) == [(rollup["generation"], rollup["path"])]
+    assert client_view(live.uri) == live.model.sorted_rows() == live.view()

@@ -311,6 +311,26 @@ def test_move_folder_moves_a_whole_folder_on_a_disk_and_nothing_elsewhere(store:
         store.move_folder("s/gone", "t/other")
 
 
+def test_a_staged_rollup_is_placed_whole_with_its_marker_on_every_store(store: Store) -> None:
+    """A rollup's staged folder becomes its shard's folder with the marker in it: moved on a disk,
+    copied elsewhere (the marker put straight into the target, the Lance manifests last)."""
+    from memwal.rollup.write import _place_folder
+    from memwal.table.naming import ROLLUP_MARKER
+
+    files = {"data/a.lance": b"rows", "_pk_index/page_data.lance": b"keys", "_versions/1.manifest": b"manifest"}
+    for name, data in files.items():
+        store.put(f"stage/gen/{name}", data)
+    size = _place_folder(store, "stage/gen", "shard/abcd0123_gen_7", marker=b'{"replaces": []}')
+    placed = {o.key.removeprefix("shard/abcd0123_gen_7/"): store.get(o.key) for o in store.list("shard/")}
+    assert placed == {**files, ROLLUP_MARKER: b'{"replaces": []}'}
+    assert size == sum(map(len, placed.values()))
+    with pytest.raises(PreconditionFailedError):  # never into a folder that holds anything
+        for name, data in files.items():
+            store.put(f"stage/again/{name}", data)
+        _place_folder(store, "stage/again", "shard/abcd0123_gen_7", marker=b"{}")
+    assert store.get(f"shard/abcd0123_gen_7/{ROLLUP_MARKER}") == b'{"replaces": []}'
+
+
 def test_put_if_match(store: Store) -> None:
     e1 = store.put("k", b"v1")
     e2 = store.put_if_match("k", b"v2", e1)
