@@ -3,19 +3,32 @@
 What a listed generation costs a reader is mostly its open (its Lance manifest, primary-key index
 and bloom filter), not its rows (docs/decisions/0054-rollups.md), so the count is what to bound.
 Rewriting a run costs its rows, and a writer that never reopens keeps every row merged since it
-opened listed; so the runs are tiered:
-walking from the newest entry back, an entry joins the newer ones when it holds at most
-:data:`RATIO` times their bytes. Entries then grow by more than ``RATIO`` going back, and a
-shard lists at most about ``log(total / smallest) / log(RATIO + 1) + 1`` merged entries, while a
-row is rewritten each time the entries newer than its own reach a ``1 / RATIO`` of it.
+opened listed; so the runs are tiered: walking from the newest entry back, an entry joins the
+newer ones when it is at most a ratio times their size. Entries then grow by more than the ratio
+going back, and a shard lists at most about ``log(total / smallest) / log(ratio + 1) + 1`` merged
+entries, while a row is rewritten each time the entries newer than its own reach a ``1 / ratio``
+of it.
 
-Sizes are the bytes the one listing of ``_mem_wal/`` found under each folder (no read). A rollup
-is written from memory, by a writer whose MemTable holds every row of it, so a run never grows past
-:data:`MAX_DECODED_BYTES` of *decoded* rows: the writer's own figure in the shard manifest
-(``in_memory_bytes``), never the bytes on disk, which Lance compresses some 600x on repetitive rows
-(issue 61: a run of 0.16 MB folders decoded to 50 MB each took GC past 1.5 GB). An entry without
-the figure (Lance 9 writers leave it out) counts :data:`UNKNOWN_FACTOR` times its bytes, and the
-rollup's write stops at the same bound as it reads (:mod:`memwal.rollup.write`).
+The size is the rows' decoded size, the writer's own figure in the shard manifest
+(``in_memory_bytes``; memwal's rollups record it too), compared at :data:`DECODED_RATIO`, when
+every entry compared has it; else the bytes the one listing of ``_mem_wal/`` found under each
+folder, at :data:`RATIO` (Lance 9 writers leave the figure out). Bytes on disk do not measure rows
+for small flushes: a pylance 14 folder's bloom filter and key index are some 39 KB however few its
+rows (a flush of 50 rows of two integers: 38.9 KB; a rollup of 3,600: 115 KB), so tiered by bytes
+a rollup took in every new flush, and each listing pass rewrote every row merged since the writer
+opened, its cost growing with the writer's age (issue 82). Tiered by decoded size at a ratio of 4
+a pass rewrote a tenth of the rows, but a shard listed one tier more (issue 62's median of 3
+listed became 4); at 32 a shard lists no more than by bytes (fewer: four entries in 9% of the
+samples beside pylance, against 20%), and a pass rewrites a third to two thirds of the rows it
+did (docs/benchmarks/keeping-up.md, "Rollups tiered by rows, at 32").
+
+A rollup is written from memory, by a writer whose MemTable holds every row of it, so a run never
+grows past :data:`MAX_DECODED_BYTES` of *decoded* rows: the writer's own figure, never the bytes
+on disk, which Lance compresses some 600x on repetitive rows (issue 61: a run of 0.16 MB folders
+decoded to 50 MB each took GC past 1.5 GB). An entry without the figure counts
+:data:`UNKNOWN_FACTOR` times its bytes, and the rollup's write stops at the same bound as it reads
+(:mod:`memwal.rollup.write`). The figure is read from storage: a false one changes which runs are
+rolled up and when, never what a rollup holds (its rows are read and bounded again as they are).
 """
 
 from __future__ import annotations
@@ -23,8 +36,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: An older entry joins the newer run when it holds at most this many times its bytes.
+#: An older entry joins the newer run when it holds at most this many times their bytes on disk
+#: (an entry compared without the writer's decoded figure).
 RATIO = 4
+#: An older entry joins the newer run when its rows decode to at most this many times theirs.
+DECODED_RATIO = 32
 
 #: A run holds at most this many decoded bytes (its rows are held in memory to be written).
 MAX_DECODED_BYTES = 128 << 20
@@ -73,16 +89,24 @@ class RollupPlan:
 
 
 def plan_rollups(shard_id: str, entries: Sequence[Entry], *, ratio: float = RATIO,
-                 max_decoded: int = MAX_DECODED_BYTES) -> list[RollupPlan]:
+                 decoded_ratio: float = DECODED_RATIO, max_decoded: int = MAX_DECODED_BYTES) -> list[RollupPlan]:
     """The runs of ``entries`` (a shard's listed merged generations that stay listed, ascending,
     consecutive in the manifest) to roll up, oldest first; runs of one entry are left alone."""
     runs: list[list[Entry]] = []
     for e in reversed(entries):
-        if runs and e.bytes <= ratio * _size(runs[-1]) and e.memory + sum(x.memory for x in runs[-1]) <= max_decoded:
+        if runs and _joins(e, runs[-1], ratio, decoded_ratio) and \
+                e.memory + sum(x.memory for x in runs[-1]) <= max_decoded:
             runs[-1].insert(0, e)
         else:
             runs.append([e])
     return [RollupPlan(shard_id, tuple(run)) for run in reversed(runs) if len(run) > 1]
+
+
+def _joins(e: Entry, newer: list[Entry], ratio: float, decoded_ratio: float) -> bool:
+    """Whether ``e`` joins the newer run: by decoded sizes where the writer counted each, else by bytes."""
+    if e.decoded is not None and all(x.decoded is not None for x in newer):
+        return e.decoded <= decoded_ratio * sum(x.decoded or 0 for x in newer)
+    return e.bytes <= ratio * _size(newer)
 
 
 def plan_heals(shard_id: str, unindexed: Sequence[Entry], planned: Sequence[RollupPlan]) -> list[RollupPlan]:
@@ -98,4 +122,5 @@ def _size(run: list[Entry]) -> int:
     return sum(e.bytes for e in run)
 
 
-__all__ = ["MAX_DECODED_BYTES", "RATIO", "UNKNOWN_FACTOR", "Entry", "RollupPlan", "plan_heals", "plan_rollups"]
+__all__ = ["DECODED_RATIO", "MAX_DECODED_BYTES", "RATIO", "UNKNOWN_FACTOR", "Entry", "RollupPlan", "plan_heals",
+           "plan_rollups"]
