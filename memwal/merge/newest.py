@@ -153,10 +153,10 @@ def row_width(gens: OpenGenerations, newest: pa.Table, schema: pa.Schema) -> int
     return width
 
 
-def batch_rows(gens: OpenGenerations, newest: pa.Table, schema: pa.Schema) -> int:
-    """Rows per batch so that a batch holds about :data:`BATCH_BYTES` decoded bytes (from a sample)."""
-    width = row_width(gens, newest, schema)
-    rows: int = min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES // width))
+def batch_rows(width: int) -> int:
+    """Rows per batch so that a batch holds about :data:`BATCH_BYTES` decoded bytes, for rows of
+    ``width`` decoded bytes (:func:`row_width`: a sample's, taken once by the caller)."""
+    rows: int = min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES // max(1, width)))
     return rows
 
 

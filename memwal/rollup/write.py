@@ -110,11 +110,12 @@ def rollup_rows(table: Table, ds: lance.LanceDataset, plan: RollupPlan, *,
     tomb = newest.column(TOMBSTONE).to_numpy(zero_copy_only=False) if newest.num_rows else np.zeros(0, bool)
     deletes = newest.filter(pa.array(tomb)).select(pk).cast(pa.schema([schema.field(k) for k in pk]))
     ups = newest.filter(pa.array(~tomb))
-    decoded = row_width(gens, ups, schema) * ups.num_rows
+    width = row_width(gens, ups, schema)  # a sample of rows read once: the bound and the batches
+    decoded = width * ups.num_rows
     if decoded > max_decoded:
         raise RollupError(f"shard {plan.shard_id}: the run {plan.entries[0].generation}-{plan.generation} decodes to "
                           f"about {decoded:,} bytes, more than a rollup holds ({max_decoded:,}): left listed as it is")
-    step = batch_rows(gens, ups, schema)
+    step = batch_rows(width)
 
     def batches() -> Iterator[pa.Table]:
         for start in range(0, ups.num_rows, step):
