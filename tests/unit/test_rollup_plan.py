@@ -91,7 +91,7 @@ def passes(n: int, *, counted: bool) -> tuple[int, int, int]:
     return sum(rows), rewritten, most
 
 
-def test_beside_a_writer_that_never_stops_a_row_is_rewritten_a_few_times_and_few_entries_are_listed():
+def test_beside_a_writer_that_never_stops_fewer_rows_are_rewritten_and_no_more_entries_are_listed():
     """Tiered by decoded rows, 1,000 passes of rows that are all new (the most a tier can grow): a
     row is rewritten some 38 times, and the shard lists as few entries as bytes listed (the tiers
     the module's bound allows: log(2,000) / log(33) + 1, under 4). Tiered by bytes (each folder's
