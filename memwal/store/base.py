@@ -178,8 +178,9 @@ class Store(abc.ABC):
     def move_folder(self, source: str, target: str) -> int | None:
         """Rename the folder ``source`` to ``target``, a name no folder has, in one step, with every
         file in it made durable first; the bytes moved. None where the store cannot (an object store
-        has no rename; a disk when something in it is not a file or a folder, or ``target`` is on
-        another file system): the caller copies. PreconditionFailedError when ``target`` exists."""
+        has no rename; a disk when something in it is not a file or a folder, it nests deeper than a
+        generation does, or ``target`` is on another file system): the caller copies.
+        PreconditionFailedError when ``target`` exists."""
         return None
 
     @abc.abstractmethod

@@ -196,17 +196,24 @@ class LocalWrites(Store):
             os.close(sfd)
 
 
-def _synced_tree(parent: int, name: str) -> int | None:
+#: Folders below a moved folder's top: a Lance generation has two (``_indices/<uuid>/``). Deeper is
+#: no writer's; it is left to the copy, whose walk keeps its own stack (this one recurses, and holds
+#: a descriptor a level).
+MOVE_DEPTH = 8
+
+
+def _synced_tree(parent: int, name: str, depth: int = MOVE_DEPTH) -> int | None:
     """fsync every file under the folder ``name`` of ``parent`` (opened without following a
     link); their bytes. None when the folder holds anything but files and folders (a link: the
-    copy a caller falls back to skips it, as every listing does). FileNotFoundError: no folder."""
+    copy a caller falls back to skips it, as every listing does), or folders more than ``depth``
+    deep. FileNotFoundError: no folder."""
     fd = os.open(name, DIR_FLAGS, dir_fd=parent)
     try:
         size = 0
         with os.scandir(fd) as entries:
             for e in entries:
                 if e.is_dir(follow_symlinks=False):
-                    inner = _synced_tree(fd, e.name)
+                    inner = _synced_tree(fd, e.name, depth - 1) if depth else None
                     if inner is None:
                         return None
                     size += inner

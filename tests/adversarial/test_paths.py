@@ -577,6 +577,24 @@ def test_a_folder_is_never_moved_through_or_with_a_link(tmp_path: Path, outside:
     assert tree_digest(str(outside)) == before
 
 
+def test_a_folder_nested_past_any_generation_is_left_to_the_copy(tmp_path: Path) -> None:
+    """A staged folder is walked before its move: one nested far deeper than a Lance generation
+    (planted in the staging) is not moved, and nothing in it changes; the copy, whose walk keeps
+    its own stack, takes it."""
+    from memwal.store.local_writes import MOVE_DEPTH
+
+    root = tmp_path / "t"
+    deep = root / "stage" / "gen" / Path(*["d"] * (MOVE_DEPTH + 1))
+    deep.mkdir(parents=True)
+    (deep / "f").write_bytes(b"rows")
+    (root / "stage" / "gen" / "top").write_bytes(b"top")
+    store = LocalStore(str(root))
+    assert store.move_folder("stage/gen", "shard/new") is None
+    assert (deep / "f").read_bytes() == b"rows" and not (root / "shard").exists()
+    assert store.move_folder("stage/gen/d", "shard/new") == 4  # one level less: within the bound, moved
+    assert (root / "shard" / "new" / Path(*["d"] * MOVE_DEPTH) / "f").read_bytes() == b"rows"
+
+
 def test_a_fifo_in_the_table_is_not_an_object_and_does_not_hang(tmp_path: Path) -> None:
     root = tmp_path / "t"
     root.mkdir()

@@ -10,6 +10,7 @@ reader, memwal's) reads the model after it.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -146,13 +147,29 @@ def test_a_listing_pass_on_a_disk_stats_only_the_manifest_versions_it_asks_for(l
         gone[1]
 
 
+def placed_whole(live: LiveWriter, rollup: dict[str, Any]) -> None:
+    """The rollup's folder in its shard, whole: its marker once and its Lance manifest, the bytes it
+    reported; the staging gone; listed alone; every client reads the model."""
+    from memwal.table.naming import ROLLUP_MARKER, STAGING_DIR
+
+    store = open_table(live.uri).store
+    folder = f"_mem_wal/{rollup['shard_id']}/{rollup['path']}/"
+    objects = list(store.list(folder))
+    names = [o.key[len(folder):] for o in objects]
+    assert names.count(ROLLUP_MARKER) == 1 and any(n.startswith("_versions/") for n in names), names
+    assert rollup["bytes"] == sum(o.size for o in objects)
+    assert list(store.list(f"{STAGING_DIR}/")) == []  # the staging is gone
+    assert listed(live.uri) == [(rollup["generation"], rollup["path"])]
+    assert client_view(live.uri) == live.model.sorted_rows() == live.view()
+
+
 def test_a_rollup_on_a_disk_is_moved_into_its_shard_not_copied(live: LiveWriter,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The staged rollup becomes its shard's folder by one rename: no object of the staging is read
     or written again (a copy reads and writes each, some twenty a rollup), and the folder comes
     whole, its marker and Lance manifest inside, read right by every client."""
     from memwal.store.local import LocalStore
-    from memwal.table.naming import ROLLUP_MARKER, STAGING_DIR
+    from memwal.table.naming import STAGING_DIR
 
     t = merged(live, 3)
     staged: list[str] = []
@@ -167,15 +184,7 @@ def test_a_rollup_on_a_disk_is_moved_into_its_shard_not_copied(live: LiveWriter,
     done = t.gc(listed_only=True).to_dict()
     (rollup,) = done["rolled_up"]
     assert staged == []  # nothing of the staged folder read back
-    store = open_table(live.uri).store
-    folder = f"_mem_wal/{rollup['shard_id']}/{rollup['path']}/"
-    objects = list(store.list(folder))
-    names = [o.key[len(folder):] for o in objects]
-    assert ROLLUP_MARKER in names and any(n.startswith("_versions/") for n in names), names
-    assert rollup["bytes"] == sum(o.size for o in objects)
-    assert list(store.list(f"{STAGING_DIR}/")) == []  # the staging is gone
-    assert listed(live.uri) == [(rollup["generation"], rollup["path"])]
-    assert client_view(live.uri) == live.model.sorted_rows() == live.view()
+    placed_whole(live, rollup)
 
 
 def test_a_rollup_that_cannot_be_moved_is_copied_whole(live: LiveWriter, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,17 +192,8 @@ def test_a_rollup_that_cannot_be_moved_is_copied_whole(live: LiveWriter, monkeyp
     it), it is copied object by object, the marker with it: the same folder, read right by every
     client, and the staging removed."""
     from memwal.store.local import LocalStore
-    from memwal.table.naming import ROLLUP_MARKER, STAGING_DIR
 
     t = merged(live, 3)
     monkeypatch.setattr(LocalStore, "move_folder", lambda self, source, target: None)  # as on EXDEV
     (rollup,) = t.gc(listed_only=True).to_dict()["rolled_up"]
-    store = open_table(live.uri).store
-    folder = f"_mem_wal/{rollup['shard_id']}/{rollup['path']}/"
-    objects = list(store.list(folder))
-    names = [o.key[len(folder):] for o in objects]
-    assert names.count(ROLLUP_MARKER) == 1 and any(n.startswith("_versions/") for n in names), names
-    assert rollup["bytes"] == sum(o.size for o in objects)
-    assert list(store.list(f"{STAGING_DIR}/")) == []
-    assert listed(live.uri) == [(rollup["generation"], rollup["path"])]
-    assert client_view(live.uri) == live.model.sorted_rows() == live.view()
+    placed_whole(live, rollup)
