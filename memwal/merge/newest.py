@@ -70,6 +70,8 @@ class OpenGenerations:
         self._known = known or {}
         self._ds = {slot: open_generation(r.uri, storage_options) for slot, r in enumerate(self.refs)
                     if r.uri not in self._known}
+        #: Every slot's rows, read whole by :meth:`hold` (base names and types, tombstone last).
+        self._held: dict[int, pa.Table] = {}
 
     def dataset(self, slot: int) -> lance.LanceDataset:
         if slot not in self._ds:
@@ -82,6 +84,9 @@ class OpenGenerations:
         for slot in slots:
             ref = self.refs[slot]
             t = self._known.get(ref.uri)
+            if t is None and slot in self._held:
+                t = self._held[slot]
+                t = t.select([*self.pk, *([TOMBSTONE] if TOMBSTONE in t.column_names else [])])
             if t is None:
                 ds = self.dataset(slot)
                 names = _gen_names(ref, self.pk, ds.schema.names)
@@ -95,6 +100,33 @@ class OpenGenerations:
                                    SLOT: pa.array(np.full(n, slot, np.int32)),
                                    OFF: pa.array(np.arange(n, dtype=np.int64)), TOMBSTONE: tomb}))
         return pa.concat_tables(parts, promote_options="permissive")
+
+    def hold(self, schema: pa.Schema, limit: int) -> bool:
+        """Read every slot's rows whole, under ``schema``'s names and types, when together they
+        decode to at most ``limit`` bytes (counted as they are read, never taken from a figure on
+        storage): :meth:`keys` and :meth:`rows` then read nothing more. A few small flushes are
+        read once so, where their key columns, a sample of rows and the rows themselves were three
+        reads each (a rollup's reads were a third of its cost beside a writer flushing every
+        second, issue 82). False, holding nothing, past ``limit``: the reads stay bounded."""
+        held: dict[int, pa.Table] = {}
+        size = 0
+        for slot, ref in enumerate(self.refs):
+            ds = self.dataset(slot)
+            names = _gen_names(ref, schema.names, ds.schema.names)
+            cols = [*names.values(), *([TOMBSTONE] if TOMBSTONE in ds.schema.names else [])]
+            scanner = bounded_scanner(ds, cols)
+            batches = []
+            for batch in scanner.to_batches():
+                size += batch.nbytes
+                if size > limit:
+                    return False
+                batches.append(batch)
+            t = pa.Table.from_batches(batches) if batches else scanner.projected_schema.empty_table()
+            back = {g: b for b, g in names.items()}
+            t = t.rename_columns([back.get(c, c) for c in t.column_names])
+            held[slot] = conform(t, schema, ref.uri)
+        self._held = held
+        return True
 
     def split(self, keys: pa.Table) -> dict[str, pa.Table]:
         """What :meth:`keys` read of every slot, per folder URI, for ``known`` (its rows come slot
@@ -119,6 +151,8 @@ class OpenGenerations:
 
     def rows(self, slot: int, offsets: np.ndarray, schema: pa.Schema) -> pa.Table:
         """The rows at ``offsets`` of generation ``slot``, under the base's names and types."""
+        if slot in self._held:
+            return self._held[slot].take(pa.array(offsets)).select(schema.names)
         ref, ds = self.refs[slot], self.dataset(slot)
         names = _gen_names(ref, schema.names, ds.schema.names)
         t = ds.take(pa.array(offsets), columns=list(names.values()))

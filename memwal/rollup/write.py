@@ -1,8 +1,10 @@
 """Writing one rollup: the run's newest rows, flushed by Lance's own writer, moved into the shard.
 
 The rows: each key's newest version across the run (highest generation, then row position), a
-tombstone kept as a delete, found from the key columns alone and fetched by position in batches
-of bounded decoded size (:mod:`memwal.merge.newest`): the writer's MemTable holds them all, so
+tombstone kept as a delete. A run whose rows decode to at most a batch (:data:`BATCH_BYTES`, as
+read) is read once, whole; a larger one's newest versions are found from the key columns alone
+and fetched by position in batches of bounded decoded size (:mod:`memwal.merge.newest`): the
+writer's MemTable holds them all, so
 a run that would decode past :data:`memwal.rollup.plan.MAX_DECODED_BYTES` is refused before a
 row is written, never read whole (issue 61). Clients read a run so, whatever merge operators the
 table declares (they fold only into the base), so a rollup never folds.
@@ -36,7 +38,7 @@ import pyarrow as pa
 
 from memwal.core import steps
 from memwal.errors import MemWalError, first_line
-from memwal.merge.newest import OpenGenerations, batch_rows, fetch, newest_versions, row_width
+from memwal.merge.newest import BATCH_BYTES, OpenGenerations, batch_rows, fetch, newest_versions, row_width
 from memwal.merge.read import TOMBSTONE
 from memwal.merge.refs import generation_refs
 from memwal.rollup.marker import marker_bytes, stands_from
@@ -98,14 +100,16 @@ class RollupRows:
 
 
 def rollup_rows(table: Table, ds: lance.LanceDataset, plan: RollupPlan, *,
-                max_decoded: int = MAX_DECODED_BYTES) -> RollupRows:
+                max_decoded: int = MAX_DECODED_BYTES, held_bytes: int = BATCH_BYTES) -> RollupRows:
     """The run's newest rows in the schema of the base table ``ds`` (see the module docstring):
-    keys first, rows fetched by position in bounded batches. RollupError when they would decode
-    to more than ``max_decoded`` bytes (the writer holds them all in its MemTable)."""
+    read whole when they decode to at most ``held_bytes``, else keys first, rows fetched by
+    position in bounded batches. RollupError when they would decode to more than ``max_decoded``
+    bytes (the writer holds them all in its MemTable)."""
     schema = ds.schema
     pk = primary_key_of(table, ds)
     refs = generation_refs(table, ds, plan.shard_id, [(e.generation, e.path) for e in plan.entries])
     gens = OpenGenerations(refs, pk, table.storage_options)
+    gens.hold(schema, held_bytes)  # a few small flushes: read once, whole (else keys first, rows by position)
     newest = newest_versions(gens, range(len(refs)), ())
     tomb = newest.column(TOMBSTONE).to_numpy(zero_copy_only=False) if newest.num_rows else np.zeros(0, bool)
     deletes = newest.filter(pa.array(tomb)).select(pk).cast(pa.schema([schema.field(k) for k in pk]))
