@@ -14,7 +14,8 @@ job that ran and found nothing to do is not planned again for that table until t
 changes (its probe fingerprint), nor is one that failed without committing anything; a GC
 that waits for time is not planned again before the policy's ``gc_retry_seconds``; a table's
 whole GC is spaced by what its last one in this run took, GC's listing pass standing in for it
-meanwhile (:func:`_spaced_gc`); a table
+meanwhile (:func:`_spaced_gc`), and a follower spaces a table's whole GC and catch-up by its
+cadences too, as a table follower does (:class:`Spacing`); a table
 an operator cancelled (``memwal fleet cancel``) is not started again by this run. An idle
 fleet runs nothing and so commits nothing.
 
@@ -221,7 +222,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
               dry_run: bool = False, max_rounds: int | None = None, cache: ProbeCache | None = None,
               notify: Notify | None = None, runner: TableRunner | None = None, state: FleetState | None = None,
               top: int = 50, listed: Sequence[str] = (), partial: bool | None = None,
-              between: Between | None = None) -> FleetRunResult:
+              between: Between | None = None, every: Mapping[str, float] | None = None) -> FleetRunResult:
     """Run the fleet (see the module docstring); ``notify("round", plan)`` and
     ``notify("table", CycleResult)`` as rounds are planned and tables end, and once
     ``notify("unmatched", lines)``: the policy's keys that match no table (logged without ``notify``). ``listed``: the
@@ -230,7 +231,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
     state's fleet when they leave out a source of its last report: the report is updated for
     their tables, not replaced). When the run ends on a round that ran tables, those are
     planned once more, so the state's last report shows what the run left, not what it found.
-    ``between``: a follower's wait (see the module docstring)."""
+    ``between``: a follower's wait (see the module docstring); ``every``: its cadences (:class:`Spacing`)."""
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
     policy = policy or Policy()
@@ -240,7 +241,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
     hear = notify or (lambda event, value: None)
     backoff: dict[str, dict[str, float]] = {}
     quiet: dict[tuple[str, str], str] = {}  # (table, job) -> the fingerprint at which it found nothing to do
-    spaced: dict[str, float] = {}  # table -> when its next whole GC may start: see _spaced_gc
+    spacing = Spacing(dict(every or {}))
     rounds: list[Round] = []
     not_started: tuple[str, ...] = ()
     def found(known: frozenset[str], exclude: frozenset[str]) -> Any:
@@ -264,7 +265,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
                 hear("unmatched", planned.unmatched)
         hear("round", plan)
         work = [w for t in plan.with_work()
-                if (w := _work(t, policy, wanted, quiet, engine, dry_run, spaced)) is not None]
+                if (w := _work(t, policy, wanted, quiet, engine, dry_run, spacing)) is not None]
         if not work:
             rounds.append(Round(number, plan, ()))
             if _again(between, False, dry_run, deadline, max_rounds, number):
@@ -279,7 +280,7 @@ def run_fleet(sources: Sequence[str], *, policy: Policy | None = None, storage_o
         rounds.append(Round(number, plan, tuple(results)))
         if between is not None:
             del rounds[:-FOLLOW_ROUNDS]
-        progressed = _remember(results, plan, policy, backoff, quiet, spaced)
+        progressed = _remember(results, plan, policy, backoff, quiet, spacing)
         if state is not None and not dry_run:
             now = clocks.current()()
             unsaved.add(results, gc_waits(results), {p.table: p.source for p in plan.tables})
@@ -355,11 +356,40 @@ def _retry(policy: Policy, sources: Mapping[str, str], table: str) -> float:
     return policy.for_table(table, sources.get(table, "")).thresholds.gc_retry_seconds
 
 
+@dataclass
+class Spacing:
+    """When a table's jobs may run again in this run. Its whole GC: no sooner after the last than
+    :data:`memwal.core.defaults.GC_SHARE` of the time between them (:func:`_spaced_gc`), nor, in a
+    follower, than ``every["gc"]``. A follower's other cadences (``every``: job -> seconds, its
+    ``catchup_every``) space that job's runs on a table as a table follower spaces its own
+    (:class:`memwal.follow.options.FollowOptions`). Planned by the policy's thresholds alone, a fleet
+    follower ran the whole GC and catch-up after every merge of a table flushing every 10 s: 120 ms
+    of CPU a flush, where a table follower spends some 45 (issue 82)."""
+
+    every: Mapping[str, float] = field(default_factory=dict)
+    #: table -> when its next whole GC may start (its listing pass stands in meanwhile).
+    gc_at: dict[str, float] = field(default_factory=dict)
+    #: (table, job) -> when that job may run on that table again.
+    at: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def allows(self, table: str, job: str, now: float) -> bool:
+        return now >= self.at.get((table, job), float("-inf"))
+
+    def ran(self, table: str, job: str, seconds: float, now: float) -> None:
+        """``job`` ran on ``table`` for ``seconds``, ending at ``now``."""
+        if job == "gc":
+            self.gc_at[table] = now + max(seconds / GC_SHARE, self.every.get("gc", 0.0))
+        elif job in self.every:
+            self.at[(table, job)] = now + self.every[job]
+
+
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,
-          dry_run: bool, spaced: Mapping[str, float]) -> TableWork | None:
-    jobs = tuple(j for j in t.jobs if j in wanted and quiet.get((t.table, j)) not in (t.facts.fingerprint, ""))
+          dry_run: bool, spacing: Spacing) -> TableWork | None:
+    now = clocks.current()()
+    jobs = tuple(j for j in t.jobs if j in wanted and quiet.get((t.table, j)) not in (t.facts.fingerprint, "")
+                 and spacing.allows(t.table, j, now))
     work = work_for(t, policy, jobs, engine=engine, dry_run=dry_run)
-    return work if work is None or clocks.current()() >= spaced.get(t.table, float("-inf")) else _spaced_gc(t, work)
+    return work if work is None or now >= spacing.gc_at.get(t.table, float("-inf")) else _spaced_gc(t, work)
 
 
 def _spaced_gc(t: TablePlan, work: TableWork) -> TableWork | None:
@@ -393,7 +423,7 @@ def work_for(t: TablePlan, policy: Policy, jobs: Sequence[str], *, engine: str, 
 
 
 def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, backoff: dict[str, dict[str, float]],
-              quiet: dict[tuple[str, str], str], spaced: dict[str, float]) -> bool:
+              quiet: dict[tuple[str, str], str], spacing: Spacing) -> bool:
     """Note what not to plan again soon; whether the round did any work (committed or deleted).
     A whole GC spaces the table's next by what it took (:func:`_spaced_gc`)."""
     now = clocks.current()()
@@ -408,8 +438,8 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
             if r.cancelled is not None:
                 continue
             listing = j.job == "gc" and bool(doc.get("listed_only"))
-            if j.job == "gc" and not listing and j.status in (JobStatus.DONE, JobStatus.WAITING):
-                spaced[r.table] = now + j.seconds / GC_SHARE
+            if not listing and j.status in (JobStatus.DONE, JobStatus.WAITING):
+                spacing.ran(r.table, j.job, j.seconds, now)
             if listing and j.status is not JobStatus.FAILED:
                 continue  # a spaced whole GC's stand-in: the whole one comes in its time, the table changed or not
             if j.status is JobStatus.WAITING and j.job == "gc":

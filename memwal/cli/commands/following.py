@@ -40,8 +40,9 @@ def add_follow_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_fleet_follow_arguments(p: argparse.ArgumentParser) -> None:
-    """``--follow`` for a fleet run: how often it plans; the jobs' cadences are the policy's, the
-    time bound ``--max-seconds``."""
+    """``--follow`` for a fleet run: how often it plans; the jobs' cadences are the policy's, but a
+    table's whole GC and catch-up, spaced as a table follower's defaults space them
+    (:class:`memwal.fleet.run.Spacing`); the time bound ``--max-seconds``."""
     p.add_argument("--follow", action="store_true",
                    help="keep running: plan again after each round, every --poll-seconds while tables have work, "
                         "backing off to --max-poll-seconds while the fleet is idle, until SIGTERM or SIGINT (then "
