@@ -110,21 +110,14 @@ class OpenGenerations:
         second, issue 82). False, holding nothing, past ``limit``: the reads stay bounded."""
         held: dict[int, pa.Table] = {}
         size = 0
-        for slot, ref in enumerate(self.refs):
-            ds = self.dataset(slot)
-            names = _gen_names(ref, schema.names, ds.schema.names)
-            cols = [*names.values(), *([TOMBSTONE] if TOMBSTONE in ds.schema.names else [])]
-            scanner = bounded_scanner(ds, cols)
-            batches = []
-            for batch in scanner.to_batches():
-                size += batch.nbytes
+        for slot in range(len(self.refs)):
+            parts = []
+            for t in self._conformed(slot, schema, tombstone=True):
+                size += t.nbytes
                 if size > limit:
                     return False
-                batches.append(batch)
-            t = pa.Table.from_batches(batches) if batches else scanner.projected_schema.empty_table()
-            back = {g: b for b, g in names.items()}
-            t = t.rename_columns([back.get(c, c) for c in t.column_names])
-            held[slot] = conform(t, schema, ref.uri)
+                parts.append(t)
+            held[slot] = pa.concat_tables(parts) if parts else schema.empty_table()
         self._held = held
         return True
 
@@ -139,15 +132,22 @@ class OpenGenerations:
     def scan(self, slot: int, schema: pa.Schema) -> Iterator[tuple[int, pa.Table]]:
         """Every row of generation ``slot`` in order, in bounded batches under the base's names and
         types: ``(position of the batch's first row, rows)``."""
+        at = 0
+        for t in self._conformed(slot, schema, tombstone=False):
+            yield at, t
+            at += t.num_rows
+
+    def _conformed(self, slot: int, schema: pa.Schema, *, tombstone: bool) -> Iterator[pa.Table]:
+        """Generation ``slot``'s rows in order, in bounded batches under ``schema``'s names and types,
+        with its tombstone column last when ``tombstone`` and it has one."""
         ref, ds = self.refs[slot], self.dataset(slot)
         names = _gen_names(ref, schema.names, ds.schema.names)
         back = {g: b for b, g in names.items()}
-        at = 0
-        for batch in bounded_scanner(ds, list(names.values())).to_batches():
+        cols = [*names.values(), *([TOMBSTONE] if tombstone and TOMBSTONE in ds.schema.names else [])]
+        for batch in bounded_scanner(ds, cols).to_batches():
             t = pa.Table.from_batches([batch])
-            t = t.rename_columns([back.get(c, c) for c in t.column_names])
-            yield at, conform(t, schema, ref.uri).select(schema.names)
-            at += t.num_rows
+            t = conform(t.rename_columns([back.get(c, c) for c in t.column_names]), schema, ref.uri)
+            yield t if tombstone else t.select(schema.names)
 
     def rows(self, slot: int, offsets: np.ndarray, schema: pa.Schema) -> pa.Table:
         """The rows at ``offsets`` of generation ``slot``, under the base's names and types."""
