@@ -23,6 +23,7 @@ from memwal.errors import BadInputError, CancelledError, LeaseHeldError, MemWalE
 
 if TYPE_CHECKING:
     from memwal.table import Table
+    from memwal.table.kept import KeptTables
 
 #: The jobs of a cycle, in the order a cycle runs them.
 JOB_ORDER: tuple[str, ...] = tuple(ACTIONS)
@@ -120,13 +121,15 @@ def run_cycle(table: Table, jobs: Sequence[str], options: Mapping[str, JobOption
 
 def run_cycle_at(uri: str, storage_options: Mapping[str, str] | None, jobs: Sequence[str],
                  options: Mapping[str, JobOptions], *, notify: Notify | None = None,
-                 skip: Skip | None = None) -> CycleResult:
+                 skip: Skip | None = None, tables: KeptTables | None = None) -> CycleResult:
     """:func:`run_cycle` on the table at ``uri``; a table that cannot be opened (gone, not a
-    MemWAL table, unreachable) fails its first job, with the others not run."""
+    MemWAL table, unreachable) fails its first job, with the others not run. ``tables``: the
+    table objects a long-lived run keeps across its rounds (a fleet's), lent for this cycle."""
     from memwal.table import open_table
 
+    given = dict(storage_options or {})
     try:
-        table = open_table(uri, dict(storage_options or {}))
+        table = tables.lend(uri, given) if tables is not None else open_table(uri, given)
     except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
         names = parse_jobs(list(jobs))
         code = exc.exit_code if isinstance(exc, MemWalError) else 1
@@ -135,7 +138,11 @@ def run_cycle_at(uri: str, storage_options: Mapping[str, str] | None, jobs: Sequ
         for outcome in (first, *rest):
             (notify or (lambda event, o: None))("end", outcome)
         return CycleResult(uri, (first, *rest))
-    return run_cycle(table, jobs, options, notify=notify, skip=skip)
+    try:
+        return run_cycle(table, jobs, options, notify=notify, skip=skip)
+    finally:
+        if tables is not None:
+            tables.give_back(uri, given, table)
 
 
 __all__ = ["JOB_ORDER", "Notify", "Skip", "parse_jobs", "run_cycle", "run_cycle_at", "run_job"]

@@ -57,6 +57,7 @@ from memwal.fleet.policy import Policy, TablePolicy
 from memwal.fleet.shared import plan_shared
 from memwal.fleet.sources import Discovery, discover
 from memwal.fleet.state import FleetState
+from memwal.table.kept import KeptTables
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,11 @@ class TableWork:
                    tuple(str(x) for x in doc.get("namespace_id") or ()))
 
 
-def run_table_work(work: TableWork) -> CycleResult:
+def run_table_work(work: TableWork, tables: KeptTables | None = None) -> CycleResult:
     """Run one table's work: options validated here too, so a task on an executor refuses
-    what the driver would."""
+    what the driver would. ``tables``: the table objects this process keeps across rounds."""
     options = {job: ACTIONS[job].options.from_kwargs(**dict(work.options.get(job, {}))) for job in work.jobs}
-    return run_cycle_at(work.table, work.storage_options, work.jobs, options)
+    return run_cycle_at(work.table, work.storage_options, work.jobs, options, tables=tables)
 
 
 class TableRunner(Protocol):
@@ -118,9 +119,13 @@ class TableRunner(Protocol):
 
 
 class LocalTableRunner:
-    """Tables on threads of this process, the local engine inside."""
+    """Tables on threads of this process, the local engine inside; each table's object kept from
+    one round to the next (:class:`memwal.table.kept.KeptTables`), as a table follower keeps its own."""
 
     name = "local"
+
+    def __init__(self) -> None:
+        self.tables = KeptTables()
 
     def run(self, work: Sequence[TableWork], workers: int, deadline: float | None) -> Iterator[CycleResult]:
         queue = list(work)
@@ -128,7 +133,7 @@ class LocalTableRunner:
             running: set[Future[CycleResult]] = set()
             while queue or running:
                 while queue and len(running) < workers and (deadline is None or time.monotonic() < deadline):
-                    running.add(pool.submit(run_table_work, queue.pop(0)))
+                    running.add(pool.submit(run_table_work, queue.pop(0), self.tables))
                 if not running:
                     return  # past the deadline: the rest waits for the next run
                 done, running = wait(running, return_when=FIRST_COMPLETED)
