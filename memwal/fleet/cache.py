@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from memwal.core.json_doc import JsonDocError, finite, load_json
 from memwal.errors import MemWalError, NotFoundError
 from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
+from memwal.fleet.folders import FolderListings
 from memwal.fleet.state import CACHE, MAX_BYTES, FleetState, object_at
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ class ProbeCache:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: The digest of the bytes it was loaded from (an unchanged cache is not written back).
     _loaded: str | None = field(default=None, repr=False)
+    #: Folder listings a probe on a disk reads again only when the folder changed (in memory only:
+    #: never saved, each process keeps its own).
+    folders: FolderListings = field(default_factory=FolderListings, repr=False, compare=False)
 
     def known_tables(self) -> frozenset[str]:
         """The tables earlier probes found (discovery need not list their folders again)."""

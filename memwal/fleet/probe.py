@@ -13,13 +13,17 @@ Per table, in requests on an object store:
    file each, only names are listed (each shard's folders, manifest versions and WAL entries,
    no file stat-ed), and only what the figures need is walked (:func:`_walk_chosen`): a table
    that keeps a week of merged folders held by its retained versions made every probe walk
-   them all (87% of a fleet round over six tables of 4,000 versions, issue 82);
+   them all (87% of a fleet round over six tables of 4,000 versions, issue 82). And a folder's
+   names, there and in ``_versions/``, are listed again only when the folder changed
+   (:mod:`memwal.fleet.folders`: a stat tells), so a probe of an idle table costs the same at
+   any age;
 4. only a shard holding generation folders has its latest manifest read (the rows of its
    unmerged generations, and how many generations it lists: what every reader opens).
 
 The listings make a fingerprint: a table whose fingerprint is the cached one reuses its
 cached facts, so an idle table costs the two listings (two requests while ``_mem_wal/``'s
-keys fit on a page) and nothing more. ``requests`` are counted by the store as they are sent
+keys fit on a page; on a disk, a stat a folder and the files of the few folders walked) and
+nothing more. ``requests`` are counted by the store as they are sent
 (none on a local disk).
 Everything here is an estimate for ranking: each job plans again from the real state, with
 every gate; a wrong figure can only order the work differently, never do unsafe work.
@@ -29,14 +33,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from pyroaring import BitMap
 
 from memwal.errors import BadInputError, NotFoundError, ReadError
 from memwal.fleet.cache import ProbeCache
 from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
+from memwal.fleet.folders import FolderListings
 from memwal.store import ObjectInfo, Store
 from memwal.table.manifest import (
     TableManifest,
@@ -65,7 +70,8 @@ _JOBS_FOLDER = "_jobs"
 _SAMPLED = 8
 
 
-def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = False) -> ObjectInfo | None:
+def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = False,
+                    listings: FolderListings | None = None) -> ObjectInfo | None:
     """The latest table manifest's listing entry under ``prefix`` (a table folder, or ``""``:
     the store's own root), its key relative to ``prefix``; None when there is none (not a
     Lance table). The first of ``_versions/`` in key order (V2 names, newest first: the first
@@ -82,8 +88,21 @@ def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = Fals
     ``refuse_mixed`` (the probe) that is the ReadError; without (discovery under a root, where
     one table's error must not fail the others) None, as for a folder with no table: discovery
     then finds the table by its ``_versions/`` folder, hands the probe no entry, and the probe,
-    listing again, refuses it, so the fleet reports it as a problem of that table alone."""
+    listing again, refuses it, so the fleet reports it as a problem of that table alone.
+
+    ``listings`` (a fleet's probe, on a disk): the names of ``_versions/`` as last listed while the
+    folder stands still (:mod:`memwal.fleet.folders`), the first V2 name stat-ed: a listing of every
+    version at every round grew with the versions the retention keeps."""
     folder = f"{prefix}_versions/"
+    if listings is not None and store.has_directories:
+        try:
+            named = _latest_named(store, folder, listings)
+        except ReadError:
+            if refuse_mixed:
+                raise
+            return None
+        if named is not None:
+            return replace(named, key=named.key[len(prefix):])
     keys = store.list(folder)
     first: ObjectInfo | None = None
     seen = 0
@@ -107,6 +126,23 @@ def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = Fals
             raise
         return None
     return replace(first, key=first.key[len(prefix):])
+
+
+def _latest_named(store: Store, folder: str, listings: FolderListings) -> ObjectInfo | None:
+    """On a disk, the first V2-named manifest of ``folder``'s kept listing, stat-ed, its neighbours
+    checked for the other naming scheme as a listing's are (None: no V2 name comes first, or it went
+    meanwhile: the caller lists)."""
+    files, _ = listings.level(store, folder)
+    names = (key[len(folder):] for key in files)
+    for seen, name in enumerate(names, 1):  # noqa: B007 - ``seen`` (names taken) is read after the loop
+        if table_version_of(name) is not None:
+            break
+    else:
+        return None
+    if len(name.removesuffix(".manifest")) != V2_NAME_DIGITS:
+        return None
+    refuse_mixed_after_first(store, name, names, seen)
+    return store.head(folder + name)
 
 
 def _index_coverage(manifest: TableManifest, live: dict[int, int], indexes: Iterable[str]) -> dict[str, float]:
@@ -151,7 +187,7 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     manifest's listing entry, when discovery listed ``_versions/`` a moment ago."""
     cache = cache or ProbeCache()
     sent = store.requests_sent
-    latest = latest or latest_manifest(store, refuse_mixed=True)
+    latest = latest or latest_manifest(store, refuse_mixed=True, listings=cache.folders)
     if latest is None:
         raise NotFoundError(f"{store.uri_for('_versions/')}: no table manifest: not a Lance table")
     tag = f"{latest.key}:{latest.etag}"
@@ -163,15 +199,15 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
         return TableFacts(uri, m.version, False, (), (), m.fragments, m.live_rows, m.deleted_rows, {}, None, tag,
                           requests=store.requests_sent - sent)
     named: dict[str, dict[str, int]] | None = None
+    signature = ""
     if store.has_directories:
-        listing, named = _walk_chosen(store, m)
+        listing, named, signature = _walk_chosen(store, m, cache.folders)
     else:
         listing = list(store.list_around(f"{MEM_WAL_DIR}/", _JOBS_FOLDER))
     digest = hashlib.sha1(tag.encode())
     for o in listing:
         digest.update(f"\n{o.key}\t{o.size}\t{o.etag}".encode())
-    for shard, folders in sorted((named or {}).items()):
-        digest.update(f"\n{shard}/\t{'/'.join(sorted(folders))}".encode())
+    digest.update(signature.encode())
     fingerprint = digest.hexdigest()
     known = cache.get_facts(uri, fingerprint)
     if known is not None:
@@ -189,9 +225,38 @@ def _caught(m: ManifestFacts, shard: str) -> int:
     return min([m.catchup.get(i, {}).get(shard, 0) for i in m.indexes] + [m.compacted.get(shard, 0)])
 
 
-def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict[str, dict[str, int]]]:
-    """On a disk: the objects the figures need, and each shard's generation folders (name ->
-    generation).
+@dataclass(frozen=True)
+class _ShardFolders:
+    """What a probe takes from the listing of a shard's folder, made once while it stands still."""
+
+    dirs: frozenset[str]
+    named: dict[str, int]  # generation folder -> generation
+    by_generation: dict[int, list[str]]
+    signature: str  # the folders' names, for the fingerprint
+
+
+def _shard_folders(files: Sequence[str], dirs: Sequence[str]) -> _ShardFolders:
+    named = {name: g for name in dirs if (g := parse_generation_dir(name)) is not None}
+    by_generation: dict[int, list[str]] = {}
+    for name, g in named.items():
+        by_generation.setdefault(g, []).append(name)
+    return _ShardFolders(frozenset(dirs), named, by_generation, "/".join(sorted(named)))
+
+
+def _newest_entry(number: Callable[[str], int | None], hint: str) -> Callable[[Sequence[str], Sequence[str]],
+                                                                          tuple[str | None, bool]]:
+    """The newest entry of a ``manifest/`` or ``wal/`` listing by its number, and whether the
+    writer's version hint is among them."""
+    def make(keys: Sequence[str], dirs: Sequence[str]) -> tuple[str | None, bool]:
+        newest = max(((n, k) for k in keys if (n := number(k.rsplit("/", 1)[-1])) is not None), default=None)
+        return (None if newest is None else newest[1]), hint in keys
+    return make
+
+
+def _walk_chosen(store: Store, m: ManifestFacts,
+                 listings: FolderListings) -> tuple[list[ObjectInfo], dict[str, dict[str, int]], str]:
+    """On a disk: the objects the figures need, each shard's generation folders (name ->
+    generation), and the folders' names for the fingerprint.
 
     Walked: every folder above the merge mark (the merge's debt: bytes and times); one folder of
     each of :data:`_SAMPLED` generations GC may take, spread from the lowest to the highest (when
@@ -199,19 +264,21 @@ def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict
     them); the newest folder, and of ``manifest/`` and ``wal/`` the newest entry alone (by name:
     versions and positions grow), for when the shard was last written (a flush writes its key
     index after its manifest). The other folders are counted by name: a week of merged
-    folders is some 350,000 names beside a busy writer, ten files each."""
+    folders is some 350,000 names beside a busy writer, ten files each. The names, and what is made
+    of them, are those kept while their folder stands still (``listings``: :mod:`memwal.fleet.folders`),
+    so an idle table costs a stat a folder at every round, not a name a version, folder and entry."""
     root = f"{MEM_WAL_DIR}/"
     objects: list[ObjectInfo] = []
     named: dict[str, dict[str, int]] = {}
-    for shard in store.list_dirs(root):
+    signature: list[str] = []
+    for shard in listings.level(store, root)[1]:
         if shard.startswith("_"):
             continue  # our own folders (staging, jobs), as below
         prefix = f"{root}{shard}/"
-        _, dirs = store.list_level(prefix)
-        named[shard] = {name: g for name in dirs if (g := parse_generation_dir(name)) is not None}
-        by_generation: dict[int, list[str]] = {}
-        for name, g in named[shard].items():
-            by_generation.setdefault(g, []).append(name)
+        folders = listings.derived(store, prefix, "generations", _shard_folders)
+        by_generation = folders.by_generation
+        named[shard] = folders.named
+        signature.append(f"\n{shard}/\t{folders.signature}")
         merged, caught = m.compacted.get(shard, 0), _caught(m, shard)
         collectable = sorted(g for g in by_generation if g <= caught)
         sample = collectable[::max(1, -(-len(collectable) // _SAMPLED))] + collectable[-1:]
@@ -221,13 +288,12 @@ def _walk_chosen(store: Store, m: ManifestFacts) -> tuple[list[ObjectInfo], dict
             objects += store.list(f"{prefix}{name}/")
         hint = version_hint_key(shard)  # the writer's, written after each manifest version
         for folder, number in (("manifest", parse_manifest_name), ("wal", parse_wal_name)):
-            if folder in dirs:
-                keys, _ = store.list_level(f"{prefix}{folder}/")
-                newest = max(((n, k) for k in keys if (n := number(k.rsplit("/", 1)[-1])) is not None), default=None)
-                for key in ([] if newest is None else [newest[1]]) + [hint] * (hint in keys):
+            if folder in folders.dirs:
+                newest, hinted = listings.derived(store, f"{prefix}{folder}/", "newest", _newest_entry(number, hint))
+                for key in ([] if newest is None else [newest]) + [hint] * hinted:
                     if (info := store.head(key)) is not None:
                         objects.append(info)
-    return objects, named
+    return objects, named, "".join(signature)
 
 
 def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],

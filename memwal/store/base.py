@@ -183,6 +183,12 @@ class Store(abc.ABC):
         PreconditionFailedError when ``target`` exists."""
         return None
 
+    def folder_stamp(self, prefix: str) -> tuple[int, int, int, int] | None:
+        """The folder ``prefix``'s device, inode, modification and change times (ns): what moves when
+        an entry is added to it, removed or renamed (None: no such folder, or no folder times: an object
+        store). A listing taken while it stood still is that listing still (:mod:`memwal.fleet.folders`)."""
+        return None
+
     @abc.abstractmethod
     def list(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
         """Objects whose key starts with ``prefix``, in lexicographic key order.

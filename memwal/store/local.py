@@ -276,6 +276,23 @@ class LocalStore(LocalWrites, Store):
         finally:
             os.close(fd)
 
+    def folder_stamp(self, prefix: str) -> tuple[int, int, int, int] | None:
+        """The folder's device, inode, modification and change times (ns), the folder reached
+        without following a link (a linked or missing one: None). The change time is no tool's to
+        set: a folder put back with its old modification time (``cp -a``) has another."""
+        dir_key = dir_prefix(prefix).rstrip("/")
+        try:
+            fd = self._open_dir(dir_key.split("/") if dir_key else [], key=dir_key or ".")
+        except LinkedPathError:
+            return None
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
     def list_keys(self, prefix: str) -> Iterator[str]:
         """Regular files directly under ``prefix``, sorted, from one ``scandir`` (no file is
         stat-ed); links and temporary files are skipped, as by :meth:`list`."""

@@ -15,15 +15,19 @@ as the 7-day retention keeps them), are the same; the status itself is the same.
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import lance
 import pytest
 
 import memwal
 from memwal.checkpoint.ops import create_checkpoint
+from memwal.fleet.cache import ProbeCache
 from memwal.fleet.probe import probe
 from memwal.inspect.status import TableStatus, table_status
 from memwal.store import open_store
@@ -168,3 +172,45 @@ def test_a_fleet_probe_on_a_disk_counts_the_folders_it_does_not_walk(make_table,
     assert by_shard[0][shard_id].collectable == before.collectable == 2  # generations: the copies are of one
     assert by_shard[0][shard_id].collectable_bytes > 5 * before.collectable_bytes  # their folders: bytes
     assert any(s.unmerged for s in facts[1].shards)  # the merge's debt is there too, walked
+
+
+def _settle(uri: str) -> None:
+    """Every folder of the table as if it had stood still for a minute (its time set back): what
+    a fleet's probe finds of an idle table at its next round."""
+    past = time.time() - 60
+    for folder, _, _ in os.walk(uri):
+        os.utime(folder, (past, past))
+
+
+def test_a_fleet_probe_of_an_idle_table_on_a_disk_lists_nothing_at_two_ages(make_table, listed_entries):
+    """A fleet plans every few seconds, each plan probing every table: on a disk the probe listed
+    ``_versions/`` (a name a version), each shard's folders, manifest versions and WAL entries at
+    every round, growing with what the retention keeps (76 ms a probe at 11,000 versions). Listings
+    of folders that stood still are kept while each folder's stamp (device, inode, time) is the one
+    it had: at 30 and at 300 merged folders kept, and 270 versions more, the probe of an idle table
+    lists the same few files (those of the folders its figures walk) and no name; its facts are a
+    fresh probe's. A folder that changes is listed again at the next probe."""
+    table, shard_id = _merged_and_drained(make_table)
+    assert memwal.open(table.uri).catchup().ok  # generation 1 caught up: GC may take its folders
+    ds = lance.dataset(table.uri)
+    counts, facts = [], []
+    for kept in (30, 300):
+        _keep_merged_folders(table.uri, shard_id, kept)
+        while len(ds.versions()) < kept:
+            ds.update_config({"n": str(len(ds.versions()))})  # a version each: what a week of merges keeps
+        _settle(table.uri)
+        cache = ProbeCache()
+        first = probe(table.uri, open_store(table.uri), cache)
+        listed_entries()
+        facts.append(probe(table.uri, open_store(table.uri), cache))
+        counts.append(listed_entries())
+        assert facts[-1] == first == probe(table.uri, open_store(table.uri))  # a fresh cache's, too
+    assert counts[0] == counts[1] and counts[0] < 200, counts  # the walked folders' files, no name
+
+    # a folder that changes is listed again: one more merged folder is counted at the next probe
+    shard = Path(table.uri, "_mem_wal", shard_id)
+    shutil.copytree(min(p for p in shard.iterdir() if parse_generation_dir(p.name) == 1), shard / "ffffffff_gen_1")
+    again = probe(table.uri, open_store(table.uri), cache)
+    assert again.fingerprint != facts[1].fingerprint and again == probe(table.uri, open_store(table.uri))
+    before, after = ({s.shard_id: s for s in f.shards}[shard_id] for f in (facts[1], again))
+    assert after.collectable == before.collectable and after.collectable_bytes > before.collectable_bytes
