@@ -4,7 +4,9 @@
 - ``sim``: 40 tables under live writers, the fleet runner against a fixed schedule (``fleet.json``);
   ``overload``: the same at 2-s ticks, by service level and by debt alone;
 - ``events``: an idle fleet's requests a day, woken by events against polling (``fleet_events.json``);
-- ``aged``: a round over aged tables, local against a Ray cluster on loopback (``fleet_aged.json``).
+- ``aged``: a round over aged tables, local against a Ray cluster on loopback (``fleet_aged.json``);
+- ``follow``: ``memwal fleet run --follow`` beside live pylance writers, its CPU a flush against one
+  ``merge_insert`` (``fleet_follow.json``).
 """
 
 from bench.cases import Case
@@ -29,4 +31,8 @@ CASES = (
          bench=("--work", "{out}/fleet-aged-work", "--out", "{out}"),
          smoke=("--flushes", "30", "--tables", "2", "--runs", "1", "--work", "{work}", "--out", "{out}"),
          json="fleet_aged", chart=False),
+    Case("follow", "bench.fleet.follow", "a fleet follower beside live pylance writers: its CPU a flush against one "
+         "merge_insert", bench=("--work", "{out}/fleet-follow", "--out", "{out}"),
+         smoke=("--work", "{work}", "--tables", "2", "--every", "2", "--minutes", "1.2", "--out", "{out}"),
+         json="fleet_follow"),
 )

@@ -243,13 +243,9 @@ def run_arm(arm: str, work: Path, minutes: int, interval: float, rows: int, rota
             "goals": goals(minutes_out, sampler.samples, cpu_total, cpu_start, elapsed)}
 
 
-def stop_follower(follower: subprocess.Popen[bytes], uri: str) -> dict[str, Any]:
-    """SIGTERM; how long it took to exit, its code and what it said; whether its leases were released."""
-    from memwal.lease import RELEASED, list_leases
-    from memwal.store import open_store
-
-    if follower.poll() is not None:
-        return {"exit_code": follower.returncode, "stop_seconds": None}
+def sigterm(follower: subprocess.Popen[bytes]) -> tuple[float, float]:
+    """SIGTERM a running follower and wait for it (killed after a minute): its CPU seconds just
+    before, and the seconds it took to exit."""
     cpu = cpu_seconds(follower.pid)
     t0 = time.monotonic()
     follower.send_signal(signal.SIGTERM)
@@ -258,13 +254,24 @@ def stop_follower(follower: subprocess.Popen[bytes], uri: str) -> dict[str, Any]
     except subprocess.TimeoutExpired:
         follower.kill()
         follower.wait()
+    return cpu, round(time.monotonic() - t0, 2)
+
+
+def stop_follower(follower: subprocess.Popen[bytes], uri: str) -> dict[str, Any]:
+    """SIGTERM; how long it took to exit, its code and what it said; whether its leases were released."""
+    from memwal.lease import RELEASED, list_leases
+    from memwal.store import open_store
+
+    if follower.poll() is not None:
+        return {"exit_code": follower.returncode, "stop_seconds": None}
+    cpu, took = sigterm(follower)
     leases = list_leases(open_store(uri))
     doc: dict[str, Any] = {}
     try:
         doc = json.loads(Path(uri).parent.joinpath("follower.json").read_text())
     except (OSError, ValueError):
         pass
-    return {"exit_code": follower.returncode, "stop_seconds": round(time.monotonic() - t0, 2), "cpu_seconds": cpu,
+    return {"exit_code": follower.returncode, "stop_seconds": took, "cpu_seconds": cpu,
             "leases_released": all(i.state == RELEASED for i in leases), "stopped": doc.get("stopped"),
             "runs": doc.get("runs"), "generations_merged": doc.get("generations_merged")}
 

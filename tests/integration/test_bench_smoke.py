@@ -323,3 +323,18 @@ def _fleet_aged(doc: dict[str, Any], out: Path) -> None:
         assert run["outcomes"]["failed"] == 0 and run["outcomes"]["done"] > 0
         assert arm["seconds"]["min"] == arm["seconds"]["max"] == run["seconds"]
     assert doc["ray_cluster_over_local"] > 0 and isinstance(doc["goals"]["ray_cluster_beats_local"]["met"], bool)
+
+
+@check("fleet follow")
+def _fleet_follow(doc: dict[str, Any], out: Path) -> None:
+    """The follower ran beside the writer until its SIGTERM and exited 0; flushes were counted after the
+    warm-up, its CPU a flush and one merge_insert's were measured, and every table read right."""
+    assert doc["config"]["tables"] == 2 and doc["failures"] == [] and doc["writer"]["exit_code"] == 0
+    follower = doc["follower"]
+    assert follower["exit_code"] == 0 and follower["flushes"] > 0 and follower["cpu_ms_per_flush"] > 0
+    assert follower["peak_rss_mb"] > 0 and 0 < follower["core_share"]
+    assert doc["warmup_seconds"] == 14.4 and follower["from_seconds"] >= 14
+    assert doc["merge_insert"]["calls"] == 20 and doc["merge_insert"]["median_ms"] > 0
+    assert len(doc["machine_reference_cpu_seconds"]) == 2 and doc["follower_over_merge_insert"] > 0
+    assert isinstance(doc["goals"]["follower_over_merge_insert"]["met"], bool)
+    assert doc["every_read_right"] and set(doc["reads_right"]) == {"t0000", "t0001"}
