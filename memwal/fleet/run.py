@@ -51,6 +51,7 @@ from memwal.core import clock as clocks
 from memwal.core.defaults import GC_SHARE
 from memwal.core.document import Document
 from memwal.cycle import CycleResult, JobStatus, parse_jobs, run_cycle_at
+from memwal.cycle.outcome import gc_freed
 from memwal.fleet.cache import ProbeCache
 from memwal.fleet.plan import FleetPlan, TablePlan, check_sources_yield_tables
 from memwal.fleet.policy import Policy, TablePolicy
@@ -365,27 +366,48 @@ def _retry(policy: Policy, sources: Mapping[str, str], table: str) -> float:
 class Spacing:
     """When a table's jobs may run again in this run. Its whole GC: no sooner after the last than
     :data:`memwal.core.defaults.GC_SHARE` of the time between them (:func:`_spaced_gc`), nor, in a
-    follower, than ``every["gc"]``. A follower's other cadences (``every``: job -> seconds, its
-    ``catchup_every``) space that job's runs on a table as a table follower spaces its own
-    (:class:`memwal.follow.options.FollowOptions`). Planned by the policy's thresholds alone, a fleet
-    follower ran the whole GC and catch-up after every merge of a table flushing every 10 s: 120 ms
-    of CPU a flush, where a table follower spends some 45 (issue 82)."""
+    follower, than ``every["gc"]``, doubled after each whole GC that freed nothing
+    (:func:`memwal.cycle.outcome.gc_freed`) up to ``every["gc_max"]`` or until the time its gates
+    pass, as a table follower backs its own off (:mod:`memwal.follow.schedule`). A follower's other
+    cadences (``every``: job -> seconds, its ``catchup_every``) space that job's runs on a table as a
+    table follower spaces its own (:class:`memwal.follow.options.FollowOptions`). Planned by the
+    policy's thresholds alone, a fleet follower ran the whole GC and catch-up after every merge of a
+    table flushing every 10 s: 120 ms of CPU a flush, where a table follower spends some 45; spaced by
+    a minute but never backed off, six tables of 4,140 versions beside writers that never stop spent
+    a third of the follower's time in whole GCs that freed nothing (issue 82)."""
 
     every: Mapping[str, float] = field(default_factory=dict)
     #: table -> when its next whole GC may start (its listing pass stands in meanwhile).
     gc_at: dict[str, float] = field(default_factory=dict)
+    #: table -> whole GCs in a row that freed nothing (a follower's: its cadence doubles with each).
+    gc_idle: dict[str, int] = field(default_factory=dict)
     #: (table, job) -> when that job may run on that table again.
     at: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def allows(self, table: str, job: str, now: float) -> bool:
         return now >= self.at.get((table, job), float("-inf"))
 
-    def ran(self, table: str, job: str, seconds: float, now: float) -> None:
-        """``job`` ran on ``table`` for ``seconds``, ending at ``now``."""
+    def ran(self, table: str, job: str, seconds: float, now: float, doc: Mapping[str, Any] | None = None) -> None:
+        """``job`` ran on ``table`` for ``seconds``, ending at ``now`` (the clock's time), its
+        document ``doc``."""
         if job == "gc":
-            self.gc_at[table] = now + max(seconds / GC_SHARE, self.every.get("gc", 0.0))
+            self.gc_at[table] = now + max(seconds / GC_SHARE, self._gc_cadence(table, now, doc or {}))
         elif job in self.every:
             self.at[(table, job)] = now + self.every[job]
+
+    def _gc_cadence(self, table: str, now: float, doc: Mapping[str, Any]) -> float:
+        cadence = self.every.get("gc", 0.0)
+        if "gc_max" not in self.every:  # a run's rounds: spaced by what the last took alone
+            return cadence
+        idle = self.gc_idle[table] = 0 if gc_freed(doc) else self.gc_idle.get(table, 0) + 1
+        if not idle:
+            return cadence
+        backed_off = min(self.every["gc_max"], cadence * 2 ** min(idle, 32))
+        wait = doc.get("wait")
+        frees_at = wait.get("frees_at") if isinstance(wait, Mapping) else None
+        if isinstance(frees_at, int | float) and not isinstance(frees_at, bool):
+            return float(max(cadence, min(backed_off, float(frees_at) - now)))
+        return float(backed_off)
 
 
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,
@@ -444,7 +466,7 @@ def _remember(results: Sequence[CycleResult], plan: FleetPlan, policy: Policy, b
                 continue
             listing = j.job == "gc" and bool(doc.get("listed_only"))
             if not listing and j.status in (JobStatus.DONE, JobStatus.WAITING):
-                spacing.ran(r.table, j.job, j.seconds, now)
+                spacing.ran(r.table, j.job, j.seconds, now, doc)
             if listing and j.status is not JobStatus.FAILED:
                 continue  # a spaced whole GC's stand-in: the whole one comes in its time, the table changed or not
             if j.status is JobStatus.WAITING and j.job == "gc":

@@ -1,5 +1,5 @@
 """A fleet's whole GC is spaced by its cost (issue 82), as a table follower's is; a fleet follower's
-whole GC and catch-up by its cadences too.
+whole GC and catch-up by its cadences too, its whole GC backed off while it frees nothing.
 
 A fleet's GC follows every merge (it rolls up what readers list). Run whole, it names every folder
 the version retention keeps, a week of them on the defaults, after every merge: its cost grew with
@@ -104,3 +104,21 @@ def test_a_fleet_follower_spaces_a_tables_whole_gc_and_catchup_by_its_cadences(t
     assert [(bool(r.figures.get("listed_only")), sum(r.started_at >= s for s in started)) for r in gcs] == \
         [(False, 1), (True, 2), (False, 3)]
     assert [sum(r.started_at >= s for s in started) for r in catchups] == [1, 3]
+
+
+def test_a_fleet_followers_whole_gc_backs_off_while_it_frees_nothing(tmp_path: Path) -> None:
+    """Beside a writer that never stops a whole GC frees nothing (what merged stays listed, rolled
+    up, for the writer's view); a table follower doubles its cadence after each such run, up to
+    ``gc_max_every``, and so does a fleet follower: 70 s after the first whole GC (past its minute, not
+    its doubled two) the listing pass stands in, at 140 s the whole GC runs again; without the bound
+    (a run's rounds) the whole GC runs at 70 s."""
+    every = {"catchup": 60.0, "gc": 60.0, "gc_max": 600.0}
+    backed = fleet_rounds(tmp_path / "backed", [70.0, 140.0], every=every)[0]
+    plain = fleet_rounds(tmp_path / "plain", [70.0, 140.0], every={"catchup": 60.0, "gc": 60.0})[0]
+    for uri in (backed, plain):
+        assert len([r for r in runs(uri, "merge") if r.outcome == "ok"]) == 3  # one after each flush
+    whole = {uri: [not r.figures.get("listed_only") for r in runs(uri, "gc")] for uri in (backed, plain)}
+    assert whole[backed] == [True, False, True], whole
+    assert whole[plain] == [True, True, True], whole
+    first = runs(backed, "gc")[0]
+    assert first.figures["generations"] == first.figures["drained"] == 0  # it freed nothing: the writer is live
