@@ -12,8 +12,8 @@ follower pays per table per poll. The jobs' cadences are the policy's (``thresho
 every fleet run, but for the whole GC and catch-up (below).
 
 Like a table follower, it spaces each table's whole GC by what the last one took and by its
-``gc_every``, doubled after each whole GC that freed nothing up to ``gc_max_every``, and each table's
-catch-up by its ``catchup_every`` (their defaults, a minute each and ten minutes; the fleet's run:
+``gc_every`` (a minute), doubled after each whole GC that freed nothing up to ``gc_max_every`` (ten
+minutes), and each table's catch-up by its ``catchup_every`` (a minute; the fleet's run:
 :class:`memwal.fleet.run.Spacing`), running GC's listing pass after merges meanwhile: a whole GC
 names every folder the version retention keeps, and a week of them made a GC after every merge
 cost more as the table aged; with the whole GC and catch-up after every merge, a table flushing
