@@ -190,4 +190,15 @@ def gc_freed(doc: Mapping[str, Any]) -> bool:
     return gc_freed_any(doc)
 
 
-__all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_freed", "summarize", "waits_for_time"]
+def gc_wait(every: float, max_every: float, idle: int, frees_in: float | None) -> float:
+    """Seconds from a whole GC to the next, for a follower (a table's and a fleet's alike): ``every``,
+    doubled for each of the ``idle`` runs in a row that freed nothing (:func:`gc_freed`) up to
+    ``max_every``, or sooner when the last run named the time its gates pass (``frees_in`` seconds
+    after it), never sooner than ``every``."""
+    if not idle:
+        return every
+    backed_off = float(min(max_every, every * 2 ** min(idle, 32)))
+    return backed_off if frees_in is None else max(every, min(backed_off, frees_in))
+
+
+__all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_freed", "gc_wait", "summarize", "waits_for_time"]

@@ -51,7 +51,7 @@ from memwal.core import clock as clocks
 from memwal.core.defaults import GC_SHARE
 from memwal.core.document import Document
 from memwal.cycle import CycleResult, JobStatus, parse_jobs, run_cycle_at
-from memwal.cycle.outcome import gc_freed
+from memwal.cycle.outcome import gc_freed, gc_wait
 from memwal.fleet.cache import ProbeCache
 from memwal.fleet.plan import FleetPlan, TablePlan, check_sources_yield_tables
 from memwal.fleet.policy import Policy, TablePolicy
@@ -400,14 +400,12 @@ class Spacing:
         if "gc_max" not in self.every:  # a run's rounds: spaced by what the last took alone
             return cadence
         idle = self.gc_idle[table] = 0 if gc_freed(doc) else self.gc_idle.get(table, 0) + 1
-        if not idle:
-            return cadence
-        backed_off = min(self.every["gc_max"], cadence * 2 ** min(idle, 32))
         wait = doc.get("wait")
         frees_at = wait.get("frees_at") if isinstance(wait, Mapping) else None
+        frees_in = None
         if isinstance(frees_at, int | float) and not isinstance(frees_at, bool):
-            return float(max(cadence, min(backed_off, float(frees_at) - now)))
-        return float(backed_off)
+            frees_in = float(frees_at) - now
+        return gc_wait(cadence, self.every["gc_max"], idle, frees_in)
 
 
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,

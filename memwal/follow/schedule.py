@@ -50,7 +50,7 @@ from typing import Any
 
 from memwal.core.defaults import GC_SHARE
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
-from memwal.cycle.outcome import gc_freed
+from memwal.cycle.outcome import gc_freed, gc_wait
 from memwal.follow.options import LISTING, TAIL, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
@@ -133,9 +133,8 @@ class Schedule:
         last = self.last_run.get(job, float("-inf"))
         cadence = last + self.options.every(job)
         if job == "gc":
-            if self.gc_idle:
-                backed_off = last + min(self.options.gc_max_every, self.options.gc_every * 2 ** min(self.gc_idle, 32))
-                cadence = backed_off if self.gc_frees_at is None else max(cadence, min(backed_off, self.gc_frees_at))
+            frees_in = None if self.gc_frees_at is None else self.gc_frees_at - last
+            cadence = last + gc_wait(self.options.gc_every, self.options.gc_max_every, self.gc_idle, frees_in)
             cadence = max(cadence, last + self.gc_took / GC_SHARE, self.gc_not_before)
         return max(cadence, self.retry_at.get(job, float("-inf")))
 
