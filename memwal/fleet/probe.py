@@ -16,7 +16,9 @@ Per table, in requests on an object store:
    them all (87% of a fleet round over six tables of 4,000 versions, issue 82). And a folder's
    names, there and in ``_versions/``, are listed again only when the folder changed
    (:mod:`memwal.fleet.folders`: a stat tells), so a probe of an idle table costs the same at
-   any age;
+   any age; a folder being written is not listed again either: what the probe knew of it is grown
+   (the next versions and entries a stat each, the folders the shard's newest manifest names), so
+   a probe of a table being written costs the same at any age too;
 4. only a shard holding generation folders has its latest manifest read (the rows of its
    unmerged generations, and how many generations it lists: what every reader opens).
 
@@ -31,6 +33,7 @@ every gate; a wrong figure can only order the work differently, never do unsafe 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -55,13 +58,15 @@ from memwal.table.naming import (
     MEM_WAL_DIR,
     MEM_WAL_INDEX_NAME,
     V2_NAME_DIGITS,
+    bitrev64,
     parse_generation_dir,
     parse_manifest_name,
     parse_wal_name,
     table_version_of,
     version_hint_key,
 )
-from memwal.table.shards import decode_shard_manifest
+from memwal.table.shards import ShardState, decode_shard_manifest
+from memwal.table.versions_cursor import GROW_PROBES, versions_on_top
 
 log = logging.getLogger(__name__)
 
@@ -131,18 +136,40 @@ def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = Fals
 def _latest_named(store: Store, folder: str, listings: FolderListings) -> ObjectInfo | None:
     """On a disk, the first V2-named manifest of ``folder``'s kept listing, stat-ed, its neighbours
     checked for the other naming scheme as a listing's are (None: no V2 name comes first, or it went
-    meanwhile: the caller lists)."""
-    files, _ = listings.level(store, folder)
-    names = (key[len(folder):] for key in files)
-    for seen, name in enumerate(names, 1):  # noqa: B007 - ``seen`` (names taken) is read after the loop
-        if table_version_of(name) is not None:
-            break
-    else:
+    meanwhile: the caller lists). While the folder moves (a table being written: a version a merge),
+    the latest found before is grown by a stat of each next version (:func:`_grown_latest`) instead
+    of listing every version again; the naming check is then the last listing's, at most
+    :data:`~memwal.fleet.folders.GROWN_REFRESH_SECONDS` old."""
+
+    def first(files: Sequence[str], dirs: Sequence[str]) -> ObjectInfo | None:
+        names = (key[len(folder):] for key in files)
+        for seen, name in enumerate(names, 1):  # noqa: B007 - ``seen`` (names taken) is read after the loop
+            if table_version_of(name) is not None:
+                break
+        else:
+            return None
+        if len(name.removesuffix(".manifest")) != V2_NAME_DIGITS:
+            return None
+        refuse_mixed_after_first(store, name, names, seen)
+        return store.head(folder + name)
+
+    def grow(latest: ObjectInfo | None) -> ObjectInfo | None:
+        return None if latest is None or folder != "_versions/" else _grown_latest(store, latest)
+
+    return listings.derived(store, folder, "latest", first, grow)
+
+
+def _grown_latest(store: Store, latest: ObjectInfo) -> ObjectInfo | None:
+    """The latest version now, from ``latest`` (found before): that one still the same object (Lance
+    writes a version once, by a put-if-absent), then each next while one is
+    (:func:`~memwal.table.versions_cursor.versions_on_top`); None when that cannot tell."""
+    if (now := store.head(latest.key)) is None or now.etag != latest.etag:
         return None
-    if len(name.removesuffix(".manifest")) != V2_NAME_DIGITS:
+    version = table_version_of(latest.key.rsplit("/", 1)[-1])
+    found = None if version is None else versions_on_top(store, version, GROW_PROBES)
+    if found is None:
         return None
-    refuse_mixed_after_first(store, name, names, seen)
-    return store.head(folder + name)
+    return found[-1][1] if found else now
 
 
 def _index_coverage(manifest: TableManifest, live: dict[int, int], indexes: Iterable[str]) -> dict[str, float]:
@@ -198,10 +225,11 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     if not m.mem_wal:
         return TableFacts(uri, m.version, False, (), (), m.fragments, m.live_rows, m.deleted_rows, {}, None, tag,
                           requests=store.requests_sent - sent)
-    named: dict[str, dict[str, int]] | None = None
+    named: dict[str, _ShardFolders] | None = None
+    states: dict[str, ShardState] = {}
     signature = ""
     if store.has_directories:
-        listing, named, signature = _walk_chosen(store, m, cache.folders)
+        listing, named, states, signature = _walk_chosen(store, m, cache.folders)
     else:
         listing = list(store.list_around(f"{MEM_WAL_DIR}/", _JOBS_FOLDER))
     digest = hashlib.sha1(tag.encode())
@@ -212,7 +240,7 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     known = cache.get_facts(uri, fingerprint)
     if known is not None:
         return replace(known, requests=store.requests_sent - sent)
-    shards, problems = _shards(store, m, listing, named)
+    shards, problems = _shards(store, m, listing, named, states)
     facts = TableFacts(uri, m.version, True, m.indexes, shards, m.fragments, m.live_rows, m.deleted_rows,
                        m.unindexed_fraction, m.snapshot_at, fingerprint, problems, store.requests_sent - sent,
                        dict(m.merged_at))
@@ -227,20 +255,73 @@ def _caught(m: ManifestFacts, shard: str) -> int:
 
 @dataclass(frozen=True)
 class _ShardFolders:
-    """What a probe takes from the listing of a shard's folder, made once while it stands still."""
+    """What a probe takes from the listing of a shard's folder, made once a listing and grown while
+    the folder moves by the generation folders the shard's newest manifest names (:meth:`grown`):
+    nothing here is rebuilt at a probe, and nothing walked name by name (a week beside a busy
+    writer is some 350,000 folders)."""
 
     dirs: frozenset[str]
-    named: dict[str, int]  # generation folder -> generation
-    by_generation: dict[int, list[str]]
-    signature: str  # the folders' names, for the fingerprint
+    by_generation: dict[int, list[str]]  # generation -> its folders' names
+    generations: tuple[int, ...]  # the distinct generations, ascending
+    folders: tuple[int, ...]  # the generation of each folder, ascending
+    signature: str  # a digest of the listing's folder names, for the fingerprint
+    #: Folders the shard's newest manifest named since the listing, not in it: (generation, name).
+    added: tuple[tuple[int, str], ...] = ()
+
+    def grown(self, state: ShardState) -> _ShardFolders:
+        """These folders and those ``state`` names that the listing lacks (a flush since: the writer
+        names its folder in the manifest version it commits; a merged one leaves the manifest at the
+        next drain, its folder stays until GC takes it, so what was added stays added). A name is
+        taken only as a generation folder's own name for its generation: a manifest is storage, and
+        storage is untrusted."""
+        new = {(fg.generation, fg.path) for fg in state.flushed
+               if fg.path not in self.dirs and parse_generation_dir(fg.path) == fg.generation}
+        return self if new <= set(self.added) else replace(self, added=tuple(sorted(new | set(self.added))))
+
+    @property
+    def newest(self) -> str | None:
+        """The newest generation's first folder (when the shard was last flushed)."""
+        newest = max(self.generations[-1:] + tuple(g for g, _ in self.added), default=None)
+        return None if newest is None else min(self.by_generation.get(newest, []) + [n for g, n in self.added
+                                                                                       if g == newest])
+
+    def above(self, merged: int) -> list[str]:
+        """Every folder of a generation above ``merged`` (the merge's debt)."""
+        at = bisect.bisect_right(self.generations, merged)
+        listed = [n for g in self.generations[at:] for n in self.by_generation[g]]
+        return listed + [n for g, n in self.added if g > merged]
+
+    def sample(self, caught: int) -> list[str]:
+        """One folder each of :data:`_SAMPLED` listed generations at or below ``caught`` (those GC may
+        take), spread from the lowest to the highest."""
+        at = bisect.bisect_right(self.generations, caught)
+        picks = [*range(0, at, max(1, -(-at // _SAMPLED))), at - 1] if at else []
+        return [min(self.by_generation[self.generations[i]]) for i in sorted(set(picks))]
+
+    def held(self, caught: int) -> tuple[int, int]:
+        """Generations, and folders, at or below ``caught``."""
+        extra = [g for g, _ in self.added if g <= caught]
+        listed = bisect.bisect_right(self.generations, caught)
+        return (listed + len({g for g in extra if g not in self.by_generation}),
+                bisect.bisect_right(self.folders, caught) + len(extra))
+
+    @property
+    def any(self) -> bool:
+        return bool(self.folders or self.added)
+
+    @property
+    def names(self) -> str:
+        """For the fingerprint: the listing's folders, and those grown since."""
+        return self.signature + "".join(f"/{n}" for _, n in self.added)
 
 
 def _shard_folders(files: Sequence[str], dirs: Sequence[str]) -> _ShardFolders:
-    named = {name: g for name in dirs if (g := parse_generation_dir(name)) is not None}
+    named = sorted((g, name) for name in dirs if (g := parse_generation_dir(name)) is not None)
     by_generation: dict[int, list[str]] = {}
-    for name, g in named.items():
+    for g, name in named:
         by_generation.setdefault(g, []).append(name)
-    return _ShardFolders(frozenset(dirs), named, by_generation, "/".join(sorted(named)))
+    digest = hashlib.sha1("/".join(name for _, name in named).encode()).hexdigest()
+    return _ShardFolders(frozenset(dirs), by_generation, tuple(by_generation), tuple(g for g, _ in named), digest)
 
 
 def _newest_entry(number: Callable[[str], int | None], hint: str) -> Callable[[Sequence[str], Sequence[str]],
@@ -253,10 +334,32 @@ def _newest_entry(number: Callable[[str], int | None], hint: str) -> Callable[[S
     return make
 
 
-def _walk_chosen(store: Store, m: ManifestFacts,
-                 listings: FolderListings) -> tuple[list[ObjectInfo], dict[str, dict[str, int]], str]:
-    """On a disk: the objects the figures need, each shard's generation folders (name ->
-    generation), and the folders' names for the fingerprint.
+def _next_entries(store: Store, number: Callable[[str], int | None]) -> Callable[[tuple[str | None, bool]],
+                                                                                tuple[str | None, bool] | None]:
+    """Grows a ``manifest/`` or ``wal/`` folder's newest entry (:func:`_newest_entry`) while it moves: that
+    entry still there, then each next number's name while one is (a stat each: a writer numbers its
+    manifest versions and, by the spec, its WAL entries without gaps, each put once, and GC prunes only
+    older ones). None (list the folder): nothing known, that entry gone, or more than
+    :data:`GROW_PROBES` new."""
+    def grow(known: tuple[str | None, bool]) -> tuple[str | None, bool] | None:
+        key, hinted = known
+        n = None if key is None else number(key.rsplit("/", 1)[-1])
+        if key is None or n is None or store.head(key) is None:
+            return None
+        folder, _, name = key.rpartition("/")
+        for later in range(n + 1, n + GROW_PROBES + 1):
+            after = f"{folder}/{bitrev64(later)}.{name.rpartition('.')[2]}"
+            if store.head(after) is None:
+                return key, hinted
+            key = after
+        return None
+    return grow
+
+
+def _walk_chosen(store: Store, m: ManifestFacts, listings: FolderListings
+                 ) -> tuple[list[ObjectInfo], dict[str, _ShardFolders], dict[str, ShardState], str]:
+    """On a disk: the objects the figures need, each shard's generation folders, the shard manifests
+    read on the way, and the folders' names for the fingerprint.
 
     Walked: every folder above the merge mark (the merge's debt: bytes and times); one folder of
     each of :data:`_SAMPLED` generations GC may take, spread from the lowest to the highest (when
@@ -266,41 +369,84 @@ def _walk_chosen(store: Store, m: ManifestFacts,
     index after its manifest). The other folders are counted by name: a week of merged
     folders is some 350,000 names beside a busy writer, ten files each. The names, and what is made
     of them, are those kept while their folder stands still (``listings``: :mod:`memwal.fleet.folders`),
-    so an idle table costs a stat a folder at every round, not a name a version, folder and entry."""
+    so an idle table costs a stat a folder at every round, not a name a version, folder and entry.
+    While a folder moves, what was made of it is grown: ``manifest/`` and ``wal/`` by a stat of each
+    next name, the shard's folders by those its newest manifest names; a folder of the listing that
+    the walk finds gone (GC took it) has the shard's folder listed again."""
     root = f"{MEM_WAL_DIR}/"
     objects: list[ObjectInfo] = []
-    named: dict[str, dict[str, int]] = {}
+    named: dict[str, _ShardFolders] = {}
+    states: dict[str, ShardState] = {}
     signature: list[str] = []
     for shard in listings.level(store, root)[1]:
         if shard.startswith("_"):
             continue  # our own folders (staging, jobs), as below
-        prefix = f"{root}{shard}/"
-        folders = listings.derived(store, prefix, "generations", _shard_folders)
-        by_generation = folders.by_generation
-        named[shard] = folders.named
-        signature.append(f"\n{shard}/\t{folders.signature}")
-        merged, caught = m.compacted.get(shard, 0), _caught(m, shard)
-        collectable = sorted(g for g in by_generation if g <= caught)
-        sample = collectable[::max(1, -(-len(collectable) // _SAMPLED))] + collectable[-1:]
-        walked = {n for g, names in by_generation.items() if g > merged for n in names}
-        walked |= {min(by_generation[g]) for g in [*sample, *([max(by_generation)] if by_generation else [])]}
-        for name in sorted(walked):
-            objects += store.list(f"{prefix}{name}/")
-        hint = version_hint_key(shard)  # the writer's, written after each manifest version
-        for folder, number in (("manifest", parse_manifest_name), ("wal", parse_wal_name)):
-            if folder in folders.dirs:
-                newest, hinted = listings.derived(store, f"{prefix}{folder}/", "newest", _newest_entry(number, hint))
-                for key in ([] if newest is None else [newest]) + [hint] * hinted:
-                    if (info := store.head(key)) is not None:
-                        objects.append(info)
-    return objects, named, "".join(signature)
+        named[shard] = folders = _walk_shard(store, m, listings, shard, objects, states)
+        signature.append(f"\n{shard}/\t{folders.names}")
+    return objects, named, states, "".join(signature)
+
+
+def _walk_shard(store: Store, m: ManifestFacts, listings: FolderListings, shard: str,
+                objects: list[ObjectInfo], states: dict[str, ShardState]) -> _ShardFolders:
+    """One shard of :func:`_walk_chosen`: its folders, the objects walked added to ``objects``."""
+    prefix = f"{MEM_WAL_DIR}/{shard}/"
+    hint = version_hint_key(shard)  # the writer's, written after each manifest version
+
+    found: dict[str, tuple[str | None, bool]] = {}
+
+    def newest(folder: str, number: Callable[[str], int | None]) -> tuple[str | None, bool]:
+        if folder not in found:  # once a probe: growing a moving folder's costs a stat or two
+            found[folder] = listings.derived(store, f"{prefix}{folder}/", "newest", _newest_entry(number, hint),
+                                             _next_entries(store, number))
+        return found[folder]
+
+    def grow(folders: _ShardFolders) -> _ShardFolders | None:
+        state = _newest_state(store, shard, newest("manifest", parse_manifest_name)[0], states)
+        return None if state is None else folders.grown(state)
+
+    merged, caught = m.compacted.get(shard, 0), _caught(m, shard)
+    for _ in range(2):
+        folders = listings.derived(store, prefix, "generations", _shard_folders, grow)
+        last = [folders.newest] if folders.newest else []
+        listed = {*folders.sample(caught), *last} - {n for _, n in folders.added}
+        walked = {name: list(store.list(f"{prefix}{name}/"))
+                  for name in sorted({*folders.above(merged), *listed})}
+        if all(walked[name] for name in listed):
+            break
+        listings.forget(store, prefix)  # a folder of the listing gone: GC took some, list them again
+    objects += (o for found in walked.values() for o in found)
+    for folder, number in (("manifest", parse_manifest_name), ("wal", parse_wal_name)):
+        if folder in folders.dirs:
+            key, hinted = newest(folder, number)
+            for k in ([] if key is None else [key]) + [hint] * hinted:
+                if (info := store.head(k)) is not None:
+                    objects.append(info)
+    return folders
+
+
+def _newest_state(store: Store, shard: str, key: str | None, states: dict[str, ShardState]) -> ShardState | None:
+    """The shard's manifest at ``key`` (its newest), read once a probe (None: none, or unreadable:
+    the figures then report it, from :func:`_shards`)."""
+    version = None if key is None else parse_manifest_name(key.rsplit("/", 1)[-1])
+    if key is None or version is None:
+        return None
+    if (known := states.get(shard)) is not None and known.version == version:
+        return known
+    try:
+        states[shard] = decode_shard_manifest(store.get(key), shard_id=shard, version=version,
+                                              where=store.uri_for(key))
+    except (NotFoundError, BadInputError):
+        return None
+    return states[shard]
 
 
 def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],
-            named: dict[str, dict[str, int]] | None = None) -> tuple[tuple[ShardFacts, ...], tuple[str, ...]]:
+            named: dict[str, _ShardFolders] | None = None,
+            states: dict[str, ShardState] | None = None) -> tuple[tuple[ShardFacts, ...], tuple[str, ...]]:
     """Per shard, from the listing (and the latest manifest of a shard with unmerged data).
-    ``named``: every generation folder per shard (name -> generation), when the listing walked only some
-    (:func:`_walk_chosen`): GC's figures count the names and estimate the bytes from those walked."""
+    ``named``: every generation folder per shard, when the listing walked only some
+    (:func:`_walk_chosen`): GC's figures count the folders and estimate the bytes from those walked.
+    ``states``: shard manifests the walk read already."""
     folders: dict[str, dict[int, list[ObjectInfo]]] = {}
     manifests: dict[str, list[tuple[int, ObjectInfo]]] = {}
     written: dict[str, float] = {}
@@ -318,9 +464,9 @@ def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],
         g = parse_generation_dir(top)
         if g is not None:
             folders.setdefault(shard, {}).setdefault(g, []).append(o)
-    numbers = {shard: list(generations.values()) for shard, generations in (named or {}).items()}
+    named = named or {}
     out, problems = [], []
-    for shard in sorted(set(folders) | set(manifests) | {s for s, gs in numbers.items() if gs}):
+    for shard in sorted(set(folders) | set(manifests) | {s for s, f in named.items() if f.any}):
         merged = m.compacted.get(shard, 0)
         gens = folders.get(shard, {})
         unmerged = {g: (sum(o.size for o in objs), min(o.mtime for o in objs)) for g, objs in gens.items()
@@ -328,19 +474,21 @@ def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],
         caught = _caught(m, shard)
         collectable = {g: objs for g, objs in gens.items() if g <= caught}
         size = sum(o.size for objs in collectable.values() for o in objs)
-        if named is not None:  # one folder walked of each sampled generation: bytes a folder, times the folders
-            held = [g for g in numbers.get(shard, ()) if g <= caught]
-            size = size * len(held) // len(collectable) if collectable else 0
-            collectable = {g: collectable.get(g, []) for g in held}
+        count = len(collectable)
+        if shard in named:  # one folder walked of each sampled generation: bytes a folder, times the folders
+            count, held = named[shard].held(caught)
+            size = size * held // len(collectable) if collectable else 0
         versions = sorted(manifests.get(shard, []), key=lambda v: v[0])
         rows = listed = listed_merged = 0
         if not versions:
             problems.append(f"shard {shard}: no manifest")
-        elif gens or numbers.get(shard):  # with no folder on storage, nothing can be listed that a reader could open
+        elif gens or (shard in named and named[shard].any):  # with no folder, nothing a reader could open
             version, obj = versions[-1]
             try:
-                state = decode_shard_manifest(store.get(obj.key), shard_id=shard, version=version,
-                                              where=store.uri_for(obj.key))
+                state = (states or {}).get(shard)
+                if state is None or state.version != version:
+                    state = decode_shard_manifest(store.get(obj.key), shard_id=shard, version=version,
+                                                  where=store.uri_for(obj.key))
                 # rows a manifest lacks (Lance 9 writers) are left out of this estimate
                 rows = sum(fg.physical_rows or 0 for fg in state.flushed if fg.generation > merged)
                 listed = len(state.flushed)
@@ -348,7 +496,7 @@ def _shards(store: Store, m: ManifestFacts, listing: list[ObjectInfo],
             except (NotFoundError, BadInputError) as exc:
                 problems.append(f"shard {shard}: {exc}")
         out.append(ShardFacts(
-            shard, merged, unmerged, rows, len(collectable), size,
+            shard, merged, unmerged, rows, count, size,
             min((o.mtime for objs in collectable.values() for o in objs), default=None),
             {i: max(0, merged - m.catchup.get(i, {}).get(shard, 0)) for i in m.indexes},
             versions[-1][1].mtime if versions else None, written.get(shard), listed, listed_merged))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memwal.fleet.folders import REFRESH_SECONDS, SETTLED_SECONDS, FolderListings
+from memwal.fleet.folders import GROWN_REFRESH_SECONDS, REFRESH_SECONDS, SETTLED_SECONDS, FolderListings
 from memwal.store.local import LocalStore
 from memwal.store.object import ObjectStore
 
@@ -78,6 +78,41 @@ def test_a_folder_put_back_with_its_old_time_is_listed_again_within_a_minute(fol
     os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     clock[0] += REFRESH_SECONDS
     assert listings.level(store, "f/") == (("f/c",), ())
+
+
+def test_what_was_made_of_a_moving_folder_is_grown_until_growing_cannot_tell_or_ten_minutes_pass(folder) -> None:
+    """A folder being written (a table's ``_versions/`` at every merge) is not listed again while the
+    caller can grow what it made of it: ``grow`` gets the value last made or grown, and its answer is
+    kept; None (it cannot tell), or a listing :data:`GROWN_REFRESH_SECONDS` old, lists it. A folder
+    listed while it moved is grown from, never handed out as its listing."""
+    store, path = folder
+    clock = [0.0]
+    listings = FolderListings(monotonic=lambda: clock[0])
+    grown: list[int] = []
+
+    def count(files, dirs) -> int:
+        return len(files)
+
+    def grow(n: int) -> int | None:
+        grown.append(n)
+        return None if n < 0 else len(list(path.iterdir())) - 1  # what a cheap look finds: files, not "sub"
+
+    assert listings.derived(store, "f/", "n", count, grow) == 1 and store.levels == 1
+    (path / "b").write_bytes(b"2")  # moves: grown, not listed
+    assert listings.derived(store, "f/", "n", count, grow) == 2 and store.levels == 1 and grown == [1]
+    assert listings.derived(store, "f/", "n", count, grow) == 2 and grown == [1, 2]  # still moving: grown again
+    assert listings.level(store, "f/") == (("f/a", "f/b"), ("sub",)) and store.levels == 2  # never the moving one
+    _aged(path, SETTLED_SECONDS + 1)
+    listings.derived(store, "f/", "n", count, grow)
+    assert listings.derived(store, "f/", "n", count, grow) == 2 and store.levels == 3 and len(grown) == 2  # settled
+    (path / "c").write_bytes(b"3")
+    assert listings.derived(store, "f/", "n", lambda files, dirs: -1, lambda n: None) == -1  # cannot tell: listed
+    assert store.levels == 4
+    (path / "d").write_bytes(b"4")
+    assert listings.derived(store, "f/", "n", count, grow) == 4 and store.levels == 5  # grow(-1) cannot tell
+    (path / "e").write_bytes(b"5")
+    clock[0] += GROWN_REFRESH_SECONDS
+    assert listings.derived(store, "f/", "n", count, grow) == 5 and store.levels == 6  # ten minutes: listed
 
 
 def test_past_its_bound_the_least_recently_used_listing_goes(folder) -> None:

@@ -27,7 +27,10 @@ import pytest
 
 import memwal
 from memwal.checkpoint.ops import create_checkpoint
+from memwal.demo import write_generations
 from memwal.fleet.cache import ProbeCache
+from memwal.fleet.facts import TableFacts
+from memwal.fleet.folders import GROWN_REFRESH_SECONDS, FolderListings
 from memwal.fleet.probe import probe
 from memwal.inspect.status import TableStatus, table_status
 from memwal.store import open_store
@@ -35,6 +38,7 @@ from memwal.store.local import LocalStore
 from memwal.table import Table, open_table
 from memwal.table.shards import parse_generation_dir
 from tests.clients.jobs import ZERO
+from tests.conftest import SMALL
 
 
 @pytest.fixture
@@ -77,6 +81,10 @@ def _keep_merged_folders(uri: str, shard_id: str, total: int) -> None:
     have = sum(1 for p in shard.iterdir() if parse_generation_dir(p.name) is not None)
     for i in range(have, total):
         shutil.copytree(merged[0], shard / f"{i:08x}_gen_1")
+
+
+def _folders_of(uri: str, shard_id: str, generation: int) -> list[Path]:
+    return sorted(p for p in Path(uri, "_mem_wal", shard_id).iterdir() if parse_generation_dir(p.name) == generation)
 
 
 def _shape(status: TableStatus) -> list[tuple]:
@@ -189,7 +197,7 @@ def test_a_fleet_probe_of_an_idle_table_on_a_disk_lists_nothing_at_two_ages(make
     of folders that stood still are kept while each folder's stamp (device, inode, time) is the one
     it had: at 30 and at 300 merged folders kept, and 270 versions more, the probe of an idle table
     lists the same few files (those of the folders its figures walk) and no name; its facts are a
-    fresh probe's. A folder that changes is listed again at the next probe."""
+    fresh probe's. A table being written: the next test."""
     table, shard_id = _merged_and_drained(make_table)
     assert memwal.open(table.uri).catchup().ok  # generation 1 caught up: GC may take its folders
     ds = lance.dataset(table.uri)
@@ -207,10 +215,62 @@ def test_a_fleet_probe_of_an_idle_table_on_a_disk_lists_nothing_at_two_ages(make
         assert facts[-1] == first == probe(table.uri, open_store(table.uri))  # a fresh cache's, too
     assert counts[0] == counts[1] and counts[0] < 200, counts  # the walked folders' files, no name
 
-    # a folder that changes is listed again: one more merged folder is counted at the next probe
-    shard = Path(table.uri, "_mem_wal", shard_id)
-    shutil.copytree(min(p for p in shard.iterdir() if parse_generation_dir(p.name) == 1), shard / "ffffffff_gen_1")
-    again = probe(table.uri, open_store(table.uri), cache)
-    assert again.fingerprint != facts[1].fingerprint and again == probe(table.uri, open_store(table.uri))
-    before, after = ({s.shard_id: s for s in f.shards}[shard_id] for f in (facts[1], again))
-    assert after.collectable == before.collectable and after.collectable_bytes > before.collectable_bytes
+
+def _sans_fingerprint(facts: TableFacts) -> TableFacts:
+    """A probe's facts but the fingerprint (a grown listing's differs from a fresh one's: a digest of the
+    folder names as they were found) and when each shard's progress moved (a fresh probe cannot tell)."""
+    return replace(facts, fingerprint="", merged_at={})
+
+
+def test_a_fleet_probe_of_a_table_being_written_lists_no_name_at_two_ages(make_table, listed_entries):
+    """A table being written moves ``_versions/``, its shard's folder, ``manifest/`` and ``wal/`` at
+    every flush and merge, and the probe listed each again whole (47 ms a probe at 11,000 versions
+    beside a writer). What it made of them is grown instead: the latest version and the newest shard
+    manifest and WAL entry by a stat of each next name, the shard's folders by those its newest
+    manifest names. After a flush and a merge, at 30 and at 300 merged folders and versions kept, the
+    probe lists the same files (those of the folders it walks) and no name, and its facts are a
+    fresh probe's. Folders another process removed (the lowest, as GC takes them) are seen at the next
+    probe; folders another process added that no manifest names, once the listing is
+    :data:`GROWN_REFRESH_SECONDS` old."""
+    table, model = make_table()
+    t = memwal.open(table.uri)
+    assert t.merge(max_generations=2).ok
+    assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
+    assert t.catchup().ok  # generation 1 caught up: GC may take its folders
+    shard_id = sorted(table.manifest().compacted)[0]
+    originals = _folders_of(table.uri, shard_id, 1)
+    clock = [0.0]
+    ds = lance.dataset(table.uri)
+    counts = []
+    for kept in (30, 300):
+        _keep_merged_folders(table.uri, shard_id, kept)
+        while len(ds.versions()) < kept:
+            ds.update_config({"n": str(len(ds.versions()))})
+        _settle(table.uri)
+        cache = ProbeCache(folders=FolderListings(monotonic=lambda: clock[0]))
+        probe(table.uri, open_store(table.uri), cache)  # the folders listed, settled: kept
+        model = write_generations(table.uri, SMALL, model, generations=1, seed_offset=kept)  # a flush a shard
+        assert memwal.open(table.uri).merge(max_generations=1).ok  # and a version on top
+        listed_entries()
+        grown = probe(table.uri, open_store(table.uri), cache)
+        counts.append(listed_entries())
+        fresh = probe(table.uri, open_store(table.uri))
+        assert _sans_fingerprint(grown) == _sans_fingerprint(fresh) and grown.version == table.manifest().version
+        assert {s.shard_id: s.unmerged for s in grown.shards} != {}
+    assert counts[0] == counts[1] and counts[0] < 300, counts  # the walked folders' files, no name
+
+    # folders another process removed, the lowest first (as GC takes them): the shard's folder is listed again
+    for p in set(_folders_of(table.uri, shard_id, 1)) - set(originals):
+        shutil.rmtree(p)
+    after_gc = probe(table.uri, open_store(table.uri), cache)
+    assert _sans_fingerprint(after_gc) == _sans_fingerprint(probe(table.uri, open_store(table.uri)))
+
+    # a folder another process added that no manifest names: seen once the listing is ten minutes old
+    shutil.copytree(originals[0], originals[0].parent / "ffffffff_gen_1")
+    model = write_generations(table.uri, SMALL, model, generations=1, seed_offset=1)  # the folder moves again
+    unseen = probe(table.uri, open_store(table.uri), cache)
+    whole = probe(table.uri, open_store(table.uri))
+    unseen_bytes, whole_bytes = ({s.shard_id: s for s in f.shards}[shard_id].collectable_bytes for f in (unseen, whole))
+    assert unseen_bytes < whole_bytes
+    clock[0] += GROWN_REFRESH_SECONDS
+    assert _sans_fingerprint(probe(table.uri, open_store(table.uri), cache)) == _sans_fingerprint(whole)
