@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from memwal.store import Store
+from memwal.store import ObjectInfo, Store
 
 T = TypeVar("T")
 
@@ -77,10 +77,12 @@ class _Kept:
     settled: bool = True
     #: What callers made of this listing, or grew from it (:meth:`FolderListings.derived`), by name.
     made: dict[str, _Made] = field(default_factory=dict)
+    #: Every file under the folder, with its size and time (:meth:`FolderListings.walked`).
+    objects: tuple[ObjectInfo, ...] = ()
 
     @property
     def names(self) -> int:
-        return len(self.files) + len(self.dirs)
+        return len(self.files) + len(self.dirs) + len(self.objects)
 
 
 class FolderListings:
@@ -97,7 +99,7 @@ class FolderListings:
         """:meth:`Store.list_level` of ``prefix`` (a folder, ending with ``/``): the listing kept for
         it while the folder's stamp is the one it had, else listed now (and kept when settled)."""
         stamp = store.folder_stamp(prefix)
-        hit = self._hit(store, prefix)
+        hit = self._hit(store.uri_for(prefix))
         if hit is None or not self._current(hit, stamp):
             hit = self._list(store, prefix, stamp)
         return hit.files, hit.dirs
@@ -113,7 +115,7 @@ class FolderListings:
         tell: only then, or past :data:`GROWN_REFRESH_SECONDS`, is the folder listed again."""
         stamp = store.folder_stamp(prefix)
         now = self._monotonic()
-        hit = self._hit(store, prefix)
+        hit = self._hit(store.uri_for(prefix))
         if hit is not None and stamp is not None:
             made = hit.made.get(what)
             if made is None and self._current(hit, stamp):
@@ -133,17 +135,35 @@ class FolderListings:
             listed.made[what] = _Made(value, stamp if listed.settled else None, listed.at)
         return value
 
+    def walked(self, store: Store, prefix: str) -> Sequence[ObjectInfo]:
+        """:meth:`Store.list` of a folder whose files are written once and never changed (a merged
+        generation's: Lance writes each file of a dataset once), kept while the folder's stamp is the
+        one it had, a minute at most, as :meth:`level` keeps a listing. A probe walks a sample of the
+        folders GC may take at every round for their bytes and times: one file stat-ed each, some
+        ten a folder, was a tenth of a fleet follower's CPU (a profile beside six writers). A folder
+        gone has no stamp: walked again, and found empty."""
+        stamp = store.folder_stamp(prefix)
+        where = f"{store.uri_for(prefix)}\0walked"  # never a listing's: a folder is listed or walked
+        hit = self._hit(where)
+        if hit is not None and self._current(hit, stamp):
+            return hit.objects
+        began = time.time()
+        objects = tuple(store.list(prefix))
+        if stamp is not None and _settled(began, stamp) and store.folder_stamp(prefix) == stamp:
+            self._keep(where, _Kept(stamp, (), (), self._monotonic(), objects=objects))
+        return objects
+
     def forget(self, store: Store, prefix: str) -> None:
         """Drop the folder's kept listing (the caller found it out of date): the next look lists it."""
         with self._lock:
             old = self._kept.pop(store.uri_for(prefix), None)
             self._names -= old.names if old is not None else 0
 
-    def _hit(self, store: Store, prefix: str) -> _Kept | None:
+    def _hit(self, where: str) -> _Kept | None:
         with self._lock:
-            hit = self._kept.get(store.uri_for(prefix))
+            hit = self._kept.get(where)
             if hit is not None:
-                self._kept.move_to_end(store.uri_for(prefix))
+                self._kept.move_to_end(where)
             return hit
 
     def _current(self, hit: _Kept, stamp: Stamp | None) -> bool:

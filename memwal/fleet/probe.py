@@ -372,7 +372,8 @@ def _walk_chosen(store: Store, m: ManifestFacts, listings: FolderListings
     so an idle table costs a stat a folder at every round, not a name a version, folder and entry.
     While a folder moves, what was made of it is grown: ``manifest/`` and ``wal/`` by a stat of each
     next name, the shard's folders by those its newest manifest names; a folder of the listing that
-    the walk finds gone (GC took it) has the shard's folder listed again."""
+    the walk finds gone (GC took it) has the shard's folder listed again. The sampled folders' files
+    are kept while each folder stands still (:meth:`FolderListings.walked`: merged, written once)."""
     root = f"{MEM_WAL_DIR}/"
     objects: list[ObjectInfo] = []
     named: dict[str, _ShardFolders] = {}
@@ -408,9 +409,10 @@ def _walk_shard(store: Store, m: ManifestFacts, listings: FolderListings, shard:
     for _ in range(2):
         folders = listings.derived(store, prefix, "generations", _shard_folders, grow)
         last = [folders.newest] if folders.newest else []
-        listed = {*folders.sample(caught), *last} - {n for _, n in folders.added}
-        walked = {name: list(store.list(f"{prefix}{name}/"))
-                  for name in sorted({*folders.above(merged), *listed})}
+        sample = folders.sample(caught)  # caught up, so merged: their files are all written
+        listed = {*sample, *last} - {n for _, n in folders.added}
+        walked = {name: listings.walked(store, f"{prefix}{name}/") if name in sample
+                  else list(store.list(f"{prefix}{name}/")) for name in sorted({*folders.above(merged), *listed})}
         if all(walked[name] for name in listed):
             break
         listings.forget(store, prefix)  # a folder of the listing gone: GC took some, list them again

@@ -115,6 +115,34 @@ def test_what_was_made_of_a_moving_folder_is_grown_until_growing_cannot_tell_or_
     assert listings.derived(store, "f/", "n", count, grow) == 5 and store.levels == 6  # ten minutes: listed
 
 
+def test_a_walked_folder_is_kept_while_it_stands_still_and_walked_again_when_gone(folder) -> None:
+    """A merged generation's files are written once: its walk (every file, size and time) is kept while
+    the folder's stamp holds, a minute at most; a folder removed (GC) is walked again and found empty."""
+    store, path = folder
+    walks = [0]
+    real = store.list
+
+    def counted(prefix: str, **kw):
+        walks[0] += 1
+        return real(prefix, **kw)
+
+    store.list = counted  # type: ignore[method-assign]
+    clock = [0.0]
+    listings = FolderListings(monotonic=lambda: clock[0])
+    first = listings.walked(store, "f/")
+    assert [o.key for o in first] == ["f/a"] and walks[0] == 1
+    listings.walked(store, "f/")
+    assert walks[0] == 2  # just written: not kept
+    _aged(path, SETTLED_SECONDS + 1)
+    listings.walked(store, "f/")
+    assert listings.walked(store, "f/") == tuple(first) and walks[0] == 3  # settled: a stat, no walk
+    clock[0] += REFRESH_SECONDS
+    listings.walked(store, "f/")
+    assert walks[0] == 4  # a minute: walked again
+    shutil.rmtree(path)
+    assert listings.walked(store, "f/") == () and walks[0] == 5
+
+
 def test_past_its_bound_the_least_recently_used_listing_goes(folder) -> None:
     store, path = folder
     (path / "sub" / "x").write_bytes(b"4")
