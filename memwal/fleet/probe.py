@@ -416,7 +416,7 @@ def _walk_shard(store: Store, m: ManifestFacts, listings: FolderListings, shard:
         if all(walked[name] for name in listed):
             break
         listings.forget(store, prefix)  # a folder of the listing gone: GC took some, list them again
-    objects += (o for found in walked.values() for o in found)
+    objects += (o for files in walked.values() for o in files)
     for folder, number in (("manifest", parse_manifest_name), ("wal", parse_wal_name)):
         if folder in folders.dirs:
             key, hinted = newest(folder, number)
