@@ -57,6 +57,7 @@ from memwal.table.manifest import (
 from memwal.table.naming import (
     MEM_WAL_DIR,
     MEM_WAL_INDEX_NAME,
+    U64_MAX,
     V2_NAME_DIGITS,
     bitrev64,
     parse_generation_dir,
@@ -344,8 +345,8 @@ def _next_entries(store: Store, number: Callable[[str], int | None]) -> Callable
     def grow(known: tuple[str | None, bool]) -> tuple[str | None, bool] | None:
         key, hinted = known
         n = None if key is None else number(key.rsplit("/", 1)[-1])
-        if key is None or n is None or store.head(key) is None:
-            return None
+        if key is None or n is None or n > U64_MAX - GROW_PROBES or store.head(key) is None:
+            return None  # a name at the top of the numbers (a forged one) has no next to stat: list
         folder, _, name = key.rpartition("/")
         for later in range(n + 1, n + GROW_PROBES + 1):
             after = f"{folder}/{bitrev64(later)}.{name.rpartition('.')[2]}"
@@ -408,7 +409,7 @@ def _walk_shard(store: Store, m: ManifestFacts, listings: FolderListings, shard:
     merged, caught = m.compacted.get(shard, 0), _caught(m, shard)
     for _ in range(2):
         folders = listings.derived(store, prefix, "generations", _shard_folders, grow)
-        last = [folders.newest] if folders.newest else []
+        last = [newest_folder] if (newest_folder := folders.newest) else []
         sample = folders.sample(caught)  # caught up, so merged: their files are all written
         listed = {*sample, *last} - {n for _, n in folders.added}
         walked = {name: listings.walked(store, f"{prefix}{name}/") if name in sample

@@ -36,6 +36,7 @@ from memwal.inspect.status import TableStatus, table_status
 from memwal.store import open_store
 from memwal.store.local import LocalStore
 from memwal.table import Table, open_table
+from memwal.table.naming import U64_MAX, bitrev64
 from memwal.table.shards import parse_generation_dir
 from tests.clients.jobs import ZERO
 from tests.conftest import SMALL
@@ -284,3 +285,20 @@ def test_a_fleet_probe_of_a_table_being_written_lists_no_name_at_two_ages(make_t
     assert unseen_bytes < whole_bytes
     clock[0] += GROWN_REFRESH_SECONDS
     assert _sans_fingerprint(probe(table.uri, open_store(table.uri), cache)) == _sans_fingerprint(whole)
+
+
+def test_a_forged_entry_at_the_top_of_the_numbers_does_not_stop_a_probe(make_table):
+    """A WAL entry named for the last u64 position (anyone who can write the table's storage can put
+    one) has no next name to stat: the probe lists the folder instead of failing, so the fleet still
+    plans the table."""
+    table, shard_id = _merged_and_drained(make_table)
+    wal = Path(table.uri, "_mem_wal", shard_id, "wal")
+    wal.mkdir(exist_ok=True)
+    (wal / f"{bitrev64(U64_MAX)}.arrow").write_bytes(b"forged")
+    _settle(table.uri)
+    cache = ProbeCache()
+    before = probe(table.uri, open_store(table.uri), cache)  # the forged name is the newest listed
+    (wal / f"{bitrev64(7)}.arrow").write_bytes(b"another")  # the folder moves: grown from the newest known
+    after = probe(table.uri, open_store(table.uri), cache)
+    assert after.problems == before.problems
+    assert {s.shard_id for s in after.shards} == {s.shard_id for s in before.shards}
