@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from memwal.core.document import Document
+from memwal.core.json_doc import finite
 from memwal.core.kept import BY_AGE, blocked_total, blocking_by_holder, gc_freed_any, kept_by_gate
 from memwal.core.words import counted
 
@@ -190,6 +191,13 @@ def gc_freed(doc: Mapping[str, Any]) -> bool:
     return gc_freed_any(doc)
 
 
+def gc_frees_at(doc: Mapping[str, Any]) -> float | None:
+    """The wall-clock time a whole GC's document says its gates pass (its ``wait``'s ``frees_at``;
+    None: none named, or not a bounded number), which a follower's backoff waits no longer than."""
+    wait = doc.get("wait")
+    return finite(wait.get("frees_at")) if isinstance(wait, Mapping) else None
+
+
 def gc_wait(every: float, max_every: float, idle: int, frees_in: float | None) -> float:
     """Seconds from a whole GC to the next, for a follower (a table's and a fleet's alike): ``every``,
     doubled for each of the ``idle`` runs in a row that freed nothing (:func:`gc_freed`) up to
@@ -201,4 +209,5 @@ def gc_wait(every: float, max_every: float, idle: int, frees_in: float | None) -
     return backed_off if frees_in is None else max(every, min(backed_off, frees_in))
 
 
-__all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_freed", "gc_wait", "summarize", "waits_for_time"]
+__all__ = ["CycleResult", "JobOutcome", "JobStatus", "gc_freed", "gc_frees_at", "gc_wait", "summarize",
+           "waits_for_time"]

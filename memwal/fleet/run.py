@@ -51,7 +51,7 @@ from memwal.core import clock as clocks
 from memwal.core.defaults import GC_SHARE
 from memwal.core.document import Document
 from memwal.cycle import CycleResult, JobStatus, parse_jobs, run_cycle_at
-from memwal.cycle.outcome import gc_freed, gc_wait
+from memwal.cycle.outcome import gc_freed, gc_frees_at, gc_wait
 from memwal.fleet.cache import ProbeCache
 from memwal.fleet.plan import FleetPlan, TablePlan, check_sources_yield_tables
 from memwal.fleet.policy import Policy, TablePolicy
@@ -400,12 +400,8 @@ class Spacing:
         if "gc_max" not in self.every:  # a run's rounds: spaced by what the last took alone
             return cadence
         idle = self.gc_idle[table] = 0 if gc_freed(doc) else self.gc_idle.get(table, 0) + 1
-        wait = doc.get("wait")
-        frees_at = wait.get("frees_at") if isinstance(wait, Mapping) else None
-        frees_in = None
-        if isinstance(frees_at, int | float) and not isinstance(frees_at, bool):
-            frees_in = float(frees_at) - now
-        return gc_wait(cadence, self.every["gc_max"], idle, frees_in)
+        frees_at = gc_frees_at(doc)
+        return gc_wait(cadence, self.every["gc_max"], idle, None if frees_at is None else frees_at - now)
 
 
 def _work(t: TablePlan, policy: Policy, wanted: set[str], quiet: Mapping[tuple[str, str], str], engine: str,

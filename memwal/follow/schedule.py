@@ -50,7 +50,7 @@ from typing import Any
 
 from memwal.core.defaults import GC_SHARE
 from memwal.cycle import CycleResult, JobOutcome, JobStatus
-from memwal.cycle.outcome import gc_freed, gc_wait
+from memwal.cycle.outcome import gc_freed, gc_frees_at, gc_wait
 from memwal.follow.options import LISTING, TAIL, FollowOptions
 
 #: The longest a failed or held job waits before it is tried again.
@@ -179,9 +179,8 @@ class Schedule:
     def _gc_ran(self, doc: Mapping[str, Any], now: float) -> None:
         """A whole GC ended: back off while it frees nothing, from the time its gates pass."""
         self.gc_idle = 0 if gc_freed(doc) else self.gc_idle + 1
-        wait = doc.get("wait")
-        frees_at = wait.get("frees_at") if isinstance(wait, Mapping) else None
-        self.gc_frees_at = _monotonic(float(frees_at), now) if isinstance(frees_at, int | float) else None
+        frees_at = gc_frees_at(doc)
+        self.gc_frees_at = None if frees_at is None else _monotonic(frees_at, now)
 
 
 def _monotonic(wall: float, now: float) -> float:
