@@ -35,6 +35,7 @@ from memwal.table.naming import MEM_WAL_INDEX_NAME
 from memwal.table.shards import (
     FlushedGeneration,
     ShardManifestError,
+    ShardManifests,
     ShardState,
     read_hinted_manifests,
     read_listed_manifests,
@@ -315,19 +316,30 @@ def _table_status(table: Table, now: float, check_files: bool, manifest: TableMa
     # thousands of names a shard's folder holds (memwal.table.listing._walk_chosen). The lag reads
     # each latest from its hint; a status lists each shard's versions (it names a gap). A status
     # walks every folder only for the bytes a live checkpoint holds back (its merged generations).
-    by_manifests = (not lag_only and table.store.has_directories
-                    and not (records is not None and any(c.live(now) for c in records.checkpoints)))
-    first = read_hinted_manifests(table.store) if by_hint else read_shard_manifests(table.store) if by_manifests \
-        else None
-    named = None if first is None else {sid: [g.path for g in st.flushed] for sid, st in first.states.items()}
+    # An object store's one listing gives it all while it is short; past that, the manifests are
+    # read then (a week of merged folders kept is thousands of pages: issue 82).
+    live_views = records is not None and any(c.live(now) for c in records.checkpoints)
+    by_manifests = not lag_only and table.store.has_directories and not live_views
+    read: list[ShardManifests] = []
+
+    def named(read_from: ShardManifests) -> dict[str, list[str]]:
+        read.append(read_from)
+        return {sid: [g.path for g in st.flushed] for sid, st in read_from.states.items()}
+
+    known = named(read_hinted_manifests(table.store)) if by_hint else \
+        named(read_shard_manifests(table.store)) if by_manifests else None
+    # an object store's: read from the manifest versions, listed first, if the listing is long
+    names = known if known is not None or live_views else \
+        (lambda versions: named(read_listed_manifests(table.store, versions)))
 
     def chosen(sid: str, g: int) -> bool:
         # the lag's: the unmerged folders; a status's: those a manifest lists (walked by name) and,
         # of a broken shard, whose manifest names none, its folders above the mark
-        return (by_manifests and named is not None and sid in named) or g > manifest.compacted_generation(sid)
+        return (by_manifests and known is not None and sid in known) or g > manifest.compacted_generation(sid)
 
     listing = list_mem_wal(table.store, wal=False, staging=False, manifests=not by_hint,
-                           generations=chosen if lag_only or by_manifests else None, named=named)
+                           generations=chosen if lag_only or by_manifests else None, named=names)
+    first = read[0] if read else None
     # GC's own manifest versions: never the writer's activity; the lag alone needs none
     compactions = load_compactions(table.store) if writer_activity else {}
     closed = ClosedRecords(table.store)

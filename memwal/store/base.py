@@ -247,6 +247,13 @@ class Store(abc.ABC):
         objects = [o for o in self.list(prefix) if pruned_folder(o.key, prefix, pruned) is None]
         return objects, [k for k in self.list_links(prefix) if pruned_folder(k, prefix, pruned) is None]
 
+    def list_if_short(self, prefix: str, *, skip: Skip = (), pages: int) -> tuple[builtins.list[ObjectInfo],
+                                                                                 builtins.list[str]] | None:
+        """:meth:`list_with_links`, or None once it would take more than ``pages`` listing requests
+        (an object store's; a disk sends none, so its listing is always short): the caller then
+        reads the few folders it needs by name instead of paging through every folder kept."""
+        return self.list_with_links(prefix, skip=skip)
+
     #: A file system: directories exist apart from the objects in them, and GC deletes whole
     #: generation directories with :meth:`delete_trees`; an object store's "directories" are
     #: only key prefixes, listed and deleted in requests of many keys.

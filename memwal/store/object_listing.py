@@ -133,15 +133,27 @@ class ObjectListing(Store):
         """Every object under ``prefix`` but those in the folders ``skip`` names, in key order
         (an object store has no links): one paged listing which, when a page ends inside a
         left-out folder, asks for the next page from past that folder instead."""
+        return self._skipping(prefix, skip, None) or [], []
+
+    def list_if_short(self, prefix: str, *, skip: Skip = (), pages: int) -> tuple[builtins.list[ObjectInfo],
+                                                                                 builtins.list[str]] | None:
+        """:meth:`list_with_links` within ``pages`` pages, else None (no page past them is asked for)."""
+        listed = self._skipping(prefix, skip, pages)
+        return None if listed is None else (listed, [])
+
+    def _skipping(self, prefix: str, skip: Skip, pages: int | None) -> builtins.list[ObjectInfo] | None:
+        """:meth:`list_with_links`' objects; None when a page more than ``pages`` would be needed."""
         pruned = skipping(skip)
         full = self._full_prefix(dir_prefix(prefix))
         rel_prefix = clean_prefix(dir_prefix(prefix))
         decided: dict[str, str | None] = {}
         out: builtins.list[ObjectInfo] = []
         offset: str | None = None
+        taken = 0
         while True:
             jump: str | None = None
             for page in self._pages(full, offset):
+                taken += 1
                 for meta in page:
                     if str(meta["path"]).endswith("/"):
                         continue
@@ -153,11 +165,13 @@ class ObjectListing(Store):
                         out.append(info)
                 if len(page) < self.list_chunk:
                     break  # a short page is the last: nothing to jump over
+                if pages is not None and taken >= pages:
+                    return None  # a full page: another may follow, past the budget
                 jump = decided.get(self._rel(str(page[-1]["path"])).rpartition("/")[0])
                 if jump is not None:
                     break
             if jump is None:
-                return out, []
+                return out
             offset = f"{self._full(jump)}/{PAST}"
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:

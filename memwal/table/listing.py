@@ -9,11 +9,15 @@ them), folders that are not shards, and, when asked, the WAL (status) or the mer
 On an object store a page that ends inside a left-out folder is followed by a request that
 starts after it (:meth:`memwal.store.Store.list_with_links`), so a year of run records costs
 one request, not thirty-five. On a disk the same walk also reports every symbolic link met
-(never followed): GC holds what a link could redirect.
+(never followed): GC holds what a link could redirect. A caller that needs only the folders the
+shard manifests list (a status, the lag, GC's listing pass) walks those by name, on a disk always,
+on an object store once the listing is longer than :data:`WHOLE_PAGES` pages (a week of merged
+folders kept is thousands).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -141,9 +145,28 @@ class MemWalListing:
         return tuple(sorted({*self.links, *self.walked_links}))
 
 
+#: Pages of an object store's listing of ``_mem_wal/`` (1,000 keys each on S3, 5,000 on Azure)
+#: past which a caller that can name the folders it needs has only those read (issue 82): a table
+#: merged every few seconds keeps a week of merged generation folders under the default
+#: retention, ten files each, and every follower's lag and listing pass paged through all of them.
+WHOLE_PAGES = 8
+#: How long a ``_mem_wal/`` found longer than :data:`WHOLE_PAGES` is read by name without trying
+#: the whole listing first (a GC since may have shortened it): the follower's passes do not pay
+#: those pages at each flush. A cost choice only: both ways read what their callers judge.
+LONG_SECONDS = 600.0
+#: Requests a read by name may take, as many times :data:`WHOLE_PAGES`: past it (shard manifests
+#: listing hundreds of folders, never a followed table's few), the whole listing, however long.
+BY_NAME_PAGES = 8
+#: Tables remembered as long (a fleet's process reads many): past it, all are forgotten.
+_LONG_KEPT = 4096
+_long: dict[str, float] = {}
+
+Names = Mapping[str, Collection[str]] | Callable[[MemWalListing], Mapping[str, Collection[str]]]
+
+
 def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manifests: bool = True,
                  generations: Callable[[str, int], bool] | None = None,
-                 named: Mapping[str, Collection[str]] | None = None, lazy: bool = False) -> MemWalListing:
+                 named: Names | None = None, lazy: bool = False) -> MemWalListing:
     """One listing of ``_mem_wal/`` (see the module docstring); ``wal=False`` leaves every WAL
     out, ``staging=False`` the merge staging, ``manifests=False`` every shard's manifest versions
     (the lag finds each shard's latest from its hint: beside a writer that never reopens, its
@@ -152,16 +175,21 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manife
     keeps a week of merged generations has thousands of folders a status would walk), and then,
     on a disk, only those are walked (:func:`_walk_chosen`); ``named``, on a disk, gives for some
     shards the folder names to walk (those of their chosen generations a shard manifest lists), so
-    their folders' names are not listed. An object store keeps its one paged listing: a walk of
-    chosen folders there would cost a request per shard and per folder (requests are money:
-    ``status`` reads at most 2 a shard, issue 41). ``lazy``, on a disk and with no
-    ``generations``: every generation folder is named, and walked only when its objects are
-    asked for (:class:`LazyFolders`: a whole GC run)."""
+    their folders' names are not listed. An object store keeps its one paged listing while it takes
+    at most :data:`WHOLE_PAGES` requests (a walk of chosen folders costs a request per shard and
+    per folder: requests are money, ``status`` reads at most 2 a shard, issue 41); past them, a
+    caller that gives ``named`` has the named folders walked as on a disk (:func:`_read_by_name`).
+    ``named`` may be a function of the shards' manifest versions and WAL, listed first: the
+    names their latest manifests list. ``lazy``, on a disk and with no ``generations``: every
+    generation folder is named, and walked only when its objects are asked for
+    (:class:`LazyFolders`: a whole GC run)."""
     root = f"{MEM_WAL_DIR}/"
     lazy = lazy and generations is None and store.has_directories
     skipped = {name for name, listed in (("wal", wal), ("manifest", manifests)) if not listed}
     if generations is not None and store.has_directories:
-        objects, links, folders = _walk_chosen(store, root, skipped, staging, generations, named or {})
+        walked = _walk_chosen(store, root, skipped, staging, generations, named or {})
+        assert walked is not None  # no most to pass
+        objects, links, folders = walked
     else:
         def left_out(folder: str) -> bool:
             parts = folder[len(root):].split("/")
@@ -173,9 +201,21 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manife
                     return True
             return len(parts) == 2 and parts[1] in skipped and is_shard_dir_name(parts[0])
 
-        objects, links = store.list_with_links(root, skip=left_out)
+        by_name = None if named is None or store.has_directories else \
+            _read_by_name(store, root, skipped, staging, generations, named, left_out)
+        objects, links = by_name or store.list_with_links(root, skip=left_out)
         folders = {sid: store.list_dirs(f"{root}{sid}/") for sid in store.list_dirs(root) if is_shard_dir_name(sid)} \
             if store.has_directories else {}
+    return _assembled(store, objects, links, folders, wal=wal, manifests=manifests, generations=generations,
+                      lazy=lazy)
+
+
+def _assembled(store: Store, objects: list[ObjectInfo], links: list[str], folders: Mapping[str, list[str]], *,
+               wal: bool, manifests: bool, generations: Callable[[str, int], bool] | None,
+               lazy: bool) -> MemWalListing:
+    """The listing of ``_mem_wal/`` the objects walked make; ``folders``: on a disk, each shard's
+    folder names (an empty folder is a folder too)."""
+    root = f"{MEM_WAL_DIR}/"
     shards: dict[str, _Shard] = {}
     stage: dict[str, list[ObjectInfo]] = {}
     for o in objects:
@@ -203,10 +243,34 @@ def list_mem_wal(store: Store, *, wal: bool = True, staging: bool = True, manife
     return MemWalListing(done, {k: tuple(v) for k, v in sorted(stage.items())}, tuple(sorted(set(links))), walked)
 
 
+def _read_by_name(store: Store, root: str, skipped: set[str], staging: bool,
+                  generations: Callable[[str, int], bool] | None, named: Names,
+                  left_out: Callable[[str], bool]) -> tuple[list[ObjectInfo], list[str]] | None:
+    """On an object store: the whole listing while it takes at most :data:`WHOLE_PAGES` requests;
+    past them, the folders ``named`` names walked by name (:func:`_walk_chosen`: a request a
+    folder, each shard's ``manifest/`` and ``wal/`` unless left out, the shards' names) unless
+    those are more than :data:`BY_NAME_PAGES` times as many requests. None: list whole. A
+    ``_mem_wal/`` found long is read by name for :data:`LONG_SECONDS` without its pages tried first."""
+    where = store.uri_for(root)
+    now = time.monotonic()
+    if now - _long.get(where, -LONG_SECONDS) >= LONG_SECONDS:
+        short = store.list_if_short(root, skip=left_out, pages=WHOLE_PAGES)
+        if short is not None:
+            _long.pop(where, None)
+            return short
+        if len(_long) >= _LONG_KEPT:
+            _long.clear()
+        _long[where] = now
+    walked = _walk_chosen(store, root, skipped, staging, generations or (lambda sid, g: True), named,
+                          most=BY_NAME_PAGES * WHOLE_PAGES)
+    return None if walked is None else walked[:2]
+
+
 def _walk_chosen(store: Store, root: str, skipped: set[str], staging: bool, generations: Callable[[str, int], bool],
-                 named: Mapping[str, Collection[str]]) -> tuple[list[ObjectInfo], list[str], dict[str, list[str]]]:
-    """On a disk: the objects and links of the folders a listing wants, and each shard's chosen
-    generation folders (an empty one is a folder too). Each shard's folder is listed one level
+                 named: Names, *, most: int | None = None
+                 ) -> tuple[list[ObjectInfo], list[str], dict[str, list[str]]] | None:
+    """The objects and links of the folders a listing wants, and each shard's chosen generation
+    folders (on a disk, an empty one is a folder too). Each shard's folder is listed one level
     down (its generation folders' names: a failed flush's folder shares its number under another
     prefix, so the names are listed, not guessed), then only the chosen generation folders, the
     manifest versions and the WAL unless ``skipped``, and the staging when asked, are walked. A
@@ -220,38 +284,45 @@ def _walk_chosen(store: Store, root: str, skipped: set[str], staging: bool, gene
     walked (a link, where the walk meets it; a folder with no file, missing or empty, is not told
     apart). The lag after each of a follower's jobs names the folders the shard's manifest lists
     above the merge mark (it reads their files' times): listing the names of the shard's folders
-    was a third of it at minute 27 beside pylance, 1,900 folders kept by the 7-day retention."""
+    was a third of it at minute 27 beside pylance, 1,900 folders kept by the 7-day retention.
+    ``named`` as a function is given the listing of every shard's manifest versions and WAL,
+    walked first. None: the named folders to walk are more than ``most``."""
     objects: list[ObjectInfo] = []
     tops, links = store.list_dirs_and_links(root)
     folders: dict[str, list[str]] = {}
+    shards = [top for top in tops if is_shard_dir_name(top)]
 
     def walk(prefix: str) -> None:
         found, linked = store.list_with_links(prefix)
         objects.extend(found)
         links.extend(linked)
 
-    for top in tops:
-        if top == STAGING and staging:
-            walk(f"{root}{top}/")
-        elif is_shard_dir_name(top) and top in named:
-            shard = f"{root}{top}/"
-            chosen = folders[top] = []
-            for name in sorted(set(named[top])):
-                if (g := parse_generation_dir(name)) is not None and generations(top, g):
-                    before = len(objects)
-                    walk(f"{shard}{name}/")
-                    if len(objects) > before:
-                        chosen.append(name)
-            for name in ("manifest", "wal"):
-                if name not in skipped:
-                    walk(f"{shard}{name}/")
-        elif is_shard_dir_name(top):
-            shard = f"{root}{top}/"
-            names, linked = store.list_dirs_and_links(shard)
+    if staging and STAGING in tops:
+        walk(f"{root}{STAGING}/")
+    for top in shards:  # the versions and WAL first: the names to walk may be read from them
+        for name in ("manifest", "wal"):
+            if name not in skipped:
+                walk(f"{root}{top}/{name}/")
+    names = named(_assembled(store, objects, [], {}, wal="wal" not in skipped, manifests="manifest" not in skipped,
+                             generations=generations, lazy=False)) if callable(named) else named
+    chosen = {top: [name for name in sorted(set(names[top])) if (g := parse_generation_dir(name)) is not None
+                    and generations(top, g)] for top in shards if top in names}
+    if most is not None and sum(map(len, chosen.values())) > most:
+        return None
+    for top in shards:
+        shard = f"{root}{top}/"
+        if top in chosen:
+            walked = folders[top] = []
+            for name in chosen[top]:
+                before = len(objects)
+                walk(f"{shard}{name}/")
+                if len(objects) > before:
+                    walked.append(name)
+        else:
+            found, linked = store.list_dirs_and_links(shard)
             links.extend(linked)
-            chosen = folders[top] = [n for n in names if (g := parse_generation_dir(n)) is not None
-                                     and generations(top, g)]
-            for name in [*chosen, *(n for n in ("manifest", "wal") if n not in skipped and n in names)]:
+            folders[top] = [n for n in found if (g := parse_generation_dir(n)) is not None and generations(top, g)]
+            for name in folders[top]:
                 walk(f"{shard}{name}/")
     return objects, links, folders
 
