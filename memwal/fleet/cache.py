@@ -39,7 +39,7 @@ MAX_CACHE_BYTES = MAX_BYTES[CACHE]
 #: a cache of small objects costs up to some 70 bytes of memory a value, so its parse stays
 #: near 250 MB or under whatever it holds (issue 56: 200 MB of ``{}`` took a plan past 2.5 GB).
 MAX_CACHE_VALUES = 4_000_000
-FORMAT = 3
+FORMAT = 4
 
 
 @dataclass
@@ -61,13 +61,17 @@ class ProbeCache:
             return frozenset(self.manifests)
 
     def get_facts(self, uri: str, fingerprint: str) -> TableFacts | None:
-        with self._lock:
-            cached = self.facts.get(uri)
+        cached = self.last_facts(uri)
         return cached if cached is not None and cached.fingerprint == fingerprint else None
 
     def put_facts(self, facts: TableFacts) -> None:
         with self._lock:
             self.facts[facts.uri] = facts
+
+    def last_facts(self, uri: str) -> TableFacts | None:
+        """The facts last made of ``uri``, whatever its fingerprint (what a probe carries forward)."""
+        with self._lock:
+            return self.facts.get(uri)
 
     def last_manifest(self, uri: str) -> ManifestFacts | None:
         """The manifest facts last seen for ``uri``, whatever its tag (what changed since)."""
@@ -215,7 +219,8 @@ _TABLE_FIELDS: dict[str, Callable[[Any], bool]] = {
     "uri": _text, "version": _count, "mem_wal": lambda v: isinstance(v, bool), "maintained_indexes": _texts,
     "shards": lambda v: isinstance(v, list) and all(_fits(s, _SHARD_FIELDS) for s in v), "fragments": _count,
     "live_rows": _count, "deleted_rows": _count, "unindexed_fraction": _map(_number), "snapshot_at": _maybe_number,
-    "fingerprint": _text, "problems": _texts, "requests": _count, "merged_at": _map(_number)}
+    "fingerprint": _text, "problems": _texts, "requests": _count, "merged_at": _map(_number),
+    "listed_at": _maybe_number}
 
 
 def _fits(entry: Any, fields: Mapping[str, Callable[[Any], bool]]) -> bool:

@@ -56,6 +56,10 @@ class TableFacts:
     requests: int = field(default=0, compare=False)
     #: Per shard, when the fleet saw its merge progress move (:attr:`ManifestFacts.merged_at`).
     merged_at: dict[str, float] = field(default_factory=dict)
+    #: On an object store, a table whose ``_mem_wal/`` is longer than a few pages: when its folders
+    #: were last counted from a listing of them all (the probes since carry the counts forward:
+    #: :func:`memwal.fleet.probe.probe`); None: every probe lists it whole.
+    listed_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def plan_fleet(discovery: Discovery, policy: Policy, *, cache: ProbeCache | None
     def one(ref: TableRef) -> TablePlan | TableProblem | Skipped:
         try:
             store = open_store(ref.uri, dict(ref.storage_options))
-            facts = probe(ref.uri, store, cache, latest=ref.latest)
+            facts = probe(ref.uri, store, cache, latest=ref.latest, now=at)
         except BadInputError as exc:
             if "not a Lance table" in str(exc):
                 return Skipped(ref.uri, "not a Lance table")

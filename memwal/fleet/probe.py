@@ -19,6 +19,11 @@ Per table, in requests on an object store:
    any age; a folder being written is not listed again either: what the probe knew of it is grown
    (the next versions and entries a stat each, the folders the shard's newest manifest names), so
    a probe of a table being written costs the same at any age too;
+   On an object store, a ``_mem_wal/`` longer than :data:`WHOLE_PAGES` pages is listed whole once
+   in :data:`WHOLE_EVERY_SECONDS` only (the cache keeps when: :attr:`TableFacts.listed_at`, shared by
+   a fleet's processes); the probes between list each shard's ``manifest/`` (the fingerprint: an
+   idle table costs no more), read the newest where one was committed, walk the folders above the
+   merge mark it names, and carry GC's folders forward (:func:`_carried`);
 4. only a shard holding generation folders has its latest manifest read (the rows of its
    unmerged generations, and how many generations it lists: what every reader opens).
 
@@ -41,11 +46,13 @@ from dataclasses import dataclass, replace
 
 from pyroaring import BitMap
 
+from memwal.core import clock as clocks
 from memwal.errors import BadInputError, NotFoundError, ReadError
 from memwal.fleet.cache import ProbeCache
 from memwal.fleet.facts import ManifestFacts, ShardFacts, TableFacts
 from memwal.fleet.folders import FolderListings
 from memwal.store import ObjectInfo, Store
+from memwal.table.listing import WHOLE_PAGES
 from memwal.table.manifest import (
     TableManifest,
     decode_table_manifest,
@@ -74,6 +81,11 @@ log = logging.getLogger(__name__)
 _JOBS_FOLDER = "_jobs"
 #: Generation folders GC may take that a probe on a disk walks per shard, to estimate their bytes.
 _SAMPLED = 8
+#: On an object store, a table whose ``_mem_wal/`` is longer than :data:`WHOLE_PAGES` pages has its
+#: folders counted from a listing of them all once in this long; the probes between read each shard's
+#: manifest versions and the unmerged folders they name, and carry the rest forward (a week of
+#: merged folders kept is thousands of pages, once an hour instead of at every round).
+WHOLE_EVERY_SECONDS = 3600.0
 
 
 def latest_manifest(store: Store, prefix: str = "", *, refuse_mixed: bool = False,
@@ -210,10 +222,12 @@ def _manifest_facts(store: Store, latest: ObjectInfo, tag: str, before: Manifest
                          _index_coverage(manifest, stats.live_rows, indexes), merged_at)
 
 
-def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: ObjectInfo | None = None) -> TableFacts:
+def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: ObjectInfo | None = None,
+          now: float | None = None) -> TableFacts:
     """The facts of the table at ``uri`` (see the module docstring). ``latest``: the latest
     manifest's listing entry, when discovery listed ``_versions/`` a moment ago."""
     cache = cache or ProbeCache()
+    now = clocks.current()() if now is None else now
     sent = store.requests_sent
     latest = latest or latest_manifest(store, refuse_mixed=True, listings=cache.folders)
     if latest is None:
@@ -229,10 +243,21 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     named: dict[str, _ShardFolders] | None = None
     states: dict[str, ShardState] = {}
     signature = ""
+    before = cache.last_facts(uri)
+    listed_at: float | None = None
+    carried = before is not None and before.listed_at is not None and 0 <= now - before.listed_at < WHOLE_EVERY_SECONDS
     if store.has_directories:
         listing, named, states, signature = _walk_chosen(store, m, cache.folders)
+    elif carried:  # long, and counted whole within the hour: the manifests' versions, then what they name
+        assert before is not None and before.listed_at is not None
+        listing, listed_at = _manifest_versions(store), before.listed_at
+        signature = f"\ncarried since {listed_at!r}"
     else:
-        listing = list(store.list_around(f"{MEM_WAL_DIR}/", _JOBS_FOLDER))
+        root = f"{MEM_WAL_DIR}/"  # a table found long before is listed whole: no pages tried first
+        short = None if before is not None and before.listed_at is not None else \
+            store.list_if_short(root, skip=(f"{root}{_JOBS_FOLDER}",), pages=WHOLE_PAGES)
+        listing = short[0] if short is not None else list(store.list_around(root, _JOBS_FOLDER))
+        listed_at = None if short is not None else now
     digest = hashlib.sha1(tag.encode())
     for o in listing:
         digest.update(f"\n{o.key}\t{o.size}\t{o.etag}".encode())
@@ -241,12 +266,73 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
     known = cache.get_facts(uri, fingerprint)
     if known is not None:
         return replace(known, requests=store.requests_sent - sent)
+    if carried:
+        listing += _unmerged_folders(store, m, listing, states)
     shards, problems = _shards(store, m, listing, named, states)
+    if carried:
+        assert before is not None
+        shards = tuple(_carried(s, before, m, states.get(s.shard_id)) for s in shards)
     facts = TableFacts(uri, m.version, True, m.indexes, shards, m.fragments, m.live_rows, m.deleted_rows,
                        m.unindexed_fraction, m.snapshot_at, fingerprint, problems, store.requests_sent - sent,
-                       dict(m.merged_at))
+                       dict(m.merged_at), listed_at)
     cache.put_facts(facts)
     return facts
+
+
+def _manifest_versions(store: Store) -> list[ObjectInfo]:
+    """Every shard's manifest versions, a listing of each shard's ``manifest/`` (what a writer and
+    GC's drains commit: a flush names its folder in one), for a table whose ``_mem_wal/`` is long."""
+    root = f"{MEM_WAL_DIR}/"
+    return [o for shard in store.list_dirs(root) if not shard.startswith("_")
+            for o in store.list(f"{root}{shard}/manifest/")]
+
+
+def _unmerged_folders(store: Store, m: ManifestFacts, versions: list[ObjectInfo],
+                      states: dict[str, ShardState]) -> list[ObjectInfo]:
+    """The files of the folders above the merge mark each shard's newest manifest version lists (a
+    request a folder), its manifest read into ``states``; a name taken only as a generation folder's
+    own name for its generation (storage is untrusted)."""
+    newest: dict[str, tuple[int, str]] = {}
+    for o in versions:
+        parts = o.key.split("/")
+        v = parse_manifest_name(parts[3]) if len(parts) == 4 else None
+        if v is not None and v > newest.get(parts[1], (0, ""))[0]:
+            newest[parts[1]] = (v, o.key)
+    out: list[ObjectInfo] = []
+    for shard, (_, key) in sorted(newest.items()):
+        state = _newest_state(store, shard, key, states)
+        merged = m.compacted.get(shard, 0)
+        for fg in [] if state is None else state.flushed:
+            if fg.generation > merged and parse_generation_dir(fg.path) == fg.generation:
+                out += store.list(f"{MEM_WAL_DIR}/{shard}/{fg.path}/")
+    return out
+
+
+def _carried(shard: ShardFacts, before: TableFacts, m: ManifestFacts, state: ShardState | None) -> ShardFacts:
+    """``shard`` as read by name (its unmerged folders, none of those GC may take), what its newest
+    manifest (``state``) lists, and the folders GC may take carried from ``before``: their count,
+    bytes and oldest, and the generations every index caught up to since, with the bytes ``before``
+    knew them by when they were unmerged, else its mean a generation (counted, never enumerated: the
+    numbers come from storage and the cache). An estimate (the plan's
+    figures): what GC deleted since shows at the next whole listing, within
+    :data:`WHOLE_EVERY_SECONDS`; when the shard was last written, by its manifests and unmerged
+    folders (its WAL is not listed)."""
+    if state is not None:  # what readers open, merged or not: a GC drains or rolls up the merged
+        merged = m.compacted.get(shard.shard_id, 0)
+        shard = replace(shard, listed=len(state.flushed),
+                        listed_merged=sum(1 for fg in state.flushed if fg.generation <= merged),
+                        unmerged_rows=sum(fg.physical_rows or 0 for fg in state.flushed if fg.generation > merged))
+    old = next((s for s in before.shards if s.shard_id == shard.shard_id), None)
+    if old is None:
+        return shard
+    was = old.merged - max(old.index_behind.values(), default=0)
+    gained = max(0, _caught(m, shard.shard_id) - was)
+    mean = old.collectable_bytes // old.collectable if old.collectable else 0
+    known = [t for g, t in old.unmerged.items() if was < g <= was + gained]
+    since = min([t for _, t in known] + ([old.collectable_since] if old.collectable_since is not None else []),
+                default=None)
+    size = old.collectable_bytes + sum(b for b, _ in known) + mean * (gained - len(known))
+    return replace(shard, collectable=old.collectable + gained, collectable_bytes=size, collectable_since=since)
 
 
 def _caught(m: ManifestFacts, shard: str) -> int:

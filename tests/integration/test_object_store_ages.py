@@ -23,9 +23,17 @@ from pathlib import Path
 import memwal
 from bench.harness.requests import RequestCounter, lists_mem_wal, table_files, upload
 from memwal.core import clock as clocks
+from memwal.demo import write_generations
+from memwal.fleet import probe as probe_module
+from memwal.fleet.cache import ProbeCache
+from memwal.fleet.facts import TableFacts
+from memwal.fleet.probe import probe
 from memwal.inspect.status import lag_now, table_status
+from memwal.store import open_store
 from memwal.table import listing as listing_module
 from memwal.table import open_table
+from tests.clients.jobs import ZERO
+from tests.conftest import SMALL
 from tests.integration.test_status_work import _keep_merged_folders, _merged_and_drained, _shape
 from tests.interleave import ManualClock
 
@@ -83,3 +91,62 @@ def test_lag_listing_pass_and_status_cost_the_same_at_two_ages_on_s3(make_table,
     # whole listing paged through every folder kept, more at the older age
     assert pages[old] == pages[young] == {"lag": 2, "listing pass": 0, "status": 0}, pages
     assert all(whole_pages[old][what] > whole_pages[young][what] > 2 for what in whole_pages[old]), whole_pages
+
+
+def _figures(facts: TableFacts) -> list[tuple]:
+    """What a plan weighs of each shard (not when it was last written: a probe by name lists no WAL)."""
+    return [(s.shard_id, s.merged, s.unmerged, s.unmerged_rows, s.collectable, s.collectable_bytes,
+             s.collectable_since, s.index_behind, s.last_flush, s.listed, s.listed_merged) for s in facts.shards]
+
+
+def _whole(uri: str, opts: dict[str, str], monkeypatch, now: float) -> TableFacts:
+    """A cold probe that lists ``_mem_wal/`` whole, whatever its length (as before)."""
+    monkeypatch.setattr(probe_module, "WHOLE_PAGES", 10**6)
+    try:
+        return probe(uri, open_store(uri, opts), ProbeCache(), now=now)
+    finally:
+        monkeypatch.setattr(probe_module, "WHOLE_PAGES", 2)
+
+
+def test_a_fleet_probe_of_a_long_table_on_s3_reads_its_manifests_and_carries_the_rest(make_table, s3_server,
+                                                                                        monkeypatch) -> None:
+    """Past two pages (eight in production), a table is listed whole once an hour; the probes between
+    list each shard's manifest versions (an idle table: no more) and walk the folders above the mark
+    the newest names, the same requests at both ages, and carry GC's folders forward: the figures a
+    whole listing gives, after a flush and after it is merged and caught up."""
+    table, model = make_table()
+    t = memwal.open(table.uri)
+    assert t.merge(max_generations=2).ok and t.catchup().ok  # the folders GC may take: two generations
+    assert t.gc(**{**ZERO, "expire_versions": "never"}, writer_idle_seconds=0).ok
+    shard_id = sorted(table.manifest().compacted)[0]
+    monkeypatch.setattr(probe_module, "WHOLE_PAGES", 2)
+    now = time.time()
+    requests = {}
+    for kept in AGES:
+        uri, opts = _at_age(s3_server, Path(table.uri), shard_id, kept)
+        store, cache = open_store(uri, opts), ProbeCache()
+        first = probe(uri, store, cache, now=now)
+        assert first.listed_at == now
+        assert _figures(first) == _figures(_whole(uri, opts, monkeypatch, now))
+        carried = probe(uri, store, cache, now=now + 60)
+        assert _figures(carried) == _figures(first) and carried.listed_at == now
+        idle = probe(uri, store, cache, now=now + 120)
+        assert idle.fingerprint == carried.fingerprint
+        requests[kept] = (carried.requests, idle.requests)
+    young, old = AGES
+    assert requests[old] == requests[young], requests
+    assert requests[old][1] == 1 + 1 + 3, requests  # _versions/, the shards' names, each shard's manifest/
+    write_generations(uri, SMALL, model, storage_options=opts, generations=1, seed_offset=9)
+    flushed = probe(uri, store, cache, now=now + 180)
+    whole = _whole(uri, opts, monkeypatch, now + 180)
+    assert [f[:4] + f[9:] for f in _figures(flushed)] == [f[:4] + f[9:] for f in _figures(whole)]  # the debt
+    followed = memwal.open(uri, storage_options=opts)
+    assert followed.merge().ok and followed.catchup().ok
+    caught = probe(uri, store, cache, now=now + 240)
+    assert caught.listed_at == now
+    assert _figures(caught) == _figures(_whole(uri, opts, monkeypatch, now + 240))
+    counter = RequestCounter("s3", s3_server, s3_server.last_bucket)
+    counter.take()
+    later = probe(uri, store, cache, now=now + 60 + probe_module.WHOLE_EVERY_SECONDS)
+    pages = sum(1 for m, p in counter.take_requests() if lists_mem_wal(m, p, "t"))
+    assert later.listed_at == now + 60 + probe_module.WHOLE_EVERY_SECONDS and pages > 2  # an hour on: whole
