@@ -253,11 +253,9 @@ def probe(uri: str, store: Store, cache: ProbeCache | None = None, *, latest: Ob
         listing, listed_at = _manifest_versions(store), before.listed_at
         signature = f"\ncarried since {listed_at!r}"
     else:
-        root = f"{MEM_WAL_DIR}/"  # a table found long before is listed whole: no pages tried first
-        short = None if before is not None and before.listed_at is not None else \
-            store.list_if_short(root, skip=(f"{root}{_JOBS_FOLDER}",), pages=WHOLE_PAGES)
-        listing = short[0] if short is not None else list(store.list_around(root, _JOBS_FOLDER))
-        listed_at = None if short is not None else now
+        pages = store.requests_sent
+        listing = list(store.list_around(f"{MEM_WAL_DIR}/", _JOBS_FOLDER))
+        listed_at = now if store.requests_sent - pages > WHOLE_PAGES else None
     digest = hashlib.sha1(tag.encode())
     for o in listing:
         digest.update(f"\n{o.key}\t{o.size}\t{o.etag}".encode())
