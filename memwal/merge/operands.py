@@ -24,7 +24,7 @@ from memwal.core import steps
 from memwal.errors import MemWalError, NotFoundError
 from memwal.merge.keys import key_codes, small_codes
 from memwal.store import Store, open_store
-from memwal.table.shards import list_wal_entries, read_wal_entry_metas
+from memwal.table.shards import UNLABELLED, WalEntryMeta, list_wal_entries, read_wal_entry_metas
 
 TOMBSTONE = "_tombstone"
 
@@ -33,8 +33,21 @@ class OperandsIncompleteError(MemWalError):
     """A generation's WAL entries are missing or do not reproduce it: folding it would lose operands."""
 
 
+#: WAL entries whose headers are read at once, from the newest back (a ranged GET each, together).
+HEADERS_AT_ONCE = 64
+
+
 def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -> dict[int, tuple[str, ...]]:
     """Store keys of the WAL entries of each wanted generation, in position order.
+
+    The headers are read from the newest entry back, :data:`HEADERS_AT_ONCE` at a time, until
+    one names a generation below every wanted one: a writer appends its entries in position order
+    and a MemTable's before the next one's (the spec: "Writer must flush WAL entries in sequential
+    order"; GC places entries by the same rule, :mod:`memwal.gc.wal`), so no older entry belongs to
+    a wanted generation. The default retention keeps a week of entries beside a busy writer, and
+    every folding merge read each one's header. Headers read out of that order (a generation lower
+    than one before it) have every header of the shard read, as before; so do entries that name
+    no generation (Lance 9 writers), which never end the walk.
 
     An entry listed and gone before it was read was collected by a concurrent GC, which
     only collects entries of merged generations: it is not one of ours, or our plan is
@@ -43,7 +56,20 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
     out: dict[int, list[str]] = {g: [] for g in generations}
     entries = list_wal_entries(store, shard_id)
     steps.step("operands.after-wal-listing")
-    for entry, meta in zip(entries, read_wal_entry_metas(store, shard_id, [e.position for e in entries]), strict=True):
+    lowest = min(generations, default=0)
+    metas: list[WalEntryMeta | None] = []
+    end = len(entries)
+    while end > 0 and generations:
+        start = max(0, end - HEADERS_AT_ONCE)
+        metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[start:end]])
+        end = start
+        named = [m.generation for m in metas if m is not None and m.generation not in (None, UNLABELLED)]
+        if named != sorted(named):  # not in the order the spec promises: every header, as before
+            metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[:end]])
+            end = 0
+        elif named and named[0] < lowest:
+            break
+    for entry, meta in zip(entries[end:], metas, strict=True):
         if meta is not None and meta.generation in out:
             out[meta.generation].append(entry.key)
     return {g: tuple(keys) for g, keys in out.items()}
