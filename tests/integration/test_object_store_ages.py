@@ -1,5 +1,5 @@
-"""On an object store, a follower's lag and listing pass and a ``status`` cost the same requests
-whatever the merged folders a table keeps (issue 82).
+"""On an object store, a follower's lag and listing pass, a ``status`` and a fleet's probe cost the
+same requests whatever the merged folders a table keeps (issue 82).
 
 The default 7-day retention keeps every merged generation folder a retained version may read: a
 week beside a busy writer is some 350,000 folders, ten files each. On a disk the folders the
@@ -12,6 +12,8 @@ through every folder kept: thousands of requests a flush at a week. Past
 Requests are counted at moto's server (Lance's too), never timed: the same table uploaded keeping
 240 and then 480 merged folders outside its listing (copies of a real merged generation, as the
 retention keeps them) costs each of the three the same requests at both ages, and says the same.
+A fleet's probe lists such a table whole once an hour and, between, its manifests and the folders
+above the mark: the same requests at both ages, and the figures of a whole listing.
 """
 
 from __future__ import annotations
