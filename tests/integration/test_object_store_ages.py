@@ -31,7 +31,7 @@ from memwal.fleet.cache import ProbeCache
 from memwal.fleet.facts import TableFacts
 from memwal.fleet.probe import probe
 from memwal.inspect.status import lag_now, table_status
-from memwal.store import open_store
+from memwal.store import object_listing, open_store
 from memwal.table import listing as listing_module
 from memwal.table import open_table
 from tests.clients.jobs import ZERO
@@ -43,18 +43,23 @@ from tests.interleave import ManualClock
 AGES = (240, 480)
 
 
-def _at_age(s3_server, source: Path, shard_id: str, kept: int) -> tuple[str, dict[str, str]]:
-    """The table at ``source`` keeping ``kept`` merged folders, in a fresh bucket."""
+def _bucket(kind: str, server) -> str:
+    return server.last_bucket if kind == "s3" else server.last_container
+
+
+def _at_age(s3_server, source: Path, shard_id: str, kept: int, kind: str = "s3") -> tuple[str, dict[str, str]]:
+    """The table at ``source`` keeping ``kept`` merged folders, in a fresh bucket or container."""
     _keep_merged_folders(str(source), shard_id, kept)
     uri, opts = s3_server.new_table("t")
-    upload("s3", s3_server, s3_server.last_bucket, "t", table_files(source))
+    upload(kind, s3_server, _bucket(kind, s3_server), "t", table_files(source))
     return uri, opts
 
 
-def _reads(uri: str, opts: dict[str, str], s3_server) -> tuple[dict[str, Counter[str]], dict[str, int], dict]:
+def _reads(uri: str, opts: dict[str, str], server, kind: str = "s3"
+           ) -> tuple[dict[str, Counter[str]], dict[str, int], dict]:
     """The lag, a listing pass's dry run and a status: each one's requests by method, its listings
     of the whole ``_mem_wal/`` (pages), and what each said."""
-    counter = RequestCounter("s3", s3_server, s3_server.last_bucket)
+    counter = RequestCounter(kind, server, _bucket(kind, server))
     followed = open_table(uri, opts)
     costs, pages, said = {}, {}, {}
     for what, run in (("lag", lambda: lag_now(followed)),
@@ -69,30 +74,54 @@ def _reads(uri: str, opts: dict[str, str], s3_server) -> tuple[dict[str, Counter
     return costs, pages, said
 
 
-def test_lag_listing_pass_and_status_cost_the_same_at_two_ages_on_s3(make_table, s3_server, monkeypatch) -> None:
+def _at_two_ages(make_table, server, monkeypatch, ages: tuple[int, int], kind: str
+                 ) -> tuple[dict[int, dict], dict[int, dict], dict[int, dict]]:
+    """:func:`_reads` by name (two pages) and whole, at each age: the costs and pages by name, the
+    pages whole; each read by name says what the whole listing says."""
     table, shard_id = _merged_and_drained(make_table)
     source = Path(table.uri)
     costs, pages, whole_pages = {}, {}, {}
-    for kept in AGES:
-        uri, opts = _at_age(s3_server, source, shard_id, kept)
+    for kept in ages:
+        uri, opts = _at_age(server, source, shard_id, kept, kind)
         # the rule on tables a tenth the size: two pages, not eight (nothing remembered between reads)
         monkeypatch.setattr(listing_module, "WHOLE_PAGES", 2)
         monkeypatch.setattr(listing_module, "_long", {})
         now = time.time()
         with clocks.use(ManualClock(now)):  # the same time for both reads: the lag's ages
-            costs[kept], pages[kept], by_name = _reads(uri, opts, s3_server)
+            costs[kept], pages[kept], by_name = _reads(uri, opts, server, kind)
+        assert listing_module._long, "found long: read by name"
         monkeypatch.setattr(listing_module, "WHOLE_PAGES", 10_000)  # the whole listing, as before
         monkeypatch.setattr(listing_module, "_long", {})
         with clocks.use(ManualClock(now)):
-            _, whole_pages[kept], whole = _reads(uri, opts, s3_server)
+            _, whole_pages[kept], whole = _reads(uri, opts, server, kind)
         for what in by_name:
             assert by_name[what] == whole[what], (what, by_name[what], whole[what])
+    return costs, pages, whole_pages
+
+
+def test_lag_listing_pass_and_status_cost_the_same_at_two_ages_on_s3(make_table, s3_server, monkeypatch) -> None:
+    costs, pages, whole_pages = _at_two_ages(make_table, s3_server, monkeypatch, AGES, "s3")
     young, old = AGES
     assert costs[old] == costs[young], costs
     # the two pages tried by the first read only (then read by name for LONG_SECONDS), where the
     # whole listing paged through every folder kept, more at the older age
     assert pages[old] == pages[young] == {"lag": 2, "listing pass": 0, "status": 0}, pages
     assert all(whole_pages[old][what] > whole_pages[young][what] > 2 for what in whole_pages[old]), whole_pages
+
+
+def test_lag_listing_pass_and_status_read_by_name_on_azure(make_table, monkeypatch) -> None:
+    """The same on Azurite, its pages made 100 keys (a page there is 5,000: a long ``_mem_wal/``
+    is a minute of uploads), on tables keeping 30 and 60 merged folders: the same answers as the
+    whole listing, and the same requests at both ages."""
+    from tests.azureserver import start_azure_server
+
+    monkeypatch.setitem(object_listing.LIST_CHUNK, "az", 100)
+    server = start_azure_server()
+    try:
+        costs, _, _ = _at_two_ages(make_table, server, monkeypatch, (30, 60), "azure")
+    finally:
+        server.stop()
+    assert costs[60] == costs[30], costs
 
 
 def _figures(facts: TableFacts) -> list[tuple]:
