@@ -10,6 +10,8 @@
   (by hand: 30 minutes an arm, alone on the machine);
 - ``overlay``: memwal's own reader over a few small generations against ``LsmScanner`` and a plain read;
 - ``versions``: what each retained version costs (Lance's open, memwal's manifest read, a scan, GC's plan);
+- ``store-age``: the requests the lag, GC's listing pass, ``status`` and a fleet's probe send on S3 as a
+  table keeps more merged folders (``store_age.json``);
 - ``age``: each recurring job's cost (a follower's per-flush work, ``gc --dry-run``, ``status``, a scan) as a
   followed table ages on the default retention, beside Lance's own open and ``versions()`` (``age.json``).
 """
@@ -41,6 +43,10 @@ CASES = (
          bench=None, json="overlay_read"),
     Case("versions", "bench.read.versions", "what each retained version costs, read off a day of versions",
          bench=None, json="versions_day"),
+    Case("store-age", "bench.read.store_age", "requests on S3 as a table keeps more merged folders",
+         bench=("--work", "{out}/store-age-work", "--out", "{out}"),
+         smoke=("--kept", "120,240", "--whole-pages", "1", "--work", "{work}", "--out", "{out}"),
+         json="store_age", chart=False),
     Case("age", "bench.read.age", "each recurring job's cost as a followed table ages (300 to 3,000 flushes)",
          bench=("--out", "{out}"), smoke=("--smoke", "--out", "{out}", "--work", "{work}"), json="age"),
 )

@@ -312,6 +312,17 @@ def _read_age(doc: dict[str, Any], out: Path) -> None:
     assert set(doc["growth"]) >= {"flush_cpu", "gc_dry_run_cpu", "status_cpu"}
 
 
+@check("read store-age")
+def _read_store_age(doc: dict[str, Any], out: Path) -> None:
+    """Past the rule's one page at both sizes: the lag, the listing pass, status and an idle probe send
+    the same requests at both, none of them a page of the whole listing."""
+    young, old = (doc[str(k)] for k in doc["kept"])
+    assert doc["kept"] == [120, 240] and doc["whole_pages"] == 1 and old["keys"] > young["keys"] > 1000
+    for key in ("lag, next", "listing pass", "status", "probe, within the hour", "probe, idle"):
+        assert young[key] == old[key] and old[key][1] == 0, (key, young[key], old[key])
+    assert old["probe, cold"][1] > young["probe, cold"][1] > 1  # the hourly whole listing grows
+
+
 @check("fleet aged")
 def _fleet_aged(doc: dict[str, Any], out: Path) -> None:
     """Both arms ran the same fleet to the same outcomes; each arm's seconds and the ratio and goal."""
