@@ -314,7 +314,7 @@ def _carried(shard: ShardFacts, before: TableFacts, m: ManifestFacts, state: Sha
     numbers come from storage and the cache). An estimate (the plan's
     figures): what GC deleted since shows at the next whole listing, within
     :data:`WHOLE_EVERY_SECONDS`; when the shard was last written, by its manifests and unmerged
-    folders (its WAL is not listed)."""
+    folders, or the last whole listing's (its WAL, not listed since)."""
     if state is not None:  # what readers open, merged or not: a GC drains or rolls up the merged
         merged = m.compacted.get(shard.shard_id, 0)
         shard = replace(shard, listed=len(state.flushed),
@@ -330,7 +330,9 @@ def _carried(shard: ShardFacts, before: TableFacts, m: ManifestFacts, state: Sha
     since = min([t for _, t in known] + ([old.collectable_since] if old.collectable_since is not None else []),
                 default=None)
     size = old.collectable_bytes + sum(b for b, _ in known) + mean * (gained - len(known))
-    return replace(shard, collectable=old.collectable + gained, collectable_bytes=size, collectable_since=since)
+    written = max((t for t in (shard.last_write, old.last_write) if t is not None), default=None)
+    return replace(shard, collectable=old.collectable + gained, collectable_bytes=size, collectable_since=since,
+                   last_write=written)
 
 
 def _caught(m: ManifestFacts, shard: str) -> int:

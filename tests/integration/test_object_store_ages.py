@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import memwal
@@ -124,6 +125,18 @@ def test_lag_listing_pass_and_status_read_by_name_on_azure(make_table, monkeypat
     assert costs[60] == costs[30], costs
 
 
+def _wal_written_later(s3_server, shard_id: str) -> None:
+    """One of the shard's WAL entries written after every manifest (a writer at work between two
+    flushes), by its time on the server: what only a whole listing sees."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    bucket = s3_server.last_bucket
+    wal = next(k for k in backend.get_bucket(bucket).keys if k.startswith(f"t/_mem_wal/{shard_id}/wal/"))
+    backend.get_object(bucket, wal).last_modified += timedelta(minutes=5)
+
+
 def _figures(facts: TableFacts) -> list[tuple]:
     """What a plan weighs of each shard (not when it was last written: a probe by name lists no WAL)."""
     return [(s.shard_id, s.merged, s.unmerged, s.unmerged_rows, s.collectable, s.collectable_bytes,
@@ -155,12 +168,16 @@ def test_a_fleet_probe_of_a_long_table_on_s3_reads_its_manifests_and_carries_the
     requests = {}
     for kept in AGES:
         uri, opts = _at_age(s3_server, Path(table.uri), shard_id, kept)
+        _wal_written_later(s3_server, shard_id)
         store, cache = open_store(uri, opts), ProbeCache()
         first = probe(uri, store, cache, now=now)
         assert first.listed_at == now
         assert _figures(first) == _figures(_whole(uri, opts, monkeypatch, now))
         carried = probe(uri, store, cache, now=now + 60)
         assert _figures(carried) == _figures(first) and carried.listed_at == now
+        # the WAL's time the whole listing saw is carried too
+        assert [s.last_write for s in carried.shards] == [s.last_write for s in first.shards]
+        assert max(s.last_write for s in first.shards) > max(s.last_flush for s in first.shards) + 200
         idle = probe(uri, store, cache, now=now + 120)
         assert idle.fingerprint == carried.fingerprint
         requests[kept] = (carried.requests, idle.requests)
