@@ -37,10 +37,9 @@ def _source(work: Path) -> tuple[Path, str]:
 
     src = work / "source"
     if not src.exists():
-        _, model = create_base_table(str(src), Workload(base_rows=300, shards=3, generations=4,
-                                                        rows_per_generation=40, seed=1))
-        write_generations(str(src), Workload(base_rows=300, shards=3, generations=4, rows_per_generation=40,
-                                             seed=1), model)
+        shape = Workload(base_rows=300, shards=3, generations=4, rows_per_generation=40, seed=1)
+        _, model = create_base_table(str(src), shape)
+        write_generations(str(src), shape, model)
         t = memwal.open(str(src))
         if not (t.merge(max_generations=2).ok and t.catchup().ok
                 and t.gc(grace_seconds=0, expire_versions="never", writer_idle_seconds=0).ok):
