@@ -104,6 +104,13 @@ class Store(abc.ABC):
         """Read an object and the ETag of exactly those bytes, to CAS-write it back later
         (``max_bytes`` as in :meth:`get`)."""
 
+    def get_with_time(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, float]:
+        """Read an object and when it was written (0.0: not told): a stat and a read on a disk; one
+        GET on an object store, whose answer carries the time (a shard manifest read by every merge
+        plan and listing pass HEAD-ed first cost a request a shard more)."""
+        info = self.head(key)
+        return self.get(key, max_bytes=max_bytes), info.mtime if info else 0.0
+
     def check_size(self, key: str, size: int, max_bytes: int | None) -> None:
         """TooLargeError if an object of ``size`` bytes is over ``max_bytes`` (None: no cap)."""
         if max_bytes is not None and size > max_bytes:

@@ -182,17 +182,26 @@ class ObjectStore(ObjectListing, Store):
 
     # -- reads
 
-    def get_with_etag(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str]:
+    def _get(self, key: str, max_bytes: int | None) -> tuple[bytes, ObjectMeta]:
         """GET an object; the body is read inside the retry (a dropped stream is sent again).
         Over ``max_bytes`` (the response's size, known before its body), the body is never read."""
         path = self._full(key)
 
-        def op() -> tuple[bytes, str]:
+        def op() -> tuple[bytes, ObjectMeta]:
             result = obstore.get(self._backend, path)
             self.check_size(key, int(result.meta["size"]), max_bytes)
-            return bytes(result.bytes()), self._token(result.meta)
+            return bytes(result.bytes()), result.meta
 
         return self._call("get", key, op)
+
+    def get_with_etag(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, str]:
+        data, meta = self._get(key, max_bytes)
+        return data, self._token(meta)
+
+    def get_with_time(self, key: str, *, max_bytes: int | None = None) -> tuple[bytes, float]:
+        """:meth:`get` and the object's time, from the one GET's answer."""
+        data, meta = self._get(key, max_bytes)
+        return data, self._info(meta).mtime
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Ranged GET (a suffix range for a negative ``start``) to read trailers."""

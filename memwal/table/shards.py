@@ -150,11 +150,8 @@ def decode_shard_manifest(data: bytes, *, shard_id: str, version: int, where: st
 
 def read_shard_manifest(store: Store, shard_id: str, version: int) -> ShardState:
     key = manifest_key(shard_id, version)
-    info = store.head(key)
-    data = store.get(key)
-    return decode_shard_manifest(
-        data, shard_id=shard_id, version=version, where=store.uri_for(key), mtime=info.mtime if info else 0.0
-    )
+    data, mtime = store.get_with_time(key)
+    return decode_shard_manifest(data, shard_id=shard_id, version=version, where=store.uri_for(key), mtime=mtime)
 
 
 class ShardManifestError(MemWalError):
