@@ -48,7 +48,7 @@ from urllib.parse import unquote
 from bench.data.fleet import build_lake, parts_of, small_workload, table_name
 from bench.fleet.report import GOAL_IDLE_REQUESTS, GOAL_LINEAR, GOAL_SECONDS, plan_chart, plan_summary
 from bench.harness.processes import Proc, memwal
-from bench.harness.requests import RequestCounter, request_kind, table_files, upload
+from bench.harness.requests import RequestCounter, bucket_of, request_kind, table_files, upload
 from bench.harness.results import Run, log, parser
 
 #: Drains a table completely: GC takes every merged generation at once.
@@ -201,7 +201,7 @@ def measure_store(kind: str, server: Any, lake: Path, sizes: list[int], n: int, 
     from memwal.fleet.run import run_fleet
 
     root, opts = server.new_table("fleet")
-    bucket = server.last_bucket if kind == "s3" else server.last_container
+    bucket = bucket_of(kind, server)
     part, numbers = parts_of(sizes)[0]
     chosen = list(numbers)[:2 * n]
     groups = {"idle": chosen[:n], "work": chosen[n:]}

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.data.forged import build
-from bench.harness.requests import RequestCounter, azure_store, table_files, upload
+from bench.harness.requests import RequestCounter, azure_store, bucket_of, table_files, upload
 from bench.harness.results import Run, parser
 
 GOALS = {"gc_requests_per_deleted_object": 0.02, "gc_vs_raw_floor": 1.5, "status_requests_per_shard": 2.0}
@@ -55,7 +55,7 @@ def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, An
     from memwal.table import open_table
 
     uri, opts = server.new_table("bench")
-    bucket = server.last_bucket if kind == "s3" else server.last_container
+    bucket = bucket_of(kind, server)
     files = table_files(pristine)
     upload(kind, server, bucket, "bench", files)
     for i in range(3):  # table versions the expiry removes (their progress is the latest's)
@@ -116,7 +116,7 @@ def measure(kind: str, server: Any, pristine: Path, shards: int) -> dict[str, An
 def raw_floor(kind: str, server: Any, pristine: Path, keys: list[str]) -> dict[str, Any]:
     """Upload the same table again; list ``_mem_wal/`` once and delete GC's keys in batches."""
     server.new_table("raw")
-    bucket = server.last_bucket if kind == "s3" else server.last_container
+    bucket = bucket_of(kind, server)
     upload(kind, server, bucket, "raw", table_files(pristine))
     counter = RequestCounter(kind, server)
     counter.take()

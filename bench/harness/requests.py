@@ -28,6 +28,11 @@ def table_files(pristine: Path) -> list[tuple[str, bytes]]:
     return [(str(p.relative_to(pristine)), p.read_bytes()) for p in sorted(pristine.rglob("*")) if p.is_file()]
 
 
+def bucket_of(kind: str, server: Any) -> str:
+    """The bucket (S3) or container (Azure) the server made last: a table's own, just made."""
+    return str(server.last_bucket if kind == "s3" else server.last_container)
+
+
 def upload(kind: str, server: Any, bucket: str, prefix: str, files: list[tuple[str, bytes]]) -> None:
     """Put the table's files under ``prefix`` (straight into moto's state; 32 at once on Azurite)."""
     if kind == "s3":
@@ -123,4 +128,5 @@ class RequestCounter:
         return Counter(request_kind(m, p) for m, p in reqs), sum(per_object(m, p, table) for m, p in reqs)
 
 
-__all__ = ["RequestCounter", "azure_store", "lists_mem_wal", "per_object", "request_kind", "table_files", "upload"]
+__all__ = ["RequestCounter", "azure_store", "bucket_of", "lists_mem_wal", "per_object", "request_kind", "table_files",
+           "upload"]

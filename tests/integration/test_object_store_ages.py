@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import memwal
-from bench.harness.requests import RequestCounter, lists_mem_wal, table_files, upload
+from bench.harness.requests import RequestCounter, bucket_of, lists_mem_wal, table_files, upload
 from memwal.core import clock as clocks
 from memwal.demo import write_generations
 from memwal.fleet import probe as probe_module
@@ -44,15 +44,11 @@ from tests.interleave import ManualClock
 AGES = (240, 480)
 
 
-def _bucket(kind: str, server) -> str:
-    return server.last_bucket if kind == "s3" else server.last_container
-
-
 def _at_age(s3_server, source: Path, shard_id: str, kept: int, kind: str = "s3") -> tuple[str, dict[str, str]]:
     """The table at ``source`` keeping ``kept`` merged folders, in a fresh bucket or container."""
     _keep_merged_folders(str(source), shard_id, kept)
     uri, opts = s3_server.new_table("t")
-    upload(kind, s3_server, _bucket(kind, s3_server), "t", table_files(source))
+    upload(kind, s3_server, bucket_of(kind, s3_server), "t", table_files(source))
     return uri, opts
 
 
@@ -60,7 +56,7 @@ def _reads(uri: str, opts: dict[str, str], server, kind: str = "s3"
            ) -> tuple[dict[str, Counter[str]], dict[str, int], dict]:
     """The lag, a listing pass's dry run and a status: each one's requests by method, its listings
     of the whole ``_mem_wal/`` (pages), and what each said."""
-    counter = RequestCounter(kind, server, _bucket(kind, server))
+    counter = RequestCounter(kind, server, bucket_of(kind, server))
     followed = open_table(uri, opts)
     costs, pages, said = {}, {}, {}
     for what, run in (("lag", lambda: lag_now(followed)),

@@ -22,7 +22,7 @@ import pytest
 
 import memwal
 from bench.data.forged import build
-from bench.harness.requests import RequestCounter, lists_mem_wal, request_kind, table_files, upload
+from bench.harness.requests import RequestCounter, bucket_of, lists_mem_wal, request_kind, table_files, upload
 from memwal.core import steps
 from memwal.demo import shard_ids_for, write_generations
 from memwal.inspect.status import table_status
@@ -86,7 +86,7 @@ def uploaded(kind: str, server: Any, pristine: Path, name: str = "t") -> tuple[s
         # times over, and every retry of it took as long. With a longer timeout nothing is retried,
         # so the counts below stay the run's own.
         opts = {**opts, "timeout": "300s"}
-    bucket = server.last_bucket if kind == "s3" else server.last_container
+    bucket = bucket_of(kind, server)
     files = table_files(pristine)
     upload(kind, server, bucket, name, files)
     return uri, opts, [k for k, _ in files]
@@ -102,7 +102,7 @@ def test_status_reads_the_listing_it_needs_and_each_shard_manifest(remote, prist
     uri, opts, keys = uploaded(kind, server, pristine)
     opened = open_table(uri, opts)
     versions = max(len(s.manifests) for s in list_mem_wal(open_store(uri, opts)).shards.values())
-    counter = RequestCounter(kind, server, _bucket(kind, server))
+    counter = RequestCounter(kind, server, bucket_of(kind, server))
     counter.take()
     backlog = table_status(opened)
     used = counter.take()
@@ -147,7 +147,7 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
 
     monkeypatch.setattr(Lease, "check", counted_check)
     monkeypatch.setattr(Lease, "inspect", counted_inspect)
-    counter = RequestCounter(kind, server, _bucket(kind, server))
+    counter = RequestCounter(kind, server, bucket_of(kind, server))
     counter.take()
     start = counter.seen
     deleting: list[int] = []
@@ -201,11 +201,6 @@ def test_gc_costs_at_most_a_fiftieth_of_a_request_per_object_and_scales_like_the
 DELETION = ("gc.before-delete", "gc.after-delete")
 
 
-def _bucket(kind: str, server: Any) -> str:
-    """The bucket (S3) or container (Azure) of the test's own table: the last one made."""
-    return str(server.last_bucket if kind == "s3" else server.last_container)
-
-
 def _path(path: str) -> str:
     """A request's object key, unquoted, without the query."""
     return unquote(path.split("?", 1)[0])
@@ -216,13 +211,13 @@ def test_a_missing_key_never_fails_a_batch(remote):
     uri, opts = server.new_table("missing")
     store = open_store(uri, opts)
     present = [f"_mem_wal/_jobs/x/{i:04d}" for i in range(300)]
-    bucket = server.last_bucket if kind == "s3" else server.last_container
+    bucket = bucket_of(kind, server)
     if kind == "s3":
         server.seed_objects(bucket, [f"missing/{k}" for k in present])
     else:
         server.seed_blobs(bucket, [f"missing/{k}" for k in present])
     ghosts = [f"_mem_wal/_jobs/x/ghost-{i}" for i in range(40)]
-    counter = RequestCounter(kind, server, _bucket(kind, server))
+    counter = RequestCounter(kind, server, bucket_of(kind, server))
     counter.take()
     store.delete_many(ghosts[:20] + present + ghosts[20:])
     used = counter.take()
