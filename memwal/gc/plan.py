@@ -56,7 +56,7 @@ from memwal.history.run import current as current_run
 from memwal.rollup.plan import RollupPlan
 from memwal.store import Store
 from memwal.table import Table
-from memwal.table.listing import MemWalListing, list_mem_wal
+from memwal.table.listing import MemWalListing, list_mem_wal, read_by_name_now
 from memwal.table.manifest import maintained_indexes
 from memwal.table.naming import JOBS_DIR, MEM_WAL_INDEX_NAME, shard_dir
 from memwal.table.paths import shard_of_key
@@ -365,7 +365,14 @@ def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:
     The plan judges those manifests, read before the walk, so every folder they list was walked
     (one missing is missing: gone, or never written). On a disk the walk leaves the manifest
     versions out: the listing holds the names the manifests' reads found, each stat-ed when the
-    plan asks for it (:class:`memwal.table.writer.StatOnUse`)."""
+    plan asks for it (:class:`memwal.table.writer.StatOnUse`). An object store read by name
+    (:func:`memwal.table.listing.read_by_name_now`) reads the manifests from its walk of their
+    versions, made before it walks the folders they list: each shard's versions are not listed
+    twice a pass, nor the shards' names (issue 82)."""
+    if read_by_name_now(store):
+        by_name = _listed_by_name(store)
+        if by_name is not None:
+            return by_name
     found = read_shard_manifests(store)
     numbers = {sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()}
     # on a disk the listed folders are walked by name: the names of a shard's folders (a week of
@@ -381,6 +388,30 @@ def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:
         listing = replace(listing, shards=named, links=tuple(sorted({*listing.links, *linked})))
     states = {sid: state for sid, state in found.states.items() if sid in listing.shards}
     return listing, ShardManifests(states, dict(found.broken))
+
+
+def _listed_by_name(store: Store) -> tuple[MemWalListing, ShardManifests] | None:
+    """:func:`_listed_folders` on an object store read by name: the listing's ``named`` reads each
+    shard's latest manifest from the versions the listing walked first and names the folders it
+    lists, then those alone are walked. None: the listing was not read by name after all (its
+    memory of a long ``_mem_wal/`` ran out meanwhile): the pass reads its manifests first. A shard
+    with folders and no manifest version, which a listing of its versions alone cannot tell from
+    no shard, is named broken by the whole GC (and by ``status`` read whole), not by this pass."""
+    read: list[ShardManifests] = []
+    numbers: dict[str, set[int]] = {}
+
+    def named(versions: MemWalListing) -> dict[str, list[str]]:
+        found = read_listed_manifests(store, versions)
+        read.append(found)
+        numbers.update({sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()})
+        return {sid: [fg.path for fg in state.flushed] for sid, state in found.states.items()}
+
+    listing = list_mem_wal(store, wal=False, staging=False, generations=lambda sid, g: g in numbers.get(sid, ()),
+                           named=named)
+    if not read:
+        return None
+    states = {sid: state for sid, state in read[0].states.items() if sid in listing.shards}
+    return listing, ShardManifests(states, dict(read[0].broken))
 
 
 def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:

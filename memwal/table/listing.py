@@ -149,6 +149,8 @@ class MemWalListing:
 #: past which a caller that can name the folders it needs has only those read (issue 82): a table
 #: merged every few seconds keeps a week of merged generation folders under the default
 #: retention, ten files each, and every follower's lag and listing pass paged through all of them.
+#: Past as many pages of ``_versions/``, a listing pass grows the versions it knew instead of
+#: listing them (:meth:`memwal.table.versions_cursor.VersionsCursor.grow`).
 WHOLE_PAGES = 8
 #: How long a ``_mem_wal/`` found longer than :data:`WHOLE_PAGES` is read by name without trying
 #: the whole listing first (a GC since may have shortened it): the follower's passes do not pay
@@ -243,6 +245,15 @@ def _assembled(store: Store, objects: list[ObjectInfo], links: list[str], folder
     return MemWalListing(done, {k: tuple(v) for k, v in sorted(stage.items())}, tuple(sorted(set(links))), walked)
 
 
+def read_by_name_now(store: Store) -> bool:
+    """Whether :func:`list_mem_wal` reads ``store``'s ``_mem_wal/`` by name without trying its pages
+    first (an object store's found longer than :data:`WHOLE_PAGES` within :data:`LONG_SECONDS`): a
+    caller whose ``named`` reads the shard manifests from the listing's own walk of their versions
+    need not list them before (GC's listing pass)."""
+    return not store.has_directories and time.monotonic() - _long.get(store.uri_for(f"{MEM_WAL_DIR}/"),
+                                                                      -LONG_SECONDS) < LONG_SECONDS
+
+
 def _read_by_name(store: Store, root: str, skipped: set[str], staging: bool,
                   generations: Callable[[str, int], bool] | None, named: Names,
                   left_out: Callable[[str], bool]) -> tuple[list[ObjectInfo], list[str]] | None:
@@ -253,7 +264,7 @@ def _read_by_name(store: Store, root: str, skipped: set[str], staging: bool,
     ``_mem_wal/`` found long is read by name for :data:`LONG_SECONDS` without its pages tried first."""
     where = store.uri_for(root)
     now = time.monotonic()
-    if now - _long.get(where, -LONG_SECONDS) >= LONG_SECONDS:
+    if not read_by_name_now(store):
         short = store.list_if_short(root, skip=left_out, pages=WHOLE_PAGES)
         if short is not None:
             _long.pop(where, None)

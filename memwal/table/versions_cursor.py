@@ -7,7 +7,7 @@ versions, both growing with the table's age. What changes between two passes is 
 versions committed on top: Lance commits version n + 1 by a put-if-absent of its name, never
 below the latest, and a cleanup never removes the latest. So a pass that may work from the
 versions known before (:meth:`VersionsCursor.grow`) stats the next names until one is missing,
-instead of listing them all.
+instead of listing them all (on an object store, once they fill more than a few pages of its listing).
 
 What growing cannot see: a version removed meanwhile (a cleanup, version expiry), a manifest
 rewritten in place, a name of the other naming scheme. A removed version stays known, which
@@ -22,6 +22,7 @@ from __future__ import annotations
 from memwal.core.json_doc import JsonDocError, load_json
 from memwal.errors import MemWalError
 from memwal.store import ObjectInfo, Store
+from memwal.table import listing
 from memwal.table.manifest import list_version_infos, list_versions
 from memwal.table.naming import table_manifest_key
 
@@ -109,12 +110,19 @@ class VersionsCursor:
         return found
 
     def grow(self, store: Store) -> dict[int, ObjectInfo] | None:
-        """The versions known plus those committed on top since, a stat each, on a disk (None: grow
-        cannot tell, list them: nothing known, the newest known not V2-named or gone, more than
+        """The versions known plus those committed on top since, a stat each (None: grow cannot
+        tell, list them: nothing known, the newest known not V2-named or gone, more than
         :data:`GROW_PROBES` new, or Lance's hint names a newer version than the probe found: one
-        committed since was expired before this look, and the latest lies past the gap)."""
+        committed since was expired before this look, and the latest lies past the gap). On an
+        object store only once the versions fill more than :data:`~memwal.table.listing.WHOLE_PAGES`
+        pages of its listing: a probe takes a request for the newest known, each new one, the one
+        missing and Lance's hint, some seven after a follower's jobs, where a page lists a thousand
+        versions in one; past them the listing paged through every version at each pass, 50
+        requests at 50,000, a day beside a writer that never stops (issue 82)."""
         top = self.top
-        if top is None or not store.has_directories or self.infos[top].key != table_manifest_key(top, v2_naming=True):
+        if top is None or self.infos[top].key != table_manifest_key(top, v2_naming=True):
+            return None
+        if not store.has_directories and len(self.infos) <= listing.WHOLE_PAGES * getattr(store, "list_chunk", 0):
             return None
         new = versions_on_top(store, top, GROW_PROBES)
         if new is None:

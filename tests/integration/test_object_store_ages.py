@@ -19,12 +19,15 @@ above the mark: the same requests at both ages, and the figures of a whole listi
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import lance
+
 import memwal
-from bench.harness.requests import RequestCounter, bucket_of, lists_mem_wal, table_files, upload
+from bench.harness.requests import RequestCounter, bucket_of, lists_mem_wal, request_kind, table_files, upload
 from memwal.core import clock as clocks
 from memwal.demo import write_generations
 from memwal.fleet import probe as probe_module
@@ -35,6 +38,7 @@ from memwal.inspect.status import lag_now, table_status
 from memwal.store import object_listing, open_store
 from memwal.table import listing as listing_module
 from memwal.table import open_table
+from memwal.table.retained import retained_versions
 from tests.clients.jobs import ZERO
 from tests.conftest import SMALL
 from tests.integration.test_status_work import _keep_merged_folders, _merged_and_drained, _shape
@@ -52,10 +56,17 @@ def _at_age(s3_server, source: Path, shard_id: str, kept: int, kind: str = "s3")
     return uri, opts
 
 
+def _listed(requests: list[tuple[str, str]]) -> Counter[str]:
+    """The prefixes the listing requests among ``requests`` named, each with how many named it."""
+    return Counter(dict(urllib.parse.parse_qsl(p.split("?", 1)[1])).get("prefix", "") for m, p in requests
+                   if request_kind(m, p) == "list")
+
+
 def _reads(uri: str, opts: dict[str, str], server, kind: str = "s3"
            ) -> tuple[dict[str, Counter[str]], dict[str, int], dict]:
     """The lag, a listing pass's dry run and a status: each one's requests by method, its listings
-    of the whole ``_mem_wal/`` (pages), and what each said."""
+    of the whole ``_mem_wal/`` (pages), and what each said; the listing pass's listings by prefix
+    among the costs."""
     counter = RequestCounter(kind, server, bucket_of(kind, server))
     followed = open_table(uri, opts)
     costs, pages, said = {}, {}, {}
@@ -68,6 +79,8 @@ def _reads(uri: str, opts: dict[str, str], server, kind: str = "s3"
         requests = counter.take_requests()
         costs[what] = Counter(m for m, _ in requests)
         pages[what] = sum(1 for m, p in requests if lists_mem_wal(m, p, "t"))
+        if what == "listing pass":
+            costs["listing pass, by prefix"] = _listed(requests)
     return costs, pages, said
 
 
@@ -103,6 +116,10 @@ def test_lag_listing_pass_and_status_cost_the_same_at_two_ages_on_s3(make_table,
     # the two pages tried by the first read only (then read by name for LONG_SECONDS), where the
     # whole listing paged through every folder kept, more at the older age
     assert pages[old] == pages[young] == {"lag": 2, "listing pass": 0, "status": 0}, pages
+    # the listing pass reads the manifests from its own walk of their versions: nothing under
+    # _mem_wal/ listed twice (each shard's manifest versions were, and the shards' names)
+    listed = {p: n for p, n in costs[old]["listing pass, by prefix"].items() if p.startswith("t/_mem_wal/")}
+    assert any(p.endswith("/manifest/") for p in listed) and max(listed.values()) == 1, listed
     assert all(whole_pages[old][what] > whole_pages[young][what] > 2 for what in whole_pages[old]), whole_pages
 
 
@@ -194,3 +211,49 @@ def test_a_fleet_probe_of_a_long_table_on_s3_reads_its_manifests_and_carries_the
     later = probe(uri, store, cache, now=now + 60 + probe_module.WHOLE_EVERY_SECONDS)
     pages = sum(1 for m, p in counter.take_requests() if lists_mem_wal(m, p, "t"))
     assert later.listed_at == now + 60 + probe_module.WHOLE_EVERY_SECONDS and pages > 2  # an hour on: whole
+
+
+def _aged_by_versions(source: Path, versions: int) -> None:
+    """``source`` grown to ``versions`` table versions by commits of its config alone (no row moves)."""
+    committed = len(list((source / "_versions").glob("*.manifest")))
+    for i in range(committed, versions):
+        lance.dataset(str(source)).update_config({"aged": str(i)})
+
+
+def test_a_listing_pass_and_a_snapshot_cost_the_same_at_two_ages_of_versions_on_s3(make_table, s3_server,
+                                                                                     monkeypatch) -> None:
+    """A followed table commits a version a merge and the retention keeps a week of them (50,000 a
+    day beside a busy writer). On a disk a listing pass grows the versions its table object knew
+    (``tests/integration/test_listing_pass_ages.py``); an object store listed them all, a request a
+    thousand, twice a pass, and each snapshot refresh listed them once more. Past one page here
+    (eight in production) the pass grows them and the refresh lists none: on a table object kept as a
+    follower keeps it, a flush, its merge, a listing pass and a refresh cost the same requests at
+    1,100 and 2,200 versions, and what the object grew is what a new one reads."""
+    monkeypatch.setattr(listing_module, "WHOLE_PAGES", 1)
+    table, model = make_table()
+    assert memwal.open(table.uri).merge(max_generations=2).ok
+    source = Path(table.uri)
+    costs = {}
+    for age in (1_100, 2_200):
+        _aged_by_versions(source, age)
+        uri, opts = s3_server.new_table("t")
+        upload("s3", s3_server, bucket_of("s3", s3_server), "t", table_files(source))
+        counter = RequestCounter("s3", s3_server, bucket_of("s3", s3_server))
+        followed = memwal.open(uri, storage_options=opts)
+        for n in range(2):  # the first pass of a table object lists the versions: it knew none
+            write_generations(uri, SMALL, model, storage_options=opts, generations=1, seed_offset=40 + n)
+            assert followed.merge().ok
+            counter.take()
+            assert followed.gc(listed_only=True).ok
+            listing_pass = counter.take_requests()
+            assert followed.snapshot().ok
+            refresh = counter.take_requests()
+        costs[age] = {what: Counter(request_kind(m, p) for m, p in reqs)
+                      for what, reqs in (("listing pass", listing_pass), ("snapshot", refresh))}
+        fresh = open_table(uri, opts)
+        with fresh.reading():
+            truth = [(v.version, v.timestamp, dict(v.compacted)) for v in retained_versions(fresh)]
+        with followed.table.reading(grown=True):
+            grown = [(v.version, v.timestamp, dict(v.compacted)) for v in retained_versions(followed.table)]
+        assert grown == truth and len(truth) > age
+    assert costs[2_200] == costs[1_100], costs
