@@ -24,7 +24,15 @@ from memwal.core import steps
 from memwal.errors import MemWalError, NotFoundError
 from memwal.merge.keys import key_codes, small_codes
 from memwal.store import Store, open_store
-from memwal.table.shards import UNLABELLED, WalEntryMeta, list_wal_entries, read_wal_entry_metas
+from memwal.table.naming import wal_key
+from memwal.table.shards import (
+    UNLABELLED,
+    ShardManifestError,
+    WalEntryMeta,
+    list_wal_entries,
+    read_wal_entry_metas,
+    reader_shard_manifest,
+)
 
 TOMBSTONE = "_tombstone"
 
@@ -35,9 +43,12 @@ class OperandsIncompleteError(MemWalError):
 
 #: WAL entries whose headers are read at once, from the newest back (a ranged GET each, together).
 HEADERS_AT_ONCE = 64
+#: WAL positions believed (a manifest read from storage may name any u64).
+MAX_POSITION = 1 << 48
 
 
-def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -> dict[int, tuple[str, ...]]:
+def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int], *,
+                           flushed_through: int | None = None) -> dict[int, tuple[str, ...]]:
     """Store keys of the WAL entries of each wanted generation, in position order.
 
     The headers are read from the newest entry back, :data:`HEADERS_AT_ONCE` at a time, until
@@ -49,17 +60,27 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
     than one before it) have every header of the shard read, as before; so do entries that name
     no generation (Lance 9 writers), which never end the walk.
 
+    Where the walk starts: the newest entry a flushed generation holds, by name
+    (:func:`_by_position`; ``flushed_through``: that position as the shard manifest the caller
+    planned from names it, else the latest manifest is read), else the newest the listing of
+    ``wal/`` shows.
+
     An entry listed and gone before it was read was collected by a concurrent GC, which
     only collects entries of merged generations: it is not one of ours, or our plan is
     stale (a missing operand then stops the shard, and the merge re-reads the progress).
     """
+    if not generations:
+        return {}
+    by_position = _by_position(store, shard_id, generations, flushed_through)
+    if by_position is not None:
+        return by_position
     out: dict[int, list[str]] = {g: [] for g in generations}
     entries = list_wal_entries(store, shard_id)
     steps.step("operands.after-wal-listing")
-    lowest = min(generations, default=0)
+    lowest = min(generations)
     metas: list[WalEntryMeta | None] = []
     end = len(entries)
-    while end > 0 and generations:
+    while end > 0:
         start = max(0, end - HEADERS_AT_ONCE)
         metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[start:end]])
         end = start
@@ -73,6 +94,68 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int]) -
         if meta is not None and meta.generation in out:
             out[meta.generation].append(entry.key)
     return {g: tuple(keys) for g, keys in out.items()}
+
+
+def _by_position(store: Store, shard_id: str, generations: set[int],
+                 flushed_through: int | None) -> dict[int, tuple[str, ...]] | None:
+    """:func:`wal_keys_by_generation` without a listing of ``wal/``: names are bit-reversed
+    positions, so no listing starts at the newest, and a week of entries kept was a request a
+    thousand (a scan of each name on a disk) at every folding merge (issue 82). A writer numbers
+    its entries without gaps and records in its manifest the newest one a flushed generation holds
+    (``replay_after_wal_entry_position``, P: what comes after it is replayed into its MemTable).
+    So the walk reads P + 1, which must be missing or name a generation above every wanted one
+    (:func:`_above_wanted`; else P is not what it says: a manifest forged, or of another writer's
+    making), then P, P - 1, ... by name, as the listing's walk reads them, until a header names a
+    generation below every wanted one. Every position between is read: an entry missing there
+    (collected, or a gap the spec rules out), one naming no generation (a Lance 9 writer's, which
+    never ends a walk: every header is read then) or headers out of order, and the listing says
+    what is there (None). A P from a manifest older than the latest is as good: what was flushed since
+    comes after it, in generations above those that manifest lists."""
+    top = flushed_through
+    if top is None:
+        try:
+            state = reader_shard_manifest(store, shard_id)
+        except ShardManifestError:
+            return None
+        top = 0 if state is None else state.manifest.replay_after_wal_entry_position
+    if not 0 < top < MAX_POSITION:
+        return None
+    if not _above_wanted(read_wal_entry_metas(store, shard_id, [top + 1, top + 2]), max(generations)):
+        return None
+    steps.step("operands.after-newest-entry")
+    lowest = min(generations)
+    out: dict[int, list[str]] = {g: [] for g in generations}
+    end = top + 1  # positions below ``end`` are still to read
+    metas: list[WalEntryMeta] = []
+    while end > 1:
+        start = max(1, end - HEADERS_AT_ONCE)
+        batch = read_wal_entry_metas(store, shard_id, list(range(start, end)))
+        if any(m is None or m.generation == UNLABELLED for m in batch):
+            return None
+        metas[:0] = [m for m in batch if m is not None]
+        end = start
+        named = [m.generation for m in metas if m.generation not in (None, UNLABELLED)]
+        if named != sorted(named):
+            return None
+        if named and named[0] < lowest:
+            break
+    for meta in metas:
+        if meta.generation in out:
+            out[meta.generation].append(wal_key(shard_id, meta.position))
+    return {g: tuple(keys) for g, keys in out.items()}
+
+
+def _above_wanted(after: list[WalEntryMeta | None], highest: int) -> bool:
+    """Whether the entries after the newest a flushed generation holds (P + 1, P + 2) belong to no
+    wanted generation: the first that is not a fence sentinel (a new writer's claim, no generation)
+    is missing or names a generation above ``highest``. One naming no generation (a Lance 9 writer's
+    data) cannot tell; nor can sentinels alone."""
+    for meta in after:
+        if meta is None:
+            return True
+        if meta.generation is not None:
+            return meta.generation != UNLABELLED and meta.generation > highest
+    return False
 
 
 def fetch_operands(table_uri: str, storage_options: dict[str, str] | None, wal_keys: tuple[str, ...]) -> list[bytes]:

@@ -10,6 +10,7 @@ records its progress only so: :func:`memwal.table.drain.merged_through`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from memwal.core import steps
@@ -232,7 +233,8 @@ def _plan_merge_once(
                      blocked=tuple(blocked_shards), merge_ops=table_merge_ops(table, manifest.version).to_dict())
     plan = _take_applied(table, manifest, unfinished, plan)
     if MergeOps(plan.merge_ops).active:
-        plan = attach_operands(table, plan)
+        plan = attach_operands(table, plan, {sid: st.manifest.replay_after_wal_entry_position
+                                             for sid, st in states.items()})
     racy = {b.shard_id for b in plan.blocked if b.reason.startswith(_RACY)}
     if racy and _progress_moved(table, manifest, racy):
         raise StateMovedError(f"{table.uri}: shards {', '.join(sorted(racy))} were merged while planning")
@@ -281,8 +283,10 @@ def _linked_shards(table: Table) -> dict[str, str]:
     return found
 
 
-def attach_operands(table: Table, plan: MergePlan) -> MergePlan:
-    """The plan with each planned generation pointed at its WAL entries (tables with merge operators).
+def attach_operands(table: Table, plan: MergePlan, flushed_through: Mapping[str, int]) -> MergePlan:
+    """The plan with each planned generation pointed at its WAL entries (tables with merge operators);
+    ``flushed_through``: each shard's newest WAL position a flushed generation holds, as the shard
+    manifest the plan read names it (where the entries are looked for: :func:`wal_keys_by_generation`).
 
     A shard stops at its first generation without WAL entries: folding it from the
     flushed rows alone would drop the operands the MemTable collapsed.
@@ -291,7 +295,8 @@ def attach_operands(table: Table, plan: MergePlan) -> MergePlan:
     blocked = list(plan.blocked)
     for s in plan.shards:
         wal = wal_keys_by_generation(table.store, s.shard_id,
-                                     {g.generation for g in s.generations if g.generation > s.applied_generation})
+                                     {g.generation for g in s.generations if g.generation > s.applied_generation},
+                                     flushed_through=flushed_through.get(s.shard_id))
         refs = []
         for ref in s.generations:
             if ref.generation <= s.applied_generation:  # its data is in the base: no operand is read

@@ -16,11 +16,13 @@ from collections.abc import Callable
 
 import lance
 import pyarrow as pa
+import pytest
 
 import memwal
 from memwal import actions
 from memwal.actions.merge_ops import change_merge_ops
 from memwal.demo import PK_META, Workload, bucket_of, shard_ids_for
+from memwal.merge import operands as operands_module
 from memwal.merge import run_merge
 from memwal.table import Table, open_table
 from tests.conftest import table_rows
@@ -75,11 +77,15 @@ def build(make_table, tmp_path, *, ops: bool = False) -> tuple[Table, list[dict]
     return table, [{"id": k, "hits": n} for k, n in sorted(counts.items())]
 
 
-def test_merge_plan_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path):
-    """Merge operators: A lists a shard's WAL entries; B merges and collects them; A's
-    reading of those entries found them gone (was exit 2: "object not found: .../wal/...")."""
+@pytest.mark.parametrize("step", ["operands.after-newest-entry", "operands.after-wal-listing"])
+def test_merge_plan_whose_wal_entries_are_collected_meanwhile(make_table, tmp_path, monkeypatch, step):
+    """Merge operators: A finds a shard's newest WAL entries (by the name its manifest gives, or
+    by the listing where the name cannot be trusted); B merges and collects them; A's reading of
+    those entries found them gone (was exit 2: "object not found: .../wal/...")."""
     table, expected = build(make_table, tmp_path, ops=True)
-    with running_at("operands.after-wal-listing", merge_then_collect(table.uri)) as reached:
+    if step == "operands.after-wal-listing":  # the walk by name not trusted: what a forged manifest gets
+        monkeypatch.setattr(operands_module, "_above_wanted", lambda after, highest: False)
+    with running_at(step, merge_then_collect(table.uri)) as reached:
         run = run_cli("merge", table.uri)
     assert reached and run.rc == 0, run.stderr
     assert table_rows(table) == expected
