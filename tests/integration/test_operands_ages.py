@@ -105,7 +105,7 @@ def test_a_manifest_naming_a_wrong_newest_entry_has_the_wal_listed(tmp_path, mon
     forged = ShardManifest()
     forged.CopyFrom(state.manifest)
     forged.version = state.version + 1
-    forged.replay_after_wal_entry_position = 2  # a merged generation's entry: 3 and on follow it
+    forged.replay_after_wal_entry_position = 2  # entries 1-7: g1, sentinel, g2, sentinel, g3, sentinel, g4
     write_next_version(store, state, forged)
     seen.clear()
     assert memwal.open(uri).merge().ok
