@@ -134,7 +134,7 @@ def _by_position(store: Store, shard_id: str, generations: set[int],
             return None
         metas[:0] = [m for m in batch if m is not None]
         end = start
-        named = [m.generation for m in metas if m.generation not in (None, UNLABELLED)]
+        named = [m.generation for m in metas if m.generation is not None]  # fence sentinels name none
         if named != sorted(named):
             return None
         if named and named[0] < lowest:
