@@ -14,7 +14,7 @@ is refused rather than folded from a partial history (:class:`OperandsIncomplete
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -41,8 +41,11 @@ class OperandsIncompleteError(MemWalError):
     """A generation's WAL entries are missing or do not reproduce it: folding it would lose operands."""
 
 
-#: WAL entries whose headers are read at once, from the newest back (a ranged GET each, together).
+#: WAL entries whose headers are read at once, from the newest back (a ranged GET each, together):
+#: :data:`HEADERS_FIRST` first, then twice as many each time, up to :data:`HEADERS_AT_ONCE`.
 HEADERS_AT_ONCE = 64
+#: A flush's generation holds an entry or a few: the first batch mostly ends the walk.
+HEADERS_FIRST = 8
 #: WAL positions believed (a manifest read from storage may name any u64).
 MAX_POSITION = 1 << 48
 
@@ -80,15 +83,15 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int], *
     lowest = min(generations)
     metas: list[WalEntryMeta | None] = []
     end = len(entries)
-    while end > 0:
-        start = max(0, end - HEADERS_AT_ONCE)
-        metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[start:end]])
+    for start, stop in _back_from(end, 0):
+        metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[start:stop]])
         end = start
         named = [m.generation for m in metas if m is not None and m.generation not in (None, UNLABELLED)]
         if named != sorted(named):  # not in the order the spec promises: every header, as before
             metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[:end]])
             end = 0
-        elif named and named[0] < lowest:
+            break
+        if named and named[0] < lowest:
             break
     for entry, meta in zip(entries[end:], metas, strict=True):
         if meta is not None and meta.generation in out:
@@ -125,15 +128,12 @@ def _by_position(store: Store, shard_id: str, generations: set[int],
     steps.step("operands.after-newest-entry")
     lowest = min(generations)
     out: dict[int, list[str]] = {g: [] for g in generations}
-    end = top + 1  # positions below ``end`` are still to read
     metas: list[WalEntryMeta] = []
-    while end > 1:
-        start = max(1, end - HEADERS_AT_ONCE)
-        batch = read_wal_entry_metas(store, shard_id, list(range(start, end)))
+    for start, stop in _back_from(top + 1, 1):
+        batch = read_wal_entry_metas(store, shard_id, list(range(start, stop)))
         if any(m is None or m.generation == UNLABELLED for m in batch):
             return None
         metas[:0] = [m for m in batch if m is not None]
-        end = start
         named = [m.generation for m in metas if m.generation is not None]  # fence sentinels name none
         if named != sorted(named):
             return None
@@ -143,6 +143,18 @@ def _by_position(store: Store, shard_id: str, generations: set[int],
         if meta.generation in out:
             out[meta.generation].append(wal_key(shard_id, meta.position))
     return {g: tuple(keys) for g, keys in out.items()}
+
+
+def _back_from(end: int, floor: int) -> Iterator[tuple[int, int]]:
+    """The batches of a walk back from ``end`` (excluded) to ``floor``, newest first, each a
+    ``(start, stop)`` range: :data:`HEADERS_FIRST` entries, then twice as many each time up to
+    :data:`HEADERS_AT_ONCE` (a batch of 64 read 64 headers where a flush's generation needed one
+    or two: on an object store a ranged GET each, at every folding merge)."""
+    size = min(HEADERS_FIRST, HEADERS_AT_ONCE)
+    while end > floor:
+        start = max(floor, end - size)
+        yield start, end
+        end, size = start, min(2 * size, HEADERS_AT_ONCE)
 
 
 def _above_wanted(after: list[WalEntryMeta | None], highest: int) -> bool:
