@@ -369,49 +369,43 @@ def _listed_folders(store: Store) -> tuple[MemWalListing, ShardManifests]:
     (:func:`memwal.table.listing.read_by_name_now`) reads the manifests from its walk of their
     versions, made before it walks the folders they list: each shard's versions are not listed
     twice a pass, nor the shards' names (issue 82)."""
-    if read_by_name_now(store):
-        by_name = _listed_by_name(store)
-        if by_name is not None:
-            return by_name
-    found = read_shard_manifests(store)
-    numbers = {sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()}
-    # on a disk the listed folders are walked by name: the names of a shard's folders (a week of
-    # them kept by the retention) are not listed at every pass (issue 82)
-    paths = {sid: [fg.path for fg in state.flushed] for sid, state in found.states.items()}
-    listing = list_mem_wal(store, wal=False, staging=False, manifests=not store.has_directories,
-                           generations=lambda sid, g: g in numbers.get(sid, ()), named=paths)
-    if store.has_directories:
-        named = {sid: replace(shard, manifests=StatOnUse(store, sid, found.versions.get(sid, ())))
-                 for sid, shard in listing.shards.items()}
-        # where this pass writes a shard's next manifest version: a link in that folder's place holds it
-        linked = [link for sid in named for link in store.list_links(f"{shard_dir(sid)}/manifest/", recursive=False)]
-        listing = replace(listing, shards=named, links=tuple(sorted({*listing.links, *linked})))
-    states = {sid: state for sid, state in found.states.items() if sid in listing.shards}
-    return listing, ShardManifests(states, dict(found.broken))
-
-
-def _listed_by_name(store: Store) -> tuple[MemWalListing, ShardManifests] | None:
-    """:func:`_listed_folders` on an object store read by name: the listing's ``named`` reads each
-    shard's latest manifest from the versions the listing walked first and names the folders it
-    lists, then those alone are walked. None: the listing was not read by name after all (its
-    memory of a long ``_mem_wal/`` ran out meanwhile): the pass reads its manifests first. A shard
-    with folders and no manifest version, which a listing of its versions alone cannot tell from
-    no shard, is named broken by the whole GC (and by ``status`` read whole), not by this pass."""
     read: list[ShardManifests] = []
     numbers: dict[str, set[int]] = {}
 
-    def named(versions: MemWalListing) -> dict[str, list[str]]:
-        found = read_listed_manifests(store, versions)
+    def named(found: ShardManifests) -> dict[str, list[str]]:
+        """The folders ``found``'s manifests list, by shard (the manifests kept, for the plan)."""
         read.append(found)
         numbers.update({sid: {fg.generation for fg in state.flushed} for sid, state in found.states.items()})
         return {sid: [fg.path for fg in state.flushed] for sid, state in found.states.items()}
 
-    listing = list_mem_wal(store, wal=False, staging=False, generations=lambda sid, g: g in numbers.get(sid, ()),
-                           named=named)
-    if not read:
-        return None
-    states = {sid: state for sid, state in read[0].states.items() if sid in listing.shards}
-    return listing, ShardManifests(states, dict(read[0].broken))
+    def chosen(sid: str, g: int) -> bool:
+        return g in numbers.get(sid, ())
+
+    listing = None
+    if read_by_name_now(store):
+        # a shard with folders and no manifest version, which a listing of its versions alone cannot
+        # tell from no shard, is named broken by the whole GC (and a status read whole), not here
+        listing = list_mem_wal(store, wal=False, staging=False, generations=chosen,
+                               named=lambda versions: named(read_listed_manifests(store, versions)))
+        if not read:  # not read by name after all (the memory of a long _mem_wal/ ran out meanwhile)
+            listing = None
+    if listing is None:
+        # on a disk the listed folders are walked by name: the names of a shard's folders (a week of
+        # them kept by the retention) are not listed at every pass (issue 82)
+        paths = named(read_shard_manifests(store))
+        listing = list_mem_wal(store, wal=False, staging=False, manifests=not store.has_directories,
+                               generations=chosen, named=paths)
+        if store.has_directories:
+            versions = read[-1].versions
+            kept = {sid: replace(shard, manifests=StatOnUse(store, sid, versions.get(sid, ())))
+                    for sid, shard in listing.shards.items()}
+            # where this pass writes a shard's next manifest version: a link in that folder's place holds it
+            linked = [link for sid in kept for link in store.list_links(f"{shard_dir(sid)}/manifest/",
+                                                                         recursive=False)]
+            listing = replace(listing, shards=kept, links=tuple(sorted({*listing.links, *linked})))
+    found = read[-1]
+    states = {sid: state for sid, state in found.states.items() if sid in listing.shards}
+    return listing, ShardManifests(states, dict(found.broken))
 
 
 def _warn_lost_views(table: Table, versions: Iterable[RetainedVersion], live: Iterable[Checkpoint]) -> None:

@@ -14,7 +14,7 @@ is refused rather than folded from a partial history (:class:`OperandsIncomplete
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,7 +54,7 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int], *
                            flushed_through: int | None = None) -> dict[int, tuple[str, ...]]:
     """Store keys of the WAL entries of each wanted generation, in position order.
 
-    The headers are read from the newest entry back, :data:`HEADERS_AT_ONCE` at a time, until
+    The headers are read from the newest entry back, in batches (:func:`_walk_back`), until
     one names a generation below every wanted one: a writer appends its entries in position order
     and a MemTable's before the next one's (the spec: "Writer must flush WAL entries in sequential
     order"; GC places entries by the same rule, :mod:`memwal.gc.wal`), so no older entry belongs to
@@ -77,26 +77,12 @@ def wal_keys_by_generation(store: Store, shard_id: str, generations: set[int], *
     by_position = _by_position(store, shard_id, generations, flushed_through)
     if by_position is not None:
         return by_position
-    out: dict[int, list[str]] = {g: [] for g in generations}
     entries = list_wal_entries(store, shard_id)
     steps.step("operands.after-wal-listing")
-    lowest = min(generations)
-    metas: list[WalEntryMeta | None] = []
-    end = len(entries)
-    for start, stop in _back_from(end, 0):
-        metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[start:stop]])
-        end = start
-        named = [m.generation for m in metas if m is not None and m.generation not in (None, UNLABELLED)]
-        if named != sorted(named):  # not in the order the spec promises: every header, as before
-            metas[:0] = read_wal_entry_metas(store, shard_id, [e.position for e in entries[:end]])
-            end = 0
-            break
-        if named and named[0] < lowest:
-            break
-    for entry, meta in zip(entries[end:], metas, strict=True):
-        if meta is not None and meta.generation in out:
-            out[meta.generation].append(entry.key)
-    return {g: tuple(keys) for g, keys in out.items()}
+    metas = _walk_back(store, shard_id, [e.position for e in entries], min(generations), strict=False)
+    assert metas is not None  # only a strict walk gives up
+    listed = entries[len(entries) - len(metas):]
+    return _by_generation(((e.key, m) for e, m in zip(listed, metas, strict=True)), generations)
 
 
 def _by_position(store: Store, shard_id: str, generations: set[int],
@@ -126,33 +112,56 @@ def _by_position(store: Store, shard_id: str, generations: set[int],
     if not _above_wanted(read_wal_entry_metas(store, shard_id, [top + 1, top + 2]), max(generations)):
         return None
     steps.step("operands.after-newest-entry")
-    lowest = min(generations)
-    out: dict[int, list[str]] = {g: [] for g in generations}
-    metas: list[WalEntryMeta] = []
-    for start, stop in _back_from(top + 1, 1):
-        batch = read_wal_entry_metas(store, shard_id, list(range(start, stop)))
-        if any(m is None or m.generation == UNLABELLED for m in batch):
+    positions = range(1, top + 1)
+    metas = _walk_back(store, shard_id, positions, min(generations), strict=True)
+    if metas is None:
+        return None
+    read = positions[len(positions) - len(metas):]
+    return _by_generation(((wal_key(shard_id, p), m) for p, m in zip(read, metas, strict=True)), generations)
+
+
+def _walk_back(store: Store, shard_id: str, positions: Sequence[int], lowest: int, *,
+               strict: bool) -> list[WalEntryMeta | None] | None:
+    """The headers of the newest of ``positions``, read back in batches (:func:`_back_from`) until
+    one names a generation below ``lowest``: the metas of the last ``len(result)`` positions, in
+    order. Headers out of the spec's order have every header read; an entry gone since it was
+    listed is None, and one naming no generation never ends the walk. ``strict`` (positions by name,
+    not listed): any of those gives up instead (None)."""
+    metas: list[WalEntryMeta | None] = []
+    for start, stop in _back_from(len(positions)):
+        batch = read_wal_entry_metas(store, shard_id, list(positions[start:stop]))
+        if strict and any(m is None or m.generation == UNLABELLED for m in batch):
             return None
-        metas[:0] = [m for m in batch if m is not None]
-        named = [m.generation for m in metas if m.generation is not None]  # fence sentinels name none
-        if named != sorted(named):
-            return None
+        metas[:0] = batch
+        named = [m.generation for m in metas if m is not None and m.generation not in (None, UNLABELLED)]
+        if named != sorted(named):  # not in the order the spec promises: every header, as before
+            if strict:
+                return None
+            metas[:0] = read_wal_entry_metas(store, shard_id, list(positions[:start]))
+            break
         if named and named[0] < lowest:
             break
-    for meta in metas:
-        if meta.generation in out:
-            out[meta.generation].append(wal_key(shard_id, meta.position))
+    return metas
+
+
+def _by_generation(found: Iterable[tuple[str, WalEntryMeta | None]],
+                   generations: set[int]) -> dict[int, tuple[str, ...]]:
+    """The keys of the entries each wanted generation's headers name (``(key, header)``, in order)."""
+    out: dict[int, list[str]] = {g: [] for g in generations}
+    for key, meta in found:
+        if meta is not None and meta.generation in out:
+            out[meta.generation].append(key)
     return {g: tuple(keys) for g, keys in out.items()}
 
 
-def _back_from(end: int, floor: int) -> Iterator[tuple[int, int]]:
-    """The batches of a walk back from ``end`` (excluded) to ``floor``, newest first, each a
+def _back_from(end: int) -> Iterator[tuple[int, int]]:
+    """The batches of a walk back from index ``end`` (excluded) to 0, newest first, each a
     ``(start, stop)`` range: :data:`HEADERS_FIRST` entries, then twice as many each time up to
     :data:`HEADERS_AT_ONCE` (a batch of 64 read 64 headers where a flush's generation needed one
     or two: on an object store a ranged GET each, at every folding merge)."""
     size = min(HEADERS_FIRST, HEADERS_AT_ONCE)
-    while end > floor:
-        start = max(floor, end - size)
+    while end > 0:
+        start = max(0, end - size)
         yield start, end
         end, size = start, min(2 * size, HEADERS_AT_ONCE)
 
